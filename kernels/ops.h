@@ -1,0 +1,134 @@
+/* ops.h — the one table of compute operations the runtime calls.
+ *
+ * The runtime never calls a backend directly: it holds a `const dt_ops *` and
+ * calls ops->matmul_forward(...). Each backend (kernels/cpu, kernels/cuda) fills
+ * one table; every CUDA kernel has a CPU twin with the same contract, and a test
+ * compares them on random inputs.
+ *
+ * Conventions (all ops):
+ * - Row-major, fp32 (the CUDA backend keeps fp32 master weights and computes in
+ *   bf16 internally; its contract at this table is the same).
+ * - N = number of rows (tokens or patches), C = channels.
+ * - Backward functions ACCUMULATE (+=) into every gradient they write (dinp, dw,
+ *   db, ...), so gradient accumulation over micro-steps and the sum of a residual
+ *   stream's two branches need no extra pass. Callers zero gradients when needed.
+ * - Pointers never alias unless a comment says so.
+ * - No op communicates or does I/O. Tensor-parallel reductions happen between
+ *   ops, in the strategy, through hooks (see runtime/model/model.h).
+ */
+#ifndef DTRUN_OPS_H
+#define DTRUN_OPS_H
+
+#include <stddef.h>
+
+typedef struct dt_ops {
+    const char *name; /* "cpu", "cuda" */
+
+    /* ---- memory (device memory for cuda; plain malloc for cpu) ---- */
+    void *(*alloc)(size_t bytes);                 /* zeroed; NULL on failure */
+    void (*free)(void *p);
+    void (*zero)(void *p, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
+    void (*to_host)(void *dst_host, const void *src, size_t bytes);
+    void (*from_host)(void *dst, const void *src_host, size_t bytes);
+
+    /* ---- token embedding (vocab-parallel ready) ----
+     * Rows [v0, v0+vn) of the global table live here as wte[vn, C].
+     * out[i,:] = wte[tok[i]-v0,:] when v0 <= tok[i] < v0+vn, else 0 (overwrites). */
+    void (*embedding_forward)(float *out, const int *tok, const float *wte,
+                              int v0, int vn, int N, int C);
+    /* dwte[tok[i]-v0,:] += dout[i,:] for the rows that live here. */
+    void (*embedding_backward)(float *dwte, const float *dout, const int *tok,
+                               int v0, int vn, int N, int C);
+
+    /* ---- learned position embedding: x[b,t,:] += wpe[t,:] (in place) ---- */
+    void (*posadd_forward)(float *x, const float *wpe, int B, int T, int C);
+    /* dwpe[t,:] += sum_b dx[b,t,:] */
+    void (*posadd_backward)(float *dwpe, const float *dx, int B, int T, int C);
+
+    /* ---- patch embedding (ViT) ----
+     * img[B, ch, H, W] (H = W = S), P = patch size, NP = (S/P)^2 patches in
+     * row-major patch order; w[C, ch*P*P] with the inner index (c, py, px);
+     * out[B, NP, C] = patches @ w^T + b (overwrites). */
+    void (*patch_forward)(float *out, const float *img, const float *w, const float *b,
+                          int B, int ch, int S, int P, int C);
+    /* dw += ..., db += ... (no gradient flows to the image). */
+    void (*patch_backward)(float *dw, float *db, const float *dout, const float *img,
+                           int B, int ch, int S, int P, int C);
+
+    /* ---- layernorm over the last dim, eps 1e-5 ----
+     * out[N,C]; mean[N], rstd[N] saved for backward (overwrites). */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
+    /* dinp += , dw += , db += */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+
+    /* ---- matmul: out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC] (bias may be NULL) ---- */
+    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
+                           int N, int IC, int OC);
+    /* dinp += dout @ w; dw += dout^T @ inp; dbias += colsum(dout). Any of dinp,
+     * dbias may be NULL (not needed). */
+    void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int IC, int OC);
+
+    /* ---- multi-head attention ----
+     * qkv[B,T,3*C] with q = [..., 0:C), k = [C:2C), v = [2C:3C); NH heads of
+     * hs = C/NH each (head h uses columns h*hs..h*hs+hs of q, k and v).
+     * out[B,T,C] = softmax(q k^T / sqrt(hs) [+ causal mask]) v, heads concatenated.
+     * att[B,NH,T,T] keeps the softmax probabilities for backward. */
+    void (*attention_forward)(float *out, float *att, const float *qkv,
+                              int B, int T, int C, int NH, int causal);
+    /* dqkv += ; scratch holds at least B*NH*T*T floats (overwritten). */
+    void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
+                               const float *qkv, const float *att,
+                               int B, int T, int C, int NH, int causal);
+
+    /* ---- GELU, tanh approximation (GPT-2's) ---- */
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+
+    /* ---- residual: out = a + b (out may alias a) ---- */
+    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* da += dout; db += dout */
+    void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
+
+    /* ---- softmax cross-entropy, vocab-parallel ready ----
+     * logits[N,Vl] hold columns [v0, v0+Vl) of the global vocab. With tensor
+     * parallelism the caller all-reduces `rowmax` (max), `sumexp` (sum) and
+     * `target` (sum) across the tp group between these calls; with one rank the
+     * calls simply follow each other. targets < 0 are ignored (loss 0). */
+    void (*xent_rowmax)(float *rowmax, const float *logits, int N, int Vl);
+    void (*xent_sumexp)(float *sumexp, const float *logits, const float *rowmax, int N, int Vl);
+    /* target[i] = logits[i, targets[i]-v0] when that column lives here, else 0. */
+    void (*xent_target)(float *target, const float *logits, const int *targets,
+                        int v0, int N, int Vl);
+    /* loss[i] = log(sumexp[i]) + rowmax[i] - target[i]  (0 for ignored rows) */
+    void (*xent_loss)(float *loss, const float *rowmax, const float *sumexp,
+                      const float *target, const int *targets, int N);
+    /* dlogits = (softmax(logits) - onehot(targets)) * dloss[i]  (overwrites, Vl columns) */
+    void (*xent_backward)(float *dlogits, const float *logits, const float *rowmax,
+                          const float *sumexp, const int *targets, const float *dloss,
+                          int v0, int N, int Vl);
+
+    /* ---- AdamW on one flat tensor (or shard), fp32 state ----
+     * step t >= 1 (bias correction); weight_decay applied decoupled: p -= lr*wd*p. */
+    void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int t);
+    /* p *= s (for gradient clipping and averaging) */
+    void (*scale)(float *p, float s, size_t n);
+    /* sum of squares in double (for the global gradient norm) */
+    double (*sumsq)(const float *p, size_t n);
+} dt_ops;
+
+/* The CPU backend (always present). */
+extern const dt_ops dt_ops_cpu;
+
+/* The CUDA backend, or NULL when not built / no device. */
+const dt_ops *dt_ops_cuda(void);
+
+/* Threads the CPU kernels use (OpenMP and OpenBLAS); n <= 0 keeps the default. */
+void dt_ops_set_threads(int n);
+
+#endif

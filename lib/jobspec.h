@@ -1,0 +1,154 @@
+/* jobspec.h — the YAML job spec, parsed strictly and resolved.
+ *
+ * A job file has the sections model, data, train, parallel, checkpoint, log and
+ * launch. Parsing is strict: an unknown key, a wrong type, a value out of range or
+ * an inconsistent combination is one line `FILE:LINE:COL: what (why)` with a
+ * "did you mean" where it fits. man/dtrun-job.5 documents every key.
+ *
+ * The struct below is the resolved job: presets expanded, defaults filled in,
+ * derived values (d_ff, grad accumulation) computed. Everything downstream reads
+ * only this struct, never the YAML. */
+#ifndef DTRUN_JOBSPEC_H
+#define DTRUN_JOBSPEC_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define JOB_PATH_MAX 1024
+#define JOB_NAME_MAX 64
+
+typedef enum { MODEL_GPT = 0, MODEL_VIT = 1 } model_kind;
+
+typedef struct {
+    model_kind kind;
+    char preset[JOB_NAME_MAX]; /* "" when none; e.g. gpt2-124m, vit-b16, gpt-tiny */
+    int n_layer;
+    int n_head;
+    int d_model;
+    int d_ff;          /* default 4 * d_model */
+    /* GPT */
+    int vocab_size;    /* 256 for byte-level text, 50257 for GPT-2 tokens */
+    int seq_len;       /* tokens per sequence (block size) */
+    /* ViT */
+    int image_size;    /* square images */
+    int patch_size;
+    int channels;
+    int n_classes;
+} job_model;
+
+typedef enum {
+    DATA_SYNTHETIC = 0, /* deterministic random tokens / images */
+    DATA_TEXT,          /* any file, byte-level tokens */
+    DATA_TOKENS,        /* llm.c token shards: 1024-byte header, magic 20240520, uint16 */
+    DATA_IDX            /* IDX images + labels (MNIST / Fashion-MNIST), optionally .gz */
+} data_kind;
+
+typedef struct {
+    data_kind kind;
+    char train_path[JOB_PATH_MAX];        /* text / tokens / IDX images */
+    char train_labels[JOB_PATH_MAX];      /* IDX labels */
+    char val_path[JOB_PATH_MAX];          /* "" = split val_fraction off the train file */
+    char val_labels[JOB_PATH_MAX];
+    double val_fraction;                  /* used when val_path is "" (text, tokens) */
+    long synthetic_size;                  /* samples (ViT) or tokens (GPT) for synthetic */
+} job_data;
+
+typedef enum { LR_COSINE = 0, LR_LINEAR, LR_CONSTANT } lr_schedule;
+typedef enum { PREC_FP32 = 0, PREC_BF16 } precision_kind;
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_BLOCK } recompute_kind;
+
+typedef struct {
+    int steps;
+    int global_batch;      /* sequences (GPT) or images (ViT) per optimizer step */
+    int micro_batch;       /* per data-parallel rank per micro-step */
+    int grad_accum;        /* derived: global_batch / (micro_batch * dp) */
+    double lr;
+    double min_lr;         /* floor of the decay, default lr / 10 */
+    int warmup;            /* steps of linear warmup */
+    lr_schedule schedule;
+    double weight_decay;
+    double beta1, beta2, eps;
+    double grad_clip;      /* 0 = off; clip by the global L2 norm */
+    precision_kind precision;
+    unsigned long long seed;
+    recompute_kind recompute;
+    int eval_every;        /* 0 = only at the end */
+    int eval_batches;      /* batches of global_batch size per evaluation */
+    int threads;           /* 0 = OMP_NUM_THREADS or all cores */
+    int skip_nonfinite;    /* 1: skip a step whose loss is not finite instead of stopping */
+} job_train;
+
+typedef enum { SHARD_NONE = 0, SHARD_ZERO1, SHARD_ZERO2, SHARD_FSDP, SHARD_HSDP } shard_mode;
+typedef enum { PP_GPIPE = 0, PP_1F1B, PP_INTERLEAVED } pp_schedule_kind;
+
+typedef struct {
+    int dp, tp, pp;
+    shard_mode mode;
+    pp_schedule_kind pp_schedule;
+    int microbatches;      /* pipeline microbatches per step; default grad_accum */
+    int virtual_stages;    /* chunks per pp rank for interleaved, default 2 there, else 1 */
+    int sequence_parallel; /* 0/1, with tp > 1 */
+    int bucket_mb;         /* DDP bucket size in MiB, default 25 */
+} job_parallel;
+
+typedef struct {
+    char dir[JOB_PATH_MAX]; /* "" = no checkpoints */
+    int every;              /* steps; 0 = only at the end (when dir is set) */
+    int keep;               /* last K kept, default 2 */
+    char resume[JOB_PATH_MAX]; /* "auto", "never" or a path */
+} job_checkpoint;
+
+typedef enum { PROGRESS_AUTO = 0, PROGRESS_ON, PROGRESS_OFF } progress_mode;
+
+typedef struct {
+    char metrics[JOB_PATH_MAX]; /* JSONL file, "" = none */
+    int every;                  /* print / record every N steps, default 1 */
+    progress_mode progress;
+    char trace[JOB_PATH_MAX];   /* Chrome-trace JSON, "" = none */
+} job_log;
+
+/* launch: options the command line may also give; the command line wins.
+ * Strings are "" and numbers are -1 when the file does not set them. */
+typedef struct {
+    char nproc_per_node[JOB_NAME_MAX]; /* N | cpu | gpu | auto */
+    char nnodes[JOB_NAME_MAX];         /* N | MIN:MAX */
+    char rdzv_endpoint[JOB_PATH_MAX];
+    char rdzv_id[JOB_NAME_MAX];
+    int max_restarts;
+    char log_dir[JOB_PATH_MAX];
+} job_launch;
+
+typedef struct {
+    char path[JOB_PATH_MAX]; /* the file it came from */
+    job_model model;
+    job_data data;
+    job_train train;
+    job_parallel parallel;
+    job_checkpoint checkpoint;
+    job_log log;
+    job_launch launch;
+} job_spec;
+
+/* Exit status for a bad job file (and bad flags): documented in dtrun(1). */
+#define JOB_EXIT_INVALID 2
+
+/* Fill *job with the defaults (a tiny GPT on synthetic data). */
+void job_defaults(job_spec *job);
+
+/* Parse and validate. On failure returns -1 and writes one line, without a
+ * trailing newline, to err: "FILE:LINE:COL: what (why)[; did you mean 'x'?]". */
+int job_load_file(job_spec *job, const char *path, char *err, size_t errlen);
+
+/* Same, from memory; `name` stands for the file name in messages. */
+int job_load_string(job_spec *job, const char *text, size_t len, const char *name,
+                    char *err, size_t errlen);
+
+/* Checks the combination (divisibility, ranges) of an already filled job — also
+ * used after the command line overrides a field. world = dp * tp * pp. Messages
+ * start with "FILE: " (job_load_* add LINE:COL of the offending key itself). */
+int job_validate(const job_spec *job, char *err, size_t errlen);
+
+/* Print the resolved job as YAML that job_load_string reads back to the same struct. */
+void job_print(const job_spec *job, FILE *out);
+
+#endif

@@ -1,0 +1,43 @@
+/* data.h — training and validation data, layout-independent.
+ *
+ * Sources: synthetic, byte-level text (any file), llm.c token shards (1024-byte
+ * header of int32: magic 20240520, version 1, token count; then uint16 tokens),
+ * IDX images + labels (MNIST / Fashion-MNIST, plain or .gz).
+ *
+ * The global batch of step k is a pure function of (seed, k, split): sample j of
+ * it is always the same, whichever rank asks. A data-parallel rank asks only for
+ * its slice [begin, begin + count) of the global batch.
+ *  - GPT: sample j of step k is a window of seq_len + 1 tokens at an offset drawn
+ *    from (seed, k, j); inputs are the first seq_len, targets the last seq_len.
+ *  - ViT: position g = k * global_batch + j walks a fresh pseudo-random
+ *    permutation of the images every epoch (a stateless bijection of (seed,
+ *    epoch)), so every image is seen once per epoch.
+ * Validation batches (split DATA_VAL) walk the validation set in order from the
+ * start, batch k = samples [k * global_batch, ...) wrapping around.
+ */
+#ifndef DTRUN_DATA_H
+#define DTRUN_DATA_H
+
+#include <stddef.h>
+#include "lib/jobspec.h"
+
+typedef enum { DATA_TRAIN = 0, DATA_VAL = 1 } data_split;
+
+typedef struct data_loader data_loader;
+
+/* Open one split of the job's data. On error returns NULL and writes one line
+ * "PATH: what (why)" to err (missing file, truncated, wrong magic, token id out
+ * of the model's vocab, image size not the model's, ...). */
+data_loader *data_open(const job_spec *job, data_split split, char *err, size_t errlen);
+void data_close(data_loader *d);
+
+/* Samples in the split (ViT: images; GPT: tokens - seq_len windows). */
+long data_count(const data_loader *d);
+
+/* Fill samples [begin, begin + count) of the global batch of step `step`.
+ * GPT: tokens and targets [count, seq_len]; ViT: images [count, ch, S, S]
+ * normalised floats and labels [count]. Unused outputs may be NULL. */
+void data_batch(data_loader *d, long step, int begin, int count,
+                int *tokens, int *targets, float *images, int *labels);
+
+#endif

@@ -1,0 +1,158 @@
+/* model.h — the built-in GPT and ViT, described by parameter specs.
+ *
+ * The model knows nothing of parallelism (torchtitan's rule). It computes on the
+ * local shards it is given and calls `model_hooks` at the points where a strategy
+ * may act: tensor-parallel reductions, and before/after each unit in forward and
+ * backward (FSDP gathers and frees, DDP buckets, ZeRO-2 reduce-scatters). It never
+ * calls the comm layer itself.
+ *
+ * Units. A model is a sequence of units: unit 0 = embedding (GPT: wte, wpe; ViT:
+ * patch projection, class token, position embedding), units 1..L = transformer
+ * blocks, unit L+1 = head (final layernorm + LM head tied to wte, or classifier).
+ * Each unit's parameters live in one flat buffer (and its gradients in another),
+ * so a strategy can gather, shard or reduce a unit with a single call. A `model`
+ * object holds one contiguous range of units: the whole model on one rank, or a
+ * pipeline stage (one per virtual stage with interleaving).
+ *
+ * Tensor parallelism (Megatron): qkv and fc are column-parallel (heads and ffn
+ * columns split), attention proj and mlp proj row-parallel (bias added once, after
+ * the reduction), wte vocab-parallel with a parallel cross-entropy; layernorms,
+ * wpe, row-parallel biases and the ViT patch/classifier params are replicated
+ * (their gradients come out identical on every tp rank).
+ *
+ * Layout independence: every parameter element is a pure function of (seed, name,
+ * global index); a shard draws only its slice (param_global_index).
+ */
+#ifndef DTRUN_MODEL_H
+#define DTRUN_MODEL_H
+
+#include <stddef.h>
+#include "lib/jobspec.h"
+#include "kernels/ops.h"
+
+#define PARAM_NAME_MAX 64
+
+typedef enum {
+    SPLIT_NONE = 0, /* replicated on every tp rank */
+    SPLIT_ROWS,     /* dim 0 split (column-parallel out features, vocab rows);
+                       split_groups > 1 splits each of that many equal row groups
+                       separately (qkv: q, k and v each split by heads) */
+    SPLIT_COLS      /* dim 1 split (row-parallel in features) */
+} split_kind;
+
+typedef enum { INIT_NORMAL = 0, INIT_ZEROS, INIT_ONES } init_kind;
+
+typedef struct {
+    char name[PARAM_NAME_MAX]; /* canonical: "wte", "h.3.attn.qkv.w", "lnf.b", ... */
+    int ndim;                  /* 1 or 2 */
+    int shape[2];              /* global shape */
+    int local_shape[2];        /* on this tp rank */
+    size_t local_numel;
+    split_kind split;
+    int split_groups;          /* 1, or 3 for qkv */
+    int unit;                  /* which unit holds it */
+    size_t offset;             /* element offset inside its unit's flat buffer */
+    int decay;                 /* weight decay applies (2-D weights) */
+    init_kind init;
+    float init_std;            /* for INIT_NORMAL */
+    int tied;                  /* 1 for the head's copy of wte (same name as unit 0's) */
+} param_spec;
+
+/* Which part of the model one object holds. */
+typedef struct {
+    int tp_rank, tp_size;
+    int unit_begin, unit_end; /* [begin, end) of 0..L+1 */
+} model_shard;
+
+typedef struct {
+    int B;                 /* samples in this micro-batch */
+    const int *tokens;     /* GPT: [B,T] inputs */
+    const int *targets;    /* GPT: [B,T] next tokens */
+    const float *images;   /* ViT: [B,ch,S,S] */
+    const int *labels;     /* ViT: [B] */
+} model_batch;
+
+typedef enum { TP_SUM = 0, TP_MAX } tp_op;
+typedef enum { PHASE_FORWARD = 0, PHASE_BACKWARD } model_phase;
+
+typedef struct {
+    void *ctx;
+    /* All-reduce across the tensor-parallel group, in place. NULL when tp == 1. */
+    void (*tp_allreduce)(void *ctx, float *buf, size_t n, tp_op op);
+    /* Called around every unit's forward and backward (any may be NULL). In
+     * backward, `after` means that unit's gradients are complete for this
+     * micro-batch. Recompute re-runs a block's forward inside its backward
+     * between before(BACKWARD) and after(BACKWARD); no forward hooks then. */
+    void (*before)(void *ctx, int unit, model_phase phase);
+    void (*after)(void *ctx, int unit, model_phase phase);
+} model_hooks;
+
+typedef struct model model;
+typedef struct model_acts model_acts;
+
+/* ---- sizes: the one source of truth for the runtime and --dry-run ---- */
+int model_n_units(const job_model *spec);                    /* L + 2 */
+/* Number of parameter tensors of a unit, and their specs for a tp rank. */
+int model_unit_param_count(const job_model *spec, int unit);
+void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
+                           param_spec *out);
+size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size);
+/* Tokens (GPT: T) or patches + class token (ViT: NP + 1) per sample. */
+int model_seq_len(const job_model *spec);
+/* Bytes of activations one micro-batch of B samples keeps between forward and
+ * backward on this shard (with recompute = block only block inputs), plus the
+ * scratch it needs; model_acts_create allocates exactly this. */
+size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
+                        recompute_kind recompute);
+/* FLOPs of forward + backward for one sample on the whole model (6N + attention),
+ * recompute adds a forward. */
+double model_flops_per_sample(const job_model *spec, recompute_kind recompute);
+/* Global index of local element i of a parameter (for init, gathers, checkpoints). */
+size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i);
+
+/* ---- the model object ---- */
+model *model_create(const job_model *spec, const model_shard *shard, const dt_ops *ops,
+                    recompute_kind recompute);
+void model_destroy(model *m);
+const model_shard *model_get_shard(const model *m);
+const job_model *model_get_spec(const model *m);
+
+/* Parameters: flat per unit; grads likewise (zeroed by model_zero_grads). */
+float *model_unit_params(model *m, int unit);
+float *model_unit_grads(model *m, int unit);
+size_t model_unit_local_numel(const model *m, int unit);
+/* Point a unit at other buffers (FSDP's gathered buffer); NULL keeps the current. */
+void model_unit_bind(model *m, int unit, float *params, float *grads);
+int model_param_count(const model *m);          /* over the units held */
+const param_spec *model_param(const model *m, int i);
+float *model_param_data(model *m, int i);
+float *model_param_grad(model *m, int i);
+
+/* Draw every local element from (seed, name, global index). */
+void model_init_params(model *m, unsigned long long seed);
+void model_zero_grads(model *m);
+void model_set_hooks(model *m, const model_hooks *hooks);
+
+/* ---- activations of one micro-batch ---- */
+model_acts *model_acts_create(model *m, int B);
+void model_acts_destroy(model_acts *a);
+/* The residual stream entering / leaving this shard, [B, seq, d_model]: a
+ * pipeline engine receives into input (stages without the embedding) and sends
+ * output (stages without the head); in backward it receives into doutput and
+ * sends dinput. */
+float *model_acts_input(model_acts *a);
+float *model_acts_output(model_acts *a);
+float *model_acts_dinput(model_acts *a);
+float *model_acts_doutput(model_acts *a);
+size_t model_acts_io_numel(const model *m, int B);
+
+/* Forward through the held units. With the head: returns the SUM of per-token
+ * (GPT) or per-image (ViT) losses of the micro-batch and, for ViT, sets *correct
+ * to the number of right predictions (may be NULL). Without the head returns 0. */
+double model_forward(model *m, model_acts *a, const model_batch *batch, int *correct);
+/* Backward through the held units, accumulating into the grads. With the head,
+ * the gradient of the loss is `loss_scale` per token/image (1 / global count for
+ * a mean over the global batch); without it, starts from model_acts_doutput. */
+void model_backward(model *m, model_acts *a, const model_batch *batch, float loss_scale);
+
+#endif

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install the Debian packages dtrun needs to build and test, when missing.
+# Runtime/build: libyaml, libuv, OpenBLAS, zlib, xxhash, cJSON, Random123 (header-only).
+# Tests: Fashion-MNIST and fortunes (real data), clang (libFuzzer), iproute2 (netns),
+# slurm-wlm + munge (the Slurm test). Peers for benchmarks (python3-torch) are
+# installed by the bench scripts themselves, never here.
+set -euo pipefail
+pkgs=(gcc make pkg-config libyaml-dev libuv1-dev libopenblas-dev zlib1g-dev libxxhash-dev
+      libcjson-dev librandom123-dev dataset-fashion-mnist fortunes clang iproute2 procps)
+pkgs+=(${DTRUN_EXTRA_DEPS:-})
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  echo "dtrun: missing Debian packages: ${missing[*]}" >&2
+  echo "dtrun: run as root: apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "dtrun: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 || {
+  apt-get update >/dev/null && apt-get install -y --no-install-recommends "${missing[@]}"; }

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs every test and ends with the line "N passed, N failed".
+#  - unit tests: build/test/test_* (and build-san/test/test_* under ASan+UBSan);
+#    each prints "ok - ..." / "not ok - ..." lines, counted one by one; a binary
+#    that dies or prints nothing counts as one failure.
+#  - integration tests: test/integration/*.sh; exit 0 = passed, 77 = skipped.
+# DTRUN_TEST_FILTER=regex runs only the matching tests.
+set -u
+cd "$(dirname "$0")/.."
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
+export DTRUN_TEST_TIMEOUT=${DTRUN_TEST_TIMEOUT:-600}
+pass=0 fail=0 skip=0
+log=$(mktemp -d /tmp/dtrun-test.XXXXXX)
+filter=${DTRUN_TEST_FILTER:-.}
+
+count_unit() { # name binary
+  local name=$1 bin=$2 out="$log/$(echo "$1" | tr '/' '_').log" rc
+  timeout -k 5 "$DTRUN_TEST_TIMEOUT" "$bin" >"$out" 2>&1; rc=$?
+  local p f
+  p=$(grep -c '^ok - ' "$out"); f=$(grep -c '^not ok - ' "$out")
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "not ok - $name exited $rc" >>"$out"; fi
+  pass=$((pass + p)); fail=$((fail + f))
+  if [ "$f" -gt 0 ]; then
+    echo "FAIL $name ($p passed, $f failed)"; grep -E '^not ok|ERROR|Sanitizer|runtime error' "$out" | head -20 | sed 's/^/    /'
+  else
+    echo "PASS $name ($p checks)"
+  fi
+}
+
+for bin in build/test/test_*; do
+  [ -x "$bin" ] || continue
+  name=unit/$(basename "$bin")
+  [[ $name =~ $filter ]] || continue
+  count_unit "$name" "$bin"
+done
+if [ "${DTRUN_TEST_NO_SAN:-0}" != 1 ]; then
+  for bin in build-san/test/test_*; do
+    [ -x "$bin" ] || continue
+    name=asan/$(basename "$bin")
+    [[ $name =~ $filter ]] || continue
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 count_unit "$name" "$bin"
+  done
+fi
+for t in test/integration/*.sh; do
+  [ -f "$t" ] || continue
+  name=integration/$(basename "$t" .sh)
+  [[ $name =~ $filter ]] || continue
+  out="$log/$(basename "$t").log"
+  start=$(date +%s)
+  timeout -k 5 "$DTRUN_TEST_TIMEOUT" bash "$t" >"$out" 2>&1; rc=$?
+  secs=$(( $(date +%s) - start ))
+  if [ $rc -eq 0 ]; then pass=$((pass + 1)); echo "PASS $name (${secs}s)"
+  elif [ $rc -eq 77 ]; then skip=$((skip + 1)); echo "SKIP $name: $(tail -1 "$out")"
+  else fail=$((fail + 1)); echo "FAIL $name (exit $rc, ${secs}s)"; tail -25 "$out" | sed 's/^/    /'; fi
+done
+echo "logs: $log"
+if [ $skip -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
+[ $fail -eq 0 ]
