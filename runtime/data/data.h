@@ -13,7 +13,17 @@
  *    permutation of the images every epoch (a stateless bijection of (seed,
  *    epoch)), so every image is seen once per epoch.
  * Validation batches (split DATA_VAL) walk the validation set in order from the
- * start, batch k = samples [k * global_batch, ...) wrapping around.
+ * start, batch k = samples [k * global_batch, ...) wrapping around; GPT
+ * validation windows tile the split with stride seq_len (no overlap).
+ *
+ * Splits: with data.val_path set, each split reads its own file (IDX labels:
+ * data.train_labels / val_labels, or derived from the images' name by
+ * replacing "images-idx3" with "labels-idx1"). Without it, validation is the
+ * last data.val_fraction (0 means 0.1) of the train file — bytes, tokens or
+ * images — and training the rest. Synthetic data is a virtual file of
+ * data.synthetic_size tokens or images (0 means 2^20 tokens / 10000 images),
+ * split the same way; see synthetic.c for what a model can learn from it.
+ * IDX pixels are normalised as (x / 255 - 0.2860) / 0.3530 (Fashion-MNIST).
  */
 #ifndef DTRUN_DATA_H
 #define DTRUN_DATA_H
@@ -31,12 +41,15 @@ typedef struct data_loader data_loader;
 data_loader *data_open(const job_spec *job, data_split split, char *err, size_t errlen);
 void data_close(data_loader *d);
 
-/* Samples in the split (ViT: images; GPT: tokens - seq_len windows). */
+/* Distinct samples in the split. ViT: images. GPT training: window offsets,
+ * tokens - seq_len; GPT validation: non-overlapping windows,
+ * (tokens - 1) / seq_len, so ceil(count / global_batch) batches cover it. */
 long data_count(const data_loader *d);
 
 /* Fill samples [begin, begin + count) of the global batch of step `step`.
  * GPT: tokens and targets [count, seq_len]; ViT: images [count, ch, S, S]
- * normalised floats and labels [count]. Unused outputs may be NULL. */
+ * normalised floats and labels [count]. Unused outputs may be NULL.
+ * Reentrant: ranks, threads and loaders may call it concurrently. */
 void data_batch(data_loader *d, long step, int begin, int count,
                 int *tokens, int *targets, float *images, int *labels);
 

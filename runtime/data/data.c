@@ -1,0 +1,261 @@
+/* data.c — the loader: opens a source for the job's data kind, picks the
+ * split's range of it and maps (seed, step, sample) to positions. All the
+ * layout-independent indexing lives here, shared by every kind of source. */
+#include "runtime/data/data.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/data/perm.h"
+#include "runtime/data/source.h"
+#include "runtime/rng.h"
+
+#define DEFAULT_VAL_FRACTION 0.1
+
+struct data_loader {
+    data_split split;
+    uint64_t seed;
+    long global_batch;
+    int seq_len;           /* GPT */
+    token_source *tokens;  /* GPT, else NULL */
+    image_source *images;  /* ViT, else NULL */
+    long lo, hi;           /* the split's range of the source */
+    long count;            /* samples: windows (GPT) or images (ViT) */
+};
+
+void *data_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return NULL;
+}
+
+static const char *job_name(const job_spec *job) { return job->path[0] ? job->path : "job"; }
+
+static const char *kind_name(data_kind k)
+{
+    switch (k) {
+    case DATA_SYNTHETIC: return "synthetic";
+    case DATA_TEXT: return "text";
+    case DATA_TOKENS: return "tokens";
+    case DATA_IDX: return "idx";
+    }
+    return "?";
+}
+
+/* IDX labels sit next to their images under torchvision's names
+ * (train-images-idx3-ubyte.gz / train-labels-idx1-ubyte.gz): when the job names
+ * no labels file, derive it. Returns 0, or -1 with err written. */
+static int labels_path(const job_spec *job, const char *images, const char *labels,
+                       const char *key, char *out, size_t outlen, char *err, size_t errlen)
+{
+    if (labels[0]) {
+        snprintf(out, outlen, "%s", labels);
+        return 0;
+    }
+    const char *at = strstr(images, "images-idx3");
+    if (!at) {
+        data_fail(err, errlen,
+                  "%s: data.%s is not set (IDX images %s need a labels file, and the name has no "
+                  "'images-idx3' to derive it from)",
+                  job_name(job), key, images);
+        return -1;
+    }
+    snprintf(out, outlen, "%.*slabels-idx1%s", (int)(at - images), images,
+             at + strlen("images-idx3"));
+    return 0;
+}
+
+/* Checks the model fields the data depends on, before touching any file. */
+static int check_job(const job_spec *job, char *err, size_t errlen)
+{
+    const job_model *m = &job->model;
+    if (job->train.global_batch < 1) {
+        data_fail(err, errlen, "%s: train.global_batch must be >= 1 (got %d)", job_name(job),
+                  job->train.global_batch);
+        return -1;
+    }
+    if (m->kind == MODEL_GPT && (m->seq_len < 1 || m->vocab_size < 1)) {
+        data_fail(err, errlen, "%s: model.seq_len and model.vocab_size must be >= 1 (got %d, %d)",
+                  job_name(job), m->seq_len, m->vocab_size);
+        return -1;
+    }
+    if (m->kind == MODEL_VIT && (m->image_size < 1 || m->channels < 1 || m->n_classes < 1)) {
+        data_fail(err, errlen,
+                  "%s: model.image_size, channels and n_classes must be >= 1 (got %d, %d, %d)",
+                  job_name(job), m->image_size, m->channels, m->n_classes);
+        return -1;
+    }
+    data_kind k = job->data.kind;
+    if ((k == DATA_TEXT || k == DATA_TOKENS) && m->kind != MODEL_GPT) {
+        data_fail(err, errlen, "%s: data kind '%s' needs a GPT model (the model is a ViT)",
+                  job_name(job), kind_name(k));
+        return -1;
+    }
+    if (k == DATA_IDX && m->kind != MODEL_VIT) {
+        data_fail(err, errlen, "%s: data kind 'idx' needs a ViT model (the model is a GPT)",
+                  job_name(job));
+        return -1;
+    }
+    if (k != DATA_SYNTHETIC && !job->data.train_path[0]) {
+        data_fail(err, errlen, "%s: data.train_path is not set (data kind '%s' reads a file)",
+                  job_name(job), kind_name(k));
+        return -1;
+    }
+    double f = job->data.val_fraction;
+    if (f < 0 || f >= 1) {
+        data_fail(err, errlen, "%s: data.val_fraction must be in [0, 1) (got %g)", job_name(job), f);
+        return -1;
+    }
+    return 0;
+}
+
+/* Opens the source the split reads from. *whole is set when the split is the
+ * whole source (its own file), else the split is carved from it. */
+static int open_source(data_loader *d, const job_spec *job, data_split split, int *whole,
+                       const char **path, char *err, size_t errlen)
+{
+    const job_data *dd = &job->data;
+    int own_val = split == DATA_VAL && dd->val_path[0] && dd->kind != DATA_SYNTHETIC;
+    *whole = (dd->val_path[0] && dd->kind != DATA_SYNTHETIC);
+    *path = dd->kind == DATA_SYNTHETIC ? "synthetic" : own_val ? dd->val_path : dd->train_path;
+    switch (dd->kind) {
+    case DATA_SYNTHETIC:
+        if (job->model.kind == MODEL_GPT)
+            d->tokens = synthetic_tokens_open(job, err, errlen);
+        else
+            d->images = synthetic_images_open(job, err, errlen);
+        break;
+    case DATA_TEXT:
+        d->tokens = text_open(*path, job->model.vocab_size, err, errlen);
+        break;
+    case DATA_TOKENS:
+        d->tokens = tokens_open(*path, job->model.vocab_size, err, errlen);
+        break;
+    case DATA_IDX: {
+        char labels[JOB_PATH_MAX];
+        const char *given = own_val ? dd->val_labels : dd->train_labels;
+        if (labels_path(job, *path, given, own_val ? "val_labels" : "train_labels", labels,
+                        sizeof labels, err, errlen) != 0)
+            return -1;
+        d->images = idx_open(*path, labels, &job->model, err, errlen);
+        break;
+    }
+    default:
+        data_fail(err, errlen, "%s: unknown data kind %d", job_name(job), (int)dd->kind);
+        return -1;
+    }
+    return d->tokens || d->images ? 0 : -1;
+}
+
+data_loader *data_open(const job_spec *job, data_split split, char *err, size_t errlen)
+{
+    if (check_job(job, err, errlen) != 0)
+        return NULL;
+    data_loader *d = calloc(1, sizeof *d);
+    if (!d)
+        return data_fail(err, errlen, "%s: out of memory", job_name(job));
+    d->split = split;
+    d->seed = job->train.seed;
+    d->global_batch = job->train.global_batch;
+    d->seq_len = job->model.seq_len;
+    int whole;
+    const char *path;
+    if (open_source(d, job, split, &whole, &path, err, errlen) != 0) {
+        data_close(d);
+        return NULL;
+    }
+    long n = d->tokens ? d->tokens->n : d->images->n;
+    double frac = job->data.val_fraction > 0 ? job->data.val_fraction : DEFAULT_VAL_FRACTION;
+    long n_val = (long)(n * frac);
+    char where[64]; /* names the part of the source in messages */
+    if (whole) {
+        d->lo = 0;
+        d->hi = n;
+        snprintf(where, sizeof where, "file");
+    } else if (split == DATA_TRAIN) {
+        d->lo = 0;
+        d->hi = n - n_val;
+        snprintf(where, sizeof where, "training split, the first %g%%", 100 * (1 - frac));
+    } else {
+        d->lo = n - n_val;
+        d->hi = n;
+        snprintf(where, sizeof where, "validation split, the last %g%%", 100 * frac);
+    }
+    long len = d->hi - d->lo;
+    if (d->tokens) {
+        /* train: every offset is a window; val: windows tile the split, stride
+         * seq_len, so an evaluation covers it without overlap */
+        d->count = split == DATA_TRAIN ? len - d->seq_len : (len - 1) / d->seq_len;
+        if (d->count < 1) {
+            data_fail(err, errlen,
+                      "%s: too short for one sequence (%ld tokens in the %s; need at least "
+                      "seq_len + 1 = %d)",
+                      path, len, where, d->seq_len + 1);
+            data_close(d);
+            return NULL;
+        }
+    } else {
+        d->count = len;
+        if (d->count < 1) {
+            data_fail(err, errlen, "%s: no images in the %s (%ld images in all)", path, where, n);
+            data_close(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+void data_close(data_loader *d)
+{
+    if (!d)
+        return;
+    if (d->tokens)
+        d->tokens->close(d->tokens);
+    if (d->images)
+        d->images->close(d->images);
+    free(d);
+}
+
+long data_count(const data_loader *d) { return d->count; }
+
+/* Sample j of step `step`, as an index into the split's windows or images. */
+static long sample_index(const data_loader *d, uint64_t train_key, long step, long j)
+{
+    long g = step * d->global_batch + j; /* position in the split's sample stream */
+    if (d->split == DATA_VAL)
+        return g % d->count;
+    if (d->tokens)
+        return (long)rng_below(train_key, (uint64_t)j, (uint64_t)d->count);
+    long epoch = g / d->count;
+    uint64_t key = rng_key3(d->seed, "data.epoch", (uint64_t)epoch, 0);
+    return (long)perm_index(key, (uint64_t)d->count, (uint64_t)(g % d->count));
+}
+
+void data_batch(data_loader *d, long step, int begin, int count,
+                int *tokens, int *targets, float *images, int *labels)
+{
+    uint64_t train_key = rng_key3(d->seed, "data.train", (uint64_t)step, 0);
+    for (int b = 0; b < count; b++) {
+        long i = sample_index(d, train_key, step, begin + b);
+        if (d->tokens) {
+            int T = d->seq_len;
+            long pos = d->lo + (d->split == DATA_VAL ? i * T : i);
+            if (tokens)
+                d->tokens->read(d->tokens, pos, T, tokens + (size_t)b * T);
+            if (targets)
+                d->tokens->read(d->tokens, pos + 1, T, targets + (size_t)b * T);
+        } else {
+            size_t npix = (size_t)d->images->channels * d->images->size * d->images->size;
+            d->images->read(d->images, d->lo + i, images ? images + (size_t)b * npix : NULL,
+                            labels ? labels + b : NULL);
+        }
+    }
+}

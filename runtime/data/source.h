@@ -1,0 +1,71 @@
+/* source.h — private to runtime/data: the two kinds of sample source that the
+ * loader (data.c) cuts batches from.
+ *
+ * A token source is a read-only stream of token ids (byte-level text, llm.c
+ * shards, or the synthetic Markov stream); GPT windows are cut from it. An image
+ * source is an indexed set of labelled images (IDX files or synthetic patterns).
+ * Sources know nothing about steps, ranks or splits: data.c maps (seed, step,
+ * sample) to a position and a split to a range [lo, hi) of the source, so every
+ * kind gets the same layout-independent indexing.
+ *
+ * Each implementation embeds the struct as its first member and frees itself in
+ * close(). Open functions return NULL and write "PATH: what (why)" on error. */
+#ifndef DTRUN_DATA_SOURCE_H
+#define DTRUN_DATA_SOURCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "lib/jobspec.h"
+
+typedef struct token_source token_source;
+struct token_source {
+    long n; /* tokens in the stream */
+    /* out[i] = token at pos + i for i < count; [pos, pos + count) within [0, n). */
+    void (*read)(const token_source *s, long pos, int count, int *out);
+    void (*close)(token_source *s);
+};
+
+typedef struct image_source image_source;
+struct image_source {
+    long n;       /* images */
+    int channels; /* of every image */
+    int size;     /* square side in pixels */
+    /* Image i as normalised floats [channels, size, size] (pixels may be NULL)
+     * and its label (label may be NULL). */
+    void (*read)(const image_source *s, long i, float *pixels, int *label);
+    void (*close)(image_source *s);
+};
+
+/* mapped_file.c: a whole regular file, mmapped read-only. An empty file is
+ * not an error here (bytes NULL, len 0): callers say what "empty" means. */
+typedef struct {
+    const unsigned char *bytes;
+    size_t len;
+} mapped_file;
+int mapped_file_open(mapped_file *m, const char *path, char *err, size_t errlen);
+void mapped_file_close(mapped_file *m);
+
+/* text.c: any file as bytes (token id = byte value), mmapped. Bytes >= vocab
+ * are an error. */
+token_source *text_open(const char *path, int vocab, char *err, size_t errlen);
+
+/* tokens.c: llm.c shards; `pattern` may be a glob, its matches are concatenated
+ * in sorted order. Token ids >= vocab are an error. */
+token_source *tokens_open(const char *pattern, int vocab, char *err, size_t errlen);
+
+/* idx.c: IDX images + labels (plain or gzip), checked against the model's image
+ * size, channels (1) and number of classes. */
+image_source *idx_open(const char *images_path, const char *labels_path,
+                       const job_model *model, char *err, size_t errlen);
+
+/* synthetic.c: learnable, deterministic data of job->data.synthetic_size tokens
+ * (GPT) or images (ViT), keyed by job->train.seed. */
+token_source *synthetic_tokens_open(const job_spec *job, char *err, size_t errlen);
+image_source *synthetic_images_open(const job_spec *job, char *err, size_t errlen);
+
+/* Printf into err (when non-NULL); returns NULL so open functions can
+ * `return data_fail(...)`. */
+void *data_fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
