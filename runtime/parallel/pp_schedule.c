@@ -1,0 +1,336 @@
+/* pp_schedule.c — GPipe, 1F1B and interleaved 1F1B as action lists.
+ *
+ * All three are the same shape over a rank's "virtual microbatches" k = 0..m*v-1:
+ * W warmup forwards, then (forward k+W, backward k) pairs, then the remaining
+ * backwards. Only W differs: m for GPipe (everything forward first), p-rank-1 for
+ * 1F1B (just enough to fill the pipe below this rank), 2*(p-rank-1) + (v-1)*p for
+ * Megatron's interleaving (one full round of the other chunks first). Keeping one
+ * generator means the engine, the dry-run and the tests all exercise the same code.
+ *
+ * Messages sit directly around the computation that needs or produces them: a
+ * receive right before its consumer, a send right after its producer. With buffered
+ * sends a rank then blocks only on the tensor it needs next, so the lists complete
+ * whenever the computation order itself is consistent across ranks. */
+#include "runtime/parallel/pp_schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const pp_schedule *s;
+    int rank;
+    pp_action *list;
+    int n;
+} list_builder;
+
+static int last_chunk(const pp_schedule *s) { return s->p * s->v - 1; }
+
+/* Does the tensor between chunk c and chunk c+1 cross ranks? */
+static int crosses_rank(const pp_schedule *s, int c) {
+    return pp_chunk_rank(c, s->p) != pp_chunk_rank(c + 1, s->p);
+}
+
+static void emit(list_builder *b, pp_op op, int chunk, int mb, int peer) {
+    b->list[b->n++] = (pp_action){op, chunk, mb, peer};
+}
+
+static void emit_forward(list_builder *b, int chunk, int mb) {
+    const pp_schedule *s = b->s;
+    if (chunk > 0 && crosses_rank(s, chunk - 1))
+        emit(b, PP_OP_RECV_ACT, chunk, mb, pp_chunk_rank(chunk - 1, s->p));
+    emit(b, PP_OP_FORWARD, chunk, mb, -1);
+    if (chunk < last_chunk(s) && crosses_rank(s, chunk))
+        emit(b, PP_OP_SEND_ACT, chunk, mb, pp_chunk_rank(chunk + 1, s->p));
+}
+
+static void emit_backward(list_builder *b, int chunk, int mb) {
+    const pp_schedule *s = b->s;
+    if (chunk < last_chunk(s) && crosses_rank(s, chunk))
+        emit(b, PP_OP_RECV_GRAD, chunk, mb, pp_chunk_rank(chunk + 1, s->p));
+    emit(b, PP_OP_BACKWARD, chunk, mb, -1);
+    if (chunk > 0 && crosses_rank(s, chunk - 1))
+        emit(b, PP_OP_SEND_GRAD, chunk, mb, pp_chunk_rank(chunk - 1, s->p));
+}
+
+/* Megatron's mapping of virtual microbatch k to (chunk, microbatch): p microbatches
+ * pass through local chunk 0, then the same p through chunk 1, ...; backward walks
+ * the chunks in reverse. With v = 1 it is chunk = rank, mb = k. */
+static int virtual_chunk(const pp_schedule *s, int rank, int k, int forward) {
+    int local = (k % (s->p * s->v)) / s->p;
+    if (!forward) local = s->v - 1 - local;
+    return pp_chunk_id(rank, local, s->p);
+}
+
+static int virtual_mb(const pp_schedule *s, int k) {
+    return (k / (s->p * s->v)) * s->p + k % s->p;
+}
+
+static int warmup_forwards(const pp_schedule *s, int rank) {
+    int total = s->m * s->v, w;
+    switch (s->kind) {
+    case PP_GPIPE: w = total; break;
+    case PP_1F1B: w = s->p - rank - 1; break;
+    default: w = 2 * (s->p - rank - 1) + (s->v - 1) * s->p; break;
+    }
+    return w < total ? w : total;
+}
+
+static void build_rank(list_builder *b) {
+    const pp_schedule *s = b->s;
+    int total = s->m * s->v, warmup = warmup_forwards(s, b->rank);
+    for (int k = 0; k < warmup; k++)
+        emit_forward(b, virtual_chunk(s, b->rank, k, 1), virtual_mb(s, k));
+    for (int k = 0; k < total - warmup; k++) {
+        int f = k + warmup;
+        emit_forward(b, virtual_chunk(s, b->rank, f, 1), virtual_mb(s, f));
+        emit_backward(b, virtual_chunk(s, b->rank, k, 0), virtual_mb(s, k));
+    }
+    for (int k = total - warmup > 0 ? total - warmup : 0; k < total; k++)
+        emit_backward(b, virtual_chunk(s, b->rank, k, 0), virtual_mb(s, k));
+}
+
+int pp_schedule_build(pp_schedule *s, pp_schedule_kind kind, int p, int m, int v,
+                      char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->p = p, s->m = m, s->v = v;
+    if (kind != PP_GPIPE && kind != PP_1F1B && kind != PP_INTERLEAVED) {
+        snprintf(err, errlen, "pipeline schedule: unknown kind %d", (int)kind);
+        return -1;
+    }
+    if (p < 1 || m < 1 || v < 1 || (long long)p * m * v > PP_SCHEDULE_MAX_WORK) {
+        snprintf(err, errlen, "pipeline schedule: pp %d, microbatches %d, virtual_stages %d "
+                 "out of range (each >= 1, product <= %d)", p, m, v, PP_SCHEDULE_MAX_WORK);
+        return -1;
+    }
+    if (kind != PP_INTERLEAVED && v != 1) {
+        snprintf(err, errlen, "pipeline schedule %s: virtual_stages is %d but only the "
+                 "interleaved schedule runs more than one chunk per rank",
+                 pp_schedule_kind_name(kind), v);
+        return -1;
+    }
+    if (kind == PP_INTERLEAVED && m % p != 0) {
+        snprintf(err, errlen, "pipeline schedule interleaved: microbatches (%d) must be a "
+                 "multiple of pp (%d), since microbatches go through each chunk in groups "
+                 "of pp; try %d", m, p, (m / p + 1) * p);
+        if (m > p) { /* also offer the nearest smaller multiple */
+            size_t used = strlen(err);
+            snprintf(err + used, errlen > used ? errlen - used : 0, " or %d", m / p * p);
+        }
+        return -1;
+    }
+    s->n_actions = calloc((size_t)p, sizeof *s->n_actions);
+    s->actions = calloc((size_t)p, sizeof *s->actions);
+    if (!s->n_actions || !s->actions) goto oom;
+    /* At most a receive, the computation and a send per forward and per backward. */
+    size_t cap = (size_t)6 * (size_t)m * (size_t)v;
+    for (int r = 0; r < p; r++) {
+        list_builder b = {s, r, malloc(cap * sizeof(pp_action)), 0};
+        if (!b.list) goto oom;
+        build_rank(&b);
+        s->actions[r] = b.list;
+        s->n_actions[r] = b.n;
+    }
+    return 0;
+oom:
+    snprintf(err, errlen, "pipeline schedule: out of memory");
+    return -1;
+}
+
+void pp_schedule_free(pp_schedule *s) {
+    if (s->actions)
+        for (int r = 0; r < s->p; r++) free(s->actions[r]);
+    free(s->actions);
+    free(s->n_actions);
+    s->actions = NULL;
+    s->n_actions = NULL;
+}
+
+/* ---- validation ---- */
+
+typedef struct {
+    const pp_schedule *s;
+    unsigned char *done; /* [PP_OP_COUNT][chunks][m] */
+} seen_set;
+
+static unsigned char *seen(const seen_set *z, pp_op op, int chunk, int mb) {
+    int chunks = z->s->p * z->s->v;
+    return &z->done[((size_t)op * (size_t)chunks + (size_t)chunk) * (size_t)z->s->m + (size_t)mb];
+}
+
+/* Which peer a message must name, or -1 when the message must not exist. */
+static int message_peer(const pp_schedule *s, pp_op op, int chunk) {
+    int next_crosses = chunk < last_chunk(s) && crosses_rank(s, chunk);
+    int prev_crosses = chunk > 0 && crosses_rank(s, chunk - 1);
+    switch (op) {
+    case PP_OP_SEND_ACT:
+    case PP_OP_RECV_GRAD: return next_crosses ? pp_chunk_rank(chunk + 1, s->p) : -1;
+    case PP_OP_RECV_ACT:
+    case PP_OP_SEND_GRAD: return prev_crosses ? pp_chunk_rank(chunk - 1, s->p) : -1;
+    default: return -1;
+    }
+}
+
+/* What must already have happened on this rank before action a; NULL when all did. */
+static const char *missing_input(const seen_set *z, const pp_action *a) {
+    const pp_schedule *s = z->s;
+    int c = a->chunk, mb = a->mb;
+    switch (a->op) {
+    case PP_OP_FORWARD:
+        if (c == 0) return NULL;
+        if (crosses_rank(s, c - 1)) return *seen(z, PP_OP_RECV_ACT, c, mb) ? NULL : "its RECV_ACT";
+        return *seen(z, PP_OP_FORWARD, c - 1, mb) ? NULL : "the FORWARD of the previous chunk";
+    case PP_OP_BACKWARD:
+        if (!*seen(z, PP_OP_FORWARD, c, mb)) return "its FORWARD";
+        if (c == last_chunk(s)) return NULL;
+        if (crosses_rank(s, c)) return *seen(z, PP_OP_RECV_GRAD, c, mb) ? NULL : "its RECV_GRAD";
+        return *seen(z, PP_OP_BACKWARD, c + 1, mb) ? NULL : "the BACKWARD of the next chunk";
+    case PP_OP_SEND_ACT: return *seen(z, PP_OP_FORWARD, c, mb) ? NULL : "its FORWARD";
+    case PP_OP_SEND_GRAD: return *seen(z, PP_OP_BACKWARD, c, mb) ? NULL : "its BACKWARD";
+    default: return NULL;
+    }
+}
+
+static int check_action(const seen_set *z, int r, int i, const pp_action *a, char *err, size_t errlen) {
+    const pp_schedule *s = z->s;
+    if ((int)a->op < 0 || a->op >= PP_OP_COUNT || a->chunk < 0 || a->chunk > last_chunk(s) ||
+        a->mb < 0 || a->mb >= s->m) {
+        snprintf(err, errlen, "rank %d action %d: op %d chunk %d mb %d out of range", r, i,
+                 (int)a->op, a->chunk, a->mb);
+        return -1;
+    }
+    const char *what = pp_op_name(a->op);
+    if (pp_chunk_rank(a->chunk, s->p) != r) {
+        snprintf(err, errlen, "rank %d action %d: %s of chunk %d, which runs on rank %d", r, i,
+                 what, a->chunk, pp_chunk_rank(a->chunk, s->p));
+        return -1;
+    }
+    if (*seen(z, a->op, a->chunk, a->mb)) {
+        snprintf(err, errlen, "rank %d action %d: %s chunk %d mb %d appears twice", r, i, what,
+                 a->chunk, a->mb);
+        return -1;
+    }
+    if (a->op != PP_OP_FORWARD && a->op != PP_OP_BACKWARD) {
+        int peer = message_peer(s, a->op, a->chunk);
+        if (peer < 0) {
+            snprintf(err, errlen, "rank %d action %d: %s chunk %d mb %d has no other rank to talk to",
+                     r, i, what, a->chunk, a->mb);
+            return -1;
+        }
+        if (a->peer != peer) {
+            snprintf(err, errlen, "rank %d action %d: %s chunk %d mb %d names peer %d, expected %d",
+                     r, i, what, a->chunk, a->mb, a->peer, peer);
+            return -1;
+        }
+    }
+    const char *missing = missing_input(z, a);
+    if (missing) {
+        snprintf(err, errlen, "rank %d action %d: %s chunk %d mb %d comes before %s", r, i, what,
+                 a->chunk, a->mb, missing);
+        return -1;
+    }
+    return 0;
+}
+
+/* After all lists: every computation present, every needed message present. */
+static int check_complete(const seen_set *z, char *err, size_t errlen) {
+    const pp_schedule *s = z->s;
+    for (int c = 0; c <= last_chunk(s); c++)
+        for (int mb = 0; mb < s->m; mb++)
+            for (int op = 0; op < PP_OP_COUNT; op++) {
+                int needed = op == PP_OP_FORWARD || op == PP_OP_BACKWARD ||
+                             message_peer(s, (pp_op)op, c) >= 0;
+                if (needed && !*seen(z, (pp_op)op, c, mb)) {
+                    snprintf(err, errlen, "rank %d never runs %s chunk %d mb %d",
+                             pp_chunk_rank(c, s->p), pp_op_name((pp_op)op), c, mb);
+                    return -1;
+                }
+            }
+    return 0;
+}
+
+int pp_schedule_validate(const pp_schedule *s, char *err, size_t errlen) {
+    if (s->p < 1 || s->m < 1 || s->v < 1 || (long long)s->p * s->m * s->v > PP_SCHEDULE_MAX_WORK ||
+        !s->actions || !s->n_actions) {
+        snprintf(err, errlen, "schedule: p %d m %d v %d or lists missing", s->p, s->m, s->v);
+        return -1;
+    }
+    size_t cells = (size_t)PP_OP_COUNT * (size_t)(s->p * s->v) * (size_t)s->m;
+    seen_set z = {s, calloc(cells, 1)};
+    if (!z.done) {
+        snprintf(err, errlen, "schedule: out of memory");
+        return -1;
+    }
+    int rc = 0;
+    for (int r = 0; r < s->p && rc == 0; r++)
+        for (int i = 0; i < s->n_actions[r] && rc == 0; i++) {
+            const pp_action *a = &s->actions[r][i];
+            rc = check_action(&z, r, i, a, err, errlen);
+            if (rc == 0) *seen(&z, a->op, a->chunk, a->mb) = 1;
+        }
+    if (rc == 0) rc = check_complete(&z, err, errlen);
+    free(z.done);
+    return rc;
+}
+
+/* ---- activations in flight ---- */
+
+double pp_schedule_peak_in_flight(const pp_schedule *s, int rank, const double *chunk_weight) {
+    double now = 0.0, peak = 0.0;
+    for (int i = 0; i < s->n_actions[rank]; i++) {
+        const pp_action *a = &s->actions[rank][i];
+        double w = chunk_weight ? chunk_weight[a->chunk] : 1.0;
+        if (a->op == PP_OP_FORWARD) now += w;
+        else if (a->op == PP_OP_BACKWARD) now -= w;
+        if (now > peak) peak = now;
+    }
+    return peak;
+}
+
+int pp_schedule_peak_in_flight_chunk(const pp_schedule *s, int chunk) {
+    int rank = pp_chunk_rank(chunk, s->p), now = 0, peak = 0;
+    for (int i = 0; i < s->n_actions[rank]; i++) {
+        const pp_action *a = &s->actions[rank][i];
+        if (a->chunk != chunk) continue;
+        if (a->op == PP_OP_FORWARD) now++;
+        else if (a->op == PP_OP_BACKWARD) now--;
+        if (now > peak) peak = now;
+    }
+    return peak;
+}
+
+double pp_schedule_ideal_bubble(pp_schedule_kind kind, int p, int m, int v) {
+    int chunks_per_rank = kind == PP_INTERLEAVED ? v : 1;
+    return (double)(p - 1) / ((double)chunks_per_rank * m + p - 1);
+}
+
+const char *pp_schedule_kind_name(pp_schedule_kind kind) {
+    switch (kind) {
+    case PP_GPIPE: return "gpipe";
+    case PP_1F1B: return "1f1b";
+    case PP_INTERLEAVED: return "interleaved";
+    }
+    return "unknown";
+}
+
+const char *pp_op_name(pp_op op) {
+    static const char *const names[PP_OP_COUNT] = {"FORWARD", "BACKWARD", "SEND_ACT",
+                                                   "RECV_ACT", "SEND_GRAD", "RECV_GRAD"};
+    return (int)op >= 0 && op < PP_OP_COUNT ? names[op] : "UNKNOWN";
+}
+
+void pp_schedule_print(FILE *f, const pp_schedule *s) {
+    fprintf(f, "pipeline schedule %s: pp %d, microbatches %d, virtual_stages %d\n",
+            pp_schedule_kind_name(s->kind), s->p, s->m, s->v);
+    for (int r = 0; r < s->p; r++) {
+        fprintf(f, "rank %d (%d actions)\n", r, s->n_actions[r]);
+        for (int i = 0; i < s->n_actions[r]; i++) {
+            const pp_action *a = &s->actions[r][i];
+            fprintf(f, "  %-9s chunk %d mb %d", pp_op_name(a->op), a->chunk, a->mb);
+            if (a->peer >= 0)
+                fprintf(f, " %s rank %d", a->op == PP_OP_SEND_ACT || a->op == PP_OP_SEND_GRAD ? "to" : "from",
+                        a->peer);
+            fputc('\n', f);
+        }
+    }
+}
