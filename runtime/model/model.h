@@ -22,6 +22,20 @@
  *
  * Layout independence: every parameter element is a pure function of (seed, name,
  * global index); a shard draws only its slice (param_global_index).
+ *
+ * The tied GPT LM head. Unit L+1 holds its own copy of wte (spec `tied` = 1, same
+ * name, split and init as unit 0's), so each unit stays self-contained for FSDP
+ * and pipeline stages. The two copies must receive the same total gradient so the
+ * optimizer keeps them equal:
+ *  - one model object holding units 0 and L+1 (pp = 1) does it itself: after each
+ *    micro-batch's backward BOTH copies' grads hold the whole wte gradient
+ *    (embedding part + LM-head part). Nothing else to do, except: count wte ONCE
+ *    in the global gradient norm (skip params with tied = 1);
+ *  - split across pipeline stages, the first stage's wte grad holds the embedding
+ *    part and the last stage's copy the head part: the pipeline strategy must
+ *    all-reduce (SUM) the two across first and last stage once per step, before
+ *    clipping (Megatron's "embedding group"); the norm again counts wte once.
+ * Initial values of the two copies are equal by construction.
  */
 #ifndef DTRUN_MODEL_H
 #define DTRUN_MODEL_H
@@ -39,20 +53,22 @@ typedef enum {
                        separately (qkv: q, k and v each split by heads) */
     SPLIT_COLS      /* dim 1 split (row-parallel in features) */
 } split_kind;
+/* tp rank r of tp holds rows (or columns) [n*r/tp, n*(r+1)/tp) (floor): even for
+ * heads and d_ff, uneven for a vocab of 50257. */
 
 typedef enum { INIT_NORMAL = 0, INIT_ZEROS, INIT_ONES } init_kind;
 
 typedef struct {
     char name[PARAM_NAME_MAX]; /* canonical: "wte", "h.3.attn.qkv.w", "lnf.b", ... */
     int ndim;                  /* 1 or 2 */
-    int shape[2];              /* global shape */
+    int shape[2];              /* global shape; 1-D tensors have shape[1] = 1 */
     int local_shape[2];        /* on this tp rank */
     size_t local_numel;
     split_kind split;
     int split_groups;          /* 1, or 3 for qkv */
     int unit;                  /* which unit holds it */
     size_t offset;             /* element offset inside its unit's flat buffer */
-    int decay;                 /* weight decay applies (2-D weights) */
+    int decay;                 /* weight decay applies (2-D weights, not ViT's pos) */
     init_kind init;
     float init_std;            /* for INIT_NORMAL */
     int tied;                  /* 1 for the head's copy of wte (same name as unit 0's) */
@@ -64,8 +80,9 @@ typedef struct {
     int unit_begin, unit_end; /* [begin, end) of 0..L+1 */
 } model_shard;
 
+/* Host memory; the model copies it into device buffers of its activations. */
 typedef struct {
-    int B;                 /* samples in this micro-batch */
+    int B;                 /* samples in this micro-batch (<= the acts' capacity) */
     const int *tokens;     /* GPT: [B,T] inputs */
     const int *targets;    /* GPT: [B,T] next tokens */
     const float *images;   /* ViT: [B,ch,S,S] */
@@ -82,7 +99,13 @@ typedef struct {
     /* Called around every unit's forward and backward (any may be NULL). In
      * backward, `after` means that unit's gradients are complete for this
      * micro-batch. Recompute re-runs a block's forward inside its backward
-     * between before(BACKWARD) and after(BACKWARD); no forward hooks then. */
+     * between before(BACKWARD) and after(BACKWARD); no forward hooks then.
+     * Order: units ascending in forward, descending in backward, each unit's
+     * hooks around its own compute — except that an object holding both wte
+     * and the tied GPT head calls after(L+1, BACKWARD) last, right after
+     * after(0, BACKWARD) (the embedding adds to the head's wte gradient). A
+     * strategy may rebind a unit (model_unit_bind) inside before(); the model
+     * re-reads a unit's buffers every time it uses them. */
     void (*before)(void *ctx, int unit, model_phase phase);
     void (*after)(void *ctx, int unit, model_phase phase);
 } model_hooks;
@@ -101,11 +124,13 @@ size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_siz
 int model_seq_len(const job_model *spec);
 /* Bytes of activations one micro-batch of B samples keeps between forward and
  * backward on this shard (with recompute = block only block inputs), plus the
- * scratch it needs; model_acts_create allocates exactly this. */
+ * scratch it needs; model_acts_create allocates exactly this, in one ops->alloc
+ * (besides a few host floats per token for the loss). */
 size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
                         recompute_kind recompute);
-/* FLOPs of forward + backward for one sample on the whole model (6N + attention),
- * recompute adds a forward. */
+/* FLOPs of forward + backward for one sample on the whole model:
+ * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention);
+ * recompute adds the blocks' forward up to the MLP projection. Details: params.c. */
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute);
 /* Global index of local element i of a parameter (for init, gathers, checkpoints). */
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i);
@@ -123,6 +148,10 @@ float *model_unit_grads(model *m, int unit);
 size_t model_unit_local_numel(const model *m, int unit);
 /* Point a unit at other buffers (FSDP's gathered buffer); NULL keeps the current. */
 void model_unit_bind(model *m, int unit, float *params, float *grads);
+/* Free the unit's own param and grad buffers (a strategy that binds its own, e.g.
+ * FSDP, so the full unit is not held twice); the unit must be bound again before
+ * it is used. model_unit_params/grads return NULL until then. */
+void model_unit_release(model *m, int unit);
 int model_param_count(const model *m);          /* over the units held */
 const param_spec *model_param(const model *m, int i);
 float *model_param_data(model *m, int i);
@@ -139,7 +168,8 @@ void model_acts_destroy(model_acts *a);
 /* The residual stream entering / leaving this shard, [B, seq, d_model]: a
  * pipeline engine receives into input (stages without the embedding) and sends
  * output (stages without the head); in backward it receives into doutput and
- * sends dinput. */
+ * sends dinput. doutput is NULL on a stage with the head (nothing arrives). Sizes
+ * are the capacity B given to model_acts_create; a smaller batch uses a prefix. */
 float *model_acts_input(model_acts *a);
 float *model_acts_output(model_acts *a);
 float *model_acts_dinput(model_acts *a);

@@ -1,0 +1,294 @@
+/* model.c — the model object: the units it holds, their flat parameter and
+ * gradient buffers, the hooks, and forward/backward through the held units.
+ * The per-unit math lives in gpt.c, vit.c and block.c. */
+#include "runtime/model/model_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int held(const model *m, int unit)
+{
+    return unit >= m->shard.unit_begin && unit < m->shard.unit_end;
+}
+
+static model *fail_create(model *m, const char *why)
+{
+    fprintf(stderr, "dtrun: model: %s\n", why);
+    model_destroy(m);
+    return NULL;
+}
+
+model *model_create(const job_model *spec, const model_shard *shard, const dt_ops *ops,
+                    recompute_kind recompute)
+{
+    const model_shard *sh = shard;
+    if (spec->n_head <= 0 || spec->d_model % spec->n_head != 0 || sh->tp_size < 1 ||
+        sh->tp_rank < 0 || sh->tp_rank >= sh->tp_size || spec->n_head % sh->tp_size != 0 ||
+        sh->unit_begin < 0 || sh->unit_begin >= sh->unit_end ||
+        sh->unit_end > model_n_units(spec)) {
+        fprintf(stderr, "dtrun: model: bad shard (units [%d,%d) of %d, tp rank %d of %d, "
+                        "%d heads)\n", sh->unit_begin, sh->unit_end, model_n_units(spec),
+                sh->tp_rank, sh->tp_size, spec->n_head);
+        return NULL;
+    }
+    model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->spec = *spec;
+    m->shard = *sh;
+    m->ops = ops;
+    m->recompute = recompute;
+    model_dims_of(spec, sh->tp_rank, sh->tp_size, &m->d);
+    m->n_held = sh->unit_end - sh->unit_begin;
+    int L = spec->n_layer;
+    m->has_emb = sh->unit_begin == 0;
+    m->has_head = sh->unit_end == L + 2;
+    m->first_block = sh->unit_begin > 1 ? sh->unit_begin : 1;
+    int last_block = sh->unit_end - 1 < L ? sh->unit_end - 1 : L;
+    m->n_blocks = last_block >= m->first_block ? last_block - m->first_block + 1 : 0;
+
+    int n = m->n_held;
+    m->params = calloc((size_t)n, sizeof(float *));
+    m->grads = calloc((size_t)n, sizeof(float *));
+    m->own_params = calloc((size_t)n, sizeof(float *));
+    m->own_grads = calloc((size_t)n, sizeof(float *));
+    m->unit_numel = calloc((size_t)n, sizeof(size_t));
+    m->unit_first_spec = calloc((size_t)n + 1, sizeof(int));
+    if (!m->params || !m->grads || !m->own_params || !m->own_grads || !m->unit_numel ||
+        !m->unit_first_spec)
+        return fail_create(m, "out of host memory");
+
+    int total_specs = 0;
+    for (int u = sh->unit_begin; u < sh->unit_end; u++)
+        total_specs += model_unit_param_count(spec, u);
+    m->specs = calloc((size_t)total_specs, sizeof(param_spec));
+    if (!m->specs) return fail_create(m, "out of host memory");
+    for (int u = sh->unit_begin; u < sh->unit_end; u++) {
+        int k = u - sh->unit_begin, np = model_unit_param_count(spec, u);
+        m->unit_first_spec[k] = m->n_specs;
+        for (int i = 0; i < np; i++)
+            model_unit_param_spec(spec, u, i, sh->tp_rank, sh->tp_size, &m->specs[m->n_specs++]);
+        m->unit_numel[k] = model_unit_numel(spec, u, sh->tp_rank, sh->tp_size);
+        /* ops->alloc zeroes: the grads start at zero */
+        m->own_params[k] = ops->alloc(m->unit_numel[k] * sizeof(float));
+        m->own_grads[k] = ops->alloc(m->unit_numel[k] * sizeof(float));
+        if (!m->own_params[k] || !m->own_grads[k])
+            return fail_create(m, "out of device memory for the parameters");
+        m->params[k] = m->own_params[k];
+        m->grads[k] = m->own_grads[k];
+    }
+    m->unit_first_spec[n] = m->n_specs;
+    return m;
+}
+
+void model_destroy(model *m)
+{
+    if (!m) return;
+    for (int k = 0; k < m->n_held; k++) {
+        if (m->own_params) m->ops->free(m->own_params[k]);
+        if (m->own_grads) m->ops->free(m->own_grads[k]);
+    }
+    free(m->params);
+    free(m->grads);
+    free(m->own_params);
+    free(m->own_grads);
+    free(m->unit_numel);
+    free(m->unit_first_spec);
+    free(m->specs);
+    free(m);
+}
+
+const model_shard *model_get_shard(const model *m) { return &m->shard; }
+const job_model *model_get_spec(const model *m) { return &m->spec; }
+
+float *model_unit_params(model *m, int unit)
+{
+    return held(m, unit) ? m->params[unit - m->shard.unit_begin] : NULL;
+}
+
+float *model_unit_grads(model *m, int unit)
+{
+    return held(m, unit) ? m->grads[unit - m->shard.unit_begin] : NULL;
+}
+
+size_t model_unit_local_numel(const model *m, int unit)
+{
+    return held(m, unit) ? m->unit_numel[unit - m->shard.unit_begin] : 0;
+}
+
+void model_unit_bind(model *m, int unit, float *params, float *grads)
+{
+    if (!held(m, unit)) return;
+    int k = unit - m->shard.unit_begin;
+    if (params) m->params[k] = params;
+    if (grads) m->grads[k] = grads;
+}
+
+void model_unit_release(model *m, int unit)
+{
+    if (!held(m, unit)) return;
+    int k = unit - m->shard.unit_begin;
+    if (m->params[k] == m->own_params[k]) m->params[k] = NULL;
+    if (m->grads[k] == m->own_grads[k]) m->grads[k] = NULL;
+    m->ops->free(m->own_params[k]);
+    m->ops->free(m->own_grads[k]);
+    m->own_params[k] = NULL;
+    m->own_grads[k] = NULL;
+}
+
+int model_param_count(const model *m) { return m->n_specs; }
+
+const param_spec *model_param(const model *m, int i)
+{
+    return i >= 0 && i < m->n_specs ? &m->specs[i] : NULL;
+}
+
+float *model_param_data(model *m, int i)
+{
+    const param_spec *p = &m->specs[i];
+    float *base = m->params[p->unit - m->shard.unit_begin];
+    return base ? base + p->offset : NULL;
+}
+
+float *model_param_grad(model *m, int i)
+{
+    const param_spec *p = &m->specs[i];
+    float *base = m->grads[p->unit - m->shard.unit_begin];
+    return base ? base + p->offset : NULL;
+}
+
+float *unit_tensor(model *m, int unit, int i)
+{
+    int k = unit - m->shard.unit_begin;
+    return m->params[k] + m->specs[m->unit_first_spec[k] + i].offset;
+}
+
+float *unit_tensor_grad(model *m, int unit, int i)
+{
+    int k = unit - m->shard.unit_begin;
+    return m->grads[k] + m->specs[m->unit_first_spec[k] + i].offset;
+}
+
+void model_zero_grads(model *m)
+{
+    for (int k = 0; k < m->n_held; k++)
+        if (m->grads[k]) m->ops->zero(m->grads[k], m->unit_numel[k] * sizeof(float));
+}
+
+void model_set_hooks(model *m, const model_hooks *hooks)
+{
+    if (hooks) m->hooks = *hooks;
+    else memset(&m->hooks, 0, sizeof m->hooks);
+}
+
+void model_tp_allreduce(model *m, float *buf, size_t n, tp_op op)
+{
+    if (m->shard.tp_size == 1) return;
+    if (!m->hooks.tp_allreduce) {
+        /* a programming error in the strategy, not a user error: stop loudly */
+        fprintf(stderr, "dtrun: model: tp_size %d but no tp_allreduce hook is set\n",
+                m->shard.tp_size);
+        abort();
+    }
+    m->hooks.tp_allreduce(m->hooks.ctx, buf, n, op);
+}
+
+void model_hook_before(model *m, int unit, model_phase phase)
+{
+    if (m->hooks.before) m->hooks.before(m->hooks.ctx, unit, phase);
+}
+
+void model_hook_after(model *m, int unit, model_phase phase)
+{
+    if (m->hooks.after) m->hooks.after(m->hooks.ctx, unit, phase);
+}
+
+/* The residual stream entering the k-th block held (k = n_blocks: leaving the
+ * last). Strided by the capacity, not the batch: model_acts_output must not move
+ * when a smaller batch (the last of an evaluation) passes through. */
+static float *stream_at(model_acts *a, int k)
+{
+    return a->stream + (size_t)k * model_acts_io_numel(a->m, a->B);
+}
+
+static block_acts *acts_of_block(model_acts *a, int k)
+{
+    return &a->blk[a->n_blk_sets == 1 ? 0 : k];
+}
+
+static int batch_size(const model_acts *a, const model_batch *batch)
+{
+    if (batch->B < 1 || batch->B > a->B) {
+        fprintf(stderr, "dtrun: model: micro-batch of %d samples, activations sized for %d\n",
+                batch->B, a->B);
+        abort();
+    }
+    return batch->B;
+}
+
+double model_forward(model *m, model_acts *a, const model_batch *batch, int *correct)
+{
+    int B = batch_size(a, batch), L = m->spec.n_layer;
+    if (correct) *correct = 0;
+    if (m->has_emb) {
+        model_hook_before(m, 0, PHASE_FORWARD);
+        if (m->spec.kind == MODEL_GPT) gpt_embedding_forward(m, a, batch, stream_at(a, 0));
+        else vit_embedding_forward(m, a, batch, stream_at(a, 0));
+        model_hook_after(m, 0, PHASE_FORWARD);
+    }
+    for (int k = 0; k < m->n_blocks; k++) {
+        int u = m->first_block + k;
+        model_hook_before(m, u, PHASE_FORWARD);
+        block_forward(m, u, stream_at(a, k), stream_at(a, k + 1), acts_of_block(a, k), B, 0);
+        model_hook_after(m, u, PHASE_FORWARD);
+    }
+    double loss = 0;
+    if (m->has_head) {
+        const float *x = stream_at(a, m->n_blocks);
+        model_hook_before(m, L + 1, PHASE_FORWARD);
+        if (m->spec.kind == MODEL_GPT) loss = gpt_head_forward(m, a, batch, x);
+        else loss = vit_head_forward(m, a, batch, x, correct);
+        model_hook_after(m, L + 1, PHASE_FORWARD);
+    }
+    return loss;
+}
+
+/* Backward in reverse unit order. One exception to "after(u) right after u's
+ * backward": when this object holds both wte (unit 0) and the GPT head's tied
+ * copy, the head's after(BACKWARD) waits until the embedding's backward is done,
+ * because the embedding's part of the wte gradient is added to the head's copy
+ * too (and the head's part to unit 0's): both copies then carry the full tied
+ * gradient every micro-batch, and the optimizer keeps them equal. The hooks stay
+ * nested: before(L+1) ... before(0) after(0) after(L+1). */
+void model_backward(model *m, model_acts *a, const model_batch *batch, float loss_scale)
+{
+    int B = batch_size(a, batch), N = B * m->d.seq, L = m->spec.n_layer;
+    size_t io = (size_t)N * (size_t)m->d.C;
+    int tied_here = a->tied_dwte != NULL;
+    if (m->has_head) {
+        model_hook_before(m, L + 1, PHASE_BACKWARD);
+        const float *x = stream_at(a, m->n_blocks);
+        if (m->spec.kind == MODEL_GPT) gpt_head_backward(m, a, batch, x, a->dres, loss_scale);
+        else vit_head_backward(m, a, batch, x, a->dres, loss_scale);
+        if (!tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
+    } else {
+        m->ops->copy(a->dres, a->doutput, io * sizeof(float));
+    }
+    for (int k = m->n_blocks - 1; k >= 0; k--) {
+        int u = m->first_block + k;
+        const float *x = stream_at(a, k);
+        block_acts *ba = acts_of_block(a, k);
+        model_hook_before(m, u, PHASE_BACKWARD);
+        if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, ba, B, 1);
+        block_backward(m, u, a->dres, x, ba, &a->bs, B);
+        model_hook_after(m, u, PHASE_BACKWARD);
+    }
+    if (m->has_emb) {
+        model_hook_before(m, 0, PHASE_BACKWARD);
+        if (m->spec.kind == MODEL_GPT) gpt_embedding_backward(m, a, a->dres, B);
+        else vit_embedding_backward(m, a, a->dres, B);
+        if (tied_here) gpt_tied_grads_finish(m, a);
+        model_hook_after(m, 0, PHASE_BACKWARD);
+    }
+    if (tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
+}

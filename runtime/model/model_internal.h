@@ -1,0 +1,153 @@
+/* model_internal.h — what the files of runtime/model share: the model object,
+ * the per-rank dimensions, the activation buffers. Nothing outside
+ * runtime/model includes it; the rest of dtrun sees only model.h. */
+#ifndef DTRUN_MODEL_INTERNAL_H
+#define DTRUN_MODEL_INTERNAL_H
+
+#include "runtime/model/model.h"
+
+/* Order of the parameter tensors inside each kind of unit (and so inside its
+ * flat buffer). Checkpoints go by name, but these indices are how the model's
+ * own code finds a tensor. */
+enum { GPT_EMB_WTE, GPT_EMB_WPE, GPT_EMB_COUNT };
+enum { VIT_EMB_PATCH_W, VIT_EMB_PATCH_B, VIT_EMB_CLS, VIT_EMB_POS, VIT_EMB_COUNT };
+enum {
+    BLK_LN1_W, BLK_LN1_B, BLK_QKV_W, BLK_QKV_B, BLK_PROJ_W, BLK_PROJ_B,
+    BLK_LN2_W, BLK_LN2_B, BLK_FC_W, BLK_FC_B, BLK_MPROJ_W, BLK_MPROJ_B, BLK_COUNT
+};
+enum { GPT_HEAD_LNF_W, GPT_HEAD_LNF_B, GPT_HEAD_WTE, GPT_HEAD_COUNT };
+enum { VIT_HEAD_LNF_W, VIT_HEAD_LNF_B, VIT_HEAD_W, VIT_HEAD_B, VIT_HEAD_COUNT };
+#define UNIT_MAX_PARAMS BLK_COUNT
+
+/* Sizes on one tp rank. Splits use floor(n*r/tp): even when tp divides n (heads,
+ * d_ff), and still defined when it does not (a vocab of 50257). */
+typedef struct {
+    int C;          /* d_model (residual stream, replicated) */
+    int NH_l;       /* local heads */
+    int C_l;        /* local attention width: NH_l * head size */
+    int F_l;        /* local d_ff columns */
+    int V_l, v0;    /* GPT: local vocab rows [v0, v0 + V_l) */
+    int seq;        /* T or NP + 1 */
+    int NP;         /* ViT patches */
+} model_dims;
+
+/* Rows [lo, hi) of n that tp rank r holds. */
+size_t split_lo(size_t n, int r, int tp);
+size_t split_len(size_t n, int r, int tp);
+
+void model_dims_of(const job_model *spec, int tp_rank, int tp_size, model_dims *d);
+
+struct model {
+    job_model spec;
+    model_shard shard;
+    const dt_ops *ops;
+    recompute_kind recompute;
+    model_hooks hooks;
+    model_dims d;
+    int n_held;            /* unit_end - unit_begin */
+    int n_blocks;          /* block units held */
+    int first_block;       /* unit of the first block held (valid when n_blocks > 0) */
+    int has_emb, has_head;
+    float **params;        /* current binding, per held unit (index unit - unit_begin) */
+    float **grads;
+    float **own_params;    /* what model_create allocated (freed by destroy) */
+    float **own_grads;
+    size_t *unit_numel;
+    param_spec *specs;     /* every tensor of the held units, in unit order */
+    int n_specs;
+    int *unit_first_spec;  /* index into specs of each held unit's first tensor */
+};
+
+/* Tensor i of a held unit, from the unit's CURRENT buffers (a strategy may have
+ * rebound them in a hook, so callers re-derive these per unit, never cache). */
+float *unit_tensor(model *m, int unit, int i);
+float *unit_tensor_grad(model *m, int unit, int i);
+
+/* The tp all-reduce hook, or nothing when tp == 1. */
+void model_tp_allreduce(model *m, float *buf, size_t n, tp_op op);
+void model_hook_before(model *m, int unit, model_phase phase);
+void model_hook_after(model *m, int unit, model_phase phase);
+
+/* What one transformer block keeps from its forward for its backward. */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+    float *qkv;                       /* [N, 3*C_l] */
+    float *att;                       /* [B, NH_l, seq, seq] softmax probabilities */
+    float *atty;                      /* [N, C_l] attention output, before proj */
+    float *r2;                        /* [N,C] x + attention branch */
+    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
+    float *fch, *fchg;                /* [N, F_l] fc output, after GELU */
+} block_acts;
+
+/* Gradient scratch for one block's backward, shared by all blocks (they run
+ * one after the other). Two buffers cover four gradients because their lives
+ * do not overlap: dA holds d(gelu out) and later d(qkv); dB holds d(fc out)
+ * and later d(attention out). */
+typedef struct {
+    float *dln;         /* [N,C]  d(ln1 or ln2 output), also the head's d(lnf) */
+    float *dA;          /* [N, max(F_l, 3*C_l)] */
+    float *dB;          /* [N, max(F_l, C_l)] */
+    float *att_scratch; /* [B, NH_l, seq, seq] */
+} block_scratch;
+
+struct model_acts {
+    model *m;
+    int B;              /* capacity: batches of up to B samples */
+    void *mem;          /* the one ops->alloc of model_acts_bytes */
+    size_t bytes;
+    float *stream;      /* (n_blocks + 1) x [N,C]: stage input, then each block's output */
+    float *dres;        /* [N,C] the residual gradient, propagated in place = dinput */
+    float *doutput;     /* [N,C] received from the next stage */
+    block_acts *blk;    /* one set per block held, or one shared set with recompute */
+    int n_blk_sets;
+    block_scratch bs;
+    /* GPT embedding */
+    int *tokens;        /* [N] device copy of the batch's tokens */
+    /* GPT head */
+    int *targets;       /* [N] */
+    float *lnf, *lnf_mean, *lnf_rstd;   /* [N,C] (ViT: [B,C]), [N], [N] */
+    float *logits;      /* [N, V_l] (ViT: [B, n_classes]) */
+    float *rowmax, *sumexp, *target, *loss, *dloss; /* [N] (ViT: [B]) */
+    float *dlogits;     /* GPT: [seq, V_l] one sample at a time; ViT: [B, n_classes] */
+    float *tied_dwte;   /* [V_l, C] when one object holds wte and its tied copy */
+    /* ViT embedding */
+    float *images;      /* [B, ch, S, S] */
+    float *patch_out;   /* [B, NP, C] patch projections; in backward their gradient */
+    float *cls_tmp;     /* [B, C] class-token rows (embedding backward) */
+    /* ViT head */
+    int *labels;        /* [B] */
+    float *cls_x;       /* [B, C] the class-token rows of the last stream */
+    float *dcls_x;      /* [B, C] */
+    /* host mirrors (malloc, not device memory) */
+    float *host_loss;   /* [N] */
+    float *host_dloss;  /* [N] */
+    float *host_logits; /* ViT: [B, n_classes] */
+};
+
+/* Block forward: y = block(x). With `recomputing` it stops once the tensors its
+ * backward reads exist (the MLP projection's output y is not needed then). */
+void block_forward(model *m, int unit, const float *x, float *y, block_acts *a, int B,
+                   int recomputing);
+/* Block backward: dres holds dL/dy on entry and dL/dx on return (in place). */
+void block_backward(model *m, int unit, float *dres, const float *x, const block_acts *a,
+                    const block_scratch *s, int B);
+
+/* GPT unit 0 and head (gpt.c). */
+void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out);
+void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B);
+double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const float *x);
+void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const float *x,
+                       float *dres, float loss_scale);
+/* With the embedding and the tied head in one object: both wte copies get the
+ * micro-batch's whole wte gradient (see model_backward). */
+void gpt_tied_grads_finish(model *m, model_acts *a);
+
+/* ViT unit 0 and head (vit.c). */
+void vit_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out);
+void vit_embedding_backward(model *m, model_acts *a, const float *dres, int B);
+double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const float *x,
+                        int *correct);
+void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const float *x,
+                       float *dres, float loss_scale);
+
+#endif

@@ -1,0 +1,211 @@
+/* params.c — the parameter specs of GPT and ViT: names, global and local
+ * shapes, how each splits under tensor parallelism, where it sits in its unit's
+ * flat buffer, how it is initialized; plus the model's size and FLOP formulas.
+ * Pure functions of the job's model section: the dry-run calls them too. */
+#include "runtime/model/model_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+size_t split_lo(size_t n, int r, int tp) { return n * (size_t)r / (size_t)tp; }
+size_t split_len(size_t n, int r, int tp) { return split_lo(n, r + 1, tp) - split_lo(n, r, tp); }
+
+int model_n_units(const job_model *spec) { return spec->n_layer + 2; }
+
+int model_seq_len(const job_model *spec)
+{
+    if (spec->kind == MODEL_GPT) return spec->seq_len;
+    int side = spec->image_size / spec->patch_size;
+    return side * side + 1;
+}
+
+void model_dims_of(const job_model *spec, int tp_rank, int tp_size, model_dims *d)
+{
+    memset(d, 0, sizeof *d);
+    d->C = spec->d_model;
+    d->NH_l = (int)split_len((size_t)spec->n_head, tp_rank, tp_size);
+    d->C_l = d->NH_l * (spec->d_model / spec->n_head);
+    d->F_l = (int)split_len((size_t)spec->d_ff, tp_rank, tp_size);
+    d->seq = model_seq_len(spec);
+    if (spec->kind == MODEL_GPT) {
+        d->V_l = (int)split_len((size_t)spec->vocab_size, tp_rank, tp_size);
+        d->v0 = (int)split_lo((size_t)spec->vocab_size, tp_rank, tp_size);
+    } else {
+        d->NP = d->seq - 1;
+    }
+}
+
+int model_unit_param_count(const job_model *spec, int unit)
+{
+    if (unit == 0) return spec->kind == MODEL_GPT ? GPT_EMB_COUNT : VIT_EMB_COUNT;
+    if (unit <= spec->n_layer) return BLK_COUNT;
+    return spec->kind == MODEL_GPT ? GPT_HEAD_COUNT : VIT_HEAD_COUNT;
+}
+
+/* One tensor's spec without its offset. 1-D tensors have shape [n, 1] so that
+ * numel = shape[0] * shape[1] everywhere. */
+static void set_spec(param_spec *p, const char *name, int d0, int d1, int ndim, split_kind split,
+                     int groups, init_kind init, float std, int tp_rank, int tp_size)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->ndim = ndim;
+    p->shape[0] = d0;
+    p->shape[1] = d1;
+    p->local_shape[0] = d0;
+    p->local_shape[1] = d1;
+    p->split = split;
+    p->split_groups = groups;
+    if (split == SPLIT_ROWS)
+        p->local_shape[0] = groups * (int)split_len((size_t)(d0 / groups), tp_rank, tp_size);
+    else if (split == SPLIT_COLS)
+        p->local_shape[1] = (int)split_len((size_t)d1, tp_rank, tp_size);
+    p->local_numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    p->init = init;
+    p->init_std = std;
+    /* GPT-2 / llm.c: decay the 2-D weights, not biases or layernorm gains. */
+    p->decay = ndim == 2;
+}
+
+static void embedding_spec(const job_model *s, int i, int r, int tp, param_spec *p)
+{
+    int C = s->d_model;
+    if (s->kind == MODEL_GPT) {
+        if (i == GPT_EMB_WTE)
+            set_spec(p, "wte", s->vocab_size, C, 2, SPLIT_ROWS, 1, INIT_NORMAL, 0.02f, r, tp);
+        else
+            set_spec(p, "wpe", s->seq_len, C, 2, SPLIT_NONE, 1, INIT_NORMAL, 0.01f, r, tp);
+        return;
+    }
+    int seq = model_seq_len(s), kin = s->channels * s->patch_size * s->patch_size;
+    switch (i) {
+    case VIT_EMB_PATCH_W: set_spec(p, "patch.w", C, kin, 2, SPLIT_NONE, 1, INIT_NORMAL, 0.02f, r, tp); break;
+    case VIT_EMB_PATCH_B: set_spec(p, "patch.b", C, 1, 1, SPLIT_NONE, 1, INIT_ZEROS, 0, r, tp); break;
+    case VIT_EMB_CLS: set_spec(p, "cls", C, 1, 1, SPLIT_NONE, 1, INIT_NORMAL, 0.02f, r, tp); break;
+    default:
+        set_spec(p, "pos", seq, C, 2, SPLIT_NONE, 1, INIT_NORMAL, 0.02f, r, tp);
+        /* timm and the ViT paper keep position embeddings out of weight decay */
+        p->decay = 0;
+        break;
+    }
+}
+
+static void block_spec(const job_model *s, int layer, int i, int r, int tp, param_spec *p)
+{
+    static const char *const names[BLK_COUNT] = {
+        "ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b", "attn.proj.w", "attn.proj.b",
+        "ln2.w", "ln2.b", "mlp.fc.w", "mlp.fc.b", "mlp.proj.w", "mlp.proj.b"};
+    char name[PARAM_NAME_MAX];
+    snprintf(name, sizeof name, "h.%d.%s", layer, names[i]);
+    int C = s->d_model, F = s->d_ff;
+    /* GPT-2: residual projections scaled by 1/sqrt(2L) so the stream's variance
+     * does not grow with depth */
+    float proj_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
+    switch (i) {
+    case BLK_LN1_W: case BLK_LN2_W:
+        set_spec(p, name, C, 1, 1, SPLIT_NONE, 1, INIT_ONES, 0, r, tp); break;
+    case BLK_LN1_B: case BLK_LN2_B: case BLK_PROJ_B: case BLK_MPROJ_B:
+        set_spec(p, name, C, 1, 1, SPLIT_NONE, 1, INIT_ZEROS, 0, r, tp); break;
+    case BLK_QKV_W: set_spec(p, name, 3 * C, C, 2, SPLIT_ROWS, 3, INIT_NORMAL, 0.02f, r, tp); break;
+    case BLK_QKV_B: set_spec(p, name, 3 * C, 1, 1, SPLIT_ROWS, 3, INIT_ZEROS, 0, r, tp); break;
+    case BLK_PROJ_W: set_spec(p, name, C, C, 2, SPLIT_COLS, 1, INIT_NORMAL, proj_std, r, tp); break;
+    case BLK_FC_W: set_spec(p, name, F, C, 2, SPLIT_ROWS, 1, INIT_NORMAL, 0.02f, r, tp); break;
+    case BLK_FC_B: set_spec(p, name, F, 1, 1, SPLIT_ROWS, 1, INIT_ZEROS, 0, r, tp); break;
+    default: set_spec(p, name, C, F, 2, SPLIT_COLS, 1, INIT_NORMAL, proj_std, r, tp); break;
+    }
+}
+
+static void head_spec(const job_model *s, int i, int r, int tp, param_spec *p)
+{
+    int C = s->d_model;
+    if (i == 0) { set_spec(p, "lnf.w", C, 1, 1, SPLIT_NONE, 1, INIT_ONES, 0, r, tp); return; }
+    if (i == 1) { set_spec(p, "lnf.b", C, 1, 1, SPLIT_NONE, 1, INIT_ZEROS, 0, r, tp); return; }
+    if (s->kind == MODEL_GPT) {
+        /* the LM head is wte itself: same name, split, init, hence same values */
+        embedding_spec(s, GPT_EMB_WTE, r, tp, p);
+        p->tied = 1;
+        return;
+    }
+    if (i == VIT_HEAD_W)
+        set_spec(p, "head.w", s->n_classes, C, 2, SPLIT_NONE, 1, INIT_NORMAL, 0.02f, r, tp);
+    else
+        set_spec(p, "head.b", s->n_classes, 1, 1, SPLIT_NONE, 1, INIT_ZEROS, 0, r, tp);
+}
+
+static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, param_spec *p)
+{
+    if (unit == 0) embedding_spec(s, i, r, tp, p);
+    else if (unit <= s->n_layer) block_spec(s, unit - 1, i, r, tp, p);
+    else head_spec(s, i, r, tp, p);
+    p->unit = unit;
+}
+
+void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
+                           param_spec *out)
+{
+    /* offsets: the tensors are packed in order, so sum the ones before i */
+    size_t off = 0;
+    for (int j = 0; j < i; j++) {
+        param_spec q;
+        spec_no_offset(spec, unit, j, tp_rank, tp_size, &q);
+        off += q.local_numel;
+    }
+    spec_no_offset(spec, unit, i, tp_rank, tp_size, out);
+    out->offset = off;
+}
+
+size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
+{
+    size_t n = 0;
+    int np = model_unit_param_count(spec, unit);
+    for (int i = 0; i < np; i++) {
+        param_spec p;
+        spec_no_offset(spec, unit, i, tp_rank, tp_size, &p);
+        n += p.local_numel;
+    }
+    return n;
+}
+
+size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i)
+{
+    size_t K = (size_t)p->shape[1];
+    if (p->split == SPLIT_NONE) return i;
+    if (p->split == SPLIT_COLS) {
+        size_t lc = (size_t)p->local_shape[1];
+        size_t row = i / lc, col = i % lc;
+        return row * K + split_lo(K, tp_rank, tp_size) + col;
+    }
+    /* SPLIT_ROWS: the local rows are the groups' local slices one after the other */
+    size_t rows_g = (size_t)p->shape[0] / (size_t)p->split_groups;
+    size_t lrows_g = (size_t)p->local_shape[0] / (size_t)p->split_groups;
+    size_t lrow = i / K, col = i % K;
+    size_t g = lrow / lrows_g, r = lrow % lrows_g;
+    size_t grow = g * rows_g + split_lo(rows_g, tp_rank, tp_size) + r;
+    return grow * K + col;
+}
+
+/* FLOPs of one sample, fwd + bwd, whole model (tp/pp do not change the total):
+ *   6 * sum over matmuls (weight elements * rows that pass through it per sample)
+ *   + attention 12 * L * seq^2 * C   (QK^T and AV: 2 * 2*seq^2*C forward, x3 with backward;
+ *                                     the causal mask's savings are not counted, as in PaLM's MFU)
+ * GPT: every matmul sees seq = T rows: blocks (qkv 3C^2, proj C^2, fc C*F, mproj F*C) and the
+ *      LM head V*C. The embedding lookup is not a matmul.
+ * ViT: blocks see NP+1 rows, the patch projection NP rows (C*ch*P^2), the classifier 1 row.
+ * Recompute re-runs each block's forward up to its MLP projection (its output is not needed):
+ *   + 2 * seq * L * (4C^2 + C*F) + 4 * L * seq^2 * C. */
+double model_flops_per_sample(const job_model *spec, recompute_kind recompute)
+{
+    double C = spec->d_model, F = spec->d_ff, L = spec->n_layer, seq = model_seq_len(spec);
+    double block_w = 4.0 * C * C + 2.0 * C * F;
+    double f = 6.0 * L * block_w * seq + 12.0 * L * seq * seq * C;
+    if (spec->kind == MODEL_GPT) {
+        f += 6.0 * spec->vocab_size * C * seq;
+    } else {
+        double kin = (double)spec->channels * spec->patch_size * spec->patch_size;
+        f += 6.0 * C * kin * (seq - 1) + 6.0 * spec->n_classes * C;
+    }
+    if (recompute == RECOMPUTE_BLOCK)
+        f += 2.0 * seq * L * (4.0 * C * C + C * F) + 4.0 * L * seq * seq * C;
+    return f;
+}

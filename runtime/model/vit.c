@@ -1,0 +1,120 @@
+/* vit.c — ViT's embedding (unit 0: patch projection, class token, position
+ * embedding) and head (unit L+1: final layernorm on the class token, linear
+ * classifier, cross-entropy). All of their parameters are replicated under
+ * tensor parallelism, so every tp rank computes the same values and gradients.
+ * Batch arrays (images, labels) are host memory, copied in here.
+ *
+ * Stream layout per sample: position 0 = class token, 1..NP = patches in
+ * row-major patch order (what patch_forward produces). */
+#include "runtime/model/model_internal.h"
+
+/* rows[b, :] <-> stream[b, pos, :] for b < B (rows are [B, n*C], n positions) */
+static void gather_positions(const dt_ops *ops, float *rows, const float *stream, int B, int seq,
+                             int pos, int n, int C)
+{
+    for (int b = 0; b < B; b++)
+        ops->copy(rows + (size_t)b * n * C, stream + ((size_t)b * seq + pos) * C,
+                  (size_t)n * C * sizeof(float));
+}
+
+static void scatter_positions(const dt_ops *ops, float *stream, const float *rows, int B, int seq,
+                              int pos, int n, int C)
+{
+    for (int b = 0; b < B; b++)
+        ops->copy(stream + ((size_t)b * seq + pos) * C, rows + (size_t)b * n * C,
+                  (size_t)n * C * sizeof(float));
+}
+
+void vit_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out)
+{
+    const dt_ops *ops = m->ops;
+    const job_model *s = &m->spec;
+    const model_dims *d = &m->d;
+    int B = batch->B, C = d->C;
+    size_t img = (size_t)B * s->channels * s->image_size * s->image_size;
+    ops->from_host(a->images, batch->images, img * sizeof(float));
+    ops->patch_forward(a->patch_out, a->images, unit_tensor(m, 0, VIT_EMB_PATCH_W),
+                       unit_tensor(m, 0, VIT_EMB_PATCH_B), B, s->channels, s->image_size,
+                       s->patch_size, C);
+    const float *cls = unit_tensor(m, 0, VIT_EMB_CLS);
+    for (int b = 0; b < B; b++)
+        ops->copy(out + (size_t)b * d->seq * C, cls, (size_t)C * sizeof(float));
+    scatter_positions(ops, out, a->patch_out, B, d->seq, 1, d->NP, C);
+    ops->posadd_forward(out, unit_tensor(m, 0, VIT_EMB_POS), B, d->seq, C);
+}
+
+void vit_embedding_backward(model *m, model_acts *a, const float *dres, int B)
+{
+    const dt_ops *ops = m->ops;
+    const job_model *s = &m->spec;
+    const model_dims *d = &m->d;
+    int C = d->C;
+    ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_POS), dres, B, d->seq, C);
+    /* patch_out is free after the forward: reuse it for the patches' gradient */
+    gather_positions(ops, a->patch_out, dres, B, d->seq, 1, d->NP, C);
+    ops->patch_backward(unit_tensor_grad(m, 0, VIT_EMB_PATCH_W), unit_tensor_grad(m, 0, VIT_EMB_PATCH_B),
+                        a->patch_out, a->images, B, s->channels, s->image_size, s->patch_size, C);
+    /* dcls = sum over samples of the class-token rows: posadd_backward with T = 1 */
+    gather_positions(ops, a->cls_tmp, dres, B, d->seq, 0, 1, C);
+    ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_CLS), a->cls_tmp, B, 1, C);
+}
+
+double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const float *x,
+                        int *correct)
+{
+    const dt_ops *ops = m->ops;
+    int head = m->spec.n_layer + 1;
+    int B = batch->B, C = m->d.C, K = m->spec.n_classes;
+    ops->from_host(a->labels, batch->labels, (size_t)B * sizeof(int));
+    gather_positions(ops, a->cls_x, x, B, m->d.seq, 0, 1, C);
+    ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->cls_x,
+                           unit_tensor(m, head, VIT_HEAD_LNF_W), unit_tensor(m, head, VIT_HEAD_LNF_B),
+                           B, C);
+    ops->matmul_forward(a->logits, a->lnf, unit_tensor(m, head, VIT_HEAD_W),
+                        unit_tensor(m, head, VIT_HEAD_B), B, C, K);
+    /* the classifier is replicated: no tp reductions between these */
+    ops->xent_rowmax(a->rowmax, a->logits, B, K);
+    ops->xent_sumexp(a->sumexp, a->logits, a->rowmax, B, K);
+    ops->xent_target(a->target, a->logits, a->labels, 0, B, K);
+    ops->xent_loss(a->loss, a->rowmax, a->sumexp, a->target, a->labels, B);
+    ops->to_host(a->host_loss, a->loss, (size_t)B * sizeof(float));
+    double sum = 0;
+    for (int b = 0; b < B; b++) sum += a->host_loss[b];
+    if (correct) {
+        ops->to_host(a->host_logits, a->logits, (size_t)B * (size_t)K * sizeof(float));
+        int right = 0;
+        for (int b = 0; b < B; b++) {
+            const float *row = a->host_logits + (size_t)b * K;
+            int best = 0;
+            for (int k = 1; k < K; k++)
+                if (row[k] > row[best]) best = k;
+            right += best == batch->labels[b];
+        }
+        *correct = right;
+    }
+    return sum;
+}
+
+void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const float *x,
+                       float *dres, float loss_scale)
+{
+    const dt_ops *ops = m->ops;
+    int head = m->spec.n_layer + 1;
+    int B = batch->B, C = m->d.C, K = m->spec.n_classes;
+    size_t BC = (size_t)B * (size_t)C;
+    (void)x; /* the head's input rows were gathered into cls_x in the forward */
+    for (int b = 0; b < B; b++) a->host_dloss[b] = batch->labels[b] >= 0 ? loss_scale : 0.0f;
+    ops->from_host(a->dloss, a->host_dloss, (size_t)B * sizeof(float));
+    ops->xent_backward(a->dlogits, a->logits, a->rowmax, a->sumexp, a->labels, a->dloss, 0, B, K);
+    float *dlnf = a->bs.dln;
+    ops->zero(dlnf, BC * sizeof(float));
+    ops->matmul_backward(dlnf, unit_tensor_grad(m, head, VIT_HEAD_W), unit_tensor_grad(m, head, VIT_HEAD_B),
+                         a->dlogits, a->lnf, unit_tensor(m, head, VIT_HEAD_W), B, C, K);
+    ops->zero(a->dcls_x, BC * sizeof(float));
+    ops->layernorm_backward(a->dcls_x, unit_tensor_grad(m, head, VIT_HEAD_LNF_W),
+                            unit_tensor_grad(m, head, VIT_HEAD_LNF_B), dlnf, a->cls_x,
+                            unit_tensor(m, head, VIT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, B, C);
+    /* only the class tokens feed the head: every other position's gradient is 0 */
+    ops->zero(dres, (size_t)B * m->d.seq * C * sizeof(float));
+    scatter_positions(ops, dres, a->dcls_x, B, m->d.seq, 0, 1, C);
+}

@@ -1,0 +1,786 @@
+/* test_model.c — the GPT and ViT models: gradients against finite differences,
+ * layout independence of the init, tensor-parallel (two threads), pipeline
+ * splits, recompute and rebinding give the single-process numbers, the
+ * activation sizes are what gets allocated, preset parameter counts, and a tiny
+ * GPT learns a fixed batch. Tiny models keep it well under a second. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "runtime/model/model.h"
+#include "runtime/rng.h"
+#include "test/unit/check.h"
+
+static const dt_ops *ops = &dt_ops_cpu;
+
+static job_model gpt_spec(void)
+{
+    job_model s;
+    memset(&s, 0, sizeof s);
+    s.kind = MODEL_GPT;
+    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
+    s.vocab_size = 32; s.seq_len = 8;
+    return s;
+}
+
+static job_model vit_spec(void)
+{
+    job_model s;
+    memset(&s, 0, sizeof s);
+    s.kind = MODEL_VIT;
+    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
+    s.image_size = 8; s.patch_size = 4; s.channels = 1; s.n_classes = 3;
+    return s;
+}
+
+enum { TB = 2 }; /* samples per test micro-batch */
+
+typedef struct {
+    int tokens[TB * 8], targets[TB * 8], labels[TB];
+    float images[TB * 64];
+    model_batch mb;
+} test_batch;
+
+static void make_batch(test_batch *t, const job_model *s, uint64_t seed)
+{
+    memset(t, 0, sizeof *t);
+    uint64_t k = rng_key(seed, "test-batch");
+    uint64_t V = s->vocab_size > 0 ? (uint64_t)s->vocab_size : 1;
+    for (int i = 0; i < TB * 8; i++) {
+        t->tokens[i] = (int)rng_below(k, (uint64_t)i, V);
+        t->targets[i] = (int)rng_below(k, 1000 + (uint64_t)i, V);
+    }
+    for (int i = 0; i < TB * 64; i++) t->images[i] = rng_normal(k, 2000 + (uint64_t)i);
+    for (int b = 0; b < TB; b++) t->labels[b] = (int)rng_below(k, 3000 + (uint64_t)b, 3);
+    t->mb.B = TB;
+    t->mb.tokens = t->tokens;
+    t->mb.targets = t->targets;
+    t->mb.images = t->images;
+    t->mb.labels = t->labels;
+}
+
+/* Layout-independent values with more spread than the real init, so gradients
+ * are large enough for finite differences and comparisons to mean something. */
+static void test_init(model *m, uint64_t seed)
+{
+    const model_shard *sh = model_get_shard(m);
+    for (int i = 0; i < model_param_count(m); i++) {
+        const param_spec *p = model_param(m, i);
+        float *d = model_param_data(m, i);
+        uint64_t k = rng_key(seed, p->name);
+        for (size_t j = 0; j < p->local_numel; j++) {
+            float n = rng_normal(k, param_global_index(p, sh->tp_rank, sh->tp_size, j));
+            d[j] = p->init == INIT_ONES ? 1.0f + 0.1f * n : p->init == INIT_ZEROS ? 0.1f * n : 0.3f * n;
+        }
+    }
+}
+
+static model *make_model(const job_model *s, int tp_rank, int tp, int ub, int ue, recompute_kind rc)
+{
+    model_shard sh = {.tp_rank = tp_rank, .tp_size = tp, .unit_begin = ub, .unit_end = ue};
+    return model_create(s, &sh, ops, rc);
+}
+
+/* Index of the param with this name in this unit, or -1. */
+static int find_param(const model *m, int unit, const char *name)
+{
+    for (int i = 0; i < model_param_count(m); i++) {
+        const param_spec *p = model_param(m, i);
+        if (p->unit == unit && strcmp(p->name, name) == 0) return i;
+    }
+    return -1;
+}
+
+/* |a - b| relative to the larger magnitude of the reference tensor (norm-wise). */
+static double tensor_rel_err(const float *a, const float *ref, size_t n)
+{
+    double maxdiff = 0, maxref = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > maxdiff) maxdiff = d;
+        if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    }
+    return maxdiff / maxref;
+}
+
+/* ---------- 1. finite differences ---------- */
+
+/* Loss of the whole model with element j of param i (and of its tied twin) moved by delta. */
+static double loss_moved(model *m, model_acts *a, const model_batch *mb, int i, int twin,
+                         const size_t *idx, const float *delta, size_t n)
+{
+    float *d = model_param_data(m, i), *dt = twin >= 0 ? model_param_data(m, twin) : NULL;
+    float *saved = malloc(n * sizeof(float));
+    for (size_t t = 0; t < n; t++) {
+        saved[t] = d[idx[t]];
+        d[idx[t]] += delta[t];
+        if (dt) dt[idx[t]] = d[idx[t]];
+    }
+    double l = model_forward(m, a, mb, NULL);
+    for (size_t t = 0; t < n; t++) {
+        d[idx[t]] = saved[t];
+        if (dt) dt[idx[t]] = saved[t];
+    }
+    free(saved);
+    return l;
+}
+
+/* fp32 forward noise (~1e-6 on a summed loss of ~50) divided by 2 eps = 2e-3 makes
+ * single-element differences good to ~1e-3 absolute; hence two checks:
+ *  - element-wise on >= 200 sampled elements, relative error with a floor of 0.05
+ *    (gradients here are 0.01..1), tolerance 5e-2;
+ *  - directional, per tensor: every element moved by +-eps (random signs) at once,
+ *    so the signal scales with sum |g| while the noise stays the same: error
+ *    relative to sum |g|, tolerance 2e-3. */
+static void grad_check(const job_model *s, const char *what)
+{
+    int L = s->n_layer;
+    model *m = make_model(s, 0, 1, 0, L + 2, RECOMPUTE_NONE);
+    model_acts *a = model_acts_create(m, TB);
+    test_batch tb;
+    make_batch(&tb, s, 7);
+    test_init(m, 11);
+    model_zero_grads(m);
+    model_forward(m, a, &tb.mb, NULL);
+    model_backward(m, a, &tb.mb, 1.0f);
+
+    const float eps = 1e-3f;
+    int checked = 0, tensors = 0, tied_ok = 1;
+    double max_err = 0, max_dir = 0;
+    char worst[PARAM_NAME_MAX] = "", worst_dir[PARAM_NAME_MAX] = "";
+    uint64_t key = rng_key(3, "signs");
+    for (int i = 0; i < model_param_count(m); i++) {
+        const param_spec *p = model_param(m, i);
+        if (p->tied) continue; /* moved together with unit 0's wte */
+        int twin = strcmp(p->name, "wte") == 0 ? find_param(m, L + 1, "wte") : -1;
+        const float *g = model_param_grad(m, i);
+        if (twin >= 0)
+            for (size_t j = 0; j < p->local_numel; j++)
+                if (model_param_grad(m, twin)[j] != g[j]) tied_ok = 0;
+        tensors++;
+        size_t k = p->local_numel < 8 ? p->local_numel : 8;
+        for (size_t t = 0; t < k; t++) {
+            size_t j = (t * 7919 + (size_t)i * 31) % p->local_numel;
+            float up = eps, down = -eps;
+            double lp = loss_moved(m, a, &tb.mb, i, twin, &j, &up, 1);
+            double lm = loss_moved(m, a, &tb.mb, i, twin, &j, &down, 1);
+            double num = (lp - lm) / (2.0 * eps), ana = g[j];
+            double err = fabs(num - ana) / fmax(fmax(fabs(num), fabs(ana)), 0.05);
+            if (err > max_err) { max_err = err; snprintf(worst, sizeof worst, "%s", p->name); }
+            checked++;
+        }
+        size_t n = p->local_numel;
+        size_t *idx = malloc(n * sizeof(size_t));
+        float *up = malloc(n * sizeof(float)), *down = malloc(n * sizeof(float));
+        double ana = 0, mag = 0;
+        for (size_t j = 0; j < n; j++) {
+            float sign = rng_below(key, (uint64_t)i * 100000 + j, 2) ? 1.0f : -1.0f;
+            idx[j] = j;
+            up[j] = sign * eps;
+            down[j] = -sign * eps;
+            ana += (double)sign * g[j];
+            mag += fabs(g[j]);
+        }
+        double num = (loss_moved(m, a, &tb.mb, i, twin, idx, up, n) -
+                      loss_moved(m, a, &tb.mb, i, twin, idx, down, n)) / (2.0 * eps);
+        /* relative to sum |g|, the scale of the directional derivative (the signed
+         * sum itself can cancel to ~0 by chance) */
+        double err = fabs(num - ana) / fmax(mag, 0.05);
+        if (err > max_dir) { max_dir = err; snprintf(worst_dir, sizeof worst_dir, "%s", p->name); }
+        free(idx); free(up); free(down);
+    }
+    CHECK(checked >= 200 && max_err < 5e-2,
+          "%s: finite differences (eps 1e-3, fp32) on %d elements of %d tensors: max rel err %.2e "
+          "(at %s) < 5e-2", what, checked, tensors, max_err, worst);
+    CHECK(max_dir < 2e-3,
+          "%s: directional finite differences, every element of each of %d tensors: max rel err "
+          "%.2e (at %s) < 2e-3", what, tensors, max_dir, worst_dir);
+    if (s->kind == MODEL_GPT)
+        CHECK(tied_ok, "%s: both wte copies carry the whole tied gradient", what);
+    model_acts_destroy(a);
+    model_destroy(m);
+}
+
+/* ---------- 2. init layout independence ---------- */
+
+static void init_layout(const job_model *s, const char *what)
+{
+    int L = s->n_layer;
+    model *whole = make_model(s, 0, 1, 0, L + 2, RECOMPUTE_NONE);
+    model_init_params(whole, 1234);
+    int bad_tp = 0, bad_pp = 0, tensors = 0;
+    for (int r = 0; r < 2; r++) {
+        model *sh = make_model(s, r, 2, 0, L + 2, RECOMPUTE_NONE);
+        model_init_params(sh, 1234);
+        for (int i = 0; i < model_param_count(sh); i++) {
+            const param_spec *p = model_param(sh, i);
+            int w = find_param(whole, p->unit, p->name);
+            const float *ref = model_param_data(whole, w), *loc = model_param_data(sh, i);
+            tensors++;
+            for (size_t j = 0; j < p->local_numel; j++)
+                if (loc[j] != ref[param_global_index(p, r, 2, j)]) { bad_tp++; break; }
+        }
+        model_destroy(sh);
+    }
+    CHECK(bad_tp == 0, "%s: tp=2 shards equal the tp=1 slices (%d tensors, %d differ)", what,
+          tensors, bad_tp);
+    model *stage = make_model(s, 0, 1, 2, L + 2, RECOMPUTE_NONE);
+    model_init_params(stage, 1234);
+    for (int i = 0; i < model_param_count(stage); i++) {
+        const param_spec *p = model_param(stage, i);
+        int w = find_param(whole, p->unit, p->name);
+        if (memcmp(model_param_data(stage, i), model_param_data(whole, w), p->local_numel * 4)) bad_pp++;
+    }
+    CHECK(bad_pp == 0, "%s: pipeline stage [2,%d) params equal the whole model's", what, L + 2);
+    if (s->kind == MODEL_GPT) {
+        int e = find_param(whole, 0, "wte"), h = find_param(whole, L + 1, "wte");
+        const param_spec *pe = model_param(whole, e), *ph = model_param(whole, h);
+        CHECK(h >= 0 && ph->tied && !pe->tied &&
+                  !memcmp(model_param_data(whole, e), model_param_data(whole, h), pe->local_numel * 4),
+              "%s: the head's tied wte equals unit 0's", what);
+        /* the init draws the real GPT-2 statistics */
+        const float *wte = model_param_data(whole, e);
+        double sq = 0;
+        for (size_t j = 0; j < pe->local_numel; j++) sq += (double)wte[j] * wte[j];
+        double std = sqrt(sq / pe->local_numel);
+        int pj = find_param(whole, 1, "h.0.attn.proj.w"), lw = find_param(whole, 1, "h.0.ln1.w");
+        CHECK(fabs(std - 0.02) < 0.003 && fabsf(model_param(whole, pj)->init_std - 0.01f) < 1e-6f &&
+                  model_param_data(whole, lw)[3] == 1.0f,
+              "%s: wte std %.4f ~ 0.02, proj std 0.02/sqrt(2L) = %.4f, ln weights 1", what, std,
+              model_param(whole, pj)->init_std);
+    }
+    model_destroy(stage);
+    model_destroy(whole);
+}
+
+/* ---------- reference run: loss and grads of one model ---------- */
+
+typedef struct {
+    double loss;
+    int correct;
+    float **grads; /* per param, copies */
+    size_t *numel;
+    int n;
+} run_result;
+
+static void run_once(model *m, const test_batch *tb, float loss_scale, run_result *r)
+{
+    model_acts *a = model_acts_create(m, TB);
+    model_zero_grads(m);
+    r->loss = model_forward(m, a, &tb->mb, &r->correct);
+    model_backward(m, a, &tb->mb, loss_scale);
+    r->n = model_param_count(m);
+    r->grads = calloc((size_t)r->n, sizeof(float *));
+    r->numel = calloc((size_t)r->n, sizeof(size_t));
+    for (int i = 0; i < r->n; i++) {
+        size_t n = r->numel[i] = model_param(m, i)->local_numel;
+        r->grads[i] = malloc(n * sizeof(float));
+        memcpy(r->grads[i], model_param_grad(m, i), n * sizeof(float));
+    }
+    model_acts_destroy(a);
+}
+
+static void run_free(run_result *r)
+{
+    for (int i = 0; i < r->n; i++) free(r->grads[i]);
+    free(r->grads);
+    free(r->numel);
+}
+
+/* ---------- 3. tensor parallel in two threads ---------- */
+
+typedef struct {
+    pthread_barrier_t bar;
+    float *bufs[2];
+} tp_group;
+
+typedef struct {
+    tp_group *g;
+    int rank;
+    const job_model *spec;
+    const test_batch *tb;
+    model *m;
+    run_result res;
+    long reduces;
+} tp_worker;
+
+/* Both ranks publish, both compute the same reduction in the same order into a
+ * private copy, then write back (the barrier in between keeps reads and writes apart). */
+static void tp_allreduce(void *ctx, float *buf, size_t n, tp_op op)
+{
+    tp_worker *w = ctx;
+    tp_group *g = w->g;
+    g->bufs[w->rank] = buf;
+    pthread_barrier_wait(&g->bar);
+    float *tmp = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float x = g->bufs[0][i], y = g->bufs[1][i];
+        tmp[i] = op == TP_SUM ? x + y : (x > y ? x : y);
+    }
+    pthread_barrier_wait(&g->bar);
+    memcpy(buf, tmp, n * sizeof(float));
+    free(tmp);
+    w->reduces++;
+}
+
+static void *tp_thread(void *arg)
+{
+    tp_worker *w = arg;
+    dt_ops_set_threads(1);
+    w->m = make_model(w->spec, w->rank, 2, 0, w->spec->n_layer + 2, RECOMPUTE_NONE);
+    model_hooks h = {.ctx = w, .tp_allreduce = tp_allreduce};
+    model_set_hooks(w->m, &h);
+    test_init(w->m, 11);
+    run_once(w->m, w->tb, 1.0f, &w->res);
+    return NULL;
+}
+
+static void tp_equivalence(const job_model *s, const char *what)
+{
+    test_batch tb;
+    make_batch(&tb, s, 5);
+    model *ref = make_model(s, 0, 1, 0, s->n_layer + 2, RECOMPUTE_NONE);
+    test_init(ref, 11);
+    run_result rr;
+    run_once(ref, &tb, 1.0f, &rr);
+
+    tp_group g;
+    pthread_barrier_init(&g.bar, NULL, 2);
+    tp_worker w[2];
+    pthread_t th[2];
+    for (int r = 0; r < 2; r++) {
+        w[r] = (tp_worker){.g = &g, .rank = r, .spec = s, .tb = &tb};
+        pthread_create(&th[r], NULL, tp_thread, &w[r]);
+    }
+    for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&g.bar);
+
+    double loss_err = 0, grad_err = 0;
+    char worst[PARAM_NAME_MAX] = "";
+    int sharded = 0;
+    for (int r = 0; r < 2; r++) {
+        loss_err = fmax(loss_err, fabs(w[r].res.loss - rr.loss) / fabs(rr.loss));
+        for (int i = 0; i < model_param_count(w[r].m); i++) {
+            const param_spec *p = model_param(w[r].m, i);
+            int k = find_param(ref, p->unit, p->name);
+            sharded += p->local_numel != model_param(ref, k)->local_numel;
+            /* the slice of the reference this rank holds */
+            float *slice = malloc(p->local_numel * sizeof(float));
+            for (size_t j = 0; j < p->local_numel; j++)
+                slice[j] = rr.grads[k][param_global_index(p, r, 2, j)];
+            double e = tensor_rel_err(w[r].res.grads[i], slice, p->local_numel);
+            if (e > grad_err) { grad_err = e; snprintf(worst, sizeof worst, "%s", p->name); }
+            free(slice);
+        }
+    }
+    CHECK(w[0].reduces > 0 && sharded > 0 && loss_err < 1e-5,
+          "%s: tp=2 (2 threads, %ld all-reduces each) loss %.6f vs tp=1 %.6f: rel err %.1e < 1e-5",
+          what, w[0].reduces, w[0].res.loss, rr.loss, loss_err);
+    CHECK(grad_err < 1e-4, "%s: tp=2 grads (%d sharded tensors) equal tp=1's slices: max rel err "
+          "%.1e (at %s) < 1e-4", what, sharded / 2, grad_err, worst);
+    for (int r = 0; r < 2; r++) {
+        run_free(&w[r].res);
+        model_destroy(w[r].m);
+    }
+    run_free(&rr);
+    model_destroy(ref);
+}
+
+/* ---------- 4. pipeline splits ---------- */
+
+static void pipeline_split(const job_model *s, const int *cuts, int nstages, const char *what)
+{
+    test_batch tb;
+    make_batch(&tb, s, 9);
+    int L = s->n_layer;
+    model *whole = make_model(s, 0, 1, 0, L + 2, RECOMPUTE_NONE);
+    test_init(whole, 11);
+    run_result rr;
+    run_once(whole, &tb, 0.5f, &rr);
+
+    model *st[4];
+    model_acts *ac[4];
+    for (int k = 0; k < nstages; k++) {
+        st[k] = make_model(s, 0, 1, cuts[k], cuts[k + 1], RECOMPUTE_NONE);
+        test_init(st[k], 11);
+        model_zero_grads(st[k]);
+        ac[k] = model_acts_create(st[k], TB);
+    }
+    size_t io = model_acts_io_numel(st[0], TB);
+    double loss = 0;
+    int sent_ok = 1;
+    for (int k = 0; k < nstages; k++) {
+        if (k > 0) memcpy(model_acts_input(ac[k]), model_acts_output(ac[k - 1]), io * sizeof(float));
+        double l = model_forward(st[k], ac[k], &tb.mb, NULL);
+        if (k < nstages - 1 && l != 0) sent_ok = 0;
+        loss += l;
+    }
+    for (int k = nstages - 1; k >= 0; k--) {
+        if (k < nstages - 1)
+            memcpy(model_acts_doutput(ac[k]), model_acts_dinput(ac[k + 1]), io * sizeof(float));
+        model_backward(st[k], ac[k], &tb.mb, 0.5f);
+    }
+    /* the embedding group's all-reduce of the two wte copies */
+    int e = find_param(st[0], 0, "wte"), h = find_param(st[nstages - 1], L + 1, "wte");
+    if (e >= 0 && h >= 0) {
+        float *ge = model_param_grad(st[0], e), *gh = model_param_grad(st[nstages - 1], h);
+        for (size_t j = 0; j < model_param(st[0], e)->local_numel; j++) ge[j] = gh[j] = ge[j] + gh[j];
+    }
+    double grad_err = 0;
+    int compared = 0;
+    for (int k = 0; k < nstages; k++)
+        for (int i = 0; i < model_param_count(st[k]); i++) {
+            const param_spec *p = model_param(st[k], i);
+            int w = find_param(whole, p->unit, p->name);
+            grad_err = fmax(grad_err, tensor_rel_err(model_param_grad(st[k], i), rr.grads[w], p->local_numel));
+            compared++;
+        }
+    CHECK(sent_ok && fabs(loss - rr.loss) <= 1e-6 * fabs(rr.loss) && grad_err < 1e-5 &&
+              compared == model_param_count(whole),
+          "%s: %d pipeline stages give the whole model's loss (%.6f vs %.6f) and grads "
+          "(%d tensors, max rel err %.1e < 1e-5)", what, nstages, loss, rr.loss, compared, grad_err);
+    for (int k = 0; k < nstages; k++) {
+        model_acts_destroy(ac[k]);
+        model_destroy(st[k]);
+    }
+    run_free(&rr);
+    model_destroy(whole);
+}
+
+/* ---------- 5. recompute ---------- */
+
+static void recompute_same(const job_model *s, const char *what)
+{
+    test_batch tb;
+    make_batch(&tb, s, 3);
+    run_result r[2];
+    for (int k = 0; k < 2; k++) {
+        model *m = make_model(s, 0, 1, 0, s->n_layer + 2, k ? RECOMPUTE_BLOCK : RECOMPUTE_NONE);
+        test_init(m, 11);
+        run_once(m, &tb, 1.0f, &r[k]);
+        model_destroy(m);
+    }
+    double err = 0;
+    for (int i = 0; i < r[0].n; i++)
+        err = fmax(err, tensor_rel_err(r[1].grads[i], r[0].grads[i], r[0].numel[i]));
+    CHECK(r[0].loss == r[1].loss && err <= 1e-6,
+          "%s: recompute gives the same loss (%.6f, bitwise) and grads (max rel err %.1e <= 1e-6)",
+          what, r[1].loss, err);
+    run_free(&r[0]);
+    run_free(&r[1]);
+}
+
+/* ---------- hooks: order, and rebinding inside them (the FSDP contract) ---------- */
+
+typedef struct {
+    model *m;
+    int events[64][2];
+    int n;
+    float *good[8], *poison[8], *gbuf[8];
+} hook_rec;
+
+static void rec_before(void *ctx, int unit, model_phase ph)
+{
+    hook_rec *r = ctx;
+    if (r->n < 64) { r->events[r->n][0] = unit; r->events[r->n][1] = ph; }
+    r->n++;
+    /* "gather": point the unit at the good copy; in backward, fresh grads */
+    model_unit_bind(r->m, unit, r->good[unit], ph == PHASE_BACKWARD ? r->gbuf[unit] : NULL);
+}
+
+static void rec_after(void *ctx, int unit, model_phase ph)
+{
+    hook_rec *r = ctx;
+    if (r->n < 64) { r->events[r->n][0] = -1 - unit; r->events[r->n][1] = ph; }
+    r->n++;
+    /* "free": anything the model kept would now read NaNs */
+    model_unit_bind(r->m, unit, r->poison[unit], NULL);
+}
+
+static void hooks_and_rebind(const job_model *s, const char *what)
+{
+    test_batch tb;
+    make_batch(&tb, s, 4);
+    int L = s->n_layer, U = L + 2;
+    model *m = make_model(s, 0, 1, 0, U, RECOMPUTE_BLOCK);
+    test_init(m, 11);
+    run_result ref;
+    run_once(m, &tb, 1.0f, &ref);
+
+    hook_rec r = {.m = m};
+    for (int u = 0; u < U; u++) {
+        size_t n = model_unit_local_numel(m, u);
+        r.good[u] = malloc(n * sizeof(float));
+        memcpy(r.good[u], model_unit_params(m, u), n * sizeof(float));
+        r.poison[u] = malloc(n * sizeof(float));
+        for (size_t j = 0; j < n; j++) r.poison[u][j] = NAN;
+        r.gbuf[u] = calloc(n, sizeof(float));
+        model_unit_bind(m, u, r.poison[u], r.gbuf[u]);
+    }
+    model_hooks h = {.ctx = &r, .before = rec_before, .after = rec_after};
+    model_set_hooks(m, &h);
+    model_acts *a = model_acts_create(m, TB);
+    double loss = model_forward(m, a, &tb.mb, NULL);
+    model_backward(m, a, &tb.mb, 1.0f);
+
+    /* expected order */
+    int exp[64][2], ne = 0;
+    for (int u = 0; u < U; u++) {
+        exp[ne][0] = u; exp[ne++][1] = PHASE_FORWARD;
+        exp[ne][0] = -1 - u; exp[ne++][1] = PHASE_FORWARD;
+    }
+    int tied = s->kind == MODEL_GPT;
+    for (int u = U - 1; u >= 0; u--) {
+        exp[ne][0] = u; exp[ne++][1] = PHASE_BACKWARD;
+        if (!(tied && u == U - 1)) { exp[ne][0] = -1 - u; exp[ne++][1] = PHASE_BACKWARD; }
+    }
+    if (tied) { exp[ne][0] = -U; exp[ne++][1] = PHASE_BACKWARD; }
+    int order_ok = r.n == ne;
+    for (int i = 0; order_ok && i < ne; i++)
+        order_ok = r.events[i][0] == exp[i][0] && r.events[i][1] == exp[i][1];
+    CHECK(order_ok, "%s: hooks run in unit order around each unit (%d events%s)", what, r.n,
+          tied ? ", tied head's after(BACKWARD) last" : "");
+
+    double err = 0;
+    for (int i = 0; i < model_param_count(m); i++) {
+        const param_spec *p = model_param(m, i);
+        err = fmax(err, tensor_rel_err(r.gbuf[p->unit] + p->offset, ref.grads[i], p->local_numel));
+    }
+    CHECK(loss == ref.loss && err == 0,
+          "%s: units rebound in every hook (recompute on) give the same loss and grads (err %.1e)",
+          what, err);
+    model_acts_destroy(a);
+    /* releasing the model's own buffers keeps the foreign bindings */
+    int kept = 1;
+    for (int u = 0; u < U; u++) {
+        model_unit_release(m, u);
+        kept &= model_unit_params(m, u) == r.poison[u] && model_unit_grads(m, u) == r.gbuf[u];
+    }
+    CHECK(kept, "%s: model_unit_release frees the own buffers and keeps the bound ones", what);
+    for (int u = 0; u < U; u++) { free(r.good[u]); free(r.poison[u]); free(r.gbuf[u]); }
+    run_free(&ref);
+    model_destroy(m);
+}
+
+/* ---------- 6. activation bytes, parameter counts, FLOPs ---------- */
+
+/* An ops table that counts live bytes, to see what model_acts_create allocates. */
+static dt_ops counting;
+static size_t live_bytes;
+#define HDR 64 /* keeps the returned pointer 64-byte aligned like the CPU backend's */
+
+static void *count_alloc(size_t bytes)
+{
+    char *p = dt_ops_cpu.alloc(bytes + HDR);
+    if (!p) return NULL;
+    *(size_t *)p = bytes;
+    live_bytes += bytes;
+    return p + HDR;
+}
+
+static void count_free(void *q)
+{
+    if (!q) return;
+    char *p = (char *)q - HDR;
+    live_bytes -= *(size_t *)p;
+    dt_ops_cpu.free(p);
+}
+
+static size_t measured_acts(const job_model *s, int ub, int ue, int tp_rank, int tp, recompute_kind rc, int B)
+{
+    model_shard sh = {.tp_rank = tp_rank, .tp_size = tp, .unit_begin = ub, .unit_end = ue};
+    model *m = model_create(s, &sh, &counting, rc);
+    size_t before = live_bytes;
+    model_acts *a = model_acts_create(m, B);
+    size_t got = live_bytes - before;
+    model_acts_destroy(a);
+    model_destroy(m);
+    return got;
+}
+
+static void acts_sizes(void)
+{
+    counting = dt_ops_cpu;
+    counting.alloc = count_alloc;
+    counting.free = count_free;
+    job_model specs[2] = {gpt_spec(), vit_spec()};
+    int all_equal = 1, cases = 0;
+    for (int k = 0; k < 2; k++) {
+        int L = specs[k].n_layer;
+        int shards[5][2] = {{0, L + 2}, {0, 2}, {2, L + 2}, {1, 2}, {L + 1, L + 2}};
+        for (int j = 0; j < 5; j++)
+            for (int rc = 0; rc < 2; rc++)
+                for (int tp = 1; tp <= 2; tp++) {
+                    model_shard sh = {.tp_rank = tp - 1, .tp_size = tp, .unit_begin = shards[j][0],
+                                      .unit_end = shards[j][1]};
+                    size_t want = model_acts_bytes(&specs[k], &sh, 3, (recompute_kind)rc);
+                    size_t got = measured_acts(&specs[k], shards[j][0], shards[j][1], tp - 1, tp,
+                                               (recompute_kind)rc, 3);
+                    all_equal &= want == got && got > 0;
+                    cases++;
+                }
+    }
+    CHECK(all_equal && live_bytes == 0,
+          "model_acts_bytes == bytes model_acts_create allocates (%d shard/tp/recompute cases)", cases);
+
+    /* recompute drops all but one block's saved tensors: with L = 4 the saving
+     * is 3 block sets, with L = 2 one set, and one set is what the block keeps */
+    job_model g2 = gpt_spec(), g4 = gpt_spec();
+    g4.n_layer = 4;
+    model_shard w2 = {0, 1, 0, 4}, w4 = {0, 1, 0, 6};
+    size_t s2 = model_acts_bytes(&g2, &w2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &w2, TB, RECOMPUTE_BLOCK);
+    size_t s4 = model_acts_bytes(&g4, &w4, TB, RECOMPUTE_NONE) - model_acts_bytes(&g4, &w4, TB, RECOMPUTE_BLOCK);
+    size_t N = TB * 8, C = 16, F = 64, att = TB * 2 * 8 * 8;
+    /* ln1, r2, ln2 [N,C]; qkv [N,3C]; atty [N,C]; 2 means + 2 rstds [N]; att; fc, gelu [N,F] */
+    size_t set_floats = 3 * N * C + 3 * N * C + N * C + 4 * N + att + 2 * N * F;
+    CHECK(s4 == 3 * s2 && s2 >= set_floats * 4 && s2 < set_floats * 4 + 12 * 64,
+          "recompute saves (L-1) block sets: %zu bytes at L=4 = 3 x %zu at L=2 (%zu floats per set)",
+          s4, s2, set_floats);
+    /* one more block held = one more saved set + one more residual-stream buffer */
+    model_shard b1 = {0, 1, 1, 2}, b2 = {0, 1, 1, 3};
+    size_t d = model_acts_bytes(&g2, &b2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &b1, TB, RECOMPUTE_NONE);
+    CHECK(d == s2 + N * C * 4, "a stage with one more block needs %zu more bytes (a set + a stream)", d);
+    model_shard tp1 = {0, 1, 0, 4}, tp2 = {0, 2, 0, 4};
+    CHECK(model_acts_bytes(&g2, &tp2, TB, RECOMPUTE_NONE) < model_acts_bytes(&g2, &tp1, TB, RECOMPUTE_NONE),
+          "a tp=2 shard keeps fewer activation bytes than tp=1");
+}
+
+static void preset_counts(void)
+{
+    job_model g;
+    memset(&g, 0, sizeof g);
+    g.kind = MODEL_GPT;
+    g.n_layer = 12; g.n_head = 12; g.d_model = 768; g.d_ff = 3072; g.vocab_size = 50257; g.seq_len = 1024;
+    size_t total = 0;
+    for (int u = 0; u < model_n_units(&g); u++) total += model_unit_numel(&g, u, 0, 1);
+    param_spec wte;
+    model_unit_param_spec(&g, g.n_layer + 1, 2, 0, 1, &wte);
+    CHECK(wte.tied && total - wte.local_numel == 124439808,
+          "gpt2-124m: %zu params with the tied head counted once (124,439,808)", total - wte.local_numel);
+    /* tp shards add up: sharded tensors split, replicated ones repeat */
+    size_t t0 = 0, t1 = 0;
+    for (int u = 0; u < model_n_units(&g); u++) {
+        t0 += model_unit_numel(&g, u, 0, 4);
+        t1 += model_unit_numel(&g, u, 3, 4);
+    }
+    param_spec q0, q3;
+    model_unit_param_spec(&g, 1, 2, 0, 4, &q0);
+    model_unit_param_spec(&g, 1, 2, 3, 4, &q3);
+    CHECK(q0.local_shape[0] == 576 && q3.local_numel == 576 * 768 && t0 != t1 &&
+              param_global_index(&q3, 3, 4, 0) == (size_t)576 * 768 &&
+              param_global_index(&q3, 3, 4, 192 * 768) == (size_t)(768 + 576) * 768,
+          "qkv under tp=4: each rank holds 3 x 192 rows, q/k/v split separately (vocab 50257 "
+          "splits unevenly: rank 0 %zu vs rank 3 %zu params)", t0, t1);
+
+    job_model v;
+    memset(&v, 0, sizeof v);
+    v.kind = MODEL_VIT;
+    v.n_layer = 12; v.n_head = 12; v.d_model = 768; v.d_ff = 3072;
+    v.image_size = 224; v.patch_size = 16; v.channels = 3; v.n_classes = 1000;
+    total = 0;
+    for (int u = 0; u < model_n_units(&v); u++) total += model_unit_numel(&v, u, 0, 1);
+    CHECK(total == 86567656 && model_seq_len(&v) == 197,
+          "vit-b16 (224px, 1000 classes): %zu params (timm: 86,567,656), seq 197", total);
+
+    /* 6 * matmul weights * T + 12 L T^2 C; recompute adds the blocks' forward to the MLP proj */
+    double C = 768, T = 1024, F = 3072, L = 12;
+    double matmul_w = L * (4 * C * C + 2 * C * F) + 50257 * C;
+    double want = 6 * matmul_w * T + 12 * L * T * T * C;
+    double want_rc = want + 2 * T * L * (4 * C * C + C * F) + 4 * L * T * T * C;
+    CHECK(fabs(model_flops_per_sample(&g, RECOMPUTE_NONE) - want) < 1 &&
+              fabs(model_flops_per_sample(&g, RECOMPUTE_BLOCK) - want_rc) < 1,
+          "gpt2-124m: %.4g FLOPs per sequence (%.4g with recompute)", want, want_rc);
+}
+
+/* ---------- training sanity ---------- */
+
+static void train_sanity(const job_model *s, const char *what)
+{
+    model *m = make_model(s, 0, 1, 0, s->n_layer + 2, RECOMPUTE_NONE);
+    model_init_params(m, 42);
+    model_acts *a = model_acts_create(m, TB);
+    test_batch tb;
+    make_batch(&tb, s, 1);
+    int U = model_n_units(s);
+    float *mom[8], *var[8];
+    for (int u = 0; u < U; u++) {
+        mom[u] = calloc(model_unit_local_numel(m, u), sizeof(float));
+        var[u] = calloc(model_unit_local_numel(m, u), sizeof(float));
+    }
+    float scale = 1.0f / (s->kind == MODEL_GPT ? TB * s->seq_len : TB);
+    double first = 0, last = 0;
+    int correct = 0;
+    for (int step = 1; step <= 50; step++) {
+        model_zero_grads(m);
+        double l = model_forward(m, a, &tb.mb, &correct) * scale;
+        model_backward(m, a, &tb.mb, scale);
+        for (int u = 0; u < U; u++)
+            ops->adamw(model_unit_params(m, u), model_unit_grads(m, u), mom[u], var[u],
+                       model_unit_local_numel(m, u), 1e-2f, 0.9f, 0.95f, 1e-8f, 0.0f, step);
+        if (step == 1) first = l;
+        last = l;
+    }
+    CHECK(last < 0.5 * first, "%s: 50 AdamW steps on a fixed batch: loss %.3f -> %.3f (> 50%% down)",
+          what, first, last);
+    if (s->kind == MODEL_GPT) {
+        int e = find_param(m, 0, "wte"), h = find_param(m, s->n_layer + 1, "wte");
+        CHECK(!memcmp(model_param_data(m, e), model_param_data(m, h), model_param(m, e)->local_numel * 4),
+              "%s: the two wte copies are still identical after 50 steps", what);
+    } else {
+        CHECK(correct == TB, "%s: after fitting, %d of %d images counted correct", what, correct, TB);
+    }
+    for (int u = 0; u < U; u++) { free(mom[u]); free(var[u]); }
+    model_acts_destroy(a);
+    model_destroy(m);
+}
+
+/* A batch smaller than the activations' capacity (an evaluation's last one). */
+static void smaller_batch(const job_model *s, const char *what)
+{
+    test_batch tb;
+    make_batch(&tb, s, 8);
+    model *m = make_model(s, 0, 1, 0, s->n_layer + 2, RECOMPUTE_NONE);
+    test_init(m, 11);
+    model_acts *exact = model_acts_create(m, TB), *big = model_acts_create(m, TB + 3);
+    double l1 = model_forward(m, exact, &tb.mb, NULL);
+    double l2 = model_forward(m, big, &tb.mb, NULL);
+    CHECK(l1 == l2 && model_acts_output(big) == model_acts_input(big) + model_acts_io_numel(m, TB + 3) * 2,
+          "%s: a batch of %d in activations sized for %d gives the same loss (%.6f)", what, TB, TB + 3, l2);
+    model_acts_destroy(exact);
+    model_acts_destroy(big);
+    model_destroy(m);
+}
+
+int main(void)
+{
+    dt_ops_set_threads(1);
+    job_model g = gpt_spec(), v = vit_spec();
+    grad_check(&g, "gpt");
+    grad_check(&v, "vit");
+    init_layout(&g, "gpt");
+    init_layout(&v, "vit");
+    tp_equivalence(&g, "gpt");
+    tp_equivalence(&v, "vit");
+    job_model g33 = gpt_spec();
+    g33.vocab_size = 33; /* vocab rows split unevenly: 16 + 17 */
+    tp_equivalence(&g33, "gpt V=33");
+    int two[3] = {0, 2, 4}, three[4] = {0, 1, 3, 4};
+    pipeline_split(&g, two, 2, "gpt [0,2)+[2,4)");
+    pipeline_split(&g, three, 3, "gpt [0,1)+[1,3)+[3,4)");
+    pipeline_split(&v, two, 2, "vit [0,2)+[2,4)");
+    pipeline_split(&v, three, 3, "vit [0,1)+[1,3)+[3,4)");
+    recompute_same(&g, "gpt");
+    recompute_same(&v, "vit");
+    hooks_and_rebind(&g, "gpt");
+    hooks_and_rebind(&v, "vit");
+    acts_sizes();
+    preset_counts();
+    smaller_batch(&g, "gpt");
+    smaller_batch(&v, "vit");
+    train_sanity(&g, "gpt");
+    train_sanity(&v, "vit");
+    CHECK_DONE();
+}
