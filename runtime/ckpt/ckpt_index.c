@@ -1,0 +1,236 @@
+/* ckpt_index.c — index.json, the commit record of a checkpoint step.
+ *
+ * Numbers that must be exact beyond 2^53 (the seed, the 64-bit checksums) are
+ * strings: JSON numbers are doubles to most readers. The job YAML is last so a
+ * person reading the file sees the layout and the files first. */
+#include "runtime/ckpt/ckpt_internal.h"
+
+#include <cJSON.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    const char *key;
+    size_t off;
+} model_ints[] = {
+    {"n_layer", offsetof(job_model, n_layer)},       {"n_head", offsetof(job_model, n_head)},
+    {"d_model", offsetof(job_model, d_model)},       {"d_ff", offsetof(job_model, d_ff)},
+    {"vocab_size", offsetof(job_model, vocab_size)}, {"seq_len", offsetof(job_model, seq_len)},
+    {"image_size", offsetof(job_model, image_size)}, {"patch_size", offsetof(job_model, patch_size)},
+    {"channels", offsetof(job_model, channels)},     {"n_classes", offsetof(job_model, n_classes)},
+};
+#define N_MODEL_INTS (int)(sizeof model_ints / sizeof model_ints[0])
+
+char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    char buf[64];
+    int ok = cJSON_AddStringToObject(o, "format", CKPT_FORMAT_INDEX) &&
+             cJSON_AddNumberToObject(o, "version", CKPT_VERSION) &&
+             cJSON_AddNumberToObject(o, "step", (double)meta->step);
+    snprintf(buf, sizeof buf, "%llu", meta->seed);
+    ok = ok && cJSON_AddStringToObject(o, "seed", buf);
+    cJSON *lay = ok ? cJSON_AddObjectToObject(o, "layout") : NULL;
+    ok = lay && cJSON_AddNumberToObject(lay, "dp", meta->dp) &&
+         cJSON_AddNumberToObject(lay, "tp", meta->tp) && cJSON_AddNumberToObject(lay, "pp", meta->pp) &&
+         cJSON_AddNumberToObject(lay, "world", meta->world) &&
+         cJSON_AddStringToObject(lay, "mode", meta->mode ? meta->mode : "none");
+    if (ok && meta->model) {
+        cJSON *m = cJSON_AddObjectToObject(o, "model");
+        ok = m && cJSON_AddStringToObject(m, "kind", meta->model->kind == MODEL_VIT ? "vit" : "gpt") &&
+             cJSON_AddStringToObject(m, "preset", meta->model->preset);
+        for (int i = 0; ok && i < N_MODEL_INTS; i++)
+            ok = cJSON_AddNumberToObject(m, model_ints[i].key,
+                                         *(const int *)((const char *)meta->model + model_ints[i].off)) != NULL;
+    }
+    cJSON *loss = ok ? cJSON_AddArrayToObject(o, "loss_tail") : NULL;
+    ok = loss != NULL;
+    for (int i = 0; ok && i < meta->n_loss; i++)
+        ok = cJSON_AddItemToArray(loss, cJSON_CreateNumber(meta->loss_tail[i]));
+    cJSON *fl = ok ? cJSON_AddArrayToObject(o, "files") : NULL;
+    ok = fl != NULL;
+    for (int r = 0; ok && r < meta->world; r++) {
+        cJSON *f = cJSON_CreateObject();
+        ok = f && cJSON_AddItemToArray(fl, f);
+        ckpt_rank_filename(buf, sizeof buf, r);
+        ok = ok && cJSON_AddNumberToObject(f, "rank", r) && cJSON_AddStringToObject(f, "name", buf) &&
+             cJSON_AddNumberToObject(f, "size", (double)files[r].size);
+        snprintf(buf, sizeof buf, "%016" PRIx64, files[r].hash);
+        ok = ok && cJSON_AddStringToObject(f, "xxh3", buf);
+    }
+    ok = ok && cJSON_AddStringToObject(o, "job", meta->job_yaml ? meta->job_yaml : "");
+    char *s = ok ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
+
+static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...)
+{
+    int k = snprintf(err, errlen, "%s: ", path);
+    if (k >= 0 && (size_t)k < errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
+        va_end(ap);
+    }
+    if (errlen) st_one_line(err);
+    return -1;
+}
+
+/* An integer JSON number in [lo, hi]. */
+static int get_int(const cJSON *o, const char *key, double lo, double hi, long *out)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= lo && d <= hi) || d != floor(d)) return 0;
+    *out = (long)d;
+    return 1;
+}
+
+static int parse_u64(const char *s, int base, uint64_t *out)
+{
+    if (!s || !*s || strlen(s) > 20) return 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, base);
+    if (*end || *s == '-' || *s == '+' || *s == ' ') return 0;
+    *out = v;
+    return 1;
+}
+
+int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index *ix, char *err,
+                      size_t errlen)
+{
+    memset(ix, 0, sizeof *ix);
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    int rc = -1;
+    long v;
+    if (!cJSON_IsObject(o)) {
+        fail(err, errlen, path, "not a JSON object (corrupt index)");
+        goto out;
+    }
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CKPT_FORMAT_INDEX) != 0) {
+        fail(err, errlen, path, "not a dtrun checkpoint index (format is not \"%s\")", CKPT_FORMAT_INDEX);
+        goto out;
+    }
+    if (!get_int(o, "version", 1, 1e6, &v) || v != CKPT_VERSION) {
+        fail(err, errlen, path, "unsupported version (this dtrun reads version %d)", CKPT_VERSION);
+        goto out;
+    }
+    ckpt_info *in = &ix->info;
+    if (!get_int(o, "step", 0, 1e15, &in->step)) {
+        fail(err, errlen, path, "bad or missing 'step'");
+        goto out;
+    }
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(o, "seed");
+    uint64_t s64;
+    if (!cJSON_IsString(seed) || !parse_u64(seed->valuestring, 10, &s64)) {
+        fail(err, errlen, path, "bad or missing 'seed' (a decimal string)");
+        goto out;
+    }
+    in->seed = s64;
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
+    long dp, tp, pp, world;
+    const cJSON *mode = cJSON_GetObjectItemCaseSensitive(lay, "mode");
+    if (!cJSON_IsObject(lay) || !get_int(lay, "dp", 1, CKPT_MAX_WORLD, &dp) ||
+        !get_int(lay, "tp", 1, CKPT_MAX_WORLD, &tp) || !get_int(lay, "pp", 1, CKPT_MAX_WORLD, &pp) ||
+        !get_int(lay, "world", 1, CKPT_MAX_WORLD, &world) || !cJSON_IsString(mode) ||
+        strlen(mode->valuestring) >= sizeof in->mode) {
+        fail(err, errlen, path, "bad or missing 'layout' (dp, tp, pp, world, mode)");
+        goto out;
+    }
+    in->dp = (int)dp;
+    in->tp = (int)tp;
+    in->pp = (int)pp;
+    in->world = (int)world;
+    snprintf(in->mode, sizeof in->mode, "%s", mode->valuestring);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (m) {
+        const cJSON *kind = cJSON_GetObjectItemCaseSensitive(m, "kind");
+        const cJSON *preset = cJSON_GetObjectItemCaseSensitive(m, "preset");
+        if (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "gpt") && strcmp(kind->valuestring, "vit")) ||
+            !cJSON_IsString(preset) || strlen(preset->valuestring) >= sizeof in->model.preset) {
+            fail(err, errlen, path, "bad 'model' (kind gpt or vit, preset)");
+            goto out;
+        }
+        in->model.kind = strcmp(kind->valuestring, "vit") == 0 ? MODEL_VIT : MODEL_GPT;
+        snprintf(in->model.preset, sizeof in->model.preset, "%s", preset->valuestring);
+        for (int i = 0; i < N_MODEL_INTS; i++) {
+            if (!get_int(m, model_ints[i].key, 0, 1e9, &v)) {
+                fail(err, errlen, path, "bad 'model.%s'", model_ints[i].key);
+                goto out;
+            }
+            *(int *)((char *)&in->model + model_ints[i].off) = (int)v;
+        }
+        in->has_model = 1;
+    }
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss_tail");
+    if (!cJSON_IsArray(loss)) {
+        fail(err, errlen, path, "bad or missing 'loss_tail'");
+        goto out;
+    }
+    int nl = cJSON_GetArraySize(loss);
+    ix->loss = calloc((size_t)nl + 1, sizeof(double));
+    if (!ix->loss) {
+        fail(err, errlen, path, "out of memory");
+        goto out;
+    }
+    for (const cJSON *c = loss->child; c; c = c->next)
+        /* a NaN loss was printed as null: keep it a NaN */
+        ix->loss[in->n_loss++] = cJSON_IsNumber(c) ? c->valuedouble : NAN;
+    in->loss_tail = ix->loss;
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(o, "files");
+    if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) != in->world) {
+        fail(err, errlen, path, "'files' does not list the %d rank files of the layout", in->world);
+        goto out;
+    }
+    ix->files = calloc((size_t)in->world, sizeof *ix->files);
+    if (!ix->files) {
+        fail(err, errlen, path, "out of memory");
+        goto out;
+    }
+    int r = 0;
+    for (const cJSON *f = files->child; f; f = f->next, r++) {
+        char want[64];
+        ckpt_rank_filename(want, sizeof want, r);
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(f, "name");
+        const cJSON *hash = cJSON_GetObjectItemCaseSensitive(f, "xxh3");
+        long rank, size;
+        /* the name is rebuilt from the rank, never taken from the file: an index
+         * must not point a reader at ../../anything */
+        if (!get_int(f, "rank", 0, CKPT_MAX_WORLD, &rank) || rank != r || !cJSON_IsString(name) ||
+            strcmp(name->valuestring, want) != 0 || !get_int(f, "size", 8, 9007199254740992.0, &size) ||
+            !cJSON_IsString(hash) || strlen(hash->valuestring) != 16 ||
+            !parse_u64(hash->valuestring, 16, &ix->files[r].hash)) {
+            fail(err, errlen, path, "files[%d] is not {rank: %d, name: \"%s\", size, xxh3}", r, r, want);
+            goto out;
+        }
+        ix->files[r].size = (uint64_t)size;
+    }
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(o, "job");
+    ix->job = strdup(cJSON_IsString(job) ? job->valuestring : "");
+    if (!ix->job) {
+        fail(err, errlen, path, "out of memory");
+        goto out;
+    }
+    in->job_yaml = ix->job;
+    rc = 0;
+out:
+    cJSON_Delete(o);
+    if (rc != 0) ckpt_index_free(ix);
+    return rc;
+}
+
+void ckpt_index_free(ckpt_index *ix)
+{
+    free(ix->job);
+    free(ix->loss);
+    free(ix->files);
+    memset(ix, 0, sizeof *ix);
+}
