@@ -1,0 +1,442 @@
+/* sizes.c — per-category memory of a worker (see sizes.h for the contract).
+ *
+ * Everything derives from three model facts: model_unit_numel (parameters per unit
+ * and tp rank), model_acts_bytes (one micro-batch's activations on a shard) and the
+ * FLOP terms of model_flops_per_sample (for the stage split); plus comm_chunk (how
+ * a sharded unit is split) and the pipeline schedule (how many micro-batches are
+ * alive at once). */
+#include "runtime/parallel/sizes.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/comm/comm.h"
+#include "runtime/model/model.h"
+#include "runtime/parallel/pp_partition.h"
+
+#define MIB ((size_t)1 << 20)
+
+/* The stage split and the schedule, shared (reference counted) between sizes
+ * objects of jobs that agree on what they depend on: a search over thousands of
+ * layouts rebuilds them only when pp, virtual stages, recompute (the split) or
+ * the schedule and microbatches change. */
+typedef struct {
+    int refs;
+    job_model model;
+    int pp, v;
+    recompute_kind rc;
+    int *first_unit; /* [pp * v + 1] */
+} shared_split;
+
+typedef struct {
+    int refs;
+    pp_schedule_kind kind;
+    int pp, m, v;
+    pp_schedule schedule;
+} shared_schedule;
+
+struct sizes {
+    job_spec job;
+    sizes_env env;
+    int mixed;
+    int chunks;
+    shared_split *split;
+    shared_schedule *sched; /* NULL when pp = 1 */
+    const int *first_unit;  /* split->first_unit */
+    int hsdp_group;
+    /* numel of the embedding, of any block (all blocks have the same shapes) and
+     * of the head, per tp rank: model_unit_numel formats parameter names, too slow
+     * to call per unit inside the planner's search */
+    size_t *numel_emb, *numel_block, *numel_head; /* [tp] */
+};
+
+static int gcd(int a, int b)
+{
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
+{
+    double C = m->d_model, F = m->d_ff, seq = model_seq_len(m);
+    int L = m->n_layer;
+    if (unit == 0) {
+        if (m->kind == MODEL_GPT) return 0.0; /* a lookup, not a matmul */
+        double kin = (double)m->channels * m->patch_size * m->patch_size;
+        return 6.0 * C * kin * (seq - 1);
+    }
+    if (unit <= L) {
+        double f = 6.0 * seq * (4.0 * C * C + 2.0 * C * F) + 12.0 * seq * seq * C;
+        if (rc == RECOMPUTE_BLOCK) f += 2.0 * seq * (4.0 * C * C + C * F) + 4.0 * seq * seq * C;
+        return f;
+    }
+    if (m->kind == MODEL_GPT) return 6.0 * m->vocab_size * C * seq;
+    return 6.0 * m->n_classes * C;
+}
+
+size_t sizes_model_numel(const job_model *m, size_t *distinct)
+{
+    int L = m->n_layer;
+    size_t total = model_unit_numel(m, 0, 0, 1) + (size_t)L * model_unit_numel(m, 1, 0, 1) +
+                   model_unit_numel(m, L + 1, 0, 1);
+    if (distinct)
+        *distinct = total - (m->kind == MODEL_GPT ? (size_t)m->vocab_size * (size_t)m->d_model : 0);
+    return total;
+}
+
+static void split_release(shared_split *sp)
+{
+    if (sp && --sp->refs == 0) {
+        free(sp->first_unit);
+        free(sp);
+    }
+}
+
+static void schedule_release(shared_schedule *sc)
+{
+    if (sc && --sc->refs == 0) {
+        pp_schedule_free(&sc->schedule);
+        free(sc);
+    }
+}
+
+static shared_split *split_get(const job_spec *job, const sizes *donor, char *err, size_t errlen)
+{
+    const job_parallel *par = &job->parallel;
+    shared_split *d = donor ? donor->split : NULL;
+    if (d && d->pp == par->pp && d->v == par->virtual_stages && d->rc == job->train.recompute &&
+        memcmp(&d->model, &job->model, sizeof d->model) == 0) {
+        d->refs++;
+        return d;
+    }
+    int n_units = model_n_units(&job->model);
+    shared_split *sp = calloc(1, sizeof *sp);
+    double *cost = malloc((size_t)n_units * sizeof(double));
+    if (sp) sp->first_unit = malloc((size_t)(par->pp * par->virtual_stages + 1) * sizeof(int));
+    if (!sp || !cost || !sp->first_unit) {
+        if (sp) free(sp->first_unit);
+        free(sp), free(cost);
+        snprintf(err, errlen, "sizes: out of memory");
+        return NULL;
+    }
+    *sp = (shared_split){1, job->model, par->pp, par->virtual_stages, job->train.recompute, sp->first_unit};
+    for (int u = 0; u < n_units; u++) cost[u] = sizes_unit_flops(&job->model, u, job->train.recompute);
+    int rc = pp_partition(cost, n_units, par->pp, par->virtual_stages, sp->first_unit, err, errlen);
+    free(cost);
+    if (rc) {
+        split_release(sp);
+        return NULL;
+    }
+    return sp;
+}
+
+static shared_schedule *schedule_get(const job_spec *job, const sizes *donor, char *err, size_t errlen)
+{
+    const job_parallel *par = &job->parallel;
+    shared_schedule *d = donor ? donor->sched : NULL;
+    if (d && d->kind == par->pp_schedule && d->pp == par->pp && d->m == par->microbatches &&
+        d->v == par->virtual_stages) {
+        d->refs++;
+        return d;
+    }
+    shared_schedule *sc = calloc(1, sizeof *sc);
+    if (!sc) {
+        snprintf(err, errlen, "sizes: out of memory");
+        return NULL;
+    }
+    *sc = (shared_schedule){.refs = 1, .kind = par->pp_schedule, .pp = par->pp, .m = par->microbatches,
+                            .v = par->virtual_stages};
+    if (pp_schedule_build(&sc->schedule, par->pp_schedule, par->pp, par->microbatches, par->virtual_stages, err,
+                          errlen)) {
+        schedule_release(sc);
+        return NULL;
+    }
+    return sc;
+}
+
+sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const sizes *donor, char *err,
+                            size_t errlen)
+{
+    const job_parallel *par = &job->parallel;
+    sizes *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "sizes: out of memory");
+        return NULL;
+    }
+    s->job = *job;
+    s->env = *env;
+    s->mixed = env->gpu && job->train.precision == PREC_BF16;
+    s->chunks = par->pp * par->virtual_stages;
+    int tp = par->tp, n_units = model_n_units(&job->model);
+    s->numel_emb = malloc((size_t)tp * sizeof(size_t));
+    s->numel_block = malloc((size_t)tp * sizeof(size_t));
+    s->numel_head = malloc((size_t)tp * sizeof(size_t));
+    if (!s->numel_emb || !s->numel_block || !s->numel_head) {
+        sizes_destroy(s);
+        snprintf(err, errlen, "sizes: out of memory");
+        return NULL;
+    }
+    s->split = split_get(job, donor, err, errlen);
+    if (!s->split) {
+        sizes_destroy(s);
+        return NULL;
+    }
+    s->first_unit = s->split->first_unit;
+    if (par->pp > 1 && !(s->sched = schedule_get(job, donor, err, errlen))) {
+        sizes_destroy(s);
+        return NULL;
+    }
+    /* the donor's numel tables hold when the model and tp agree */
+    int same_numel = donor && donor->job.parallel.tp == tp &&
+                     memcmp(&donor->job.model, &job->model, sizeof job->model) == 0;
+    for (int r = 0; r < tp; r++) {
+        s->numel_emb[r] = same_numel ? donor->numel_emb[r] : model_unit_numel(&job->model, 0, r, tp);
+        s->numel_block[r] = same_numel ? donor->numel_block[r] : model_unit_numel(&job->model, 1, r, tp);
+        s->numel_head[r] = same_numel ? donor->numel_head[r] : model_unit_numel(&job->model, n_units - 1, r, tp);
+    }
+    int per_node = env->ranks_per_node >= 1 ? env->ranks_per_node : par->dp * par->pp * tp;
+    int dp_in_node = per_node / tp > 0 ? per_node / tp : 1;
+    s->hsdp_group = gcd(par->dp, dp_in_node);
+    return s;
+}
+
+sizes *sizes_create(const job_spec *job, const sizes_env *env, char *err, size_t errlen)
+{
+    return sizes_create_reusing(job, env, NULL, err, errlen);
+}
+
+void sizes_destroy(sizes *s)
+{
+    if (!s) return;
+    split_release(s->split);
+    schedule_release(s->sched);
+    free(s->numel_emb);
+    free(s->numel_block);
+    free(s->numel_head);
+    free(s);
+}
+
+const job_spec *sizes_job(const sizes *s) { return &s->job; }
+int sizes_mixed(const sizes *s) { return s->mixed; }
+size_t sizes_param_elem_bytes(const sizes *s) { return s->mixed ? 2 : 4; }
+size_t sizes_grad_elem_bytes(const sizes *s) { return s->mixed ? 2 : 4; }
+int sizes_chunks(const sizes *s) { return s->chunks; }
+const int *sizes_first_unit(const sizes *s) { return s->first_unit; }
+const pp_schedule *sizes_schedule(const sizes *s) { return s->sched ? &s->sched->schedule : NULL; }
+
+size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank)
+{
+    if (unit == 0) return s->numel_emb[tp_rank];
+    if (unit <= s->job.model.n_layer) return s->numel_block[tp_rank];
+    return s->numel_head[tp_rank];
+}
+
+int sizes_shard_group(const sizes *s, sizes_shard_of what)
+{
+    shard_mode mode = s->job.parallel.mode;
+    int dp = s->job.parallel.dp;
+    if (mode == SHARD_HSDP) return s->hsdp_group;
+    switch (what) {
+    case SHARD_OF_PARAM: return mode == SHARD_FSDP ? dp : 1;
+    case SHARD_OF_GRAD: return mode == SHARD_FSDP || mode == SHARD_ZERO2 ? dp : 1;
+    default: return mode == SHARD_NONE ? 1 : dp;
+    }
+}
+
+/* HSDP's shard groups are runs of consecutive dp ranks, which sit in one node
+ * because tp varies fastest and dp next in the mesh. */
+int sizes_shard_rank(const sizes *s, sizes_shard_of what, int dp_rank)
+{
+    return dp_rank % sizes_shard_group(s, what);
+}
+
+size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, size_t *lo)
+{
+    size_t n = sizes_unit_numel(s, unit, at.tp), off, len;
+    comm_chunk(n, sizes_shard_group(s, what), sizes_shard_rank(s, what, at.dp), &off, &len);
+    if (lo) *lo = off;
+    return len;
+}
+
+/* Units [*begin, *end) of global chunk c. */
+static void chunk_units(const sizes *s, int c, int *begin, int *end)
+{
+    *begin = s->first_unit[c];
+    *end = s->first_unit[c + 1];
+}
+
+/* What the units of one rank add up to, in one pass over them. */
+typedef struct {
+    size_t numel;               /* whole units (tp-local) */
+    size_t shard[3];            /* per sizes_shard_of: the rank's slices */
+    size_t largest;             /* the largest unit */
+} held_totals;
+
+static held_totals held(const sizes *s, sizes_at at)
+{
+    held_totals h;
+    memset(&h, 0, sizeof h);
+    int pp = s->job.parallel.pp;
+    for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
+        int b, e;
+        chunk_units(s, pp_chunk_id(at.pp, local, pp), &b, &e);
+        for (int u = b; u < e; u++) {
+            size_t n = sizes_unit_numel(s, u, at.tp);
+            h.numel += n;
+            if (n > h.largest) h.largest = n;
+            for (int w = SHARD_OF_PARAM; w <= SHARD_OF_OPTIM; w++)
+                h.shard[w] += sizes_shard(s, (sizes_shard_of)w, u, at, NULL);
+        }
+    }
+    return h;
+}
+
+static size_t largest_held_unit(const sizes *s, sizes_at at)
+{
+    return held(s, at).largest;
+}
+
+size_t sizes_gather_numel(const sizes *s, sizes_at at)
+{
+    shard_mode mode = s->job.parallel.mode;
+    if (mode != SHARD_FSDP && mode != SHARD_HSDP) return 0;
+    if (sizes_shard_group(s, SHARD_OF_PARAM) == 1) return 0; /* nothing to gather */
+    return largest_held_unit(s, at);
+}
+
+int sizes_gather_buffers(const sizes *s) { (void)s; return 2; }
+
+size_t sizes_reduce_numel(const sizes *s, sizes_at at)
+{
+    if (s->job.parallel.mode != SHARD_ZERO2 || s->job.parallel.dp == 1) return 0;
+    return largest_held_unit(s, at);
+}
+
+int sizes_reduce_buffers(const sizes *s) { (void)s; return 2; }
+
+size_t sizes_bucket_numel(const sizes *s, sizes_at at)
+{
+    shard_mode mode = s->job.parallel.mode;
+    if ((mode != SHARD_NONE && mode != SHARD_ZERO1) || s->job.parallel.dp == 1) return 0;
+    size_t bucket = (size_t)s->job.parallel.bucket_mb * MIB / sizes_grad_elem_bytes(s);
+    size_t grads = held(s, at).numel;
+    return bucket < grads ? bucket : grads;
+}
+
+static model_shard chunk_shard(const sizes *s, int chunk, int tp_rank)
+{
+    model_shard sh = {tp_rank, s->job.parallel.tp, 0, 0};
+    chunk_units(s, chunk, &sh.unit_begin, &sh.unit_end);
+    return sh;
+}
+
+size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank)
+{
+    model_shard sh = chunk_shard(s, chunk, tp_rank);
+    return model_acts_bytes(&s->job.model, &sh, s->job.train.micro_batch, s->job.train.recompute);
+}
+
+int sizes_acts_slots(const sizes *s, int chunk)
+{
+    if (!s->sched) return 1;
+    return pp_schedule_peak_in_flight_chunk(&s->sched->schedule, chunk);
+}
+
+/* What the head's buffers add to one model_acts of the last chunk: the difference
+ * to the same units without the head, so the model's layout stays its own. A
+ * stage without the head also receives the output gradient (model_acts_doutput,
+ * [B, seq, C] floats, NULL with the head), so that much is added back. */
+static size_t head_extra_bytes(const sizes *s, int tp_rank)
+{
+    int last = s->chunks - 1;
+    model_shard with = chunk_shard(s, last, tp_rank), without = with;
+    without.unit_end--;
+    int B = s->job.train.micro_batch;
+    recompute_kind rc = s->job.train.recompute;
+    size_t a = model_acts_bytes(&s->job.model, &with, B, rc);
+    size_t b = model_acts_bytes(&s->job.model, &without, B, rc);
+    size_t io = (size_t)B * (size_t)model_seq_len(&s->job.model) * (size_t)s->job.model.d_model * sizeof(float);
+    b = b > io ? b - io : 0;
+    return a > b ? a - b : 0;
+}
+
+/* Host floats model_acts_create mallocs next to each model_acts (per-token loss and
+ * its gradient; ViT: the logits). */
+static size_t host_loss_bytes(const sizes *s)
+{
+    const job_model *m = &s->job.model;
+    size_t B = (size_t)s->job.train.micro_batch, N = B * (size_t)model_seq_len(m);
+    size_t floats = 2 * N + (m->kind == MODEL_VIT ? B * (size_t)m->n_classes : 0);
+    return floats * sizeof(float);
+}
+
+void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
+{
+    memset(out, 0, sizeof *out);
+    size_t pe = sizes_param_elem_bytes(s), ge = sizes_grad_elem_bytes(s);
+    held_totals h = held(s, at);
+    size_t optim_elems = h.shard[SHARD_OF_OPTIM];
+    out->bytes[SIZES_PARAMS] = h.shard[SHARD_OF_PARAM] * pe;
+    out->bytes[SIZES_MASTER] = s->mixed ? optim_elems * 4 : 0;
+    out->bytes[SIZES_GRADS] = h.shard[SHARD_OF_GRAD] * ge;
+    out->bytes[SIZES_OPTIM] = optim_elems * 8; /* m and v, fp32 */
+    out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge) +
+                             sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * ge +
+                             sizes_bucket_numel(s, at) * ge;
+
+    int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
+    size_t acts, live;
+    if (!s->sched) {
+        acts = sizes_chunk_acts_bytes(s, 0, at.tp);
+        live = 1;
+    } else {
+        double *w = calloc((size_t)s->chunks, sizeof *w);
+        for (int local = 0; w && local < v; local++) {
+            int c = pp_chunk_id(at.pp, local, pp);
+            w[c] = (double)sizes_chunk_acts_bytes(s, c, at.tp);
+        }
+        acts = w ? (size_t)pp_schedule_peak_in_flight(&s->sched->schedule, at.pp, w) : 0;
+        live = (size_t)pp_schedule_peak_in_flight(&s->sched->schedule, at.pp, NULL);
+        free(w);
+    }
+    size_t logits = 0;
+    if (pp_chunk_rank(s->chunks - 1, pp) == at.pp)
+        logits = head_extra_bytes(s, at.tp) * (size_t)sizes_acts_slots(s, s->chunks - 1);
+    if (logits > acts) logits = acts;
+    out->bytes[SIZES_ACTS] = acts - logits;
+    out->bytes[SIZES_LOGITS] = logits;
+    /* on a GPU the host buffers are host memory, not device memory */
+    out->bytes[SIZES_WORKSPACE] = s->env.gpu ? 0 : host_loss_bytes(s) * live;
+    for (int c = 0; c < SIZES_COUNT; c++) out->total += out->bytes[c];
+}
+
+int sizes_worst_tp_rank(const sizes *s, int pp_rank)
+{
+    int best = 0;
+    size_t best_total = 0;
+    for (int r = 0; r < s->job.parallel.tp; r++) {
+        /* tp ranks with the same shard sizes (every rank, when tp divides heads,
+         * d_ff and vocab) hold the same memory: size only the first of them */
+        int seen = 0;
+        for (int q = 0; q < r && !seen; q++)
+            seen = s->numel_emb[q] == s->numel_emb[r] && s->numel_block[q] == s->numel_block[r] &&
+                   s->numel_head[q] == s->numel_head[r];
+        if (seen) continue;
+        sizes_memory mem;
+        sizes_rank_memory(s, (sizes_at){0, pp_rank, r}, &mem);
+        if (r == 0 || mem.total > best_total) best = r, best_total = mem.total;
+    }
+    return best;
+}
+
+const char *sizes_category_name(sizes_category c)
+{
+    static const char *const names[SIZES_COUNT] = {"params", "master", "grads", "optimizer",
+                                                   "activations", "logits", "comm", "workspace"};
+    return c >= 0 && c < SIZES_COUNT ? names[c] : "?";
+}

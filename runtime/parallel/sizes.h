@@ -1,0 +1,146 @@
+/* sizes.h — what a worker holds in memory, per category: THE sizing functions.
+ *
+ * One source of truth for costs (DESIGN.md): every parallel strategy allocates its
+ * buffers by asking here, and `dtrun --dry-run` prints the very same numbers. A
+ * strategy that allocates a buffer whose size does not come from one of these
+ * functions breaks the dry-run's promise; add the function here first.
+ *
+ *   who allocates                 asks
+ *   model_create (params, grads)  sizes_unit_numel            (full tp-local unit)
+ *   FSDP / HSDP param shard       sizes_shard(PARAM)          (comm_chunk of the unit)
+ *   FSDP gather buffers           sizes_gather_numel x sizes_gather_buffers
+ *   ZeRO-2 / FSDP grad shard      sizes_shard(GRAD)
+ *   ZeRO-2 reduce buffers         sizes_reduce_numel x sizes_reduce_buffers
+ *   optimizer state (optim_create lo/hi), fp32 master
+ *                                 sizes_shard(OPTIM)
+ *   DDP / ZeRO-1 buckets          sizes_bucket_numel
+ *   pipeline engine               sizes_first_unit (its chunks), sizes_chunk_acts_bytes
+ *                                 and one model_acts per (chunk, microbatch) alive
+ *                                 from its FORWARD to its BACKWARD (at most
+ *                                 sizes_acts_slots(chunk) of a chunk at once)
+ *
+ * Precision. On the CPU backend, or with train.precision fp32, everything is fp32:
+ * params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per parameter. On a GPU with
+ * train.precision bf16 (mixed precision): bf16 working params 2 + bf16 grads 2 +
+ * fp32 master 4 + m 4 + v 4 = 16 bytes per parameter as well, the master living
+ * with the optimizer state. Activations are what model_acts_bytes says (the model
+ * owns their layout and element type).
+ *
+ * Sharding over data parallelism (per unit, so a strategy gathers or reduces one
+ * unit with one call; the split is comm_chunk's: ceil(n / S) elements per rank,
+ * the last ones short, so the same slice is what reduce_scatter hands a rank):
+ *   none (DDP)  nothing sharded
+ *   zero1       fp32 master + m + v over dp
+ *   zero2       + gradients over dp
+ *   fsdp        + working params over dp
+ *   hsdp        like fsdp over the data-parallel ranks of one node (S = gcd(dp,
+ *               ranks_per_node / tp)), replicated across nodes
+ *
+ * With pp = 1 the trainer runs the micro-batches one after the other with a single
+ * model_acts: one slot whatever pp_schedule says. Pure: no device, no I/O. */
+#ifndef DTRUN_SIZES_H
+#define DTRUN_SIZES_H
+
+#include <stddef.h>
+
+#include "lib/jobspec.h"
+#include "runtime/parallel/pp_schedule.h"
+
+/* Where the job runs. */
+typedef struct {
+    int gpu;            /* 1: CUDA backend (mixed precision when train.precision is bf16) */
+    int ranks_per_node; /* LOCAL_WORLD_SIZE; HSDP shards inside a node. < 1: world */
+} sizes_env;
+
+/* A worker's place in the mesh (runtime/mesh.h). */
+typedef struct {
+    int dp, pp, tp; /* ranks along each dimension */
+} sizes_at;
+
+typedef enum {
+    SIZES_PARAMS = 0, /* working parameters (bf16 under mixed precision, else fp32) */
+    SIZES_MASTER,     /* fp32 master weights (mixed precision only) */
+    SIZES_GRADS,      /* gradients, working precision */
+    SIZES_OPTIM,      /* Adam m and v, fp32 */
+    SIZES_ACTS,       /* activations kept for backward + the model's scratch, all in-flight microbatches */
+    SIZES_LOGITS,     /* what the head adds over a stage without it: logits, their gradient, loss */
+    SIZES_COMM,       /* DDP/ZeRO-1 bucket, ZeRO-2 reduce buffers, FSDP gather buffers */
+    SIZES_WORKSPACE,  /* per-microbatch host loss buffers (same memory as the rest on the CPU backend) */
+    SIZES_COUNT
+} sizes_category;
+
+typedef struct {
+    size_t bytes[SIZES_COUNT];
+    size_t total; /* sum of the categories: what the worker allocates, fixed overheads aside */
+} sizes_memory;
+
+/* What is sharded: working params, grads, or master + optimizer state. */
+typedef enum { SHARD_OF_PARAM = 0, SHARD_OF_GRAD, SHARD_OF_OPTIM } sizes_shard_of;
+
+typedef struct sizes sizes;
+
+/* Builds the stage split (pp_partition over per-unit FLOPs) and, with pp > 1, the
+ * schedule. The job must be valid (job_validate). NULL with one line in err. */
+sizes *sizes_create(const job_spec *job, const sizes_env *env, char *err, size_t errlen);
+/* The same, sharing the stage split and the schedule with `donor` (may be NULL)
+ * where they would come out identical: for searches over many layouts. The donor
+ * may be destroyed first; what is shared lives on. */
+sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const sizes *donor, char *err,
+                            size_t errlen);
+void sizes_destroy(sizes *s);
+
+const job_spec *sizes_job(const sizes *s);
+int sizes_mixed(const sizes *s);             /* bf16 working copies + fp32 master */
+size_t sizes_param_elem_bytes(const sizes *s); /* 2 or 4 */
+size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4 */
+
+/* ---- the pipeline split ---- */
+int sizes_chunks(const sizes *s);                /* pp * virtual_stages */
+const int *sizes_first_unit(const sizes *s);     /* [chunks + 1], as pp_partition */
+const pp_schedule *sizes_schedule(const sizes *s); /* NULL when pp = 1 */
+/* FLOPs of one sample through `unit`, forward + backward (+ recompute's forward):
+ * the terms of model_flops_per_sample, unit by unit (they add up to it exactly). */
+double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc);
+
+/* Parameters of the whole model (tp = 1): every unit's, the head's own copy of
+ * the tied wte included (it is allocated, reduced and updated like any other);
+ * *distinct (may be NULL) counts wte once. */
+size_t sizes_model_numel(const job_model *m, size_t *distinct);
+
+/* ---- per unit, per rank ---- */
+/* Elements of `unit` on tp rank tp_rank (= model_unit_numel). */
+size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank);
+/* Data-parallel group a category is sharded over (1 = not sharded), and this
+ * dp rank's position in it. */
+int sizes_shard_group(const sizes *s, sizes_shard_of what);
+int sizes_shard_rank(const sizes *s, sizes_shard_of what, int dp_rank);
+/* The slice of `unit` a rank keeps: elements [*lo, *lo + return value). */
+size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, size_t *lo);
+/* FSDP / HSDP: elements of one gathered unit buffer (the largest unit the pp rank
+ * holds, whole), and how many of them (2: the next unit is gathered while this one
+ * computes). 0 without FSDP / HSDP. Params and grads each get these. */
+size_t sizes_gather_numel(const sizes *s, sizes_at at);
+int sizes_gather_buffers(const sizes *s);
+/* ZeRO-2: full-unit gradient buffers that backward writes into while the previous
+ * unit's is reduce-scattered into the shard. 0 otherwise. */
+size_t sizes_reduce_numel(const sizes *s, sizes_at at);
+int sizes_reduce_buffers(const sizes *s);
+/* DDP / ZeRO-1 with dp > 1: gradient elements of one bucket (bucket_mb MiB, never
+ * more than the rank's gradients). 0 otherwise. */
+size_t sizes_bucket_numel(const sizes *s, sizes_at at);
+
+/* ---- activations ---- */
+/* Bytes of one model_acts of global chunk c (micro_batch samples) on tp rank. */
+size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank);
+/* Most microbatches of chunk c alive at once (1 with pp = 1). */
+int sizes_acts_slots(const sizes *s, int chunk);
+
+/* ---- the whole rank ---- */
+void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);
+/* The tp rank whose memory is largest on pp rank pp_rank (dp rank 0: the
+ * largest shard); what the dry-run reports for the stage. */
+int sizes_worst_tp_rank(const sizes *s, int pp_rank);
+
+const char *sizes_category_name(sizes_category c); /* "params", "master", ... */
+
+#endif

@@ -1,0 +1,194 @@
+/* comm_volume.c — bytes each rank sends per step, per group, and the link it uses.
+ *
+ * Volumes are bus volumes (what one rank puts on its link), the standard ring
+ * costs: all-reduce 2(n-1)/n x data, reduce-scatter and all-gather (n-1)/n x data.
+ *   dp   none   all-reduce of the gradients once per step (buckets)
+ *        zero1  reduce-scatter of the gradients + all-gather of the params, once
+ *        zero2  reduce-scatter every microbatch (the full gradients are not kept)
+ *               + all-gather of the params once
+ *        fsdp   per microbatch: all-gather params in forward, again in backward
+ *               (they were freed after forward), reduce-scatter gradients
+ *        hsdp   fsdp inside the node's shard group + all-reduce of the gradient
+ *               shard across the replica group once per step
+ *   tp   per block and microbatch 2 all-reduces forward + 2 backward of the
+ *        [B, T, C] activations (+2 when recompute re-runs the forward); GPT's
+ *        vocab-parallel embedding and head add one each and three small ones
+ *   pp   one activation forward and one gradient backward per microbatch and
+ *        chunk boundary
+ *   embed GPT with pp > 1: the tied wte gradient, all-reduced between the first
+ *        and the last stage once per step
+ * Activations travel at the working precision (bf16 under mixed precision). */
+#include <math.h>
+#include <string.h>
+
+#include "runtime/model/model.h"
+#include "runtime/plan/estimate.h"
+
+typedef struct {
+    double params, grads;   /* bytes of the full tp-local stage */
+    int units, blocks, has_emb, has_head;
+} stage_shape;
+
+static stage_shape shape_of(const plan_estimate *e, int p, int tp_rank)
+{
+    stage_shape sh;
+    memset(&sh, 0, sizeof sh);
+    const sizes *s = e->sizes;
+    const int *first = sizes_first_unit(s);
+    int pp = e->job.parallel.pp, L = e->job.model.n_layer;
+    for (int local = 0; local < e->job.parallel.virtual_stages; local++) {
+        int c = pp_chunk_id(p, local, pp);
+        for (int u = first[c]; u < first[c + 1]; u++) {
+            double n = (double)sizes_unit_numel(s, u, tp_rank);
+            sh.params += n * (double)sizes_param_elem_bytes(s);
+            sh.grads += n * (double)sizes_grad_elem_bytes(s);
+            sh.units++;
+            if (u == 0) sh.has_emb = 1;
+            else if (u <= L) sh.blocks++;
+            else sh.has_head = 1;
+        }
+    }
+    return sh;
+}
+
+static int rank_at(const plan_estimate *e, int pp, int dp, int tp)
+{
+    return mesh_rank(&e->mesh, (mesh_coord){.dp = dp, .pp = pp, .tp = tp});
+}
+
+static int crosses(const plan_estimate *e, int rank_a, int rank_b)
+{
+    return plan_node_of(e, rank_a) != plan_node_of(e, rank_b);
+}
+
+/* Fill size, link and time. steps = latency-bound steps of one call. */
+static void finish(const plan_estimate *e, plan_comm *c, int inter, double steps_per_call)
+{
+    c->inter_node = inter;
+    c->bandwidth = inter ? e->hw.inter_bw : e->hw.intra_bw;
+    double lat = inter ? e->hw.inter_latency : e->hw.intra_latency;
+    c->time = c->bytes / c->bandwidth + (double)c->calls * steps_per_call * lat;
+}
+
+static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
+{
+    const job_parallel *par = &e->job.parallel;
+    int m = par->microbatches;
+    plan_comm *c = &st->comm[GROUP_DP];
+    int n = sizes_shard_group(e->sizes, SHARD_OF_OPTIM);
+    if (par->mode == SHARD_NONE) n = par->dp;
+    c->size = n;
+    if (n > 1) {
+        double f = (double)(n - 1) / n;
+        double bucket = (double)par->bucket_mb * 1048576.0;
+        long buckets = (long)ceil(sh->grads / bucket);
+        switch (par->mode) {
+        case SHARD_NONE:
+            c->op = "all-reduce (grads)";
+            c->bytes = 2 * f * sh->grads;
+            c->calls = buckets;
+            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_DP), 2.0 * (n - 1));
+            break;
+        case SHARD_ZERO1:
+            c->op = "reduce-scatter (grads) + all-gather (params)";
+            c->bytes = f * (sh->grads + sh->params);
+            c->calls = buckets + sh->units;
+            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_DP), n - 1);
+            break;
+        case SHARD_ZERO2:
+            c->op = "reduce-scatter (grads, every microbatch) + all-gather (params)";
+            c->bytes = f * (m * sh->grads + sh->params);
+            c->calls = (long)(m + 1) * sh->units;
+            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_DP), n - 1);
+            break;
+        default: /* fsdp, hsdp's shard group */
+            c->op = "all-gather (params, forward + backward) + reduce-scatter (grads), every microbatch";
+            c->bytes = m * f * (2 * sh->params + sh->grads);
+            c->calls = 3L * m * sh->units;
+            finish(e, c, crosses(e, rank_at(e, p, 0, 0), rank_at(e, p, n - 1, par->tp - 1)), n - 1);
+            break;
+        }
+    }
+    if (par->mode != SHARD_HSDP) return;
+    plan_comm *r = &st->comm[GROUP_DP_REPLICA];
+    int R = par->dp / n;
+    r->size = R;
+    if (R < 2) return;
+    r->op = "all-reduce (grad shard)";
+    r->bytes = 2.0 * (R - 1) / R * sh->grads / n;
+    r->calls = sh->units;
+    finish(e, r, crosses(e, rank_at(e, p, 0, 0), rank_at(e, p, (R - 1) * n, 0)), 2.0 * (R - 1));
+}
+
+static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
+{
+    const job_parallel *par = &e->job.parallel;
+    int t = par->tp;
+    plan_comm *c = &st->comm[GROUP_TP];
+    c->size = t;
+    if (t < 2) return;
+    const job_model *md = &e->job.model;
+    double act = (double)e->job.train.micro_batch * model_seq_len(md) * md->d_model *
+                 (double)sizes_param_elem_bytes(e->sizes);
+    double small = (double)e->job.train.micro_batch * model_seq_len(md) * 4.0;
+    int per_block = 4 + (e->job.train.recompute == RECOMPUTE_BLOCK ? 2 : 0);
+    double big = (double)per_block * sh->blocks, tiny = 0;
+    if (md->kind == MODEL_GPT) {
+        big += sh->has_emb + sh->has_head; /* embedding forward, head's input gradient */
+        if (sh->has_head) tiny = 3;         /* max, sum of exp, target logit */
+    }
+    double f = 2.0 * (t - 1) / t;
+    c->op = "all-reduce (activations)";
+    c->bytes = par->microbatches * f * (big * act + tiny * small);
+    c->calls = (long)par->microbatches * (long)(big + tiny);
+    finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_TP), 2.0 * (t - 1));
+}
+
+static void pp_volume(const plan_estimate *e, int p, plan_stage *st)
+{
+    const job_parallel *par = &e->job.parallel;
+    plan_comm *c = &st->comm[GROUP_PP];
+    c->size = par->pp;
+    if (par->pp < 2) return;
+    const job_model *md = &e->job.model;
+    double act = (double)e->job.train.micro_batch * model_seq_len(md) * md->d_model *
+                 (double)sizes_param_elem_bytes(e->sizes);
+    int chunks = sizes_chunks(e->sizes), msgs = 0;
+    for (int local = 0; local < par->virtual_stages; local++) {
+        int ch = pp_chunk_id(p, local, par->pp);
+        msgs += (ch < chunks - 1) + (ch > 0);
+    }
+    c->op = "send/recv (activations, their gradients)";
+    c->bytes = (double)par->microbatches * msgs * act;
+    c->calls = (long)par->microbatches * msgs;
+    int me = rank_at(e, p, 0, 0);
+    int next = rank_at(e, (p + 1) % par->pp, 0, 0), prev = rank_at(e, (p + par->pp - 1) % par->pp, 0, 0);
+    finish(e, c, crosses(e, me, next) || crosses(e, me, prev), 1.0);
+}
+
+static void embed_volume(const plan_estimate *e, int p, int tp_rank, plan_stage *st)
+{
+    const job_parallel *par = &e->job.parallel;
+    plan_comm *c = &st->comm[GROUP_EMBED];
+    if (e->job.model.kind != MODEL_GPT || par->pp < 2 || (p != 0 && p != par->pp - 1)) return;
+    long long V = e->job.model.vocab_size;
+    double rows = (double)(V * (tp_rank + 1) / par->tp - V * tp_rank / par->tp);
+    c->size = 2;
+    c->op = "all-reduce (tied wte grads, first + last stage)";
+    c->bytes = rows * e->job.model.d_model * (double)sizes_grad_elem_bytes(e->sizes);
+    c->calls = 1;
+    finish(e, c, crosses(e, rank_at(e, 0, 0, 0), rank_at(e, par->pp - 1, 0, 0)), 2.0);
+}
+
+void plan_comm_volume(plan_estimate *e)
+{
+    for (int p = 0; p < e->n_stages; p++) {
+        plan_stage *st = &e->stage[p];
+        memset(st->comm, 0, sizeof st->comm);
+        stage_shape sh = shape_of(e, p, st->tp_rank);
+        dp_volume(e, p, &sh, st);
+        tp_volume(e, p, &sh, st);
+        pp_volume(e, p, st);
+        embed_volume(e, p, st->tp_rank, st);
+    }
+}

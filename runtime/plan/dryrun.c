@@ -1,0 +1,220 @@
+/* dryrun.c — `dtrun --dry-run`: resolve the machine, estimate, print the report
+ * (text here, JSON in dryrun_json.c). Layout of the text: man/dtrun-dryrun.txt. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/model/model.h"
+#include "runtime/plan/dryrun_report.h"
+#include "runtime/plan/format.h"
+#include "runtime/plan/machine.h"
+
+const char *plan_group_name(plan_group g)
+{
+    static const char *const names[GROUP_COUNT] = {"dp", "dp-replica", "tp", "pp", "embed"};
+    return g >= 0 && g < GROUP_COUNT ? names[g] : "?";
+}
+
+/* "0-20" or, interleaved, "0-10,41-50": the units pp rank p holds. */
+void plan_stage_units(const plan_estimate *e, int p, char *out, size_t n)
+{
+    const int *first = sizes_first_unit(e->sizes);
+    size_t at = 0;
+    out[0] = 0;
+    for (int local = 0; local < e->job.parallel.virtual_stages && at < n; local++) {
+        int c = pp_chunk_id(p, local, e->job.parallel.pp);
+        at += (size_t)snprintf(out + at, n - at, "%s%d-%d", local ? "," : "", first[c], first[c + 1] - 1);
+    }
+}
+
+static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *out)
+{
+    const job_spec *job = &e->job;
+    const job_model *m = &job->model;
+    const job_parallel *par = &job->parallel;
+    char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN], d[FMT_LEN];
+    size_t distinct, held = sizes_model_numel(m, &distinct);
+    fprintf(out, "dtrun dry-run: %s (nothing is started; GB = 1e9 bytes)\n\n", job->path[0] ? job->path : "job");
+    if (m->kind == MODEL_GPT)
+        fprintf(out, "model      gpt%s%s: %d layers, d_model %d, %d heads, d_ff %d, vocab %d, seq %d\n",
+                m->preset[0] ? " " : "", m->preset, m->n_layer, m->d_model, m->n_head, m->d_ff, m->vocab_size,
+                m->seq_len);
+    else
+        fprintf(out, "model      vit%s%s: %d layers, d_model %d, %d heads, d_ff %d, image %d, patch %d, %d classes\n",
+                m->preset[0] ? " " : "", m->preset, m->n_layer, m->d_model, m->n_head, m->d_ff, m->image_size,
+                m->patch_size, m->n_classes);
+    if (held != distinct)
+        fprintf(out, "           %s parameters (%s held: the LM head keeps its own copy of the tied wte)\n",
+                fmt_count(a, (double)distinct), fmt_count(b, (double)held));
+    else
+        fprintf(out, "           %s parameters\n", fmt_count(a, (double)distinct));
+    fprintf(out, "batch      global %d = micro_batch %d x dp %d x microbatches %d; %s\n", job->train.global_batch,
+            job->train.micro_batch, par->dp, par->microbatches,
+            e->mixed ? "bf16 mixed precision (fp32 master weights)" : "fp32");
+    fprintf(out, "layout     dp %d x tp %d x pp %d = %d ranks on %d node%s x %d; mode %s; ", par->dp, par->tp, par->pp,
+            e->world, e->nnodes, e->nnodes == 1 ? "" : "s", e->ranks_per_node, job_shard_mode_name(par->mode));
+    if (par->pp > 1) fprintf(out, "schedule %s", job_pp_schedule_name(par->pp_schedule));
+    if (par->virtual_stages > 1) fprintf(out, " x %d virtual stages", par->virtual_stages);
+    fprintf(out, "%srecompute %s\n", par->pp > 1 ? "; " : "", job_recompute_name(job->train.recompute));
+    const hw_profile *hw = &e->hw;
+    fprintf(out, "hardware   %s%s: %s peak %.4g TFLOP/s x %.2f achievable, memory %s at %s/s, links %s/s in a node, "
+                 "%s/s across\n",
+            hw->name, pm->hw_defaulted ? " (default; --hardware NAME to choose)" : "", e->mixed ? "bf16" : "fp32",
+            hw_peak(hw, e->mixed) / 1e12, hw->achievable, fmt_bytes(a, hw->memory), fmt_bytes(b, hw->memory_bw),
+            fmt_bytes(c, hw->intra_bw), fmt_bytes(d, hw->inter_bw));
+}
+
+static void range_text(char *out, size_t n, int lo, int hi)
+{
+    if (lo == hi) snprintf(out, n, "%d", lo);
+    else snprintf(out, n, "%d-%d", lo, hi);
+}
+
+static void print_mesh(const plan_estimate *e, FILE *out)
+{
+    const mesh *m = &e->mesh;
+    fprintf(out, "\nmesh: rank = (pp_i x dp + dp_i) x tp + tp_i (tp fastest); node = rank / %d\n", e->ranks_per_node);
+    if (e->world <= 16) {
+        for (int r = 0; r < e->world; r++) {
+            mesh_coord c = mesh_coords(m, r);
+            fprintf(out, "  rank %-3d node %-3d local %-3d  dp %-3d pp %-3d tp %d\n", r, plan_node_of(e, r),
+                    r % e->ranks_per_node, c.dp, c.pp, c.tp);
+        }
+        return;
+    }
+    int nodes = (e->world + e->ranks_per_node - 1) / e->ranks_per_node;
+    for (int n = 0; n < nodes; n++) {
+        int lo = n * e->ranks_per_node, hi = lo + e->ranks_per_node - 1;
+        if (hi >= e->world) hi = e->world - 1;
+        mesh_coord mn = mesh_coords(m, lo), mx = mn;
+        for (int r = lo; r <= hi; r++) {
+            mesh_coord c = mesh_coords(m, r);
+            if (c.dp < mn.dp) mn.dp = c.dp;
+            if (c.pp < mn.pp) mn.pp = c.pp;
+            if (c.tp < mn.tp) mn.tp = c.tp;
+            if (c.dp > mx.dp) mx.dp = c.dp;
+            if (c.pp > mx.pp) mx.pp = c.pp;
+            if (c.tp > mx.tp) mx.tp = c.tp;
+        }
+        char dp[24], pp[24], tp[24];
+        range_text(dp, sizeof dp, mn.dp, mx.dp);
+        range_text(pp, sizeof pp, mn.pp, mx.pp);
+        range_text(tp, sizeof tp, mn.tp, mx.tp);
+        fprintf(out, "  node %-3d ranks %4d-%-4d  dp %-9s pp %-9s tp %s\n", n, lo, hi, dp, pp, tp);
+    }
+}
+
+static void print_memory(const plan_estimate *e, FILE *out)
+{
+    char v[FMT_LEN];
+    fprintf(out, "\nmemory per rank (dp rank 0 holds the largest shard; each pipeline stage differs; units: 0 = "
+                 "embedding, 1-%d blocks, %d head)\n",
+            e->job.model.n_layer, e->job.model.n_layer + 1);
+    fprintf(out, "  %-6s %-12s", "stage", "units");
+    static const char *const short_name[SIZES_COUNT] = {"params", "master", "grads", "optim",
+                                                         "acts", "logits", "comm", "workspace"};
+    for (int c = 0; c < SIZES_COUNT; c++) fprintf(out, " %9s", short_name[c]);
+    fprintf(out, " %9s %9s %9s\n", "fixed", "total", "device");
+    for (int p = 0; p < e->n_stages; p++) {
+        const plan_stage *st = &e->stage[p];
+        char units[64], name[16];
+        plan_stage_units(e, p, units, sizeof units);
+        snprintf(name, sizeof name, "pp %d", p);
+        fprintf(out, "  %-6s %-12s", name, units);
+        for (int c = 0; c < SIZES_COUNT; c++) fprintf(out, " %9s", fmt_bytes(v, (double)st->mem.bytes[c]));
+        fprintf(out, " %9s", fmt_bytes(v, st->fixed));
+        fprintf(out, " %9s", fmt_bytes(v, st->total));
+        fprintf(out, " %9s%s\n", fmt_bytes(v, st->device), st->oom ? "  OOM" : "");
+    }
+    if (e->job.parallel.tp > 1) fprintf(out, "  (the tp rank with the most memory is shown)\n");
+    if (e->hw.gpu)
+        fprintf(out, "  fixed = CUDA context %s + NCCL %s + cuBLAS workspace %s\n", fmt_bytes(v, e->hw.cuda_context),
+                fmt_bytes((char[FMT_LEN]){0}, e->hw.nccl), fmt_bytes((char[FMT_LEN]){0}, e->hw.cublas_workspace));
+}
+
+static void print_compute_comm(const plan_estimate *e, FILE *out)
+{
+    char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN];
+    fprintf(out, "\ncompute per step: %s FLOPs model (6N + attention), %s executed%s\n", fmt_count(a, e->model_flops),
+            fmt_count(b, e->exec_flops), e->job.train.recompute == RECOMPUTE_BLOCK ? " (recompute counted)" : "");
+    for (int p = 0; p < e->n_stages; p++)
+        fprintf(out, "  pp %-3d %s FLOPs per rank, %s of compute\n", p, fmt_count(a, e->stage[p].flops),
+                fmt_seconds(b, e->stage[p].compute));
+    int any = 0;
+    for (int p = 0; p < e->n_stages; p++)
+        for (int g = 0; g < GROUP_COUNT; g++) any |= e->stage[p].comm[g].op != NULL;
+    if (!any) {
+        fprintf(out, "\ncommunication per step: none (a single rank)\n");
+        return;
+    }
+    fprintf(out, "\ncommunication per step, per rank (volume = bytes this rank sends; exposed = not hidden "
+                 "behind compute):\n");
+    fprintf(out, "  %-6s %-10s %4s %10s %6s %11s %10s %10s  %s\n", "stage", "group", "size", "volume", "calls", "link",
+            "time", "exposed", "what");
+    for (int p = 0; p < e->n_stages; p++)
+        for (int g = 0; g < GROUP_COUNT; g++) {
+            const plan_comm *cm = &e->stage[p].comm[g];
+            if (!cm->op) continue;
+            char name[16];
+            snprintf(name, sizeof name, "pp %d", p);
+            fprintf(out, "  %-6s %-10s %4d %10s %6ld %11s %10s %10s  %s\n", name, plan_group_name((plan_group)g),
+                    cm->size, fmt_bytes(a, cm->bytes), cm->calls, cm->inter_node ? "inter-node" : "intra-node",
+                    fmt_seconds(b, cm->time), g == GROUP_PP ? "in bubble" : fmt_seconds(c, cm->exposed), cm->op);
+        }
+}
+
+static void print_step(const plan_estimate *e, FILE *out)
+{
+    char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN], d[FMT_LEN];
+    if (e->has_sim) {
+        fprintf(out, "\npipeline (time in ms; per-chunk costs = FLOPs at %.0f %% of peak + tp all-reduces + "
+                     "exposed sharding traffic; p2p %s per message):\n",
+                100 * e->hw.achievable, fmt_seconds(a, e->p2p));
+        pp_sim_print(out, sizes_schedule(e->sizes), &e->sim, 100);
+    }
+    double tail = e->step_time - e->makespan;
+    fprintf(out, "\nstep       %s = %s %s (bubble %.1f %%) + %s after backward (exposed dp comm + optimizer)\n",
+            fmt_seconds(a, e->step_time), e->has_sim ? "pipeline" : "microbatches", fmt_seconds(b, e->makespan),
+            100 * e->bubble, fmt_seconds(c, tail));
+    fprintf(out, "           MFU %.1f %%, HFU %.1f %% (of %s peak %.4g TFLOP/s per rank)\n", 100 * e->mfu, 100 * e->hfu,
+            e->mixed ? "bf16" : "fp32", e->peak / 1e12);
+    if (e->job.model.kind == MODEL_GPT)
+        fprintf(out, "           %s tokens/s, %s sequences/s\n", fmt_count(a, e->tokens_per_s), fmt_count(d, e->samples_per_s));
+    else
+        fprintf(out, "           %s images/s\n", fmt_count(a, e->samples_per_s));
+}
+
+void plan_print_warnings(const plan_estimate *e, FILE *out)
+{
+    if (!e->n_warnings) {
+        fprintf(out, "\nwarnings: none\n");
+        return;
+    }
+    fprintf(out, "\nwarnings:\n");
+    for (int i = 0; i < e->n_warnings; i++) fprintf(out, "  ! %s\n", e->warnings[i]);
+}
+
+static void print_text(const plan_estimate *e, const plan_machine *pm, FILE *out)
+{
+    print_header(e, pm, out);
+    print_mesh(e, out);
+    print_memory(e, out);
+    print_compute_comm(e, out);
+    print_step(e, out);
+    plan_print_warnings(e, out);
+}
+
+int dryrun_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, size_t errlen)
+{
+    if (job_validate(job, err, errlen)) return JOB_EXIT_INVALID;
+    plan_machine pm;
+    if (plan_machine_resolve(&pm, job, o, 0, err, errlen)) return JOB_EXIT_INVALID;
+    plan_estimate e;
+    int rc = plan_estimate_memory(&e, job, &pm.hw, pm.nnodes, pm.ranks_per_node, err, errlen);
+    if (rc == 0) rc = plan_estimate_time(&e, err, errlen);
+    if (rc == 0) {
+        if (o->format == DRYRUN_JSON) rc = dryrun_print_json(&e, &pm, out, err, errlen);
+        else print_text(&e, &pm, out);
+    }
+    plan_estimate_free(&e);
+    return rc ? JOB_EXIT_INVALID : 0;
+}

@@ -1,0 +1,122 @@
+/* estimate.h — everything the dry-run prints about one job on one machine.
+ *
+ * An estimate is computed in two phases so the planner can drop a layout that does
+ * not fit before it pays for the pipeline simulation:
+ *   plan_estimate_memory  the mesh, the stage split (sizes.h) and, per pipeline
+ *                         stage, memory by category + fixed overheads vs device;
+ *   plan_estimate_time    FLOPs, communication per group and its link, the
+ *                         simulated pipeline (pp_sim on the real schedule with
+ *                         per-chunk costs), step time, MFU, throughput.
+ * Warnings are collected on the way. Memory numbers come from sizes.h unchanged,
+ * so a run's measured peak per category can be compared against them directly.
+ *
+ * Units: bytes, FLOPs, seconds, all per step (one optimizer step over
+ * global_batch samples) and per rank unless a name says otherwise. */
+#ifndef DTRUN_PLAN_ESTIMATE_H
+#define DTRUN_PLAN_ESTIMATE_H
+
+#include <stddef.h>
+
+#include "lib/jobspec.h"
+#include "runtime/mesh.h"
+#include "runtime/parallel/pp_sim.h"
+#include "runtime/parallel/sizes.h"
+#include "runtime/plan/hardware.h"
+
+/* Communication groups. HSDP splits dp into a shard group inside a node and a
+ * replica group across nodes; EMBED is GPT's tied-embedding all-reduce between the
+ * first and the last pipeline stage. */
+typedef enum {
+    GROUP_DP = 0,  /* dp (or HSDP's shard part) */
+    GROUP_DP_REPLICA,
+    GROUP_TP,
+    GROUP_PP,
+    GROUP_EMBED,
+    GROUP_COUNT
+} plan_group;
+
+typedef struct {
+    const char *op;   /* what runs, e.g. "all-reduce", "reduce-scatter + all-gather"; NULL: none */
+    int size;         /* ranks in the group */
+    double bytes;     /* sent per rank per step (bus volume: 2(n-1)/n x data for an all-reduce) */
+    long calls;       /* collectives or messages per step */
+    int inter_node;   /* the group crosses nodes: the slower link */
+    double bandwidth; /* bytes/s of that link, per rank */
+    double time;      /* seconds on the link per step */
+    double exposed;   /* of which not hidden behind compute */
+} plan_comm;
+
+typedef struct {
+    int pp_rank;
+    int tp_rank;          /* the tp rank reported: the one with the most memory */
+    sizes_memory mem;     /* sizes_rank_memory at (dp 0, pp_rank, tp_rank) */
+    double fixed;         /* CUDA context + NCCL + cuBLAS workspace */
+    double total;         /* mem.total + fixed */
+    double device;        /* memory one rank may use */
+    int oom;              /* total > device */
+    double flops;         /* executed per step (recompute counted) */
+    double compute;       /* s: forward + backward compute per step */
+    double optimizer;     /* s: the AdamW step (memory bound) */
+    double exposed_once;  /* s: once-per-step communication not hidden (dp, embed) */
+    plan_comm comm[GROUP_COUNT];
+} plan_stage;
+
+#define PLAN_WARN_MAX 16
+#define PLAN_WARN_LEN 256
+
+typedef struct {
+    job_spec job;
+    hw_profile hw;
+    int nnodes, ranks_per_node, world;
+    int mixed;               /* bf16 compute + fp32 master */
+    mesh mesh;
+    sizes *sizes;
+    int n_stages;
+    plan_stage *stage;       /* [pp] */
+    int fits;                /* no stage OOM */
+    double max_total;        /* the largest stage total, bytes */
+    /* time (plan_estimate_time) */
+    int timed;
+    double peak;             /* FLOP/s per rank */
+    double model_flops;      /* per step, whole job: model_flops_per_sample(none) x global_batch */
+    double exec_flops;       /* the same with recompute */
+    double makespan;         /* s: the pipeline (or the micro-batch loop) */
+    double bubble;           /* idle / makespan, mean over pp ranks (0 with pp = 1) */
+    double p2p;              /* s per pipeline message */
+    double step_time;        /* s */
+    double mfu, hfu;         /* model / executed FLOPs per second over world x peak */
+    double samples_per_s, tokens_per_s;
+    int has_sim;
+    pp_sim_result sim;       /* with pp > 1: time unit = milliseconds */
+    int n_warnings;
+    char warnings[PLAN_WARN_MAX][PLAN_WARN_LEN];
+} plan_estimate;
+
+/* nnodes and ranks_per_node as the run will have them (the caller resolves flags,
+ * the job's launch section and the profile). The job must pass job_validate.
+ * 0, or -1 with one line in err; plan_estimate_free in both cases. */
+int plan_estimate_memory(plan_estimate *e, const job_spec *job, const hw_profile *hw, int nnodes,
+                         int ranks_per_node, char *err, size_t errlen);
+/* The same, sharing what it can with an earlier estimate's sizes (sizes.h's
+ * sizes_create_reusing); donor may be NULL. */
+int plan_estimate_memory_reusing(plan_estimate *e, const job_spec *job, const hw_profile *hw, int nnodes,
+                                 int ranks_per_node, const sizes *donor, char *err, size_t errlen);
+int plan_estimate_time(plan_estimate *e, char *err, size_t errlen);
+void plan_estimate_free(plan_estimate *e);
+
+/* Node of a world rank: nodes hold ranks_per_node consecutive ranks. */
+int plan_node_of(const plan_estimate *e, int rank);
+
+void plan_warn(plan_estimate *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- the parts (memory.c, comm_volume.c, step_time.c) ---- */
+/* Per stage memory, fixed overheads, device size, OOM flags. */
+void plan_memory(plan_estimate *e);
+/* Per stage communication volume, link and time (exposure is step_time's). */
+void plan_comm_volume(plan_estimate *e);
+/* Chunk costs, the pipeline simulation, exposure, step time, MFU. */
+int plan_step_time(plan_estimate *e, char *err, size_t errlen);
+/* Does group `g` of world rank `rank` cross nodes? */
+int plan_group_crosses(const plan_estimate *e, int rank, mesh_dim dim);
+
+#endif

@@ -1,0 +1,66 @@
+/* hardware.h — hardware profiles for the dry-run and the planner.
+ *
+ * A profile is a small YAML mapping (configs/hardware/NAME.yaml), parsed as
+ * strictly as a job file: an unknown key is "FILE:LINE:COL: unknown key 'x' ...;
+ * did you mean 'y'?", a missing or malformed value is one line too. Keys:
+ *
+ *   name                   what reports call it
+ *   description            free text (optional)
+ *   device                 gpu | cpu
+ *   peak_bf16_tflops       dense bf16 tensor-core peak per device (0 on a CPU)
+ *   peak_fp32_tflops       fp32 peak per device (non-tensor-core on a GPU)
+ *   achievable_fraction    of peak that large GEMMs reach in practice, (0, 1]
+ *   memory_mib             device memory as nvidia-smi reports it; 0 on a CPU
+ *                          profile = this host's physical memory
+ *   memory_bandwidth_gbs   HBM (or DRAM) bandwidth, GB/s
+ *   intra_node_gbs         per device, one direction, inside a node (NVLink, PCIe, shm)
+ *   inter_node_gbs         per device, one direction, across nodes (InfiniBand, Ethernet)
+ *   intra_node_latency_us, inter_node_latency_us   per message / collective step
+ *   gpus_per_node          devices in one node; 0 on a CPU profile = this host's cores
+ *   cuda_context_mib, nccl_mib, cublas_workspace_mib
+ *                          fixed overheads every GPU worker pays (0 on a CPU)
+ *
+ * All rates are converted to SI units in the struct (FLOP/s, bytes/s, bytes, s). */
+#ifndef DTRUN_HARDWARE_H
+#define DTRUN_HARDWARE_H
+
+#include <stddef.h>
+
+#define HW_NAME_MAX 64
+#define HW_TEXT_MAX 256
+
+typedef struct {
+    char name[HW_NAME_MAX];
+    char description[HW_TEXT_MAX];
+    char source[HW_TEXT_MAX]; /* the file it came from */
+    int gpu;
+    double peak_bf16;     /* FLOP/s */
+    double peak_fp32;     /* FLOP/s */
+    double achievable;    /* fraction of peak */
+    double memory;        /* bytes */
+    double memory_bw;     /* bytes/s */
+    double intra_bw, inter_bw;           /* bytes/s per device, one direction */
+    double intra_latency, inter_latency; /* s */
+    int gpus_per_node;
+    double cuda_context, nccl, cublas_workspace; /* bytes */
+} hw_profile;
+
+/* Parse a profile from memory; `name` stands for the file in messages. 0, or -1
+ * with one line in err. */
+int hw_load_string(hw_profile *hw, const char *text, size_t len, const char *name, char *err,
+                   size_t errlen);
+int hw_load_file(hw_profile *hw, const char *path, char *err, size_t errlen);
+
+/* `what` is a path (it has a '/' or ends in .yaml) or a profile name looked up as
+ * NAME.yaml in, in order: $DTRUN_HARDWARE_DIR, ./configs/hardware, and next to the
+ * executable ../configs/hardware and ../share/dtrun/configs/hardware. An unknown
+ * name lists the known ones and suggests the closest. */
+int hw_load(hw_profile *hw, const char *what, char *err, size_t errlen);
+
+/* Fixed bytes every worker pays besides what sizes.h counts. */
+double hw_fixed_overhead(const hw_profile *hw);
+
+/* Peak FLOP/s of the precision a job computes in. */
+double hw_peak(const hw_profile *hw, int mixed_bf16);
+
+#endif

@@ -1,0 +1,42 @@
+/* memory.c — per pipeline stage: what sizes.h says the worker allocates, plus the
+ * fixed overheads a GPU process pays, against the memory one rank may use. */
+#include <stdio.h>
+
+#include "runtime/plan/estimate.h"
+
+#define GB 1e9
+
+/* On a GPU a rank has its device; on the CPU backend the ranks of a host share
+ * its memory. */
+static double rank_device_memory(const plan_estimate *e)
+{
+    if (e->hw.gpu) return e->hw.memory;
+    return e->hw.memory / e->ranks_per_node;
+}
+
+void plan_memory(plan_estimate *e)
+{
+    e->fits = 1;
+    e->max_total = 0;
+    double device = rank_device_memory(e);
+    for (int p = 0; p < e->n_stages; p++) {
+        plan_stage *st = &e->stage[p];
+        st->pp_rank = p;
+        st->tp_rank = sizes_worst_tp_rank(e->sizes, p);
+        sizes_rank_memory(e->sizes, (sizes_at){0, p, st->tp_rank}, &st->mem);
+        st->fixed = e->hw.gpu ? hw_fixed_overhead(&e->hw) : 0;
+        st->total = (double)st->mem.total + st->fixed;
+        st->device = device;
+        st->oom = st->total > device;
+        if (st->total > e->max_total) e->max_total = st->total;
+        if (st->oom) {
+            e->fits = 0;
+            plan_warn(e, "OOM on pipeline stage %d: %.2f GB needed, %.2f GB on the device (%s %.2f GB, "
+                         "activations %.2f GB)",
+                      p, st->total / GB, device / GB, e->job.parallel.mode == SHARD_NONE ? "model state" : "sharded state",
+                      (double)(st->mem.bytes[SIZES_PARAMS] + st->mem.bytes[SIZES_MASTER] + st->mem.bytes[SIZES_GRADS] +
+                               st->mem.bytes[SIZES_OPTIM]) / GB,
+                      (double)(st->mem.bytes[SIZES_ACTS] + st->mem.bytes[SIZES_LOGITS]) / GB);
+        }
+    }
+}

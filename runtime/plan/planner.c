@@ -1,0 +1,343 @@
+/* planner.c — `dtrun --plan`: search the layouts of one job on one machine.
+ *
+ * For nnodes x ranks_per_node ranks it tries every dp x tp x pp with tp a divisor
+ * of the ranks per node (a tp group never leaves its node), every sharding mode
+ * that means something for that dp (hsdp only when a node holds some but not all
+ * of the data-parallel ranks), micro_batch among the divisors of global_batch / dp
+ * up to 64, every pipeline schedule (interleaved with 2 chunks per rank), and
+ * recompute off and on. Each candidate is a job_spec that must pass job_validate
+ * (the same rules a job file obeys); its estimate is the dry-run's, memory first
+ * so that what does not fit is dropped before its pipeline is simulated. */
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/model/model.h"
+#include "runtime/plan/dryrun_report.h"
+#include "runtime/plan/format.h"
+#include "runtime/plan/machine.h"
+#include "runtime/plan/plan.h"
+
+#define MAX_MICRO_BATCH 64
+#define DONOR_POOL 32
+
+typedef struct {
+    int dp, tp, pp, micro_batch, microbatches, v;
+    shard_mode mode;
+    pp_schedule_kind schedule;
+    recompute_kind recompute;
+    double step, samples_per_s, tokens_per_s, mfu, bubble;
+    double max_total, device;
+    double compute, bubble_time, pipe_comm, tail; /* step = compute + bubble + pipe_comm + tail */
+    int tp_crosses;
+    char reason[PLAN_WARN_LEN];
+} candidate;
+
+typedef struct {
+    candidate *c;
+    int n, cap;
+    long searched, invalid, oom;
+    /* recent estimates' sizes: a new one borrows the split and schedule of one
+     * with the same schedule key (sizes_create_reusing) */
+    sizes *pool[DONOR_POOL];
+    int pool_next;
+} candidates;
+
+/* A donor whose schedule and stage split both match, else one whose schedule
+ * matches (the schedule is the dearer to build), else any. */
+static const sizes *pick_donor(const candidates *cs, const candidate *c)
+{
+    const sizes *same_schedule = NULL, *any = NULL;
+    for (int i = 0; i < DONOR_POOL; i++) {
+        const sizes *s = cs->pool[i];
+        if (!s) continue;
+        const pp_schedule *sc = sizes_schedule(s);
+        const job_spec *j = sizes_job(s);
+        int schedule_ok = sc ? sc->kind == c->schedule && sc->p == c->pp && sc->m == c->microbatches && sc->v == c->v
+                             : c->pp == 1;
+        int split_ok = j->parallel.pp == c->pp && j->parallel.virtual_stages == c->v &&
+                       j->train.recompute == c->recompute;
+        if (schedule_ok && split_ok) return s;
+        if (schedule_ok) same_schedule = s;
+        any = s;
+    }
+    return same_schedule ? same_schedule : any;
+}
+
+static void keep_donor(candidates *cs, sizes *s)
+{
+    sizes_destroy(cs->pool[cs->pool_next]);
+    cs->pool[cs->pool_next] = s;
+    cs->pool_next = (cs->pool_next + 1) % DONOR_POOL;
+}
+
+static int push(candidates *cs, const candidate *c)
+{
+    if (cs->n == cs->cap) {
+        int cap = cs->cap ? cs->cap * 2 : 256;
+        candidate *nc = realloc(cs->c, (size_t)cap * sizeof *nc);
+        if (!nc) return -1;
+        cs->c = nc;
+        cs->cap = cap;
+    }
+    cs->c[cs->n++] = *c;
+    return 0;
+}
+
+static int gcd(int a, int b)
+{
+    while (b) {
+        int t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Estimate one layout; adds it to cs when it is valid and fits. */
+static int try_layout(candidates *cs, const job_spec *base, const plan_machine *pm, candidate c)
+{
+    job_spec job = *base;
+    job_parallel *par = &job.parallel;
+    par->dp = c.dp, par->tp = c.tp, par->pp = c.pp;
+    par->mode = c.mode;
+    par->pp_schedule = c.schedule;
+    par->virtual_stages = c.v;
+    par->microbatches = c.microbatches;
+    if (c.tp == 1) par->sequence_parallel = 0;
+    job.train.micro_batch = c.micro_batch;
+    job.train.grad_accum = c.microbatches;
+    job.train.recompute = c.recompute;
+    cs->searched++;
+    char err[512];
+    if (job_validate(&job, err, sizeof err)) {
+        cs->invalid++;
+        return 0;
+    }
+    plan_estimate e;
+    int rc = plan_estimate_memory_reusing(&e, &job, &pm->hw, pm->nnodes, pm->ranks_per_node, pick_donor(cs, &c), err,
+                                          sizeof err);
+    if (rc) {
+        cs->invalid++;
+    } else if (!e.fits) {
+        cs->oom++;
+    } else if (plan_estimate_time(&e, err, sizeof err)) {
+        cs->invalid++;
+    } else {
+        c.step = e.step_time;
+        c.samples_per_s = e.samples_per_s;
+        c.tokens_per_s = e.tokens_per_s;
+        c.mfu = e.mfu;
+        c.bubble = e.bubble;
+        c.max_total = e.max_total;
+        c.device = e.stage[0].device;
+        c.compute = 0;
+        for (int p = 0; p < e.n_stages; p++)
+            if (e.stage[p].compute > c.compute) c.compute = e.stage[p].compute;
+        c.bubble_time = e.bubble * e.makespan;
+        c.pipe_comm = fmax(0, e.makespan - c.bubble_time - c.compute);
+        c.tail = e.step_time - e.makespan;
+        c.tp_crosses = 0;
+        for (int r = 0; r < e.world && !c.tp_crosses; r += c.tp) c.tp_crosses = plan_group_crosses(&e, r, MESH_TP);
+        if (push(cs, &c)) rc = -2;
+    }
+    if (e.sizes) {
+        keep_donor(cs, e.sizes);
+        e.sizes = NULL;
+    }
+    plan_estimate_free(&e);
+    return rc == -2 ? -1 : 0;
+}
+
+/* Candidates enumerated pipeline-first: for one (pp, schedule, recompute) the
+ * stage split is the same, and the schedules (one per microbatch count) recur
+ * across tp and micro_batch, so a small pool of donors serves them all. */
+static int search(candidates *cs, const job_spec *job, const plan_machine *pm)
+{
+    int G = pm->ranks_per_node, W = pm->nnodes * G, L = job->model.n_layer;
+    for (int pp = 1; pp <= W && pp <= L; pp++) {
+        if (W % pp) continue;
+        for (int sched = PP_GPIPE; sched <= PP_INTERLEAVED; sched++) {
+            if (pp == 1 && sched != (int)job->parallel.pp_schedule) continue;
+            for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_BLOCK; rc++)
+                for (int tp = 1; tp <= G && tp <= W / pp; tp++) {
+                    if (G % tp || (W / pp) % tp) continue;
+                    int dp = W / tp / pp;
+                    if (job->train.global_batch % dp) continue;
+                    int per_dp = job->train.global_batch / dp;
+                    int shard_in_node = gcd(dp, G / tp > 0 ? G / tp : 1);
+                    for (int mb = 1; mb <= per_dp && mb <= MAX_MICRO_BATCH; mb++) {
+                        if (per_dp % mb) continue;
+                        int m = per_dp / mb;
+                        if (sched == PP_INTERLEAVED && (m % pp || L < 2 * pp)) continue;
+                        for (int mode = SHARD_NONE; mode <= SHARD_HSDP; mode++) {
+                            if (dp == 1 && mode != SHARD_NONE) continue;
+                            if (mode == SHARD_HSDP && (shard_in_node == 1 || shard_in_node == dp)) continue;
+                            candidate c;
+                            memset(&c, 0, sizeof c);
+                            c.dp = dp, c.tp = tp, c.pp = pp, c.micro_batch = mb, c.microbatches = m;
+                            c.mode = (shard_mode)mode;
+                            c.schedule = (pp_schedule_kind)sched;
+                            c.v = sched == PP_INTERLEAVED ? 2 : 1;
+                            c.recompute = (recompute_kind)rc;
+                            if (try_layout(cs, job, pm, c)) return -1;
+                        }
+                    }
+                }
+        }
+    }
+    return 0;
+}
+
+static int faster_first(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    if (x->samples_per_s != y->samples_per_s) return x->samples_per_s > y->samples_per_s ? -1 : 1;
+    if (x->max_total != y->max_total) return x->max_total < y->max_total ? -1 : 1;
+    return 0;
+}
+
+/* One line: why this candidate wins, or what it loses to the best. */
+static void explain(candidate *c, const candidate *best, int is_best)
+{
+    char a[FMT_LEN], b[FMT_LEN];
+    size_t at = 0, n = sizeof c->reason;
+    double spare = c->device - c->max_total;
+    if (is_best) {
+        at += (size_t)snprintf(c->reason + at, n - at, "fastest; ");
+    } else {
+        double d_compute = c->compute - best->compute, d_bubble = c->bubble_time - best->bubble_time;
+        double d_comm = c->pipe_comm - best->pipe_comm, d_tail = c->tail - best->tail;
+        double worst = d_compute;
+        const char *what = c->recompute == RECOMPUTE_BLOCK && best->recompute != RECOMPUTE_BLOCK
+                               ? "compute (recompute re-runs forward)"
+                               : "compute (smaller GEMMs per rank)";
+        if (d_bubble > worst) worst = d_bubble, what = "pipeline bubble";
+        if (d_comm > worst) worst = d_comm, what = c->tp > 1 ? "tp all-reduces / sharding traffic" : "sharding traffic";
+        if (d_tail > worst) worst = d_tail, what = "dp comm + optimizer after backward";
+        at += (size_t)snprintf(c->reason + at, n - at, "%.0f %% slower: %s +%s; ",
+                               100.0 * (c->step / best->step - 1.0), what, fmt_seconds(a, worst));
+    }
+    if (at < n) at += (size_t)snprintf(c->reason + at, n - at, "fits with %s spare", fmt_bytes(b, spare));
+    if (c->pp > 1 && at < n) at += (size_t)snprintf(c->reason + at, n - at, "; bubble %.1f %%", 100 * c->bubble);
+    if (c->tp > 1 && at < n)
+        at += (size_t)snprintf(c->reason + at, n - at, "; tp %s", c->tp_crosses ? "CROSSES nodes" : "inside node");
+    if (c->tail > 0.05 * c->step && at < n)
+        snprintf(c->reason + at, n - at, "; %.0f %% of step after backward", 100 * c->tail / c->step);
+}
+
+static void print_text(const candidates *cs, int top, const job_spec *job, const plan_machine *pm, double secs,
+                       FILE *out)
+{
+    const job_model *m = &job->model;
+    char a[FMT_LEN], b[FMT_LEN];
+    fprintf(out, "dtrun plan: %s %s, global_batch %d, %s; %d node%s x %d %s = %d ranks (GB = 1e9 bytes)\n",
+            job_model_kind_name(m->kind), m->preset[0] ? m->preset : "(custom)", job->train.global_batch,
+            pm->hw.gpu && job->train.precision == PREC_BF16 ? "bf16 mixed precision" : "fp32", pm->nnodes,
+            pm->nnodes == 1 ? "" : "s", pm->ranks_per_node, pm->hw.name, pm->nnodes * pm->ranks_per_node);
+    fprintf(out, "searched %ld layouts in %.3f s: %d fit, %ld do not fit in %s, %ld invalid for this model and batch\n\n",
+            cs->searched, secs, cs->n, cs->oom, fmt_bytes(a, cs->n ? cs->c[0].device : pm->hw.memory), cs->invalid);
+    fprintf(out, "  %2s %4s %3s %3s %-6s %3s %4s %-13s %-5s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
+            "m", "schedule", "rc", "step", m->kind == MODEL_GPT ? "tokens/s" : "images/s", "MFU", "mem/rank", "why");
+    for (int i = 0; i < top && i < cs->n; i++) {
+        const candidate *c = &cs->c[i];
+        char sched[24];
+        if (c->pp == 1) snprintf(sched, sizeof sched, "-");
+        else if (c->v > 1) snprintf(sched, sizeof sched, "%s/%d", pp_schedule_kind_name(c->schedule), c->v);
+        else snprintf(sched, sizeof sched, "%s", pp_schedule_kind_name(c->schedule));
+        fprintf(out, "  %2d %4d %3d %3d %-6s %3d %4d %-13s %-5s %9s %9s %5.1f%% %9s  %s\n", i + 1, c->dp, c->tp, c->pp,
+                job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, job_recompute_name(c->recompute),
+                fmt_seconds(a, c->step), fmt_count(b, m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s),
+                100 * c->mfu, fmt_bytes((char[FMT_LEN]){0}, c->max_total), c->reason);
+    }
+    if (cs->n == 0) fprintf(out, "  nothing fits: a bigger machine, more nodes or a smaller global_batch\n");
+}
+
+static int print_json(const candidates *cs, int top, const plan_machine *pm, double secs, FILE *out, char *err,
+                      size_t errlen)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "hardware", pm->hw.name);
+    cJSON_AddNumberToObject(root, "nnodes", pm->nnodes);
+    cJSON_AddNumberToObject(root, "ranks_per_node", pm->ranks_per_node);
+    cJSON_AddNumberToObject(root, "world", pm->nnodes * pm->ranks_per_node);
+    cJSON_AddNumberToObject(root, "searched", (double)cs->searched);
+    cJSON_AddNumberToObject(root, "fit", cs->n);
+    cJSON_AddNumberToObject(root, "oom", (double)cs->oom);
+    cJSON_AddNumberToObject(root, "invalid", (double)cs->invalid);
+    cJSON_AddNumberToObject(root, "seconds", secs);
+    cJSON *arr = cJSON_AddArrayToObject(root, "top");
+    for (int i = 0; i < top && i < cs->n; i++) {
+        const candidate *c = &cs->c[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "rank", i + 1);
+        cJSON_AddNumberToObject(o, "dp", c->dp);
+        cJSON_AddNumberToObject(o, "tp", c->tp);
+        cJSON_AddNumberToObject(o, "pp", c->pp);
+        cJSON_AddStringToObject(o, "mode", job_shard_mode_name(c->mode));
+        cJSON_AddNumberToObject(o, "micro_batch", c->micro_batch);
+        cJSON_AddNumberToObject(o, "microbatches", c->microbatches);
+        cJSON_AddStringToObject(o, "pp_schedule", job_pp_schedule_name(c->schedule));
+        cJSON_AddNumberToObject(o, "virtual_stages", c->v);
+        cJSON_AddStringToObject(o, "recompute", job_recompute_name(c->recompute));
+        cJSON_AddNumberToObject(o, "step_s", c->step);
+        cJSON_AddNumberToObject(o, "samples_per_s", c->samples_per_s);
+        cJSON_AddNumberToObject(o, "tokens_per_s", c->tokens_per_s);
+        cJSON_AddNumberToObject(o, "mfu", c->mfu);
+        cJSON_AddNumberToObject(o, "bubble", c->bubble);
+        cJSON_AddNumberToObject(o, "memory_bytes", c->max_total);
+        cJSON_AddNumberToObject(o, "device_bytes", c->device);
+        cJSON_AddStringToObject(o, "reason", c->reason);
+        cJSON_AddItemToArray(arr, o);
+    }
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) {
+        snprintf(err, errlen, "plan: out of memory building the JSON report");
+        return -1;
+    }
+    fputs(text, out);
+    fputc('\n', out);
+    cJSON_free(text);
+    return 0;
+}
+
+int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, size_t errlen)
+{
+    plan_machine pm;
+    if (plan_machine_resolve(&pm, job, o, 1, err, errlen)) return JOB_EXIT_INVALID;
+    int top = o->top > 0 ? o->top : 10;
+    candidates cs;
+    memset(&cs, 0, sizeof cs);
+    double t0 = now_s();
+    int failed = search(&cs, job, &pm);
+    for (int i = 0; i < DONOR_POOL; i++) sizes_destroy(cs.pool[i]);
+    if (failed) {
+        free(cs.c);
+        snprintf(err, errlen, "plan: out of memory");
+        return 1;
+    }
+    qsort(cs.c, (size_t)cs.n, sizeof *cs.c, faster_first);
+    for (int i = 0; i < cs.n && i < top; i++) explain(&cs.c[i], &cs.c[0], i == 0);
+    double secs = now_s() - t0;
+    int rc = 0;
+    if (o->format == DRYRUN_JSON) rc = print_json(&cs, top, &pm, secs, out, err, errlen) ? 1 : 0;
+    else print_text(&cs, top, job, &pm, secs, out);
+    if (rc == 0 && cs.n == 0) {
+        snprintf(err, errlen, "plan: no layout of %d ranks fits %s (%ld searched)", pm.nnodes * pm.ranks_per_node,
+                 pm.hw.name, cs.searched);
+        rc = JOB_EXIT_INVALID;
+    }
+    free(cs.c);
+    return rc;
+}

@@ -1,0 +1,231 @@
+/* step_time.c — how long one optimizer step takes, and why.
+ *
+ *   step = pipeline makespan + max over stages (exposed once-per-step comm + AdamW)
+ *
+ * The makespan is pp_sim_run on the very schedule the engine executes, with each
+ * chunk's forward and backward cost = its FLOPs at (peak x achievable_fraction)
+ * + its tensor-parallel all-reduces (synchronous: on the critical path) + the part
+ * of FSDP's gathers / ZeRO-2's reduce-scatters that the unit's compute cannot hide
+ * (at least one unit's worth: the first gather has nothing to overlap with). Its
+ * idle share is the bubble. With pp = 1 it is m x (forward + backward).
+ *
+ * Once-per-step gradient traffic (DDP, ZeRO-1, HSDP's replica all-reduce) overlaps
+ * the last microbatch's backward bucket by bucket: exposed is what exceeds that
+ * backward, and never less than the last bucket. ZeRO's parameter all-gather and
+ * the tied-embedding all-reduce run after backward, fully exposed. The AdamW step is
+ * memory bound: 28 bytes moved per element of its shard (grad 2|4 read, master or
+ * param 4+4, m 4+4, v 4+4, working param 2|4 written). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/model/model.h"
+#include "runtime/plan/estimate.h"
+
+#define MS 1e3 /* the simulation runs in milliseconds so its picture reads in ms */
+#define ADAM_BYTES_PER_ELEM 28.0
+
+typedef struct {
+    double fwd, bwd;           /* one microbatch, with tp and exposed sharding comm */
+    double fwd_flop, bwd_flop; /* compute alone */
+    double tp, shard;          /* of which tp all-reduces, exposed FSDP / ZeRO-2 traffic */
+    double params, grads;      /* bytes of the tp-local chunk */
+    int units;
+} chunk_cost;
+
+/* Per rank: a GPU has its own; the CPU backend's ranks share the host. */
+static double per_rank(const plan_estimate *e, double host_value)
+{
+    return e->hw.gpu ? host_value : host_value / e->ranks_per_node;
+}
+
+static double ring_time(double bytes, double bw, double lat, int steps)
+{
+    return bytes / bw + steps * lat;
+}
+
+static double link_latency(const plan_estimate *e, const plan_comm *c)
+{
+    return c->inter_node ? e->hw.inter_latency : e->hw.intra_latency;
+}
+
+static chunk_cost cost_of_chunk(const plan_estimate *e, int c, double rate)
+{
+    chunk_cost k;
+    memset(&k, 0, sizeof k);
+    const job_spec *job = &e->job;
+    const job_model *md = &job->model;
+    const job_parallel *par = &job->parallel;
+    const int *first = sizes_first_unit(e->sizes);
+    int p = pp_chunk_rank(c, par->pp), L = md->n_layer;
+    const plan_stage *st = &e->stage[p];
+    double B = job->train.micro_batch, flop_none = 0, flop_rc = 0;
+    int blocks = 0, emb = 0, head = 0;
+    for (int u = first[c]; u < first[c + 1]; u++) {
+        flop_none += sizes_unit_flops(md, u, RECOMPUTE_NONE);
+        flop_rc += sizes_unit_flops(md, u, job->train.recompute);
+        double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
+        k.params += n * (double)sizes_param_elem_bytes(e->sizes);
+        k.grads += n * (double)sizes_grad_elem_bytes(e->sizes);
+        k.units++;
+        if (u == 0) emb = 1;
+        else if (u <= L) blocks++;
+        else head = 1;
+    }
+    k.fwd_flop = flop_none / 3.0 * B / par->tp / rate;
+    k.bwd_flop = (flop_rc - flop_none / 3.0) * B / par->tp / rate;
+    k.fwd = k.fwd_flop;
+    k.bwd = k.bwd_flop;
+
+    if (par->tp > 1) {
+        const plan_comm *tc = &st->comm[GROUP_TP];
+        int t = par->tp, gpt = md->kind == MODEL_GPT;
+        double act = B * model_seq_len(md) * md->d_model * (double)sizes_param_elem_bytes(e->sizes);
+        double small = B * model_seq_len(md) * 4.0, f = 2.0 * (t - 1) / t, lat = link_latency(e, tc);
+        double big_f = 2.0 * blocks + (gpt ? emb : 0);
+        double big_b = (2.0 + (job->train.recompute == RECOMPUTE_BLOCK ? 2.0 : 0.0)) * blocks + (gpt ? head : 0);
+        double tiny_f = gpt ? 3.0 * head : 0;
+        double tf = big_f * ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1)) +
+                    tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
+        double tb = big_b * ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1));
+        k.fwd += tf;
+        k.bwd += tb;
+        k.tp = tf + tb;
+    }
+
+    const plan_comm *dc = &st->comm[GROUP_DP];
+    int n = dc->size;
+    if (n > 1 && (par->mode == SHARD_FSDP || par->mode == SHARD_HSDP || par->mode == SHARD_ZERO2)) {
+        double f = (double)(n - 1) / n, lat = link_latency(e, dc);
+        double ag = k.units * ring_time(f * k.params / k.units, dc->bandwidth, lat, n - 1);
+        double rs = k.units * ring_time(f * k.grads / k.units, dc->bandwidth, lat, n - 1);
+        double xf = 0, xb;
+        if (par->mode == SHARD_ZERO2) {
+            xb = fmax(rs / k.units, rs - k.bwd_flop);
+        } else {
+            xf = fmax(ag / k.units, ag - k.fwd_flop);
+            xb = fmax(ag / k.units, ag + rs - k.bwd_flop);
+        }
+        k.fwd += xf;
+        k.bwd += xb;
+        k.shard = xf + xb;
+    }
+    return k;
+}
+
+/* Once-per-step communication of stage p left after the last backward; adds each
+ * group's share to its `exposed`. */
+static double exposed_once(const plan_estimate *e, plan_stage *st, double params, double grads,
+                           double last_backward)
+{
+    const job_parallel *par = &e->job.parallel;
+    const plan_comm *dc = &st->comm[GROUP_DP];
+    double bucket = (double)par->bucket_mb * 1048576.0, exposed = 0;
+    int n = dc->size;
+    if (n > 1) {
+        double f = (double)(n - 1) / n, lat = link_latency(e, dc);
+        double frac = grads > 0 ? fmin(1.0, bucket / grads) : 0;
+        double rs = ring_time(f * grads, dc->bandwidth, lat, n - 1);
+        double ag = ring_time(f * params, dc->bandwidth, lat, n - 1);
+        switch (par->mode) {
+        case SHARD_NONE: exposed = fmax(dc->time * frac, dc->time - last_backward); break;
+        case SHARD_ZERO1: exposed = fmax(rs * frac, rs - last_backward) + ag; break;
+        case SHARD_ZERO2: exposed = ag; break;
+        default: break; /* FSDP's traffic is per microbatch, inside the chunk costs */
+        }
+        st->comm[GROUP_DP].exposed += exposed;
+    }
+    plan_comm *rc = &st->comm[GROUP_DP_REPLICA];
+    if (rc->size > 1 && rc->op) {
+        double frac = grads > 0 ? fmin(1.0, bucket * n / grads) : 0;
+        rc->exposed = fmax(rc->time * frac, rc->time - last_backward);
+        exposed += rc->exposed;
+    }
+    plan_comm *ec = &st->comm[GROUP_EMBED];
+    if (ec->op) {
+        ec->exposed = ec->time;
+        exposed += ec->exposed;
+    }
+    return exposed;
+}
+
+int plan_step_time(plan_estimate *e, char *err, size_t errlen)
+{
+    const job_spec *job = &e->job;
+    const job_parallel *par = &job->parallel;
+    int chunks = sizes_chunks(e->sizes), m = par->microbatches;
+    e->peak = per_rank(e, hw_peak(&e->hw, e->mixed));
+    double rate = e->peak * e->hw.achievable;
+    if (!(rate > 0)) {
+        snprintf(err, errlen, "hardware %s: no peak FLOP/s for %s compute", e->hw.name, e->mixed ? "bf16" : "fp32");
+        return -1;
+    }
+    chunk_cost *k = calloc((size_t)chunks, sizeof *k);
+    double *fwd = calloc((size_t)chunks, sizeof *fwd), *bwd = calloc((size_t)chunks, sizeof *bwd);
+    if (!k || !fwd || !bwd) {
+        free(k), free(fwd), free(bwd);
+        snprintf(err, errlen, "estimate: out of memory");
+        return -1;
+    }
+    for (int c = 0; c < chunks; c++) {
+        k[c] = cost_of_chunk(e, c, rate);
+        fwd[c] = k[c].fwd * MS;
+        bwd[c] = k[c].bwd * MS;
+    }
+    const job_model *md = &job->model;
+    double act = (double)job->train.micro_batch * model_seq_len(md) * md->d_model *
+                 (double)sizes_param_elem_bytes(e->sizes);
+    e->p2p = 0;
+    int rc = 0;
+    if (par->pp > 1) {
+        for (int p = 0; p < par->pp; p++) {
+            const plan_comm *pc = &e->stage[p].comm[GROUP_PP];
+            double t = ring_time(act, pc->bandwidth, link_latency(e, pc), 1);
+            if (t > e->p2p) e->p2p = t;
+        }
+        pp_sim_costs costs = {fwd, bwd, e->p2p * MS};
+        rc = pp_sim_run(sizes_schedule(e->sizes), &costs, &e->sim, err, errlen);
+        e->has_sim = 1;
+        if (rc == 0) {
+            e->makespan = e->sim.makespan / MS;
+            e->bubble = e->sim.bubble;
+        }
+    } else {
+        e->makespan = m * (k[0].fwd + k[0].bwd);
+        e->bubble = 0;
+    }
+    double tail = 0;
+    for (int p = 0; rc == 0 && p < par->pp; p++) {
+        plan_stage *st = &e->stage[p];
+        double params = 0, grads = 0, last_bwd = 0, flops = 0, compute = 0;
+        for (int g = 0; g < GROUP_COUNT; g++) st->comm[g].exposed = 0;
+        for (int local = 0; local < par->virtual_stages; local++) {
+            int c = pp_chunk_id(p, local, par->pp);
+            params += k[c].params, grads += k[c].grads;
+            last_bwd += k[c].bwd_flop;
+            compute += m * (k[c].fwd_flop + k[c].bwd_flop);
+            st->comm[GROUP_TP].exposed += m * k[c].tp;
+            st->comm[GROUP_DP].exposed += m * k[c].shard;
+        }
+        flops = compute * rate;
+        st->flops = flops;
+        st->compute = compute;
+        st->exposed_once = exposed_once(e, st, params, grads, last_bwd);
+        double optim_elems = (double)st->mem.bytes[SIZES_OPTIM] / 8.0;
+        st->optimizer = optim_elems * ADAM_BYTES_PER_ELEM / per_rank(e, e->hw.memory_bw);
+        if (st->exposed_once + st->optimizer > tail) tail = st->exposed_once + st->optimizer;
+    }
+    free(k), free(fwd), free(bwd);
+    if (rc) return -1;
+    double G = job->train.global_batch;
+    e->model_flops = model_flops_per_sample(md, RECOMPUTE_NONE) * G;
+    e->exec_flops = model_flops_per_sample(md, job->train.recompute) * G;
+    e->step_time = e->makespan + tail;
+    double capacity = e->step_time * e->world * e->peak;
+    e->mfu = capacity > 0 ? e->model_flops / capacity : 0;
+    e->hfu = capacity > 0 ? e->exec_flops / capacity : 0;
+    e->samples_per_s = e->step_time > 0 ? G / e->step_time : 0;
+    e->tokens_per_s = e->samples_per_s * model_seq_len(md);
+    return 0;
+}
