@@ -50,7 +50,8 @@ typedef struct {
     char val_path[JOB_PATH_MAX];          /* "" = split val_fraction off the train file */
     char val_labels[JOB_PATH_MAX];
     double val_fraction;                  /* used when val_path is "" (text, tokens) */
-    long synthetic_size;                  /* samples (ViT) or tokens (GPT) for synthetic */
+    long synthetic_size;                  /* samples (ViT) or tokens (GPT) for synthetic;
+                                             default 4096 images / 1048576 tokens */
 } job_data;
 
 typedef enum { LR_COSINE = 0, LR_LINEAR, LR_CONSTANT } lr_schedule;
@@ -132,12 +133,24 @@ typedef struct {
 /* Exit status for a bad job file (and bad flags): documented in dtrun(1). */
 #define JOB_EXIT_INVALID 2
 
-/* Fill *job with the defaults (a tiny GPT on synthetic data). */
+/* Fill *job with the defaults (a tiny GPT on synthetic data); dtrun-job(5)
+ * lists them. The loader starts from these, then derives what the file leaves
+ * out: micro_batch = global_batch / dp, grad_accum, microbatches = grad_accum,
+ * min_lr = lr / 10, d_ff = 4 * d_model, virtual_stages = 2 when interleaved. */
 void job_defaults(job_spec *job);
 
 /* Parse and validate. On failure returns -1 and writes one line, without a
- * trailing newline, to err: "FILE:LINE:COL: what (why)[; did you mean 'x'?]". */
+ * trailing newline, to err: "FILE:LINE:COL: what (why)[; did you mean 'x'?]".
+ * LINE and COL are 1-based. A file that cannot be read gives
+ * "FILE: cannot open (strerror)". *job is only meaningful on success. */
 int job_load_file(job_spec *job, const char *path, char *err, size_t errlen);
+
+/* Same, with overrides "SECTION.KEY=VALUE" (e.g. "train.steps=5") applied as
+ * if the file had said so: they win over the file's keys, and derived values
+ * (micro_batch, grad_accum, microbatches, min_lr, d_ff, ...) follow them. An
+ * error about an override reads "FILE: override 'train.steps=x': what". */
+int job_load_file_overrides(job_spec *job, const char *path, const char *const *overrides,
+                            int n_overrides, char *err, size_t errlen);
 
 /* Same, from memory; `name` stands for the file name in messages. */
 int job_load_string(job_spec *job, const char *text, size_t len, const char *name,
@@ -148,7 +161,27 @@ int job_load_string(job_spec *job, const char *text, size_t len, const char *nam
  * start with "FILE: " (job_load_* add LINE:COL of the offending key itself). */
 int job_validate(const job_spec *job, char *err, size_t errlen);
 
+/* Same as job_load_string, with overrides as in job_load_file_overrides. */
+int job_load_string_overrides(job_spec *job, const char *text, size_t len, const char *name,
+                              const char *const *overrides, int n_overrides, char *err,
+                              size_t errlen);
+
 /* Print the resolved job as YAML that job_load_string reads back to the same struct. */
 void job_print(const job_spec *job, FILE *out);
+
+/* Names of enum values as the job file spells them ("?" when out of range). */
+const char *job_model_kind_name(model_kind k);
+const char *job_data_kind_name(data_kind k);
+const char *job_lr_schedule_name(lr_schedule s);
+const char *job_precision_name(precision_kind p);
+const char *job_recompute_name(recompute_kind r);
+const char *job_shard_mode_name(shard_mode m);
+const char *job_pp_schedule_name(pp_schedule_kind s);
+const char *job_progress_name(progress_mode p);
+
+/* Model presets: the i-th name (NULL past the end), and the shape one names
+ * (0, or -1 when there is no such preset). See the table in dtrun-job(5). */
+const char *job_preset_name(int i);
+int job_preset_model(const char *name, job_model *out);
 
 #endif
