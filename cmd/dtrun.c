@@ -2,25 +2,51 @@
  * exit statuses (documented in man/dtrun.1).
  *
  *   dtrun [options] job.yaml           launch workers that train the job
+ *   dtrun [options] -- PROGRAM ARGS    launch any program, like torchrun
+ *   dtrun [options] script.py ARGS     torchrun's way: python3 script.py ARGS
  *   dtrun --print-config job.yaml      print the resolved job
+ *   dtrun --dry-run | --plan job.yaml  what the run will cost / the best layouts
  *   dtrun worker job.yaml              one worker (what the agent starts)
+ *   dtrun rdzv --listen HOST:PORT      a standalone rendezvous daemon
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "lib/agent.h"
 #include "lib/jobspec.h"
+#include "lib/launch_opts.h"
+#include "lib/rdzv_cmd.h"
+#include "lib/slurm.h"
+#include "runtime/plan/plan.h"
 #include "runtime/train/train.h"
 
 #define DTRUN_VERSION "0.1.0"
 
-static int usage(FILE *out)
+static int usage(void)
 {
+    FILE *out = stdout;
     fprintf(out,
             "usage: dtrun [options] job.yaml\n"
+            "       dtrun [options] -- PROGRAM [ARGS...]\n"
+            "       dtrun [options] script.py [ARGS...]      (python3 script.py)\n"
             "       dtrun --print-config job.yaml\n"
             "       dtrun worker job.yaml\n"
+            "       dtrun rdzv --listen HOST:PORT [...]\n"
+            "options (torchrun's names; '-' or '_', --opt=V or --opt V):\n"
+            "  --nproc-per-node N|cpu|gpu|auto   workers on this node (auto: GPUs, else 1)\n"
+            "  --nnodes N|MIN:MAX                nodes (default 1)\n"
+            "  --node-rank R                     this node's rank (default: join order)\n"
+            "  --rdzv-endpoint HOST[:PORT]       where the agents meet (port 29400)\n"
+            "  --rdzv-id ID  --rdzv-backend c10d|static|dtrun  --rdzv-conf K=V,...\n"
+            "  --standalone                      one node, rendezvous on a free local port\n"
+            "  --master-addr A --master-port P   MASTER_ADDR/PORT for the workers\n"
+            "  --max-restarts N                  restart the group N times on failure\n"
+            "  --monitor-interval S --term-timeout S --role NAME --local-addr A\n"
+            "  --log-dir DIR  -r/--redirects STD  -t/--tee STD  --local-ranks-filter R,...\n"
+            "  --no-python  -m/--module  --print-config  --version  --help\n"
+            "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K]\n"
             "see dtrun(1) and dtrun-job(5)\n");
-    return out == stderr ? JOB_EXIT_INVALID : 0;
+    return 0;
 }
 
 static int load_job(job_spec *job, const char *path)
@@ -33,44 +59,93 @@ static int load_job(job_spec *job, const char *path)
     return 0;
 }
 
-int main(int argc, char **argv)
+static int launch(launch_opts *o)
 {
-    if (argc < 2) return usage(stderr);
-    const char *a = argv[1];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return usage(stdout);
-    if (!strcmp(a, "--version")) { printf("dtrun %s\n", DTRUN_VERSION); return 0; }
-
     static job_spec job;
-    if (!strcmp(a, "--print-config") || !strcmp(a, "--print_config")) {
-        if (argc != 3) return usage(stderr);
-        int rc = load_job(&job, argv[2]);
+    char err[2048], note[512];
+    if (o->job_path) {
+        int rc = load_job(&job, o->job_path);
         if (rc) return rc;
+        if (launch_opts_merge_job(o, &job, err, sizeof err) != 0) {
+            fprintf(stderr, "dtrun: %s\n", err);
+            return JOB_EXIT_INVALID;
+        }
+    }
+    if (o->print_config) {
+        if (!o->job_path) {
+            fprintf(stderr, "dtrun: --print-config needs a job file\n");
+            return JOB_EXIT_INVALID;
+        }
+        launch_opts_to_job(o, &job);
         job_print(&job, stdout);
         return 0;
     }
+    if (o->dry_run || o->plan) {
+        if (!o->job_path) {
+            fprintf(stderr, "dtrun: %s needs a job file\n", o->plan ? "--plan" : "--dry-run");
+            return JOB_EXIT_INVALID;
+        }
+        /* The planner reads nnodes / nproc_per_node from the launch section, so
+         * the command line's values go there; nothing is started. */
+        launch_opts_to_job(o, &job);
+        dryrun_opts d = {.hardware = o->hardware[0] ? o->hardware : NULL,
+                         .format = o->format_json ? DRYRUN_JSON : DRYRUN_TEXT,
+                         .top = o->top};
+        int rc = o->plan ? plan_run(&job, &d, stdout, err, sizeof err)
+                         : dryrun_run(&job, &d, stdout, err, sizeof err);
+        if (rc != 0) fprintf(stderr, "dtrun: %s\n", err);
+        return rc;
+    }
+    int in_slurm = slurm_apply(o, slurm_getenv, NULL, note, sizeof note, err, sizeof err);
+    if (in_slurm < 0) {
+        fprintf(stderr, "dtrun: %s\n", err);
+        return JOB_EXIT_INVALID;
+    }
+    if (launch_opts_finish(o, err, sizeof err) != 0) {
+        fprintf(stderr, "dtrun: %s\n", err);
+        return JOB_EXIT_INVALID;
+    }
+    if (in_slurm && o->nnodes_max > 1) fprintf(stderr, "dtrun: %s\n", note);
+    if (o->job_path) {
+        /* The built-in trainer: this very binary, even if it is replaced on disk. */
+        char *worker_argv[] = {"dtrun", "worker", (char *)o->job_path, NULL};
+        return agent_run(o, "/proc/self/exe", worker_argv);
+    }
+    return agent_run(o, o->program[0], o->program);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "dtrun: nothing to run: give a job file (dtrun job.yaml) or a program "
+                        "(dtrun -- PROGRAM ARGS); see dtrun --help\n");
+        return JOB_EXIT_INVALID;
+    }
+    const char *a = argv[1];
+    if (!strcmp(a, AGENT_CHILD_GUARD_FLAG)) return agent_child_guard_main(argc, argv);
     if (!strcmp(a, "worker")) {
-        if (argc != 3) return usage(stderr);
+        static job_spec job;
+        if (argc != 3) {
+            fprintf(stderr, "dtrun: usage: dtrun worker job.yaml (the agent starts workers this way)\n");
+            return JOB_EXIT_INVALID;
+        }
         int rc = load_job(&job, argv[2]);
         return rc ? rc : train_run(&job);
     }
-    /* Until the launcher lands: dtrun [--nproc-per-node=1] job.yaml trains in-process. */
-    const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strncmp(argv[i], "--nproc-per-node=", 17) || !strncmp(argv[i], "--nproc_per_node=", 17)) {
-            if (strcmp(argv[i] + 17, "1")) {
-                fprintf(stderr, "dtrun: %s: only 1 process per node for now\n", argv[i]);
-                return JOB_EXIT_INVALID;
-            }
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "dtrun: unknown option '%s'\n", argv[i]);
-            return JOB_EXIT_INVALID;
-        } else if (!path) {
-            path = argv[i];
-        } else {
-            return usage(stderr);
-        }
+    if (!strcmp(a, "rdzv")) return rdzv_command(argc - 1, argv + 1);
+
+    static launch_opts o;
+    char err[1024];
+    launch_opts_defaults(&o);
+    if (launch_opts_parse(&o, argc, argv, err, sizeof err) != 0) {
+        fprintf(stderr, "dtrun: %s\n", err);
+        launch_opts_free(&o);
+        return JOB_EXIT_INVALID;
     }
-    if (!path) return usage(stderr);
-    int rc = load_job(&job, path);
-    return rc ? rc : train_run(&job);
+    int rc;
+    if (o.help) rc = usage();
+    else if (o.version) rc = (printf("dtrun %s\n", DTRUN_VERSION), 0);
+    else rc = launch(&o);
+    launch_opts_free(&o);
+    return rc;
 }

@@ -1,0 +1,49 @@
+/* agent_output.h — where one worker's stdout and stderr go.
+ *
+ * The agent reads each worker's two streams from pipes and hands the bytes here.
+ * Each complete line goes to the console (the agent's own stdout or stderr)
+ * behind the prefix "[role/RANK]:", unless the stream is redirected or the rank is
+ * filtered out; to a log file verbatim when the stream is redirected or teed; and
+ * into a small ring of the last lines, which the root-cause report prints when
+ * the worker fails. No libuv here: the caller owns the pipes. */
+#ifndef DTRUN_AGENT_OUTPUT_H
+#define DTRUN_AGENT_OUTPUT_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#define AGENT_OUTPUT_TAIL_LINES 20   /* lines kept for the failure report */
+#define AGENT_OUTPUT_LINE_MAX 65536  /* a longer line is cut into pieces */
+
+enum { AGENT_STDOUT = 0, AGENT_STDERR = 1 };
+
+typedef struct {
+    char prefix[96];          /* "[default/3]:" */
+    FILE *console[2];         /* where each stream's lines go; NULL = not shown */
+    const char *file[2];      /* log file per stream; NULL = none */
+} agent_output_cfg;
+
+typedef struct agent_output agent_output;
+
+/* Creates the sink and its log files (parent directories too). NULL with one
+ * line in err when a file cannot be created. */
+agent_output *agent_output_open(const agent_output_cfg *cfg, char *err, size_t errlen);
+
+/* Bytes the worker wrote on `stream`. Complete lines are emitted now; a partial
+ * line waits for its newline (or agent_output_flush). */
+void agent_output_write(agent_output *o, int stream, const char *buf, size_t n);
+
+/* Emits partial lines (at the worker's exit), as if they ended with a newline. */
+void agent_output_flush(agent_output *o);
+
+/* Prints the last lines of both streams, in the order they came, each behind
+ * `indent` and the prefix. Returns how many lines were printed. */
+int agent_output_print_tail(const agent_output *o, FILE *out, const char *indent);
+
+/* Flushes, closes the files, frees. Safe with NULL. */
+void agent_output_close(agent_output *o);
+
+/* mkdir -p. 0, or -1 with errno set. */
+int agent_mkdirs(const char *path);
+
+#endif
