@@ -1,0 +1,110 @@
+/* cpu.h — the CPU backend's kernels, one op per file (private to kernels/).
+ *
+ * Each function has exactly the contract of the matching dt_ops entry in
+ * kernels/ops.h (fp32, row-major, backward accumulates with +=); ops_cpu.c puts
+ * them in the table. Parallelism: OpenMP only (thread count set by
+ * dt_ops_set_threads); matrix products are single-threaded OpenBLAS
+ * cblas_sgemm calls, split across the OpenMP threads by gemm.c. */
+#ifndef DTRUN_KERNELS_CPU_H
+#define DTRUN_KERNELS_CPU_H
+
+#include <math.h>
+#include <stddef.h>
+
+/* Vector math from glibc's libmvec. GCC vectorizes expf/tanhf inside
+ * `omp simd` loops only when it knows SIMD variants exist; math.h says so only
+ * under -ffast-math, which we do not want elsewhere. Declaring them here lets
+ * the softmax, cross-entropy and GELU loops call libmvec's 8/16-wide versions
+ * (measured 10x faster than the scalar calls; their accuracy is checked by
+ * test_kernels against double-precision references).
+ * Needs -fopenmp (the Makefile always passes it); libm.so pulls in libmvec. */
+#pragma omp declare simd notinbranch
+float expf(float);
+#pragma omp declare simd notinbranch
+float tanhf(float);
+
+/* Below this many elements an elementwise loop is not worth waking threads. */
+#define CPU_PAR_MIN 16384
+
+/* gemm.c: row-major C[M,N] = alpha op(A) op(B) + beta C, split across the
+ * OpenMP threads, each slab a single-threaded cblas_sgemm. Call it outside
+ * parallel regions; inside one, call cblas_sgemm directly (after
+ * cpu_blas_single_threaded()). */
+void cpu_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
+               const float *A, int lda, const float *B, int ldb,
+               float beta, float *C, int ldc);
+/* Keeps OpenBLAS at one thread (see gemm.c for why). */
+void cpu_blas_single_threaded(void);
+
+/* memory.c */
+void *cpu_alloc(size_t bytes);
+void cpu_free(void *p);
+void cpu_zero(void *p, size_t bytes);
+void cpu_copy(void *dst, const void *src, size_t bytes);
+
+/* embedding.c */
+void cpu_embedding_forward(float *out, const int *tok, const float *wte,
+                           int v0, int vn, int N, int C);
+void cpu_embedding_backward(float *dwte, const float *dout, const int *tok,
+                            int v0, int vn, int N, int C);
+
+/* posadd.c */
+void cpu_posadd_forward(float *x, const float *wpe, int B, int T, int C);
+void cpu_posadd_backward(float *dwpe, const float *dx, int B, int T, int C);
+
+/* patch.c */
+void cpu_patch_forward(float *out, const float *img, const float *w, const float *b,
+                       int B, int ch, int S, int P, int C);
+void cpu_patch_backward(float *dw, float *db, const float *dout, const float *img,
+                        int B, int ch, int S, int P, int C);
+
+/* layernorm.c */
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *b, int N, int C);
+void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const float *mean,
+                            const float *rstd, int N, int C);
+
+/* matmul.c */
+void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                        int N, int IC, int OC);
+void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                         const float *inp, const float *w, int N, int IC, int OC);
+/* dbias[o] += sum_i dout[i,o] (shared by matmul and patch). */
+void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC);
+
+/* attention.c */
+void cpu_attention_forward(float *out, float *att, const float *qkv,
+                           int B, int T, int C, int NH, int causal);
+void cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
+                            const float *qkv, const float *att,
+                            int B, int T, int C, int NH, int causal);
+
+/* gelu.c */
+void cpu_gelu_forward(float *out, const float *inp, size_t n);
+void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* residual.c */
+void cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
+void cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
+
+/* xent.c */
+void cpu_xent_rowmax(float *rowmax, const float *logits, int N, int Vl);
+void cpu_xent_sumexp(float *sumexp, const float *logits, const float *rowmax, int N, int Vl);
+void cpu_xent_target(float *target, const float *logits, const int *targets,
+                     int v0, int N, int Vl);
+void cpu_xent_loss(float *loss, const float *rowmax, const float *sumexp,
+                   const float *target, const int *targets, int N);
+void cpu_xent_backward(float *dlogits, const float *logits, const float *rowmax,
+                       const float *sumexp, const int *targets, const float *dloss,
+                       int v0, int N, int Vl);
+
+/* adamw.c */
+void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
+               float beta1, float beta2, float eps, float weight_decay, int t);
+
+/* reduce.c */
+void cpu_scale(float *p, float s, size_t n);
+double cpu_sumsq(const float *p, size_t n);
+
+#endif

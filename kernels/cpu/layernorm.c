@@ -1,0 +1,92 @@
+/* layernorm.c — LayerNorm over the last dimension (eps 1e-5), as in llm.c.
+ *
+ * Forward, per row x of C values:
+ *     mean = sum(x)/C,  var = sum((x-mean)^2)/C,  rstd = 1/sqrt(var + eps)
+ *     n = (x - mean) * rstd,   out = n * w + b
+ * mean and rstd are saved so backward need not recompute them. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+#define LN_EPS 1e-5f
+
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *b, int N, int C) {
+    if (C <= 0) return;
+    #pragma omp parallel for if ((size_t)N * C > CPU_PAR_MIN)
+    for (int i = 0; i < N; i++) {
+        const float *x = inp + (size_t)i * C;
+        float *o = out + (size_t)i * C;
+        /* Two passes (mean, then squared deviations): no cancellation when
+         * the mean is large compared with the spread. */
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int c = 0; c < C; c++) sum += x[c];
+        float m = sum / C;
+        float sq = 0.0f;
+        #pragma omp simd reduction(+:sq)
+        for (int c = 0; c < C; c++) { float d = x[c] - m; sq += d * d; }
+        float s = 1.0f / sqrtf(sq / C + LN_EPS);
+        #pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        mean[i] = m;
+        rstd[i] = s;
+    }
+}
+
+/* Backward. With g = dout * w (the gradient reaching n):
+ *     db += dout,   dw += dout * n
+ *     dx += rstd * (g - mean(g) - n * mean(g * n))
+ * (the two means are the gradients through mean and through rstd).
+ * dx rows are independent; dw and db sum over rows, so each thread sums its
+ * rows into a private buffer and the buffers are added in thread order, which
+ * keeps the result deterministic for a given thread count. */
+void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                            const float *inp, const float *w, const float *mean,
+                            const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    int nthreads = (size_t)N * C > CPU_PAR_MIN ? omp_get_max_threads() : 1;
+    float *partial = calloc((size_t)nthreads * 2 * C, sizeof(float));
+    if (!partial) return;
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+        float *pdw = partial + (size_t)tid * 2 * C;
+        float *pdb = pdw + C;
+        int i0 = (int)((long long)N * tid / nt), i1 = (int)((long long)N * (tid + 1) / nt);
+        for (int i = i0; i < i1; i++) {
+            const float *x = inp + (size_t)i * C;
+            const float *d = dout + (size_t)i * C;
+            float *dx = dinp + (size_t)i * C;
+            float m = mean[i], s = rstd[i];
+            float g_mean = 0.0f, gn_mean = 0.0f;
+            #pragma omp simd reduction(+:g_mean, gn_mean)
+            for (int c = 0; c < C; c++) {
+                float n = (x[c] - m) * s;
+                float g = w[c] * d[c];
+                g_mean += g;
+                gn_mean += g * n;
+            }
+            g_mean /= C;
+            gn_mean /= C;
+            #pragma omp simd
+            for (int c = 0; c < C; c++) {
+                float n = (x[c] - m) * s;
+                float g = w[c] * d[c];
+                pdb[c] += d[c];
+                pdw[c] += n * d[c];
+                dx[c] += s * (g - g_mean - n * gn_mean);
+            }
+        }
+    }
+    for (int t = 0; t < nthreads; t++) {
+        const float *pdw = partial + (size_t)t * 2 * C;
+        const float *pdb = pdw + C;
+        #pragma omp simd
+        for (int c = 0; c < C; c++) { dw[c] += pdw[c]; db[c] += pdb[c]; }
+    }
+    free(partial);
+}

@@ -1,0 +1,55 @@
+/* matmul.c — the linear layer: out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC].
+ *
+ * Nearly all of a transformer's FLOPs are here, so the products go to OpenBLAS
+ * sgemm (split across threads by gemm.c); only the bias broadcast and the
+ * bias gradient's column sums are our own loops. */
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                        int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    /* Seed out with the bias and let the GEMM add onto it (beta = 1): one
+     * pass over out instead of a GEMM pass plus a bias pass. Without a bias,
+     * beta = 0 overwrites out. */
+    float beta = 0.0f;
+    if (bias) {
+        #pragma omp parallel for if ((size_t)N * OC > CPU_PAR_MIN)
+        for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cpu_sgemm(0, 1, N, OC, IC, 1.0f, inp, IC, w, IC, beta, out, OC);
+}
+
+/* Column sums in blocks of 16 columns: each thread owns whole columns (no
+ * write conflicts, deterministic order) and reads one cache line per row. */
+void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC) {
+    enum { BLOCK = 16 };
+    int nblocks = (OC + BLOCK - 1) / BLOCK;
+    #pragma omp parallel for if ((size_t)N * OC > CPU_PAR_MIN)
+    for (int blk = 0; blk < nblocks; blk++) {
+        int o0 = blk * BLOCK;
+        int on = OC - o0 < BLOCK ? OC - o0 : BLOCK;
+        float acc[BLOCK] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * OC + o0;
+            #pragma omp simd
+            for (int o = 0; o < on; o++) acc[o] += d[o];
+        }
+        for (int o = 0; o < on; o++) dbias[o0 + o] += acc[o];
+    }
+}
+
+/* With out = inp w^T + b:
+ *   dinp = dout @ w          [N,OC] x [OC,IC]
+ *   dw   = dout^T @ inp      [OC,N] x [N,IC]
+ *   db   = colsum(dout)
+ * beta = 1 makes the GEMMs accumulate, as the ops contract requires. */
+void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                         const float *inp, const float *w, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    if (dinp) cpu_sgemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
+    cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (dbias) cpu_colsum_accumulate(dbias, dout, N, OC);
+}

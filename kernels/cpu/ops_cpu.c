@@ -1,0 +1,42 @@
+/* ops_cpu.c — the CPU backend's ops table (see kernels/ops.h). Host memory
+ * is the "device" memory here, so to_host and from_host are plain copies. */
+#include "kernels/ops.h"
+#include "kernels/cpu/cpu.h"
+
+const dt_ops dt_ops_cpu = {
+    .name = "cpu",
+
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .copy = cpu_copy,
+    .to_host = cpu_copy,
+    .from_host = cpu_copy,
+
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .posadd_forward = cpu_posadd_forward,
+    .posadd_backward = cpu_posadd_backward,
+    .patch_forward = cpu_patch_forward,
+    .patch_backward = cpu_patch_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .residual_forward = cpu_residual_forward,
+    .residual_backward = cpu_residual_backward,
+
+    .xent_rowmax = cpu_xent_rowmax,
+    .xent_sumexp = cpu_xent_sumexp,
+    .xent_target = cpu_xent_target,
+    .xent_loss = cpu_xent_loss,
+    .xent_backward = cpu_xent_backward,
+
+    .adamw = cpu_adamw,
+    .scale = cpu_scale,
+    .sumsq = cpu_sumsq,
+};

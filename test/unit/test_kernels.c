@@ -1,0 +1,844 @@
+/* test_kernels.c — the CPU kernels against finite differences and naive
+ * references, plus the ops.h contracts (accumulating backward, vocab-parallel
+ * embedding and cross-entropy, empty inputs) and a micro-benchmark.
+ *
+ * Gradient checks: every backward output is compared with central differences
+ * of the scalar objective L = sum(out * R) (R fixed random), evaluated with a
+ * double accumulation over the fp32 forward. The step is eps = 1e-3; fp32
+ * rounding of the forward then limits the difference quotient to ~1e-4
+ * absolute, so errors are relative with an absolute floor:
+ *     err = |analytic - numeric| / max(|analytic|, |numeric|, FD_FLOOR)
+ * and must stay below FD_TOL. Forward results are compared with double-
+ * precision triple loops the same way (floor REF_FLOOR, tolerance REF_TOL). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/ops.h"
+#include "test/unit/check.h"
+
+#define FD_EPS 1e-3f
+#define FD_FLOOR 1e-1
+#define FD_TOL 1e-2
+#define REF_FLOOR 1e-2
+#define REF_TOL 1e-4
+/* GEMM outputs are sums of IC unit-sized products: their fp32 rounding error
+ * scales with the terms, not with the (possibly cancelled) result, so the
+ * floor is the terms' size. */
+#define GEMM_FLOOR 1.0
+
+static const dt_ops *ops = &dt_ops_cpu;
+
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static float frand(void) { /* uniform in [-1, 1), xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
+    return (float)((r >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
+}
+
+static float *rand_buf(size_t n, float scale) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = frand() * scale;
+    return p;
+}
+
+static float *zero_buf(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
+
+static double dot_r(const float *out, const float *R, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)out[i] * R[i];
+    return s;
+}
+
+static double rel_err(double a, double b, double floor) {
+    double m = fmax(fmax(fabs(a), fabs(b)), floor);
+    return fabs(a - b) / m;
+}
+
+static double max_rel_err_f(const float *a, const float *b, size_t n, double floor) {
+    double w = 0.0;
+    for (size_t i = 0; i < n; i++) w = fmax(w, rel_err(a[i], b[i], floor));
+    return w;
+}
+
+static double max_rel_err_d(const float *a, const double *ref, size_t n, double floor) {
+    double w = 0.0;
+    for (size_t i = 0; i < n; i++) w = fmax(w, rel_err(a[i], ref[i], floor));
+    return w;
+}
+
+typedef double (*objective_fn)(void *ctx);
+
+/* Max relative error between the analytic gradient g[n] and central
+ * differences of f with respect to x[n]. The step actually taken is the
+ * difference of the two representable fp32 values, not 2*eps. */
+static double fd_check(objective_fn f, void *ctx, float *x, const float *g, size_t n) {
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        float saved = x[i];
+        float hi = saved + FD_EPS, lo = saved - FD_EPS;
+        x[i] = hi;
+        double lp = f(ctx);
+        x[i] = lo;
+        double lm = f(ctx);
+        x[i] = saved;
+        double numeric = (lp - lm) / ((double)hi - (double)lo);
+        worst = fmax(worst, rel_err(g[i], numeric, FD_FLOOR));
+    }
+    return worst;
+}
+
+/* The accumulate contract: a second backward call adds the same amount again. */
+static double accumulate_err(const float *once, const float *twice, size_t n) {
+    double scale = 0.0, w = 0.0;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(once[i]));
+    for (size_t i = 0; i < n; i++) w = fmax(w, fabs(twice[i] - 2.0 * once[i]));
+    return scale > 0.0 ? w / scale : w;
+}
+#define ACC_TOL 1e-5
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+static void ref_matmul(double *out, const float *inp, const float *w, const float *bias,
+                       int N, int IC, int OC) {
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = bias ? bias[o] : 0.0;
+            for (int k = 0; k < IC; k++) s += (double)inp[(size_t)i * IC + k] * w[(size_t)o * IC + k];
+            out[(size_t)i * OC + o] = s;
+        }
+}
+
+typedef struct { float *out, *inp, *w, *b, *R; int N, IC, OC; } matmul_ctx;
+
+static double matmul_obj(void *c) {
+    matmul_ctx *m = c;
+    ops->matmul_forward(m->out, m->inp, m->w, m->b, m->N, m->IC, m->OC);
+    return dot_r(m->out, m->R, (size_t)m->N * m->OC);
+}
+
+static void test_matmul(void) {
+    /* the larger shapes run threaded: gemm.c splits C by rows when it is tall
+     * (200x50) and by columns when it is wide (130x200, 64x129) */
+    static const int shapes[][3] = {{1, 1, 1}, {5, 7, 6}, {33, 65, 17}, {130, 96, 200}, {64, 300, 129}, {200, 40, 50}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], IC = shapes[s][1], OC = shapes[s][2];
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            float *inp = rand_buf((size_t)N * IC, 1), *w = rand_buf((size_t)OC * IC, 1);
+            float *b = with_bias ? rand_buf(OC, 1) : NULL;
+            float *out = rand_buf((size_t)N * OC, 1); /* garbage: forward overwrites */
+            double *ref = malloc((size_t)N * OC * sizeof(double));
+            ops->matmul_forward(out, inp, w, b, N, IC, OC);
+            ref_matmul(ref, inp, w, b, N, IC, OC);
+            double e = max_rel_err_d(out, ref, (size_t)N * OC, GEMM_FLOOR);
+            CHECK(e < REF_TOL, "matmul_forward N=%d IC=%d OC=%d bias=%d vs naive: max rel err %.1e (tol %.0e)",
+                  N, IC, OC, with_bias, e, REF_TOL);
+            free(inp), free(w), free(b), free(out), free(ref);
+        }
+    }
+
+    /* backward vs naive: dinp = dout w, dw = dout^T inp, dbias = colsum(dout);
+     * the two shapes split dinp's GEMM by rows and by columns */
+    static const int bshapes[][3] = {{130, 96, 200}, {64, 300, 129}};
+    for (size_t s = 0; s < 2; s++) {
+        int N = bshapes[s][0], IC = bshapes[s][1], OC = bshapes[s][2];
+        float *inp = rand_buf((size_t)N * IC, 1), *w = rand_buf((size_t)OC * IC, 1);
+        float *dout = rand_buf((size_t)N * OC, 1);
+        float *dinp = zero_buf((size_t)N * IC), *dw = zero_buf((size_t)OC * IC), *db = zero_buf(OC);
+        ops->matmul_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
+        double *rdinp = calloc((size_t)N * IC, sizeof(double)), *rdw = calloc((size_t)OC * IC, sizeof(double));
+        double *rdb = calloc(OC, sizeof(double));
+        for (int i = 0; i < N; i++)
+            for (int o = 0; o < OC; o++) {
+                double d = dout[(size_t)i * OC + o];
+                rdb[o] += d;
+                for (int k = 0; k < IC; k++) {
+                    rdinp[(size_t)i * IC + k] += d * w[(size_t)o * IC + k];
+                    rdw[(size_t)o * IC + k] += d * inp[(size_t)i * IC + k];
+                }
+            }
+        double e1 = max_rel_err_d(dinp, rdinp, (size_t)N * IC, GEMM_FLOOR);
+        double e2 = max_rel_err_d(dw, rdw, (size_t)OC * IC, GEMM_FLOOR);
+        double e3 = max_rel_err_d(db, rdb, OC, GEMM_FLOOR);
+        CHECK(e1 < REF_TOL && e2 < REF_TOL && e3 < REF_TOL,
+              "matmul_backward N=%d IC=%d OC=%d vs naive: dinp %.1e dw %.1e dbias %.1e (tol %.0e)",
+              N, IC, OC, e1, e2, e3, REF_TOL);
+        free(inp), free(w), free(dout), free(dinp), free(dw), free(db), free(rdinp), free(rdw), free(rdb);
+    }
+
+    /* finite differences, accumulate, and NULL dinp/dbias */
+    int N = 5, IC = 7, OC = 6;
+    matmul_ctx m = {zero_buf((size_t)N * OC), rand_buf((size_t)N * IC, 1), rand_buf((size_t)OC * IC, 1),
+                    rand_buf(OC, 1), rand_buf((size_t)N * OC, 1), N, IC, OC};
+    float *dinp = zero_buf((size_t)N * IC), *dw = zero_buf((size_t)OC * IC), *db = zero_buf(OC);
+    ops->matmul_backward(dinp, dw, db, m.R, m.inp, m.w, N, IC, OC);
+    double e_in = fd_check(matmul_obj, &m, m.inp, dinp, (size_t)N * IC);
+    double e_w = fd_check(matmul_obj, &m, m.w, dw, (size_t)OC * IC);
+    double e_b = fd_check(matmul_obj, &m, m.b, db, OC);
+    CHECK(e_in < FD_TOL, "matmul_backward dinp vs finite differences: max rel err %.1e (tol %.0e)", e_in, FD_TOL);
+    CHECK(e_w < FD_TOL, "matmul_backward dw vs finite differences: max rel err %.1e (tol %.0e)", e_w, FD_TOL);
+    CHECK(e_b < FD_TOL, "matmul_backward dbias vs finite differences: max rel err %.1e (tol %.0e)", e_b, FD_TOL);
+
+    float *dinp2 = zero_buf((size_t)N * IC), *dw2 = zero_buf((size_t)OC * IC), *db2 = zero_buf(OC);
+    ops->matmul_backward(dinp2, dw2, db2, m.R, m.inp, m.w, N, IC, OC);
+    ops->matmul_backward(dinp2, dw2, db2, m.R, m.inp, m.w, N, IC, OC);
+    double a = fmax(accumulate_err(dinp, dinp2, (size_t)N * IC),
+                    fmax(accumulate_err(dw, dw2, (size_t)OC * IC), accumulate_err(db, db2, OC)));
+    CHECK(a < ACC_TOL, "matmul_backward accumulates (twice = 2x once): err %.1e", a);
+
+    float *dw3 = zero_buf((size_t)OC * IC);
+    ops->matmul_backward(NULL, dw3, NULL, m.R, m.inp, m.w, N, IC, OC);
+    CHECK(max_rel_err_f(dw3, dw, (size_t)OC * IC, 0) == 0.0, "matmul_backward with dinp = dbias = NULL gives the same dw");
+    free(m.out), free(m.inp), free(m.w), free(m.b), free(m.R);
+    free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2), free(dw3);
+}
+
+/* ------------------------------------------------------------- attention */
+
+static void ref_attention_forward(double *out, double *att, const float *qkv,
+                                  int B, int T, int C, int NH, int causal) {
+    int hs = C / NH, C3 = 3 * C;
+    double scale = 1.0 / sqrt((double)hs);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+                double *a = att + (((size_t)b * NH + h) * T + t) * T;
+                int valid = causal ? t + 1 : T;
+                double mx = -INFINITY;
+                for (int j = 0; j < T; j++) {
+                    const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+                    double s = 0.0;
+                    for (int i = 0; i < hs; i++) s += (double)q[i] * k[i];
+                    a[j] = s * scale;
+                    if (j < valid) mx = fmax(mx, a[j]);
+                }
+                double sum = 0.0;
+                for (int j = 0; j < T; j++) {
+                    a[j] = j < valid ? exp(a[j] - mx) : 0.0;
+                    sum += a[j];
+                }
+                for (int j = 0; j < T; j++) a[j] /= sum;
+                double *o = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) {
+                    double s = 0.0;
+                    for (int j = 0; j < T; j++) s += a[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * hs + i];
+                    o[i] = s;
+                }
+            }
+}
+
+/* Textbook backward in double, from the reference probabilities. */
+static void ref_attention_backward(double *dqkv, const float *dout, const float *qkv, const double *att,
+                                   int B, int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    double scale = 1.0 / sqrt((double)hs);
+    double *da = malloc((size_t)T * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const double *a = att + (((size_t)b * NH + h) * T + t) * T;
+                const float *dO = dout + ((size_t)b * T + t) * C + h * hs;
+                double dot = 0.0;
+                for (int j = 0; j < T; j++) {
+                    const float *v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * hs;
+                    double *dv = dqkv + ((size_t)b * T + j) * C3 + 2 * C + h * hs;
+                    double s = 0.0;
+                    for (int i = 0; i < hs; i++) {
+                        s += (double)dO[i] * v[i];
+                        dv[i] += a[j] * dO[i];
+                    }
+                    da[j] = s;
+                    dot += a[j] * s;
+                }
+                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+                double *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+                for (int j = 0; j < T; j++) {
+                    double ds = a[j] * (da[j] - dot) * scale;
+                    const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+                    double *dk = dqkv + ((size_t)b * T + j) * C3 + C + h * hs;
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += ds * k[i];
+                        dk[i] += ds * q[i];
+                    }
+                }
+            }
+    free(da);
+}
+
+typedef struct { float *out, *att, *qkv, *R; int B, T, C, NH, causal; } attn_ctx;
+
+static double attn_obj(void *c) {
+    attn_ctx *a = c;
+    ops->attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->causal);
+    return dot_r(a->out, a->R, (size_t)a->B * a->T * a->C);
+}
+
+static void test_attention(void) {
+    static const int shapes[][4] = {{1, 1, 4, 1}, {2, 5, 8, 2}, {1, 67, 48, 3}, {2, 130, 64, 4}, {1, 64, 32, 2}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], NH = shapes[s][3];
+        for (int causal = 0; causal < 2; causal++) {
+            size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+            float *qkv = rand_buf(nqkv, 1.5f), *out = rand_buf(nout, 1), *att = rand_buf(natt, 1);
+            double *rout = malloc(nout * sizeof(double)), *ratt = malloc(natt * sizeof(double));
+            ops->attention_forward(out, att, qkv, B, T, C, NH, causal);
+            ref_attention_forward(rout, ratt, qkv, B, T, C, NH, causal);
+            double eo = max_rel_err_d(out, rout, nout, REF_FLOOR);
+            double ea = max_rel_err_d(att, ratt, natt, REF_FLOOR);
+            CHECK(eo < REF_TOL && ea < REF_TOL,
+                  "attention_forward B=%d T=%d C=%d NH=%d %s vs naive: out %.1e att %.1e (tol %.0e)",
+                  B, T, C, NH, causal ? "causal" : "full", eo, ea, REF_TOL);
+
+            float *dout = rand_buf(nout, 1), *dqkv = zero_buf(nqkv), *scratch = rand_buf(natt, 1);
+            double *rdqkv = calloc(nqkv, sizeof(double));
+            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, causal);
+            ref_attention_backward(rdqkv, dout, qkv, ratt, B, T, C, NH);
+            double eb = max_rel_err_d(dqkv, rdqkv, nqkv, REF_FLOOR);
+            CHECK(eb < 10 * REF_TOL, "attention_backward B=%d T=%d C=%d NH=%d %s vs naive: dqkv %.1e (tol %.0e)",
+                  B, T, C, NH, causal ? "causal" : "full", eb, 10 * REF_TOL);
+            free(qkv), free(out), free(att), free(rout), free(ratt), free(dout), free(dqkv), free(scratch), free(rdqkv);
+        }
+    }
+
+    /* finite differences: a small case, and T=70 > the 64-query causal block */
+    static const int fd_shapes[][4] = {{2, 7, 8, 2}, {1, 70, 4, 2}};
+    for (size_t s = 0; s < 2; s++) {
+        for (int causal = 0; causal < 2; causal++) {
+            int B = fd_shapes[s][0], T = fd_shapes[s][1], C = fd_shapes[s][2], NH = fd_shapes[s][3];
+            size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+            attn_ctx a = {zero_buf(nout), zero_buf(natt), rand_buf(nqkv, 1.5f), rand_buf(nout, 1), B, T, C, NH, causal};
+            float *dqkv = zero_buf(nqkv), *scratch = zero_buf(natt);
+            attn_obj(&a);
+            ops->attention_backward(dqkv, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal);
+            double e = fd_check(attn_obj, &a, a.qkv, dqkv, nqkv);
+            CHECK(e < FD_TOL, "attention_backward B=%d T=%d C=%d NH=%d %s dqkv vs finite differences: max rel err %.1e (tol %.0e)",
+                  B, T, C, NH, causal ? "causal" : "full", e, FD_TOL);
+            if (s == 0) {
+                float *dqkv2 = zero_buf(nqkv);
+                attn_obj(&a);
+                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal);
+                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal);
+                double ae = accumulate_err(dqkv, dqkv2, nqkv);
+                CHECK(ae < ACC_TOL, "attention_backward %s accumulates (twice = 2x once): err %.1e",
+                      causal ? "causal" : "full", ae);
+                free(dqkv2);
+            }
+            free(a.out), free(a.att), free(a.qkv), free(a.R), free(dqkv), free(scratch);
+        }
+    }
+}
+
+/* ------------------------------------------------------------- layernorm */
+
+typedef struct { float *out, *mean, *rstd, *inp, *w, *b, *R; int N, C; } ln_ctx;
+
+static double ln_obj(void *c) {
+    ln_ctx *l = c;
+    ops->layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, l->N, l->C);
+    return dot_r(l->out, l->R, (size_t)l->N * l->C);
+}
+
+static void test_layernorm(void) {
+    int N = 6, C = 10;
+    ln_ctx l = {zero_buf((size_t)N * C), zero_buf(N), zero_buf(N), rand_buf((size_t)N * C, 2),
+                rand_buf(C, 1), rand_buf(C, 1), rand_buf((size_t)N * C, 1), N, C};
+    /* forward vs double reference; one row far from zero to test cancellation */
+    for (int c = 0; c < C; c++) l.inp[c] += 1000.0f;
+    ln_obj(&l);
+    double worst = 0.0;
+    for (int i = 0; i < N; i++) {
+        const float *x = l.inp + (size_t)i * C;
+        double m = 0, v = 0;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        double rs = 1.0 / sqrt(v / C + 1e-5);
+        for (int c = 0; c < C; c++)
+            worst = fmax(worst, rel_err(l.out[(size_t)i * C + c], (x[c] - m) * rs * l.w[c] + l.b[c], REF_FLOOR));
+        worst = fmax(worst, rel_err(l.mean[i], m, REF_FLOOR));
+        worst = fmax(worst, rel_err(l.rstd[i], rs, REF_FLOOR));
+    }
+    /* the +1000 row carries fp32 input rounding (ulp 6e-5 over a spread of ~1) */
+    CHECK(worst < 1e-3, "layernorm_forward vs double reference: max rel err %.1e (tol 1e-3)", worst);
+    for (int c = 0; c < C; c++) l.inp[c] -= 1000.0f;
+    ln_obj(&l);
+
+    float *dinp = zero_buf((size_t)N * C), *dw = zero_buf(C), *db = zero_buf(C);
+    ops->layernorm_backward(dinp, dw, db, l.R, l.inp, l.w, l.mean, l.rstd, N, C);
+    double e_in = fd_check(ln_obj, &l, l.inp, dinp, (size_t)N * C);
+    double e_w = fd_check(ln_obj, &l, l.w, dw, C);
+    double e_b = fd_check(ln_obj, &l, l.b, db, C);
+    CHECK(e_in < FD_TOL, "layernorm_backward dinp vs finite differences: max rel err %.1e (tol %.0e)", e_in, FD_TOL);
+    CHECK(e_w < FD_TOL, "layernorm_backward dw vs finite differences: max rel err %.1e (tol %.0e)", e_w, FD_TOL);
+    CHECK(e_b < FD_TOL, "layernorm_backward db vs finite differences: max rel err %.1e (tol %.0e)", e_b, FD_TOL);
+
+    ln_obj(&l);
+    float *dinp2 = zero_buf((size_t)N * C), *dw2 = zero_buf(C), *db2 = zero_buf(C);
+    ops->layernorm_backward(dinp2, dw2, db2, l.R, l.inp, l.w, l.mean, l.rstd, N, C);
+    ops->layernorm_backward(dinp2, dw2, db2, l.R, l.inp, l.w, l.mean, l.rstd, N, C);
+    double a = fmax(accumulate_err(dinp, dinp2, (size_t)N * C), fmax(accumulate_err(dw, dw2, C), accumulate_err(db, db2, C)));
+    CHECK(a < ACC_TOL, "layernorm_backward accumulates (twice = 2x once): err %.1e", a);
+
+    /* large enough to run threaded: dw/db from per-thread partials vs serial sums */
+    int N2 = 512, C2 = 96;
+    float *x = rand_buf((size_t)N2 * C2, 1), *w = rand_buf(C2, 1), *b = rand_buf(C2, 1), *d = rand_buf((size_t)N2 * C2, 1);
+    float *o = zero_buf((size_t)N2 * C2), *mu = zero_buf(N2), *rs = zero_buf(N2);
+    float *gx = zero_buf((size_t)N2 * C2), *gw = zero_buf(C2), *gb = zero_buf(C2);
+    ops->layernorm_forward(o, mu, rs, x, w, b, N2, C2);
+    ops->layernorm_backward(gx, gw, gb, d, x, w, mu, rs, N2, C2);
+    double *rw = calloc(C2, sizeof(double)), *rb = calloc(C2, sizeof(double));
+    for (int i = 0; i < N2; i++)
+        for (int c = 0; c < C2; c++) {
+            size_t k = (size_t)i * C2 + c;
+            rb[c] += d[k];
+            rw[c] += d[k] * ((double)x[k] - mu[i]) * rs[i];
+        }
+    double ew = max_rel_err_d(gw, rw, C2, 1.0), eb = max_rel_err_d(gb, rb, C2, 1.0);
+    CHECK(ew < REF_TOL && eb < REF_TOL, "layernorm_backward N=%d C=%d threaded dw %.1e db %.1e vs double sums (tol %.0e)",
+          N2, C2, ew, eb, REF_TOL);
+    free(x), free(w), free(b), free(d), free(o), free(mu), free(rs), free(gx), free(gw), free(gb), free(rw), free(rb);
+    free(l.out), free(l.mean), free(l.rstd), free(l.inp), free(l.w), free(l.b), free(l.R);
+    free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2);
+}
+
+/* ------------------------------------------------------ gelu, residual */
+
+typedef struct { float *out, *inp, *R; size_t n; } gelu_ctx;
+
+static double gelu_obj(void *c) {
+    gelu_ctx *g = c;
+    ops->gelu_forward(g->out, g->inp, g->n);
+    return dot_r(g->out, g->R, g->n);
+}
+
+static void test_gelu(void) {
+    size_t n = 200;
+    gelu_ctx g = {zero_buf(n), rand_buf(n, 4), rand_buf(n, 1), n};
+    gelu_obj(&g);
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = g.inp[i];
+        double ref = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+        worst = fmax(worst, rel_err(g.out[i], ref, REF_FLOOR));
+    }
+    CHECK(worst < REF_TOL, "gelu_forward vs double tanh formula: max rel err %.1e (tol %.0e)", worst, REF_TOL);
+    float *dinp = zero_buf(n), *dinp2 = zero_buf(n);
+    ops->gelu_backward(dinp, g.inp, g.R, n);
+    double e = fd_check(gelu_obj, &g, g.inp, dinp, n);
+    CHECK(e < FD_TOL, "gelu_backward dinp vs finite differences: max rel err %.1e (tol %.0e)", e, FD_TOL);
+    ops->gelu_backward(dinp2, g.inp, g.R, n);
+    ops->gelu_backward(dinp2, g.inp, g.R, n);
+    CHECK(accumulate_err(dinp, dinp2, n) < ACC_TOL, "gelu_backward accumulates (twice = 2x once)");
+
+    /* threaded size and the large-|x| tails (tanh saturates, no NaN) */
+    size_t big = 100000;
+    float *x = rand_buf(big, 12), *y = zero_buf(big);
+    ops->gelu_forward(y, x, big);
+    double w2 = 0.0;
+    for (size_t i = 0; i < big; i++) {
+        double xd = x[i];
+        double ref = 0.5 * xd * (1.0 + tanh(sqrt(2.0 / M_PI) * (xd + 0.044715 * xd * xd * xd)));
+        w2 = fmax(w2, rel_err(y[i], ref, REF_FLOOR));
+    }
+    CHECK(w2 < REF_TOL, "gelu_forward n=%zu on [-12,12] vs double: max rel err %.1e (tol %.0e)", big, w2, REF_TOL);
+    free(x), free(y), free(g.out), free(g.inp), free(g.R), free(dinp), free(dinp2);
+}
+
+typedef struct { float *out, *a, *b, *R; size_t n; } res_ctx;
+
+static double res_obj(void *c) {
+    res_ctx *r = c;
+    ops->residual_forward(r->out, r->a, r->b, r->n);
+    return dot_r(r->out, r->R, r->n);
+}
+
+static void test_residual(void) {
+    size_t n = 50;
+    res_ctx r = {zero_buf(n), rand_buf(n, 1), rand_buf(n, 1), rand_buf(n, 1), n};
+    float *da = zero_buf(n), *db = zero_buf(n);
+    ops->residual_backward(da, db, r.R, n);
+    double ea = fd_check(res_obj, &r, r.a, da, n), eb = fd_check(res_obj, &r, r.b, db, n);
+    CHECK(ea < FD_TOL && eb < FD_TOL, "residual_backward da %.1e db %.1e vs finite differences (tol %.0e)", ea, eb, FD_TOL);
+    ops->residual_backward(da, db, r.R, n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= da[i] == 2 * r.R[i] && db[i] == 2 * r.R[i];
+    CHECK(ok, "residual_backward accumulates (twice = 2x once)");
+    /* out aliasing a is allowed */
+    float *a2 = malloc(n * sizeof(float));
+    memcpy(a2, r.a, n * sizeof(float));
+    ops->residual_forward(a2, a2, r.b, n);
+    ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= a2[i] == r.a[i] + r.b[i];
+    CHECK(ok, "residual_forward with out aliasing a");
+    free(a2), free(r.out), free(r.a), free(r.b), free(r.R), free(da), free(db);
+}
+
+/* ------------------------------------------------ embedding, posadd, patch */
+
+typedef struct { float *out, *wte, *R; const int *tok; int v0, vn, N, C; } emb_ctx;
+
+static double emb_obj(void *c) {
+    emb_ctx *e = c;
+    ops->embedding_forward(e->out, e->tok, e->wte, e->v0, e->vn, e->N, e->C);
+    return dot_r(e->out, e->R, (size_t)e->N * e->C);
+}
+
+static void test_embedding(void) {
+    enum { N = 9, C = 5, V = 7, V0 = 3 };
+    static const int tok[N] = {0, 6, 3, 3, 2, 5, 0, 1, 4}; /* repeats: a scatter-add */
+    emb_ctx e = {zero_buf(N * C), rand_buf(V * C, 1), rand_buf(N * C, 1), tok, 0, V, N, C};
+    float *dwte = zero_buf(V * C), *dwte2 = zero_buf(V * C);
+    ops->embedding_backward(dwte, e.R, tok, 0, V, N, C);
+    double err = fd_check(emb_obj, &e, e.wte, dwte, V * C);
+    CHECK(err < FD_TOL, "embedding_backward dwte vs finite differences: max rel err %.1e (tol %.0e)", err, FD_TOL);
+    ops->embedding_backward(dwte2, e.R, tok, 0, V, N, C);
+    ops->embedding_backward(dwte2, e.R, tok, 0, V, N, C);
+    CHECK(accumulate_err(dwte, dwte2, V * C) < ACC_TOL, "embedding_backward accumulates (twice = 2x once)");
+
+    /* vocab-parallel: rows [0,V0) on one rank, [V0,V) on another. The sum of the
+     * two outputs is the full output; the two dwte shards are the full dwte. */
+    float *full = zero_buf(N * C), *s0 = rand_buf(N * C, 1), *s1 = rand_buf(N * C, 1);
+    ops->embedding_forward(full, tok, e.wte, 0, V, N, C);
+    ops->embedding_forward(s0, tok, e.wte, 0, V0, N, C);
+    ops->embedding_forward(s1, tok, e.wte + V0 * C, V0, V - V0, N, C);
+    int ok = 1;
+    for (int i = 0; i < N * C; i++) ok &= s0[i] + s1[i] == full[i] && (s0[i] == 0 || s1[i] == 0);
+    for (int i = 0; i < N; i++) ok &= memcmp(full + i * C, e.wte + tok[i] * C, C * sizeof(float)) == 0;
+    CHECK(ok, "embedding_forward vocab-parallel: 2 shards sum to the unsplit rows (exact)");
+    float *g = zero_buf(V * C);
+    ops->embedding_backward(g, e.R, tok, 0, V0, N, C);
+    ops->embedding_backward(g + V0 * C, e.R, tok, V0, V - V0, N, C);
+    CHECK(memcmp(g, dwte, V * C * sizeof(float)) == 0, "embedding_backward vocab-parallel: shards concatenate to the unsplit dwte");
+    free(e.out), free(e.wte), free(e.R), free(dwte), free(dwte2), free(full), free(s0), free(s1), free(g);
+}
+
+typedef struct { float *x, *x0, *wpe, *R; int B, T, C; } pos_ctx;
+
+static double pos_obj(void *c) {
+    pos_ctx *p = c;
+    size_t n = (size_t)p->B * p->T * p->C;
+    memcpy(p->x, p->x0, n * sizeof(float));
+    ops->posadd_forward(p->x, p->wpe, p->B, p->T, p->C);
+    return dot_r(p->x, p->R, n);
+}
+
+static void test_posadd(void) {
+    int B = 3, T = 4, C = 5;
+    size_t n = (size_t)B * T * C;
+    pos_ctx p = {zero_buf(n), rand_buf(n, 1), rand_buf((size_t)T * C, 1), rand_buf(n, 1), B, T, C};
+    pos_obj(&p);
+    int ok = 1;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < C; c++) {
+                size_t k = ((size_t)b * T + t) * C + c;
+                ok &= p.x[k] == p.x0[k] + p.wpe[t * C + c];
+            }
+    CHECK(ok, "posadd_forward adds wpe[t] to every sample (exact)");
+    float *dwpe = zero_buf((size_t)T * C), *dwpe2 = zero_buf((size_t)T * C);
+    ops->posadd_backward(dwpe, p.R, B, T, C);
+    double e = fd_check(pos_obj, &p, p.wpe, dwpe, (size_t)T * C);
+    CHECK(e < FD_TOL, "posadd_backward dwpe vs finite differences: max rel err %.1e (tol %.0e)", e, FD_TOL);
+    ops->posadd_backward(dwpe2, p.R, B, T, C);
+    ops->posadd_backward(dwpe2, p.R, B, T, C);
+    CHECK(accumulate_err(dwpe, dwpe2, (size_t)T * C) < ACC_TOL, "posadd_backward accumulates (twice = 2x once)");
+    free(p.x), free(p.x0), free(p.wpe), free(p.R), free(dwpe), free(dwpe2);
+}
+
+typedef struct { float *out, *img, *w, *b, *R; int B, ch, S, P, C; } patch_ctx;
+
+static double patch_obj(void *c) {
+    patch_ctx *p = c;
+    ops->patch_forward(p->out, p->img, p->w, p->b, p->B, p->ch, p->S, p->P, p->C);
+    int G = p->S / p->P;
+    return dot_r(p->out, p->R, (size_t)p->B * G * G * p->C);
+}
+
+static void test_patch(void) {
+    int B = 2, ch = 3, S = 6, P = 3, C = 5, G = S / P, NP = G * G, K = ch * P * P;
+    size_t nout = (size_t)B * NP * C;
+    patch_ctx p = {rand_buf(nout, 1), rand_buf((size_t)B * ch * S * S, 1), rand_buf((size_t)C * K, 1),
+                   rand_buf(C, 1), rand_buf(nout, 1), B, ch, S, P, C};
+    patch_obj(&p);
+    /* direct convolution: patch (gy,gx), weight index (c, py, px) */
+    double worst = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int gy = 0; gy < G; gy++)
+            for (int gx = 0; gx < G; gx++)
+                for (int o = 0; o < C; o++) {
+                    double s = p.b[o];
+                    for (int c = 0; c < ch; c++)
+                        for (int py = 0; py < P; py++)
+                            for (int px = 0; px < P; px++)
+                                s += (double)p.w[(size_t)o * K + (c * P + py) * P + px] *
+                                     p.img[(((size_t)b * ch + c) * S + gy * P + py) * S + gx * P + px];
+                    worst = fmax(worst, rel_err(p.out[((size_t)b * NP + gy * G + gx) * C + o], s, REF_FLOOR));
+                }
+    CHECK(worst < REF_TOL, "patch_forward vs direct convolution: max rel err %.1e (tol %.0e)", worst, REF_TOL);
+    float *dw = zero_buf((size_t)C * K), *db = zero_buf(C), *dw2 = zero_buf((size_t)C * K), *db2 = zero_buf(C);
+    ops->patch_backward(dw, db, p.R, p.img, B, ch, S, P, C);
+    double ew = fd_check(patch_obj, &p, p.w, dw, (size_t)C * K), eb = fd_check(patch_obj, &p, p.b, db, C);
+    CHECK(ew < FD_TOL, "patch_backward dw vs finite differences: max rel err %.1e (tol %.0e)", ew, FD_TOL);
+    CHECK(eb < FD_TOL, "patch_backward db vs finite differences: max rel err %.1e (tol %.0e)", eb, FD_TOL);
+    ops->patch_backward(dw2, db2, p.R, p.img, B, ch, S, P, C);
+    ops->patch_backward(dw2, db2, p.R, p.img, B, ch, S, P, C);
+    double a = fmax(accumulate_err(dw, dw2, (size_t)C * K), accumulate_err(db, db2, C));
+    CHECK(a < ACC_TOL, "patch_backward accumulates (twice = 2x once): err %.1e", a);
+    free(p.out), free(p.img), free(p.w), free(p.b), free(p.R), free(dw), free(db), free(dw2), free(db2);
+}
+
+/* ------------------------------------------------------------------ xent */
+
+/* The one-rank chain: rowmax -> sumexp -> target -> loss. */
+static void xent_chain(float *loss, float *rowmax, float *sumexp, float *target,
+                       const float *logits, const int *targets, int N, int V) {
+    ops->xent_rowmax(rowmax, logits, N, V);
+    ops->xent_sumexp(sumexp, logits, rowmax, N, V);
+    ops->xent_target(target, logits, targets, 0, N, V);
+    ops->xent_loss(loss, rowmax, sumexp, target, targets, N);
+}
+
+typedef struct { float *logits, *R, *loss, *rowmax, *sumexp, *target; const int *targets; int N, V; } xent_ctx;
+
+static double xent_obj(void *c) {
+    xent_ctx *x = c;
+    xent_chain(x->loss, x->rowmax, x->sumexp, x->target, x->logits, x->targets, x->N, x->V);
+    return dot_r(x->loss, x->R, x->N);
+}
+
+static void test_xent(void) {
+    enum { N = 6, V = 11, V0 = 5 };
+    static const int targets[N] = {3, 10, -1, 0, 5, 7}; /* row 2 ignored; both shards hit */
+    xent_ctx x = {rand_buf(N * V, 4), rand_buf(N, 1), zero_buf(N), zero_buf(N), zero_buf(N), zero_buf(N), targets, N, V};
+    x.logits[V + 4] += 60.0f; /* a large logit: the max shift must prevent overflow */
+    xent_obj(&x);
+    double worst = 0.0;
+    for (int i = 0; i < N; i++) {
+        double ref = 0.0;
+        if (targets[i] >= 0) {
+            double mx = -INFINITY, s = 0.0;
+            for (int j = 0; j < V; j++) mx = fmax(mx, x.logits[i * V + j]);
+            for (int j = 0; j < V; j++) s += exp(x.logits[i * V + j] - mx);
+            ref = log(s) + mx - x.logits[i * V + targets[i]];
+        }
+        worst = fmax(worst, rel_err(x.loss[i], ref, REF_FLOOR));
+    }
+    CHECK(worst < REF_TOL && x.loss[2] == 0.0f, "xent loss vs double log-sum-exp (ignored row 0): max rel err %.1e (tol %.0e)",
+          worst, REF_TOL);
+
+    float *dlogits = rand_buf(N * V, 1); /* garbage: backward overwrites */
+    ops->xent_backward(dlogits, x.logits, x.rowmax, x.sumexp, targets, x.R, 0, N, V);
+    double e = fd_check(xent_obj, &x, x.logits, dlogits, N * V);
+    CHECK(e < FD_TOL, "xent_backward dlogits vs finite differences: max rel err %.1e (tol %.0e)", e, FD_TOL);
+    int zero_row = 1;
+    for (int j = 0; j < V; j++) zero_row &= dlogits[2 * V + j] == 0.0f;
+    CHECK(zero_row, "xent_backward: ignored row has zero gradient");
+
+    /* vocab-parallel over 2 fake ranks: columns [0,V0) and [V0,V) */
+    xent_obj(&x);
+    float sh[2][N * V], rmax[2][N], sexp[2][N], tgt[2][N], dsh[2][N * V];
+    int v0s[2] = {0, V0}, vls[2] = {V0, V - V0};
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < N; i++)
+            memcpy(sh[r] + i * vls[r], x.logits + i * V + v0s[r], vls[r] * sizeof(float));
+    float gmax[N], gsum[N], gtgt[N], gloss[N];
+    for (int r = 0; r < 2; r++) ops->xent_rowmax(rmax[r], sh[r], N, vls[r]);
+    for (int i = 0; i < N; i++) gmax[i] = fmaxf(rmax[0][i], rmax[1][i]);           /* all-reduce max */
+    for (int r = 0; r < 2; r++) ops->xent_sumexp(sexp[r], sh[r], gmax, N, vls[r]);
+    for (int i = 0; i < N; i++) gsum[i] = sexp[0][i] + sexp[1][i];                  /* all-reduce sum */
+    for (int r = 0; r < 2; r++) ops->xent_target(tgt[r], sh[r], targets, v0s[r], N, vls[r]);
+    for (int i = 0; i < N; i++) gtgt[i] = tgt[0][i] + tgt[1][i];                    /* all-reduce sum */
+    ops->xent_loss(gloss, gmax, gsum, gtgt, targets, N);
+    double el = max_rel_err_f(gloss, x.loss, N, REF_FLOOR);
+    CHECK(el < 1e-6, "xent vocab-parallel (2 shards) loss equals unsplit: max rel err %.1e (tol 1e-6)", el);
+    for (int r = 0; r < 2; r++)
+        ops->xent_backward(dsh[r], sh[r], gmax, gsum, targets, x.R, v0s[r], N, vls[r]);
+    float *dfull = zero_buf(N * V);
+    ops->xent_backward(dfull, x.logits, x.rowmax, x.sumexp, targets, x.R, 0, N, V);
+    double ed = 0.0;
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < vls[r]; j++)
+                ed = fmax(ed, rel_err(dsh[r][i * vls[r] + j], dfull[i * V + v0s[r] + j], REF_FLOOR));
+    CHECK(ed < 1e-6, "xent vocab-parallel dlogits concatenate to unsplit: max rel err %.1e (tol 1e-6)", ed);
+    free(dfull), free(dlogits), free(x.logits), free(x.R), free(x.loss), free(x.rowmax), free(x.sumexp), free(x.target);
+}
+
+/* ------------------------------------------------------ optimizer helpers */
+
+static void test_adamw(void) {
+    size_t n = 1000;
+    float *p = rand_buf(n, 1), *m = zero_buf(n), *v = zero_buf(n);
+    double *rp = malloc(n * sizeof(double)), *rm = calloc(n, sizeof(double)), *rv = calloc(n, sizeof(double));
+    for (size_t i = 0; i < n; i++) rp[i] = p[i];
+    float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+    double worst = 0.0;
+    for (int t = 1; t <= 5; t++) {
+        float *g = rand_buf(n, 1);
+        ops->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, t);
+        for (size_t i = 0; i < n; i++) {
+            rm[i] = b1 * rm[i] + (1 - (double)b1) * g[i];
+            rv[i] = b2 * rv[i] + (1 - (double)b2) * (double)g[i] * g[i];
+            double mhat = rm[i] / (1 - pow(b1, t)), vhat = rv[i] / (1 - pow(b2, t));
+            rp[i] -= lr * (mhat / (sqrt(vhat) + eps) + wd * rp[i]);
+        }
+        free(g);
+    }
+    worst = max_rel_err_d(p, rp, n, REF_FLOOR);
+    CHECK(worst < REF_TOL, "adamw 5 steps vs double scalar reference: max rel err %.1e (tol %.0e)", worst, REF_TOL);
+    free(p), free(m), free(v), free(rp), free(rm), free(rv);
+}
+
+static void test_reduce(void) {
+    size_t n = 300001; /* odd, threaded */
+    float *p = rand_buf(n, 1);
+    double ref = 0.0;
+    for (size_t i = 0; i < n; i++) ref += (double)p[i] * p[i];
+    double s = ops->sumsq(p, n);
+    CHECK(fabs(s - ref) <= 1e-12 * ref, "sumsq n=%zu vs serial double: rel err %.1e", n, fabs(s - ref) / ref);
+    CHECK(ops->sumsq(p, n) == s, "sumsq is reproducible call to call");
+    float *q = malloc(n * sizeof(float));
+    memcpy(q, p, n * sizeof(float));
+    ops->scale(q, -0.5f, n);
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) ok &= q[i] == p[i] * -0.5f;
+    CHECK(ok, "scale multiplies every element");
+    free(p), free(q);
+}
+
+static void test_memory(void) {
+    float *a = ops->alloc(1000 * sizeof(float));
+    int ok = a != NULL && ((uintptr_t)a % 64) == 0;
+    for (int i = 0; ok && i < 1000; i++) ok &= a[i] == 0.0f;
+    CHECK(ok, "alloc returns zeroed, 64-byte aligned memory");
+    float src[1000];
+    for (int i = 0; i < 1000; i++) src[i] = (float)i;
+    ops->from_host(a, src, sizeof src);
+    float back[1000];
+    ops->to_host(back, a, sizeof back);
+    CHECK(memcmp(back, src, sizeof src) == 0, "from_host then to_host round-trips");
+    ops->zero(a, sizeof src);
+    ops->to_host(back, a, sizeof back);
+    CHECK(back[0] == 0.0f && back[999] == 0.0f, "zero clears");
+    void *z = ops->alloc(0);
+    CHECK(z != NULL, "alloc(0) is not a failure");
+    ops->free(z);
+    ops->free(a);
+}
+
+/* Every op with zero rows / elements (and NULL for the buffers that would be
+ * empty) must return without touching memory or printing BLAS errors. */
+static void test_empty(void) {
+    float w[12] = {0}, b[4] = {0};
+    int tok = 0;
+    ops->embedding_forward(NULL, NULL, w, 0, 3, 0, 4);
+    ops->embedding_backward(w, NULL, NULL, 0, 3, 0, 4);
+    ops->posadd_forward(NULL, w, 0, 3, 4);
+    ops->posadd_backward(w, NULL, 0, 3, 4);
+    ops->patch_forward(NULL, NULL, w, b, 0, 3, 2, 2, 1);
+    ops->patch_backward(w, b, NULL, NULL, 0, 3, 2, 2, 1);
+    ops->layernorm_forward(NULL, NULL, NULL, NULL, w, b, 0, 4);
+    ops->layernorm_backward(NULL, w, b, NULL, NULL, w, NULL, NULL, 0, 4);
+    ops->matmul_forward(NULL, NULL, w, b, 0, 3, 4);
+    ops->matmul_backward(NULL, w, b, NULL, NULL, w, 0, 3, 4);
+    ops->attention_forward(NULL, NULL, NULL, 0, 4, 8, 2, 1);
+    ops->attention_backward(NULL, NULL, NULL, NULL, NULL, 0, 4, 8, 2, 1);
+    ops->gelu_forward(NULL, NULL, 0);
+    ops->gelu_backward(NULL, NULL, NULL, 0);
+    ops->residual_forward(NULL, NULL, NULL, 0);
+    ops->residual_backward(NULL, NULL, NULL, 0);
+    ops->xent_rowmax(NULL, NULL, 0, 5);
+    ops->xent_sumexp(NULL, NULL, NULL, 0, 5);
+    ops->xent_target(NULL, NULL, NULL, 0, 0, 5);
+    ops->xent_loss(NULL, NULL, NULL, NULL, NULL, 0);
+    ops->xent_backward(NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 5);
+    ops->adamw(NULL, NULL, NULL, NULL, 0, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
+    ops->scale(NULL, 2.0f, 0);
+    double s = ops->sumsq(NULL, 0);
+    ops->zero(NULL, 0);
+    ops->copy(NULL, NULL, 0);
+    int untouched = 1;
+    for (int i = 0; i < 12; i++) untouched &= w[i] == 0.0f;
+    for (int i = 0; i < 4; i++) untouched &= b[i] == 0.0f;
+    CHECK(s == 0.0 && untouched && tok == 0, "every op with 0 rows/elements is a harmless no-op");
+}
+
+/* ------------------------------------------------------------- benchmark */
+
+/* Best of BENCH_REPS timings (the machine is shared; the minimum is the
+ * least disturbed). Reported, not asserted. */
+#define BENCH_REPS 7
+
+static void bench(void) {
+    int N = 1024, IC = 256, OC = 768;
+    float *inp = rand_buf((size_t)N * IC, 1), *w = rand_buf((size_t)OC * IC, 1), *b = rand_buf(OC, 1);
+    float *out = zero_buf((size_t)N * OC), *dinp = zero_buf((size_t)N * IC), *dw = zero_buf((size_t)OC * IC);
+    float *db = zero_buf(OC);
+    double tf = 1e9, tb = 1e9;
+    for (int r = 0; r < BENCH_REPS; r++) {
+        double t0 = now_s();
+        ops->matmul_forward(out, inp, w, b, N, IC, OC);
+        double t1 = now_s();
+        ops->matmul_backward(dinp, dw, db, out, inp, w, N, IC, OC);
+        double t2 = now_s();
+        tf = fmin(tf, t1 - t0), tb = fmin(tb, t2 - t1);
+    }
+    double fl = 2.0 * N * IC * OC;
+    printf("# bench matmul N=%d IC=%d OC=%d: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f GFLOP/s)\n",
+           N, IC, OC, tf * 1e3, fl / tf * 1e-9, tb * 1e3, 2 * fl / tb * 1e-9);
+    free(inp), free(w), free(b), free(out), free(dinp), free(dw), free(db);
+
+    int B = 4, T = 256, C = 256, NH = 4;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *qkv = rand_buf(nqkv, 1), *o = zero_buf(nout), *att = zero_buf(natt), *dout = rand_buf(nout, 1);
+    float *dqkv = zero_buf(nqkv), *scratch = zero_buf(natt);
+    for (int causal = 1; causal >= 0; causal--) {
+        tf = 1e9, tb = 1e9;
+        for (int r = 0; r < BENCH_REPS; r++) {
+            double t0 = now_s();
+            ops->attention_forward(o, att, qkv, B, T, C, NH, causal);
+            double t1 = now_s();
+            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, causal);
+            double t2 = now_s();
+            tf = fmin(tf, t1 - t0), tb = fmin(tb, t2 - t1);
+        }
+        /* useful FLOPs: QK^T and AV (2*T*T*hs each per head), half when causal */
+        double afl = 4.0 * B * NH * (double)T * T * (C / NH) * (causal ? 0.5 : 1.0);
+        printf("# bench attention B=%d T=%d C=%d NH=%d %s: forward %.2f ms (%.1f GFLOP/s), backward %.2f ms (%.1f GFLOP/s)\n",
+               B, T, C, NH, causal ? "causal" : "full", tf * 1e3, afl / tf * 1e-9, tb * 1e3, 2 * afl / tb * 1e-9);
+    }
+    free(qkv), free(o), free(att), free(dout), free(dqkv), free(scratch);
+}
+
+int main(void) {
+    test_memory();
+    test_matmul();
+    test_attention();
+    test_layernorm();
+    test_gelu();
+    test_residual();
+    test_embedding();
+    test_posadd();
+    test_patch();
+    test_xent();
+    test_adamw();
+    test_reduce();
+    test_empty();
+    bench();
+    CHECK_DONE();
+}
