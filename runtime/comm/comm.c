@@ -1,0 +1,616 @@
+/* comm.c — communicators: the world from the environment, groups, the choice of
+ * transport, errors, and the public entry points (argument checks, bf16 staging)
+ * in front of the backends. */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "runtime/comm/comm_internal.h"
+
+/* How many times this process made a given member list from a given parent:
+ * part of the group's store key, so making the same group twice gives two
+ * communicators whose keys never collide. */
+struct group_count {
+    uint64_t hash;
+    int count;
+    struct group_count *next;
+};
+
+double comm_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int comm_fail(comm *c, int code, const char *fmt, ...)
+{
+    pthread_mutex_lock(&c->err_mu);
+    if (atomic_load(&c->status) == COMM_OK) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->err, sizeof c->err, fmt, ap);
+        va_end(ap);
+        atomic_store(&c->status, code);
+    }
+    pthread_mutex_unlock(&c->err_mu);
+    return code;
+}
+
+const char *comm_peer_name(const comm *c, int r, char *buf)
+{
+    if (r < 0 || r >= c->size)
+        snprintf(buf, 64, "rank ?");
+    else if (c->world == c)
+        snprintf(buf, 64, "rank %d", r);
+    else
+        snprintf(buf, 64, "rank %d (world %d)", r, c->world_ranks[r]);
+    return buf;
+}
+
+int comm_pid_alive(int pid)
+{
+    if (pid <= 0)
+        return 1;  /* unknown: cannot tell, assume alive (the timeout still bounds) */
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    /* A killed child that its parent has not reaped yet is a zombie: kill()
+     * still finds it, /proc tells the truth (state after the last ')'). */
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    if (p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'))
+        return 0;
+    return 1;
+}
+
+size_t comm_dtype_size(comm_dtype dt)
+{
+    return dt == COMM_BF16 ? 2 : 4;
+}
+
+void comm_chunk(size_t count, int size, int rank, size_t *offset, size_t *len)
+{
+    size_t chunk = size > 0 ? (count + (size_t)size - 1) / (size_t)size : 0;
+    size_t off = chunk * (size_t)rank;
+    if (off > count)
+        off = count;
+    size_t end = off + chunk < count ? off + chunk : count;
+    *offset = off;
+    *len = end - off;
+}
+
+/* ---- creation ---- */
+
+static double timeout_from_env(void)
+{
+    const char *s = getenv("DTRUN_COMM_TIMEOUT");
+    if (s && *s) {
+        char *end;
+        double t = strtod(s, &end);
+        if (end != s && t > 0)
+            return t;
+    }
+    return 60.0;
+}
+
+static comm *comm_alloc(int size)
+{
+    comm *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->world_ranks = calloc((size_t)size, sizeof(int));
+    if (!c->world_ranks) {
+        free(c);
+        return NULL;
+    }
+    c->size = size;
+    pthread_mutex_init(&c->err_mu, NULL);
+    atomic_init(&c->status, COMM_OK);
+    c->timeout = timeout_from_env();
+    return c;
+}
+
+static void comm_free(comm *c)
+{
+    if (!c)
+        return;
+    comm_queue_destroy(c);
+    comm_p2p_destroy(c);
+    if (c->be && c->be->destroy)
+        c->be->destroy(c);
+    while (c->groups) {
+        struct group_count *g = c->groups;
+        c->groups = g->next;
+        free(g);
+    }
+    free(c->info);
+    free(c->world_ranks);
+    free(c->stage);
+    pthread_mutex_destroy(&c->err_mu);
+    free(c);
+}
+
+/* Picks self / shm / tcp for c (members, world and store set) and builds it. */
+static int comm_setup_transport(comm *c)
+{
+    if (c->size == 1) {
+        c->be = &comm_backend_self;
+        return COMM_OK;
+    }
+    if (!c->store)
+        return comm_fail(c, COMM_EINVAL, "%s: a group of %d needs a bootstrap store", c->name,
+                         c->size);
+    const char *force = getenv("DTRUN_COMM_TRANSPORT");
+    if (force && *force && strcmp(force, "auto") != 0 && strcmp(force, "shm") != 0 &&
+        strcmp(force, "tcp") != 0)
+        return comm_fail(c, COMM_EINVAL, "DTRUN_COMM_TRANSPORT=%s: expected auto, shm or tcp",
+                         force);
+    const comm_peer_info *info = c->world->info;
+    int one_node = 1;
+    for (int i = 1; i < c->size; i++)
+        if (strcmp(info[c->world_ranks[i]].node, info[c->world_ranks[0]].node) != 0)
+            one_node = 0;
+    if (force && strcmp(force, "shm") == 0 && !one_node)
+        return comm_fail(c, COMM_EINVAL,
+                         "%s: DTRUN_COMM_TRANSPORT=shm but the members span nodes", c->name);
+    if (one_node && !(force && strcmp(force, "tcp") == 0)) {
+        c->be = &comm_backend_shm;
+        return comm_shm_create(c);
+    }
+    c->be = &comm_backend_tcp;
+    return comm_tcp_create(c);
+}
+
+static void read_info(comm_peer_info *dst, const char *text)
+{
+    /* "pid\nnode\nhost" */
+    dst->pid = atoi(text);
+    const char *a = strchr(text, '\n');
+    const char *b = a ? strchr(a + 1, '\n') : NULL;
+    if (!a || !b)
+        return;
+    snprintf(dst->node, sizeof dst->node, "%.*s", (int)(b - a - 1), a + 1);
+    snprintf(dst->host, sizeof dst->host, "%s", b + 1);
+}
+
+static int env_int(const char *name, int fallback)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return fallback;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return (*end == '\0' && v >= 0 && v < (1L << 30)) ? (int)v : -1;
+}
+
+int comm_world_init(comm **out, comm_store *store, char *err, size_t errlen)
+{
+    *out = NULL;
+    int rank = env_int("RANK", 0), world = env_int("WORLD_SIZE", 1);
+    if (rank < 0 || world < 1) {
+        snprintf(err, errlen, "comm: bad RANK=%s / WORLD_SIZE=%s", getenv("RANK"),
+                 getenv("WORLD_SIZE"));
+        return COMM_EINVAL;
+    }
+    char node[64];
+    const char *group_rank = getenv("GROUP_RANK");
+    if (group_rank && *group_rank)
+        snprintf(node, sizeof node, "node%s", group_rank);
+    return comm_world_init_with(out, store, rank, world,
+                                group_rank && *group_rank ? node : NULL, err, errlen);
+}
+
+int comm_world_init_with(comm **out, comm_store *store, int rank, int world_size,
+                         const char *node_id, char *err, size_t errlen)
+{
+    static _Atomic int generation;
+    *out = NULL;
+    if (world_size < 1 || rank < 0 || rank >= world_size) {
+        snprintf(err, errlen, "comm: rank %d outside world of %d", rank, world_size);
+        return COMM_EINVAL;
+    }
+    comm *c = comm_alloc(world_size);
+    if (!c || !(c->info = calloc((size_t)world_size, sizeof *c->info))) {
+        comm_free(c);
+        snprintf(err, errlen, "comm: out of memory");
+        return COMM_ESYS;
+    }
+    c->rank = rank;
+    c->world = c;
+    c->store = store;
+    for (int i = 0; i < world_size; i++)
+        c->world_ranks[i] = i;
+    snprintf(c->name, sizeof c->name, "world");
+    /* The key prefix changes with the agent's restart count and with every world
+     * this process makes, so stale keys of an earlier attempt are never read. */
+    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+    snprintf(c->id, sizeof c->id, "dtrun-comm/w%s.%d", restart ? restart : "0",
+             atomic_fetch_add(&generation, 1));
+
+    comm_peer_info *me = &c->info[rank];
+    me->pid = (int)getpid();
+    if (gethostname(me->host, sizeof me->host) != 0)
+        snprintf(me->host, sizeof me->host, "unknown");
+    me->host[sizeof me->host - 1] = '\0';
+    snprintf(me->node, sizeof me->node, "%s", node_id ? node_id : me->host);
+
+    int rc = COMM_OK;
+    if (world_size > 1) {
+        if (!store) {
+            snprintf(err, errlen, "comm: a world of %d needs a bootstrap store", world_size);
+            comm_free(c);
+            return COMM_EINVAL;
+        }
+        char key[400], val[STORE_VALUE_MAX];
+        int len = snprintf(val, sizeof val, "%d\n%s\n%s", me->pid, me->node, me->host);
+        snprintf(key, sizeof key, "%s/info/%d", c->id, rank);
+        if (store_set(store, key, val, (size_t)len) != 0) {
+            snprintf(err, errlen, "comm: world init: %s", store_last_error(store));
+            comm_free(c);
+            return COMM_ESTORE;
+        }
+        for (int r = 0; r < world_size; r++) {
+            if (r == rank)
+                continue;
+            snprintf(key, sizeof key, "%s/info/%d", c->id, r);
+            long n = store_get(store, key, val, sizeof val - 1, c->timeout);
+            if (n < 0) {
+                snprintf(err, errlen, "comm: world init: rank %d never showed up: %s", r,
+                         store_last_error(store));
+                comm_free(c);
+                return COMM_ESTORE;
+            }
+            val[(size_t)n < sizeof val ? (size_t)n : sizeof val - 1] = '\0';
+            read_info(&c->info[r], val);
+        }
+    }
+    rc = comm_setup_transport(c);
+    if (rc != COMM_OK) {
+        snprintf(err, errlen, "%s", c->err);
+        comm_free(c);
+        return rc;
+    }
+    *out = c;
+    return COMM_OK;
+}
+
+int comm_group(comm *parent, const int *ranks, int n, comm **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (!parent || !ranks || n < 1 || n > parent->size) {
+        snprintf(err, errlen, "comm_group: bad member list (n = %d)", n);
+        return COMM_EINVAL;
+    }
+    if (atomic_load(&parent->status) != COMM_OK) {
+        snprintf(err, errlen, "comm_group: parent %s is broken: %s", parent->name, parent->err);
+        return COMM_EBROKEN;
+    }
+    int me = -1;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] < 0 || ranks[i] >= parent->size) {
+            snprintf(err, errlen, "comm_group: rank %d outside %s of %d", ranks[i],
+                     parent->name, parent->size);
+            return COMM_EINVAL;
+        }
+        for (int j = 0; j < i; j++)
+            if (ranks[j] == ranks[i]) {
+                snprintf(err, errlen, "comm_group: rank %d listed twice", ranks[i]);
+                return COMM_EINVAL;
+            }
+        if (ranks[i] == parent->rank)
+            me = i;
+    }
+    if (me < 0) {
+        snprintf(err, errlen, "comm_group: rank %d of %s is not a member", parent->rank,
+                 parent->name);
+        return COMM_EINVAL;
+    }
+    comm *c = comm_alloc(n);
+    if (!c) {
+        snprintf(err, errlen, "comm_group: out of memory");
+        return COMM_ESYS;
+    }
+    c->rank = me;
+    c->world = parent->world;
+    c->store = parent->store;
+    c->timeout = parent->timeout;
+    for (int i = 0; i < n; i++)
+        c->world_ranks[i] = parent->world_ranks[ranks[i]];
+
+    uint64_t hash = XXH64(c->world_ranks, (size_t)n * sizeof(int), 0);
+    struct group_count *g = parent->groups;
+    while (g && g->hash != hash)
+        g = g->next;
+    if (!g) {
+        g = calloc(1, sizeof *g);
+        if (!g) {
+            comm_free(c);
+            snprintf(err, errlen, "comm_group: out of memory");
+            return COMM_ESYS;
+        }
+        g->hash = hash;
+        g->next = parent->groups;
+        parent->groups = g;
+    }
+    int nth = g->count++;
+    /* Nesting grows the id; past the buffer, hash the parent's id instead. */
+    if (strlen(parent->id) < 180)
+        snprintf(c->id, sizeof c->id, "%s/g%016llx.%d", parent->id, (unsigned long long)hash, nth);
+    else
+        snprintf(c->id, sizeof c->id, "dtrun-comm/h%016llx/g%016llx.%d",
+                 (unsigned long long)XXH64(parent->id, strlen(parent->id), 0),
+                 (unsigned long long)hash, nth);
+
+    size_t len = (size_t)snprintf(c->name, sizeof c->name, "group[");
+    for (int i = 0; i < n && len < sizeof c->name; i++) {
+        if (len + 16 >= sizeof c->name) {
+            snprintf(c->name + len, sizeof c->name - len, "...");
+            len = sizeof c->name;
+            break;
+        }
+        len += (size_t)snprintf(c->name + len, sizeof c->name - len, "%s%d", i ? "," : "",
+                                c->world_ranks[i]);
+    }
+    if (len < sizeof c->name - 1)
+        snprintf(c->name + len, sizeof c->name - len, "]");
+
+    int rc = comm_setup_transport(c);
+    if (rc != COMM_OK) {
+        snprintf(err, errlen, "%s", c->err);
+        comm_free(c);
+        return rc;
+    }
+    *out = c;
+    return COMM_OK;
+}
+
+void comm_destroy(comm *c)
+{
+    comm_free(c);
+}
+
+int comm_rank(const comm *c) { return c->rank; }
+int comm_size(const comm *c) { return c->size; }
+const char *comm_transport(const comm *c) { return c->be ? c->be->name : "none"; }
+double comm_timeout(const comm *c) { return c->timeout; }
+
+int comm_world_rank(const comm *c, int r)
+{
+    return (r >= 0 && r < c->size) ? c->world_ranks[r] : -1;
+}
+
+const char *comm_last_error(const comm *c)
+{
+    return atomic_load(&c->status) == COMM_OK ? "" : c->err;
+}
+
+void comm_set_timeout(comm *c, double seconds)
+{
+    if (seconds > 0)
+        c->timeout = seconds;
+}
+
+/* ---- running a collective ---- */
+
+static const char *coll_name(coll_kind k)
+{
+    switch (k) {
+    case COLL_ALL_REDUCE: return "all_reduce";
+    case COLL_REDUCE_SCATTER: return "reduce_scatter";
+    case COLL_ALL_GATHER: return "all_gather";
+    case COLL_BROADCAST: return "broadcast";
+    case COLL_BARRIER: return "barrier";
+    }
+    return "?";
+}
+
+static float *stage_floats(comm *c, size_t n)
+{
+    if (n > c->stage_cap) {
+        float *p = realloc(c->stage, n * sizeof(float));
+        if (!p)
+            return NULL;
+        c->stage = p;
+        c->stage_cap = n;
+    }
+    return c->stage;
+}
+
+int comm_coll_exec(comm *c, const coll_args *a)
+{
+    if (atomic_load(&c->status) != COMM_OK)
+        return COMM_EBROKEN;
+    c->coll_seq++;
+    snprintf(c->label, sizeof c->label, "%s #%llu in %s", coll_name(a->kind),
+             (unsigned long long)c->coll_seq, c->name);
+    size_t n = a->count, es = comm_dtype_size(a->dt);
+    if (n == 0 && a->kind != COLL_BARRIER)
+        return COMM_OK;
+    switch (a->kind) {
+    case COLL_ALL_REDUCE:
+        if (a->dt == COMM_F32)
+            return c->be->all_reduce(c, a->send, a->recv, n, a->op);
+        else {
+            float *s = stage_floats(c, n);
+            if (!s)
+                return comm_fail(c, COMM_ESYS, "%s: out of memory staging bf16", c->label);
+            comm_bf16_to_f32(s, a->send, n);
+            int rc = c->be->all_reduce(c, s, s, n, a->op);
+            if (rc == COMM_OK)
+                comm_f32_to_bf16(a->recv, s, n);
+            return rc;
+        }
+    case COLL_REDUCE_SCATTER:
+        if (a->dt == COMM_F32)
+            return c->be->reduce_scatter(c, a->send, a->recv, n, a->op);
+        else {
+            size_t off, len;
+            comm_chunk(n, c->size, c->rank, &off, &len);
+            float *s = stage_floats(c, n + len);
+            if (!s)
+                return comm_fail(c, COMM_ESYS, "%s: out of memory staging bf16", c->label);
+            comm_bf16_to_f32(s, a->send, n);
+            int rc = c->be->reduce_scatter(c, s, s + n, n, a->op);
+            if (rc == COMM_OK)
+                comm_f32_to_bf16(a->recv, s + n, len);
+            return rc;
+        }
+    case COLL_ALL_GATHER:
+        return c->be->all_gather(c, a->send, a->recv, n, es);
+    case COLL_BROADCAST:
+        return c->be->broadcast(c, a->recv, n * es, a->root);
+    case COLL_BARRIER:
+        return c->be->barrier(c);
+    }
+    return COMM_EINVAL;
+}
+
+/* ---- public entry points ---- */
+
+static int check_args(comm *c, const coll_args *a)
+{
+    if (!c)
+        return COMM_EINVAL;
+    if (atomic_load(&c->status) != COMM_OK)
+        return COMM_EBROKEN;
+    if (a->dt != COMM_F32 && a->dt != COMM_BF16)
+        return comm_fail(c, COMM_EINVAL, "%s: unknown dtype %d", coll_name(a->kind), (int)a->dt);
+    if (a->op != COMM_SUM && a->op != COMM_AVG && a->op != COMM_MAX)
+        return comm_fail(c, COMM_EINVAL, "%s: unknown op %d", coll_name(a->kind), (int)a->op);
+    if (a->kind == COLL_BROADCAST && (a->root < 0 || a->root >= c->size))
+        return comm_fail(c, COMM_EINVAL, "broadcast: root %d outside group of %d", a->root,
+                         c->size);
+    if (a->count > 0 && a->kind != COLL_BARRIER &&
+        ((!a->send && a->kind != COLL_BROADCAST) || !a->recv))
+        return comm_fail(c, COMM_EINVAL, "%s: NULL buffer", coll_name(a->kind));
+    return COMM_OK;
+}
+
+static int coll(comm *c, coll_args a, comm_req **req)
+{
+    if (req)
+        *req = NULL;
+    int rc = check_args(c, &a);
+    if (rc != COMM_OK)
+        return rc;
+    return req ? comm_queue_submit(c, &a, req) : comm_queue_run(c, &a);
+}
+
+int comm_all_reduce(comm *c, const void *send, void *recv, size_t count, comm_dtype dt,
+                    comm_op op)
+{
+    return coll(c, (coll_args){COLL_ALL_REDUCE, send, recv, count, dt, op, 0}, NULL);
+}
+
+int comm_reduce_scatter(comm *c, const void *send, void *recv, size_t count, comm_dtype dt,
+                        comm_op op)
+{
+    return coll(c, (coll_args){COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0}, NULL);
+}
+
+int comm_all_gather(comm *c, const void *send, void *recv, size_t count, comm_dtype dt)
+{
+    return coll(c, (coll_args){COLL_ALL_GATHER, send, recv, count, dt, COMM_SUM, 0}, NULL);
+}
+
+int comm_broadcast(comm *c, void *buf, size_t count, comm_dtype dt, int root)
+{
+    return coll(c, (coll_args){COLL_BROADCAST, NULL, buf, count, dt, COMM_SUM, root}, NULL);
+}
+
+int comm_barrier(comm *c)
+{
+    return coll(c, (coll_args){COLL_BARRIER, NULL, NULL, 0, COMM_F32, COMM_SUM, 0}, NULL);
+}
+
+int comm_all_reduce_async(comm *c, const void *send, void *recv, size_t count, comm_dtype dt,
+                          comm_op op, comm_req **req)
+{
+    return coll(c, (coll_args){COLL_ALL_REDUCE, send, recv, count, dt, op, 0}, req);
+}
+
+int comm_reduce_scatter_async(comm *c, const void *send, void *recv, size_t count,
+                              comm_dtype dt, comm_op op, comm_req **req)
+{
+    return coll(c, (coll_args){COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0}, req);
+}
+
+int comm_all_gather_async(comm *c, const void *send, void *recv, size_t count, comm_dtype dt,
+                          comm_req **req)
+{
+    return coll(c, (coll_args){COLL_ALL_GATHER, send, recv, count, dt, COMM_SUM, 0}, req);
+}
+
+int comm_broadcast_async(comm *c, void *buf, size_t count, comm_dtype dt, int root,
+                         comm_req **req)
+{
+    return coll(c, (coll_args){COLL_BROADCAST, NULL, buf, count, dt, COMM_SUM, root}, req);
+}
+
+int comm_barrier_async(comm *c, comm_req **req)
+{
+    return coll(c, (coll_args){COLL_BARRIER, NULL, NULL, 0, COMM_F32, COMM_SUM, 0}, req);
+}
+
+static int p2p(comm *c, int is_send, const void *buf, size_t count, comm_dtype dt, int peer,
+               comm_req **req)
+{
+    if (req)
+        *req = NULL;
+    if (!c)
+        return COMM_EINVAL;
+    if (atomic_load(&c->status) != COMM_OK)
+        return COMM_EBROKEN;
+    const char *what = is_send ? "send" : "recv";
+    if (dt != COMM_F32 && dt != COMM_BF16)
+        return comm_fail(c, COMM_EINVAL, "%s: unknown dtype %d", what, (int)dt);
+    if (peer < 0 || peer >= c->size || peer == c->rank)
+        return comm_fail(c, COMM_EINVAL, "%s: peer %d invalid in %s (rank %d of %d)", what,
+                         peer, c->name, c->rank, c->size);
+    if (count > 0 && !buf)
+        return comm_fail(c, COMM_EINVAL, "%s: NULL buffer", what);
+    size_t bytes = count * comm_dtype_size(dt);
+    return req ? comm_p2p_submit(c, is_send, (void *)buf, bytes, peer, req)
+               : comm_p2p_run(c, is_send, (void *)buf, bytes, peer);
+}
+
+int comm_send(comm *c, const void *buf, size_t count, comm_dtype dt, int peer)
+{
+    return p2p(c, 1, buf, count, dt, peer, NULL);
+}
+
+int comm_recv(comm *c, void *buf, size_t count, comm_dtype dt, int peer)
+{
+    return p2p(c, 0, buf, count, dt, peer, NULL);
+}
+
+int comm_send_async(comm *c, const void *buf, size_t count, comm_dtype dt, int peer,
+                    comm_req **req)
+{
+    return p2p(c, 1, buf, count, dt, peer, req);
+}
+
+int comm_recv_async(comm *c, void *buf, size_t count, comm_dtype dt, int peer, comm_req **req)
+{
+    return p2p(c, 0, buf, count, dt, peer, req);
+}
+
+int comm_wait(comm_req *req)
+{
+    if (!req)
+        return COMM_OK;
+    return req->is_p2p ? comm_p2p_wait(req) : comm_queue_wait(req);
+}

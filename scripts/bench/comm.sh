@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# all_reduce bus bandwidth on one node: dtrun's CPU backend (shm) against
+# torch.distributed gloo (Debian's python3-torch), side by side, nccl-tests style.
+#   busbw = algbw * 2(n-1)/n, algbw = bytes / time; time = median of ITERS calls.
+# Both sides: NPROC processes (default 2), one core's worth each, f32, SIZES
+# (default 1M,16M,64M bytes). Rounds alternate dtrun and gloo and keep each
+# side's best busbw per size, so a burst of load on this shared machine hurts
+# both sides alike; the load average is printed with the results.
+#   ROUNDS=3 ITERS=20 NPROC=2 SIZES=1M,16M,64M scripts/bench/comm.sh
+# DTRUN_COMM_TRANSPORT=tcp benchmarks dtrun's TCP ring instead of shm.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
+rounds=${ROUNDS:-3} iters=${ITERS:-20} nproc=${NPROC:-2} sizes=${SIZES:-1M,16M,64M}
+DTRUN_EXTRA_DEPS="python3-torch" scripts/deps.sh
+make -s build/libdtrun.a
+mkdir -p build/bench
+# shellcheck disable=SC2046
+cc -std=c11 -D_GNU_SOURCE -O2 -march=native -fopenmp -I. scripts/bench/comm_bench.c \
+   build/libdtrun.a -o build/bench/comm_bench \
+   $(pkg-config --libs yaml-0.1 libuv openblas zlib libxxhash libcjson) -lm
+tmp=$(mktemp -d /tmp/dtrun-bench-comm.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+
+# Starts NPROC ranks of a command; rank 0's stdout is the table.
+launch() { # out-file env... -- cmd...
+  local out=$1; shift
+  local pids=() r
+  for ((r = 0; r < nproc; r++)); do
+    if [ "$r" -eq 0 ]; then
+      env RANK=$r WORLD_SIZE="$nproc" "$@" >"$out" &
+    else
+      env RANK=$r WORLD_SIZE="$nproc" "$@" >/dev/null &
+    fi
+    pids+=($!)
+  done
+  local rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
+
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((round = 1; round <= rounds; round++)); do
+  rm -rf "$tmp/store"; mkdir -p "$tmp/store"
+  launch "$tmp/dtrun.$round" DTRUN_STORE="file:$tmp/store" \
+    build/bench/comm_bench --op all_reduce --sizes "$sizes" --iters "$iters"
+  rm -f "$tmp/gloo-init"
+  launch "$tmp/gloo.$round" BENCH_INIT="file://$tmp/gloo-init" OMP_NUM_THREADS=1 \
+    /usr/bin/python3 scripts/bench/comm_gloo.py --sizes "$sizes" --iters "$iters"
+  echo "round $round:"; sed 's/^/  dtrun /' "$tmp/dtrun.$round"; sed 's/^/  gloo  /' "$tmp/gloo.$round"
+done
+load1=$(cut -d' ' -f1-3 /proc/loadavg)
+
+/usr/bin/python3 - "$tmp" "$rounds" "$nproc" "$load0" "$load1" <<'PY'
+import sys
+tmp, rounds, nproc, load0, load1 = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+def best(side):
+    rows = {}
+    for r in range(1, rounds + 1):
+        for line in open(f"{tmp}/{side}.{r}"):
+            f = line.split()
+            if not f or not f[0].isdigit():
+                continue
+            size, t, busbw = int(f[0]), float(f[3]), float(f[5])
+            if size not in rows or busbw > rows[size][1]:
+                rows[size] = (t, busbw)
+    return rows
+d, g = best("dtrun"), best("gloo")
+print(f"\n# all_reduce f32, {nproc} ranks, best of {rounds} rounds; load average {load0} -> {load1}"
+      f" on {open('/proc/cpuinfo').read().count('processor')} cpus")
+print(f"{'size(B)':>12} {'dtrun us':>11} {'dtrun busbw':>12} {'gloo us':>11} {'gloo busbw':>11} {'ratio':>7}")
+for size in sorted(d):
+    dt, db = d[size]
+    gt, gb = g.get(size, (float("nan"), float("nan")))
+    print(f"{size:>12} {dt:>11.1f} {db:>12.2f} {gt:>11.1f} {gb:>11.2f} {db / gb if gb else float('nan'):>6.2f}x")
+PY

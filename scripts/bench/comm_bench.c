@@ -1,0 +1,146 @@
+/* comm_bench.c — times dtrun's collectives, nccl-tests style.
+ *
+ * Run one process per rank with the torchrun environment (RANK, WORLD_SIZE) and
+ * a store (DTRUN_STORE=file:DIR, or the KV env under bin/dtrun); rank 0 prints
+ *   size  count  type  time(us)  algbw(GB/s)  busbw(GB/s)
+ * busbw follows nccl-tests: all_reduce algbw * 2(n-1)/n, reduce_scatter and
+ * all_gather algbw * (n-1)/n, broadcast algbw.
+ *
+ *   comm_bench [--op all_reduce|reduce_scatter|all_gather|broadcast]
+ *              [--sizes 1M,16M,64M] [--iters N] [--warmup N] [--dtype f32|bf16]
+ *              [--async]
+ * Sizes are bytes (K, M, G suffixes). Each size reports the median of --iters
+ * timed calls, each call bracketed by barriers so ranks start together. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/comm/comm.h"
+#include "runtime/comm/store.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'K' || *end == 'k')
+        v *= 1024;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1024.0 * 1024 * 1024;
+    return (size_t)v;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+    const char *op = "all_reduce", *sizes = "1M,16M,64M";
+    int iters = 20, warmup = 3, async = 0;
+    comm_dtype dt = COMM_F32;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--op") && i + 1 < argc)
+            op = argv[++i];
+        else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
+            sizes = argv[++i];
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
+            warmup = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
+            dt = strcmp(argv[++i], "bf16") == 0 ? COMM_BF16 : COMM_F32;
+        else if (!strcmp(argv[i], "--async"))
+            async = 1;
+        else {
+            fprintf(stderr, "usage: comm_bench [--op OP] [--sizes LIST] [--iters N] "
+                            "[--warmup N] [--dtype f32|bf16] [--async]\n");
+            return 2;
+        }
+    }
+    if (iters < 1)
+        iters = 1;
+    char err[600];
+    comm_store *st = NULL;
+    const char *ws = getenv("WORLD_SIZE");
+    if (ws && atoi(ws) > 1 && !(st = store_open_env(err, sizeof err))) {
+        fprintf(stderr, "comm_bench: %s\n", err);
+        return 1;
+    }
+    comm *w;
+    if (comm_world_init(&w, st, err, sizeof err) != COMM_OK) {
+        fprintf(stderr, "comm_bench: %s\n", err);
+        return 1;
+    }
+    int p = comm_size(w), r = comm_rank(w);
+    size_t es = comm_dtype_size(dt);
+    double factor = !strcmp(op, "all_reduce") ? 2.0 * (p - 1) / p
+                  : !strcmp(op, "broadcast") ? 1.0
+                                             : (double)(p - 1) / p;
+    if (r == 0) {
+        printf("# dtrun %s, %d ranks, transport %s, dtype %s%s\n", op, p, comm_transport(w),
+               dt == COMM_F32 ? "f32" : "bf16", async ? ", async" : "");
+        printf("%12s %12s %6s %12s %12s %12s\n", "size(B)", "count", "type", "time(us)",
+               "algbw(GB/s)", "busbw(GB/s)");
+    }
+    char *list = strdup(sizes);
+    int rc = 0;
+    for (char *tok = strtok(list, ","); tok && rc == 0; tok = strtok(NULL, ",")) {
+        size_t bytes = parse_size(tok), n = bytes / es;
+        char *a = malloc(n * es + 64), *b = malloc(n * es + 64);
+        /* Touch every page first: a first touch costs more than the collective. */
+        memset(a, 0, n * es + 64);
+        memset(b, 0, n * es + 64);
+        for (size_t i = 0; i < n && dt == COMM_F32; i++)
+            ((float *)a)[i] = (float)(i % 7);
+        double *t = malloc((size_t)iters * sizeof(double));
+        for (int k = -warmup; k < iters && rc == 0; k++) {
+            rc = comm_barrier(w);
+            double t0 = now_s();
+            comm_req *req = NULL;
+            if (!strcmp(op, "all_reduce"))
+                rc = async ? comm_all_reduce_async(w, a, b, n, dt, COMM_SUM, &req)
+                           : comm_all_reduce(w, a, b, n, dt, COMM_SUM);
+            else if (!strcmp(op, "reduce_scatter"))
+                rc = comm_reduce_scatter(w, a, b, n, dt, COMM_SUM);
+            else if (!strcmp(op, "all_gather"))
+                rc = comm_all_gather(w, a, b, n, dt);
+            else if (!strcmp(op, "broadcast"))
+                rc = comm_broadcast(w, a, n, dt, 0);
+            else {
+                fprintf(stderr, "comm_bench: unknown op %s\n", op);
+                rc = 1;
+            }
+            if (rc == 0 && req)
+                rc = comm_wait(req);
+            if (k >= 0)
+                t[k] = now_s() - t0;
+        }
+        if (rc != 0) {
+            fprintf(stderr, "comm_bench: rank %d: %s\n", r, comm_last_error(w));
+        } else if (r == 0) {
+            qsort(t, (size_t)iters, sizeof(double), cmp_double);
+            double med = t[iters / 2], algbw = (double)(n * es) / med / 1e9;
+            printf("%12zu %12zu %6s %12.1f %12.2f %12.2f\n", n * es, n,
+                   dt == COMM_F32 ? "float" : "bf16", med * 1e6, algbw, algbw * factor);
+        }
+        free(t);
+        free(a);
+        free(b);
+    }
+    free(list);
+    comm_destroy(w);
+    store_close(st);
+    return rc == 0 ? 0 : 1;
+}

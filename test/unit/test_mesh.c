@@ -1,0 +1,125 @@
+/* test_mesh.c — the process mesh as pure functions: rank <-> (dp, pp, tp) round
+ * trips, the documented order (tp fastest, then dp, then pp), group member lists
+ * for every dimension, and the printout the dry-run shows. Communicators of the
+ * groups are exercised with real processes in test_comm.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/mesh.h"
+#include "test/unit/check.h"
+
+static int contains(const int *a, int n, int x)
+{
+    for (int i = 0; i < n; i++)
+        if (a[i] == x)
+            return 1;
+    return 0;
+}
+
+static void check_shape(int dp, int pp, int tp)
+{
+    mesh m;
+    char err[256];
+    CHECK(mesh_init(&m, dp, pp, tp, err, sizeof err) == 0 && m.world == dp * pp * tp,
+          "mesh dp=%d pp=%d tp=%d has %d ranks", dp, pp, tp, dp * pp * tp);
+    int ok_round = 1, ok_formula = 1, ok_groups = 1, ok_partition = 1;
+    int *members = malloc((size_t)m.world * sizeof(int));
+    int *seen = calloc((size_t)m.world, sizeof(int));
+    for (int r = 0; r < m.world; r++) {
+        mesh_coord c = mesh_coords(&m, r);
+        if (mesh_rank(&m, c) != r || c.dp < 0 || c.dp >= dp || c.pp < 0 || c.pp >= pp ||
+            c.tp < 0 || c.tp >= tp)
+            ok_round = 0;
+        if (r != (c.pp * dp + c.dp) * tp + c.tp)
+            ok_formula = 0;
+        /* Each group: right size, sorted, contains r, and its members differ
+         * from r only along the group's dimensions. */
+        const mesh_dim dims[] = {MESH_TP, MESH_DP, MESH_PP, MESH_DP_TP};
+        const int sizes[] = {tp, dp, pp, dp * tp};
+        for (int k = 0; k < 4; k++) {
+            int n = mesh_group(&m, r, dims[k], members);
+            if (n != sizes[k] || !contains(members, n, r))
+                ok_groups = 0;
+            for (int i = 0; i < n; i++) {
+                mesh_coord o = mesh_coords(&m, members[i]);
+                if (i > 0 && members[i] <= members[i - 1])
+                    ok_groups = 0;
+                if ((dims[k] != MESH_DP && dims[k] != MESH_DP_TP && o.dp != c.dp) ||
+                    (dims[k] != MESH_TP && dims[k] != MESH_DP_TP && o.tp != c.tp) ||
+                    (dims[k] != MESH_PP && o.pp != c.pp))
+                    ok_groups = 0;
+                /* group position == coordinate along that dimension */
+                if ((dims[k] == MESH_TP && i != o.tp) || (dims[k] == MESH_DP && i != o.dp) ||
+                    (dims[k] == MESH_PP && i != o.pp))
+                    ok_groups = 0;
+            }
+        }
+        /* tp groups partition the world: count each rank once via its group's
+         * first member. */
+        int n = mesh_group(&m, r, MESH_TP, members);
+        if (members[0] == r)
+            for (int i = 0; i < n; i++)
+                seen[members[i]]++;
+    }
+    for (int r = 0; r < m.world; r++)
+        if (seen[r] != 1)
+            ok_partition = 0;
+    CHECK(ok_round, "dp=%d pp=%d tp=%d: rank -> coords -> rank round-trips", dp, pp, tp);
+    CHECK(ok_formula, "dp=%d pp=%d tp=%d: rank = (pp * dp + dp_i) * tp + tp_i", dp, pp, tp);
+    CHECK(ok_groups, "dp=%d pp=%d tp=%d: tp/dp/pp/dp_tp groups hold the right members in order",
+          dp, pp, tp);
+    CHECK(ok_partition, "dp=%d pp=%d tp=%d: tp groups partition the world", dp, pp, tp);
+    free(members);
+    free(seen);
+}
+
+int main(void)
+{
+    check_shape(1, 1, 1);
+    check_shape(8, 1, 1);
+    check_shape(1, 1, 8);
+    check_shape(1, 4, 1);
+    check_shape(2, 2, 2);
+    check_shape(3, 2, 4);
+    check_shape(4, 8, 8);
+
+    mesh m;
+    char err[256];
+    CHECK(mesh_init(&m, 2, 0, 2, err, sizeof err) != 0 && strstr(err, "pp=0"),
+          "pp=0 is refused: %s", err);
+    CHECK(mesh_init(&m, 1 << 16, 1 << 16, 2, err, sizeof err) != 0, "overflowing world refused");
+
+    /* Known coordinates of the design example: dp2 pp2 tp2. */
+    mesh_init(&m, 2, 2, 2, err, sizeof err);
+    mesh_coord c = mesh_coords(&m, 5);
+    CHECK(c.dp == 0 && c.pp == 1 && c.tp == 1, "rank 5 of dp2 pp2 tp2 is dp=0 pp=1 tp=1");
+    int g[8];
+    int n = mesh_group(&m, 5, MESH_TP, g);
+    CHECK(n == 2 && g[0] == 4 && g[1] == 5, "rank 5's tp group is {4,5}");
+    n = mesh_group(&m, 5, MESH_DP, g);
+    CHECK(n == 2 && g[0] == 5 && g[1] == 7, "rank 5's dp group is {5,7}");
+    n = mesh_group(&m, 5, MESH_PP, g);
+    CHECK(n == 2 && g[0] == 1 && g[1] == 5, "rank 5's pp group is {1,5}");
+    n = mesh_group(&m, 5, MESH_DP_TP, g);
+    CHECK(n == 4 && g[0] == 4 && g[3] == 7, "rank 5's dp x tp group is {4..7}");
+
+    /* The printout. */
+    mesh_init(&m, 2, 1, 2, err, sizeof err);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    mesh_print(&m, 2, f);
+    fclose(f);
+    CHECK(strcmp(buf, "rank 0 node 0: dp=0 pp=0 tp=0\n"
+                      "rank 1 node 0: dp=0 pp=0 tp=1\n"
+                      "rank 2 node 1: dp=1 pp=0 tp=0\n"
+                      "rank 3 node 1: dp=1 pp=0 tp=1\n") == 0,
+          "mesh_print: one line per rank with its node and coordinates");
+    free(buf);
+
+    job_parallel par = {.dp = 4, .tp = 2, .pp = 1};
+    CHECK(mesh_from_parallel(&m, &par, err, sizeof err) == 0 && m.world == 8 && m.dp == 4,
+          "mesh from the job's parallel section");
+    CHECK_DONE();
+}
