@@ -6,7 +6,8 @@
 # installed by the bench scripts themselves, never here.
 set -euo pipefail
 pkgs=(gcc make pkg-config libyaml-dev libuv1-dev libopenblas-dev zlib1g-dev libxxhash-dev
-      libcjson-dev librandom123-dev dataset-fashion-mnist fortunes clang iproute2 procps)
+      libcjson-dev librandom123-dev dataset-fashion-mnist fortunes clang iproute2 procps
+      slurm-wlm munge)
 pkgs+=(${DTRUN_EXTRA_DEPS:-})
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# A real Slurm: Debian's slurm-wlm runs on this machine as two emulated nodes,
+# n1 and n2 (test/slurm/cluster.bash), and scripts/slurm/train.sbatch is
+# submitted with sbatch -N2 (overriding only what this machine lacks: GPUs, 16
+# CPUs, the runs/ output path):
+#  1. a dtrun job whose 4 workers print their ranks and meet at a KV barrier
+#     runs to completion: one agent per node, the rendezvous on n1 at
+#     29400 + job id mod 1000, world size 4, ranks 0..3, node ranks 0 and 1 on
+#     n1 and n2, Slurm's exit code 0;
+#  2. a worker exiting 7 on node 1 ends the whole job with exit code 7;
+#  3. scancel of a running job leaves no worker and no agent within 10 s, even
+#     workers that ignore SIGTERM (dtrun's --term-timeout SIGKILLs them).
+# Needs root (slurmd, munged). Adds "127.0.0.1 n1 n2" to /etc/hosts when those
+# names do not resolve; nothing else outside its temp dir is changed.
+source "$(dirname "$0")/../helpers/launch_common.bash"
+source test/slurm/cluster.bash
+skip() { echo "$*"; exit 77; }
+
+[ "$(id -u)" = 0 ] || skip "needs root to run slurmd and munged"
+for b in munged munge unmunge slurmctld slurmd sbatch srun scancel squeue scontrol sinfo; do
+  command -v $b >/dev/null || skip "$b not found: install slurm-wlm and munge (scripts/deps.sh does)"
+done
+# Not inside someone else's allocation: the jobs must see only this cluster.
+for v in $(compgen -e | grep -E '^(SLURM|SBATCH|SRUN|SALLOC)_'); do unset "$v"; done
+
+trap 'slurm_cluster_stop; cleanup' EXIT
+t0=$(date +%s%N)
+ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
+
+# The node names must resolve to this machine: dtrun's endpoint will be "n1".
+need=()
+for h in n1 n2; do
+  a=$(getent ahostsv4 $h | awk 'NR == 1 {print $1}')
+  if [ -z "$a" ]; then need+=("$h")
+  elif [[ $a != 127.* ]]; then skip "host name $h resolves to $a, not to this machine; the emulated Slurm nodes need it"; fi
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "127.0.0.1 ${need[*]}" >>/etc/hosts 2>/dev/null || skip "cannot add '127.0.0.1 ${need[*]}' to /etc/hosts"
+fi
+
+build_kv_barrier
+chmod 755 "$T"
+# The jobs run a copy, so a rebuild of bin/dtrun while the test runs cannot
+# make the launch fail ("execve(): Permission denied" from slurmstepd).
+cp "$DTRUN" "$T/dtrun" && DTRUN=$T/dtrun || fail "cannot copy $DTRUN"
+s=$(date +%s%N)
+slurm_cluster_start "$T/slurm" || { slurm_cluster_logs; skip "no Slurm cluster: $SLURM_WHY"; }
+echo "Slurm up (munged, slurmctld, slurmd n1 + n2) in $(ms $s) ms: $(sl sinfo -h -o '%P %a %D %t %N')"
+
+sfail() { # MESSAGE [JOB-ID]: the job's output and the daemons' logs, then fail
+  [ -n "${2:-}" ] && { echo "---- job $2: $(sl scontrol show job -o "$2" 2>&1 | grep -oE 'JobState=\S+|Reason=\S+|ExitCode=\S+' | tr '\n' ' ')"; cat "$T/job-$2.out" 2>/dev/null; }
+  slurm_cluster_logs
+  fail "$1"
+}
+
+# submit ARGS...: sbatch -N2 train.sbatch ARGS with 2 workers per node; sets JOB.
+# Only what this machine cannot give is overridden: no GPUs, its own CPU count,
+# the output file.
+submit() {
+  local out
+  out=$(DTRUN=$DTRUN NPROC_PER_NODE=2 sl sbatch --parsable -N2 --cpus-per-task=1 --gpus-per-node=0 \
+          --output="$T/job-%j.out" scripts/slurm/train.sbatch "$@" 2>&1) || sfail "sbatch: $out"
+  JOB=${out%%;*}
+  [[ $JOB =~ ^[0-9]+$ ]] || sfail "sbatch printed '$out', not a job id"
+}
+# wait_job ID SECONDS: until the job has ended; sets STATE and EXIT (Slurm's).
+wait_job() {
+  local i line
+  for i in $(seq 1 $(( $2 * 10 ))); do
+    line=$(sl scontrol show job -o "$1" 2>/dev/null)
+    STATE=$(grep -oP 'JobState=\K\S+' <<<"$line") EXIT=$(grep -oP ' ExitCode=\K\S+' <<<"$line")
+    case $STATE in PENDING|CONFIGURING|RUNNING|COMPLETING|SUSPENDED|'') ;; *) return 0;; esac
+    sleep 0.1
+  done
+  sfail "job $1 still $STATE after $2 s" "$1"
+}
+# check_meta ID: both agents read the allocation and met on n1 at the job's port.
+check_meta() {
+  local id=$1 port=$((29400 + $1 % 1000)) n
+  for n in 0 1; do
+    grep -qx "dtrun: Slurm job $id: node $n of 2, rendezvous at n1:$port" "$T/job-$id.out" ||
+      sfail "job $id: no agent took node rank $n with the rendezvous at n1:$port" "$id"
+  done
+  grep -q "dtrun rdzv: round 0 closed: 2 nodes, world size 4," "$T/job-$id.out" ||
+    sfail "job $id: no rendezvous round of 2 nodes and world size 4" "$id"
+}
+
+# 1. Every rank prints what it was given, then all 4 meet at a KV barrier.
+s=$(date +%s%N)
+submit -- sh -c "echo rank=\$RANK world=\$WORLD_SIZE group=\$GROUP_RANK local=\$LOCAL_RANK node=\$SLURMD_NODENAME; exec $T/kv_barrier slurm 20 # $MARK"
+wait_job "$JOB" 60
+out=$T/job-$JOB.out
+echo "job $JOB (2 nodes x 2 workers): $STATE, exit code $EXIT, $(ms $s) ms from sbatch to the end"
+[ -s "$out" ] || sfail "job $JOB wrote no output" "$JOB"
+check_meta "$JOB"
+for r in 0 1 2 3; do
+  g=$((r / 2)) l=$((r % 2))
+  grep -qx "\[default/$r\]:rank=$r world=4 group=$g local=$l node=n$((g + 1))" "$out" ||
+    sfail "rank $r did not report rank=$r world=4 group=$g local=$l node=n$((g + 1))" "$JOB"
+  grep -qx "\[default/$r\]:kv_barrier: rank $r of 4 passed slurm" "$out" || sfail "rank $r did not pass the KV barrier" "$JOB"
+done
+n=$(grep -c '^\[default/[0-9]*\]:rank=' "$out")
+[ "$n" = 4 ] || sfail "$n rank lines, want 4" "$JOB"
+grep -q '^srun: error' "$out" && sfail "srun reported an error" "$JOB"
+[ "$STATE" = COMPLETED ] && [ "$EXIT" = 0:0 ] || sfail "job $JOB: $STATE, exit code $EXIT; want COMPLETED 0:0" "$JOB"
+echo "ok: world size 4 over n1 and n2, ranks 0..3, node ranks 0 and 1, KV barrier, exit 0"
+
+# 2. Rank 3 (node 1) exits 7 while the others sleep: the job ends with 7, fast.
+# Workers sleep as $T/$MARK-sleep, so pgrep -f finds every one of them.
+ln -s "$(command -v sleep)" "$T/$MARK-sleep"
+s=$(date +%s%N)
+submit -- sh -c "[ \$RANK = 3 ] && exit 7; exec $T/$MARK-sleep 60"
+wait_job "$JOB" 30
+secs=$(( $(ms $s) / 1000 ))
+echo "job $JOB (rank 3 exits 7): $STATE, exit code $EXIT, $(ms $s) ms"
+check_meta "$JOB"
+grep -q 'rank 3 .*exited with status 7' "$T/job-$JOB.out" || sfail "no root-cause line for rank 3's status 7" "$JOB"
+[ "$EXIT" = 7:0 ] || sfail "job $JOB: exit code $EXIT, want 7:0 (the worker's own status)" "$JOB"
+[ $secs -lt 20 ] || sfail "the failure took ${secs} s to end the job; the other workers sleep 60 s" "$JOB"
+[ -z "$(pgrep -f "$MARK")" ] || sfail "processes left after the failed job: $(pgrep -a -f "$MARK")" "$JOB"
+echo "ok: a worker's exit status 7 is the job's exit code"
+
+# 3. A long job: once all 4 workers sleep, scancel ends every one and both agents.
+# Odd ranks ignore SIGTERM, so they end only through dtrun's SIGKILL after its
+# --term-timeout (2 s here), long before Slurm's own (KillWait = 30 s).
+submit --term-timeout=2 -- sh -c "[ \$((RANK % 2)) = 0 ] || trap '' TERM; exec $T/$MARK-sleep 300"
+for i in $(seq 1 300); do
+  [ "$(pgrep -f "^$T/$MARK-sleep 300" | wc -l)" = 4 ] && break
+  if [ $((i % 10)) = 0 ] && ! sl scontrol show job -o "$JOB" 2>/dev/null | grep -qE 'JobState=(PENDING|CONFIGURING|RUNNING) '; then
+    break # the job ended before its workers were all up
+  fi
+  sleep 0.1
+done
+workers=$(pgrep -f "^$T/$MARK-sleep 300" | tr '\n' ' ')
+agents=$(pgrep -f "^$DTRUN .*$MARK" | tr '\n' ' ')
+[ "$(wc -w <<<"$workers")" = 4 ] || sfail "4 workers were not up (in 30 s, or before the job ended); running: $workers" "$JOB"
+[ "$(wc -w <<<"$agents")" = 2 ] || sfail "want 2 dtrun agents (one per node), found: $agents" "$JOB"
+ignoring=0
+for p in $workers; do
+  # SigIgn bit 15 (SIGTERM, mask 0x4000): set in the odd ranks only.
+  (( 0x$(awk '/^SigIgn:/ {print $2}' /proc/$p/status 2>/dev/null || echo 0) & 0x4000 )) && ignoring=$((ignoring + 1))
+done
+[ $ignoring = 2 ] || sfail "$ignoring workers ignore SIGTERM, want 2 (the odd ranks)" "$JOB"
+check_meta "$JOB"
+s=$(date +%s%N)
+sl scancel "$JOB" || sfail "scancel $JOB failed" "$JOB"
+for i in $(seq 1 100); do
+  [ -z "$(pgrep -f "$MARK")" ] && break
+  sleep 0.1
+done
+gone=$(ms $s)
+left=$(pgrep -a -f "$MARK")
+[ -z "$left" ] || sfail "10 s after scancel these still run:
+$left" "$JOB"
+wait_job "$JOB" 40
+echo "scancel $JOB: workers ($workers) and agents ($agents) gone in $gone ms; job $STATE"
+[ "$STATE" = CANCELLED ] || sfail "job $JOB: $STATE after scancel" "$JOB"
+# Both agents (not Slurm, whose SIGKILL would come 30 s later) killed the
+# worker that ignored SIGTERM.
+n=$(grep -c '^dtrun: 1 worker still running 2 s after the stop signal; sending SIGKILL$' "$T/job-$JOB.out")
+[ "$n" = 2 ] || sfail "$n agents, not 2, said they sent SIGKILL to their SIGTERM-ignoring worker" "$JOB"
+echo "ok: scancel stopped every worker and agent ($(ms $t0) ms in all)"
