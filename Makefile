@@ -17,8 +17,21 @@ BUILD    ?= build
 SAN      ?= 0
 
 PKGS     := yaml-0.1 libuv openblas zlib libxxhash libcjson
+ifeq ($(DEPS_PREFIX),)
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+else
+# A prepared folder of headers and shared libraries instead of the Debian
+# packages, for machines without them (scripts/device-check.sh --prepare makes
+# one: include/ and lib/); the rpath lets the binaries find the libraries
+# where they are, with no LD_LIBRARY_PATH. An old-style DT_RPATH
+# (--disable-new-dtags), because DT_RUNPATH would not serve the libraries'
+# own dependencies (libopenblas needs libgfortran, also in that folder).
+DEPS_ABS   := $(abspath $(DEPS_PREFIX))
+PKG_CFLAGS := -I$(DEPS_ABS)/include
+PKG_LIBS   := -L$(DEPS_ABS)/lib -Wl,--disable-new-dtags,-rpath,$(DEPS_ABS)/lib -lyaml -luv -lpthread -ldl -lrt \
+              -lopenblas -lz -lxxhash -lcjson
+endif
 
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g $(ARCH) -fopenmp -Wall -Wextra -Wshadow \
             -Wno-unused-parameter -I. $(PKG_CFLAGS) $(EXTRA_CFLAGS)
@@ -30,17 +43,34 @@ ifeq ($(SAN),1)
 endif
 
 # ---- CUDA backend: only when nvcc and NCCL are present and CUDA != 0 ----
+# kernels/cuda/*.cu (and runtime/comm/*.cu) go into libdtrun.a and DTRUN_CUDA
+# is defined for the C files. Warnings are errors, nvcc's and the host
+# compiler's alike. The sanitizer build (SAN=1) stays CPU-only: ASan's shadow
+# memory and the CUDA driver's address-space reservations do not mix
+# (cudaMalloc fails unless ASAN_OPTIONS=protect_shadow_gap=0), and the
+# sanitized unit tests never reach a GPU anyway; it also halves nvcc time in CI.
+# NCCL_HOME: where include/nccl.h and lib/libnccl.so live when not in the
+# toolkit (pip's nvidia-nccl, a shim folder made by scripts/device-check.sh);
+# its include/ and lib/ are searched first, for cuBLAS too.
 CUDA_HOME ?= /usr/local/cuda
+NCCL_HOME ?= $(CUDA_HOME)
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
-CUDA      ?= $(shell test -x $(NVCC) && test -f $(CUDA_HOME)/include/nccl.h && echo 1 || echo 0)
+CUDA      ?= $(shell test -x $(NVCC) && test -f $(NCCL_HOME)/include/nccl.h && echo 1 || echo 0)
 CU_SRC    := $(wildcard kernels/cuda/*.cu runtime/comm/*.cu)
-ifeq ($(CUDA),1)
+CUDA_BUILD := $(if $(filter 1,$(SAN)),0,$(CUDA))
+ifeq ($(CUDA_BUILD),1)
 ifneq ($(CU_SRC),)
-  CFLAGS  += -DDTRUN_CUDA -I$(CUDA_HOME)/include
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
-  NVFLAGS := -O3 -std=c++17 -I. -Xcompiler -Wall,-Wextra,-Wno-unused-parameter -Werror all-warnings \
-             --generate-code arch=compute_90,code=[sm_90,compute_90] $(EXTRA_NVFLAGS)
+  CUDA_INC := $(if $(filter $(CUDA_HOME),$(NCCL_HOME)),,-I$(NCCL_HOME)/include) -I$(CUDA_HOME)/include
+  CUDA_LIB := $(if $(filter $(CUDA_HOME),$(NCCL_HOME)),,-L$(NCCL_HOME)/lib -Wl,-rpath,$(abspath $(NCCL_HOME))/lib) \
+              -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+  CFLAGS  += -DDTRUN_CUDA $(CUDA_INC)
+  # -lstdc++: nvcc's host code is C++ (static initialisers of the fatbins)
+  LDLIBS  += $(CUDA_LIB) -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+  NVFLAGS := -O3 -std=c++17 -I. $(CUDA_INC) -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror \
+             -Werror all-warnings --generate-code arch=compute_90,code=[sm_90,compute_90] \
+             $(EXTRA_NVFLAGS)
   CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
+  CUDA_ON := 1
 endif
 endif
 
@@ -50,7 +80,7 @@ CMD_SRC  := $(wildcard cmd/*.c)
 TEST_SRC := $(wildcard test/unit/test_*.c)
 TEST_BIN := $(TEST_SRC:test/unit/%.c=$(BUILD)/test/%)
 
-.PHONY: all deps test test-full test-gpu quickstart install clean fuzz tests-bin
+.PHONY: all deps test test-full test-gpu gpu-tests-bin gpu-bench-bin quickstart install clean fuzz tests-bin
 all: bin/dtrun
 
 $(BUILD)/libdtrun.a: $(LIB_OBJ)
@@ -63,7 +93,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) -c $< -o $@
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
 ifeq ($(SAN),1)
 bin/dtrun-san: $(BUILD)/cmd/dtrun.o $(BUILD)/libdtrun.a
@@ -95,9 +125,28 @@ test-full: deps
 	@$(MAKE) --no-print-directory all tests-bin
 	@DTRUN_TEST_FULL=1 test/run.sh
 
-test-gpu: deps
-	@$(MAKE) --no-print-directory all
-	@test/gpu/run.sh
+# make test-gpu: the CUDA ops against their CPU twins and 20-step GPT and ViT
+# runs on the CUDA backend (test/gpu/run.sh; one line and success without a
+# GPU). With DEPS_PREFIX (a bare GPU machine, scripts/device-check.sh) the
+# Debian packages are not looked for.
+GPU_TEST_SRC := $(wildcard test/gpu/*.c)
+GPU_TEST_BIN := $(GPU_TEST_SRC:test/gpu/%.c=$(BUILD)/test-gpu/%)
+$(BUILD)/test-gpu/%: test/gpu/%.c $(BUILD)/libdtrun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdtrun.a -o $@ $(LDLIBS)
+
+gpu-tests-bin: $(GPU_TEST_BIN)
+
+# scripts/bench/gpu.sh's dtrun side: GPT training steps on the CUDA backend.
+$(BUILD)/bench/gpu_train: scripts/bench/gpu_train.c $(BUILD)/libdtrun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdtrun.a -o $@ $(LDLIBS)
+
+gpu-bench-bin: $(BUILD)/bench/gpu_train
+
+test-gpu:
+	@$(if $(DEPS_PREFIX),true,scripts/deps.sh)
+	@BUILD=$(BUILD) CUDA_ON=$(CUDA_ON) MAKE="$(MAKE)" test/gpu/run.sh
 
 quickstart: deps
 	@$(MAKE) --no-print-directory all

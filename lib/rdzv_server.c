@@ -228,7 +228,9 @@ static void reopen_joining(rdzv_server *s)
 static void round_fail(rdzv_server *s, member *culprit, int kind, const char *msg)
 {
     round *r = s->active;
-    srv_log(s, "round %d failed: %s", r->number, msg);
+    /* A reported failure's text already names the round (agents print it as is). */
+    if (!strncmp(msg, "round ", 6)) srv_log(s, "%s", msg);
+    else srv_log(s, "round %d failed: %s", r->number, msg);
     for (int i = 0; i < r->n; i++) {
         member *m = r->m[i];
         if (m != culprit && m->c && !m->left)

@@ -8,6 +8,8 @@
 set -u
 cd "$(dirname "$0")/.."
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
+# make test-full (DTRUN_TEST_FULL=1) adds the whole layout matrix: a longer limit.
+if [ "${DTRUN_TEST_FULL:-0}" = 1 ]; then export DTRUN_TEST_TIMEOUT=${DTRUN_TEST_TIMEOUT:-7200}; fi
 export DTRUN_TEST_TIMEOUT=${DTRUN_TEST_TIMEOUT:-600}
 pass=0 fail=0 skip=0
 log=$(mktemp -d /tmp/dtrun-test.XXXXXX)
