@@ -64,8 +64,11 @@ ifneq ($(CU_SRC),)
   CUDA_LIB := $(if $(filter $(CUDA_HOME),$(NCCL_HOME)),,-L$(NCCL_HOME)/lib -Wl,-rpath,$(abspath $(NCCL_HOME))/lib) \
               -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
   CFLAGS  += -DDTRUN_CUDA $(CUDA_INC)
-  # -lstdc++: nvcc's host code is C++ (static initialisers of the fatbins)
-  LDLIBS  += $(CUDA_LIB) -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+  # cuBLAS/cuBLASLt are NOT linked: kernels/cuda/blas.cu dlopen's them when
+  # the backend finds a GPU (linking them costs every dtrun process ~0.6 s and
+  # ~210 MB at start-up, launcher and CLI included); the rpath still points
+  # dlopen at the toolkit. -lstdc++: nvcc's host code is C++.
+  LDLIBS  += $(CUDA_LIB) -lnccl -lcudart -ldl -lstdc++
   NVFLAGS := -O3 -std=c++17 -I. $(CUDA_INC) -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror \
              -Werror all-warnings --generate-code arch=compute_90,code=[sm_90,compute_90] \
              $(EXTRA_NVFLAGS)

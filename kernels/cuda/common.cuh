@@ -1,0 +1,245 @@
+/* common.cuh — what every CUDA kernel file of the backend shares (private to
+ * kernels/cuda/): the backend's one stream and handles, a growable scratch
+ * buffer, launch helpers, warp/block reductions, and the C-ABI declarations of
+ * each op (one op per .cu file, as in llm.c; ops_cuda.cu puts them in the
+ * dt_ops table).
+ *
+ * Libraries: cuBLAS and cuBLASLt are dlopen'ed at set-up (blas.cu), so call
+ * them through dtc_blas.*, never by name (the link would pull them in).
+ *
+ * Precision: every kernel here is the fp32 twin of kernels/cpu — fp32 in,
+ * fp32 out, fp32 arithmetic (double where the CPU uses double), and GEMMs in
+ * true fp32 (CUBLAS_COMPUTE_32F, no TF32) unless TF32 is switched on with
+ * dt_ops_cuda_set_tf32(). No bf16 path exists yet (issue 7, step 2).
+ *
+ * Streams: every op is queued on dtc.stream, in call order, so ops need no
+ * synchronisation among themselves; only to_host (and sumsq, which returns
+ * a host value) wait for the stream. The stream is a blocking one (created
+ * with default flags): work anyone queues on the legacy default stream stays
+ * ordered with ours, which keeps foreign code (NCCL set-up, plain cudaMemcpy)
+ * safe while it does not use dt_ops_cuda_stream().
+ *
+ * Threads: the backend is meant for one host thread per process (one worker
+ * per GPU); the scratch buffer and the handles are not locked.
+ *
+ * Errors: the ops table has no error channel (the CPU kernels cannot fail
+ * except for memory, and report that by doing nothing). A failed launch or
+ * cuBLAS call on a GPU means the device state is unknown and any further
+ * training step would compute garbage, so the backend stops the process with
+ * one line on stderr naming the call, as llm.c's cudaCheck does. alloc keeps
+ * the contract instead: NULL on failure. */
+#ifndef DTRUN_KERNELS_CUDA_COMMON_CUH
+#define DTRUN_KERNELS_CUDA_COMMON_CUH
+
+#include <cmath>
+#include <cstddef>
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "kernels/ops.h"
+}
+
+/* ---- backend state (ops_cuda.cu) ---- */
+struct dtc_state {
+    int ready;                 /* 1 once the probe set everything up */
+    int device;
+    int tf32;                  /* 1: GEMMs may use TF32 tensor cores */
+    int num_sms;
+    cudaStream_t stream;
+    cublasHandle_t blas;       /* strided-batched GEMMs of attention */
+    cublasLtHandle_t lt;       /* every other GEMM */
+    void *lt_workspace;
+    size_t lt_workspace_bytes;
+    void *scratch;             /* see dtc_scratch */
+    size_t scratch_bytes;
+};
+extern dtc_state dtc;
+
+/* cuBLAS and cuBLASLt entry points, resolved by dtc_blas_load() (blas.cu:
+ * the libraries are dlopen'ed, not linked, see there for why). */
+struct dtc_blas_api {
+    int loaded;
+    decltype(&::cublasCreate_v2) create;
+    decltype(&::cublasDestroy_v2) destroy;
+    decltype(&::cublasSetStream_v2) set_stream;
+    decltype(&::cublasSetMathMode) set_math_mode;
+    /* C++ overloads these two (a cudaDataType compute-type shim): spell the
+     * exported C signatures out */
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                              const void *, const void *, cudaDataType, int, const void *,
+                              cudaDataType, int, const void *, void *, cudaDataType, int,
+                              cublasComputeType_t, cublasGemmAlgo_t);
+    cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t,
+                                              int, int, int, const void *, const void *,
+                                              cudaDataType, int, long long, const void *,
+                                              cudaDataType, int, long long, const void *, void *,
+                                              cudaDataType, int, long long, int,
+                                              cublasComputeType_t, cublasGemmAlgo_t);
+    decltype(&::cublasGetStatusString) status_string;
+    decltype(&::cublasLtCreate) lt_create;
+    decltype(&::cublasLtDestroy) lt_destroy;
+    decltype(&::cublasLtMatmulDescCreate) lt_desc_create;
+    decltype(&::cublasLtMatmulDescDestroy) lt_desc_destroy;
+    decltype(&::cublasLtMatmulDescSetAttribute) lt_desc_set;
+    decltype(&::cublasLtMatrixLayoutCreate) lt_layout_create;
+    decltype(&::cublasLtMatrixLayoutDestroy) lt_layout_destroy;
+    decltype(&::cublasLtMatmulPreferenceCreate) lt_pref_create;
+    decltype(&::cublasLtMatmulPreferenceDestroy) lt_pref_destroy;
+    decltype(&::cublasLtMatmulPreferenceSetAttribute) lt_pref_set;
+    decltype(&::cublasLtMatmulAlgoGetHeuristic) lt_heuristic;
+    decltype(&::cublasLtMatmul) lt_matmul;
+};
+extern dtc_blas_api dtc_blas;
+/* 0 when every entry point resolved; -1 (backend unusable) otherwise. */
+int dtc_blas_load(void);
+const char *dtc_blas_status(cublasStatus_t st);
+
+/* Stops the process: "dtrun: cuda: FILE:LINE: CALL: reason" (see above). */
+[[noreturn]] void dtc_fatal(const char *file, int line, const char *call, const char *why);
+
+#define DTC_CHECK(call)                                                            \
+    do {                                                                           \
+        cudaError_t dtc_err_ = (call);                                             \
+        if (dtc_err_ != cudaSuccess)                                               \
+            dtc_fatal(__FILE__, __LINE__, #call, cudaGetErrorString(dtc_err_));    \
+    } while (0)
+
+#define DTC_BLAS(call)                                                             \
+    do {                                                                           \
+        cublasStatus_t dtc_st_ = (call);                                           \
+        if (dtc_st_ != CUBLAS_STATUS_SUCCESS)                                      \
+            dtc_fatal(__FILE__, __LINE__, #call, dtc_blas_status(dtc_st_));  \
+    } while (0)
+
+/* After a kernel launch: catches bad launch configurations at the call site. */
+#define DTC_LAUNCHED() DTC_CHECK(cudaGetLastError())
+
+/* A device buffer of at least `bytes` for the duration of ONE op (the op
+ * that asks owns it until it returns; ops run one after another on the one
+ * stream). Grows by freeing and reallocating: cudaFree waits for the device,
+ * so no queued kernel still reads the old buffer. Growth happens in the first
+ * steps only; sizes then repeat. */
+void *dtc_scratch(size_t bytes);
+
+/* ---- launch helpers ---- */
+static inline unsigned dtc_blocks(size_t n, unsigned threads) {
+    /* grid-stride kernels: enough blocks to fill the GPU, never more than the
+     * work needs (a tiny tensor gets one block) */
+    size_t want = (n + threads - 1) / threads;
+    size_t cap = (size_t)(dtc.num_sms > 0 ? dtc.num_sms : 132) * 8;
+    if (want > cap) want = cap;
+    return want ? (unsigned)want : 1u;
+}
+
+/* ---- reductions ---- */
+__device__ __forceinline__ float dtc_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double dtc_warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float dtc_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Whole-block sum / max (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets the result. `sh` is 32 floats of shared memory; the function
+ * syncs before reuse so it can be called twice in a row. */
+__device__ __forceinline__ float dtc_block_sum(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = dtc_warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0f;
+    return dtc_warp_sum(v);
+}
+__device__ __forceinline__ float dtc_block_max(float v, float *sh) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = dtc_warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -INFINITY;
+    return dtc_warp_max(v);
+}
+
+/* ---- GEMM helper (matmul.cu) ----
+ * Column-major C[m,n] = alpha op(A) op(B) + beta C (+ bias[m] broadcast over
+ * columns when bias != NULL), through cuBLASLt in fp32 (TF32 when dtc.tf32).
+ * Row-major callers swap operands (see matmul.cu). */
+void dtc_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+              const float *A, int lda, const float *B, int ldb, float beta,
+              float *C, int ldc, const float *bias);
+/* Compute type for the cuBLAS (not Lt) calls of attention. */
+cublasComputeType_t dtc_compute_type(void);
+
+/* ---- the ops, one file each (C ABI: ops_cuda.cu fills the table) ---- */
+extern "C" {
+/* memory.cu */
+void *cuda_alloc(size_t bytes);
+void cuda_free(void *p);
+void cuda_zero(void *p, size_t bytes);
+void cuda_copy(void *dst, const void *src, size_t bytes);
+void cuda_to_host(void *dst_host, const void *src, size_t bytes);
+void cuda_from_host(void *dst, const void *src_host, size_t bytes);
+/* embedding.cu */
+void cuda_embedding_forward(float *out, const int *tok, const float *wte, int v0, int vn,
+                            int N, int C);
+void cuda_embedding_backward(float *dwte, const float *dout, const int *tok, int v0, int vn,
+                             int N, int C);
+/* posadd.cu */
+void cuda_posadd_forward(float *x, const float *wpe, int B, int T, int C);
+void cuda_posadd_backward(float *dwpe, const float *dx, int B, int T, int C);
+/* patch.cu */
+void cuda_patch_forward(float *out, const float *img, const float *w, const float *b,
+                        int B, int ch, int S, int P, int C);
+void cuda_patch_backward(float *dw, float *db, const float *dout, const float *img,
+                         int B, int ch, int S, int P, int C);
+/* layernorm.cu */
+void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                            const float *w, const float *b, int N, int C);
+void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                             const float *inp, const float *w, const float *mean,
+                             const float *rstd, int N, int C);
+/* matmul.cu */
+void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                         int N, int IC, int OC);
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                          const float *inp, const float *w, int N, int IC, int OC);
+/* attention.cu */
+void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
+                            int NH, int causal);
+void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                             const float *att, int B, int T, int C, int NH, int causal);
+/* gelu.cu */
+void cuda_gelu_forward(float *out, const float *inp, size_t n);
+void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* residual.cu */
+void cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
+void cuda_residual_backward(float *da, float *db, const float *dout, size_t n);
+/* xent.cu */
+void cuda_xent_rowmax(float *rowmax, const float *logits, int N, int Vl);
+void cuda_xent_sumexp(float *sumexp, const float *logits, const float *rowmax, int N, int Vl);
+void cuda_xent_target(float *target, const float *logits, const int *targets, int v0, int N,
+                      int Vl);
+void cuda_xent_loss(float *loss, const float *rowmax, const float *sumexp, const float *target,
+                    const int *targets, int N);
+void cuda_xent_backward(float *dlogits, const float *logits, const float *rowmax,
+                        const float *sumexp, const int *targets, const float *dloss, int v0,
+                        int N, int Vl);
+/* adamw.cu */
+void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                float beta2, float eps, float weight_decay, int t);
+/* reduce.cu */
+void cuda_scale(float *p, float s, size_t n);
+double cuda_sumsq(const float *p, size_t n);
+/* matmul.cu: dbias[o] += sum_i dout[i,o] (shared by matmul and patch) */
+void cuda_colsum_accumulate(float *dbias, const float *dout, int N, int OC);
+}
+
+#endif

@@ -1,0 +1,144 @@
+/* layernorm.cu — LayerNorm over the last dimension, eps 1e-5 (twin of
+ * kernels/cpu/layernorm.c), fp32.
+ *
+ * Forward: one warp per row, two passes over the row as on the CPU (mean,
+ * then squared deviations: no cancellation when the mean is large), saving
+ * mean and rstd for backward.
+ *
+ * Backward, with n = (x - mean) rstd and g = dout w:
+ *     dx += rstd (g - mean(g) - n mean(g n))      (one warp per row)
+ *     dw += sum_rows dout n,   db += sum_rows dout
+ * The column sums are deterministic (no atomics): blocks of 32 columns x 8
+ * row-lanes each sum a chunk of LN_CHUNK rows into a partial in the backend
+ * scratch, and a last kernel adds the chunks' partials in order into dw, db. */
+#include "kernels/cuda/common.cuh"
+
+#define LN_EPS 1e-5f
+#define LN_ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
+#define LN_CHUNK 256        /* rows per partial sum of dw, db (at least) */
+#define LN_COLS 32
+#define LN_LANES 8
+
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *w, const float *b, int N, int C) {
+    int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float *o = out + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) sum += x[c];
+    float m = dtc_warp_sum(sum) / C;
+    float sq = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        sq += d * d;
+    }
+    float s = 1.0f / sqrtf(dtc_warp_sum(sq) / C + LN_EPS);
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * w[c] + b[c];
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+__global__ void layernorm_backward_dx_kernel(float *dinp, const float *dout, const float *inp,
+                                             const float *w, const float *mean, const float *rstd,
+                                             int N, int C) {
+    int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    const float *d = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float m = mean[row], s = rstd[row];
+    float g_sum = 0.0f, gn_sum = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float n = (x[c] - m) * s;
+        float g = w[c] * d[c];
+        g_sum += g;
+        gn_sum += g * n;
+    }
+    float g_mean = dtc_warp_sum(g_sum) / C, gn_mean = dtc_warp_sum(gn_sum) / C;
+    for (int c = lane; c < C; c += 32) {
+        float n = (x[c] - m) * s;
+        float g = w[c] * d[c];
+        dx[c] += s * (g - g_mean - n * gn_mean);
+    }
+}
+
+/* grid (column slabs, row chunks); partial[chunk][0..C) = dw part,
+ * partial[chunk][C..2C) = db part */
+__global__ void layernorm_backward_dwdb_kernel(float *partial, const float *dout, const float *inp,
+                                               const float *mean, const float *rstd, int N, int C,
+                                               int chunk) {
+    __shared__ float sw[LN_LANES][LN_COLS], sb[LN_LANES][LN_COLS];
+    int col = blockIdx.x * LN_COLS + threadIdx.x;
+    int r0 = blockIdx.y * chunk, r1 = min(r0 + chunk, N);
+    float aw = 0.0f, ab = 0.0f;
+    if (col < C) {
+        for (int i = r0 + threadIdx.y; i < r1; i += LN_LANES) {
+            float d = dout[(size_t)i * C + col];
+            float n = (inp[(size_t)i * C + col] - mean[i]) * rstd[i];
+            aw += d * n;
+            ab += d;
+        }
+    }
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && col < C) {
+        float tw = 0.0f, tb = 0.0f;
+        for (int y = 0; y < LN_LANES; y++) {
+            tw += sw[y][threadIdx.x];
+            tb += sb[y][threadIdx.x];
+        }
+        float *p = partial + (size_t)blockIdx.y * 2 * C;
+        p[col] = tw;
+        p[C + col] = tb;
+    }
+}
+
+__global__ void layernorm_backward_finish_kernel(float *dw, float *db, const float *partial,
+                                                 int chunks, int C) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= C) return;
+    float tw = 0.0f, tb = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        tw += partial[(size_t)k * 2 * C + col];
+        tb += partial[(size_t)k * 2 * C + C + col];
+    }
+    dw[col] += tw;
+    db[col] += tb;
+}
+
+void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                            const float *w, const float *b, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    unsigned grid = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    layernorm_forward_kernel<<<grid, 32 * LN_ROWS_PER_BLOCK, 0, dtc.stream>>>(out, mean, rstd, inp,
+                                                                             w, b, N, C);
+    DTC_LAUNCHED();
+}
+
+void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                             const float *inp, const float *w, const float *mean,
+                             const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    unsigned grid = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
+    layernorm_backward_dx_kernel<<<grid, 32 * LN_ROWS_PER_BLOCK, 0, dtc.stream>>>(
+        dinp, dout, inp, w, mean, rstd, N, C);
+    DTC_LAUNCHED();
+    /* gridDim.y stops at 65535: longer inputs get longer chunks */
+    int chunk = LN_CHUNK;
+    if ((N + chunk - 1) / chunk > 65535) chunk = (N + 65534) / 65535;
+    int chunks = (N + chunk - 1) / chunk;
+    float *partial = (float *)dtc_scratch((size_t)chunks * 2 * C * sizeof(float));
+    dim3 g2((unsigned)((C + LN_COLS - 1) / LN_COLS), (unsigned)chunks);
+    layernorm_backward_dwdb_kernel<<<g2, dim3(LN_COLS, LN_LANES), 0, dtc.stream>>>(
+        partial, dout, inp, mean, rstd, N, C, chunk);
+    DTC_LAUNCHED();
+    layernorm_backward_finish_kernel<<<(unsigned)((C + 255) / 256), 256, 0, dtc.stream>>>(
+        dw, db, partial, chunks, C);
+    DTC_LAUNCHED();
+}

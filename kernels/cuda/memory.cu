@@ -1,0 +1,54 @@
+/* memory.cu — device memory for the CUDA backend (twin of kernels/cpu/memory.c).
+ *
+ * alloc returns zeroed device memory, as the contract says (the model relies
+ * on it: fresh gradients start at zero). A zero-byte request still gets a
+ * valid pointer (cudaMalloc(0) would give NULL, which the contract reserves
+ * for failure). zero and copy are queued on the backend stream like every op;
+ * to_host and from_host return only when the host buffer may be read or
+ * reused, because the model reads its loss and refills its host staging
+ * buffers right after these calls. */
+#include "kernels/cuda/common.cuh"
+
+/* cudaMalloc's own granularity; also keeps every buffer 256-byte aligned. */
+#define DTC_MIN_ALLOC 256
+
+void *cuda_alloc(size_t bytes) {
+    void *p = nullptr;
+    if (bytes < DTC_MIN_ALLOC) bytes = DTC_MIN_ALLOC;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        cudaGetLastError(); /* out of memory is an answer, not a sticky error */
+        return nullptr;
+    }
+    /* on the backend stream: a later op on it then sees zeros without a
+     * device-wide synchronisation */
+    DTC_CHECK(cudaMemsetAsync(p, 0, bytes, dtc.stream));
+    return p;
+}
+
+void cuda_free(void *p) {
+    /* cudaFree synchronises with the device first, so no queued op still
+     * uses p when it goes back */
+    if (p) DTC_CHECK(cudaFree(p));
+}
+
+void cuda_zero(void *p, size_t bytes) {
+    if (bytes) DTC_CHECK(cudaMemsetAsync(p, 0, bytes, dtc.stream));
+}
+
+void cuda_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src)
+        DTC_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, dtc.stream));
+}
+
+void cuda_to_host(void *dst_host, const void *src, size_t bytes) {
+    if (!bytes) return;
+    DTC_CHECK(cudaMemcpyAsync(dst_host, src, bytes, cudaMemcpyDeviceToHost, dtc.stream));
+    DTC_CHECK(cudaStreamSynchronize(dtc.stream));
+}
+
+void cuda_from_host(void *dst, const void *src_host, size_t bytes) {
+    if (!bytes) return;
+    DTC_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, dtc.stream));
+    /* the caller may overwrite src_host as soon as we return */
+    DTC_CHECK(cudaStreamSynchronize(dtc.stream));
+}

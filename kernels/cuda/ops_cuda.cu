@@ -1,0 +1,166 @@
+/* ops_cuda.cu — the CUDA backend's ops table and its one-time set-up.
+ *
+ * dt_ops_cuda_probe() (called by kernels/backend.c's dt_ops_cuda()) answers
+ * NULL when there is no usable device — cudaGetDeviceCount fails (no driver,
+ * as on the CPU build machines and CI) or finds none — so a CUDA build runs
+ * everywhere and the runtime falls back to the CPU table. Otherwise it creates
+ * the backend's stream, cuBLAS and cuBLASLt handles and the cuBLASLt workspace
+ * once, and returns the table.
+ *
+ * What the table computes: the fp32 twin of kernels/cpu (see common.cuh).
+ * bf16 mixed precision is NOT implemented yet: every op here is fp32-only. */
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops_cuda.h"
+
+dtc_state dtc;
+
+static dt_ops table;
+static int probed;          /* the probe ran (its answer is cached) */
+static int want_device = -1;
+static char device_name[256];
+
+/* cuBLASLt's recommended workspace on Hopper is 32 MiB (llm.c uses the same):
+ * some of its fastest kernels (split-K, stream-K) need it. */
+#define DTC_LT_WORKSPACE (32u << 20)
+
+void dtc_fatal(const char *file, int line, const char *call, const char *why) {
+    /* The one place kernels/ writes anything: the process is about to stop
+     * and this line is all the user gets (see common.cuh, Errors). */
+    fprintf(stderr, "dtrun: cuda: %s:%d: %s: %s\n", file, line, call, why);
+    abort();
+}
+
+void *dtc_scratch(size_t bytes) {
+    if (bytes <= dtc.scratch_bytes) return dtc.scratch;
+    if (dtc.scratch) DTC_CHECK(cudaFree(dtc.scratch));
+    dtc.scratch = nullptr;
+    dtc.scratch_bytes = 0;
+    /* round up to 1 MiB so that slowly growing requests do not reallocate
+     * every call */
+    size_t want = (bytes + (1u << 20) - 1) & ~(size_t)((1u << 20) - 1);
+    DTC_CHECK(cudaMalloc(&dtc.scratch, want));
+    dtc.scratch_bytes = want;
+    return dtc.scratch;
+}
+
+cublasComputeType_t dtc_compute_type(void) {
+    return dtc.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+static void fill_table(void) {
+    memset(&table, 0, sizeof table);
+    table.name = "cuda";
+    table.alloc = cuda_alloc;
+    table.free = cuda_free;
+    table.zero = cuda_zero;
+    table.copy = cuda_copy;
+    table.to_host = cuda_to_host;
+    table.from_host = cuda_from_host;
+    table.embedding_forward = cuda_embedding_forward;
+    table.embedding_backward = cuda_embedding_backward;
+    table.posadd_forward = cuda_posadd_forward;
+    table.posadd_backward = cuda_posadd_backward;
+    table.patch_forward = cuda_patch_forward;
+    table.patch_backward = cuda_patch_backward;
+    table.layernorm_forward = cuda_layernorm_forward;
+    table.layernorm_backward = cuda_layernorm_backward;
+    table.matmul_forward = cuda_matmul_forward;
+    table.matmul_backward = cuda_matmul_backward;
+    table.attention_forward = cuda_attention_forward;
+    table.attention_backward = cuda_attention_backward;
+    table.gelu_forward = cuda_gelu_forward;
+    table.gelu_backward = cuda_gelu_backward;
+    table.residual_forward = cuda_residual_forward;
+    table.residual_backward = cuda_residual_backward;
+    table.xent_rowmax = cuda_xent_rowmax;
+    table.xent_sumexp = cuda_xent_sumexp;
+    table.xent_target = cuda_xent_target;
+    table.xent_loss = cuda_xent_loss;
+    table.xent_backward = cuda_xent_backward;
+    table.adamw = cuda_adamw;
+    table.scale = cuda_scale;
+    table.sumsq = cuda_sumsq;
+}
+
+/* Undo a partial set-up so that the probe can answer NULL cleanly. */
+static void teardown(void) {
+    if (dtc.lt_workspace) cudaFree(dtc.lt_workspace);
+    if (dtc.lt) dtc_blas.lt_destroy(dtc.lt);
+    if (dtc.blas) dtc_blas.destroy(dtc.blas);
+    if (dtc.stream) cudaStreamDestroy(dtc.stream);
+    int tf32 = dtc.tf32;
+    memset(&dtc, 0, sizeof dtc);
+    dtc.tf32 = tf32;
+    cudaGetLastError(); /* clear the sticky error of the failed call */
+}
+
+static int setup(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
+        cudaGetLastError();
+        return -1;
+    }
+    int dev = want_device;
+    if (dev < 0 && cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    if (dev >= count || cudaSetDevice(dev) != cudaSuccess) { teardown(); return -1; }
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) { teardown(); return -1; }
+    snprintf(device_name, sizeof device_name, "%s", prop.name);
+    dtc.device = dev;
+    dtc.num_sms = prop.multiProcessorCount;
+    if (cudaStreamCreate(&dtc.stream) != cudaSuccess) { teardown(); return -1; }
+    /* only now, with a device in hand, map cuBLAS (blas.cu) */
+    if (dtc_blas_load() != 0) { teardown(); return -1; }
+    if (dtc_blas.create(&dtc.blas) != CUBLAS_STATUS_SUCCESS) { teardown(); return -1; }
+    if (dtc_blas.set_stream(dtc.blas, dtc.stream) != CUBLAS_STATUS_SUCCESS) {
+        teardown();
+        return -1;
+    }
+    /* default math: each call's compute type (32F, or 32F_FAST_TF32 when
+     * TF32 is on) decides whether tensor cores may round inputs to TF32 */
+    if (dtc_blas.set_math_mode(dtc.blas, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+        teardown();
+        return -1;
+    }
+    if (dtc_blas.lt_create(&dtc.lt) != CUBLAS_STATUS_SUCCESS) { teardown(); return -1; }
+    if (cudaMalloc(&dtc.lt_workspace, DTC_LT_WORKSPACE) != cudaSuccess) { teardown(); return -1; }
+    dtc.lt_workspace_bytes = DTC_LT_WORKSPACE;
+    fill_table();
+    dtc.ready = 1;
+    return 0;
+}
+
+extern "C" const dt_ops *dt_ops_cuda_probe(void) {
+    if (!probed) {
+        probed = 1;
+        setup();
+    }
+    return dtc.ready ? &table : nullptr;
+}
+
+extern "C" int dt_ops_cuda_use_device(int device) {
+    if (device < 0) return -1;
+    if (dtc.ready) return device == dtc.device ? 0 : -1;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || device >= count) {
+        cudaGetLastError();
+        return -1;
+    }
+    want_device = device;
+    probed = 0; /* a NULL answer given before may change now */
+    return 0;
+}
+
+extern "C" void dt_ops_cuda_set_tf32(int on) { dtc.tf32 = on ? 1 : 0; }
+
+extern "C" void *dt_ops_cuda_stream(void) { return dtc.ready ? (void *)dtc.stream : nullptr; }
+
+extern "C" void dt_ops_cuda_synchronize(void) {
+    if (dtc.ready) DTC_CHECK(cudaStreamSynchronize(dtc.stream));
+}
+
+extern "C" const char *dt_ops_cuda_device_name(void) { return dtc.ready ? device_name : ""; }

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# device-check.sh — build dtrun and run the GPU checks on a bare single-GPU
+# machine that has nvcc and a driver but no package registry (and maybe none of
+# libyaml, libuv, OpenBLAS, cJSON, xxhash, zlib, Random123).
+#
+# Two steps:
+#  1. HERE (a machine with the Debian packages: `make deps`):
+#         scripts/device-check.sh --prepare
+#     copies the headers and shared libraries the build needs into
+#     build/device-deps/ (ignored by git, inside build/; ~45 MB, most of it
+#     libopenblas) and checks it stays under the device tool's 64 MiB.
+#  2. ON THE GPU MACHINE, with that folder carried along (the device tool:
+#     run(command="scripts/device-check.sh", carry=["build/device-deps"])):
+#         scripts/device-check.sh [--tests|--bench]
+#     says what the machine has (GPU, driver, nvcc, NCCL, cuBLAS, PyTorch),
+#     builds with DEPS_PREFIX=build/device-deps (NCCL and cuBLAS from the CUDA
+#     toolkit, or else from PyTorch's nvidia-* pip packages through a shim
+#     folder), then runs `make test-gpu` (--tests) and scripts/bench/gpu.sh
+#     (--bench); both by default. Logs and a summary go to $OUT when it is set
+#     (the device tool brings $OUT back), else to build/device-check/.
+# Exit status: 0 when every step that ran passed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+deps=${DEPS_DIR:-build/device-deps}
+limit=$((60 * 1024 * 1024)) # leave room under the tool's 64 MiB for the tree itself
+
+# ------------------------------------------------------------------ prepare
+prepare() {
+  local multi=/usr/lib/x86_64-linux-gnu ob=/usr/lib/x86_64-linux-gnu/openblas-pthread
+  local obinc=/usr/include/x86_64-linux-gnu/openblas-pthread
+  rm -rf "$deps"
+  mkdir -p "$deps/include" "$deps/lib"
+  local missing=()
+  cpy() { # src dst-dir
+    if [ -e "$1" ]; then cp -a "$1" "$2/"; else missing+=("$1"); fi
+  }
+  # headers the C sources include (<yaml.h>, <uv.h>, <cblas.h>, <zlib.h>,
+  # <xxhash.h>, <cJSON.h>, <Random123/philox.h>)
+  for h in /usr/include/yaml.h /usr/include/uv.h /usr/include/uv /usr/include/zlib.h \
+           /usr/include/zconf.h /usr/include/xxhash.h /usr/include/xxh3.h /usr/include/cjson/cJSON.h \
+           /usr/include/Random123 "$obinc/cblas.h" "$obinc/openblas_config.h" "$obinc/f77blas.h"; do
+    cpy "$h" "$deps/include"
+  done
+  # shared libraries by soname, plus the unversioned name the linker wants;
+  # libopenblas needs libgfortran and libquadmath at run time
+  lib() { # linker-name soname-path
+    local real; real=$(readlink -f "$2" 2>/dev/null) || true
+    if [ -z "$real" ] || [ ! -f "$real" ]; then missing+=("$2"); return; fi
+    cp "$real" "$deps/lib/$(basename "$2")"
+    [ -n "$1" ] && ln -sf "$(basename "$2")" "$deps/lib/$1"
+  }
+  lib libyaml.so "$multi/libyaml-0.so.2"
+  lib libuv.so "$multi/libuv.so.1"
+  lib libopenblas.so "$ob/libopenblas.so.0"
+  lib libz.so "$multi/libz.so.1"
+  lib libxxhash.so "$multi/libxxhash.so.0"
+  lib libcjson.so "$multi/libcjson.so.1"
+  lib "" "$multi/libgfortran.so.5"
+  lib "" "$multi/libquadmath.so.0"
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "device-check: --prepare: missing here: ${missing[*]} (run make deps first)" >&2
+    return 1
+  fi
+  local bytes; bytes=$(du -sbL "$deps" | cut -f1)
+  {
+    echo "prepared $(date -u +%FT%TZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), glibc $(ldd --version | head -1 | awk '{print $NF}')"
+    echo "needs glibc >= that version on the GPU machine"
+    (cd "$deps" && find . -type f -o -type l | sort)
+  } >"$deps/MANIFEST"
+  if [ "$bytes" -gt "$limit" ]; then
+    echo "device-check: --prepare: $deps is $((bytes / 1048576)) MiB, over the $((limit / 1048576)) MiB budget" >&2
+    return 1
+  fi
+  echo "device-check: prepared $deps ($((bytes / 1048576)) MiB); on the GPU machine run:"
+  echo "  scripts/device-check.sh   (device tool: carry [\"$deps\"])"
+}
+
+# ------------------------------------------------------------------ device run
+out=${OUT:-build/device-check}
+step_rc=0
+say() { echo "device-check: $*" | tee -a "$out/summary.txt"; }
+
+# CUDA_HOME, and NCCL_HOME when nccl.h / libnccl / cuBLAS are not in the toolkit
+find_cuda() {
+  CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+  if [ ! -x "$CUDA_HOME/bin/nvcc" ]; then
+    local nv; nv=$(command -v nvcc || true)
+    [ -n "$nv" ] && CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$nv")")")
+  fi
+  [ -x "$CUDA_HOME/bin/nvcc" ] || { say "FAIL: no nvcc (looked in \$CUDA_HOME, /usr/local/cuda, PATH)"; return 1; }
+  export CUDA_HOME
+  local need_shim=0 f
+  for f in include/nccl.h include/cublasLt.h include/cublas_v2.h; do
+    [ -f "$CUDA_HOME/$f" ] || need_shim=1
+  done
+  for f in libnccl.so libcublas.so libcublasLt.so; do
+    [ -e "$CUDA_HOME/lib64/$f" ] || need_shim=1
+  done
+  [ $need_shim = 0 ] && return 0
+  # PyTorch's pip wheels carry NCCL and cuBLAS (headers and versioned .so):
+  # a shim folder links the toolkit's copies where they exist, else the
+  # wheels', under the names the build wants (NCCL_HOME/include, /lib)
+  local shim=build/device-shim site d h so base
+  site=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
+  rm -rf "$shim"; mkdir -p "$shim/include" "$shim/lib"
+  for d in "$CUDA_HOME/include" "$site"/*/include; do # toolkit first: first link wins
+    [ -d "$d" ] || continue
+    for h in "$d"/nccl* "$d"/cublas*; do
+      [ -e "$h" ] && [ ! -e "$shim/include/$(basename "$h")" ] && ln -s "$h" "$shim/include/"
+    done
+  done
+  for d in "$CUDA_HOME/lib64" "$site"/*/lib; do
+    [ -d "$d" ] || continue
+    for so in "$d"/libnccl.so* "$d"/libcublas.so* "$d"/libcublasLt.so*; do
+      [ -e "$so" ] || continue
+      base=$(basename "$so" | sed 's/\.so.*/.so/')
+      [ -e "$shim/lib/$base" ] || ln -s "$so" "$shim/lib/$base"
+    done
+  done
+  for f in include/nccl.h include/cublasLt.h include/cublas_v2.h lib/libnccl.so lib/libcublas.so lib/libcublasLt.so; do
+    [ -e "$shim/$f" ] || { say "FAIL: $(basename "$f") neither in $CUDA_HOME nor in python's nvidia packages (${site:-none})"; return 1; }
+  done
+  export NCCL_HOME=$PWD/$shim
+  say "NCCL/cuBLAS not all in $CUDA_HOME: using $shim (links into $site)"
+}
+
+doctor() {
+  {
+    echo "== $(date -u +%FT%TZ)"
+    nvidia-smi -L 2>&1 || echo "no nvidia-smi"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+    "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" --version 2>&1 | tail -2 || true
+    gcc --version 2>&1 | head -1
+    ldd --version 2>&1 | head -1
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1 | tail -1
+    [ -f "$deps/MANIFEST" ] && head -2 "$deps/MANIFEST"
+  } >>"$out/machine.txt" 2>&1
+  cat "$out/machine.txt"
+}
+
+device_run() {
+  local tests=$1 bench=$2
+  mkdir -p "$out"
+  : >"$out/summary.txt"
+  if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    say "FAIL: no GPU on this machine (nvidia-smi lists none): run this on the GPU machine"
+    return 1
+  fi
+  local mk=()
+  if [ -d "$deps/lib" ]; then
+    mk+=(DEPS_PREFIX="$deps")
+  elif ! pkg-config --exists yaml-0.1 libuv openblas zlib libxxhash libcjson 2>/dev/null; then
+    say "FAIL: no $deps and the system lacks the libraries: run scripts/device-check.sh --prepare on the build machine and carry $deps"
+    return 1
+  fi
+  find_cuda || return 1
+  doctor
+  [ -n "${NCCL_HOME:-}" ] && mk+=(NCCL_HOME="$NCCL_HOME")
+  mk+=(CUDA_HOME="$CUDA_HOME" CUDA=1)
+  local j; j=$(nproc 2>/dev/null || echo 4)
+  say "build: make -j$j ${mk[*]} all gpu-tests-bin gpu-bench-bin"
+  if ! make -j"$j" --no-print-directory "${mk[@]}" all gpu-tests-bin gpu-bench-bin >"$out/build.log" 2>&1; then
+    tail -40 "$out/build.log"
+    say "FAIL: build (log: $out/build.log)"
+    return 1
+  fi
+  say "build: ok ($(grep -c 'nvcc' "$out/build.log") nvcc compiles)"
+  if [ "$tests" = 1 ]; then
+    make --no-print-directory "${mk[@]}" test-gpu 2>&1 | tee "$out/test-gpu.log"
+    local rc=${PIPESTATUS[0]} last; last=$(tail -1 "$out/test-gpu.log")
+    if [ "$rc" -ne 0 ] || ! grep -qE '^[1-9][0-9]* passed, 0 failed$' <<<"$last"; then
+      step_rc=1; say "FAIL: make test-gpu: $last"
+    else
+      say "make test-gpu: $last"
+    fi
+  fi
+  if [ "$bench" = 1 ]; then
+    # shellcheck disable=SC2046
+    env "${mk[@]}" OUT="$out" scripts/bench/gpu.sh 2>&1 | tee "$out/bench.log"
+    if [ "${PIPESTATUS[0]}" -ne 0 ]; then step_rc=1; say "FAIL: scripts/bench/gpu.sh (log: $out/bench.log)"
+    else say "bench: $(grep -c '^ratio' "$out/bench.log") ratio lines (table: $out/bench-gpu.txt)"; fi
+  fi
+  say "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), date: $(date -u +%F)"
+  return $step_rc
+}
+
+case "${1:-}" in
+  --prepare) prepare ;;
+  --tests) device_run 1 0 ;;
+  --bench) device_run 0 1 ;;
+  ""|--all) device_run 1 1 ;;
+  -h|--help) sed -n '2,27p' "$0" ;;
+  *) echo "usage: scripts/device-check.sh [--prepare|--tests|--bench|--all]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,608 @@
+/* test_ops_twin.c — every CUDA op against its CPU twin ("every kernel has a
+ * twin", DESIGN.md), then 20-step GPT and ViT training runs on the CUDA
+ * backend whose losses must follow the CPU run's.
+ *
+ * Each op runs on the same random inputs through dt_ops_cpu (host memory) and
+ * dt_ops_cuda() (device memory, copied back); outputs that the contract
+ * accumulates into start from the same random values on both sides, so "+="
+ * is checked too. Shapes include odd sizes (not multiples of 32 or 4), rows
+ * that do not fill a warp, and pointers offset by one float (unaligned for
+ * cuBLASLt's fast paths).
+ *
+ * Error measure, per output tensor: max |gpu - cpu| / max |cpu| (norm-wise,
+ * as test_model.c does). Tolerances, all fp32 (the CUDA backend is fp32-only
+ * for now, GEMMs without TF32):
+ *   TOL_EXACT 1e-6  same arithmetic in the same order (copies, embedding,
+ *                   position add, residual, scale): only FMA contraction may
+ *                   differ
+ *   TOL_ELEM  1e-5  elementwise math with libm vs CUDA expf/tanhf/logf/sqrtf
+ *                   (each within 2 ulp) and reductions in another order
+ *                   (layernorm, cross-entropy, GELU, AdamW)
+ *   TOL_GEMM  1e-4  GEMM-based ops (matmul, patch, attention): cuBLAS and
+ *                   OpenBLAS sum K products in different orders; the error
+ *                   grows like sqrt(K) ulp of the terms
+ *   TOL_TF32  5e-3  one matmul with TF32 switched on (10-bit mantissa)
+ *   TOL_SUMSQ 1e-12 sum of squares in double on both sides
+ *   TOL_STEP1 1e-4  the first step's loss (same initial weights, no update
+ *                   yet: the whole forward through every op)
+ *   TOL_TRAIN 5e-3  per-step loss, relative, over 20 AdamW steps (rounding
+ *                   differences grow through the updates: Adam divides by
+ *                   sqrt(v), which amplifies them where gradients are tiny; a
+ *                   wrong kernel moves the loss by far more within a step or two)
+ * Prints "ok - ..." / "not ok - ..." lines (test/gpu/run.sh counts them). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/ops_cuda.h"
+#include "kernels/ops.h"
+#include "runtime/model/model.h"
+#include "runtime/rng.h"
+#include "runtime/train/optim.h"
+#include "test/unit/check.h"
+
+#define TOL_EXACT 1e-6
+#define TOL_ELEM 1e-5
+#define TOL_GEMM 1e-4
+#define TOL_TF32 5e-3
+#define TOL_SUMSQ 1e-12
+#define TOL_STEP1 1e-4
+#define TOL_TRAIN 5e-3
+
+static const dt_ops *cpu = &dt_ops_cpu;
+static const dt_ops *gpu;
+
+/* The CUDA-only entry points exist only in a build with the backend; without
+ * it dt_ops_cuda() is NULL and main() skips before any of these runs. */
+#ifdef DTRUN_CUDA
+static void set_tf32(int on) { dt_ops_cuda_set_tf32(on); }
+static const char *device_name(void) { return dt_ops_cuda_device_name(); }
+#else
+static void set_tf32(int on) { (void)on; }
+static const char *device_name(void) { return ""; }
+#endif
+
+/* ---------------------------------------------------------------- helpers */
+
+static uint64_t rng_state = 0x243F6A8885A308D3ull;
+
+static float frand(void) { /* uniform in [-1, 1), xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    uint64_t r = rng_state * 0x2545F4914F6CDD1Dull;
+    return (float)((r >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
+}
+
+static float *hrand(size_t n, float scale) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) p[i] = frand() * scale;
+    return p;
+}
+
+/* A device copy of a host array, with `pad` spare floats in front so a test
+ * can hand out a pointer that is only 4-byte aligned (pad = 1). */
+typedef struct {
+    void *base;
+    float *p;
+} dbuf;
+
+static dbuf dup_f(const float *h, size_t n, int pad) {
+    dbuf d;
+    d.base = gpu->alloc((n + (size_t)pad) * sizeof(float));
+    d.p = (float *)d.base + pad;
+    if (n) gpu->from_host(d.p, h, n * sizeof(float));
+    return d;
+}
+
+static int *dup_i(const int *h, size_t n) {
+    int *d = gpu->alloc((n ? n : 1) * sizeof(int));
+    if (n) gpu->from_host(d, h, n * sizeof(int));
+    return d;
+}
+
+static float *back(const dbuf *d, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof(float));
+    if (n) gpu->to_host(h, d->p, n * sizeof(float));
+    return h;
+}
+
+static double rel_err(const float *a, const float *ref, size_t n) {
+    double maxdiff = 0, maxref = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - ref[i]);
+        if (!(d <= maxdiff)) maxdiff = d; /* NaN sticks */
+        if (fabs(ref[i]) > maxref) maxref = fabs(ref[i]);
+    }
+    return maxdiff / maxref;
+}
+
+/* Compares device tensor d (n floats) with host reference ref. */
+static void expect(const char *what, const dbuf *d, const float *ref, size_t n, double tol) {
+    float *h = back(d, n);
+    double e = rel_err(h, ref, n);
+    CHECK(e <= tol, "%s: max rel err %.2e <= %.0e", what, e, tol);
+    free(h);
+}
+
+static void drop(dbuf *d) { gpu->free(d->base); }
+
+/* ---------------------------------------------------------------- memory */
+
+static void test_memory(void) {
+    size_t n = 1000;
+    float *z = gpu->alloc(n * sizeof(float));
+    float *h = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = 1.0f;
+    gpu->to_host(h, z, n * sizeof(float));
+    int zero = 1;
+    for (size_t i = 0; i < n; i++) zero &= h[i] == 0.0f;
+    CHECK(z && zero, "memory: alloc returns zeroed device memory");
+    void *empty = gpu->alloc(0);
+    CHECK(empty != NULL, "memory: alloc(0) returns a valid pointer (NULL means failure)");
+    gpu->free(empty);
+
+    float *src = hrand(n, 1.0f);
+    float *y = gpu->alloc(n * sizeof(float));
+    gpu->from_host(z, src, n * sizeof(float));
+    gpu->copy(y + 1, z, (n - 1) * sizeof(float)); /* unaligned destination */
+    gpu->zero(y + 500, 10 * sizeof(float));
+    gpu->to_host(h, y, n * sizeof(float));
+    int ok = h[0] == 0.0f;
+    for (size_t i = 1; i < n; i++) {
+        float want = (i >= 500 && i < 510) ? 0.0f : src[i - 1];
+        ok &= h[i] == want;
+    }
+    CHECK(ok, "memory: from_host, copy (offset), zero (range), to_host round trip");
+    gpu->free(z);
+    gpu->free(y);
+    free(h);
+    free(src);
+}
+
+/* ---------------------------------------------------------------- embeddings */
+
+static void test_embedding(int N, int C, int V, int v0, int vn) {
+    char what[128];
+    int *tok = malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tok[i] = (int)((frand() + 1.0f) * 0.5f * V) % V;
+    tok[0] = tok[N - 1] = v0; /* a shared row: the scatter-add must sum */
+    float *wte = hrand((size_t)vn * C, 1.0f);
+    float *out_c = hrand((size_t)N * C, 1.0f);
+    int *dtok = dup_i(tok, (size_t)N);
+    dbuf dwte = dup_f(wte, (size_t)vn * C, 0), dout = dup_f(out_c, (size_t)N * C, 0);
+    cpu->embedding_forward(out_c, tok, wte, v0, vn, N, C);
+    gpu->embedding_forward(dout.p, dtok, dwte.p, v0, vn, N, C);
+    snprintf(what, sizeof what, "embedding_forward N=%d C=%d rows [%d,%d)", N, C, v0, v0 + vn);
+    expect(what, &dout, out_c, (size_t)N * C, TOL_EXACT);
+
+    float *g = hrand((size_t)N * C, 1.0f), *dw_c = hrand((size_t)vn * C, 1.0f);
+    dbuf dg = dup_f(g, (size_t)N * C, 0), ddw = dup_f(dw_c, (size_t)vn * C, 0);
+    cpu->embedding_backward(dw_c, g, tok, v0, vn, N, C);
+    gpu->embedding_backward(ddw.p, dg.p, dtok, v0, vn, N, C);
+    snprintf(what, sizeof what, "embedding_backward N=%d C=%d (accumulates, repeated rows)", N, C);
+    expect(what, &ddw, dw_c, (size_t)vn * C, TOL_EXACT);
+
+    drop(&dwte); drop(&dout); drop(&dg); drop(&ddw);
+    gpu->free(dtok);
+    free(tok); free(wte); free(out_c); free(g); free(dw_c);
+}
+
+static void test_posadd(int B, int T, int C) {
+    char what[128];
+    size_t n = (size_t)B * T * C, tc = (size_t)T * C;
+    float *x = hrand(n, 1.0f), *wpe = hrand(tc, 1.0f);
+    dbuf dx = dup_f(x, n, 0), dwpe = dup_f(wpe, tc, 0);
+    cpu->posadd_forward(x, wpe, B, T, C);
+    gpu->posadd_forward(dx.p, dwpe.p, B, T, C);
+    snprintf(what, sizeof what, "posadd_forward B=%d T=%d C=%d", B, T, C);
+    expect(what, &dx, x, n, TOL_EXACT);
+    float *g = hrand(n, 1.0f);
+    dbuf dg = dup_f(g, n, 0);
+    cpu->posadd_backward(wpe, g, B, T, C);
+    gpu->posadd_backward(dwpe.p, dg.p, B, T, C);
+    snprintf(what, sizeof what, "posadd_backward B=%d T=%d C=%d (accumulates)", B, T, C);
+    expect(what, &dwpe, wpe, tc, TOL_EXACT);
+    drop(&dx); drop(&dwpe); drop(&dg);
+    free(x); free(wpe); free(g);
+}
+
+static void test_patch(int B, int ch, int S, int P, int C) {
+    char what[128];
+    int G = S / P, K = ch * P * P;
+    size_t nimg = (size_t)B * ch * S * S, nout = (size_t)B * G * G * C, nw = (size_t)C * K;
+    float *img = hrand(nimg, 1.0f), *w = hrand(nw, 0.5f), *b = hrand((size_t)C, 0.5f);
+    float *out = hrand(nout, 1.0f);
+    dbuf dimg = dup_f(img, nimg, 0), dw = dup_f(w, nw, 0), db = dup_f(b, (size_t)C, 0);
+    dbuf dout = dup_f(out, nout, 0);
+    cpu->patch_forward(out, img, w, b, B, ch, S, P, C);
+    gpu->patch_forward(dout.p, dimg.p, dw.p, db.p, B, ch, S, P, C);
+    snprintf(what, sizeof what, "patch_forward B=%d ch=%d S=%d P=%d C=%d", B, ch, S, P, C);
+    expect(what, &dout, out, nout, TOL_GEMM);
+    float *g = hrand(nout, 1.0f);
+    dbuf dg = dup_f(g, nout, 0);
+    cpu->patch_backward(w, b, g, img, B, ch, S, P, C); /* w, b hold dw, db now */
+    gpu->patch_backward(dw.p, db.p, dg.p, dimg.p, B, ch, S, P, C);
+    snprintf(what, sizeof what, "patch_backward dw B=%d ch=%d S=%d P=%d C=%d", B, ch, S, P, C);
+    expect(what, &dw, w, nw, TOL_GEMM);
+    snprintf(what, sizeof what, "patch_backward db B=%d ch=%d S=%d P=%d C=%d", B, ch, S, P, C);
+    expect(what, &db, b, (size_t)C, TOL_GEMM);
+    drop(&dimg); drop(&dw); drop(&db); drop(&dout); drop(&dg);
+    free(img); free(w); free(b); free(out); free(g);
+}
+
+/* ---------------------------------------------------------------- layernorm */
+
+static void test_layernorm(int N, int C) {
+    char what[128];
+    size_t n = (size_t)N * C;
+    float *x = hrand(n, 2.0f), *w = hrand((size_t)C, 1.0f), *b = hrand((size_t)C, 1.0f);
+    for (int i = 0; i < N; i++) x[(size_t)i * C] += 3.0f; /* a mean away from 0 */
+    float *out = hrand(n, 1.0f), *mean = hrand((size_t)N, 1.0f), *rstd = hrand((size_t)N, 1.0f);
+    dbuf dx = dup_f(x, n, 0), dw = dup_f(w, (size_t)C, 0), db = dup_f(b, (size_t)C, 0);
+    dbuf dout = dup_f(out, n, 0), dmean = dup_f(mean, (size_t)N, 0), drstd = dup_f(rstd, (size_t)N, 0);
+    cpu->layernorm_forward(out, mean, rstd, x, w, b, N, C);
+    gpu->layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
+    snprintf(what, sizeof what, "layernorm_forward out N=%d C=%d", N, C);
+    expect(what, &dout, out, n, TOL_ELEM);
+    snprintf(what, sizeof what, "layernorm_forward mean, rstd N=%d C=%d", N, C);
+    float *hm = back(&dmean, (size_t)N), *hr = back(&drstd, (size_t)N);
+    double e = fmax(rel_err(hm, mean, (size_t)N), rel_err(hr, rstd, (size_t)N));
+    CHECK(e <= TOL_ELEM, "%s: max rel err %.2e <= %.0e", what, e, TOL_ELEM);
+    free(hm); free(hr);
+
+    float *g = hrand(n, 1.0f), *dxi = hrand(n, 1.0f);
+    float *gw = hrand((size_t)C, 1.0f), *gb = hrand((size_t)C, 1.0f);
+    dbuf dg = dup_f(g, n, 0), ddx = dup_f(dxi, n, 0), dgw = dup_f(gw, (size_t)C, 0),
+         dgb = dup_f(gb, (size_t)C, 0);
+    /* both sides from the CPU's mean and rstd, so backward is tested alone */
+    gpu->from_host(dmean.p, mean, (size_t)N * sizeof(float));
+    gpu->from_host(drstd.p, rstd, (size_t)N * sizeof(float));
+    cpu->layernorm_backward(dxi, gw, gb, g, x, w, mean, rstd, N, C);
+    gpu->layernorm_backward(ddx.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, dmean.p, drstd.p, N, C);
+    snprintf(what, sizeof what, "layernorm_backward dinp N=%d C=%d (accumulates)", N, C);
+    expect(what, &ddx, dxi, n, TOL_ELEM);
+    snprintf(what, sizeof what, "layernorm_backward dw N=%d C=%d", N, C);
+    expect(what, &dgw, gw, (size_t)C, TOL_ELEM);
+    snprintf(what, sizeof what, "layernorm_backward db N=%d C=%d", N, C);
+    expect(what, &dgb, gb, (size_t)C, TOL_ELEM);
+    drop(&dx); drop(&dw); drop(&db); drop(&dout); drop(&dmean); drop(&drstd);
+    drop(&dg); drop(&ddx); drop(&dgw); drop(&dgb);
+    free(x); free(w); free(b); free(out); free(mean); free(rstd);
+    free(g); free(dxi); free(gw); free(gb);
+}
+
+/* ---------------------------------------------------------------- matmul */
+
+/* pad = 1 offsets every device pointer by one float (4-byte alignment). */
+static void test_matmul(int N, int IC, int OC, int with_bias, int pad, double tol) {
+    char what[160];
+    const char *tag = pad ? " unaligned" : "";
+    float *inp = hrand((size_t)N * IC, 1.0f), *w = hrand((size_t)OC * IC, 1.0f);
+    float *bias = hrand((size_t)OC, 1.0f), *out = hrand((size_t)N * OC, 1.0f);
+    dbuf di = dup_f(inp, (size_t)N * IC, pad), dw = dup_f(w, (size_t)OC * IC, pad);
+    dbuf db = dup_f(bias, (size_t)OC, pad), dout = dup_f(out, (size_t)N * OC, pad);
+    cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC);
+    gpu->matmul_forward(dout.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC);
+    snprintf(what, sizeof what, "matmul_forward N=%d IC=%d OC=%d%s%s", N, IC, OC,
+             with_bias ? " +bias" : "", tag);
+    expect(what, &dout, out, (size_t)N * OC, tol);
+
+    float *g = hrand((size_t)N * OC, 1.0f), *gi = hrand((size_t)N * IC, 1.0f);
+    float *gw = hrand((size_t)OC * IC, 1.0f), *gb = hrand((size_t)OC, 1.0f);
+    dbuf dg = dup_f(g, (size_t)N * OC, pad), dgi = dup_f(gi, (size_t)N * IC, pad);
+    dbuf dgw = dup_f(gw, (size_t)OC * IC, pad), dgb = dup_f(gb, (size_t)OC, pad);
+    /* with_bias also picks whether dinp and dbias are wanted (both NULL-able) */
+    cpu->matmul_backward(with_bias ? gi : NULL, gw, with_bias ? gb : NULL, g, inp, w, N, IC, OC);
+    gpu->matmul_backward(with_bias ? dgi.p : NULL, dgw.p, with_bias ? dgb.p : NULL, dg.p, di.p,
+                         dw.p, N, IC, OC);
+    if (with_bias) {
+        snprintf(what, sizeof what, "matmul_backward dinp N=%d IC=%d OC=%d%s", N, IC, OC, tag);
+        expect(what, &dgi, gi, (size_t)N * IC, tol);
+        snprintf(what, sizeof what, "matmul_backward dbias N=%d IC=%d OC=%d%s", N, IC, OC, tag);
+        expect(what, &dgb, gb, (size_t)OC, TOL_ELEM * 10);
+    }
+    snprintf(what, sizeof what, "matmul_backward dw N=%d IC=%d OC=%d%s%s", N, IC, OC,
+             with_bias ? "" : " (dinp, dbias NULL)", tag);
+    expect(what, &dgw, gw, (size_t)OC * IC, tol);
+    drop(&di); drop(&dw); drop(&db); drop(&dout); drop(&dg); drop(&dgi); drop(&dgw); drop(&dgb);
+    free(inp); free(w); free(bias); free(out); free(g); free(gi); free(gw); free(gb);
+}
+
+/* ---------------------------------------------------------------- attention */
+
+static void test_attention(int B, int T, int C, int NH, int causal) {
+    char what[160];
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *qkv = hrand(nqkv, 1.0f), *out = hrand(nout, 1.0f), *att = hrand(natt, 1.0f);
+    dbuf dqkv = dup_f(qkv, nqkv, 0), dout = dup_f(out, nout, 0), datt = dup_f(att, natt, 0);
+    cpu->attention_forward(out, att, qkv, B, T, C, NH, causal);
+    gpu->attention_forward(dout.p, datt.p, dqkv.p, B, T, C, NH, causal);
+    snprintf(what, sizeof what, "attention_forward out B=%d T=%d C=%d NH=%d %s", B, T, C, NH,
+             causal ? "causal" : "full");
+    expect(what, &dout, out, nout, TOL_GEMM);
+    snprintf(what, sizeof what, "attention_forward att B=%d T=%d C=%d NH=%d %s", B, T, C, NH,
+             causal ? "causal" : "full");
+    expect(what, &datt, att, natt, TOL_GEMM);
+
+    float *g = hrand(nout, 1.0f), *gq = hrand(nqkv, 1.0f);
+    float *scratch = malloc(natt * sizeof(float));
+    dbuf dg = dup_f(g, nout, 0), dgq = dup_f(gq, nqkv, 0);
+    float *dscratch = gpu->alloc(natt * sizeof(float));
+    /* both sides from the CPU's probabilities, so backward is tested alone */
+    gpu->from_host(datt.p, att, natt * sizeof(float));
+    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, causal);
+    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv.p, datt.p, B, T, C, NH, causal);
+    snprintf(what, sizeof what, "attention_backward dqkv B=%d T=%d C=%d NH=%d %s (accumulates)",
+             B, T, C, NH, causal ? "causal" : "full");
+    expect(what, &dgq, gq, nqkv, TOL_GEMM);
+    drop(&dqkv); drop(&dout); drop(&datt); drop(&dg); drop(&dgq);
+    gpu->free(dscratch);
+    free(qkv); free(out); free(att); free(g); free(gq); free(scratch);
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+static void test_elementwise(size_t n) {
+    char what[128];
+    float *x = hrand(n, 4.0f), *out = hrand(n, 1.0f);
+    dbuf dx = dup_f(x, n, 0), dout = dup_f(out, n, 0);
+    cpu->gelu_forward(out, x, n);
+    gpu->gelu_forward(dout.p, dx.p, n);
+    snprintf(what, sizeof what, "gelu_forward n=%zu", n);
+    expect(what, &dout, out, n, TOL_ELEM);
+    float *g = hrand(n, 1.0f), *gi = hrand(n, 1.0f);
+    dbuf dg = dup_f(g, n, 0), dgi = dup_f(gi, n, 0);
+    cpu->gelu_backward(gi, x, g, n);
+    gpu->gelu_backward(dgi.p, dx.p, dg.p, n);
+    snprintf(what, sizeof what, "gelu_backward n=%zu (accumulates)", n);
+    expect(what, &dgi, gi, n, TOL_ELEM);
+
+    /* residual, with out aliasing a as the model calls it */
+    cpu->residual_forward(out, out, x, n);
+    gpu->residual_forward(dout.p, dout.p, dx.p, n);
+    snprintf(what, sizeof what, "residual_forward n=%zu (out aliases a)", n);
+    expect(what, &dout, out, n, TOL_EXACT);
+    cpu->residual_backward(gi, x, g, n);
+    gpu->residual_backward(dgi.p, dx.p, dg.p, n);
+    snprintf(what, sizeof what, "residual_backward n=%zu (accumulates both)", n);
+    float *h1 = back(&dgi, n), *h2 = back(&dx, n);
+    double e = fmax(rel_err(h1, gi, n), rel_err(h2, x, n));
+    CHECK(e <= TOL_EXACT, "%s: max rel err %.2e <= %.0e", what, e, TOL_EXACT);
+    free(h1); free(h2);
+
+    cpu->scale(x, 0.37f, n);
+    gpu->scale(dx.p, 0.37f, n);
+    snprintf(what, sizeof what, "scale n=%zu", n);
+    expect(what, &dx, x, n, TOL_EXACT);
+    double sc = cpu->sumsq(x, n), sg = gpu->sumsq(dx.p, n);
+    e = fabs(sc - sg) / fmax(fabs(sc), 1e-300);
+    CHECK(e <= TOL_SUMSQ, "sumsq n=%zu: %.17g vs cpu %.17g, rel err %.2e <= %.0e", n, sg, sc, e,
+          TOL_SUMSQ);
+    drop(&dx); drop(&dout); drop(&dg); drop(&dgi);
+    free(x); free(out); free(g); free(gi);
+}
+
+static void test_adamw(size_t n) {
+    char what[128];
+    float *p = hrand(n, 1.0f), *g = hrand(n, 1.0f), *m = hrand(n, 0.1f), *v = hrand(n, 0.1f);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]); /* a second moment is >= 0 */
+    dbuf dp = dup_f(p, n, 0), dg = dup_f(g, n, 0), dm = dup_f(m, n, 0), dv = dup_f(v, n, 0);
+    for (int t = 1; t <= 3; t++) {
+        cpu->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        gpu->adamw(dp.p, dg.p, dm.p, dv.p, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    }
+    snprintf(what, sizeof what, "adamw p after 3 steps n=%zu", n);
+    expect(what, &dp, p, n, TOL_ELEM);
+    snprintf(what, sizeof what, "adamw m after 3 steps n=%zu", n);
+    expect(what, &dm, m, n, TOL_ELEM);
+    snprintf(what, sizeof what, "adamw v after 3 steps n=%zu", n);
+    expect(what, &dv, v, n, TOL_ELEM);
+    drop(&dp); drop(&dg); drop(&dm); drop(&dv);
+    free(p); free(g); free(m); free(v);
+}
+
+/* ---------------------------------------------------------------- cross-entropy */
+
+static void test_xent(int N, int Vl, int v0, int V) {
+    char what[160];
+    size_t n = (size_t)N * Vl;
+    float *l = hrand(n, 5.0f);
+    int *tg = malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = (int)((frand() + 1.0f) * 0.5f * V) % V;
+    tg[0] = -1;                      /* ignored row */
+    if (N > 1) tg[1] = v0;           /* first local column */
+    if (N > 2) tg[2] = v0 + Vl - 1;  /* last local column */
+    dbuf dl = dup_f(l, n, 0);
+    int *dtg = dup_i(tg, (size_t)N);
+    float *rm = hrand((size_t)N, 1.0f), *se = hrand((size_t)N, 1.0f), *ta = hrand((size_t)N, 1.0f);
+    float *lo = hrand((size_t)N, 1.0f), *dlo = hrand((size_t)N, 1.0f);
+    for (int i = 0; i < N; i++) dlo[i] = 0.5f + 0.25f * dlo[i];
+    dbuf drm = dup_f(rm, (size_t)N, 0), dse = dup_f(se, (size_t)N, 0), dta = dup_f(ta, (size_t)N, 0);
+    dbuf dlos = dup_f(lo, (size_t)N, 0), ddlo = dup_f(dlo, (size_t)N, 0);
+    cpu->xent_rowmax(rm, l, N, Vl);
+    gpu->xent_rowmax(drm.p, dl.p, N, Vl);
+    snprintf(what, sizeof what, "xent_rowmax N=%d Vl=%d", N, Vl);
+    expect(what, &drm, rm, (size_t)N, TOL_EXACT);
+    cpu->xent_sumexp(se, l, rm, N, Vl);
+    gpu->xent_sumexp(dse.p, dl.p, drm.p, N, Vl);
+    snprintf(what, sizeof what, "xent_sumexp N=%d Vl=%d", N, Vl);
+    expect(what, &dse, se, (size_t)N, TOL_ELEM);
+    cpu->xent_target(ta, l, tg, v0, N, Vl);
+    gpu->xent_target(dta.p, dl.p, dtg, v0, N, Vl);
+    snprintf(what, sizeof what, "xent_target N=%d Vl=%d v0=%d (targets elsewhere, ignored)", N, Vl, v0);
+    expect(what, &dta, ta, (size_t)N, TOL_EXACT);
+    /* loss and backward from the CPU's row statistics: each op alone */
+    gpu->from_host(dse.p, se, (size_t)N * sizeof(float));
+    cpu->xent_loss(lo, rm, se, ta, tg, N);
+    gpu->xent_loss(dlos.p, drm.p, dse.p, dta.p, dtg, N);
+    snprintf(what, sizeof what, "xent_loss N=%d", N);
+    expect(what, &dlos, lo, (size_t)N, TOL_ELEM);
+    float *dlg = hrand(n, 1.0f);
+    dbuf ddlg = dup_f(dlg, n, 0);
+    cpu->xent_backward(dlg, l, rm, se, tg, dlo, v0, N, Vl);
+    gpu->xent_backward(ddlg.p, dl.p, drm.p, dse.p, dtg, ddlo.p, v0, N, Vl);
+    snprintf(what, sizeof what, "xent_backward N=%d Vl=%d v0=%d (overwrites)", N, Vl, v0);
+    expect(what, &ddlg, dlg, n, TOL_ELEM);
+    drop(&dl); drop(&drm); drop(&dse); drop(&dta); drop(&dlos); drop(&ddlo); drop(&ddlg);
+    gpu->free(dtg);
+    free(l); free(tg); free(rm); free(se); free(ta); free(lo); free(dlo); free(dlg);
+}
+
+/* ---------------------------------------------------------------- training */
+
+typedef struct {
+    job_model spec;
+    int B, steps;
+    float lr;
+} train_case;
+
+/* Batch of step k: a pure function of (seed, k), the same for both backends.
+ * GPT: sequences with a learnable rule (next = (3 cur + 1) mod V, with 10%
+ * noise); ViT: images whose mean encodes the label. */
+static void make_batch(const train_case *tc, int k, int *tok, int *tgt, float *img, int *lab) {
+    const job_model *s = &tc->spec;
+    uint64_t key = rng_key((uint64_t)k, "gpu-twin-batch");
+    if (s->kind == MODEL_GPT) {
+        int T = s->seq_len, V = s->vocab_size;
+        for (int b = 0; b < tc->B; b++) {
+            int cur = (int)rng_below(key, (uint64_t)b, (uint64_t)V);
+            for (int t = 0; t <= T; t++) {
+                uint64_t idx = 1000 + (uint64_t)b * 1000 + (uint64_t)t;
+                int next = rng_below(key, idx, 10) == 0 ? (int)rng_below(key, idx + 500000, (uint64_t)V)
+                                                         : (3 * cur + 1) % V;
+                if (t < T) tok[b * T + t] = cur;
+                if (t > 0) tgt[b * T + t - 1] = cur;
+                cur = next;
+            }
+        }
+    } else {
+        size_t per = (size_t)s->channels * s->image_size * s->image_size;
+        for (int b = 0; b < tc->B; b++) {
+            lab[b] = (int)rng_below(key, (uint64_t)b, (uint64_t)s->n_classes);
+            for (size_t i = 0; i < per; i++)
+                img[(size_t)b * per + i] = rng_normal(key, 100000 + (uint64_t)b * per + i) * 0.5f +
+                                           (float)lab[b] / s->n_classes - 0.5f;
+        }
+    }
+}
+
+/* Runs the training and writes the per-step mean loss into losses[]. */
+static int run_training(const dt_ops *ops, const train_case *tc, double *losses) {
+    const job_model *s = &tc->spec;
+    int L = s->n_layer;
+    model_shard sh = {.tp_rank = 0, .tp_size = 1, .unit_begin = 0, .unit_end = L + 2};
+    model *m = model_create(s, &sh, ops, RECOMPUTE_NONE);
+    if (!m) return -1;
+    model_acts *a = model_acts_create(m, tc->B);
+    job_train t;
+    memset(&t, 0, sizeof t);
+    t.beta1 = 0.9; t.beta2 = 0.95; t.eps = 1e-8; t.weight_decay = 0.1;
+    optim *o = optim_create(m, ops, &t, NULL, NULL);
+    if (!a || !o) return -1;
+    model_init_params(m, 1234);
+    int T = s->kind == MODEL_GPT ? s->seq_len : 1;
+    size_t per = (size_t)s->channels * s->image_size * s->image_size;
+    int *tok = calloc((size_t)tc->B * T, sizeof(int)), *tgt = calloc((size_t)tc->B * T, sizeof(int));
+    float *img = calloc((size_t)tc->B * (per ? per : 1), sizeof(float));
+    int *lab = calloc((size_t)tc->B, sizeof(int));
+    for (int k = 0; k < tc->steps; k++) {
+        make_batch(tc, k, tok, tgt, img, lab);
+        model_batch mb = {.B = tc->B, .tokens = tok, .targets = tgt, .images = img, .labels = lab};
+        int count = s->kind == MODEL_GPT ? tc->B * T : tc->B;
+        model_zero_grads(m);
+        double loss = model_forward(m, a, &mb, NULL);
+        model_backward(m, a, &mb, 1.0f / (float)count);
+        optim_step(o, tc->lr, k + 1, NULL, NULL);
+        losses[k] = loss / count;
+    }
+    free(tok); free(tgt); free(img); free(lab);
+    optim_destroy(o);
+    model_acts_destroy(a);
+    model_destroy(m);
+    return 0;
+}
+
+static void test_training(const char *name, const train_case *tc) {
+    double lc[64], lg[64];
+    int rc = run_training(cpu, tc, lc), rg = run_training(gpu, tc, lg);
+    CHECK(rc == 0 && rg == 0, "%s: model, activations and optimizer created on both backends", name);
+    if (rc || rg) return;
+    double e1 = fabs(lg[0] - lc[0]) / fmax(fabs(lc[0]), 1e-12);
+    CHECK(e1 <= TOL_STEP1, "%s: step 1 loss (forward, same weights) cuda %.6f cpu %.6f: rel diff "
+          "%.2e <= %.0e", name, lg[0], lc[0], e1, TOL_STEP1);
+    double worst = 0;
+    int at = 0;
+    for (int k = 0; k < tc->steps; k++) {
+        double e = fabs(lg[k] - lc[k]) / fmax(fabs(lc[k]), 1e-12);
+        if (!(e <= worst)) { worst = e; at = k + 1; }
+    }
+    CHECK(worst <= TOL_TRAIN,
+          "%s: %d steps, cuda loss follows cpu: max rel diff %.2e (step %d) <= %.0e; "
+          "loss %.4f -> %.4f (cpu %.4f -> %.4f)", name, tc->steps, worst, at, TOL_TRAIN,
+          lg[0], lg[tc->steps - 1], lc[0], lc[tc->steps - 1]);
+    CHECK(lg[tc->steps - 1] < lg[0], "%s: cuda run learns (loss %.4f -> %.4f)", name, lg[0],
+          lg[tc->steps - 1]);
+}
+
+int main(void) {
+    gpu = dt_ops_cuda();
+    if (!gpu) {
+        printf("test-gpu: no CUDA device: skipped\n");
+        return 0;
+    }
+    printf("# device: %s\n", device_name());
+
+    test_memory();
+
+    test_embedding(37, 19, 50, 10, 23); /* tokens outside [v0, v0+vn) give zeros */
+    test_embedding(1000, 768, 5000, 0, 5000);
+    test_posadd(3, 7, 13);
+    test_posadd(4, 197, 192);
+    test_patch(3, 3, 12, 4, 17);
+    test_patch(4, 1, 28, 7, 64);
+
+    test_layernorm(37, 77);
+    test_layernorm(5, 3);
+    test_layernorm(1024, 768);
+
+    test_matmul(37, 33, 17, 1, 0, TOL_GEMM);
+    test_matmul(37, 33, 17, 0, 0, TOL_GEMM);
+    test_matmul(37, 33, 17, 1, 1, TOL_GEMM); /* every pointer 4-byte aligned only */
+    test_matmul(5, 1, 3, 1, 0, TOL_GEMM);
+    test_matmul(256, 768, 2304, 1, 0, TOL_GEMM);
+    test_matmul(256, 3072, 768, 1, 1, TOL_GEMM);
+    set_tf32(1);
+    test_matmul(256, 768, 768, 1, 0, TOL_TF32);
+    set_tf32(0);
+
+    test_attention(2, 17, 12, 3, 1);
+    test_attention(2, 17, 12, 3, 0);
+    test_attention(1, 1, 8, 2, 1);
+    test_attention(2, 128, 64, 4, 1);
+    test_attention(2, 65, 192, 3, 0); /* ViT-like: 64 patches + class token */
+
+    test_elementwise(1000003);
+    test_elementwise(7);
+    test_adamw(100003);
+
+    test_xent(37, 101, 50, 300); /* vocab shard [50, 151) of 300 */
+    test_xent(4, 50257, 0, 50257);
+    test_xent(3, 1, 0, 1);
+
+    train_case gpt = {.B = 4, .steps = 20, .lr = 3e-3f};
+    gpt.spec.kind = MODEL_GPT;
+    gpt.spec.n_layer = 2; gpt.spec.n_head = 4; gpt.spec.d_model = 64; gpt.spec.d_ff = 256;
+    gpt.spec.vocab_size = 97; gpt.spec.seq_len = 32;
+    test_training("gpt L2 C64 NH4 V97 T32 B4", &gpt);
+
+    train_case vit = {.B = 8, .steps = 20, .lr = 3e-3f};
+    vit.spec.kind = MODEL_VIT;
+    vit.spec.n_layer = 2; vit.spec.n_head = 4; vit.spec.d_model = 64; vit.spec.d_ff = 256;
+    vit.spec.image_size = 16; vit.spec.patch_size = 4; vit.spec.channels = 3; vit.spec.n_classes = 10;
+    test_training("vit L2 C64 NH4 S16 P4 ch3 K10 B8", &vit);
+
+    CHECK_DONE();
+}
