@@ -1,0 +1,43 @@
+/* account.h — what one worker holds in memory, by category, as it allocates.
+ *
+ * The engine and the strategies add every buffer they allocate (or make the model
+ * allocate) and subtract what they free, so the per-rank metrics report what this
+ * rank really held, not what a formula predicts: the dry-run's numbers
+ * (runtime/parallel/sizes.h) are checked against these.
+ *
+ * Categories (the issue's): params (working parameters the rank holds: the model's
+ * units, or FSDP's shards), grads (the model's gradient buffers, or the ZeRO-2 /
+ * FSDP shards), optimizer (AdamW m and v), activations (model_acts and the host
+ * batch buffers), buffers (DDP buckets, ZeRO-2 reduce buffers, FSDP gather
+ * buffers: memory a strategy needs only to communicate). */
+#ifndef DTRUN_ACCOUNT_H
+#define DTRUN_ACCOUNT_H
+
+#include <stddef.h>
+
+typedef enum {
+    ACCT_PARAMS = 0,
+    ACCT_GRADS,
+    ACCT_OPTIM,
+    ACCT_ACTS,
+    ACCT_BUFFERS,
+    ACCT_COUNT
+} acct_category;
+
+typedef struct account account;
+
+account *acct_create(void);
+void acct_destroy(account *a);
+/* Bytes allocated (> 0) or freed (< 0) in a category. */
+void acct_add(account *a, acct_category c, long long bytes);
+size_t acct_current(const account *a, acct_category c);
+/* Largest value each category reached, and the largest sum of all of them at
+ * one moment, since creation or the last acct_reset_peaks. */
+size_t acct_peak(const account *a, acct_category c);
+size_t acct_peak_total(const account *a);
+/* Peaks restart from what is held now: setup transients (model_create holds
+ * every full unit before FSDP releases them) do not count as training peaks. */
+void acct_reset_peaks(account *a);
+const char *acct_category_name(acct_category c); /* "params", "grads", ... */
+
+#endif

@@ -1,0 +1,347 @@
+/* fsdp.c — fully sharded data parallel (ZeRO-3) and its hybrid, HSDP.
+ *
+ * Every unit's parameters, gradients and optimizer state are sharded over the
+ * shard group: this rank keeps only comm_chunk's share [lo, lo + len) of each
+ * unit (sizes_shard) and the model's own full buffers are freed
+ * (model_unit_release), so memory really falls with the group's size.
+ *
+ *   before(u, FORWARD or BACKWARD)  all-gather u's shards into a gather buffer and
+ *                                   bind the model to it; start gathering the unit
+ *                                   that comes next into the other buffer
+ *                                   (prefetch, asynchronous)
+ *   after(u, FORWARD)               the buffer is free again (its contents stay
+ *                                   valid: the last units of forward are the first
+ *                                   of backward and are not gathered twice)
+ *   before(u, BACKWARD)             + a zeroed full-unit gradient buffer (grad_pool)
+ *   after(u, BACKWARD)              reduce-scatter that gradient (asynchronously)
+ *                                   into this rank's gradient shard
+ *
+ * Two gather buffers and two gradient buffers of the largest unit
+ * (sizes_gather_numel x sizes_gather_buffers). With GPT's tied head in the same
+ * chunk the head stays bound through the whole backward (the embedding adds its
+ * part of the wte gradient to the head's copy), so the other units go through
+ * the remaining buffer one at a time: their gathers are not prefetched then.
+ *
+ * HSDP: the shard group is the data-parallel ranks of one node (sizes.h:
+ * gcd(dp, ranks per node / tp) consecutive dp ranks); the groups of different
+ * nodes hold the same shards (the replica group). Gradient shards are reduce-
+ * scattered inside the node on every micro-batch, then all-reduced across the
+ * replicas once per step; every replica applies the same update to the same
+ * shard, so the replicas stay equal without sending parameters. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime/parallel/strategy.h"
+
+typedef struct {
+    float *buf;
+    int unit;       /* unit whose parameters it holds or is receiving, -1 none */
+    int valid;      /* the gather has landed */
+    int bound;      /* the model uses it: between before and after */
+    comm_req *req;  /* the gather, in flight */
+    long used;      /* last use, to evict the least recently used */
+} gather_slot;
+
+struct dp_strategy {
+    strat_ctx *x;
+    comm *shard, *replica;
+    size_t *lo, *len;       /* [n_units]: this rank's shard of each unit */
+    float **pshard;         /* [n_units] parameter shards */
+    float **gshard;         /* [n_units] gradient shards */
+    gather_slot *slot;
+    int nslot;
+    size_t gather_numel;
+    grad_pool *pool;
+    long clock;
+};
+
+static size_t unit_numel(const dp_strategy *s, int u)
+{
+    return model_unit_local_numel(s->x->unit_model[u], u);
+}
+
+static void fsdp_destroy(dp_strategy *s)
+{
+    if (!s) return;
+    strat_ctx *x = s->x;
+    grad_pool_destroy(s->pool);
+    for (int i = 0; i < s->nslot; i++) {
+        comm_wait(s->slot[i].req);
+        if (s->slot[i].buf) {
+            x->ops->free(s->slot[i].buf);
+            acct_add(x->acct, ACCT_BUFFERS, -(long long)(s->gather_numel * sizeof(float)));
+        }
+    }
+    for (int u = 0; u < x->n_units; u++) {
+        if (s->pshard && s->pshard[u]) {
+            x->ops->free(s->pshard[u]);
+            acct_add(x->acct, ACCT_PARAMS, -(long long)(s->len[u] * sizeof(float)));
+        }
+        if (s->gshard && s->gshard[u]) {
+            x->ops->free(s->gshard[u]);
+            acct_add(x->acct, ACCT_GRADS, -(long long)(s->len[u] * sizeof(float)));
+        }
+    }
+    free(s->slot);
+    free(s->pshard);
+    free(s->gshard);
+    free(s->lo);
+    free(s->len);
+    free(s);
+}
+
+/* Keeps this rank's shard of every unit and frees the model's full buffers. */
+static int shard_units(dp_strategy *s, char *err, size_t errlen)
+{
+    strat_ctx *x = s->x;
+    for (int u = 0; u < x->n_units; u++) {
+        model *m = x->unit_model[u];
+        if (!m) continue;
+        size_t glo, olo;
+        s->len[u] = sizes_shard(x->sz, SHARD_OF_PARAM, u, x->at, &s->lo[u]);
+        if (sizes_shard(x->sz, SHARD_OF_GRAD, u, x->at, &glo) != s->len[u] || glo != s->lo[u] ||
+            sizes_shard(x->sz, SHARD_OF_OPTIM, u, x->at, &olo) != s->len[u] || olo != s->lo[u]) {
+            snprintf(err, errlen, "fsdp: unit %d: parameter, gradient and optimizer shards differ", u);
+            return -1;
+        }
+        size_t n = unit_numel(s, u), bytes = (s->len[u] ? s->len[u] : 1) * sizeof(float);
+        s->pshard[u] = x->ops->alloc(bytes);
+        s->gshard[u] = x->ops->alloc(bytes);
+        if (!s->pshard[u] || !s->gshard[u]) {
+            snprintf(err, errlen, "fsdp: out of memory for the shards of unit %d", u);
+            return -1;
+        }
+        acct_add(x->acct, ACCT_PARAMS, (long long)(s->len[u] * sizeof(float)));
+        acct_add(x->acct, ACCT_GRADS, (long long)(s->len[u] * sizeof(float)));
+        x->ops->copy(s->pshard[u], model_unit_params(m, u) + s->lo[u], s->len[u] * sizeof(float));
+        model_unit_release(m, u);
+        acct_add(x->acct, ACCT_PARAMS, -(long long)(n * sizeof(float)));
+        acct_add(x->acct, ACCT_GRADS, -(long long)(n * sizeof(float)));
+    }
+    return 0;
+}
+
+static dp_strategy *fsdp_create(strat_ctx *x, char *err, size_t errlen)
+{
+    int S = sizes_shard_group(x->sz, SHARD_OF_PARAM);
+    if (!x->shard || comm_size(x->shard) != S ||
+        comm_rank(x->shard) != sizes_shard_rank(x->sz, SHARD_OF_PARAM, x->at.dp)) {
+        snprintf(err, errlen, "fsdp: the shard group does not match the sizing (%d ranks)", S);
+        return NULL;
+    }
+    dp_strategy *s = calloc(1, sizeof *s);
+    int n = x->n_units;
+    if (s) {
+        s->lo = calloc((size_t)n, sizeof(size_t));
+        s->len = calloc((size_t)n, sizeof(size_t));
+        s->pshard = calloc((size_t)n, sizeof(float *));
+        s->gshard = calloc((size_t)n, sizeof(float *));
+        s->nslot = sizes_gather_buffers(x->sz);
+        s->slot = calloc((size_t)s->nslot, sizeof *s->slot);
+    }
+    if (!s || !s->lo || !s->len || !s->pshard || !s->gshard || !s->slot) {
+        fsdp_destroy(s);
+        snprintf(err, errlen, "fsdp: out of memory");
+        return NULL;
+    }
+    s->x = x;
+    s->shard = x->shard;
+    s->replica = x->replica;
+    s->gather_numel = sizes_gather_numel(x->sz, x->at);
+    if (shard_units(s, err, errlen) != 0) {
+        fsdp_destroy(s);
+        return NULL;
+    }
+    for (int i = 0; i < s->nslot; i++) {
+        s->slot[i].unit = -1;
+        if (!(s->slot[i].buf = x->ops->alloc(s->gather_numel * sizeof(float)))) {
+            fsdp_destroy(s);
+            snprintf(err, errlen, "fsdp: out of memory for the gather buffers");
+            return NULL;
+        }
+        acct_add(x->acct, ACCT_BUFFERS, (long long)(s->gather_numel * sizeof(float)));
+    }
+    s->pool = grad_pool_create(x, s->shard, s->gather_numel, sizes_gather_buffers(x->sz), s->gshard, s->lo,
+                               s->len, err, errlen);
+    if (!s->pool) {
+        fsdp_destroy(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* ---- gather buffers ---- */
+
+static gather_slot *find_slot(dp_strategy *s, int unit)
+{
+    for (int i = 0; i < s->nslot; i++)
+        if (s->slot[i].unit == unit) return &s->slot[i];
+    return NULL;
+}
+
+static void finish_gather(dp_strategy *s, gather_slot *g)
+{
+    if (!g->req) return;
+    strat_wait(s->x, s->shard, g->req, "fsdp all_gather of parameters");
+    g->req = NULL;
+    g->valid = !s->x->failed;
+}
+
+/* A buffer not in use: an empty one, else the least recently used. A prefetch
+ * in flight is waited for first (its unit is then simply evicted). */
+static gather_slot *take_slot(dp_strategy *s)
+{
+    gather_slot *best = NULL;
+    for (int i = 0; i < s->nslot; i++) {
+        gather_slot *g = &s->slot[i];
+        if (g->bound) continue;
+        if (g->unit < 0) return g;
+        if (!best || (best->req && !g->req) || (!best->req == !g->req && g->used < best->used)) best = g;
+    }
+    if (best) finish_gather(s, best);
+    return best;
+}
+
+static void start_gather(dp_strategy *s, gather_slot *g, int unit)
+{
+    strat_ctx *x = s->x;
+    g->unit = unit;
+    g->valid = 0;
+    g->used = ++s->clock;
+    if (x->failed) return;
+    double t0 = strat_now();
+    int rc = comm_all_gather_async(s->shard, s->pshard[unit], g->buf, unit_numel(s, unit), COMM_F32, &g->req);
+    x->comm_s += strat_now() - t0;
+    if (strat_fail(x, s->shard, rc, "fsdp all_gather of parameters") != COMM_OK) g->unit = -1;
+}
+
+/* The unit whose hooks come next in this phase on the same chunk, or -1. */
+static int next_unit(const dp_strategy *s, int unit, model_phase phase)
+{
+    int nu = phase == PHASE_FORWARD ? unit + 1 : unit - 1;
+    if (nu < 0 || nu >= s->x->n_units || s->x->unit_model[nu] != s->x->unit_model[unit]) return -1;
+    return nu;
+}
+
+static void fsdp_before(dp_strategy *s, int unit, model_phase phase)
+{
+    strat_ctx *x = s->x;
+    if (phase == PHASE_BACKWARD && !x->training) return;
+    model *m = x->unit_model[unit];
+    gather_slot *g = find_slot(s, unit);
+    if (!g) {
+        if (!(g = take_slot(s))) {
+            fprintf(stderr, "dtrun: fsdp: no gather buffer free for unit %d\n", unit);
+            abort();
+        }
+        start_gather(s, g, unit);
+    }
+    finish_gather(s, g);
+    g->bound = 1;
+    g->used = ++s->clock;
+    model_unit_bind(m, unit, g->buf, NULL);
+    if (phase == PHASE_BACKWARD) model_unit_bind(m, unit, NULL, grad_pool_acquire(s->pool, unit));
+    int nu = next_unit(s, unit, phase);
+    if (nu >= 0 && !find_slot(s, nu)) {
+        gather_slot *free_slot = NULL;
+        for (int i = 0; i < s->nslot && !free_slot; i++)
+            if (!s->slot[i].bound && !s->slot[i].req) free_slot = &s->slot[i];
+        if (free_slot) start_gather(s, free_slot, nu);
+    }
+}
+
+static void fsdp_after(dp_strategy *s, int unit, model_phase phase)
+{
+    strat_ctx *x = s->x;
+    if (phase == PHASE_BACKWARD && !x->training) return;
+    gather_slot *g = find_slot(s, unit);
+    if (g) g->bound = 0;
+    if (phase == PHASE_BACKWARD) grad_pool_release(s->pool, unit);
+}
+
+static void fsdp_begin_step(dp_strategy *s)
+{
+    strat_ctx *x = s->x;
+    for (int u = 0; u < x->n_units; u++)
+        if (s->gshard[u]) x->ops->zero(s->gshard[u], s->len[u] * sizeof(float));
+}
+
+static void fsdp_finish_grads(dp_strategy *s)
+{
+    strat_ctx *x = s->x;
+    grad_pool_drain(s->pool);
+    if (!s->replica || comm_size(s->replica) == 1) return;
+    /* HSDP: the node-local sums of each shard, summed across nodes */
+    comm_req **req = calloc((size_t)x->n_units, sizeof *req);
+    if (!req) {
+        strat_fail(x, NULL, COMM_ESYS, "hsdp: out of memory");
+        return;
+    }
+    for (int u = 0; u < x->n_units && !x->failed; u++) {
+        if (!s->gshard[u]) continue;
+        double t0 = strat_now();
+        int rc = comm_all_reduce_async(s->replica, s->gshard[u], s->gshard[u], s->len[u], COMM_F32, COMM_SUM,
+                                       &req[u]);
+        x->comm_s += strat_now() - t0;
+        strat_fail(x, s->replica, rc, "hsdp all_reduce across nodes");
+    }
+    for (int u = 0; u < x->n_units; u++) strat_wait(x, s->replica, req[u], "hsdp all_reduce across nodes");
+    free(req);
+}
+
+static void fsdp_slice(dp_strategy *s, int unit, strat_slice *out)
+{
+    *out = (strat_slice){s->lo[unit], s->len[unit], s->pshard[unit], s->gshard[unit]};
+}
+
+/* HSDP's replicas hold equal shards: the first replica counts them. */
+static int fsdp_counts_norm(dp_strategy *s)
+{
+    return !s->replica || comm_rank(s->replica) == 0;
+}
+
+/* The shards changed: gathered copies are stale. */
+static void fsdp_after_update(dp_strategy *s)
+{
+    for (int i = 0; i < s->nslot; i++) {
+        finish_gather(s, &s->slot[i]);
+        s->slot[i].unit = -1;
+        s->slot[i].valid = 0;
+    }
+}
+
+static float *fsdp_full_grad(dp_strategy *s, int unit, float *tmp)
+{
+    strat_ctx *x = s->x;
+    if (x->failed) return tmp;
+    double t0 = strat_now();
+    int rc = comm_all_gather(s->shard, s->gshard[unit], tmp, unit_numel(s, unit), COMM_F32);
+    x->comm_s += strat_now() - t0;
+    strat_fail(x, s->shard, rc, "fsdp all_gather of gradients");
+    return tmp;
+}
+
+static void fsdp_gather_unit(dp_strategy *s, int unit, float *out)
+{
+    strat_ctx *x = s->x;
+    if (x->failed) return;
+    double t0 = strat_now();
+    int rc = comm_all_gather(s->shard, s->pshard[unit], out, unit_numel(s, unit), COMM_F32);
+    x->comm_s += strat_now() - t0;
+    strat_fail(x, s->shard, rc, "fsdp all_gather of parameters");
+}
+
+const strat_ops strat_fsdp = {
+    .name = "fsdp",
+    .create = fsdp_create,
+    .destroy = fsdp_destroy,
+    .begin_step = fsdp_begin_step,
+    .before = fsdp_before,
+    .after = fsdp_after,
+    .finish_grads = fsdp_finish_grads,
+    .slice = fsdp_slice,
+    .counts_norm = fsdp_counts_norm,
+    .after_update = fsdp_after_update,
+    .full_grad = fsdp_full_grad,
+    .gather_unit = fsdp_gather_unit,
+};

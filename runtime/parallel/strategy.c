@@ -1,0 +1,47 @@
+/* strategy.c — the helpers every data-parallel strategy shares (strategy.h). */
+#include "runtime/parallel/strategy.h"
+
+#include <stdio.h>
+
+int strat_fail(strat_ctx *x, comm *c, int rc, const char *what)
+{
+    if (rc != COMM_OK && !x->failed) {
+        x->failed = 1;
+        snprintf(x->err, sizeof x->err, "rank %d: step %d: %s: %s", x->rank, x->step, what,
+                 c ? comm_last_error(c) : "failed");
+    }
+    return rc;
+}
+
+int strat_wait(strat_ctx *x, comm *c, comm_req *req, const char *what)
+{
+    if (!req) return COMM_OK;
+    double t0 = strat_now();
+    int rc = comm_wait(req);
+    x->comm_s += strat_now() - t0;
+    return strat_fail(x, c, rc, what);
+}
+
+int strat_backward_order(const strat_ctx *x, int *order)
+{
+    int n = 0, head = x->n_units - 1;
+    int tied_here = x->job->model.kind == MODEL_GPT && x->unit_model[0] &&
+                    x->unit_model[0] == x->unit_model[head];
+    for (int u = x->n_units - 1; u >= 0; u--) {
+        if (!x->unit_model[u] || (tied_here && u == head)) continue;
+        order[n++] = u;
+    }
+    /* the embedding adds its part of the tied wte gradient to the head's copy,
+     * so the head's gradient is final only after unit 0's backward */
+    if (tied_here) order[n++] = head;
+    return n;
+}
+
+void strat_zero_unit_grads(strat_ctx *x)
+{
+    for (int u = 0; u < x->n_units; u++) {
+        model *m = x->unit_model[u];
+        float *g = m ? model_unit_grads(m, u) : NULL;
+        if (g) x->ops->zero(g, model_unit_local_numel(m, u) * sizeof(float));
+    }
+}

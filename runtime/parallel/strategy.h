@@ -1,0 +1,162 @@
+/* strategy.h — what the engine and the data-parallel strategies share.
+ * Private to runtime/parallel: nothing else includes it.
+ *
+ * A data-parallel strategy (ddp.c, zero.c, fsdp.c) keeps a rank's copy of the
+ * parameters and gradients consistent with its data-parallel peers. It acts
+ * only through the model's hooks (before/after each unit, forward and backward)
+ * and through the calls below; the engine owns the step (micro-batches, global
+ * norm, clipping, AdamW) and the tensor-parallel all-reduce (tp.c).
+ *
+ * Every strategy exposes, per held unit, the SLICE of the unit's flat buffer that
+ * this rank updates (the whole unit for DDP, comm_chunk's share for ZeRO / FSDP:
+ * sizes_shard), with its parameters and its gradients synchronized over the data-
+ * parallel group, so the engine can run one norm / clip / AdamW for all of them.
+ *
+ * Errors: hooks cannot return a status, so the first failed communication is
+ * recorded in the context (strat_fail), later communication is skipped, and the
+ * engine turns it into exit status 4 after the forward / backward returns. */
+#ifndef DTRUN_STRATEGY_H
+#define DTRUN_STRATEGY_H
+
+#include <stddef.h>
+#include <time.h>
+
+#include "kernels/ops.h"
+#include "lib/jobspec.h"
+#include "runtime/comm/comm.h"
+#include "runtime/model/model.h"
+#include "runtime/parallel/account.h"
+#include "runtime/parallel/sizes.h"
+
+typedef struct {
+    /* fixed at setup */
+    const job_spec *job;
+    const dt_ops *ops;
+    const sizes *sz;        /* THE buffer sizes: every strategy buffer is sized here */
+    sizes_at at;            /* this rank's place in the mesh */
+    int rank;               /* world rank, for messages */
+    int n_units;            /* L + 2 */
+    model **unit_model;     /* [n_units]: the chunk holding unit u on this rank, or NULL */
+    comm *dp;               /* the data-parallel group (ranks sharing this rank's pp and tp) */
+    comm *shard;            /* FSDP / HSDP: the ranks a unit is sharded over (= dp for FSDP) */
+    comm *replica;          /* HSDP: the ranks holding the same shard (NULL otherwise) */
+    comm *tp;               /* tensor-parallel group */
+    account *acct;
+    /* per step, set by the engine */
+    int step;               /* 1-based, for messages */
+    int training;           /* 0 during evaluation: forward only, no gradient work */
+    int last_micro;         /* this rank's last backward of the step is running */
+    double comm_s;          /* seconds blocked in communication (the engine reads and resets) */
+    /* the first communication error */
+    int failed;
+    char err[512];
+} strat_ctx;
+
+static inline double strat_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Records a failed call (rc != COMM_OK) on communicator `c` as the context's error
+ * "rank R: step S: WHAT: <comm's line>" unless one is recorded already. Returns rc. */
+int strat_fail(strat_ctx *x, comm *c, int rc, const char *what);
+/* comm_wait, timed into comm_s and checked. A NULL request is a no-op. */
+int strat_wait(strat_ctx *x, comm *c, comm_req *req, const char *what);
+
+/* Held units in the order their backward completes (after(BACKWARD) hooks): units
+ * descending, except that a chunk holding GPT's wte and its tied head finishes the
+ * head last. Fills order[0..n) and returns n. */
+int strat_backward_order(const strat_ctx *x, int *order);
+/* Zeroes the gradient buffer each held unit is bound to. */
+void strat_zero_unit_grads(strat_ctx *x);
+
+/* ---- the strategies ---- */
+
+typedef struct dp_strategy dp_strategy; /* each file's own state */
+
+/* The part of a unit this rank updates. Pointers are valid until the next hook. */
+typedef struct {
+    size_t lo, len;   /* elements [lo, lo + len) of the unit's flat buffer */
+    float *param;     /* its parameters, element lo first */
+    float *grad;      /* its synchronized gradients, element lo first */
+} strat_slice;
+
+typedef struct {
+    const char *name;
+    /* Called once the model's parameters are initialized in its own buffers: the
+     * strategy takes over the units (may shard them and release the model's
+     * buffers). NULL with one line in err on failure. */
+    dp_strategy *(*create)(strat_ctx *x, char *err, size_t errlen);
+    void (*destroy)(dp_strategy *s);
+    /* Before the step's first micro-batch: gradients (or shards) to zero. */
+    void (*begin_step)(dp_strategy *s);
+    void (*before)(dp_strategy *s, int unit, model_phase phase);
+    void (*after)(dp_strategy *s, int unit, model_phase phase);
+    /* After the step's last backward: every slice's gradient is final. */
+    void (*finish_grads)(dp_strategy *s);
+    /* The slice of held unit `unit` this rank updates ([lo, lo+len) fixed for the run). */
+    void (*slice)(dp_strategy *s, int unit, strat_slice *out);
+    /* Does this rank count its slices in the global gradient norm? Replicated
+     * copies (DDP's, HSDP's across nodes) count on one rank only. */
+    int (*counts_norm)(dp_strategy *s);
+    /* After AdamW updated the slices: every rank sees the new parameters (ZeRO
+     * all-gathers them; FSDP forgets cached gathers). */
+    void (*after_update)(dp_strategy *s);
+    /* The whole synchronized gradient of held unit `unit` (after finish_grads):
+     * the strategy's own buffer when it keeps one (DDP, ZeRO-1), else gathered
+     * from the shards into tmp (model_unit_local_numel floats; collective over the
+     * group the unit is sharded on). Writing into the returned buffer writes the
+     * slice when it is not tmp. */
+    float *(*full_grad)(dp_strategy *s, int unit, float *tmp);
+    /* Collective over the data-parallel group: the whole tp-local parameters of held
+     * unit `unit` into `out` (model_unit_local_numel elements, device memory). */
+    void (*gather_unit)(dp_strategy *s, int unit, float *out);
+} strat_ops;
+
+extern const strat_ops strat_ddp;   /* ddp.c: buckets all-reduced during backward */
+extern const strat_ops strat_zero1; /* zero.c: DDP's buckets + optimizer state sharded */
+extern const strat_ops strat_zero2; /* zero.c: + gradients reduce-scattered into shards */
+extern const strat_ops strat_fsdp;  /* fsdp.c: + parameters sharded (HSDP: ctx->replica) */
+
+/* ---- tensor parallel (tp.c) ---- */
+
+/* The model's tp_allreduce hook: in place over x->tp, SUM or MAX; a failure is
+ * recorded in x (strat_fail). */
+void tp_allreduce(strat_ctx *x, float *buf, size_t n, tp_op op);
+
+/* ---- DDP's gradient buckets (ddp.c), also ZeRO-1's ---- */
+
+typedef struct ddp_buckets ddp_buckets;
+/* Buckets over the held units' gradients in backward order, each up to
+ * sizes_bucket_numel elements (bucket_mb); a bucket that is one piece of one unit
+ * is all-reduced in place, the others through the one bucket buffer. */
+ddp_buckets *ddp_buckets_create(strat_ctx *x, char *err, size_t errlen);
+void ddp_buckets_destroy(ddp_buckets *b);
+/* A new step: no unit is ready. */
+void ddp_buckets_reset(ddp_buckets *b);
+/* Unit `unit`'s gradient is final for this step: launch (asynchronously) every
+ * bucket that is now complete, in plan order. */
+void ddp_buckets_unit_ready(ddp_buckets *b, int unit);
+/* Launch what is left, wait for everything, copy the bucket buffer back. */
+void ddp_buckets_finish(ddp_buckets *b);
+
+/* ---- gradient reduce-scatter pool (grad_pool.c), ZeRO-2's and FSDP's ---- */
+
+typedef struct grad_pool grad_pool;
+/* nbuf full-unit gradient buffers of numel elements each. Unit u's gradient is
+ * reduce-scattered (SUM) over `group` and this rank's chunk, [lo[u], lo[u] +
+ * len[u]), is added to shard[u] (device buffers the caller owns). */
+grad_pool *grad_pool_create(strat_ctx *x, comm *group, size_t numel, int nbuf, float *const *shard,
+                            const size_t *lo, const size_t *len, char *err, size_t errlen);
+void grad_pool_destroy(grad_pool *p);
+/* A zeroed buffer for unit u's gradient (before its backward); waits for the
+ * oldest reduce-scatter in flight when every buffer is busy. */
+float *grad_pool_acquire(grad_pool *p, int unit);
+/* Unit u's backward is done: reduce-scatter its buffer, asynchronously. */
+void grad_pool_release(grad_pool *p, int unit);
+/* Wait for every reduce-scatter and add the chunks into the shards. */
+void grad_pool_drain(grad_pool *p);
+
+#endif

@@ -1,0 +1,19 @@
+/* tp.c — tensor parallelism (Megatron): the model's tp_allreduce hook.
+ *
+ * The model does the Megatron math itself (column-parallel qkv and fc,
+ * row-parallel projections, vocab-parallel embedding and cross-entropy: see
+ * model.h) and asks for a reduction across the tensor-parallel group at the two
+ * points per block in forward and in backward, and around the vocabulary. This
+ * file answers that call over the mesh's tp communicator: SUM for partial sums,
+ * MAX for the cross-entropy's row maximum. Blocking, since the very next op
+ * needs the result. */
+#include "runtime/parallel/strategy.h"
+
+void tp_allreduce(strat_ctx *x, float *buf, size_t n, tp_op op)
+{
+    if (x->failed) return; /* the step is lost; do not wait on a broken group */
+    double t0 = strat_now();
+    int rc = comm_all_reduce(x->tp, buf, buf, n, COMM_F32, op == TP_MAX ? COMM_MAX : COMM_SUM);
+    x->comm_s += strat_now() - t0;
+    strat_fail(x, x->tp, rc, op == TP_MAX ? "tp all_reduce (max)" : "tp all_reduce");
+}

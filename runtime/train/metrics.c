@@ -1,0 +1,113 @@
+/* metrics.c — see metrics.h. */
+#include "runtime/train/metrics.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct metrics {
+    FILE *jsonl;      /* NULL when no metrics file */
+    int rank;
+    int live;         /* rewrite one terminal line with \r */
+    int every;
+    int steps;
+    const char *unit; /* "tok/s" or "img/s" */
+};
+
+/* Create the directories leading to `path` (like mkdir -p of its dirname). */
+static void make_parents(const char *path)
+{
+    char buf[JOB_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        mkdir(buf, 0777);
+        *p = '/';
+    }
+}
+
+metrics *metrics_open(const job_spec *job, int rank, char *err, size_t errlen)
+{
+    metrics *m = calloc(1, sizeof *m);
+    if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
+    m->rank = rank;
+    m->every = job->log.every > 0 ? job->log.every : 1;
+    m->steps = job->train.steps;
+    m->unit = job->model.kind == MODEL_GPT ? "tok/s" : "img/s";
+    m->live = job->log.progress == PROGRESS_ON ||
+              (job->log.progress == PROGRESS_AUTO && isatty(STDERR_FILENO));
+    if (job->log.progress == PROGRESS_OFF) m->every = 0;
+    if (rank == 0 && job->log.metrics[0]) {
+        make_parents(job->log.metrics);
+        m->jsonl = fopen(job->log.metrics, "w");
+        if (!m->jsonl) {
+            snprintf(err, errlen, "%s: cannot write metrics (%s)", job->log.metrics, strerror(errno));
+            free(m);
+            return NULL;
+        }
+    }
+    return m;
+}
+
+void metrics_close(metrics *m)
+{
+    if (!m) return;
+    if (m->jsonl) fclose(m->jsonl);
+    free(m);
+}
+
+static void fmt_eta(char *buf, size_t n, double secs)
+{
+    int s = secs < 0 ? 0 : (int)(secs + 0.5);
+    if (s >= 3600) snprintf(buf, n, "%dh%02dm", s / 3600, s / 60 % 60);
+    else snprintf(buf, n, "%dm%02ds", s / 60, s % 60);
+}
+
+void metrics_log_step(metrics *m, const metrics_step *s)
+{
+    if (m->rank != 0) return;
+    if (m->jsonl) {
+        fprintf(m->jsonl,
+                "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"%s\":%.1f,\"elapsed\":%.3f}\n",
+                s->step, s->loss, s->lr, s->grad_norm,
+                m->unit[0] == 't' ? "tokens_per_s" : "images_per_s", s->samples_per_s, s->elapsed);
+        fflush(m->jsonl);
+    }
+    if (!m->every) return;
+    int last = s->step == m->steps;
+    if (!last && s->step % m->every) return;
+    char eta[32];
+    fmt_eta(eta, sizeof eta, s->elapsed / s->step * (m->steps - s->step));
+    fprintf(stderr, "%sstep %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f %s | ETA %s%s",
+            m->live ? "\r\033[K" : "", s->step, m->steps, s->loss, s->lr, s->grad_norm,
+            s->samples_per_s, m->unit, eta, m->live && !last ? "" : "\n");
+    fflush(stderr);
+}
+
+void metrics_log_eval(metrics *m, int step, double val_loss, double acc)
+{
+    if (m->rank != 0) return;
+    if (m->jsonl) {
+        if (acc >= 0)
+            fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f,\"val_acc\":%.6f}\n", step, val_loss, acc);
+        else
+            fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f}\n", step, val_loss);
+        fflush(m->jsonl);
+    }
+    if (m->live) fprintf(stderr, "\r\033[K");
+    if (acc >= 0) fprintf(stderr, "eval step %d | val_loss %.4f | val_acc %.2f%%\n", step, val_loss, 100 * acc);
+    else fprintf(stderr, "eval step %d | val_loss %.4f\n", step, val_loss);
+}
+
+void metrics_summary(metrics *m, int steps, double loss, double val_loss, double acc,
+                     double elapsed, double samples)
+{
+    if (m->rank != 0) return;
+    if (m->live) fprintf(stderr, "\r\033[K");
+    fprintf(stderr, "done: %d steps in %.1f s | loss %.4f | val_loss %.4f", steps, elapsed, loss, val_loss);
+    if (acc >= 0) fprintf(stderr, " | val_acc %.2f%%", 100 * acc);
+    fprintf(stderr, " | %.0f %s\n", elapsed > 0 ? samples / elapsed : 0.0, m->unit);
+}

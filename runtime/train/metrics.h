@@ -1,0 +1,30 @@
+/* metrics.h — what a run reports: one JSON object per logged step in the metrics
+ * file (JSONL), a live progress line for rank 0 on a terminal (plain lines
+ * otherwise), evaluation lines and a final summary. */
+#ifndef DTRUN_METRICS_H
+#define DTRUN_METRICS_H
+
+#include <stdio.h>
+#include "lib/jobspec.h"
+
+typedef struct {
+    int step;            /* 1-based: steps done */
+    double loss;         /* mean over the global batch */
+    double lr;
+    double grad_norm;    /* before clipping */
+    double samples_per_s;/* tokens/s (GPT) or images/s (ViT) of this step */
+    double elapsed;      /* seconds since training started */
+} metrics_step;
+
+typedef struct metrics metrics;
+
+/* rank: only rank 0 prints; every rank may write its own metrics file later. */
+metrics *metrics_open(const job_spec *job, int rank, char *err, size_t errlen);
+void metrics_close(metrics *m);
+void metrics_log_step(metrics *m, const metrics_step *s);
+/* acc < 0 when there is none (GPT). */
+void metrics_log_eval(metrics *m, int step, double val_loss, double acc);
+void metrics_summary(metrics *m, int steps, double loss, double val_loss, double acc,
+                     double elapsed, double samples);
+
+#endif
