@@ -6,7 +6,8 @@
 #   make test            every test; ends with "N passed, N failed"
 #   make test-full       + the whole layout-equivalence matrix
 #   make test-gpu        CUDA kernels against their CPU twins (skips without a GPU)
-#   make quickstart      build, then train configs/quickstart.yaml
+#   make quickstart      build, then train configs/quickstart.yaml on 2 workers
+#   make fuzz            every libFuzzer target, 10^6 runs each
 #   make install PREFIX=/usr/local
 
 PREFIX   ?= /usr/local
@@ -153,7 +154,12 @@ test-gpu:
 
 quickstart: deps
 	@$(MAKE) --no-print-directory all
-	bin/dtrun --nproc-per-node=1 configs/quickstart.yaml
+	@scripts/data/text-corpus.sh data/fortunes.txt
+	bin/dtrun --nproc-per-node=2 configs/quickstart.yaml
+
+# libFuzzer targets (clang): make fuzz RUNS=1000000
+fuzz:
+	@for t in jobspec rdzv hostlist safetensors; do scripts/fuzz.sh $$t $(or $(RUNS),1000000) || exit 1; done
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man5 \
