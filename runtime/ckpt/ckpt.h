@@ -4,7 +4,8 @@
  *   DIR/latest                            "step_000120\n", replaced atomically
  *   DIR/step_000120/rank_00003.safetensors  what rank 3 holds
  *   DIR/step_000120/index.json            written last: job, layout, step, seed,
- *                                         loss tail, size + XXH3-64 of each rank file
+ *                                         loss tail, AdamW step count, size +
+ *                                         XXH3-64 of each rank file
  * A step directory counts only once its index.json exists, and `latest` only ever
  * names such a directory, so a crash at any moment leaves the previous checkpoint
  * loadable. Every file is written as NAME.tmp, fsynced, renamed, and the
@@ -91,6 +92,7 @@ typedef struct {
     const job_model *model;    /* model dims, needed by export (may be NULL) */
     const double *loss_tail;   /* the last losses, oldest first */
     int n_loss;
+    long optim_step;           /* AdamW updates applied (steps minus skipped ones) */
 } ckpt_meta;
 
 /* Rank `rank` writes DIR/step_S/rank_R.safetensors. Returns 0; 1 when step S is
@@ -129,6 +131,7 @@ typedef struct {
     job_model model;
     const double *loss_tail;
     int n_loss;
+    long optim_step;           /* AdamW updates applied; = step when not recorded */
 } ckpt_info;
 
 /* PATH is DIR (follows `latest`) or a step directory. Verifies index.json and

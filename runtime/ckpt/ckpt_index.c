@@ -32,7 +32,8 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
     char buf[64];
     int ok = cJSON_AddStringToObject(o, "format", CKPT_FORMAT_INDEX) &&
              cJSON_AddNumberToObject(o, "version", CKPT_VERSION) &&
-             cJSON_AddNumberToObject(o, "step", (double)meta->step);
+             cJSON_AddNumberToObject(o, "step", (double)meta->step) &&
+             cJSON_AddNumberToObject(o, "optim_step", (double)meta->optim_step);
     snprintf(buf, sizeof buf, "%llu", meta->seed);
     ok = ok && cJSON_AddStringToObject(o, "seed", buf);
     cJSON *lay = ok ? cJSON_AddObjectToObject(o, "layout") : NULL;
@@ -126,6 +127,13 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
     ckpt_info *in = &ix->info;
     if (!get_int(o, "step", 0, 1e15, &in->step)) {
         fail(err, errlen, path, "bad or missing 'step'");
+        goto out;
+    }
+    /* optional: an index without it applied an update at every step */
+    in->optim_step = in->step;
+    if (cJSON_GetObjectItemCaseSensitive(o, "optim_step") &&
+        !get_int(o, "optim_step", 0, (double)in->step, &in->optim_step)) {
+        fail(err, errlen, path, "bad 'optim_step' (0 to step)");
         goto out;
     }
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(o, "seed");

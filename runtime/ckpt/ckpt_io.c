@@ -23,17 +23,6 @@ void ckpt_io_set_hooks(const ckpt_io_hooks *h)
     else memset(&hooks, 0, sizeof hooks);
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        st_one_line(err);
-    }
-    return -1;
-}
 
 int ckpt_io_write_all(int fd, const void *buf, size_t n)
 {
@@ -64,11 +53,11 @@ static int do_fsync(int fd)
 int ckpt_io_fsync_dir(const char *dir, char *err, size_t errlen)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, "%s: cannot open directory (%s)", dir, strerror(errno));
+    if (fd < 0) return st_fail(err, errlen, "%s: cannot open directory (%s)", dir, strerror(errno));
     int rc = do_fsync(fd);
     int e = errno;
     close(fd);
-    if (rc != 0) return fail(err, errlen, "%s: fsync of the directory failed (%s)", dir, strerror(e));
+    if (rc != 0) return st_fail(err, errlen, "%s: fsync of the directory failed (%s)", dir, strerror(e));
     return 0;
 }
 
@@ -80,29 +69,29 @@ int ckpt_io_write_atomic(const char *path, ckpt_io_produce_fn produce, void *ctx
     if (!tmp || !dircopy) {
         free(tmp);
         free(dircopy);
-        return fail(err, errlen, "%s: out of memory", path);
+        return st_fail(err, errlen, "%s: out of memory", path);
     }
     memcpy(tmp, path, len);
     memcpy(tmp + len, ".tmp", 5);
     int rc = -1;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) {
-        fail(err, errlen, "%s: cannot create (%s)", tmp, strerror(errno));
+        st_fail(err, errlen, "%s: cannot create (%s)", tmp, strerror(errno));
         goto out;
     }
     if (produce(fd, ctx, err, errlen) != 0) goto out_unlink;
     if (do_fsync(fd) != 0) {
-        fail(err, errlen, "%s: fsync failed (%s)", tmp, strerror(errno));
+        st_fail(err, errlen, "%s: fsync failed (%s)", tmp, strerror(errno));
         goto out_unlink;
     }
     int crc = close(fd);
     fd = -1;
     if (crc != 0) {
-        fail(err, errlen, "%s: close failed (%s)", tmp, strerror(errno));
+        st_fail(err, errlen, "%s: close failed (%s)", tmp, strerror(errno));
         goto out_unlink;
     }
     if (rename(tmp, path) != 0) {
-        fail(err, errlen, "%s: rename to %s failed (%s)", tmp, path, strerror(errno));
+        st_fail(err, errlen, "%s: rename to %s failed (%s)", tmp, path, strerror(errno));
         goto out_unlink;
     }
     rc = ckpt_io_fsync_dir(dirname(dircopy), err, errlen);
@@ -126,7 +115,7 @@ static int produce_bytes(int fd, void *ctx, char *err, size_t errlen)
 {
     bytes_ctx *b = ctx;
     if (ckpt_io_write_all(fd, b->buf, b->n) != 0)
-        return fail(err, errlen, "%s: write failed (%s)", b->path, strerror(errno));
+        return st_fail(err, errlen, "%s: write failed (%s)", b->path, strerror(errno));
     return 0;
 }
 
@@ -141,15 +130,15 @@ int ckpt_io_hash_file(const char *path, uint64_t *size, uint64_t *hash, char *er
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT) return fail(err, errlen, "%s: missing (its rank did not write it)", path);
-        return fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+        if (errno == ENOENT) return st_fail(err, errlen, "%s: missing (its rank did not write it)", path);
+        return st_fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
     }
     XXH3_state_t *st = XXH3_createState();
     enum { CHUNK = 1 << 20 };
     char *buf = malloc(CHUNK);
     int rc = -1;
     if (!st || !buf || XXH3_64bits_reset(st) != XXH_OK) {
-        fail(err, errlen, "%s: out of memory", path);
+        st_fail(err, errlen, "%s: out of memory", path);
         goto out;
     }
     uint64_t total = 0;
@@ -157,7 +146,7 @@ int ckpt_io_hash_file(const char *path, uint64_t *size, uint64_t *hash, char *er
         ssize_t k = read(fd, buf, CHUNK);
         if (k < 0) {
             if (errno == EINTR) continue;
-            fail(err, errlen, "%s: read failed (%s)", path, strerror(errno));
+            st_fail(err, errlen, "%s: read failed (%s)", path, strerror(errno));
             goto out;
         }
         if (k == 0) break;
@@ -182,23 +171,23 @@ int ckpt_io_read_small(const char *path, size_t max, char **buf, size_t *len, ch
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT) return 1;
-        return fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+        return st_fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return st_fail(err, errlen, "%s: not a regular file", path);
     }
     if ((uint64_t)st.st_size > max) {
         close(fd);
-        return fail(err, errlen, "%s: %lld bytes, more than the %zu expected (corrupt?)", path,
+        return st_fail(err, errlen, "%s: %lld bytes, more than the %zu expected (corrupt?)", path,
                     (long long)st.st_size, max);
     }
     size_t cap = (size_t)st.st_size;
     char *b = malloc(cap + 1);
     if (!b) {
         close(fd);
-        return fail(err, errlen, "%s: out of memory", path);
+        return st_fail(err, errlen, "%s: out of memory", path);
     }
     size_t n = 0;
     while (n < cap) {
@@ -208,7 +197,7 @@ int ckpt_io_read_small(const char *path, size_t max, char **buf, size_t *len, ch
             int e = errno;
             free(b);
             close(fd);
-            return fail(err, errlen, "%s: read failed (%s)", path, strerror(e));
+            return st_fail(err, errlen, "%s: read failed (%s)", path, strerror(e));
         }
         if (k == 0) break;
         n += (size_t)k;

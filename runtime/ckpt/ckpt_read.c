@@ -49,17 +49,6 @@ struct ckpt {
     int n_names;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        st_one_line(err);
-    }
-    return -1;
-}
 
 static int is_file(const char *path)
 {
@@ -76,7 +65,7 @@ static char *resolve(const char *path, char *err, size_t errlen)
     long step;
     int rc = ckpt_latest_step(path, &step, err, errlen);
     if (rc == 1) {
-        fail(err, errlen, "%s: no checkpoint here (no index.json and no latest)", path);
+        st_fail(err, errlen, "%s: no checkpoint here (no index.json and no latest)", path);
         return NULL;
     }
     if (rc != 0) return NULL;
@@ -84,7 +73,7 @@ static char *resolve(const char *path, char *err, size_t errlen)
     ckpt_step_dirname(name, sizeof name, step);
     snprintf(buf, sizeof buf, "%s/%s/index.json", path, name);
     if (!is_file(buf)) {
-        fail(err, errlen, "%s/latest: names %s, which has no index.json (deleted or never committed)",
+        st_fail(err, errlen, "%s/latest: names %s, which has no index.json (deleted or never committed)",
              path, name);
         return NULL;
     }
@@ -101,17 +90,17 @@ static int open_rank_file(ckpt *ck, int r, char *err, size_t errlen)
     const ckpt_file_sum *want = &ck->ix.files[r];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT) return fail(err, errlen, "%s: missing (index.json lists it)", path);
-        return fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+        if (errno == ENOENT) return st_fail(err, errlen, "%s: missing (index.json lists it)", path);
+        return st_fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, "%s: not a regular file", path);
+        return st_fail(err, errlen, "%s: not a regular file", path);
     }
     if ((uint64_t)st.st_size != want->size) {
         close(fd);
-        return fail(err, errlen, "%s: %lld bytes but index.json says %llu (truncated or replaced shard)",
+        return st_fail(err, errlen, "%s: %lld bytes but index.json says %llu (truncated or replaced shard)",
                     path, (long long)st.st_size, (unsigned long long)want->size);
     }
     mapped *m = &ck->files[r];
@@ -120,10 +109,10 @@ static int open_rank_file(ckpt *ck, int r, char *err, size_t errlen)
     close(fd);
     if (m->map == MAP_FAILED) {
         m->map = NULL;
-        return fail(err, errlen, "%s: cannot map (%s)", path, strerror(errno));
+        return st_fail(err, errlen, "%s: cannot map (%s)", path, strerror(errno));
     }
     if (XXH3_64bits(m->map, m->len) != want->hash)
-        return fail(err, errlen, "%s: checksum mismatch (corrupted shard)", path);
+        return st_fail(err, errlen, "%s: checksum mismatch (corrupted shard)", path);
     return st_reader_open_mem(m->map, m->len, path, &m->r, err, errlen);
 }
 
@@ -139,7 +128,7 @@ static int collect_pieces(ckpt *ck, char *err, size_t errlen)
     for (int r = 0; r < ck->n_files; r++) total += (size_t)st_reader_count(ck->files[r].r);
     ck->pieces = calloc(total + 1, sizeof *ck->pieces);
     ck->names = calloc(total + 1, sizeof *ck->names);
-    if (!ck->pieces || !ck->names) return fail(err, errlen, "%s: out of memory", ck->dir);
+    if (!ck->pieces || !ck->names) return st_fail(err, errlen, "%s: out of memory", ck->dir);
     char key[CKPT_NAME_MAX + 512], why[200];
     for (int r = 0; r < ck->n_files; r++) {
         const st_reader *rd = ck->files[r].r;
@@ -150,15 +139,15 @@ static int collect_pieces(ckpt *ck, char *err, size_t errlen)
             snprintf(key, sizeof key, "%s%s", CKPT_PLACE_PREFIX, t->name);
             const char *json = st_reader_metadata(rd, key);
             if (!json)
-                return fail(err, errlen, "%s: tensor '%.80s' has no placement metadata (not a dtrun shard)",
+                return st_fail(err, errlen, "%s: tensor '%.80s' has no placement metadata (not a dtrun shard)",
                             path, t->name);
             if (ckpt_place_decode(json, pc->name, sizeof pc->name, &pc->place, why, sizeof why) != 0)
-                return fail(err, errlen, "%s: tensor '%.80s': %s", path, t->name, why);
+                return st_fail(err, errlen, "%s: tensor '%.80s': %s", path, t->name, why);
             if (t->dtype != ST_F32 && t->dtype != ST_BF16)
-                return fail(err, errlen, "%s: tensor '%.80s' is %s (F32 or BF16 expected)", path, t->name,
+                return st_fail(err, errlen, "%s: tensor '%.80s' is %s (F32 or BF16 expected)", path, t->name,
                             st_dtype_name(t->dtype));
             if (t->numel != pc->place.hi - pc->place.lo)
-                return fail(err, errlen, "%s: tensor '%.80s' has %llu elements but its placement says %llu (shape mismatch)",
+                return st_fail(err, errlen, "%s: tensor '%.80s' has %llu elements but its placement says %llu (shape mismatch)",
                             path, t->name, (unsigned long long)t->numel,
                             (unsigned long long)(pc->place.hi - pc->place.lo));
             pc->data = t->data;
@@ -173,7 +162,7 @@ static int collect_pieces(ckpt *ck, char *err, size_t errlen)
         if (lg && strcmp(lg->name, pc->name) == 0) {
             const ckpt_place *a = &ck->pieces[lg->first].place, *b = &pc->place;
             if (a->ndim != b->ndim || a->shape[0] != b->shape[0] || a->shape[1] != b->shape[1])
-                return fail(err, errlen, "%s: '%s': rank files disagree on the global shape ([%lld, %lld] vs [%lld, %lld])",
+                return st_fail(err, errlen, "%s: '%s': rank files disagree on the global shape ([%lld, %lld] vs [%lld, %lld])",
                             ck->dir, pc->name, (long long)a->shape[0], (long long)a->shape[1],
                             (long long)b->shape[0], (long long)b->shape[1]);
             lg->count++;
@@ -191,10 +180,10 @@ int ckpt_open(const char *path, ckpt **out, char *err, size_t errlen)
 {
     *out = NULL;
     ckpt *ck = calloc(1, sizeof *ck);
-    if (!ck) return fail(err, errlen, "%s: out of memory", path);
+    if (!ck) return st_fail(err, errlen, "%s: out of memory", path);
     if (strlen(path) > CKPT_DIR_MAX) {
         free(ck);
-        return fail(err, errlen, "%.100s...: path too long", path);
+        return st_fail(err, errlen, "%.100s...: path too long", path);
     }
     ck->dir = resolve(path, err, errlen);
     if (!ck->dir) goto bad;
@@ -203,14 +192,14 @@ int ckpt_open(const char *path, ckpt **out, char *err, size_t errlen)
     char *text;
     size_t len;
     int rc = ckpt_io_read_small(ipath, CKPT_INDEX_MAX, &text, &len, err, errlen);
-    if (rc == 1) fail(err, errlen, "%s: missing", ipath);
+    if (rc == 1) st_fail(err, errlen, "%s: missing", ipath);
     if (rc != 0) goto bad;
     rc = ckpt_index_decode(text, len, ipath, &ck->ix, err, errlen);
     free(text);
     if (rc != 0) goto bad;
     ck->files = calloc((size_t)ck->ix.info.world, sizeof *ck->files);
     if (!ck->files) {
-        fail(err, errlen, "%s: out of memory", ck->dir);
+        st_fail(err, errlen, "%s: out of memory", ck->dir);
         goto bad;
     }
     ck->n_files = ck->ix.info.world;
@@ -275,18 +264,18 @@ int ckpt_read_slice(const ckpt *ck, const char *name, const ckpt_place *want, fl
                     char *err, size_t errlen)
 {
     const logical *lg = find(ck, name);
-    if (!lg) return fail(err, errlen, "%s: no tensor '%s' in the checkpoint (missing tensor)", ck->dir, name);
+    if (!lg) return st_fail(err, errlen, "%s: no tensor '%s' in the checkpoint (missing tensor)", ck->dir, name);
     const ckpt_place *g = &ck->pieces[lg->first].place;
     char why[200];
     if (ckpt_place_check(want, why, sizeof why) != 0)
-        return fail(err, errlen, "%s: '%s': requested %s", ck->dir, name, why);
+        return st_fail(err, errlen, "%s: '%s': requested %s", ck->dir, name, why);
     if (want->ndim != g->ndim || want->shape[0] != g->shape[0] || want->shape[1] != g->shape[1])
-        return fail(err, errlen, "%s: '%s' is [%lld, %lld] in the checkpoint but [%lld, %lld] is wanted (shape mismatch)",
+        return st_fail(err, errlen, "%s: '%s' is [%lld, %lld] in the checkpoint but [%lld, %lld] is wanted (shape mismatch)",
                     ck->dir, name, (long long)g->shape[0], (long long)g->shape[1],
                     (long long)want->shape[0], (long long)want->shape[1]);
     uint64_t n = want->hi - want->lo;
     unsigned char *covered = calloc(n + 1, 1);
-    if (!covered) return fail(err, errlen, "%s: out of memory reading '%s'", ck->dir, name);
+    if (!covered) return st_fail(err, errlen, "%s: out of memory reading '%s'", ck->dir, name);
     for (int i = 0; i < lg->count; i++) {
         const piece_ref *pc = &ck->pieces[lg->first + i];
         ckpt_place_copy(&pc->place, pc->data, pc->dtype, want, out, covered);
@@ -295,7 +284,7 @@ int ckpt_read_slice(const ckpt *ck, const char *name, const ckpt_place *want, fl
     for (uint64_t k = 0; k < n; k++) missing += !covered[k];
     free(covered);
     if (missing)
-        return fail(err, errlen, "%s: '%s': %llu of %llu wanted elements are in no rank file (missing shard)",
+        return st_fail(err, errlen, "%s: '%s': %llu of %llu wanted elements are in no rank file (missing shard)",
                     ck->dir, name, (unsigned long long)missing, (unsigned long long)n);
     return 0;
 }
@@ -303,7 +292,7 @@ int ckpt_read_slice(const ckpt *ck, const char *name, const ckpt_place *want, fl
 int ckpt_read_global(const ckpt *ck, const char *name, float *out, char *err, size_t errlen)
 {
     const logical *lg = find(ck, name);
-    if (!lg) return fail(err, errlen, "%s: no tensor '%s' in the checkpoint (missing tensor)", ck->dir, name);
+    if (!lg) return st_fail(err, errlen, "%s: no tensor '%s' in the checkpoint (missing tensor)", ck->dir, name);
     ckpt_place want = ck->pieces[lg->first].place;
     want.split = CKPT_SPLIT_NONE;
     want.groups = 1;
@@ -322,7 +311,7 @@ int ckpt_read_unit_slice(const ckpt *ck, const char *prefix, const param_spec *s
         ckpt_piece pc;
         /* the pieces this slice would have been saved as are what it needs */
         int k = ckpt_unit_slice_pieces(prefix, &specs[i], 1, tp_rank, tp_size, lo, hi, slice, &pc, 1);
-        if (k < 0) return fail(err, errlen, "%s: name '%s/%s' too long", ck->dir, prefix, specs[i].name);
+        if (k < 0) return st_fail(err, errlen, "%s: name '%s/%s' too long", ck->dir, prefix, specs[i].name);
         if (k == 0) continue;
         if (ckpt_read_slice(ck, pc.name, &pc.place, (float *)pc.data, err, errlen) != 0) return -1;
     }

@@ -25,44 +25,33 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        st_one_line(err);
-    }
-    return -1;
-}
 
 /* mkdir -p */
 static int make_dirs(const char *path, char *err, size_t errlen)
 {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
-        return fail(err, errlen, "%s: path too long", path);
+        return st_fail(err, errlen, "%s: path too long", path);
     for (char *p = buf + 1;; p++) {
         if (*p == '/' || *p == 0) {
             char c = *p;
             *p = 0;
             if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return fail(err, errlen, "%s: cannot create directory (%s)", buf, strerror(errno));
+                return st_fail(err, errlen, "%s: cannot create directory (%s)", buf, strerror(errno));
             *p = c;
             if (!c) break;
         }
     }
     struct stat st;
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-        return fail(err, errlen, "%s: not a directory", path);
+        return st_fail(err, errlen, "%s: not a directory", path);
     return 0;
 }
 
 int ckpt_latest_step(const char *dir, long *step, char *err, size_t errlen)
 {
     char path[4096];
-    if (strlen(dir) > CKPT_DIR_MAX) return fail(err, errlen, "%.100s...: path too long", dir);
+    if (strlen(dir) > CKPT_DIR_MAX) return st_fail(err, errlen, "%.100s...: path too long", dir);
     snprintf(path, sizeof path, "%s/latest", dir);
     char *text;
     size_t len;
@@ -72,7 +61,7 @@ int ckpt_latest_step(const char *dir, long *step, char *err, size_t errlen)
         text[--len] = 0;
     long s = ckpt_parse_step_dirname(text);
     free(text);
-    if (s < 0) return fail(err, errlen, "%s: does not name a step directory (corrupt)", path);
+    if (s < 0) return st_fail(err, errlen, "%s: does not name a step directory (corrupt)", path);
     *step = s;
     return 0;
 }
@@ -121,11 +110,11 @@ static int build_shard(st_writer *w, long step, int rank, const ckpt_piece *piec
         const ckpt_piece *pc = &pieces[i];
         const ckpt_place *p = &pc->place;
         if (!memchr(pc->name, 0, sizeof pc->name) || !pc->name[0] || strchr(pc->name, '#'))
-            return fail(err, errlen, "%s: piece %d has a bad name", path, i);
+            return st_fail(err, errlen, "%s: piece %d has a bad name", path, i);
         if (ckpt_place_check(p, why, sizeof why) != 0)
-            return fail(err, errlen, "%s: piece '%s': %s", path, pc->name, why);
+            return st_fail(err, errlen, "%s: piece '%s': %s", path, pc->name, why);
         if (p->hi > p->lo && !pc->data)
-            return fail(err, errlen, "%s: piece '%s' has no data", path, pc->name);
+            return st_fail(err, errlen, "%s: piece '%s' has no data", path, pc->name);
         /* the same name twice in one file (the tied head's wte): NAME#k */
         int dup = 0;
         for (int j = 0; j < i; j++) dup += strcmp(pieces[j].name, pc->name) == 0;
@@ -150,7 +139,7 @@ static int build_shard(st_writer *w, long step, int rank, const ckpt_piece *piec
         snprintf(key, sizeof key, "%s%s", CKPT_PLACE_PREFIX, tname);
         int rc = place ? st_writer_set_metadata(w, key, place) : -1;
         free(place);
-        if (rc != 0) return fail(err, errlen, "%s: out of memory", path);
+        if (rc != 0) return st_fail(err, errlen, "%s: out of memory", path);
     }
     return 0;
 }
@@ -159,13 +148,13 @@ int ckpt_write_rank(const char *dir, long step, int rank, const ckpt_piece *piec
                     char *err, size_t errlen)
 {
     char name[64], sdir[4096], path[4400], index[4400];
-    if (strlen(dir) > CKPT_DIR_MAX) return fail(err, errlen, "%.100s...: path too long", dir);
+    if (strlen(dir) > CKPT_DIR_MAX) return st_fail(err, errlen, "%.100s...: path too long", dir);
     if (step < 0 || rank < 0 || rank >= CKPT_MAX_WORLD || n < 0)
-        return fail(err, errlen, "%s: bad step %ld or rank %d", dir, step, rank);
+        return st_fail(err, errlen, "%s: bad step %ld or rank %d", dir, step, rank);
     ckpt_step_dirname(name, sizeof name, step);
     snprintf(sdir, sizeof sdir, "%s/%s", dir, name);
     if (is_latest_committed(dir, step)) {
-        fail(err, errlen, "%s: already the latest checkpoint (nothing written)", sdir);
+        st_fail(err, errlen, "%s: already the latest checkpoint (nothing written)", sdir);
         return 1;
     }
     if (make_dirs(sdir, err, errlen) != 0 || ckpt_io_fsync_dir(dir, err, errlen) != 0) return -1;
@@ -173,15 +162,15 @@ int ckpt_write_rank(const char *dir, long step, int rank, const ckpt_piece *piec
     if (unlink(index) == 0) {
         if (ckpt_io_fsync_dir(sdir, err, errlen) != 0) return -1;
     } else if (errno != ENOENT) {
-        return fail(err, errlen, "%s: cannot remove the old index (%s)", index, strerror(errno));
+        return st_fail(err, errlen, "%s: cannot remove the old index (%s)", index, strerror(errno));
     }
     ckpt_rank_filename(name, sizeof name, rank);
     snprintf(path, sizeof path, "%s/%s", sdir, name);
     if (unlink(path) != 0 && errno != ENOENT)
-        return fail(err, errlen, "%s: cannot remove the old file (%s)", path, strerror(errno));
+        return st_fail(err, errlen, "%s: cannot remove the old file (%s)", path, strerror(errno));
 
     st_writer *w = st_writer_new();
-    if (!w) return fail(err, errlen, "%s: out of memory", path);
+    if (!w) return st_fail(err, errlen, "%s: out of memory", path);
     int rc = build_shard(w, step, rank, pieces, n, path, err, errlen);
     if (rc == 0) {
         shard_ctx c = {w, path};
@@ -206,7 +195,7 @@ static int check_rank_file(const char *path, long step, int rank, ckpt_file_sum 
     int rc = 0;
     if (!fmt || strcmp(fmt, CKPT_FORMAT_SHARD) != 0 || !s || strcmp(s, want_s) != 0 || !k ||
         strcmp(k, want_k) != 0)
-        rc = fail(err, errlen, "%s: not rank %d's shard of step %ld (stale or misplaced file)", path,
+        rc = st_fail(err, errlen, "%s: not rank %d's shard of step %ld (stale or misplaced file)", path,
                   rank, step);
     st_reader_close(r);
     return rc;
@@ -292,19 +281,19 @@ static void prune(const char *dir, long step, int keep)
 int ckpt_commit(const char *dir, const ckpt_meta *meta, int keep, char *err, size_t errlen)
 {
     char name[64], sdir[4096], path[4400];
-    if (strlen(dir) > CKPT_DIR_MAX) return fail(err, errlen, "%.100s...: path too long", dir);
+    if (strlen(dir) > CKPT_DIR_MAX) return st_fail(err, errlen, "%.100s...: path too long", dir);
     if (meta->step < 0 || meta->world < 1 || meta->world > CKPT_MAX_WORLD || meta->dp < 1 ||
         meta->tp < 1 || meta->pp < 1 || meta->n_loss < 0)
-        return fail(err, errlen, "%s: bad checkpoint metadata (step %ld, world %d)", dir, meta->step,
+        return st_fail(err, errlen, "%s: bad checkpoint metadata (step %ld, world %d)", dir, meta->step,
                     meta->world);
     ckpt_step_dirname(name, sizeof name, meta->step);
     snprintf(sdir, sizeof sdir, "%s/%s", dir, name);
     if (is_latest_committed(dir, meta->step)) {
-        fail(err, errlen, "%s: already the latest checkpoint (nothing written)", sdir);
+        st_fail(err, errlen, "%s: already the latest checkpoint (nothing written)", sdir);
         return 1;
     }
     ckpt_file_sum *sums = calloc((size_t)meta->world, sizeof *sums);
-    if (!sums) return fail(err, errlen, "%s: out of memory", sdir);
+    if (!sums) return st_fail(err, errlen, "%s: out of memory", sdir);
     int rc = -1;
     for (int r = 0; r < meta->world; r++) {
         char fname[64];
@@ -315,7 +304,7 @@ int ckpt_commit(const char *dir, const ckpt_meta *meta, int keep, char *err, siz
     remove_leftovers(sdir, meta->world);
     char *text = ckpt_index_encode(meta, sums);
     if (!text) {
-        fail(err, errlen, "%s: out of memory", sdir);
+        st_fail(err, errlen, "%s: out of memory", sdir);
         goto out;
     }
     snprintf(path, sizeof path, "%s/index.json", sdir);
@@ -339,7 +328,7 @@ int ckpt_save(const char *dir, int rank, const ckpt_meta *meta, const ckpt_piece
     int rc = ckpt_write_rank(dir, meta->step, rank, pieces, n, err, errlen);
     /* everyone reaches the barrier, failed or not, so no rank waits forever */
     if (barrier && barrier(ctx) != 0 && rc == 0)
-        rc = fail(err, errlen, "%s: barrier failed while saving step %ld", dir, meta->step);
+        rc = st_fail(err, errlen, "%s: barrier failed while saving step %ld", dir, meta->step);
     if (rank == 0 && rc == 0) rc = ckpt_commit(dir, meta, keep, err, errlen);
     return rc;
 }

@@ -34,17 +34,6 @@ typedef struct {
     int transpose;
 } hf_tensor;
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        st_one_line(err);
-    }
-    return -1;
-}
 
 static const char *const block_ours[] = {"ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b",
                                          "attn.proj.w", "attn.proj.b", "ln2.w", "ln2.b",
@@ -144,7 +133,7 @@ static int fill(void *ctx, void *buf, size_t nbytes, char *err, size_t errlen)
     fill_ctx *f = ctx;
     if (!f->transpose) return ckpt_read_global(f->ck, f->src, buf, err, errlen);
     float *tmp = malloc(nbytes);
-    if (!tmp) return fail(err, errlen, "%s: out of memory exporting '%s'", ckpt_path(f->ck), f->src);
+    if (!tmp) return st_fail(err, errlen, "%s: out of memory exporting '%s'", ckpt_path(f->ck), f->src);
     int rc = ckpt_read_global(f->ck, f->src, tmp, err, errlen);
     float *dst = buf;
     for (int64_t r = 0; rc == 0 && r < f->rows; r++)
@@ -169,7 +158,7 @@ int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *
     const ckpt_info *info = ckpt_get_info(ck);
     if (naming == CKPT_NAMES_AUTO) {
         if (!info->has_model)
-            return fail(err, errlen, "%s/index.json: no model section (cannot tell GPT from ViT; name the format)",
+            return st_fail(err, errlen, "%s/index.json: no model section (cannot tell GPT from ViT; name the format)",
                         ckpt_path(ck));
         naming = info->model.kind == MODEL_VIT ? CKPT_NAMES_TIMM_VIT : CKPT_NAMES_HF_GPT2;
     }
@@ -179,7 +168,7 @@ int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *
     st_writer *w = st_writer_new();
     int rc = -1, exported = 0;
     if (!ctx || !w) {
-        fail(err, errlen, "%s: out of memory", out_path);
+        st_fail(err, errlen, "%s: out of memory", out_path);
         goto out;
     }
     st_writer_set_metadata(w, "format", "pt"); /* transformers refuses files without it */
@@ -190,7 +179,7 @@ int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *
         int ndim = ckpt_tensor_shape(ck, name, shape);
         hf_tensor t;
         if (map_name(name + 6, ndim, shape, naming, info, &t) != 0) {
-            fail(err, errlen, "%s: no %s name for '%s' (shape [%lld, %lld])", ckpt_path(ck), fmt_name, name,
+            st_fail(err, errlen, "%s: no %s name for '%s' (shape [%lld, %lld])", ckpt_path(ck), fmt_name, name,
                  (long long)shape[0], (long long)shape[1]);
             goto out;
         }
@@ -203,7 +192,7 @@ int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *
         if (st_writer_add_fill(w, t.name, ST_F32, t.ndim, t.shape, fill, f, err, errlen) != 0) goto out;
     }
     if (exported == 0) {
-        fail(err, errlen, "%s: no parameters to export", ckpt_path(ck));
+        st_fail(err, errlen, "%s: no parameters to export", ckpt_path(ck));
         goto out;
     }
     out_ctx o = {w, out_path};

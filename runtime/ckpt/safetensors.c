@@ -1,5 +1,7 @@
 /* safetensors.c — the dtype table the reader and the writer share. Names and
  * sizes are the Hugging Face format's ("F32", "BF16", ...). */
+#include <stdarg.h>
+#include <stdio.h>
 #include "runtime/ckpt/safetensors.h"
 
 #include <string.h>
@@ -41,4 +43,16 @@ void st_one_line(char *msg)
 {
     for (unsigned char *p = (unsigned char *)msg; p && *p; p++)
         if (*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+int st_fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+        st_one_line(err);
+    }
+    return -1;
 }

@@ -36,6 +36,9 @@ int st_dtype_parse(const char *s);
 /* Messages quote names from files, which may hold any byte: this replaces
  * control characters with '?' so an error stays one line. */
 void st_one_line(char *msg);
+/* Formats one line into err (made printable by st_one_line) and returns -1:
+ * the error return every ckpt / safetensors function shares. */
+int st_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* ---- writer ---- */
 

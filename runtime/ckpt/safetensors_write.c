@@ -41,17 +41,6 @@ struct st_writer {
     uint64_t data_bytes;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        st_one_line(err);
-    }
-    return -1;
-}
 
 st_writer *st_writer_new(void)
 {
@@ -75,37 +64,37 @@ static int add(st_writer *w, const char *name, st_dtype dt, int ndim, const int6
                const void *data, st_fill_fn fill, void *ctx, char *err, size_t errlen)
 {
     if (!name || !*name || strcmp(name, "__metadata__") == 0)
-        return fail(err, errlen, "safetensors: bad tensor name '%s'", name ? name : "(null)");
+        return st_fail(err, errlen, "safetensors: bad tensor name '%s'", name ? name : "(null)");
     if ((unsigned)dt >= ST_DTYPE_COUNT)
-        return fail(err, errlen, "safetensors: tensor '%s': unknown dtype %d", name, (int)dt);
+        return st_fail(err, errlen, "safetensors: tensor '%s': unknown dtype %d", name, (int)dt);
     if (ndim < 0 || ndim > ST_MAX_DIMS)
-        return fail(err, errlen, "safetensors: tensor '%s': %d dims (at most %d)", name, ndim,
+        return st_fail(err, errlen, "safetensors: tensor '%s': %d dims (at most %d)", name, ndim,
                     ST_MAX_DIMS);
     uint64_t numel = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)shape[d], &numel))
-            return fail(err, errlen, "safetensors: tensor '%s': bad shape", name);
+            return st_fail(err, errlen, "safetensors: tensor '%s': bad shape", name);
     }
     uint64_t nbytes;
     if (__builtin_mul_overflow(numel, (uint64_t)st_dtype_size(dt), &nbytes) ||
         w->data_bytes + nbytes > ST_MAX_DATA)
-        return fail(err, errlen, "safetensors: tensor '%s': too large", name);
+        return st_fail(err, errlen, "safetensors: tensor '%s': too large", name);
     if (nbytes > 0 && !data && !fill)
-        return fail(err, errlen, "safetensors: tensor '%s': no data", name);
+        return st_fail(err, errlen, "safetensors: tensor '%s': no data", name);
     for (int i = 0; i < w->n; i++)
         if (strcmp(w->t[i].name, name) == 0)
-            return fail(err, errlen, "safetensors: tensor '%s' added twice", name);
+            return st_fail(err, errlen, "safetensors: tensor '%s' added twice", name);
     if (w->n == w->cap) {
         int cap = w->cap ? 2 * w->cap : 16;
         wtensor *t = realloc(w->t, (size_t)cap * sizeof *t);
-        if (!t) return fail(err, errlen, "safetensors: out of memory");
+        if (!t) return st_fail(err, errlen, "safetensors: out of memory");
         w->t = t;
         w->cap = cap;
     }
     wtensor *t = &w->t[w->n];
     memset(t, 0, sizeof *t);
     t->name = strdup(name);
-    if (!t->name) return fail(err, errlen, "safetensors: out of memory");
+    if (!t->name) return st_fail(err, errlen, "safetensors: out of memory");
     t->dtype = dt;
     t->ndim = ndim;
     for (int d = 0; d < ndim; d++) t->shape[d] = shape[d];
@@ -128,7 +117,7 @@ int st_writer_add_fill(st_writer *w, const char *name, st_dtype dt, int ndim,
                        const int64_t *shape, st_fill_fn fill, void *ctx, char *err,
                        size_t errlen)
 {
-    if (!fill) return fail(err, errlen, "safetensors: tensor '%s': no fill function", name);
+    if (!fill) return st_fail(err, errlen, "safetensors: tensor '%s': no fill function", name);
     return add(w, name, dt, ndim, shape, NULL, fill, ctx, err, errlen);
 }
 
@@ -225,12 +214,12 @@ int st_writer_write_fd(st_writer *w, int fd, const char *path, st_write_all_fn w
 {
     if (!write_all) write_all = plain_write_all;
     char *json = header_json(w);
-    if (!json) return fail(err, errlen, "%s: out of memory building the header", path);
+    if (!json) return st_fail(err, errlen, "%s: out of memory building the header", path);
     size_t len = strlen(json), padded = (len + 7) & ~(size_t)7;
     char *hdr = malloc(8 + padded);
     if (!hdr) {
         free(json);
-        return fail(err, errlen, "%s: out of memory building the header", path);
+        return st_fail(err, errlen, "%s: out of memory building the header", path);
     }
     uint64_t n = padded;
     memcpy(hdr, &n, 8); /* little-endian host */
@@ -239,13 +228,13 @@ int st_writer_write_fd(st_writer *w, int fd, const char *path, st_write_all_fn w
     free(json);
     int rc = write_all(fd, hdr, 8 + padded);
     free(hdr);
-    if (rc != 0) return fail(err, errlen, "%s: write failed (%s)", path, strerror(errno));
+    if (rc != 0) return st_fail(err, errlen, "%s: write failed (%s)", path, strerror(errno));
     for (int i = 0; i < w->n; i++) {
         const wtensor *t = &w->t[i];
         if (t->nbytes == 0) continue;
         if (t->fill) {
             void *buf = malloc(t->nbytes);
-            if (!buf) return fail(err, errlen, "%s: out of memory for tensor '%s'", path, t->name);
+            if (!buf) return st_fail(err, errlen, "%s: out of memory for tensor '%s'", path, t->name);
             if (t->fill(t->ctx, buf, t->nbytes, err, errlen) != 0) {
                 free(buf);
                 return -1;
@@ -255,7 +244,7 @@ int st_writer_write_fd(st_writer *w, int fd, const char *path, st_write_all_fn w
         } else {
             rc = write_all(fd, t->data, t->nbytes);
         }
-        if (rc != 0) return fail(err, errlen, "%s: write failed (%s)", path, strerror(errno));
+        if (rc != 0) return st_fail(err, errlen, "%s: write failed (%s)", path, strerror(errno));
     }
     return 0;
 }
