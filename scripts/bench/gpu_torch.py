@@ -22,50 +22,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
-class Block(nn.Module):
-    def __init__(self, C, H):
-        super().__init__()
-        self.H = H
-        self.ln1 = nn.LayerNorm(C)
-        self.qkv = nn.Linear(C, 3 * C)
-        self.proj = nn.Linear(C, C)
-        self.ln2 = nn.LayerNorm(C)
-        self.fc = nn.Linear(C, 4 * C)
-        self.fc_proj = nn.Linear(4 * C, C)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
-        return x + self.fc_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-
-
-class GPT(nn.Module):
-    def __init__(self, L, C, H, V, T):
-        super().__init__()
-        self.wte = nn.Embedding(V, C)
-        self.wpe = nn.Embedding(T, C)
-        self.blocks = nn.ModuleList(Block(C, H) for _ in range(L))
-        self.lnf = nn.LayerNorm(C)
-        for n, p in self.named_parameters():  # GPT-2 init, as dtrun's
-            if p.dim() == 2:
-                std = 0.02 / math.sqrt(2 * L) if n.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, 0.0, std)
-            elif n.endswith("bias"):
-                nn.init.zeros_(p)
-
-    def forward(self, idx, targets):
-        B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
-        for b in self.blocks:
-            x = b(x)
-        logits = F.linear(self.lnf(x), self.wte.weight)  # tied head
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
-
-
-PRESETS = {"124m": (12, 768, 12), "350m": (24, 1024, 16)}
+# The model is torch_gpt.py's (the CPU benchmark's twin of dtrun's GPT): one definition.
+from torch_gpt import GPT  # noqa: E402  (same folder: on sys.path when run as a script)
 
 
 def main():

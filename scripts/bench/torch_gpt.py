@@ -1,4 +1,5 @@
-"""PyTorch twin of dtrun's GPT for side-by-side benchmarks (not a dtrun dependency).
+"""PyTorch twin of dtrun's GPT for side-by-side benchmarks (not a dtrun dependency);
+scripts/bench/gpu_torch.py imports its GPT for the GPU benchmark.
 
 Same model as dtrun's: token + learned position embedding, pre-LN blocks
 (qkv and proj with bias, causal attention, 4C MLP with tanh-GELU), final LN,
@@ -28,7 +29,7 @@ class Block(nn.Module):
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True) if hasattr(F, "scaled_dot_product_attention") else None
         if y is None:
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.H)
-            mask = torch.ones(T, T, dtype=torch.bool).tril()
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
             att = att.masked_fill(~mask, float("-inf")).softmax(-1)
             y = att @ v
         x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
@@ -52,11 +53,12 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         B, T = idx.shape
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=idx.device))
         for b in self.blocks:
             x = b(x)
-        logits = self.lnf(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        logits = F.linear(self.lnf(x), self.wte.weight)  # tied head
+        # loss in fp32 whatever the autocast dtype (the GPU benchmark runs bf16)
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
 def main():
