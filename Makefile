@@ -68,8 +68,11 @@ ifneq ($(CU_SRC),)
   # cuBLAS/cuBLASLt are NOT linked: kernels/cuda/blas.cu dlopen's them when
   # the backend finds a GPU (linking them costs every dtrun process ~0.6 s and
   # ~210 MB at start-up, launcher and CLI included); the rpath still points
-  # dlopen at the toolkit. -lstdc++: nvcc's host code is C++.
-  LDLIBS  += $(CUDA_LIB) -lnccl -lcudart -ldl -lstdc++
+  # dlopen at the toolkit. Nor is NCCL (218 MB): runtime/comm/comm_nccl_lib.c
+  # dlopen's it when a communicator wants it, so the binary also starts where
+  # libnccl is missing and runs there on the CPU transport; nccl.h is needed
+  # at build time only. -lstdc++: nvcc's host code is C++.
+  LDLIBS  += $(CUDA_LIB) -lcudart -ldl -lstdc++
   NVFLAGS := -O3 -std=c++17 -I. $(CUDA_INC) -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror \
              -Werror all-warnings --generate-code arch=compute_90,code=[sm_90,compute_90] \
              $(EXTRA_NVFLAGS)
@@ -146,7 +149,14 @@ $(BUILD)/bench/gpu_train: scripts/bench/gpu_train.c $(BUILD)/libdtrun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< $(BUILD)/libdtrun.a -o $@ $(LDLIBS)
 
-gpu-bench-bin: $(BUILD)/bench/gpu_train
+# scripts/bench/comm.sh's dtrun side (and, with --device, NCCL on a GPU box):
+# linked like every binary, since the comm layer pulls in the CUDA objects of
+# a CUDA build.
+$(BUILD)/bench/comm_bench: scripts/bench/comm_bench.c $(BUILD)/libdtrun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdtrun.a -o $@ $(LDLIBS)
+
+gpu-bench-bin: $(BUILD)/bench/gpu_train $(BUILD)/bench/comm_bench
 
 test-gpu:
 	@$(if $(DEPS_PREFIX),true,scripts/deps.sh)

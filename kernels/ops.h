@@ -128,6 +128,15 @@ extern const dt_ops dt_ops_cpu;
 /* The CUDA backend, or NULL when not built / no device. */
 const dt_ops *dt_ops_cuda(void);
 
+/* Where a worker computes (the job's train.device, same numbering). */
+typedef enum { DT_DEVICE_AUTO = 0, DT_DEVICE_CPU, DT_DEVICE_CUDA } dt_device;
+
+/* The ops table for `want`: cpu gives dt_ops_cpu; cuda the CUDA table on
+ * device local_rank % (number of devices), or NULL with one line in err when
+ * there is none to use (no GPU, no CUDA backend in this build, set-up failed);
+ * auto is cuda when that works, else cpu. Call once, before any op. */
+const dt_ops *dt_ops_select(dt_device want, int local_rank, char *err, size_t errlen);
+
 /* Threads the CPU kernels use (OpenMP and OpenBLAS); n <= 0 keeps the default. */
 void dt_ops_set_threads(int n);
 

@@ -383,7 +383,16 @@ static int store_integer(loader *L, int fid, const char *name)
     entry *e = &L->e[fid];
     char got[300], shown[256];
     long long v = 0;
+    if (fid == FID_DP) { /* dp: auto (jobspec.h) */
+        L->job->parallel.dp_auto = e->len == 4 && !memcmp(e->text, "auto", 4);
+        if (L->job->parallel.dp_auto) {
+            L->job->parallel.dp = 1;
+            return 0;
+        }
+    }
     int rc = parse_integer(e, &v);
+    if (rc == -1 && fid == FID_DP)
+        return fail_value(L, fid, "%s: expected an integer or auto, got %s", name, got_of(e, got, sizeof got));
     if (rc == -1) return fail_value(L, fid, "%s: expected an integer, got %s", name, got_of(e, got, sizeof got));
     long long max = f->type == FT_INT ? INT_MAX : LONG_MAX, min = f->type == FT_INT ? INT_MIN : LONG_MIN;
     if (rc == -2 || v > max || v < min)
@@ -732,6 +741,12 @@ static int derive(loader *L, int preset_d_ff)
         job->data.synthetic_size = m->kind == MODEL_GPT ? SYNTHETIC_GPT_TOKENS : SYNTHETIC_VIT_IMAGES;
     if (!L->e[FID_VIRTUAL_STAGES].given) par->virtual_stages = par->pp_schedule == PP_INTERLEAVED ? 2 : 1;
 
+    if (par->dp_auto && !L->e[FID_MICRO_BATCH].given)
+        return fail_key(L, FID_DP, "parallel.dp: auto needs train.micro_batch (the samples per rank per micro-step): "
+                                   "dp is known only when the workers start, and the global batch stays the same");
+    if (par->dp_auto && L->e[FID_MICROBATCHES].given)
+        return fail_key(L, FID_MICROBATCHES, "parallel.microbatches cannot be set with dp: auto (it is derived: "
+                                             "global_batch / (micro_batch x dp) once dp is known)");
     if (!L->e[FID_MICRO_BATCH].given) {
         if (L->e[FID_MICROBATCHES].given) {
             long long per = (long long)par->dp * par->microbatches;
@@ -889,6 +904,7 @@ void job_defaults(job_spec *job)
     t->eps = 1e-8;
     t->grad_clip = 1.0;
     t->precision = PREC_FP32;
+    t->device = DEVICE_AUTO;
     t->seed = 1337;
     t->recompute = RECOMPUTE_NONE;
     t->eval_every = 0;
@@ -997,4 +1013,28 @@ int job_load_file_overrides(job_spec *job, const char *path, const char *const *
 int job_load_file(job_spec *job, const char *path, char *err, size_t errlen)
 {
     return job_load_file_overrides(job, path, NULL, 0, err, errlen);
+}
+
+int job_resolve_world(job_spec *job, int world, char *err, size_t errlen)
+{
+    job_parallel *par = &job->parallel;
+    job_train *t = &job->train;
+    if (!par->dp_auto) return 0;
+    int tp_pp = par->tp * par->pp;
+    if (world < 1 || world % tp_pp) {
+        snprintf(err, errlen, "%s: parallel.dp: auto: the world of %d workers is not a multiple of tp x pp = %d",
+                 job->path, world, tp_pp);
+        return -1;
+    }
+    par->dp = world / tp_pp;
+    long long per_step = (long long)t->micro_batch * par->dp;
+    if (t->global_batch % per_step) {
+        snprintf(err, errlen, "%s: parallel.dp: auto: train.global_batch %d is not divisible by micro_batch %d x dp %d "
+                              "(dp = %d workers / (tp x pp))",
+                 job->path, t->global_batch, t->micro_batch, par->dp, world);
+        return -1;
+    }
+    t->grad_accum = (int)(t->global_batch / per_step);
+    par->microbatches = t->grad_accum;
+    return job_validate(job, err, errlen);
 }

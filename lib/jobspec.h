@@ -57,6 +57,8 @@ typedef struct {
 typedef enum { LR_COSINE = 0, LR_LINEAR, LR_CONSTANT } lr_schedule;
 typedef enum { PREC_FP32 = 0, PREC_BF16 } precision_kind;
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_BLOCK } recompute_kind;
+/* auto: cuda when the CUDA backend finds a device, else cpu. */
+typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind;
 
 typedef struct {
     int steps;
@@ -71,6 +73,7 @@ typedef struct {
     double beta1, beta2, eps;
     double grad_clip;      /* 0 = off; clip by the global L2 norm */
     precision_kind precision;
+    device_kind device;    /* where the worker computes (kernels' ops table) */
     unsigned long long seed;
     recompute_kind recompute;
     int eval_every;        /* 0 = only at the end */
@@ -84,6 +87,9 @@ typedef enum { PP_GPIPE = 0, PP_1F1B, PP_INTERLEAVED } pp_schedule_kind;
 
 typedef struct {
     int dp, tp, pp;
+    int dp_auto;           /* `dp: auto`: dp = world / (tp * pp), known when the workers
+                              start (elastic MIN:MAX jobs); dp is 1 until
+                              job_resolve_world sets it */
     shard_mode mode;
     pp_schedule_kind pp_schedule;
     int microbatches;      /* pipeline microbatches per step; default grad_accum */
@@ -166,6 +172,13 @@ int job_load_string_overrides(job_spec *job, const char *text, size_t len, const
                               const char *const *overrides, int n_overrides, char *err,
                               size_t errlen);
 
+/* `parallel.dp: auto`: with the world size the launcher gave (WORLD_SIZE), sets
+ * dp = world / (tp * pp) and re-derives grad_accum = global_batch / (micro_batch
+ * x dp) and microbatches, so the global batch stays the same on any number of
+ * nodes. A job without dp: auto is left alone. Returns 0, or -1 with "FILE: what"
+ * (world not a multiple of tp x pp, global_batch not divisible). */
+int job_resolve_world(job_spec *job, int world, char *err, size_t errlen);
+
 /* Print the resolved job as YAML that job_load_string reads back to the same struct. */
 void job_print(const job_spec *job, FILE *out);
 
@@ -173,6 +186,7 @@ void job_print(const job_spec *job, FILE *out);
 const char *job_model_kind_name(model_kind k);
 const char *job_data_kind_name(data_kind k);
 const char *job_lr_schedule_name(lr_schedule s);
+const char *job_device_name(device_kind d);
 const char *job_precision_name(precision_kind p);
 const char *job_recompute_name(recompute_kind r);
 const char *job_shard_mode_name(shard_mode m);

@@ -207,7 +207,7 @@ static int check_parallel(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_VIRTUAL_STAGES, FID_PP_SCHEDULE),
                     "parallel.virtual_stages %d needs pp_schedule: interleaved (the schedule is %s)",
                     par->virtual_stages, job_pp_schedule_name(par->pp_schedule));
-    if (par->mode == SHARD_HSDP && par->dp == 1)
+    if (par->mode == SHARD_HSDP && par->dp == 1 && !par->dp_auto)
         return fail(v, BLAME(FID_MODE, FID_DP),
                     "parallel.mode hsdp needs parallel.dp > 1 (it shards and replicates across data-parallel ranks)");
     return 0;

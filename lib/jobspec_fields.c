@@ -23,6 +23,8 @@ static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const schedule_aliases[] = {"cos", "lin", "const,none,fixed", NULL};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
 static const char *const precision_aliases[] = {"float32,float,f32,tf32", "bfloat16,fp16,float16,half", NULL};
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const device_aliases[] = {"default,any", "host", "gpu,nvidia", NULL};
 static const char *const recomputes[] = {"none", "block", NULL};
 static const char *const recompute_aliases[] = {"off,false,no", "full,selective,true,on,yes", NULL};
 static const char *const shard_modes[] = {"none", "zero1", "zero2", "fsdp", "hsdp", NULL};
@@ -112,6 +114,8 @@ const field_def job_fields[FID_COUNT] = {
                           "clip_grad,max_grad_norm,gradient_clipping,clip_grad_norm,clip"),
     [FID_PRECISION] = ENUM(SEC_TRAIN, "precision", train.precision, precisions, precision_aliases,
                            "dtype,mixed_precision,amp,bf16"),
+    [FID_DEVICE] = ENUM(SEC_TRAIN, "device", train.device, devices, device_aliases,
+                        "accelerator,device_type,devices"),
     [FID_SEED] = NUM(SEC_TRAIN, "seed", FT_U64, train.seed, 0, NOMAX, "random_seed,rng_seed"),
     [FID_RECOMPUTE] = ENUM(SEC_TRAIN, "recompute", train.recompute, recomputes, recompute_aliases,
                            "activation_checkpointing,gradient_checkpointing,checkpoint_activations,"
@@ -358,6 +362,7 @@ const char *job_model_kind_name(model_kind k) { return name_of(model_kinds, (int
 const char *job_data_kind_name(data_kind k) { return name_of(data_kinds, (int)k); }
 const char *job_lr_schedule_name(lr_schedule s) { return name_of(schedules, (int)s); }
 const char *job_precision_name(precision_kind p) { return name_of(precisions, (int)p); }
+const char *job_device_name(device_kind d) { return name_of(devices, (int)d); }
 const char *job_recompute_name(recompute_kind r) { return name_of(recomputes, (int)r); }
 const char *job_shard_mode_name(shard_mode m) { return name_of(shard_modes, (int)m); }
 const char *job_pp_schedule_name(pp_schedule_kind s) { return name_of(pp_schedules, (int)s); }

@@ -8,6 +8,10 @@
 set -u
 cd "$(dirname "$0")/.."
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
+# make test checks the CPU backend (layout equivalence is defined on it in
+# fp32): GPUs hidden, train.device auto resolves to cpu on a GPU box too.
+# make test-gpu (test/gpu/run.sh) is where the GPU is tested.
+export CUDA_VISIBLE_DEVICES=
 # make test-full (DTRUN_TEST_FULL=1) adds the whole layout matrix: a longer limit.
 if [ "${DTRUN_TEST_FULL:-0}" = 1 ]; then export DTRUN_TEST_TIMEOUT=${DTRUN_TEST_TIMEOUT:-7200}; fi
 export DTRUN_TEST_TIMEOUT=${DTRUN_TEST_TIMEOUT:-600}

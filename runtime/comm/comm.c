@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "runtime/comm/comm_internal.h"
+#include "runtime/comm/comm_nccl.h"
 
 /* How many times this process made a given member list from a given parent:
  * part of the group's store key, so making the same group twice gives two
@@ -143,9 +144,19 @@ static void comm_free(comm *c)
     free(c);
 }
 
-/* Picks self / shm / tcp for c (members, world and store set) and builds it. */
+/* Picks nccl / self / shm / tcp for c (members, world and store set) and
+ * builds it. NCCL when the world chose it (comm_nccl.h): for every group when
+ * forced, else for groups of two or more. */
 static int comm_setup_transport(comm *c)
 {
+    int nccl = c->world->nccl_mode;
+    if (nccl == 2 || (nccl == 1 && c->size > 1)) {
+        if (c->size > 1 && !c->store)
+            return comm_fail(c, COMM_EINVAL, "%s: a group of %d needs a bootstrap store",
+                             c->name, c->size);
+        c->be = &comm_backend_nccl;
+        return comm_nccl_create(c);
+    }
     if (c->size == 1) {
         c->be = &comm_backend_self;
         return COMM_OK;
@@ -176,14 +187,67 @@ static int comm_setup_transport(comm *c)
 
 static void read_info(comm_peer_info *dst, const char *text)
 {
-    /* "pid\nnode\nhost" */
+    /* "pid\nnode\nhost\ngpu" (gpu may be empty) */
     dst->pid = atoi(text);
     const char *a = strchr(text, '\n');
     const char *b = a ? strchr(a + 1, '\n') : NULL;
     if (!a || !b)
         return;
     snprintf(dst->node, sizeof dst->node, "%.*s", (int)(b - a - 1), a + 1);
-    snprintf(dst->host, sizeof dst->host, "%s", b + 1);
+    const char *g = strchr(b + 1, '\n');
+    snprintf(dst->host, sizeof dst->host, "%.*s", g ? (int)(g - b - 1) : (int)strlen(b + 1), b + 1);
+    if (g)
+        snprintf(dst->gpu, sizeof dst->gpu, "%s", g + 1);
+}
+
+/* DTRUN_COMM_BACKEND: 0 cpu, 1 auto (default), 2 nccl; -1 for anything else.
+ * Under auto, DTRUN_COMM_TRANSPORT=shm or tcp asks for a CPU transport: cpu. */
+static int backend_from_env(void)
+{
+    const char *s = getenv("DTRUN_COMM_BACKEND");
+    if (!s || !*s || strcmp(s, "auto") == 0) {
+        const char *t = getenv("DTRUN_COMM_TRANSPORT");
+        return t && (strcmp(t, "shm") == 0 || strcmp(t, "tcp") == 0) ? 0 : 1;
+    }
+    if (strcmp(s, "cpu") == 0)
+        return 0;
+    if (strcmp(s, "nccl") == 0)
+        return 2;
+    return -1;
+}
+
+/* The world's choice between NCCL and the CPU transports, the same on every
+ * rank because it is made from what every rank published (its GPU's bus id,
+ * or "" when NCCL cannot serve it): NCCL when each rank has one and no two
+ * ranks of a node share one (NCCL <= 2.29 refuses that: "Duplicate GPU").
+ * auto keeps the CPU transports otherwise (and for a world of one); nccl
+ * (forced) turns it into an error naming the rank. */
+static int choose_backend(comm *c, int want, const char *my_why, char *err, size_t errlen)
+{
+    c->nccl_mode = 0;
+    if (want == 0 || (want == 1 && c->size == 1))
+        return COMM_OK;
+    const comm_peer_info *info = c->info;
+    for (int r = 0; r < c->size; r++) {
+        if (!info[r].gpu[0]) {
+            if (want == 2)
+                snprintf(err, errlen, "comm: DTRUN_COMM_BACKEND=nccl but rank %d (%s) cannot use "
+                         "NCCL: %s", r, info[r].host,
+                         r == c->rank ? my_why : "no CUDA device in use or no libnccl there");
+            return want == 2 ? COMM_EINVAL : COMM_OK;
+        }
+        for (int q = 0; q < r; q++)
+            if (strcmp(info[q].node, info[r].node) == 0 && strcmp(info[q].gpu, info[r].gpu) == 0) {
+                if (want == 2)
+                    snprintf(err, errlen, "comm: DTRUN_COMM_BACKEND=nccl but ranks %d and %d share "
+                             "GPU %s on %s, and NCCL refuses two ranks on one GPU; give each rank "
+                             "its own GPU, or use DTRUN_COMM_BACKEND=cpu (shm/tcp, device buffers "
+                             "staged through host memory)", q, r, info[r].gpu, info[r].host);
+                return want == 2 ? COMM_EINVAL : COMM_OK;
+            }
+    }
+    c->nccl_mode = want;
+    return COMM_OK;
 }
 
 static int env_int(const char *name, int fallback)
@@ -246,6 +310,17 @@ int comm_world_init_with(comm **out, comm_store *store, int rank, int world_size
         snprintf(me->host, sizeof me->host, "unknown");
     me->host[sizeof me->host - 1] = '\0';
     snprintf(me->node, sizeof me->node, "%s", node_id ? node_id : me->host);
+    int want = backend_from_env();
+    if (want < 0) {
+        snprintf(err, errlen, "comm: DTRUN_COMM_BACKEND=%s: expected auto, nccl or cpu",
+                 getenv("DTRUN_COMM_BACKEND"));
+        comm_free(c);
+        return COMM_EINVAL;
+    }
+    /* asking costs a dlopen of libnccl: only when NCCL may be used */
+    char my_why[256] = "";
+    if (want == 2 || (want == 1 && world_size > 1))
+        comm_nccl_probe(me->gpu, sizeof me->gpu, my_why, sizeof my_why);
 
     int rc = COMM_OK;
     if (world_size > 1) {
@@ -255,7 +330,8 @@ int comm_world_init_with(comm **out, comm_store *store, int rank, int world_size
             return COMM_EINVAL;
         }
         char key[400], val[STORE_VALUE_MAX];
-        int len = snprintf(val, sizeof val, "%d\n%s\n%s", me->pid, me->node, me->host);
+        int len = snprintf(val, sizeof val, "%d\n%s\n%s\n%s", me->pid, me->node, me->host,
+                           me->gpu);
         snprintf(key, sizeof key, "%s/info/%d", c->id, rank);
         if (store_set(store, key, val, (size_t)len) != 0) {
             snprintf(err, errlen, "comm: world init: %s", store_last_error(store));
@@ -276,6 +352,11 @@ int comm_world_init_with(comm **out, comm_store *store, int rank, int world_size
             val[(size_t)n < sizeof val ? (size_t)n : sizeof val - 1] = '\0';
             read_info(&c->info[r], val);
         }
+    }
+    rc = choose_backend(c, want, my_why, err, errlen);
+    if (rc != COMM_OK) {
+        comm_free(c);
+        return rc;
     }
     rc = comm_setup_transport(c);
     if (rc != COMM_OK) {
@@ -506,6 +587,11 @@ static int coll(comm *c, coll_args a, comm_req **req)
     int rc = check_args(c, &a);
     if (rc != COMM_OK)
         return rc;
+    if (c->be == &comm_backend_nccl)
+        return comm_nccl_coll(c, &a, req);
+    if (a.count > 0 && comm_dev_active() &&
+        (comm_dev_is_device(a.send) || comm_dev_is_device(a.recv)))
+        return comm_stage_coll(c, &a, req);
     return req ? comm_queue_submit(c, &a, req) : comm_queue_run(c, &a);
 }
 
@@ -582,7 +668,11 @@ static int p2p(comm *c, int is_send, const void *buf, size_t count, comm_dtype d
                          peer, c->name, c->rank, c->size);
     if (count > 0 && !buf)
         return comm_fail(c, COMM_EINVAL, "%s: NULL buffer", what);
+    if (c->be == &comm_backend_nccl)
+        return comm_nccl_p2p(c, is_send, (void *)buf, count, dt, peer, req);
     size_t bytes = count * comm_dtype_size(dt);
+    if (bytes > 0 && comm_dev_is_device(buf))
+        return comm_stage_p2p(c, is_send, (void *)buf, bytes, peer, req);
     return req ? comm_p2p_submit(c, is_send, (void *)buf, bytes, peer, req)
                : comm_p2p_run(c, is_send, (void *)buf, bytes, peer);
 }
@@ -612,5 +702,9 @@ int comm_wait(comm_req *req)
 {
     if (!req)
         return COMM_OK;
-    return req->is_p2p ? comm_p2p_wait(req) : comm_queue_wait(req);
+    if (req->nccl)
+        return comm_nccl_wait(req);
+    struct comm_stage *st = req->stage;  /* the waits below free req */
+    int rc = req->is_p2p ? comm_p2p_wait(req) : comm_queue_wait(req);
+    return st ? comm_stage_finish(st, rc) : rc;
 }

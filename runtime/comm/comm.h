@@ -11,6 +11,16 @@
  * mesh for send/recv). DTRUN_COMM_TRANSPORT=tcp forces TCP (tests, debugging);
  * =shm insists on shared memory. Ranks are on one node when their GROUP_RANK
  * (the agent's node rank) agrees, or, without GROUP_RANK, their host names.
+ * "nccl" (comm_nccl.h) when every rank computes on a GPU of its own: the world
+ * decides once for all its groups (DTRUN_COMM_BACKEND=auto|nccl|cpu).
+ *
+ * Buffers may be host or device memory (a CUDA build with a device in use) on
+ * every transport: NCCL stages host buffers through the device, the CPU
+ * transports stage device buffers through the host (comm_stage.c). With NCCL
+ * a blocking call returns once the operation finished on the device, and an
+ * operation starts after the work queued so far on the compute stream
+ * (dt_ops_cuda_stream()); the timeout of an NCCL operation counts from its
+ * issue, and a failure aborts every NCCL communicator of the process.
  *
  * Contract (like NCCL / torch.distributed):
  *  - Every member calls the same collectives in the same order with the same
@@ -42,6 +52,8 @@
  * in the background (send / recv).
  *
  * Environment (all optional):
+ *   DTRUN_COMM_BACKEND    auto (default), nccl or cpu (comm_nccl.h)
+ *   DTRUN_NCCL_LIB        the NCCL library to dlopen (default libnccl.so.2)
  *   DTRUN_STORE           kv (default: the agent's KV store) or file:DIR
  *   DTRUN_COMM_TIMEOUT    seconds per call and for creating a communicator (60)
  *   DTRUN_COMM_TRANSPORT  auto (default), shm or tcp

@@ -79,6 +79,7 @@ typedef struct {
     int pid;
     char node[128];        /* GROUP_RANK or host name: equal = same node */
     char host[128];
+    char gpu[32];          /* PCI bus id of the GPU NCCL would use; "" = none */
 } comm_peer_info;
 
 typedef struct comm_queue comm_queue;   /* comm_queue.c: asynchronous collectives */
@@ -95,6 +96,9 @@ struct comm {
     double timeout;
     const comm_backend *be;
     void *be_state;
+    /* World only: 1 = NCCL for groups of two or more (auto), 2 = NCCL for every
+     * communicator (DTRUN_COMM_BACKEND=nccl), 0 = the CPU transports. */
+    int nccl_mode;
 
     /* Errors: the first one wins and breaks the communicator. */
     pthread_mutex_t err_mu;
@@ -171,6 +175,8 @@ void comm_p2p_destroy(comm *c);
 int comm_queue_wait(comm_req *req);
 int comm_p2p_wait(comm_req *req);
 
+struct comm_stage;                      /* comm_stage.c */
+
 /* A request: either a queued collective or a p2p op (comm_queue.c / comm_p2p.c). */
 struct comm_req {
     comm *c;
@@ -180,6 +186,31 @@ struct comm_req {
     int status;
     int done;                    /* guarded by the owner's mutex */
     comm_req *next;
+    void *nccl;                  /* an NCCL request (comm_nccl.c), else NULL */
+    struct comm_stage *stage;    /* device buffers staged through host memory */
 };
+
+/* ---- device buffers (comm_stage.c; real only in a CUDA build) ----
+ * The API takes host or device pointers on every transport. The CPU
+ * transports (self, shm, tcp) need host memory, so device buffers are staged
+ * through host copies here, in one place; the NCCL backend stages host buffers
+ * the other way itself (comm_nccl.c). */
+
+/* 1 when this process has a CUDA device in use (the CUDA ops are set up):
+ * only then may a buffer be device memory, and only then is it worth asking. */
+int comm_dev_active(void);
+/* 1 when p is memory only the device can touch (cudaMalloc'ed); 0 for host
+ * memory, managed memory (the host may touch it) and NULL. */
+int comm_dev_is_device(const void *p);
+/* A collective or a send / receive on a CPU transport with device buffers:
+ * copies them through host memory (on the compute stream, which never waits
+ * for unfinished communication, so each copy is bounded). Same contract as the
+ * unstaged calls; an asynchronous request carries its staging to comm_wait. */
+int comm_stage_coll(comm *c, const coll_args *a, comm_req **req);
+int comm_stage_p2p(comm *c, int is_send, void *buf, size_t bytes, int peer, comm_req **req);
+/* comm_wait's last step for a staged request whose wait returned `status`:
+ * copies the result to the device (when status is COMM_OK), frees the
+ * staging, returns the final status. */
+int comm_stage_finish(struct comm_stage *st, int status);
 
 #endif

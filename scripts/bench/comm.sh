@@ -13,12 +13,7 @@ cd "$(dirname "$0")/../.."
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 rounds=${ROUNDS:-3} iters=${ITERS:-20} nproc=${NPROC:-2} sizes=${SIZES:-1M,16M,64M}
 DTRUN_EXTRA_DEPS="python3-torch" scripts/deps.sh
-make -s build/libdtrun.a
-mkdir -p build/bench
-# shellcheck disable=SC2046
-cc -std=c11 -D_GNU_SOURCE -O2 -march=native -fopenmp -I. scripts/bench/comm_bench.c \
-   build/libdtrun.a -o build/bench/comm_bench \
-   $(pkg-config --libs yaml-0.1 libuv openblas zlib libxxhash libcjson) -lm
+make -s build/bench/comm_bench
 tmp=$(mktemp -d /tmp/dtrun-bench-comm.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -8,14 +8,18 @@
  *
  *   comm_bench [--op all_reduce|reduce_scatter|all_gather|broadcast]
  *              [--sizes 1M,16M,64M] [--iters N] [--warmup N] [--dtype f32|bf16]
- *              [--async]
+ *              [--async] [--device]
  * Sizes are bytes (K, M, G suffixes). Each size reports the median of --iters
- * timed calls, each call bracketed by barriers so ranks start together. */
+ * timed calls, each call bracketed by barriers so ranks start together.
+ * --device: buffers on the GPU (LOCAL_RANK % count, as the trainer picks it):
+ * NCCL when every rank has a GPU of its own (or DTRUN_COMM_BACKEND=nccl),
+ * else the CPU transport with host staging; see runtime/comm/comm_nccl.h. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "kernels/ops.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
 
@@ -48,7 +52,7 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *op = "all_reduce", *sizes = "1M,16M,64M";
-    int iters = 20, warmup = 3, async = 0;
+    int iters = 20, warmup = 3, async = 0, device = 0;
     comm_dtype dt = COMM_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--op") && i + 1 < argc)
@@ -63,15 +67,25 @@ int main(int argc, char **argv)
             dt = strcmp(argv[++i], "bf16") == 0 ? COMM_BF16 : COMM_F32;
         else if (!strcmp(argv[i], "--async"))
             async = 1;
+        else if (!strcmp(argv[i], "--device"))
+            device = 1;
         else {
             fprintf(stderr, "usage: comm_bench [--op OP] [--sizes LIST] [--iters N] "
-                            "[--warmup N] [--dtype f32|bf16] [--async]\n");
+                            "[--warmup N] [--dtype f32|bf16] [--async] [--device]\n");
             return 2;
         }
     }
     if (iters < 1)
         iters = 1;
     char err[600];
+    const dt_ops *ops = NULL;
+    if (device) {
+        const char *lr = getenv("LOCAL_RANK");
+        if (!(ops = dt_ops_select(DT_DEVICE_CUDA, lr ? atoi(lr) : 0, err, sizeof err))) {
+            fprintf(stderr, "comm_bench: %s\n", err);
+            return 1;
+        }
+    }
     comm_store *st = NULL;
     const char *ws = getenv("WORLD_SIZE");
     if (ws && atoi(ws) > 1 && !(st = store_open_env(err, sizeof err))) {
@@ -89,8 +103,9 @@ int main(int argc, char **argv)
                   : !strcmp(op, "broadcast") ? 1.0
                                              : (double)(p - 1) / p;
     if (r == 0) {
-        printf("# dtrun %s, %d ranks, transport %s, dtype %s%s\n", op, p, comm_transport(w),
-               dt == COMM_F32 ? "f32" : "bf16", async ? ", async" : "");
+        printf("# dtrun %s, %d ranks, transport %s, dtype %s%s%s\n", op, p, comm_transport(w),
+               dt == COMM_F32 ? "f32" : "bf16", async ? ", async" : "",
+               device ? ", device buffers" : "");
         printf("%12s %12s %6s %12s %12s %12s\n", "size(B)", "count", "type", "time(us)",
                "algbw(GB/s)", "busbw(GB/s)");
     }
@@ -104,6 +119,17 @@ int main(int argc, char **argv)
         memset(b, 0, n * es + 64);
         for (size_t i = 0; i < n && dt == COMM_F32; i++)
             ((float *)a)[i] = (float)(i % 7);
+        char *ha = a, *hb = b;
+        if (ops) { /* the same contents, on the device */
+            a = ops->alloc(n * es + 64);
+            b = ops->alloc(n * es + 64);
+            if (!a || !b) {
+                fprintf(stderr, "comm_bench: rank %d: out of device memory for %zu bytes\n", r, n * es);
+                rc = 1;
+                break;
+            }
+            ops->from_host(a, ha, n * es + 64);
+        }
         double *t = malloc((size_t)iters * sizeof(double));
         for (int k = -warmup; k < iters && rc == 0; k++) {
             rc = comm_barrier(w);
@@ -136,8 +162,12 @@ int main(int argc, char **argv)
                    dt == COMM_F32 ? "float" : "bf16", med * 1e6, algbw, algbw * factor);
         }
         free(t);
-        free(a);
-        free(b);
+        if (ops) {
+            ops->free(a);
+            ops->free(b);
+        }
+        free(ha);
+        free(hb);
     }
     free(list);
     comm_destroy(w);

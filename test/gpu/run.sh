@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # make test-gpu: each CUDA op against its CPU twin and 20-step GPT and ViT
-# runs on the CUDA backend against the CPU's (test/gpu/test_ops_twin.c).
+# runs on the CUDA backend against the CPU's (test/gpu/test_ops_twin.c); the
+# communication layer on the GPU: NCCL on one rank, timeout and abort, 2 and 3
+# ranks sharing the GPU over shm with device buffers staged, NCCL's refusal of
+# two ranks on one GPU (test/gpu/test_nccl.c). Every build/test-gpu/* runs.
 #   - no GPU (no nvidia-smi, it lists no device, or cudaGetDeviceCount finds
 #     none): one line "test-gpu: no CUDA device: skipped", exit 0;
 #   - a GPU but no CUDA backend in the build (no nvcc or NCCL, or CUDA=0):

@@ -66,8 +66,8 @@ static void test_defaults(void)
           "default AdamW settings");
     CHECK(ref.train.precision == PREC_FP32 && ref.train.seed == 1337 && ref.train.recompute == RECOMPUTE_NONE &&
               ref.train.eval_every == 0 && ref.train.eval_batches == 4 && ref.train.threads == 0 &&
-              ref.train.skip_nonfinite == 0,
-          "default precision, seed, eval");
+              ref.train.skip_nonfinite == 0 && ref.train.device == DEVICE_AUTO,
+          "default precision, device, seed, eval");
     CHECK(ref.parallel.dp == 1 && ref.parallel.tp == 1 && ref.parallel.pp == 1 && ref.parallel.mode == SHARD_NONE &&
               ref.parallel.pp_schedule == PP_1F1B && ref.parallel.microbatches == 1 &&
               ref.parallel.virtual_stages == 1 && ref.parallel.bucket_mb == 25 && !ref.parallel.sequence_parallel,
@@ -177,6 +177,33 @@ static void test_derived(void)
           "enum names");
 }
 
+/* parallel.dp: auto — dp from the world the launcher gives (elastic jobs). */
+static void test_dp_auto(void)
+{
+    expect_load("train: {global_batch: 12, micro_batch: 2}\nparallel: {dp: auto, tp: 2}\n", "dp: auto");
+    CHECK(job.parallel.dp_auto == 1 && job.parallel.dp == 1, "dp: auto loads with dp 1 until the world is known");
+    CHECK(round_trip(&job, NULL), "dp: auto prints back as auto and reloads to the same job");
+    int rc = job_resolve_world(&job, 6, err, sizeof err);
+    CHECK(rc == 0 && job.parallel.dp == 3 && job.train.grad_accum == 2 && job.parallel.microbatches == 2,
+          "6 workers, tp 2: dp 3, grad_accum 12 / (2 x 3) = 2 [%s]", rc ? err : "");
+    rc = job_resolve_world(&job, 4, err, sizeof err);
+    CHECK(rc == 0 && job.parallel.dp == 2 && job.train.grad_accum == 3,
+          "4 workers: dp 2, grad_accum 3: the same global batch");
+    rc = job_resolve_world(&job, 5, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "t.yaml: parallel.dp: auto: the world of 5 workers is not a multiple of tp x pp = 2"),
+          "a world that tp x pp does not divide [%s]", err);
+    rc = job_resolve_world(&job, 8, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "global_batch 12 is not divisible by micro_batch 2 x dp 4"),
+          "a dp that does not divide the global batch [%s]", err);
+    expect_load("parallel: {dp: 2}\n", "dp: 2");
+    rc = job_resolve_world(&job, 7, err, sizeof err);
+    CHECK(rc == 0 && job.parallel.dp == 2, "a fixed dp is left alone");
+    expect_error("parallel: {dp: auto}\n", "t.yaml:1:", "parallel.dp: auto needs train.micro_batch");
+    expect_error("train: {micro_batch: 2}\nparallel: {dp: auto, microbatches: 4}\n", "t.yaml:2:",
+                 "parallel.microbatches cannot be set with dp: auto");
+    expect_error("parallel: {dp: autox}\n", "t.yaml:1:", "parallel.dp: expected an integer or auto");
+}
+
 static void test_errors(void)
 {
     /* syntax and structure */
@@ -249,6 +276,7 @@ static void test_errors(void)
     expect_error("parallel: {mode: zero3}\n", "t.yaml:1:18: ", "did you mean 'fsdp'?");
     expect_error("parallel: {mode: FSDP}\n", "t.yaml:1:18: ", "did you mean 'fsdp'?");
     expect_error("train: {precision: bfloat16}\n", "t.yaml:1:20: ", "did you mean 'bf16'?");
+    expect_error("train: {device: tpu}\n", "t.yaml:1:17: ", "auto, cpu or cuda");
     expect_error("log: {progress: maybe}\n", "t.yaml:1:17: ", "expected auto, on or off");
     expect_error("model: {preset: gpt2-125m}\n", "t.yaml:1:17: ",
                  "unknown preset 'gpt2-125m'; did you mean 'gpt2-124m'?");
@@ -385,7 +413,7 @@ static void test_round_trip(void)
         "model: {preset: gpt2-124m, n_layer: 6, vocab_size: 50304}\n"
         "train: {lr: 6e-4, min_lr: 1.234567890123e-5, warmup: 7, "
         "schedule: linear, weight_decay: 0.1, beta2: 0.999, eps: 1e-12, grad_clip: 0, precision: bf16, "
-        "seed: 18446744073709551615, recompute: block, eval_every: 5, eval_batches: 0, threads: 3, "
+        "device: cuda, seed: 18446744073709551615, recompute: block, eval_every: 5, eval_batches: 0, threads: 3, "
         "skip_nonfinite: true, global_batch: 48, micro_batch: 2}\n"
         "parallel: {dp: 2, tp: 4, pp: 3, mode: zero2, pp_schedule: interleaved, sequence_parallel: true, "
         "bucket_mb: 1}\n",
@@ -432,7 +460,7 @@ static void test_man_page(void)
                           "image_size", "patch_size", "channels", "n_classes", "train", "train_labels", "val",
                           "val_labels", "val_fraction", "synthetic_size", "steps", "global_batch", "micro_batch",
                           "lr", "min_lr", "warmup", "schedule", "weight_decay", "beta1", "beta2", "eps",
-                          "grad_clip", "precision", "seed", "recompute", "eval_every", "eval_batches", "threads",
+                          "grad_clip", "precision", "device", "seed", "recompute", "eval_every", "eval_batches", "threads",
                           "skip_nonfinite", "dp", "tp", "pp", "mode", "pp_schedule", "microbatches",
                           "virtual_stages", "sequence_parallel", "bucket_mb", "dir", "every", "keep", "resume",
                           "metrics", "progress", "trace", "nproc_per_node", "nnodes", "rdzv_endpoint", "rdzv_id",
@@ -461,6 +489,7 @@ int main(void)
     test_defaults();
     test_presets();
     test_derived();
+    test_dp_auto();
     test_errors();
     test_files();
     test_validate();

@@ -1,0 +1,82 @@
+/* comm_nccl.h — the NCCL backend behind comm.h, for GPU buffers. Private to
+ * runtime/comm: comm.c picks it and routes calls to it; callers only see
+ * comm_transport() == "nccl".
+ *
+ * When it is chosen (comm.c, comm_world_init): DTRUN_COMM_BACKEND=nccl forces
+ * it for every communicator (groups of one included, so a one-rank test runs
+ * real NCCL calls); =cpu forbids it; auto (the default) takes it for a world
+ * of more than one rank when every rank has a CUDA device in use (the worker
+ * set up the CUDA ops: train.device resolved to cuda) and libnccl loads, and
+ * no two ranks of a node share a GPU. NCCL (<= 2.29) refuses two ranks on one
+ * GPU, so several ranks on one GPU keep the CPU transport (shm / tcp) and the
+ * comm layer stages their device buffers through host memory (comm_stage.c).
+ * Groups of a world on NCCL use NCCL too (auto: groups of one stay "self").
+ *
+ * Buffers may be device or host pointers (host ones are staged through device
+ * memory: the engine's small host exchanges, e.g. the loss, still work).
+ *
+ * How it works:
+ *  - libnccl is dlopen'ed (comm_nccl_lib.c): 218 MB that the launcher, the
+ *    dry-run and CPU runs never need, and a build that runs where NCCL is
+ *    missing (it then answers "no NCCL" and auto falls back to CPU transport).
+ *  - Each communicator gets its own ncclComm_t from ncclCommInitRankConfig with
+ *    config.blocking = 0, its unique id through the bootstrap store (rank 0 of
+ *    the group makes it, the others wait for it with the timeout). Not
+ *    ncclCommSplit: comm_group is called by the members only (the tied
+ *    embedding's pair, HSDP's groups), and a split needs every parent rank.
+ *  - Collectives run on the communicator's own stream (non-blocking, so the
+ *    legacy default stream never waits for it), after an event recorded on
+ *    the compute stream (dt_ops_cuda_stream()), in issue order; a request's
+ *    event marks its end, and the compute stream waits for that event when the
+ *    request is waited for.
+ *  - Send / recv: one two-rank NCCL communicator (and stream) per (peer,
+ *    direction), so messages each way between two ranks keep their order and
+ *    never queue behind the other direction or another peer (a pipeline sends
+ *    activations one way and gradients the other; one NCCL communicator for
+ *    all of them serialises on the device and deadlocks 1F1B). A pair's two
+ *    lanes are made at its first exchange, a rendezvous of the two ranks
+ *    (bounded by the timeout): ranks must first meet pairwise in an order
+ *    without cycles. Pipelines (stage k first meets k - 1, then k + 1) and
+ *    gathers to one rank do; a ring whose every rank first sends to its right
+ *    neighbour does not, and fails with a timeout naming the send.
+ *  - reduce_scatter / all_gather with a count the group size does not divide
+ *    (comm.h's ceil chunks, the last ones short): grouped ncclReduce /
+ *    ncclBroadcast per chunk, no padding copies.
+ *  - Errors are answers: every wait polls cudaEventQuery and
+ *    ncclCommGetAsyncError until the request's deadline (issue time + the
+ *    communicator's timeout). A watchdog thread does the same for requests
+ *    nobody waits for yet, because a device-wide synchronisation elsewhere
+ *    (cudaFree) would otherwise hang on a stuck collective. On a timeout or an
+ *    NCCL error every NCCL communicator of the process is aborted
+ *    (ncclCommAbort: the kernels return), the failing one records one line
+ *    ("all_reduce #12 in group[0,2]: nccl: timed out after 60.0 s ...") and the
+ *    others "aborted: ..." with it; all are broken from then on, as comm.h says.
+ *  - A count mismatch between sender and receiver cannot be seen by NCCL: it
+ *    becomes a timeout (or garbage), not COMM_EINVAL as on the CPU transport. */
+#ifndef DTRUN_COMM_NCCL_H
+#define DTRUN_COMM_NCCL_H
+
+#include <stddef.h>
+
+#include "runtime/comm/comm_internal.h"
+
+extern const comm_backend comm_backend_nccl;
+
+/* This process's GPU as NCCL would use it: its PCI bus id into busid (e.g.
+ * "0000:3B:00.0"), or "" with the reason in why when NCCL cannot serve it (no
+ * CUDA device in use, libnccl missing or older than 2.19, a CPU-only build). */
+void comm_nccl_probe(char *busid, size_t len, char *why, size_t whylen);
+
+/* Creates c's NCCL communicator (members, world, store, id and name set).
+ * COMM_OK or an error (comm_fail'ed). */
+int comm_nccl_create(comm *c);
+
+/* A collective / a send or receive on an NCCL communicator; arguments already
+ * checked by comm.c. req NULL: blocking (enqueued, then waited for). */
+int comm_nccl_coll(comm *c, const coll_args *a, comm_req **req);
+int comm_nccl_p2p(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
+                  comm_req **req);
+/* comm_wait of a request made by the two above. */
+int comm_nccl_wait(comm_req *req);
+
+#endif
