@@ -6,35 +6,15 @@
 # With Debian's torch, a gloo all_reduce across the namespaces checks that
 # MASTER_ADDR:MASTER_PORT is reachable from every node. Needs root and ip(8).
 source "$(dirname "$0")/../helpers/launch_common.bash"
-[ "$(id -u)" = 0 ] && command -v ip >/dev/null || { echo "needs root and iproute2"; exit 77; }
-S=$$
-HUB=dthub$S
-NS=(dtn0$S dtn1$S dtn2$S)
-ip netns add $HUB 2>/dev/null || { echo "cannot create network namespaces here"; exit 77; }
-netns_cleanup() {
-  local n
-  for n in "${NS[@]}" $HUB; do ip netns del $n 2>/dev/null; done
-  cleanup
-}
-trap netns_cleanup EXIT
+source "$(dirname "$0")/../helpers/netns.bash"
+netns_setup 3
 build_kv_barrier
-# The bridge lives in a namespace of its own: the host's network is untouched.
-ip -n $HUB link add br0 type bridge && ip -n $HUB link set br0 up && ip -n $HUB link set lo up || fail "bridge"
-for i in 0 1 2; do
-  ns=${NS[$i]}
-  ip netns add $ns || fail "netns $ns"
-  ip link add dtv$i$S type veth peer name dtp$i$S || fail "veth"
-  ip link set dtv$i$S netns $ns && ip link set dtp$i$S netns $HUB || fail "move veth"
-  ip -n $ns link set dtv$i$S name eth0 && ip -n $ns addr add 10.77.0.$((i + 1))/24 dev eth0 &&
-    ip -n $ns link set eth0 up && ip -n $ns link set lo up || fail "address in $ns"
-  ip -n $HUB link set dtp$i$S master br0 && ip -n $HUB link set dtp$i$S up || fail "bridge port"
-done
 
 run_nodes() { # NPROC PROGRAM... ; writes $T/n{0,1,2}.{out,err}, sets RCS
   local nproc=$1 i pids=(); shift
   for i in 2 1 0; do   # node 0 last: the others retry until the host listens
     ip netns exec ${NS[$i]} env GLOO_SOCKET_IFNAME=eth0 timeout -k 2 60 "$DTRUN" --nnodes=3 \
-      --nproc-per-node=$nproc --rdzv-endpoint=10.77.0.1:29400 --rdzv-id=netns$S -- "$@" \
+      --nproc-per-node=$nproc --rdzv-endpoint=10.77.0.1:29400 --rdzv-id=netns$NETNS_ID -- "$@" \
       >"$T/n$i.out" 2>"$T/n$i.err" &
     pids[$i]=$!
   done
