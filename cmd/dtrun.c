@@ -7,9 +7,11 @@
  *   dtrun --print-config job.yaml      print the resolved job
  *   dtrun --dry-run | --plan job.yaml  what the run will cost / the best layouts
  *   dtrun worker job.yaml              one worker (what the agent starts)
+ *   dtrun export CKPT out.safetensors  one consolidated file, Hugging Face names
  *   dtrun rdzv --listen HOST:PORT      a standalone rendezvous daemon
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib/agent.h"
@@ -17,6 +19,7 @@
 #include "lib/launch_opts.h"
 #include "lib/rdzv_cmd.h"
 #include "lib/slurm.h"
+#include "runtime/ckpt/ckpt.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/train.h"
 
@@ -31,6 +34,7 @@ static int usage(void)
             "       dtrun [options] script.py [ARGS...]      (python3 script.py)\n"
             "       dtrun --print-config job.yaml\n"
             "       dtrun worker job.yaml\n"
+            "       dtrun export CKPT out.safetensors   (CKPT: checkpoint dir or step dir)\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
             "options (torchrun's names; '-' or '_', --opt=V or --opt V):\n"
             "  --nproc-per-node N|cpu|gpu|auto   workers on this node (auto: GPUs, else 1)\n"
@@ -44,9 +48,32 @@ static int usage(void)
             "  --monitor-interval S --term-timeout S --role NAME --local-addr A\n"
             "  --log-dir DIR  -r/--redirects STD  -t/--tee STD  --local-ranks-filter R,...\n"
             "  --no-python  -m/--module  --print-config  --version  --help\n"
+            "  --trace FILE                      merged Chrome trace of every rank (log.trace)\n"
             "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K]\n"
             "see dtrun(1) and dtrun-job(5)\n");
     return 0;
+}
+
+/* dtrun export CKPT OUT: the checkpoint (verified: checksums, placements) as
+ * one safetensors file under Hugging Face GPT-2 / timm ViT names. */
+static int export_command(int argc, char **argv)
+{
+    if (argc != 4) {
+        fprintf(stderr, "dtrun: usage: dtrun export CKPT out.safetensors (CKPT: a checkpoint directory or "
+                        "one of its step directories)\n");
+        return JOB_EXIT_INVALID;
+    }
+    char err[2048];
+    ckpt *ck;
+    if (ckpt_open(argv[2], &ck, err, sizeof err) != 0) {
+        fprintf(stderr, "dtrun: export: %s\n", err);
+        return TRAIN_EXIT_CKPT;
+    }
+    int rc = ckpt_export(ck, argv[3], CKPT_NAMES_AUTO, err, sizeof err);
+    if (rc != 0) fprintf(stderr, "dtrun: export: %s\n", err);
+    else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, argv[3]);
+    ckpt_close(ck);
+    return rc != 0 ? TRAIN_EXIT_CKPT : 0;
 }
 
 static int load_job(job_spec *job, const char *path)
@@ -88,6 +115,15 @@ static int launch(launch_opts *o)
         /* The planner reads nnodes / nproc_per_node from the launch section, so
          * the command line's values go there; nothing is started. */
         launch_opts_to_job(o, &job);
+        /* dp: auto plans the full-size round: MAX nodes x the numeric nproc */
+        int nproc = atoi(job.launch.nproc_per_node), nodes = 1;
+        const char *colon = strchr(job.launch.nnodes, ':');
+        if (job.launch.nnodes[0]) nodes = atoi(colon ? colon + 1 : job.launch.nnodes);
+        if (job.parallel.dp_auto && nproc > 0 && nodes > 0 &&
+            job_resolve_world(&job, nproc * nodes, err, sizeof err) != 0) {
+            fprintf(stderr, "dtrun: %s\n", err);
+            return JOB_EXIT_INVALID;
+        }
         dryrun_opts d = {.hardware = o->hardware[0] ? o->hardware : NULL,
                          .format = o->format_json ? DRYRUN_JSON : DRYRUN_TEXT,
                          .top = o->top};
@@ -106,6 +142,11 @@ static int launch(launch_opts *o)
         return JOB_EXIT_INVALID;
     }
     if (in_slurm && o->nnodes_max > 1) fprintf(stderr, "dtrun: %s\n", note);
+    /* --trace reaches the workers as DTRUN_TRACE, over the job's log.trace */
+    if (o->trace[0] && setenv("DTRUN_TRACE", o->trace, 1) != 0) {
+        fprintf(stderr, "dtrun: --trace: cannot set DTRUN_TRACE\n");
+        return JOB_EXIT_INVALID;
+    }
     if (o->job_path) {
         /* The built-in trainer: this very binary, even if it is replaced on disk. */
         char *worker_argv[] = {"dtrun", "worker", (char *)o->job_path, NULL};
@@ -133,6 +174,7 @@ int main(int argc, char **argv)
         return rc ? rc : train_run(&job);
     }
     if (!strcmp(a, "rdzv")) return rdzv_command(argc - 1, argv + 1);
+    if (!strcmp(a, "export")) return export_command(argc, argv);
 
     static launch_opts o;
     char err[1024];

@@ -20,7 +20,7 @@ typedef enum {
     OPT_RDZV_BACKEND, OPT_STANDALONE, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_MAX_RESTARTS,
     OPT_MONITOR_INTERVAL, OPT_TERM_TIMEOUT, OPT_LOG_DIR, OPT_REDIRECTS, OPT_TEE,
     OPT_RANKS_FILTER, OPT_ROLE, OPT_LOCAL_ADDR, OPT_NO_PYTHON, OPT_MODULE, OPT_DRY_RUN,
-    OPT_PRINT_CONFIG, OPT_VERSION, OPT_HELP, OPT_PLAN, OPT_HARDWARE, OPT_FORMAT, OPT_TOP
+    OPT_PRINT_CONFIG, OPT_VERSION, OPT_HELP, OPT_PLAN, OPT_HARDWARE, OPT_FORMAT, OPT_TOP, OPT_TRACE
 } opt_id;
 
 typedef struct {
@@ -57,6 +57,7 @@ static const opt_def OPTIONS[] = {
     {"hardware", 0, 1, OPT_HARDWARE},
     {"format", 0, 1, OPT_FORMAT},
     {"top", 0, 1, OPT_TOP},
+    {"trace", 0, 1, OPT_TRACE},
     {"print-config", 0, 0, OPT_PRINT_CONFIG},
     {"version", 0, 0, OPT_VERSION},
     {"help", 'h', 0, OPT_HELP},
@@ -519,6 +520,12 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
         if (parse_long(v, 1, 1000, &n, why, sizeof why)) return fail(err, errlen, "%s: %s", shown, why);
         o->top = (int)n;
         return 0;
+    case OPT_TRACE:
+        if (!*v) return fail(err, errlen, "%s: empty file name", shown);
+        if (strlen(v) >= sizeof o->trace) return fail(err, errlen, "%s: path is too long", shown);
+        snprintf(o->trace, sizeof o->trace, "%s", v);
+        o->set |= LAUNCH_SET_TRACE;
+        return 0;
     case OPT_PRINT_CONFIG: o->print_config = 1; return 0;
     case OPT_VERSION: o->version = 1; return 0;
     case OPT_HELP: o->help = 1; return 0;
@@ -667,6 +674,8 @@ void launch_opts_to_job(const launch_opts *o, job_spec *job)
     if (o->set & LAUNCH_SET_RDZV_ID) snprintf(l->rdzv_id, sizeof l->rdzv_id, "%s", o->rdzv_id);
     if (o->set & LAUNCH_SET_MAX_RESTARTS) l->max_restarts = o->max_restarts;
     if (o->set & LAUNCH_SET_LOG_DIR) snprintf(l->log_dir, sizeof l->log_dir, "%s", o->log_dir);
+    /* --trace is the job's log.trace given on the command line */
+    if (o->set & LAUNCH_SET_TRACE) snprintf(job->log.trace, sizeof job->log.trace, "%s", o->trace);
 }
 
 /* ---- the machine ---- */
@@ -709,8 +718,35 @@ int launch_count_gpus(void)
     return n;
 }
 
+/* --trace FILE: absolute (the workers may not share the launcher's idea of the
+ * current directory forever), in a directory that exists and is writable, so a
+ * bad path is an error now and not after the training ran. */
+static int finish_trace(launch_opts *o, char *err, size_t errlen)
+{
+    if (!(o->set & LAUNCH_SET_TRACE)) return 0;
+    char abs[JOB_PATH_MAX], dir[JOB_PATH_MAX], cwd[JOB_PATH_MAX];
+    if (o->trace[0] == '/') {
+        snprintf(abs, sizeof abs, "%s", o->trace);
+    } else {
+        if (!getcwd(cwd, sizeof cwd)) return fail(err, errlen, "--trace %s: no current directory (%s)", o->trace,
+                                                  strerror(errno));
+        if ((size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, o->trace) >= sizeof abs)
+            return fail(err, errlen, "--trace %s: path is too long", o->trace);
+    }
+    snprintf(dir, sizeof dir, "%s", abs);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) dir[1] = 0;
+    else if (slash) *slash = 0;
+    if (slash && slash[1] == 0 && slash != dir) return fail(err, errlen, "--trace %s: names a directory", o->trace);
+    if (access(dir, W_OK) != 0)
+        return fail(err, errlen, "--trace %s: cannot write in %s (%s)", o->trace, dir, strerror(errno));
+    snprintf(o->trace, sizeof o->trace, "%s", abs);
+    return 0;
+}
+
 int launch_opts_finish(launch_opts *o, char *err, size_t errlen)
 {
+    if (finish_trace(o, err, errlen)) return -1;
     if (!strcmp(o->nproc_spec, "cpu")) {
         o->nproc = launch_count_cpus();
     } else if (!strcmp(o->nproc_spec, "gpu")) {

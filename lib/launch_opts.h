@@ -63,6 +63,7 @@ enum {
     LAUNCH_SET_REDIRECTS = 1u << 9,
     LAUNCH_SET_TEE = 1u << 10,
     LAUNCH_SET_BACKEND = 1u << 11,
+    LAUNCH_SET_TRACE = 1u << 12,
 };
 
 typedef struct {
@@ -101,6 +102,7 @@ typedef struct {
     char hardware[JOB_PATH_MAX]; /* --hardware NAME|PATH for --dry-run / --plan; "" default */
     int format_json;           /* --format json */
     int top;                   /* --top K for --plan; 0 default */
+    char trace[JOB_PATH_MAX];  /* --trace FILE: the workers' merged Chrome trace (log.trace); "" none */
     unsigned set;              /* LAUNCH_SET_* */
 } launch_opts;
 

@@ -128,6 +128,13 @@ size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
     return b.off;
 }
 
+size_t model_acts_host_bytes(const job_model *spec, int B)
+{
+    size_t N = (size_t)B * (size_t)model_seq_len(spec);
+    size_t floats = 2 * N + (spec->kind == MODEL_VIT ? (size_t)B * (size_t)spec->n_classes : 0);
+    return floats * sizeof(float);
+}
+
 model_acts *model_acts_create(model *m, int B)
 {
     if (B < 1) return NULL;

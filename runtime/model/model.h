@@ -128,6 +128,10 @@ int model_seq_len(const job_model *spec);
  * (besides a few host floats per token for the loss). */
 size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
                         recompute_kind recompute);
+/* Host bytes model_acts_create mallocs next to those (per-token loss and its
+ * gradient; ViT: the logits too): host memory on a GPU, the same memory on the
+ * CPU backend. */
+size_t model_acts_host_bytes(const job_model *spec, int B);
 /* FLOPs of forward + backward for one sample on the whole model:
  * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention);
  * recompute adds the blocks' forward up to the MLP projection. Details: params.c. */

@@ -7,9 +7,11 @@
  *
  * Categories (the issue's): params (working parameters the rank holds: the model's
  * units, or FSDP's shards), grads (the model's gradient buffers, or the ZeRO-2 /
- * FSDP shards), optimizer (AdamW m and v), activations (model_acts and the host
- * batch buffers), buffers (DDP buckets, ZeRO-2 reduce buffers, FSDP gather
- * buffers: memory a strategy needs only to communicate). */
+ * FSDP shards), optimizer (AdamW m and v), activations (model_acts; on the CPU
+ * backend, where host memory is the device's, also their host loss buffers and
+ * the host batch buffers), buffers (DDP buckets, ZeRO-2 reduce buffers, FSDP
+ * gather buffers, the tied wte's scratch: memory needed only to communicate).
+ * test/integration/plan_vs_measured.sh holds these against the dry-run. */
 #ifndef DTRUN_ACCOUNT_H
 #define DTRUN_ACCOUNT_H
 

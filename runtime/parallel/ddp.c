@@ -181,7 +181,7 @@ static void launch(ddp_buckets *b, int k)
     }
     double t0 = strat_now();
     int rc = comm_all_reduce_async(x->dp, data, data, bk->numel, COMM_F32, COMM_SUM, &bk->req);
-    x->comm_s += strat_now() - t0;
+    strat_comm_done(x, t0, "ddp all_reduce (start)");
     strat_fail(x, x->dp, rc, "ddp all_reduce");
 }
 

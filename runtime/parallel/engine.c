@@ -26,6 +26,7 @@
 #include "runtime/parallel/pp_exec.h"
 #include "runtime/parallel/sizes.h"
 #include "runtime/parallel/strategy.h"
+#include "runtime/parallel/trace.h"
 #include "runtime/train/optim.h"
 #include "runtime/train/train.h"
 
@@ -111,15 +112,19 @@ static void hook_tp(void *ctx, float *buf, size_t n, tp_op op)
     tp_allreduce(&e->x, buf, n, op);
 }
 
+/* The trace's unit spans (trace.h) leave out the strategy's work in the hooks. */
 static void hook_before(void *ctx, int unit, model_phase phase)
 {
     engine *e = ctx;
+    trace_unit_close();
     e->so->before(e->ds, unit, phase);
+    trace_unit_open(unit, phase == PHASE_BACKWARD);
 }
 
 static void hook_after(void *ctx, int unit, model_phase phase)
 {
     engine *e = ctx;
+    trace_unit_close();
     e->so->after(e->ds, unit, phase);
 }
 
@@ -258,14 +263,18 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
 static int setup_acts(engine *e, char *err, size_t errlen)
 {
     const job_spec *job = &e->job;
-    int mb = job->train.micro_batch, pp = job->parallel.pp, cap = mb;
+    int mb = job->train.micro_batch, pp = job->parallel.pp, cap;
+    /* host buffers count where they are device memory: on the CPU backend (sizes.h) */
+    int host_is_device = e->ops == &dt_ops_cpu;
+    size_t host = host_is_device ? sizes_acts_host_bytes(e->sz) : 0;
     if (pp == 1) {
         if (!(e->acts = model_acts_create(e->chunk[0], mb))) {
             snprintf(err, errlen, "rank %d: out of memory for the activations", e->rank);
             return -1;
         }
-        acct_add(e->acct, ACCT_ACTS, (long long)model_acts_bytes(&job->model, model_get_shard(e->chunk[0]), mb,
-                                                                 job->train.recompute));
+        acct_add(e->acct, ACCT_ACTS, (long long)(model_acts_bytes(&job->model, model_get_shard(e->chunk[0]), mb,
+                                                                  job->train.recompute) +
+                                                 host));
     } else {
         char why[512];
         pp_exec_config cfg = {.sched = sizes_schedule(e->sz), .rank = e->mc.me.pp, .pp = e->mc.pp,
@@ -274,20 +283,22 @@ static int setup_acts(engine *e, char *err, size_t errlen)
             snprintf(err, errlen, "rank %d: %s", e->rank, why);
             return -1;
         }
-        pp_exec_hooks h = {.ctx = e, .before_backward = pp_before_backward};
+        pp_exec_hooks h = {.ctx = e, .before_backward = pp_before_backward, .span = engine_trace_pp_span,
+                           .send_wait = engine_trace_send_wait};
         pp_exec_set_hooks(e->ex, &h);
         for (int l = 0; l < e->n_chunks; l++)
             acct_add(e->acct, ACCT_ACTS,
                      (long long)pp_exec_slots(e->ex, l) *
-                         (long long)sizes_chunk_acts_bytes(e->sz, pp_chunk_id(e->mc.me.pp, l, pp), e->mc.me.tp));
+                         (long long)(sizes_chunk_acts_bytes(e->sz, pp_chunk_id(e->mc.me.pp, l, pp), e->mc.me.tp) +
+                                     host));
         e->micro_per_step = job->parallel.microbatches;
-        cap = e->micro_per_step * mb;
     }
+    cap = sizes_batch_samples(e->sz);
     if (batch_alloc(&e->buf, &job->model, cap) != 0) {
         snprintf(err, errlen, "rank %d: out of memory for the batch", e->rank);
         return -1;
     }
-    acct_add(e->acct, ACCT_ACTS, (long long)e->buf.bytes);
+    if (host_is_device) acct_add(e->acct, ACCT_ACTS, (long long)e->buf.bytes);
     return 0;
 }
 
@@ -349,12 +360,24 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         snprintf(err, errlen, "rank %d: out of memory", rank);
         goto fail;
     }
+    /* train.device, before the communicators: the world takes NCCL when every
+     * rank computes on a GPU of its own (runtime/comm/comm_nccl.h) */
+    _Static_assert((int)DEVICE_CPU == (int)DT_DEVICE_CPU && (int)DEVICE_CUDA == (int)DT_DEVICE_CUDA,
+                   "device_kind and dt_device number alike");
+    char dev_why[256];
+    const dt_ops *ops = dt_ops_select((dt_device)job->train.device, env_int("LOCAL_RANK", 0), dev_why,
+                                      sizeof dev_why);
+    if (!ops) {
+        snprintf(err, errlen, "rank %d: %s: %s", rank, job->path, dev_why);
+        goto fail;
+    }
+    e->ops = ops;
 
     *exit_code = TRAIN_EXIT_COMM;
     if (setup_comms(e, err, errlen) != 0) goto fail;
     *exit_code = TRAIN_EXIT_FAIL;
     mesh_coord me = e->mc.me;
-    sizes_env senv = {.gpu = 0, .ranks_per_node = env_int("DTRUN_HSDP_RANKS_PER_NODE",
+    sizes_env senv = {.gpu = e->ops != &dt_ops_cpu, .ranks_per_node = env_int("DTRUN_HSDP_RANKS_PER_NODE",
                                                           env_int("LOCAL_WORLD_SIZE", world))};
     char why[512];
     if (!(e->sz = sizes_create(job, &senv, why, sizeof why))) {
@@ -396,6 +419,10 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     snprintf(e->layout, sizeof e->layout, "dp=%d tp=%d pp=%d %s%s%s", par->dp, par->tp, par->pp,
              par->mode == SHARD_HSDP && e->so == &strat_fsdp ? "hsdp" : e->so->name, par->pp > 1 ? " " : "",
              par->pp > 1 ? pp_schedule_kind_name(par->pp_schedule) : "");
+    if (e->ops != &dt_ops_cpu) { /* say where it runs and how it talks (CPU runs: as before) */
+        size_t l = strlen(e->layout);
+        snprintf(e->layout + l, sizeof e->layout - l, " on %s, comm %s", e->ops->name, comm_transport(e->world));
+    }
     e->mark = strat_now();
     *exit_code = TRAIN_EXIT_OK;
     return e;
@@ -435,7 +462,11 @@ void engine_destroy(engine *e)
 int engine_rank(const engine *e) { return e->rank; }
 const char *engine_layout(const engine *e) { return e->layout; }
 const account *engine_account(const engine *e) { return e->acct; }
-void engine_begin_training(engine *e) { acct_reset_peaks(e->acct); }
+void engine_begin_training(engine *e)
+{
+    acct_reset_peaks(e->acct);
+    engine_trace_begin(e);
+}
 
 void engine_take_times(engine *e, engine_times *t)
 {
@@ -497,7 +528,9 @@ static int world_sum(engine *e, const double *v, int n, double *out)
     }
     double t0 = strat_now();
     int rc = comm_all_gather(e->world, mine, all, (size_t)W * 2 * (size_t)n, COMM_F32);
-    e->idle_s += strat_now() - t0;
+    double t1 = strat_now();
+    e->idle_s += t1 - t0;
+    trace_span(TRACE_IDLE, t0, t1, "wait: loss and grad norm all_gather");
     if (strat_fail(&e->x, e->world, rc, "all_gather of loss and gradient norm") == COMM_OK) {
         for (int i = 0; i < n; i++) out[i] = 0;
         for (int r = 0; r < W; r++)
@@ -550,7 +583,7 @@ static void tied_wte_sum(engine *e)
         const param_spec *p = model_param(m, i);
         if (p->unit == u && !strcmp(p->name, "wte")) w = p;
     }
-    size_t n = model_unit_local_numel(m, u);
+    size_t n = sizes_tied_scratch_numel(e->sz, x->at); /* = model_unit_local_numel(m, u) */
     float *tmp = e->ops->alloc(n * sizeof(float));
     if (!w || !tmp) {
         if (tmp) e->ops->free(tmp);
@@ -563,7 +596,7 @@ static void tied_wte_sum(engine *e)
         double t0 = strat_now();
         int rc = comm_all_reduce(e->emb_group, full + w->offset, full + w->offset, w->local_numel, COMM_F32,
                                  COMM_SUM);
-        x->comm_s += strat_now() - t0;
+        strat_comm_done(x, t0, "tied wte all_reduce");
         strat_fail(x, e->emb_group, rc, "all_reduce of the tied wte gradient");
     }
     if (!x->failed && full == tmp) {
@@ -606,6 +639,7 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     long first = (long)e->mc.me.dp * mb * A;
     x->step = step + 1;
     x->training = 1;
+    trace_step_begin(step + 1);
     e->so->begin_step(e->ds);
     double loss_sum = 0;
     if (e->ex) {
@@ -624,6 +658,7 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     if (!x->failed) e->so->finish_grads(e->ds);
     tied_wte_sum(e);
     if (x->failed) return engine_comm_failed(e, err, errlen);
+    e->local_loss = e->counts_loss ? loss_sum : 0.0; /* engine_local_loss: who went non-finite */
     double mine[2] = {e->counts_loss ? loss_sum : 0.0, local_grad_sumsq(e)}, sum[2];
     if (world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
     *loss = sum[0] / per_step;
@@ -637,6 +672,7 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
     double norm = sqrt(e->grad_sumsq), clip = e->job.train.grad_clip;
     *grad_norm = norm;
     float s = clip > 0 && norm > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
+    double t_opt = strat_now();
     for (int l = 0; l < e->n_chunks; l++) {
         const model_shard *sh = model_get_shard(e->chunk[l]);
         int n = sh->unit_end - sh->unit_begin;
@@ -656,7 +692,9 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
         optim_step(e->opt[l], lr, step + 1, params, grads);
         free(params), free(grads);
     }
+    trace_span(TRACE_COMPUTE, t_opt, strat_now(), "optimizer");
     e->so->after_update(e->ds);
+    trace_step_end();
     return x->failed ? engine_comm_failed(e, err, errlen) : TRAIN_EXIT_OK;
 }
 
@@ -688,6 +726,16 @@ static int pp_evaluate_slice(engine *e, long vstep, long lo, long hi, long steps
     return TRAIN_EXIT_OK;
 }
 
+/* eval_batches global batches, or the whole validation split (GPT: at most 64
+ * global batches of it). */
+long engine_val_samples(const engine *e)
+{
+    const job_train *t = &e->job.train;
+    long gb = t->global_batch, total = t->eval_batches > 0 ? t->eval_batches * gb : data_count(e->val);
+    if (e->job.model.kind != MODEL_VIT && t->eval_batches <= 0 && total > 64L * gb) total = 64L * gb;
+    return total;
+}
+
 /* Validation: each global validation batch (the last may be short) is split over
  * the dp ranks like a training batch. Every rank runs the same number of
  * micro-batches, so FSDP's gathers and tp's reductions stay in step: a rank whose
@@ -699,8 +747,7 @@ int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t 
     const job_train *t = &e->job.train;
     int vit = e->job.model.kind == MODEL_VIT, mb = t->micro_batch, gb = t->global_batch;
     int dp = e->job.parallel.dp, d = e->mc.me.dp;
-    long total = t->eval_batches > 0 ? (long)t->eval_batches * gb : data_count(e->val);
-    if (!vit && t->eval_batches <= 0 && total > 64L * gb) total = 64L * gb; /* as one process does */
+    long total = engine_val_samples(e);
     x->training = 0;
     double loss = 0;
     long correct = 0, seen = 0;

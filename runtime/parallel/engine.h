@@ -73,10 +73,26 @@ int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t 
  * the same whatever the layout: what the equivalence tests compare. */
 int engine_dump_params(engine *e, const char *path, char *err, size_t errlen);
 
+/* Samples engine_evaluate runs over: validation batches 0, 1, ... of
+ * global_batch samples each (the last may be short), `total` samples in all. */
+long engine_val_samples(const engine *e);
+/* Rank 0, no communication: writes those validation samples (GPT only) to PATH,
+ * so another implementation can compute the same validation loss:
+ *   "DTVAL001" (8 bytes), int32 N (samples), int32 T (tokens per sample),
+ *   int32 tokens[N][T], int32 targets[N][T]   (little-endian) */
+int engine_dump_val(engine *e, const char *path, char *err, size_t errlen);
+
 void engine_take_times(engine *e, engine_times *t);
 /* Memory this rank holds, by category (account.h); peaks restart at
  * engine_begin_training, so setup transients are not training peaks. */
 const account *engine_account(const engine *e);
+/* Peaks restart; with a trace asked for (DTRUN_TRACE or log.trace: trace.h) the
+ * rank starts recording its spans. */
 void engine_begin_training(engine *e);
+/* Collective over the world when a trace is being recorded (else returns at
+ * once): every rank writes its part, rank 0 merges them into the trace file
+ * (runtime/parallel/trace.h). TRAIN_EXIT_OK, or TRAIN_EXIT_FAIL (a part or the
+ * file could not be written) / TRAIN_EXIT_COMM with one line in err. */
+int engine_trace_finish(engine *e, char *err, size_t errlen);
 
 #endif

@@ -53,6 +53,7 @@ struct engine {
     int per_sample;                /* tokens (GPT) or 1 (ViT) per sample */
     int counts_loss;               /* this rank's losses enter the global sum */
     double grad_sumsq;             /* global, from engine_grads */
+    double local_loss;             /* this rank's share of the last step's loss sum */
     double idle_s, mark;
     pp_exec_result last_pp;        /* the last pipeline step's numbers */
     char layout[96];
@@ -61,5 +62,11 @@ struct engine {
 /* The step failed on communication: err gets the recorded line; returns
  * TRAIN_EXIT_COMM. */
 int engine_comm_failed(engine *e, char *err, size_t errlen);
+
+/* engine_trace.c: start recording when a trace is asked for; the pipeline
+ * executor's hooks that put its actions on the trace's lanes. */
+void engine_trace_begin(engine *e);
+void engine_trace_pp_span(void *ctx, pp_op op, int chunk, int mb, double t0, double t1);
+void engine_trace_send_wait(void *ctx, double t0, double t1);
 
 #endif

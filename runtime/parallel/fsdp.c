@@ -211,7 +211,7 @@ static void start_gather(dp_strategy *s, gather_slot *g, int unit)
     if (x->failed) return;
     double t0 = strat_now();
     int rc = comm_all_gather_async(s->shard, s->pshard[unit], g->buf, unit_numel(s, unit), COMM_F32, &g->req);
-    x->comm_s += strat_now() - t0;
+    strat_comm_done(x, t0, "fsdp all_gather of parameters (start)");
     if (strat_fail(x, s->shard, rc, "fsdp all_gather of parameters") != COMM_OK) g->unit = -1;
 }
 
@@ -282,7 +282,7 @@ static void fsdp_finish_grads(dp_strategy *s)
         double t0 = strat_now();
         int rc = comm_all_reduce_async(s->replica, s->gshard[u], s->gshard[u], s->len[u], COMM_F32, COMM_SUM,
                                        &req[u]);
-        x->comm_s += strat_now() - t0;
+        strat_comm_done(x, t0, "hsdp all_reduce across nodes (start)");
         strat_fail(x, s->replica, rc, "hsdp all_reduce across nodes");
     }
     for (int u = 0; u < x->n_units; u++) strat_wait(x, s->replica, req[u], "hsdp all_reduce across nodes");
@@ -316,7 +316,7 @@ static float *fsdp_full_grad(dp_strategy *s, int unit, float *tmp)
     if (x->failed) return tmp;
     double t0 = strat_now();
     int rc = comm_all_gather(s->shard, s->gshard[unit], tmp, unit_numel(s, unit), COMM_F32);
-    x->comm_s += strat_now() - t0;
+    strat_comm_done(x, t0, "fsdp all_gather of gradients");
     strat_fail(x, s->shard, rc, "fsdp all_gather of gradients");
     return tmp;
 }
@@ -327,7 +327,7 @@ static void fsdp_gather_unit(dp_strategy *s, int unit, float *out)
     if (x->failed) return;
     double t0 = strat_now();
     int rc = comm_all_gather(s->shard, s->pshard[unit], out, unit_numel(s, unit), COMM_F32);
-    x->comm_s += strat_now() - t0;
+    strat_comm_done(x, t0, "fsdp all_gather of parameters");
     strat_fail(x, s->shard, rc, "fsdp all_gather of parameters");
 }
 

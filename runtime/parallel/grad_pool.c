@@ -138,7 +138,7 @@ void grad_pool_release(grad_pool *p, int unit)
     /* in place: this rank's chunk lands at buf + lo, where comm_chunk puts it */
     int rc = comm_reduce_scatter_async(p->group, s->buf, s->buf + p->lo[unit], n, COMM_F32, COMM_SUM,
                                        &s->req);
-    x->comm_s += strat_now() - t0;
+    strat_comm_done(x, t0, "reduce_scatter of gradients (start)");
     if (strat_fail(x, p->group, rc, "reduce_scatter of gradients") != COMM_OK) s->unit = -1;
 }
 

@@ -288,7 +288,9 @@ static int settle_slot(step_run *r, const pp_action *a, exec_slot *sl)
     double t0 = now_s();
     int rc = comm_wait(sl->send);
     sl->send = NULL;
-    r->res->idle_s += now_s() - t0;
+    double t1 = now_s();
+    r->res->idle_s += t1 - t0;
+    if (r->ex->hooks.send_wait) r->ex->hooks.send_wait(r->ex->hooks.ctx, t0, t1);
     return rc == COMM_OK ? 0 : comm_fail(r, a, rc);
 }
 
@@ -463,7 +465,9 @@ static int settle_all(step_run *r, int failed)
             sl->send = NULL;
             if (rc != COMM_OK && rc_first == COMM_OK) rc_first = rc;
         }
-    r->res->idle_s += now_s() - t0;
+    double t1 = now_s();
+    r->res->idle_s += t1 - t0;
+    if (ex->hooks.send_wait) ex->hooks.send_wait(ex->hooks.ctx, t0, t1);
     if (failed || rc_first == COMM_OK) return failed ? -1 : 0;
     const char *line = comm_last_error(ex->pp);
     snprintf(r->err, r->errlen, "pp rank %d: step %d: waiting for sends: %s", ex->rank,

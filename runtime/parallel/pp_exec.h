@@ -62,12 +62,15 @@ typedef int (*pp_batch_fn)(void *ctx, int mb, model_batch *out, char *err, size_
  *    BACKWARD of `chunk` (DDP / ZeRO sync that chunk's grads only then); last_of_rank
  *    = the last BACKWARD of the whole list.
  *  span: every action as it ran, [t0, t1] seconds on CLOCK_MONOTONIC, for traces
- *    (a receive's span is its wait; a send's only its posting). */
+ *    (a receive's span is its wait; a send's only its posting).
+ *  send_wait: a wait for earlier asynchronous sends to arrive before their buffer
+ *    is reused or the step ends, [t0, t1] (idle_s counts it, like receives). */
 typedef struct {
     void *ctx;
     void (*before_backward)(void *ctx, int chunk, int mb, int last_of_chunk, int last_of_rank);
     void (*after_backward)(void *ctx, int chunk, int mb, int last_of_chunk, int last_of_rank);
     void (*span)(void *ctx, pp_op op, int chunk, int mb, double t0, double t1);
+    void (*send_wait)(void *ctx, double t0, double t1);
 } pp_exec_hooks;
 
 typedef struct {

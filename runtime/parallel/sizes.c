@@ -365,14 +365,33 @@ static size_t head_extra_bytes(const sizes *s, int tp_rank)
     return a > b ? a - b : 0;
 }
 
-/* Host floats model_acts_create mallocs next to each model_acts (per-token loss and
- * its gradient; ViT: the logits). */
-static size_t host_loss_bytes(const sizes *s)
+size_t sizes_acts_host_bytes(const sizes *s)
+{
+    return model_acts_host_bytes(&s->job.model, s->job.train.micro_batch);
+}
+
+int sizes_batch_samples(const sizes *s)
+{
+    int mb = s->job.train.micro_batch;
+    return s->sched ? s->job.parallel.microbatches * mb : mb;
+}
+
+size_t sizes_batch_bytes(const sizes *s)
 {
     const job_model *m = &s->job.model;
-    size_t B = (size_t)s->job.train.micro_batch, N = B * (size_t)model_seq_len(m);
-    size_t floats = 2 * N + (m->kind == MODEL_VIT ? B * (size_t)m->n_classes : 0);
-    return floats * sizeof(float);
+    size_t n = (size_t)sizes_batch_samples(s);
+    if (m->kind == MODEL_GPT) return 2 * n * (size_t)m->seq_len * sizeof(int);
+    return n * (size_t)m->channels * (size_t)m->image_size * (size_t)m->image_size * sizeof(float) +
+           n * sizeof(int);
+}
+
+size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at)
+{
+    int pp = s->job.parallel.pp, L = s->job.model.n_layer;
+    if (s->job.model.kind != MODEL_GPT || pp == 1) return 0;
+    if (at.pp == pp_chunk_rank(0, pp)) return sizes_unit_numel(s, 0, at.tp);
+    if (at.pp == pp_chunk_rank(s->chunks - 1, pp)) return sizes_unit_numel(s, L + 1, at.tp);
+    return 0;
 }
 
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
@@ -387,22 +406,23 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_OPTIM] = optim_elems * 8; /* m and v, fp32 */
     out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge) +
                              sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * ge +
-                             sizes_bucket_numel(s, at) * ge;
+                             sizes_bucket_numel(s, at) * ge + sizes_tied_scratch_numel(s, at) * ge;
 
+    /* Each local chunk keeps a pool of sizes_acts_slots model_acts for the whole
+     * run (pp_exec.h), so the rank holds the sum of the chunks' peaks, which is
+     * more than the peak of their sum when chunks peak at different times
+     * (interleaved schedules). */
     int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
-    size_t acts, live;
+    size_t acts = 0, live = 0;
     if (!s->sched) {
         acts = sizes_chunk_acts_bytes(s, 0, at.tp);
         live = 1;
     } else {
-        double *w = calloc((size_t)s->chunks, sizeof *w);
-        for (int local = 0; w && local < v; local++) {
-            int c = pp_chunk_id(at.pp, local, pp);
-            w[c] = (double)sizes_chunk_acts_bytes(s, c, at.tp);
+        for (int local = 0; local < v; local++) {
+            int c = pp_chunk_id(at.pp, local, pp), slots = sizes_acts_slots(s, c);
+            acts += (size_t)slots * sizes_chunk_acts_bytes(s, c, at.tp);
+            live += (size_t)slots;
         }
-        acts = w ? (size_t)pp_schedule_peak_in_flight(&s->sched->schedule, at.pp, w) : 0;
-        live = (size_t)pp_schedule_peak_in_flight(&s->sched->schedule, at.pp, NULL);
-        free(w);
     }
     size_t logits = 0;
     if (pp_chunk_rank(s->chunks - 1, pp) == at.pp)
@@ -411,7 +431,7 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_ACTS] = acts - logits;
     out->bytes[SIZES_LOGITS] = logits;
     /* on a GPU the host buffers are host memory, not device memory */
-    out->bytes[SIZES_WORKSPACE] = s->env.gpu ? 0 : host_loss_bytes(s) * live;
+    out->bytes[SIZES_WORKSPACE] = s->env.gpu ? 0 : sizes_acts_host_bytes(s) * live + sizes_batch_bytes(s);
     for (int c = 0; c < SIZES_COUNT; c++) out->total += out->bytes[c];
 }
 

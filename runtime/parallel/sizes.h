@@ -17,7 +17,11 @@
  *   pipeline engine               sizes_first_unit (its chunks), sizes_chunk_acts_bytes
  *                                 and one model_acts per (chunk, microbatch) alive
  *                                 from its FORWARD to its BACKWARD (at most
- *                                 sizes_acts_slots(chunk) of a chunk at once)
+ *                                 sizes_acts_slots(chunk) of a chunk at once): a
+ *                                 fixed pool of that many per local chunk
+ *   model_acts host loss buffers  sizes_acts_host_bytes       (per model_acts)
+ *   engine's host batch buffers   sizes_batch_samples         (sizes_batch_bytes)
+ *   tied wte scratch (GPT, pp>1)  sizes_tied_scratch_numel
  *
  * Precision. On the CPU backend, or with train.precision fp32, everything is fp32:
  * params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per parameter. On a GPU with
@@ -64,8 +68,9 @@ typedef enum {
     SIZES_OPTIM,      /* Adam m and v, fp32 */
     SIZES_ACTS,       /* activations kept for backward + the model's scratch, all in-flight microbatches */
     SIZES_LOGITS,     /* what the head adds over a stage without it: logits, their gradient, loss */
-    SIZES_COMM,       /* DDP/ZeRO-1 bucket, ZeRO-2 reduce buffers, FSDP gather buffers */
-    SIZES_WORKSPACE,  /* per-microbatch host loss buffers (same memory as the rest on the CPU backend) */
+    SIZES_COMM,       /* DDP/ZeRO-1 bucket, ZeRO-2 reduce buffers, FSDP gather buffers, tied wte scratch */
+    SIZES_WORKSPACE,  /* host loss buffers of every model_acts + the host batch buffers
+                         (the same memory as the rest on the CPU backend; 0 on a GPU) */
     SIZES_COUNT
 } sizes_category;
 
@@ -134,6 +139,18 @@ size_t sizes_bucket_numel(const sizes *s, sizes_at at);
 size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank);
 /* Most microbatches of chunk c alive at once (1 with pp = 1). */
 int sizes_acts_slots(const sizes *s, int chunk);
+/* Host bytes next to each model_acts (model_acts_host_bytes of micro_batch). */
+size_t sizes_acts_host_bytes(const sizes *s);
+/* The engine's host input buffers: samples of one step it holds at once (one
+ * micro-batch with pp = 1; every micro-batch of the step with pp > 1, which the
+ * executor may ask for in any order), and their bytes (GPT: token and target ids;
+ * ViT: images and labels). */
+int sizes_batch_samples(const sizes *s);
+size_t sizes_batch_bytes(const sizes *s);
+/* GPT split over pipeline stages: elements of the scratch buffer the first and
+ * the last stage use to sum the tied wte gradient (their whole unit 0 / head, so
+ * a sharded gradient can be gathered into it); 0 on other ranks and layouts. */
+size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at);
 
 /* ---- the whole rank ---- */
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);

@@ -3,6 +3,8 @@
 
 #include <stdio.h>
 
+#include "runtime/parallel/trace.h"
+
 int strat_fail(strat_ctx *x, comm *c, int rc, const char *what)
 {
     if (rc != COMM_OK && !x->failed) {
@@ -13,12 +15,19 @@ int strat_fail(strat_ctx *x, comm *c, int rc, const char *what)
     return rc;
 }
 
+void strat_comm_done(strat_ctx *x, double t0, const char *what)
+{
+    double t1 = strat_now();
+    x->comm_s += t1 - t0;
+    trace_span(TRACE_COMM, t0, t1, "%s", what);
+}
+
 int strat_wait(strat_ctx *x, comm *c, comm_req *req, const char *what)
 {
     if (!req) return COMM_OK;
     double t0 = strat_now();
     int rc = comm_wait(req);
-    x->comm_s += strat_now() - t0;
+    strat_comm_done(x, t0, what);
     return strat_fail(x, c, rc, what);
 }
 

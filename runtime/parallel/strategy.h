@@ -62,6 +62,9 @@ static inline double strat_now(void)
 /* Records a failed call (rc != COMM_OK) on communicator `c` as the context's error
  * "rank R: step S: WHAT: <comm's line>" unless one is recorded already. Returns rc. */
 int strat_fail(strat_ctx *x, comm *c, int rc, const char *what);
+/* Time blocked in communication since t0 (strat_now) on `what`: added to
+ * comm_s and, with --trace, a span on the rank's comm lane (trace.h). */
+void strat_comm_done(strat_ctx *x, double t0, const char *what);
 /* comm_wait, timed into comm_s and checked. A NULL request is a no-op. */
 int strat_wait(strat_ctx *x, comm *c, comm_req *req, const char *what);
 

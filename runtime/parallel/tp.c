@@ -14,6 +14,6 @@ void tp_allreduce(strat_ctx *x, float *buf, size_t n, tp_op op)
     if (x->failed) return; /* the step is lost; do not wait on a broken group */
     double t0 = strat_now();
     int rc = comm_all_reduce(x->tp, buf, buf, n, COMM_F32, op == TP_MAX ? COMM_MAX : COMM_SUM);
-    x->comm_s += strat_now() - t0;
+    strat_comm_done(x, t0, op == TP_MAX ? "tp all_reduce (max)" : "tp all_reduce");
     strat_fail(x, x->tp, rc, op == TP_MAX ? "tp all_reduce (max)" : "tp all_reduce");
 }

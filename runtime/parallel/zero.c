@@ -185,7 +185,7 @@ static void zero_after_update(dp_strategy *s)
         float *p = model_unit_params(m, u);
         double t0 = strat_now();
         int rc = comm_all_gather_async(x->dp, p + s->lo[u], p, model_unit_local_numel(m, u), COMM_F32, &req[u]);
-        x->comm_s += strat_now() - t0;
+        strat_comm_done(x, t0, "zero all_gather of parameters (start)");
         strat_fail(x, x->dp, rc, "zero all_gather of parameters");
     }
     for (int u = 0; u < x->n_units; u++) strat_wait(x, x->dp, req[u], "zero all_gather of parameters");
@@ -201,7 +201,7 @@ static float *zero_full_grad(dp_strategy *s, int unit, float *tmp)
     if (x->failed) return tmp;
     double t0 = strat_now();
     int rc = comm_all_gather(x->dp, s->gshard[unit], tmp, model_unit_local_numel(m, unit), COMM_F32);
-    x->comm_s += strat_now() - t0;
+    strat_comm_done(x, t0, "zero2 all_gather of gradients");
     strat_fail(x, x->dp, rc, "zero2 all_gather of gradients");
     return tmp;
 }

@@ -13,6 +13,7 @@ struct metrics {
     int live;         /* rewrite one terminal line with \r */
     int every;
     int steps;
+    int first_step;   /* the first step this process logged (resumed runs start late) */
     const char *unit; /* "tok/s" or "img/s" */
 };
 
@@ -29,7 +30,7 @@ static void make_parents(const char *path)
     }
 }
 
-metrics *metrics_open(const job_spec *job, int rank, char *err, size_t errlen)
+metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size_t errlen)
 {
     metrics *m = calloc(1, sizeof *m);
     if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
@@ -42,7 +43,7 @@ metrics *metrics_open(const job_spec *job, int rank, char *err, size_t errlen)
     if (job->log.progress == PROGRESS_OFF) m->every = 0;
     if (rank == 0 && job->log.metrics[0]) {
         make_parents(job->log.metrics);
-        m->jsonl = fopen(job->log.metrics, "w");
+        m->jsonl = fopen(job->log.metrics, append ? "a" : "w");
         if (!m->jsonl) {
             snprintf(err, errlen, "%s: cannot write metrics (%s)", job->log.metrics, strerror(errno));
             free(m);
@@ -77,10 +78,11 @@ void metrics_log_step(metrics *m, const metrics_step *s)
         fflush(m->jsonl);
     }
     if (!m->every) return;
+    if (!m->first_step) m->first_step = s->step;
     int last = s->step == m->steps;
     if (!last && s->step % m->every) return;
     char eta[32];
-    fmt_eta(eta, sizeof eta, s->elapsed / s->step * (m->steps - s->step));
+    fmt_eta(eta, sizeof eta, s->elapsed / (s->step - m->first_step + 1) * (m->steps - s->step));
     fprintf(stderr, "%sstep %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f %s | ETA %s%s",
             m->live ? "\r\033[K" : "", s->step, m->steps, s->loss, s->lr, s->grad_norm,
             s->samples_per_s, m->unit, eta, m->live && !last ? "" : "\n");

@@ -18,8 +18,9 @@ typedef struct {
 
 typedef struct metrics metrics;
 
-/* rank: only rank 0 prints; every rank may write its own metrics file later. */
-metrics *metrics_open(const job_spec *job, int rank, char *err, size_t errlen);
+/* rank: only rank 0 prints; every rank may write its own metrics file later.
+ * append: a resumed run adds to the metrics file instead of replacing it. */
+metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size_t errlen);
 void metrics_close(metrics *m);
 void metrics_log_step(metrics *m, const metrics_step *s);
 /* acc < 0 when there is none (GPT). */

@@ -78,6 +78,18 @@ void optim_step(optim *o, double lr, int t, float *const *params, float *const *
     }
 }
 
+int optim_slice_count(const optim *o) { return o->n; }
+
+void optim_slice_state(optim *o, int i, int *unit, size_t *lo, size_t *hi, float **m, float **v)
+{
+    const optim_slice *s = &o->s[i];
+    *unit = s->unit;
+    *lo = s->lo;
+    *hi = s->hi;
+    *m = s->m;
+    *v = s->v;
+}
+
 size_t optim_state_bytes(const optim *o)
 {
     size_t b = 0;

@@ -21,6 +21,10 @@ void optim_destroy(optim *o);
  * `grads[u]` (a buffer covering the slice, indexed from lo) and updating
  * `params[u]` likewise; NULL arrays mean the model's own unit buffers. */
 void optim_step(optim *o, double lr, int t, float *const *params, float *const *grads);
+/* Slice i (0 .. count-1, the held units in order) and its AdamW moments m and v
+ * (hi - lo elements each, device memory): what a checkpoint saves and loads. */
+int optim_slice_count(const optim *o);
+void optim_slice_state(optim *o, int i, int *unit, size_t *lo, size_t *hi, float **m, float **v);
 /* Bytes of optimizer state held (for metrics and the dry-run check). */
 size_t optim_state_bytes(const optim *o);
 

@@ -18,12 +18,20 @@
  * bytes held per category since training started (account.h), total = the largest
  * sum at one moment; rss_peak: the process's peak resident set (getrusage).
  *
+ * Checkpoints, resume and stop signals: checkpoint.h. A resumed run appends to
+ * the metrics files. Non-finite loss: the run stops (exit 5) with a line naming
+ * the step and the ranks whose own loss went non-finite, or skips the step
+ * (no update) with train.skip_nonfinite.
+ *
  * DTRUN_DUMP_PARAMS=PATH: after training, rank 0 writes the whole model's final
  * parameters to PATH (engine_dump_params: raw float32 in parameter-spec order),
- * the same file under every layout, for the equivalence tests. */
+ * the same file under every layout, for the equivalence tests.
+ * DTRUN_DUMP_VAL=PATH: rank 0 writes the validation samples the final
+ * evaluation ran over (engine_dump_val), for scripts/export_check.py. */
 #include "runtime/train/train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +39,8 @@
 #include <time.h>
 
 #include "runtime/parallel/engine.h"
+#include "runtime/parallel/engine_ckpt.h"
+#include "runtime/train/checkpoint.h"
 #include "runtime/train/lr.h"
 #include "runtime/train/metrics.h"
 
@@ -42,14 +52,14 @@ static double now_s(void)
 }
 
 /* This rank's own JSONL file, or NULL when the job logs no metrics. */
-static FILE *rank_log_open(const job_spec *job, int rank)
+static FILE *rank_log_open(const job_spec *job, int rank, int append)
 {
     if (!job->log.metrics[0]) return NULL;
     char path[JOB_PATH_MAX + 32];
     size_t n = strlen(job->log.metrics);
     int stem = n > 6 && strcmp(job->log.metrics + n - 6, ".jsonl") == 0 ? (int)(n - 6) : (int)n;
     snprintf(path, sizeof path, "%.*s.rank%d.jsonl", stem, job->log.metrics, rank);
-    FILE *f = fopen(path, "w");
+    FILE *f = fopen(path, append ? "a" : "w");
     if (!f) fprintf(stderr, "dtrun: rank %d: %s: cannot write the rank's metrics\n", rank, path);
     return f;
 }
@@ -73,17 +83,117 @@ static void rank_log_step(FILE *f, engine *e, int step)
     fflush(f);
 }
 
-int train_run(const job_spec *job)
+/* A step's loss is not finite: say on which ranks it went wrong (every rank
+ * calls this: the loss is the same everywhere). */
+static int report_nonfinite(engine *e, int world, int step, double loss, int skip, char *err, size_t errlen)
 {
-    char err[1024];
+    int *bad = calloc((size_t)world, sizeof(int));
+    if (!bad) {
+        snprintf(err, errlen, "rank %d: out of memory", engine_rank(e));
+        return TRAIN_EXIT_FAIL;
+    }
+    int rc = engine_gather_flags(e, !isfinite(engine_local_loss(e)), bad, err, errlen);
+    if (rc == TRAIN_EXIT_OK && engine_rank(e) == 0) {
+        char ranks[256] = "";
+        size_t used = 0;
+        for (int r = 0; r < world && used < sizeof ranks - 16; r++)
+            if (bad[r]) used += (size_t)snprintf(ranks + used, sizeof ranks - used, "%s%d", used ? ", " : "", r);
+        fprintf(stderr, "dtrun: rank 0: step %d: the loss is %s (%s%s): %s\n", step,
+                isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf",
+                used ? "non-finite on rank " : "the sum over ranks is not finite", ranks,
+                skip ? "skipping the step (train.skip_nonfinite)"
+                     : "stopping (exit 5; train.skip_nonfinite: true skips such steps)");
+    }
+    free(bad);
+    return rc;
+}
+
+/* DTRUN_TEST_NAN_STEP=S (tests): the loss of step S reads as NaN on every rank. */
+static int test_nan_step(void)
+{
+    const char *v = getenv("DTRUN_TEST_NAN_STEP");
+    return v && *v ? atoi(v) : -1;
+}
+
+/* A stop signal at a step boundary: every rank agrees whether one came (they
+ * may see it a few instructions apart); then, with checkpoint.dir, all save and
+ * stop. Returns 1 when the loop should end with *rc. */
+static int stop_requested(engine *e, const job_spec *job, const train_progress *pg, int *rc, char *err,
+                          size_t errlen)
+{
+    int sig = checkpoint_signal_pending(), any = 0;
+    if (!job->checkpoint.dir[0]) {
+        /* only SIGUSR1 is caught then: nothing to save, training goes on */
+        static int told;
+        if (sig && !told && engine_rank(e) == 0)
+            fprintf(stderr, "dtrun: SIGUSR1: no checkpoint.dir to save to; training goes on\n");
+        told |= sig != 0;
+        return 0;
+    }
+    if (!sig && pg->step == checkpoint_test_stop_step()) sig = -1;
+    if ((*rc = engine_any(e, sig != 0, &any, err, errlen)) != TRAIN_EXIT_OK) return 1;
+    if (!any) return 0;
+    if ((*rc = checkpoint_save(e, job, pg, err, errlen)) != TRAIN_EXIT_OK) return 1;
+    if (engine_rank(e) == 0)
+        fprintf(stderr, "dtrun: %s: stopped at step %ld with a checkpoint in %s; the same command resumes\n",
+                sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : sig < 0 ? "DTRUN_TEST_STOP_STEP" :
+                "a stop signal on another rank",
+                pg->step, job->checkpoint.dir);
+    return 1;
+}
+
+/* The job as this world runs it: `dp: auto` resolved from WORLD_SIZE. */
+static job_spec *job_for_world(const job_spec *job, char *err, size_t errlen)
+{
+    job_spec *w = malloc(sizeof *w);
+    if (!w) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    *w = *job;
+    const char *ws = getenv("WORLD_SIZE");
+    if (job_resolve_world(w, ws && *ws ? atoi(ws) : 1, err, errlen) != 0) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+static int train_job(const job_spec *job);
+
+int train_run(const job_spec *file_job)
+{
+    char err[2048];
+    job_spec *job = job_for_world(file_job, err, sizeof err);
+    if (!job) {
+        fprintf(stderr, "dtrun: %s\n", err);
+        return JOB_EXIT_INVALID;
+    }
+    int rc = train_job(job);
+    free(job);
+    return rc;
+}
+
+static int train_job(const job_spec *job)
+{
+    char err[2048];
     int rc;
+    checkpoint_signals_install(job);
     engine *e = engine_create(job, &rc, err, sizeof err);
     if (!e) {
         fprintf(stderr, "dtrun: %s\n", err);
         return rc;
     }
     int rank = engine_rank(e);
-    metrics *met = metrics_open(job, rank, err, sizeof err);
+    train_progress pg;
+    int resumed = 0;
+    rc = checkpoint_resume(e, job, &pg, &resumed, err, sizeof err);
+    if (rc != TRAIN_EXIT_OK) {
+        fprintf(stderr, "dtrun: %s\n", err);
+        engine_destroy(e);
+        return rc;
+    }
+    metrics *met = metrics_open(job, rank, resumed, err, sizeof err);
     if (!met) {
         fprintf(stderr, "dtrun: %s\n", err);
         engine_destroy(e);
@@ -91,49 +201,69 @@ int train_run(const job_spec *job)
     }
     int world = job->parallel.dp * job->parallel.tp * job->parallel.pp;
     if (rank == 0 && world > 1) fprintf(stderr, "dtrun: layout %s (world %d)\n", engine_layout(e), world);
-    FILE *rlog = rank_log_open(job, rank);
+    FILE *rlog = rank_log_open(job, rank, resumed);
 
     const job_model *spec = &job->model;
+    const job_checkpoint *ck = &job->checkpoint;
     double samples_per_step = (double)job->train.global_batch * (spec->kind == MODEL_GPT ? spec->seq_len : 1);
-    double loss = NAN, val_loss = NAN, acc = -1;
-    int done = 0;
+    double loss = pg.n_tail ? pg.tail[pg.n_tail - 1] : NAN, val_loss = NAN, acc = -1;
+    int done = (int)pg.step, first = done, nan_step = test_nan_step();
     engine_begin_training(e);
     engine_times setup;
     engine_take_times(e, &setup); /* the rank log's first step starts here */
     double t0 = now_s();
-    for (int step = 0; step < job->train.steps; step++) {
+    for (int step = (int)pg.step; step < job->train.steps; step++) {
         double ts = now_s();
         rc = engine_grads(e, step, &loss, err, sizeof err);
         if (rc != TRAIN_EXIT_OK) goto out;
-        if (!isfinite(loss)) {
-            if (rank == 0) fprintf(stderr, "dtrun: rank %d: step %d: loss is %f\n", rank, step + 1, loss);
-            if (job->train.skip_nonfinite) continue;
-            rc = TRAIN_EXIT_NONFINITE;
-            goto out;
+        if (step + 1 == nan_step) loss = NAN;
+        int updated = isfinite(loss);
+        if (!updated) {
+            rc = report_nonfinite(e, world, step + 1, loss, job->train.skip_nonfinite, err, sizeof err);
+            if (rc != TRAIN_EXIT_OK) goto out;
+            if (!job->train.skip_nonfinite) {
+                rc = TRAIN_EXIT_NONFINITE;
+                goto out;
+            }
+        } else {
+            double lr = lr_at(&job->train, step), norm;
+            rc = engine_update(e, step, lr, &norm, err, sizeof err);
+            if (rc != TRAIN_EXIT_OK) goto out;
+            done = step + 1;
+            pg.updates++;
+            train_progress_add_loss(&pg, loss);
+            double te = now_s();
+            rank_log_step(rlog, e, done);
+            metrics_step ms = {.step = done, .loss = loss, .lr = lr, .grad_norm = norm,
+                               .samples_per_s = samples_per_step / (te - ts), .elapsed = te - t0};
+            metrics_log_step(met, &ms);
         }
-        double lr = lr_at(&job->train, step), norm;
-        rc = engine_update(e, step, lr, &norm, err, sizeof err);
-        if (rc != TRAIN_EXIT_OK) goto out;
-        done = step + 1;
-        double te = now_s();
-        rank_log_step(rlog, e, done);
-        metrics_step ms = {.step = done, .loss = loss, .lr = lr, .grad_norm = norm,
-                           .samples_per_s = samples_per_step / (te - ts), .elapsed = te - t0};
-        metrics_log_step(met, &ms);
-        if (job->train.eval_every > 0 && done % job->train.eval_every == 0 && done < job->train.steps) {
+        pg.step = step + 1;
+        checkpoint_test_step_delay();
+        if (ck->dir[0] && ck->every > 0 && pg.step % ck->every == 0 && pg.step < job->train.steps &&
+            (rc = checkpoint_save(e, job, &pg, err, sizeof err)) != TRAIN_EXIT_OK)
+            goto out;
+        if (stop_requested(e, job, &pg, &rc, err, sizeof err)) goto out;
+        if (updated && job->train.eval_every > 0 && done % job->train.eval_every == 0 && done < job->train.steps) {
             rc = engine_evaluate(e, &val_loss, &acc, err, sizeof err);
             if (rc != TRAIN_EXIT_OK) goto out;
             metrics_log_eval(met, done, val_loss, acc);
             engine_take_times(e, &setup); /* evaluation is not the next step's time */
         }
     }
+    /* the final checkpoint before anything else can fail */
+    if (ck->dir[0] && (rc = checkpoint_save(e, job, &pg, err, sizeof err)) != TRAIN_EXIT_OK) goto out;
     rc = engine_evaluate(e, &val_loss, &acc, err, sizeof err);
     if (rc != TRAIN_EXIT_OK) goto out;
     metrics_log_eval(met, done, val_loss, acc);
-    metrics_summary(met, done, loss, val_loss, acc, now_s() - t0, samples_per_step * done);
+    metrics_summary(met, done, loss, val_loss, acc, now_s() - t0, samples_per_step * (done - first));
     const char *dump = getenv("DTRUN_DUMP_PARAMS");
     if (dump && *dump) rc = engine_dump_params(e, dump, err, sizeof err);
+    const char *vdump = getenv("DTRUN_DUMP_VAL");
+    if (rc == TRAIN_EXIT_OK && vdump && *vdump && rank == 0) rc = engine_dump_val(e, vdump, err, sizeof err);
 out:
+    /* --trace: every rank's part, merged by rank 0 (also after a stop that saved a checkpoint) */
+    if (rc == TRAIN_EXIT_OK) rc = engine_trace_finish(e, err, sizeof err);
     if (rc != TRAIN_EXIT_OK && rc != TRAIN_EXIT_NONFINITE) fprintf(stderr, "dtrun: %s\n", err);
     if (rlog) fclose(rlog);
     metrics_close(met);

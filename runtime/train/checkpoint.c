@@ -1,0 +1,202 @@
+/* checkpoint.c — resume, save and stop-signal policy of the training loop
+ * (checkpoint.h). */
+#include "runtime/train/checkpoint.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/ckpt/ckpt.h"
+#include "runtime/parallel/engine_ckpt.h"
+#include "runtime/train/train.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+void checkpoint_signals_install(const job_spec *job)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    /* without a place to save, SIGTERM stops the worker at once, as before */
+    if (job->checkpoint.dir[0]) sigaction(SIGTERM, &sa, NULL);
+}
+
+int checkpoint_signal_pending(void) { return stop_signal; }
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+void checkpoint_test_step_delay(void)
+{
+    int ms = env_int("DTRUN_TEST_STEP_DELAY_MS", 0);
+    if (ms > 0) sleep_ms(ms);
+}
+
+long checkpoint_test_stop_step(void) { return env_int("DTRUN_TEST_STOP_STEP", -1); }
+
+void train_progress_add_loss(train_progress *p, double loss)
+{
+    if (p->n_tail == CKPT_LOSS_TAIL) {
+        memmove(p->tail, p->tail + 1, (CKPT_LOSS_TAIL - 1) * sizeof(double));
+        p->n_tail--;
+    }
+    p->tail[p->n_tail++] = loss;
+}
+
+/* ---- resume ---- */
+
+/* The checkpoint's model is the job's, or one line saying where they differ. */
+static int same_model(const ckpt *ck, const job_model *m, char *err, size_t errlen)
+{
+    const ckpt_info *in = ckpt_get_info(ck);
+    if (!in->has_model) return 0;
+    const job_model *c = &in->model;
+    const struct {
+        const char *name;
+        int saved, now;
+    } dims[] = {{"n_layer", c->n_layer, m->n_layer},          {"n_head", c->n_head, m->n_head},
+                {"d_model", c->d_model, m->d_model},          {"d_ff", c->d_ff, m->d_ff},
+                {"vocab_size", c->vocab_size, m->vocab_size}, {"seq_len", c->seq_len, m->seq_len},
+                {"image_size", c->image_size, m->image_size}, {"patch_size", c->patch_size, m->patch_size},
+                {"channels", c->channels, m->channels},       {"n_classes", c->n_classes, m->n_classes}};
+    if (c->kind != m->kind) {
+        snprintf(err, errlen, "%s: the checkpoint holds a %s model but the job trains a %s", ckpt_path(ck),
+                 job_model_kind_name(c->kind), job_model_kind_name(m->kind));
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        if (dims[i].saved == dims[i].now) continue;
+        snprintf(err, errlen, "%s: the checkpoint's model has %s %d but the job's has %d (another model)",
+                 ckpt_path(ck), dims[i].name, dims[i].saved, dims[i].now);
+        return -1;
+    }
+    return 0;
+}
+
+/* What checkpoint.resume names: 0 with *path (a checkpoint to load), 1 for a
+ * fresh start, -1 with err. */
+static int resume_source(const job_spec *job, const char **path, char *err, size_t errlen)
+{
+    const job_checkpoint *c = &job->checkpoint;
+    if (!strcmp(c->resume, "never")) return 1;
+    if (strcmp(c->resume, "auto") != 0) {
+        *path = c->resume;
+        return 0;
+    }
+    if (!c->dir[0]) return 1;
+    long step;
+    int rc = ckpt_latest_step(c->dir, &step, err, errlen);
+    if (rc != 0) return rc;
+    *path = c->dir;
+    return 0;
+}
+
+int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *resumed, char *err,
+                      size_t errlen)
+{
+    memset(p, 0, sizeof *p);
+    *resumed = 0;
+    const char *path = NULL;
+    char why[1024] = "";
+    ckpt *ck = NULL;
+    int rc = resume_source(job, &path, why, sizeof why);
+    if (rc == 0 && ckpt_open(path, &ck, why, sizeof why) != 0) rc = -1;
+    if (rc == 0 && same_model(ck, &job->model, why, sizeof why) != 0) rc = -1;
+    /* every rank reads the same files, but a rank could still fail alone
+     * (memory, a flaky mount): agree before anyone loads */
+    int any = 0, arc = engine_any(e, rc < 0, &any, err, errlen);
+    if (arc != TRAIN_EXIT_OK || any) {
+        ckpt_close(ck);
+        if (arc != TRAIN_EXIT_OK) return arc;
+        if (rc < 0) {
+            snprintf(err, errlen, "rank %d: cannot resume: %s; to start otherwise, set checkpoint.resume to "
+                                  "never or to an older step directory", engine_rank(e), why);
+        } else {
+            snprintf(err, errlen, "rank %d: cannot resume: failed on another rank (see its message)",
+                     engine_rank(e));
+            sleep_ms(300); /* the rank with the reason exits first: the agent's root cause */
+        }
+        return TRAIN_EXIT_CKPT;
+    }
+    if (rc == 1) return TRAIN_EXIT_OK; /* a fresh start */
+    rc = engine_load_checkpoint(e, ck, err, errlen);
+    if (rc == TRAIN_EXIT_OK) {
+        const ckpt_info *in = ckpt_get_info(ck);
+        p->step = in->step;
+        p->updates = in->optim_step;
+        for (int i = 0; i < in->n_loss; i++) train_progress_add_loss(p, in->loss_tail[i]);
+        *resumed = 1;
+        if (engine_rank(e) == 0) {
+            fprintf(stderr, "dtrun: resuming from %s: step %ld (saved under dp=%d tp=%d pp=%d %s; now %s)\n",
+                    ckpt_path(ck), in->step, in->dp, in->tp, in->pp, in->mode, engine_layout(e));
+            if (in->seed != job->train.seed)
+                fprintf(stderr, "dtrun: note: the checkpoint was trained with seed %llu, this job uses %llu "
+                                "(the data from here on follows the job's)\n", in->seed, job->train.seed);
+        }
+    }
+    ckpt_close(ck);
+    return rc;
+}
+
+/* ---- save ---- */
+
+/* The resolved job as YAML, for the index (malloc'd; NULL when out of memory). */
+static char *job_yaml(const job_spec *job)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    job_print(job, f);
+    fclose(f);
+    return text;
+}
+
+int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, char *err, size_t errlen)
+{
+    const char *dir = job->checkpoint.dir;
+    char *yaml = job_yaml(job);
+    ckpt_meta meta = {.step = p->step, .seed = job->train.seed, .job_yaml = yaml, .model = &job->model,
+                      .loss_tail = p->tail, .n_loss = p->n_tail, .optim_step = p->updates};
+    engine_ckpt_meta_layout(e, &meta);
+    int delay_step = env_int("DTRUN_TEST_CKPT_DELAY_STEP", -1);
+    int delay = delay_step < 0 || delay_step == p->step ? env_int("DTRUN_TEST_CKPT_DELAY_MS", 0) : 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int already = 0;
+    int rc = engine_save_checkpoint(e, dir, &meta, job->checkpoint.keep, delay, &already, err, errlen);
+    free(yaml);
+    if (rc == TRAIN_EXIT_CKPT) {
+        /* say what a person needs to know next: is anything lost? */
+        long prev;
+        char e2[256];
+        size_t used = strlen(err);
+        if (ckpt_latest_step(dir, &prev, e2, sizeof e2) == 0)
+            snprintf(err + used, errlen - used, "; the previous checkpoint (step %ld in %s) is intact", prev, dir);
+        else
+            snprintf(err + used, errlen - used, "; there is no earlier checkpoint in %s", dir);
+        return rc;
+    }
+    if (rc != TRAIN_EXIT_OK) return rc;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (engine_rank(e) == 0 && !already)
+        fprintf(stderr, "dtrun: checkpoint step %ld saved to %s (%.2f s)\n", p->step, dir,
+                (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+    return TRAIN_EXIT_OK;
+}

@@ -1,0 +1,70 @@
+/* checkpoint.h — the training loop's checkpoint policy: where a run resumes
+ * from, when it saves, what a stop signal means. The format is runtime/ckpt;
+ * what each rank writes and reads is runtime/parallel/engine_ckpt.h.
+ *
+ * Resume (checkpoint.resume): "auto" loads DIR/latest when there is one (a fresh
+ * start otherwise), "never" starts fresh, anything else is a checkpoint path (a
+ * DIR with `latest`, or a step directory) that must load. The checkpoint may
+ * come from any layout: each rank reads its slices under the current one. The
+ * run continues at the saved step with the data of that step (batches are a
+ * pure function of (seed, step)), so a resumed run is the uninterrupted one.
+ *
+ * Saves (checkpoint.dir set): after every `every` steps, at the end of training,
+ * and at the step boundary after SIGTERM or SIGUSR1 (Slurm's --signal=USR1@90
+ * before preemption): then the worker exits 0 without evaluating. Without
+ * checkpoint.dir, SIGTERM keeps its default action and SIGUSR1 is reported and
+ * ignored (nothing to save).
+ *
+ * Errors: TRAIN_EXIT_CKPT (6) with one line: a corrupt or unreadable checkpoint
+ * to resume from (the file and why: "checksum mismatch (corrupted shard)"), a
+ * checkpoint of another model, a save that failed (e.g. a full disk; the line
+ * says that the previous checkpoint is intact).
+ *
+ * Test hooks (environment):
+ *   DTRUN_TEST_CKPT_DELAY_MS=N    every rank sleeps N ms after writing its file,
+ *                                 before the commit (a window to crash in)
+ *   DTRUN_TEST_CKPT_DELAY_STEP=S  ... only when saving step S
+ *   DTRUN_TEST_STEP_DELAY_MS=N    every rank sleeps N ms after each step (so a
+ *                                 test can kill a worker at a step of its choice)
+ *   DTRUN_TEST_STOP_STEP=S        after step S, act as if SIGUSR1 came: save, exit 0
+ *                                 (the first half of an interrupted run) */
+#ifndef DTRUN_TRAIN_CHECKPOINT_H
+#define DTRUN_TRAIN_CHECKPOINT_H
+
+#include <stddef.h>
+
+#include "lib/jobspec.h"
+#include "runtime/parallel/engine.h"
+
+#define CKPT_LOSS_TAIL 16
+
+/* Where training stands: what a checkpoint records beyond the tensors. */
+typedef struct {
+    long step;          /* loop iterations done (updates + skipped steps) */
+    long updates;       /* AdamW updates applied */
+    double tail[CKPT_LOSS_TAIL];
+    int n_tail;         /* the last losses, oldest first */
+} train_progress;
+
+void train_progress_add_loss(train_progress *p, double loss);
+
+/* Collective. Applies checkpoint.resume: on a load, the engine holds the
+ * checkpoint's parameters and optimizer state and *p its progress; *resumed =
+ * 1. Otherwise *p is zero. */
+int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *resumed, char *err,
+                      size_t errlen);
+
+/* Collective: saves step p->step to checkpoint.dir (which must be set). A step
+ * that is already the latest checkpoint is not written again. */
+int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, char *err, size_t errlen);
+
+/* Installs the SIGTERM / SIGUSR1 handlers (see above). */
+void checkpoint_signals_install(const job_spec *job);
+/* The stop signal received (SIGTERM or SIGUSR1), or 0. */
+int checkpoint_signal_pending(void);
+
+/* Test hooks DTRUN_TEST_STEP_DELAY_MS and DTRUN_TEST_STOP_STEP (-1 when unset). */
+void checkpoint_test_step_delay(void);
+long checkpoint_test_stop_step(void);
+
+#endif
