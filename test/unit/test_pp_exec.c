@@ -321,7 +321,7 @@ static void run_rank(rank_setup *rs, comm *pp, int p, int rank, rank_header *h, 
             h->slots_ok = 0;
     hook_log hl = {0};
     hl.open_chunk = -1;
-    pp_exec_hooks hooks = {&hl, hook_before, hook_after, NULL};
+    pp_exec_hooks hooks = {&hl, hook_before, hook_after, NULL, NULL};
     pp_exec_set_hooks(ex, &hooks);
     pp_exec_step_args args = {1, rs->data.B, loss_scale_of(&rs->spec, rs->data.B, rs->sched.m), 0,
                               provide, &rs->data};
@@ -741,7 +741,7 @@ static int body_killed(comm *w, int rank, int p, const char *dir, void *arg)
     pp_exec *ex = pp_exec_create(&cfg, h.err, sizeof h.err);
     if (ex) {
         if (rank == victim) {
-            pp_exec_hooks hk = {NULL, die_before_backward, NULL, NULL};
+            pp_exec_hooks hk = {NULL, die_before_backward, NULL, NULL, NULL};
             pp_exec_set_hooks(ex, &hk);
         }
         pp_exec_step_args args = {7, 2, loss_scale_of(&s, 2, 4), 0, provide, &rs->data};

@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""plan_compare.py — does the dry-run predict what the run then measured?
+
+usage: plan_compare.py [--busy SHARE] DIR NAME...
+
+For each NAME, DIR/NAME.dry.json is `dtrun --dry-run --format json` of the job and
+DIR/NAME.rankN.jsonl the metrics every rank of its run wrote (train.c). Memory: per
+rank, the dry-run's stage (pp coordinate of the rank, from the mesh) against the
+rank's measured peaks, category by category. The two sides name categories
+differently (sizes.h vs account.h); the worker accounts
+    params       = sizes' params + master (fp32 master weights, mixed precision)
+    grads        = grads
+    optimizer    = optimizer (Adam m and v)
+    activations  = activations + logits + workspace (host loss and batch buffers)
+    buffers      = comm (DDP bucket, ZeRO-2 reduce / FSDP gather buffers, tied wte)
+    total        = allocated (their sum; the largest sum at one moment, measured)
+Goal: within 5 %; above 10 % the check fails.
+
+Bubble, for NAMEs with pp > 1 whose runs had a core per rank: the dry-run's
+(pp_sim on the very schedule the executor runs, per-chunk costs from FLOPs)
+against the executor's measured idle fraction (pp_exec), mean over the pp ranks,
+within 5 points. Per step the measured value is the mean over the ranks; the
+steps whose wall time is in the slower half are left out and the median of the
+rest is taken: a step in which another process took a rank's core makes the
+other ranks wait, which is idle time of that machine, not of the schedule.
+The first step (warm-up: page faults, first touches) is never used. And a run
+during which other processes took more than SHARE of a core (DIR/NAME.cpu.json,
+cpu_share.py; default 0.15) did not have a core per rank: its bubble is reported,
+not judged.
+
+Prints a table and exits 1 when a check fails, 77 when none failed but a bubble
+could not be judged.
+"""
+import glob
+import json
+import statistics
+import sys
+
+GOAL, LIMIT, BUBBLE_POINTS = 0.05, 0.10, 0.05
+CATS = ("params", "grads", "optimizer", "activations", "buffers", "total")
+
+
+def predicted(stage_mem):
+    m = stage_mem
+    return {
+        "params": m["params"] + m["master"],
+        "grads": m["grads"],
+        "optimizer": m["optimizer"],
+        "activations": m["activations"] + m["logits"] + m["workspace"],
+        "buffers": m["comm"],
+        "total": m["allocated"],
+    }
+
+
+def rel(pred, meas):
+    if pred == meas:
+        return 0.0
+    if pred == 0:
+        return float("inf")
+    return (meas - pred) / pred
+
+
+def kib(b):
+    return f"{b / 1024:.1f}"
+
+
+def ranks(d, name):
+    out = {}
+    for f in glob.glob(f"{d}/{name}.rank*.jsonl"):
+        rows = [json.loads(line) for line in open(f) if line.strip()]
+        if rows:
+            out[rows[-1]["rank"]] = rows
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    busy_limit = 0.15
+    if args[:1] == ["--busy"]:
+        busy_limit, args = float(args[1]), args[2:]
+    d, names = args[0], args[1:]
+    ok, unjudged = True, 0
+    worst = 0.0
+    print("memory per rank, predicted / measured KiB (difference); goal 5 %, fails above 10 %")
+    print(f"  {'layout':<28} {'rank':<12}" + "".join(f" {c:>26}" for c in CATS))
+    bubbles = []
+    for name in names:
+        dry = json.load(open(f"{d}/{name}.dry.json"))
+        runs = ranks(d, name)
+        world = dry["layout"]["world"]
+        if sorted(runs) != list(range(world)):
+            print(f"FAIL {name}: metrics of ranks {sorted(runs)}, expected 0..{world - 1}")
+            ok = False
+            continue
+        for r in range(world):
+            c = dry["mesh"][r]
+            pred = predicted(dry["stages"][c["pp"]]["memory"])
+            meas = runs[r][-1]["mem_peak"]
+            cells = []
+            for cat in CATS:
+                e = rel(pred[cat], meas[cat])
+                worst = max(worst, abs(e))
+                mark = "" if abs(e) <= GOAL else " *" if abs(e) <= LIMIT else " !"
+                if abs(e) > LIMIT:
+                    ok = False
+                cells.append(f"{kib(pred[cat])}/{kib(meas[cat])}({100 * e:+.1f}%){mark}")
+            where = f"{r} ({c['dp']},{c['pp']},{c['tp']})"
+            print(f"  {name:<28} {where:<12}" + "".join(f" {x:>26}" for x in cells))
+        if dry["layout"]["pp"] > 1 and name.endswith("-bubble"):
+            bubbles.append((name, dry, runs))
+    print("  rank (dp,pp,tp); * beyond the 5 % goal, ! beyond the 10 % limit")
+    print(f"worst memory difference: {100 * worst:.2f} %")
+
+    if bubbles:
+        print("pipeline bubble: predicted (dry-run, cpu profile) vs measured idle fraction "
+              "(median of the faster half of steps 2..N), ideal (p-1)/(v*m+p-1)")
+    for name, dry, runs in bubbles:
+        n_steps = min(len(rows) for rows in runs.values())
+        steps = []
+        for s in range(1, n_steps):  # step 1 is warm-up
+            wall = max(runs[r][s]["time"]["wall"] for r in runs)
+            b = statistics.fmean(runs[r][s]["bubble"] for r in runs)
+            steps.append((wall, b, [runs[r][s]["bubble"] for r in sorted(runs)]))
+        steps.sort()
+        fast = steps[: max(1, (len(steps) + 1) // 2)]
+        meas = statistics.median(b for _, b, _ in fast)
+        per_rank = [statistics.median(x[2][i] for x in fast) for i in range(len(runs))]
+        pred = dry["step"]["bubble"]
+        ideal = dry["pipeline"]["ideal_bubble"]
+        diff = meas - pred
+        good = abs(diff) <= BUBBLE_POINTS
+        try:
+            foreign = json.load(open(f"{d}/{name}.cpu.json"))["foreign_share"]
+        except (OSError, ValueError, KeyError):
+            foreign = 0.0
+        verdict = "ok  " if good else "FAIL"
+        if foreign > busy_limit:
+            verdict = "busy"  # other processes had the cores: not a measurement of the schedule
+            unjudged += 1
+        else:
+            ok &= good
+        lay = dry["layout"]
+        print(f"  {verdict} {name:<28} pp {lay['pp']} m {lay['microbatches']} "
+              f"{lay['pp_schedule']:<11} predicted {100 * pred:5.1f} %  measured {100 * meas:5.1f} % "
+              f"(ranks {' '.join(f'{100 * x:.1f}' for x in per_rank)})  ideal {100 * ideal:5.1f} %  "
+              f"difference {100 * diff:+.1f} points; others took {foreign:.2f} of a core")
+    return 1 if not ok else 77 if unjudged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
