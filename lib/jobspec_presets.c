@@ -2,8 +2,9 @@
  *
  * GPT-2 shapes follow the OpenAI release (vocab 50257, context 1024); the 13B and
  * 70B shapes exist for --dry-run planning and use the llm.c-padded vocabulary
- * 50304 (a multiple of 128, so any power-of-two tp divides it). gpt-70b takes
- * Llama-2-70B's width, depth and d_ff on our plain GPT block. vit-3b is a ~3.2e9
+ * 50304 (a multiple of 128, so any power-of-two tp divides it). gpt-70b has
+ * Llama-2-70B's width and depth and its parameter count per layer on our plain
+ * block (GQA + SwiGLU 3 x 28672 there = 4 C^2 + 2 C d_ff with d_ff 35840 here). vit-3b is a ~3.2e9
  * parameter ViT: 64 blocks of d 2048 (12 * 64 * 2048^2 = 3.22e9). */
 #include "lib/jobspec_presets.h"
 
@@ -18,7 +19,7 @@ static const job_preset presets[] = {
     {"gpt2-774m",  MODEL_GPT, 36, 20, 1280,     0, 50257, 1024,   0,  0, 0,    0},
     {"gpt2-1.5b",  MODEL_GPT, 48, 25, 1600,     0, 50257, 1024,   0,  0, 0,    0},
     {"gpt-13b",    MODEL_GPT, 40, 40, 5120,     0, 50304, 2048,   0,  0, 0,    0},
-    {"gpt-70b",    MODEL_GPT, 80, 64, 8192, 28672, 50304, 4096,   0,  0, 0,    0},
+    {"gpt-70b",    MODEL_GPT, 80, 64, 8192, 35840, 50304, 4096,   0,  0, 0,    0},
     {"vit-tiny",   MODEL_VIT,  2,  2,   32,     0,     0,    0,  28,  7, 1,   10},
     {"vit-fmnist", MODEL_VIT,  4,  4,   64,     0,     0,    0,  28,  4, 1,   10},
     {"vit-b16",    MODEL_VIT, 12, 12,  768,     0,     0,    0, 224, 16, 3, 1000},

@@ -97,7 +97,7 @@ static void test_presets(void)
     CHECK(job.model.n_layer == 48 && job.model.n_head == 25 && job.model.d_model == 1600, "gpt2-1.5b shape");
     expect_load("model: {preset: gpt-70b}\n", "gpt-70b");
     CHECK(job.model.n_layer == 80 && job.model.n_head == 64 && job.model.d_model == 8192 &&
-              job.model.d_ff == 28672,
+              job.model.d_ff == 35840,
           "gpt-70b has its own d_ff");
     expect_load("model: {preset: vit-b16}\n", "vit-b16");
     CHECK(job.model.kind == MODEL_VIT && job.model.image_size == 224 && job.model.patch_size == 16 &&
@@ -443,7 +443,7 @@ static void test_round_trip(void)
         free(text);
         free(again);
     }
-    CHECK(job.parallel.mode == SHARD_FSDP && job.model.d_ff == 28672, "last job has the expected values");
+    CHECK(job.parallel.mode == SHARD_FSDP && job.model.d_ff == 35840, "last job has the expected values");
 }
 
 /* Every key and preset is documented in dtrun-job(5). */

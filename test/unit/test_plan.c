@@ -122,8 +122,8 @@ static void test_golden_13b_70b(void)
     }
     /* "70B": Llama-2-70B's per-layer parameter count (GQA attention 2.25 C^2 +
      * SwiGLU 3 C x 28672) on our plain block: 4 C^2 + 2 C d_ff with d_ff 35840;
-     * Llama's 32000-token vocabulary. The gpt-70b preset keeps Llama's d_ff 28672
-     * on two matrices, which is ~60 B parameters; it is printed for reference. */
+     * Llama's 32000-token vocabulary. The gpt-70b preset has the same blocks with
+     * the padded vocabulary 50304; it is printed for reference. */
     job_model m70 = {.kind = MODEL_GPT, .n_layer = 80, .n_head = 64, .d_model = 8192, .d_ff = 35840,
                      .vocab_size = 32000, .seq_len = 4096};
     if (load_job(&job, BF16_TRAIN) == 0) {
