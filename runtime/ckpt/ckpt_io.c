@@ -27,21 +27,7 @@ void ckpt_io_set_hooks(const ckpt_io_hooks *h)
 int ckpt_io_write_all(int fd, const void *buf, size_t n)
 {
     if (hooks.write_all) return hooks.write_all(fd, buf, n);
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (k == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
+    return st_write_all(fd, buf, n);
 }
 
 static int do_fsync(int fd)

@@ -1,6 +1,8 @@
 /* safetensors.c — the dtype table the reader and the writer share. Names and
  * sizes are the Hugging Face format's ("F32", "BF16", ...). */
 #include <stdarg.h>
+#include <unistd.h>
+#include <errno.h>
 #include <stdio.h>
 #include "runtime/ckpt/safetensors.h"
 
@@ -43,6 +45,25 @@ void st_one_line(char *msg)
 {
     for (unsigned char *p = (unsigned char *)msg; p && *p; p++)
         if (*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+int st_write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (k == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
 }
 
 int st_fail(char *err, size_t errlen, const char *fmt, ...)

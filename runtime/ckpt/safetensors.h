@@ -36,6 +36,8 @@ int st_dtype_parse(const char *s);
 /* Messages quote names from files, which may hold any byte: this replaces
  * control characters with '?' so an error stays one line. */
 void st_one_line(char *msg);
+/* write(2) all n bytes, retrying short writes and EINTR: 0, or -1 with errno. */
+int st_write_all(int fd, const void *buf, size_t n);
 /* Formats one line into err (made printable by st_one_line) and returns -1:
  * the error return every ckpt / safetensors function shares. */
 int st_fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

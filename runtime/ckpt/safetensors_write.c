@@ -190,29 +190,11 @@ uint64_t st_writer_file_size(st_writer *w)
     return 8 + n + w->data_bytes;
 }
 
-static int plain_write_all(int fd, const void *buf, size_t n)
-{
-    const char *p = buf;
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (k == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
 
 int st_writer_write_fd(st_writer *w, int fd, const char *path, st_write_all_fn write_all,
                        char *err, size_t errlen)
 {
-    if (!write_all) write_all = plain_write_all;
+    if (!write_all) write_all = st_write_all;
     char *json = header_json(w);
     if (!json) return st_fail(err, errlen, "%s: out of memory building the header", path);
     size_t len = strlen(json), padded = (len + 7) & ~(size_t)7;
