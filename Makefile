@@ -16,6 +16,8 @@ ARCH     ?= -march=native
 OPT      ?= -O2
 BUILD    ?= build
 SAN      ?= 0
+# parallel inner builds of test, test-full and quickstart: one job per core
+JOBS     ?= -j$(shell nproc 2>/dev/null || echo 2)
 
 PKGS     := yaml-0.1 libuv openblas zlib libxxhash libcjson
 ifeq ($(DEPS_PREFIX),)
@@ -124,12 +126,12 @@ deps:
 # make test: deps, the normal build, the sanitizer build of the unit tests, then
 # every unit and integration test. The last line is "N passed, N failed".
 test: deps
-	@$(MAKE) --no-print-directory all tests-bin
-	@$(MAKE) --no-print-directory SAN=1 tests-bin bin/dtrun-san
+	@$(MAKE) --no-print-directory $(JOBS) all tests-bin
+	@$(MAKE) --no-print-directory $(JOBS) SAN=1 tests-bin bin/dtrun-san
 	@test/run.sh
 
 test-full: deps
-	@$(MAKE) --no-print-directory all tests-bin
+	@$(MAKE) --no-print-directory $(JOBS) all tests-bin
 	@DTRUN_TEST_FULL=1 test/run.sh
 
 # make test-gpu: the CUDA ops against their CPU twins and 20-step GPT and ViT
@@ -163,7 +165,7 @@ test-gpu:
 	@BUILD=$(BUILD) CUDA_ON=$(CUDA_ON) MAKE="$(MAKE)" test/gpu/run.sh
 
 quickstart: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory $(JOBS) all
 	@scripts/data/text-corpus.sh data/fortunes.txt
 	bin/dtrun --nproc-per-node=2 configs/quickstart.yaml
 
