@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Install the Debian packages dtrun needs to build and test, when missing.
 # Runtime/build: libyaml, libuv, OpenBLAS, zlib, xxhash, cJSON, Random123 (header-only).
-# Tests: Fashion-MNIST and fortunes (real data), clang (libFuzzer), iproute2 (netns),
-# slurm-wlm + munge (the Slurm test). Peers for benchmarks (python3-torch) are
-# installed by the bench scripts themselves, never here.
+# Tests: Fashion-MNIST and fortunes (real data), clang + its runtime (libFuzzer),
+# iproute2 (netns), python3 (the tests' comparison scripts), slurm-wlm + munge (the
+# Slurm test). Peers (python3-torch) are installed by the bench scripts and by the
+# export test that loads a checkpoint into PyTorch, never here.
 set -euo pipefail
 pkgs=(gcc make pkg-config libyaml-dev libuv1-dev libopenblas-dev zlib1g-dev libxxhash-dev
-      libcjson-dev librandom123-dev dataset-fashion-mnist fortunes clang iproute2 procps
-      slurm-wlm munge)
+      libcjson-dev librandom123-dev dataset-fashion-mnist fortunes clang libclang-rt-14-dev
+      iproute2 procps python3 slurm-wlm munge)
 pkgs+=(${DTRUN_EXTRA_DEPS:-})
 missing=()
 for p in "${pkgs[@]}"; do
