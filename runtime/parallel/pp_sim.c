@@ -133,6 +133,12 @@ int pp_sim_run(const pp_schedule *s, const pp_sim_costs *costs, pp_sim_result *o
                char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     if (pp_schedule_validate(s, err, errlen) != 0) return -1;
+    return pp_sim_run_validated(s, costs, out, err, errlen);
+}
+
+int pp_sim_run_validated(const pp_schedule *s, const pp_sim_costs *costs, pp_sim_result *out,
+                         char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
     if (check_costs(s, costs, err, errlen) != 0) return -1;
     size_t slots = (size_t)(s->p * s->v) * (size_t)s->m;
     sim_state st = {s, costs, malloc(slots * sizeof(double)), malloc(slots * sizeof(double)),

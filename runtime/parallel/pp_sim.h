@@ -39,6 +39,11 @@ typedef struct {
  * pp_sim_free, also after a failure. */
 int pp_sim_run(const pp_schedule *s, const pp_sim_costs *costs, pp_sim_result *out,
                char *err, size_t errlen);
+/* The same for a schedule that already passed pp_schedule_validate (the sizing
+ * layer validates each schedule it builds once and simulates it many times). A
+ * schedule that would deadlock is still reported, not hung on. */
+int pp_sim_run_validated(const pp_schedule *s, const pp_sim_costs *costs, pp_sim_result *out,
+                         char *err, size_t errlen);
 void pp_sim_free(pp_sim_result *r);
 
 /* The picture of the timeline, about `width` columns of time (0: 100), one row per

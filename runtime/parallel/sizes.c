@@ -33,7 +33,8 @@ typedef struct {
     int refs;
     pp_schedule_kind kind;
     int pp, m, v;
-    pp_schedule schedule;
+    pp_schedule schedule; /* validated once when built: see sizes_schedule */
+    int *slots;           /* [pp * v] peak in-flight micro-batches per chunk */
 } shared_schedule;
 
 struct sizes {
@@ -101,6 +102,7 @@ static void schedule_release(shared_schedule *sc)
 {
     if (sc && --sc->refs == 0) {
         pp_schedule_free(&sc->schedule);
+        free(sc->slots);
         free(sc);
     }
 }
@@ -151,11 +153,22 @@ static shared_schedule *schedule_get(const job_spec *job, const sizes *donor, ch
     }
     *sc = (shared_schedule){.refs = 1, .kind = par->pp_schedule, .pp = par->pp, .m = par->microbatches,
                             .v = par->virtual_stages};
+    /* Built and checked once, then shared by every layout with the same (kind, pp,
+     * m, v) — the planner simulates one schedule under many cost sets. */
     if (pp_schedule_build(&sc->schedule, par->pp_schedule, par->pp, par->microbatches, par->virtual_stages, err,
-                          errlen)) {
+                          errlen) ||
+        pp_schedule_validate(&sc->schedule, err, errlen)) {
         schedule_release(sc);
         return NULL;
     }
+    int chunks = par->pp * par->virtual_stages;
+    sc->slots = malloc((size_t)chunks * sizeof *sc->slots);
+    if (!sc->slots) {
+        snprintf(err, errlen, "sizes: out of memory");
+        schedule_release(sc);
+        return NULL;
+    }
+    for (int c = 0; c < chunks; c++) sc->slots[c] = pp_schedule_peak_in_flight_chunk(&sc->schedule, c);
     return sc;
 }
 
@@ -344,7 +357,7 @@ size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank)
 int sizes_acts_slots(const sizes *s, int chunk)
 {
     if (!s->sched) return 1;
-    return pp_schedule_peak_in_flight_chunk(&s->sched->schedule, chunk);
+    return s->sched->slots[chunk];
 }
 
 /* What the head's buffers add to one model_acts of the last chunk: the difference

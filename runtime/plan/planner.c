@@ -9,6 +9,7 @@
  * (the same rules a job file obeys); its estimate is the dry-run's, memory first
  * so that what does not fit is dropped before its pipeline is simulated. */
 #include <cJSON.h>
+#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,6 +320,12 @@ int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, si
     int top = o->top > 0 ? o->top : 10;
     candidates cs;
     memset(&cs, 0, sizeof cs);
+    /* Thousands of layouts each build and free the same few schedule and
+     * simulation buffers (up to megabytes with many microbatches). glibc would
+     * hand the large ones back to the kernel every time and fault them in again
+     * (measured: a third of --plan's time); keep them on the heap instead. */
+    mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's largest allowed value */
+    mallopt(M_TRIM_THRESHOLD, 512 << 20);
     double t0 = now_s();
     int failed = search(&cs, job, &pm);
     for (int i = 0; i < DONOR_POOL; i++) sizes_destroy(cs.pool[i]);

@@ -185,7 +185,8 @@ int plan_step_time(plan_estimate *e, char *err, size_t errlen)
             if (t > e->p2p) e->p2p = t;
         }
         pp_sim_costs costs = {fwd, bwd, e->p2p * MS};
-        rc = pp_sim_run(sizes_schedule(e->sizes), &costs, &e->sim, err, errlen);
+        /* sizes validated the schedule when it built it */
+        rc = pp_sim_run_validated(sizes_schedule(e->sizes), &costs, &e->sim, err, errlen);
         e->has_sim = 1;
         if (rc == 0) {
             e->makespan = e->sim.makespan / MS;
