@@ -32,6 +32,7 @@
 
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
+#include "test/helpers/comm_data.h"
 
 static int my_rank, fails, checks;
 
@@ -48,93 +49,8 @@ static void fail(const char *what, const char *detail)
         printf("comm_check: rank %d: FAIL %s: %s\n", my_rank, what, detail);
 }
 
-/* ---- data: the scheme of test/unit/test_comm.c ----
- * Element i of rank r's input (world of p) is a(i) + c(i) * ((r + o(i)) mod p),
- * a, c, o hashed from (i, salt): every rank's value differs, the reduction has
- * a closed form (O(1) per element), and all values and sums are exact in fp32
- * (f32: multiples of 1/64; bf16: integers |v| <= 121), so only bf16's final
- * rounding rounds. */
-static uint32_t mix(uint32_t x)
-{
-    x ^= x >> 16;
-    x *= 0x7feb352dU;
-    x ^= x >> 15;
-    x *= 0x846ca68bU;
-    x ^= x >> 16;
-    return x;
-}
+/* ---- data: test/helpers/comm_data.h, the scheme of test/unit/test_comm.c ---- */
 
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-static float from_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-typedef struct {
-    float a, c;
-    uint32_t o;
-} terms;
-
-static inline terms terms_of(comm_dtype dt, int p, size_t i, uint32_t seed)
-{
-    uint32_t h = mix((uint32_t)i * 2654435761U ^ seed), g = h * 0x9e3779b1U;
-    terms t;
-    if (dt == COMM_F32) {
-        t.a = (float)((int)(h % 2001u) - 1000) / 64.0f;
-        t.c = (float)((int)((g >> 27) % 17u) - 8) / 64.0f;
-    } else {
-        t.a = (float)((int)(h % 201u) - 100);
-        t.c = (float)((int)((g >> 27) % 7u) - 3);
-    }
-    t.o = (uint32_t)(((uint64_t)(g & 0xffffffu) * (uint32_t)p) >> 24);
-    return t;
-}
-
-static inline float value(comm_dtype dt, int p, int rank, size_t i, uint32_t seed)
-{
-    terms t = terms_of(dt, p, i, seed);
-    uint32_t k = (uint32_t)rank + t.o;
-    return t.a + t.c * (float)(k >= (uint32_t)p ? k - (uint32_t)p : k);
-}
-
-static float reference(comm_dtype dt, comm_op op, int p, size_t i, uint32_t seed)
-{
-    terms t = terms_of(dt, p, i, seed);
-    float acc;
-    if (op == COMM_MAX) {
-        acc = t.a + (t.c > 0 ? t.c * (float)(p - 1) : 0.0f);
-    } else {
-        acc = (float)p * t.a + t.c * (float)(p * (p - 1) / 2);
-        if (op == COMM_AVG)
-            acc /= (float)p;
-    }
-    return dt == COMM_F32 ? acc : from_bf16(to_bf16(acc));
-}
-
-static void fill(comm_dtype dt, void *buf, int p, int rank, size_t off, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++) {
-        float v = value(dt, p, rank, off + i, seed);
-        if (dt == COMM_F32)
-            ((float *)buf)[i] = v;
-        else
-            ((uint16_t *)buf)[i] = to_bf16(v);
-    }
-}
-
-static float get(comm_dtype dt, const void *buf, size_t i)
-{
-    return dt == COMM_F32 ? ((const float *)buf)[i] : from_bf16(((const uint16_t *)buf)[i]);
-}
 
 /* Compares n elements of buf with want(i); one line for the first mismatch. */
 #define EXPECT_ALL(label, n, dt, buf, want_expr)                                      \
@@ -180,14 +96,14 @@ static void check_round(comm *c, size_t n, comm_dtype dt, comm_op op, int async,
         goto done;
     }
     int root = (int)(n % (size_t)p);
-    fill(dt, in, p, r, 0, n, seed);
+    fill_seeded(dt, in, p, r, 0, n, seed);
     memcpy(inpl, in, n * es);
-    fill(dt, mine, p, r, off, len, ag_seed);
+    fill_seeded(dt, mine, p, r, off, len, ag_seed);
     if (r == root)
-        fill(dt, bc, p, root, 0, n, bc_seed);
+        fill_seeded(dt, bc, p, root, 0, n, bc_seed);
     else
         memset(bc, 0x55, n * es);
-    fill(dt, tx, p, r, 0, n, p2p_seed);
+    fill_seeded(dt, tx, p, r, 0, n, p2p_seed);
 
     int prev = (r + p - 1) % p, next = (r + 1) % p;
     comm_req *q[8] = {0};
@@ -230,10 +146,10 @@ static void check_round(comm *c, size_t n, comm_dtype dt, comm_op op, int async,
     EXPECT_ALL("all_reduce in place", n, dt, inpl, reference(dt, op, p, i, seed));
     EXPECT_ALL("reduce_scatter", len, dt, rs, reference(dt, op, p, off + i, seed));
     size_t chunk = (n + (size_t)p - 1) / (size_t)p;   /* comm_chunk's: rank i / chunk owns i */
-    EXPECT_ALL("all_gather", n, dt, ag, value(dt, p, (int)(i / chunk), i, ag_seed));
-    EXPECT_ALL("broadcast", n, dt, bc, value(dt, p, root, i, bc_seed));
+    EXPECT_ALL("all_gather", n, dt, ag, value_at(dt, p, (int)(i / chunk), i, ag_seed));
+    EXPECT_ALL("broadcast", n, dt, bc, value_at(dt, p, root, i, bc_seed));
     if (p > 1)
-        EXPECT_ALL("recv from the previous rank", n, dt, rx, value(dt, p, prev, i, p2p_seed));
+        EXPECT_ALL("recv from the previous rank", n, dt, rx, value_at(dt, p, prev, i, p2p_seed));
 done:
     free(in), free(out), free(inpl), free(rs), free(mine), free(ag), free(bc), free(tx), free(rx);
 }
