@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,6 +70,25 @@ void agent_stop_workers(agent *ag, agent_stop_reason why, int sig)
     agent_round_maybe_over(ag);
 }
 
+/* A worker that exited with a status may only be reacting to a peer that was
+ * killed (its collective failed): libuv reports the exits it reaps together in
+ * its own order, not in the order they happened. Peek (WNOWAIT: libuv still
+ * reaps it) for a running worker already dead by a signal: that one is the
+ * root cause. NULL when there is none. */
+static agent_worker *worker_killed_meanwhile(agent *ag, const agent_worker *w)
+{
+    for (int i = 0; i < ag->nworkers; i++) {
+        agent_worker *o = &ag->workers[i];
+        if (o == w || !o->running || o->pid <= 0) continue;
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid(P_PID, (id_t)o->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == o->pid &&
+            (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED))
+            return o;
+    }
+    return NULL;
+}
+
 void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
 {
     agent *ag = w->ag;
@@ -80,6 +100,20 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
         /* The first failure while the group ran is the root cause; what dies
          * after we stopped the group only follows from it. */
         ag->first_failed = (int)(w - ag->workers);
+        agent_worker *killed = term_signal ? NULL : worker_killed_meanwhile(ag, w);
+        if (killed) {
+            int sig;
+            /* exit_status and term_signal of the killed one, as libuv will report them */
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            waitid(P_PID, (id_t)killed->pid, &si, WEXITED | WNOHANG | WNOWAIT);
+            sig = si.si_status;
+            killed->term_signal = sig;
+            killed->exit_status = 128 + sig;
+            ag->first_failed = (int)(killed - ag->workers);
+            w = killed;
+            term_signal = sig;
+        }
         if (ag->session) {
             char reason[256];
             if (term_signal)
