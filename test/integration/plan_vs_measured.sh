@@ -11,15 +11,17 @@ source "$(dirname "$0")/../parallel/lib.bash"
 
 # pvm_job NAME LAYOUT: the job file $T/NAME.yaml. LAYOUT words (lib.bash style):
 # kind=gpt|vit dp tp pp mode sched m (pipeline micro-batches, or gradient
-# accumulation with pp = 1: global_batch = mb x dp x m) mb (samples per micro-batch) steps recompute.
+# accumulation with pp = 1: global_batch = mb x dp x m) mb (samples per micro-batch) steps recompute,
+# d (d_model) seq (GPT sequence length).
 pvm_job() {
-  local name=$1 lay=$2 kind dp tp pp mode sched m mb steps rc
+  local name=$1 lay=$2 kind dp tp pp mode sched m mb steps rc d seq
   kind=$(lget "$lay" kind gpt); dp=$(lget "$lay" dp 1); tp=$(lget "$lay" tp 1); pp=$(lget "$lay" pp 1)
   mode=$(lget "$lay" mode none); sched=$(lget "$lay" sched 1f1b); m=$(lget "$lay" m 1)
   mb=$(lget "$lay" mb 2); steps=$(lget "$lay" steps 3); rc=$(lget "$lay" recompute none)
+  d=$(lget "$lay" d 64); seq=$(lget "$lay" seq 32)
   {
-    printf 'model:\n  kind: %s\n  n_layer: 4\n  n_head: 4\n  d_model: 64\n' "$kind"
-    if [ "$kind" = gpt ]; then printf '  vocab_size: 64\n  seq_len: 32\n'
+    printf 'model:\n  kind: %s\n  n_layer: 4\n  n_head: 4\n  d_model: %s\n' "$kind" "$d"
+    if [ "$kind" = gpt ]; then printf '  vocab_size: 64\n  seq_len: %s\n' "$seq"
     else printf '  image_size: 16\n  patch_size: 4\n  channels: 1\n  n_classes: 10\n'; fi
     printf 'data:\n  kind: synthetic\n'
     printf 'train:\n  steps: %s\n  global_batch: %s\n  micro_batch: %s\n' "$steps" $((mb * dp * m)) "$mb"
@@ -65,11 +67,16 @@ measure tp2                "tp=2"
 measure dp2-tp2            "dp=2 tp=2"
 measure vit-dp2-zero2      "kind=vit dp=2 mode=zero2"
 measure dp2-pp2-zero1      "dp=2 pp=2 mode=zero1 m=4"
-# pipelines with one core per rank: memory and bubble (enough micro-batches
-# that the step is tens of milliseconds; the split balances the chunks by FLOPs)
-measure pp2-1f1b-bubble        "pp=2 sched=1f1b m=16 steps=16"
-measure pp2-gpipe-bubble       "pp=2 sched=gpipe m=16 steps=16"
-measure pp2-interleaved-bubble "pp=2 sched=interleaved m=16 steps=16"
+# pipelines with one core per rank: memory and bubble. A micro-batch is about
+# 8 ms of compute per stage here, so that the wake-up latency of a rank that
+# waited for its peer (a fraction of a millisecond on a VM, more on some than
+# others) stays small against it: with d 64, seq 32 and 2 samples (2 ms), a
+# CI machine measured 25.9 % idle on rank 0 of a 1F1B run predicted at 7.5 %.
+# 16 micro-batches; the split balances the chunks by FLOPs.
+BUBBLE="pp=2 m=16 steps=16 d=128 seq=64 mb=4"
+measure pp2-1f1b-bubble        "$BUBBLE sched=1f1b"
+measure pp2-gpipe-bubble       "$BUBBLE sched=gpipe"
+measure pp2-interleaved-bubble "$BUBBLE sched=interleaved"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(getconf _NPROCESSORS_ONLN) cores"
 python3 "$ROOT/test/parallel/plan_compare.py" --busy "$BUSY" "$T" "${NAMES[@]}"; rc=$?
 [ $rc -eq 77 ] && { echo "memory as predicted; the bubble could not be measured: other processes kept taking the cores"; exit 77; }
