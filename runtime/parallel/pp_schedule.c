@@ -16,11 +16,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where the generator's actions go: into a list, or (list NULL) only into the
+ * per-chunk count of micro-batches in flight and its peak — the sizing layer's
+ * question, answered by the very same generator without the lists' memory. */
 typedef struct {
     const pp_schedule *s;
     int rank;
     pp_action *list;
     int n;
+    int *in_flight, *peak; /* [p*v], counting mode */
 } list_builder;
 
 static int last_chunk(const pp_schedule *s) { return s->p * s->v - 1; }
@@ -31,7 +35,13 @@ static int crosses_rank(const pp_schedule *s, int c) {
 }
 
 static void emit(list_builder *b, pp_op op, int chunk, int mb, int peer) {
-    b->list[b->n++] = (pp_action){op, chunk, mb, peer};
+    if (b->list) {
+        b->list[b->n++] = (pp_action){op, chunk, mb, peer};
+    } else if (op == PP_OP_FORWARD) {
+        if (++b->in_flight[chunk] > b->peak[chunk]) b->peak[chunk] = b->in_flight[chunk];
+    } else if (op == PP_OP_BACKWARD) {
+        b->in_flight[chunk]--;
+    }
 }
 
 static void emit_forward(list_builder *b, int chunk, int mb) {
@@ -89,11 +99,7 @@ static void build_rank(list_builder *b) {
         emit_backward(b, virtual_chunk(s, b->rank, k, 0), virtual_mb(s, k));
 }
 
-int pp_schedule_build(pp_schedule *s, pp_schedule_kind kind, int p, int m, int v,
-                      char *err, size_t errlen) {
-    memset(s, 0, sizeof *s);
-    s->kind = kind;
-    s->p = p, s->m = m, s->v = v;
+static int check_shape(pp_schedule_kind kind, int p, int m, int v, char *err, size_t errlen) {
     if (kind != PP_GPIPE && kind != PP_1F1B && kind != PP_INTERLEAVED) {
         snprintf(err, errlen, "pipeline schedule: unknown kind %d", (int)kind);
         return -1;
@@ -119,13 +125,22 @@ int pp_schedule_build(pp_schedule *s, pp_schedule_kind kind, int p, int m, int v
         }
         return -1;
     }
+    return 0;
+}
+
+int pp_schedule_build(pp_schedule *s, pp_schedule_kind kind, int p, int m, int v,
+                      char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    s->kind = kind;
+    s->p = p, s->m = m, s->v = v;
+    if (check_shape(kind, p, m, v, err, errlen)) return -1;
     s->n_actions = calloc((size_t)p, sizeof *s->n_actions);
     s->actions = calloc((size_t)p, sizeof *s->actions);
     if (!s->n_actions || !s->actions) goto oom;
     /* At most a receive, the computation and a send per forward and per backward. */
     size_t cap = (size_t)6 * (size_t)m * (size_t)v;
     for (int r = 0; r < p; r++) {
-        list_builder b = {s, r, malloc(cap * sizeof(pp_action)), 0};
+        list_builder b = {s, r, malloc(cap * sizeof(pp_action)), 0, NULL, NULL};
         if (!b.list) goto oom;
         build_rank(&b);
         s->actions[r] = b.list;
@@ -135,6 +150,24 @@ int pp_schedule_build(pp_schedule *s, pp_schedule_kind kind, int p, int m, int v
 oom:
     snprintf(err, errlen, "pipeline schedule: out of memory");
     return -1;
+}
+
+int pp_schedule_peak_in_flight_chunks(pp_schedule_kind kind, int p, int m, int v, int *peak,
+                                      char *err, size_t errlen) {
+    if (check_shape(kind, p, m, v, err, errlen)) return -1;
+    int *in_flight = calloc((size_t)p * (size_t)v, sizeof *in_flight);
+    if (!in_flight) {
+        snprintf(err, errlen, "pipeline schedule: out of memory");
+        return -1;
+    }
+    memset(peak, 0, (size_t)p * (size_t)v * sizeof *peak);
+    pp_schedule shape = {kind, p, m, v, NULL, NULL};
+    for (int r = 0; r < p; r++) {
+        list_builder b = {&shape, r, NULL, 0, in_flight, peak};
+        build_rank(&b);
+    }
+    free(in_flight);
+    return 0;
 }
 
 void pp_schedule_free(pp_schedule *s) {

@@ -90,6 +90,12 @@ int pp_schedule_validate(const pp_schedule *s, char *err, size_t errlen);
 double pp_schedule_peak_in_flight(const pp_schedule *s, int rank, const double *chunk_weight);
 /* The same maximum for one chunk alone. */
 int pp_schedule_peak_in_flight_chunk(const pp_schedule *s, int chunk);
+/* pp_schedule_peak_in_flight_chunk of every chunk (peak[p*v]) of the schedule
+ * pp_schedule_build would build, from the same generator but without building the
+ * lists: a few ints instead of megabytes, for the planner's thousands of layouts.
+ * Returns 0, or -1 with err as pp_schedule_build. */
+int pp_schedule_peak_in_flight_chunks(pp_schedule_kind kind, int p, int m, int v, int *peak,
+                                      char *err, size_t errlen);
 
 /* Bubble of the schedule with every chunk costing the same and free messages:
  * idle / makespan = (p-1) / (v*m + p - 1), v = 1 for GPIPE and 1F1B (pp_sim

@@ -33,6 +33,7 @@ typedef struct {
     int refs;
     pp_schedule_kind kind;
     int pp, m, v;
+    int built;            /* the lists exist (not for the planner's memory pass) */
     pp_schedule schedule; /* validated once when built: see sizes_schedule */
     int *slots;           /* [pp * v] peak in-flight micro-batches per chunk */
 } shared_schedule;
@@ -137,38 +138,46 @@ static shared_split *split_get(const job_spec *job, const sizes *donor, char *er
     return sp;
 }
 
-static shared_schedule *schedule_get(const job_spec *job, const sizes *donor, char *err, size_t errlen)
+/* Builds and validates the lists into sc (once: shared by every layout with the
+ * same kind, pp, m and v — the planner simulates one schedule under many costs). */
+static int schedule_build_lists(shared_schedule *sc, char *err, size_t errlen)
+{
+    if (sc->built) return 0;
+    if (pp_schedule_build(&sc->schedule, sc->kind, sc->pp, sc->m, sc->v, err, errlen) ||
+        pp_schedule_validate(&sc->schedule, err, errlen)) {
+        pp_schedule_free(&sc->schedule);
+        return -1;
+    }
+    sc->built = 1;
+    return 0;
+}
+
+static shared_schedule *schedule_get(const job_spec *job, const sizes *donor, int lists, char *err, size_t errlen)
 {
     const job_parallel *par = &job->parallel;
     shared_schedule *d = donor ? donor->sched : NULL;
     if (d && d->kind == par->pp_schedule && d->pp == par->pp && d->m == par->microbatches &&
         d->v == par->virtual_stages) {
+        if (lists && schedule_build_lists(d, err, errlen)) return NULL;
         d->refs++;
         return d;
     }
     shared_schedule *sc = calloc(1, sizeof *sc);
-    if (!sc) {
+    int chunks = par->pp * par->virtual_stages;
+    if (sc) sc->slots = malloc((size_t)chunks * sizeof *sc->slots);
+    if (!sc || !sc->slots) {
+        if (sc) free(sc);
         snprintf(err, errlen, "sizes: out of memory");
         return NULL;
     }
     *sc = (shared_schedule){.refs = 1, .kind = par->pp_schedule, .pp = par->pp, .m = par->microbatches,
-                            .v = par->virtual_stages};
-    /* Built and checked once, then shared by every layout with the same (kind, pp,
-     * m, v) — the planner simulates one schedule under many cost sets. */
-    if (pp_schedule_build(&sc->schedule, par->pp_schedule, par->pp, par->microbatches, par->virtual_stages, err,
-                          errlen) ||
-        pp_schedule_validate(&sc->schedule, err, errlen)) {
+                            .v = par->virtual_stages, .slots = sc->slots};
+    /* the activation slots come from the generator itself, lists or not */
+    if (pp_schedule_peak_in_flight_chunks(sc->kind, sc->pp, sc->m, sc->v, sc->slots, err, errlen) ||
+        (lists && schedule_build_lists(sc, err, errlen))) {
         schedule_release(sc);
         return NULL;
     }
-    int chunks = par->pp * par->virtual_stages;
-    sc->slots = malloc((size_t)chunks * sizeof *sc->slots);
-    if (!sc->slots) {
-        snprintf(err, errlen, "sizes: out of memory");
-        schedule_release(sc);
-        return NULL;
-    }
-    for (int c = 0; c < chunks; c++) sc->slots[c] = pp_schedule_peak_in_flight_chunk(&sc->schedule, c);
     return sc;
 }
 
@@ -200,7 +209,7 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
         return NULL;
     }
     s->first_unit = s->split->first_unit;
-    if (par->pp > 1 && !(s->sched = schedule_get(job, donor, err, errlen))) {
+    if (par->pp > 1 && !(s->sched = schedule_get(job, donor, !env->slots_only, err, errlen))) {
         sizes_destroy(s);
         return NULL;
     }
@@ -240,7 +249,7 @@ size_t sizes_param_elem_bytes(const sizes *s) { return s->mixed ? 2 : 4; }
 size_t sizes_grad_elem_bytes(const sizes *s) { return s->mixed ? 2 : 4; }
 int sizes_chunks(const sizes *s) { return s->chunks; }
 const int *sizes_first_unit(const sizes *s) { return s->first_unit; }
-const pp_schedule *sizes_schedule(const sizes *s) { return s->sched ? &s->sched->schedule : NULL; }
+const pp_schedule *sizes_schedule(const sizes *s) { return s->sched && s->sched->built ? &s->sched->schedule : NULL; }
 
 size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank)
 {

@@ -54,6 +54,9 @@
 typedef struct {
     int gpu;            /* 1: CUDA backend (mixed precision when train.precision is bf16) */
     int ranks_per_node; /* LOCAL_WORLD_SIZE; HSDP shards inside a node. < 1: world */
+    int slots_only;     /* 1: do not build the pipeline's action lists, only count the
+                           activation slots from the same generator (the planner's
+                           memory pass); sizes_schedule is then NULL */
 } sizes_env;
 
 /* A worker's place in the mesh (runtime/mesh.h). */
@@ -102,7 +105,7 @@ size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4 */
 /* ---- the pipeline split ---- */
 int sizes_chunks(const sizes *s);                /* pp * virtual_stages */
 const int *sizes_first_unit(const sizes *s);     /* [chunks + 1], as pp_partition */
-const pp_schedule *sizes_schedule(const sizes *s); /* NULL when pp = 1 */
+const pp_schedule *sizes_schedule(const sizes *s); /* NULL when pp = 1 or slots_only */
 /* FLOPs of one sample through `unit`, forward + backward (+ recompute's forward):
  * the terms of model_flops_per_sample, unit by unit (they add up to it exactly). */
 double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc);

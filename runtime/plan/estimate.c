@@ -63,11 +63,12 @@ static void layout_warnings(plan_estimate *e)
 int plan_estimate_memory(plan_estimate *e, const job_spec *job, const hw_profile *hw, int nnodes,
                          int ranks_per_node, char *err, size_t errlen)
 {
-    return plan_estimate_memory_reusing(e, job, hw, nnodes, ranks_per_node, NULL, err, errlen);
+    return plan_estimate_memory_reusing(e, job, hw, nnodes, ranks_per_node, NULL, 0, err, errlen);
 }
 
 int plan_estimate_memory_reusing(plan_estimate *e, const job_spec *job, const hw_profile *hw, int nnodes,
-                                 int ranks_per_node, const sizes *donor, char *err, size_t errlen)
+                                 int ranks_per_node, const sizes *donor, int slots_only, char *err,
+                                 size_t errlen)
 {
     memset(e, 0, sizeof *e);
     e->job = *job;
@@ -82,7 +83,7 @@ int plan_estimate_memory_reusing(plan_estimate *e, const job_spec *job, const hw
                      "start",
                   e->world, par->dp, par->tp, par->pp, e->nnodes, e->ranks_per_node,
                   e->nnodes * e->ranks_per_node);
-    sizes_env env = {hw->gpu, e->ranks_per_node};
+    sizes_env env = {hw->gpu, e->ranks_per_node, slots_only};
     e->sizes = sizes_create_reusing(job, &env, donor, err, errlen);
     if (!e->sizes) return -1;
     e->mixed = sizes_mixed(e->sizes);
@@ -104,9 +105,15 @@ int plan_estimate_memory_reusing(plan_estimate *e, const job_spec *job, const hw
 int plan_estimate_time(plan_estimate *e, char *err, size_t errlen)
 {
     plan_comm_volume(e);
-    if (plan_step_time(e, err, errlen)) return -1;
+    if (plan_step_time(e, 1, err, errlen)) return -1;
     e->timed = 1;
     return 0;
+}
+
+int plan_estimate_time_bound(plan_estimate *e, char *err, size_t errlen)
+{
+    plan_comm_volume(e);
+    return plan_step_time(e, 0, err, errlen);
 }
 
 void plan_estimate_free(plan_estimate *e)

@@ -98,10 +98,17 @@ typedef struct {
 int plan_estimate_memory(plan_estimate *e, const job_spec *job, const hw_profile *hw, int nnodes,
                          int ranks_per_node, char *err, size_t errlen);
 /* The same, sharing what it can with an earlier estimate's sizes (sizes.h's
- * sizes_create_reusing); donor may be NULL. */
+ * sizes_create_reusing); donor may be NULL. slots_only: the pipeline's action
+ * lists are not built (sizes_env.slots_only), so only plan_estimate_time_bound
+ * may follow. */
 int plan_estimate_memory_reusing(plan_estimate *e, const job_spec *job, const hw_profile *hw, int nnodes,
-                                 int ranks_per_node, const sizes *donor, char *err, size_t errlen);
+                                 int ranks_per_node, const sizes *donor, int slots_only, char *err,
+                                 size_t errlen);
 int plan_estimate_time(plan_estimate *e, char *err, size_t errlen);
+/* The same without simulating the pipeline: makespan, step time and throughput
+ * are bounds (step time never above the simulated one, bubble left 0), enough for
+ * the planner to drop a layout that cannot reach its top list. */
+int plan_estimate_time_bound(plan_estimate *e, char *err, size_t errlen);
 void plan_estimate_free(plan_estimate *e);
 
 /* Node of a world rank: nodes hold ranks_per_node consecutive ranks. */
@@ -114,8 +121,9 @@ void plan_warn(plan_estimate *e, const char *fmt, ...) __attribute__((format(pri
 void plan_memory(plan_estimate *e);
 /* Per stage communication volume, link and time (exposure is step_time's). */
 void plan_comm_volume(plan_estimate *e);
-/* Chunk costs, the pipeline simulation, exposure, step time, MFU. */
-int plan_step_time(plan_estimate *e, char *err, size_t errlen);
+/* Chunk costs, the pipeline simulation (or with simulate = 0 its lower bound),
+ * exposure, step time, MFU. */
+int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen);
 /* Does group `g` of world rank `rank` cross nodes? */
 int plan_group_crosses(const plan_estimate *e, int rank, mesh_dim dim);
 

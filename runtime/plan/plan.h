@@ -33,6 +33,8 @@ typedef struct {
     const char *hardware;  /* profile name or path; NULL: see above */
     dryrun_format format;
     int top;               /* --plan: how many layouts to print; 0: 10 */
+    int exhaustive;        /* --plan: simulate every layout that fits, not only those
+                              whose lower bound could reach the top (tests compare) */
 } dryrun_opts;
 
 /* Exit statuses (documented in dtrun(1)): 0 printed (an OOM or other warning is

@@ -7,7 +7,14 @@
  * up to 64, every pipeline schedule (interleaved with 2 chunks per rank), and
  * recompute off and on. Each candidate is a job_spec that must pass job_validate
  * (the same rules a job file obeys); its estimate is the dry-run's, memory first
- * so that what does not fit is dropped before its pipeline is simulated. */
+ * so that what does not fit is dropped before its pipeline is simulated.
+ *
+ * Branch and bound: every layout that fits gets a lower bound of its step time
+ * (the pipeline's dependency bound instead of its simulation, step_time.c); then
+ * layouts are taken cheapest bound first and simulated, until the top-th best
+ * simulated step is below every remaining bound. The top list is exactly the one
+ * an exhaustive search prints (test_plan.c checks it), at a fraction of the
+ * simulations. */
 #include <cJSON.h>
 #include <malloc.h>
 #include <math.h>
@@ -34,13 +41,14 @@ typedef struct {
     double max_total, device;
     double compute, bubble_time, pipe_comm, tail; /* step = compute + bubble + pipe_comm + tail */
     int tp_crosses;
+    int exact;       /* step and the rest simulated; else step is a lower bound */
     char reason[PLAN_WARN_LEN];
 } candidate;
 
 typedef struct {
     candidate *c;
     int n, cap;
-    long searched, invalid, oom;
+    long searched, invalid, oom, simulated;
     /* recent estimates' sizes: a new one borrows the split and schedule of one
      * with the same schedule key (sizes_create_reusing) */
     sizes *pool[DONOR_POOL];
@@ -55,12 +63,12 @@ static const sizes *pick_donor(const candidates *cs, const candidate *c)
     for (int i = 0; i < DONOR_POOL; i++) {
         const sizes *s = cs->pool[i];
         if (!s) continue;
-        const pp_schedule *sc = sizes_schedule(s);
-        const job_spec *j = sizes_job(s);
-        int schedule_ok = sc ? sc->kind == c->schedule && sc->p == c->pp && sc->m == c->microbatches && sc->v == c->v
-                             : c->pp == 1;
-        int split_ok = j->parallel.pp == c->pp && j->parallel.virtual_stages == c->v &&
-                       j->train.recompute == c->recompute;
+        const job_parallel *par = &sizes_job(s)->parallel;
+        int schedule_ok = par->pp == c->pp && (c->pp == 1 || (par->pp_schedule == c->schedule &&
+                                                              par->microbatches == c->microbatches &&
+                                                              par->virtual_stages == c->v));
+        int split_ok = par->pp == c->pp && par->virtual_stages == c->v &&
+                       sizes_job(s)->train.recompute == c->recompute;
         if (schedule_ok && split_ok) return s;
         if (schedule_ok) same_schedule = s;
         any = s;
@@ -105,65 +113,74 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Estimate one layout; adds it to cs when it is valid and fits. */
-static int try_layout(candidates *cs, const job_spec *base, const plan_machine *pm, candidate c)
+static job_spec candidate_job(const job_spec *base, const candidate *c)
 {
     job_spec job = *base;
     job_parallel *par = &job.parallel;
-    par->dp = c.dp, par->tp = c.tp, par->pp = c.pp;
-    par->mode = c.mode;
-    par->pp_schedule = c.schedule;
-    par->virtual_stages = c.v;
-    par->microbatches = c.microbatches;
-    if (c.tp == 1) par->sequence_parallel = 0;
-    job.train.micro_batch = c.micro_batch;
-    job.train.grad_accum = c.microbatches;
-    job.train.recompute = c.recompute;
-    cs->searched++;
+    par->dp = c->dp, par->tp = c->tp, par->pp = c->pp;
+    par->mode = c->mode;
+    par->pp_schedule = c->schedule;
+    par->virtual_stages = c->v;
+    par->microbatches = c->microbatches;
+    if (c->tp == 1) par->sequence_parallel = 0;
+    job.train.micro_batch = c->micro_batch;
+    job.train.grad_accum = c->microbatches;
+    job.train.recompute = c->recompute;
+    return job;
+}
+
+/* Estimate one layout: simulated (exact), or with its pipeline bounded below
+ * (pp = 1 needs no simulation, so it is always exact). Returns 1 when it is valid
+ * and fits (c filled in), 0 when not (counted), -1 on an internal failure. */
+static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm, candidate *c, int simulate)
+{
+    job_spec job = candidate_job(base, c);
     char err[512];
     if (job_validate(&job, err, sizeof err)) {
         cs->invalid++;
         return 0;
     }
     plan_estimate e;
-    int rc = plan_estimate_memory_reusing(&e, &job, &pm->hw, pm->nnodes, pm->ranks_per_node, pick_donor(cs, &c), err,
-                                          sizeof err);
+    c->exact = simulate || c->pp == 1;
+    int rc = plan_estimate_memory_reusing(&e, &job, &pm->hw, pm->nnodes, pm->ranks_per_node, pick_donor(cs, c),
+                                          !c->exact, err, sizeof err);
+    int ok = 0;
     if (rc) {
         cs->invalid++;
     } else if (!e.fits) {
         cs->oom++;
-    } else if (plan_estimate_time(&e, err, sizeof err)) {
+    } else if (c->exact ? plan_estimate_time(&e, err, sizeof err) : plan_estimate_time_bound(&e, err, sizeof err)) {
         cs->invalid++;
     } else {
-        c.step = e.step_time;
-        c.samples_per_s = e.samples_per_s;
-        c.tokens_per_s = e.tokens_per_s;
-        c.mfu = e.mfu;
-        c.bubble = e.bubble;
-        c.max_total = e.max_total;
-        c.device = e.stage[0].device;
-        c.compute = 0;
+        if (c->exact && c->pp > 1) cs->simulated++;
+        c->step = e.step_time;
+        c->samples_per_s = e.samples_per_s;
+        c->tokens_per_s = e.tokens_per_s;
+        c->mfu = e.mfu;
+        c->bubble = e.bubble;
+        c->max_total = e.max_total;
+        c->device = e.stage[0].device;
+        c->compute = 0;
         for (int p = 0; p < e.n_stages; p++)
-            if (e.stage[p].compute > c.compute) c.compute = e.stage[p].compute;
-        c.bubble_time = e.bubble * e.makespan;
-        c.pipe_comm = fmax(0, e.makespan - c.bubble_time - c.compute);
-        c.tail = e.step_time - e.makespan;
-        c.tp_crosses = 0;
-        for (int r = 0; r < e.world && !c.tp_crosses; r += c.tp) c.tp_crosses = plan_group_crosses(&e, r, MESH_TP);
-        if (push(cs, &c)) rc = -2;
+            if (e.stage[p].compute > c->compute) c->compute = e.stage[p].compute;
+        c->bubble_time = e.bubble * e.makespan;
+        c->pipe_comm = fmax(0, e.makespan - c->bubble_time - c->compute);
+        c->tail = e.step_time - e.makespan;
+        c->tp_crosses = 0;
+        for (int r = 0; r < e.world && !c->tp_crosses; r += c->tp) c->tp_crosses = plan_group_crosses(&e, r, MESH_TP);
+        ok = 1;
     }
     if (e.sizes) {
         keep_donor(cs, e.sizes);
         e.sizes = NULL;
     }
     plan_estimate_free(&e);
-    return rc == -2 ? -1 : 0;
+    return ok;
 }
 
-/* Candidates enumerated pipeline-first: for one (pp, schedule, recompute) the
- * stage split is the same, and the schedules (one per microbatch count) recur
- * across tp and micro_batch, so a small pool of donors serves them all. */
-static int search(candidates *cs, const job_spec *job, const plan_machine *pm)
+/* Every (dp, tp, pp, schedule, micro_batch, mode, recompute) of the machine, into
+ * all (not yet estimated). */
+static int enumerate(candidates *all, const job_spec *job, const plan_machine *pm)
 {
     int G = pm->ranks_per_node, W = pm->nnodes * G, L = job->model.n_layer;
     for (int pp = 1; pp <= W && pp <= L; pp++) {
@@ -191,7 +208,7 @@ static int search(candidates *cs, const job_spec *job, const plan_machine *pm)
                             c.schedule = (pp_schedule_kind)sched;
                             c.v = sched == PP_INTERLEAVED ? 2 : 1;
                             c.recompute = (recompute_kind)rc;
-                            if (try_layout(cs, job, pm, c)) return -1;
+                            if (push(all, &c)) return -1;
                         }
                     }
                 }
@@ -200,9 +217,85 @@ static int search(candidates *cs, const job_spec *job, const plan_machine *pm)
     return 0;
 }
 
+/* The order in which layouts share the most: one pipeline schedule (pp,
+ * schedule, microbatches) at a time, so each is built once, then the stage split
+ * (recompute), then the rest. */
+static int schedule_order(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    int k[][2] = {{x->pp, y->pp}, {(int)x->schedule, (int)y->schedule}, {x->microbatches, y->microbatches},
+                  {(int)x->recompute, (int)y->recompute}, {x->tp, y->tp}, {x->micro_batch, y->micro_batch},
+                  {(int)x->mode, (int)y->mode}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (k[i][0] != k[i][1]) return k[i][0] < k[i][1] ? -1 : 1;
+    return 0;
+}
+
+static int bound_first(const void *a, const void *b)
+{
+    const candidate *x = a, *y = b;
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    return schedule_order(a, b);
+}
+
+static int faster_first(const void *a, const void *b);
+
+/* Keeps the `top` fastest exact steps seen, ascending; returns the top-th, or
+ * infinity while there are fewer. */
+static double note_exact(double *best, int *n, int top, double step)
+{
+    if (*n == top && step >= best[top - 1]) return best[top - 1];
+    int i = *n < top ? (*n)++ : top - 1; /* the free slot, or the one dropped */
+    for (; i > 0 && best[i - 1] > step; i--) best[i] = best[i - 1];
+    best[i] = step;
+    return *n == top ? best[top - 1] : INFINITY;
+}
+
+/* Fills cs with every layout that fits, the best `top` of them (and any that
+ * could tie with them) simulated; exhaustive: simulate all. */
+static int search(candidates *cs, const job_spec *job, const plan_machine *pm, int top, int exhaustive)
+{
+    candidates all;
+    memset(&all, 0, sizeof all);
+    if (enumerate(&all, job, pm)) {
+        free(all.c);
+        return -1;
+    }
+    qsort(all.c, (size_t)all.n, sizeof *all.c, schedule_order);
+    cs->searched = all.n;
+    for (int i = 0; i < all.n; i++) {
+        candidate c = all.c[i];
+        int rc = estimate(cs, job, pm, &c, exhaustive);
+        if (rc < 0 || (rc == 1 && push(cs, &c))) {
+            free(all.c);
+            return -1;
+        }
+    }
+    free(all.c);
+    if (exhaustive) return 0;
+    /* cheapest bound first; stop when the top-th exact step beats every bound left */
+    qsort(cs->c, (size_t)cs->n, sizeof *cs->c, bound_first);
+    double *best = malloc((size_t)top * sizeof *best), kth = INFINITY;
+    int n_best = 0;
+    if (!best) return -1;
+    long oom = cs->oom, invalid = cs->invalid;
+    for (int i = 0; i < cs->n && cs->c[i].step <= kth; i++) {
+        if (!cs->c[i].exact && estimate(cs, job, pm, &cs->c[i], 1) != 1) {
+            free(best); /* it fitted a moment ago: the same estimate cannot fail now */
+            return -1;
+        }
+        kth = note_exact(best, &n_best, top, cs->c[i].step);
+    }
+    cs->oom = oom, cs->invalid = invalid;
+    free(best);
+    return 0;
+}
+
+/* Exact estimates first (only they can be printed), fastest first. */
 static int faster_first(const void *a, const void *b)
 {
     const candidate *x = a, *y = b;
+    if (x->exact != y->exact) return x->exact ? -1 : 1;
     if (x->samples_per_s != y->samples_per_s) return x->samples_per_s > y->samples_per_s ? -1 : 1;
     if (x->max_total != y->max_total) return x->max_total < y->max_total ? -1 : 1;
     return 0;
@@ -246,8 +339,11 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
             job_model_kind_name(m->kind), m->preset[0] ? m->preset : "(custom)", job->train.global_batch,
             pm->hw.gpu && job->train.precision == PREC_BF16 ? "bf16 mixed precision" : "fp32", pm->nnodes,
             pm->nnodes == 1 ? "" : "s", pm->ranks_per_node, pm->hw.name, pm->nnodes * pm->ranks_per_node);
-    fprintf(out, "searched %ld layouts in %.3f s: %d fit, %ld do not fit in %s, %ld invalid for this model and batch\n\n",
+    fprintf(out, "searched %ld layouts in %.3f s: %d fit, %ld do not fit in %s, %ld invalid for this model and batch\n",
             cs->searched, secs, cs->n, cs->oom, fmt_bytes(a, cs->n ? cs->c[0].device : pm->hw.memory), cs->invalid);
+    fprintf(out, "(%ld pipelines simulated; every other layout's step time was bounded below by more than the "
+                 "top %d's)\n\n",
+            cs->simulated, top);
     fprintf(out, "  %2s %4s %3s %3s %-6s %3s %4s %-13s %-5s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
             "m", "schedule", "rc", "step", m->kind == MODEL_GPT ? "tokens/s" : "images/s", "MFU", "mem/rank", "why");
     for (int i = 0; i < top && i < cs->n; i++) {
@@ -276,6 +372,7 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
     cJSON_AddNumberToObject(root, "fit", cs->n);
     cJSON_AddNumberToObject(root, "oom", (double)cs->oom);
     cJSON_AddNumberToObject(root, "invalid", (double)cs->invalid);
+    cJSON_AddNumberToObject(root, "simulated", (double)cs->simulated);
     cJSON_AddNumberToObject(root, "seconds", secs);
     cJSON *arr = cJSON_AddArrayToObject(root, "top");
     for (int i = 0; i < top && i < cs->n; i++) {
@@ -327,7 +424,7 @@ int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, si
     mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's largest allowed value */
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     double t0 = now_s();
-    int failed = search(&cs, job, &pm);
+    int failed = search(&cs, job, &pm, top, o->exhaustive);
     for (int i = 0; i < DONOR_POOL; i++) sizes_destroy(cs.pool[i]);
     if (failed) {
         free(cs.c);

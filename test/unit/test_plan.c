@@ -61,7 +61,7 @@ static size_t state_bytes(const sizes_memory *m)
 static sizes *make_sizes(const job_spec *job, int gpu, int per_node)
 {
     char err[512];
-    sizes_env env = {gpu, per_node};
+    sizes_env env = {.gpu = gpu, .ranks_per_node = per_node};
     sizes *s = sizes_create(job, &env, err, sizeof err);
     if (!s) printf("# sizes_create: %s\n", err);
     return s;
@@ -686,6 +686,104 @@ static void test_planner(void)
     free(buf);
 }
 
+/* The planner simulates only the layouts whose lower bound could reach its top
+ * list: that list must be the exhaustive search's, layout for layout. And the
+ * bound never exceeds the simulated step. */
+static char *plan_json(const job_spec *job, const char *hw, int nnodes, int per_node, int exhaustive)
+{
+    char *buf = NULL, err[512] = "";
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    dryrun_opts o = {.nnodes = nnodes, .nproc_per_node = per_node, .hardware = hw, .format = DRYRUN_JSON,
+                     .exhaustive = exhaustive};
+    int rc = plan_run(job, &o, f, err, sizeof err);
+    fclose(f);
+    if (rc) printf("# plan: %s\n", err);
+    return buf;
+}
+
+static int same_top(const char *a, const char *b, int *n, double *sim_a, double *sim_b)
+{
+    cJSON *x = a ? cJSON_Parse(a) : NULL, *y = b ? cJSON_Parse(b) : NULL;
+    cJSON *tx = cJSON_GetObjectItem(x, "top"), *ty = cJSON_GetObjectItem(y, "top");
+    *n = tx ? cJSON_GetArraySize(tx) : 0;
+    *sim_a = x ? cJSON_GetObjectItem(x, "simulated")->valuedouble : -1;
+    *sim_b = y ? cJSON_GetObjectItem(y, "simulated")->valuedouble : -1;
+    int same = tx && ty && *n > 0 && *n == cJSON_GetArraySize(ty);
+    for (int i = 0; same && i < *n; i++) {
+        char *p = cJSON_PrintUnformatted(cJSON_GetArrayItem(tx, i)), *q = cJSON_PrintUnformatted(cJSON_GetArrayItem(ty, i));
+        same = p && q && strcmp(p, q) == 0;
+        cJSON_free(p), cJSON_free(q);
+    }
+    cJSON_Delete(x), cJSON_Delete(y);
+    return same;
+}
+
+static void test_planner_bound(void)
+{
+    static const struct {
+        const char *yaml, *hw;
+        int nnodes, per_node;
+    } cases[] = {
+        {"model:\n  preset: gpt-13b\ntrain:\n  global_batch: 256\n  micro_batch: 1\n  precision: bf16\n", "h100-sxm", 8, 8},
+        {"model:\n  preset: gpt2-350m\ntrain:\n  global_batch: 64\n  micro_batch: 1\n  precision: bf16\n", "a100-40g", 2, 4},
+        {"model:\n  preset: vit-l16\ntrain:\n  global_batch: 512\n  micro_batch: 1\n  precision: bf16\n", "l40s", 2, 8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        job_spec job;
+        if (load_job(&job, cases[i].yaml)) continue;
+        char *pruned = plan_json(&job, cases[i].hw, cases[i].nnodes, cases[i].per_node, 0);
+        char *all = plan_json(&job, cases[i].hw, cases[i].nnodes, cases[i].per_node, 1);
+        int n;
+        double sim_pruned, sim_all;
+        CHECK(same_top(pruned, all, &n, &sim_pruned, &sim_all) && sim_pruned < sim_all,
+              "plan %s over %d x %d %s: the bounded search's top %d is the exhaustive one's, with %.0f of %.0f "
+              "pipelines simulated",
+              job.model.preset, cases[i].nnodes, cases[i].per_node, cases[i].hw, n, sim_pruned, sim_all);
+        free(pruned), free(all);
+    }
+
+    /* the bound against the simulation, layout by layout */
+    job_spec job;
+    if (load_job(&job, "model:\n  preset: gpt2-350m\ntrain:\n  global_batch: 64\n  micro_batch: 2\n"
+                       "  precision: bf16\n"))
+        return;
+    int ok = 1, tried = 0;
+    double worst = 1;
+    static const pp_schedule_kind kinds[] = {PP_GPIPE, PP_1F1B, PP_INTERLEAVED};
+    for (int pp = 2; pp <= 8; pp *= 2)
+        for (int k = 0; k < 3; k++)
+            for (int mode = SHARD_NONE; mode <= SHARD_FSDP; mode++) {
+                job_spec j = job;
+                j.parallel.pp = pp, j.parallel.dp = 8 / pp, j.parallel.mode = (shard_mode)mode;
+                j.parallel.pp_schedule = kinds[k];
+                j.parallel.virtual_stages = kinds[k] == PP_INTERLEAVED ? 2 : 1;
+                j.parallel.microbatches = j.train.grad_accum = 64 / 2 / j.parallel.dp;
+                char err[512];
+                if (job_validate(&j, err, sizeof err)) continue;
+                hw_profile hw;
+                if (hw_load(&hw, "a100-40g", err, sizeof err)) continue;
+                plan_estimate b, x;
+                int rc = plan_estimate_memory_reusing(&b, &j, &hw, 1, 8, NULL, 1, err, sizeof err);
+                if (rc == 0) rc = plan_estimate_time_bound(&b, err, sizeof err);
+                if (rc == 0) rc = plan_estimate_memory(&x, &j, &hw, 1, 8, err, sizeof err);
+                if (rc == 0) rc = plan_estimate_time(&x, err, sizeof err);
+                if (rc == 0) {
+                    tried++;
+                    ok &= b.step_time <= x.step_time * (1 + 1e-12) && b.max_total == x.max_total;
+                    if (b.step_time / x.step_time < worst) worst = b.step_time / x.step_time;
+                } else {
+                    printf("# %s\n", err);
+                    ok = 0;
+                }
+                plan_estimate_free(&b);
+                plan_estimate_free(&x);
+            }
+    CHECK(ok && tried >= 18, "step-time bound <= simulated step and the same memory without the action lists, "
+                             "%d pipeline layouts (the loosest bound %.3f of the simulated step)",
+          tried, worst);
+}
+
 int main(void)
 {
     test_bytes_per_param();
@@ -702,5 +800,6 @@ int main(void)
     test_warnings();
     test_hardware();
     test_planner();
+    test_planner_bound();
     CHECK_DONE();
 }

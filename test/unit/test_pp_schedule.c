@@ -104,6 +104,10 @@ static void check_one(pp_schedule_kind kind, int p, int m, int v) {
         }
         if (peak != want) peaks_ok = 0;
     }
+    /* the counting generator (sizes' activation slots) against the built lists */
+    int counted[MAX_CHUNKS], counts_ok = pp_schedule_peak_in_flight_chunks(kind, p, m, v, counted, err, sizeof err) == 0;
+    for (int c = 0; counts_ok && c < p * v; c++) counts_ok = counted[c] == pp_schedule_peak_in_flight_chunk(&s, c);
+    peaks_ok &= counts_ok;
     CHECK(valid && !problem && ran && worst < 1e-9 && fabs(r.bubble - ideal) < 1e-9 &&
               fabs(pp_schedule_ideal_bubble(kind, p, m, v) - ideal) < 1e-12 && peaks_ok,
           "%s p=%d m=%d v=%d: valid (%s), structure (%s), simulates (%s), bubble %.6f = "
