@@ -34,35 +34,37 @@ static void layout(const job_model *spec, const model_shard *sh, int B, recomput
                    model_acts *a, bump *b)
 {
     model_dims d;
-    model_dims_of(spec, sh->tp_rank, sh->tp_size, &d);
+    model_dims_of(spec, sh, &d);
     int L = spec->n_layer;
     int has_emb = sh->unit_begin == 0, has_head = sh->unit_end == L + 2;
     int first = sh->unit_begin > 1 ? sh->unit_begin : 1;
     int last = sh->unit_end - 1 < L ? sh->unit_end - 1 : L;
     int nb = last >= first ? last - first + 1 : 0;
     size_t N = (size_t)B * (size_t)d.seq, C = (size_t)d.C;
+    size_t Nl = (size_t)rows_local(&d, B); /* this rank's rows of the stream */
     size_t att = (size_t)B * (size_t)d.NH_l * (size_t)d.seq * (size_t)d.seq;
     size_t C_l = (size_t)d.C_l, F_l = (size_t)d.F_l;
+    int sp = d.sp_size > 1, gpt = spec->kind == MODEL_GPT;
 
     /* the residual stream at every block boundary: kept in both modes, since
      * recompute restarts each block from its input */
-    a->stream = takef(b, (size_t)(nb + 1) * N * C);
-    a->dres = takef(b, N * C);
-    a->doutput = has_head ? NULL : takef(b, N * C);
+    a->stream = takef(b, (size_t)(nb + 1) * Nl * C);
+    a->dres = takef(b, Nl * C);
+    a->doutput = has_head ? NULL : takef(b, Nl * C);
 
     a->n_blk_sets = nb == 0 ? 0 : rc == RECOMPUTE_BLOCK ? 1 : nb;
     for (int k = 0; k < a->n_blk_sets; k++) {
         block_acts *s = a->blk ? &a->blk[k] : &(block_acts){0};
-        s->ln1 = takef(b, N * C);
-        s->ln1_mean = takef(b, N);
-        s->ln1_rstd = takef(b, N);
+        s->ln1 = takef(b, Nl * C);
+        s->ln1_mean = takef(b, Nl);
+        s->ln1_rstd = takef(b, Nl);
         s->qkv = takef(b, N * 3 * C_l);
         s->att = takef(b, att);
         s->atty = takef(b, N * C_l);
-        s->r2 = takef(b, N * C);
-        s->ln2 = takef(b, N * C);
-        s->ln2_mean = takef(b, N);
-        s->ln2_rstd = takef(b, N);
+        s->r2 = takef(b, Nl * C);
+        s->ln2 = takef(b, Nl * C);
+        s->ln2_mean = takef(b, Nl);
+        s->ln2_rstd = takef(b, Nl);
         s->fch = takef(b, N * F_l);
         s->fchg = takef(b, N * F_l);
     }
@@ -72,6 +74,13 @@ static void layout(const job_model *spec, const model_shard *sh, int B, recomput
         a->bs.dB = takef(b, N * max_sz(F_l, C_l));
         a->bs.att_scratch = takef(b, att);
     }
+    /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
+     * sums, the embedding's output before it is cut into rows, the ViT head's
+     * class tokens (the GPT head gathers into lnf); layernorm gradients of the
+     * blocks (4 x C) and of the GPT head (2 x C; the ViT head's layernorm sees
+     * whole class-token rows) */
+    if (sp && (nb > 0 || has_emb || (has_head && !gpt))) a->bs.full = takef(b, N * C);
+    if (sp && (nb > 0 || (has_head && gpt))) a->bs.ln_grads = takef(b, 4 * C);
 
     if (spec->kind == MODEL_GPT) {
         size_t V_l = (size_t)d.V_l;
@@ -79,8 +88,8 @@ static void layout(const job_model *spec, const model_shard *sh, int B, recomput
         if (has_head) {
             a->targets = takei(b, N);
             a->lnf = takef(b, N * C);
-            a->lnf_mean = takef(b, N);
-            a->lnf_rstd = takef(b, N);
+            a->lnf_mean = takef(b, Nl);
+            a->lnf_rstd = takef(b, Nl);
             a->logits = takef(b, N * V_l);
             a->rowmax = takef(b, N);
             a->sumexp = takef(b, N);
@@ -177,8 +186,7 @@ float *model_acts_input(model_acts *a) { return a->stream; }
 
 float *model_acts_output(model_acts *a)
 {
-    size_t io = (size_t)a->B * (size_t)a->m->d.seq * (size_t)a->m->d.C;
-    return a->stream + (size_t)a->m->n_blocks * io;
+    return a->stream + (size_t)a->m->n_blocks * model_acts_io_numel(a->m, a->B);
 }
 
 float *model_acts_dinput(model_acts *a) { return a->dres; }
@@ -186,5 +194,5 @@ float *model_acts_doutput(model_acts *a) { return a->doutput; }
 
 size_t model_acts_io_numel(const model *m, int B)
 {
-    return (size_t)B * (size_t)m->d.seq * (size_t)m->d.C;
+    return (size_t)rows_local(&m->d, B) * (size_t)m->d.C;
 }

@@ -6,7 +6,13 @@
  * computes logits for its vocab columns and the cross-entropy all-reduces the
  * row max (MAX), the sum of exponentials and the target logit (SUM), so no rank
  * ever holds a full [N, V] row. Batch arrays (tokens, targets) are host memory;
- * they are copied into the activations' device buffers here. */
+ * they are copied into the activations' device buffers here.
+ *
+ * Sequence parallelism (model.h): the embedding's lookup is reduce-scattered into
+ * this rank's rows instead of all-reduced, and its backward gathers the rows'
+ * gradient first. The head's final layernorm runs on the rank's rows, which are
+ * then gathered into the whole lnf the vocab-parallel logits need; backward
+ * reduce-scatters d(lnf) and sums the layernorm's weight gradients over tp. */
 #include "runtime/model/model_internal.h"
 
 void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out)
@@ -14,10 +20,21 @@ void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, fl
     const dt_ops *ops = m->ops;
     const model_dims *d = &m->d;
     int B = batch->B, N = B * d->seq;
+    size_t NC = (size_t)N * (size_t)d->C;
     ops->from_host(a->tokens, batch->tokens, (size_t)N * sizeof(int));
-    ops->embedding_forward(out, a->tokens, unit_tensor(m, 0, GPT_EMB_WTE), d->v0, d->V_l, N, d->C);
-    model_tp_allreduce(m, out, (size_t)N * (size_t)d->C, TP_SUM);
-    ops->posadd_forward(out, unit_tensor(m, 0, GPT_EMB_WPE), B, d->seq, d->C);
+    if (d->sp_size == 1) {
+        ops->embedding_forward(out, a->tokens, unit_tensor(m, 0, GPT_EMB_WTE), d->v0, d->V_l, N, d->C);
+        model_tp_allreduce(m, out, NC, TP_SUM);
+        ops->posadd_forward(out, unit_tensor(m, 0, GPT_EMB_WPE), B, d->seq, d->C);
+        return;
+    }
+    /* Each token's row is non-zero on one tp rank only, so adding wpe on rank 0
+     * before the sum gives the same bits as adding it after: (e + wpe) + 0 or
+     * (0 + wpe) + e. This rank receives its rows of that sum. */
+    float *full = a->bs.full;
+    ops->embedding_forward(full, a->tokens, unit_tensor(m, 0, GPT_EMB_WTE), d->v0, d->V_l, N, d->C);
+    if (m->shard.tp_rank == 0) ops->posadd_forward(full, unit_tensor(m, 0, GPT_EMB_WPE), B, d->seq, d->C);
+    model_tp_reduce_scatter(m, full, out, NC);
 }
 
 void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B)
@@ -25,6 +42,8 @@ void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B)
     const dt_ops *ops = m->ops;
     const model_dims *d = &m->d;
     int N = B * d->seq;
+    /* every token's gradient: its wte row may live on this rank */
+    dres = model_rows_gathered(m, dres, a->bs.full, (size_t)N * (size_t)d->C);
     /* with the tied head in this object, the wte gradient collects in the
      * scratch that already holds the head's part (gpt_tied_grads_finish) */
     float *dwte = a->tied_dwte ? a->tied_dwte : unit_tensor_grad(m, 0, GPT_EMB_WTE);
@@ -47,10 +66,13 @@ double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const
     const dt_ops *ops = m->ops;
     const model_dims *d = &m->d;
     int head = m->spec.n_layer + 1;
-    int N = batch->B * d->seq, C = d->C, Vl = d->V_l;
+    int N = batch->B * d->seq, C = d->C, Vl = d->V_l, Nl = rows_local(d, batch->B);
     ops->from_host(a->targets, batch->targets, (size_t)N * sizeof(int));
-    ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, unit_tensor(m, head, GPT_HEAD_LNF_W),
-                           unit_tensor(m, head, GPT_HEAD_LNF_B), N, C);
+    /* this rank's rows of lnf, then (SP) every rank's, in place */
+    float *lnf_mine = a->lnf + rows_first(d, batch->B) * (size_t)C;
+    ops->layernorm_forward(lnf_mine, a->lnf_mean, a->lnf_rstd, x, unit_tensor(m, head, GPT_HEAD_LNF_W),
+                           unit_tensor(m, head, GPT_HEAD_LNF_B), Nl, C);
+    if (d->sp_size > 1) model_tp_all_gather(m, lnf_mine, a->lnf, (size_t)N * (size_t)C);
     ops->matmul_forward(a->logits, a->lnf, unit_tensor(m, head, GPT_HEAD_WTE), NULL, N, C, Vl);
     ops->xent_rowmax(a->rowmax, a->logits, N, Vl);
     model_tp_allreduce(m, a->rowmax, (size_t)N, TP_MAX);
@@ -71,7 +93,7 @@ void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const 
     const dt_ops *ops = m->ops;
     const model_dims *d = &m->d;
     int head = m->spec.n_layer + 1;
-    int T = d->seq, N = batch->B * T, C = d->C, Vl = d->V_l;
+    int T = d->seq, N = batch->B * T, C = d->C, Vl = d->V_l, Nl = rows_local(d, batch->B);
     size_t NC = (size_t)N * (size_t)C;
     for (int i = 0; i < N; i++) a->host_dloss[i] = batch->targets[i] >= 0 ? loss_scale : 0.0f;
     ops->from_host(a->dloss, a->host_dloss, (size_t)N * sizeof(float));
@@ -94,9 +116,11 @@ void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const 
                              wte, T, C, Vl);
     }
     /* each rank's dlnf sums over its vocab columns only */
-    model_tp_allreduce(m, dlnf, NC, TP_SUM);
-    ops->zero(dres, NC * sizeof(float));
-    ops->layernorm_backward(dres, unit_tensor_grad(m, head, GPT_HEAD_LNF_W),
-                            unit_tensor_grad(m, head, GPT_HEAD_LNF_B), dlnf, x,
-                            unit_tensor(m, head, GPT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, N, C);
+    const float *dlnf_mine = model_rows_reduce_in_place(m, dlnf, batch->B);
+    float *lng = model_ln_grads_begin(m, &a->bs, 2);
+    float *ln_dst[2] = {unit_tensor_grad(m, head, GPT_HEAD_LNF_W), unit_tensor_grad(m, head, GPT_HEAD_LNF_B)};
+    ops->zero(dres, (size_t)Nl * (size_t)C * sizeof(float));
+    ops->layernorm_backward(dres, lng ? lng : ln_dst[0], lng ? lng + C : ln_dst[1], dlnf_mine, x,
+                            unit_tensor(m, head, GPT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, Nl, C);
+    model_ln_grads_finish(m, &a->bs, ln_dst, 2);
 }

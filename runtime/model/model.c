@@ -32,13 +32,19 @@ model *model_create(const job_model *spec, const model_shard *shard, const dt_op
                 sh->tp_rank, sh->tp_size, spec->n_head);
         return NULL;
     }
+    /* every micro-batch, down to one sample, must split into equal row parts */
+    if (sh->sp && model_seq_len(spec) % sh->tp_size != 0) {
+        fprintf(stderr, "dtrun: model: sequence parallelism splits each sample's %d tokens over tp %d, "
+                        "which does not divide them\n", model_seq_len(spec), sh->tp_size);
+        return NULL;
+    }
     model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->spec = *spec;
     m->shard = *sh;
     m->ops = ops;
     m->recompute = recompute;
-    model_dims_of(spec, sh->tp_rank, sh->tp_size, &m->d);
+    model_dims_of(spec, sh, &m->d);
     m->n_held = sh->unit_end - sh->unit_begin;
     int L = spec->n_layer;
     m->has_emb = sh->unit_begin == 0;
@@ -193,6 +199,83 @@ void model_tp_allreduce(model *m, float *buf, size_t n, tp_op op)
     m->hooks.tp_allreduce(m->hooks.ctx, buf, n, op);
 }
 
+/* A hook the strategy must set: its absence is a programming error in the
+ * strategy, not a user error, so stop loudly. */
+static void missing_hook(const model *m, const char *name)
+{
+    fprintf(stderr, "dtrun: model: sequence parallel over tp_size %d but no %s hook is set\n",
+            m->shard.tp_size, name);
+    abort();
+}
+
+void model_tp_all_gather(model *m, const float *local, float *full, size_t full_count)
+{
+    if (m->d.sp_size == 1) {
+        if (local != full) m->ops->copy(full, local, full_count * sizeof(float));
+        return;
+    }
+    if (!m->hooks.tp_all_gather) missing_hook(m, "tp_all_gather");
+    m->hooks.tp_all_gather(m->hooks.ctx, local, full, full_count);
+}
+
+void model_tp_reduce_scatter(model *m, const float *full, float *local, size_t full_count)
+{
+    if (m->d.sp_size == 1) {
+        if (local != full) m->ops->copy(local, full, full_count * sizeof(float));
+        return;
+    }
+    if (!m->hooks.tp_reduce_scatter) missing_hook(m, "tp_reduce_scatter");
+    m->hooks.tp_reduce_scatter(m->hooks.ctx, full, local, full_count);
+}
+
+const float *model_rows_gathered(model *m, const float *local, float *full, size_t NC)
+{
+    if (m->d.sp_size == 1) return local;
+    model_tp_all_gather(m, local, full, NC);
+    return full;
+}
+
+float *model_rows_partial(model *m, float *out, float *full)
+{
+    return m->d.sp_size == 1 ? out : full;
+}
+
+void model_rows_reduce(model *m, float *out, float *full, size_t NC)
+{
+    if (m->d.sp_size == 1) model_tp_allreduce(m, out, NC, TP_SUM);
+    else model_tp_reduce_scatter(m, full, out, NC);
+}
+
+float *model_rows_reduce_in_place(model *m, float *buf, int B)
+{
+    size_t NC = (size_t)B * (size_t)m->d.seq * (size_t)m->d.C;
+    if (m->d.sp_size == 1) {
+        model_tp_allreduce(m, buf, NC, TP_SUM);
+        return buf;
+    }
+    float *mine = buf + rows_first(&m->d, B) * (size_t)m->d.C;
+    model_tp_reduce_scatter(m, buf, mine, NC);
+    return mine;
+}
+
+float *model_ln_grads_begin(model *m, const block_scratch *s, int n)
+{
+    if (m->d.sp_size == 1) return NULL;
+    m->ops->zero(s->ln_grads, (size_t)n * (size_t)m->d.C * sizeof(float));
+    return s->ln_grads;
+}
+
+/* The sum over tp is taken apart from the gradient buffers, never on them in
+ * place: they hold earlier micro-batches' gradients too, which every rank
+ * already has in full and a SUM would count tp times. */
+void model_ln_grads_finish(model *m, const block_scratch *s, float *const *dst, int n)
+{
+    if (m->d.sp_size == 1) return;
+    size_t C = (size_t)m->d.C;
+    model_tp_allreduce(m, s->ln_grads, (size_t)n * C, TP_SUM);
+    for (int i = 0; i < n; i++) m->ops->residual_forward(dst[i], dst[i], s->ln_grads + (size_t)i * C, C);
+}
+
 void model_hook_before(model *m, int unit, model_phase phase)
 {
     if (m->hooks.before) m->hooks.before(m->hooks.ctx, unit, phase);
@@ -239,7 +322,7 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
     for (int k = 0; k < m->n_blocks; k++) {
         int u = m->first_block + k;
         model_hook_before(m, u, PHASE_FORWARD);
-        block_forward(m, u, stream_at(a, k), stream_at(a, k + 1), acts_of_block(a, k), B, 0);
+        block_forward(m, u, stream_at(a, k), stream_at(a, k + 1), acts_of_block(a, k), &a->bs, B, 0);
         model_hook_after(m, u, PHASE_FORWARD);
     }
     double loss = 0;
@@ -262,8 +345,8 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
  * nested: before(L+1) ... before(0) after(0) after(L+1). */
 void model_backward(model *m, model_acts *a, const model_batch *batch, float loss_scale)
 {
-    int B = batch_size(a, batch), N = B * m->d.seq, L = m->spec.n_layer;
-    size_t io = (size_t)N * (size_t)m->d.C;
+    int B = batch_size(a, batch), L = m->spec.n_layer;
+    size_t io = model_acts_io_numel(m, B);
     int tied_here = a->tied_dwte != NULL;
     if (m->has_head) {
         model_hook_before(m, L + 1, PHASE_BACKWARD);
@@ -279,7 +362,7 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
         const float *x = stream_at(a, k);
         block_acts *ba = acts_of_block(a, k);
         model_hook_before(m, u, PHASE_BACKWARD);
-        if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, ba, B, 1);
+        if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, ba, &a->bs, B, 1);
         block_backward(m, u, a->dres, x, ba, &a->bs, B);
         model_hook_after(m, u, PHASE_BACKWARD);
     }

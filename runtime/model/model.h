@@ -20,6 +20,18 @@
  * wpe, row-parallel biases and the ViT patch/classifier params are replicated
  * (their gradients come out identical on every tp rank).
  *
+ * Sequence parallelism (Megatron-LM's, shard.sp with tp > 1). The residual
+ * stream, [N = B*seq, C] rows, is split by rows over the tp group: tp rank r
+ * holds rows [r*N/tp, (r+1)*N/tp) of the stream, its gradient, and the block
+ * boundaries a pipeline sends (model_acts_io_numel), and runs the per-token ops
+ * (layernorms, residual adds) on those rows only. A column-parallel matmul's
+ * input is all-gathered first; a row-parallel matmul's partial sums are
+ * reduce-scattered instead of all-reduced (backward: the mirror image). The
+ * blocks keep their layernorm outputs and r2 for these rows only, which is the
+ * memory SP saves. Layernorm gradients then come from a rank's rows only: each
+ * unit sums them over tp itself, before its after(BACKWARD) hook, so gradients
+ * are complete and identical across tp ranks there, as without SP.
+ *
  * Layout independence: every parameter element is a pure function of (seed, name,
  * global index); a shard draws only its slice (param_global_index).
  *
@@ -78,6 +90,8 @@ typedef struct {
 typedef struct {
     int tp_rank, tp_size;
     int unit_begin, unit_end; /* [begin, end) of 0..L+1 */
+    int sp;                   /* 1: sequence parallel over the tp group (no-op with tp 1);
+                                 needs seq (model_seq_len) divisible by tp_size */
 } model_shard;
 
 /* Host memory; the model copies it into device buffers of its activations. */
@@ -96,6 +110,13 @@ typedef struct {
     void *ctx;
     /* All-reduce across the tensor-parallel group, in place. NULL when tp == 1. */
     void (*tp_allreduce)(void *ctx, float *buf, size_t n, tp_op op);
+    /* Sequence parallelism only (NULL otherwise). A [N, C] tensor of full_count
+     * elements is cut into tp equal parts, rank r's the r-th (comm_chunk's cut,
+     * since tp divides it). all_gather: every rank's part (`local`) into `full`;
+     * reduce_scatter: this rank's part of the SUM of every rank's `full` into
+     * `local`. In place is allowed when `local` is this rank's part of `full`. */
+    void (*tp_all_gather)(void *ctx, const float *local, float *full, size_t full_count);
+    void (*tp_reduce_scatter)(void *ctx, const float *full, float *local, size_t full_count);
     /* Called around every unit's forward and backward (any may be NULL). In
      * backward, `after` means that unit's gradients are complete for this
      * micro-batch. Recompute re-runs a block's forward inside its backward
@@ -169,7 +190,8 @@ void model_set_hooks(model *m, const model_hooks *hooks);
 /* ---- activations of one micro-batch ---- */
 model_acts *model_acts_create(model *m, int B);
 void model_acts_destroy(model_acts *a);
-/* The residual stream entering / leaving this shard, [B, seq, d_model]: a
+/* The residual stream entering / leaving this shard, [B, seq, d_model] (with
+ * sequence parallelism this tp rank's rows of it, 1/tp of them): a
  * pipeline engine receives into input (stages without the embedding) and sends
  * output (stages without the head); in backward it receives into doutput and
  * sends dinput. doutput is NULL on a stage with the head (nothing arrives). Sizes

@@ -29,13 +29,24 @@ typedef struct {
     int V_l, v0;    /* GPT: local vocab rows [v0, v0 + V_l) */
     int seq;        /* T or NP + 1 */
     int NP;         /* ViT patches */
+    int sp_size;    /* the residual stream's rows are split in this many parts: tp with
+                       sequence parallelism, else 1 */
+    int sp_rank;    /* which part this rank holds (its tp rank, or 0) */
 } model_dims;
+
+/* Rows of the [B*seq, C] residual stream this rank holds, and where they start
+ * in the whole: all of them, or with sequence parallelism its 1/tp. */
+static inline int rows_local(const model_dims *d, int B) { return B * d->seq / d->sp_size; }
+static inline size_t rows_first(const model_dims *d, int B)
+{
+    return (size_t)rows_local(d, B) * (size_t)d->sp_rank;
+}
 
 /* Rows [lo, hi) of n that tp rank r holds. */
 size_t split_lo(size_t n, int r, int tp);
 size_t split_len(size_t n, int r, int tp);
 
-void model_dims_of(const job_model *spec, int tp_rank, int tp_size, model_dims *d);
+void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d);
 
 struct model {
     job_model spec;
@@ -68,14 +79,15 @@ void model_tp_allreduce(model *m, float *buf, size_t n, tp_op op);
 void model_hook_before(model *m, int unit, model_phase phase);
 void model_hook_after(model *m, int unit, model_phase phase);
 
-/* What one transformer block keeps from its forward for its backward. */
+/* What one transformer block keeps from its forward for its backward. N_l:
+ * the rows this rank holds (rows_local: N, or N / tp with sequence parallelism). */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [N,C], [N], [N] */
+    float *ln1, *ln1_mean, *ln1_rstd; /* [N_l,C], [N_l], [N_l] */
     float *qkv;                       /* [N, 3*C_l] */
     float *att;                       /* [B, NH_l, seq, seq] softmax probabilities */
     float *atty;                      /* [N, C_l] attention output, before proj */
-    float *r2;                        /* [N,C] x + attention branch */
-    float *ln2, *ln2_mean, *ln2_rstd; /* [N,C], [N], [N] */
+    float *r2;                        /* [N_l,C] x + attention branch */
+    float *ln2, *ln2_mean, *ln2_rstd; /* [N_l,C], [N_l], [N_l] */
     float *fch, *fchg;                /* [N, F_l] fc output, after GELU */
 } block_acts;
 
@@ -88,16 +100,46 @@ typedef struct {
     float *dA;          /* [N, max(F_l, 3*C_l)] */
     float *dB;          /* [N, max(F_l, C_l)] */
     float *att_scratch; /* [B, NH_l, seq, seq] */
+    /* sequence parallelism only (else NULL): */
+    float *full;        /* [N,C] gathered rows (layernorm outputs, the stream's
+                           gradient) and row-parallel partial sums; the embedding's
+                           and the ViT head's whole stream */
+    float *ln_grads;    /* [4*C] a unit's layernorm gradients of one micro-batch
+                           (model_ln_grads_begin) */
 } block_scratch;
+
+/* The sequence-parallel hooks (model.h), or a copy when the rows are not split. */
+void model_tp_all_gather(model *m, const float *local, float *full, size_t full_count);
+void model_tp_reduce_scatter(model *m, const float *full, float *local, size_t full_count);
+/* The [N, C] input of a column-parallel matmul from this rank's rows `local`:
+ * `local` itself, or with sequence parallelism every rank's rows gathered into
+ * `full` (returned). */
+const float *model_rows_gathered(model *m, const float *local, float *full, size_t NC);
+/* Where a row-parallel matmul writes its [N, C] partial sums: `out` itself (the
+ * sum is all-reduced in place), or with sequence parallelism `full`, whose sum
+ * model_rows_reduce then reduce-scatters into this rank's rows `out`. */
+float *model_rows_partial(model *m, float *out, float *full);
+void model_rows_reduce(model *m, float *out, float *full, size_t NC);
+/* A [N, C] gradient of partial sums over tp, in place: all-reduced (returns buf),
+ * or with sequence parallelism reduce-scattered into this rank's rows of buf
+ * (returns where they start). */
+float *model_rows_reduce_in_place(model *m, float *buf, int B);
+/* Layernorm weight and bias gradients under sequence parallelism: each rank's
+ * rows give part of the sum, so a unit collects this micro-batch's part in
+ * block_scratch.ln_grads (zeroed here, returned), then model_ln_grads_finish
+ * sums it over tp once and adds it to the n gradient tensors dst[i] (C floats
+ * each, in the scratch's order). Without SP the gradients accumulate directly. */
+float *model_ln_grads_begin(model *m, const block_scratch *s, int n);
+void model_ln_grads_finish(model *m, const block_scratch *s, float *const *dst, int n);
 
 struct model_acts {
     model *m;
     int B;              /* capacity: batches of up to B samples */
     void *mem;          /* the one ops->alloc of model_acts_bytes */
     size_t bytes;
-    float *stream;      /* (n_blocks + 1) x [N,C]: stage input, then each block's output */
-    float *dres;        /* [N,C] the residual gradient, propagated in place = dinput */
-    float *doutput;     /* [N,C] received from the next stage */
+    float *stream;      /* (n_blocks + 1) x [N_l,C]: stage input, then each block's output */
+    float *dres;        /* [N_l,C] the residual gradient, propagated in place = dinput */
+    float *doutput;     /* [N_l,C] received from the next stage */
     block_acts *blk;    /* one set per block held, or one shared set with recompute */
     int n_blk_sets;
     block_scratch bs;
@@ -105,7 +147,7 @@ struct model_acts {
     int *tokens;        /* [N] device copy of the batch's tokens */
     /* GPT head */
     int *targets;       /* [N] */
-    float *lnf, *lnf_mean, *lnf_rstd;   /* [N,C] (ViT: [B,C]), [N], [N] */
+    float *lnf, *lnf_mean, *lnf_rstd;   /* [N,C] (ViT: [B,C]), [N_l], [N_l] (ViT: [B]) */
     float *logits;      /* [N, V_l] (ViT: [B, n_classes]) */
     float *rowmax, *sumexp, *target, *loss, *dloss; /* [N] (ViT: [B]) */
     float *dlogits;     /* GPT: [seq, V_l] one sample at a time; ViT: [B, n_classes] */
@@ -126,8 +168,8 @@ struct model_acts {
 
 /* Block forward: y = block(x). With `recomputing` it stops once the tensors its
  * backward reads exist (the MLP projection's output y is not needed then). */
-void block_forward(model *m, int unit, const float *x, float *y, block_acts *a, int B,
-                   int recomputing);
+void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
+                   const block_scratch *s, int B, int recomputing);
 /* Block backward: dres holds dL/dy on entry and dL/dx on return (in place). */
 void block_backward(model *m, int unit, float *dres, const float *x, const block_acts *a,
                     const block_scratch *s, int B);

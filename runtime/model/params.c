@@ -20,8 +20,9 @@ int model_seq_len(const job_model *spec)
     return side * side + 1;
 }
 
-void model_dims_of(const job_model *spec, int tp_rank, int tp_size, model_dims *d)
+void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
 {
+    int tp_rank = sh->tp_rank, tp_size = sh->tp_size;
     memset(d, 0, sizeof *d);
     d->C = spec->d_model;
     d->NH_l = (int)split_len((size_t)spec->n_head, tp_rank, tp_size);
@@ -34,6 +35,8 @@ void model_dims_of(const job_model *spec, int tp_rank, int tp_size, model_dims *
     } else {
         d->NP = d->seq - 1;
     }
+    d->sp_size = sh->sp && tp_size > 1 ? tp_size : 1;
+    d->sp_rank = d->sp_size > 1 ? tp_rank : 0;
 }
 
 int model_unit_param_count(const job_model *spec, int unit)

@@ -5,7 +5,13 @@
  * Batch arrays (images, labels) are host memory, copied in here.
  *
  * Stream layout per sample: position 0 = class token, 1..NP = patches in
- * row-major patch order (what patch_forward produces). */
+ * row-major patch order (what patch_forward produces).
+ *
+ * Sequence parallelism (model.h): the embedding builds the whole stream in the
+ * [N, C] scratch and keeps this rank's rows; its backward gathers the rows'
+ * gradient first. The head gathers the last stream to pick the class tokens,
+ * and its input gradient (non-zero on class-token rows only) is cut to the
+ * rank's rows. So both compute what they compute without SP, on every rank. */
 #include "runtime/model/model_internal.h"
 
 /* rows[b, :] <-> stream[b, pos, :] for b < B (rows are [B, n*C], n positions) */
@@ -32,15 +38,19 @@ void vit_embedding_forward(model *m, model_acts *a, const model_batch *batch, fl
     const model_dims *d = &m->d;
     int B = batch->B, C = d->C;
     size_t img = (size_t)B * s->channels * s->image_size * s->image_size;
+    /* the whole stream: out itself, or (SP) the scratch this rank's rows come from */
+    float *whole = d->sp_size > 1 ? a->bs.full : out;
     ops->from_host(a->images, batch->images, img * sizeof(float));
     ops->patch_forward(a->patch_out, a->images, unit_tensor(m, 0, VIT_EMB_PATCH_W),
                        unit_tensor(m, 0, VIT_EMB_PATCH_B), B, s->channels, s->image_size,
                        s->patch_size, C);
     const float *cls = unit_tensor(m, 0, VIT_EMB_CLS);
     for (int b = 0; b < B; b++)
-        ops->copy(out + (size_t)b * d->seq * C, cls, (size_t)C * sizeof(float));
-    scatter_positions(ops, out, a->patch_out, B, d->seq, 1, d->NP, C);
-    ops->posadd_forward(out, unit_tensor(m, 0, VIT_EMB_POS), B, d->seq, C);
+        ops->copy(whole + (size_t)b * d->seq * C, cls, (size_t)C * sizeof(float));
+    scatter_positions(ops, whole, a->patch_out, B, d->seq, 1, d->NP, C);
+    ops->posadd_forward(whole, unit_tensor(m, 0, VIT_EMB_POS), B, d->seq, C);
+    if (whole != out)
+        ops->copy(out, whole + rows_first(d, B) * (size_t)C, (size_t)rows_local(d, B) * (size_t)C * sizeof(float));
 }
 
 void vit_embedding_backward(model *m, model_acts *a, const float *dres, int B)
@@ -49,6 +59,7 @@ void vit_embedding_backward(model *m, model_acts *a, const float *dres, int B)
     const job_model *s = &m->spec;
     const model_dims *d = &m->d;
     int C = d->C;
+    dres = model_rows_gathered(m, dres, a->bs.full, (size_t)B * (size_t)d->seq * (size_t)C);
     ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_POS), dres, B, d->seq, C);
     /* patch_out is free after the forward: reuse it for the patches' gradient */
     gather_positions(ops, a->patch_out, dres, B, d->seq, 1, d->NP, C);
@@ -66,6 +77,7 @@ double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const
     int head = m->spec.n_layer + 1;
     int B = batch->B, C = m->d.C, K = m->spec.n_classes;
     ops->from_host(a->labels, batch->labels, (size_t)B * sizeof(int));
+    x = model_rows_gathered(m, x, a->bs.full, (size_t)B * (size_t)m->d.seq * (size_t)C);
     gather_positions(ops, a->cls_x, x, B, m->d.seq, 0, 1, C);
     ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->cls_x,
                            unit_tensor(m, head, VIT_HEAD_LNF_W), unit_tensor(m, head, VIT_HEAD_LNF_B),
@@ -114,7 +126,14 @@ void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const 
     ops->layernorm_backward(a->dcls_x, unit_tensor_grad(m, head, VIT_HEAD_LNF_W),
                             unit_tensor_grad(m, head, VIT_HEAD_LNF_B), dlnf, a->cls_x,
                             unit_tensor(m, head, VIT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, B, C);
-    /* only the class tokens feed the head: every other position's gradient is 0 */
-    ops->zero(dres, (size_t)B * m->d.seq * C * sizeof(float));
-    scatter_positions(ops, dres, a->dcls_x, B, m->d.seq, 0, 1, C);
+    /* only the class tokens feed the head: every other position's gradient is 0;
+     * of the class-token rows, those among this rank's rows (all without SP) */
+    const model_dims *d = &m->d;
+    size_t first = rows_first(d, B), Nl = (size_t)rows_local(d, B);
+    ops->zero(dres, Nl * (size_t)C * sizeof(float));
+    for (int b = 0; b < B; b++) {
+        size_t row = (size_t)b * (size_t)d->seq;
+        if (row >= first && row < first + Nl)
+            ops->copy(dres + (row - first) * C, a->dcls_x + (size_t)b * C, (size_t)C * sizeof(float));
+    }
 }

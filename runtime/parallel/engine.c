@@ -112,6 +112,18 @@ static void hook_tp(void *ctx, float *buf, size_t n, tp_op op)
     tp_allreduce(&e->x, buf, n, op);
 }
 
+static void hook_tp_all_gather(void *ctx, const float *local, float *full, size_t full_count)
+{
+    engine *e = ctx;
+    tp_all_gather(&e->x, local, full, full_count);
+}
+
+static void hook_tp_reduce_scatter(void *ctx, const float *full, float *local, size_t full_count)
+{
+    engine *e = ctx;
+    tp_reduce_scatter(&e->x, full, local, full_count);
+}
+
 /* The trace's unit spans (trace.h) leave out the strategy's work in the hooks. */
 static void hook_before(void *ctx, int unit, model_phase phase)
 {
@@ -241,7 +253,8 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
     for (int l = 0; l < e->n_chunks; l++) {
         int c = pp_chunk_id(e->mc.me.pp, l, pp);
         model_shard sh = {.tp_rank = e->mc.me.tp, .tp_size = job->parallel.tp,
-                          .unit_begin = pp > 1 ? first[c] : 0, .unit_end = pp > 1 ? first[c + 1] : n_units};
+                          .unit_begin = pp > 1 ? first[c] : 0, .unit_end = pp > 1 ? first[c + 1] : n_units,
+                          .sp = job->parallel.sequence_parallel && job->parallel.tp > 1};
         if (!(e->chunk[l] = model_create(&job->model, &sh, e->ops, job->train.recompute))) {
             snprintf(err, errlen, "rank %d: cannot create the model chunk of units [%d, %d)", e->rank,
                      sh.unit_begin, sh.unit_end);
@@ -338,9 +351,12 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
                  rank, job->path, need, world);
         return NULL;
     }
-    if (par->sequence_parallel && par->tp > 1) {
-        snprintf(err, errlen, "rank %d: %s: parallel.sequence_parallel is not implemented yet (tp = %d runs without it)",
-                 rank, job->path, par->tp);
+    /* job_validate says the same; a micro-batch of any size (evaluation's last may
+     * hold one sample) splits into tp equal row parts when a sample does */
+    int sp = par->sequence_parallel && par->tp > 1;
+    if (sp && model_seq_len(&job->model) % par->tp != 0) {
+        snprintf(err, errlen, "rank %d: %s: parallel.sequence_parallel splits each sample's %d tokens over tp %d, "
+                 "which does not divide them", rank, job->path, model_seq_len(&job->model), par->tp);
         return NULL;
     }
     engine *e = calloc(1, sizeof *e);
@@ -399,7 +415,9 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         snprintf(err, errlen, "rank %d: %s", rank, why);
         goto fail;
     }
-    model_hooks hooks = {.ctx = e, .tp_allreduce = par->tp > 1 ? hook_tp : NULL, .before = hook_before,
+    model_hooks hooks = {.ctx = e, .tp_allreduce = par->tp > 1 ? hook_tp : NULL,
+                         .tp_all_gather = sp ? hook_tp_all_gather : NULL,
+                         .tp_reduce_scatter = sp ? hook_tp_reduce_scatter : NULL, .before = hook_before,
                          .after = hook_after};
     for (int l = 0; l < e->n_chunks; l++) model_set_hooks(e->chunk[l], &hooks);
     if (setup_optim(e) != 0) {
@@ -416,7 +434,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     e->per_sample = job->model.kind == MODEL_GPT ? job->model.seq_len : 1;
     /* the head's rank computes the loss; every tp rank of it the same one */
     e->counts_loss = me.tp == 0 && e->unit_model[n_units - 1];
-    snprintf(e->layout, sizeof e->layout, "dp=%d tp=%d pp=%d %s%s%s", par->dp, par->tp, par->pp,
+    snprintf(e->layout, sizeof e->layout, "dp=%d tp=%d%s pp=%d %s%s%s", par->dp, par->tp, sp ? "+sp" : "", par->pp,
              par->mode == SHARD_HSDP && e->so == &strat_fsdp ? "hsdp" : e->so->name, par->pp > 1 ? " " : "",
              par->pp > 1 ? pp_schedule_kind_name(par->pp_schedule) : "");
     if (e->ops != &dt_ops_cpu) { /* say where it runs and how it talks (CPU runs: as before) */

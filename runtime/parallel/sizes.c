@@ -350,9 +350,14 @@ size_t sizes_bucket_numel(const sizes *s, sizes_at at)
     return bucket < grads ? bucket : grads;
 }
 
+static int seq_parallel(const sizes *s)
+{
+    return s->job.parallel.sequence_parallel && s->job.parallel.tp > 1;
+}
+
 static model_shard chunk_shard(const sizes *s, int chunk, int tp_rank)
 {
-    model_shard sh = {tp_rank, s->job.parallel.tp, 0, 0};
+    model_shard sh = {.tp_rank = tp_rank, .tp_size = s->job.parallel.tp, .sp = seq_parallel(s)};
     chunk_units(s, chunk, &sh.unit_begin, &sh.unit_end);
     return sh;
 }
@@ -372,7 +377,8 @@ int sizes_acts_slots(const sizes *s, int chunk)
 /* What the head's buffers add to one model_acts of the last chunk: the difference
  * to the same units without the head, so the model's layout stays its own. A
  * stage without the head also receives the output gradient (model_acts_doutput,
- * [B, seq, C] floats, NULL with the head), so that much is added back. */
+ * [B, seq, C] floats, or its 1/tp with sequence parallelism; NULL with the head),
+ * so that much is added back. */
 static size_t head_extra_bytes(const sizes *s, int tp_rank)
 {
     int last = s->chunks - 1;
@@ -382,7 +388,8 @@ static size_t head_extra_bytes(const sizes *s, int tp_rank)
     recompute_kind rc = s->job.train.recompute;
     size_t a = model_acts_bytes(&s->job.model, &with, B, rc);
     size_t b = model_acts_bytes(&s->job.model, &without, B, rc);
-    size_t io = (size_t)B * (size_t)model_seq_len(&s->job.model) * (size_t)s->job.model.d_model * sizeof(float);
+    size_t rows = (size_t)B * (size_t)model_seq_len(&s->job.model) / (seq_parallel(s) ? (size_t)s->job.parallel.tp : 1);
+    size_t io = rows * (size_t)s->job.model.d_model * sizeof(float);
     b = b > io ? b - io : 0;
     return a > b ? a - b : 0;
 }

@@ -128,6 +128,10 @@ extern const strat_ops strat_fsdp;  /* fsdp.c: + parameters sharded (HSDP: ctx->
 /* The model's tp_allreduce hook: in place over x->tp, SUM or MAX; a failure is
  * recorded in x (strat_fail). */
 void tp_allreduce(strat_ctx *x, float *buf, size_t n, tp_op op);
+/* Sequence parallelism's hooks (model.h) over x->tp: rank r's part of a
+ * full_count tensor is comm_chunk's chunk r; failures recorded like the above. */
+void tp_all_gather(strat_ctx *x, const float *local, float *full, size_t full_count);
+void tp_reduce_scatter(strat_ctx *x, const float *full, float *local, size_t full_count);
 
 /* ---- DDP's gradient buckets (ddp.c), also ZeRO-1's ---- */
 

@@ -12,9 +12,14 @@
  *               shard across the replica group once per step
  *   tp   per block and microbatch 2 all-reduces forward + 2 backward of the
  *        [B, T, C] activations (+2 when recompute re-runs the forward); GPT's
- *        vocab-parallel embedding and head add one each and three small ones
+ *        vocab-parallel embedding and head add one each and three small ones.
+ *        Sequence parallel: all-gathers and reduce-scatters of [B, T, C] instead,
+ *        per block 4 forward, 6 backward (the layernorm outputs are gathered
+ *        again), 3 more with recompute; GPT's embedding and head one each way,
+ *        ViT's head forward and embedding backward; small all-reduces of the
+ *        layernorm gradients (4 x C floats per block, 2 x C for GPT's head)
  *   pp   one activation forward and one gradient backward per microbatch and
- *        chunk boundary
+ *        chunk boundary (with sequence parallelism the tp rank's 1/tp of it)
  *   embed GPT with pp > 1: the tied wte gradient, all-reduced between the first
  *        and the last stage once per step
  * Activations travel at the working precision (bf16 under mixed precision). */
@@ -138,10 +143,25 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
         if (sh->has_head) tiny = 3;         /* max, sum of exp, target logit */
     }
     double f = 2.0 * (t - 1) / t;
+    int crosses_tp = plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_TP);
+    if (par->sequence_parallel) {
+        int gpt = md->kind == MODEL_GPT, rc = e->job.train.recompute == RECOMPUTE_BLOCK;
+        double halves = (10.0 + (rc ? 3.0 : 0.0)) * sh->blocks + (gpt ? 2.0 : 1.0) * (sh->has_emb + sh->has_head);
+        double ln_calls = sh->blocks + (gpt ? sh->has_head : 0);
+        double ln = (4.0 * sh->blocks + (gpt ? 2.0 * sh->has_head : 0)) * md->d_model *
+                    (double)sizes_grad_elem_bytes(e->sizes);
+        c->op = "all-gather + reduce-scatter (activations)";
+        c->bytes = par->microbatches * (f / 2 * halves * act + f * (tiny * small + ln));
+        c->calls = (long)par->microbatches * (long)(halves + tiny + ln_calls);
+        /* a ring all-gather or reduce-scatter takes t - 1 steps, an all-reduce 2(t - 1) */
+        double steps = (halves * (t - 1) + (tiny + ln_calls) * 2.0 * (t - 1)) / (halves + tiny + ln_calls);
+        finish(e, c, crosses_tp, steps);
+        return;
+    }
     c->op = "all-reduce (activations)";
     c->bytes = par->microbatches * f * (big * act + tiny * small);
     c->calls = (long)par->microbatches * (long)(big + tiny);
-    finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_TP), 2.0 * (t - 1));
+    finish(e, c, crosses_tp, 2.0 * (t - 1));
 }
 
 static void pp_volume(const plan_estimate *e, int p, plan_stage *st)
@@ -153,6 +173,7 @@ static void pp_volume(const plan_estimate *e, int p, plan_stage *st)
     const job_model *md = &e->job.model;
     double act = (double)e->job.train.micro_batch * model_seq_len(md) * md->d_model *
                  (double)sizes_param_elem_bytes(e->sizes);
+    if (par->sequence_parallel) act /= par->tp;
     int chunks = sizes_chunks(e->sizes), msgs = 0;
     for (int local = 0; local < par->virtual_stages; local++) {
         int ch = pp_chunk_id(p, local, par->pp);

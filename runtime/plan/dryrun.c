@@ -54,7 +54,8 @@ static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *o
             e->world, e->nnodes, e->nnodes == 1 ? "" : "s", e->ranks_per_node, job_shard_mode_name(par->mode));
     if (par->pp > 1) fprintf(out, "schedule %s", job_pp_schedule_name(par->pp_schedule));
     if (par->virtual_stages > 1) fprintf(out, " x %d virtual stages", par->virtual_stages);
-    fprintf(out, "%srecompute %s\n", par->pp > 1 ? "; " : "", job_recompute_name(job->train.recompute));
+    fprintf(out, "%srecompute %s%s\n", par->pp > 1 ? "; " : "", job_recompute_name(job->train.recompute),
+            par->sequence_parallel ? "; sequence parallel" : "");
     const hw_profile *hw = &e->hw;
     fprintf(out, "hardware   %s%s: %s peak %.4g TFLOP/s x %.2f achievable, memory %s at %s/s, links %s/s in a node, "
                  "%s/s across\n",

@@ -69,6 +69,7 @@ static cJSON *layout_json(const plan_estimate *e)
     cJSON_AddStringToObject(o, "mode", job_shard_mode_name(par->mode));
     cJSON_AddStringToObject(o, "pp_schedule", job_pp_schedule_name(par->pp_schedule));
     cJSON_AddNumberToObject(o, "virtual_stages", par->virtual_stages);
+    cJSON_AddBoolToObject(o, "sequence_parallel", par->sequence_parallel);
     cJSON_AddNumberToObject(o, "microbatches", par->microbatches);
     cJSON_AddNumberToObject(o, "micro_batch", job->train.micro_batch);
     cJSON_AddNumberToObject(o, "global_batch", job->train.global_batch);

@@ -89,6 +89,19 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c, double rate)
         double tf = big_f * ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1)) +
                     tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
         double tb = big_b * ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1));
+        if (par->sequence_parallel) {
+            /* all-gathers and reduce-scatters instead, half an all-reduce each (what
+             * comm_volume.c counts), and the blocks' and GPT head's small all-reduces
+             * of layernorm gradients (4 x C floats at most) in backward */
+            double half_f = 4.0 * blocks + head + (gpt ? emb : 0);
+            double half_b = (6.0 + (job->train.recompute == RECOMPUTE_BLOCK ? 3.0 : 0.0)) * blocks + emb +
+                            (gpt ? head : 0);
+            double ln_b = blocks + (gpt ? head : 0), ln_bytes = 4.0 * md->d_model * 4.0;
+            tf = half_f * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +
+                 tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
+            tb = half_b * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +
+                 ln_b * ring_time(f * ln_bytes, tc->bandwidth, lat, 2 * (t - 1));
+        }
         k.fwd += tf;
         k.bwd += tb;
         k.tp = tf + tb;
@@ -199,6 +212,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
     const job_model *md = &job->model;
     double act = (double)job->train.micro_batch * model_seq_len(md) * md->d_model *
                  (double)sizes_param_elem_bytes(e->sizes);
+    if (par->sequence_parallel) act /= par->tp; /* a stage sends its tp rank's rows */
     e->p2p = 0;
     int rc = 0;
     if (par->pp > 1) {

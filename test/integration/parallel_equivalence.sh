@@ -15,6 +15,10 @@
 # reduction, a wrong scale, a stale shard) moves the first step's loss by far
 # more than 1e-5 and the parameters by ~lr = 3e-3.
 #
+# Sequence parallelism (sp=1) on top of tp 2: alone, under ZeRO-2 and FSDP, in a
+# 1F1B pipeline (with and without recompute), for the GPT and for a ViT whose 10
+# tokens an image split over tp 2 (vit-sp: vit-tiny's 5 do not).
+#
 # The whole matrix runs under DTRUN_TEST_FULL=1 (parallel_matrix.sh).
 source "$(dirname "$0")/../parallel/lib.bash"
 
@@ -40,8 +44,18 @@ LAYOUTS=(
   "dp=2 mode=fsdp recompute=block"
   "pp=2 sched=1f1b tp=2 recompute=block"
 )
+SP_LAYOUTS=(
+  "tp=2 sp=1"
+  "dp=2 tp=2 mode=zero2 sp=1"
+  "dp=2 tp=2 mode=fsdp sp=1"
+  "pp=2 sched=1f1b tp=2 sp=1"
+  "pp=2 sched=1f1b tp=2 recompute=block sp=1"
+)
 for model in gpt-tiny vit-tiny; do
   for lay in "${LAYOUTS[@]}"; do run_layout "$model" "$lay"; done
+done
+for model in gpt-tiny vit-sp; do
+  for lay in "${SP_LAYOUTS[@]}"; do run_layout "$model" "$lay"; done
 done
 # DDP / ZeRO-1 buckets that cut units and gather several pieces (bucket_mb 1 on
 # units of ~1.7 MiB), with accumulation.

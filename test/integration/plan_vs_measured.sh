@@ -12,7 +12,7 @@ source "$(dirname "$0")/../parallel/lib.bash"
 # pvm_job NAME LAYOUT: the job file $T/NAME.yaml. LAYOUT words (lib.bash style):
 # kind=gpt|vit dp tp pp mode sched m (pipeline micro-batches, or gradient
 # accumulation with pp = 1: global_batch = mb x dp x m) mb (samples per micro-batch) steps recompute,
-# d (d_model) seq (GPT sequence length).
+# d (d_model) seq (GPT sequence length) sp (1: sequence parallel).
 pvm_job() {
   local name=$1 lay=$2 kind dp tp pp mode sched m mb steps rc d seq
   kind=$(lget "$lay" kind gpt); dp=$(lget "$lay" dp 1); tp=$(lget "$lay" tp 1); pp=$(lget "$lay" pp 1)
@@ -30,6 +30,7 @@ pvm_job() {
     printf 'parallel:\n  dp: %s\n  tp: %s\n  pp: %s\n  mode: %s\n' "$dp" "$tp" "$pp" "$mode"
     [ "$pp" -gt 1 ] && printf '  pp_schedule: %s\n  microbatches: %s\n' "$sched" "$m"
     [ "$sched" = interleaved ] && printf '  virtual_stages: 2\n'
+    [ "$(lget "$lay" sp 0)" = 1 ] && printf '  sequence_parallel: true\n'
   } >"$T/$name.yaml"
 }
 
@@ -65,6 +66,8 @@ measure dp4-fsdp           "dp=4 mode=fsdp"
 measure dp2-fsdp-recompute "dp=2 mode=fsdp recompute=block"
 measure tp2                "tp=2"
 measure dp2-tp2            "dp=2 tp=2"
+measure tp2-sp             "tp=2 sp=1"
+measure tp2-pp2-sp         "tp=2 pp=2 m=2 sp=1"
 measure vit-dp2-zero2      "kind=vit dp=2 mode=zero2"
 measure dp2-pp2-zero1      "dp=2 pp=2 mode=zero1 m=4"
 # pipelines with one core per rank: memory and bubble. A micro-batch is about

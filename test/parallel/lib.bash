@@ -1,8 +1,9 @@
 # lib.bash — shared by test/integration/parallel_*.sh (not a test itself).
 #
 # A layout is a word list "dp=2 tp=2 pp=2 mode=fsdp sched=1f1b accum=2 nodes=2
-# recompute=block bucket_mb=1": missing keys mean dp/tp/pp 1, mode none, sched
-# gpipe, no accumulation, one node, no recomputation, the default bucket. layout_job writes the job file for one tiny model under that layout;
+# recompute=block bucket_mb=1 sp=1": missing keys mean dp/tp/pp 1, mode none, sched
+# gpipe, no accumulation, one node, no recomputation, the default bucket, no
+# sequence parallelism. layout_job writes the job file for one tiny model under that layout;
 # run_layout trains it through bin/dtrun (the launcher, N workers) with
 # DTRUN_DUMP_PARAMS and compares every step's loss and the final parameters with
 # the single-process reference of the same model (compare.py).
@@ -74,6 +75,7 @@ layout_job() {
   [ "$rc_kind" != none ] && sed -i -e "s/^  global_batch: .*/&\n  recompute: $rc_kind/" "$out"
   printf '  metrics: %s\nparallel:\n  dp: %s\n  tp: %s\n  pp: %s\n  mode: %s\n' "$met" "$dp" "$tp" "$pp" "$mode" >>"$out"
   [ "$pp" -gt 1 ] && printf '  pp_schedule: %s\n' "$sched" >>"$out"
+  [ "$(lget "$lay" sp 0)" = 1 ] && printf '  sequence_parallel: true\n' >>"$out"
   local bucket; bucket=$(lget "$lay" bucket_mb "")
   [ -n "$bucket" ] && printf '  bucket_mb: %s\n' "$bucket" >>"$out"
   return 0

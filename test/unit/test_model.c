@@ -40,7 +40,7 @@ enum { TB = 2 }; /* samples per test micro-batch */
 
 typedef struct {
     int tokens[TB * 8], targets[TB * 8], labels[TB];
-    float images[TB * 64];
+    float images[TB * 144]; /* up to 12 x 12 x 1 */
     model_batch mb;
 } test_batch;
 
@@ -53,7 +53,7 @@ static void make_batch(test_batch *t, const job_model *s, uint64_t seed)
         t->tokens[i] = (int)rng_below(k, (uint64_t)i, V);
         t->targets[i] = (int)rng_below(k, 1000 + (uint64_t)i, V);
     }
-    for (int i = 0; i < TB * 64; i++) t->images[i] = rng_normal(k, 2000 + (uint64_t)i);
+    for (int i = 0; i < TB * 144; i++) t->images[i] = rng_normal(k, 2000 + (uint64_t)i);
     for (int b = 0; b < TB; b++) t->labels[b] = (int)rng_below(k, 3000 + (uint64_t)b, 3);
     t->mb.B = TB;
     t->mb.tokens = t->tokens;
@@ -295,6 +295,7 @@ static void run_free(run_result *r)
 typedef struct {
     pthread_barrier_t bar;
     float *bufs[2];
+    const float *parts[2];
 } tp_group;
 
 typedef struct {
@@ -302,9 +303,11 @@ typedef struct {
     int rank;
     const job_model *spec;
     const test_batch *tb;
+    int sp;               /* sequence parallel */
+    recompute_kind rc;
     model *m;
     run_result res;
-    long reduces;
+    long reduces, gathers, scatters;
 } tp_worker;
 
 /* Both ranks publish, both compute the same reduction in the same order into a
@@ -326,22 +329,60 @@ static void tp_allreduce(void *ctx, float *buf, size_t n, tp_op op)
     w->reduces++;
 }
 
+/* Sequence parallelism: rank r's part of an n-element tensor is its r-th half. */
+static void tp_all_gather(void *ctx, const float *local, float *full, size_t n)
+{
+    tp_worker *w = ctx;
+    tp_group *g = w->g;
+    size_t half = n / 2;
+    g->parts[w->rank] = local;
+    pthread_barrier_wait(&g->bar);
+    float *tmp = malloc(n * sizeof(float));
+    memcpy(tmp, g->parts[0], half * sizeof(float));
+    memcpy(tmp + half, g->parts[1], half * sizeof(float));
+    pthread_barrier_wait(&g->bar);
+    memcpy(full, tmp, n * sizeof(float));
+    free(tmp);
+    w->gathers++;
+}
+
+static void tp_reduce_scatter(void *ctx, const float *full, float *local, size_t n)
+{
+    tp_worker *w = ctx;
+    tp_group *g = w->g;
+    size_t half = n / 2, at = (size_t)w->rank * half;
+    g->parts[w->rank] = full;
+    pthread_barrier_wait(&g->bar);
+    float *tmp = malloc(half * sizeof(float));
+    for (size_t i = 0; i < half; i++) tmp[i] = g->parts[0][at + i] + g->parts[1][at + i];
+    pthread_barrier_wait(&g->bar);
+    memcpy(local, tmp, half * sizeof(float));
+    free(tmp);
+    w->scatters++;
+}
+
 static void *tp_thread(void *arg)
 {
     tp_worker *w = arg;
     dt_ops_set_threads(1);
-    w->m = make_model(w->spec, w->rank, 2, 0, w->spec->n_layer + 2, RECOMPUTE_NONE);
+    model_shard sh = {.tp_rank = w->rank, .tp_size = 2, .unit_begin = 0, .unit_end = w->spec->n_layer + 2,
+                      .sp = w->sp};
+    w->m = model_create(w->spec, &sh, ops, w->rc);
     model_hooks h = {.ctx = w, .tp_allreduce = tp_allreduce};
+    if (w->sp) h.tp_all_gather = tp_all_gather, h.tp_reduce_scatter = tp_reduce_scatter;
     model_set_hooks(w->m, &h);
     test_init(w->m, 11);
     run_once(w->m, w->tb, 1.0f, &w->res);
     return NULL;
 }
 
-static void tp_equivalence(const job_model *s, const char *what)
+/* tp = 2 against tp = 1 on a batch of B samples; sp: with sequence parallelism
+ * (and rc: recompute), where B = 1 splits a sample between the two ranks. */
+static void tp_equivalence_with(const job_model *s, int B, int sp, recompute_kind rc, const char *what)
 {
     test_batch tb;
     make_batch(&tb, s, 5);
+    tb.mb.B = B;
     model *ref = make_model(s, 0, 1, 0, s->n_layer + 2, RECOMPUTE_NONE);
     test_init(ref, 11);
     run_result rr;
@@ -352,7 +393,7 @@ static void tp_equivalence(const job_model *s, const char *what)
     tp_worker w[2];
     pthread_t th[2];
     for (int r = 0; r < 2; r++) {
-        w[r] = (tp_worker){.g = &g, .rank = r, .spec = s, .tb = &tb};
+        w[r] = (tp_worker){.g = &g, .rank = r, .spec = s, .tb = &tb, .sp = sp, .rc = rc};
         pthread_create(&th[r], NULL, tp_thread, &w[r]);
     }
     for (int r = 0; r < 2; r++) pthread_join(th[r], NULL);
@@ -376,17 +417,32 @@ static void tp_equivalence(const job_model *s, const char *what)
             free(slice);
         }
     }
-    CHECK(w[0].reduces > 0 && sharded > 0 && loss_err < 1e-5,
-          "%s: tp=2 (2 threads, %ld all-reduces each) loss %.6f vs tp=1 %.6f: rel err %.1e < 1e-5",
-          what, w[0].reduces, w[0].res.loss, rr.loss, loss_err);
+    CHECK(w[0].reduces > 0 && sharded > 0 && loss_err < 1e-5 && (sp ? w[0].gathers > 0 && w[0].scatters > 0 : 1),
+          "%s: tp=2 (2 threads, %ld all-reduces, %ld all-gathers, %ld reduce-scatters each) loss %.6f vs "
+          "tp=1 %.6f: rel err %.1e < 1e-5",
+          what, w[0].reduces, w[0].gathers, w[0].scatters, w[0].res.loss, rr.loss, loss_err);
     CHECK(grad_err < 1e-4, "%s: tp=2 grads (%d sharded tensors) equal tp=1's slices: max rel err "
           "%.1e (at %s) < 1e-4", what, sharded / 2, grad_err, worst);
+    if (sp) {
+        /* replicated tensors (layernorms above all) must come out the same on both ranks */
+        int same = 1;
+        for (int i = 0; i < model_param_count(w[0].m); i++)
+            if (model_param(w[0].m, i)->split == SPLIT_NONE &&
+                memcmp(w[0].res.grads[i], w[1].res.grads[i], w[0].res.numel[i] * sizeof(float)))
+                same = 0;
+        CHECK(same, "%s: replicated gradients are bitwise equal on both tp ranks", what);
+    }
     for (int r = 0; r < 2; r++) {
         run_free(&w[r].res);
         model_destroy(w[r].m);
     }
     run_free(&rr);
     model_destroy(ref);
+}
+
+static void tp_equivalence(const job_model *s, const char *what)
+{
+    tp_equivalence_with(s, TB, 0, RECOMPUTE_NONE, what);
 }
 
 /* ---------- 4. pipeline splits ---------- */
@@ -589,9 +645,10 @@ static void count_free(void *q)
     dt_ops_cpu.free(p);
 }
 
-static size_t measured_acts(const job_model *s, int ub, int ue, int tp_rank, int tp, recompute_kind rc, int B)
+static size_t measured_acts(const job_model *s, int ub, int ue, int tp_rank, int tp, int sp, recompute_kind rc,
+                           int B)
 {
-    model_shard sh = {.tp_rank = tp_rank, .tp_size = tp, .unit_begin = ub, .unit_end = ue};
+    model_shard sh = {.tp_rank = tp_rank, .tp_size = tp, .unit_begin = ub, .unit_end = ue, .sp = sp};
     model *m = model_create(s, &sh, &counting, rc);
     size_t before = live_bytes;
     model_acts *a = model_acts_create(m, B);
@@ -606,31 +663,34 @@ static void acts_sizes(void)
     counting = dt_ops_cpu;
     counting.alloc = count_alloc;
     counting.free = count_free;
-    job_model specs[2] = {gpt_spec(), vit_spec()};
+    job_model specs[3] = {gpt_spec(), vit_spec(), vit_spec()};
+    specs[2].image_size = 12; /* 10 tokens: sequence parallel over 2 */
     int all_equal = 1, cases = 0;
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 3; k++) {
         int L = specs[k].n_layer;
         int shards[5][2] = {{0, L + 2}, {0, 2}, {2, L + 2}, {1, 2}, {L + 1, L + 2}};
         for (int j = 0; j < 5; j++)
             for (int rc = 0; rc < 2; rc++)
-                for (int tp = 1; tp <= 2; tp++) {
+                for (int v = 0; v < 3; v++) { /* tp 1, tp 2, tp 2 + sequence parallel */
+                    int tp = v ? 2 : 1, sp = v == 2;
+                    if (sp && model_seq_len(&specs[k]) % 2) continue;
                     model_shard sh = {.tp_rank = tp - 1, .tp_size = tp, .unit_begin = shards[j][0],
-                                      .unit_end = shards[j][1]};
+                                      .unit_end = shards[j][1], .sp = sp};
                     size_t want = model_acts_bytes(&specs[k], &sh, 3, (recompute_kind)rc);
-                    size_t got = measured_acts(&specs[k], shards[j][0], shards[j][1], tp - 1, tp,
+                    size_t got = measured_acts(&specs[k], shards[j][0], shards[j][1], tp - 1, tp, sp,
                                                (recompute_kind)rc, 3);
                     all_equal &= want == got && got > 0;
                     cases++;
                 }
     }
     CHECK(all_equal && live_bytes == 0,
-          "model_acts_bytes == bytes model_acts_create allocates (%d shard/tp/recompute cases)", cases);
+          "model_acts_bytes == bytes model_acts_create allocates (%d shard/tp/sp/recompute cases)", cases);
 
     /* recompute drops all but one block's saved tensors: with L = 4 the saving
      * is 3 block sets, with L = 2 one set, and one set is what the block keeps */
     job_model g2 = gpt_spec(), g4 = gpt_spec();
     g4.n_layer = 4;
-    model_shard w2 = {0, 1, 0, 4}, w4 = {0, 1, 0, 6};
+    model_shard w2 = {0, 1, 0, 4, 0}, w4 = {0, 1, 0, 6, 0};
     size_t s2 = model_acts_bytes(&g2, &w2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &w2, TB, RECOMPUTE_BLOCK);
     size_t s4 = model_acts_bytes(&g4, &w4, TB, RECOMPUTE_NONE) - model_acts_bytes(&g4, &w4, TB, RECOMPUTE_BLOCK);
     size_t N = TB * 8, C = 16, F = 64, att = TB * 2 * 8 * 8;
@@ -640,12 +700,23 @@ static void acts_sizes(void)
           "recompute saves (L-1) block sets: %zu bytes at L=4 = 3 x %zu at L=2 (%zu floats per set)",
           s4, s2, set_floats);
     /* one more block held = one more saved set + one more residual-stream buffer */
-    model_shard b1 = {0, 1, 1, 2}, b2 = {0, 1, 1, 3};
+    model_shard b1 = {0, 1, 1, 2, 0}, b2 = {0, 1, 1, 3, 0};
     size_t d = model_acts_bytes(&g2, &b2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &b1, TB, RECOMPUTE_NONE);
     CHECK(d == s2 + N * C * 4, "a stage with one more block needs %zu more bytes (a set + a stream)", d);
-    model_shard tp1 = {0, 1, 0, 4}, tp2 = {0, 2, 0, 4};
+    model_shard tp1 = {0, 1, 0, 4, 0}, tp2 = {0, 2, 0, 4, 0};
     CHECK(model_acts_bytes(&g2, &tp2, TB, RECOMPUTE_NONE) < model_acts_bytes(&g2, &tp1, TB, RECOMPUTE_NONE),
           "a tp=2 shard keeps fewer activation bytes than tp=1");
+    /* sequence parallelism halves each block's ln1, r2, ln2 (and their means and
+     * rstds) and the stream buffers, and adds one [N,C] scratch and 4 x C floats */
+    model_shard b1sp = {.tp_rank = 1, .tp_size = 2, .unit_begin = 1, .unit_end = 2, .sp = 1};
+    model_shard b1tp = b1sp;
+    b1tp.sp = 0;
+    size_t N4 = 4 * 8, Nl = N4 / 2; /* 4 samples: every [Nl] buffer a whole number of cache lines */
+    size_t saved = (3 * (N4 - Nl) * C + 4 * (N4 - Nl)) + 4 * (N4 - Nl) * C; /* set; stream x 2, dres, doutput */
+    size_t added = N4 * C + 4 * C;
+    size_t tpb = model_acts_bytes(&g2, &b1tp, 4, RECOMPUTE_NONE), spb = model_acts_bytes(&g2, &b1sp, 4, RECOMPUTE_NONE);
+    CHECK(tpb - spb == (saved - added) * 4, "sequence parallel: a one-block stage keeps %zu bytes less than "
+          "tp=2 alone (%zu floats saved, %zu added)", tpb - spb, saved, added);
 }
 
 static void preset_counts(void)
@@ -767,6 +838,14 @@ int main(void)
     job_model g33 = gpt_spec();
     g33.vocab_size = 33; /* vocab rows split unevenly: 16 + 17 */
     tp_equivalence(&g33, "gpt V=33");
+    /* sequence parallelism: seq 8 and (ViT, 12x12 images) 9 patches + 1 split in
+     * two; one sample splits mid-sample, the class token on rank 0 only */
+    job_model v10 = vit_spec();
+    v10.image_size = 12;
+    tp_equivalence_with(&g, TB, 1, RECOMPUTE_NONE, "gpt sp");
+    tp_equivalence_with(&g33, 1, 1, RECOMPUTE_BLOCK, "gpt V=33 sp, B=1, recompute");
+    tp_equivalence_with(&v10, TB, 1, RECOMPUTE_BLOCK, "vit sp, recompute");
+    tp_equivalence_with(&v10, 1, 1, RECOMPUTE_NONE, "vit sp, B=1");
     int two[3] = {0, 2, 4}, three[4] = {0, 1, 3, 4};
     pipeline_split(&g, two, 2, "gpt [0,2)+[2,4)");
     pipeline_split(&g, three, 3, "gpt [0,1)+[1,3)+[3,4)");
