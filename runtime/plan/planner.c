@@ -4,8 +4,8 @@
  * of the ranks per node (a tp group never leaves its node), every sharding mode
  * that means something for that dp (hsdp only when a node holds some but not all
  * of the data-parallel ranks), micro_batch among the divisors of global_batch / dp
- * up to 64, every pipeline schedule (interleaved with 2 chunks per rank), and
- * recompute off and on. Each candidate is a job_spec that must pass job_validate
+ * up to 64, every pipeline schedule (interleaved with 2 chunks per rank),
+ * recompute off and on, and with tp > 1 sequence parallelism off and on. Each candidate is a job_spec that must pass job_validate
  * (the same rules a job file obeys); its estimate is the dry-run's, memory first
  * so that what does not fit is dropped before its pipeline is simulated.
  *
@@ -34,6 +34,7 @@
 
 typedef struct {
     int dp, tp, pp, micro_batch, microbatches, v;
+    int sp;          /* sequence parallelism (tp > 1 only) */
     shard_mode mode;
     pp_schedule_kind schedule;
     recompute_kind recompute;
@@ -122,7 +123,7 @@ static job_spec candidate_job(const job_spec *base, const candidate *c)
     par->pp_schedule = c->schedule;
     par->virtual_stages = c->v;
     par->microbatches = c->microbatches;
-    if (c->tp == 1) par->sequence_parallel = 0;
+    par->sequence_parallel = c->sp;
     job.train.micro_batch = c->micro_batch;
     job.train.grad_accum = c->microbatches;
     job.train.recompute = c->recompute;
@@ -201,14 +202,19 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                         for (int mode = SHARD_NONE; mode <= SHARD_HSDP; mode++) {
                             if (dp == 1 && mode != SHARD_NONE) continue;
                             if (mode == SHARD_HSDP && (shard_in_node == 1 || shard_in_node == dp)) continue;
-                            candidate c;
-                            memset(&c, 0, sizeof c);
-                            c.dp = dp, c.tp = tp, c.pp = pp, c.micro_batch = mb, c.microbatches = m;
-                            c.mode = (shard_mode)mode;
-                            c.schedule = (pp_schedule_kind)sched;
-                            c.v = sched == PP_INTERLEAVED ? 2 : 1;
-                            c.recompute = (recompute_kind)rc;
-                            if (push(all, &c)) return -1;
+                            /* sequence parallelism where the tokens of a sample split over tp */
+                            int max_sp = tp > 1 && model_seq_len(&job->model) % tp == 0;
+                            for (int sp = 0; sp <= max_sp; sp++) {
+                                candidate c;
+                                memset(&c, 0, sizeof c);
+                                c.dp = dp, c.tp = tp, c.pp = pp, c.micro_batch = mb, c.microbatches = m;
+                                c.mode = (shard_mode)mode;
+                                c.schedule = (pp_schedule_kind)sched;
+                                c.v = sched == PP_INTERLEAVED ? 2 : 1;
+                                c.recompute = (recompute_kind)rc;
+                                c.sp = sp;
+                                if (push(all, &c)) return -1;
+                            }
                         }
                     }
                 }
@@ -225,7 +231,7 @@ static int schedule_order(const void *a, const void *b)
     const candidate *x = a, *y = b;
     int k[][2] = {{x->pp, y->pp}, {(int)x->schedule, (int)y->schedule}, {x->microbatches, y->microbatches},
                   {(int)x->recompute, (int)y->recompute}, {x->tp, y->tp}, {x->micro_batch, y->micro_batch},
-                  {(int)x->mode, (int)y->mode}};
+                  {(int)x->mode, (int)y->mode}, {x->sp, y->sp}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i][0] != k[i][1]) return k[i][0] < k[i][1] ? -1 : 1;
     return 0;
@@ -317,7 +323,7 @@ static void explain(candidate *c, const candidate *best, int is_best)
                                ? "compute (recompute re-runs forward)"
                                : "compute (smaller GEMMs per rank)";
         if (d_bubble > worst) worst = d_bubble, what = "pipeline bubble";
-        if (d_comm > worst) worst = d_comm, what = c->tp > 1 ? "tp all-reduces / sharding traffic" : "sharding traffic";
+        if (d_comm > worst) worst = d_comm, what = c->tp > 1 ? "tp collectives / sharding traffic" : "sharding traffic";
         if (d_tail > worst) worst = d_tail, what = "dp comm + optimizer after backward";
         at += (size_t)snprintf(c->reason + at, n - at, "%.0f %% slower: %s +%s; ",
                                100.0 * (c->step / best->step - 1.0), what, fmt_seconds(a, worst));
@@ -344,7 +350,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
     fprintf(out, "(%ld pipelines simulated; every other layout's step time was bounded below by more than the "
                  "top %d's)\n\n",
             cs->simulated, top);
-    fprintf(out, "  %2s %4s %3s %3s %-6s %3s %4s %-13s %-5s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
+    fprintf(out, "  %2s %4s %5s %3s %-6s %3s %4s %-13s %-5s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
             "m", "schedule", "rc", "step", m->kind == MODEL_GPT ? "tokens/s" : "images/s", "MFU", "mem/rank", "why");
     for (int i = 0; i < top && i < cs->n; i++) {
         const candidate *c = &cs->c[i];
@@ -352,7 +358,9 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
         if (c->pp == 1) snprintf(sched, sizeof sched, "-");
         else if (c->v > 1) snprintf(sched, sizeof sched, "%s/%d", pp_schedule_kind_name(c->schedule), c->v);
         else snprintf(sched, sizeof sched, "%s", pp_schedule_kind_name(c->schedule));
-        fprintf(out, "  %2d %4d %3d %3d %-6s %3d %4d %-13s %-5s %9s %9s %5.1f%% %9s  %s\n", i + 1, c->dp, c->tp, c->pp,
+        char tp[16];
+        snprintf(tp, sizeof tp, "%d%s", c->tp, c->sp ? "+sp" : "");
+        fprintf(out, "  %2d %4d %5s %3d %-6s %3d %4d %-13s %-5s %9s %9s %5.1f%% %9s  %s\n", i + 1, c->dp, tp, c->pp,
                 job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, job_recompute_name(c->recompute),
                 fmt_seconds(a, c->step), fmt_count(b, m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s),
                 100 * c->mfu, fmt_bytes((char[FMT_LEN]){0}, c->max_total), c->reason);
@@ -381,6 +389,7 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddNumberToObject(o, "rank", i + 1);
         cJSON_AddNumberToObject(o, "dp", c->dp);
         cJSON_AddNumberToObject(o, "tp", c->tp);
+        cJSON_AddBoolToObject(o, "sequence_parallel", c->sp);
         cJSON_AddNumberToObject(o, "pp", c->pp);
         cJSON_AddStringToObject(o, "mode", job_shard_mode_name(c->mode));
         cJSON_AddNumberToObject(o, "micro_batch", c->micro_batch);
