@@ -2,7 +2,8 @@
 # Throughput and memory per rank of each parallel strategy on this machine
 # (issue 5): a small GPT (L=4, C=128, H=4, V=256, T=128, fp32, AdamW, synthetic
 # tokens) at one global batch of 16 sequences, on 1 rank and on 2 ranks under
-# DDP, ZeRO-1, ZeRO-2, FSDP, tensor parallel (tp 2) and a 1F1B pipeline (pp 2, 8
+# DDP, ZeRO-1, ZeRO-2, FSDP, tensor parallel (tp 2, without and with sequence
+# parallelism) and a 1F1B pipeline (pp 2, 8
 # micro-batches). One OpenMP thread per worker, so 2 ranks use 2 cores.
 #
 # Per layout: the median tokens/s over steps 5..STEPS (rank 0's metrics: the
@@ -26,15 +27,15 @@ make -s all
 T=$(mktemp -d /tmp/dtrun-scaling.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 
-# job NAME dp tp pp mode micro_batch [microbatches]
+# job NAME dp tp pp mode micro_batch [microbatches [sequence_parallel]]
 job() {
-  local name=$1 dp=$2 tp=$3 pp=$4 mode=$5 mb=$6 m=${7:-1}
+  local name=$1 dp=$2 tp=$3 pp=$4 mode=$5 mb=$6 m=${7:-1} sp=${8:-false}
   cat >"$T/$name.yaml" <<EOF
 model: {kind: gpt, n_layer: 4, n_head: 4, d_model: 128, vocab_size: 256, seq_len: 128}
 data: {kind: synthetic, synthetic_size: 1000000}
 train: {steps: $steps, global_batch: 16, micro_batch: $mb, lr: 1.0e-3, grad_clip: 1.0, threads: 1, eval_batches: 1}
 log: {progress: off, metrics: $T/$name.jsonl}
-parallel: {dp: $dp, tp: $tp, pp: $pp, mode: $mode$( [ "$pp" -gt 1 ] && echo ", pp_schedule: 1f1b, microbatches: $m")}
+parallel: {dp: $dp, tp: $tp, pp: $pp, mode: $mode, sequence_parallel: $sp$( [ "$pp" -gt 1 ] && echo ", pp_schedule: 1f1b, microbatches: $m")}
 EOF
 }
 job 1rank      1 1 1 none  8
@@ -43,8 +44,9 @@ job dp2-zero1  2 1 1 zero1 8
 job dp2-zero2  2 1 1 zero2 8
 job dp2-fsdp   2 1 1 fsdp  8
 job tp2        1 2 1 none  8
+job tp2-sp     1 2 1 none  8 1 true
 job pp2-1f1b   1 1 2 none  2 8
-LAYOUTS="1rank dp2-ddp dp2-zero1 dp2-zero2 dp2-fsdp tp2 pp2-1f1b"
+LAYOUTS="1rank dp2-ddp dp2-zero1 dp2-zero2 dp2-fsdp tp2 tp2-sp pp2-1f1b"
 
 echo "machine: $(getconf _NPROCESSORS_ONLN) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
