@@ -50,6 +50,13 @@ typedef struct {
     candidate *c;
     int n, cap;
     long searched, invalid, oom, simulated;
+    /* why layouts were invalid: the commonest kind of message (digits aside) and
+     * one example, so a user sees e.g. that the vocabulary blocks every tp > 1 */
+    struct {
+        char shape[160], example[PLAN_WARN_LEN];
+        long count;
+    } why[8];
+    int n_why;
     /* recent estimates' sizes: a new one borrows the split and schedule of one
      * with the same schedule key (sizes_create_reusing) */
     sizes *pool[DONOR_POOL];
@@ -130,6 +137,41 @@ static job_spec candidate_job(const job_spec *base, const candidate *c)
     return job;
 }
 
+/* Counts err (job_validate's or the estimate's line) among the reasons. */
+static void note_invalid(candidates *cs, const char *path, const char *err)
+{
+    cs->invalid++;
+    size_t n = strlen(path);
+    if (n && strncmp(err, path, n) == 0) { /* drop "FILE:LINE:COL: " */
+        const char *after = strstr(err + n, ": ");
+        if (after) err = after + 2;
+    }
+    char shape[160];
+    size_t k = 0;
+    for (const char *q = err; *q && k + 1 < sizeof shape; q++)
+        if (!(*q >= '0' && *q <= '9') || k == 0 || shape[k - 1] != '#') shape[k++] = *q >= '0' && *q <= '9' ? '#' : *q;
+    shape[k] = '\0';
+    for (int i = 0; i < cs->n_why; i++)
+        if (strcmp(cs->why[i].shape, shape) == 0) {
+            cs->why[i].count++;
+            return;
+        }
+    if (cs->n_why == (int)(sizeof cs->why / sizeof cs->why[0])) return;
+    snprintf(cs->why[cs->n_why].shape, sizeof cs->why[0].shape, "%s", shape);
+    snprintf(cs->why[cs->n_why].example, sizeof cs->why[0].example, "%s", err);
+    cs->why[cs->n_why++].count = 1;
+}
+
+/* The commonest reason, or NULL when nothing was invalid. */
+static const char *top_invalid(const candidates *cs, long *count)
+{
+    int best = -1;
+    for (int i = 0; i < cs->n_why; i++)
+        if (best < 0 || cs->why[i].count > cs->why[best].count) best = i;
+    *count = best < 0 ? 0 : cs->why[best].count;
+    return best < 0 ? NULL : cs->why[best].example;
+}
+
 /* Estimate one layout: simulated (exact), or with its pipeline bounded below
  * (pp = 1 needs no simulation, so it is always exact). Returns 1 when it is valid
  * and fits (c filled in), 0 when not (counted), -1 on an internal failure. */
@@ -138,7 +180,7 @@ static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm
     job_spec job = candidate_job(base, c);
     char err[512];
     if (job_validate(&job, err, sizeof err)) {
-        cs->invalid++;
+        note_invalid(cs, job.path, err);
         return 0;
     }
     plan_estimate e;
@@ -147,11 +189,11 @@ static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm
                                           !c->exact, err, sizeof err);
     int ok = 0;
     if (rc) {
-        cs->invalid++;
+        note_invalid(cs, job.path, err);
     } else if (!e.fits) {
         cs->oom++;
     } else if (c->exact ? plan_estimate_time(&e, err, sizeof err) : plan_estimate_time_bound(&e, err, sizeof err)) {
-        cs->invalid++;
+        note_invalid(cs, job.path, err);
     } else {
         if (c->exact && c->pp > 1) cs->simulated++;
         c->step = e.step_time;
@@ -347,6 +389,9 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
             pm->nnodes == 1 ? "" : "s", pm->ranks_per_node, pm->hw.name, pm->nnodes * pm->ranks_per_node);
     fprintf(out, "searched %ld layouts in %.3f s: %d fit, %ld do not fit in %s, %ld invalid for this model and batch\n",
             cs->searched, secs, cs->n, cs->oom, fmt_bytes(a, cs->n ? cs->c[0].device : pm->hw.memory), cs->invalid);
+    long alike;
+    const char *why = top_invalid(cs, &alike);
+    if (why) fprintf(out, "%ld of the invalid layouts alike: %s\n", alike, why);
     fprintf(out, "(%ld pipelines simulated; every other layout's step time was bounded below by more than the "
                  "top %d's)\n\n",
             cs->simulated, top);
@@ -381,6 +426,12 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
     cJSON_AddNumberToObject(root, "oom", (double)cs->oom);
     cJSON_AddNumberToObject(root, "invalid", (double)cs->invalid);
     cJSON_AddNumberToObject(root, "simulated", (double)cs->simulated);
+    long alike;
+    const char *why = top_invalid(cs, &alike);
+    if (why) {
+        cJSON_AddStringToObject(root, "invalid_example", why);
+        cJSON_AddNumberToObject(root, "invalid_alike", (double)alike);
+    }
     cJSON_AddNumberToObject(root, "seconds", secs);
     cJSON *arr = cJSON_AddArrayToObject(root, "top");
     for (int i = 0; i < top && i < cs->n; i++) {
