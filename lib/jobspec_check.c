@@ -100,22 +100,6 @@ static long tokens_per_sample(const job_model *m)
     return side * side + 1; /* patches + class token */
 }
 
-static long long round_up(long long x, long long m)
-{
-    return (x + m - 1) / m * m;
-}
-
-static long long lcm(long long a, long long b)
-{
-    long long x = a, y = b;
-    while (y) {
-        long long t = x % y;
-        x = y;
-        y = t;
-    }
-    return a / x * b;
-}
-
 static int check_model(const job_spec *job, verdict *v)
 {
     const job_model *m = &job->model;
@@ -136,11 +120,9 @@ static int check_model(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_TP, FID_D_FF, FID_D_MODEL, FID_MODEL_PRESET),
                     "model.d_ff %d is not divisible by parallel.tp %d (tensor parallelism splits the MLP)",
                     m->d_ff, par->tp);
-    if (m->kind == MODEL_GPT && m->vocab_size % par->tp)
-        return fail(v, BLAME(FID_TP, FID_VOCAB_SIZE, FID_MODEL_PRESET),
-                    "model.vocab_size %d is not divisible by parallel.tp %d (the embedding is split by vocabulary "
-                    "rows); pad it, e.g. vocab_size: %lld",
-                    m->vocab_size, par->tp, round_up(m->vocab_size, lcm(128, par->tp)));
+    /* No vocab_size check: tp rank r holds vocabulary rows [floor(V*r/tp),
+     * floor(V*(r+1)/tp)) of wte and of the head's logits, so GPT-2's 50257 splits
+     * as it is, with no padded rows to mask in the loss or keep out of checkpoints. */
     long long stages = (long long)par->pp * par->virtual_stages;
     if (m->n_layer < stages) {
         if (par->virtual_stages > 1)

@@ -51,7 +51,7 @@ typedef struct {
     int n, cap;
     long searched, invalid, oom, simulated;
     /* why layouts were invalid: the commonest kind of message (digits aside) and
-     * one example, so a user sees e.g. that the vocabulary blocks every tp > 1 */
+     * one example, so a user sees e.g. that the heads block every tp that does not divide them */
     struct {
         char shape[160], example[PLAN_WARN_LEN];
         long count;

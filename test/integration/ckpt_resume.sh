@@ -11,7 +11,8 @@
 # Resharding: the first 20 steps under layout A, the last 20 under layout B
 # from A's checkpoint (checkpoint.resume: A's directory); the whole run must be
 # the single-process run within the layout tolerance (lib.bash: loss relative
-# 1e-5 at every step, parameters 1e-4).
+# 1e-5 at every step, parameters 1e-4). Two pairs use gpt-odd-vocab, whose
+# 67 vocabulary rows tp 2 and tp 4 split unevenly.
 source "$(dirname "$0")/../parallel/ckpt.bash"
 
 # exact MODEL LAYOUT
@@ -64,4 +65,8 @@ reshard gpt-tiny "dp=4" "dp=2 mode=zero2"
 reshard gpt-tiny "dp=2 mode=zero1" "tp=2"
 reshard gpt-tiny "pp=2 sched=gpipe tp=2" "dp=4 mode=fsdp"
 reshard vit-tiny "dp=2 tp=2 mode=fsdp" "pp=2 sched=1f1b dp=2"
-echo "ok: exact resume (3 layouts), resharding (5 layout pairs)"
+# a vocabulary of 67 rows that tp splits unevenly: 33 + 34 rows back to one
+# rank's 67, and 16 + 17 + 17 + 17 to a pipeline's two tied copies of 33 + 34
+reshard gpt-odd-vocab "tp=2" "dp=2"
+reshard gpt-odd-vocab "tp=4" "pp=2 sched=1f1b tp=2"
+echo "ok: exact resume (3 layouts), resharding (7 layout pairs)"

@@ -19,6 +19,11 @@
 # 1F1B pipeline (with and without recompute), for the GPT and for a ViT whose 10
 # tokens an image split over tp 2 (vit-sp: vit-tiny's 5 do not).
 #
+# A vocabulary that tp does not divide (gpt-odd-vocab: 67 rows, 33 + 34 over tp
+# 2, 16 + 17 + 17 + 17 over tp 4): the embedding lookup, the vocab-parallel
+# cross-entropy's reductions, FSDP's flat shards of unequal units and the tied
+# wte summed between the first and last pipeline stage, with no padded rows.
+#
 # The whole matrix runs under DTRUN_TEST_FULL=1 (parallel_matrix.sh).
 source "$(dirname "$0")/../parallel/lib.bash"
 
@@ -57,6 +62,14 @@ done
 for model in gpt-tiny vit-sp; do
   for lay in "${SP_LAYOUTS[@]}"; do run_layout "$model" "$lay"; done
 done
+ODD_VOCAB_LAYOUTS=(
+  "tp=2"
+  "tp=4"
+  "dp=2 tp=2 mode=fsdp"
+  "pp=2 sched=1f1b tp=2"
+  "tp=2 sp=1"
+)
+for lay in "${ODD_VOCAB_LAYOUTS[@]}"; do run_layout gpt-odd-vocab "$lay"; done
 # DDP / ZeRO-1 buckets that cut units and gather several pieces (bucket_mb 1 on
 # units of ~1.7 MiB), with accumulation.
 run_layout gpt-wide "dp=2 bucket_mb=1"

@@ -12,16 +12,17 @@ source "$(dirname "$0")/../parallel/lib.bash"
 # pvm_job NAME LAYOUT: the job file $T/NAME.yaml. LAYOUT words (lib.bash style):
 # kind=gpt|vit dp tp pp mode sched m (pipeline micro-batches, or gradient
 # accumulation with pp = 1: global_batch = mb x dp x m) mb (samples per micro-batch) steps recompute,
-# d (d_model) seq (GPT sequence length) sp (1: sequence parallel).
+# d (d_model) seq (GPT sequence length) sp (1: sequence parallel) vocab (GPT
+# vocab_size, default 64; 67 splits unevenly over tp, so the tp ranks differ).
 pvm_job() {
-  local name=$1 lay=$2 kind dp tp pp mode sched m mb steps rc d seq
+  local name=$1 lay=$2 kind dp tp pp mode sched m mb steps rc d seq vocab
   kind=$(lget "$lay" kind gpt); dp=$(lget "$lay" dp 1); tp=$(lget "$lay" tp 1); pp=$(lget "$lay" pp 1)
   mode=$(lget "$lay" mode none); sched=$(lget "$lay" sched 1f1b); m=$(lget "$lay" m 1)
   mb=$(lget "$lay" mb 2); steps=$(lget "$lay" steps 3); rc=$(lget "$lay" recompute none)
-  d=$(lget "$lay" d 64); seq=$(lget "$lay" seq 32)
+  d=$(lget "$lay" d 64); seq=$(lget "$lay" seq 32); vocab=$(lget "$lay" vocab 64)
   {
     printf 'model:\n  kind: %s\n  n_layer: 4\n  n_head: 4\n  d_model: %s\n' "$kind" "$d"
-    if [ "$kind" = gpt ]; then printf '  vocab_size: 64\n  seq_len: %s\n' "$seq"
+    if [ "$kind" = gpt ]; then printf '  vocab_size: %s\n  seq_len: %s\n' "$vocab" "$seq"
     else printf '  image_size: 16\n  patch_size: 4\n  channels: 1\n  n_classes: 10\n'; fi
     printf 'data:\n  kind: synthetic\n'
     printf 'train:\n  steps: %s\n  global_batch: %s\n  micro_batch: %s\n' "$steps" $((mb * dp * m)) "$mb"
@@ -68,6 +69,10 @@ measure tp2                "tp=2"
 measure dp2-tp2            "dp=2 tp=2"
 measure tp2-sp             "tp=2 sp=1"
 measure tp2-pp2-sp         "tp=2 pp=2 m=2 sp=1"
+# 67 vocab rows over tp 2: 33 on tp rank 0, 34 on rank 1. A stage's figure is
+# its worst tp rank's (sizes_worst_tp_rank): exact for rank 1, one wte row (and
+# its gradient, Adam state, logits column, tied scratch row) above rank 0.
+measure tp2-pp2-vocab67    "tp=2 pp=2 m=2 mode=zero1 vocab=67"
 measure vit-dp2-zero2      "kind=vit dp=2 mode=zero2"
 measure dp2-pp2-zero1      "dp=2 pp=2 mode=zero1 m=4"
 # pipelines with one core per rank: memory and bubble. A micro-batch is about

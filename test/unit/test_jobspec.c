@@ -304,9 +304,9 @@ static void test_errors(void)
     expect_error("parallel:\n  tp: 3\n", "t.yaml:2:3: ", "n_head 2 is not divisible by parallel.tp 3");
     expect_error("model: {n_head: 4, d_ff: 66}\nparallel: {tp: 4}\n", "t.yaml:2:12: ",
                  "d_ff 66 is not divisible by parallel.tp 4");
-    expect_error("model: {preset: gpt2-124m}\nparallel: {tp: 2}\n", "t.yaml:2:12: ",
-                 "vocab_size 50257 is not divisible by parallel.tp 2 (the embedding is split by vocabulary rows); "
-                 "pad it, e.g. vocab_size: 50304");
+    /* the vocabulary splits unevenly (floor(V*r/tp)): GPT-2's 50257 needs no padding */
+    expect_load("model: {preset: gpt2-124m}\nparallel: {tp: 2}\n", "tp 2 with vocab_size 50257");
+    expect_load("model: {preset: gpt2-124m}\nparallel: {tp: 4}\n", "tp 4 with vocab_size 50257");
     expect_error("parallel: {pp: 3}\n", "t.yaml:1:12: ", "n_layer 2 is fewer than parallel.pp 3");
     expect_error("model: {n_layer: 3}\nparallel: {pp: 2, pp_schedule: interleaved}\n", "t.yaml:2:12: ",
                  "fewer than parallel.pp 2 x virtual_stages 2");

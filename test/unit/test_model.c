@@ -445,6 +445,37 @@ static void tp_equivalence(const job_model *s, const char *what)
     tp_equivalence_with(s, TB, 0, RECOMPUTE_NONE, what);
 }
 
+/* GPT-2's 50257 vocabulary rows over tp 2, 3, 4, 8: wte and its tied head copy
+ * get the same rows on each rank, the ranks' rows tile [0, V) in order, and no
+ * two ranks differ by more than one row (no padding anywhere). */
+static void vocab_split(void)
+{
+    job_model s = gpt_spec();
+    s.vocab_size = 50257;
+    static const int tps[] = {2, 3, 4, 8};
+    int ok = 1, uneven = 0;
+    for (size_t t = 0; t < sizeof tps / sizeof tps[0]; t++) {
+        int tp = tps[t], next = 0, lo = 1 << 30, hi = 0;
+        for (int r = 0; r < tp; r++) {
+            param_spec e, h;
+            model_unit_param_spec(&s, 0, 0, r, tp, &e);                /* wte */
+            model_unit_param_spec(&s, s.n_layer + 1, 2, r, tp, &h);    /* the head's tied copy */
+            int rows = e.local_shape[0];
+            ok &= !strcmp(e.name, "wte") && !strcmp(h.name, "wte") && h.tied && e.shape[0] == 50257 &&
+                  h.local_shape[0] == rows && e.local_shape[1] == s.d_model &&
+                  e.local_numel == (size_t)rows * (size_t)s.d_model &&
+                  param_global_index(&e, r, tp, 0) == (size_t)next * (size_t)s.d_model;
+            next += rows;
+            lo = rows < lo ? rows : lo;
+            hi = rows > hi ? rows : hi;
+        }
+        ok &= next == 50257 && hi - lo <= 1;
+        uneven += hi != lo;
+    }
+    CHECK(ok && uneven == 4, "vocab 50257 over tp 2, 3, 4, 8: ranks hold contiguous rows differing by at most one, "
+                             "wte and its tied copy alike, no padding");
+}
+
 /* ---------- 4. pipeline splits ---------- */
 
 static void pipeline_split(const job_model *s, const int *cuts, int nstages, const char *what)
@@ -663,10 +694,11 @@ static void acts_sizes(void)
     counting = dt_ops_cpu;
     counting.alloc = count_alloc;
     counting.free = count_free;
-    job_model specs[3] = {gpt_spec(), vit_spec(), vit_spec()};
+    job_model specs[4] = {gpt_spec(), vit_spec(), vit_spec(), gpt_spec()};
     specs[2].image_size = 12; /* 10 tokens: sequence parallel over 2 */
+    specs[3].vocab_size = 33; /* tp 2's ranks hold 16 and 17 vocab rows */
     int all_equal = 1, cases = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         int L = specs[k].n_layer;
         int shards[5][2] = {{0, L + 2}, {0, 2}, {2, L + 2}, {1, 2}, {L + 1, L + 2}};
         for (int j = 0; j < 5; j++)
@@ -674,13 +706,15 @@ static void acts_sizes(void)
                 for (int v = 0; v < 3; v++) { /* tp 1, tp 2, tp 2 + sequence parallel */
                     int tp = v ? 2 : 1, sp = v == 2;
                     if (sp && model_seq_len(&specs[k]) % 2) continue;
-                    model_shard sh = {.tp_rank = tp - 1, .tp_size = tp, .unit_begin = shards[j][0],
-                                      .unit_end = shards[j][1], .sp = sp};
-                    size_t want = model_acts_bytes(&specs[k], &sh, 3, (recompute_kind)rc);
-                    size_t got = measured_acts(&specs[k], shards[j][0], shards[j][1], tp - 1, tp, sp,
-                                               (recompute_kind)rc, 3);
-                    all_equal &= want == got && got > 0;
-                    cases++;
+                    for (int r = 0; r < tp; r++) {
+                        model_shard sh = {.tp_rank = r, .tp_size = tp, .unit_begin = shards[j][0],
+                                          .unit_end = shards[j][1], .sp = sp};
+                        size_t want = model_acts_bytes(&specs[k], &sh, 3, (recompute_kind)rc);
+                        size_t got = measured_acts(&specs[k], shards[j][0], shards[j][1], r, tp, sp,
+                                                   (recompute_kind)rc, 3);
+                        all_equal &= want == got && got > 0;
+                        cases++;
+                    }
                 }
     }
     CHECK(all_equal && live_bytes == 0,
@@ -838,6 +872,8 @@ int main(void)
     job_model g33 = gpt_spec();
     g33.vocab_size = 33; /* vocab rows split unevenly: 16 + 17 */
     tp_equivalence(&g33, "gpt V=33");
+    init_layout(&g33, "gpt V=33");
+    vocab_split();
     /* sequence parallelism: seq 8 and (ViT, 12x12 images) 9 patches + 1 split in
      * two; one sample splits mid-sample, the class token on rank 0 only */
     job_model v10 = vit_spec();
