@@ -112,6 +112,18 @@ static cJSON *stage_json(const plan_estimate *e, int p)
     cJSON_AddNumberToObject(mem, "fixed", st->fixed);
     cJSON_AddNumberToObject(mem, "total", st->total);
     cJSON_AddNumberToObject(mem, "device", st->device);
+    /* tp ranks of a stage can differ (a vocabulary that tp does not divide
+     * leaves some a row more): each one's bytes, as its worker will count them */
+    cJSON *by_tp = cJSON_AddArrayToObject(o, "memory_by_tp_rank");
+    for (int t = 0; t < e->job.parallel.tp; t++) {
+        sizes_memory m;
+        sizes_rank_memory(e->sizes, (sizes_at){0, p, t}, &m);
+        cJSON *x = cJSON_CreateObject();
+        for (int c = 0; c < SIZES_COUNT; c++)
+            cJSON_AddNumberToObject(x, sizes_category_name((sizes_category)c), (double)m.bytes[c]);
+        cJSON_AddNumberToObject(x, "allocated", (double)m.total);
+        cJSON_AddItemToArray(by_tp, x);
+    }
     cJSON_AddBoolToObject(o, "oom", st->oom);
     cJSON_AddNumberToObject(o, "flops", st->flops);
     cJSON_AddNumberToObject(o, "compute_s", st->compute);

@@ -5,8 +5,8 @@ usage: plan_compare.py [--busy SHARE] DIR NAME...
 
 For each NAME, DIR/NAME.dry.json is `dtrun --dry-run --format json` of the job and
 DIR/NAME.rankN.jsonl the metrics every rank of its run wrote (train.c). Memory: per
-rank, the dry-run's stage (pp coordinate of the rank, from the mesh) against the
-rank's measured peaks, category by category. The two sides name categories
+rank, the dry-run's prediction for its stage and tp rank (memory_by_tp_rank; the
+coordinates from the mesh) against the rank's measured peaks, category by category. The two sides name categories
 differently (sizes.h vs account.h); the worker accounts
     params       = sizes' params + master (fp32 master weights, mixed precision)
     grads        = grads
@@ -94,7 +94,8 @@ def main():
             continue
         for r in range(world):
             c = dry["mesh"][r]
-            pred = predicted(dry["stages"][c["pp"]]["memory"])
+            stage = dry["stages"][c["pp"]]
+            pred = predicted(stage["memory_by_tp_rank"][c["tp"]] if "memory_by_tp_rank" in stage else stage["memory"])
             meas = runs[r][-1]["mem_peak"]
             cells = []
             for cat in CATS:
