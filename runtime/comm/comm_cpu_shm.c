@@ -202,6 +202,16 @@ static int shm_abort(comm *c, shm_state *s, const char *what, int who, int kind)
 
 typedef int (*ready_fn)(shm_state *s, const void *arg, int *who);
 
+/* How long this thread polls before sleeping: the configured time on the
+ * caller's thread, at most BACKGROUND_SPIN_S on the comm layer's own threads,
+ * which would otherwise take the core from the compute they overlap. */
+#define BACKGROUND_SPIN_S 50e-6
+
+static double shm_spin(const shm_state *s)
+{
+    return comm_background_thread && s->spin_s > BACKGROUND_SPIN_S ? BACKGROUND_SPIN_S : s->spin_s;
+}
+
 /* Waits until ready() holds; `who` (set by ready) is the rank waited for. */
 static int shm_wait(comm *c, shm_state *s, ready_fn ready, const void *arg, double deadline)
 {
@@ -219,7 +229,7 @@ static int shm_wait(comm *c, shm_state *s, ready_fn ready, const void *arg, doub
         }
         double now = comm_now();
         if (spin_until < 0)
-            spin_until = now + s->spin_s;
+            spin_until = now + shm_spin(s);
         if (now < spin_until) {
             cpu_relax();
             continue;
@@ -660,7 +670,7 @@ static unsigned shm_p2p_token(comm *c)
 static void shm_p2p_sleep(comm *c, unsigned token, const p2p_wait *w, int nw, double until)
 {
     shm_state *s = c->be_state;
-    double spin_until = comm_now() + s->spin_s;
+    double spin_until = comm_now() + shm_spin(s);
     while (atomic_load(&s->ctl[s->me].bell) == token && comm_now() < spin_until)
         for (int i = 0; i < 64; i++)
             cpu_relax();

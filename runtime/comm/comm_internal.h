@@ -213,4 +213,9 @@ int comm_stage_p2p(comm *c, int is_send, void *buf, size_t bytes, int peer, comm
  * staging, returns the final status. */
 int comm_stage_finish(struct comm_stage *st, int status);
 
+/* Set in the threads the comm layer starts (the asynchronous-collective queue,
+ * the send/recv engine): they wait for peers while the caller computes on the
+ * same core, so they poll only briefly before sleeping (comm_cpu_shm.c). */
+extern _Thread_local int comm_background_thread;
+
 #endif

@@ -168,6 +168,7 @@ static void drive(comm *c, comm_p2p *p, p2p_op *mine)
 
 static void *p2p_thread(void *arg)
 {
+    comm_background_thread = 1;
     comm *c = arg;
     comm_p2p *p = c->p2p;
     pthread_mutex_lock(&p->mu);

@@ -34,8 +34,11 @@ static comm_queue *queue_get(comm *c)
     return c->queue;
 }
 
+_Thread_local int comm_background_thread;
+
 static void *queue_worker(void *arg)
 {
+    comm_background_thread = 1;
     comm *c = arg;
     comm_queue *q = c->queue;
     pthread_mutex_lock(&q->mu);
