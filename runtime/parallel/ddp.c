@@ -6,7 +6,8 @@
  * of the global batch, exactly what one process computes.
  *
  * Buckets (PyTorch DDP's idea): the gradients, in the order backward finishes
- * them, are cut into buckets of up to parallel.bucket_mb (sizes_bucket_numel). A
+ * them, are cut into a first bucket of 1 MiB (sizes_first_bucket_numel), then
+ * buckets of up to parallel.bucket_mb (sizes_bucket_numel). A
  * bucket is all-reduced asynchronously as soon as its last unit's after(BACKWARD)
  * hook fires on the step's LAST micro-batch, so the communication of the late
  * units overlaps the backward of the early ones; earlier micro-batches only
@@ -55,9 +56,10 @@ static float *seg_grad(ddp_buckets *b, const ddp_seg *s)
     return model_unit_grads(m, s->unit) + s->off;
 }
 
-/* Cuts the units, in backward order, into buckets of at most cap elements (cap 0:
- * one bucket per unit). Returns 0 or -1 (out of memory). */
-static int plan(ddp_buckets *b, size_t cap)
+/* Cuts the units, in backward order, into a first bucket of at most `first`
+ * elements, then buckets of at most cap (cap 0: one bucket per unit). Returns 0 or
+ * -1 (out of memory). */
+static int plan(ddp_buckets *b, size_t first, size_t cap)
 {
     strat_ctx *x = b->x;
     int *order = malloc((size_t)x->n_units * sizeof(int));
@@ -66,7 +68,7 @@ static int plan(ddp_buckets *b, size_t cap)
     size_t total = 0;
     for (int i = 0; i < n; i++) total += model_unit_local_numel(x->unit_model[order[i]], order[i]);
     /* enough room for every piece: each unit adds at most total / cap + 2 */
-    size_t max_seg = (size_t)n * 2 + (cap ? total / cap : 0) + 1;
+    size_t max_seg = (size_t)n * 2 + (cap ? total / cap : 0) + 3; /* + the first bucket's cut */
     b->seg = calloc(max_seg, sizeof *b->seg);
     b->bk = calloc(max_seg, sizeof *b->bk);
     if (!b->seg || !b->bk) { free(order); return -1; }
@@ -76,12 +78,14 @@ static int plan(ddp_buckets *b, size_t cap)
         size_t numel = model_unit_local_numel(x->unit_model[u], u), off = 0;
         if (numel == 0) continue;
         while (off < numel) {
-            if (b->n_bk == 0 || (cap && fill == cap) || !cap) {
+            size_t limit = b->n_bk == 1 ? first : cap; /* of the bucket being filled */
+            if (b->n_bk == 0 || (cap && fill == limit) || !cap) {
                 b->bk[b->n_bk++] = (ddp_bucket){.first_seg = b->n_seg};
                 fill = 0;
+                limit = b->n_bk == 1 ? first : cap;
             }
             ddp_bucket *bk = &b->bk[b->n_bk - 1];
-            size_t len = cap ? cap - fill : numel;
+            size_t len = cap ? limit - fill : numel;
             if (len > numel - off) len = numel - off;
             b->seg[b->n_seg++] = (ddp_seg){u, off, len};
             bk->n_segs++;
@@ -113,7 +117,8 @@ ddp_buckets *ddp_buckets_create(strat_ctx *x, char *err, size_t errlen)
     b->buf_owner = -1;
     b->active = comm_size(x->dp) > 1;
     b->ready = calloc((size_t)x->n_units, 1);
-    if (!b->ready || (b->active && plan(b, sizes_bucket_numel(x->sz, x->at)) != 0)) {
+    if (!b->ready ||
+        (b->active && plan(b, sizes_first_bucket_numel(x->sz, x->at), sizes_bucket_numel(x->sz, x->at)) != 0)) {
         ddp_buckets_destroy(b);
         snprintf(err, errlen, "ddp: out of memory for the gradient buckets");
         return NULL;

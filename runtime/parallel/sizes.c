@@ -350,6 +350,20 @@ size_t sizes_bucket_numel(const sizes *s, sizes_at at)
     return bucket < grads ? bucket : grads;
 }
 
+size_t sizes_first_bucket_numel(const sizes *s, sizes_at at)
+{
+    size_t bucket = sizes_bucket_numel(s, at), first = MIB / sizes_grad_elem_bytes(s);
+    return bucket < first ? bucket : first;
+}
+
+long sizes_bucket_count(const sizes *s, sizes_at at)
+{
+    size_t bucket = sizes_bucket_numel(s, at), first = sizes_first_bucket_numel(s, at);
+    size_t grads = held(s, at).numel;
+    if (bucket == 0) return 0;
+    return grads <= first ? 1 : 1 + (long)((grads - first + bucket - 1) / bucket);
+}
+
 static int seq_parallel(const sizes *s)
 {
     return s->job.parallel.sequence_parallel && s->job.parallel.tp > 1;

@@ -136,6 +136,12 @@ int sizes_reduce_buffers(const sizes *s);
 /* DDP / ZeRO-1 with dp > 1: gradient elements of one bucket (bucket_mb MiB, never
  * more than the rank's gradients). 0 otherwise. */
 size_t sizes_bucket_numel(const sizes *s, sizes_at at);
+/* PyTorch DDP's smaller first bucket (1 MiB, or the whole bucket when that is
+ * smaller): the gradients backward finishes first go out while the rest of
+ * backward runs, even when the whole model fits one bucket. */
+size_t sizes_first_bucket_numel(const sizes *s, sizes_at at);
+/* The buckets a rank's gradients make: the first, then bucket_numel each. */
+long sizes_bucket_count(const sizes *s, sizes_at at);
 
 /* ---- activations ---- */
 /* Bytes of one model_acts of global chunk c (micro_batch samples) on tp rank. */

@@ -85,8 +85,7 @@ static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     c->size = n;
     if (n > 1) {
         double f = (double)(n - 1) / n;
-        double bucket = (double)par->bucket_mb * 1048576.0;
-        long buckets = (long)ceil(sh->grads / bucket);
+        long buckets = sizes_bucket_count(e->sizes, (sizes_at){0, p, st->tp_rank});
         switch (par->mode) {
         case SHARD_NONE:
             c->op = "all-reduce (grads)";

@@ -74,5 +74,9 @@ for lay in "${ODD_VOCAB_LAYOUTS[@]}"; do run_layout gpt-odd-vocab "$lay"; done
 # units of ~1.7 MiB), with accumulation.
 run_layout gpt-wide "dp=2 bucket_mb=1"
 run_layout gpt-wide "dp=2 mode=zero1 bucket_mb=1 accum=2"
+# The default 25 MiB bucket behind PyTorch's 1 MiB first one: the first cuts the
+# head's unit, the second gathers the rest.
+run_layout gpt-wide "dp=2"
+run_layout gpt-wide "dp=2 mode=zero1"
 summary
 [ $FAILS -eq 0 ] || fail "$FAILS layouts differ from one process"
