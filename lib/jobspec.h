@@ -56,7 +56,10 @@ typedef struct {
 
 typedef enum { LR_COSINE = 0, LR_LINEAR, LR_CONSTANT } lr_schedule;
 typedef enum { PREC_FP32 = 0, PREC_BF16 } precision_kind;
-typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_BLOCK } recompute_kind;
+/* block: keep each block's input, recompute the whole block in backward.
+ * selective (Megatron's): keep everything but the attention probabilities,
+ * recompute those from the kept qkv in backward. */
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE } recompute_kind;
 /* auto: cuda when the CUDA backend finds a device, else cpu. */
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind;
 

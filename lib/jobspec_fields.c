@@ -25,8 +25,9 @@ static const char *const precisions[] = {"fp32", "bf16", NULL};
 static const char *const precision_aliases[] = {"float32,float,f32,tf32", "bfloat16,fp16,float16,half", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const device_aliases[] = {"default,any", "host", "gpu,nvidia", NULL};
-static const char *const recomputes[] = {"none", "block", NULL};
-static const char *const recompute_aliases[] = {"off,false,no", "full,selective,true,on,yes", NULL};
+static const char *const recomputes[] = {"none", "block", "selective", NULL};
+static const char *const recompute_aliases[] = {"off,false,no", "full,true,on,yes", "attention,attn,core_attn",
+                                                NULL};
 static const char *const shard_modes[] = {"none", "zero1", "zero2", "fsdp", "hsdp", NULL};
 static const char *const shard_mode_aliases[] = {"ddp,off,zero0,zero_0", "zero_1,os", "zero_2,os_g",
                                                  "zero3,zero_3,full_shard", "hybrid,hybrid_shard", NULL};

@@ -29,6 +29,10 @@ static int *takei(bump *b, size_t n) { return take(b, n * sizeof(int)); }
 
 static size_t max_sz(size_t x, size_t y) { return x > y ? x : y; }
 
+/* Sets of block_acts: one per block, or one shared by all with block recompute
+ * (each block's forward is rerun in its backward). */
+static int blk_sets(int nb, recompute_kind rc) { return nb == 0 ? 0 : rc == RECOMPUTE_BLOCK ? 1 : nb; }
+
 /* Places every buffer of a micro-batch of B samples; fills `a` when b->base is set. */
 static void layout(const job_model *spec, const model_shard *sh, int B, recompute_kind rc,
                    model_acts *a, bump *b)
@@ -46,20 +50,22 @@ static void layout(const job_model *spec, const model_shard *sh, int B, recomput
     size_t C_l = (size_t)d.C_l, F_l = (size_t)d.F_l;
     int sp = d.sp_size > 1, gpt = spec->kind == MODEL_GPT;
 
-    /* the residual stream at every block boundary: kept in both modes, since
-     * recompute restarts each block from its input */
+    /* the residual stream at every block boundary: kept in every mode, since
+     * block recompute restarts each block from its input */
     a->stream = takef(b, (size_t)(nb + 1) * Nl * C);
     a->dres = takef(b, Nl * C);
     a->doutput = has_head ? NULL : takef(b, Nl * C);
 
-    a->n_blk_sets = nb == 0 ? 0 : rc == RECOMPUTE_BLOCK ? 1 : nb;
+    a->n_blk_sets = blk_sets(nb, rc);
+    /* selective: one [B, NH_l, seq, seq] for all blocks instead of one each */
+    if (nb > 0 && rc == RECOMPUTE_SELECTIVE) a->bs.att_shared = takef(b, att);
     for (int k = 0; k < a->n_blk_sets; k++) {
         block_acts *s = a->blk ? &a->blk[k] : &(block_acts){0};
         s->ln1 = takef(b, Nl * C);
         s->ln1_mean = takef(b, Nl);
         s->ln1_rstd = takef(b, Nl);
         s->qkv = takef(b, N * 3 * C_l);
-        s->att = takef(b, att);
+        s->att = rc == RECOMPUTE_SELECTIVE ? a->bs.att_shared : takef(b, att);
         s->atty = takef(b, N * C_l);
         s->r2 = takef(b, Nl * C);
         s->ln2 = takef(b, Nl * C);
@@ -153,7 +159,7 @@ model_acts *model_acts_create(model *m, int B)
     a->B = B;
     a->bytes = model_acts_bytes(&m->spec, &m->shard, B, m->recompute);
     size_t N = (size_t)B * (size_t)m->d.seq;
-    int sets = m->n_blocks == 0 ? 0 : m->recompute == RECOMPUTE_BLOCK ? 1 : m->n_blocks;
+    int sets = blk_sets(m->n_blocks, m->recompute);
     a->blk = sets ? calloc((size_t)sets, sizeof(block_acts)) : NULL;
     a->mem = m->ops->alloc(a->bytes);
     a->host_loss = malloc(N * sizeof(float));

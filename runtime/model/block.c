@@ -108,6 +108,13 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     ops->zero(datty, NCl * sizeof(float));
     ops->matmul_backward(datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dr2, a->atty,
                          bp.p[BLK_PROJ_W], N, d->C_l, C);
+    if (m->recompute == RECOMPUTE_SELECTIVE) {
+        /* att_shared holds whichever block's probabilities were computed last:
+         * rebuild this block's from its kept qkv (same kernel, same inputs, so
+         * the same bits as its forward's). The attention output is not needed
+         * again (atty is kept); dA, free until it becomes dqkv below, takes it. */
+        ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, causal);
+    }
     ops->zero(dqkv, 3 * NCl * sizeof(float));
     ops->attention_backward(dqkv, s->att_scratch, datty, a->qkv, a->att, B, T, d->C_l, d->NH_l,
                             causal);

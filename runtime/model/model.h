@@ -144,7 +144,8 @@ size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_siz
 /* Tokens (GPT: T) or patches + class token (ViT: NP + 1) per sample. */
 int model_seq_len(const job_model *spec);
 /* Bytes of activations one micro-batch of B samples keeps between forward and
- * backward on this shard (with recompute = block only block inputs), plus the
+ * backward on this shard (with recompute = block only block inputs; with
+ * selective one set of attention probabilities for all blocks), plus the
  * scratch it needs; model_acts_create allocates exactly this, in one ops->alloc
  * (besides a few host floats per token for the loss). */
 size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
@@ -155,7 +156,8 @@ size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
 size_t model_acts_host_bytes(const job_model *spec, int B);
 /* FLOPs of forward + backward for one sample on the whole model:
  * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention);
- * recompute adds the blocks' forward up to the MLP projection. Details: params.c. */
+ * block recompute adds the blocks' forward up to the MLP projection, selective
+ * their attention core (4 * L * seq^2 * d_model). Details: params.c. */
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute);
 /* Global index of local element i of a parameter (for init, gathers, checkpoints). */
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i);

@@ -84,7 +84,8 @@ void model_hook_after(model *m, int unit, model_phase phase);
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* [N_l,C], [N_l], [N_l] */
     float *qkv;                       /* [N, 3*C_l] */
-    float *att;                       /* [B, NH_l, seq, seq] softmax probabilities */
+    float *att;                       /* [B, NH_l, seq, seq] softmax probabilities
+                                         (selective recompute: block_scratch.att_shared) */
     float *atty;                      /* [N, C_l] attention output, before proj */
     float *r2;                        /* [N_l,C] x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* [N_l,C], [N_l], [N_l] */
@@ -100,6 +101,11 @@ typedef struct {
     float *dA;          /* [N, max(F_l, 3*C_l)] */
     float *dB;          /* [N, max(F_l, C_l)] */
     float *att_scratch; /* [B, NH_l, seq, seq] */
+    /* selective recompute only (else NULL): [B, NH_l, seq, seq] the softmax
+     * probabilities of every block, each block_acts.att pointing here. A block's
+     * forward writes them and the next block's overwrites them, so its backward
+     * recomputes them from its kept qkv before the attention backward. */
+    float *att_shared;
     /* sequence parallelism only (else NULL): */
     float *full;        /* [N,C] gathered rows (layernorm outputs, the stream's
                            gradient) and row-parallel partial sums; the embedding's
@@ -140,7 +146,7 @@ struct model_acts {
     float *stream;      /* (n_blocks + 1) x [N_l,C]: stage input, then each block's output */
     float *dres;        /* [N_l,C] the residual gradient, propagated in place = dinput */
     float *doutput;     /* [N_l,C] received from the next stage */
-    block_acts *blk;    /* one set per block held, or one shared set with recompute */
+    block_acts *blk;    /* one set per block held, or one shared set with block recompute */
     int n_blk_sets;
     block_scratch bs;
     /* GPT embedding */

@@ -196,7 +196,9 @@ size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t 
  *      LM head V*C. The embedding lookup is not a matmul.
  * ViT: blocks see NP+1 rows, the patch projection NP rows (C*ch*P^2), the classifier 1 row.
  * Recompute re-runs each block's forward up to its MLP projection (its output is not needed):
- *   + 2 * seq * L * (4C^2 + C*F) + 4 * L * seq^2 * C. */
+ *   + 2 * seq * L * (4C^2 + C*F) + 4 * L * seq^2 * C.
+ * Selective recompute re-runs only each block's attention core (QK^T and AV):
+ *   + 4 * L * seq^2 * C. */
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute)
 {
     double C = spec->d_model, F = spec->d_ff, L = spec->n_layer, seq = model_seq_len(spec);
@@ -210,5 +212,7 @@ double model_flops_per_sample(const job_model *spec, recompute_kind recompute)
     }
     if (recompute == RECOMPUTE_BLOCK)
         f += 2.0 * seq * L * (4.0 * C * C + C * F) + 4.0 * L * seq * seq * C;
+    else if (recompute == RECOMPUTE_SELECTIVE)
+        f += 4.0 * L * seq * seq * C;
     return f;
 }

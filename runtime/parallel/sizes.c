@@ -75,6 +75,7 @@ double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
     if (unit <= L) {
         double f = 6.0 * seq * (4.0 * C * C + 2.0 * C * F) + 12.0 * seq * seq * C;
         if (rc == RECOMPUTE_BLOCK) f += 2.0 * seq * (4.0 * C * C + C * F) + 4.0 * seq * seq * C;
+        else if (rc == RECOMPUTE_SELECTIVE) f += 4.0 * seq * seq * C; /* the attention core */
         return f;
     }
     if (m->kind == MODEL_GPT) return 6.0 * m->vocab_size * C * seq;

@@ -11,7 +11,8 @@
  *        hsdp   fsdp inside the node's shard group + all-reduce of the gradient
  *               shard across the replica group once per step
  *   tp   per block and microbatch 2 all-reduces forward + 2 backward of the
- *        [B, T, C] activations (+2 when recompute re-runs the forward); GPT's
+ *        [B, T, C] activations (+2 when block recompute re-runs the forward;
+ *        selective recompute re-runs only the attention core, tp-local); GPT's
  *        vocab-parallel embedding and head add one each and three small ones.
  *        Sequence parallel: all-gathers and reduce-scatters of [B, T, C] instead,
  *        per block 4 forward, 6 backward (the layernorm outputs are gathered

@@ -5,7 +5,7 @@
  * that means something for that dp (hsdp only when a node holds some but not all
  * of the data-parallel ranks), micro_batch among the divisors of global_batch / dp
  * up to 64, every pipeline schedule (interleaved with 2 chunks per rank),
- * recompute off and on, and with tp > 1 sequence parallelism off and on. Each candidate is a job_spec that must pass job_validate
+ * recompute none, selective and block, and with tp > 1 sequence parallelism off and on. Each candidate is a job_spec that must pass job_validate
  * (the same rules a job file obeys); its estimate is the dry-run's, memory first
  * so that what does not fit is dropped before its pipeline is simulated.
  *
@@ -230,7 +230,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
         if (W % pp) continue;
         for (int sched = PP_GPIPE; sched <= PP_INTERLEAVED; sched++) {
             if (pp == 1 && sched != (int)job->parallel.pp_schedule) continue;
-            for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_BLOCK; rc++)
+            for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
                 for (int tp = 1; tp <= G && tp <= W / pp; tp++) {
                     if (G % tp || (W / pp) % tp) continue;
                     int dp = W / tp / pp;
@@ -349,6 +349,12 @@ static int faster_first(const void *a, const void *b)
     return 0;
 }
 
+/* How much of the forward a recompute mode re-runs: none < selective < block. */
+static int recompute_work(recompute_kind r)
+{
+    return r == RECOMPUTE_BLOCK ? 2 : r == RECOMPUTE_SELECTIVE ? 1 : 0;
+}
+
 /* One line: why this candidate wins, or what it loses to the best. */
 static void explain(candidate *c, const candidate *best, int is_best)
 {
@@ -361,9 +367,10 @@ static void explain(candidate *c, const candidate *best, int is_best)
         double d_compute = c->compute - best->compute, d_bubble = c->bubble_time - best->bubble_time;
         double d_comm = c->pipe_comm - best->pipe_comm, d_tail = c->tail - best->tail;
         double worst = d_compute;
-        const char *what = c->recompute == RECOMPUTE_BLOCK && best->recompute != RECOMPUTE_BLOCK
-                               ? "compute (recompute re-runs forward)"
-                               : "compute (smaller GEMMs per rank)";
+        const char *what = recompute_work(c->recompute) <= recompute_work(best->recompute)
+                               ? "compute (smaller GEMMs per rank)"
+                           : c->recompute == RECOMPUTE_BLOCK ? "compute (recompute re-runs forward)"
+                                                             : "compute (recompute re-runs attention)";
         if (d_bubble > worst) worst = d_bubble, what = "pipeline bubble";
         if (d_comm > worst) worst = d_comm, what = c->tp > 1 ? "tp collectives / sharding traffic" : "sharding traffic";
         if (d_tail > worst) worst = d_tail, what = "dp comm + optimizer after backward";
@@ -395,7 +402,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
     fprintf(out, "(%ld pipelines simulated; every other layout's step time was bounded below by more than the "
                  "top %d's)\n\n",
             cs->simulated, top);
-    fprintf(out, "  %2s %4s %5s %3s %-6s %3s %4s %-13s %-5s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
+    fprintf(out, "  %2s %4s %5s %3s %-6s %3s %4s %-13s %-9s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
             "m", "schedule", "rc", "step", m->kind == MODEL_GPT ? "tokens/s" : "images/s", "MFU", "mem/rank", "why");
     for (int i = 0; i < top && i < cs->n; i++) {
         const candidate *c = &cs->c[i];
@@ -405,7 +412,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
         else snprintf(sched, sizeof sched, "%s", pp_schedule_kind_name(c->schedule));
         char tp[16];
         snprintf(tp, sizeof tp, "%d%s", c->tp, c->sp ? "+sp" : "");
-        fprintf(out, "  %2d %4d %5s %3d %-6s %3d %4d %-13s %-5s %9s %9s %5.1f%% %9s  %s\n", i + 1, c->dp, tp, c->pp,
+        fprintf(out, "  %2d %4d %5s %3d %-6s %3d %4d %-13s %-9s %9s %9s %5.1f%% %9s  %s\n", i + 1, c->dp, tp, c->pp,
                 job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, job_recompute_name(c->recompute),
                 fmt_seconds(a, c->step), fmt_count(b, m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s),
                 100 * c->mfu, fmt_bytes((char[FMT_LEN]){0}, c->max_total), c->reason);

@@ -16,8 +16,13 @@
 # more than 1e-5 and the parameters by ~lr = 3e-3.
 #
 # Sequence parallelism (sp=1) on top of tp 2: alone, under ZeRO-2 and FSDP, in a
-# 1F1B pipeline (with and without recompute), for the GPT and for a ViT whose 10
-# tokens an image split over tp 2 (vit-sp: vit-tiny's 5 do not).
+# 1F1B pipeline (with and without recompute), with selective recompute, for the
+# GPT and for a ViT whose 10 tokens an image split over tp 2 (vit-sp: vit-tiny's
+# 5 do not).
+#
+# Selective recompute (the attention probabilities rebuilt in backward): one
+# process, bitwise equal to the reference; FSDP, a tp 2 x pp 2 1F1B pipeline and
+# tp 2 with sequence parallelism, within the tolerances above.
 #
 # A vocabulary that tp does not divide (gpt-odd-vocab: 67 rows, 33 + 34 over tp
 # 2, 16 + 17 + 17 + 17 over tp 4): the embedding lookup, the vocab-parallel
@@ -48,6 +53,8 @@ LAYOUTS=(
   "pp=2 sched=interleaved dp=2 tp=2 mode=zero1"
   "dp=2 mode=fsdp recompute=block"
   "pp=2 sched=1f1b tp=2 recompute=block"
+  "dp=2 mode=fsdp recompute=selective"
+  "pp=2 sched=1f1b tp=2 recompute=selective"
 )
 SP_LAYOUTS=(
   "tp=2 sp=1"
@@ -55,8 +62,13 @@ SP_LAYOUTS=(
   "dp=2 tp=2 mode=fsdp sp=1"
   "pp=2 sched=1f1b tp=2 sp=1"
   "pp=2 sched=1f1b tp=2 recompute=block sp=1"
+  "tp=2 sp=1 recompute=selective"
 )
 for model in gpt-tiny vit-tiny; do
+  # Selective recompute on one process re-runs the same attention kernel on the
+  # same qkv, so its probabilities, and the whole run, are bit for bit the
+  # reference's (recompute none): no tolerance at all.
+  LOSS_RTOL=0 PARAM_ATOL=0 run_layout "$model" "recompute=selective"
   for lay in "${LAYOUTS[@]}"; do run_layout "$model" "$lay"; done
 done
 for model in gpt-tiny vit-sp; do

@@ -277,6 +277,13 @@ static void test_errors(void)
     expect_error("parallel: {mode: FSDP}\n", "t.yaml:1:18: ", "did you mean 'fsdp'?");
     expect_error("train: {precision: bfloat16}\n", "t.yaml:1:20: ", "did you mean 'bf16'?");
     expect_error("train: {device: tpu}\n", "t.yaml:1:17: ", "auto, cpu or cuda");
+    expect_error("train: {recompute: selectve}\n", "t.yaml:1:20: ",
+                 "unknown value 'selectve' (expected none, block or selective); did you mean 'selective'?");
+    /* Megatron's "full" granularity is what dtrun calls block */
+    expect_error("train: {recompute: full}\n", "t.yaml:1:20: ", "did you mean 'block'?");
+    CHECK(load("train: {recompute: selective}\n") == 0 && job.train.recompute == RECOMPUTE_SELECTIVE &&
+              !strcmp(job_recompute_name(job.train.recompute), "selective"),
+          "recompute: selective loads as RECOMPUTE_SELECTIVE and prints as selective: %s", err);
     expect_error("log: {progress: maybe}\n", "t.yaml:1:17: ", "expected auto, on or off");
     expect_error("model: {preset: gpt2-125m}\n", "t.yaml:1:17: ",
                  "unknown preset 'gpt2-125m'; did you mean 'gpt2-124m'?");
@@ -424,6 +431,7 @@ static void test_round_trip(void)
         "max_restarts: 0, log_dir: /l}\ndata: {kind: text, train: /usr/share/dict/words, val_fraction: 0}\n",
         /* characters libyaml folds or refuses when written raw: LS, NEL, C1, BOM, DEL */
         "checkpoint: {dir: \"a\\u2028b\\x85c\\u0080d\\ufeffe\\x7f\\U0001F600\"}\n",
+        "train: {recompute: selective}\nparallel: {tp: 2, sequence_parallel: true}\n",
         "model: {preset: gpt-70b}\nparallel: {tp: 8, pp: 8, pp_schedule: gpipe, mode: fsdp}\n"
         "train: {global_batch: 64, micro_batch: 1, lr: 0.1}\n",
     };

@@ -543,9 +543,10 @@ static void recompute_same(const job_model *s, const char *what)
 {
     test_batch tb;
     make_batch(&tb, s, 3);
-    run_result r[2];
-    for (int k = 0; k < 2; k++) {
-        model *m = make_model(s, 0, 1, 0, s->n_layer + 2, k ? RECOMPUTE_BLOCK : RECOMPUTE_NONE);
+    run_result r[3];
+    recompute_kind kinds[3] = {RECOMPUTE_NONE, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE};
+    for (int k = 0; k < 3; k++) {
+        model *m = make_model(s, 0, 1, 0, s->n_layer + 2, kinds[k]);
         test_init(m, 11);
         run_once(m, &tb, 1.0f, &r[k]);
         model_destroy(m);
@@ -556,8 +557,13 @@ static void recompute_same(const job_model *s, const char *what)
     CHECK(r[0].loss == r[1].loss && err <= 1e-6,
           "%s: recompute gives the same loss (%.6f, bitwise) and grads (max rel err %.1e <= 1e-6)",
           what, r[1].loss, err);
-    run_free(&r[0]);
-    run_free(&r[1]);
+    /* selective rebuilds the probabilities with the same kernel from the same
+     * qkv: the same bits, so every gradient is bitwise the none run's */
+    int same = r[2].loss == r[0].loss;
+    for (int i = 0; i < r[0].n; i++)
+        same &= !memcmp(r[2].grads[i], r[0].grads[i], r[0].numel[i] * sizeof(float));
+    CHECK(same, "%s: selective recompute gives bitwise the same loss (%.6f) and grads as none", what, r[2].loss);
+    for (int k = 0; k < 3; k++) run_free(&r[k]);
 }
 
 /* ---------- hooks: order, and rebinding inside them (the FSDP contract) ---------- */
@@ -702,7 +708,7 @@ static void acts_sizes(void)
         int L = specs[k].n_layer;
         int shards[5][2] = {{0, L + 2}, {0, 2}, {2, L + 2}, {1, 2}, {L + 1, L + 2}};
         for (int j = 0; j < 5; j++)
-            for (int rc = 0; rc < 2; rc++)
+            for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
                 for (int v = 0; v < 3; v++) { /* tp 1, tp 2, tp 2 + sequence parallel */
                     int tp = v ? 2 : 1, sp = v == 2;
                     if (sp && model_seq_len(&specs[k]) % 2) continue;
@@ -733,6 +739,13 @@ static void acts_sizes(void)
     CHECK(s4 == 3 * s2 && s2 >= set_floats * 4 && s2 < set_floats * 4 + 12 * 64,
           "recompute saves (L-1) block sets: %zu bytes at L=4 = 3 x %zu at L=2 (%zu floats per set)",
           s4, s2, set_floats);
+    /* selective keeps one [B, heads, seq, seq] of probabilities for all blocks:
+     * exactly L-1 of them fewer than none (a multiple of the 64-byte alignment) */
+    size_t sel4 = model_acts_bytes(&g4, &w4, TB, RECOMPUTE_NONE) - model_acts_bytes(&g4, &w4, TB, RECOMPUTE_SELECTIVE);
+    size_t sel2 = model_acts_bytes(&g2, &w2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &w2, TB, RECOMPUTE_SELECTIVE);
+    CHECK(sel4 == 3 * att * 4 && sel2 == att * 4 && sel4 < s4,
+          "selective recompute saves (L-1) attention probabilities: %zu bytes at L=4, %zu at L=2 (%zu floats each)",
+          sel4, sel2, att);
     /* one more block held = one more saved set + one more residual-stream buffer */
     model_shard b1 = {0, 1, 1, 2, 0}, b2 = {0, 1, 1, 3, 0};
     size_t d = model_acts_bytes(&g2, &b2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &b1, TB, RECOMPUTE_NONE);
@@ -795,9 +808,12 @@ static void preset_counts(void)
     double matmul_w = L * (4 * C * C + 2 * C * F) + 50257 * C;
     double want = 6 * matmul_w * T + 12 * L * T * T * C;
     double want_rc = want + 2 * T * L * (4 * C * C + C * F) + 4 * L * T * T * C;
+    double want_sel = want + 4 * L * T * T * C; /* QK^T and AV of every block again */
     CHECK(fabs(model_flops_per_sample(&g, RECOMPUTE_NONE) - want) < 1 &&
-              fabs(model_flops_per_sample(&g, RECOMPUTE_BLOCK) - want_rc) < 1,
-          "gpt2-124m: %.4g FLOPs per sequence (%.4g with recompute)", want, want_rc);
+              fabs(model_flops_per_sample(&g, RECOMPUTE_BLOCK) - want_rc) < 1 &&
+              fabs(model_flops_per_sample(&g, RECOMPUTE_SELECTIVE) - want_sel) < 1,
+          "gpt2-124m: %.4g FLOPs per sequence (%.4g with block recompute, %.4g with selective)", want, want_rc,
+          want_sel);
 }
 
 /* ---------- training sanity ---------- */
@@ -881,6 +897,8 @@ int main(void)
     tp_equivalence_with(&g, TB, 1, RECOMPUTE_NONE, "gpt sp");
     tp_equivalence_with(&g33, 1, 1, RECOMPUTE_BLOCK, "gpt V=33 sp, B=1, recompute");
     tp_equivalence_with(&v10, TB, 1, RECOMPUTE_BLOCK, "vit sp, recompute");
+    tp_equivalence_with(&g, TB, 1, RECOMPUTE_SELECTIVE, "gpt sp, selective recompute");
+    tp_equivalence_with(&v10, TB, 0, RECOMPUTE_SELECTIVE, "vit tp, selective recompute");
     tp_equivalence_with(&v10, 1, 1, RECOMPUTE_NONE, "vit sp, B=1");
     int two[3] = {0, 2, 4}, three[4] = {0, 1, 3, 4};
     pipeline_split(&g, two, 2, "gpt [0,2)+[2,4)");

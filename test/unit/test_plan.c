@@ -249,7 +249,14 @@ static void test_unit_flops_and_numel(void)
     const job_model *models[2] = {&gpt.model, &vit.model};
     for (int k = 0; k < 2; k++) {
         const job_model *m = models[k];
-        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_BLOCK; rc++) {
+        /* selective re-runs each block's QK^T and AV (2 x 2 x seq^2 x C), block the
+         * whole block up to its MLP projection, which includes them */
+        double none = model_flops_per_sample(m, RECOMPUTE_NONE), sel = model_flops_per_sample(m, RECOMPUTE_SELECTIVE),
+               blk = model_flops_per_sample(m, RECOMPUTE_BLOCK), seq = model_seq_len(m);
+        CHECK(none < sel && sel < blk && fabs(sel - none - 4.0 * m->n_layer * seq * seq * m->d_model) < 1,
+              "%s FLOPs per sample: none %.6g < selective %.6g < block %.6g; selective adds 4 L seq^2 C",
+              job_model_kind_name(m->kind), none, sel, blk);
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++) {
             double sum = 0;
             for (int u = 0; u < model_n_units(m); u++) sum += sizes_unit_flops(m, u, (recompute_kind)rc);
             double want = model_flops_per_sample(m, (recompute_kind)rc);
@@ -410,6 +417,17 @@ static void test_monotonic(void)
     job.train.recompute = RECOMPUTE_BLOCK;
     size_t a_rc = rank0(&job, SIZES_ACTS, 0);
     CHECK(a_rc < a_none / 3, "recompute lowers activations: %.0f MB -> %.0f MB", a_none / 1e6, a_rc / 1e6);
+    job.train.recompute = RECOMPUTE_SELECTIVE;
+    size_t a_sel = rank0(&job, SIZES_ACTS, 0);
+    {
+        /* all but one of the blocks' [B, heads, seq, seq] probabilities are gone */
+        size_t seq = (size_t)model_seq_len(&job.model), L = (size_t)job.model.n_layer;
+        size_t probs = (size_t)job.train.micro_batch * (size_t)job.model.n_head * seq * seq * sizeof(float);
+        CHECK(a_rc < a_sel && a_sel < a_none && a_none - a_sel == (L - 1) * probs,
+              "selective recompute: block %.0f MB < selective %.0f MB < none %.0f MB, %zu x %.0f MB of "
+              "probabilities fewer than none", a_rc / 1e6, a_sel / 1e6, a_none / 1e6, L - 1, probs / 1e6);
+    }
+    job.train.recompute = RECOMPUTE_NONE;
 
     job_spec pj;
     if (load_job(&pj, "model:\n  preset: gpt-small\n  n_layer: 8\ntrain:\n  global_batch: 16\n  micro_batch: 1\n"
