@@ -164,15 +164,14 @@ static shared_schedule *schedule_get(const job_spec *job, const sizes *donor, in
         return d;
     }
     shared_schedule *sc = calloc(1, sizeof *sc);
-    int chunks = par->pp * par->virtual_stages;
-    if (sc) sc->slots = malloc((size_t)chunks * sizeof *sc->slots);
-    if (!sc || !sc->slots) {
-        if (sc) free(sc);
+    int *slots = malloc((size_t)(par->pp * par->virtual_stages) * sizeof *slots);
+    if (!sc || !slots) {
+        free(sc), free(slots);
         snprintf(err, errlen, "sizes: out of memory");
         return NULL;
     }
     *sc = (shared_schedule){.refs = 1, .kind = par->pp_schedule, .pp = par->pp, .m = par->microbatches,
-                            .v = par->virtual_stages, .slots = sc->slots};
+                            .v = par->virtual_stages, .slots = slots};
     /* the activation slots come from the generator itself, lists or not */
     if (pp_schedule_peak_in_flight_chunks(sc->kind, sc->pp, sc->m, sc->v, sc->slots, err, errlen) ||
         (lists && schedule_build_lists(sc, err, errlen))) {

@@ -326,7 +326,6 @@ static int search(candidates *cs, const job_spec *job, const plan_machine *pm, i
     double *best = malloc((size_t)top * sizeof *best), kth = INFINITY;
     int n_best = 0;
     if (!best) return -1;
-    long oom = cs->oom, invalid = cs->invalid;
     for (int i = 0; i < cs->n && cs->c[i].step <= kth; i++) {
         if (!cs->c[i].exact && estimate(cs, job, pm, &cs->c[i], 1) != 1) {
             free(best); /* it fitted a moment ago: the same estimate cannot fail now */
@@ -334,7 +333,6 @@ static int search(candidates *cs, const job_spec *job, const plan_machine *pm, i
         }
         kth = note_exact(best, &n_best, top, cs->c[i].step);
     }
-    cs->oom = oom, cs->invalid = invalid;
     free(best);
     return 0;
 }
