@@ -83,7 +83,7 @@ ifneq ($(CU_SRC),)
 endif
 endif
 
-LIB_SRC  := $(wildcard lib/*.c) $(wildcard runtime/*.c runtime/*/*.c) $(wildcard kernels/*.c kernels/cpu/*.c)
+LIB_SRC  := $(wildcard lib/*.c lib/*/*.c) $(wildcard runtime/*.c runtime/*/*.c) $(wildcard kernels/*.c kernels/cpu/*.c)
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o) $(CU_OBJ)
 CMD_SRC  := $(wildcard cmd/*.c)
 TEST_SRC := $(wildcard test/unit/test_*.c)

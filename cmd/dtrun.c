@@ -14,11 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/agent.h"
-#include "lib/jobspec.h"
-#include "lib/launch_opts.h"
-#include "lib/rdzv_cmd.h"
-#include "lib/slurm.h"
+#include "lib/launch/agent.h"
+#include "lib/job/jobspec.h"
+#include "lib/launch/launch_opts.h"
+#include "lib/rdzv/rdzv_cmd.h"
+#include "lib/launch/slurm.h"
 #include "runtime/ckpt/ckpt.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/train.h"

@@ -42,7 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 #include "runtime/model/model.h"
 
 #define CKPT_NAME_MAX 128

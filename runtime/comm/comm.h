@@ -3,7 +3,7 @@
  * A communicator (comm) is an ordered group of processes, numbered 0..size-1.
  * The world communicator comes from the torchrun environment (RANK, WORLD_SIZE,
  * LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK) plus a bootstrap store (store.h);
- * sub-communicators (tp, dp, pp groups: see runtime/mesh.h) from comm_group.
+ * sub-communicators (tp, dp, pp groups: see runtime/parallel/mesh.h) from comm_group.
  *
  * Transport, chosen per communicator: "self" for a group of one; "shm" when all
  * members are on one node (POSIX shared memory: a segment per communicator with

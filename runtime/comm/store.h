@@ -2,7 +2,7 @@
  *
  * Workers exchange shared-memory names, TCP endpoints and barriers through it,
  * never bulk data. Two implementations behind one interface:
- *   - kv:   the rendezvous daemon's KV store (lib/kv.h), what production uses;
+ *   - kv:   the rendezvous daemon's KV store (lib/rdzv/kv.h), what production uses;
  *   - file: a shared directory (DTRUN_STORE=file:DIR), for tests and single-node
  *           runs without a daemon. Works across processes of one host (or a
  *           shared file system that renames atomically).

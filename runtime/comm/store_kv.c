@@ -1,4 +1,4 @@
-/* store_kv.c — the store on the rendezvous daemon's KV client (lib/kv.h).
+/* store_kv.c — the store on the rendezvous daemon's KV client (lib/rdzv/kv.h).
  *
  * The production path: the agent gives every worker DTRUN_KV_ENDPOINT, the job
  * token and the round's key prefix; kv_connect_env() reads them. A kv_client
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "lib/kv.h"
+#include "lib/rdzv/kv.h"
 #include "runtime/comm/store_impl.h"
 
 typedef struct {

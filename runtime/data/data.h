@@ -29,7 +29,7 @@
 #define DTRUN_DATA_H
 
 #include <stddef.h>
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 
 typedef enum { DATA_TRAIN = 0, DATA_VAL = 1 } data_split;
 

@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 
 typedef struct token_source token_source;
 struct token_source {

@@ -53,7 +53,7 @@
 #define DTRUN_MODEL_H
 
 #include <stddef.h>
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 #include "kernels/ops.h"
 
 #define PARAM_NAME_MAX 64

@@ -36,7 +36,7 @@
 
 #include <stddef.h>
 #include <stdio.h>
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 #include "runtime/parallel/pp_partition.h"
 
 typedef enum {

@@ -47,7 +47,7 @@
 
 #include <stddef.h>
 
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 #include "runtime/parallel/pp_schedule.h"
 
 /* Where the job runs. */
@@ -59,7 +59,7 @@ typedef struct {
                            memory pass); sizes_schedule is then NULL */
 } sizes_env;
 
-/* A worker's place in the mesh (runtime/mesh.h). */
+/* A worker's place in the mesh (runtime/parallel/mesh.h). */
 typedef struct {
     int dp, pp, tp; /* ranks along each dimension */
 } sizes_at;

@@ -22,7 +22,7 @@
 #include <time.h>
 
 #include "kernels/ops.h"
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 #include "runtime/comm/comm.h"
 #include "runtime/model/model.h"
 #include "runtime/parallel/account.h"

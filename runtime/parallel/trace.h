@@ -32,7 +32,7 @@
 
 #include <stddef.h>
 
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 
 typedef enum { TRACE_COMPUTE = 0, TRACE_COMM, TRACE_IDLE, TRACE_STEP, TRACE_LANES } trace_lane;
 

@@ -17,8 +17,8 @@
 
 #include <stddef.h>
 
-#include "lib/jobspec.h"
-#include "runtime/mesh.h"
+#include "lib/job/jobspec.h"
+#include "runtime/parallel/mesh.h"
 #include "runtime/parallel/pp_sim.h"
 #include "runtime/parallel/sizes.h"
 #include "runtime/plan/hardware.h"

@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "lib/jobspec_suggest.h"
+#include "lib/job/jobspec_suggest.h"
 
 #define MIB (1024.0 * 1024.0)
 

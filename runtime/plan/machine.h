@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 #include "runtime/plan/hardware.h"
 #include "runtime/plan/plan.h"
 

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 
 typedef enum { DRYRUN_TEXT = 0, DRYRUN_JSON } dryrun_format;
 

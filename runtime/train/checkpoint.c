@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "runtime/ckpt/ckpt.h"
-#include "runtime/parallel/engine_ckpt.h"
+#include "runtime/worker/engine_ckpt.h"
 #include "runtime/train/train.h"
 
 static volatile sig_atomic_t stop_signal;

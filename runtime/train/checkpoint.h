@@ -1,6 +1,6 @@
 /* checkpoint.h — the training loop's checkpoint policy: where a run resumes
  * from, when it saves, what a stop signal means. The format is runtime/ckpt;
- * what each rank writes and reads is runtime/parallel/engine_ckpt.h.
+ * what each rank writes and reads is runtime/worker/engine_ckpt.h.
  *
  * Resume (checkpoint.resume): "auto" loads DIR/latest when there is one (a fresh
  * start otherwise), "never" starts fresh, anything else is a checkpoint path (a
@@ -33,8 +33,8 @@
 
 #include <stddef.h>
 
-#include "lib/jobspec.h"
-#include "runtime/parallel/engine.h"
+#include "lib/job/jobspec.h"
+#include "runtime/worker/engine.h"
 
 #define CKPT_LOSS_TAIL 16
 

@@ -3,7 +3,7 @@
 #ifndef DTRUN_LR_H
 #define DTRUN_LR_H
 
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 
 double lr_at(const job_train *t, int step);
 

@@ -5,7 +5,7 @@
 #define DTRUN_METRICS_H
 
 #include <stdio.h>
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 
 typedef struct {
     int step;            /* 1-based: steps done */

@@ -1,6 +1,6 @@
 /* train.c — the worker's training loop.
  *
- * The engine (runtime/parallel/engine.h) does one optimizer step under the job's
+ * The engine (runtime/worker/engine.h) does one optimizer step under the job's
  * layout; this loop owns the policy around it: the learning-rate schedule, what a
  * non-finite loss means, when to evaluate, what to log.
  *
@@ -38,8 +38,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "runtime/parallel/engine.h"
-#include "runtime/parallel/engine_ckpt.h"
+#include "runtime/worker/engine.h"
+#include "runtime/worker/engine_ckpt.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/lr.h"
 #include "runtime/train/metrics.h"

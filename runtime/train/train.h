@@ -8,7 +8,7 @@
 #ifndef DTRUN_TRAIN_H
 #define DTRUN_TRAIN_H
 
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 
 #define TRAIN_EXIT_OK 0
 #define TRAIN_EXIT_FAIL 1

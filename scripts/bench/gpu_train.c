@@ -2,7 +2,7 @@
  * (forward, backward, AdamW) on the CUDA backend, one GPU, synthetic tokens.
  *
  * It drives the model through runtime/model/model.h with ops = dt_ops_cuda(),
- * because the trainer (runtime/parallel/engine.c) still always picks the CPU
+ * because the trainer (runtime/worker/engine.c) still always picks the CPU
  * table; once `dtrun` selects the CUDA backend itself, gpu.sh should time the
  * real binary instead.
  *
@@ -21,7 +21,7 @@
 #include "kernels/ops.h"
 #include "runtime/model/model.h"
 #include "runtime/rng.h"
-#include "runtime/train/optim.h"
+#include "runtime/optim/optim.h"
 
 #ifdef DTRUN_CUDA
 static double now_s(void) {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/hostlist.h"
+#include "lib/launch/hostlist.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 
 static int has_position(const char *err)
 {

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/frame.h"
-#include "lib/kv_store.h"
+#include "lib/rdzv/frame.h"
+#include "lib/rdzv/kv_store.h"
 
 static void check_round_trip(const frame_msg *m, const uint8_t *orig, size_t len)
 {

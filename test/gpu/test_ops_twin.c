@@ -40,7 +40,7 @@
 #include "kernels/ops.h"
 #include "runtime/model/model.h"
 #include "runtime/rng.h"
-#include "runtime/train/optim.h"
+#include "runtime/optim/optim.h"
 #include "test/unit/check.h"
 
 #define TOL_EXACT 1e-6

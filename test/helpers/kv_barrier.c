@@ -3,7 +3,7 @@
  *   kv_barrier [NAME [TIMEOUT_S]]
  *
  * Connects to the KV store the agent advertises (DTRUN_KV_ENDPOINT, token,
- * prefix: lib/kv.h), publishes its RANK, meets all WORLD_SIZE ranks at barrier
+ * prefix: lib/rdzv/kv.h), publishes its RANK, meets all WORLD_SIZE ranks at barrier
  * NAME, then checks that every rank 0..WORLD_SIZE-1 published: ranks are
  * unique and complete. Prints "kv_barrier: rank R of W passed NAME" and exits 0,
  * or one line and exit 1. Built by the tests: gcc ... build/libdtrun.a. */
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lib/kv.h"
+#include "lib/rdzv/kv.h"
 
 int main(int argc, char **argv)
 {

@@ -5,7 +5,7 @@
 #  - bad options: one line, exit 2;
 #  - garbage, an oversized frame and a wrong token are refused, each logged in
 #    one line, and the daemon keeps serving a good client (a Python client that
-#    speaks the wire format from lib/frame.h: an independent check of it);
+#    speaks the wire format from lib/rdzv/frame.h: an independent check of it);
 #  - SIGTERM stops it with exit 0.
 set -u
 cd "$(dirname "$0")/../.."

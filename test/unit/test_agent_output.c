@@ -4,8 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lib/agent_env.h"
-#include "lib/agent_output.h"
+#include "lib/launch/agent_env.h"
+#include "lib/launch/agent_output.h"
 #include "test/unit/check.h"
 
 static size_t slurp(FILE *f, char *buf, size_t cap)

@@ -24,10 +24,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/rdzv.h"
+#include "lib/rdzv/rdzv.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
-#include "runtime/mesh.h"
+#include "runtime/parallel/mesh.h"
 #include "test/helpers/comm_data.h"
 #include "test/unit/check.h"
 

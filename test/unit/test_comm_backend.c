@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "kernels/ops.h"
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
-#include "runtime/parallel/engine.h"
+#include "runtime/worker/engine.h"
 #include "test/unit/check.h"
 
 static void test_env_choice(void)

@@ -1,6 +1,6 @@
 /* test_engine.c — the parallel engine against the plain training loop.
  *
- * 1. One process: the engine (runtime/parallel/engine.h) must reproduce, bit for
+ * 1. One process: the engine (runtime/worker/engine.h) must reproduce, bit for
  *    bit, the loop written out here by hand from the model, the data and AdamW —
  *    micro-batches with loss scale 1 / global tokens, the global norm counting
  *    the tied wte once, clipping, the learning-rate schedule — for GPT and ViT,
@@ -23,9 +23,9 @@
 #include "kernels/ops.h"
 #include "runtime/data/data.h"
 #include "runtime/model/model.h"
-#include "runtime/parallel/engine.h"
+#include "runtime/worker/engine.h"
 #include "runtime/train/lr.h"
-#include "runtime/train/optim.h"
+#include "runtime/optim/optim.h"
 #include "runtime/train/train.h"
 #include "test/unit/check.h"
 

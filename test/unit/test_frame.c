@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/frame.h"
+#include "lib/rdzv/frame.h"
 #include "test/unit/check.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;

@@ -2,7 +2,7 @@
  * groups per name, and bad input with its position. */
 #include <string.h>
 
-#include "lib/hostlist.h"
+#include "lib/launch/hostlist.h"
 #include "test/unit/check.h"
 
 /* Expands spec and compares with the space-separated expected hosts. */

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lib/jobspec.h"
+#include "lib/job/jobspec.h"
 #include "test/unit/check.h"
 
 static job_spec job, job2, ref;

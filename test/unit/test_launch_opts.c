@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/launch_opts.h"
+#include "lib/launch/launch_opts.h"
 #include "test/unit/check.h"
 
 static launch_opts o;

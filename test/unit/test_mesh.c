@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/mesh.h"
+#include "runtime/parallel/mesh.h"
 #include "test/unit/check.h"
 
 static int contains(const int *a, int n, int x)

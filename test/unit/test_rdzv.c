@@ -10,10 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/frame.h"
-#include "lib/frame_sock.h"
-#include "lib/kv.h"
-#include "lib/rdzv.h"
+#include "lib/rdzv/frame.h"
+#include "lib/rdzv/frame_sock.h"
+#include "lib/rdzv/kv.h"
+#include "lib/rdzv/rdzv.h"
 #include "test/unit/check.h"
 
 #define TOKEN "job-42"

@@ -1,7 +1,7 @@
 /* test_slurm.c — launch options from a Slurm allocation's environment. */
 #include <string.h>
 
-#include "lib/slurm.h"
+#include "lib/launch/slurm.h"
 #include "test/unit/check.h"
 
 typedef struct { const char *const *vars; } fake_env; /* "NAME=VALUE", NULL-terminated */

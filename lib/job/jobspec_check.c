@@ -1,0 +1,274 @@
+/* jobspec_check.c — every rule a resolved job must satisfy: each value in its
+ * range, then the combinations (shapes that divide, batch arithmetic, pipeline
+ * and data constraints). The message says what and why; the caller adds where. */
+#include "lib/job/jobspec_check.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lib/job/jobspec_fields.h"
+#include "lib/job/jobspec_presets.h"
+#include "lib/job/jobspec_utf8.h"
+
+typedef struct {
+    int *blame;
+    char *msg;
+    size_t n;
+} verdict;
+
+/* Record a failure: the keys to blame (-1 terminated, at most JOB_BLAME_MAX)
+ * and the message. Always returns -1. */
+static int fail(verdict *v, const int *fids, const char *fmt, ...)
+{
+    int i = 0;
+    for (; i < JOB_BLAME_MAX && fids[i] >= 0; i++) v->blame[i] = fids[i];
+    if (i < JOB_BLAME_MAX) v->blame[i] = -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->msg, v->n, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define BLAME(...) ((const int[]){__VA_ARGS__, -1})
+
+static void field_name(int fid, char *out, size_t n)
+{
+    snprintf(out, n, "%s.%s", job_section_names[job_fields[fid].section], job_fields[fid].key);
+}
+
+/* One value on its own: range, enum index, string format. */
+static int check_field(const job_spec *job, int fid, verdict *v)
+{
+    const field_def *f = &job_fields[fid];
+    if (!job_field_applies(job, fid) || job_field_unset(job, fid)) return 0;
+    char name[64], range[96];
+    field_name(fid, name, sizeof name);
+    job_field_range_text(fid, range, sizeof range);
+    const void *p = job_field_cptr(job, fid);
+    switch (f->type) {
+    case FT_INT: {
+        int x = *(const int *)p;
+        if (job_field_in_range(fid, x)) return fail(v, BLAME(fid), "%s %s, got %d", name, range, x);
+        return 0;
+    }
+    case FT_LONG: {
+        long x = *(const long *)p;
+        if (job_field_in_range(fid, (double)x)) return fail(v, BLAME(fid), "%s %s, got %ld", name, range, x);
+        return 0;
+    }
+    case FT_U64:
+        return 0;
+    case FT_DOUBLE: {
+        double x = *(const double *)p;
+        if (!isfinite(x)) return fail(v, BLAME(fid), "%s must be a finite number", name);
+        if (job_field_in_range(fid, x)) return fail(v, BLAME(fid), "%s %s, got %g", name, range, x);
+        return 0;
+    }
+    case FT_BOOL: {
+        int x = *(const int *)p;
+        if (x != 0 && x != 1) return fail(v, BLAME(fid), "%s must be true or false (0 or 1), got %d", name, x);
+        return 0;
+    }
+    case FT_ENUM: {
+        int x = *(const int *)p, count = 0;
+        while (f->names[count]) count++;
+        if (x < 0 || x >= count) return fail(v, BLAME(fid), "%s has no value number %d", name, x);
+        return 0;
+    }
+    default: {
+        const char *s = p;
+        if (!memchr(s, 0, f->size))
+            return fail(v, BLAME(fid), "%s is not terminated within %zu bytes", name, f->size);
+        if (!utf8_valid(s, strlen(s))) return fail(v, BLAME(fid), "%s is not valid UTF-8", name);
+        char why[128];
+        if (job_field_check_string(fid, s, why, sizeof why)) return fail(v, BLAME(fid), "%s %s", name, why);
+        if (f->type == FT_PRESET && s[0] && !job_preset_find(s))
+            return fail(v, BLAME(fid), "%s: unknown preset '%s'", name, s);
+        return 0;
+    }
+    }
+}
+
+/* Tokens per sample: what sequence parallelism splits. */
+static long tokens_per_sample(const job_model *m)
+{
+    if (m->kind == MODEL_GPT) return m->seq_len;
+    long side = m->image_size / m->patch_size;
+    return side * side + 1; /* patches + class token */
+}
+
+static int check_model(const job_spec *job, verdict *v)
+{
+    const job_model *m = &job->model;
+    const job_parallel *par = &job->parallel;
+    if (m->d_model % m->n_head)
+        return fail(v, BLAME(FID_N_HEAD, FID_D_MODEL, FID_MODEL_PRESET),
+                    "model.d_model %d is not divisible by model.n_head %d (each head takes d_model / n_head channels)",
+                    m->d_model, m->n_head);
+    if (m->kind == MODEL_VIT && m->image_size % m->patch_size)
+        return fail(v, BLAME(FID_PATCH_SIZE, FID_IMAGE_SIZE, FID_MODEL_PRESET),
+                    "model.image_size %d is not divisible by model.patch_size %d (patches must tile the image)",
+                    m->image_size, m->patch_size);
+    if (m->n_head % par->tp)
+        return fail(v, BLAME(FID_TP, FID_N_HEAD, FID_MODEL_PRESET),
+                    "model.n_head %d is not divisible by parallel.tp %d (tensor parallelism splits the heads)",
+                    m->n_head, par->tp);
+    if (m->d_ff % par->tp)
+        return fail(v, BLAME(FID_TP, FID_D_FF, FID_D_MODEL, FID_MODEL_PRESET),
+                    "model.d_ff %d is not divisible by parallel.tp %d (tensor parallelism splits the MLP)",
+                    m->d_ff, par->tp);
+    /* No vocab_size check: tp rank r holds vocabulary rows [floor(V*r/tp),
+     * floor(V*(r+1)/tp)) of wte and of the head's logits, so GPT-2's 50257 splits
+     * as it is, with no padded rows to mask in the loss or keep out of checkpoints. */
+    long long stages = (long long)par->pp * par->virtual_stages;
+    if (m->n_layer < stages) {
+        if (par->virtual_stages > 1)
+            return fail(v, BLAME(FID_PP, FID_VIRTUAL_STAGES, FID_N_LAYER, FID_MODEL_PRESET),
+                        "model.n_layer %d is fewer than parallel.pp %d x virtual_stages %d (every pipeline stage "
+                        "needs at least one block)",
+                        m->n_layer, par->pp, par->virtual_stages);
+        return fail(v, BLAME(FID_PP, FID_N_LAYER, FID_MODEL_PRESET),
+                    "model.n_layer %d is fewer than parallel.pp %d (every pipeline stage needs at least one block)",
+                    m->n_layer, par->pp);
+    }
+    if (par->sequence_parallel && par->tp == 1)
+        return fail(v, BLAME(FID_SEQUENCE_PARALLEL, FID_TP),
+                    "parallel.sequence_parallel needs parallel.tp > 1 (it splits activations across the tp group)");
+    if (par->sequence_parallel && tokens_per_sample(m) % par->tp) {
+        if (m->kind == MODEL_GPT)
+            return fail(v, BLAME(FID_SEQUENCE_PARALLEL, FID_TP, FID_SEQ_LEN),
+                        "parallel.sequence_parallel splits the %ld tokens of a sample (model.seq_len) across tp %d, "
+                        "which does not divide them",
+                        tokens_per_sample(m), par->tp);
+        return fail(v, BLAME(FID_SEQUENCE_PARALLEL, FID_TP, FID_PATCH_SIZE),
+                    "parallel.sequence_parallel splits the %ld tokens of an image (patches + class token) across "
+                    "tp %d, which does not divide them",
+                    tokens_per_sample(m), par->tp);
+    }
+    return 0;
+}
+
+static int check_batch(const job_spec *job, verdict *v)
+{
+    const job_train *t = &job->train;
+    const job_parallel *par = &job->parallel;
+    if (t->min_lr > t->lr)
+        return fail(v, BLAME(FID_MIN_LR, FID_LR), "train.min_lr %g is larger than train.lr %g (the decay's floor)",
+                    t->min_lr, t->lr);
+    long long per_step = (long long)t->micro_batch * par->dp;
+    if (t->global_batch % per_step)
+        return fail(v, BLAME(FID_MICRO_BATCH, FID_GLOBAL_BATCH, FID_DP),
+                    "train.global_batch %d is not divisible by micro_batch %d x dp %d (each step is whole "
+                    "micro-batches on every data-parallel rank)",
+                    t->global_batch, t->micro_batch, par->dp);
+    long long accum = t->global_batch / per_step;
+    if (t->grad_accum != accum)
+        return fail(v, BLAME(FID_MICRO_BATCH, FID_GLOBAL_BATCH, FID_DP),
+                    "train.grad_accum %d does not equal global_batch / (micro_batch x dp) = %d / (%d x %d) = %lld",
+                    t->grad_accum, t->global_batch, t->micro_batch, par->dp, accum);
+    if (par->microbatches != accum)
+        return fail(v, BLAME(FID_MICROBATCHES, FID_MICRO_BATCH, FID_GLOBAL_BATCH, FID_DP),
+                    "parallel.microbatches %d does not match global_batch / (micro_batch x dp) = %d / (%d x %d) = "
+                    "%lld; set only one of microbatches and micro_batch, or make them agree",
+                    par->microbatches, t->global_batch, t->micro_batch, par->dp, accum);
+    return 0;
+}
+
+static int check_parallel(const job_spec *job, verdict *v)
+{
+    const job_parallel *par = &job->parallel;
+    if (par->pp_schedule == PP_INTERLEAVED && par->virtual_stages < 2)
+        return fail(v, BLAME(FID_VIRTUAL_STAGES, FID_PP_SCHEDULE),
+                    "parallel.pp_schedule interleaved needs virtual_stages >= 2 (model chunks per pipeline rank), "
+                    "got %d",
+                    par->virtual_stages);
+    if (par->pp_schedule != PP_INTERLEAVED && par->virtual_stages != 1)
+        return fail(v, BLAME(FID_VIRTUAL_STAGES, FID_PP_SCHEDULE),
+                    "parallel.virtual_stages %d needs pp_schedule: interleaved (the schedule is %s)",
+                    par->virtual_stages, job_pp_schedule_name(par->pp_schedule));
+    if (par->mode == SHARD_HSDP && par->dp == 1 && !par->dp_auto)
+        return fail(v, BLAME(FID_MODE, FID_DP),
+                    "parallel.mode hsdp needs parallel.dp > 1 (it shards and replicates across data-parallel ranks)");
+    return 0;
+}
+
+static int check_data(const job_spec *job, verdict *v)
+{
+    const job_data *d = &job->data;
+    const char *kind = job_data_kind_name(d->kind);
+    if (d->kind == DATA_SYNTHETIC) {
+        if (d->train_path[0])
+            return fail(v, BLAME(FID_DATA_TRAIN, FID_DATA_KIND),
+                        "data.train is set but data.kind is synthetic; set data.kind to text, tokens or idx");
+        if (d->val_path[0])
+            return fail(v, BLAME(FID_DATA_VAL, FID_DATA_KIND),
+                        "data.val is set but data.kind is synthetic; set data.kind to text, tokens or idx");
+        if (job->model.kind == MODEL_GPT && d->synthetic_size < (long)job->model.seq_len + 1)
+            return fail(v, BLAME(FID_SYNTHETIC_SIZE, FID_SEQ_LEN, FID_MODEL_PRESET),
+                        "data.synthetic_size %ld tokens is less than one sample of seq_len + 1 = %d tokens",
+                        d->synthetic_size, job->model.seq_len + 1);
+    } else if (!d->train_path[0]) {
+        return fail(v, BLAME(FID_DATA_KIND, FID_DATA_TRAIN), "data.kind %s needs data.train (the training data path)",
+                    kind);
+    }
+    if (d->kind == DATA_IDX && job->model.kind == MODEL_GPT)
+        return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
+                    "data.kind idx holds images, which a gpt model cannot read (use text or tokens, or a vit model)");
+    if ((d->kind == DATA_TEXT || d->kind == DATA_TOKENS) && job->model.kind == MODEL_VIT)
+        return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
+                    "data.kind %s holds tokens, which a vit model cannot read (use idx or synthetic, or a gpt model)",
+                    kind);
+    if (d->kind == DATA_IDX) {
+        if (!d->train_labels[0])
+            return fail(v, BLAME(FID_DATA_TRAIN_LABELS, FID_DATA_TRAIN, FID_DATA_KIND),
+                        "data.kind idx needs data.train_labels (the IDX labels file that goes with data.train)");
+        if (d->val_path[0] && !d->val_labels[0])
+            return fail(v, BLAME(FID_DATA_VAL_LABELS, FID_DATA_VAL),
+                        "data.val needs data.val_labels with idx data (the IDX labels file that goes with it)");
+        if (!d->val_path[0] && d->val_labels[0])
+            return fail(v, BLAME(FID_DATA_VAL_LABELS), "data.val_labels is set but data.val is not");
+    } else {
+        if (d->train_labels[0])
+            return fail(v, BLAME(FID_DATA_TRAIN_LABELS), "data.train_labels applies to idx data only (data.kind is %s)",
+                        kind);
+        if (d->val_labels[0])
+            return fail(v, BLAME(FID_DATA_VAL_LABELS), "data.val_labels applies to idx data only (data.kind is %s)",
+                        kind);
+    }
+    return 0;
+}
+
+static int check_checkpoint(const job_spec *job, verdict *v)
+{
+    if (job->checkpoint.every > 0 && !job->checkpoint.dir[0])
+        return fail(v, BLAME(FID_CKPT_EVERY),
+                    "checkpoint.every is %d but checkpoint.dir is not set (where would checkpoints go?)",
+                    job->checkpoint.every);
+    return 0;
+}
+
+int job_check(const job_spec *job, int blame[JOB_BLAME_MAX], char *msg, size_t n)
+{
+    verdict v = {blame, msg, n};
+    for (int f = 0; f < FID_COUNT; f++)
+        if (check_field(job, f, &v)) return -1;
+    if (check_model(job, &v) || check_batch(job, &v) || check_parallel(job, &v) || check_data(job, &v) ||
+        check_checkpoint(job, &v))
+        return -1;
+    blame[0] = -1;
+    if (n) msg[0] = 0;
+    return 0;
+}
+
+int job_validate(const job_spec *job, char *err, size_t errlen)
+{
+    int blame[JOB_BLAME_MAX];
+    char msg[512];
+    if (job_check(job, blame, msg, sizeof msg) == 0) return 0;
+    const char *path = memchr(job->path, 0, sizeof job->path) && job->path[0] ? job->path : "job";
+    if (errlen) snprintf(err, errlen, "%s: %s", path, msg);
+    return -1;
+}

@@ -1,0 +1,370 @@
+/* jobspec_fields.c — the table of job-file keys and the checks that need only
+ * one key's value. Ranges keep every size inside int arithmetic downstream
+ * (4 * d_model, dp * tp * pp, bucket_mb << 20). */
+#include "lib/job/jobspec_fields.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const job_section_names[SEC_COUNT] = {
+    "model", "data", "train", "parallel", "checkpoint", "log", "launch",
+};
+
+static const char *const model_kinds[] = {"gpt", "vit", NULL};
+static const char *const model_kind_aliases[] = {"gpt2,llm,lm,transformer", "vision,image", NULL};
+static const char *const data_kinds[] = {"synthetic", "text", "tokens", "idx", NULL};
+static const char *const data_kind_aliases[] = {"random,fake,dummy,synth", "txt,bytes,file",
+                                                "bin,llmc,token,shards", "mnist,fashion_mnist,fmnist",
+                                                NULL};
+static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
+static const char *const schedule_aliases[] = {"cos", "lin", "const,none,fixed", NULL};
+static const char *const precisions[] = {"fp32", "bf16", NULL};
+static const char *const precision_aliases[] = {"float32,float,f32,tf32", "bfloat16,fp16,float16,half", NULL};
+static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const device_aliases[] = {"default,any", "host", "gpu,nvidia", NULL};
+static const char *const recomputes[] = {"none", "block", "selective", NULL};
+static const char *const recompute_aliases[] = {"off,false,no", "full,true,on,yes", "attention,attn,core_attn",
+                                                NULL};
+static const char *const shard_modes[] = {"none", "zero1", "zero2", "fsdp", "hsdp", NULL};
+static const char *const shard_mode_aliases[] = {"ddp,off,zero0,zero_0", "zero_1,os", "zero_2,os_g",
+                                                 "zero3,zero_3,full_shard", "hybrid,hybrid_shard", NULL};
+static const char *const pp_schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
+static const char *const pp_schedule_aliases[] = {"fill_drain,fthenb", "one_f_one_b,pipedream",
+                                                  "interleaved_1f1b,virtual,interleave", NULL};
+static const char *const progress_modes[] = {"auto", "on", "off", NULL};
+static const char *const progress_aliases[] = {"default", "true,yes,always", "false,no,never", NULL};
+
+#define OFF(member) offsetof(job_spec, member)
+#define SZ(member) sizeof(((job_spec *)0)->member)
+#define NOMAX HUGE_VAL
+
+/* Numbers: [lo, hi]. */
+#define NUM(sec, k, t, member, l, h, al) \
+    {.section = sec, .key = k, .type = t, .offset = OFF(member), .lo = l, .hi = h, .aliases = al}
+#define STR(sec, k, t, member, al) \
+    {.section = sec, .key = k, .type = t, .offset = OFF(member), .size = SZ(member), .aliases = al}
+#define ENUM(sec, k, member, nm, va, al)                                                   \
+    {.section = sec, .key = k, .type = FT_ENUM, .offset = OFF(member), .names = nm,        \
+     .value_aliases = va, .aliases = al}
+
+const field_def job_fields[FID_COUNT] = {
+    [FID_MODEL_KIND] = ENUM(SEC_MODEL, "kind", model.kind, model_kinds, model_kind_aliases,
+                            "type,arch,architecture,model_type"),
+    [FID_MODEL_PRESET] = STR(SEC_MODEL, "preset", FT_PRESET, model.preset, "name,model,config,size"),
+    [FID_N_LAYER] = NUM(SEC_MODEL, "n_layer", FT_INT, model.n_layer, 1, 65536,
+                        "n_layers,num_layers,layers,depth,num_hidden_layers"),
+    [FID_N_HEAD] = NUM(SEC_MODEL, "n_head", FT_INT, model.n_head, 1, 65536,
+                       "n_heads,num_heads,heads,num_attention_heads"),
+    [FID_D_MODEL] = NUM(SEC_MODEL, "d_model", FT_INT, model.d_model, 1, 1 << 20,
+                        "n_embd,hidden_size,hidden_dim,dim,embed_dim,width,d_hidden"),
+    [FID_D_FF] = NUM(SEC_MODEL, "d_ff", FT_INT, model.d_ff, 1, 1 << 22,
+                     "ffn_hidden_size,intermediate_size,mlp_dim,ffn_dim,d_mlp,d_inner"),
+    [FID_VOCAB_SIZE] = NUM(SEC_MODEL, "vocab_size", FT_INT, model.vocab_size, 2, 1 << 24,
+                           "vocab,n_vocab,padded_vocab_size"),
+    [FID_SEQ_LEN] = NUM(SEC_MODEL, "seq_len", FT_INT, model.seq_len, 1, 1 << 24,
+                        "block_size,context_length,max_seq_len,seq_length,sequence_length,n_ctx,"
+                        "max_position_embeddings,context"),
+    [FID_IMAGE_SIZE] = NUM(SEC_MODEL, "image_size", FT_INT, model.image_size, 1, 65536,
+                           "img_size,resolution,image_res"),
+    [FID_PATCH_SIZE] = NUM(SEC_MODEL, "patch_size", FT_INT, model.patch_size, 1, 65536, "patch"),
+    [FID_CHANNELS] = NUM(SEC_MODEL, "channels", FT_INT, model.channels, 1, 1024,
+                         "in_channels,in_chans,num_channels,n_channels"),
+    [FID_N_CLASSES] = NUM(SEC_MODEL, "n_classes", FT_INT, model.n_classes, 2, 1 << 24,
+                          "num_classes,classes,num_labels,n_labels"),
+
+    [FID_DATA_KIND] = ENUM(SEC_DATA, "kind", data.kind, data_kinds, data_kind_aliases,
+                           "type,format,source,dataset"),
+    [FID_DATA_TRAIN] = STR(SEC_DATA, "train", FT_STR, data.train_path,
+                           "train_path,train_data,path,train_file,train_images,file,data_path"),
+    [FID_DATA_TRAIN_LABELS] = STR(SEC_DATA, "train_labels", FT_STR, data.train_labels,
+                                  "labels,train_label,train_labels_path"),
+    [FID_DATA_VAL] = STR(SEC_DATA, "val", FT_STR, data.val_path,
+                         "val_path,valid,validation,eval,test,val_data,val_images,val_file"),
+    [FID_DATA_VAL_LABELS] = STR(SEC_DATA, "val_labels", FT_STR, data.val_labels,
+                                "test_labels,valid_labels,val_label"),
+    [FID_VAL_FRACTION] = {.section = SEC_DATA, .key = "val_fraction", .type = FT_DOUBLE,
+                          .offset = OFF(data.val_fraction), .lo = 0, .hi = 1, .hi_open = 1,
+                          .aliases = "val_split,validation_split,val_ratio,split"},
+    [FID_SYNTHETIC_SIZE] = NUM(SEC_DATA, "synthetic_size", FT_LONG, data.synthetic_size, 1, NOMAX,
+                               "size,num_samples,n_samples,synthetic_samples"),
+
+    [FID_STEPS] = NUM(SEC_TRAIN, "steps", FT_INT, train.steps, 1, NOMAX,
+                      "max_steps,train_steps,iters,max_iters,num_steps,iterations,total_steps,step"),
+    [FID_GLOBAL_BATCH] = NUM(SEC_TRAIN, "global_batch", FT_INT, train.global_batch, 1, NOMAX,
+                             "batch_size,global_batch_size,total_batch_size,batch"),
+    [FID_MICRO_BATCH] = NUM(SEC_TRAIN, "micro_batch", FT_INT, train.micro_batch, 1, NOMAX,
+                            "micro_batch_size,micro_bs,per_device_batch_size,mbs"),
+    [FID_LR] = {.section = SEC_TRAIN, .key = "lr", .type = FT_DOUBLE, .offset = OFF(train.lr),
+                .lo = 0, .lo_open = 1, .hi = NOMAX, .aliases = "learning_rate,max_lr,base_lr"},
+    [FID_MIN_LR] = NUM(SEC_TRAIN, "min_lr", FT_DOUBLE, train.min_lr, 0, NOMAX, "lr_min,final_lr,end_lr"),
+    [FID_WARMUP] = NUM(SEC_TRAIN, "warmup", FT_INT, train.warmup, 0, NOMAX,
+                       "warmup_steps,warmup_iters,lr_warmup_steps,lr_warmup_iters"),
+    [FID_SCHEDULE] = ENUM(SEC_TRAIN, "schedule", train.schedule, schedules, schedule_aliases,
+                          "lr_schedule,scheduler,lr_decay_style,decay,lr_scheduler"),
+    [FID_WEIGHT_DECAY] = NUM(SEC_TRAIN, "weight_decay", FT_DOUBLE, train.weight_decay, 0, NOMAX, "wd"),
+    [FID_BETA1] = {.section = SEC_TRAIN, .key = "beta1", .type = FT_DOUBLE, .offset = OFF(train.beta1),
+                   .lo = 0, .hi = 1, .hi_open = 1, .aliases = "adam_beta1"},
+    [FID_BETA2] = {.section = SEC_TRAIN, .key = "beta2", .type = FT_DOUBLE, .offset = OFF(train.beta2),
+                   .lo = 0, .hi = 1, .hi_open = 1, .aliases = "adam_beta2"},
+    [FID_EPS] = {.section = SEC_TRAIN, .key = "eps", .type = FT_DOUBLE, .offset = OFF(train.eps),
+                 .lo = 0, .lo_open = 1, .hi = NOMAX, .aliases = "epsilon,adam_eps,adam_epsilon"},
+    [FID_GRAD_CLIP] = NUM(SEC_TRAIN, "grad_clip", FT_DOUBLE, train.grad_clip, 0, NOMAX,
+                          "clip_grad,max_grad_norm,gradient_clipping,clip_grad_norm,clip"),
+    [FID_PRECISION] = ENUM(SEC_TRAIN, "precision", train.precision, precisions, precision_aliases,
+                           "dtype,mixed_precision,amp,bf16"),
+    [FID_DEVICE] = ENUM(SEC_TRAIN, "device", train.device, devices, device_aliases,
+                        "accelerator,device_type,devices"),
+    [FID_SEED] = NUM(SEC_TRAIN, "seed", FT_U64, train.seed, 0, NOMAX, "random_seed,rng_seed"),
+    [FID_RECOMPUTE] = ENUM(SEC_TRAIN, "recompute", train.recompute, recomputes, recompute_aliases,
+                           "activation_checkpointing,gradient_checkpointing,checkpoint_activations,"
+                           "recompute_granularity,remat"),
+    [FID_EVAL_EVERY] = NUM(SEC_TRAIN, "eval_every", FT_INT, train.eval_every, 0, NOMAX,
+                           "eval_interval,val_every,val_interval,eval_steps"),
+    [FID_EVAL_BATCHES] = NUM(SEC_TRAIN, "eval_batches", FT_INT, train.eval_batches, 0, NOMAX,
+                             "eval_iters,val_batches,val_steps,val_iters"),
+    [FID_THREADS] = NUM(SEC_TRAIN, "threads", FT_INT, train.threads, 0, 65536,
+                        "num_threads,omp_threads,n_threads"),
+    [FID_SKIP_NONFINITE] = NUM(SEC_TRAIN, "skip_nonfinite", FT_BOOL, train.skip_nonfinite, 0, 1,
+                               "skip_nan,skip_inf,skip_non_finite"),
+
+    [FID_DP] = NUM(SEC_PARALLEL, "dp", FT_INT, parallel.dp, 1, 65536,
+                   "data_parallel,data_parallel_size,dp_size"),
+    [FID_TP] = NUM(SEC_PARALLEL, "tp", FT_INT, parallel.tp, 1, 65536,
+                   "tensor_parallel,tensor_model_parallel_size,tensor_parallel_size,tp_size"),
+    [FID_PP] = NUM(SEC_PARALLEL, "pp", FT_INT, parallel.pp, 1, 65536,
+                   "pipeline_parallel,pipeline_model_parallel_size,pipeline_parallel_size,pp_size"),
+    [FID_MODE] = ENUM(SEC_PARALLEL, "mode", parallel.mode, shard_modes, shard_mode_aliases,
+                      "sharding,shard,zero,zero_stage,strategy,sharding_strategy"),
+    [FID_PP_SCHEDULE] = ENUM(SEC_PARALLEL, "pp_schedule", parallel.pp_schedule, pp_schedules,
+                             pp_schedule_aliases, "schedule,pipeline_schedule"),
+    [FID_MICROBATCHES] = NUM(SEC_PARALLEL, "microbatches", FT_INT, parallel.microbatches, 1, NOMAX,
+                             "num_microbatches,n_microbatches,chunks,micro_batches"),
+    [FID_VIRTUAL_STAGES] = NUM(SEC_PARALLEL, "virtual_stages", FT_INT, parallel.virtual_stages, 1, 65536,
+                               "virtual_pipeline_model_parallel_size,num_model_chunks,vpp"),
+    [FID_SEQUENCE_PARALLEL] = NUM(SEC_PARALLEL, "sequence_parallel", FT_BOOL, parallel.sequence_parallel,
+                                  0, 1, "sp,seq_parallel"),
+    [FID_BUCKET_MB] = NUM(SEC_PARALLEL, "bucket_mb", FT_INT, parallel.bucket_mb, 1, 4096,
+                          "bucket_size,bucket_cap_mb,bucket_size_mb"),
+
+    [FID_CKPT_DIR] = STR(SEC_CHECKPOINT, "dir", FT_STR, checkpoint.dir,
+                         "path,save_dir,directory,save,ckpt_dir,output_dir"),
+    [FID_CKPT_EVERY] = NUM(SEC_CHECKPOINT, "every", FT_INT, checkpoint.every, 0, NOMAX,
+                           "save_every,interval,save_interval,save_steps"),
+    [FID_CKPT_KEEP] = NUM(SEC_CHECKPOINT, "keep", FT_INT, checkpoint.keep, 1, NOMAX,
+                          "keep_last,max_keep,save_total_limit"),
+    [FID_CKPT_RESUME] = STR(SEC_CHECKPOINT, "resume", FT_RESUME, checkpoint.resume,
+                            "load,resume_from,resume_from_checkpoint"),
+
+    [FID_LOG_METRICS] = STR(SEC_LOG, "metrics", FT_STR, log.metrics, "metrics_file,jsonl,log_file,file"),
+    [FID_LOG_EVERY] = NUM(SEC_LOG, "every", FT_INT, log.every, 1, NOMAX,
+                          "log_every,interval,log_interval,log_steps"),
+    [FID_LOG_PROGRESS] = ENUM(SEC_LOG, "progress", log.progress, progress_modes, progress_aliases,
+                              "progress_bar,bar"),
+    [FID_LOG_TRACE] = STR(SEC_LOG, "trace", FT_STR, log.trace, "trace_file,profile,chrome_trace"),
+
+    [FID_NPROC_PER_NODE] = STR(SEC_LAUNCH, "nproc_per_node", FT_NPROC, launch.nproc_per_node,
+                               "nproc,nprocs,gpus,gpus_per_node,ntasks_per_node"),
+    [FID_NNODES] = STR(SEC_LAUNCH, "nnodes", FT_NNODES, launch.nnodes, "nodes,num_nodes,n_nodes"),
+    [FID_RDZV_ENDPOINT] = STR(SEC_LAUNCH, "rdzv_endpoint", FT_ENDPOINT, launch.rdzv_endpoint,
+                              "endpoint,master_addr,rendezvous,rdzv_addr,master"),
+    [FID_RDZV_ID] = STR(SEC_LAUNCH, "rdzv_id", FT_STR, launch.rdzv_id, "job_id,run_id,rendezvous_id"),
+    [FID_MAX_RESTARTS] = NUM(SEC_LAUNCH, "max_restarts", FT_INT, launch.max_restarts, 0, NOMAX,
+                             "restarts,retries,max_retries"),
+    [FID_LOG_DIR] = STR(SEC_LAUNCH, "log_dir", FT_STR, launch.log_dir, "logs,logdir,log_path"),
+};
+
+/* Kind-specific model keys, and "not set" launch keys: set apart from the
+ * initialisers above to keep those rows short. */
+static field_only field_only_of(int fid)
+{
+    switch (fid) {
+    case FID_VOCAB_SIZE: case FID_SEQ_LEN: return ONLY_GPT;
+    case FID_IMAGE_SIZE: case FID_PATCH_SIZE: case FID_CHANNELS: case FID_N_CLASSES: return ONLY_VIT;
+    default: return ONLY_ANY;
+    }
+}
+
+int job_field_find(job_section section, const char *key, size_t len)
+{
+    for (int f = 0; f < FID_COUNT; f++)
+        if (job_fields[f].section == section && strlen(job_fields[f].key) == len &&
+            !memcmp(job_fields[f].key, key, len))
+            return f;
+    return -1;
+}
+
+int job_section_find(const char *name, size_t len)
+{
+    for (int s = 0; s < SEC_COUNT; s++)
+        if (strlen(job_section_names[s]) == len && !memcmp(job_section_names[s], name, len)) return s;
+    return -1;
+}
+
+void *job_field_ptr(job_spec *job, int fid)
+{
+    return (char *)job + job_fields[fid].offset;
+}
+
+const void *job_field_cptr(const job_spec *job, int fid)
+{
+    return (const char *)job + job_fields[fid].offset;
+}
+
+int job_field_applies(const job_spec *job, int fid)
+{
+    field_only only = field_only_of(fid);
+    if (only == ONLY_GPT) return job->model.kind == MODEL_GPT;
+    if (only == ONLY_VIT) return job->model.kind == MODEL_VIT;
+    return 1;
+}
+
+int job_field_unset(const job_spec *job, int fid)
+{
+    if (job_fields[fid].section != SEC_LAUNCH) return 0;
+    if (job_fields[fid].type == FT_INT) return *(const int *)job_field_cptr(job, fid) == -1;
+    return ((const char *)job_field_cptr(job, fid))[0] == 0;
+}
+
+void job_field_range_text(int fid, char *out, size_t n)
+{
+    const field_def *f = &job_fields[fid];
+    if (f->hi == NOMAX)
+        snprintf(out, n, "must be %s %.15g", f->lo_open ? ">" : ">=", f->lo);
+    else
+        snprintf(out, n, "must be %s %.15g and %s %.15g", f->lo_open ? ">" : ">=", f->lo,
+                 f->hi_open ? "<" : "<=", f->hi);
+}
+
+int job_field_in_range(int fid, double v)
+{
+    const field_def *f = &job_fields[fid];
+    if (f->lo_open ? !(v > f->lo) : !(v >= f->lo)) return -1;
+    if (f->hi != NOMAX && (f->hi_open ? !(v < f->hi) : !(v <= f->hi))) return -1;
+    return 0;
+}
+
+void job_field_enum_list(int fid, char *out, size_t n)
+{
+    const char *const *names = job_fields[fid].names;
+    size_t used = 0;
+    int count = 0;
+    while (names[count]) count++;
+    out[0] = 0;
+    for (int i = 0; i < count && used < n; i++) {
+        const char *sep = i == 0 ? "" : i == count - 1 ? " or " : ", ";
+        int w = snprintf(out + used, n - used, "%s%s", sep, names[i]);
+        if (w < 0) break;
+        used += (size_t)w;
+    }
+}
+
+/* A decimal number in [1, max] made of digits only, else -1. */
+static long small_count(const char *s, size_t len, long max)
+{
+    if (len == 0 || len > 9) return -1;
+    long v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    return v >= 1 && v <= max ? v : -1;
+}
+
+static int check_endpoint(const char *s, char *why, size_t n)
+{
+    const char *port = NULL;
+    size_t host_len;
+    if (s[0] == '[') { /* [IPv6]:port */
+        const char *close = strchr(s, ']');
+        if (!close || close == s + 1) {
+            snprintf(why, n, "an IPv6 address must be written [ADDR] or [ADDR]:PORT");
+            return -1;
+        }
+        host_len = (size_t)(close - s - 1);
+        if (close[1] == ':') port = close + 2;
+        else if (close[1] != 0) {
+            snprintf(why, n, "expected HOST or HOST:PORT");
+            return -1;
+        }
+    } else {
+        const char *colon = strchr(s, ':');
+        if (colon && strchr(colon + 1, ':')) {
+            snprintf(why, n, "an IPv6 address must be written [ADDR] or [ADDR]:PORT");
+            return -1;
+        }
+        host_len = colon ? (size_t)(colon - s) : strlen(s);
+        if (colon) port = colon + 1;
+    }
+    if (host_len == 0) {
+        snprintf(why, n, "the host is empty (expected HOST or HOST:PORT)");
+        return -1;
+    }
+    for (const char *p = s; *p; p++)
+        if (*p == ' ' || *p == '\t' || *p == '/') {
+            snprintf(why, n, "expected HOST or HOST:PORT, without spaces or slashes");
+            return -1;
+        }
+    if (port && small_count(port, strlen(port), 65535) < 0) {
+        snprintf(why, n, "the port must be a number from 1 to 65535");
+        return -1;
+    }
+    return 0;
+}
+
+int job_field_check_string(int fid, const char *s, char *why, size_t n)
+{
+    switch (job_fields[fid].type) {
+    case FT_RESUME:
+        if (s[0] == 0) {
+            snprintf(why, n, "must be auto, never or a checkpoint path");
+            return -1;
+        }
+        return 0;
+    case FT_NPROC:
+        if (s[0] == 0 || !strcmp(s, "cpu") || !strcmp(s, "gpu") || !strcmp(s, "auto")) return 0;
+        if (small_count(s, strlen(s), 65536) > 0) return 0;
+        snprintf(why, n, "expected a number of processes (1 to 65536), cpu, gpu or auto");
+        return -1;
+    case FT_NNODES: {
+        if (s[0] == 0) return 0;
+        const char *colon = strchr(s, ':');
+        long lo = small_count(s, colon ? (size_t)(colon - s) : strlen(s), 65536);
+        long hi = colon ? small_count(colon + 1, strlen(colon + 1), 65536) : lo;
+        if (lo < 0 || hi < 0) {
+            snprintf(why, n, "expected N or MIN:MAX nodes (1 to 65536)");
+            return -1;
+        }
+        if (lo > hi) {
+            snprintf(why, n, "MIN is larger than MAX in MIN:MAX");
+            return -1;
+        }
+        return 0;
+    }
+    case FT_ENDPOINT:
+        return s[0] == 0 ? 0 : check_endpoint(s, why, n);
+    default:
+        return 0;
+    }
+}
+
+/* ---- enum names for the rest of the program (jobspec.h) ---- */
+
+static const char *name_of(const char *const *names, int v)
+{
+    for (int i = 0; names[i]; i++)
+        if (i == v) return names[i];
+    return "?";
+}
+
+const char *job_model_kind_name(model_kind k) { return name_of(model_kinds, (int)k); }
+const char *job_data_kind_name(data_kind k) { return name_of(data_kinds, (int)k); }
+const char *job_lr_schedule_name(lr_schedule s) { return name_of(schedules, (int)s); }
+const char *job_precision_name(precision_kind p) { return name_of(precisions, (int)p); }
+const char *job_device_name(device_kind d) { return name_of(devices, (int)d); }
+const char *job_recompute_name(recompute_kind r) { return name_of(recomputes, (int)r); }
+const char *job_shard_mode_name(shard_mode m) { return name_of(shard_modes, (int)m); }
+const char *job_pp_schedule_name(pp_schedule_kind s) { return name_of(pp_schedules, (int)s); }
+const char *job_progress_name(progress_mode p) { return name_of(progress_modes, (int)p); }

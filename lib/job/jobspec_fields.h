@@ -1,0 +1,101 @@
+/* jobspec_fields.h — the table of job-file keys.
+ *
+ * One row per YAML key: its section, name, type, where it lives in job_spec,
+ * its range and, for enums, the value names. The loader, the validator and the
+ * printer all walk this table, so a key is declared once. Aliases are other
+ * tools' names for the same thing (Megatron, HF, torchrun, nanoGPT); they are
+ * never accepted, only used to say "did you mean". */
+#ifndef DTRUN_JOBSPEC_FIELDS_H
+#define DTRUN_JOBSPEC_FIELDS_H
+
+#include <stddef.h>
+#include "lib/job/jobspec.h"
+
+typedef enum {
+    SEC_MODEL = 0, SEC_DATA, SEC_TRAIN, SEC_PARALLEL, SEC_CHECKPOINT, SEC_LOG, SEC_LAUNCH,
+    SEC_COUNT
+} job_section;
+
+typedef enum {
+    FID_MODEL_KIND = 0, FID_MODEL_PRESET, FID_N_LAYER, FID_N_HEAD, FID_D_MODEL, FID_D_FF,
+    FID_VOCAB_SIZE, FID_SEQ_LEN, FID_IMAGE_SIZE, FID_PATCH_SIZE, FID_CHANNELS, FID_N_CLASSES,
+    FID_DATA_KIND, FID_DATA_TRAIN, FID_DATA_TRAIN_LABELS, FID_DATA_VAL, FID_DATA_VAL_LABELS,
+    FID_VAL_FRACTION, FID_SYNTHETIC_SIZE,
+    FID_STEPS, FID_GLOBAL_BATCH, FID_MICRO_BATCH, FID_LR, FID_MIN_LR, FID_WARMUP, FID_SCHEDULE,
+    FID_WEIGHT_DECAY, FID_BETA1, FID_BETA2, FID_EPS, FID_GRAD_CLIP, FID_PRECISION, FID_DEVICE, FID_SEED,
+    FID_RECOMPUTE, FID_EVAL_EVERY, FID_EVAL_BATCHES, FID_THREADS, FID_SKIP_NONFINITE,
+    FID_DP, FID_TP, FID_PP, FID_MODE, FID_PP_SCHEDULE, FID_MICROBATCHES, FID_VIRTUAL_STAGES,
+    FID_SEQUENCE_PARALLEL, FID_BUCKET_MB,
+    FID_CKPT_DIR, FID_CKPT_EVERY, FID_CKPT_KEEP, FID_CKPT_RESUME,
+    FID_LOG_METRICS, FID_LOG_EVERY, FID_LOG_PROGRESS, FID_LOG_TRACE,
+    FID_NPROC_PER_NODE, FID_NNODES, FID_RDZV_ENDPOINT, FID_RDZV_ID, FID_MAX_RESTARTS,
+    FID_LOG_DIR,
+    FID_COUNT
+} job_fid;
+
+typedef enum {
+    FT_INT,      /* int */
+    FT_LONG,     /* long */
+    FT_U64,      /* unsigned long long */
+    FT_DOUBLE,   /* double, finite */
+    FT_BOOL,     /* int 0/1, written true/false */
+    FT_ENUM,     /* int-sized enum, written as names[value] */
+    FT_STR,      /* char[size]; null or empty = "" */
+    FT_PRESET,   /* char[size], a preset name */
+    FT_RESUME,   /* char[size]: auto | never | a path */
+    FT_NPROC,    /* char[size]: N | cpu | gpu | auto */
+    FT_NNODES,   /* char[size]: N | MIN:MAX */
+    FT_ENDPOINT  /* char[size]: host[:port] */
+} field_type;
+
+typedef enum { ONLY_ANY = 0, ONLY_GPT, ONLY_VIT } field_only;
+
+typedef struct {
+    job_section section;
+    const char *key;           /* the YAML key */
+    field_type type;
+    size_t offset;             /* into job_spec */
+    size_t size;               /* strings: buffer size */
+    const char *const *names;  /* FT_ENUM: NULL-terminated, index = value */
+    const char *const *value_aliases; /* FT_ENUM: per value, "a,b" suggesting it, or NULL */
+    double lo, hi;             /* numeric range (inclusive unless *_open) */
+    int lo_open, hi_open;
+    const char *aliases;       /* comma-separated names suggesting this key */
+} field_def;
+
+extern const field_def job_fields[FID_COUNT];
+extern const char *const job_section_names[SEC_COUNT];
+
+/* The field of `section` called `key` (exact), or -1. */
+int job_field_find(job_section section, const char *key, size_t len);
+
+/* The section called `name` (exact), or -1. */
+int job_section_find(const char *name, size_t len);
+
+/* Pointer to the field's storage inside job. */
+void *job_field_ptr(job_spec *job, int fid);
+const void *job_field_cptr(const job_spec *job, int fid);
+
+/* Whether the field means anything for this job: vocab_size and seq_len are
+ * GPT-only, image_size, patch_size, channels and n_classes ViT-only. */
+int job_field_applies(const job_spec *job, int fid);
+
+/* Whether the field holds its "not set" value: launch keys are -1 or "" until
+ * the file sets them (the command line fills the rest). */
+int job_field_unset(const job_spec *job, int fid);
+
+/* Describe the range, e.g. "must be >= 1" or "must be in [0, 1)". */
+void job_field_range_text(int fid, char *out, size_t n);
+
+/* Check a numeric value against the range: 0 inside, -1 outside. */
+int job_field_in_range(int fid, double v);
+
+/* "a, b or c" for an enum's names. */
+void job_field_enum_list(int fid, char *out, size_t n);
+
+/* Checks of the string kinds with a format (resume, nproc, nnodes, endpoint);
+ * 0 when fine, else -1 and why in `why`. Empty strings are fine ("not set")
+ * except for resume. */
+int job_field_check_string(int fid, const char *s, char *why, size_t n);
+
+#endif

@@ -1,0 +1,802 @@
+/* engine.c — one worker's training engine (see engine.h).
+ *
+ * Setup: communicators (store, world, mesh groups, HSDP's two levels, the tied
+ * embedding's pair of stages), this rank's model chunks with their tp shard, the
+ * strategy, the optimizer over the strategy's slices, the data. A step: this dp
+ * rank's slice of the global batch through forward / backward — micro-batch by
+ * micro-batch with pp = 1, through the pipeline executor (pp_exec.h) otherwise —
+ * while tp and the strategy act in the model's hooks; the strategy finishes the
+ * gradient sync; pipelines sum the tied wte gradient; one exchange of (loss,
+ * squared gradient norm) over the world; clip, AdamW on the slices; the
+ * strategy makes the parameters current. */
+#include "runtime/worker/engine.h"
+#include "runtime/worker/engine_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "runtime/comm/comm.h"
+#include "runtime/comm/store.h"
+#include "runtime/data/data.h"
+#include "runtime/parallel/mesh.h"
+#include "runtime/model/model.h"
+#include "runtime/parallel/pp_exec.h"
+#include "runtime/parallel/sizes.h"
+#include "runtime/parallel/strategy.h"
+#include "runtime/parallel/trace.h"
+#include "runtime/optim/optim.h"
+#include "runtime/train/train.h"
+
+static int env_int(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+static int batch_alloc(batch_buf *b, const job_model *spec, int cap)
+{
+    memset(b, 0, sizeof *b);
+    b->cap = cap;
+    if (spec->kind == MODEL_GPT) {
+        size_t n = (size_t)cap * spec->seq_len;
+        b->tokens = malloc(n * sizeof(int));
+        b->targets = malloc(n * sizeof(int));
+        b->bytes = 2 * n * sizeof(int);
+        return b->tokens && b->targets ? 0 : -1;
+    }
+    size_t n = (size_t)cap * spec->channels * spec->image_size * spec->image_size;
+    b->images = malloc(n * sizeof(float));
+    b->labels = malloc((size_t)cap * sizeof(int));
+    b->bytes = n * sizeof(float) + (size_t)cap * sizeof(int);
+    return b->images && b->labels ? 0 : -1;
+}
+
+static void batch_free(batch_buf *b)
+{
+    free(b->tokens), free(b->targets), free(b->images), free(b->labels);
+}
+
+/* `B` samples from sample `at` of the buffer. */
+static model_batch batch_at(const engine *e, int at, int B)
+{
+    const job_model *spec = &e->job.model;
+    const batch_buf *b = &e->buf;
+    model_batch mb = {.B = B};
+    if (spec->kind == MODEL_GPT) {
+        size_t o = (size_t)at * spec->seq_len;
+        mb.tokens = b->tokens + o;
+        mb.targets = b->targets + o;
+    } else {
+        mb.images = b->images + (size_t)at * spec->channels * spec->image_size * spec->image_size;
+        mb.labels = b->labels + at;
+    }
+    return mb;
+}
+
+/* Samples [begin, begin + count) of the global batch of `step` into the buffer
+ * from sample `at` on. */
+static void batch_fill(engine *e, data_loader *d, long step, long begin, int count, int at)
+{
+    if (count <= 0) return;
+    model_batch mb = batch_at(e, at, count);
+    data_batch(d, step, (int)begin, count, (int *)mb.tokens, (int *)mb.targets, (float *)mb.images,
+               (int *)mb.labels);
+}
+
+/* Samples that only keep a pipeline's micro-batches the same size: target / label
+ * -1, which the loss ignores (ops.h: targets < 0 count 0, no gradient). */
+static void batch_pad(engine *e, int at, int count)
+{
+    const job_model *spec = &e->job.model;
+    if (count <= 0) return;
+    model_batch mb = batch_at(e, at, count);
+    if (spec->kind == MODEL_GPT) {
+        size_t n = (size_t)count * spec->seq_len;
+        memset((int *)mb.tokens, 0, n * sizeof(int));
+        for (size_t i = 0; i < n; i++) ((int *)mb.targets)[i] = -1;
+    } else {
+        memset((float *)mb.images, 0,
+               (size_t)count * spec->channels * spec->image_size * spec->image_size * sizeof(float));
+        for (int i = 0; i < count; i++) ((int *)mb.labels)[i] = -1;
+    }
+}
+
+/* ---- the model's hooks: tensor parallel and the data-parallel strategy ---- */
+
+static void hook_tp(void *ctx, float *buf, size_t n, tp_op op)
+{
+    engine *e = ctx;
+    tp_allreduce(&e->x, buf, n, op);
+}
+
+static void hook_tp_all_gather(void *ctx, const float *local, float *full, size_t full_count)
+{
+    engine *e = ctx;
+    tp_all_gather(&e->x, local, full, full_count);
+}
+
+static void hook_tp_reduce_scatter(void *ctx, const float *full, float *local, size_t full_count)
+{
+    engine *e = ctx;
+    tp_reduce_scatter(&e->x, full, local, full_count);
+}
+
+/* The trace's unit spans (trace.h) leave out the strategy's work in the hooks. */
+static void hook_before(void *ctx, int unit, model_phase phase)
+{
+    engine *e = ctx;
+    trace_unit_close();
+    e->so->before(e->ds, unit, phase);
+    trace_unit_open(unit, phase == PHASE_BACKWARD);
+}
+
+static void hook_after(void *ctx, int unit, model_phase phase)
+{
+    engine *e = ctx;
+    trace_unit_close();
+    e->so->after(e->ds, unit, phase);
+}
+
+/* ---- the pipeline executor's hooks ---- */
+
+/* DDP and ZeRO-1 reduce a chunk's gradients during its last backward of the step. */
+static void pp_before_backward(void *ctx, int chunk, int mb, int last_of_chunk, int last_of_rank)
+{
+    engine *e = ctx;
+    (void)chunk, (void)mb, (void)last_of_rank;
+    e->x.last_micro = last_of_chunk;
+}
+
+/* Micro-batch mb of the step, loaded before the step began. */
+static int pp_batch(void *ctx, int mb, model_batch *out, char *err, size_t errlen)
+{
+    engine *e = ctx;
+    (void)err, (void)errlen;
+    *out = batch_at(e, mb * e->batch_B, e->batch_B);
+    return 0;
+}
+
+/* ---- setup ---- */
+
+/* Which strategy runs the data-parallel dimension. A group of one shards
+ * nothing: DDP (which then does nothing with dp = 1, or replicates HSDP's
+ * one-rank nodes) is the same run without the machinery. */
+static const strat_ops *pick_strategy(const job_spec *job, const sizes *sz)
+{
+    int dp = job->parallel.dp;
+    switch (job->parallel.mode) {
+    case SHARD_ZERO1: return dp > 1 ? &strat_zero1 : &strat_ddp;
+    case SHARD_ZERO2: return dp > 1 ? &strat_zero2 : &strat_ddp;
+    case SHARD_FSDP:
+    case SHARD_HSDP: return sizes_shard_group(sz, SHARD_OF_PARAM) > 1 ? &strat_fsdp : &strat_ddp;
+    default: return &strat_ddp;
+    }
+}
+
+/* FSDP: the shard group is the dp group. HSDP: runs of S consecutive dp ranks
+ * (one node's) shard, ranks with the same position in their run replicate. */
+static int make_shard_groups(engine *e, comm **shard, comm **replica, char *err, size_t errlen)
+{
+    int S = sizes_shard_group(e->sz, SHARD_OF_PARAM), dp = e->job.parallel.dp;
+    *shard = e->mc.dp;
+    *replica = NULL;
+    if (S == dp) return COMM_OK;
+    int d = e->mc.me.dp, *members = malloc((size_t)dp * sizeof(int)), n = 0;
+    if (!members) {
+        snprintf(err, errlen, "out of memory");
+        return COMM_ESYS;
+    }
+    for (int i = d / S * S; i < d / S * S + S; i++) members[n++] = i;
+    int rc = comm_group(e->mc.dp, members, n, &e->shard_own, err, errlen);
+    n = 0;
+    for (int i = d % S; i < dp; i += S) members[n++] = i;
+    if (rc == COMM_OK) rc = comm_group(e->mc.dp, members, n, &e->replica_own, err, errlen);
+    free(members);
+    *shard = e->shard_own;
+    *replica = e->replica_own;
+    return rc;
+}
+
+/* GPT split over pipeline stages: the first stage's wte and the last stage's
+ * tied copy are summed between the two ranks with the same (dp, tp) —
+ * Megatron's embedding group. Only those two call comm_group. */
+static int make_emb_group(engine *e, char *err, size_t errlen)
+{
+    int pp = e->job.parallel.pp;
+    mesh_coord me = e->mc.me;
+    if (e->job.model.kind != MODEL_GPT || pp == 1 || (me.pp != 0 && me.pp != pp - 1)) return COMM_OK;
+    int members[2] = {mesh_rank(&e->mesh, (mesh_coord){.dp = me.dp, .pp = 0, .tp = me.tp}),
+                      mesh_rank(&e->mesh, (mesh_coord){.dp = me.dp, .pp = pp - 1, .tp = me.tp})};
+    return comm_group(e->world, members, 2, &e->emb_group, err, errlen);
+}
+
+static int setup_comms(engine *e, char *err, size_t errlen)
+{
+    char why[512];
+    if (e->world_size > 1 && !(e->store = store_open_env(why, sizeof why))) {
+        snprintf(err, errlen, "rank %d: cannot open the store: %s", e->rank, why);
+        return -1;
+    }
+    if (comm_world_init(&e->world, e->store, why, sizeof why) != COMM_OK) {
+        snprintf(err, errlen, "rank %d: cannot join the world: %s", e->rank, why);
+        return -1;
+    }
+    if (mesh_from_parallel(&e->mesh, &e->job.parallel, why, sizeof why) != 0 ||
+        mesh_comms_create(&e->mesh, e->world, &e->mc, why, sizeof why) != COMM_OK) {
+        snprintf(err, errlen, "rank %d: cannot build the mesh: %s", e->rank, why);
+        return -1;
+    }
+    e->have_mc = 1;
+    if (make_emb_group(e, why, sizeof why) != COMM_OK) {
+        snprintf(err, errlen, "rank %d: cannot pair the tied embedding's stages: %s", e->rank, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* This rank's chunks (pp = 1: one chunk of every unit), initialized, counted. */
+static int setup_chunks(engine *e, char *err, size_t errlen)
+{
+    const job_spec *job = &e->job;
+    int pp = job->parallel.pp, n_units = e->x.n_units;
+    const int *first = sizes_first_unit(e->sz);
+    e->n_chunks = pp > 1 ? job->parallel.virtual_stages : 1;
+    e->chunk = calloc((size_t)e->n_chunks, sizeof(model *));
+    e->opt = calloc((size_t)e->n_chunks, sizeof(optim *));
+    if (!e->chunk || !e->opt) {
+        snprintf(err, errlen, "rank %d: out of memory", e->rank);
+        return -1;
+    }
+    for (int l = 0; l < e->n_chunks; l++) {
+        int c = pp_chunk_id(e->mc.me.pp, l, pp);
+        model_shard sh = {.tp_rank = e->mc.me.tp, .tp_size = job->parallel.tp,
+                          .unit_begin = pp > 1 ? first[c] : 0, .unit_end = pp > 1 ? first[c + 1] : n_units,
+                          .sp = job->parallel.sequence_parallel && job->parallel.tp > 1};
+        if (!(e->chunk[l] = model_create(&job->model, &sh, e->ops, job->train.recompute))) {
+            snprintf(err, errlen, "rank %d: cannot create the model chunk of units [%d, %d)", e->rank,
+                     sh.unit_begin, sh.unit_end);
+            return -1;
+        }
+        model_init_params(e->chunk[l], job->train.seed);
+        for (int u = sh.unit_begin; u < sh.unit_end; u++) {
+            e->unit_model[u] = e->chunk[l];
+            long long b = (long long)(model_unit_local_numel(e->chunk[l], u) * sizeof(float));
+            acct_add(e->acct, ACCT_PARAMS, b);
+            acct_add(e->acct, ACCT_GRADS, b);
+        }
+    }
+    return 0;
+}
+
+/* Activations: one micro-batch's with pp = 1; the executor's slots with pp > 1
+ * (each slot one model_acts of its chunk: sizes_chunk_acts_bytes). */
+static int setup_acts(engine *e, char *err, size_t errlen)
+{
+    const job_spec *job = &e->job;
+    int mb = job->train.micro_batch, pp = job->parallel.pp, cap;
+    /* host buffers count where they are device memory: on the CPU backend (sizes.h) */
+    int host_is_device = e->ops == &dt_ops_cpu;
+    size_t host = host_is_device ? sizes_acts_host_bytes(e->sz) : 0;
+    if (pp == 1) {
+        if (!(e->acts = model_acts_create(e->chunk[0], mb))) {
+            snprintf(err, errlen, "rank %d: out of memory for the activations", e->rank);
+            return -1;
+        }
+        acct_add(e->acct, ACCT_ACTS, (long long)(model_acts_bytes(&job->model, model_get_shard(e->chunk[0]), mb,
+                                                                  job->train.recompute) +
+                                                 host));
+    } else {
+        char why[512];
+        pp_exec_config cfg = {.sched = sizes_schedule(e->sz), .rank = e->mc.me.pp, .pp = e->mc.pp,
+                              .chunks = e->chunk, .micro_batch = mb, .ops = e->ops};
+        if (!(e->ex = pp_exec_create(&cfg, why, sizeof why))) {
+            snprintf(err, errlen, "rank %d: %s", e->rank, why);
+            return -1;
+        }
+        pp_exec_hooks h = {.ctx = e, .before_backward = pp_before_backward, .span = engine_trace_pp_span,
+                           .send_wait = engine_trace_send_wait};
+        pp_exec_set_hooks(e->ex, &h);
+        for (int l = 0; l < e->n_chunks; l++)
+            acct_add(e->acct, ACCT_ACTS,
+                     (long long)pp_exec_slots(e->ex, l) *
+                         (long long)(sizes_chunk_acts_bytes(e->sz, pp_chunk_id(e->mc.me.pp, l, pp), e->mc.me.tp) +
+                                     host));
+        e->micro_per_step = job->parallel.microbatches;
+    }
+    cap = sizes_batch_samples(e->sz);
+    if (batch_alloc(&e->buf, &job->model, cap) != 0) {
+        snprintf(err, errlen, "rank %d: out of memory for the batch", e->rank);
+        return -1;
+    }
+    if (host_is_device) acct_add(e->acct, ACCT_ACTS, (long long)e->buf.bytes);
+    return 0;
+}
+
+/* AdamW over the slices the strategy says this rank updates, one per chunk. */
+static int setup_optim(engine *e)
+{
+    for (int l = 0; l < e->n_chunks; l++) {
+        const model_shard *sh = model_get_shard(e->chunk[l]);
+        int n = sh->unit_end - sh->unit_begin;
+        size_t *lo = malloc((size_t)n * sizeof(size_t)), *hi = malloc((size_t)n * sizeof(size_t));
+        if (!lo || !hi) {
+            free(lo), free(hi);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            strat_slice sl;
+            e->so->slice(e->ds, sh->unit_begin + i, &sl);
+            lo[i] = sl.lo;
+            hi[i] = sl.lo + sl.len;
+        }
+        e->opt[l] = optim_create(e->chunk[l], e->ops, &e->job.train, lo, hi);
+        free(lo), free(hi);
+        if (!e->opt[l]) return -1;
+        acct_add(e->acct, ACCT_OPTIM, (long long)optim_state_bytes(e->opt[l]));
+    }
+    return 0;
+}
+
+engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t errlen)
+{
+    *exit_code = TRAIN_EXIT_FAIL;
+    int rank = env_int("RANK", 0), world = env_int("WORLD_SIZE", 1);
+    const job_parallel *par = &job->parallel;
+    int need = par->dp * par->tp * par->pp;
+    if (world != need) {
+        snprintf(err, errlen, "rank %d: %s: the layout needs dp*tp*pp = %d workers but WORLD_SIZE is %d",
+                 rank, job->path, need, world);
+        return NULL;
+    }
+    /* job_validate says the same; a micro-batch of any size (evaluation's last may
+     * hold one sample) splits into tp equal row parts when a sample does */
+    int sp = par->sequence_parallel && par->tp > 1;
+    if (sp && model_seq_len(&job->model) % par->tp != 0) {
+        snprintf(err, errlen, "rank %d: %s: parallel.sequence_parallel splits each sample's %d tokens over tp %d, "
+                 "which does not divide them", rank, job->path, model_seq_len(&job->model), par->tp);
+        return NULL;
+    }
+    engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        snprintf(err, errlen, "rank %d: out of memory", rank);
+        return NULL;
+    }
+    e->job = *job;
+    e->ops = &dt_ops_cpu;
+    e->rank = rank;
+    e->world_size = world;
+    if (job->train.threads > 0) dt_ops_set_threads(job->train.threads);
+    e->acct = acct_create();
+    int n_units = model_n_units(&job->model);
+    e->unit_model = calloc((size_t)n_units, sizeof(model *));
+    if (!e->acct || !e->unit_model) {
+        snprintf(err, errlen, "rank %d: out of memory", rank);
+        goto fail;
+    }
+    /* train.device, before the communicators: the world takes NCCL when every
+     * rank computes on a GPU of its own (runtime/comm/comm_nccl.h) */
+    _Static_assert((int)DEVICE_CPU == (int)DT_DEVICE_CPU && (int)DEVICE_CUDA == (int)DT_DEVICE_CUDA,
+                   "device_kind and dt_device number alike");
+    char dev_why[256];
+    const dt_ops *ops = dt_ops_select((dt_device)job->train.device, env_int("LOCAL_RANK", 0), dev_why,
+                                      sizeof dev_why);
+    if (!ops) {
+        snprintf(err, errlen, "rank %d: %s: %s", rank, job->path, dev_why);
+        goto fail;
+    }
+    e->ops = ops;
+
+    *exit_code = TRAIN_EXIT_COMM;
+    if (setup_comms(e, err, errlen) != 0) goto fail;
+    *exit_code = TRAIN_EXIT_FAIL;
+    mesh_coord me = e->mc.me;
+    sizes_env senv = {.gpu = e->ops != &dt_ops_cpu, .ranks_per_node = env_int("DTRUN_HSDP_RANKS_PER_NODE",
+                                                          env_int("LOCAL_WORLD_SIZE", world))};
+    char why[512];
+    if (!(e->sz = sizes_create(job, &senv, why, sizeof why))) {
+        snprintf(err, errlen, "rank %d: %s", rank, why);
+        goto fail;
+    }
+    e->so = pick_strategy(job, e->sz);
+    comm *shard = e->mc.dp, *replica = NULL;
+    if (e->so == &strat_fsdp && make_shard_groups(e, &shard, &replica, why, sizeof why) != COMM_OK) {
+        snprintf(err, errlen, "rank %d: cannot build the HSDP groups: %s", rank, why);
+        *exit_code = TRAIN_EXIT_COMM;
+        goto fail;
+    }
+    e->x = (strat_ctx){.job = &e->job, .ops = e->ops, .sz = e->sz, .at = {me.dp, me.pp, me.tp},
+                       .rank = rank, .n_units = n_units, .unit_model = e->unit_model, .dp = e->mc.dp,
+                       .shard = shard, .replica = replica, .tp = e->mc.tp, .acct = e->acct};
+    if (setup_chunks(e, err, errlen) != 0 || setup_acts(e, err, errlen) != 0) goto fail;
+    if (!(e->ds = e->so->create(&e->x, why, sizeof why))) {
+        snprintf(err, errlen, "rank %d: %s", rank, why);
+        goto fail;
+    }
+    model_hooks hooks = {.ctx = e, .tp_allreduce = par->tp > 1 ? hook_tp : NULL,
+                         .tp_all_gather = sp ? hook_tp_all_gather : NULL,
+                         .tp_reduce_scatter = sp ? hook_tp_reduce_scatter : NULL, .before = hook_before,
+                         .after = hook_after};
+    for (int l = 0; l < e->n_chunks; l++) model_set_hooks(e->chunk[l], &hooks);
+    if (setup_optim(e) != 0) {
+        snprintf(err, errlen, "rank %d: out of memory for the optimizer state", rank);
+        goto fail;
+    }
+
+    *exit_code = TRAIN_EXIT_DATA;
+    if (!(e->train = data_open(job, DATA_TRAIN, why, sizeof why)) ||
+        !(e->val = data_open(job, DATA_VAL, why, sizeof why))) {
+        snprintf(err, errlen, "%s", why);
+        goto fail;
+    }
+    e->per_sample = job->model.kind == MODEL_GPT ? job->model.seq_len : 1;
+    /* the head's rank computes the loss; every tp rank of it the same one */
+    e->counts_loss = me.tp == 0 && e->unit_model[n_units - 1];
+    snprintf(e->layout, sizeof e->layout, "dp=%d tp=%d%s pp=%d %s%s%s", par->dp, par->tp, sp ? "+sp" : "", par->pp,
+             par->mode == SHARD_HSDP && e->so == &strat_fsdp ? "hsdp" : e->so->name, par->pp > 1 ? " " : "",
+             par->pp > 1 ? pp_schedule_kind_name(par->pp_schedule) : "");
+    if (e->ops != &dt_ops_cpu) { /* say where it runs and how it talks (CPU runs: as before) */
+        size_t l = strlen(e->layout);
+        snprintf(e->layout + l, sizeof e->layout - l, " on %s, comm %s", e->ops->name, comm_transport(e->world));
+    }
+    e->mark = strat_now();
+    *exit_code = TRAIN_EXIT_OK;
+    return e;
+fail:
+    engine_destroy(e);
+    return NULL;
+}
+
+void engine_destroy(engine *e)
+{
+    if (!e) return;
+    /* the strategy's buffers are bound into the chunks: strategy first */
+    if (e->ds) e->so->destroy(e->ds);
+    pp_exec_destroy(e->ex);
+    model_acts_destroy(e->acts);
+    for (int l = 0; l < e->n_chunks; l++) {
+        if (e->opt) optim_destroy(e->opt[l]);
+        if (e->chunk) model_destroy(e->chunk[l]);
+    }
+    free(e->opt);
+    free(e->chunk);
+    batch_free(&e->buf);
+    data_close(e->val);
+    data_close(e->train);
+    sizes_destroy(e->sz);
+    if (e->emb_group) comm_destroy(e->emb_group);
+    if (e->replica_own) comm_destroy(e->replica_own);
+    if (e->shard_own) comm_destroy(e->shard_own);
+    if (e->have_mc) mesh_comms_destroy(&e->mc);
+    if (e->world) comm_destroy(e->world);
+    if (e->store) store_close(e->store);
+    acct_destroy(e->acct);
+    free(e->unit_model);
+    free(e);
+}
+
+int engine_rank(const engine *e) { return e->rank; }
+const char *engine_layout(const engine *e) { return e->layout; }
+const account *engine_account(const engine *e) { return e->acct; }
+void engine_begin_training(engine *e)
+{
+    acct_reset_peaks(e->acct);
+    engine_trace_begin(e);
+}
+
+void engine_take_times(engine *e, engine_times *t)
+{
+    double now = strat_now();
+    t->wall_s = now - e->mark;
+    t->comm_s = e->x.comm_s;
+    t->idle_s = e->idle_s;
+    t->compute_s = t->wall_s - t->comm_s - t->idle_s;
+    if (t->compute_s < 0) t->compute_s = 0;
+    const job_parallel *par = &e->job.parallel;
+    t->bubble = e->ex ? e->last_pp.bubble : 0;
+    t->bubble_ideal = e->ex ? pp_schedule_ideal_bubble(par->pp_schedule, par->pp, e->micro_per_step,
+                                                       par->virtual_stages)
+                            : 0;
+    e->mark = now;
+    e->x.comm_s = 0;
+    e->idle_s = 0;
+}
+
+/* ---- the step ---- */
+
+int engine_comm_failed(engine *e, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s", e->x.err);
+    return TRAIN_EXIT_COMM;
+}
+
+/* A failed pipeline step: the strategy's error if it came first, else the
+ * executor's line, with this rank's world rank in front. */
+static int pp_failed(engine *e, const char *why, char *err, size_t errlen)
+{
+    if (e->x.failed) return engine_comm_failed(e, err, errlen);
+    snprintf(err, errlen, "rank %d: %s", e->rank, why);
+    e->x.failed = 1;
+    snprintf(e->x.err, sizeof e->x.err, "%s", err);
+    return TRAIN_EXIT_COMM;
+}
+
+/* Sums n doubles over the world, the same bits on every rank: each rank's values
+ * travel as float pairs (hi + lo keeps ~48 bits) through one all-gather, and every
+ * rank adds them up in rank order in double. Counted as idle: this is where a
+ * rank waits for the slowest one. */
+static int world_sum(engine *e, const double *v, int n, double *out)
+{
+    if (e->world_size == 1) {
+        memcpy(out, v, (size_t)n * sizeof(double));
+        return COMM_OK;
+    }
+    int W = e->world_size;
+    float *all = malloc((size_t)W * 2 * (size_t)n * sizeof(float));
+    float *mine = malloc(2 * (size_t)n * sizeof(float));
+    if (!all || !mine) {
+        free(all), free(mine);
+        return strat_fail(&e->x, NULL, COMM_ESYS, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        mine[2 * i] = (float)v[i];
+        mine[2 * i + 1] = (float)(v[i] - (double)mine[2 * i]);
+    }
+    double t0 = strat_now();
+    int rc = comm_all_gather(e->world, mine, all, (size_t)W * 2 * (size_t)n, COMM_F32);
+    double t1 = strat_now();
+    e->idle_s += t1 - t0;
+    trace_span(TRACE_IDLE, t0, t1, "wait: loss and grad norm all_gather");
+    if (strat_fail(&e->x, e->world, rc, "all_gather of loss and gradient norm") == COMM_OK) {
+        for (int i = 0; i < n; i++) out[i] = 0;
+        for (int r = 0; r < W; r++)
+            for (int i = 0; i < n; i++)
+                out[i] += (double)all[(size_t)r * 2 * n + 2 * i] + (double)all[(size_t)r * 2 * n + 2 * i + 1];
+    }
+    free(all), free(mine);
+    return rc;
+}
+
+/* This rank's share of the squared global gradient norm: every element of the
+ * model once. Within its slices a rank counts a tensor's elements unless the
+ * tensor is the head's tied copy of wte (unit 0 counts it), or is replicated
+ * across tp and this is not tp rank 0; replicated slices (DDP, HSDP replicas)
+ * count on one data-parallel rank only. */
+static double local_grad_sumsq(engine *e)
+{
+    if (!e->so->counts_norm(e->ds)) return 0;
+    double sq = 0;
+    int tp_rank = e->mc.me.tp;
+    for (int l = 0; l < e->n_chunks; l++) {
+        model *m = e->chunk[l];
+        for (int i = 0; i < model_param_count(m); i++) {
+            const param_spec *p = model_param(m, i);
+            if (p->tied || (p->split == SPLIT_NONE && tp_rank != 0)) continue;
+            strat_slice sl;
+            e->so->slice(e->ds, p->unit, &sl);
+            size_t a = p->offset, b = p->offset + p->local_numel;
+            if (a < sl.lo) a = sl.lo;
+            if (b > sl.lo + sl.len) b = sl.lo + sl.len;
+            if (a < b) sq += e->ops->sumsq(sl.grad + (a - sl.lo), b - a);
+        }
+    }
+    return sq;
+}
+
+/* Pipeline with GPT: the first stage's wte gradient holds the embedding's part,
+ * the last stage's tied copy the head's; both need the sum (model.h). The
+ * strategies may hold them as differently cut shards, so each side takes its
+ * unit's whole gradient (gathered when sharded), the two all-reduce the wte
+ * rows, and each writes its slice back. */
+static void tied_wte_sum(engine *e)
+{
+    strat_ctx *x = &e->x;
+    if (!e->emb_group || x->failed) return;
+    int u = e->mc.me.pp == 0 ? 0 : x->n_units - 1;
+    model *m = e->unit_model[u];
+    const param_spec *w = NULL;
+    for (int i = 0; i < model_param_count(m) && !w; i++) {
+        const param_spec *p = model_param(m, i);
+        if (p->unit == u && !strcmp(p->name, "wte")) w = p;
+    }
+    size_t n = sizes_tied_scratch_numel(e->sz, x->at); /* = model_unit_local_numel(m, u) */
+    float *tmp = e->ops->alloc(n * sizeof(float));
+    if (!w || !tmp) {
+        if (tmp) e->ops->free(tmp);
+        strat_fail(x, NULL, COMM_ESYS, w ? "out of memory for the tied wte gradient" : "no wte to tie");
+        return;
+    }
+    acct_add(e->acct, ACCT_BUFFERS, (long long)(n * sizeof(float)));
+    float *full = e->so->full_grad(e->ds, u, tmp);
+    if (!x->failed) {
+        double t0 = strat_now();
+        int rc = comm_all_reduce(e->emb_group, full + w->offset, full + w->offset, w->local_numel, COMM_F32,
+                                 COMM_SUM);
+        strat_comm_done(x, t0, "tied wte all_reduce");
+        strat_fail(x, e->emb_group, rc, "all_reduce of the tied wte gradient");
+    }
+    if (!x->failed && full == tmp) {
+        strat_slice sl;
+        e->so->slice(e->ds, u, &sl);
+        size_t a = w->offset, b = w->offset + w->local_numel;
+        if (a < sl.lo) a = sl.lo;
+        if (b > sl.lo + sl.len) b = sl.lo + sl.len;
+        if (a < b) e->ops->copy(sl.grad + (a - sl.lo), tmp + a, (b - a) * sizeof(float));
+    }
+    e->ops->free(tmp);
+    acct_add(e->acct, ACCT_BUFFERS, -(long long)(n * sizeof(float)));
+}
+
+/* The pipeline's step over this dp rank's micro-batches. */
+static int pp_grads(engine *e, int step, long first, float loss_scale, double *loss_sum, char *err,
+                    size_t errlen)
+{
+    int mb = e->job.train.micro_batch, m = e->micro_per_step, n_units = e->x.n_units;
+    if (e->unit_model[0] || e->unit_model[n_units - 1]) batch_fill(e, e->train, step, first, m * mb, 0);
+    e->batch_B = mb;
+    e->x.last_micro = 0;
+    pp_exec_step_args args = {.step = step + 1, .B = mb, .loss_scale = loss_scale, .batch = pp_batch,
+                              .batch_ctx = e};
+    char why[512];
+    int rc = pp_exec_step(e->ex, &args, &e->last_pp, why, sizeof why);
+    e->idle_s += e->last_pp.idle_s;
+    if (rc != 0 || e->x.failed) return pp_failed(e, why, err, errlen);
+    *loss_sum = e->last_pp.loss;
+    return TRAIN_EXIT_OK;
+}
+
+int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
+{
+    strat_ctx *x = &e->x;
+    const job_train *t = &e->job.train;
+    int mb = t->micro_batch, A = e->ex ? e->micro_per_step : t->grad_accum;
+    double per_step = (double)t->global_batch * e->per_sample;
+    float loss_scale = (float)(1.0 / per_step);
+    long first = (long)e->mc.me.dp * mb * A;
+    x->step = step + 1;
+    x->training = 1;
+    trace_step_begin(step + 1);
+    e->so->begin_step(e->ds);
+    double loss_sum = 0;
+    if (e->ex) {
+        int rc = pp_grads(e, step, first, loss_scale, &loss_sum, err, errlen);
+        if (rc != TRAIN_EXIT_OK) return rc;
+    } else {
+        for (int j = 0; j < A && !x->failed; j++) {
+            x->last_micro = j == A - 1;
+            batch_fill(e, e->train, step, first + (long)j * mb, mb, 0);
+            model_batch in = batch_at(e, 0, mb);
+            loss_sum += model_forward(e->chunk[0], e->acts, &in, NULL);
+            if (x->failed) break;
+            model_backward(e->chunk[0], e->acts, &in, loss_scale);
+        }
+    }
+    if (!x->failed) e->so->finish_grads(e->ds);
+    tied_wte_sum(e);
+    if (x->failed) return engine_comm_failed(e, err, errlen);
+    e->local_loss = e->counts_loss ? loss_sum : 0.0; /* engine_local_loss: who went non-finite */
+    double mine[2] = {e->counts_loss ? loss_sum : 0.0, local_grad_sumsq(e)}, sum[2];
+    if (world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
+    *loss = sum[0] / per_step;
+    e->grad_sumsq = sum[1];
+    return TRAIN_EXIT_OK;
+}
+
+int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, size_t errlen)
+{
+    strat_ctx *x = &e->x;
+    double norm = sqrt(e->grad_sumsq), clip = e->job.train.grad_clip;
+    *grad_norm = norm;
+    float s = clip > 0 && norm > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
+    double t_opt = strat_now();
+    for (int l = 0; l < e->n_chunks; l++) {
+        const model_shard *sh = model_get_shard(e->chunk[l]);
+        int n = sh->unit_end - sh->unit_begin;
+        float **params = malloc((size_t)n * sizeof(float *)), **grads = malloc((size_t)n * sizeof(float *));
+        if (!params || !grads) {
+            free(params), free(grads);
+            snprintf(err, errlen, "rank %d: step %d: out of memory", e->rank, step + 1);
+            return TRAIN_EXIT_FAIL;
+        }
+        for (int i = 0; i < n; i++) {
+            strat_slice sl;
+            e->so->slice(e->ds, sh->unit_begin + i, &sl);
+            if (s != 1.0f) e->ops->scale(sl.grad, s, sl.len);
+            params[i] = sl.param;
+            grads[i] = sl.grad;
+        }
+        optim_step(e->opt[l], lr, step + 1, params, grads);
+        free(params), free(grads);
+    }
+    trace_span(TRACE_COMPUTE, t_opt, strat_now(), "optimizer");
+    e->so->after_update(e->ds);
+    trace_step_end();
+    return x->failed ? engine_comm_failed(e, err, errlen) : TRAIN_EXIT_OK;
+}
+
+/* Validation over a pipeline: the rank's slice [lo, hi) of validation batch
+ * vstep in pipeline steps of m micro-batches of micro_batch samples, the last
+ * padded with ignored samples; `steps` is the same on every rank. */
+static int pp_evaluate_slice(engine *e, long vstep, long lo, long hi, long steps, double *loss, long *correct,
+                             char *err, size_t errlen)
+{
+    int mb = e->job.train.micro_batch, m = e->micro_per_step, per = m * mb;
+    int ends = e->unit_model[0] || e->unit_model[e->x.n_units - 1];
+    for (long s = 0; s < steps; s++) {
+        long start = lo + s * per;
+        int count = (int)(hi - start < per ? (hi - start > 0 ? hi - start : 0) : per);
+        if (ends) {
+            batch_fill(e, e->val, vstep, start, count, 0);
+            batch_pad(e, count, per - count);
+        }
+        e->batch_B = mb;
+        pp_exec_step_args args = {.step = e->x.step, .B = mb, .loss_scale = 0, .forward_only = 1,
+                                  .batch = pp_batch, .batch_ctx = e};
+        char why[512];
+        pp_exec_result res;
+        int rc = pp_exec_step(e->ex, &args, &res, why, sizeof why);
+        if (rc != 0 || e->x.failed) return pp_failed(e, why, err, errlen);
+        *loss += res.loss;
+        *correct += res.correct;
+    }
+    return TRAIN_EXIT_OK;
+}
+
+/* eval_batches global batches, or the whole validation split (GPT: at most 64
+ * global batches of it). */
+long engine_val_samples(const engine *e)
+{
+    const job_train *t = &e->job.train;
+    long gb = t->global_batch, total = t->eval_batches > 0 ? t->eval_batches * gb : data_count(e->val);
+    if (e->job.model.kind != MODEL_VIT && t->eval_batches <= 0 && total > 64L * gb) total = 64L * gb;
+    return total;
+}
+
+/* Validation: each global validation batch (the last may be short) is split over
+ * the dp ranks like a training batch. Every rank runs the same number of
+ * micro-batches, so FSDP's gathers and tp's reductions stay in step: a rank whose
+ * slice ran out runs one sample and ignores it (pp = 1) or pads with samples the
+ * loss ignores (pp > 1). */
+int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t errlen)
+{
+    strat_ctx *x = &e->x;
+    const job_train *t = &e->job.train;
+    int vit = e->job.model.kind == MODEL_VIT, mb = t->micro_batch, gb = t->global_batch;
+    int dp = e->job.parallel.dp, d = e->mc.me.dp;
+    long total = engine_val_samples(e);
+    x->training = 0;
+    double loss = 0;
+    long correct = 0, seen = 0;
+    int rc = TRAIN_EXIT_OK;
+    for (long vstep = 0; seen < total && !x->failed && rc == TRAIN_EXIT_OK; vstep++) {
+        long nb = total - seen < gb ? total - seen : gb;
+        long lo = nb * d / dp, hi = nb * (d + 1) / dp, widest = (nb + dp - 1) / dp;
+        if (e->ex) {
+            long per = (long)e->micro_per_step * mb;
+            rc = pp_evaluate_slice(e, vstep, lo, hi, (widest + per - 1) / per, &loss, &correct, err, errlen);
+        } else {
+            long K = (widest + mb - 1) / mb;
+            for (long k = 0; k < K && !x->failed; k++) {
+                long b0 = lo + k * mb;
+                int B = (int)(hi - b0 < mb ? hi - b0 : mb), pad = B <= 0;
+                if (pad) b0 = 0, B = 1;
+                batch_fill(e, e->val, vstep, b0, B, 0);
+                model_batch in = batch_at(e, 0, B);
+                int c = 0;
+                double l = model_forward(e->chunk[0], e->acts, &in, vit ? &c : NULL);
+                if (!pad) loss += l, correct += c;
+            }
+        }
+        seen += nb;
+    }
+    x->training = 1;
+    if (rc != TRAIN_EXIT_OK) return rc;
+    if (x->failed) return engine_comm_failed(e, err, errlen);
+    double mine[2] = {e->counts_loss ? loss : 0.0, e->counts_loss ? (double)correct : 0.0}, sum[2];
+    if (world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
+    *val_loss = sum[0] / ((double)total * e->per_sample);
+    *acc = vit ? sum[1] / (double)total : -1.0;
+    return TRAIN_EXIT_OK;
+}

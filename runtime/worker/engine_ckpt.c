@@ -1,0 +1,258 @@
+/* engine_ckpt.c — this rank's slices to checkpoint pieces and back, and the
+ * world-wide agreements around them (engine_ckpt.h). */
+#include "runtime/worker/engine_ckpt.h"
+#include "runtime/worker/engine_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/train/train.h"
+
+/* The three things a slice holds, in the order they are saved. */
+enum { PART_PARAM = 0, PART_M, PART_V, N_PARTS };
+static const char *const part_prefix[N_PARTS] = {"param", "adam_m", "adam_v"};
+
+/* One held unit's slice on this rank: where its numbers live on the device. */
+typedef struct {
+    model *m;
+    int unit;
+    size_t lo, hi;
+    float *dev[N_PARTS]; /* the slice's parameters, AdamW m, AdamW v */
+} held_slice;
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+/* Every held unit's slice, chunk by chunk, unit by unit. */
+static held_slice *held_slices(engine *e, int *n_out)
+{
+    int n = 0;
+    for (int l = 0; l < e->n_chunks; l++) n += optim_slice_count(e->opt[l]);
+    held_slice *hs = calloc((size_t)n + 1, sizeof *hs);
+    if (!hs) return NULL;
+    int k = 0;
+    for (int l = 0; l < e->n_chunks; l++) {
+        for (int i = 0; i < optim_slice_count(e->opt[l]); i++, k++) {
+            held_slice *h = &hs[k];
+            h->m = e->chunk[l];
+            optim_slice_state(e->opt[l], i, &h->unit, &h->lo, &h->hi, &h->dev[PART_M], &h->dev[PART_V]);
+            strat_slice sl;
+            e->so->slice(e->ds, h->unit, &sl);
+            h->dev[PART_PARAM] = sl.param;
+        }
+    }
+    *n_out = n;
+    return hs;
+}
+
+/* The parameter specs of unit `unit` of model m; with `saved_only`, without the
+ * copies another rank (or unit 0) writes: the tied wte, tp-replicated tensors
+ * on tp ranks other than 0. Returns how many were put in out (cap >= count). */
+static int unit_specs(model *m, int unit, int tp_rank, int saved_only, param_spec *out)
+{
+    int n = 0;
+    for (int i = 0; i < model_param_count(m); i++) {
+        const param_spec *p = model_param(m, i);
+        if (p->unit != unit) continue;
+        if (saved_only && (p->tied || (p->split == SPLIT_NONE && tp_rank != 0))) continue;
+        out[n++] = *p;
+    }
+    return n;
+}
+
+void engine_ckpt_meta_layout(const engine *e, ckpt_meta *meta)
+{
+    const job_parallel *par = &e->job.parallel;
+    meta->dp = par->dp;
+    meta->tp = par->tp;
+    meta->pp = par->pp;
+    meta->world = e->world_size;
+    meta->mode = job_shard_mode_name(par->mode);
+}
+
+static int comm_error(engine *e, int rc, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "rank %d: %s failed: %s", e->rank, what, comm_last_error(e->world));
+    (void)rc;
+    return TRAIN_EXIT_COMM;
+}
+
+int engine_any(engine *e, int mine, int *any, char *err, size_t errlen)
+{
+    float v = mine ? 1.0f : 0.0f, r = v;
+    if (e->world_size > 1) {
+        int rc = comm_all_reduce(e->world, &v, &r, 1, COMM_F32, COMM_MAX);
+        if (rc != COMM_OK) return comm_error(e, rc, "all_reduce of a status", err, errlen);
+    }
+    *any = r != 0.0f;
+    return TRAIN_EXIT_OK;
+}
+
+int engine_gather_flags(engine *e, int mine, int *flags, char *err, size_t errlen)
+{
+    int W = e->world_size;
+    float *all = malloc((size_t)W * sizeof(float)), v = mine ? 1.0f : 0.0f;
+    if (!all) {
+        snprintf(err, errlen, "rank %d: out of memory", e->rank);
+        return TRAIN_EXIT_FAIL;
+    }
+    all[0] = v;
+    int rc = W > 1 ? comm_all_gather(e->world, &v, all, (size_t)W, COMM_F32) : COMM_OK;
+    if (rc == COMM_OK)
+        for (int r = 0; r < W; r++) flags[r] = all[r] != 0.0f;
+    free(all);
+    return rc == COMM_OK ? TRAIN_EXIT_OK : comm_error(e, rc, "all_gather of flags", err, errlen);
+}
+
+double engine_local_loss(const engine *e) { return e->local_loss; }
+
+/* ---- saving ---- */
+
+/* This rank's pieces, their data copied to host buffers (*bufs, freed by the
+ * caller). Returns the number of pieces, or -1 (out of memory). */
+static int collect_pieces(engine *e, ckpt_piece **pieces_out, float ***bufs_out, int *n_bufs)
+{
+    int n_held = 0, tp_rank = e->mc.me.tp, tp = e->job.parallel.tp;
+    held_slice *hs = held_slices(e, &n_held);
+    int writes = e->so->counts_norm(e->ds);
+    int max_specs = 0;
+    for (int l = 0; l < e->n_chunks; l++)
+        if (model_param_count(e->chunk[l]) > max_specs) max_specs = model_param_count(e->chunk[l]);
+    int cap = N_PARTS * (max_specs + 1) * (n_held + 1);
+    ckpt_piece *pieces = calloc((size_t)cap, sizeof *pieces);
+    float **bufs = calloc((size_t)N_PARTS * (n_held + 1), sizeof(float *));
+    param_spec *specs = calloc((size_t)max_specs + 1, sizeof *specs);
+    int n = 0, nb = 0;
+    if (!hs || !pieces || !bufs || !specs) n = -1;
+    for (int k = 0; k < n_held && n >= 0 && writes; k++) {
+        held_slice *h = &hs[k];
+        int ns = unit_specs(h->m, h->unit, tp_rank, 1, specs);
+        size_t len = h->hi - h->lo;
+        for (int part = 0; part < N_PARTS && n >= 0; part++) {
+            float *host = malloc((len ? len : 1) * sizeof(float));
+            if (!host) {
+                n = -1;
+                break;
+            }
+            bufs[nb++] = host;
+            e->ops->to_host(host, h->dev[part], len * sizeof(float));
+            int got = ckpt_unit_slice_pieces(part_prefix[part], specs, ns, tp_rank, tp, h->lo, h->hi, host,
+                                             pieces + n, cap - n);
+            n = got < 0 ? -1 : n + got;
+        }
+    }
+    free(specs);
+    free(hs);
+    *pieces_out = pieces;
+    *bufs_out = bufs;
+    *n_bufs = nb;
+    return n;
+}
+
+/* A rank that only heard of another rank's failure exits a moment later, so
+ * the first exit the agent sees (its root cause) is the rank with the reason. */
+static void let_the_cause_exit_first(void) { sleep_ms(300); }
+
+/* One line for every rank after a phase of the save: the failing rank keeps
+ * its reason, the others point at it. */
+static int save_failed(engine *e, int mine_failed, const char *why, long step, char *err, size_t errlen)
+{
+    if (mine_failed) {
+        snprintf(err, errlen, "rank %d: checkpoint step %ld: %s", e->rank, step, why);
+    } else {
+        snprintf(err, errlen, "rank %d: checkpoint step %ld: failed on another rank (see its message)", e->rank,
+                 step);
+        let_the_cause_exit_first();
+    }
+    return TRAIN_EXIT_CKPT;
+}
+
+/* ckpt_save's three phases, with the status all-reduced after the rank files
+ * (so rank 0 commits only when every rank's file is durable) and after the
+ * commit (so every rank knows whether `latest` moved). */
+int engine_save_checkpoint(engine *e, const char *dir, const ckpt_meta *meta, int keep, int delay_ms,
+                           int *already, char *err, size_t errlen)
+{
+    *already = 0;
+    ckpt_piece *pieces = NULL;
+    float **bufs = NULL;
+    int nb = 0, any = 0;
+    char why[1024] = "";
+    int n = collect_pieces(e, &pieces, &bufs, &nb);
+    int rc = -1;
+    if (n < 0) snprintf(why, sizeof why, "out of memory for the checkpoint");
+    else rc = ckpt_write_rank(dir, meta->step, e->rank, pieces, n, why, sizeof why);
+    for (int i = 0; i < nb; i++) free(bufs[i]);
+    free(bufs);
+    free(pieces);
+    if (delay_ms > 0) sleep_ms(delay_ms);
+    /* the barrier: every rank file is written (or some rank failed) */
+    int arc = engine_any(e, rc < 0, &any, err, errlen);
+    if (arc != TRAIN_EXIT_OK) return arc;
+    if (any) return save_failed(e, rc < 0, why, meta->step, err, errlen);
+    if (rc == 1) { /* every rank saw the step already committed as latest */
+        *already = 1;
+        return TRAIN_EXIT_OK;
+    }
+    int crc = e->rank == 0 ? ckpt_commit(dir, meta, keep, why, sizeof why) : 0;
+    arc = engine_any(e, crc < 0, &any, err, errlen);
+    if (arc != TRAIN_EXIT_OK) return arc;
+    if (any) return save_failed(e, crc < 0, why, meta->step, err, errlen);
+    return TRAIN_EXIT_OK;
+}
+
+/* ---- loading ---- */
+
+int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
+{
+    int n_held = 0, tp_rank = e->mc.me.tp, tp = e->job.parallel.tp;
+    held_slice *hs = held_slices(e, &n_held);
+    int max_specs = 0;
+    size_t max_len = 1;
+    for (int l = 0; l < e->n_chunks; l++)
+        if (model_param_count(e->chunk[l]) > max_specs) max_specs = model_param_count(e->chunk[l]);
+    for (int k = 0; hs && k < n_held; k++)
+        if (hs[k].hi - hs[k].lo > max_len) max_len = hs[k].hi - hs[k].lo;
+    param_spec *specs = calloc((size_t)max_specs + 1, sizeof *specs);
+    float *host = malloc(max_len * sizeof(float));
+    char why[1024] = "";
+    int bad = !hs || !specs || !host;
+    if (bad) snprintf(why, sizeof why, "rank %d: out of memory loading the checkpoint", e->rank);
+    for (int k = 0; k < n_held && !bad; k++) {
+        held_slice *h = &hs[k];
+        int ns = unit_specs(h->m, h->unit, tp_rank, 0, specs);
+        size_t len = h->hi - h->lo;
+        for (int part = 0; part < N_PARTS && !bad; part++) {
+            if (ckpt_read_unit_slice(ck, part_prefix[part], specs, ns, tp_rank, tp, h->lo, h->hi, host, why,
+                                     sizeof why) != 0) {
+                bad = 1;
+                break;
+            }
+            e->ops->from_host(h->dev[part], host, len * sizeof(float));
+        }
+    }
+    free(host);
+    free(specs);
+    free(hs);
+    int any = 0, rc = engine_any(e, bad, &any, err, errlen);
+    if (rc != TRAIN_EXIT_OK) return rc;
+    if (any) {
+        if (bad) {
+            snprintf(err, errlen, "rank %d: %s", e->rank, why);
+        } else {
+            snprintf(err, errlen, "rank %d: %s: loading failed on another rank (see its message)", e->rank,
+                     ckpt_path(ck));
+            let_the_cause_exit_first();
+        }
+        return TRAIN_EXIT_CKPT;
+    }
+    /* the slices hold the checkpoint's numbers: make them every rank's view */
+    e->so->after_update(e->ds);
+    if (e->x.failed) return engine_comm_failed(e, err, errlen);
+    return TRAIN_EXIT_OK;
+}

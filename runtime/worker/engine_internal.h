@@ -1,0 +1,72 @@
+/* engine_internal.h — the engine object, shared by engine.c (setup, step,
+ * evaluation) and engine_dump.c (parameters to a file). Private to
+ * runtime/parallel. */
+#ifndef DTRUN_ENGINE_INTERNAL_H
+#define DTRUN_ENGINE_INTERNAL_H
+
+#include "runtime/comm/comm.h"
+#include "runtime/comm/store.h"
+#include "runtime/data/data.h"
+#include "runtime/parallel/mesh.h"
+#include "runtime/worker/engine.h"
+#include "runtime/parallel/pp_exec.h"
+#include "runtime/parallel/sizes.h"
+#include "runtime/parallel/strategy.h"
+#include "runtime/optim/optim.h"
+
+/* Host buffers for the inputs of `cap` samples: one micro-batch (pp = 1), or
+ * every micro-batch of the step (pp > 1: the executor may ask for any of them
+ * at any time during the step). */
+typedef struct {
+    int cap;
+    int *tokens, *targets, *labels;
+    float *images;
+    size_t bytes;
+} batch_buf;
+
+struct engine {
+    job_spec job;
+    const dt_ops *ops;
+    int rank, world_size;
+    comm_store *store;
+    comm *world;
+    mesh mesh;
+    mesh_comms mc;
+    int have_mc;
+    comm *shard_own, *replica_own; /* HSDP's groups, when not simply dp */
+    comm *emb_group;               /* GPT with pp > 1, first / last stage: the tied wte's two ranks */
+    sizes *sz;
+    int n_chunks;                  /* virtual stages with pp > 1, else 1 */
+    model **chunk;                 /* [n_chunks]: local chunk l = global chunk l * pp + pp rank */
+    optim **opt;                   /* [n_chunks] */
+    model_acts *acts;              /* pp = 1: the one micro-batch's activations */
+    pp_exec *ex;                   /* pp > 1 */
+    int micro_per_step;            /* pp > 1: the schedule's micro-batches */
+    model **unit_model;            /* [n_units] */
+    strat_ctx x;
+    const strat_ops *so;
+    dp_strategy *ds;
+    account *acct;
+    data_loader *train, *val;
+    batch_buf buf;
+    int batch_B;                   /* pp > 1: samples per micro-batch of the running step */
+    int per_sample;                /* tokens (GPT) or 1 (ViT) per sample */
+    int counts_loss;               /* this rank's losses enter the global sum */
+    double grad_sumsq;             /* global, from engine_grads */
+    double local_loss;             /* this rank's share of the last step's loss sum */
+    double idle_s, mark;
+    pp_exec_result last_pp;        /* the last pipeline step's numbers */
+    char layout[96];
+};
+
+/* The step failed on communication: err gets the recorded line; returns
+ * TRAIN_EXIT_COMM. */
+int engine_comm_failed(engine *e, char *err, size_t errlen);
+
+/* engine_trace.c: start recording when a trace is asked for; the pipeline
+ * executor's hooks that put its actions on the trace's lanes. */
+void engine_trace_begin(engine *e);
+void engine_trace_pp_span(void *ctx, pp_op op, int chunk, int mb, double t0, double t1);
+void engine_trace_send_wait(void *ctx, double t0, double t1);
+
+#endif
