@@ -1,0 +1,15 @@
+#include "lib/util/errline.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int errline(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
