@@ -61,19 +61,19 @@ static int export_command(int argc, char **argv)
     if (argc != 4) {
         fprintf(stderr, "dtrun: usage: dtrun export CKPT out.safetensors (CKPT: a checkpoint directory or "
                         "one of its step directories)\n");
-        return JOB_EXIT_INVALID;
+        return DT_EXIT_USAGE;
     }
     char err[2048];
     ckpt *ck;
     if (ckpt_open(argv[2], &ck, err, sizeof err) != 0) {
         fprintf(stderr, "dtrun: export: %s\n", err);
-        return TRAIN_EXIT_CKPT;
+        return DT_EXIT_CKPT;
     }
     int rc = ckpt_export(ck, argv[3], CKPT_NAMES_AUTO, err, sizeof err);
     if (rc != 0) fprintf(stderr, "dtrun: export: %s\n", err);
     else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, argv[3]);
     ckpt_close(ck);
-    return rc != 0 ? TRAIN_EXIT_CKPT : 0;
+    return rc != 0 ? DT_EXIT_CKPT : 0;
 }
 
 static int load_job(job_spec *job, const char *path)
@@ -81,7 +81,7 @@ static int load_job(job_spec *job, const char *path)
     char err[1024];
     if (job_load_file(job, path, err, sizeof err) != 0) {
         fprintf(stderr, "dtrun: %s\n", err);
-        return JOB_EXIT_INVALID;
+        return DT_EXIT_USAGE;
     }
     return 0;
 }
@@ -96,7 +96,7 @@ static int refuse_untrainable(const job_spec *job)
     fprintf(stderr, "dtrun: %s: train.precision bf16 cannot train yet: every kernel computes in fp32 "
                     "(use precision: fp32; --dry-run and --plan do model bf16 mixed precision)\n",
             job->path);
-    return JOB_EXIT_INVALID;
+    return DT_EXIT_USAGE;
 }
 
 static int launch(launch_opts *o)
@@ -108,13 +108,13 @@ static int launch(launch_opts *o)
         if (rc) return rc;
         if (launch_opts_merge_job(o, &job, err, sizeof err) != 0) {
             fprintf(stderr, "dtrun: %s\n", err);
-            return JOB_EXIT_INVALID;
+            return DT_EXIT_USAGE;
         }
     }
     if (o->print_config) {
         if (!o->job_path) {
             fprintf(stderr, "dtrun: --print-config needs a job file\n");
-            return JOB_EXIT_INVALID;
+            return DT_EXIT_USAGE;
         }
         launch_opts_to_job(o, &job);
         job_print(&job, stdout);
@@ -123,7 +123,7 @@ static int launch(launch_opts *o)
     if (o->dry_run || o->plan) {
         if (!o->job_path) {
             fprintf(stderr, "dtrun: %s needs a job file\n", o->plan ? "--plan" : "--dry-run");
-            return JOB_EXIT_INVALID;
+            return DT_EXIT_USAGE;
         }
         /* The planner reads nnodes / nproc_per_node from the launch section, so
          * the command line's values go there; nothing is started. */
@@ -135,7 +135,7 @@ static int launch(launch_opts *o)
         if (job.parallel.dp_auto && nproc > 0 && nodes > 0 &&
             job_resolve_world(&job, nproc * nodes, err, sizeof err) != 0) {
             fprintf(stderr, "dtrun: %s\n", err);
-            return JOB_EXIT_INVALID;
+            return DT_EXIT_USAGE;
         }
         dryrun_opts d = {.hardware = o->hardware[0] ? o->hardware : NULL,
                          .format = o->format_json ? DRYRUN_JSON : DRYRUN_TEXT,
@@ -148,17 +148,17 @@ static int launch(launch_opts *o)
     int in_slurm = slurm_apply(o, slurm_getenv, NULL, note, sizeof note, err, sizeof err);
     if (in_slurm < 0) {
         fprintf(stderr, "dtrun: %s\n", err);
-        return JOB_EXIT_INVALID;
+        return DT_EXIT_USAGE;
     }
     if (launch_opts_finish(o, err, sizeof err) != 0) {
         fprintf(stderr, "dtrun: %s\n", err);
-        return JOB_EXIT_INVALID;
+        return DT_EXIT_USAGE;
     }
     if (in_slurm && o->nnodes_max > 1) fprintf(stderr, "dtrun: %s\n", note);
     /* --trace reaches the workers as DTRUN_TRACE, over the job's log.trace */
     if (o->trace[0] && setenv("DTRUN_TRACE", o->trace, 1) != 0) {
         fprintf(stderr, "dtrun: --trace: cannot set DTRUN_TRACE\n");
-        return JOB_EXIT_INVALID;
+        return DT_EXIT_USAGE;
     }
     if (o->job_path) {
         int rc = refuse_untrainable(&job);
@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "dtrun: nothing to run: give a job file (dtrun job.yaml) or a program "
                         "(dtrun -- PROGRAM ARGS); see dtrun --help\n");
-        return JOB_EXIT_INVALID;
+        return DT_EXIT_USAGE;
     }
     const char *a = argv[1];
     if (!strcmp(a, AGENT_CHILD_GUARD_FLAG)) return agent_child_guard_main(argc, argv);
@@ -183,7 +183,7 @@ int main(int argc, char **argv)
         static job_spec job;
         if (argc != 3) {
             fprintf(stderr, "dtrun: usage: dtrun worker job.yaml (the agent starts workers this way)\n");
-            return JOB_EXIT_INVALID;
+            return DT_EXIT_USAGE;
         }
         int rc = load_job(&job, argv[2]);
         if (!rc) rc = refuse_untrainable(&job);
@@ -198,7 +198,7 @@ int main(int argc, char **argv)
     if (launch_opts_parse(&o, argc, argv, err, sizeof err) != 0) {
         fprintf(stderr, "dtrun: %s\n", err);
         launch_opts_free(&o);
-        return JOB_EXIT_INVALID;
+        return DT_EXIT_USAGE;
     }
     int rc;
     if (o.help) rc = usage();

@@ -140,7 +140,7 @@ typedef struct {
 } job_spec;
 
 /* Exit status for a bad job file (and bad flags): documented in dtrun(1). */
-#define JOB_EXIT_INVALID 2
+#include "lib/util/exit_codes.h"
 
 /* Fill *job with the defaults (a tiny GPT on synthetic data); dtrun-job(5)
  * lists them. The loader starts from these, then derives what the file leaves

@@ -30,7 +30,7 @@ void agent_rdzv_joined(agent *ag)
 {
     if (!ag->session) {
         fprintf(stderr, "dtrun: %s\n", ag->work_err[0] ? ag->work_err : "rendezvous failed");
-        agent_finish(ag, AGENT_EXIT_FAILED);
+        agent_finish(ag, DT_EXIT_FAIL);
         return;
     }
     ag->state = AGENT_RUNNING;
@@ -73,11 +73,11 @@ void agent_round_maybe_over(agent *ag)
             ag->state = AGENT_FINISHING;
             agent_rdzv_exit_barrier_async(ag);
         } else {
-            agent_finish(ag, AGENT_EXIT_OK);
+            agent_finish(ag, DT_EXIT_OK);
         }
         return;
     }
-    int code = AGENT_EXIT_FAILED;
+    int code = DT_EXIT_FAIL;
     switch (ag->stop_reason) {
     case STOP_WORKER_FAILED:
         agent_print_root_cause(ag);
@@ -149,7 +149,7 @@ static int setup_log_root(agent *ag, char *err, size_t errlen)
 int agent_run(const launch_opts *o, const char *file, char *const *argv)
 {
     agent *ag = calloc(1, sizeof *ag);
-    if (!ag) { fprintf(stderr, "dtrun: out of memory\n"); return AGENT_EXIT_FAILED; }
+    if (!ag) { fprintf(stderr, "dtrun: out of memory\n"); return DT_EXIT_FAIL; }
     ag->o = o;
     ag->file = file;
     ag->argv = argv;
@@ -164,7 +164,7 @@ int agent_run(const launch_opts *o, const char *file, char *const *argv)
         fprintf(stderr, "dtrun: %s\n", err);
         agent_rdzv_teardown(ag);
         free(ag);
-        return AGENT_EXIT_FAILED;
+        return DT_EXIT_FAIL;
     }
     uv_loop_init(&ag->loop);
     uv_timer_init(&ag->loop, &ag->term_timer);

@@ -19,8 +19,7 @@
 #define AGENT_CHILD_GUARD_FLAG "--dtrun-child-guard"
 
 /* Exit statuses of the agent itself (a worker's own status passes through). */
-#define AGENT_EXIT_OK 0
-#define AGENT_EXIT_FAILED 1   /* rendezvous failed, a node died, a worker could not start */
+#include "lib/util/exit_codes.h"
 
 /* Runs `file` with `argv` (NULL-terminated; argv[0] is what ps shows) as every
  * local worker. For the built-in trainer: file "/proc/self/exe", argv

@@ -207,7 +207,7 @@ static void on_session_event(uv_poll_t *p, int status, int events)
             fprintf(stderr, "dtrun: workers on this node finished; then: %s\n", ev.message);
             fflush(NULL);
             agent_rdzv_teardown(ag);
-            _exit(AGENT_EXIT_OK);
+            _exit(DT_EXIT_OK);
         }
         if (ag->state == AGENT_RUNNING) {
             fprintf(stderr, "dtrun: %s; stopping the workers on this node\n", ev.message);
@@ -287,7 +287,7 @@ static void exit_barrier_done(uv_work_t *req, int status)
     if (ag->work_rc != 0)
         fprintf(stderr, "dtrun: workers on this node finished, but not every node confirmed: %s\n",
                 ag->work_err);
-    agent_finish(ag, AGENT_EXIT_OK);
+    agent_finish(ag, DT_EXIT_OK);
 }
 
 void agent_rdzv_exit_barrier_async(agent *ag)

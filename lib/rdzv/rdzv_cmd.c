@@ -17,7 +17,7 @@ static int usage_error(const char *fmt, const char *a, const char *b)
     fprintf(stderr, "\nusage: dtrun rdzv --listen HOST:PORT [--token T] [--nnodes MIN[:MAX]] [--min-nodes N]"
                     " [--max-nodes M]\n       [--join-timeout S] [--last-call S] [--heartbeat-timeout S]"
                     " [--run-id ID] [--port-file FILE] [--quiet]\n");
-    return RDZV_CMD_EXIT_USAGE;
+    return DT_EXIT_USAGE;
 }
 
 /* "--join_timeout" and "--join-timeout" are the same option, as in torchrun. */
@@ -144,7 +144,7 @@ int rdzv_command(int argc, char **argv)
     rdzv_server *s = rdzv_server_start(&o, err, sizeof err);
     if (!s) {
         fprintf(stderr, "dtrun rdzv: %s\n", err);
-        return RDZV_CMD_EXIT_LISTEN;
+        return DT_EXIT_FAIL;
     }
     if (port_file) {
         FILE *f = fopen(port_file, "w");
@@ -153,7 +153,7 @@ int rdzv_command(int argc, char **argv)
         if (bad) {
             fprintf(stderr, "dtrun rdzv: cannot write --port-file %s\n", port_file);
             rdzv_server_stop(s);
-            return RDZV_CMD_EXIT_USAGE;
+            return DT_EXIT_USAGE;
         }
     }
     printf(strchr(host, ':') ? "dtrun rdzv: listening on [%s]:%d\n" : "dtrun rdzv: listening on %s:%d\n", host,

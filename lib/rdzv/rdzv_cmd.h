@@ -13,8 +13,7 @@
 #ifndef DTRUN_RDZV_CMD_H
 #define DTRUN_RDZV_CMD_H
 
-#define RDZV_CMD_EXIT_USAGE  2
-#define RDZV_CMD_EXIT_LISTEN 1
+#include "lib/util/exit_codes.h"
 
 /* argv[0] is "rdzv" (the subcommand); options follow. Returns the exit status. */
 int rdzv_command(int argc, char **argv);

@@ -206,9 +206,9 @@ static void print_text(const plan_estimate *e, const plan_machine *pm, FILE *out
 
 int dryrun_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, size_t errlen)
 {
-    if (job_validate(job, err, errlen)) return JOB_EXIT_INVALID;
+    if (job_validate(job, err, errlen)) return DT_EXIT_USAGE;
     plan_machine pm;
-    if (plan_machine_resolve(&pm, job, o, 0, err, errlen)) return JOB_EXIT_INVALID;
+    if (plan_machine_resolve(&pm, job, o, 0, err, errlen)) return DT_EXIT_USAGE;
     plan_estimate e;
     int rc = plan_estimate_memory(&e, job, &pm.hw, pm.nnodes, pm.ranks_per_node, err, errlen);
     if (rc == 0) rc = plan_estimate_time(&e, err, errlen);
@@ -217,5 +217,5 @@ int dryrun_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, 
         else print_text(&e, &pm, out);
     }
     plan_estimate_free(&e);
-    return rc ? JOB_EXIT_INVALID : 0;
+    return rc ? DT_EXIT_USAGE : 0;
 }

@@ -38,7 +38,7 @@ typedef struct {
 } dryrun_opts;
 
 /* Exit statuses (documented in dtrun(1)): 0 printed (an OOM or other warning is
- * printed, not an error), JOB_EXIT_INVALID (2) for a bad profile, flag or a job the
+ * printed, not an error), DT_EXIT_USAGE (2) for a bad profile, flag or a job the
  * estimate cannot lay out (err holds one line), 1 for an internal failure. */
 int dryrun_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, size_t errlen);
 

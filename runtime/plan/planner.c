@@ -478,7 +478,7 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
 int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, size_t errlen)
 {
     plan_machine pm;
-    if (plan_machine_resolve(&pm, job, o, 1, err, errlen)) return JOB_EXIT_INVALID;
+    if (plan_machine_resolve(&pm, job, o, 1, err, errlen)) return DT_EXIT_USAGE;
     int top = o->top > 0 ? o->top : 10;
     candidates cs;
     memset(&cs, 0, sizeof cs);
@@ -505,7 +505,7 @@ int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, si
     if (rc == 0 && cs.n == 0) {
         snprintf(err, errlen, "plan: no layout of %d ranks fits %s (%ld searched)", pm.nnodes * pm.ranks_per_node,
                  pm.hw.name, cs.searched);
-        rc = JOB_EXIT_INVALID;
+        rc = DT_EXIT_USAGE;
     }
     free(cs.c);
     return rc;

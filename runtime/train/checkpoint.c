@@ -121,9 +121,9 @@ int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *re
     /* every rank reads the same files, but a rank could still fail alone
      * (memory, a flaky mount): agree before anyone loads */
     int any = 0, arc = engine_any(e, rc < 0, &any, err, errlen);
-    if (arc != TRAIN_EXIT_OK || any) {
+    if (arc != DT_EXIT_OK || any) {
         ckpt_close(ck);
-        if (arc != TRAIN_EXIT_OK) return arc;
+        if (arc != DT_EXIT_OK) return arc;
         if (rc < 0) {
             snprintf(err, errlen, "rank %d: cannot resume: %s; to start otherwise, set checkpoint.resume to "
                                   "never or to an older step directory", engine_rank(e), why);
@@ -132,11 +132,11 @@ int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *re
                      engine_rank(e));
             sleep_ms(300); /* the rank with the reason exits first: the agent's root cause */
         }
-        return TRAIN_EXIT_CKPT;
+        return DT_EXIT_CKPT;
     }
-    if (rc == 1) return TRAIN_EXIT_OK; /* a fresh start */
+    if (rc == 1) return DT_EXIT_OK; /* a fresh start */
     rc = engine_load_checkpoint(e, ck, err, errlen);
-    if (rc == TRAIN_EXIT_OK) {
+    if (rc == DT_EXIT_OK) {
         const ckpt_info *in = ckpt_get_info(ck);
         p->step = in->step;
         p->updates = in->optim_step;
@@ -182,7 +182,7 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
     int already = 0;
     int rc = engine_save_checkpoint(e, dir, &meta, job->checkpoint.keep, delay, &already, err, errlen);
     free(yaml);
-    if (rc == TRAIN_EXIT_CKPT) {
+    if (rc == DT_EXIT_CKPT) {
         /* say what a person needs to know next: is anything lost? */
         long prev;
         char e2[256];
@@ -193,10 +193,10 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
             snprintf(err + used, errlen - used, "; there is no earlier checkpoint in %s", dir);
         return rc;
     }
-    if (rc != TRAIN_EXIT_OK) return rc;
+    if (rc != DT_EXIT_OK) return rc;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (engine_rank(e) == 0 && !already)
         fprintf(stderr, "dtrun: checkpoint step %ld saved to %s (%.2f s)\n", p->step, dir,
                 (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
-    return TRAIN_EXIT_OK;
+    return DT_EXIT_OK;
 }

@@ -15,7 +15,7 @@
  * checkpoint.dir, SIGTERM keeps its default action and SIGUSR1 is reported and
  * ignored (nothing to save).
  *
- * Errors: TRAIN_EXIT_CKPT (6) with one line: a corrupt or unreadable checkpoint
+ * Errors: DT_EXIT_CKPT (6) with one line: a corrupt or unreadable checkpoint
  * to resume from (the file and why: "checksum mismatch (corrupted shard)"), a
  * checkpoint of another model, a save that failed (e.g. a full disk; the line
  * says that the previous checkpoint is intact).

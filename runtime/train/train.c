@@ -90,10 +90,10 @@ static int report_nonfinite(engine *e, int world, int step, double loss, int ski
     int *bad = calloc((size_t)world, sizeof(int));
     if (!bad) {
         snprintf(err, errlen, "rank %d: out of memory", engine_rank(e));
-        return TRAIN_EXIT_FAIL;
+        return DT_EXIT_FAIL;
     }
     int rc = engine_gather_flags(e, !isfinite(engine_local_loss(e)), bad, err, errlen);
-    if (rc == TRAIN_EXIT_OK && engine_rank(e) == 0) {
+    if (rc == DT_EXIT_OK && engine_rank(e) == 0) {
         char ranks[256] = "";
         size_t used = 0;
         for (int r = 0; r < world && used < sizeof ranks - 16; r++)
@@ -131,9 +131,9 @@ static int stop_requested(engine *e, const job_spec *job, const train_progress *
         return 0;
     }
     if (!sig && pg->step == checkpoint_test_stop_step()) sig = -1;
-    if ((*rc = engine_any(e, sig != 0, &any, err, errlen)) != TRAIN_EXIT_OK) return 1;
+    if ((*rc = engine_any(e, sig != 0, &any, err, errlen)) != DT_EXIT_OK) return 1;
     if (!any) return 0;
-    if ((*rc = checkpoint_save(e, job, pg, err, errlen)) != TRAIN_EXIT_OK) return 1;
+    if ((*rc = checkpoint_save(e, job, pg, err, errlen)) != DT_EXIT_OK) return 1;
     if (engine_rank(e) == 0)
         fprintf(stderr, "dtrun: %s: stopped at step %ld with a checkpoint in %s; the same command resumes\n",
                 sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : sig < 0 ? "DTRUN_TEST_STOP_STEP" :
@@ -167,7 +167,7 @@ int train_run(const job_spec *file_job)
     job_spec *job = job_for_world(file_job, err, sizeof err);
     if (!job) {
         fprintf(stderr, "dtrun: %s\n", err);
-        return JOB_EXIT_INVALID;
+        return DT_EXIT_USAGE;
     }
     int rc = train_job(job);
     free(job);
@@ -188,7 +188,7 @@ static int train_job(const job_spec *job)
     train_progress pg;
     int resumed = 0;
     rc = checkpoint_resume(e, job, &pg, &resumed, err, sizeof err);
-    if (rc != TRAIN_EXIT_OK) {
+    if (rc != DT_EXIT_OK) {
         fprintf(stderr, "dtrun: %s\n", err);
         engine_destroy(e);
         return rc;
@@ -197,7 +197,7 @@ static int train_job(const job_spec *job)
     if (!met) {
         fprintf(stderr, "dtrun: %s\n", err);
         engine_destroy(e);
-        return TRAIN_EXIT_FAIL;
+        return DT_EXIT_FAIL;
     }
     int world = job->parallel.dp * job->parallel.tp * job->parallel.pp;
     if (rank == 0 && world > 1) fprintf(stderr, "dtrun: layout %s (world %d)\n", engine_layout(e), world);
@@ -215,20 +215,20 @@ static int train_job(const job_spec *job)
     for (int step = (int)pg.step; step < job->train.steps; step++) {
         double ts = now_s();
         rc = engine_grads(e, step, &loss, err, sizeof err);
-        if (rc != TRAIN_EXIT_OK) goto out;
+        if (rc != DT_EXIT_OK) goto out;
         if (step + 1 == nan_step) loss = NAN;
         int updated = isfinite(loss);
         if (!updated) {
             rc = report_nonfinite(e, world, step + 1, loss, job->train.skip_nonfinite, err, sizeof err);
-            if (rc != TRAIN_EXIT_OK) goto out;
+            if (rc != DT_EXIT_OK) goto out;
             if (!job->train.skip_nonfinite) {
-                rc = TRAIN_EXIT_NONFINITE;
+                rc = DT_EXIT_NONFINITE;
                 goto out;
             }
         } else {
             double lr = lr_at(&job->train, step), norm;
             rc = engine_update(e, step, lr, &norm, err, sizeof err);
-            if (rc != TRAIN_EXIT_OK) goto out;
+            if (rc != DT_EXIT_OK) goto out;
             done = step + 1;
             pg.updates++;
             train_progress_add_loss(&pg, loss);
@@ -241,30 +241,30 @@ static int train_job(const job_spec *job)
         pg.step = step + 1;
         checkpoint_test_step_delay();
         if (ck->dir[0] && ck->every > 0 && pg.step % ck->every == 0 && pg.step < job->train.steps &&
-            (rc = checkpoint_save(e, job, &pg, err, sizeof err)) != TRAIN_EXIT_OK)
+            (rc = checkpoint_save(e, job, &pg, err, sizeof err)) != DT_EXIT_OK)
             goto out;
         if (stop_requested(e, job, &pg, &rc, err, sizeof err)) goto out;
         if (updated && job->train.eval_every > 0 && done % job->train.eval_every == 0 && done < job->train.steps) {
             rc = engine_evaluate(e, &val_loss, &acc, err, sizeof err);
-            if (rc != TRAIN_EXIT_OK) goto out;
+            if (rc != DT_EXIT_OK) goto out;
             metrics_log_eval(met, done, val_loss, acc);
             engine_take_times(e, &setup); /* evaluation is not the next step's time */
         }
     }
     /* the final checkpoint before anything else can fail */
-    if (ck->dir[0] && (rc = checkpoint_save(e, job, &pg, err, sizeof err)) != TRAIN_EXIT_OK) goto out;
+    if (ck->dir[0] && (rc = checkpoint_save(e, job, &pg, err, sizeof err)) != DT_EXIT_OK) goto out;
     rc = engine_evaluate(e, &val_loss, &acc, err, sizeof err);
-    if (rc != TRAIN_EXIT_OK) goto out;
+    if (rc != DT_EXIT_OK) goto out;
     metrics_log_eval(met, done, val_loss, acc);
     metrics_summary(met, done, loss, val_loss, acc, now_s() - t0, samples_per_step * (done - first));
     const char *dump = getenv("DTRUN_DUMP_PARAMS");
     if (dump && *dump) rc = engine_dump_params(e, dump, err, sizeof err);
     const char *vdump = getenv("DTRUN_DUMP_VAL");
-    if (rc == TRAIN_EXIT_OK && vdump && *vdump && rank == 0) rc = engine_dump_val(e, vdump, err, sizeof err);
+    if (rc == DT_EXIT_OK && vdump && *vdump && rank == 0) rc = engine_dump_val(e, vdump, err, sizeof err);
 out:
     /* --trace: every rank's part, merged by rank 0 (also after a stop that saved a checkpoint) */
-    if (rc == TRAIN_EXIT_OK) rc = engine_trace_finish(e, err, sizeof err);
-    if (rc != TRAIN_EXIT_OK && rc != TRAIN_EXIT_NONFINITE) fprintf(stderr, "dtrun: %s\n", err);
+    if (rc == DT_EXIT_OK) rc = engine_trace_finish(e, err, sizeof err);
+    if (rc != DT_EXIT_OK && rc != DT_EXIT_NONFINITE) fprintf(stderr, "dtrun: %s\n", err);
     if (rlog) fclose(rlog);
     metrics_close(met);
     engine_destroy(e);

@@ -10,12 +10,7 @@
 
 #include "lib/job/jobspec.h"
 
-#define TRAIN_EXIT_OK 0
-#define TRAIN_EXIT_FAIL 1
-#define TRAIN_EXIT_DATA 3
-#define TRAIN_EXIT_COMM 4
-#define TRAIN_EXIT_NONFINITE 5
-#define TRAIN_EXIT_CKPT 6
+#include "lib/util/exit_codes.h"
 
 int train_run(const job_spec *job);
 

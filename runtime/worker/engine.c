@@ -28,7 +28,7 @@
 #include "runtime/parallel/strategy.h"
 #include "runtime/parallel/trace.h"
 #include "runtime/optim/optim.h"
-#include "runtime/train/train.h"
+#include "lib/util/exit_codes.h"
 
 static int env_int(const char *name, int dflt)
 {
@@ -342,7 +342,7 @@ static int setup_optim(engine *e)
 
 engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t errlen)
 {
-    *exit_code = TRAIN_EXIT_FAIL;
+    *exit_code = DT_EXIT_FAIL;
     int rank = env_int("RANK", 0), world = env_int("WORLD_SIZE", 1);
     const job_parallel *par = &job->parallel;
     int need = par->dp * par->tp * par->pp;
@@ -389,9 +389,9 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     }
     e->ops = ops;
 
-    *exit_code = TRAIN_EXIT_COMM;
+    *exit_code = DT_EXIT_COMM;
     if (setup_comms(e, err, errlen) != 0) goto fail;
-    *exit_code = TRAIN_EXIT_FAIL;
+    *exit_code = DT_EXIT_FAIL;
     mesh_coord me = e->mc.me;
     sizes_env senv = {.gpu = e->ops != &dt_ops_cpu, .ranks_per_node = env_int("DTRUN_HSDP_RANKS_PER_NODE",
                                                           env_int("LOCAL_WORLD_SIZE", world))};
@@ -404,7 +404,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     comm *shard = e->mc.dp, *replica = NULL;
     if (e->so == &strat_fsdp && make_shard_groups(e, &shard, &replica, why, sizeof why) != COMM_OK) {
         snprintf(err, errlen, "rank %d: cannot build the HSDP groups: %s", rank, why);
-        *exit_code = TRAIN_EXIT_COMM;
+        *exit_code = DT_EXIT_COMM;
         goto fail;
     }
     e->x = (strat_ctx){.job = &e->job, .ops = e->ops, .sz = e->sz, .at = {me.dp, me.pp, me.tp},
@@ -425,7 +425,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         goto fail;
     }
 
-    *exit_code = TRAIN_EXIT_DATA;
+    *exit_code = DT_EXIT_DATA;
     if (!(e->train = data_open(job, DATA_TRAIN, why, sizeof why)) ||
         !(e->val = data_open(job, DATA_VAL, why, sizeof why))) {
         snprintf(err, errlen, "%s", why);
@@ -442,7 +442,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         snprintf(e->layout + l, sizeof e->layout - l, " on %s, comm %s", e->ops->name, comm_transport(e->world));
     }
     e->mark = strat_now();
-    *exit_code = TRAIN_EXIT_OK;
+    *exit_code = DT_EXIT_OK;
     return e;
 fail:
     engine_destroy(e);
@@ -509,7 +509,7 @@ void engine_take_times(engine *e, engine_times *t)
 int engine_comm_failed(engine *e, char *err, size_t errlen)
 {
     snprintf(err, errlen, "%s", e->x.err);
-    return TRAIN_EXIT_COMM;
+    return DT_EXIT_COMM;
 }
 
 /* A failed pipeline step: the strategy's error if it came first, else the
@@ -520,7 +520,7 @@ static int pp_failed(engine *e, const char *why, char *err, size_t errlen)
     snprintf(err, errlen, "rank %d: %s", e->rank, why);
     e->x.failed = 1;
     snprintf(e->x.err, sizeof e->x.err, "%s", err);
-    return TRAIN_EXIT_COMM;
+    return DT_EXIT_COMM;
 }
 
 /* Sums n doubles over the world, the same bits on every rank: each rank's values
@@ -644,7 +644,7 @@ static int pp_grads(engine *e, int step, long first, float loss_scale, double *l
     e->idle_s += e->last_pp.idle_s;
     if (rc != 0 || e->x.failed) return pp_failed(e, why, err, errlen);
     *loss_sum = e->last_pp.loss;
-    return TRAIN_EXIT_OK;
+    return DT_EXIT_OK;
 }
 
 int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
@@ -662,7 +662,7 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     double loss_sum = 0;
     if (e->ex) {
         int rc = pp_grads(e, step, first, loss_scale, &loss_sum, err, errlen);
-        if (rc != TRAIN_EXIT_OK) return rc;
+        if (rc != DT_EXIT_OK) return rc;
     } else {
         for (int j = 0; j < A && !x->failed; j++) {
             x->last_micro = j == A - 1;
@@ -681,7 +681,7 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     if (world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
     *loss = sum[0] / per_step;
     e->grad_sumsq = sum[1];
-    return TRAIN_EXIT_OK;
+    return DT_EXIT_OK;
 }
 
 int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, size_t errlen)
@@ -698,7 +698,7 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
         if (!params || !grads) {
             free(params), free(grads);
             snprintf(err, errlen, "rank %d: step %d: out of memory", e->rank, step + 1);
-            return TRAIN_EXIT_FAIL;
+            return DT_EXIT_FAIL;
         }
         for (int i = 0; i < n; i++) {
             strat_slice sl;
@@ -713,7 +713,7 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
     trace_span(TRACE_COMPUTE, t_opt, strat_now(), "optimizer");
     e->so->after_update(e->ds);
     trace_step_end();
-    return x->failed ? engine_comm_failed(e, err, errlen) : TRAIN_EXIT_OK;
+    return x->failed ? engine_comm_failed(e, err, errlen) : DT_EXIT_OK;
 }
 
 /* Validation over a pipeline: the rank's slice [lo, hi) of validation batch
@@ -741,7 +741,7 @@ static int pp_evaluate_slice(engine *e, long vstep, long lo, long hi, long steps
         *loss += res.loss;
         *correct += res.correct;
     }
-    return TRAIN_EXIT_OK;
+    return DT_EXIT_OK;
 }
 
 /* eval_batches global batches, or the whole validation split (GPT: at most 64
@@ -769,8 +769,8 @@ int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t 
     x->training = 0;
     double loss = 0;
     long correct = 0, seen = 0;
-    int rc = TRAIN_EXIT_OK;
-    for (long vstep = 0; seen < total && !x->failed && rc == TRAIN_EXIT_OK; vstep++) {
+    int rc = DT_EXIT_OK;
+    for (long vstep = 0; seen < total && !x->failed && rc == DT_EXIT_OK; vstep++) {
         long nb = total - seen < gb ? total - seen : gb;
         long lo = nb * d / dp, hi = nb * (d + 1) / dp, widest = (nb + dp - 1) / dp;
         if (e->ex) {
@@ -792,11 +792,11 @@ int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t 
         seen += nb;
     }
     x->training = 1;
-    if (rc != TRAIN_EXIT_OK) return rc;
+    if (rc != DT_EXIT_OK) return rc;
     if (x->failed) return engine_comm_failed(e, err, errlen);
     double mine[2] = {e->counts_loss ? loss : 0.0, e->counts_loss ? (double)correct : 0.0}, sum[2];
     if (world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
     *val_loss = sum[0] / ((double)total * e->per_sample);
     *acc = vit ? sum[1] / (double)total : -1.0;
-    return TRAIN_EXIT_OK;
+    return DT_EXIT_OK;
 }

@@ -19,9 +19,9 @@
  * replicated gradients on one data-parallel rank, shards by their owner), so any
  * layout computes the single-process step up to float rounding.
  *
- * Errors are answers: a failed collective ends the step with TRAIN_EXIT_COMM and
- * one line "rank R: step S: what: why" in err; a bad layout TRAIN_EXIT_FAIL;
- * unreadable data TRAIN_EXIT_DATA (runtime/train/train.h).
+ * Errors are answers: a failed collective ends the step with DT_EXIT_COMM and
+ * one line "rank R: step S: what: why" in err; a bad layout DT_EXIT_FAIL;
+ * unreadable data DT_EXIT_DATA (lib/util/exit_codes.h).
  *
  * DTRUN_HSDP_RANKS_PER_NODE=N (tests): HSDP shards over the data-parallel ranks
  * of N-rank "nodes" instead of LOCAL_WORLD_SIZE's, so HSDP's two levels can be
@@ -48,7 +48,7 @@ typedef struct {
     double bubble_ideal; /* pp > 1: (p-1) / (v*m + p-1), pp_schedule_ideal_bubble, else 0 */
 } engine_times;
 
-/* NULL on failure, with *exit_code (a TRAIN_EXIT_*) and one line in err. */
+/* NULL on failure, with *exit_code (a DT_EXIT_*) and one line in err. */
 engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t errlen);
 void engine_destroy(engine *e);
 int engine_rank(const engine *e);
@@ -57,7 +57,7 @@ const char *engine_layout(const engine *e);
 
 /* Forward and backward of step `step` (0-based) over the global batch, gradients
  * synchronized. *loss: the mean loss over the global batch, the same on every
- * rank. Returns TRAIN_EXIT_OK or TRAIN_EXIT_COMM. */
+ * rank. Returns DT_EXIT_OK or DT_EXIT_COMM. */
 int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen);
 /* Global gradient norm (before clipping, into *grad_norm), clipping, AdamW with
  * learning rate lr, parameters made current on every rank. */
@@ -91,8 +91,8 @@ const account *engine_account(const engine *e);
 void engine_begin_training(engine *e);
 /* Collective over the world when a trace is being recorded (else returns at
  * once): every rank writes its part, rank 0 merges them into the trace file
- * (runtime/parallel/trace.h). TRAIN_EXIT_OK, or TRAIN_EXIT_FAIL (a part or the
- * file could not be written) / TRAIN_EXIT_COMM with one line in err. */
+ * (runtime/parallel/trace.h). DT_EXIT_OK, or DT_EXIT_FAIL (a part or the
+ * file could not be written) / DT_EXIT_COMM with one line in err. */
 int engine_trace_finish(engine *e, char *err, size_t errlen);
 
 #endif

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/train/train.h"
+#include "lib/util/exit_codes.h"
 
 /* The three things a slice holds, in the order they are saved. */
 enum { PART_PARAM = 0, PART_M, PART_V, N_PARTS };
@@ -79,7 +79,7 @@ static int comm_error(engine *e, int rc, const char *what, char *err, size_t err
 {
     snprintf(err, errlen, "rank %d: %s failed: %s", e->rank, what, comm_last_error(e->world));
     (void)rc;
-    return TRAIN_EXIT_COMM;
+    return DT_EXIT_COMM;
 }
 
 int engine_any(engine *e, int mine, int *any, char *err, size_t errlen)
@@ -90,7 +90,7 @@ int engine_any(engine *e, int mine, int *any, char *err, size_t errlen)
         if (rc != COMM_OK) return comm_error(e, rc, "all_reduce of a status", err, errlen);
     }
     *any = r != 0.0f;
-    return TRAIN_EXIT_OK;
+    return DT_EXIT_OK;
 }
 
 int engine_gather_flags(engine *e, int mine, int *flags, char *err, size_t errlen)
@@ -99,14 +99,14 @@ int engine_gather_flags(engine *e, int mine, int *flags, char *err, size_t errle
     float *all = malloc((size_t)W * sizeof(float)), v = mine ? 1.0f : 0.0f;
     if (!all) {
         snprintf(err, errlen, "rank %d: out of memory", e->rank);
-        return TRAIN_EXIT_FAIL;
+        return DT_EXIT_FAIL;
     }
     all[0] = v;
     int rc = W > 1 ? comm_all_gather(e->world, &v, all, (size_t)W, COMM_F32) : COMM_OK;
     if (rc == COMM_OK)
         for (int r = 0; r < W; r++) flags[r] = all[r] != 0.0f;
     free(all);
-    return rc == COMM_OK ? TRAIN_EXIT_OK : comm_error(e, rc, "all_gather of flags", err, errlen);
+    return rc == COMM_OK ? DT_EXIT_OK : comm_error(e, rc, "all_gather of flags", err, errlen);
 }
 
 double engine_local_loss(const engine *e) { return e->local_loss; }
@@ -169,7 +169,7 @@ static int save_failed(engine *e, int mine_failed, const char *why, long step, c
                  step);
         let_the_cause_exit_first();
     }
-    return TRAIN_EXIT_CKPT;
+    return DT_EXIT_CKPT;
 }
 
 /* ckpt_save's three phases, with the status all-reduced after the rank files
@@ -193,17 +193,17 @@ int engine_save_checkpoint(engine *e, const char *dir, const ckpt_meta *meta, in
     if (delay_ms > 0) sleep_ms(delay_ms);
     /* the barrier: every rank file is written (or some rank failed) */
     int arc = engine_any(e, rc < 0, &any, err, errlen);
-    if (arc != TRAIN_EXIT_OK) return arc;
+    if (arc != DT_EXIT_OK) return arc;
     if (any) return save_failed(e, rc < 0, why, meta->step, err, errlen);
     if (rc == 1) { /* every rank saw the step already committed as latest */
         *already = 1;
-        return TRAIN_EXIT_OK;
+        return DT_EXIT_OK;
     }
     int crc = e->rank == 0 ? ckpt_commit(dir, meta, keep, why, sizeof why) : 0;
     arc = engine_any(e, crc < 0, &any, err, errlen);
-    if (arc != TRAIN_EXIT_OK) return arc;
+    if (arc != DT_EXIT_OK) return arc;
     if (any) return save_failed(e, crc < 0, why, meta->step, err, errlen);
-    return TRAIN_EXIT_OK;
+    return DT_EXIT_OK;
 }
 
 /* ---- loading ---- */
@@ -240,7 +240,7 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
     free(specs);
     free(hs);
     int any = 0, rc = engine_any(e, bad, &any, err, errlen);
-    if (rc != TRAIN_EXIT_OK) return rc;
+    if (rc != DT_EXIT_OK) return rc;
     if (any) {
         if (bad) {
             snprintf(err, errlen, "rank %d: %s", e->rank, why);
@@ -249,10 +249,10 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
                      ckpt_path(ck));
             let_the_cause_exit_first();
         }
-        return TRAIN_EXIT_CKPT;
+        return DT_EXIT_CKPT;
     }
     /* the slices hold the checkpoint's numbers: make them every rank's view */
     e->so->after_update(e->ds);
     if (e->x.failed) return engine_comm_failed(e, err, errlen);
-    return TRAIN_EXIT_OK;
+    return DT_EXIT_OK;
 }

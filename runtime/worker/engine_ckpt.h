@@ -21,7 +21,7 @@
  * on every rank (after_update: ZeRO all-gathers, FSDP drops stale gathers).
  *
  * Every function here is a collective over the world: all ranks call it, and all
- * return the same status. Errors: a TRAIN_EXIT_* with one line in err. */
+ * return the same status. Errors: a DT_EXIT_* with one line in err. */
 #ifndef DTRUN_ENGINE_CKPT_H
 #define DTRUN_ENGINE_CKPT_H
 
@@ -35,7 +35,7 @@ void engine_ckpt_meta_layout(const engine *e, ckpt_meta *meta);
 
 /* Writes step meta->step: every rank its file, a barrier over the world, rank 0
  * commits (index.json, `latest`, keep). The status is all-reduced: a failure on
- * any rank is TRAIN_EXIT_CKPT on all, `latest` untouched; err says what and on
+ * any rank is DT_EXIT_CKPT on all, `latest` untouched; err says what and on
  * which rank (the failing rank has the reason, the others a pointer to it).
  * *already = 1 when the step was already the committed latest (a resumed run
  * reaching the step it started from): nothing written, not an error.
@@ -45,7 +45,7 @@ int engine_save_checkpoint(engine *e, const char *dir, const ckpt_meta *meta, in
                            int *already, char *err, size_t errlen);
 
 /* Loads parameters and AdamW moments from an open checkpoint (any layout) into
- * this rank's slices. TRAIN_EXIT_CKPT on a missing tensor or shape mismatch on
+ * this rank's slices. DT_EXIT_CKPT on a missing tensor or shape mismatch on
  * any rank. */
 int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen);
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "runtime/worker/engine_internal.h"
-#include "runtime/train/train.h"
+#include "lib/util/exit_codes.h"
 
 /* Rank 0 places tp rank r's local buffer of unit u into the whole unit (tp = 1
  * layout: tensors one after the other, whole). */
@@ -46,9 +46,9 @@ static int write_unit(engine *e, FILE *f, int u, float *const *host, char *err, 
     for (int r = 0; r < tp; r++)
         if (model_unit_numel(spec, u, r, tp) > max_n) max_n = model_unit_numel(spec, u, r, tp);
     float *whole = malloc(whole_n * sizeof(float)), *local = malloc((max_n ? max_n : 1) * sizeof(float));
-    int rc = whole && local ? TRAIN_EXIT_OK : TRAIN_EXIT_FAIL;
-    if (rc != TRAIN_EXIT_OK) snprintf(err, errlen, "rank 0: out of memory dumping parameters");
-    for (int r = 0; r < tp && rc == TRAIN_EXIT_OK && !e->x.failed; r++) {
+    int rc = whole && local ? DT_EXIT_OK : DT_EXIT_FAIL;
+    if (rc != DT_EXIT_OK) snprintf(err, errlen, "rank 0: out of memory dumping parameters");
+    for (int r = 0; r < tp && rc == DT_EXIT_OK && !e->x.failed; r++) {
         int src = mesh_rank(&e->mesh, (mesh_coord){.dp = 0, .pp = unit_owner(e, u), .tp = r});
         if (src == 0) {
             place_unit(spec, u, r, tp, host[u], whole);
@@ -58,9 +58,9 @@ static int write_unit(engine *e, FILE *f, int u, float *const *host, char *err, 
             place_unit(spec, u, r, tp, local, whole);
         }
     }
-    if (rc == TRAIN_EXIT_OK && !e->x.failed && fwrite(whole, sizeof(float), whole_n, f) != whole_n) {
+    if (rc == DT_EXIT_OK && !e->x.failed && fwrite(whole, sizeof(float), whole_n, f) != whole_n) {
         snprintf(err, errlen, "write failed (%s)", strerror(errno));
-        rc = TRAIN_EXIT_FAIL;
+        rc = DT_EXIT_FAIL;
     }
     free(whole), free(local);
     return rc;
@@ -77,20 +77,20 @@ int engine_dump_params(engine *e, const char *path, char *err, size_t errlen)
         if (e->unit_model[u] && model_unit_local_numel(e->unit_model[u], u) > max_local)
             max_local = model_unit_local_numel(e->unit_model[u], u);
     float *dev = e->ops->alloc(max_local * sizeof(float));
-    int rc = host && dev ? TRAIN_EXIT_OK : TRAIN_EXIT_FAIL;
-    for (int u = 0; u < n_units && rc == TRAIN_EXIT_OK && !x->failed; u++) {
+    int rc = host && dev ? DT_EXIT_OK : DT_EXIT_FAIL;
+    for (int u = 0; u < n_units && rc == DT_EXIT_OK && !x->failed; u++) {
         if (!e->unit_model[u]) continue;
         size_t n = model_unit_local_numel(e->unit_model[u], u);
         if (!(host[u] = malloc((n ? n : 1) * sizeof(float)))) {
-            rc = TRAIN_EXIT_FAIL;
+            rc = DT_EXIT_FAIL;
             break;
         }
         e->so->gather_unit(e->ds, u, dev);
         e->ops->to_host(host[u], dev, n * sizeof(float));
     }
-    if (rc != TRAIN_EXIT_OK) snprintf(err, errlen, "rank %d: out of memory dumping parameters", e->rank);
+    if (rc != DT_EXIT_OK) snprintf(err, errlen, "rank %d: out of memory dumping parameters", e->rank);
     /* 2. dp rank 0 of every (pp, tp) sends its units to rank 0, in unit order */
-    if (rc == TRAIN_EXIT_OK && e->rank != 0 && e->mc.me.dp == 0) {
+    if (rc == DT_EXIT_OK && e->rank != 0 && e->mc.me.dp == 0) {
         for (int u = 0; u < n_units && !x->failed; u++)
             if (e->unit_model[u])
                 strat_fail(x, e->world,
@@ -98,19 +98,19 @@ int engine_dump_params(engine *e, const char *path, char *err, size_t errlen)
                            "send of parameters");
     }
     /* 3. rank 0 assembles every unit whole, in unit order, and writes it */
-    if (rc == TRAIN_EXIT_OK && !x->failed && e->rank == 0) {
+    if (rc == DT_EXIT_OK && !x->failed && e->rank == 0) {
         FILE *f = fopen(path, "wb");
         if (!f) {
             snprintf(err, errlen, "%s: cannot write parameters (%s)", path, strerror(errno));
-            rc = TRAIN_EXIT_FAIL;
+            rc = DT_EXIT_FAIL;
         }
         char why[256];
-        for (int u = 0; u < n_units && rc == TRAIN_EXIT_OK && !x->failed; u++)
-            if ((rc = write_unit(e, f, u, host, why, sizeof why)) != TRAIN_EXIT_OK)
+        for (int u = 0; u < n_units && rc == DT_EXIT_OK && !x->failed; u++)
+            if ((rc = write_unit(e, f, u, host, why, sizeof why)) != DT_EXIT_OK)
                 snprintf(err, errlen, "%s: %s", path, why);
-        if (f && fclose(f) != 0 && rc == TRAIN_EXIT_OK) {
+        if (f && fclose(f) != 0 && rc == DT_EXIT_OK) {
             snprintf(err, errlen, "%s: write failed (%s)", path, strerror(errno));
-            rc = TRAIN_EXIT_FAIL;
+            rc = DT_EXIT_FAIL;
         }
     }
     for (int u = 0; host && u < n_units; u++) free(host[u]);

@@ -60,7 +60,7 @@ struct engine {
 };
 
 /* The step failed on communication: err gets the recorded line; returns
- * TRAIN_EXIT_COMM. */
+ * DT_EXIT_COMM. */
 int engine_comm_failed(engine *e, char *err, size_t errlen);
 
 /* engine_trace.c: start recording when a trace is asked for; the pipeline

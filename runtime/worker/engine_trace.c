@@ -5,7 +5,7 @@
 
 #include "runtime/worker/engine_internal.h"
 #include "runtime/parallel/trace.h"
-#include "runtime/train/train.h"
+#include "lib/util/exit_codes.h"
 
 void engine_trace_begin(engine *e)
 {
@@ -44,12 +44,12 @@ static int barrier_failed(engine *e, char *err, size_t errlen)
     snprintf(err, errlen, "rank %d: trace: barrier before writing the trace: %s", e->rank,
              comm_last_error(e->world));
     trace_close();
-    return TRAIN_EXIT_COMM;
+    return DT_EXIT_COMM;
 }
 
 int engine_trace_finish(engine *e, char *err, size_t errlen)
 {
-    if (!trace_on()) return TRAIN_EXIT_OK;
+    if (!trace_on()) return DT_EXIT_OK;
     trace_unit_close();
     trace_step_end();
     /* Every rank is done recording once the barrier releases, and its release is
@@ -60,17 +60,17 @@ int engine_trace_finish(engine *e, char *err, size_t errlen)
     /* every part is on disk before rank 0 reads them; a rank that failed to
      * write still takes part, so no one waits for it */
     if (e->world_size > 1 && comm_barrier(e->world) != COMM_OK) return barrier_failed(e, err, errlen);
-    int rc = TRAIN_EXIT_OK;
+    int rc = DT_EXIT_OK;
     if (wrote != 0) {
         snprintf(err, errlen, "rank %d: %s", e->rank, why);
-        rc = TRAIN_EXIT_FAIL;
+        rc = DT_EXIT_FAIL;
     }
     if (e->rank == 0) {
         const char *path = trace_path_for(&e->job);
         char note[256], merr[512];
         if (trace_merge(path, e->world_size, note, sizeof note, merr, sizeof merr) != 0) {
-            if (rc == TRAIN_EXIT_OK) snprintf(err, errlen, "rank 0: %s", merr);
-            rc = TRAIN_EXIT_FAIL;
+            if (rc == DT_EXIT_OK) snprintf(err, errlen, "rank 0: %s", merr);
+            rc = DT_EXIT_FAIL;
         } else if (note[0]) {
             fprintf(stderr, "dtrun: trace: %s: no readable part from rank(s) %s (written on another "
                             "node's disk?); merged the others\n", path, note);

@@ -8,21 +8,21 @@
 #include <string.h>
 
 #include "runtime/worker/engine_internal.h"
-#include "runtime/train/train.h"
+#include "lib/util/exit_codes.h"
 
 int engine_dump_val(engine *e, const char *path, char *err, size_t errlen)
 {
     const job_spec *job = &e->job;
     if (job->model.kind != MODEL_GPT) {
         snprintf(err, errlen, "%s: validation dumps are for GPT models only", path);
-        return TRAIN_EXIT_FAIL;
+        return DT_EXIT_FAIL;
     }
     long total = engine_val_samples(e), gb = job->train.global_batch;
     int T = job->model.seq_len;
     size_t n = (size_t)total * (size_t)T;
     int32_t *tokens = malloc((n ? n : 1) * sizeof(int32_t)), *targets = malloc((n ? n : 1) * sizeof(int32_t));
     int *tok = malloc((size_t)gb * T * sizeof(int)), *tgt = malloc((size_t)gb * T * sizeof(int));
-    int rc = TRAIN_EXIT_FAIL;
+    int rc = DT_EXIT_FAIL;
     if (!tokens || !targets || !tok || !tgt) {
         snprintf(err, errlen, "%s: out of memory for %ld validation samples", path, total);
         goto out;
@@ -48,7 +48,7 @@ int engine_dump_val(engine *e, const char *path, char *err, size_t errlen)
              fwrite(tokens, sizeof(int32_t), n, f) == n && fwrite(targets, sizeof(int32_t), n, f) == n;
     if (fclose(f) != 0) ok = 0;
     if (!ok) snprintf(err, errlen, "%s: write failed (%s)", path, strerror(errno));
-    else rc = TRAIN_EXIT_OK;
+    else rc = DT_EXIT_OK;
 out:
     free(tokens), free(targets), free(tok), free(tgt);
     return rc;

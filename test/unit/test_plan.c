@@ -641,7 +641,7 @@ static void test_hardware(void)
     job_defaults(&job);
     dryrun_opts o = {.hardware = "no-such-gpu"};
     FILE *devnull = fopen("/dev/null", "w");
-    CHECK(dryrun_run(&job, &o, devnull, err, sizeof err) == JOB_EXIT_INVALID, "dry-run with an unknown profile exits 2");
+    CHECK(dryrun_run(&job, &o, devnull, err, sizeof err) == DT_EXIT_USAGE, "dry-run with an unknown profile exits 2");
     fclose(devnull);
 }
 
