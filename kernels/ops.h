@@ -24,6 +24,15 @@
 typedef struct dt_ops {
     const char *name; /* "cpu", "cuda" */
 
+    /* ---- where work and memory live (so nobody compares table pointers) ----
+     * host_memory: 1 when alloc gives memory the host may touch (cpu), 0 when
+     * it gives device memory (cuda). stream: the queue every op is issued on
+     * (a cudaStream_t for cuda), for code that orders itself after compute
+     * (communication: events on it); NULL on cpu, where ops run on the
+     * caller's thread and are finished when they return. */
+    int host_memory;
+    void *(*stream)(void);
+
     /* ---- memory (device memory for cuda; plain malloc for cpu) ---- */
     void *(*alloc)(size_t bytes);                 /* zeroed; NULL on failure */
     void (*free)(void *p);

@@ -3,8 +3,13 @@
 #include "kernels/ops.h"
 #include "kernels/cpu/cpu.h"
 
+/* Ops run on the caller's thread: no queue to order after. */
+static void *cpu_stream(void) { return NULL; }
+
 const dt_ops dt_ops_cpu = {
     .name = "cpu",
+    .host_memory = 1,
+    .stream = cpu_stream,
 
     .alloc = cpu_alloc,
     .free = cpu_free,

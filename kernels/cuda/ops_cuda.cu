@@ -54,6 +54,8 @@ cublasComputeType_t dtc_compute_type(void) {
 static void fill_table(void) {
     memset(&table, 0, sizeof table);
     table.name = "cuda";
+    table.host_memory = 0;          /* alloc gives device memory */
+    table.stream = dt_ops_cuda_stream;
     table.alloc = cuda_alloc;
     table.free = cuda_free;
     table.zero = cuda_zero;

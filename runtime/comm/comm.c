@@ -1,18 +1,17 @@
 /* comm.c — communicators: the world from the environment, groups, the choice of
- * transport, errors, and the public entry points (argument checks, bf16 staging)
- * in front of the backends. */
+ * backend (an entry of the backend table, comm_internal.h), errors, and the
+ * public entry points in front of the backends: argument checks, staging of
+ * device buffers for host backends, and every blocking call as start + wait. */
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "runtime/comm/comm_internal.h"
-#include "runtime/comm/comm_nccl.h"
 
 /* How many times this process made a given member list from a given parent:
  * part of the group's store key, so making the same group twice gives two
@@ -22,13 +21,6 @@ struct group_count {
     int count;
     struct group_count *next;
 };
-
-double comm_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 int comm_fail(comm *c, int code, const char *fmt, ...)
 {
@@ -128,10 +120,8 @@ static void comm_free(comm *c)
 {
     if (!c)
         return;
-    comm_queue_destroy(c);
-    comm_p2p_destroy(c);
-    if (c->be && c->be->destroy)
-        c->be->destroy(c);
+    if (c->be)
+        c->be->destroy(c);  /* stops its threads first */
     while (c->groups) {
         struct group_count *g = c->groups;
         c->groups = g->next;
@@ -144,45 +134,43 @@ static void comm_free(comm *c)
     free(c);
 }
 
-/* Picks nccl / self / shm / tcp for c (members, world and store set) and
- * builds it. NCCL when the world chose it (comm_nccl.h): for every group when
- * forced, else for groups of two or more. */
+/* Picks c's entry of the backend table (members, world and store set) and
+ * builds it: the world's device backend when it chose one (for every group
+ * when forced, else for groups of two or more), else self for a group of one,
+ * shm within a node, tcp across nodes. */
 static int comm_setup_transport(comm *c)
 {
-    int nccl = c->world->nccl_mode;
-    if (nccl == 2 || (nccl == 1 && c->size > 1)) {
+    const comm *w = c->world;
+    const comm_backend *be;
+    if (w->device_be && (w->device_be_forced || c->size > 1)) {
         if (c->size > 1 && !c->store)
             return comm_fail(c, COMM_EINVAL, "%s: a group of %d needs a bootstrap store",
                              c->name, c->size);
-        c->be = &comm_backend_nccl;
-        return comm_nccl_create(c);
+        be = w->device_be;
+    } else if (c->size == 1) {
+        be = &comm_backend_self;
+    } else {
+        if (!c->store)
+            return comm_fail(c, COMM_EINVAL, "%s: a group of %d needs a bootstrap store",
+                             c->name, c->size);
+        const char *force = getenv("DTRUN_COMM_TRANSPORT");
+        if (force && *force && strcmp(force, "auto") != 0 && strcmp(force, "shm") != 0 &&
+            strcmp(force, "tcp") != 0)
+            return comm_fail(c, COMM_EINVAL,
+                             "DTRUN_COMM_TRANSPORT=%s: expected auto, shm or tcp", force);
+        const comm_peer_info *info = w->info;
+        int one_node = 1;
+        for (int i = 1; i < c->size; i++)
+            if (strcmp(info[c->world_ranks[i]].node, info[c->world_ranks[0]].node) != 0)
+                one_node = 0;
+        if (force && strcmp(force, "shm") == 0 && !one_node)
+            return comm_fail(c, COMM_EINVAL,
+                             "%s: DTRUN_COMM_TRANSPORT=shm but the members span nodes", c->name);
+        be = one_node && !(force && strcmp(force, "tcp") == 0) ? &comm_backend_shm
+                                                               : &comm_backend_tcp;
     }
-    if (c->size == 1) {
-        c->be = &comm_backend_self;
-        return COMM_OK;
-    }
-    if (!c->store)
-        return comm_fail(c, COMM_EINVAL, "%s: a group of %d needs a bootstrap store", c->name,
-                         c->size);
-    const char *force = getenv("DTRUN_COMM_TRANSPORT");
-    if (force && *force && strcmp(force, "auto") != 0 && strcmp(force, "shm") != 0 &&
-        strcmp(force, "tcp") != 0)
-        return comm_fail(c, COMM_EINVAL, "DTRUN_COMM_TRANSPORT=%s: expected auto, shm or tcp",
-                         force);
-    const comm_peer_info *info = c->world->info;
-    int one_node = 1;
-    for (int i = 1; i < c->size; i++)
-        if (strcmp(info[c->world_ranks[i]].node, info[c->world_ranks[0]].node) != 0)
-            one_node = 0;
-    if (force && strcmp(force, "shm") == 0 && !one_node)
-        return comm_fail(c, COMM_EINVAL,
-                         "%s: DTRUN_COMM_TRANSPORT=shm but the members span nodes", c->name);
-    if (one_node && !(force && strcmp(force, "tcp") == 0)) {
-        c->be = &comm_backend_shm;
-        return comm_shm_create(c);
-    }
-    c->be = &comm_backend_tcp;
-    return comm_tcp_create(c);
+    c->be = be;
+    return be->create(c);
 }
 
 static void read_info(comm_peer_info *dst, const char *text)
@@ -200,53 +188,55 @@ static void read_info(comm_peer_info *dst, const char *text)
         snprintf(dst->gpu, sizeof dst->gpu, "%s", g + 1);
 }
 
-/* DTRUN_COMM_BACKEND: 0 cpu, 1 auto (default), 2 nccl; -1 for anything else.
- * Under auto, DTRUN_COMM_TRANSPORT=shm or tcp asks for a CPU transport: cpu. */
-static int backend_from_env(void)
+/* DTRUN_COMM_BACKEND's values: the device backend each lets the world take
+ * (NULL: the CPU transports only), and whether it is forced (for every
+ * communicator, an error when a rank cannot use it). */
+typedef struct {
+    const char *value;
+    const comm_backend *device;
+    int forced;
+} backend_choice;
+
+static const backend_choice backend_choices[] = {
+    {"auto", &comm_backend_nccl, 0},
+    {"nccl", &comm_backend_nccl, 1},
+    {"cpu", NULL, 0},
+};
+
+/* The choice DTRUN_COMM_BACKEND names (auto when unset), or NULL for anything
+ * else. Under auto, DTRUN_COMM_TRANSPORT=shm or tcp asks for a CPU transport: cpu. */
+static const backend_choice *backend_from_env(void)
 {
     const char *s = getenv("DTRUN_COMM_BACKEND");
     if (!s || !*s || strcmp(s, "auto") == 0) {
         const char *t = getenv("DTRUN_COMM_TRANSPORT");
-        return t && (strcmp(t, "shm") == 0 || strcmp(t, "tcp") == 0) ? 0 : 1;
+        s = t && (strcmp(t, "shm") == 0 || strcmp(t, "tcp") == 0) ? "cpu" : "auto";
     }
-    if (strcmp(s, "cpu") == 0)
-        return 0;
-    if (strcmp(s, "nccl") == 0)
-        return 2;
-    return -1;
+    for (size_t i = 0; i < sizeof backend_choices / sizeof backend_choices[0]; i++)
+        if (strcmp(s, backend_choices[i].value) == 0)
+            return &backend_choices[i];
+    return NULL;
 }
 
-/* The world's choice between NCCL and the CPU transports, the same on every
- * rank because it is made from what every rank published (its GPU's bus id,
- * or "" when NCCL cannot serve it): NCCL when each rank has one and no two
- * ranks of a node share one (NCCL <= 2.29 refuses that: "Duplicate GPU").
- * auto keeps the CPU transports otherwise (and for a world of one); nccl
- * (forced) turns it into an error naming the rank. */
-static int choose_backend(comm *c, int want, const char *my_why, char *err, size_t errlen)
+/* The world's choice between the device backend and the CPU transports, the
+ * same on every rank because the backend makes it from what every rank
+ * published (its device, or "" when it cannot serve it). auto keeps the CPU
+ * transports when the backend declines (and for a world of one); a forced
+ * choice turns a refusal into an error naming the rank. */
+static int choose_backend(comm *c, const backend_choice *want, const char *my_why, char *err,
+                          size_t errlen)
 {
-    c->nccl_mode = 0;
-    if (want == 0 || (want == 1 && c->size == 1))
+    c->device_be = NULL;
+    c->device_be_forced = 0;
+    if (!want->device || (!want->forced && c->size == 1))
         return COMM_OK;
-    const comm_peer_info *info = c->info;
-    for (int r = 0; r < c->size; r++) {
-        if (!info[r].gpu[0]) {
-            if (want == 2)
-                snprintf(err, errlen, "comm: DTRUN_COMM_BACKEND=nccl but rank %d (%s) cannot use "
-                         "NCCL: %s", r, info[r].host,
-                         r == c->rank ? my_why : "no CUDA device in use or no libnccl there");
-            return want == 2 ? COMM_EINVAL : COMM_OK;
-        }
-        for (int q = 0; q < r; q++)
-            if (strcmp(info[q].node, info[r].node) == 0 && strcmp(info[q].gpu, info[r].gpu) == 0) {
-                if (want == 2)
-                    snprintf(err, errlen, "comm: DTRUN_COMM_BACKEND=nccl but ranks %d and %d share "
-                             "GPU %s on %s, and NCCL refuses two ranks on one GPU; give each rank "
-                             "its own GPU, or use DTRUN_COMM_BACKEND=cpu (shm/tcp, device buffers "
-                             "staged through host memory)", q, r, info[r].gpu, info[r].host);
-                return want == 2 ? COMM_EINVAL : COMM_OK;
-            }
+    int ok = want->device->world_accepts(c, want->forced, my_why, err, errlen);
+    if (ok < 0)
+        return COMM_EINVAL;
+    if (ok > 0) {
+        c->device_be = want->device;
+        c->device_be_forced = want->forced;
     }
-    c->nccl_mode = want;
     return COMM_OK;
 }
 
@@ -310,17 +300,17 @@ int comm_world_init_with(comm **out, comm_store *store, int rank, int world_size
         snprintf(me->host, sizeof me->host, "unknown");
     me->host[sizeof me->host - 1] = '\0';
     snprintf(me->node, sizeof me->node, "%s", node_id ? node_id : me->host);
-    int want = backend_from_env();
-    if (want < 0) {
+    const backend_choice *want = backend_from_env();
+    if (!want) {
         snprintf(err, errlen, "comm: DTRUN_COMM_BACKEND=%s: expected auto, nccl or cpu",
                  getenv("DTRUN_COMM_BACKEND"));
         comm_free(c);
         return COMM_EINVAL;
     }
-    /* asking costs a dlopen of libnccl: only when NCCL may be used */
+    /* asking may cost a library load (libnccl): only when the device backend may be used */
     char my_why[256] = "";
-    if (want == 2 || (want == 1 && world_size > 1))
-        comm_nccl_probe(me->gpu, sizeof me->gpu, my_why, sizeof my_why);
+    if (want->device && (want->forced || world_size > 1))
+        want->device->probe(me->gpu, sizeof me->gpu, my_why, sizeof my_why);
 
     int rc = COMM_OK;
     if (world_size > 1) {
@@ -468,6 +458,8 @@ int comm_size(const comm *c) { return c->size; }
 const char *comm_transport(const comm *c) { return c->be ? c->be->name : "none"; }
 double comm_timeout(const comm *c) { return c->timeout; }
 
+void *comm_stream(const comm *c) { return c->be ? c->be->stream(c) : NULL; }
+
 int comm_world_rank(const comm *c, int r)
 {
     return (r >= 0 && r < c->size) ? c->world_ranks[r] : -1;
@@ -484,81 +476,6 @@ void comm_set_timeout(comm *c, double seconds)
         c->timeout = seconds;
 }
 
-/* ---- running a collective ---- */
-
-static const char *coll_name(coll_kind k)
-{
-    switch (k) {
-    case COLL_ALL_REDUCE: return "all_reduce";
-    case COLL_REDUCE_SCATTER: return "reduce_scatter";
-    case COLL_ALL_GATHER: return "all_gather";
-    case COLL_BROADCAST: return "broadcast";
-    case COLL_BARRIER: return "barrier";
-    }
-    return "?";
-}
-
-static float *stage_floats(comm *c, size_t n)
-{
-    if (n > c->stage_cap) {
-        float *p = realloc(c->stage, n * sizeof(float));
-        if (!p)
-            return NULL;
-        c->stage = p;
-        c->stage_cap = n;
-    }
-    return c->stage;
-}
-
-int comm_coll_exec(comm *c, const coll_args *a)
-{
-    if (atomic_load(&c->status) != COMM_OK)
-        return COMM_EBROKEN;
-    c->coll_seq++;
-    snprintf(c->label, sizeof c->label, "%s #%llu in %s", coll_name(a->kind),
-             (unsigned long long)c->coll_seq, c->name);
-    size_t n = a->count, es = comm_dtype_size(a->dt);
-    if (n == 0 && a->kind != COLL_BARRIER)
-        return COMM_OK;
-    switch (a->kind) {
-    case COLL_ALL_REDUCE:
-        if (a->dt == COMM_F32)
-            return c->be->all_reduce(c, a->send, a->recv, n, a->op);
-        else {
-            float *s = stage_floats(c, n);
-            if (!s)
-                return comm_fail(c, COMM_ESYS, "%s: out of memory staging bf16", c->label);
-            comm_bf16_to_f32(s, a->send, n);
-            int rc = c->be->all_reduce(c, s, s, n, a->op);
-            if (rc == COMM_OK)
-                comm_f32_to_bf16(a->recv, s, n);
-            return rc;
-        }
-    case COLL_REDUCE_SCATTER:
-        if (a->dt == COMM_F32)
-            return c->be->reduce_scatter(c, a->send, a->recv, n, a->op);
-        else {
-            size_t off, len;
-            comm_chunk(n, c->size, c->rank, &off, &len);
-            float *s = stage_floats(c, n + len);
-            if (!s)
-                return comm_fail(c, COMM_ESYS, "%s: out of memory staging bf16", c->label);
-            comm_bf16_to_f32(s, a->send, n);
-            int rc = c->be->reduce_scatter(c, s, s + n, n, a->op);
-            if (rc == COMM_OK)
-                comm_f32_to_bf16(a->recv, s + n, len);
-            return rc;
-        }
-    case COLL_ALL_GATHER:
-        return c->be->all_gather(c, a->send, a->recv, n, es);
-    case COLL_BROADCAST:
-        return c->be->broadcast(c, a->recv, n * es, a->root);
-    case COLL_BARRIER:
-        return c->be->barrier(c);
-    }
-    return COMM_EINVAL;
-}
-
 /* ---- public entry points ---- */
 
 static int check_args(comm *c, const coll_args *a)
@@ -568,15 +485,15 @@ static int check_args(comm *c, const coll_args *a)
     if (atomic_load(&c->status) != COMM_OK)
         return COMM_EBROKEN;
     if (a->dt != COMM_F32 && a->dt != COMM_BF16)
-        return comm_fail(c, COMM_EINVAL, "%s: unknown dtype %d", coll_name(a->kind), (int)a->dt);
+        return comm_fail(c, COMM_EINVAL, "%s: unknown dtype %d", comm_coll_name(a->kind), (int)a->dt);
     if (a->op != COMM_SUM && a->op != COMM_AVG && a->op != COMM_MAX)
-        return comm_fail(c, COMM_EINVAL, "%s: unknown op %d", coll_name(a->kind), (int)a->op);
+        return comm_fail(c, COMM_EINVAL, "%s: unknown op %d", comm_coll_name(a->kind), (int)a->op);
     if (a->kind == COLL_BROADCAST && (a->root < 0 || a->root >= c->size))
         return comm_fail(c, COMM_EINVAL, "broadcast: root %d outside group of %d", a->root,
                          c->size);
     if (a->count > 0 && a->kind != COLL_BARRIER &&
         ((!a->send && a->kind != COLL_BROADCAST) || !a->recv))
-        return comm_fail(c, COMM_EINVAL, "%s: NULL buffer", coll_name(a->kind));
+        return comm_fail(c, COMM_EINVAL, "%s: NULL buffer", comm_coll_name(a->kind));
     return COMM_OK;
 }
 
@@ -587,12 +504,19 @@ static int coll(comm *c, coll_args a, comm_req **req)
     int rc = check_args(c, &a);
     if (rc != COMM_OK)
         return rc;
-    if (c->be == &comm_backend_nccl)
-        return comm_nccl_coll(c, &a, req);
-    if (a.count > 0 && comm_dev_active() &&
+    comm_req *r = NULL;
+    if (c->be->memory == COMM_MEM_HOST && a.count > 0 && comm_dev_active() &&
         (comm_dev_is_device(a.send) || comm_dev_is_device(a.recv)))
-        return comm_stage_coll(c, &a, req);
-    return req ? comm_queue_submit(c, &a, req) : comm_queue_run(c, &a);
+        rc = comm_stage_coll(c, &a, !req, &r);
+    else
+        rc = c->be->coll_start(c, &a, !req, &r);
+    if (rc != COMM_OK)
+        return rc;
+    if (req) {
+        *req = r;
+        return COMM_OK;
+    }
+    return comm_wait(r);
 }
 
 int comm_all_reduce(comm *c, const void *send, void *recv, size_t count, comm_dtype dt,
@@ -668,13 +592,19 @@ static int p2p(comm *c, int is_send, const void *buf, size_t count, comm_dtype d
                          peer, c->name, c->rank, c->size);
     if (count > 0 && !buf)
         return comm_fail(c, COMM_EINVAL, "%s: NULL buffer", what);
-    if (c->be == &comm_backend_nccl)
-        return comm_nccl_p2p(c, is_send, (void *)buf, count, dt, peer, req);
-    size_t bytes = count * comm_dtype_size(dt);
-    if (bytes > 0 && comm_dev_is_device(buf))
-        return comm_stage_p2p(c, is_send, (void *)buf, bytes, peer, req);
-    return req ? comm_p2p_submit(c, is_send, (void *)buf, bytes, peer, req)
-               : comm_p2p_run(c, is_send, (void *)buf, bytes, peer);
+    comm_req *r = NULL;
+    int rc;
+    if (c->be->memory == COMM_MEM_HOST && count > 0 && comm_dev_is_device(buf))
+        rc = comm_stage_p2p(c, is_send, (void *)buf, count, dt, peer, !req, &r);
+    else
+        rc = c->be->p2p_start(c, is_send, (void *)buf, count, dt, peer, !req, &r);
+    if (rc != COMM_OK)
+        return rc;
+    if (req) {
+        *req = r;
+        return COMM_OK;
+    }
+    return comm_wait(r);
 }
 
 int comm_send(comm *c, const void *buf, size_t count, comm_dtype dt, int peer)
@@ -702,9 +632,7 @@ int comm_wait(comm_req *req)
 {
     if (!req)
         return COMM_OK;
-    if (req->nccl)
-        return comm_nccl_wait(req);
-    struct comm_stage *st = req->stage;  /* the waits below free req */
-    int rc = req->is_p2p ? comm_p2p_wait(req) : comm_queue_wait(req);
+    struct comm_stage *st = req->stage;  /* the backend's wait frees req */
+    int rc = req->c->be->wait(req);
     return st ? comm_stage_finish(st, rc) : rc;
 }

@@ -14,13 +14,22 @@
  * "nccl" (comm_nccl.h) when every rank computes on a GPU of its own: the world
  * decides once for all its groups (DTRUN_COMM_BACKEND=auto|nccl|cpu).
  *
- * Buffers may be host or device memory (a CUDA build with a device in use) on
- * every transport: NCCL stages host buffers through the device, the CPU
- * transports stage device buffers through the host (comm_stage.c). With NCCL
- * a blocking call returns once the operation finished on the device, and an
- * operation starts after the work queued so far on the compute stream
- * (dt_ops_cuda_stream()); the timeout of an NCCL operation counts from its
- * issue, and a failure aborts every NCCL communicator of the process.
+ * Every transport is an entry of one asynchronous backend interface
+ * (comm_internal.h): each operation is started and gives a request that
+ * comm_wait completes; a blocking call is start + wait. The CPU transports run
+ * collectives on a per-communicator worker thread and send / recv on a
+ * progress engine; NCCL enqueues on its CUDA stream (comm_stream) and its
+ * request waits on an event.
+ *
+ * Where compute runs comes from the ops table (comm_set_ops, before the
+ * world): its memory capability and its stream. Buffers may be host or device
+ * memory (a CUDA build with a device in use) on every transport: NCCL stages
+ * host buffers through the device, the CPU transports stage device buffers
+ * through the host (comm_stage.c). With NCCL a blocking call returns once the
+ * operation finished on the device, and an operation starts after the work
+ * queued so far on the compute stream (the ops table's stream); the timeout
+ * of an NCCL operation counts from its issue, and a failure aborts every NCCL
+ * communicator of the process.
  *
  * Contract (like NCCL / torch.distributed):
  *  - Every member calls the same collectives in the same order with the same
@@ -93,6 +102,14 @@ void comm_chunk(size_t count, int size, int rank, size_t *offset, size_t *len);
 
 /* ---- communicators ---- */
 
+struct dt_ops;
+
+/* The ops table the worker computes with (kernels/ops.h), for the whole
+ * process: whether its memory is the host's (host_memory) and the stream its
+ * work is queued on. Call before comm_world_init; without it (or with the CPU
+ * table) every buffer is host memory and NCCL is never chosen. */
+void comm_set_ops(const struct dt_ops *ops);
+
 /* The world, from RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE / GROUP_RANK.
  * `store` is borrowed: it must outlive the world and every group made from it.
  * On failure *out is NULL and err holds one line. */
@@ -118,8 +135,11 @@ int comm_rank(const comm *c);
 int comm_size(const comm *c);
 /* World rank of this communicator's rank r. */
 int comm_world_rank(const comm *c, int r);
-/* "self", "shm" or "tcp". */
+/* "self", "shm", "tcp" or "nccl". */
 const char *comm_transport(const comm *c);
+/* The queue the communicator's operations run on: its cudaStream_t with
+ * NCCL, NULL on the CPU transports (their own threads). */
+void *comm_stream(const comm *c);
 /* The last error's line ("" if none). */
 const char *comm_last_error(const comm *c);
 /* Timeout of each later call, in seconds (> 0). */

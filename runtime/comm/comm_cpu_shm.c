@@ -227,7 +227,7 @@ static int shm_wait(comm *c, shm_state *s, ready_fn ready, const void *arg, doub
             cpu_relax();       /* read the clock only every 64 turns */
             continue;
         }
-        double now = comm_now();
+        double now = clock_now_s();
         if (spin_until < 0)
             spin_until = now + shm_spin(s);
         if (now < spin_until) {
@@ -486,7 +486,7 @@ static void consume(shm_state *s, const shm_job *j, size_t k)
  * consumed them all. Consuming first frees entries for the peers soonest. */
 static int run_job(comm *c, shm_state *s, shm_job *j)
 {
-    double deadline = comm_now() + c->timeout;
+    double deadline = clock_now_s() + c->timeout;
     if (atomic_load_explicit(&s->hdr->abort_word, memory_order_relaxed))
         return shm_aborted(c, s, c->label);
     shm_ctl *me = &s->ctl[s->me];
@@ -670,11 +670,11 @@ static unsigned shm_p2p_token(comm *c)
 static void shm_p2p_sleep(comm *c, unsigned token, const p2p_wait *w, int nw, double until)
 {
     shm_state *s = c->be_state;
-    double spin_until = comm_now() + shm_spin(s);
-    while (atomic_load(&s->ctl[s->me].bell) == token && comm_now() < spin_until)
+    double spin_until = clock_now_s() + shm_spin(s);
+    while (atomic_load(&s->ctl[s->me].bell) == token && clock_now_s() < spin_until)
         for (int i = 0; i < 64; i++)
             cpu_relax();
-    sleep_on_bell(s, token, until - comm_now());
+    sleep_on_bell(s, token, until - clock_now_s());
 }
 
 static void shm_p2p_kick(comm *c)
@@ -697,6 +697,7 @@ static int shm_p2p_check_peer(comm *c, int peer)
 
 static void shm_destroy(comm *c)
 {
+    comm_cpu_stop(c);
     shm_state *s = c->be_state;
     if (!s)
         return;
@@ -707,8 +708,7 @@ static void shm_destroy(comm *c)
     c->be_state = NULL;
 }
 
-const comm_backend comm_backend_shm = {
-    .name = "shm",
+static const comm_cpu_ops shm_ops = {
     .all_reduce = shm_all_reduce,
     .reduce_scatter = shm_reduce_scatter,
     .all_gather = shm_all_gather,
@@ -719,7 +719,6 @@ const comm_backend comm_backend_shm = {
     .p2p_sleep = shm_p2p_sleep,
     .p2p_kick = shm_p2p_kick,
     .p2p_check_peer = shm_p2p_check_peer,
-    .destroy = shm_destroy,
 };
 
 /* ---- creation ---- */
@@ -743,8 +742,9 @@ static size_t round_up(size_t x, size_t a)
     return (x + a - 1) / a * a;
 }
 
-int comm_shm_create(comm *c)
+static int shm_create(comm *c)
 {
+    c->cpu = &shm_ops;
     static _Atomic unsigned counter;
     int n = c->size, me = c->rank;
     shm_state *s = calloc(1, sizeof *s);
@@ -862,3 +862,16 @@ int comm_shm_create(comm *c)
         rc = comm_fail(c, COMM_ESYS, "%s: shm_unlink %s: %s", c->name, name, strerror(errno));
     return rc;
 }
+
+const comm_backend comm_backend_shm = {
+    .name = "shm",
+    .memory = COMM_MEM_HOST,
+    .probe = comm_cpu_probe,
+    .world_accepts = comm_cpu_world_accepts,
+    .create = shm_create,
+    .destroy = shm_destroy,
+    .stream = comm_cpu_stream,
+    .coll_start = comm_cpu_coll_start,
+    .p2p_start = comm_cpu_p2p_start,
+    .wait = comm_cpu_wait,
+};

@@ -88,7 +88,7 @@ static int tcp_fail(comm *c, int code, const char *fmt, ...)
 
 static int ms_left(double deadline)
 {
-    double left = deadline - comm_now();
+    double left = deadline - clock_now_s();
     if (left <= 0)
         return 0;
     return left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
@@ -245,7 +245,7 @@ static int ring_all_gather(comm *c, tcp_state *t, char *recv, size_t n, size_t e
 static int tcp_all_reduce(comm *c, const float *send, float *recv, size_t n, comm_op op)
 {
     tcp_state *t = c->be_state;
-    double deadline = comm_now() + c->timeout;
+    double deadline = clock_now_s() + c->timeout;
     size_t off, len;
     comm_chunk(n, t->n, t->me, &off, &len);
     int rc = ring_reduce_scatter(c, t, send, recv + off, n, op, deadline);
@@ -257,7 +257,7 @@ static int tcp_all_reduce(comm *c, const float *send, float *recv, size_t n, com
 static int tcp_reduce_scatter(comm *c, const float *send, float *recv, size_t n, comm_op op)
 {
     tcp_state *t = c->be_state;
-    return ring_reduce_scatter(c, t, send, recv, n, op, comm_now() + c->timeout);
+    return ring_reduce_scatter(c, t, send, recv, n, op, clock_now_s() + c->timeout);
 }
 
 static int tcp_all_gather(comm *c, const void *send, void *recv, size_t n, size_t es)
@@ -267,13 +267,13 @@ static int tcp_all_gather(comm *c, const void *send, void *recv, size_t n, size_
     comm_chunk(n, t->n, t->me, &off, &len);
     if (len && (char *)recv + off * es != (const char *)send)
         memmove((char *)recv + off * es, send, len * es);
-    return ring_all_gather(c, t, recv, n, es, comm_now() + c->timeout);
+    return ring_all_gather(c, t, recv, n, es, clock_now_s() + c->timeout);
 }
 
 static int tcp_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
     tcp_state *t = c->be_state;
-    double deadline = comm_now() + c->timeout;
+    double deadline = clock_now_s() + c->timeout;
     int pos = mod(t->me - root, t->n);
     char *b = buf;
     if (pos == 0)
@@ -299,7 +299,7 @@ static int tcp_barrier(comm *c)
 {
     tcp_state *t = c->be_state;
     memset(t->bytes, 0, (size_t)t->n);
-    return ring_all_gather(c, t, t->bytes, (size_t)t->n, 1, comm_now() + c->timeout);
+    return ring_all_gather(c, t, t->bytes, (size_t)t->n, 1, clock_now_s() + c->timeout);
 }
 
 /* ---- send / recv ---- */
@@ -389,6 +389,7 @@ static int tcp_p2p_check_peer(comm *c, int peer)
 
 static void tcp_destroy(comm *c)
 {
+    comm_cpu_stop(c);
     tcp_state *t = c->be_state;
     if (!t)
         return;
@@ -409,8 +410,7 @@ static void tcp_destroy(comm *c)
     c->be_state = NULL;
 }
 
-const comm_backend comm_backend_tcp = {
-    .name = "tcp",
+static const comm_cpu_ops tcp_ops = {
     .all_reduce = tcp_all_reduce,
     .reduce_scatter = tcp_reduce_scatter,
     .all_gather = tcp_all_gather,
@@ -421,7 +421,6 @@ const comm_backend comm_backend_tcp = {
     .p2p_sleep = tcp_p2p_sleep,
     .p2p_kick = tcp_p2p_kick,
     .p2p_check_peer = tcp_p2p_check_peer,
-    .destroy = tcp_destroy,
 };
 
 /* ---- bootstrap ---- */
@@ -524,7 +523,7 @@ static int dial(comm *c, const char *endpoint, int peer, int kind, uint64_t id_h
             break;
         close(fd);
         fd = -1;
-        if (err == ETIMEDOUT || comm_now() >= deadline)
+        if (err == ETIMEDOUT || clock_now_s() >= deadline)
             break;
         usleep(20000);  /* refused: retry until the deadline */
     }
@@ -541,8 +540,9 @@ static int dial(comm *c, const char *endpoint, int peer, int kind, uint64_t id_h
     return fd;
 }
 
-int comm_tcp_create(comm *c)
+static int tcp_create(comm *c)
 {
+    c->cpu = &tcp_ops;
     int n = c->size, me = c->rank;
     tcp_state *t = calloc(1, sizeof *t);
     if (!t)
@@ -558,7 +558,7 @@ int comm_tcp_create(comm *c)
         return comm_fail(c, COMM_ESYS, "%s: out of memory / eventfd", c->name);
     for (int i = 0; i < n; i++)
         t->peer_fd[i] = -1;
-    double deadline = comm_now() + c->timeout;
+    double deadline = clock_now_s() + c->timeout;
     uint64_t id_hash = XXH64(c->id, strlen(c->id), 0);
 
     /* Listen. */
@@ -598,7 +598,7 @@ int comm_tcp_create(comm *c)
             continue;
         char pe[300];
         snprintf(key, sizeof key, "%s/tcp/%d", c->id, q);
-        long pl = store_get(c->store, key, pe, sizeof pe - 1, deadline - comm_now());
+        long pl = store_get(c->store, key, pe, sizeof pe - 1, deadline - clock_now_s());
         if (pl < 0) {
             char who[64];
             rc = comm_fail(c, COMM_ESTORE, "%s: no endpoint from %s: %s", c->name,
@@ -658,3 +658,16 @@ int comm_tcp_create(comm *c)
     close(lfd);
     return rc;
 }
+
+const comm_backend comm_backend_tcp = {
+    .name = "tcp",
+    .memory = COMM_MEM_HOST,
+    .probe = comm_cpu_probe,
+    .world_accepts = comm_cpu_world_accepts,
+    .create = tcp_create,
+    .destroy = tcp_destroy,
+    .stream = comm_cpu_stream,
+    .coll_start = comm_cpu_coll_start,
+    .p2p_start = comm_cpu_p2p_start,
+    .wait = comm_cpu_wait,
+};

@@ -1,6 +1,7 @@
 /* comm_internal.h — what the pieces of the communication layer share: the
- * communicator struct, the backend interface (self, shm, tcp), the point-to-point
- * operation, the reduction kernels. Private to runtime/comm. */
+ * communicator struct, the one backend interface (self, shm, tcp, nccl), the
+ * CPU transports' host functions and engine, the point-to-point operation, the
+ * reduction kernels. Private to runtime/comm. */
 #ifndef DTRUN_COMM_INTERNAL_H
 #define DTRUN_COMM_INTERNAL_H
 
@@ -9,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lib/util/clock.h"
 #include "runtime/comm/comm.h"
 
 /* ---- point to point ---- */
@@ -37,13 +39,97 @@ typedef struct {
     int is_send;
 } p2p_wait;
 
-/* ---- backends ---- */
+/* ---- collectives, as data ---- */
+
+typedef enum { COLL_ALL_REDUCE, COLL_REDUCE_SCATTER, COLL_ALL_GATHER, COLL_BROADCAST,
+               COLL_BARRIER } coll_kind;
 
 typedef struct {
-    const char *name;
+    coll_kind kind;
+    const void *send;
+    void *recv;
+    size_t count;
+    comm_dtype dt;
+    comm_op op;
+    int root;
+} coll_args;
+
+typedef struct comm_peer_info comm_peer_info;
+
+/* ---- the backend interface ----
+ *
+ * One table per backend (self, shm, tcp, nccl), every entry filled, libuv
+ * style: comm.c picks an entry for each communicator (comm_setup_transport)
+ * and only ever calls through it. Every operation is STARTED and hands back
+ * a request; comm_wait completes it through `wait`. The blocking API is
+ * start + wait, written once in comm.c.
+ *
+ * The CPU transports (self, shm, tcp) share their start / wait entries
+ * (comm_cpu.c): collectives queue for the communicator's worker thread
+ * (comm_queue.c), sends and receives for the progress engine (comm_p2p.c),
+ * and both drive the transport's synchronous host functions (comm_cpu_ops
+ * below). NCCL enqueues on its own CUDA stream, and its request waits on an
+ * event recorded after the operation (comm_nccl.c). */
+
+typedef enum {
+    COMM_MEM_HOST = 0,           /* buffers must be host memory */
+    COMM_MEM_DEVICE = 1,         /* buffers may be device memory (host ones it stages itself) */
+} comm_mem;
+
+typedef struct comm_backend {
+    const char *name;            /* what comm_transport() says */
+    /* Where its buffers live. comm.c stages device buffers through host
+     * memory for a COMM_MEM_HOST backend (comm_stage.c). */
+    comm_mem memory;
+    /* The device this process would use with the backend, as the world
+     * publishes it to the peers (a GPU's PCI bus id): into dev, or "" with the
+     * reason in why. Host backends answer "". Called before the world exists. */
+    void (*probe)(char *dev, size_t len, char *why, size_t whylen);
+    /* The world's choice (comm_world_init, from every rank's published info):
+     * 1 = the world's groups use this backend, 0 = not (auto falls back to the
+     * CPU transports), < 0 = an error when `forced` (one line in err). */
+    int (*world_accepts)(const comm *world, int forced, const char *my_why, char *err,
+                         size_t errlen);
+    /* Builds c->be_state for a communicator whose members, ids, name and store
+     * are set. COMM_OK or an error (comm_fail'ed). destroy undoes it (also
+     * after a failed create) and stops the backend's threads. */
+    int (*create)(comm *c);
+    void (*destroy)(comm *c);
+    /* The queue its operations run on: a cudaStream_t for NCCL, NULL for the
+     * CPU transports (their worker thread and progress engine). */
+    void *(*stream)(const comm *c);
+    /* Starts a collective (arguments checked by comm.c; count may be 0, which
+     * still counts in the communicator's sequence) or a send / receive (count
+     * elements of dt to / from peer). *req gets the request, or NULL when
+     * nothing is left to wait for. `blocking`: the caller waits for it right
+     * away (the synchronous API), so the backend may run it on the calling
+     * thread (the CPU transports do when nothing is queued: no thread hop).
+     * COMM_OK or the error (comm_fail'ed, *req NULL). */
+    int (*coll_start)(comm *c, const coll_args *a, int blocking, comm_req **req);
+    int (*p2p_start)(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
+                     int blocking, comm_req **req);
+    /* Completes a request (bounded by the communicator's timeout), frees it
+     * and returns its status. */
+    int (*wait)(comm_req *req);
+} comm_backend;
+
+extern const comm_backend comm_backend_self;
+extern const comm_backend comm_backend_shm;
+extern const comm_backend comm_backend_tcp;
+extern const comm_backend comm_backend_nccl;
+
+/* What every request starts with; a backend's own request embeds it first. */
+struct comm_req {
+    comm *c;
+    struct comm_stage *stage;    /* device buffers staged through host memory (comm_stage.c) */
+};
+
+/* ---- the CPU transports' synchronous host functions (comm_cpu.c drives them) ---- */
+
+typedef struct {
     /* Collectives on fp32 (reductions) or raw elements of esize bytes. n is the
-     * element count, > 0 (comm.c answers n = 0 itself). Return COMM_OK or the
-     * code of comm_fail(). */
+     * element count, > 0 (comm_cpu.c answers n = 0 itself). Return COMM_OK or
+     * the code of comm_fail(). */
     int (*all_reduce)(comm *c, const float *send, float *recv, size_t n, comm_op op);
     int (*reduce_scatter)(comm *c, const float *send, float *recv, size_t n, comm_op op);
     int (*all_gather)(comm *c, const void *send, void *recv, size_t n, size_t esize);
@@ -61,26 +147,29 @@ typedef struct {
     void (*p2p_kick)(comm *c);
     /* A p2p op waits for `peer`: COMM_OK if it still lives, else comm_fail'ed. */
     int (*p2p_check_peer)(comm *c, int peer);
-    void (*destroy)(comm *c);
-} comm_backend;
+} comm_cpu_ops;
 
-extern const comm_backend comm_backend_self;
-extern const comm_backend comm_backend_shm;
-extern const comm_backend comm_backend_tcp;
-
-/* Creates the backend's state (c->be_state) for a communicator whose members,
- * ids and store are set. COMM_OK or an error (comm_fail'ed). */
-int comm_shm_create(comm *c);
-int comm_tcp_create(comm *c);
+/* The entries the CPU backends share (comm_cpu.c). */
+void comm_cpu_probe(char *dev, size_t len, char *why, size_t whylen);
+int comm_cpu_world_accepts(const comm *world, int forced, const char *my_why, char *err,
+                           size_t errlen);
+void *comm_cpu_stream(const comm *c);
+int comm_cpu_coll_start(comm *c, const coll_args *a, int blocking, comm_req **req);
+int comm_cpu_p2p_start(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
+                       int blocking, comm_req **req);
+int comm_cpu_wait(comm_req *req);
+/* Stops the worker thread and the progress engine; first step of a CPU
+ * backend's destroy. */
+void comm_cpu_stop(comm *c);
 
 /* ---- the communicator ---- */
 
-typedef struct {
+struct comm_peer_info {
     int pid;
     char node[128];        /* GROUP_RANK or host name: equal = same node */
     char host[128];
-    char gpu[32];          /* PCI bus id of the GPU NCCL would use; "" = none */
-} comm_peer_info;
+    char gpu[32];          /* device the world's device backend would use (probe); "" = none */
+};
 
 typedef struct comm_queue comm_queue;   /* comm_queue.c: asynchronous collectives */
 typedef struct comm_p2p comm_p2p;       /* comm_p2p.c: point-to-point engine */
@@ -96,20 +185,26 @@ struct comm {
     double timeout;
     const comm_backend *be;
     void *be_state;
-    /* World only: 1 = NCCL for groups of two or more (auto), 2 = NCCL for every
-     * communicator (DTRUN_COMM_BACKEND=nccl), 0 = the CPU transports. */
-    int nccl_mode;
+    /* World only: the device backend its groups use (NULL = the CPU
+     * transports), and whether for every communicator (forced by
+     * DTRUN_COMM_BACKEND) or only for groups of two or more (auto). */
+    const comm_backend *device_be;
+    int device_be_forced;
+    /* CPU transports: the host functions the worker thread and the progress
+     * engine drive (set by the backend's create). */
+    const comm_cpu_ops *cpu;
 
     /* Errors: the first one wins and breaks the communicator. */
     pthread_mutex_t err_mu;
     _Atomic int status;
     char err[640];
 
-    /* The collective being run (one at a time): its label for messages. */
+    /* Collectives issued so far (comm_coll_label); the CPU transports keep the
+     * running one's label for their messages. */
     char label[160];
     uint64_t coll_seq;
 
-    /* bf16 staging, used only by the thread that runs collectives. */
+    /* CPU transports: bf16 staging, used only by the thread that runs collectives. */
     float *stage;
     size_t stage_cap;            /* floats */
 
@@ -119,9 +214,6 @@ struct comm {
     comm_queue *queue;
     comm_p2p *p2p;
 };
-
-/* Seconds on the monotonic clock. */
-double comm_now(void);
 
 /* Records the first error (one line, printf style), breaks the communicator and
  * returns code, so backends write `return comm_fail(c, COMM_EPEER, ...)`. */
@@ -143,71 +235,74 @@ void comm_reduce_f32(float *dst, float *dst2, const float *const *src, int nsrc,
 void comm_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 void comm_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
 
-/* ---- asynchronous machinery ---- */
+/* ---- what every backend shares (comm_common.c) ---- */
 
-/* A collective, described so that the caller or a worker thread can run it. */
-typedef enum { COLL_ALL_REDUCE, COLL_REDUCE_SCATTER, COLL_ALL_GATHER, COLL_BROADCAST,
-               COLL_BARRIER } coll_kind;
+/* "all_reduce", "reduce_scatter", … : the one table of collective names. */
+const char *comm_coll_name(coll_kind k);
+/* Counts a newly issued collective in c's sequence and writes its label for
+ * messages ("all_reduce #12 in group[0,2]") into buf. */
+void comm_coll_label(comm *c, coll_kind k, char *buf, size_t len);
+/* Elements of send and of recv that collective a reads / writes on this rank. */
+void comm_coll_extent(const comm *c, const coll_args *a, size_t *nsend, size_t *nrecv);
 
-typedef struct {
-    coll_kind kind;
-    const void *send;
-    void *recv;
-    size_t count;
-    comm_dtype dt;
-    comm_op op;
-    int root;
-} coll_args;
+/* ---- the CPU transports' engine ---- */
 
-/* Runs a collective now (caller) or after the queued ones (blocking either way). */
-int comm_queue_run(comm *c, const coll_args *a);
-/* Queues a collective for the worker thread. */
-int comm_queue_submit(comm *c, const coll_args *a, comm_req **req);
-/* Executes one collective on this thread (comm.c): dtype staging, labels. */
-int comm_coll_exec(comm *c, const coll_args *a);
-void comm_queue_destroy(comm *c);
-
-/* Point to point (comm_p2p.c). */
-int comm_p2p_run(comm *c, int is_send, void *buf, size_t bytes, int peer);
-int comm_p2p_submit(comm *c, int is_send, void *buf, size_t bytes, int peer, comm_req **req);
-void comm_p2p_destroy(comm *c);
-/* comm_wait's halves. */
-int comm_queue_wait(comm_req *req);
-int comm_p2p_wait(comm_req *req);
-
-struct comm_stage;                      /* comm_stage.c */
-
-/* A request: either a queued collective or a p2p op (comm_queue.c / comm_p2p.c). */
-struct comm_req {
-    comm *c;
+/* A request of the CPU transports: a queued collective or a p2p op. */
+typedef struct cpu_req cpu_req;
+struct cpu_req {
+    comm_req base;               /* first: a comm_req * is a cpu_req * */
     int is_p2p;
     coll_args args;
     p2p_op op;
     int status;
     int done;                    /* guarded by the owner's mutex */
-    comm_req *next;
-    void *nccl;                  /* an NCCL request (comm_nccl.c), else NULL */
-    struct comm_stage *stage;    /* device buffers staged through host memory */
+    cpu_req *next;
 };
 
-/* ---- device buffers (comm_stage.c; real only in a CUDA build) ----
- * The API takes host or device pointers on every transport. The CPU
- * transports (self, shm, tcp) need host memory, so device buffers are staged
- * through host copies here, in one place; the NCCL backend stages host buffers
- * the other way itself (comm_nccl.c). */
+/* Collectives in issue order (comm_queue.c): started on the caller's thread
+ * when blocking and nothing is queued, else queued for the worker thread. */
+int comm_queue_start(comm *c, const coll_args *a, int blocking, cpu_req **req);
+int comm_queue_wait(cpu_req *req);
+/* Executes one collective on this thread (comm_cpu.c): bf16 staging, labels. */
+int comm_coll_exec(comm *c, const coll_args *a);
+void comm_queue_destroy(comm *c);
 
-/* 1 when this process has a CUDA device in use (the CUDA ops are set up):
- * only then may a buffer be device memory, and only then is it worth asking. */
+/* Point to point (comm_p2p.c). A blocking op is posted and then driven by
+ * its wait; an asynchronous one also moves in the background. */
+int comm_p2p_start(comm *c, int is_send, void *buf, size_t bytes, int peer, int blocking,
+                   cpu_req **req);
+int comm_p2p_wait(cpu_req *req);
+void comm_p2p_destroy(comm *c);
+
+struct comm_stage;                      /* comm_stage.c */
+
+/* ---- device buffers (comm_stage.c; real only in a CUDA build) ----
+ * The API takes host or device pointers on every backend. A COMM_MEM_HOST
+ * backend (self, shm, tcp) needs host memory, so comm.c stages device buffers
+ * through host copies here, in one place; a COMM_MEM_DEVICE backend (NCCL)
+ * stages host buffers the other way inside its request (comm_nccl.c), so that
+ * one event covers the copies and the operation. */
+
+/* The compute queue of the ops table set by comm_set_ops (a cudaStream_t), or
+ * NULL: no table, or one that computes on the host. */
+void *comm_compute_stream(void);
+/* 1 when this process has a device in use (the ops table has a stream): only
+ * then may a buffer be device memory, and only then is it worth asking. */
 int comm_dev_active(void);
 /* 1 when p is memory only the device can touch (cudaMalloc'ed); 0 for host
  * memory, managed memory (the host may touch it) and NULL. */
 int comm_dev_is_device(const void *p);
-/* A collective or a send / receive on a CPU transport with device buffers:
- * copies them through host memory (on the compute stream, which never waits
- * for unfinished communication, so each copy is bounded). Same contract as the
- * unstaged calls; an asynchronous request carries its staging to comm_wait. */
-int comm_stage_coll(comm *c, const coll_args *a, comm_req **req);
-int comm_stage_p2p(comm *c, int is_send, void *buf, size_t bytes, int peer, comm_req **req);
+/* 1 when p is plain or pinned host memory (or memory CUDA does not know),
+ * which a device backend must stage; 0 for device or managed memory and NULL. */
+int comm_dev_is_host(const void *p);
+/* A collective or a send / receive on a COMM_MEM_HOST backend with device
+ * buffers: copies them through host memory (on the compute stream, which
+ * never waits for unfinished communication, so each copy is bounded), around
+ * the backend's start. Same contract as coll_start / p2p_start; the request
+ * carries its staging to comm_wait. */
+int comm_stage_coll(comm *c, const coll_args *a, int blocking, comm_req **req);
+int comm_stage_p2p(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
+                   int blocking, comm_req **req);
 /* comm_wait's last step for a staged request whose wait returned `status`:
  * copies the result to the device (when status is COMM_OK), frees the
  * staging, returns the final status. */

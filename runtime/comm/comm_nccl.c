@@ -23,7 +23,6 @@
 #include <stdarg.h>
 #include <time.h>
 
-#include "kernels/cuda/ops_cuda.h"
 #include "runtime/comm/comm_nccl_lib.h"
 
 /* One direction of send / recv to one peer: a two-rank communicator (the
@@ -49,6 +48,7 @@ struct nc_state {
 };
 
 struct nc_req {
+    comm_req base;               /* first: the comm_req comm_wait gets back */
     nc_state *s;
     cudaEvent_t done;            /* recorded after the operation */
     cudaStream_t stream;         /* the stream it runs on */
@@ -69,9 +69,10 @@ static nc_state *registry;
 static int wd_running, wd_stop, wd_device;
 static pthread_t wd_thread;
 
-static double now_s(void) { return comm_now(); }
+static double now_s(void) { return clock_now_s(); }
 
-static cudaStream_t compute_stream(void) { return (cudaStream_t)dt_ops_cuda_stream(); }
+/* The ops table's queue (comm_set_ops): the stream every compute op runs on. */
+static cudaStream_t compute_stream(void) { return (cudaStream_t)comm_compute_stream(); }
 
 static ncclDataType_t nc_type(comm_dtype dt) { return dt == COMM_BF16 ? ncclBfloat16 : ncclFloat32; }
 
@@ -383,7 +384,7 @@ static void unregister(nc_state *s)
 
 /* ---- creation and destruction ---- */
 
-void comm_nccl_probe(char *busid, size_t len, char *why, size_t whylen)
+static void nccl_probe(char *busid, size_t len, char *why, size_t whylen)
 {
     busid[0] = '\0';
     if (!comm_dev_active()) {
@@ -451,7 +452,7 @@ static int exchange_id(nc_state *s, int maker, const char *key, ncclUniqueId *id
     return COMM_OK;
 }
 
-int comm_nccl_create(comm *c)
+static int nccl_create(comm *c)
 {
     char why[256];
     if (dt_nccl_load(why, sizeof why) != 0)
@@ -514,7 +515,7 @@ static void close_handle(nc_state *s, ncclComm_t *ncp, int healthy)
     *ncp = NULL;
 }
 
-static void nc_destroy(comm *c)
+static void nccl_destroy(comm *c)
 {
     nc_state *s = c->be_state;
     if (!s)
@@ -565,18 +566,6 @@ static void *stage_in(const void *host, size_t bytes, int fill, cudaError_t *e)
     return d;
 }
 
-static int is_host(const void *p)
-{
-    if (!p)
-        return 0;
-    struct cudaPointerAttributes at;
-    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
-        cudaGetLastError();
-        return 1;
-    }
-    return at.type == cudaMemoryTypeUnregistered || at.type == cudaMemoryTypeHost;
-}
-
 /* Queues r after its operation (on `stream`), in the pending list. reg_mu held. */
 static int finish_issue_locked(nc_state *s, nc_req *r, cudaStream_t stream)
 {
@@ -592,19 +581,11 @@ static int finish_issue_locked(nc_state *s, nc_req *r, cudaStream_t stream)
     return COMM_OK;
 }
 
-/* The request to the caller: blocking waits here, else a comm_req carries it. */
+/* The request to the caller, blocking or not: comm_wait (nccl_wait) completes it. */
 static int hand_over(comm *c, nc_req *r, comm_req **req)
 {
-    if (!req)
-        return req_wait(r);
-    comm_req *q = calloc(1, sizeof *q);
-    if (!q) {
-        int rc = req_wait(r);
-        return rc != COMM_OK ? rc : comm_fail(c, COMM_ESYS, "%s: out of memory", c->name);
-    }
-    q->c = c;
-    q->nccl = r;
-    *req = q;
+    r->base.c = c;
+    *req = &r->base;
     return COMM_OK;
 }
 
@@ -613,18 +594,6 @@ static int drop(nc_req *r, int rc)
 {
     req_free(r);
     return rc;
-}
-
-static const char *coll_label(coll_kind k)
-{
-    switch (k) {
-    case COLL_ALL_REDUCE: return "all_reduce";
-    case COLL_REDUCE_SCATTER: return "reduce_scatter";
-    case COLL_ALL_GATHER: return "all_gather";
-    case COLL_BROADCAST: return "broadcast";
-    case COLL_BARRIER: return "barrier";
-    }
-    return "?";
 }
 
 /* The NCCL calls of one collective on device buffers; reg_mu held. Uneven
@@ -670,17 +639,17 @@ static ncclResult_t launch_locked(nc_state *s, const coll_args *a, const void *s
     return r != ncclSuccess ? r : g;
 }
 
-int comm_nccl_coll(comm *c, const coll_args *a, comm_req **req)
+/* coll_start: enqueued on s->stream after the compute stream's work so far;
+ * blocking or not, the request's wait completes it. */
+static int nccl_coll_start(comm *c, const coll_args *a, int blocking, comm_req **req)
 {
+    (void)blocking;
     nc_state *s = c->be_state;
-    if (req)
-        *req = NULL;
+    *req = NULL;
     if (atomic_load(&c->status) != COMM_OK)
         return COMM_EBROKEN;
-    c->coll_seq++;
     char label[160];
-    snprintf(label, sizeof label, "%s #%llu in %s", coll_label(a->kind),
-             (unsigned long long)c->coll_seq, c->name);
+    comm_coll_label(c, a->kind, label, sizeof label);
     if (a->count == 0 && a->kind != COLL_BARRIER)
         return COMM_OK;
     nc_req *r = req_new(s, label);
@@ -688,18 +657,11 @@ int comm_nccl_coll(comm *c, const coll_args *a, comm_req **req)
         return comm_fail(c, COMM_ESYS, "%s: cannot create a CUDA event", label);
 
     /* host buffers go through one device block: [input | result] */
-    size_t es = comm_dtype_size(a->dt), off, len, ns = 0, nr = 0;
-    comm_chunk(a->count, c->size, c->rank, &off, &len);
-    switch (a->kind) {
-    case COLL_ALL_REDUCE: ns = a->count, nr = a->count; break;
-    case COLL_REDUCE_SCATTER: ns = a->count, nr = len; break;
-    case COLL_ALL_GATHER: ns = len, nr = a->count; break;
-    case COLL_BROADCAST: nr = a->count; break;
-    case COLL_BARRIER: break;
-    }
+    size_t es = comm_dtype_size(a->dt), ns, nr;
+    comm_coll_extent(c, a, &ns, &nr);
     const void *send = a->send;
     void *recv = a->recv;
-    int shost = ns > 0 && is_host(a->send), rhost = nr > 0 && is_host(a->recv);
+    int shost = ns > 0 && comm_dev_is_host(a->send), rhost = nr > 0 && comm_dev_is_host(a->recv);
     cudaError_t e = cudaSuccess;
     if (shost || rhost) {
         size_t sb = shost ? ns * es : 0, rb = rhost ? nr * es : 0;
@@ -801,12 +763,13 @@ static int lane_get(nc_state *s, int is_send, int peer, nc_lane **out, const cha
     return (*out)->nc ? COMM_OK : COMM_EBROKEN;
 }
 
-int comm_nccl_p2p(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
-                  comm_req **req)
+/* p2p_start: enqueued on the (is_send, peer) lane's stream. */
+static int nccl_p2p_start(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
+                          int blocking, comm_req **req)
 {
+    (void)blocking;
     nc_state *s = c->be_state;
-    if (req)
-        *req = NULL;
+    *req = NULL;
     if (atomic_load(&c->status) != COMM_OK)
         return COMM_EBROKEN;
     size_t bytes = count * comm_dtype_size(dt);
@@ -824,7 +787,7 @@ int comm_nccl_p2p(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, 
         return comm_fail(c, COMM_ESYS, "%s: cannot create a CUDA event", label);
     cudaError_t e = cudaSuccess;
     void *dbuf = buf;
-    if (is_host(buf)) {
+    if (comm_dev_is_host(buf)) {
         r->stage = stage_in(buf, bytes, is_send, &e);
         dbuf = r->stage;
         if (!is_send) {
@@ -864,89 +827,99 @@ int comm_nccl_p2p(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, 
     return hand_over(c, r, req);
 }
 
-int comm_nccl_wait(comm_req *q)
+static int nccl_wait(comm_req *q)
 {
-    nc_req *r = q->nccl;
-    free(q);
-    return req_wait(r);
+    return req_wait((nc_req *)q);
 }
 
-#else /* a build without CUDA: no NCCL; comm.c never picks it (probe says why) */
-
-static void nc_destroy(comm *c) {}
-
-void comm_nccl_probe(char *busid, size_t len, char *why, size_t whylen)
+static void *nccl_stream(const comm *c)
 {
+    const nc_state *s = c->be_state;
+    return s ? (void *)s->stream : NULL;
+}
+
+#else /* a build without CUDA: no NCCL; the probe says why, so the world never picks it */
+
+static void nccl_probe(char *busid, size_t len, char *why, size_t whylen)
+{
+    (void)len;
     busid[0] = '\0';
     snprintf(why, whylen, "this dtrun was built without CUDA and NCCL");
 }
 
-int comm_nccl_create(comm *c)
+static int nccl_create(comm *c)
 {
     return comm_fail(c, COMM_EINVAL, "%s: this dtrun was built without CUDA and NCCL", c->name);
 }
 
-int comm_nccl_coll(comm *c, const coll_args *a, comm_req **req)
+static void nccl_destroy(comm *c) { (void)c; }
+
+static int nccl_coll_start(comm *c, const coll_args *a, int blocking, comm_req **req)
 {
+    (void)a, (void)blocking;
+    *req = NULL;
     return comm_fail(c, COMM_EINVAL, "%s: no NCCL in this build", c->name);
 }
 
-int comm_nccl_p2p(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
-                  comm_req **req)
+static int nccl_p2p_start(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
+                          int blocking, comm_req **req)
 {
+    (void)is_send, (void)buf, (void)count, (void)dt, (void)peer, (void)blocking;
+    *req = NULL;
     return comm_fail(c, COMM_EINVAL, "%s: no NCCL in this build", c->name);
 }
 
-int comm_nccl_wait(comm_req *req)
+static int nccl_wait(comm_req *req)
 {
-    free(req);
-    return COMM_EINVAL;
+    (void)req;
+    return COMM_EINVAL;  /* never reached: no start here makes a request */
+}
+
+static void *nccl_stream(const comm *c)
+{
+    (void)c;
+    return NULL;
 }
 
 #endif
 
-/* ---- the backend table: only its name and destroy are used (comm.c routes
- * every call on an NCCL communicator to the functions above); the rest answer
- * like a group that cannot run them, should anything reach them. ---- */
-
-static int nb_all_reduce(comm *c, const float *s, float *r, size_t n, comm_op op)
+/* world_accepts: NCCL when each rank published a GPU (probe) and no two ranks
+ * of a node share one (NCCL <= 2.29 refuses that: "Duplicate GPU"). Forced,
+ * a refusal is an error naming the rank. */
+static int nccl_world_accepts(const comm *c, int forced, const char *my_why, char *err,
+                              size_t errlen)
 {
-    return comm_fail(c, COMM_EINVAL, "%s: internal: host path on an NCCL communicator", c->name);
+    const comm_peer_info *info = c->info;
+    for (int r = 0; r < c->size; r++) {
+        if (!info[r].gpu[0]) {
+            if (forced)
+                snprintf(err, errlen, "comm: DTRUN_COMM_BACKEND=nccl but rank %d (%s) cannot use "
+                         "NCCL: %s", r, info[r].host,
+                         r == c->rank ? my_why : "no CUDA device in use or no libnccl there");
+            return forced ? -1 : 0;
+        }
+        for (int q = 0; q < r; q++)
+            if (strcmp(info[q].node, info[r].node) == 0 && strcmp(info[q].gpu, info[r].gpu) == 0) {
+                if (forced)
+                    snprintf(err, errlen, "comm: DTRUN_COMM_BACKEND=nccl but ranks %d and %d share "
+                             "GPU %s on %s, and NCCL refuses two ranks on one GPU; give each rank "
+                             "its own GPU, or use DTRUN_COMM_BACKEND=cpu (shm/tcp, device buffers "
+                             "staged through host memory)", q, r, info[r].gpu, info[r].host);
+                return forced ? -1 : 0;
+            }
+    }
+    return 1;
 }
-
-static int nb_reduce_scatter(comm *c, const float *s, float *r, size_t n, comm_op op)
-{
-    return nb_all_reduce(c, s, r, n, op);
-}
-
-static int nb_all_gather(comm *c, const void *s, void *r, size_t n, size_t esize)
-{
-    return nb_all_reduce(c, NULL, NULL, n, COMM_SUM);
-}
-
-static int nb_broadcast(comm *c, void *buf, size_t bytes, int root)
-{
-    return nb_all_reduce(c, NULL, NULL, bytes, COMM_SUM);
-}
-
-static int nb_barrier(comm *c) { return nb_all_reduce(c, NULL, NULL, 0, COMM_SUM); }
-static int nb_p2p_progress(comm *c, p2p_op *op) { return nb_all_reduce(c, NULL, NULL, 0, COMM_SUM); }
-static unsigned nb_p2p_token(comm *c) { return 0; }
-static void nb_p2p_sleep(comm *c, unsigned t, const p2p_wait *w, int nw, double until) {}
-static void nb_p2p_kick(comm *c) {}
-static int nb_p2p_check_peer(comm *c, int peer) { return COMM_OK; }
 
 const comm_backend comm_backend_nccl = {
     .name = "nccl",
-    .all_reduce = nb_all_reduce,
-    .reduce_scatter = nb_reduce_scatter,
-    .all_gather = nb_all_gather,
-    .broadcast = nb_broadcast,
-    .barrier = nb_barrier,
-    .p2p_progress = nb_p2p_progress,
-    .p2p_token = nb_p2p_token,
-    .p2p_sleep = nb_p2p_sleep,
-    .p2p_kick = nb_p2p_kick,
-    .p2p_check_peer = nb_p2p_check_peer,
-    .destroy = nc_destroy,
+    .memory = COMM_MEM_DEVICE,
+    .probe = nccl_probe,
+    .world_accepts = nccl_world_accepts,
+    .create = nccl_create,
+    .destroy = nccl_destroy,
+    .stream = nccl_stream,
+    .coll_start = nccl_coll_start,
+    .p2p_start = nccl_p2p_start,
+    .wait = nccl_wait,
 };

@@ -1,6 +1,6 @@
 /* comm_nccl.h — the NCCL backend behind comm.h, for GPU buffers. Private to
- * runtime/comm: comm.c picks it and routes calls to it; callers only see
- * comm_transport() == "nccl".
+ * runtime/comm: an entry of the backend table (comm_internal.h) that the world
+ * may pick; callers only see comm_transport() == "nccl".
  *
  * When it is chosen (comm.c, comm_world_init): DTRUN_COMM_BACKEND=nccl forces
  * it for every communicator (groups of one included, so a one-rank test runs
@@ -26,7 +26,7 @@
  *    embedding's pair, HSDP's groups), and a split needs every parent rank.
  *  - Collectives run on the communicator's own stream (non-blocking, so the
  *    legacy default stream never waits for it), after an event recorded on
- *    the compute stream (dt_ops_cuda_stream()), in issue order; a request's
+ *    the compute stream (the ops table's stream, comm_set_ops), in issue order; a request's
  *    event marks its end, and the compute stream waits for that event when the
  *    request is waited for.
  *  - Send / recv: one two-rank NCCL communicator (and stream) per (peer,
@@ -56,27 +56,9 @@
 #ifndef DTRUN_COMM_NCCL_H
 #define DTRUN_COMM_NCCL_H
 
-#include <stddef.h>
-
+/* The backend is one entry of comm_internal.h's table, comm_backend_nccl
+ * (memory COMM_MEM_DEVICE, stream: its collectives' CUDA stream); comm.c
+ * picks it through the world's choice and calls only its entries. */
 #include "runtime/comm/comm_internal.h"
-
-extern const comm_backend comm_backend_nccl;
-
-/* This process's GPU as NCCL would use it: its PCI bus id into busid (e.g.
- * "0000:3B:00.0"), or "" with the reason in why when NCCL cannot serve it (no
- * CUDA device in use, libnccl missing or older than 2.19, a CPU-only build). */
-void comm_nccl_probe(char *busid, size_t len, char *why, size_t whylen);
-
-/* Creates c's NCCL communicator (members, world, store, id and name set).
- * COMM_OK or an error (comm_fail'ed). */
-int comm_nccl_create(comm *c);
-
-/* A collective / a send or receive on an NCCL communicator; arguments already
- * checked by comm.c. req NULL: blocking (enqueued, then waited for). */
-int comm_nccl_coll(comm *c, const coll_args *a, comm_req **req);
-int comm_nccl_p2p(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
-                  comm_req **req);
-/* comm_wait of a request made by the two above. */
-int comm_nccl_wait(comm_req *req);
 
 #endif

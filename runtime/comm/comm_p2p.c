@@ -1,4 +1,4 @@
-/* comm_p2p.c — the point-to-point engine: send / recv queues per peer, progressed
+/* comm_p2p.c — the CPU transports' point-to-point engine: send / recv queues per peer, progressed
  * together so that two ranks exchanging big messages (pipeline stages sending
  * activations one way and gradients the other) never deadlock.
  *
@@ -96,12 +96,12 @@ static int progress_all(comm *c, comm_p2p *p)
         fail_all(c, p, COMM_EBROKEN);
         return 0;
     }
-    double now = comm_now();
+    double now = clock_now_s();
     for (int peer = 0; peer < c->size; peer++)
         for (int d = 0; d < 2; d++) {
             p2p_op *op;
             while ((op = p->head[d][peer])) {
-                int rc = c->be->p2p_progress(c, op);
+                int rc = c->cpu->p2p_progress(c, op);
                 if (rc == 1) {
                     pop(p, d, peer);
                     finish(p, op, COMM_OK);
@@ -127,7 +127,7 @@ static int progress_all(comm *c, comm_p2p *p)
     if (nw > 0 && now >= p->next_check) {
         p->next_check = now + 0.1;
         for (int i = 0; i < nw; i++) {
-            int rc = c->be->p2p_check_peer(c, p->waits[i].peer);
+            int rc = c->cpu->p2p_check_peer(c, p->waits[i].peer);
             if (rc != COMM_OK) {
                 fail_all(c, p, rc);
                 return 0;
@@ -150,7 +150,7 @@ static void drive(comm *c, comm_p2p *p, p2p_op *mine)
             continue;
         }
         p->leader = 1;
-        unsigned token = c->be->p2p_token(c);
+        unsigned token = c->cpu->p2p_token(c);
         int nw = progress_all(c, p);
         if (nw == 0 || (mine ? mine->finished : (p->stop || p->pending_async == 0))) {
             p->leader = 0;
@@ -158,7 +158,7 @@ static void drive(comm *c, comm_p2p *p, p2p_op *mine)
             continue;
         }
         pthread_mutex_unlock(&p->mu);
-        c->be->p2p_sleep(c, token, p->waits, nw, comm_now() + 0.05);
+        c->cpu->p2p_sleep(c, token, p->waits, nw, clock_now_s() + 0.05);
         pthread_mutex_lock(&p->mu);
         p->leader = 0;
         pthread_cond_broadcast(&p->cv);
@@ -192,7 +192,7 @@ static int post(comm *c, comm_p2p *p, p2p_op *op)
         return COMM_EBROKEN;
     int d = op->is_send;
     op->next = NULL;
-    op->deadline = comm_now() + c->timeout;
+    op->deadline = clock_now_s() + c->timeout;
     if (p->tail[d][op->peer])
         p->tail[d][op->peer]->next = op;
     else
@@ -203,37 +203,34 @@ static int post(comm *c, comm_p2p *p, p2p_op *op)
     return COMM_OK;
 }
 
-int comm_p2p_run(comm *c, int is_send, void *buf, size_t bytes, int peer)
+int comm_p2p_start(comm *c, int is_send, void *buf, size_t bytes, int peer, int blocking,
+                   cpu_req **req)
 {
     comm_p2p *p = p2p_get(c);
-    if (!p)
-        return comm_fail(c, COMM_ESYS, "%s: out of memory", c->name);
-    p2p_op op = {.is_send = is_send, .peer = peer, .buf = buf, .bytes = bytes};
-    pthread_mutex_lock(&p->mu);
-    int rc = post(c, p, &op);
-    int kick = p->leader;
-    pthread_mutex_unlock(&p->mu);
-    if (rc != COMM_OK)
-        return rc;
-    if (kick)
-        c->be->p2p_kick(c);
-    drive(c, p, &op);
-    return op.status;
-}
-
-int comm_p2p_submit(comm *c, int is_send, void *buf, size_t bytes, int peer, comm_req **req)
-{
-    comm_p2p *p = p2p_get(c);
-    comm_req *r = calloc(1, sizeof *r);
+    cpu_req *r = calloc(1, sizeof *r);
     if (!p || !r) {
         free(r);
         return comm_fail(c, COMM_ESYS, "%s: out of memory", c->name);
     }
-    r->c = c;
+    r->base.c = c;
     r->is_p2p = 1;
-    r->op = (p2p_op){.is_send = is_send, .peer = peer, .buf = buf, .bytes = bytes, .async = 1};
+    r->op = (p2p_op){.is_send = is_send, .peer = peer, .buf = buf, .bytes = bytes,
+                     .async = !blocking};
     pthread_mutex_lock(&p->mu);
     int rc = post(c, p, &r->op);
+    if (blocking) {
+        /* its wait comes next and drives the engine: no thread needed */
+        int kick = p->leader;
+        pthread_mutex_unlock(&p->mu);
+        if (rc != COMM_OK) {
+            free(r);
+            return rc;
+        }
+        if (kick)
+            c->cpu->p2p_kick(c);
+        *req = r;
+        return COMM_OK;
+    }
     if (rc == COMM_OK && !p->has_thread) {
         if (pthread_create(&p->thread, NULL, p2p_thread, c) == 0)
             p->has_thread = 1;
@@ -264,14 +261,15 @@ int comm_p2p_submit(comm *c, int is_send, void *buf, size_t bytes, int peer, com
         return rc;
     }
     if (kick)
-        c->be->p2p_kick(c);
+        c->cpu->p2p_kick(c);
     *req = r;
     return COMM_OK;
 }
 
-int comm_p2p_wait(comm_req *r)
+int comm_p2p_wait(cpu_req *r)
 {
-    drive(r->c, r->c->p2p, &r->op);
+    comm *c = r->base.c;
+    drive(c, c->p2p, &r->op);
     int st = r->op.status;
     free(r);
     return st;
@@ -288,7 +286,7 @@ void comm_p2p_destroy(comm *c)
     int leader = p->leader;
     pthread_mutex_unlock(&p->mu);
     if (leader)
-        c->be->p2p_kick(c);
+        c->cpu->p2p_kick(c);
     if (p->has_thread)
         pthread_join(p->thread, NULL);
     for (int d = 0; d < 2; d++) {

@@ -1,8 +1,9 @@
-/* comm_queue.c — collectives in issue order, on the caller's thread or on the
- * communicator's worker thread.
+/* comm_queue.c — the CPU transports' collectives in issue order, on the
+ * caller's thread or on the communicator's worker thread.
  *
- * A blocking collective runs right away on the caller's thread when nothing is
- * queued (no thread hop on the hot path); otherwise it queues behind the
+ * A blocking collective (comm.c starts it and waits at once) runs right away,
+ * inside its start, on the caller's thread when nothing is queued (no thread
+ * hop on the hot path); otherwise it queues behind the
  * asynchronous ones, because every rank must see one and the same order. The
  * worker thread starts with the first asynchronous collective. Each collective
  * is bounded by the communicator's timeout, so every wait here is bounded too. */
@@ -13,7 +14,7 @@
 struct comm_queue {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    comm_req *head, *tail;
+    cpu_req *head, *tail;
     int running;                 /* a collective is executing */
     int stop;
     int has_thread;
@@ -47,7 +48,7 @@ static void *queue_worker(void *arg)
             pthread_cond_wait(&q->cv, &q->mu);
         if (!q->head)
             break;                            /* stop, and nothing left to run */
-        comm_req *r = q->head;
+        cpu_req *r = q->head;
         q->head = r->next;
         if (!q->head)
             q->tail = NULL;
@@ -65,7 +66,7 @@ static void *queue_worker(void *arg)
 }
 
 /* With q->mu held. */
-static int enqueue(comm *c, comm_queue *q, comm_req *r)
+static int enqueue(comm *c, comm_queue *q, cpu_req *r)
 {
     if (!q->has_thread) {
         if (pthread_create(&q->thread, NULL, queue_worker, c) != 0)
@@ -83,44 +84,30 @@ static int enqueue(comm *c, comm_queue *q, comm_req *r)
     return COMM_OK;
 }
 
-int comm_queue_run(comm *c, const coll_args *a)
+int comm_queue_start(comm *c, const coll_args *a, int blocking, cpu_req **req)
 {
     comm_queue *q = queue_get(c);
-    if (!q)
+    cpu_req *r = calloc(1, sizeof *r);
+    if (!q || !r) {
+        free(r);
         return comm_fail(c, COMM_ESYS, "%s: out of memory", c->name);
+    }
+    r->base.c = c;
+    r->args = *a;
     pthread_mutex_lock(&q->mu);
-    if (!q->head && !q->running) {
+    if (blocking && !q->head && !q->running) {
         q->running = 1;
         pthread_mutex_unlock(&q->mu);
         int st = comm_coll_exec(c, a);
         pthread_mutex_lock(&q->mu);
         q->running = 0;
+        r->status = st;
+        r->done = 1;
         pthread_cond_broadcast(&q->cv);
         pthread_mutex_unlock(&q->mu);
-        return st;
+        *req = r;
+        return COMM_OK;
     }
-    comm_req r = {.c = c, .args = *a};
-    int st = enqueue(c, q, &r);
-    if (st == COMM_OK) {
-        while (!r.done)
-            pthread_cond_wait(&q->cv, &q->mu);
-        st = r.status;
-    }
-    pthread_mutex_unlock(&q->mu);
-    return st;
-}
-
-int comm_queue_submit(comm *c, const coll_args *a, comm_req **req)
-{
-    comm_queue *q = queue_get(c);
-    comm_req *r = calloc(1, sizeof *r);
-    if (!q || !r) {
-        free(r);
-        return comm_fail(c, COMM_ESYS, "%s: out of memory", c->name);
-    }
-    r->c = c;
-    r->args = *a;
-    pthread_mutex_lock(&q->mu);
     int st = enqueue(c, q, r);
     pthread_mutex_unlock(&q->mu);
     if (st != COMM_OK) {
@@ -131,9 +118,9 @@ int comm_queue_submit(comm *c, const coll_args *a, comm_req **req)
     return COMM_OK;
 }
 
-int comm_queue_wait(comm_req *r)
+int comm_queue_wait(cpu_req *r)
 {
-    comm_queue *q = r->c->queue;
+    comm_queue *q = r->base.c->queue;
     pthread_mutex_lock(&q->mu);
     while (!r->done)
         pthread_cond_wait(&q->cv, &q->mu);

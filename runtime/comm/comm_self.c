@@ -58,8 +58,7 @@ static int self_p2p_check_peer(comm *c, int peer)
     return COMM_OK;
 }
 
-const comm_backend comm_backend_self = {
-    .name = "self",
+static const comm_cpu_ops self_ops = {
     .all_reduce = self_all_reduce,
     .reduce_scatter = self_reduce_scatter,
     .all_gather = self_all_gather,
@@ -70,5 +69,28 @@ const comm_backend comm_backend_self = {
     .p2p_sleep = self_p2p_sleep,
     .p2p_kick = self_p2p_kick,
     .p2p_check_peer = self_p2p_check_peer,
-    .destroy = NULL,
+};
+
+static int self_create(comm *c)
+{
+    c->cpu = &self_ops;
+    return COMM_OK;
+}
+
+static void self_destroy(comm *c)
+{
+    comm_cpu_stop(c);
+}
+
+const comm_backend comm_backend_self = {
+    .name = "self",
+    .memory = COMM_MEM_HOST,
+    .probe = comm_cpu_probe,
+    .world_accepts = comm_cpu_world_accepts,
+    .create = self_create,
+    .destroy = self_destroy,
+    .stream = comm_cpu_stream,
+    .coll_start = comm_cpu_coll_start,
+    .p2p_start = comm_cpu_p2p_start,
+    .wait = comm_cpu_wait,
 };

@@ -9,7 +9,7 @@
  * How: a pointer is device memory when cudaPointerGetAttributes says
  * cudaMemoryTypeDevice (asked only when a CUDA device is in use). Inputs are
  * copied to a host block before the collective, results back after it, on the
- * compute stream (dt_ops_cuda_stream()): the copy out waits for the kernels
+ * compute stream (the ops table's stream, comm_set_ops): the copy out waits for the kernels
  * that produced the data, the copy back is ordered before the kernels that
  * read it. Those waits are bounded because the compute stream never waits for
  * communication that has not finished (comm_nccl.c joins it only after a
@@ -17,17 +17,31 @@
  * comm_wait, so overlap is lost on this path: it is the correctness path for
  * one-GPU multi-rank runs and tests, not the fast one.
  *
- * A group of one ("self") with device buffers copies device to device. */
+ * A group of one ("self") with device buffers copies device to device.
+ *
+ * The ops table (comm_set_ops) says where compute runs: its stream is the
+ * compute queue that copies and device backends order themselves after. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ops.h"
 #include "runtime/comm/comm_internal.h"
+
+static const dt_ops *comm_ops;
+
+void comm_set_ops(const dt_ops *ops)
+{
+    comm_ops = ops;
+}
+
+void *comm_compute_stream(void)
+{
+    return comm_ops && !comm_ops->host_memory && comm_ops->stream ? comm_ops->stream() : NULL;
+}
 
 #ifdef DTRUN_CUDA
 
 #include <cuda_runtime_api.h>
-
-#include "kernels/cuda/ops_cuda.h"
 
 struct comm_stage {
     comm *c;
@@ -39,19 +53,33 @@ struct comm_stage {
 
 int comm_dev_active(void)
 {
-    return dt_ops_cuda_stream() != NULL;
+    return comm_compute_stream() != NULL;
+}
+
+/* What CUDA says p is; a pointer it does not know is host memory to us. */
+static enum cudaMemoryType mem_type(const void *p)
+{
+    struct cudaPointerAttributes at;
+    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+        cudaGetLastError();
+        return cudaMemoryTypeUnregistered;
+    }
+    return at.type;
 }
 
 int comm_dev_is_device(const void *p)
 {
     if (!p || !comm_dev_active())
         return 0;
-    struct cudaPointerAttributes at;
-    if (cudaPointerGetAttributes(&at, p) != cudaSuccess) {
-        cudaGetLastError();  /* an unknown pointer is host memory to us */
+    return mem_type(p) == cudaMemoryTypeDevice;
+}
+
+int comm_dev_is_host(const void *p)
+{
+    if (!p)
         return 0;
-    }
-    return at.type == cudaMemoryTypeDevice;
+    enum cudaMemoryType t = mem_type(p);
+    return t == cudaMemoryTypeUnregistered || t == cudaMemoryTypeHost;
 }
 
 /* dst <- src (either side host or device), finished when it returns. */
@@ -59,7 +87,7 @@ static int copy(comm *c, void *dst, const void *src, size_t bytes, const char *w
 {
     if (bytes == 0 || dst == src)
         return COMM_OK;
-    cudaStream_t s = (cudaStream_t)dt_ops_cuda_stream();
+    cudaStream_t s = (cudaStream_t)comm_compute_stream();
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(s);
@@ -67,20 +95,6 @@ static int copy(comm *c, void *dst, const void *src, size_t bytes, const char *w
         return comm_fail(c, COMM_ESYS, "%s: staging %zu bytes %s: %s", c->name, bytes, what,
                          cudaGetErrorString(e));
     return COMM_OK;
-}
-
-/* Elements of send and recv that a collective reads / writes on this rank. */
-static void coll_sizes(const comm *c, const coll_args *a, size_t *ns, size_t *nr)
-{
-    size_t off, len;
-    comm_chunk(a->count, c->size, c->rank, &off, &len);
-    switch (a->kind) {
-    case COLL_ALL_REDUCE: *ns = a->count, *nr = a->count; break;
-    case COLL_REDUCE_SCATTER: *ns = a->count, *nr = len; break;
-    case COLL_ALL_GATHER: *ns = len, *nr = a->count; break;
-    case COLL_BROADCAST: *ns = 0, *nr = a->count; break;
-    default: *ns = 0, *nr = 0; break;
-    }
 }
 
 /* A group of one: the result is the input (comm_self.c), moved on the device. */
@@ -94,11 +108,21 @@ static int self_coll(comm *c, const coll_args *a, size_t ns, size_t nr, size_t e
     return copy(c, a->recv, a->send, nr * es, "in a group of one");
 }
 
-int comm_stage_coll(comm *c, const coll_args *a, comm_req **req)
+/* Hands the staging to the request the backend's start made (or finishes it
+ * at once when there is none). */
+static int attach(struct comm_stage *st, comm_req *r)
+{
+    if (!r)
+        return comm_stage_finish(st, COMM_OK);
+    r->stage = st;
+    return COMM_OK;
+}
+
+int comm_stage_coll(comm *c, const coll_args *a, int blocking, comm_req **req)
 {
     size_t es = comm_dtype_size(a->dt), ns, nr;
-    coll_sizes(c, a, &ns, &nr);
-    if (c->be == &comm_backend_self)
+    comm_coll_extent(c, a, &ns, &nr);
+    if (c->size == 1)  /* a host backend for a group of one is self */
         return self_coll(c, a, ns, nr, es);  /* *req stays NULL: comm_wait(NULL) is OK */
     int sdev = ns > 0 && comm_dev_is_device(a->send);
     int rdev = nr > 0 && comm_dev_is_device(a->recv);
@@ -106,8 +130,12 @@ int comm_stage_coll(comm *c, const coll_args *a, comm_req **req)
      * runs out of place, which every kind allows */
     size_t sb = sdev ? ns * es : 0, rb = rdev ? nr * es : 0;
     char *host = malloc(sb + rb > 0 ? sb + rb : 1);
-    if (!host)
+    struct comm_stage *st = malloc(sizeof *st);
+    if (!host || !st) {
+        free(host);
+        free(st);
         return comm_fail(c, COMM_ESYS, "%s: out of memory staging %zu bytes", c->name, sb + rb);
+    }
     coll_args h = *a;
     if (sdev)
         h.send = host;
@@ -119,50 +147,36 @@ int comm_stage_coll(comm *c, const coll_args *a, comm_req **req)
     /* a broadcast's root sends what its buffer holds */
     if (rc == COMM_OK && rdev && a->kind == COLL_BROADCAST && c->rank == a->root)
         rc = copy(c, host + sb, a->recv, rb, "to the host");
-    if (rc == COMM_OK && !req) {
-        rc = comm_queue_run(c, &h);
-        if (rc == COMM_OK && rdev)
-            rc = copy(c, a->recv, host + sb, rb, "to the device");
-    } else if (rc == COMM_OK) {
-        struct comm_stage *st = malloc(sizeof *st);
-        if (!st)
-            rc = comm_fail(c, COMM_ESYS, "%s: out of memory", c->name);
-        if (rc == COMM_OK)
-            rc = comm_queue_submit(c, &h, req);
-        if (rc == COMM_OK) {
-            *st = (struct comm_stage){c, host, rdev ? a->recv : NULL, host + sb, rb};
-            (*req)->stage = st;
-            return COMM_OK;
-        }
-        free(st);
+    if (rc == COMM_OK)
+        rc = c->be->coll_start(c, &h, blocking, req);
+    if (rc == COMM_OK) {
+        *st = (struct comm_stage){c, host, rdev ? a->recv : NULL, host + sb, rb};
+        return attach(st, *req);
     }
+    free(st);
     free(host);
     return rc;
 }
 
-int comm_stage_p2p(comm *c, int is_send, void *buf, size_t bytes, int peer, comm_req **req)
+int comm_stage_p2p(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
+                   int blocking, comm_req **req)
 {
+    size_t bytes = count * comm_dtype_size(dt);
     char *host = malloc(bytes ? bytes : 1);
-    if (!host)
-        return comm_fail(c, COMM_ESYS, "%s: out of memory staging %zu bytes", c->name, bytes);
-    int rc = is_send ? copy(c, host, buf, bytes, "to the host") : COMM_OK;
-    if (rc == COMM_OK && !req) {
-        rc = comm_p2p_run(c, is_send, host, bytes, peer);
-        if (rc == COMM_OK && !is_send)
-            rc = copy(c, buf, host, bytes, "to the device");
-    } else if (rc == COMM_OK) {
-        struct comm_stage *st = malloc(sizeof *st);
-        if (!st)
-            rc = comm_fail(c, COMM_ESYS, "%s: out of memory", c->name);
-        if (rc == COMM_OK)
-            rc = comm_p2p_submit(c, is_send, host, bytes, peer, req);
-        if (rc == COMM_OK) {
-            *st = (struct comm_stage){c, host, is_send ? NULL : buf, host, bytes};
-            (*req)->stage = st;
-            return COMM_OK;
-        }
+    struct comm_stage *st = malloc(sizeof *st);
+    if (!host || !st) {
+        free(host);
         free(st);
+        return comm_fail(c, COMM_ESYS, "%s: out of memory staging %zu bytes", c->name, bytes);
     }
+    int rc = is_send ? copy(c, host, buf, bytes, "to the host") : COMM_OK;
+    if (rc == COMM_OK)
+        rc = c->be->p2p_start(c, is_send, host, count, dt, peer, blocking, req);
+    if (rc == COMM_OK) {
+        *st = (struct comm_stage){c, host, is_send ? NULL : buf, host, bytes};
+        return attach(st, *req);
+    }
+    free(st);
     free(host);
     return rc;
 }
@@ -180,13 +194,15 @@ int comm_stage_finish(struct comm_stage *st, int status)
 
 int comm_dev_active(void) { return 0; }
 int comm_dev_is_device(const void *p) { return 0; }
+int comm_dev_is_host(const void *p) { return p != NULL; }
 
-int comm_stage_coll(comm *c, const coll_args *a, comm_req **req)
+int comm_stage_coll(comm *c, const coll_args *a, int blocking, comm_req **req)
 {
     return comm_fail(c, COMM_EINVAL, "%s: device buffers in a build without CUDA", c->name);
 }
 
-int comm_stage_p2p(comm *c, int is_send, void *buf, size_t bytes, int peer, comm_req **req)
+int comm_stage_p2p(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
+                   int blocking, comm_req **req)
 {
     return comm_fail(c, COMM_EINVAL, "%s: device buffers in a build without CUDA", c->name);
 }

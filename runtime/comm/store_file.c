@@ -11,9 +11,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "lib/util/clock.h"
 #include "runtime/comm/store_impl.h"
 
 typedef struct {
@@ -21,13 +21,6 @@ typedef struct {
     char dir[1024];
     unsigned tmp_counter;
 } file_store;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 /* Keys may hold '/', ':' ...: escape everything but [A-Za-z0-9._-] as %XX so
  * one key is one file name and two keys never share one. */
@@ -118,7 +111,7 @@ static long fs_get(comm_store *s, const char *key, void *buf, size_t cap, double
     char path[1200];
     if (key_path(fs, key, "", path, sizeof path) != 0)
         return -1;
-    double deadline = now_s() + timeout_s;
+    double deadline = clock_now_s() + timeout_s;
     long sleep_us = 200;
     for (;;) {
         long n = read_file(path, buf, cap);
@@ -126,7 +119,7 @@ static long fs_get(comm_store *s, const char *key, void *buf, size_t cap, double
             return n;
         if (n == -2)
             return store_fail(s, "file store: read %s: %s", path, strerror(errno));
-        if (now_s() >= deadline)
+        if (clock_now_s() >= deadline)
             return store_fail(s, "file store: key '%s' not set after %.1f s", key, timeout_s);
         usleep((useconds_t)sleep_us);
         if (sleep_us < 10000)

@@ -220,6 +220,7 @@ static int setup_comms(engine *e, char *err, size_t errlen)
         snprintf(err, errlen, "rank %d: cannot open the store: %s", e->rank, why);
         return -1;
     }
+    comm_set_ops(e->ops);  /* where buffers live, which stream to follow */
     if (comm_world_init(&e->world, e->store, why, sizeof why) != COMM_OK) {
         snprintf(err, errlen, "rank %d: cannot join the world: %s", e->rank, why);
         return -1;
@@ -278,7 +279,7 @@ static int setup_acts(engine *e, char *err, size_t errlen)
     const job_spec *job = &e->job;
     int mb = job->train.micro_batch, pp = job->parallel.pp, cap;
     /* host buffers count where they are device memory: on the CPU backend (sizes.h) */
-    int host_is_device = e->ops == &dt_ops_cpu;
+    int host_is_device = e->ops->host_memory;
     size_t host = host_is_device ? sizes_acts_host_bytes(e->sz) : 0;
     if (pp == 1) {
         if (!(e->acts = model_acts_create(e->chunk[0], mb))) {
@@ -365,7 +366,6 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         return NULL;
     }
     e->job = *job;
-    e->ops = &dt_ops_cpu;
     e->rank = rank;
     e->world_size = world;
     if (job->train.threads > 0) dt_ops_set_threads(job->train.threads);
@@ -393,7 +393,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     if (setup_comms(e, err, errlen) != 0) goto fail;
     *exit_code = DT_EXIT_FAIL;
     mesh_coord me = e->mc.me;
-    sizes_env senv = {.gpu = e->ops != &dt_ops_cpu, .ranks_per_node = env_int("DTRUN_HSDP_RANKS_PER_NODE",
+    sizes_env senv = {.gpu = !e->ops->host_memory, .ranks_per_node = env_int("DTRUN_HSDP_RANKS_PER_NODE",
                                                           env_int("LOCAL_WORLD_SIZE", world))};
     char why[512];
     if (!(e->sz = sizes_create(job, &senv, why, sizeof why))) {
@@ -437,7 +437,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     snprintf(e->layout, sizeof e->layout, "dp=%d tp=%d%s pp=%d %s%s%s", par->dp, par->tp, sp ? "+sp" : "", par->pp,
              par->mode == SHARD_HSDP && e->so == &strat_fsdp ? "hsdp" : e->so->name, par->pp > 1 ? " " : "",
              par->pp > 1 ? pp_schedule_kind_name(par->pp_schedule) : "");
-    if (e->ops != &dt_ops_cpu) { /* say where it runs and how it talks (CPU runs: as before) */
+    if (!e->ops->host_memory) { /* say where it runs and how it talks (CPU runs: as before) */
         size_t l = strlen(e->layout);
         snprintf(e->layout + l, sizeof e->layout - l, " on %s, comm %s", e->ops->name, comm_transport(e->world));
     }

@@ -92,6 +92,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "comm_bench: %s\n", err);
         return 1;
     }
+    comm_set_ops(ops);  /* NULL (no --device): host buffers, CPU transports */
     comm *w;
     if (comm_world_init(&w, st, err, sizeof err) != COMM_OK) {
         fprintf(stderr, "comm_bench: %s\n", err);

@@ -358,6 +358,7 @@ static int child(const char *mode)
         printf("# rank %d: %s\n", rank, err);
         return 1;
     }
+    comm_set_ops(gpu);
     comm_store *st = store_open_env(err, sizeof err);
     if (!st) {
         printf("# rank %d: store: %s\n", rank, err);
@@ -556,10 +557,11 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
     char err[512];
-    if (!(gpu = dt_ops_select(DT_DEVICE_AUTO, 0, err, sizeof err)) || gpu == &dt_ops_cpu) {
+    if (!(gpu = dt_ops_select(DT_DEVICE_AUTO, 0, err, sizeof err)) || gpu->host_memory) {
         printf("test-gpu: no CUDA device: skipped\n");
         return 0;
     }
+    comm_set_ops(gpu);
     int ngpu = 0;
     cudaGetDeviceCount(&ngpu);
     printf("# device: %s (%d visible)\n", dt_ops_cuda_device_name(), ngpu);

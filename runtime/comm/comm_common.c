@@ -1,0 +1,39 @@
+/* comm_common.c — what every backend needs the same way: the names and labels
+ * of collectives, and how much of each buffer a collective touches on a rank.
+ * One copy, so that the CPU transports, the NCCL backend and the staging of
+ * device buffers never disagree on a message or a size. */
+#include <stdio.h>
+
+#include "runtime/comm/comm_internal.h"
+
+const char *comm_coll_name(coll_kind k)
+{
+    switch (k) {
+    case COLL_ALL_REDUCE: return "all_reduce";
+    case COLL_REDUCE_SCATTER: return "reduce_scatter";
+    case COLL_ALL_GATHER: return "all_gather";
+    case COLL_BROADCAST: return "broadcast";
+    case COLL_BARRIER: return "barrier";
+    }
+    return "?";
+}
+
+void comm_coll_label(comm *c, coll_kind k, char *buf, size_t len)
+{
+    c->coll_seq++;
+    snprintf(buf, len, "%s #%llu in %s", comm_coll_name(k), (unsigned long long)c->coll_seq,
+             c->name);
+}
+
+void comm_coll_extent(const comm *c, const coll_args *a, size_t *nsend, size_t *nrecv)
+{
+    size_t off, len;
+    comm_chunk(a->count, c->size, c->rank, &off, &len);
+    switch (a->kind) {
+    case COLL_ALL_REDUCE: *nsend = a->count, *nrecv = a->count; break;
+    case COLL_REDUCE_SCATTER: *nsend = a->count, *nrecv = len; break;
+    case COLL_ALL_GATHER: *nsend = len, *nrecv = a->count; break;
+    case COLL_BROADCAST: *nsend = 0, *nrecv = a->count; break;
+    default: *nsend = 0, *nrecv = 0; break;
+    }
+}
