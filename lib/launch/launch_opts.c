@@ -7,13 +7,14 @@
 #include <limits.h>
 #include <math.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "lib/job/jobspec_suggest.h"
+#include "lib/util/errline.h"
+#include "lib/util/range.h"
 
 typedef enum {
     OPT_NPROC, OPT_NNODES, OPT_NODE_RANK, OPT_RDZV_ENDPOINT, OPT_RDZV_ID, OPT_RDZV_CONF,
@@ -64,15 +65,6 @@ static const opt_def OPTIONS[] = {
 };
 #define N_OPTIONS (sizeof OPTIONS / sizeof OPTIONS[0])
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 void launch_opts_defaults(launch_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -105,26 +97,14 @@ void launch_opts_free(launch_opts *o)
 
 /* ---- single values ---- */
 
-static int parse_long(const char *s, long lo, long hi, long *out, char *err, size_t errlen)
-{
-    errno = 0;
-    char *end = NULL;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || errno == ERANGE || isspace((unsigned char)*s))
-        return fail(err, errlen, "'%s' is not a whole number", s);
-    if (v < lo || v > hi) return fail(err, errlen, "%ld is out of range (%ld..%ld)", v, lo, hi);
-    *out = v;
-    return 0;
-}
-
 static int parse_seconds(const char *s, double lo, double *out, char *err, size_t errlen)
 {
     errno = 0;
     char *end = NULL;
     double v = strtod(s, &end);
     if (!*s || *end || errno == ERANGE || isspace((unsigned char)*s) || !isfinite(v))
-        return fail(err, errlen, "'%s' is not a number of seconds", s);
-    if (v < lo || v > 1e7) return fail(err, errlen, "%s seconds is out of range (%g..1e7)", s, lo);
+        return errline(err, errlen, "'%s' is not a number of seconds", s);
+    if (v < lo || v > 1e7) return errline(err, errlen, "%s seconds is out of range (%g..1e7)", s, lo);
     *out = v;
     return 0;
 }
@@ -132,16 +112,16 @@ static int parse_seconds(const char *s, double lo, double *out, char *err, size_
 /* An identifier that also becomes a directory name under --log-dir. */
 static int parse_ident(const char *s, char *out, size_t outlen, char *err, size_t errlen)
 {
-    if (!*s) return fail(err, errlen, "empty value");
+    if (!*s) return errline(err, errlen, "empty value");
     size_t n = strlen(s);
-    if (n >= outlen) return fail(err, errlen, "'%s' is longer than %zu characters", s, outlen - 1);
+    if (n >= outlen) return errline(err, errlen, "'%s' is longer than %zu characters", s, outlen - 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (!isalnum(c) && c != '-' && c != '_' && c != '.')
-            return fail(err, errlen, "'%s' has '%c'; use letters, digits, '-', '_' and '.'", s, c);
+            return errline(err, errlen, "'%s' has '%c'; use letters, digits, '-', '_' and '.'", s, c);
     }
     if (!strcmp(s, ".") || !strcmp(s, ".."))
-        return fail(err, errlen, "'%s' cannot name a directory", s);
+        return errline(err, errlen, "'%s' cannot name a directory", s);
     memcpy(out, s, n + 1);
     return 0;
 }
@@ -149,11 +129,11 @@ static int parse_ident(const char *s, char *out, size_t outlen, char *err, size_
 static int parse_host(const char *s, char *out, size_t outlen, char *err, size_t errlen)
 {
     size_t n = strlen(s);
-    if (!n) return fail(err, errlen, "empty host");
-    if (n >= outlen) return fail(err, errlen, "host '%s' is too long", s);
+    if (!n) return errline(err, errlen, "empty host");
+    if (n >= outlen) return errline(err, errlen, "host '%s' is too long", s);
     for (size_t i = 0; i < n; i++)
         if (isspace((unsigned char)s[i]) || s[i] == '/' || s[i] == ',')
-            return fail(err, errlen, "'%s' is not a host name or address", s);
+            return errline(err, errlen, "'%s' is not a host name or address", s);
     memcpy(out, s, n + 1);
     return 0;
 }
@@ -166,35 +146,35 @@ int launch_parse_endpoint(const char *s, char *host, size_t hostlen, int *port, 
     const char *hstart = s;
     if (s[0] == '[') {
         const char *close = strchr(s, ']');
-        if (!close) return fail(err, errlen, "'%s' opens '[' without ']'", s);
+        if (!close) return errline(err, errlen, "'%s' opens '[' without ']'", s);
         hstart = s + 1;
         hlen = (size_t)(close - hstart);
         if (close[1] == ':') port_str = close + 2;
-        else if (close[1]) return fail(err, errlen, "'%s': expected ':PORT' after ']'", s);
+        else if (close[1]) return errline(err, errlen, "'%s': expected ':PORT' after ']'", s);
         if (!memchr(hstart, ':', hlen))
-            return fail(err, errlen, "'%s': brackets are for IPv6 addresses", s);
+            return errline(err, errlen, "'%s': brackets are for IPv6 addresses", s);
     } else {
         const char *colon = strchr(s, ':');
         if (colon && strchr(colon + 1, ':'))
-            return fail(err, errlen,
-                        "'%s' looks like an IPv6 address; write it in brackets: [ADDR]:PORT", s);
+            return errline(err, errlen,
+                           "'%s' looks like an IPv6 address; write it in brackets: [ADDR]:PORT", s);
         hlen = colon ? (size_t)(colon - s) : strlen(s);
         if (colon) port_str = colon + 1;
     }
-    if (hlen == 0) return fail(err, errlen, "'%s' has no host", s);
-    if (hlen >= hostlen) return fail(err, errlen, "host in '%s' is too long", s);
+    if (hlen == 0) return errline(err, errlen, "'%s' has no host", s);
+    if (hlen >= hostlen) return errline(err, errlen, "host in '%s' is too long", s);
     char tmp[LAUNCH_HOST_MAX];
-    if (hlen >= sizeof tmp) return fail(err, errlen, "host in '%s' is too long", s);
+    if (hlen >= sizeof tmp) return errline(err, errlen, "host in '%s' is too long", s);
     memcpy(tmp, hstart, hlen);
     tmp[hlen] = 0;
     char why[128];
-    if (parse_host(tmp, host, hostlen, why, sizeof why)) return fail(err, errlen, "%s", why);
+    if (parse_host(tmp, host, hostlen, why, sizeof why)) return errline(err, errlen, "%s", why);
     *port = default_port;
     if (port_str) {
         long p;
-        if (!*port_str) return fail(err, errlen, "'%s' has ':' but no port", s);
-        if (parse_long(port_str, 1, 65535, &p, why, sizeof why))
-            return fail(err, errlen, "port in '%s': %s", s, why);
+        if (!*port_str) return errline(err, errlen, "'%s' has ':' but no port", s);
+        if (range_parse_long(port_str, 1, 65535, &p, why, sizeof why))
+            return errline(err, errlen, "port in '%s': %s", s, why);
         *port = (int)p;
     }
     return 0;
@@ -203,26 +183,18 @@ int launch_parse_endpoint(const char *s, char *host, size_t hostlen, int *port, 
 int launch_parse_nnodes(const char *s, int *min, int *max, char *err, size_t errlen)
 {
     char why[128];
-    long lo, hi;
-    const char *colon = strchr(s, ':');
-    if (!colon) {
-        if (parse_long(s, 1, LAUNCH_MAX_NODES, &lo, why, sizeof why))
-            return fail(err, errlen, "%s (expected N or MIN:MAX)", why);
-        *min = *max = (int)lo;
+    int lo, hi;
+    switch (range_parse(s, 1, LAUNCH_MAX_NODES, &lo, &hi, why, sizeof why)) {
+    case RANGE_OK:
+        *min = lo;
+        *max = hi;
         return 0;
+    case RANGE_BAD_FORM: return errline(err, errlen, "'%s' is not N or MIN:MAX", s);
+    case RANGE_MIN_OVER_MAX: return errline(err, errlen, "'%s': MIN is larger than MAX", s);
+    default:
+        if (!strchr(s, ':')) return errline(err, errlen, "%s (expected N or MIN:MAX)", why);
+        return errline(err, errlen, "'%s': %s (expected N or MIN:MAX)", s, why);
     }
-    char a[32];
-    size_t n = (size_t)(colon - s);
-    if (n == 0 || n >= sizeof a) return fail(err, errlen, "'%s' is not N or MIN:MAX", s);
-    memcpy(a, s, n);
-    a[n] = 0;
-    if (parse_long(a, 1, LAUNCH_MAX_NODES, &lo, why, sizeof why) ||
-        parse_long(colon + 1, 1, LAUNCH_MAX_NODES, &hi, why, sizeof why))
-        return fail(err, errlen, "'%s': %s (expected N or MIN:MAX)", s, why);
-    if (lo > hi) return fail(err, errlen, "'%s': MIN is larger than MAX", s);
-    *min = (int)lo;
-    *max = (int)hi;
-    return 0;
 }
 
 static int parse_std_value(const char *s, size_t n, launch_std *out)
@@ -237,9 +209,9 @@ int launch_parse_std(const char *s, launch_std_spec *spec, char *err, size_t err
     memset(spec, 0, sizeof *spec);
     if (!strchr(s, ':')) {
         if (parse_std_value(s, strlen(s), &spec->all))
-            return fail(err, errlen,
-                        "'%s' is not 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or a map like 0:1,1:2",
-                        s);
+            return errline(err, errlen,
+                           "'%s' is not 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or a map like 0:1,1:2",
+                           s);
         return 0;
     }
     const char *p = s;
@@ -253,20 +225,20 @@ int launch_parse_std(const char *s, launch_std_spec *spec, char *err, size_t err
         char why[96];
         launch_std v;
         if (!colon || rn == 0 || rn >= sizeof rank_str)
-            return fail(err, errlen, "'%.*s' in '%s' is not LOCAL_RANK:0-3", (int)n, p, s);
+            return errline(err, errlen, "'%.*s' in '%s' is not LOCAL_RANK:0-3", (int)n, p, s);
         memcpy(rank_str, p, rn);
         rank_str[rn] = 0;
-        if (parse_long(rank_str, 0, LAUNCH_MAX_LOCAL - 1, &rank, why, sizeof why))
-            return fail(err, errlen, "local rank in '%s': %s", s, why);
+        if (range_parse_long(rank_str, 0, LAUNCH_MAX_LOCAL - 1, &rank, why, sizeof why))
+            return errline(err, errlen, "local rank in '%s': %s", s, why);
         if (parse_std_value(colon + 1, n - rn - 1, &v))
-            return fail(err, errlen, "'%.*s' in '%s': the value is not 0-3", (int)n, p, s);
+            return errline(err, errlen, "'%.*s' in '%s': the value is not 0-3", (int)n, p, s);
         if (spec->in_map[rank])
-            return fail(err, errlen, "'%s' names local rank %ld twice", s, rank);
+            return errline(err, errlen, "'%s' names local rank %ld twice", s, rank);
         spec->in_map[rank] = 1;
         spec->by_rank[rank] = (unsigned char)v;
         if (!comma) break;
         p = comma + 1;
-        if (!*p) return fail(err, errlen, "'%s' ends with ','", s);
+        if (!*p) return errline(err, errlen, "'%s' ends with ','", s);
     }
     return 0;
 }
@@ -281,18 +253,18 @@ launch_std launch_std_for(const launch_std_spec *spec, int local_rank)
 static int parse_ranks_filter(const char *s, unsigned char *filter, char *err, size_t errlen)
 {
     memset(filter, 0, LAUNCH_MAX_LOCAL);
-    if (!*s) return fail(err, errlen, "empty list (expected local ranks like 0,1)");
+    if (!*s) return errline(err, errlen, "empty list (expected local ranks like 0,1)");
     const char *p = s;
     for (;;) {
         const char *comma = strchr(p, ',');
         size_t n = comma ? (size_t)(comma - p) : strlen(p);
         char one[16], why[96];
         long r;
-        if (n == 0 || n >= sizeof one) return fail(err, errlen, "'%s' is not a list like 0,1", s);
+        if (n == 0 || n >= sizeof one) return errline(err, errlen, "'%s' is not a list like 0,1", s);
         memcpy(one, p, n);
         one[n] = 0;
-        if (parse_long(one, 0, LAUNCH_MAX_LOCAL - 1, &r, why, sizeof why))
-            return fail(err, errlen, "'%s': %s", s, why);
+        if (range_parse_long(one, 0, LAUNCH_MAX_LOCAL - 1, &r, why, sizeof why))
+            return errline(err, errlen, "'%s': %s", s, why);
         filter[r] = 1;
         if (!comma) return 0;
         p = comma + 1;
@@ -319,12 +291,12 @@ static const char *const RDZV_CONF_KEYS[] = {
 static int parse_rdzv_conf(const char *s, launch_rdzv_conf *c, char *err, size_t errlen)
 {
     char buf[1024];
-    if (strlen(s) >= sizeof buf) return fail(err, errlen, "value is too long");
+    if (strlen(s) >= sizeof buf) return errline(err, errlen, "value is too long");
     memcpy(buf, s, strlen(s) + 1);
     char *save = NULL;
     for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(kv, '=');
-        if (!eq) return fail(err, errlen, "'%s' is not KEY=VALUE", kv);
+        if (!eq) return errline(err, errlen, "'%s' is not KEY=VALUE", kv);
         *eq = 0;
         const char *key = kv, *val = eq + 1;
         char why[128];
@@ -337,12 +309,12 @@ static int parse_rdzv_conf(const char *s, launch_rdzv_conf *c, char *err, size_t
         else if (!strcmp(key, "read_timeout")) slot = &c->read_timeout;
         if (slot) {
             if (parse_seconds(val, 0.001, slot, why, sizeof why))
-                return fail(err, errlen, "%s: %s", key, why);
+                return errline(err, errlen, "%s: %s", key, why);
             continue;
         }
         if (!strcmp(key, "is_host")) {
             if (parse_bool(val, &c->is_host))
-                return fail(err, errlen, "is_host: '%s' is not true or false", val);
+                return errline(err, errlen, "is_host: '%s' is not true or false", val);
             continue;
         }
         if (!strcmp(key, "keep_alive_max_attempt") || !strcmp(key, "use_agent_store")) {
@@ -355,10 +327,10 @@ static int parse_rdzv_conf(const char *s, launch_rdzv_conf *c, char *err, size_t
         for (size_t i = 0; i < N_RDZV_CONF_KEYS; i++)
             suggest_offer(&sg, RDZV_CONF_KEYS[i], RDZV_CONF_KEYS[i]);
         if (suggest_best(&sg))
-            return fail(err, errlen, "unknown key '%s'; did you mean '%s'?", key, suggest_best(&sg));
-        return fail(err, errlen, "unknown key '%s' (known: join_timeout, last_call_timeout, "
-                    "close_timeout, heartbeat_timeout, keep_alive_interval, read_timeout, is_host)",
-                    key);
+            return errline(err, errlen, "unknown key '%s'; did you mean '%s'?", key, suggest_best(&sg));
+        return errline(err, errlen, "unknown key '%s' (known: join_timeout, last_call_timeout, "
+                       "close_timeout, heartbeat_timeout, keep_alive_interval, read_timeout, is_host)",
+                       key);
     }
     return 0;
 }
@@ -393,13 +365,13 @@ static int unknown_option(const char *arg, size_t n, char *err, size_t errlen)
     suggest_init(&sg, name, name_len);
     for (size_t i = 0; i < N_OPTIONS; i++) suggest_offer(&sg, OPTIONS[i].name, OPTIONS[i].name);
     const char *best = suggest_best(&sg);
-    if (!best) return fail(err, errlen, "unknown option '%.*s' (see dtrun --help)", (int)n, arg);
+    if (!best) return errline(err, errlen, "unknown option '%.*s' (see dtrun --help)", (int)n, arg);
     char spelled[64];
     snprintf(spelled, sizeof spelled, "%s", best);
     if (underscored)
         for (char *p = spelled; *p; p++)
             if (*p == '-') *p = '_';
-    return fail(err, errlen, "unknown option '%.*s'; did you mean '--%s'?", (int)n, arg, spelled);
+    return errline(err, errlen, "unknown option '%.*s'; did you mean '--%s'?", (int)n, arg, spelled);
 }
 
 /* Apply one option's value. `shown` is the option as the user spelled it. */
@@ -412,117 +384,117 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
         if (!strcmp(v, "cpu") || !strcmp(v, "gpu") || !strcmp(v, "auto")) {
             snprintf(o->nproc_spec, sizeof o->nproc_spec, "%s", v);
         } else {
-            if (parse_long(v, 1, LAUNCH_MAX_LOCAL, &n, why, sizeof why))
-                return fail(err, errlen, "%s: %s; expected a number of workers, 'cpu', 'gpu' or 'auto'",
-                            shown, why);
+            if (range_parse_long(v, 1, LAUNCH_MAX_LOCAL, &n, why, sizeof why))
+                return errline(err, errlen, "%s: %s; expected a number of workers, 'cpu', 'gpu' or 'auto'",
+                               shown, why);
             snprintf(o->nproc_spec, sizeof o->nproc_spec, "%ld", n);
         }
         o->set |= LAUNCH_SET_NPROC;
         return 0;
     case OPT_NNODES:
         if (launch_parse_nnodes(v, &o->nnodes_min, &o->nnodes_max, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         o->set |= LAUNCH_SET_NNODES;
         return 0;
     case OPT_NODE_RANK:
-        if (parse_long(v, 0, LAUNCH_MAX_NODES - 1, &n, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+        if (range_parse_long(v, 0, LAUNCH_MAX_NODES - 1, &n, why, sizeof why))
+            return errline(err, errlen, "%s: %s", shown, why);
         o->node_rank = (int)n;
         o->set |= LAUNCH_SET_NODE_RANK;
         return 0;
     case OPT_RDZV_ENDPOINT:
         if (launch_parse_endpoint(v, o->rdzv_host, sizeof o->rdzv_host, &o->rdzv_port,
                                   LAUNCH_DEFAULT_RDZV_PORT, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         snprintf(o->rdzv_endpoint, sizeof o->rdzv_endpoint, "%s", v);
         o->set |= LAUNCH_SET_ENDPOINT;
         return 0;
     case OPT_RDZV_ID:
         if (parse_ident(v, o->rdzv_id, sizeof o->rdzv_id, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         o->set |= LAUNCH_SET_RDZV_ID;
         return 0;
     case OPT_RDZV_CONF:
         if (parse_rdzv_conf(v, &o->rdzv_conf, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_RDZV_BACKEND:
         if (strcmp(v, "c10d") && strcmp(v, "static") && strcmp(v, "dtrun"))
-            return fail(err, errlen, "%s: '%s' is not supported; use c10d, static or dtrun "
-                        "(all meet at dtrun's own rendezvous daemon)", shown, v);
+            return errline(err, errlen, "%s: '%s' is not supported; use c10d, static or dtrun "
+                           "(all meet at dtrun's own rendezvous daemon)", shown, v);
         snprintf(o->rdzv_backend, sizeof o->rdzv_backend, "%s", v);
         o->set |= LAUNCH_SET_BACKEND;
         return 0;
     case OPT_STANDALONE: o->standalone = 1; return 0;
     case OPT_MASTER_ADDR:
         if (parse_host(v, o->master_addr, sizeof o->master_addr, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         o->set |= LAUNCH_SET_MASTER_ADDR;
         return 0;
     case OPT_MASTER_PORT:
-        if (parse_long(v, 1, 65535, &n, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+        if (range_parse_long(v, 1, 65535, &n, why, sizeof why))
+            return errline(err, errlen, "%s: %s", shown, why);
         o->master_port = (int)n;
         o->set |= LAUNCH_SET_MASTER_PORT;
         return 0;
     case OPT_MAX_RESTARTS:
-        if (parse_long(v, 0, 1000000, &n, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+        if (range_parse_long(v, 0, 1000000, &n, why, sizeof why))
+            return errline(err, errlen, "%s: %s", shown, why);
         o->max_restarts = (int)n;
         o->set |= LAUNCH_SET_MAX_RESTARTS;
         return 0;
     case OPT_MONITOR_INTERVAL:
         if (parse_seconds(v, 0.001, &o->monitor_interval, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_TERM_TIMEOUT:
         if (parse_seconds(v, 0, &o->term_timeout, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_LOG_DIR:
-        if (!*v) return fail(err, errlen, "%s: empty directory name", shown);
-        if (strlen(v) >= sizeof o->log_dir) return fail(err, errlen, "%s: path is too long", shown);
+        if (!*v) return errline(err, errlen, "%s: empty directory name", shown);
+        if (strlen(v) >= sizeof o->log_dir) return errline(err, errlen, "%s: path is too long", shown);
         snprintf(o->log_dir, sizeof o->log_dir, "%s", v);
         o->set |= LAUNCH_SET_LOG_DIR;
         return 0;
     case OPT_REDIRECTS:
     case OPT_TEE:
         if (launch_parse_std(v, id == OPT_TEE ? &o->tee : &o->redirects, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         o->set |= id == OPT_TEE ? LAUNCH_SET_TEE : LAUNCH_SET_REDIRECTS;
         return 0;
     case OPT_RANKS_FILTER:
         if (parse_ranks_filter(v, o->ranks_filter, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         o->has_ranks_filter = 1;
         return 0;
     case OPT_ROLE:
         if (parse_ident(v, o->role, sizeof o->role, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_LOCAL_ADDR:
         if (parse_host(v, o->local_addr, sizeof o->local_addr, why, sizeof why))
-            return fail(err, errlen, "%s: %s", shown, why);
+            return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_DRY_RUN: o->dry_run = 1; return 0;
     case OPT_PLAN: o->plan = 1; return 0;
     case OPT_HARDWARE:
-        if (!*v) return fail(err, errlen, "%s: empty profile name", shown);
-        if (strlen(v) >= sizeof o->hardware) return fail(err, errlen, "%s: too long", shown);
+        if (!*v) return errline(err, errlen, "%s: empty profile name", shown);
+        if (strlen(v) >= sizeof o->hardware) return errline(err, errlen, "%s: too long", shown);
         snprintf(o->hardware, sizeof o->hardware, "%s", v);
         return 0;
     case OPT_FORMAT:
         if (strcmp(v, "text") && strcmp(v, "json"))
-            return fail(err, errlen, "%s: '%s' is not text or json", shown, v);
+            return errline(err, errlen, "%s: '%s' is not text or json", shown, v);
         o->format_json = !strcmp(v, "json");
         return 0;
     case OPT_TOP:
-        if (parse_long(v, 1, 1000, &n, why, sizeof why)) return fail(err, errlen, "%s: %s", shown, why);
+        if (range_parse_long(v, 1, 1000, &n, why, sizeof why)) return errline(err, errlen, "%s: %s", shown, why);
         o->top = (int)n;
         return 0;
     case OPT_TRACE:
-        if (!*v) return fail(err, errlen, "%s: empty file name", shown);
-        if (strlen(v) >= sizeof o->trace) return fail(err, errlen, "%s: path is too long", shown);
+        if (!*v) return errline(err, errlen, "%s: empty file name", shown);
+        if (strlen(v) >= sizeof o->trace) return errline(err, errlen, "%s: path is too long", shown);
         snprintf(o->trace, sizeof o->trace, "%s", v);
         o->set |= LAUNCH_SET_TRACE;
         return 0;
@@ -532,7 +504,7 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
     case OPT_NO_PYTHON:
     case OPT_MODULE: return 0; /* handled by the caller: they shape the program */
     }
-    return fail(err, errlen, "%s: not handled", shown);
+    return errline(err, errlen, "%s: not handled", shown);
 }
 
 static int ends_with(const char *s, const char *suffix)
@@ -547,7 +519,7 @@ static int set_program(launch_opts *o, int argc, char **argv, int from, int pyth
                        char *err, size_t errlen)
 {
     int n = argc - from;
-    if (n <= 0) return fail(err, errlen, "'--' must be followed by a program to run");
+    if (n <= 0) return errline(err, errlen, "'--' must be followed by a program to run");
     if (!python && !module) {
         o->program = argv + from;
         o->program_argc = n;
@@ -555,7 +527,7 @@ static int set_program(launch_opts *o, int argc, char **argv, int from, int pyth
     }
     int extra = module ? 2 : 1;
     o->program_storage = calloc((size_t)(n + extra + 1), sizeof(char *));
-    if (!o->program_storage) return fail(err, errlen, "out of memory");
+    if (!o->program_storage) return errline(err, errlen, "out of memory");
     static char python3[] = "python3", dash_m[] = "-m";
     o->program_storage[0] = python3;
     if (module) o->program_storage[1] = dash_m;
@@ -572,22 +544,22 @@ int launch_opts_parse(launch_opts *o, int argc, char **argv, char *err, size_t e
         const char *a = argv[i];
         if (!strcmp(a, "--")) {
             if (o->job_path)
-                return fail(err, errlen, "give a job file or a program after '--', not both ('%s')",
-                            o->job_path);
+                return errline(err, errlen, "give a job file or a program after '--', not both ('%s')",
+                               o->job_path);
             return set_program(o, argc, argv, i + 1, 0, 0, err, errlen);
         }
         if (a[0] != '-' || !a[1]) {
             /* A positional word: a job file, or (torchrun's way) a script to run. */
             if (module || no_python || ends_with(a, ".py")) {
                 if (o->job_path)
-                    return fail(err, errlen, "give a job file or a program, not both ('%s', '%s')",
-                                o->job_path, a);
+                    return errline(err, errlen, "give a job file or a program, not both ('%s', '%s')",
+                                   o->job_path, a);
                 return set_program(o, argc, argv, i, !no_python && !module ? 1 : 0, module, err,
                                    errlen);
             }
             if (o->job_path)
-                return fail(err, errlen, "unexpected argument '%s' after the job file '%s'", a,
-                            o->job_path);
+                return errline(err, errlen, "unexpected argument '%s' after the job file '%s'", a,
+                               o->job_path);
             o->job_path = a;
             continue;
         }
@@ -602,28 +574,28 @@ int launch_opts_parse(launch_opts *o, int argc, char **argv, char *err, size_t e
             snprintf(shown, sizeof shown, "%.*s", (int)n, a);
             if (eq) {
                 if (!def->takes_value)
-                    return fail(err, errlen, "%s takes no value (got '%s')", shown, eq + 1);
+                    return errline(err, errlen, "%s takes no value (got '%s')", shown, eq + 1);
                 value = eq + 1;
             }
         } else {
             def = find_short(a[1]);
-            if (!def) return fail(err, errlen, "unknown option '%s' (see dtrun --help)", a);
+            if (!def) return errline(err, errlen, "unknown option '%s' (see dtrun --help)", a);
             snprintf(shown, sizeof shown, "-%c", a[1]);
             if (a[2]) {
-                if (!def->takes_value) return fail(err, errlen, "unknown option '%s' (see dtrun --help)", a);
+                if (!def->takes_value) return errline(err, errlen, "unknown option '%s' (see dtrun --help)", a);
                 value = a[2] == '=' ? a + 3 : a + 2;
             }
         }
         if (def->takes_value && !value) {
-            if (i + 1 >= argc) return fail(err, errlen, "%s needs a value", shown);
+            if (i + 1 >= argc) return errline(err, errlen, "%s needs a value", shown);
             value = argv[++i];
         }
         if (def->id == OPT_NO_PYTHON) no_python = 1;
         if (def->id == OPT_MODULE) module = 1;
         if (apply(o, def->id, value ? value : "", shown, err, errlen)) return -1;
     }
-    if (module) return fail(err, errlen, "-m/--module needs a module name after it");
-    if (no_python) return fail(err, errlen, "--no-python needs a program after it");
+    if (module) return errline(err, errlen, "-m/--module needs a module name after it");
+    if (no_python) return errline(err, errlen, "--no-python needs a program after it");
     return 0;
 }
 
@@ -634,30 +606,30 @@ int launch_opts_merge_job(launch_opts *o, const job_spec *job, char *err, size_t
     const char *f = job->path[0] ? job->path : "job";
     if (!(o->set & LAUNCH_SET_NPROC) && l->nproc_per_node[0]) {
         if (apply(o, OPT_NPROC, l->nproc_per_node, "launch.nproc_per_node", why, sizeof why))
-            return fail(err, errlen, "%s: %s", f, why);
+            return errline(err, errlen, "%s: %s", f, why);
     }
     if (!(o->set & LAUNCH_SET_NNODES) && l->nnodes[0]) {
         if (apply(o, OPT_NNODES, l->nnodes, "launch.nnodes", why, sizeof why))
-            return fail(err, errlen, "%s: %s", f, why);
+            return errline(err, errlen, "%s: %s", f, why);
     }
     if (!(o->set & LAUNCH_SET_ENDPOINT) && l->rdzv_endpoint[0]) {
         if (apply(o, OPT_RDZV_ENDPOINT, l->rdzv_endpoint, "launch.rdzv_endpoint", why, sizeof why))
-            return fail(err, errlen, "%s: %s", f, why);
+            return errline(err, errlen, "%s: %s", f, why);
     }
     if (!(o->set & LAUNCH_SET_RDZV_ID) && l->rdzv_id[0]) {
         if (apply(o, OPT_RDZV_ID, l->rdzv_id, "launch.rdzv_id", why, sizeof why))
-            return fail(err, errlen, "%s: %s", f, why);
+            return errline(err, errlen, "%s: %s", f, why);
     }
     if (!(o->set & LAUNCH_SET_MAX_RESTARTS) && l->max_restarts >= 0) {
         if (l->max_restarts > 1000000)
-            return fail(err, errlen, "%s: launch.max_restarts: %d is out of range (0..1000000)", f,
-                        l->max_restarts);
+            return errline(err, errlen, "%s: launch.max_restarts: %d is out of range (0..1000000)", f,
+                           l->max_restarts);
         o->max_restarts = l->max_restarts;
         o->set |= LAUNCH_SET_MAX_RESTARTS;
     }
     if (!(o->set & LAUNCH_SET_LOG_DIR) && l->log_dir[0]) {
         if (apply(o, OPT_LOG_DIR, l->log_dir, "launch.log_dir", why, sizeof why))
-            return fail(err, errlen, "%s: %s", f, why);
+            return errline(err, errlen, "%s: %s", f, why);
     }
     return 0;
 }
@@ -728,18 +700,18 @@ static int finish_trace(launch_opts *o, char *err, size_t errlen)
     if (o->trace[0] == '/') {
         snprintf(abs, sizeof abs, "%s", o->trace);
     } else {
-        if (!getcwd(cwd, sizeof cwd)) return fail(err, errlen, "--trace %s: no current directory (%s)", o->trace,
-                                                  strerror(errno));
+        if (!getcwd(cwd, sizeof cwd)) return errline(err, errlen, "--trace %s: no current directory (%s)", o->trace,
+                                                     strerror(errno));
         if ((size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, o->trace) >= sizeof abs)
-            return fail(err, errlen, "--trace %s: path is too long", o->trace);
+            return errline(err, errlen, "--trace %s: path is too long", o->trace);
     }
     snprintf(dir, sizeof dir, "%s", abs);
     char *slash = strrchr(dir, '/');
     if (slash == dir) dir[1] = 0;
     else if (slash) *slash = 0;
-    if (slash && slash[1] == 0 && slash != dir) return fail(err, errlen, "--trace %s: names a directory", o->trace);
+    if (slash && slash[1] == 0 && slash != dir) return errline(err, errlen, "--trace %s: names a directory", o->trace);
     if (access(dir, W_OK) != 0)
-        return fail(err, errlen, "--trace %s: cannot write in %s (%s)", o->trace, dir, strerror(errno));
+        return errline(err, errlen, "--trace %s: cannot write in %s (%s)", o->trace, dir, strerror(errno));
     snprintf(o->trace, sizeof o->trace, "%s", abs);
     return 0;
 }
@@ -752,9 +724,9 @@ int launch_opts_finish(launch_opts *o, char *err, size_t errlen)
     } else if (!strcmp(o->nproc_spec, "gpu")) {
         o->nproc = launch_count_gpus();
         if (o->nproc == 0)
-            return fail(err, errlen, "--nproc-per-node=gpu: this machine has no GPU that dtrun can "
-                        "see (no /proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES hides them); "
-                        "give a number or 'cpu'");
+            return errline(err, errlen, "--nproc-per-node=gpu: this machine has no GPU that dtrun can "
+                           "see (no /proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES hides them); "
+                           "give a number or 'cpu'");
     } else if (!strcmp(o->nproc_spec, "auto")) {
         int g = launch_count_gpus();
         o->nproc = g > 0 ? g : 1;
@@ -765,11 +737,11 @@ int launch_opts_finish(launch_opts *o, char *err, size_t errlen)
 
     if (o->standalone) {
         if (o->nnodes_max > 1)
-            return fail(err, errlen, "--standalone runs one node, but --nnodes asks for %d%s%d",
-                        o->nnodes_min, o->nnodes_min == o->nnodes_max ? "" : ":", o->nnodes_max);
+            return errline(err, errlen, "--standalone runs one node, but --nnodes asks for %d%s%d",
+                           o->nnodes_min, o->nnodes_min == o->nnodes_max ? "" : ":", o->nnodes_max);
         if (o->set & LAUNCH_SET_ENDPOINT)
-            return fail(err, errlen, "--standalone starts its own rendezvous on a free port; "
-                        "drop --rdzv-endpoint '%s' or --standalone", o->rdzv_endpoint);
+            return errline(err, errlen, "--standalone starts its own rendezvous on a free port; "
+                           "drop --rdzv-endpoint '%s' or --standalone", o->rdzv_endpoint);
     }
     if (!strcmp(o->rdzv_backend, "static")) {
         /* torchrun's static backend meets at MASTER_ADDR:MASTER_PORT and takes
@@ -784,25 +756,25 @@ int launch_opts_finish(launch_opts *o, char *err, size_t errlen)
             o->set &= ~LAUNCH_SET_MASTER_PORT;
         }
         if (o->nnodes_max > 1 && o->node_rank < 0)
-            return fail(err, errlen, "--rdzv-backend=static needs --node-rank when --nnodes is %d",
-                        o->nnodes_max);
+            return errline(err, errlen, "--rdzv-backend=static needs --node-rank when --nnodes is %d",
+                           o->nnodes_max);
         if (o->nnodes_min != o->nnodes_max)
-            return fail(err, errlen, "--rdzv-backend=static needs a fixed --nnodes, not %d:%d",
-                        o->nnodes_min, o->nnodes_max);
+            return errline(err, errlen, "--rdzv-backend=static needs a fixed --nnodes, not %d:%d",
+                           o->nnodes_min, o->nnodes_max);
     }
     if (o->node_rank >= 0 && o->node_rank >= o->nnodes_max)
-        return fail(err, errlen, "--node-rank=%d is not below --nnodes=%d", o->node_rank,
-                    o->nnodes_max);
+        return errline(err, errlen, "--node-rank=%d is not below --nnodes=%d", o->node_rank,
+                       o->nnodes_max);
     if (o->nnodes_max > 1 && !o->rdzv_host[0])
-        return fail(err, errlen, "--nnodes=%d needs --rdzv-endpoint HOST[:PORT], where the "
-                    "agents of all nodes meet", o->nnodes_max);
+        return errline(err, errlen, "--nnodes=%d needs --rdzv-endpoint HOST[:PORT], where the "
+                       "agents of all nodes meet", o->nnodes_max);
     if ((o->set & LAUNCH_SET_MASTER_ADDR) && !(o->set & LAUNCH_SET_MASTER_PORT) &&
         strcmp(o->rdzv_backend, "static"))
-        return fail(err, errlen, "--master-addr needs --master-port as well (a port where the "
-                    "workers' rank 0 listens)");
+        return errline(err, errlen, "--master-addr needs --master-port as well (a port where the "
+                       "workers' rank 0 listens)");
     if (!o->job_path && !o->program)
-        return fail(err, errlen, "nothing to run: give a job file (dtrun job.yaml) or a program "
-                    "(dtrun -- PROGRAM ARGS)");
+        return errline(err, errlen, "nothing to run: give a job file (dtrun job.yaml) or a program "
+                       "(dtrun -- PROGRAM ARGS)");
     if (!o->rdzv_id[0]) {
         /* One node: any unique id. Several: they must agree, so the user (or
          * Slurm) names the run; "none" matches torchrun's default. */
