@@ -23,10 +23,10 @@ runs=${2:-1000000}
 # Sources and pkg-config packages per target. Add a target here.
 case $target in
   jobspec)
-    srcs=(lib/job/jobspec*.c)
+    srcs=(lib/job/jobspec*.c lib/util/errline.c lib/util/range.c)
     pkgs=(yaml-0.1) ;;
   rdzv)
-    srcs=(lib/rdzv/frame.c lib/rdzv/kv_store.c)
+    srcs=(lib/rdzv/frame.c lib/rdzv/kv_store.c lib/util/errline.c)
     pkgs=(libxxhash) ;;
   hostlist)
     srcs=(lib/launch/hostlist.c)

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/util/errline.h"
+
 static const uint8_t frame_magic[3] = { 'D', 'T', 'R' };
 
 /* Each type's payload schema: how many integers, one letter per string
@@ -52,15 +54,6 @@ const char *frame_type_name(int type)
 static uint32_t str_limit(char kind)
 {
     return kind == 'v' ? FRAME_MAX_VALUE : kind == 't' ? FRAME_MAX_TEXT : FRAME_MAX_KEY;
-}
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 static uint32_t get_u32(const uint8_t *p)
@@ -160,22 +153,22 @@ static int parse_str(const char *tname, int idx, char kind, const uint8_t *pl, s
                      size_t *pos, char **arena, frame_str *out, char *err, size_t errlen)
 {
     if (len - *pos < 4) {
-        seterr(err, errlen, "%s: payload truncated in string %d's length", tname, idx);
+        errline(err, errlen, "%s: payload truncated in string %d's length", tname, idx);
         return -1;
     }
     uint32_t n = get_u32(pl + *pos);
     *pos += 4;
     if (n > str_limit(kind)) {
-        seterr(err, errlen, "%s: string %d is %u bytes, max %u", tname, idx, n, str_limit(kind));
+        errline(err, errlen, "%s: string %d is %u bytes, max %u", tname, idx, n, str_limit(kind));
         return -1;
     }
     if (len - *pos < n) {
-        seterr(err, errlen, "%s: payload truncated in string %d (%u bytes announced, %zu left)",
-               tname, idx, n, len - *pos);
+        errline(err, errlen, "%s: payload truncated in string %d (%u bytes announced, %zu left)",
+                tname, idx, n, len - *pos);
         return -1;
     }
     if (kind != 'v' && memchr(pl + *pos, 0, n)) {
-        seterr(err, errlen, "%s: string %d contains a NUL byte", tname, idx);
+        errline(err, errlen, "%s: string %d contains a NUL byte", tname, idx);
         return -1;
     }
     memcpy(*arena, pl + *pos, n);
@@ -192,18 +185,18 @@ int frame_parse(int type, const uint8_t *payload, size_t len, frame_msg *m, char
     memset(m, 0, sizeof *m);
     const frame_schema *sc = schema_of(type);
     if (!sc) {
-        seterr(err, errlen, "unknown frame type %d", type);
+        errline(err, errlen, "unknown frame type %d", type);
         return -1;
     }
     if (len > FRAME_MAX_PAYLOAD) {
-        seterr(err, errlen, "%s: payload of %zu bytes exceeds the %d limit", sc->name, len, FRAME_MAX_PAYLOAD);
+        errline(err, errlen, "%s: payload of %zu bytes exceeds the %d limit", sc->name, len, FRAME_MAX_PAYLOAD);
         return -1;
     }
     m->type = type;
     size_t pos = 0;
     for (int k = 0; k < sc->nint; k++) {
         if (len - pos < 8) {
-            seterr(err, errlen, "%s: payload truncated in integer %d", sc->name, k);
+            errline(err, errlen, "%s: payload truncated in integer %d", sc->name, k);
             return -1;
         }
         uint64_t v = 0;
@@ -216,7 +209,7 @@ int frame_parse(int type, const uint8_t *payload, size_t len, frame_msg *m, char
     size_t maxstrs = len / 4 + 1;
     char *arena = malloc(len + maxstrs + 1);
     if (!arena) {
-        seterr(err, errlen, "%s: out of memory", sc->name);
+        errline(err, errlen, "%s: out of memory", sc->name);
         return -1;
     }
     m->owned_ = arena;
@@ -226,19 +219,19 @@ int frame_parse(int type, const uint8_t *payload, size_t len, frame_msg *m, char
             goto fail;
     if (sc->has_list) {
         if (len - pos < 4) {
-            seterr(err, errlen, "%s: payload truncated in the list count", sc->name);
+            errline(err, errlen, "%s: payload truncated in the list count", sc->name);
             goto fail;
         }
         uint32_t n = get_u32(payload + pos);
         pos += 4;
         if (n > FRAME_MAX_LIST || n > (len - pos) / 4) {
-            seterr(err, errlen, "%s: list of %u entries does not fit (max %d)", sc->name, n, FRAME_MAX_LIST);
+            errline(err, errlen, "%s: list of %u entries does not fit (max %d)", sc->name, n, FRAME_MAX_LIST);
             goto fail;
         }
         if (n) {
             m->list = calloc(n, sizeof *m->list);
             if (!m->list) {
-                seterr(err, errlen, "%s: out of memory", sc->name);
+                errline(err, errlen, "%s: out of memory", sc->name);
                 goto fail;
             }
         }
@@ -248,7 +241,7 @@ int frame_parse(int type, const uint8_t *payload, size_t len, frame_msg *m, char
                 goto fail;
     }
     if (pos != len) {
-        seterr(err, errlen, "%s: %zu trailing bytes after the payload", sc->name, len - pos);
+        errline(err, errlen, "%s: %zu trailing bytes after the payload", sc->name, len - pos);
         goto fail;
     }
     return 0;
@@ -321,7 +314,7 @@ static int decoder_fail(frame_decoder *d, char *err, size_t errlen, const char *
     vsnprintf(d->reason, sizeof d->reason, fmt, ap);
     va_end(ap);
     d->failed = 1;
-    seterr(err, errlen, "%s", d->reason);
+    errline(err, errlen, "%s", d->reason);
     return FRAME_DEC_ERROR;
 }
 
@@ -329,7 +322,7 @@ int frame_decoder_next(frame_decoder *d, frame_msg *m, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     if (d->failed) {
-        seterr(err, errlen, "%s", d->reason);
+        errline(err, errlen, "%s", d->reason);
         return FRAME_DEC_ERROR;
     }
     const uint8_t *p = d->buf + d->off;
