@@ -1,18 +1,15 @@
-/* launch_opts.c — parse and resolve dtrun's command line. */
+/* launch_opts.c — dtrun's command line: the option table, reading argv, and
+ * the job file's launch: section as a lower-precedence source. Single values:
+ * launch_opts_values.c; resolving and checking the whole: launch_opts_finish.c;
+ * --print-config: launch_opts_print.c. */
 #include "lib/launch/launch_opts.h"
 
-#include <ctype.h>
-#include <dirent.h>
-#include <errno.h>
-#include <limits.h>
-#include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "lib/job/jobspec_suggest.h"
+#include "lib/launch/launch_opts_internal.h"
 #include "lib/util/errline.h"
 #include "lib/util/range.h"
 
@@ -95,246 +92,6 @@ void launch_opts_free(launch_opts *o)
     o->program_storage = NULL;
 }
 
-/* ---- single values ---- */
-
-static int parse_seconds(const char *s, double lo, double *out, char *err, size_t errlen)
-{
-    errno = 0;
-    char *end = NULL;
-    double v = strtod(s, &end);
-    if (!*s || *end || errno == ERANGE || isspace((unsigned char)*s) || !isfinite(v))
-        return errline(err, errlen, "'%s' is not a number of seconds", s);
-    if (v < lo || v > 1e7) return errline(err, errlen, "%s seconds is out of range (%g..1e7)", s, lo);
-    *out = v;
-    return 0;
-}
-
-/* An identifier that also becomes a directory name under --log-dir. */
-static int parse_ident(const char *s, char *out, size_t outlen, char *err, size_t errlen)
-{
-    if (!*s) return errline(err, errlen, "empty value");
-    size_t n = strlen(s);
-    if (n >= outlen) return errline(err, errlen, "'%s' is longer than %zu characters", s, outlen - 1);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (!isalnum(c) && c != '-' && c != '_' && c != '.')
-            return errline(err, errlen, "'%s' has '%c'; use letters, digits, '-', '_' and '.'", s, c);
-    }
-    if (!strcmp(s, ".") || !strcmp(s, ".."))
-        return errline(err, errlen, "'%s' cannot name a directory", s);
-    memcpy(out, s, n + 1);
-    return 0;
-}
-
-static int parse_host(const char *s, char *out, size_t outlen, char *err, size_t errlen)
-{
-    size_t n = strlen(s);
-    if (!n) return errline(err, errlen, "empty host");
-    if (n >= outlen) return errline(err, errlen, "host '%s' is too long", s);
-    for (size_t i = 0; i < n; i++)
-        if (isspace((unsigned char)s[i]) || s[i] == '/' || s[i] == ',')
-            return errline(err, errlen, "'%s' is not a host name or address", s);
-    memcpy(out, s, n + 1);
-    return 0;
-}
-
-int launch_parse_endpoint(const char *s, char *host, size_t hostlen, int *port, int default_port,
-                          char *err, size_t errlen)
-{
-    const char *port_str = NULL;
-    size_t hlen;
-    const char *hstart = s;
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-        if (!close) return errline(err, errlen, "'%s' opens '[' without ']'", s);
-        hstart = s + 1;
-        hlen = (size_t)(close - hstart);
-        if (close[1] == ':') port_str = close + 2;
-        else if (close[1]) return errline(err, errlen, "'%s': expected ':PORT' after ']'", s);
-        if (!memchr(hstart, ':', hlen))
-            return errline(err, errlen, "'%s': brackets are for IPv6 addresses", s);
-    } else {
-        const char *colon = strchr(s, ':');
-        if (colon && strchr(colon + 1, ':'))
-            return errline(err, errlen,
-                           "'%s' looks like an IPv6 address; write it in brackets: [ADDR]:PORT", s);
-        hlen = colon ? (size_t)(colon - s) : strlen(s);
-        if (colon) port_str = colon + 1;
-    }
-    if (hlen == 0) return errline(err, errlen, "'%s' has no host", s);
-    if (hlen >= hostlen) return errline(err, errlen, "host in '%s' is too long", s);
-    char tmp[LAUNCH_HOST_MAX];
-    if (hlen >= sizeof tmp) return errline(err, errlen, "host in '%s' is too long", s);
-    memcpy(tmp, hstart, hlen);
-    tmp[hlen] = 0;
-    char why[128];
-    if (parse_host(tmp, host, hostlen, why, sizeof why)) return errline(err, errlen, "%s", why);
-    *port = default_port;
-    if (port_str) {
-        long p;
-        if (!*port_str) return errline(err, errlen, "'%s' has ':' but no port", s);
-        if (range_parse_long(port_str, 1, 65535, &p, why, sizeof why))
-            return errline(err, errlen, "port in '%s': %s", s, why);
-        *port = (int)p;
-    }
-    return 0;
-}
-
-int launch_parse_nnodes(const char *s, int *min, int *max, char *err, size_t errlen)
-{
-    char why[128];
-    int lo, hi;
-    switch (range_parse(s, 1, LAUNCH_MAX_NODES, &lo, &hi, why, sizeof why)) {
-    case RANGE_OK:
-        *min = lo;
-        *max = hi;
-        return 0;
-    case RANGE_BAD_FORM: return errline(err, errlen, "'%s' is not N or MIN:MAX", s);
-    case RANGE_MIN_OVER_MAX: return errline(err, errlen, "'%s': MIN is larger than MAX", s);
-    default:
-        if (!strchr(s, ':')) return errline(err, errlen, "%s (expected N or MIN:MAX)", why);
-        return errline(err, errlen, "'%s': %s (expected N or MIN:MAX)", s, why);
-    }
-}
-
-static int parse_std_value(const char *s, size_t n, launch_std *out)
-{
-    if (n != 1 || s[0] < '0' || s[0] > '3') return -1;
-    *out = (launch_std)(s[0] - '0');
-    return 0;
-}
-
-int launch_parse_std(const char *s, launch_std_spec *spec, char *err, size_t errlen)
-{
-    memset(spec, 0, sizeof *spec);
-    if (!strchr(s, ':')) {
-        if (parse_std_value(s, strlen(s), &spec->all))
-            return errline(err, errlen,
-                           "'%s' is not 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or a map like 0:1,1:2",
-                           s);
-        return 0;
-    }
-    const char *p = s;
-    while (*p) {
-        const char *comma = strchr(p, ',');
-        size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        const char *colon = memchr(p, ':', n);
-        char rank_str[16];
-        size_t rn = colon ? (size_t)(colon - p) : 0;
-        long rank;
-        char why[96];
-        launch_std v;
-        if (!colon || rn == 0 || rn >= sizeof rank_str)
-            return errline(err, errlen, "'%.*s' in '%s' is not LOCAL_RANK:0-3", (int)n, p, s);
-        memcpy(rank_str, p, rn);
-        rank_str[rn] = 0;
-        if (range_parse_long(rank_str, 0, LAUNCH_MAX_LOCAL - 1, &rank, why, sizeof why))
-            return errline(err, errlen, "local rank in '%s': %s", s, why);
-        if (parse_std_value(colon + 1, n - rn - 1, &v))
-            return errline(err, errlen, "'%.*s' in '%s': the value is not 0-3", (int)n, p, s);
-        if (spec->in_map[rank])
-            return errline(err, errlen, "'%s' names local rank %ld twice", s, rank);
-        spec->in_map[rank] = 1;
-        spec->by_rank[rank] = (unsigned char)v;
-        if (!comma) break;
-        p = comma + 1;
-        if (!*p) return errline(err, errlen, "'%s' ends with ','", s);
-    }
-    return 0;
-}
-
-launch_std launch_std_for(const launch_std_spec *spec, int local_rank)
-{
-    if (local_rank >= 0 && local_rank < LAUNCH_MAX_LOCAL && spec->in_map[local_rank])
-        return (launch_std)spec->by_rank[local_rank];
-    return spec->all;
-}
-
-static int parse_ranks_filter(const char *s, unsigned char *filter, char *err, size_t errlen)
-{
-    memset(filter, 0, LAUNCH_MAX_LOCAL);
-    if (!*s) return errline(err, errlen, "empty list (expected local ranks like 0,1)");
-    const char *p = s;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        char one[16], why[96];
-        long r;
-        if (n == 0 || n >= sizeof one) return errline(err, errlen, "'%s' is not a list like 0,1", s);
-        memcpy(one, p, n);
-        one[n] = 0;
-        if (range_parse_long(one, 0, LAUNCH_MAX_LOCAL - 1, &r, why, sizeof why))
-            return errline(err, errlen, "'%s': %s", s, why);
-        filter[r] = 1;
-        if (!comma) return 0;
-        p = comma + 1;
-    }
-}
-
-static int parse_bool(const char *s, int *out)
-{
-    static const char *yes[] = {"1", "true", "yes", "on", "True"};
-    static const char *no[] = {"0", "false", "no", "off", "False"};
-    for (size_t i = 0; i < 5; i++) {
-        if (!strcmp(s, yes[i])) { *out = 1; return 0; }
-        if (!strcmp(s, no[i])) { *out = 0; return 0; }
-    }
-    return -1;
-}
-
-static const char *const RDZV_CONF_KEYS[] = {
-    "join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout",
-    "keep_alive_interval", "read_timeout", "timeout", "is_host", "keep_alive_max_attempt",
-    "use_agent_store"};
-#define N_RDZV_CONF_KEYS (sizeof RDZV_CONF_KEYS / sizeof RDZV_CONF_KEYS[0])
-
-static int parse_rdzv_conf(const char *s, launch_rdzv_conf *c, char *err, size_t errlen)
-{
-    char buf[1024];
-    if (strlen(s) >= sizeof buf) return errline(err, errlen, "value is too long");
-    memcpy(buf, s, strlen(s) + 1);
-    char *save = NULL;
-    for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        if (!eq) return errline(err, errlen, "'%s' is not KEY=VALUE", kv);
-        *eq = 0;
-        const char *key = kv, *val = eq + 1;
-        char why[128];
-        double *slot = NULL;
-        if (!strcmp(key, "join_timeout") || !strcmp(key, "timeout")) slot = &c->join_timeout;
-        else if (!strcmp(key, "last_call_timeout")) slot = &c->last_call_timeout;
-        else if (!strcmp(key, "close_timeout")) slot = &c->close_timeout;
-        else if (!strcmp(key, "heartbeat_timeout")) slot = &c->heartbeat_timeout;
-        else if (!strcmp(key, "keep_alive_interval")) slot = &c->keep_alive_interval;
-        else if (!strcmp(key, "read_timeout")) slot = &c->read_timeout;
-        if (slot) {
-            if (parse_seconds(val, 0.001, slot, why, sizeof why))
-                return errline(err, errlen, "%s: %s", key, why);
-            continue;
-        }
-        if (!strcmp(key, "is_host")) {
-            if (parse_bool(val, &c->is_host))
-                return errline(err, errlen, "is_host: '%s' is not true or false", val);
-            continue;
-        }
-        if (!strcmp(key, "keep_alive_max_attempt") || !strcmp(key, "use_agent_store")) {
-            /* torchrun keys that mean nothing here: dtrun's heartbeat_timeout
-             * covers the first, and workers never use the agent's store. */
-            continue;
-        }
-        suggest sg;
-        suggest_init(&sg, key, strlen(key));
-        for (size_t i = 0; i < N_RDZV_CONF_KEYS; i++)
-            suggest_offer(&sg, RDZV_CONF_KEYS[i], RDZV_CONF_KEYS[i]);
-        if (suggest_best(&sg))
-            return errline(err, errlen, "unknown key '%s'; did you mean '%s'?", key, suggest_best(&sg));
-        return errline(err, errlen, "unknown key '%s' (known: join_timeout, last_call_timeout, "
-                       "close_timeout, heartbeat_timeout, keep_alive_interval, read_timeout, is_host)",
-                       key);
-    }
-    return 0;
-}
-
 /* ---- the command line ---- */
 
 static const opt_def *find_long(const char *name, size_t n)
@@ -410,12 +167,12 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
         o->set |= LAUNCH_SET_ENDPOINT;
         return 0;
     case OPT_RDZV_ID:
-        if (parse_ident(v, o->rdzv_id, sizeof o->rdzv_id, why, sizeof why))
+        if (launch_parse_ident(v, o->rdzv_id, sizeof o->rdzv_id, why, sizeof why))
             return errline(err, errlen, "%s: %s", shown, why);
         o->set |= LAUNCH_SET_RDZV_ID;
         return 0;
     case OPT_RDZV_CONF:
-        if (parse_rdzv_conf(v, &o->rdzv_conf, why, sizeof why))
+        if (launch_parse_rdzv_conf(v, &o->rdzv_conf, why, sizeof why))
             return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_RDZV_BACKEND:
@@ -427,7 +184,7 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
         return 0;
     case OPT_STANDALONE: o->standalone = 1; return 0;
     case OPT_MASTER_ADDR:
-        if (parse_host(v, o->master_addr, sizeof o->master_addr, why, sizeof why))
+        if (launch_parse_host(v, o->master_addr, sizeof o->master_addr, why, sizeof why))
             return errline(err, errlen, "%s: %s", shown, why);
         o->set |= LAUNCH_SET_MASTER_ADDR;
         return 0;
@@ -444,11 +201,11 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
         o->set |= LAUNCH_SET_MAX_RESTARTS;
         return 0;
     case OPT_MONITOR_INTERVAL:
-        if (parse_seconds(v, 0.001, &o->monitor_interval, why, sizeof why))
+        if (launch_parse_seconds(v, 0.001, &o->monitor_interval, why, sizeof why))
             return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_TERM_TIMEOUT:
-        if (parse_seconds(v, 0, &o->term_timeout, why, sizeof why))
+        if (launch_parse_seconds(v, 0, &o->term_timeout, why, sizeof why))
             return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_LOG_DIR:
@@ -464,16 +221,16 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
         o->set |= id == OPT_TEE ? LAUNCH_SET_TEE : LAUNCH_SET_REDIRECTS;
         return 0;
     case OPT_RANKS_FILTER:
-        if (parse_ranks_filter(v, o->ranks_filter, why, sizeof why))
+        if (launch_parse_ranks_filter(v, o->ranks_filter, why, sizeof why))
             return errline(err, errlen, "%s: %s", shown, why);
         o->has_ranks_filter = 1;
         return 0;
     case OPT_ROLE:
-        if (parse_ident(v, o->role, sizeof o->role, why, sizeof why))
+        if (launch_parse_ident(v, o->role, sizeof o->role, why, sizeof why))
             return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_LOCAL_ADDR:
-        if (parse_host(v, o->local_addr, sizeof o->local_addr, why, sizeof why))
+        if (launch_parse_host(v, o->local_addr, sizeof o->local_addr, why, sizeof why))
             return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_DRY_RUN: o->dry_run = 1; return 0;
@@ -650,175 +407,3 @@ void launch_opts_to_job(const launch_opts *o, job_spec *job)
     if (o->set & LAUNCH_SET_TRACE) snprintf(job->log.trace, sizeof job->log.trace, "%s", o->trace);
 }
 
-/* ---- the machine ---- */
-
-int launch_count_cpus(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) {
-        int n = CPU_COUNT(&set);
-        if (n > 0) return n;
-    }
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
-int launch_count_gpus(void)
-{
-    /* No CUDA in lib/: CUDA_VISIBLE_DEVICES says what a process may use, the
-     * driver's /proc entries say what exists. */
-    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-    if (vis) {
-        int n = 0;
-        const char *p = vis;
-        while (*p) {
-            size_t len = strcspn(p, ",");
-            /* CUDA stops at the first invalid entry, e.g. "-1" hides every GPU. */
-            if (len == 0 || p[0] == '-') break;
-            n++;
-            p += len;
-            if (*p == ',') p++;
-        }
-        return n;
-    }
-    DIR *d = opendir("/proc/driver/nvidia/gpus");
-    if (!d) return 0;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));)
-        if (e->d_name[0] != '.') n++;
-    closedir(d);
-    return n;
-}
-
-/* --trace FILE: absolute (the workers may not share the launcher's idea of the
- * current directory forever), in a directory that exists and is writable, so a
- * bad path is an error now and not after the training ran. */
-static int finish_trace(launch_opts *o, char *err, size_t errlen)
-{
-    if (!(o->set & LAUNCH_SET_TRACE)) return 0;
-    char abs[JOB_PATH_MAX], dir[JOB_PATH_MAX], cwd[JOB_PATH_MAX];
-    if (o->trace[0] == '/') {
-        snprintf(abs, sizeof abs, "%s", o->trace);
-    } else {
-        if (!getcwd(cwd, sizeof cwd)) return errline(err, errlen, "--trace %s: no current directory (%s)", o->trace,
-                                                     strerror(errno));
-        if ((size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, o->trace) >= sizeof abs)
-            return errline(err, errlen, "--trace %s: path is too long", o->trace);
-    }
-    snprintf(dir, sizeof dir, "%s", abs);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) dir[1] = 0;
-    else if (slash) *slash = 0;
-    if (slash && slash[1] == 0 && slash != dir) return errline(err, errlen, "--trace %s: names a directory", o->trace);
-    if (access(dir, W_OK) != 0)
-        return errline(err, errlen, "--trace %s: cannot write in %s (%s)", o->trace, dir, strerror(errno));
-    snprintf(o->trace, sizeof o->trace, "%s", abs);
-    return 0;
-}
-
-int launch_opts_finish(launch_opts *o, char *err, size_t errlen)
-{
-    if (finish_trace(o, err, errlen)) return -1;
-    if (!strcmp(o->nproc_spec, "cpu")) {
-        o->nproc = launch_count_cpus();
-    } else if (!strcmp(o->nproc_spec, "gpu")) {
-        o->nproc = launch_count_gpus();
-        if (o->nproc == 0)
-            return errline(err, errlen, "--nproc-per-node=gpu: this machine has no GPU that dtrun can "
-                           "see (no /proc/driver/nvidia/gpus, or CUDA_VISIBLE_DEVICES hides them); "
-                           "give a number or 'cpu'");
-    } else if (!strcmp(o->nproc_spec, "auto")) {
-        int g = launch_count_gpus();
-        o->nproc = g > 0 ? g : 1;
-    } else {
-        o->nproc = atoi(o->nproc_spec);
-    }
-    if (o->nproc > LAUNCH_MAX_LOCAL) o->nproc = LAUNCH_MAX_LOCAL;
-
-    if (o->standalone) {
-        if (o->nnodes_max > 1)
-            return errline(err, errlen, "--standalone runs one node, but --nnodes asks for %d%s%d",
-                           o->nnodes_min, o->nnodes_min == o->nnodes_max ? "" : ":", o->nnodes_max);
-        if (o->set & LAUNCH_SET_ENDPOINT)
-            return errline(err, errlen, "--standalone starts its own rendezvous on a free port; "
-                           "drop --rdzv-endpoint '%s' or --standalone", o->rdzv_endpoint);
-    }
-    if (!strcmp(o->rdzv_backend, "static")) {
-        /* torchrun's static backend meets at MASTER_ADDR:MASTER_PORT and takes
-         * the node rank from the command line. */
-        if (!(o->set & LAUNCH_SET_ENDPOINT) && o->master_addr[0]) {
-            snprintf(o->rdzv_host, sizeof o->rdzv_host, "%s", o->master_addr);
-            o->rdzv_port = o->master_port ? o->master_port : LAUNCH_DEFAULT_RDZV_PORT;
-            snprintf(o->rdzv_endpoint, sizeof o->rdzv_endpoint, "%s:%d", o->master_addr, o->rdzv_port);
-            o->set |= LAUNCH_SET_ENDPOINT;
-            /* the rendezvous owns that port now; workers get a free one */
-            o->master_port = 0;
-            o->set &= ~LAUNCH_SET_MASTER_PORT;
-        }
-        if (o->nnodes_max > 1 && o->node_rank < 0)
-            return errline(err, errlen, "--rdzv-backend=static needs --node-rank when --nnodes is %d",
-                           o->nnodes_max);
-        if (o->nnodes_min != o->nnodes_max)
-            return errline(err, errlen, "--rdzv-backend=static needs a fixed --nnodes, not %d:%d",
-                           o->nnodes_min, o->nnodes_max);
-    }
-    if (o->node_rank >= 0 && o->node_rank >= o->nnodes_max)
-        return errline(err, errlen, "--node-rank=%d is not below --nnodes=%d", o->node_rank,
-                       o->nnodes_max);
-    if (o->nnodes_max > 1 && !o->rdzv_host[0])
-        return errline(err, errlen, "--nnodes=%d needs --rdzv-endpoint HOST[:PORT], where the "
-                       "agents of all nodes meet", o->nnodes_max);
-    if ((o->set & LAUNCH_SET_MASTER_ADDR) && !(o->set & LAUNCH_SET_MASTER_PORT) &&
-        strcmp(o->rdzv_backend, "static"))
-        return errline(err, errlen, "--master-addr needs --master-port as well (a port where the "
-                       "workers' rank 0 listens)");
-    if (!o->job_path && !o->program)
-        return errline(err, errlen, "nothing to run: give a job file (dtrun job.yaml) or a program "
-                       "(dtrun -- PROGRAM ARGS)");
-    if (!o->rdzv_id[0]) {
-        /* One node: any unique id. Several: they must agree, so the user (or
-         * Slurm) names the run; "none" matches torchrun's default. */
-        if (o->nnodes_max == 1) snprintf(o->rdzv_id, sizeof o->rdzv_id, "run-%ld", (long)getpid());
-        else snprintf(o->rdzv_id, sizeof o->rdzv_id, "none");
-    }
-    return 0;
-}
-
-static void print_std(FILE *out, const char *name, const launch_std_spec *s)
-{
-    fprintf(out, "%s: ", name);
-    int any = 0;
-    for (int r = 0; r < LAUNCH_MAX_LOCAL; r++) {
-        if (!s->in_map[r]) continue;
-        fprintf(out, "%s%d:%d", any ? "," : "", r, s->by_rank[r]);
-        any = 1;
-    }
-    if (!any) fprintf(out, "%d", (int)s->all);
-    fputc('\n', out);
-}
-
-void launch_opts_print(const launch_opts *o, FILE *out)
-{
-    fprintf(out, "nproc_per_node: %d  # %s\n", o->nproc, o->nproc_spec);
-    if (o->nnodes_min == o->nnodes_max) fprintf(out, "nnodes: %d\n", o->nnodes_max);
-    else fprintf(out, "nnodes: %d:%d\n", o->nnodes_min, o->nnodes_max);
-    fprintf(out, "node_rank: %d\n", o->node_rank);
-    fprintf(out, "rdzv_backend: %s\n", o->rdzv_backend);
-    if (o->rdzv_host[0])
-        fprintf(out, "rdzv_endpoint: %s%s%s:%d\n", strchr(o->rdzv_host, ':') ? "[" : "", o->rdzv_host,
-                strchr(o->rdzv_host, ':') ? "]" : "", o->rdzv_port);
-    else fprintf(out, "rdzv_endpoint: \"\"  # this node, a free port\n");
-    fprintf(out, "rdzv_id: %s\n", o->rdzv_id);
-    fprintf(out, "rdzv_conf: join_timeout=%g,last_call_timeout=%g,close_timeout=%g,"
-            "heartbeat_timeout=%g,keep_alive_interval=%g,read_timeout=%g\n",
-            o->rdzv_conf.join_timeout, o->rdzv_conf.last_call_timeout, o->rdzv_conf.close_timeout,
-            o->rdzv_conf.heartbeat_timeout, o->rdzv_conf.keep_alive_interval, o->rdzv_conf.read_timeout);
-    fprintf(out, "standalone: %d\n", o->standalone);
-    fprintf(out, "master_addr: \"%s\"\nmaster_port: %d\n", o->master_addr, o->master_port);
-    fprintf(out, "max_restarts: %d\n", o->max_restarts);
-    fprintf(out, "monitor_interval: %g\nterm_timeout: %g\n", o->monitor_interval, o->term_timeout);
-    fprintf(out, "log_dir: \"%s\"\n", o->log_dir);
-    print_std(out, "redirects", &o->redirects);
-    print_std(out, "tee", &o->tee);
-    fprintf(out, "role: %s\n", o->role);
-}
