@@ -199,6 +199,11 @@ int job_field_find(job_section section, const char *key, size_t len)
     return -1;
 }
 
+void job_field_full_name(int fid, char *out, size_t n)
+{
+    snprintf(out, n, "%s.%s", job_section_names[job_fields[fid].section], job_fields[fid].key);
+}
+
 int job_section_find(const char *name, size_t len)
 {
     for (int s = 0; s < SEC_COUNT; s++)
