@@ -26,10 +26,10 @@ case $target in
     srcs=(lib/job/jobspec*.c lib/util/errline.c lib/util/range.c)
     pkgs=(yaml-0.1) ;;
   rdzv)
-    srcs=(lib/rdzv/frame.c lib/rdzv/kv_store.c lib/util/errline.c)
+    srcs=(lib/rdzv/frame.c lib/rdzv/kv_store.c lib/util/errline.c lib/util/grow.c)
     pkgs=(libxxhash) ;;
   hostlist)
-    srcs=(lib/launch/hostlist.c)
+    srcs=(lib/launch/hostlist.c lib/util/grow.c)
     pkgs=() ;;
   safetensors)
     srcs=(runtime/ckpt/safetensors.c runtime/ckpt/safetensors_read.c runtime/ckpt/ckpt_place.c)

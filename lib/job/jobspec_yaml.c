@@ -22,6 +22,17 @@ static const char *shape_of(const yaml_node_t *n)
     return NULL;
 }
 
+/* What stood where a mapping was expected: "a sequence", or the scalar quoted. */
+static const char *node_got(const yaml_node_t *n, char *buf, size_t len)
+{
+    entry e = {.shape = shape_of(n)};
+    if (!e.shape) {
+        e.text = (const char *)n->data.scalar.value;
+        e.len = n->data.scalar.length;
+    }
+    return job_entry_got(&e, buf, len);
+}
+
 static int is_null_node(const yaml_node_t *n)
 {
     return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
@@ -90,14 +101,9 @@ static int collect(loader *L, yaml_document_t *doc)
     if (check_tag(L, root)) return -1;
     if (root->type != YAML_MAPPING_NODE) {
         char got[300];
-        entry as_entry = {.shape = shape_of(root)};
-        if (!as_entry.shape) {
-            as_entry.text = (const char *)root->data.scalar.value;
-            as_entry.len = root->data.scalar.length;
-        }
         return loader_fail_at(L, pos_of(root),
                               "the job file must be a mapping of sections (model, data, train, ...), got %s",
-                              as_entry.shape ? as_entry.shape : job_entry_got(&as_entry, got, sizeof got));
+                              node_got(root, got, sizeof got));
     }
     for (yaml_node_pair_t *p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
         yaml_node_t *k = yaml_document_get_node(doc, p->key);
@@ -118,13 +124,8 @@ static int collect(loader *L, yaml_document_t *doc)
         if (is_null_node(v)) continue; /* "train:" with every key commented out */
         if (v->type != YAML_MAPPING_NODE) {
             char got[300];
-            entry as_entry = {.shape = shape_of(v)};
-            if (!as_entry.shape) {
-                as_entry.text = (const char *)v->data.scalar.value;
-                as_entry.len = v->data.scalar.length;
-            }
             return loader_fail_at(L, pos_of(v), "section '%s' must be a mapping of keys, got %s", job_section_names[sec],
-                                  as_entry.shape ? as_entry.shape : job_entry_got(&as_entry, got, sizeof got));
+                                  node_got(v, got, sizeof got));
         }
         if (collect_section(L, doc, (job_section)sec, v)) return -1;
     }

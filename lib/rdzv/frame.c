@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "lib/util/errline.h"
+#include "lib/util/grow.h"
 
 static const uint8_t frame_magic[3] = { 'D', 'T', 'R' };
 
@@ -77,14 +78,7 @@ void frame_buf_free(frame_buf *b)
 
 static int buf_reserve(frame_buf *b, size_t extra)
 {
-    if (b->cap - b->len >= extra) return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < extra) cap *= 2;
-    uint8_t *p = realloc(b->data, cap);
-    if (!p) return -1;
-    b->data = p;
-    b->cap = cap;
-    return 0;
+    return grow_bytes(&b->data, &b->cap, b->len, extra, 256);
 }
 
 int frame_encode(frame_buf *b, int type, const int64_t *ints, const frame_str *strs,
@@ -294,14 +288,7 @@ int frame_decoder_feed(frame_decoder *d, const void *data, size_t n)
         d->len -= d->off;
         d->off = 0;
     }
-    if (d->cap - d->len < n) {
-        size_t cap = d->cap ? d->cap : 4096;
-        while (cap - d->len < n) cap *= 2;
-        uint8_t *p = realloc(d->buf, cap);
-        if (!p) return -1;
-        d->buf = p;
-        d->cap = cap;
-    }
+    if (grow_bytes(&d->buf, &d->cap, d->len, n, 4096)) return -1;
     memcpy(d->buf + d->len, data, n);
     d->len += n;
     return 0;

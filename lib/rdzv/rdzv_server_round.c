@@ -41,6 +41,17 @@ static void reopen_joining(rdzv_server *s)
     round_try_close(s);
 }
 
+/* The active round is over (failed or done): its keys go, and the nodes that
+ * wait for the next round get their chance. */
+static void round_end(rdzv_server *s)
+{
+    round *r = s->active;
+    purge_round_keys(s, r->number);
+    s->active = NULL;
+    srv_round_free(r);
+    reopen_joining(s);
+}
+
 /* The active round failed: tell every other live member, forget the round. */
 static void round_fail(rdzv_server *s, member *culprit, int kind, const char *msg)
 {
@@ -53,10 +64,7 @@ static void round_fail(rdzv_server *s, member *culprit, int kind, const char *ms
         if (m != culprit && m->c && !m->left)
             srv_conn_event(m->c, kind, r->number, culprit ? culprit->node_rank : -1, msg);
     }
-    purge_round_keys(s, r->number);
-    s->active = NULL;
-    srv_round_free(r);
-    reopen_joining(s);
+    round_end(s);
 }
 
 static void round_check_done(rdzv_server *s)
@@ -66,10 +74,7 @@ static void round_check_done(rdzv_server *s)
     for (int i = 0; i < r->n; i++)
         if (!r->m[i]->left) return;
     srv_log(s, "round %d finished: every node left cleanly", r->number);
-    purge_round_keys(s, r->number);
-    s->active = NULL;
-    srv_round_free(r);
-    reopen_joining(s);
+    round_end(s);
 }
 
 static void round_close(rdzv_server *s)
