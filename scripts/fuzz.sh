@@ -23,13 +23,13 @@ runs=${2:-1000000}
 # Sources and pkg-config packages per target. Add a target here.
 case $target in
   jobspec)
-    srcs=(lib/job/jobspec*.c)
+    srcs=(lib/job/jobspec*.c lib/util/errline.c lib/util/range.c)
     pkgs=(yaml-0.1) ;;
   rdzv)
-    srcs=(lib/rdzv/frame.c lib/rdzv/kv_store.c)
+    srcs=(lib/rdzv/frame.c lib/rdzv/kv_store.c lib/util/errline.c lib/util/grow.c)
     pkgs=(libxxhash) ;;
   hostlist)
-    srcs=(lib/launch/hostlist.c)
+    srcs=(lib/launch/hostlist.c lib/util/grow.c)
     pkgs=() ;;
   safetensors)
     srcs=(runtime/ckpt/safetensors.c runtime/ckpt/safetensors_read.c runtime/ckpt/ckpt_place.c)

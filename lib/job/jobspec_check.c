@@ -34,18 +34,13 @@ static int fail(verdict *v, const int *fids, const char *fmt, ...)
 
 #define BLAME(...) ((const int[]){__VA_ARGS__, -1})
 
-static void field_name(int fid, char *out, size_t n)
-{
-    snprintf(out, n, "%s.%s", job_section_names[job_fields[fid].section], job_fields[fid].key);
-}
-
 /* One value on its own: range, enum index, string format. */
 static int check_field(const job_spec *job, int fid, verdict *v)
 {
     const field_def *f = &job_fields[fid];
     if (!job_field_applies(job, fid) || job_field_unset(job, fid)) return 0;
     char name[64], range[96];
-    field_name(fid, name, sizeof name);
+    job_field_full_name(fid, name, sizeof name);
     job_field_range_text(fid, range, sizeof range);
     const void *p = job_field_cptr(job, fid);
     switch (f->type) {

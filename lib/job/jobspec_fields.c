@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/util/errline.h"
+#include "lib/util/range.h"
+
 const char *const job_section_names[SEC_COUNT] = {
     "model", "data", "train", "parallel", "checkpoint", "log", "launch",
 };
@@ -196,6 +199,11 @@ int job_field_find(job_section section, const char *key, size_t len)
     return -1;
 }
 
+void job_field_full_name(int fid, char *out, size_t n)
+{
+    snprintf(out, n, "%s.%s", job_section_names[job_fields[fid].section], job_fields[fid].key);
+}
+
 int job_section_find(const char *name, size_t len)
 {
     for (int s = 0; s < SEC_COUNT; s++)
@@ -330,18 +338,12 @@ int job_field_check_string(int fid, const char *s, char *why, size_t n)
         return -1;
     case FT_NNODES: {
         if (s[0] == 0) return 0;
-        const char *colon = strchr(s, ':');
-        long lo = small_count(s, colon ? (size_t)(colon - s) : strlen(s), 65536);
-        long hi = colon ? small_count(colon + 1, strlen(colon + 1), 65536) : lo;
-        if (lo < 0 || hi < 0) {
-            snprintf(why, n, "expected N or MIN:MAX nodes (1 to 65536)");
-            return -1;
+        int lo, hi;
+        switch (range_parse(s, 1, 65536, &lo, &hi, NULL, 0)) {
+        case RANGE_OK: return 0;
+        case RANGE_MIN_OVER_MAX: return errline(why, n, "MIN is larger than MAX in MIN:MAX");
+        default: return errline(why, n, "expected N or MIN:MAX nodes (1 to 65536)");
         }
-        if (lo > hi) {
-            snprintf(why, n, "MIN is larger than MAX in MIN:MAX");
-            return -1;
-        }
-        return 0;
     }
     case FT_ENDPOINT:
         return s[0] == 0 ? 0 : check_endpoint(s, why, n);

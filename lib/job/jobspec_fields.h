@@ -69,6 +69,9 @@ extern const char *const job_section_names[SEC_COUNT];
 /* The field of `section` called `key` (exact), or -1. */
 int job_field_find(job_section section, const char *key, size_t len);
 
+/* "section.key" of a field, e.g. "train.lr". */
+void job_field_full_name(int fid, char *out, size_t n);
+
 /* The section called `name` (exact), or -1. */
 int job_section_find(const char *name, size_t len);
 

@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/util/grow.h"
+
 /* All names live in one buffer (NUL-separated) found by offset: a 65536-host
  * list is then two allocations, not 65536. */
 struct hostlist {
@@ -222,14 +224,7 @@ static int hl_push(hostlist *hl, const char *name)
         hl->off = p;
         hl->cap = cap;
     }
-    if (hl->bufcap - hl->len < len) {
-        size_t cap = hl->bufcap ? hl->bufcap : 256;
-        while (cap - hl->len < len) cap *= 2;
-        char *b = realloc(hl->buf, cap);
-        if (!b) return -1;
-        hl->buf = b;
-        hl->bufcap = cap;
-    }
+    if (grow_bytes(&hl->buf, &hl->bufcap, hl->len, len, 256)) return -1;
     memcpy(hl->buf + hl->len, name, len);
     hl->off[hl->n++] = hl->len;
     hl->len += len;

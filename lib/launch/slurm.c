@@ -1,27 +1,18 @@
 /* slurm.c — derive launch options from SLURM_* variables. */
 #include "lib/launch/slurm.h"
 
-#include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/launch/hostlist.h"
+#include "lib/util/errline.h"
+#include "lib/util/range.h"
 
 const char *slurm_getenv(const char *name, void *ctx)
 {
     (void)ctx;
     return getenv(name);
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 /* The first of the names that is set, and which one it was. */
@@ -44,12 +35,8 @@ static const char *first_set(slurm_getenv_fn get, void *ctx, const char **which,
 static int parse_count(const char *name, const char *v, long lo, long hi, long *out, char *err,
                        size_t errlen)
 {
-    char *end = NULL;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (!*v || *end || errno || n < lo || n > hi)
-        return fail(err, errlen, "Slurm: %s='%s' is not a number in %ld..%ld", name, v, lo, hi);
-    *out = n;
+    if (range_parse_long(v, lo, hi, out, NULL, 0))
+        return errline(err, errlen, "Slurm: %s='%s' is not a number in %ld..%ld", name, v, lo, hi);
     return 0;
 }
 
@@ -78,11 +65,11 @@ int slurm_apply(launch_opts *o, slurm_getenv_fn get, void *ctx, char *note, size
     if (!(o->set & LAUNCH_SET_NNODES) && nn) {
         if (parse_count(which, nn, 1, LAUNCH_MAX_NODES, &nnodes, err, errlen)) return -1;
         if (nnodes > 1 && !in_step)
-            return fail(err, errlen,
-                        "Slurm job %ld has %ld nodes but dtrun runs outside an srun step, so only "
-                        "this node would join; start one dtrun per node with `srun --ntasks-per-node=1 "
-                        "dtrun ...` (see scripts/slurm/train.sbatch) or pass --nnodes=1",
-                        jid, nnodes);
+            return errline(err, errlen,
+                           "Slurm job %ld has %ld nodes but dtrun runs outside an srun step, so only "
+                           "this node would join; start one dtrun per node with `srun --ntasks-per-node=1 "
+                           "dtrun ...` (see scripts/slurm/train.sbatch) or pass --nnodes=1",
+                           jid, nnodes);
         o->nnodes_min = o->nnodes_max = (int)nnodes;
         o->set |= LAUNCH_SET_NNODES;
     }
@@ -100,10 +87,10 @@ int slurm_apply(launch_opts *o, slurm_getenv_fn get, void *ctx, char *note, size
         if (tasks) {
             if (parse_count(which, tasks, 1, 1L << 30, &ntasks, err, errlen)) return -1;
             if (ntasks > step_n)
-                return fail(err, errlen,
-                            "Slurm step runs %ld tasks on %ld nodes; dtrun must be one task per node "
-                            "(srun --ntasks-per-node=1), it starts the workers itself",
-                            ntasks, step_n);
+                return errline(err, errlen,
+                               "Slurm step runs %ld tasks on %ld nodes; dtrun must be one task per node "
+                               "(srun --ntasks-per-node=1), it starts the workers itself",
+                               ntasks, step_n);
         }
     }
     if (!(o->set & LAUNCH_SET_NODE_RANK)) {
@@ -119,13 +106,13 @@ int slurm_apply(launch_opts *o, slurm_getenv_fn get, void *ctx, char *note, size
         const char *list = first_set(get, ctx, &which, in_step ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST",
                                      "SLURM_JOB_NODELIST", "SLURM_NODELIST");
         if (!list)
-            return fail(err, errlen, "Slurm job %ld: SLURM_JOB_NODELIST is not set; give --rdzv-endpoint",
-                        jid);
+            return errline(err, errlen, "Slurm job %ld: SLURM_JOB_NODELIST is not set; give --rdzv-endpoint",
+                           jid);
         char first[HOSTLIST_MAX_NAME + 1], why[512];
         if (hostlist_first(list, first, sizeof first, why, sizeof why) != 0)
-            return fail(err, errlen, "Slurm: %s: %s", which, why);
+            return errline(err, errlen, "Slurm: %s: %s", which, why);
         if (strlen(first) >= sizeof o->rdzv_host)
-            return fail(err, errlen, "Slurm: %s: host '%s' is too long", which, first);
+            return errline(err, errlen, "Slurm: %s: host '%s' is too long", which, first);
         snprintf(o->rdzv_host, sizeof o->rdzv_host, "%s", first);
         o->rdzv_port = LAUNCH_DEFAULT_RDZV_PORT + (int)(jid % 1000);
         snprintf(o->rdzv_endpoint, sizeof o->rdzv_endpoint, "%s:%d", o->rdzv_host, o->rdzv_port);

@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/util/errline.h"
+#include "lib/util/grow.h"
+
 static const uint8_t frame_magic[3] = { 'D', 'T', 'R' };
 
 /* Each type's payload schema: how many integers, one letter per string
@@ -54,15 +57,6 @@ static uint32_t str_limit(char kind)
     return kind == 'v' ? FRAME_MAX_VALUE : kind == 't' ? FRAME_MAX_TEXT : FRAME_MAX_KEY;
 }
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static uint32_t get_u32(const uint8_t *p)
 {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
@@ -84,14 +78,7 @@ void frame_buf_free(frame_buf *b)
 
 static int buf_reserve(frame_buf *b, size_t extra)
 {
-    if (b->cap - b->len >= extra) return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < extra) cap *= 2;
-    uint8_t *p = realloc(b->data, cap);
-    if (!p) return -1;
-    b->data = p;
-    b->cap = cap;
-    return 0;
+    return grow_bytes(&b->data, &b->cap, b->len, extra, 256);
 }
 
 int frame_encode(frame_buf *b, int type, const int64_t *ints, const frame_str *strs,
@@ -160,22 +147,22 @@ static int parse_str(const char *tname, int idx, char kind, const uint8_t *pl, s
                      size_t *pos, char **arena, frame_str *out, char *err, size_t errlen)
 {
     if (len - *pos < 4) {
-        seterr(err, errlen, "%s: payload truncated in string %d's length", tname, idx);
+        errline(err, errlen, "%s: payload truncated in string %d's length", tname, idx);
         return -1;
     }
     uint32_t n = get_u32(pl + *pos);
     *pos += 4;
     if (n > str_limit(kind)) {
-        seterr(err, errlen, "%s: string %d is %u bytes, max %u", tname, idx, n, str_limit(kind));
+        errline(err, errlen, "%s: string %d is %u bytes, max %u", tname, idx, n, str_limit(kind));
         return -1;
     }
     if (len - *pos < n) {
-        seterr(err, errlen, "%s: payload truncated in string %d (%u bytes announced, %zu left)",
-               tname, idx, n, len - *pos);
+        errline(err, errlen, "%s: payload truncated in string %d (%u bytes announced, %zu left)",
+                tname, idx, n, len - *pos);
         return -1;
     }
     if (kind != 'v' && memchr(pl + *pos, 0, n)) {
-        seterr(err, errlen, "%s: string %d contains a NUL byte", tname, idx);
+        errline(err, errlen, "%s: string %d contains a NUL byte", tname, idx);
         return -1;
     }
     memcpy(*arena, pl + *pos, n);
@@ -192,18 +179,18 @@ int frame_parse(int type, const uint8_t *payload, size_t len, frame_msg *m, char
     memset(m, 0, sizeof *m);
     const frame_schema *sc = schema_of(type);
     if (!sc) {
-        seterr(err, errlen, "unknown frame type %d", type);
+        errline(err, errlen, "unknown frame type %d", type);
         return -1;
     }
     if (len > FRAME_MAX_PAYLOAD) {
-        seterr(err, errlen, "%s: payload of %zu bytes exceeds the %d limit", sc->name, len, FRAME_MAX_PAYLOAD);
+        errline(err, errlen, "%s: payload of %zu bytes exceeds the %d limit", sc->name, len, FRAME_MAX_PAYLOAD);
         return -1;
     }
     m->type = type;
     size_t pos = 0;
     for (int k = 0; k < sc->nint; k++) {
         if (len - pos < 8) {
-            seterr(err, errlen, "%s: payload truncated in integer %d", sc->name, k);
+            errline(err, errlen, "%s: payload truncated in integer %d", sc->name, k);
             return -1;
         }
         uint64_t v = 0;
@@ -216,7 +203,7 @@ int frame_parse(int type, const uint8_t *payload, size_t len, frame_msg *m, char
     size_t maxstrs = len / 4 + 1;
     char *arena = malloc(len + maxstrs + 1);
     if (!arena) {
-        seterr(err, errlen, "%s: out of memory", sc->name);
+        errline(err, errlen, "%s: out of memory", sc->name);
         return -1;
     }
     m->owned_ = arena;
@@ -226,19 +213,19 @@ int frame_parse(int type, const uint8_t *payload, size_t len, frame_msg *m, char
             goto fail;
     if (sc->has_list) {
         if (len - pos < 4) {
-            seterr(err, errlen, "%s: payload truncated in the list count", sc->name);
+            errline(err, errlen, "%s: payload truncated in the list count", sc->name);
             goto fail;
         }
         uint32_t n = get_u32(payload + pos);
         pos += 4;
         if (n > FRAME_MAX_LIST || n > (len - pos) / 4) {
-            seterr(err, errlen, "%s: list of %u entries does not fit (max %d)", sc->name, n, FRAME_MAX_LIST);
+            errline(err, errlen, "%s: list of %u entries does not fit (max %d)", sc->name, n, FRAME_MAX_LIST);
             goto fail;
         }
         if (n) {
             m->list = calloc(n, sizeof *m->list);
             if (!m->list) {
-                seterr(err, errlen, "%s: out of memory", sc->name);
+                errline(err, errlen, "%s: out of memory", sc->name);
                 goto fail;
             }
         }
@@ -248,7 +235,7 @@ int frame_parse(int type, const uint8_t *payload, size_t len, frame_msg *m, char
                 goto fail;
     }
     if (pos != len) {
-        seterr(err, errlen, "%s: %zu trailing bytes after the payload", sc->name, len - pos);
+        errline(err, errlen, "%s: %zu trailing bytes after the payload", sc->name, len - pos);
         goto fail;
     }
     return 0;
@@ -301,14 +288,7 @@ int frame_decoder_feed(frame_decoder *d, const void *data, size_t n)
         d->len -= d->off;
         d->off = 0;
     }
-    if (d->cap - d->len < n) {
-        size_t cap = d->cap ? d->cap : 4096;
-        while (cap - d->len < n) cap *= 2;
-        uint8_t *p = realloc(d->buf, cap);
-        if (!p) return -1;
-        d->buf = p;
-        d->cap = cap;
-    }
+    if (grow_bytes(&d->buf, &d->cap, d->len, n, 4096)) return -1;
     memcpy(d->buf + d->len, data, n);
     d->len += n;
     return 0;
@@ -321,7 +301,7 @@ static int decoder_fail(frame_decoder *d, char *err, size_t errlen, const char *
     vsnprintf(d->reason, sizeof d->reason, fmt, ap);
     va_end(ap);
     d->failed = 1;
-    seterr(err, errlen, "%s", d->reason);
+    errline(err, errlen, "%s", d->reason);
     return FRAME_DEC_ERROR;
 }
 
@@ -329,7 +309,7 @@ int frame_decoder_next(frame_decoder *d, frame_msg *m, char *err, size_t errlen)
 {
     memset(m, 0, sizeof *m);
     if (d->failed) {
-        seterr(err, errlen, "%s", d->reason);
+        errline(err, errlen, "%s", d->reason);
         return FRAME_DEC_ERROR;
     }
     const uint8_t *p = d->buf + d->off;

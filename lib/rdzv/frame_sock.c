@@ -22,16 +22,9 @@ struct frame_sock {
     frame_decoder *dec;
 };
 
-int64_t frame_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static int remaining_ms(int64_t deadline)
 {
-    int64_t r = deadline - frame_now_ms();
+    int64_t r = deadline - clock_now_ms();
     if (r < 0) return 0;
     return r > 1000000000 ? 1000000000 : (int)r;
 }
@@ -82,7 +75,7 @@ int frame_connect(const char *host, int port, int64_t deadline, char *err, size_
         snprintf(err, errlen, "cannot connect to %s: port must be 1-65535", ep);
         return -1;
     }
-    int64_t start = frame_now_ms();
+    int64_t start = clock_now_ms();
     int backoff = 20, why = 0, gai = 0;
     char portstr[16];
     snprintf(portstr, sizeof portstr, "%d", port);
@@ -110,7 +103,7 @@ int frame_connect(const char *host, int port, int64_t deadline, char *err, size_
         sleep_ms(backoff < left ? backoff : left);
         if (backoff < 500) backoff *= 2;
     }
-    double secs = (double)(frame_now_ms() - start) / 1000.0;
+    double secs = (double)(clock_now_ms() - start) / 1000.0;
     snprintf(err, errlen, "cannot reach rendezvous daemon at %s: %s (retried for %.1f s)", ep,
              gai ? gai_strerror(gai) : strerror(why ? why : ETIMEDOUT), secs);
     return -1;

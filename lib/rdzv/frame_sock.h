@@ -1,6 +1,7 @@
 /* frame_sock.h — frames over a blocking TCP socket, with deadlines. Internal to
  * the rendezvous and KV clients (lib/rdzv/rdzv_client.c, lib/rdzv/kv_client.c); the
- * daemon uses libuv instead. All times are CLOCK_MONOTONIC milliseconds. */
+ * daemon uses libuv instead. Every deadline is a clock_now_ms() value
+ * (lib/util/clock.h). */
 #ifndef DTRUN_FRAME_SOCK_H
 #define DTRUN_FRAME_SOCK_H
 
@@ -8,8 +9,7 @@
 #include <stdint.h>
 
 #include "lib/rdzv/frame.h"
-
-int64_t frame_now_ms(void);
+#include "lib/util/clock.h"
 
 /* "host:port", with brackets around an IPv6 host. */
 void frame_format_endpoint(char *out, size_t outlen, const char *host, int port);

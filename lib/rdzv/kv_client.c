@@ -77,7 +77,7 @@ static int request(kv_client *c, const char *op, const char *what, int type, con
         return kv_fail(c, KV_EINVAL, "kv %s '%s': request too large (values up to %d bytes)", op, what, KV_MAX_VALUE);
     }
     char why[512];
-    int64_t deadline = frame_now_ms() + wait_ms + KV_SLACK_MS;
+    int64_t deadline = clock_now_ms() + wait_ms + KV_SLACK_MS;
     int rc = frame_sock_send(c->fs, &b, deadline, why, sizeof why);
     frame_buf_free(&b);
     if (rc != 0) return kv_fail(c, KV_EIO, "kv %s '%s' at %s: %s", op, what, c->ep, why);
@@ -122,7 +122,7 @@ kv_client *kv_connect(const char *host, int port, const char *token, int timeout
         return NULL;
     }
     if (timeout_ms < 0) timeout_ms = 0;
-    int64_t deadline = frame_now_ms() + timeout_ms;
+    int64_t deadline = clock_now_ms() + timeout_ms;
     char why[600];
     int fd = frame_connect(host, port, deadline, why, sizeof why);
     if (fd < 0) {
@@ -141,7 +141,7 @@ kv_client *kv_connect(const char *host, int port, const char *token, int timeout
     frame_str strs[2] = { FRAME_STR(token ? token : ""), FRAME_STR(name) };
     frame_msg rep;
     /* The hello may take the connect's remaining time, but at least the slack. */
-    int64_t left = deadline - frame_now_ms();
+    int64_t left = deadline - clock_now_ms();
     int rc = request(c, "hello", "", FRAME_HELLO, NULL, strs, NULL, 0, left > 0 ? left : 0, &rep);
     if (rc != KV_OK) {
         if (rc == KV_EREFUSED && strstr(c->err, "refused: "))

@@ -1,4 +1,4 @@
-/* kv_store.h — the daemon's key-value table (no I/O, no libuv; lib/rdzv/rdzv_server.c
+/* kv_store.h — the daemon's key-value table (no I/O, no libuv; lib/rdzv/rdzv_server_kv.c
  * serves it). Keys are NUL-free text, values binary. */
 #ifndef DTRUN_KV_STORE_H
 #define DTRUN_KV_STORE_H

@@ -12,7 +12,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,7 @@
 
 #include "lib/rdzv/frame.h"
 #include "lib/rdzv/frame_sock.h"
+#include "lib/util/errline.h"
 
 #define RDZV_DEFAULT_PORT   29400
 #define RDZV_JOIN_SLACK_MS  2000   /* lets the daemon's timeout message arrive first */
@@ -40,14 +40,6 @@ struct rdzv_session {
     int round, hb_interval_ms, hb_timeout_ms;
     char ep[300];
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void push_event(rdzv_session *s, int kind, int round, int node_rank, const char *msg)
 {
@@ -93,7 +85,7 @@ static int send_locked(rdzv_session *s, int type, const int64_t *ints, const fra
         return -1;
     }
     pthread_mutex_lock(&s->mu);
-    int rc = frame_sock_send(s->fs, &b, frame_now_ms() + s->hb_timeout_ms, why, wl);
+    int rc = frame_sock_send(s->fs, &b, clock_now_ms() + s->hb_timeout_ms, why, wl);
     pthread_mutex_unlock(&s->mu);
     frame_buf_free(&b);
     return rc;
@@ -102,10 +94,10 @@ static int send_locked(rdzv_session *s, int type, const int64_t *ints, const fra
 static void *session_thread(void *arg)
 {
     rdzv_session *s = arg;
-    int64_t last_rx = frame_now_ms(), next_hb = frame_now_ms();
+    int64_t last_rx = clock_now_ms(), next_hb = clock_now_ms();
     char why[300], msg[1024];
     for (;;) {
-        int64_t now = frame_now_ms();
+        int64_t now = clock_now_ms();
         if (now >= next_hb) {
             int64_t ints[1] = { s->round };
             if (send_locked(s, FRAME_HEARTBEAT, ints, NULL, why, sizeof why) != 0) {
@@ -140,7 +132,7 @@ static void *session_thread(void *arg)
                 push_event(s, RDZV_EV_DAEMON_LOST, s->round, -1, msg);
                 return NULL;
             }
-            last_rx = frame_now_ms();
+            last_rx = clock_now_ms();
             if (m.type == FRAME_EVENT) {
                 int kind = (int)m.i[EVENT_I_KIND];
                 if (kind < RDZV_EV_NODE_DEAD || kind > RDZV_EV_DAEMON_LOST) kind = RDZV_EV_ROUND_FAILED;
@@ -200,11 +192,11 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
     char host[RDZV_MAX_NAME], why[800], hn[RDZV_MAX_NAME] = "";
     int port;
     if (rdzv_endpoint_parse(endpoint, RDZV_DEFAULT_PORT, host, sizeof host, &port, why, sizeof why) != 0) {
-        set_err(err, errlen, "rendezvous: %s", why);
+        errline(err, errlen, "rendezvous: %s", why);
         return NULL;
     }
     if (!info || info->local_world_size < 1 || info->node_rank < -1 || timeout_ms < 0) {
-        set_err(err, errlen, "rendezvous: bad join arguments (local world size >= 1, node rank >= -1, timeout >= 0)");
+        errline(err, errlen, "rendezvous: bad join arguments (local world size >= 1, node rank >= -1, timeout >= 0)");
         return NULL;
     }
     const char *name = info->name;
@@ -213,20 +205,20 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
         name = hn;
     }
     rdzv_session *s = calloc(1, sizeof *s);
-    if (!s) { set_err(err, errlen, "rendezvous: out of memory"); return NULL; }
+    if (!s) { errline(err, errlen, "rendezvous: out of memory"); return NULL; }
     s->event_fd = s->stop_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
     frame_format_endpoint(s->ep, sizeof s->ep, host, port);
 
-    int64_t deadline = frame_now_ms() + timeout_ms;
+    int64_t deadline = clock_now_ms() + timeout_ms;
     int fd = frame_connect(host, port, deadline, why, sizeof why);
     if (fd < 0) {
-        set_err(err, errlen, "rendezvous: %s", why);
+        errline(err, errlen, "rendezvous: %s", why);
         session_free(s);
         return NULL;
     }
     if (!(s->fs = frame_sock_new(fd))) {
-        set_err(err, errlen, "rendezvous: out of memory");
+        errline(err, errlen, "rendezvous: out of memory");
         session_free(s);
         return NULL;
     }
@@ -236,7 +228,7 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
     frame_buf b = { 0 };
     if (frame_encode(&b, FRAME_JOIN, ints, strs, NULL, 0) != 0 ||
         frame_sock_send(s->fs, &b, deadline + RDZV_JOIN_SLACK_MS, why, sizeof why) != 0) {
-        set_err(err, errlen, "rendezvous at %s: cannot send JOIN: %s", s->ep, b.len ? why : "name, address or token too long");
+        errline(err, errlen, "rendezvous at %s: cannot send JOIN: %s", s->ep, b.len ? why : "name, address or token too long");
         frame_buf_free(&b);
         session_free(s);
         return NULL;
@@ -247,9 +239,9 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
     int rc = frame_sock_recv(s->fs, &m, deadline + RDZV_JOIN_SLACK_MS, why, sizeof why);
     if (rc <= 0) {
         if (rc == 0)
-            set_err(err, errlen, "rendezvous at %s: the round did not close within %.1f s", s->ep, timeout_ms / 1000.0);
+            errline(err, errlen, "rendezvous at %s: the round did not close within %.1f s", s->ep, timeout_ms / 1000.0);
         else
-            set_err(err, errlen, "rendezvous at %s: %s", s->ep, why);
+            errline(err, errlen, "rendezvous at %s: %s", s->ep, why);
         session_free(s);
         return NULL;
     }
@@ -258,12 +250,12 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
             /* "rendezvous timed out …" reads better without a second "rendezvous". */
             const char *reason = m.s[ERROR_S_REASON].p;
             if (!strncmp(reason, "rendezvous ", 11)) reason += 11;
-            set_err(err, errlen, "rendezvous at %s: %s", s->ep, reason);
+            errline(err, errlen, "rendezvous at %s: %s", s->ep, reason);
         }
         else if (m.type != FRAME_JOIN_OK)
-            set_err(err, errlen, "rendezvous at %s: unexpected %s frame", s->ep, frame_type_name(m.type));
+            errline(err, errlen, "rendezvous at %s: unexpected %s frame", s->ep, frame_type_name(m.type));
         else
-            set_err(err, errlen, "rendezvous at %s: %s", s->ep, why);
+            errline(err, errlen, "rendezvous at %s: %s", s->ep, why);
         frame_msg_free(&m);
         session_free(s);
         return NULL;
@@ -280,7 +272,7 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
     int trc = s->event_fd < 0 || s->stop_fd < 0 ? -1 : pthread_create(&s->thread, NULL, session_thread, s);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (trc != 0) {
-        set_err(err, errlen, "rendezvous: cannot start the heartbeat thread");
+        errline(err, errlen, "rendezvous: cannot start the heartbeat thread");
         session_free(s);
         return NULL;
     }
@@ -311,7 +303,7 @@ void rdzv_session_close(rdzv_session *s, int clean)
         int64_t ints[1] = { s->round };
         if (send_locked(s, FRAME_LEAVE, ints, NULL, why, sizeof why) == 0) {
             shutdown(frame_sock_fd(s->fs), SHUT_WR);
-            int64_t deadline = frame_now_ms() + RDZV_LEAVE_DRAIN_MS;
+            int64_t deadline = clock_now_ms() + RDZV_LEAVE_DRAIN_MS;
             for (;;) {
                 frame_msg m;
                 int rc = frame_sock_recv(s->fs, &m, deadline, why, sizeof why);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lib/rdzv/rdzv.h"
+#include "lib/util/range.h"
 
 static int usage_error(const char *fmt, const char *a, const char *b)
 {
@@ -34,15 +35,6 @@ static int opt_is(const char *arg, const char *name, size_t *vlen)
     if (end != '\0' && end != '=') return 0;
     *vlen = end == '=' ? 1 : 0;
     return 1;
-}
-
-static int parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
 }
 
 static int parse_secs(const char *s, int *ms)
@@ -88,18 +80,18 @@ int rdzv_command(int argc, char **argv)
         case 1: case 2: token = v; break;
         case 3: run_id = v; break;
         case 4: {
-            const char *colon = strchr(v, ':');
-            char lo[32];
-            snprintf(lo, sizeof lo, "%.*s", colon ? (int)(colon - v) : (int)strlen(v), v);
-            if (parse_int(lo, 1, RDZV_MAX_NODES, &min_nodes) != 0 ||
-                parse_int(colon ? colon + 1 : lo, 1, RDZV_MAX_NODES, &max_nodes) != 0)
+            /* MIN > MAX parses here: the check below names both numbers. */
+            int lo, hi, rc = range_parse(v, 1, RDZV_MAX_NODES, &lo, &hi, NULL, 0);
+            if (rc != RANGE_OK && rc != RANGE_MIN_OVER_MAX)
                 return usage_error("--nnodes '%s': expected N or MIN:MAX with 1 <= MIN <= MAX <= 4096%s", v, "");
+            min_nodes = lo;
+            max_nodes = hi;
             have_min = have_max = 1;
             break;
         }
-        case 5: if (parse_int(v, 1, RDZV_MAX_NODES, &n) != 0) return usage_error("--min-nodes '%s': expected 1-4096%s", v, "");
+        case 5: if (range_parse_long(v, 1, RDZV_MAX_NODES, &n, NULL, 0) != 0) return usage_error("--min-nodes '%s': expected 1-4096%s", v, "");
                 min_nodes = n; have_min = 1; break;
-        case 6: if (parse_int(v, 1, RDZV_MAX_NODES, &n) != 0) return usage_error("--max-nodes '%s': expected 1-4096%s", v, "");
+        case 6: if (range_parse_long(v, 1, RDZV_MAX_NODES, &n, NULL, 0) != 0) return usage_error("--max-nodes '%s': expected 1-4096%s", v, "");
                 max_nodes = n; have_max = 1; break;
         case 7: if (parse_secs(v, &o.join_timeout_ms)) return usage_error("--join-timeout '%s': expected seconds > 0%s", v, ""); break;
         case 8: if (parse_secs(v, &o.last_call_ms)) return usage_error("--last-call '%s': expected seconds > 0%s", v, ""); break;

@@ -1,5 +1,5 @@
 /* rdzv_round.h — the pure decisions of a rendezvous round (no I/O): rank
- * assignment and the join-timeout message. lib/rdzv/rdzv_server.c drives them. */
+ * assignment and the join-timeout message. lib/rdzv/rdzv_server_round.c drives them. */
 #ifndef DTRUN_RDZV_ROUND_H
 #define DTRUN_RDZV_ROUND_H
 

@@ -54,9 +54,9 @@ static void *agent_main(void *arg)
     agent *a = arg;
     if (a->delay_ms) sleep_ms(a->delay_ms);
     a->info.name = a->name;
-    int64_t t0 = frame_now_ms();
+    int64_t t0 = clock_now_ms();
     a->s = rdzv_join(a->ep, a->token, &a->info, a->timeout_ms, &a->res, a->err, sizeof a->err);
-    a->elapsed_ms = frame_now_ms() - t0;
+    a->elapsed_ms = clock_now_ms() - t0;
     return NULL;
 }
 
@@ -204,17 +204,17 @@ static void raw_exchange(const char *ep, const void *bytes, size_t len, char *ou
     char err[512];
     int port = atoi(strchr(ep, ':') + 1);
     out[0] = '\0';
-    int fd = frame_connect("127.0.0.1", port, frame_now_ms() + 2000, err, sizeof err);
+    int fd = frame_connect("127.0.0.1", port, clock_now_ms() + 2000, err, sizeof err);
     if (fd < 0) { snprintf(out, outlen, "connect: %s", err); return; }
     frame_sock *fs = frame_sock_new(fd);
     frame_buf b = { (uint8_t *)bytes, len, len };
-    frame_sock_send(fs, &b, frame_now_ms() + 2000, err, sizeof err);
+    frame_sock_send(fs, &b, clock_now_ms() + 2000, err, sizeof err);
     frame_msg m;
-    int rc = frame_sock_recv(fs, &m, frame_now_ms() + 2000, err, sizeof err);
+    int rc = frame_sock_recv(fs, &m, clock_now_ms() + 2000, err, sizeof err);
     if (rc == 1) {
         snprintf(out, outlen, "%s: %s", frame_type_name(m.type), m.type == FRAME_ERROR ? m.s[0].p : "");
         frame_msg_free(&m);
-        rc = frame_sock_recv(fs, &m, frame_now_ms() + 2000, err, sizeof err);
+        rc = frame_sock_recv(fs, &m, clock_now_ms() + 2000, err, sizeof err);
         if (rc == 1) frame_msg_free(&m);
         if (rc < 0) strncat(out, " (closed)", outlen - strlen(out) - 1);
     } else {
@@ -286,19 +286,19 @@ static void *silent_agent(void *arg)
     const char *ep = arg;
     char err[512];
     int port = atoi(strchr(ep, ':') + 1);
-    int fd = frame_connect("127.0.0.1", port, frame_now_ms() + 2000, err, sizeof err);
+    int fd = frame_connect("127.0.0.1", port, clock_now_ms() + 2000, err, sizeof err);
     if (fd < 0) return NULL;
     frame_sock *fs = frame_sock_new(fd);
     frame_buf b = { 0 };
     int64_t ints[6] = { -1, 1, 1, 0, 0, 5000 };
     frame_str strs[3] = { FRAME_STR(TOKEN), FRAME_STR("hung"), FRAME_STR("") };
     frame_encode(&b, FRAME_JOIN, ints, strs, NULL, 0);
-    frame_sock_send(fs, &b, frame_now_ms() + 2000, err, sizeof err);
+    frame_sock_send(fs, &b, clock_now_ms() + 2000, err, sizeof err);
     frame_buf_free(&b);
     frame_msg m;
-    if (frame_sock_recv(fs, &m, frame_now_ms() + 5000, err, sizeof err) == 1) frame_msg_free(&m);
+    if (frame_sock_recv(fs, &m, clock_now_ms() + 5000, err, sizeof err) == 1) frame_msg_free(&m);
     /* Stay silent until the daemon gives up on us and closes. */
-    frame_sock_recv(fs, &m, frame_now_ms() + 5000, err, sizeof err);
+    frame_sock_recv(fs, &m, clock_now_ms() + 5000, err, sizeof err);
     frame_sock_close(fs);
     return NULL;
 }
@@ -319,9 +319,9 @@ static void test_liveness(void)
     agent_main(&a);
     CHECK(a.s != NULL, "joined with a silent peer: %s", a.err);
     if (a.s) {
-        int64_t t0 = frame_now_ms();
+        int64_t t0 = clock_now_ms();
         int got = wait_event(a.s, &ev, 3000);
-        int64_t dt = frame_now_ms() - t0;
+        int64_t dt = clock_now_ms() - t0;
         CHECK(got && ev.kind == RDZV_EV_NODE_DEAD && strstr(ev.message, "node hung (rank") &&
               strstr(ev.message, "dead: no heartbeat for"), "silent node declared dead: %s", got ? ev.message : "no event");
         CHECK(dt < 1500, "… within the heartbeat timeout (%lld ms after the round closed)", (long long)dt);
@@ -481,9 +481,9 @@ static void test_kv(void)
     if (!c) { CHECK(0, "kv connects: %s", err); rdzv_server_stop(srv); return; }
 
     CHECK(kv_get_str(c, "nope", v, sizeof v, 0) == KV_ENOTFOUND, "get of an absent key, no wait: NOTFOUND");
-    int64_t t0 = frame_now_ms();
+    int64_t t0 = clock_now_ms();
     int rc = kv_get_str(c, "nope", v, sizeof v, 200);
-    int64_t dt = frame_now_ms() - t0;
+    int64_t dt = clock_now_ms() - t0;
     CHECK(rc == KV_ETIMEDOUT && strstr(kv_errmsg(c), "kv get 'nope' at 127.0.0.1:") &&
           strstr(kv_errmsg(c), "timed out after 0.2 s") && dt >= 180 && dt < 1500,
           "get with timeout: ETIMEDOUT in %lld ms: %s", (long long)dt, kv_errmsg(c));
@@ -493,9 +493,9 @@ static void test_kv(void)
     kv_worker lw = { host, port, 0, 0, { 0 }, 0, "" };
     pthread_t th;
     pthread_create(&th, NULL, late_setter, &lw);
-    t0 = frame_now_ms();
+    t0 = clock_now_ms();
     rc = kv_get_str(c, "late", v, sizeof v, 3000);
-    CHECK(rc == 0 && !strcmp(v, "here") && frame_now_ms() - t0 >= 100, "blocking get wakes when another client sets");
+    CHECK(rc == 0 && !strcmp(v, "here") && clock_now_ms() - t0 >= 100, "blocking get wakes when another client sets");
     const char *keys[3] = { "a", "late", "w2" };
     CHECK(kv_wait(c, keys, 3, 2000) == 0, "wait for present keys");
     pthread_join(th, NULL);
@@ -601,7 +601,7 @@ static void test_kv(void)
         if (bw[i].rc) { brc = bw[i].rc; CHECK(0, "barrier participant %d: %s", i, bw[i].err); }
     }
     CHECK(brc == 0, "barrier of 5 released, twice with the same name");
-    t0 = frame_now_ms();
+    t0 = clock_now_ms();
     rc = kv_barrier(c, "lonely", 3, 300);
     CHECK(rc == KV_ETIMEDOUT && strstr(kv_errmsg(c), "timed out after 0.3 s: 1 of 3 arrived"),
           "barrier timeout says how many arrived: %s", kv_errmsg(c));
@@ -619,9 +619,9 @@ static void test_connect_and_endpoints(void)
     rdzv_server *s = rdzv_server_start(&o, err, sizeof err);
     int free_port = rdzv_server_port(s);
     rdzv_server_stop(s);
-    int64_t t0 = frame_now_ms();
+    int64_t t0 = clock_now_ms();
     kv_client *c = kv_connect("127.0.0.1", free_port, TOKEN, 300, err, sizeof err);
-    int64_t dt = frame_now_ms() - t0;
+    int64_t dt = clock_now_ms() - t0;
     char want[64];
     snprintf(want, sizeof want, "at 127.0.0.1:%d: Connection refused (retried", free_port);
     CHECK(!c && strstr(err, want) && dt >= 250 && dt < 2000, "refused connect retried until the deadline: %s", err);
