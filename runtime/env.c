@@ -74,11 +74,12 @@ static void env_size(env_report *r, const char *name, size_t lo, size_t hi, size
     unsigned long long x = strtoull(v, &end, 10);
     int shift = *end == 'k' || *end == 'K' ? 10 : *end == 'm' || *end == 'M' ? 20 : 0;
     if (shift) end++;
-    if (end == v || *end || v[0] == '-' || v[0] == '+' || errno == ERANGE) {
+    if (end == v || *end || v[0] == '-' || v[0] == '+') {
         env_bad(r, name, v, "a number, optionally with a k or m suffix");
         return;
     }
-    if (x > (ULLONG_MAX >> shift)) x = ULLONG_MAX;
+    /* too large is still a number: it clamps to hi */
+    if (errno == ERANGE || x > (ULLONG_MAX >> shift)) x = ULLONG_MAX;
     else x <<= shift;
     *out = x < lo ? lo : x > hi ? hi : (size_t)x;
 }

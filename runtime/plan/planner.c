@@ -447,16 +447,7 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddStringToObject(o, "reason", c->reason);
         cJSON_AddItemToArray(arr, o);
     }
-    char *text = root ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (!text) {
-        snprintf(err, errlen, "plan: out of memory building the JSON report");
-        return -1;
-    }
-    fputs(text, out);
-    fputc('\n', out);
-    cJSON_free(text);
-    return 0;
+    return plan_json_write(root, "plan", out, err, errlen);
 }
 
 int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, size_t errlen)

@@ -98,7 +98,9 @@ static void test_good(void)
           "test hooks");
     setenv("DTRUN_HSDP_RANKS_PER_NODE", "4", 1), setenv("DTRUN_COMM_SHM_CHUNK", "1", 1);
     setenv("DTRUN_COMM_BACKEND", "auto", 1), setenv("DTRUN_STORE", "kv", 1);
+    setenv("DTRUN_COMM_SPIN_US", "99999999999999999999999", 1);
     rc = dt_env_load(&e, err, sizeof err);
+    CHECK(rc == 0 && e.comm_spin_us == 1000000, "a spin past the largest number clamps to 1000000 (%s)", err);
     CHECK(rc == 0 && e.hsdp_ranks_per_node == 4 && e.comm_shm_chunk == 64 * 1024 &&
               e.comm_backend == DT_ENV_BACKEND_AUTO && e.store == DT_ENV_STORE_KV,
           "DTRUN_HSDP_RANKS_PER_NODE over LOCAL_WORLD_SIZE; a chunk of 1 clamps to 64k; auto; kv");
