@@ -8,7 +8,6 @@
 #include <cJSON.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,19 +69,6 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
     return s;
 }
 
-static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...)
-{
-    int k = snprintf(err, errlen, "%s: ", path);
-    if (k >= 0 && (size_t)k < errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
-        va_end(ap);
-    }
-    if (errlen) st_one_line(err);
-    return -1;
-}
-
 /* An integer JSON number in [lo, hi]. */
 static int get_int(const cJSON *o, const char *key, double lo, double hi, long *out)
 {
@@ -112,34 +98,34 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
     int rc = -1;
     long v;
     if (!cJSON_IsObject(o)) {
-        fail(err, errlen, path, "not a JSON object (corrupt index)");
+        st_fail(err, errlen, "%s: not a JSON object (corrupt index)", path);
         goto out;
     }
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, CKPT_FORMAT_INDEX) != 0) {
-        fail(err, errlen, path, "not a dtrun checkpoint index (format is not \"%s\")", CKPT_FORMAT_INDEX);
+        st_fail(err, errlen, "%s: not a dtrun checkpoint index (format is not \"%s\")", path, CKPT_FORMAT_INDEX);
         goto out;
     }
     if (!get_int(o, "version", 1, 1e6, &v) || v != CKPT_VERSION) {
-        fail(err, errlen, path, "unsupported version (this dtrun reads version %d)", CKPT_VERSION);
+        st_fail(err, errlen, "%s: unsupported version (this dtrun reads version %d)", path, CKPT_VERSION);
         goto out;
     }
     ckpt_info *in = &ix->info;
     if (!get_int(o, "step", 0, 1e15, &in->step)) {
-        fail(err, errlen, path, "bad or missing 'step'");
+        st_fail(err, errlen, "%s: bad or missing 'step'", path);
         goto out;
     }
     /* optional: an index without it applied an update at every step */
     in->optim_step = in->step;
     if (cJSON_GetObjectItemCaseSensitive(o, "optim_step") &&
         !get_int(o, "optim_step", 0, (double)in->step, &in->optim_step)) {
-        fail(err, errlen, path, "bad 'optim_step' (0 to step)");
+        st_fail(err, errlen, "%s: bad 'optim_step' (0 to step)", path);
         goto out;
     }
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(o, "seed");
     uint64_t s64;
     if (!cJSON_IsString(seed) || !parse_u64(seed->valuestring, 10, &s64)) {
-        fail(err, errlen, path, "bad or missing 'seed' (a decimal string)");
+        st_fail(err, errlen, "%s: bad or missing 'seed' (a decimal string)", path);
         goto out;
     }
     in->seed = s64;
@@ -150,7 +136,7 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
         !get_int(lay, "tp", 1, CKPT_MAX_WORLD, &tp) || !get_int(lay, "pp", 1, CKPT_MAX_WORLD, &pp) ||
         !get_int(lay, "world", 1, CKPT_MAX_WORLD, &world) || !cJSON_IsString(mode) ||
         strlen(mode->valuestring) >= sizeof in->mode) {
-        fail(err, errlen, path, "bad or missing 'layout' (dp, tp, pp, world, mode)");
+        st_fail(err, errlen, "%s: bad or missing 'layout' (dp, tp, pp, world, mode)", path);
         goto out;
     }
     in->dp = (int)dp;
@@ -164,14 +150,14 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
         const cJSON *preset = cJSON_GetObjectItemCaseSensitive(m, "preset");
         if (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "gpt") && strcmp(kind->valuestring, "vit")) ||
             !cJSON_IsString(preset) || strlen(preset->valuestring) >= sizeof in->model.preset) {
-            fail(err, errlen, path, "bad 'model' (kind gpt or vit, preset)");
+            st_fail(err, errlen, "%s: bad 'model' (kind gpt or vit, preset)", path);
             goto out;
         }
         in->model.kind = strcmp(kind->valuestring, "vit") == 0 ? MODEL_VIT : MODEL_GPT;
         snprintf(in->model.preset, sizeof in->model.preset, "%s", preset->valuestring);
         for (int i = 0; i < N_MODEL_INTS; i++) {
             if (!get_int(m, model_ints[i].key, 0, 1e9, &v)) {
-                fail(err, errlen, path, "bad 'model.%s'", model_ints[i].key);
+                st_fail(err, errlen, "%s: bad 'model.%s'", path, model_ints[i].key);
                 goto out;
             }
             *(int *)((char *)&in->model + model_ints[i].off) = (int)v;
@@ -180,13 +166,13 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
     }
     const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss_tail");
     if (!cJSON_IsArray(loss)) {
-        fail(err, errlen, path, "bad or missing 'loss_tail'");
+        st_fail(err, errlen, "%s: bad or missing 'loss_tail'", path);
         goto out;
     }
     int nl = cJSON_GetArraySize(loss);
     ix->loss = calloc((size_t)nl + 1, sizeof(double));
     if (!ix->loss) {
-        fail(err, errlen, path, "out of memory");
+        st_fail(err, errlen, "%s: out of memory", path);
         goto out;
     }
     for (const cJSON *c = loss->child; c; c = c->next)
@@ -195,12 +181,12 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
     in->loss_tail = ix->loss;
     const cJSON *files = cJSON_GetObjectItemCaseSensitive(o, "files");
     if (!cJSON_IsArray(files) || cJSON_GetArraySize(files) != in->world) {
-        fail(err, errlen, path, "'files' does not list the %d rank files of the layout", in->world);
+        st_fail(err, errlen, "%s: 'files' does not list the %d rank files of the layout", path, in->world);
         goto out;
     }
     ix->files = calloc((size_t)in->world, sizeof *ix->files);
     if (!ix->files) {
-        fail(err, errlen, path, "out of memory");
+        st_fail(err, errlen, "%s: out of memory", path);
         goto out;
     }
     int r = 0;
@@ -216,7 +202,7 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
             strcmp(name->valuestring, want) != 0 || !get_int(f, "size", 8, 9007199254740992.0, &size) ||
             !cJSON_IsString(hash) || strlen(hash->valuestring) != 16 ||
             !parse_u64(hash->valuestring, 16, &ix->files[r].hash)) {
-            fail(err, errlen, path, "files[%d] is not {rank: %d, name: \"%s\", size, xxh3}", r, r, want);
+            st_fail(err, errlen, "%s: files[%d] is not {rank: %d, name: \"%s\", size, xxh3}", path, r, r, want);
             goto out;
         }
         ix->files[r].size = (uint64_t)size;
@@ -224,7 +210,7 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
     const cJSON *job = cJSON_GetObjectItemCaseSensitive(o, "job");
     ix->job = strdup(cJSON_IsString(job) ? job->valuestring : "");
     if (!ix->job) {
-        fail(err, errlen, path, "out of memory");
+        st_fail(err, errlen, "%s: out of memory", path);
         goto out;
     }
     in->job_yaml = ix->job;

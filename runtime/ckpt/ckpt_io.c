@@ -105,6 +105,23 @@ static int produce_bytes(int fd, void *ctx, char *err, size_t errlen)
     return 0;
 }
 
+typedef struct {
+    st_writer *w;
+    const char *path;
+} st_out;
+
+static int produce_st(int fd, void *ctx, char *err, size_t errlen)
+{
+    st_out *o = ctx;
+    return st_writer_write_fd(o->w, fd, o->path, ckpt_io_write_all, err, errlen);
+}
+
+int ckpt_io_write_st_atomic(const char *path, st_writer *w, char *err, size_t errlen)
+{
+    st_out o = {w, path};
+    return ckpt_io_write_atomic(path, produce_st, &o, err, errlen);
+}
+
 int ckpt_io_write_bytes_atomic(const char *path, const void *buf, size_t n, char *err,
                                size_t errlen)
 {

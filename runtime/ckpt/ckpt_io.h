@@ -28,6 +28,9 @@ typedef int (*ckpt_io_produce_fn)(int fd, void *ctx, char *err, size_t errlen);
 /* PATH.tmp -> produce -> fsync -> rename to PATH -> fsync the directory. */
 int ckpt_io_write_atomic(const char *path, ckpt_io_produce_fn produce, void *ctx, char *err,
                          size_t errlen);
+/* A safetensors file (safetensors.h's writer) written the same way. */
+struct st_writer;
+int ckpt_io_write_st_atomic(const char *path, struct st_writer *w, char *err, size_t errlen);
 int ckpt_io_write_bytes_atomic(const char *path, const void *buf, size_t n, char *err,
                                size_t errlen);
 int ckpt_io_fsync_dir(const char *dir, char *err, size_t errlen);

@@ -83,17 +83,6 @@ static int is_latest_committed(const char *dir, long step)
     return file_exists(path);
 }
 
-typedef struct {
-    st_writer *w;
-    const char *path;
-} shard_ctx;
-
-static int produce_shard(int fd, void *ctx, char *err, size_t errlen)
-{
-    shard_ctx *c = ctx;
-    return st_writer_write_fd(c->w, fd, c->path, ckpt_io_write_all, err, errlen);
-}
-
 /* The rank's pieces as a safetensors writer. */
 static int build_shard(st_writer *w, long step, int rank, const ckpt_piece *pieces, int n,
                        const char *path, char *err, size_t errlen)
@@ -172,10 +161,7 @@ int ckpt_write_rank(const char *dir, long step, int rank, const ckpt_piece *piec
     st_writer *w = st_writer_new();
     if (!w) return st_fail(err, errlen, "%s: out of memory", path);
     int rc = build_shard(w, step, rank, pieces, n, path, err, errlen);
-    if (rc == 0) {
-        shard_ctx c = {w, path};
-        rc = ckpt_io_write_atomic(path, produce_shard, &c, err, errlen);
-    }
+    if (rc == 0) rc = ckpt_io_write_st_atomic(path, w, err, errlen);
     st_writer_free(w);
     return rc;
 }

@@ -142,17 +142,6 @@ static int fill(void *ctx, void *buf, size_t nbytes, char *err, size_t errlen)
     return rc;
 }
 
-typedef struct {
-    st_writer *w;
-    const char *path;
-} out_ctx;
-
-static int produce(int fd, void *ctx, char *err, size_t errlen)
-{
-    out_ctx *o = ctx;
-    return st_writer_write_fd(o->w, fd, o->path, ckpt_io_write_all, err, errlen);
-}
-
 int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *err, size_t errlen)
 {
     const ckpt_info *info = ckpt_get_info(ck);
@@ -195,8 +184,7 @@ int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *
         st_fail(err, errlen, "%s: no parameters to export", ckpt_path(ck));
         goto out;
     }
-    out_ctx o = {w, out_path};
-    rc = ckpt_io_write_atomic(out_path, produce, &o, err, errlen);
+    rc = ckpt_io_write_st_atomic(out_path, w, err, errlen);
 out:
     st_writer_free(w);
     free(ctx);

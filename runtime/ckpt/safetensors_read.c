@@ -21,7 +21,6 @@
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,21 +41,6 @@ struct st_reader {
     char **meta_key, **meta_val;
     int n_meta;
 };
-
-static int fail(char *err, size_t errlen, const char *path, const char *fmt, ...)
-{
-    if (err && errlen) {
-        int k = snprintf(err, errlen, "%s: ", path);
-        if (k >= 0 && (size_t)k < errlen) {
-            va_list ap;
-            va_start(ap, fmt);
-            vsnprintf(err + k, errlen - (size_t)k, fmt, ap);
-            va_end(ap);
-        }
-        st_one_line(err);
-    }
-    return -1;
-}
 
 /* Names in messages come from the file: show at most 80 bytes of them. */
 #define SHOWN(s) 80, (s)
@@ -147,20 +131,21 @@ static int cmp_str(const void *a, const void *b, void *base)
 static int parse_metadata(st_reader *r, const cJSON *m, char *err, size_t errlen)
 {
     if (!cJSON_IsObject(m))
-        return fail(err, errlen, r->path, "__metadata__ is not an object (the format wants string keys and values)");
+        return st_fail(err, errlen, "%s: __metadata__ is not an object (the format wants string keys and values)",
+                       r->path);
     int n = cJSON_GetArraySize(m);
     r->meta_key = calloc((size_t)n + 1, sizeof(char *));
     r->meta_val = calloc((size_t)n + 1, sizeof(char *));
-    if (!r->meta_key || !r->meta_val) return fail(err, errlen, r->path, "out of memory");
+    if (!r->meta_key || !r->meta_val) return st_fail(err, errlen, "%s: out of memory", r->path);
     for (const cJSON *c = m->child; c; c = c->next) {
         if (!cJSON_IsString(c))
-            return fail(err, errlen, r->path, "__metadata__ '%.*s' is not a string (the format wants string values)",
-                        SHOWN(c->string));
+            return st_fail(err, errlen, "%s: __metadata__ '%.*s' is not a string (the format wants string values)",
+                           r->path, SHOWN(c->string));
         r->meta_key[r->n_meta] = strdup(c->string);
         r->meta_val[r->n_meta] = strdup(c->valuestring);
         r->n_meta++;
         if (!r->meta_key[r->n_meta - 1] || !r->meta_val[r->n_meta - 1])
-            return fail(err, errlen, r->path, "out of memory");
+            return st_fail(err, errlen, "%s: out of memory", r->path);
     }
     /* sorted by key, for lookups by name (a checkpoint shard has one key per tensor) */
     int *order = malloc(((size_t)r->n_meta + 1) * sizeof(int));
@@ -170,7 +155,7 @@ static int parse_metadata(st_reader *r, const cJSON *m, char *err, size_t errlen
         free(order);
         free(k);
         free(v);
-        return fail(err, errlen, r->path, "out of memory");
+        return st_fail(err, errlen, "%s: out of memory", r->path);
     }
     for (int i = 0; i < r->n_meta; i++) order[i] = i;
     qsort_r(order, (size_t)r->n_meta, sizeof(int), cmp_str, r->meta_key);
@@ -185,7 +170,7 @@ static int parse_metadata(st_reader *r, const cJSON *m, char *err, size_t errlen
     r->meta_val = v;
     for (int i = 1; i < r->n_meta; i++)
         if (strcmp(k[i], k[i - 1]) == 0)
-            return fail(err, errlen, r->path, "__metadata__ key '%.*s' appears twice", SHOWN(k[i]));
+            return st_fail(err, errlen, "%s: __metadata__ key '%.*s' appears twice", r->path, SHOWN(k[i]));
     return 0;
 }
 
@@ -195,7 +180,7 @@ static int parse_entry(st_reader *r, const cJSON *e, uint64_t data_len, entry *o
 {
     const char *name = e->string;
     if (!cJSON_IsObject(e))
-        return fail(err, errlen, r->path, "tensor '%.*s' is not an object", SHOWN(name));
+        return st_fail(err, errlen, "%s: tensor '%.*s' is not an object", r->path, SHOWN(name));
     const cJSON *dtype = NULL, *shape = NULL, *offs = NULL;
     for (const cJSON *c = e->child; c; c = c->next) {
         const cJSON **slot = strcmp(c->string, "dtype") == 0         ? &dtype
@@ -203,25 +188,25 @@ static int parse_entry(st_reader *r, const cJSON *e, uint64_t data_len, entry *o
                              : strcmp(c->string, "data_offsets") == 0 ? &offs
                                                                       : NULL;
         if (!slot)
-            return fail(err, errlen, r->path, "tensor '%.*s': unknown field '%.*s' (expected dtype, shape, data_offsets)",
-                        SHOWN(name), SHOWN(c->string));
+            return st_fail(err, errlen, "%s: tensor '%.*s': unknown field '%.*s' (expected dtype, shape, data_offsets)",
+                           r->path, SHOWN(name), SHOWN(c->string));
         if (*slot)
-            return fail(err, errlen, r->path, "tensor '%.*s': field '%s' appears twice", SHOWN(name), c->string);
+            return st_fail(err, errlen, "%s: tensor '%.*s': field '%s' appears twice", r->path, SHOWN(name), c->string);
         *slot = c;
     }
     if (!dtype || !shape || !offs)
-        return fail(err, errlen, r->path, "tensor '%.*s': missing '%s'", SHOWN(name),
-                    !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
+        return st_fail(err, errlen, "%s: tensor '%.*s': missing '%s'", r->path, SHOWN(name),
+                       !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
     int dt = cJSON_IsString(dtype) ? st_dtype_parse(dtype->valuestring) : -1;
     if (dt < 0)
-        return fail(err, errlen, r->path, "tensor '%.*s': unknown dtype '%.*s'", SHOWN(name),
-                    SHOWN(cJSON_IsString(dtype) ? dtype->valuestring : "(not a string)"));
+        return st_fail(err, errlen, "%s: tensor '%.*s': unknown dtype '%.*s'", r->path, SHOWN(name),
+                       SHOWN(cJSON_IsString(dtype) ? dtype->valuestring : "(not a string)"));
     if (!cJSON_IsArray(shape))
-        return fail(err, errlen, r->path, "tensor '%.*s': shape is not an array", SHOWN(name));
+        return st_fail(err, errlen, "%s: tensor '%.*s': shape is not an array", r->path, SHOWN(name));
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > ST_MAX_DIMS)
-        return fail(err, errlen, r->path, "tensor '%.*s': %d dims (at most %d supported)", SHOWN(name), ndim,
-                    ST_MAX_DIMS);
+        return st_fail(err, errlen, "%s: tensor '%.*s': %d dims (at most %d supported)", r->path, SHOWN(name), ndim,
+                       ST_MAX_DIMS);
     st_tensor *t = &out->t;
     memset(out, 0, sizeof *out);
     t->name = name;
@@ -232,83 +217,86 @@ static int parse_entry(st_reader *r, const cJSON *e, uint64_t data_len, entry *o
     for (const cJSON *c = shape->child; c; c = c->next, d++) {
         uint64_t v;
         if (!json_uint(c, &v))
-            return fail(err, errlen, r->path, "tensor '%.*s': shape[%d] is not a non-negative integer", SHOWN(name), d);
+            return st_fail(err, errlen, "%s: tensor '%.*s': shape[%d] is not a non-negative integer",
+                           r->path, SHOWN(name), d);
         if (__builtin_mul_overflow(numel, v, &numel))
-            return fail(err, errlen, r->path, "tensor '%.*s': shape overflows", SHOWN(name));
+            return st_fail(err, errlen, "%s: tensor '%.*s': shape overflows", r->path, SHOWN(name));
         t->shape[d] = (int64_t)v;
     }
     uint64_t bytes;
     if (__builtin_mul_overflow(numel, (uint64_t)st_dtype_size(t->dtype), &bytes))
-        return fail(err, errlen, r->path, "tensor '%.*s': shape overflows", SHOWN(name));
+        return st_fail(err, errlen, "%s: tensor '%.*s': shape overflows", r->path, SHOWN(name));
     t->numel = numel;
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, &out->begin) ||
         !json_uint(offs->child->next, &out->end))
-        return fail(err, errlen, r->path, "tensor '%.*s': data_offsets is not [begin, end] of non-negative integers",
-                    SHOWN(name));
+        return st_fail(err, errlen, "%s: tensor '%.*s': data_offsets is not [begin, end] of non-negative integers",
+                       r->path, SHOWN(name));
     if (out->end < out->begin)
-        return fail(err, errlen, r->path, "tensor '%.*s': data_offsets [%llu, %llu] end before begin", SHOWN(name),
-                    (unsigned long long)out->begin, (unsigned long long)out->end);
+        return st_fail(err, errlen, "%s: tensor '%.*s': data_offsets [%llu, %llu] end before begin",
+                       r->path, SHOWN(name), (unsigned long long)out->begin, (unsigned long long)out->end);
     if (out->end > data_len)
-        return fail(err, errlen, r->path, "tensor '%.*s': data_offsets [%llu, %llu] out of range (data is %llu bytes; truncated file?)",
-                    SHOWN(name), (unsigned long long)out->begin, (unsigned long long)out->end,
-                    (unsigned long long)data_len);
+        return st_fail(err, errlen, "%s: tensor '%.*s': data_offsets [%llu, %llu] out of range (data is %llu bytes; truncated file?)",
+                       r->path, SHOWN(name), (unsigned long long)out->begin, (unsigned long long)out->end,
+                       (unsigned long long)data_len);
     if (out->end - out->begin != bytes)
-        return fail(err, errlen, r->path, "tensor '%.*s': shape and dtype %s need %llu bytes but data_offsets [%llu, %llu] hold %llu",
-                    SHOWN(name), st_dtype_name(t->dtype), (unsigned long long)bytes,
-                    (unsigned long long)out->begin, (unsigned long long)out->end,
-                    (unsigned long long)(out->end - out->begin));
+        return st_fail(err, errlen, "%s: tensor '%.*s': shape and dtype %s need %llu bytes but data_offsets [%llu, %llu] hold %llu",
+                       r->path, SHOWN(name), st_dtype_name(t->dtype), (unsigned long long)bytes,
+                       (unsigned long long)out->begin, (unsigned long long)out->end,
+                       (unsigned long long)(out->end - out->begin));
     return 0;
 }
 
 static int parse(st_reader *r, const unsigned char *buf, size_t len, char *err, size_t errlen)
 {
     if (len < 8)
-        return fail(err, errlen, r->path, "truncated (%zu bytes; a safetensors file starts with an 8-byte header length)", len);
+        return st_fail(err, errlen, "%s: truncated (%zu bytes; a safetensors file starts with an 8-byte header length)",
+                       r->path, len);
     uint64_t n;
     memcpy(&n, buf, 8); /* little-endian host */
     if (n > ST_MAX_HEADER)
-        return fail(err, errlen, r->path, "header length %llu exceeds the 100 MB limit (corrupt or not a safetensors file)",
-                    (unsigned long long)n);
+        return st_fail(err, errlen, "%s: header length %llu exceeds the 100 MB limit (corrupt or not a safetensors file)",
+                       r->path, (unsigned long long)n);
     if (n > len - 8)
-        return fail(err, errlen, r->path, "header length %llu exceeds the file (%zu bytes; truncated?)",
-                    (unsigned long long)n, len);
+        return st_fail(err, errlen, "%s: header length %llu exceeds the file (%zu bytes; truncated?)", r->path,
+                       (unsigned long long)n, len);
     if (n < 2 || buf[8] != '{')
-        return fail(err, errlen, r->path, "header does not start with '{' (not a safetensors file)");
+        return st_fail(err, errlen, "%s: header does not start with '{' (not a safetensors file)", r->path);
     const unsigned char *h = buf + 8;
     size_t bad_at = 0;
     const char *why = prescan_header(h, (size_t)n, &bad_at);
-    if (why) return fail(err, errlen, r->path, "bad header at byte %zu (%s)", 8 + bad_at, why);
+    if (why) return st_fail(err, errlen, "%s: bad header at byte %zu (%s)", r->path, 8 + bad_at, why);
 
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts((const char *)h, (size_t)n, &end, 0);
     if (!root) {
         size_t at = end && end >= (const char *)h ? (size_t)(end - (const char *)h) : 0;
-        return fail(err, errlen, r->path, "header is not valid JSON (near byte %zu)", 8 + at);
+        return st_fail(err, errlen, "%s: header is not valid JSON (near byte %zu)", r->path, 8 + at);
     }
     int rc = -1;
     entry *es = NULL;
     for (const char *p = end; p && p < (const char *)h + n; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
-            fail(err, errlen, r->path, "bad header at byte %zu (text after the JSON object)", 8 + (size_t)(p - (const char *)h));
+            st_fail(err, errlen, "%s: bad header at byte %zu (text after the JSON object)",
+                    r->path, 8 + (size_t)(p - (const char *)h));
             goto out;
         }
     }
     if (!cJSON_IsObject(root)) {
-        fail(err, errlen, r->path, "header is not a JSON object");
+        st_fail(err, errlen, "%s: header is not a JSON object", r->path);
         goto out;
     }
     uint64_t data_len = len - 8 - n;
     int count = cJSON_GetArraySize(root);
     es = calloc((size_t)count + 1, sizeof *es);
     if (!es) {
-        fail(err, errlen, r->path, "out of memory");
+        st_fail(err, errlen, "%s: out of memory", r->path);
         goto out;
     }
     int ne = 0, seen_meta = 0;
     for (const cJSON *c = root->child; c; c = c->next) {
         if (strcmp(c->string, "__metadata__") == 0) {
             if (seen_meta++) {
-                fail(err, errlen, r->path, "__metadata__ appears twice");
+                st_fail(err, errlen, "%s: __metadata__ appears twice", r->path);
                 goto out;
             }
             if (parse_metadata(r, c, err, errlen) != 0) goto out;
@@ -321,28 +309,28 @@ static int parse(st_reader *r, const unsigned char *buf, size_t len, char *err, 
     uint64_t at = 0;
     for (int i = 0; i < ne; i++) {
         if (es[i].begin < at) {
-            fail(err, errlen, r->path, "tensor '%.*s' data_offsets [%llu, %llu] overlap tensor '%.*s' [%llu, %llu]",
-                 SHOWN(es[i].t.name), (unsigned long long)es[i].begin, (unsigned long long)es[i].end,
-                 SHOWN(es[i - 1].t.name), (unsigned long long)es[i - 1].begin, (unsigned long long)es[i - 1].end);
+            st_fail(err, errlen, "%s: tensor '%.*s' data_offsets [%llu, %llu] overlap tensor '%.*s' [%llu, %llu]",
+                    r->path, SHOWN(es[i].t.name), (unsigned long long)es[i].begin, (unsigned long long)es[i].end,
+                    SHOWN(es[i - 1].t.name), (unsigned long long)es[i - 1].begin, (unsigned long long)es[i - 1].end);
             goto out;
         }
         if (es[i].begin > at) {
-            fail(err, errlen, r->path, "data bytes [%llu, %llu) belong to no tensor (before '%.*s'; the data must be fully covered)",
-                 (unsigned long long)at, (unsigned long long)es[i].begin, SHOWN(es[i].t.name));
+            st_fail(err, errlen, "%s: data bytes [%llu, %llu) belong to no tensor (before '%.*s'; the data must be fully covered)",
+                    r->path, (unsigned long long)at, (unsigned long long)es[i].begin, SHOWN(es[i].t.name));
             goto out;
         }
         at = es[i].end;
     }
     if (at != data_len) {
-        fail(err, errlen, r->path, "%llu data bytes after the last tensor belong to no tensor (the data must be fully covered)",
-             (unsigned long long)(data_len - at));
+        st_fail(err, errlen, "%s: %llu data bytes after the last tensor belong to no tensor (the data must be fully covered)",
+                r->path, (unsigned long long)(data_len - at));
         goto out;
     }
 
     r->t = calloc((size_t)ne + 1, sizeof *r->t);
     r->by_name = calloc((size_t)ne + 1, sizeof *r->by_name);
     if (!r->t || !r->by_name) {
-        fail(err, errlen, r->path, "out of memory");
+        st_fail(err, errlen, "%s: out of memory", r->path);
         goto out;
     }
     for (int i = 0; i < ne; i++) {
@@ -353,14 +341,14 @@ static int parse(st_reader *r, const unsigned char *buf, size_t len, char *err, 
         r->by_name[i] = i;
         r->n = i + 1;
         if (!r->t[i].name) {
-            fail(err, errlen, r->path, "out of memory");
+            st_fail(err, errlen, "%s: out of memory", r->path);
             goto out;
         }
     }
     qsort_r(r->by_name, (size_t)ne, sizeof(int), cmp_name, r->t);
     for (int i = 1; i < ne; i++) {
         if (strcmp(r->t[r->by_name[i]].name, r->t[r->by_name[i - 1]].name) == 0) {
-            fail(err, errlen, r->path, "tensor '%.*s' appears twice", SHOWN(r->t[r->by_name[i]].name));
+            st_fail(err, errlen, "%s: tensor '%.*s' appears twice", r->path, SHOWN(r->t[r->by_name[i]].name));
             goto out;
         }
     }
@@ -387,7 +375,7 @@ int st_reader_open_mem(const void *buf, size_t len, const char *name, st_reader 
 {
     *out = NULL;
     st_reader *r = reader_new(name);
-    if (!r) return fail(err, errlen, name, "out of memory");
+    if (!r) return st_fail(err, errlen, "%s: out of memory", name);
     if (parse(r, buf, len, err, errlen) != 0) {
         st_reader_close(r);
         return -1;
@@ -400,24 +388,25 @@ int st_reader_open(const char *path, st_reader **out, char *err, size_t errlen)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errlen, path, "cannot open (%s)", strerror(errno));
+    if (fd < 0) return st_fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
-        return fail(err, errlen, path, "not a regular file");
+        return st_fail(err, errlen, "%s: not a regular file", path);
     }
     size_t len = (size_t)st.st_size;
     if (len < 8) {
         close(fd);
-        return fail(err, errlen, path, "truncated (%zu bytes; a safetensors file starts with an 8-byte header length)", len);
+        return st_fail(err, errlen, "%s: truncated (%zu bytes; a safetensors file starts with an 8-byte header length)",
+                       path, len);
     }
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) return fail(err, errlen, path, "cannot map (%s)", strerror(errno));
+    if (map == MAP_FAILED) return st_fail(err, errlen, "%s: cannot map (%s)", path, strerror(errno));
     st_reader *r = reader_new(path);
     if (!r) {
         munmap(map, len);
-        return fail(err, errlen, path, "out of memory");
+        return st_fail(err, errlen, "%s: out of memory", path);
     }
     r->map = map;
     r->map_len = len;

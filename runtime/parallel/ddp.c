@@ -184,7 +184,7 @@ static void launch(ddp_buckets *b, int k)
     } else {
         data = seg_grad(b, &b->seg[bk->first_seg]);
     }
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_all_reduce_async(x->dp, data, data, bk->numel, COMM_F32, COMM_SUM, &bk->req);
     strat_comm_done(x, t0, "ddp all_reduce (start)");
     strat_fail(x, x->dp, rc, "ddp all_reduce");

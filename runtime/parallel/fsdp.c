@@ -209,7 +209,7 @@ static void start_gather(dp_strategy *s, gather_slot *g, int unit)
     g->valid = 0;
     g->used = ++s->clock;
     if (x->failed) return;
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_all_gather_async(s->shard, s->pshard[unit], g->buf, unit_numel(s, unit), COMM_F32, &g->req);
     strat_comm_done(x, t0, "fsdp all_gather of parameters (start)");
     if (strat_fail(x, s->shard, rc, "fsdp all_gather of parameters") != COMM_OK) g->unit = -1;
@@ -279,7 +279,7 @@ static void fsdp_finish_grads(dp_strategy *s)
     }
     for (int u = 0; u < x->n_units && !x->failed; u++) {
         if (!s->gshard[u]) continue;
-        double t0 = strat_now();
+        double t0 = clock_now_s();
         int rc = comm_all_reduce_async(s->replica, s->gshard[u], s->gshard[u], s->len[u], COMM_F32, COMM_SUM,
                                        &req[u]);
         strat_comm_done(x, t0, "hsdp all_reduce across nodes (start)");
@@ -314,7 +314,7 @@ static float *fsdp_full_grad(dp_strategy *s, int unit, float *tmp)
 {
     strat_ctx *x = s->x;
     if (x->failed) return tmp;
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_all_gather(s->shard, s->gshard[unit], tmp, unit_numel(s, unit), COMM_F32);
     strat_comm_done(x, t0, "fsdp all_gather of gradients");
     strat_fail(x, s->shard, rc, "fsdp all_gather of gradients");
@@ -325,7 +325,7 @@ static void fsdp_gather_unit(dp_strategy *s, int unit, float *out)
 {
     strat_ctx *x = s->x;
     if (x->failed) return;
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_all_gather(s->shard, s->pshard[unit], out, unit_numel(s, unit), COMM_F32);
     strat_comm_done(x, t0, "fsdp all_gather of parameters");
     strat_fail(x, s->shard, rc, "fsdp all_gather of parameters");

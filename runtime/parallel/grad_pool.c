@@ -134,7 +134,7 @@ void grad_pool_release(grad_pool *p, int unit)
     s->seq = p->seq++;
     if (x->failed) { s->unit = -1; return; }
     size_t n = unit_numel(p, unit);
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     /* in place: this rank's chunk lands at buf + lo, where comm_chunk puts it */
     int rc = comm_reduce_scatter_async(p->group, s->buf, s->buf + p->lo[unit], n, COMM_F32, COMM_SUM,
                                        &s->req);

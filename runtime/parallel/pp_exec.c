@@ -22,7 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "lib/util/clock.h"
 
 typedef struct {
     model_acts *acts;
@@ -60,13 +61,6 @@ typedef struct {
     char *err;
     size_t errlen;
 } step_run;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int last_chunk(const pp_exec *ex) { return ex->p * ex->v - 1; }
 
@@ -285,10 +279,10 @@ static int comm_fail(step_run *r, const pp_action *a, int rc)
 static int settle_slot(step_run *r, const pp_action *a, exec_slot *sl)
 {
     if (!sl->send) return 0;
-    double t0 = now_s();
+    double t0 = clock_now_s();
     int rc = comm_wait(sl->send);
     sl->send = NULL;
-    double t1 = now_s();
+    double t1 = clock_now_s();
     r->res->idle_s += t1 - t0;
     if (r->ex->hooks.send_wait) r->ex->hooks.send_wait(r->ex->hooks.ctx, t0, t1);
     return rc == COMM_OK ? 0 : comm_fail(r, a, rc);
@@ -363,9 +357,9 @@ static int run_recv(step_run *r, const pp_action *a)
     if (settle_slot(r, a, sl)) return -1;
     float *buf = a->op == PP_OP_RECV_ACT ? model_acts_input(sl->acts) : model_acts_doutput(sl->acts);
     if (!buf) return fail(r, a, "the chunk has no buffer for it");
-    double t0 = now_s();
+    double t0 = clock_now_s();
     int rc = comm_recv(r->ex->pp, buf, io_bytes(r, ch) / sizeof(float), COMM_F32, a->peer);
-    double t1 = now_s();
+    double t1 = clock_now_s();
     r->res->idle_s += t1 - t0;
     if (r->ex->hooks.span) r->ex->hooks.span(r->ex->hooks.ctx, a->op, a->chunk, a->mb, t0, t1);
     return rc == COMM_OK ? 0 : comm_fail(r, a, rc);
@@ -378,10 +372,10 @@ static int run_send(step_run *r, const pp_action *a)
     if (!sl) return fail(r, a, "nothing computed to send");
     if (settle_slot(r, a, sl)) return -1;
     float *buf = a->op == PP_OP_SEND_ACT ? model_acts_output(sl->acts) : model_acts_dinput(sl->acts);
-    double t0 = now_s();
+    double t0 = clock_now_s();
     int rc = comm_send_async(r->ex->pp, buf, io_bytes(r, ch) / sizeof(float), COMM_F32, a->peer,
                              &sl->send);
-    if (r->ex->hooks.span) r->ex->hooks.span(r->ex->hooks.ctx, a->op, a->chunk, a->mb, t0, now_s());
+    if (r->ex->hooks.span) r->ex->hooks.span(r->ex->hooks.ctx, a->op, a->chunk, a->mb, t0, clock_now_s());
     if (rc != COMM_OK) {
         sl->send = NULL; /* a failed submission leaves nothing to wait for */
         return comm_fail(r, a, rc);
@@ -399,7 +393,7 @@ static int run_forward(step_run *r, const pp_action *a)
     if (slot_for(r, a, &sl) || settle_slot(r, a, sl)) return -1;
     model_batch b;
     if (batch_for(r, a, ch, &b)) return -1;
-    double t0 = now_s();
+    double t0 = clock_now_s();
     if (a->chunk > 0 && same_rank_next(ex, a->chunk - 1)) {
         exec_slot *prev = held_slot(ex, a->chunk - 1, a->mb);
         if (!prev) return fail(r, a, "the previous chunk's FORWARD has not run");
@@ -408,7 +402,7 @@ static int run_forward(step_run *r, const pp_action *a)
     }
     int correct = 0;
     double loss = model_forward(ch->m, sl->acts, &b, ch->has_head ? &correct : NULL);
-    double t1 = now_s();
+    double t1 = clock_now_s();
     r->res->busy_s += t1 - t0;
     r->res->forwards++;
     if (ch->has_head) {
@@ -433,7 +427,7 @@ static int run_backward(step_run *r, const pp_action *a, int index)
     int last_chunk_mb = a->mb == ch->last_bwd_mb, last_rank = index == ex->last_bwd_action;
     if (ex->hooks.before_backward)
         ex->hooks.before_backward(ex->hooks.ctx, a->chunk, a->mb, last_chunk_mb, last_rank);
-    double t0 = now_s();
+    double t0 = clock_now_s();
     model_backward(ch->m, sl->acts, &b, r->args->loss_scale);
     if (a->chunk > 0 && same_rank_next(ex, a->chunk - 1)) {
         /* Hand the input gradient over now: this slot is given back below. */
@@ -441,7 +435,7 @@ static int run_backward(step_run *r, const pp_action *a, int index)
         if (!prev) return fail(r, a, "the previous chunk holds no activations for it");
         ex->ops->copy(model_acts_doutput(prev->acts), model_acts_dinput(sl->acts), io_bytes(r, ch));
     }
-    double t1 = now_s();
+    double t1 = clock_now_s();
     r->res->busy_s += t1 - t0;
     r->res->backwards++;
     if (ex->hooks.span) ex->hooks.span(ex->hooks.ctx, a->op, a->chunk, a->mb, t0, t1);
@@ -455,7 +449,7 @@ static int run_backward(step_run *r, const pp_action *a, int index)
 static int settle_all(step_run *r, int failed)
 {
     pp_exec *ex = r->ex;
-    double t0 = now_s();
+    double t0 = clock_now_s();
     int rc_first = COMM_OK;
     for (int l = 0; l < ex->v; l++)
         for (int k = 0; k < ex->chunks[l].n_slots; k++) {
@@ -465,7 +459,7 @@ static int settle_all(step_run *r, int failed)
             sl->send = NULL;
             if (rc != COMM_OK && rc_first == COMM_OK) rc_first = rc;
         }
-    double t1 = now_s();
+    double t1 = clock_now_s();
     r->res->idle_s += t1 - t0;
     if (ex->hooks.send_wait) ex->hooks.send_wait(ex->hooks.ctx, t0, t1);
     if (failed || rc_first == COMM_OK) return failed ? -1 : 0;
@@ -490,7 +484,7 @@ int pp_exec_step(pp_exec *ex, const pp_exec_step_args *args, pp_exec_result *out
         for (int k = 0; k < ch->n_slots; k++) ch->slots[k].mb = -1;
         for (int mb = 0; mb < ex->m; mb++) ch->slot_of[mb] = -1;
     }
-    double start = now_s();
+    double start = clock_now_s();
     const pp_action *list = ex->s->actions[ex->rank];
     int n = ex->s->n_actions[ex->rank], failed = 0;
     for (int i = 0; i < n && !failed; i++) {
@@ -509,7 +503,7 @@ int pp_exec_step(pp_exec *ex, const pp_exec_step_args *args, pp_exec_result *out
         }
     }
     failed = settle_all(&r, failed != 0);
-    out->step_s = now_s() - start;
+    out->step_s = clock_now_s() - start;
     out->bubble = out->step_s > 0 ? out->idle_s / out->step_s : 0;
     return failed ? -1 : 0;
 }

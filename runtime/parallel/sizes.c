@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/util/intmath.h"
 #include "runtime/comm/comm.h"
 #include "runtime/model/model.h"
 #include "runtime/parallel/pp_partition.h"
@@ -52,16 +53,6 @@ struct sizes {
      * to call per unit inside the planner's search */
     size_t *numel_emb, *numel_block, *numel_head; /* [tp] */
 };
-
-static int gcd(int a, int b)
-{
-    while (b) {
-        int t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
 
 double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
 {
@@ -223,7 +214,7 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
     }
     int per_node = env->ranks_per_node >= 1 ? env->ranks_per_node : par->dp * par->pp * tp;
     int dp_in_node = per_node / tp > 0 ? per_node / tp : 1;
-    s->hsdp_group = gcd(par->dp, dp_in_node);
+    s->hsdp_group = (int)gcd_l(par->dp, dp_in_node);
     return s;
 }
 

@@ -17,7 +17,7 @@ int strat_fail(strat_ctx *x, comm *c, int rc, const char *what)
 
 void strat_comm_done(strat_ctx *x, double t0, const char *what)
 {
-    double t1 = strat_now();
+    double t1 = clock_now_s();
     x->comm_s += t1 - t0;
     trace_span(TRACE_COMM, t0, t1, "%s", what);
 }
@@ -25,7 +25,7 @@ void strat_comm_done(strat_ctx *x, double t0, const char *what)
 int strat_wait(strat_ctx *x, comm *c, comm_req *req, const char *what)
 {
     if (!req) return COMM_OK;
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_wait(req);
     strat_comm_done(x, t0, what);
     return strat_fail(x, c, rc, what);

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "lib/util/clock.h"
+#include "runtime/env.h"
 
 typedef struct {
     double t0, t1;
@@ -36,17 +38,10 @@ static struct {
     double step_t0;
 } T;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 const char *trace_path_for(const job_spec *job)
 {
-    const char *env = getenv("DTRUN_TRACE");
-    if (env && *env) return env;
+    const char *env = dt_env_get()->trace;
+    if (*env) return env;
     return job->log.trace;
 }
 
@@ -116,7 +111,7 @@ void trace_unit_close(void)
 {
     if (!T.on || !T.unit_open) return;
     T.unit_open = 0;
-    trace_span(TRACE_COMPUTE, T.unit_t0, now_s(), "%s unit %d", T.unit_bwd ? "bwd" : "fwd", T.unit);
+    trace_span(TRACE_COMPUTE, T.unit_t0, clock_now_s(), "%s unit %d", T.unit_bwd ? "bwd" : "fwd", T.unit);
 }
 
 void trace_unit_open(int unit, int backward)
@@ -126,20 +121,20 @@ void trace_unit_open(int unit, int backward)
     T.unit_open = 1;
     T.unit = unit;
     T.unit_bwd = backward;
-    T.unit_t0 = now_s();
+    T.unit_t0 = clock_now_s();
 }
 
 void trace_step_begin(int step)
 {
     if (!T.on) return;
     T.step = step;
-    T.step_t0 = now_s();
+    T.step_t0 = clock_now_s();
 }
 
 void trace_step_end(void)
 {
     if (!T.on || T.step <= 0) return;
-    trace_span(TRACE_STEP, T.step_t0, now_s(), "step %d", T.step);
+    trace_span(TRACE_STEP, T.step_t0, clock_now_s(), "step %d", T.step);
     T.step = 0;
 }
 

@@ -5,7 +5,7 @@
  * Per process, like a log: a worker is one process and one rank, and the spans
  * come from places that share no object (the engine, the model hooks, every
  * strategy's collectives, the pipeline executor's hooks), so the recorder is
- * process-global. Spans go to memory with CLOCK_MONOTONIC times (strat_now);
+ * process-global. Spans go to memory with CLOCK_MONOTONIC times (clock_now_s, lib/util/clock.h);
  * nothing is written during the run, so a span costs a formatted name and no I/O.
  * Every call is a no-op (one flag test) while no trace is open.
  *

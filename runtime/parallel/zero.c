@@ -183,7 +183,7 @@ static void zero_after_update(dp_strategy *s)
         model *m = x->unit_model[u];
         if (!m) continue;
         float *p = model_unit_params(m, u);
-        double t0 = strat_now();
+        double t0 = clock_now_s();
         int rc = comm_all_gather_async(x->dp, p + s->lo[u], p, model_unit_local_numel(m, u), COMM_F32, &req[u]);
         strat_comm_done(x, t0, "zero all_gather of parameters (start)");
         strat_fail(x, x->dp, rc, "zero all_gather of parameters");
@@ -199,7 +199,7 @@ static float *zero_full_grad(dp_strategy *s, int unit, float *tmp)
     model *m = x->unit_model[unit];
     if (s->stage == 1) return model_unit_grads(m, unit);
     if (x->failed) return tmp;
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_all_gather(x->dp, s->gshard[unit], tmp, model_unit_local_numel(m, unit), COMM_F32);
     strat_comm_done(x, t0, "zero2 all_gather of gradients");
     strat_fail(x, x->dp, rc, "zero2 all_gather of gradients");

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "lib/util/errline.h"
 #include "runtime/model/model.h"
 #include "runtime/plan/dryrun_report.h"
 
@@ -217,12 +218,14 @@ int dryrun_print_json(const plan_estimate *e, const plan_machine *pm, FILE *out,
     cJSON_AddBoolToObject(root, "fits", e->fits);
     cJSON *warn = cJSON_AddArrayToObject(root, "warnings");
     for (int i = 0; i < e->n_warnings; i++) cJSON_AddItemToArray(warn, cJSON_CreateString(e->warnings[i]));
+    return plan_json_write(root, "dry-run", out, err, errlen);
+}
+
+int plan_json_write(cJSON *root, const char *who, FILE *out, char *err, size_t errlen)
+{
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
-    if (!text) {
-        snprintf(err, errlen, "dry-run: out of memory building the JSON report");
-        return -1;
-    }
+    if (!text) return errline(err, errlen, "%s: out of memory building the JSON report", who);
     fputs(text, out);
     fputc('\n', out);
     cJSON_free(text);

@@ -13,6 +13,10 @@ const char *plan_group_name(plan_group g); /* "dp", "dp-replica", "tp", "pp", "e
 /* "0-20", or with virtual stages "0-10,41-50": the units pp rank p holds. */
 void plan_stage_units(const plan_estimate *e, int p, char *out, size_t n);
 void plan_print_warnings(const plan_estimate *e, FILE *out);
+/* root as one JSON document on out, then freed (NULL: cJSON ran out of memory
+ * building it). 0, or -1 with "WHO: out of memory building the JSON report". */
+struct cJSON;
+int plan_json_write(struct cJSON *root, const char *who, FILE *out, char *err, size_t errlen);
 /* The whole report as one JSON document on out. 0, or -1 with err. */
 int dryrun_print_json(const plan_estimate *e, const plan_machine *pm, FILE *out, char *err, size_t errlen);
 

@@ -17,6 +17,7 @@
 #include <yaml.h>
 
 #include "lib/job/jobspec_suggest.h"
+#include "runtime/env.h"
 
 #define MIB (1024.0 * 1024.0)
 
@@ -228,8 +229,8 @@ int hw_load_file(hw_profile *hw, const char *path, char *err, size_t errlen)
 static int search_dirs(char dirs[4][PATH_MAX])
 {
     int n = 0;
-    const char *env = getenv("DTRUN_HARDWARE_DIR");
-    if (env && *env) snprintf(dirs[n++], PATH_MAX, "%s", env);
+    const char *env = dt_env_get()->hardware_dir;
+    if (*env) snprintf(dirs[n++], PATH_MAX, "%s", env);
     snprintf(dirs[n++], PATH_MAX, "configs/hardware");
     char exe[PATH_MAX];
     ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);

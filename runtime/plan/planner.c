@@ -21,8 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "lib/util/clock.h"
+#include "lib/util/intmath.h"
 #include "runtime/model/model.h"
 #include "runtime/plan/dryrun_report.h"
 #include "runtime/plan/format.h"
@@ -102,23 +103,6 @@ static int push(candidates *cs, const candidate *c)
     }
     cs->c[cs->n++] = *c;
     return 0;
-}
-
-static int gcd(int a, int b)
-{
-    while (b) {
-        int t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static job_spec candidate_job(const job_spec *base, const candidate *c)
@@ -236,7 +220,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                     int dp = W / tp / pp;
                     if (job->train.global_batch % dp) continue;
                     int per_dp = job->train.global_batch / dp;
-                    int shard_in_node = gcd(dp, G / tp > 0 ? G / tp : 1);
+                    int shard_in_node = (int)gcd_l(dp, G / tp > 0 ? G / tp : 1);
                     for (int mb = 1; mb <= per_dp && mb <= MAX_MICRO_BATCH; mb++) {
                         if (per_dp % mb) continue;
                         int m = per_dp / mb;
@@ -463,16 +447,7 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddStringToObject(o, "reason", c->reason);
         cJSON_AddItemToArray(arr, o);
     }
-    char *text = root ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (!text) {
-        snprintf(err, errlen, "plan: out of memory building the JSON report");
-        return -1;
-    }
-    fputs(text, out);
-    fputc('\n', out);
-    cJSON_free(text);
-    return 0;
+    return plan_json_write(root, "plan", out, err, errlen);
 }
 
 int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, size_t errlen)
@@ -488,7 +463,7 @@ int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, si
      * (measured: a third of --plan's time); keep them on the heap instead. */
     mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's largest allowed value */
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
-    double t0 = now_s();
+    double t0 = clock_now_s();
     int failed = search(&cs, job, &pm, top, o->exhaustive);
     for (int i = 0; i < DONOR_POOL; i++) sizes_destroy(cs.pool[i]);
     if (failed) {
@@ -498,7 +473,7 @@ int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, si
     }
     qsort(cs.c, (size_t)cs.n, sizeof *cs.c, faster_first);
     for (int i = 0; i < cs.n && i < top; i++) explain(&cs.c[i], &cs.c[0], i == 0);
-    double secs = now_s() - t0;
+    double secs = clock_now_s() - t0;
     int rc = 0;
     if (o->format == DRYRUN_JSON) rc = print_json(&cs, top, &pm, secs, out, err, errlen) ? 1 : 0;
     else print_text(&cs, top, job, &pm, secs, out);

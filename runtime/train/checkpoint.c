@@ -8,7 +8,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "lib/util/clock.h"
 #include "runtime/ckpt/ckpt.h"
+#include "runtime/env.h"
 #include "runtime/worker/engine_ckpt.h"
 #include "runtime/train/train.h"
 
@@ -30,12 +32,6 @@ void checkpoint_signals_install(const job_spec *job)
 
 int checkpoint_signal_pending(void) { return stop_signal; }
 
-static int env_int(const char *name, int dflt)
-{
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -44,11 +40,11 @@ static void sleep_ms(int ms)
 
 void checkpoint_test_step_delay(void)
 {
-    int ms = env_int("DTRUN_TEST_STEP_DELAY_MS", 0);
+    int ms = dt_env_get()->test_step_delay_ms;
     if (ms > 0) sleep_ms(ms);
 }
 
-long checkpoint_test_stop_step(void) { return env_int("DTRUN_TEST_STOP_STEP", -1); }
+long checkpoint_test_stop_step(void) { return dt_env_get()->test_stop_step; }
 
 void train_progress_add_loss(train_progress *p, double loss)
 {
@@ -175,10 +171,10 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
     ckpt_meta meta = {.step = p->step, .seed = job->train.seed, .job_yaml = yaml, .model = &job->model,
                       .loss_tail = p->tail, .n_loss = p->n_tail, .optim_step = p->updates};
     engine_ckpt_meta_layout(e, &meta);
-    int delay_step = env_int("DTRUN_TEST_CKPT_DELAY_STEP", -1);
-    int delay = delay_step < 0 || delay_step == p->step ? env_int("DTRUN_TEST_CKPT_DELAY_MS", 0) : 0;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const dt_env *env = dt_env_get();
+    long delay_step = env->test_ckpt_delay_step;
+    int delay = delay_step < 0 || delay_step == p->step ? env->test_ckpt_delay_ms : 0;
+    double t0 = clock_now_s();
     int already = 0;
     int rc = engine_save_checkpoint(e, dir, &meta, job->checkpoint.keep, delay, &already, err, errlen);
     free(yaml);
@@ -194,9 +190,8 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
         return rc;
     }
     if (rc != DT_EXIT_OK) return rc;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     if (engine_rank(e) == 0 && !already)
         fprintf(stderr, "dtrun: checkpoint step %ld saved to %s (%.2f s)\n", p->step, dir,
-                (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
+                clock_now_s() - t0);
     return DT_EXIT_OK;
 }

@@ -36,20 +36,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 
+#include "lib/util/clock.h"
+#include "runtime/env.h"
 #include "runtime/worker/engine.h"
 #include "runtime/worker/engine_ckpt.h"
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/lr.h"
 #include "runtime/train/metrics.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* This rank's own JSONL file, or NULL when the job logs no metrics. */
 static FILE *rank_log_open(const job_spec *job, int rank, int append)
@@ -108,13 +102,6 @@ static int report_nonfinite(engine *e, int world, int step, double loss, int ski
     return rc;
 }
 
-/* DTRUN_TEST_NAN_STEP=S (tests): the loss of step S reads as NaN on every rank. */
-static int test_nan_step(void)
-{
-    const char *v = getenv("DTRUN_TEST_NAN_STEP");
-    return v && *v ? atoi(v) : -1;
-}
-
 /* A stop signal at a step boundary: every rank agrees whether one came (they
  * may see it a few instructions apart); then, with checkpoint.dir, all save and
  * stop. Returns 1 when the loop should end with *rc. */
@@ -151,8 +138,7 @@ static job_spec *job_for_world(const job_spec *job, char *err, size_t errlen)
         return NULL;
     }
     *w = *job;
-    const char *ws = getenv("WORLD_SIZE");
-    if (job_resolve_world(w, ws && *ws ? atoi(ws) : 1, err, errlen) != 0) {
+    if (job_resolve_world(w, dt_env_get()->world_size, err, errlen) != 0) {
         free(w);
         return NULL;
     }
@@ -161,9 +147,21 @@ static job_spec *job_for_world(const job_spec *job, char *err, size_t errlen)
 
 static int train_job(const job_spec *job);
 
+/* Every variable the worker reads, checked before anything else happens: one
+ * line per bad one, then exit 2. */
+static int env_check(void)
+{
+    dt_env env;
+    char err[4096];
+    if (dt_env_load(&env, err, sizeof err) == 0) return 0;
+    for (char *line = strtok(err, "\n"); line; line = strtok(NULL, "\n")) fprintf(stderr, "dtrun: %s\n", line);
+    return -1;
+}
+
 int train_run(const job_spec *file_job)
 {
     char err[2048];
+    if (env_check() != 0) return DT_EXIT_USAGE;
     job_spec *job = job_for_world(file_job, err, sizeof err);
     if (!job) {
         fprintf(stderr, "dtrun: %s\n", err);
@@ -207,13 +205,15 @@ static int train_job(const job_spec *job)
     const job_checkpoint *ck = &job->checkpoint;
     double samples_per_step = (double)job->train.global_batch * (spec->kind == MODEL_GPT ? spec->seq_len : 1);
     double loss = pg.n_tail ? pg.tail[pg.n_tail - 1] : NAN, val_loss = NAN, acc = -1;
-    int done = (int)pg.step, first = done, nan_step = test_nan_step();
+    int done = (int)pg.step, first = done;
+    /* DTRUN_TEST_NAN_STEP=S (tests): the loss of step S reads as NaN on every rank */
+    long nan_step = dt_env_get()->test_nan_step;
     engine_begin_training(e);
     engine_times setup;
     engine_take_times(e, &setup); /* the rank log's first step starts here */
-    double t0 = now_s();
+    double t0 = clock_now_s();
     for (int step = (int)pg.step; step < job->train.steps; step++) {
-        double ts = now_s();
+        double ts = clock_now_s();
         rc = engine_grads(e, step, &loss, err, sizeof err);
         if (rc != DT_EXIT_OK) goto out;
         if (step + 1 == nan_step) loss = NAN;
@@ -232,7 +232,7 @@ static int train_job(const job_spec *job)
             done = step + 1;
             pg.updates++;
             train_progress_add_loss(&pg, loss);
-            double te = now_s();
+            double te = clock_now_s();
             rank_log_step(rlog, e, done);
             metrics_step ms = {.step = done, .loss = loss, .lr = lr, .grad_norm = norm,
                                .samples_per_s = samples_per_step / (te - ts), .elapsed = te - t0};
@@ -256,11 +256,10 @@ static int train_job(const job_spec *job)
     rc = engine_evaluate(e, &val_loss, &acc, err, sizeof err);
     if (rc != DT_EXIT_OK) goto out;
     metrics_log_eval(met, done, val_loss, acc);
-    metrics_summary(met, done, loss, val_loss, acc, now_s() - t0, samples_per_step * (done - first));
-    const char *dump = getenv("DTRUN_DUMP_PARAMS");
-    if (dump && *dump) rc = engine_dump_params(e, dump, err, sizeof err);
-    const char *vdump = getenv("DTRUN_DUMP_VAL");
-    if (rc == DT_EXIT_OK && vdump && *vdump && rank == 0) rc = engine_dump_val(e, vdump, err, sizeof err);
+    metrics_summary(met, done, loss, val_loss, acc, clock_now_s() - t0, samples_per_step * (done - first));
+    const dt_env *env = dt_env_get();
+    if (env->dump_params[0]) rc = engine_dump_params(e, env->dump_params, err, sizeof err);
+    if (rc == DT_EXIT_OK && env->dump_val[0] && rank == 0) rc = engine_dump_val(e, env->dump_val, err, sizeof err);
 out:
     /* --trace: every rank's part, merged by rank 0 (also after a stop that saved a checkpoint) */
     if (rc == DT_EXIT_OK) rc = engine_trace_finish(e, err, sizeof err);

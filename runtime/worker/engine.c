@@ -21,6 +21,7 @@
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
 #include "runtime/data/data.h"
+#include "runtime/env.h"
 #include "runtime/parallel/mesh.h"
 #include "runtime/model/model.h"
 #include "runtime/parallel/pp_exec.h"
@@ -29,12 +30,6 @@
 #include "runtime/parallel/trace.h"
 #include "runtime/optim/optim.h"
 #include "lib/util/exit_codes.h"
-
-static int env_int(const char *name, int dflt)
-{
-    const char *v = getenv(name);
-    return v && *v ? atoi(v) : dflt;
-}
 
 static int batch_alloc(batch_buf *b, const job_model *spec, int cap)
 {
@@ -344,7 +339,8 @@ static int setup_optim(engine *e)
 engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t errlen)
 {
     *exit_code = DT_EXIT_FAIL;
-    int rank = env_int("RANK", 0), world = env_int("WORLD_SIZE", 1);
+    const dt_env *env = dt_env_get();
+    int rank = env->rank, world = env->world_size;
     const job_parallel *par = &job->parallel;
     int need = par->dp * par->tp * par->pp;
     if (world != need) {
@@ -381,7 +377,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     _Static_assert((int)DEVICE_CPU == (int)DT_DEVICE_CPU && (int)DEVICE_CUDA == (int)DT_DEVICE_CUDA,
                    "device_kind and dt_device number alike");
     char dev_why[256];
-    const dt_ops *ops = dt_ops_select((dt_device)job->train.device, env_int("LOCAL_RANK", 0), dev_why,
+    const dt_ops *ops = dt_ops_select((dt_device)job->train.device, env->local_rank, dev_why,
                                       sizeof dev_why);
     if (!ops) {
         snprintf(err, errlen, "rank %d: %s: %s", rank, job->path, dev_why);
@@ -393,8 +389,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     if (setup_comms(e, err, errlen) != 0) goto fail;
     *exit_code = DT_EXIT_FAIL;
     mesh_coord me = e->mc.me;
-    sizes_env senv = {.gpu = !e->ops->host_memory, .ranks_per_node = env_int("DTRUN_HSDP_RANKS_PER_NODE",
-                                                          env_int("LOCAL_WORLD_SIZE", world))};
+    sizes_env senv = {.gpu = !e->ops->host_memory, .ranks_per_node = env->hsdp_ranks_per_node};
     char why[512];
     if (!(e->sz = sizes_create(job, &senv, why, sizeof why))) {
         snprintf(err, errlen, "rank %d: %s", rank, why);
@@ -441,7 +436,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         size_t l = strlen(e->layout);
         snprintf(e->layout + l, sizeof e->layout - l, " on %s, comm %s", e->ops->name, comm_transport(e->world));
     }
-    e->mark = strat_now();
+    e->mark = clock_now_s();
     *exit_code = DT_EXIT_OK;
     return e;
 fail:
@@ -488,7 +483,7 @@ void engine_begin_training(engine *e)
 
 void engine_take_times(engine *e, engine_times *t)
 {
-    double now = strat_now();
+    double now = clock_now_s();
     t->wall_s = now - e->mark;
     t->comm_s = e->x.comm_s;
     t->idle_s = e->idle_s;
@@ -544,9 +539,9 @@ static int world_sum(engine *e, const double *v, int n, double *out)
         mine[2 * i] = (float)v[i];
         mine[2 * i + 1] = (float)(v[i] - (double)mine[2 * i]);
     }
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_all_gather(e->world, mine, all, (size_t)W * 2 * (size_t)n, COMM_F32);
-    double t1 = strat_now();
+    double t1 = clock_now_s();
     e->idle_s += t1 - t0;
     trace_span(TRACE_IDLE, t0, t1, "wait: loss and grad norm all_gather");
     if (strat_fail(&e->x, e->world, rc, "all_gather of loss and gradient norm") == COMM_OK) {
@@ -611,7 +606,7 @@ static void tied_wte_sum(engine *e)
     acct_add(e->acct, ACCT_BUFFERS, (long long)(n * sizeof(float)));
     float *full = e->so->full_grad(e->ds, u, tmp);
     if (!x->failed) {
-        double t0 = strat_now();
+        double t0 = clock_now_s();
         int rc = comm_all_reduce(e->emb_group, full + w->offset, full + w->offset, w->local_numel, COMM_F32,
                                  COMM_SUM);
         strat_comm_done(x, t0, "tied wte all_reduce");
@@ -690,7 +685,7 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
     double norm = sqrt(e->grad_sumsq), clip = e->job.train.grad_clip;
     *grad_norm = norm;
     float s = clip > 0 && norm > clip ? (float)(clip / (norm + 1e-6)) : 1.0f;
-    double t_opt = strat_now();
+    double t_opt = clock_now_s();
     for (int l = 0; l < e->n_chunks; l++) {
         const model_shard *sh = model_get_shard(e->chunk[l]);
         int n = sh->unit_end - sh->unit_begin;
@@ -710,7 +705,7 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
         optim_step(e->opt[l], lr, step + 1, params, grads);
         free(params), free(grads);
     }
-    trace_span(TRACE_COMPUTE, t_opt, strat_now(), "optimizer");
+    trace_span(TRACE_COMPUTE, t_opt, clock_now_s(), "optimizer");
     e->so->after_update(e->ds);
     trace_step_end();
     return x->failed ? engine_comm_failed(e, err, errlen) : DT_EXIT_OK;

@@ -56,7 +56,7 @@ int engine_trace_finish(engine *e, char *err, size_t errlen)
      * the one instant every rank sees: what aligns the clocks of several hosts. */
     if (e->world_size > 1 && comm_barrier(e->world) != COMM_OK) return barrier_failed(e, err, errlen);
     char why[512] = "";
-    int wrote = trace_write_part(strat_now(), why, sizeof why);
+    int wrote = trace_write_part(clock_now_s(), why, sizeof why);
     /* every part is on disk before rank 0 reads them; a rank that failed to
      * write still takes part, so no one waits for it */
     if (e->world_size > 1 && comm_barrier(e->world) != COMM_OK) return barrier_failed(e, err, errlen);

@@ -22,6 +22,7 @@
 
 #include "kernels/ops.h"
 #include "runtime/data/data.h"
+#include "runtime/env.h"
 #include "runtime/model/model.h"
 #include "runtime/worker/engine.h"
 #include "runtime/train/lr.h"
@@ -166,6 +167,7 @@ static void test_single(const char *name, const char *yaml)
     int fd = mkstemp(dump);
     close(fd);
     unsetenv("RANK"), unsetenv("WORLD_SIZE");
+    dt_env_reload(); /* the environment is read once (runtime/env.h) */
     int rc = engine_run(&job, got, dump, NULL);
     CHECK(rc == 0, "%s: the engine trains %d steps in one process", name, STEPS);
     int same = rc == 0;
@@ -198,6 +200,7 @@ static int run_forked(const char *yaml, const char *parallel, int world, const c
             setenv("WORLD_SIZE", v, 1), setenv("LOCAL_WORLD_SIZE", v, 1);
             snprintf(v, sizeof v, "file:%s", store);
             setenv("DTRUN_STORE", v, 1);
+            dt_env_reload();
             double loss[STEPS];
             char dump[700];
             snprintf(dump, sizeof dump, "%s/params.bin", dir);

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/env.h"
 #include "runtime/parallel/trace.h"
 #include "test/unit/check.h"
 
@@ -67,10 +68,13 @@ int main(void)
     memset(&job, 0, sizeof job);
     snprintf(job.log.trace, sizeof job.log.trace, "from-job.json");
     unsetenv("DTRUN_TRACE");
+    dt_env_reload();
     CHECK(!strcmp(trace_path_for(&job), "from-job.json"), "log.trace without DTRUN_TRACE");
     setenv("DTRUN_TRACE", "/abs/flag.json", 1);
+    dt_env_reload(); /* the environment is read once (runtime/env.h) */
     CHECK(!strcmp(trace_path_for(&job), "/abs/flag.json"), "DTRUN_TRACE (--trace) over log.trace");
     unsetenv("DTRUN_TRACE");
+    dt_env_reload();
 
     /* Off: every call is a no-op. */
     trace_span(TRACE_COMM, 1, 2, "nothing");
