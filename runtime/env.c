@@ -102,10 +102,12 @@ static void env_string(env_report *r, const char *name, char *out, size_t cap)
 static void load_torchrun(env_report *r, dt_env *e)
 {
     long x;
+    int bad0 = r->bad;
     env_long(r, "RANK", 0, (1L << 30) - 1, "an integer >= 0", 0, &x);
     e->rank = (int)x;
     env_long(r, "WORLD_SIZE", 1, (1L << 30) - 1, "an integer >= 1", 1, &x);
     e->world_size = (int)x;
+    e->rank_bad = r->bad > bad0;
     env_int(r, "LOCAL_RANK", 0, "an integer >= 0", 0, &e->local_rank);
     env_int(r, "LOCAL_WORLD_SIZE", 1, "an integer >= 1", 0, &e->local_world_size);
     const char *g = env_value("GROUP_RANK");
@@ -124,15 +126,23 @@ static void load_comm(env_report *r, dt_env *e)
 {
     const char *v = env_value("DTRUN_COMM_BACKEND");
     e->comm_backend = DT_ENV_BACKEND_AUTO;
+    snprintf(e->comm_backend_raw, sizeof e->comm_backend_raw, "%s", v ? v : "");
     if (v && strcmp(v, "cpu") == 0) e->comm_backend = DT_ENV_BACKEND_CPU;
     else if (v && strcmp(v, "nccl") == 0) e->comm_backend = DT_ENV_BACKEND_NCCL;
-    else if (v && strcmp(v, "auto") != 0) env_bad(r, "DTRUN_COMM_BACKEND", v, "auto, nccl or cpu");
+    else if (v && strcmp(v, "auto") != 0) {
+        env_bad(r, "DTRUN_COMM_BACKEND", v, "auto, nccl or cpu");
+        e->comm_backend = DT_ENV_BACKEND_BAD;
+    }
 
     v = env_value("DTRUN_COMM_TRANSPORT");
     e->comm_transport = DT_ENV_TRANSPORT_AUTO;
+    snprintf(e->comm_transport_raw, sizeof e->comm_transport_raw, "%s", v ? v : "");
     if (v && strcmp(v, "shm") == 0) e->comm_transport = DT_ENV_TRANSPORT_SHM;
     else if (v && strcmp(v, "tcp") == 0) e->comm_transport = DT_ENV_TRANSPORT_TCP;
-    else if (v && strcmp(v, "auto") != 0) env_bad(r, "DTRUN_COMM_TRANSPORT", v, "auto, shm or tcp");
+    else if (v && strcmp(v, "auto") != 0) {
+        env_bad(r, "DTRUN_COMM_TRANSPORT", v, "auto, shm or tcp");
+        e->comm_transport = DT_ENV_TRANSPORT_BAD;
+    }
 
     e->comm_timeout_s = 60.0;
     if ((v = env_value("DTRUN_COMM_TIMEOUT"))) {
@@ -153,9 +163,12 @@ static void load_comm(env_report *r, dt_env *e)
 
     e->store = DT_ENV_STORE_KV;
     e->store_dir[0] = '\0';
-    if ((v = env_value("DTRUN_STORE")) && strcmp(v, "kv") != 0) {
+    v = env_value("DTRUN_STORE");
+    snprintf(e->store_raw, sizeof e->store_raw, "%s", v ? v : "");
+    if (v && strcmp(v, "kv") != 0) {
         if (strncmp(v, "file:", 5) != 0 || !v[5] || strlen(v + 5) >= sizeof e->store_dir) {
             env_bad(r, "DTRUN_STORE", v, "'kv' or 'file:DIR'");
+            e->store = DT_ENV_STORE_BAD;
         } else {
             e->store = DT_ENV_STORE_FILE;
             snprintf(e->store_dir, sizeof e->store_dir, "%s", v + 5);

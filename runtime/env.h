@@ -52,9 +52,12 @@
 #define DT_ENV_PATH_MAX 4096
 #define DT_ENV_ADDR_MAX 256
 
-typedef enum { DT_ENV_BACKEND_AUTO, DT_ENV_BACKEND_CPU, DT_ENV_BACKEND_NCCL } dt_env_backend;
-typedef enum { DT_ENV_TRANSPORT_AUTO, DT_ENV_TRANSPORT_SHM, DT_ENV_TRANSPORT_TCP } dt_env_transport;
-typedef enum { DT_ENV_STORE_KV, DT_ENV_STORE_FILE } dt_env_store;
+/* *_BAD: the variable holds something else (its text in the *_raw field), so
+ * that the comm layer, which callers other than the worker use too, can still
+ * answer with its own line when asked for a world, a group or a store. */
+typedef enum { DT_ENV_BACKEND_AUTO, DT_ENV_BACKEND_CPU, DT_ENV_BACKEND_NCCL, DT_ENV_BACKEND_BAD } dt_env_backend;
+typedef enum { DT_ENV_TRANSPORT_AUTO, DT_ENV_TRANSPORT_SHM, DT_ENV_TRANSPORT_TCP, DT_ENV_TRANSPORT_BAD } dt_env_transport;
+typedef enum { DT_ENV_STORE_KV, DT_ENV_STORE_FILE, DT_ENV_STORE_BAD } dt_env_store;
 
 typedef struct {
     /* torchrun */
@@ -64,9 +67,12 @@ typedef struct {
     char master_addr[DT_ENV_ADDR_MAX];
     int master_port;               /* 0 when unset */
     int restart_count;
+    int rank_bad;                  /* RANK or WORLD_SIZE is not a number in range (rank/world_size hold the defaults) */
     /* communication */
     dt_env_backend comm_backend;
+    char comm_backend_raw[64];     /* the variable's text, cut to fit */
     dt_env_transport comm_transport;
+    char comm_transport_raw[64];
     double comm_timeout_s;
     char comm_addr[DT_ENV_ADDR_MAX];
     size_t comm_shm_chunk, comm_shm_depth;
@@ -75,6 +81,7 @@ typedef struct {
     char nccl_lib[DT_ENV_PATH_MAX];
     dt_env_store store;
     char store_dir[DT_ENV_PATH_MAX]; /* file:DIR */
+    char store_raw[DT_ENV_PATH_MAX]; /* the variable's text (DT_ENV_STORE_BAD) */
     /* trainer */
     int hsdp_ranks_per_node;       /* the default above already applied */
     char trace[DT_ENV_PATH_MAX];

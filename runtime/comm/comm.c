@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "runtime/env.h"
 #include "runtime/comm/comm_internal.h"
 
 /* How many times this process made a given member list from a given parent:
@@ -89,14 +90,7 @@ void comm_chunk(size_t count, int size, int rank, size_t *offset, size_t *len)
 
 static double timeout_from_env(void)
 {
-    const char *s = getenv("DTRUN_COMM_TIMEOUT");
-    if (s && *s) {
-        char *end;
-        double t = strtod(s, &end);
-        if (end != s && t > 0)
-            return t;
-    }
-    return 60.0;
+    return dt_env_get()->comm_timeout_s;
 }
 
 static comm *comm_alloc(int size)
@@ -153,21 +147,20 @@ static int comm_setup_transport(comm *c)
         if (!c->store)
             return comm_fail(c, COMM_EINVAL, "%s: a group of %d needs a bootstrap store",
                              c->name, c->size);
-        const char *force = getenv("DTRUN_COMM_TRANSPORT");
-        if (force && *force && strcmp(force, "auto") != 0 && strcmp(force, "shm") != 0 &&
-            strcmp(force, "tcp") != 0)
-            return comm_fail(c, COMM_EINVAL,
-                             "DTRUN_COMM_TRANSPORT=%s: expected auto, shm or tcp", force);
+        const dt_env *env = dt_env_get();
+        dt_env_transport force = env->comm_transport;
+        if (force == DT_ENV_TRANSPORT_BAD)
+            return comm_fail(c, COMM_EINVAL, "DTRUN_COMM_TRANSPORT=%s: expected auto, shm or tcp",
+                             env->comm_transport_raw);
         const comm_peer_info *info = w->info;
         int one_node = 1;
         for (int i = 1; i < c->size; i++)
             if (strcmp(info[c->world_ranks[i]].node, info[c->world_ranks[0]].node) != 0)
                 one_node = 0;
-        if (force && strcmp(force, "shm") == 0 && !one_node)
+        if (force == DT_ENV_TRANSPORT_SHM && !one_node)
             return comm_fail(c, COMM_EINVAL,
                              "%s: DTRUN_COMM_TRANSPORT=shm but the members span nodes", c->name);
-        be = one_node && !(force && strcmp(force, "tcp") == 0) ? &comm_backend_shm
-                                                               : &comm_backend_tcp;
+        be = one_node && force != DT_ENV_TRANSPORT_TCP ? &comm_backend_shm : &comm_backend_tcp;
     }
     c->be = be;
     return be->create(c);
@@ -207,10 +200,11 @@ static const backend_choice backend_choices[] = {
  * else. Under auto, DTRUN_COMM_TRANSPORT=shm or tcp asks for a CPU transport: cpu. */
 static const backend_choice *backend_from_env(void)
 {
-    const char *s = getenv("DTRUN_COMM_BACKEND");
-    if (!s || !*s || strcmp(s, "auto") == 0) {
-        const char *t = getenv("DTRUN_COMM_TRANSPORT");
-        s = t && (strcmp(t, "shm") == 0 || strcmp(t, "tcp") == 0) ? "cpu" : "auto";
+    const dt_env *env = dt_env_get();
+    const char *s = env->comm_backend_raw;
+    if (env->comm_backend == DT_ENV_BACKEND_AUTO) {
+        dt_env_transport t = env->comm_transport;
+        s = t == DT_ENV_TRANSPORT_SHM || t == DT_ENV_TRANSPORT_TCP ? "cpu" : "auto";
     }
     for (size_t i = 0; i < sizeof backend_choices / sizeof backend_choices[0]; i++)
         if (strcmp(s, backend_choices[i].value) == 0)
@@ -240,31 +234,20 @@ static int choose_backend(comm *c, const backend_choice *want, const char *my_wh
     return COMM_OK;
 }
 
-static int env_int(const char *name, int fallback)
-{
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return fallback;
-    char *end;
-    long v = strtol(s, &end, 10);
-    return (*end == '\0' && v >= 0 && v < (1L << 30)) ? (int)v : -1;
-}
-
 int comm_world_init(comm **out, comm_store *store, char *err, size_t errlen)
 {
     *out = NULL;
-    int rank = env_int("RANK", 0), world = env_int("WORLD_SIZE", 1);
-    if (rank < 0 || world < 1) {
-        snprintf(err, errlen, "comm: bad RANK=%s / WORLD_SIZE=%s", getenv("RANK"),
-                 getenv("WORLD_SIZE"));
+    const dt_env *env = dt_env_get();
+    if (env->rank_bad) {
+        snprintf(err, errlen, "comm: bad RANK / WORLD_SIZE in the environment (expected integers "
+                 "0 <= RANK < WORLD_SIZE)");
         return COMM_EINVAL;
     }
     char node[64];
-    const char *group_rank = getenv("GROUP_RANK");
-    if (group_rank && *group_rank)
-        snprintf(node, sizeof node, "node%s", group_rank);
-    return comm_world_init_with(out, store, rank, world,
-                                group_rank && *group_rank ? node : NULL, err, errlen);
+    if (env->group_rank[0])
+        snprintf(node, sizeof node, "node%s", env->group_rank);
+    return comm_world_init_with(out, store, env->rank, env->world_size,
+                                env->group_rank[0] ? node : NULL, err, errlen);
 }
 
 int comm_world_init_with(comm **out, comm_store *store, int rank, int world_size,
@@ -290,8 +273,7 @@ int comm_world_init_with(comm **out, comm_store *store, int rank, int world_size
     snprintf(c->name, sizeof c->name, "world");
     /* The key prefix changes with the agent's restart count and with every world
      * this process makes, so stale keys of an earlier attempt are never read. */
-    const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
-    snprintf(c->id, sizeof c->id, "dtrun-comm/w%s.%d", restart ? restart : "0",
+    snprintf(c->id, sizeof c->id, "dtrun-comm/w%d.%d", dt_env_get()->restart_count,
              atomic_fetch_add(&generation, 1));
 
     comm_peer_info *me = &c->info[rank];
@@ -303,7 +285,7 @@ int comm_world_init_with(comm **out, comm_store *store, int rank, int world_size
     const backend_choice *want = backend_from_env();
     if (!want) {
         snprintf(err, errlen, "comm: DTRUN_COMM_BACKEND=%s: expected auto, nccl or cpu",
-                 getenv("DTRUN_COMM_BACKEND"));
+                 dt_env_get()->comm_backend_raw);
         comm_free(c);
         return COMM_EINVAL;
     }

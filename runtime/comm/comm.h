@@ -60,7 +60,8 @@
  * on a per-communicator worker thread (collectives, in issue order) or progress
  * in the background (send / recv).
  *
- * Environment (all optional):
+ * Environment (all optional; read once, with the rest of the worker's, by
+ * runtime/env.c — a test that changes one calls dt_env_reload()):
  *   DTRUN_COMM_BACKEND    auto (default), nccl or cpu (comm_nccl.h)
  *   DTRUN_NCCL_LIB        the NCCL library to dlopen (default libnccl.so.2)
  *   DTRUN_STORE           kv (default: the agent's KV store) or file:DIR
@@ -70,7 +71,7 @@
  *                         of the route to MASTER_ADDR, else the host name's)
  *   DTRUN_COMM_SHM_CHUNK  shm staging entry, bytes (256K); DTRUN_COMM_SHM_DEPTH
  *                         entries per rank (16); DTRUN_COMM_SPIN_US busy-wait
- *                         before sleeping (50 when every rank has a core, else 0) */
+ *                         before sleeping (1000 when every rank has a core, else 0) */
 #ifndef DTRUN_COMM_H
 #define DTRUN_COMM_H
 

@@ -57,6 +57,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/env.h"
 #include "runtime/comm/comm_internal.h"
 
 #define SHM_MAGIC 0x647472756e73686dULL  /* "dtrunshm" */
@@ -723,20 +724,6 @@ static const comm_cpu_ops shm_ops = {
 
 /* ---- creation ---- */
 
-static size_t env_size(const char *name, size_t fallback, size_t lo, size_t hi)
-{
-    const char *v = getenv(name);
-    if (!v || !*v)
-        return fallback;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    if (*end == 'k' || *end == 'K')
-        x <<= 10;
-    else if (*end == 'm' || *end == 'M')
-        x <<= 20;
-    return x < lo ? lo : x > hi ? hi : (size_t)x;
-}
-
 static size_t round_up(size_t x, size_t a)
 {
     return (x + a - 1) / a * a;
@@ -758,13 +745,14 @@ static int shm_create(comm *c)
     /* An entry: big enough to amortise the per-chunk signalling, small enough
      * that a chunk is still in cache when the peer reads it. The depth lets a
      * rank run ahead of a momentarily descheduled peer. */
-    s->entry = round_up(env_size("DTRUN_COMM_SHM_CHUNK", 256 * 1024, 64 * 1024, 64 << 20), 4096);
+    const dt_env *env = dt_env_get();
+    s->entry = round_up(env->comm_shm_chunk, 4096);
     if (s->entry < (size_t)n * 16 * 1024)
         s->entry = round_up((size_t)n * 16 * 1024, 4096);
-    s->depth = env_size("DTRUN_COMM_SHM_DEPTH", 16, 2, 1024);
+    s->depth = env->comm_shm_depth;
     /* Many local ranks: keep the staging under 128 MiB per communicator. */
     size_t fit = ((size_t)128 << 20) / ((size_t)n * s->entry);
-    if (!getenv("DTRUN_COMM_SHM_DEPTH") && fit < s->depth)
+    if (!env->comm_shm_depth_set && fit < s->depth)
         s->depth = fit < 2 ? 2 : fit;
     size_t mb = (16u << 20) / ((size_t)n * (size_t)(n - 1));
     mb = mb < (16 << 10) ? (16 << 10) : mb > (256 << 10) ? (256 << 10) : mb;
@@ -778,10 +766,9 @@ static int shm_create(comm *c)
      * node: a two-rank group of an eight-rank job is not alone), spinning only
      * steals the core from the rank being waited for. */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *lws = getenv("LOCAL_WORLD_SIZE");
-    long local = lws && atol(lws) > 0 ? atol(lws) : n;
+    long local = env->local_world_size > 0 ? env->local_world_size : n;
     if (local < n) local = n;
-    s->spin_s = 1e-6 * (double)env_size("DTRUN_COMM_SPIN_US", local <= cpus ? 1000 : 0, 0, 1000000);
+    s->spin_s = 1e-6 * (double)(env->comm_spin_us >= 0 ? env->comm_spin_us : local <= cpus ? 1000 : 0);
 
     size_t off_ctl = sizeof(shm_header);
     size_t off_mctl = off_ctl + (size_t)n * sizeof(shm_ctl);

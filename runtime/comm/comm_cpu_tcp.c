@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "runtime/env.h"
 #include "runtime/comm/comm_internal.h"
 
 #define HELLO_MAGIC 0x64747263u  /* "dtrc" */
@@ -430,13 +431,13 @@ static const comm_cpu_ops tcp_ops = {
  * host name's first address, else loopback. */
 static void local_addr(char *out, size_t cap)
 {
-    const char *env = getenv("DTRUN_COMM_ADDR");
-    if (env && *env) {
-        snprintf(out, cap, "%s", env);
+    const dt_env *env = dt_env_get();
+    if (env->comm_addr[0]) {
+        snprintf(out, cap, "%s", env->comm_addr);
         return;
     }
     snprintf(out, cap, "127.0.0.1");
-    const char *master = getenv("MASTER_ADDR");
+    const char *master = env->master_addr[0] ? env->master_addr : NULL;
     char host[256];
     if (!master || !*master) {
         if (gethostname(host, sizeof host) != 0)

@@ -13,6 +13,7 @@
 #ifdef DTRUN_CUDA
 
 #include "runtime/comm/comm_nccl_lib.h"
+#include "runtime/env.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -26,7 +27,7 @@ dt_nccl_api dt_nccl;
 #define DT_STR(x) DT_STR_(x)
 
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static char load_error[256];
+static char load_error[512];
 
 /* dlsym answers a void *; copying its bytes into the function pointer is the
  * conversion POSIX guarantees (ISO C has none between the two kinds). */
@@ -34,7 +35,7 @@ static char load_error[256];
     do {                                                                               \
         void *p_ = dlsym(lib, sym);                                                    \
         if (!p_) {                                                                     \
-            snprintf(load_error, sizeof load_error, "%s has no %s", name, sym);        \
+            snprintf(load_error, sizeof load_error, "%.200s has no %s", name, sym);        \
             return;                                                                    \
         }                                                                              \
         memcpy(&dt_nccl.field, &p_, sizeof p_);                                        \
@@ -42,7 +43,7 @@ static char load_error[256];
 
 static void load(void)
 {
-    const char *name = getenv("DTRUN_NCCL_LIB");
+    const char *name = dt_env_get()->nccl_lib;
     void *lib = NULL;
     if (name && *name) {
         lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -56,7 +57,7 @@ static void load(void)
     }
     if (!lib) {
         const char *why = dlerror();
-        snprintf(load_error, sizeof load_error, "cannot load NCCL (%s): %s", name,
+        snprintf(load_error, sizeof load_error, "cannot load NCCL (%.200s): %.250s", name,
                  why ? why : "not found");
         return;
     }
@@ -83,7 +84,7 @@ static void load(void)
     int v = 0;
     if (dt_nccl.get_version(&v) != ncclSuccess || v < DT_NCCL_MIN_VERSION) {
         snprintf(load_error, sizeof load_error,
-                 "%s is NCCL version code %d; dtrun needs %d (2.18) or newer", name, v,
+                 "%.200s is NCCL version code %d; dtrun needs %d (2.18) or newer", name, v,
                  DT_NCCL_MIN_VERSION);
         return;
     }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/env.h"
 #include "runtime/comm/store_impl.h"
 
 int store_fail(comm_store *s, const char *fmt, ...)
@@ -18,12 +19,12 @@ int store_fail(comm_store *s, const char *fmt, ...)
 
 comm_store *store_open_env(char *err, size_t errlen)
 {
-    const char *spec = getenv("DTRUN_STORE");
-    if (!spec || !*spec || strcmp(spec, "kv") == 0)
+    const dt_env *env = dt_env_get();
+    if (env->store == DT_ENV_STORE_KV)
         return store_kv_open(err, errlen);
-    if (strncmp(spec, "file:", 5) == 0 && spec[5])
-        return store_file_open(spec + 5, err, errlen);
-    snprintf(err, errlen, "DTRUN_STORE=%s: expected 'kv' or 'file:DIR'", spec);
+    if (env->store == DT_ENV_STORE_FILE)
+        return store_file_open(env->store_dir, err, errlen);
+    snprintf(err, errlen, "DTRUN_STORE=%s: expected 'kv' or 'file:DIR'", env->store_raw);
     return NULL;
 }
 

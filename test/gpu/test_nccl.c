@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "kernels/ops.h"
+#include "runtime/env.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
 #include "test/unit/check.h"
@@ -442,6 +443,7 @@ static int run_children(const char *self, const char *mode, int W, const char *b
             setenv("DTRUN_STORE", store, 1);
             setenv("DTRUN_COMM_BACKEND", backend, 1);
             setenv("DTRUN_COMM_TIMEOUT", "60", 1);
+            dt_env_reload();
             execl(self, self, "--child", mode, (char *)NULL);
             _exit(127);
         }
@@ -484,6 +486,7 @@ static void one_rank(void)
 {
     char err[1024];
     setenv("DTRUN_COMM_BACKEND", "nccl", 1);
+    dt_env_reload();
     comm *w = NULL;
     int rc = comm_world_init_with(&w, NULL, 0, 1, NULL, err, sizeof err);
     CHECK(rc == COMM_OK && !strcmp(comm_transport(w), "nccl"), "one-rank world on NCCL (rc %d, transport %s%s%s)",
@@ -551,6 +554,7 @@ static void one_rank(void)
     CHECK(e == cudaSuccess, "the device is healthy after the abort (%s)", cudaGetErrorString(e));
     gpu->free(d);
     unsetenv("DTRUN_COMM_BACKEND");
+    dt_env_reload();
 }
 
 int main(int argc, char **argv)

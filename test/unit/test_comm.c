@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "lib/rdzv/rdzv.h"
+#include "runtime/env.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
 #include "runtime/parallel/mesh.h"
@@ -338,17 +339,20 @@ static void child_main(int r, int n, const world_opts *o, const char *dir, body_
     if (o->env)
         putenv((char *)o->env);
     char err[600] = "";
+    dt_env_reload();
     comm_store *st;
     if (o->use_kv) {
         setenv("DTRUN_KV_ENDPOINT", kv_endpoint, 1);
         setenv("DTRUN_RDZV_TOKEN", "test-token", 1);
         setenv("DTRUN_KV_PREFIX", "t/", 1);
         setenv("DTRUN_STORE", "kv", 1);
+        dt_env_reload();
         st = store_open_env(err, sizeof err);
     } else {
         char spec[300];
         snprintf(spec, sizeof spec, "file:%s", dir);
         setenv("DTRUN_STORE", spec, 1);
+        dt_env_reload();
         st = store_open_env(err, sizeof err);
     }
     if (!st) {
@@ -748,9 +752,11 @@ static void test_store_file(void)
     CHECK(store_set(s, "big", big, sizeof big) != 0, "oversized value refused");
     store_close(s);
     setenv("DTRUN_STORE", "bogus", 1);
+    dt_env_reload();
     CHECK(store_open_env(err, sizeof err) == NULL && strstr(err, "bogus"),
           "bad DTRUN_STORE is an error: %s", err);
     unsetenv("DTRUN_STORE");
+    dt_env_reload();
     rm_tree(dir);
 }
 

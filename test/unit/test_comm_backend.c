@@ -15,6 +15,7 @@
 
 #include "kernels/ops.h"
 #include "lib/job/jobspec.h"
+#include "runtime/env.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
 #include "runtime/worker/engine.h"
@@ -25,12 +26,14 @@ static void test_env_choice(void)
     char err[600];
     comm *w = NULL;
     setenv("DTRUN_COMM_BACKEND", "gloo", 1);
+    dt_env_reload();
     int rc = comm_world_init_with(&w, NULL, 0, 1, NULL, err, sizeof err);
     CHECK(rc == COMM_EINVAL && !w && strstr(err, "DTRUN_COMM_BACKEND=gloo") &&
               strstr(err, "auto, nccl or cpu") && !strchr(err, '\n'),
           "a bad DTRUN_COMM_BACKEND is one line: %s", err);
 
     setenv("DTRUN_COMM_BACKEND", "nccl", 1);
+    dt_env_reload();
     rc = comm_world_init_with(&w, NULL, 0, 1, NULL, err, sizeof err);
     CHECK(rc == COMM_EINVAL && !w && strstr(err, "cannot use NCCL") &&
               (strstr(err, "no CUDA device in use") || strstr(err, "built without CUDA")) &&
@@ -40,6 +43,7 @@ static void test_env_choice(void)
     const char *keep[] = {"cpu", "auto", ""};
     for (int i = 0; i < 3; i++) {
         setenv("DTRUN_COMM_BACKEND", keep[i], 1);
+        dt_env_reload();
         rc = comm_world_init_with(&w, NULL, 0, 1, NULL, err, sizeof err);
         CHECK(rc == COMM_OK && !strcmp(comm_transport(w), "self"),
               "DTRUN_COMM_BACKEND='%s': a world of one is self (%s)", keep[i], rc ? err : "");
@@ -47,6 +51,7 @@ static void test_env_choice(void)
         w = NULL;
     }
     unsetenv("DTRUN_COMM_BACKEND");
+    dt_env_reload();
 }
 
 /* Two processes through a file store: each rank's world init answers rc and
@@ -63,6 +68,7 @@ static int two_ranks(const char *backend, int want_rc, const char *want_transpor
             if (!st) _exit(3);
             setenv("DTRUN_COMM_BACKEND", backend, 1);
             setenv("DTRUN_COMM_TIMEOUT", "20", 1);
+            dt_env_reload();
             comm *w = NULL;
             int rc = comm_world_init_with(&w, st, r, 2, "node0", err, sizeof err);
             int ok = rc == want_rc;
@@ -131,6 +137,7 @@ int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     unsetenv("RANK"), unsetenv("WORLD_SIZE");
+    dt_env_reload();
     test_env_choice();
     test_two_ranks();  /* forks: before anything could touch a GPU */
     test_ops_select();
