@@ -240,7 +240,10 @@ static int shm_wait(comm *c, shm_state *s, ready_fn ready, const void *arg, doub
             return shm_abort(c, s, c->label, who, ABORT_TIMEOUT);
         if (now >= next_check) {
             next_check = now + 0.1;
-            if (!comm_pid_alive(s->ctl[who].pid))
+            /* A peer may publish its part and exit between the ready() check
+             * above and this one (its last collective of the run): look again
+             * before calling it dead. */
+            if (!comm_pid_alive(s->ctl[who].pid) && !ready(s, arg, &who))
                 return shm_abort(c, s, c->label, who, ABORT_DIED);
         }
         if (yields < 4) {      /* let a peer that shares this core run first */
