@@ -9,9 +9,9 @@
  *
  * Sequence parallelism (model.h): the embedding builds the whole stream in the
  * [N, C] scratch and keeps this rank's rows; its backward gathers the rows'
- * gradient first (model_layers.rows_gather). The head gathers the last stream to pick the class tokens,
- * and its input gradient (non-zero on class-token rows only) is cut to the
- * rank's rows. So both compute what they compute without SP, on every rank. */
+ * gradient first (model_layers.rows_gather). The head gathers the last stream
+ * to pick the class tokens, and its input gradient (non-zero on class-token
+ * rows only) is cut to the rank's rows. So both compute what they compute without SP, on every rank. */
 #include "runtime/model/model_internal.h"
 
 /* rows[b, :] <-> stream[b, pos, :] for b < B (rows are [B, n*C], n positions) */

@@ -5,7 +5,7 @@
  * strategy, the optimizer over the strategy's slices, the data. A step: this dp
  * rank's slice of the global batch through forward / backward — micro-batch by
  * micro-batch with pp = 1, through the pipeline executor (pp_exec.h) otherwise —
- * while tp (the model's split layers) and the strategy (its hooks) act; the strategy finishes the
+ * while tp and the strategy act in the model's hooks; the strategy finishes the
  * gradient sync; pipelines sum the tied wte gradient; one exchange of (loss,
  * squared gradient norm) over the world; clip, AdamW on the slices; the
  * strategy makes the parameters current. */
