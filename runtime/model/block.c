@@ -4,21 +4,16 @@
  *   r2 = x  + proj(attn(qkv(ln1(x))))     qkv column-parallel, proj row-parallel
  *   y  = r2 + mproj(gelu(fc(ln2(r2))))    fc column-parallel, mproj row-parallel
  *
- * A row-parallel matmul's output is a partial sum: all-reduced before it joins
- * the residual stream, with its (replicated) bias passed on tp rank 0 only so it
- * is added once. A column-parallel matmul's input gradient is partial: all-reduced
- * before the layernorm backward. Everything else is local.
+ * The four matmuls go through the model's layers (model_layers: plain local
+ * ones, or a tp strategy's, which add the collectives their kind needs);
+ * everything else is local to this rank's heads, ffn columns and rows.
  *
  * With sequence parallelism (model.h) x, r2, y, the layernorm outputs and the
- * residual gradient hold this rank's rows only (N_l of the N). The layernorm
- * output is all-gathered into the shared [N, C] scratch before its
- * column-parallel matmul, and the partial sums are reduce-scattered into the
- * rank's rows instead of all-reduced: the same sums, so the bias-on-rank-0 rule
- * holds unchanged. Backward mirrors it: the residual gradient is all-gathered
- * before the row-parallel matmuls (whose bias gradient therefore sums over all
- * N rows, complete on every rank), the layernorm inputs' gradients are
- * reduce-scattered, and the layernorm outputs are gathered again where a weight
- * gradient needs them (keeping them whole would spend the memory SP saves). */
+ * residual gradient hold this rank's rows only (N_l of the N); the layers take
+ * those rows and the shared [N, C] scratch (block_scratch.full) to gather into
+ * or reduce from. In backward the layernorm outputs are passed as rows again
+ * where a weight gradient needs them (keeping them whole would spend the
+ * memory SP saves). */
 #include "runtime/model/model_internal.h"
 
 typedef struct {
@@ -39,31 +34,25 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
                    const block_scratch *s, int B, int recomputing)
 {
     const dt_ops *ops = m->ops;
+    const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
     int N = B * d->seq, C = d->C, T = d->seq, Nl = rows_local(d, B);
     int causal = m->spec.kind == MODEL_GPT;
-    int rank0 = m->shard.tp_rank == 0;
-    size_t NC = (size_t)N * (size_t)C, NlC = (size_t)Nl * (size_t)C;
+    size_t NlC = (size_t)Nl * (size_t)C;
     block_params bp;
     bind_params(m, unit, &bp, 0);
 
     ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C);
-    const float *ln1 = model_rows_gathered(m, a->ln1, s->full, NC);
-    ops->matmul_forward(a->qkv, ln1, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l);
+    L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l);
     ops->attention_forward(a->atty, a->att, a->qkv, B, T, d->C_l, d->NH_l, causal);
-    ops->matmul_forward(model_rows_partial(m, a->r2, s->full), a->atty, bp.p[BLK_PROJ_W],
-                        rank0 ? bp.p[BLK_PROJ_B] : NULL, N, d->C_l, C);
-    model_rows_reduce(m, a->r2, s->full, NC);
+    L->row_forward(L->ctx, a->r2, s->full, a->atty, bp.p[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C);
     ops->residual_forward(a->r2, a->r2, x, NlC);
 
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BLK_LN2_W], bp.p[BLK_LN2_B], Nl, C);
-    const float *ln2 = model_rows_gathered(m, a->ln2, s->full, NC);
-    ops->matmul_forward(a->fch, ln2, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l);
+    L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l);
     ops->gelu_forward(a->fchg, a->fch, (size_t)N * (size_t)d->F_l);
     if (recomputing) return; /* the backward reads nothing past this point */
-    ops->matmul_forward(model_rows_partial(m, y, s->full), a->fchg, bp.p[BLK_MPROJ_W],
-                        rank0 ? bp.p[BLK_MPROJ_B] : NULL, N, d->F_l, C);
-    model_rows_reduce(m, y, s->full, NC);
+    L->row_forward(L->ctx, y, s->full, a->fchg, bp.p[BLK_MPROJ_W], bp.p[BLK_MPROJ_B], N, d->F_l, C);
     ops->residual_forward(y, y, a->r2, NlC);
 }
 
@@ -71,10 +60,11 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
                     const block_scratch *s, int B)
 {
     const dt_ops *ops = m->ops;
+    const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
     int N = B * d->seq, C = d->C, T = d->seq, Nl = rows_local(d, B);
     int causal = m->spec.kind == MODEL_GPT;
-    size_t NC = (size_t)N * (size_t)C, NF = (size_t)N * (size_t)d->F_l;
+    size_t NF = (size_t)N * (size_t)d->F_l;
     block_params bp;
     bind_params(m, unit, &bp, 1);
     /* layernorm gradients: straight into the unit's, or (SP) this rank's part of
@@ -87,27 +77,21 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     /* dres = dL/dy. y = r2 + mlp(r2): the MLP branch sees dy; dL/dr2 = dy + (MLP's
      * input gradient), accumulated into dres in place by the ln2 backward. */
     float *dfchg = s->dA, *dfch = s->dB;
-    const float *dy = model_rows_gathered(m, dres, s->full, NC);
-    ops->zero(dfchg, NF * sizeof(float));
-    ops->matmul_backward(dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dy, a->fchg,
-                         bp.p[BLK_MPROJ_W], N, d->F_l, C);
+    L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
+                    bp.p[BLK_MPROJ_W], N, d->F_l, C);
     ops->zero(dfch, NF * sizeof(float));
     ops->gelu_backward(dfch, a->fch, dfchg, NF);
-    const float *ln2 = model_rows_gathered(m, a->ln2, s->full, NC); /* dy is used up */
-    ops->zero(s->dln, NC * sizeof(float));
-    ops->matmul_backward(s->dln, bp.g[BLK_FC_W], bp.g[BLK_FC_B], dfch, ln2, bp.p[BLK_FC_W],
-                         N, C, d->F_l);
-    const float *dln2 = model_rows_reduce_in_place(m, s->dln, B);
+    /* s->full is free again: dy is used up */
+    const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BLK_FC_W], bp.g[BLK_FC_B], dfch, a->ln2,
+                                           s->full, bp.p[BLK_FC_W], N, C, d->F_l);
     ops->layernorm_backward(dres, ln2_dw, ln2_db, dln2, a->r2, bp.p[BLK_LN2_W], a->ln2_mean,
                             a->ln2_rstd, Nl, C);
 
     /* dres = dL/dr2. r2 = x + attn(x): same pattern. */
     float *datty = s->dB, *dqkv = s->dA;
     size_t NCl = (size_t)N * (size_t)d->C_l;
-    const float *dr2 = model_rows_gathered(m, dres, s->full, NC);
-    ops->zero(datty, NCl * sizeof(float));
-    ops->matmul_backward(datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dr2, a->atty,
-                         bp.p[BLK_PROJ_W], N, d->C_l, C);
+    L->row_backward(L->ctx, datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dres, s->full, a->atty,
+                    bp.p[BLK_PROJ_W], N, d->C_l, C);
     if (m->recompute == RECOMPUTE_SELECTIVE) {
         /* att_shared holds whichever block's probabilities were computed last:
          * rebuild this block's from its kept qkv (same kernel, same inputs, so
@@ -118,11 +102,9 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     ops->zero(dqkv, 3 * NCl * sizeof(float));
     ops->attention_backward(dqkv, s->att_scratch, datty, a->qkv, a->att, B, T, d->C_l, d->NH_l,
                             causal);
-    const float *ln1 = model_rows_gathered(m, a->ln1, s->full, NC); /* dr2 is used up */
-    ops->zero(s->dln, NC * sizeof(float));
-    ops->matmul_backward(s->dln, bp.g[BLK_QKV_W], bp.g[BLK_QKV_B], dqkv, ln1, bp.p[BLK_QKV_W],
-                         N, C, 3 * d->C_l);
-    const float *dln1 = model_rows_reduce_in_place(m, s->dln, B);
+    /* s->full is free again: dr2 is used up */
+    const float *dln1 = L->column_backward(L->ctx, s->dln, bp.g[BLK_QKV_W], bp.g[BLK_QKV_B], dqkv, a->ln1,
+                                           s->full, bp.p[BLK_QKV_W], N, C, 3 * d->C_l);
     ops->layernorm_backward(dres, ln1_dw, ln1_db, dln1, x, bp.p[BLK_LN1_W], a->ln1_mean,
                             a->ln1_rstd, Nl, C);
     /* before after(BACKWARD): the strategies take the unit's gradients as final there */

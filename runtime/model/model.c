@@ -1,5 +1,5 @@
 /* model.c — the model object: the units it holds, their flat parameter and
- * gradient buffers, the hooks, and forward/backward through the held units.
+ * gradient buffers, the hooks and layers, and forward/backward through the held units.
  * The per-unit math lives in gpt.c, vit.c and block.c. */
 #include "runtime/model/model_internal.h"
 
@@ -43,6 +43,7 @@ model *model_create(const job_model *spec, const model_shard *shard, const dt_op
     m->spec = *spec;
     m->shard = *sh;
     m->ops = ops;
+    model_local_layers(m, &m->layers);
     m->recompute = recompute;
     model_dims_of(spec, sh, &m->d);
     m->n_held = sh->unit_end - sh->unit_begin;
@@ -187,75 +188,20 @@ void model_set_hooks(model *m, const model_hooks *hooks)
     else memset(&m->hooks, 0, sizeof m->hooks);
 }
 
-void model_tp_allreduce(model *m, float *buf, size_t n, tp_op op)
+void model_set_layers(model *m, const model_layers *layers)
 {
-    if (m->shard.tp_size == 1) return;
-    if (!m->hooks.tp_allreduce) {
-        /* a programming error in the strategy, not a user error: stop loudly */
-        fprintf(stderr, "dtrun: model: tp_size %d but no tp_allreduce hook is set\n",
-                m->shard.tp_size);
-        abort();
-    }
-    m->hooks.tp_allreduce(m->hooks.ctx, buf, n, op);
+    m->layers_set = layers != NULL;
+    if (layers) m->layers = *layers;
+    else model_local_layers(m, &m->layers);
 }
 
-/* A hook the strategy must set: its absence is a programming error in the
- * strategy, not a user error, so stop loudly. */
-static void missing_hook(const model *m, const char *name)
+/* Split shards computed through the local layers would be silently wrong: a
+ * programming error in the strategy, not a user error, so stop loudly. */
+static void check_layers(const model *m)
 {
-    fprintf(stderr, "dtrun: model: sequence parallel over tp_size %d but no %s hook is set\n",
-            m->shard.tp_size, name);
+    if (m->shard.tp_size == 1 || m->layers_set) return;
+    fprintf(stderr, "dtrun: model: tp_size %d but no tensor-parallel layers are set\n", m->shard.tp_size);
     abort();
-}
-
-void model_tp_all_gather(model *m, const float *local, float *full, size_t full_count)
-{
-    if (m->d.sp_size == 1) {
-        if (local != full) m->ops->copy(full, local, full_count * sizeof(float));
-        return;
-    }
-    if (!m->hooks.tp_all_gather) missing_hook(m, "tp_all_gather");
-    m->hooks.tp_all_gather(m->hooks.ctx, local, full, full_count);
-}
-
-void model_tp_reduce_scatter(model *m, const float *full, float *local, size_t full_count)
-{
-    if (m->d.sp_size == 1) {
-        if (local != full) m->ops->copy(local, full, full_count * sizeof(float));
-        return;
-    }
-    if (!m->hooks.tp_reduce_scatter) missing_hook(m, "tp_reduce_scatter");
-    m->hooks.tp_reduce_scatter(m->hooks.ctx, full, local, full_count);
-}
-
-const float *model_rows_gathered(model *m, const float *local, float *full, size_t NC)
-{
-    if (m->d.sp_size == 1) return local;
-    model_tp_all_gather(m, local, full, NC);
-    return full;
-}
-
-float *model_rows_partial(model *m, float *out, float *full)
-{
-    return m->d.sp_size == 1 ? out : full;
-}
-
-void model_rows_reduce(model *m, float *out, float *full, size_t NC)
-{
-    if (m->d.sp_size == 1) model_tp_allreduce(m, out, NC, TP_SUM);
-    else model_tp_reduce_scatter(m, full, out, NC);
-}
-
-float *model_rows_reduce_in_place(model *m, float *buf, int B)
-{
-    size_t NC = (size_t)B * (size_t)m->d.seq * (size_t)m->d.C;
-    if (m->d.sp_size == 1) {
-        model_tp_allreduce(m, buf, NC, TP_SUM);
-        return buf;
-    }
-    float *mine = buf + rows_first(&m->d, B) * (size_t)m->d.C;
-    model_tp_reduce_scatter(m, buf, mine, NC);
-    return mine;
 }
 
 float *model_ln_grads_begin(model *m, const block_scratch *s, int n)
@@ -272,7 +218,7 @@ void model_ln_grads_finish(model *m, const block_scratch *s, float *const *dst, 
 {
     if (m->d.sp_size == 1) return;
     size_t C = (size_t)m->d.C;
-    model_tp_allreduce(m, s->ln_grads, (size_t)n * C, TP_SUM);
+    m->layers.rows_grad_sum(m->layers.ctx, s->ln_grads, (size_t)n * C);
     for (int i = 0; i < n; i++) m->ops->residual_forward(dst[i], dst[i], s->ln_grads + (size_t)i * C, C);
 }
 
@@ -312,6 +258,7 @@ static int batch_size(const model_acts *a, const model_batch *batch)
 double model_forward(model *m, model_acts *a, const model_batch *batch, int *correct)
 {
     int B = batch_size(a, batch), L = m->spec.n_layer;
+    check_layers(m);
     if (correct) *correct = 0;
     if (m->has_emb) {
         model_hook_before(m, 0, PHASE_FORWARD);
@@ -346,6 +293,7 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
 void model_backward(model *m, model_acts *a, const model_batch *batch, float loss_scale)
 {
     int B = batch_size(a, batch), L = m->spec.n_layer;
+    check_layers(m);
     size_t io = model_acts_io_numel(m, B);
     int tied_here = a->tied_dwte != NULL;
     if (m->has_head) {

@@ -2,9 +2,10 @@
  *
  * The model knows nothing of parallelism (torchtitan's rule). It computes on the
  * local shards it is given and calls `model_hooks` at the points where a strategy
- * may act: tensor-parallel reductions, and before/after each unit in forward and
- * backward (FSDP gathers and frees, DDP buckets, ZeRO-2 reduce-scatters). It never
- * calls the comm layer itself.
+ * may act: before/after each unit in forward and backward (FSDP gathers and
+ * frees, DDP buckets, ZeRO-2 reduce-scatters). The layers tensor parallelism
+ * splits it computes through `model_layers`, which a tp strategy replaces with
+ * its own (runtime/parallel/tp.c). It never calls the comm layer itself.
  *
  * Units. A model is a sequence of units: unit 0 = embedding (GPT: wte, wpe; ViT:
  * patch projection, class token, position embedding), units 1..L = transformer
@@ -18,19 +19,21 @@
  * columns split), attention proj and mlp proj row-parallel (bias added once, after
  * the reduction), wte vocab-parallel with a parallel cross-entropy; layernorms,
  * wpe, row-parallel biases and the ViT patch/classifier params are replicated
- * (their gradients come out identical on every tp rank).
+ * (their gradients come out identical on every tp rank). The model computes on
+ * its shards; the collectives are the business of the tp layers (model_layers).
  *
  * Sequence parallelism (Megatron-LM's, shard.sp with tp > 1). The residual
  * stream, [N = B*seq, C] rows, is split by rows over the tp group: tp rank r
  * holds rows [r*N/tp, (r+1)*N/tp) of the stream, its gradient, and the block
  * boundaries a pipeline sends (model_acts_io_numel), and runs the per-token ops
- * (layernorms, residual adds) on those rows only. A column-parallel matmul's
- * input is all-gathered first; a row-parallel matmul's partial sums are
- * reduce-scattered instead of all-reduced (backward: the mirror image). The
- * blocks keep their layernorm outputs and r2 for these rows only, which is the
- * memory SP saves. Layernorm gradients then come from a rank's rows only: each
- * unit sums them over tp itself, before its after(BACKWARD) hook, so gradients
- * are complete and identical across tp ranks there, as without SP.
+ * (layernorms, residual adds) on those rows only. The tp layers gather a
+ * column-parallel matmul's input first and reduce-scatter a row-parallel
+ * matmul's partial sums instead of all-reducing them (backward: the mirror
+ * image). The blocks keep their layernorm outputs and r2 for these rows only,
+ * which is the memory SP saves. Layernorm gradients then come from a rank's rows
+ * only: each unit has them summed over tp (model_layers.rows_grad_sum) before
+ * its after(BACKWARD) hook, so gradients are complete and identical across tp
+ * ranks there, as without SP.
  *
  * Layout independence: every parameter element is a pure function of (seed, name,
  * global index); a shard draws only its slice (param_global_index).
@@ -103,20 +106,10 @@ typedef struct {
     const int *labels;     /* ViT: [B] */
 } model_batch;
 
-typedef enum { TP_SUM = 0, TP_MAX } tp_op;
 typedef enum { PHASE_FORWARD = 0, PHASE_BACKWARD } model_phase;
 
 typedef struct {
     void *ctx;
-    /* All-reduce across the tensor-parallel group, in place. NULL when tp == 1. */
-    void (*tp_allreduce)(void *ctx, float *buf, size_t n, tp_op op);
-    /* Sequence parallelism only (NULL otherwise). A [N, C] tensor of full_count
-     * elements is cut into tp equal parts, rank r's the r-th (comm_chunk's cut,
-     * since tp divides it). all_gather: every rank's part (`local`) into `full`;
-     * reduce_scatter: this rank's part of the SUM of every rank's `full` into
-     * `local`. In place is allowed when `local` is this rank's part of `full`. */
-    void (*tp_all_gather)(void *ctx, const float *local, float *full, size_t full_count);
-    void (*tp_reduce_scatter)(void *ctx, const float *full, float *local, size_t full_count);
     /* Called around every unit's forward and backward (any may be NULL). In
      * backward, `after` means that unit's gradients are complete for this
      * micro-batch. Recompute re-runs a block's forward inside its backward
@@ -130,6 +123,75 @@ typedef struct {
     void (*before)(void *ctx, int unit, model_phase phase);
     void (*after)(void *ctx, int unit, model_phase phase);
 } model_hooks;
+
+/* The vocabulary-split LM head with its cross-entropy, on one micro-batch of
+ * N = B * T token rows (the buffers are the model's activations). */
+typedef struct {
+    int B, T, C;
+    int v0, V_l;            /* this rank's vocabulary rows [v0, v0 + V_l) of wte */
+    const float *wte;       /* [V_l, C] */
+    float *dwte;            /* [V_l, C] backward: accumulates */
+    const float *x_rows;    /* the final layernorm's output: this rank's rows of x */
+    float *x;               /* [N, C] all of it (forward fills it from x_rows; x_rows
+                               is x itself, or its part, without sequence parallelism) */
+    const int *targets;     /* [N] (< 0: no loss) */
+    float *logits;          /* [N, V_l] */
+    float *rowmax, *sumexp, *target, *loss; /* [N] */
+    const float *dloss;     /* [N] backward: dL/d(loss) per token */
+    float *dlogits;         /* [T, V_l] backward: one sample's at a time */
+    float *dx;              /* [N, C] backward: d(x) (zeroed first) */
+} model_vocab_head;
+
+/* The layers tensor parallelism splits (Megatron-LM's ColumnParallelLinear,
+ * RowParallelLinear, VocabParallelEmbedding and vocab-parallel cross-entropy),
+ * through which the model computes them. By default they are the plain local
+ * layers (one tp rank: no communication); a tensor-parallel strategy sets its own
+ * (runtime/parallel/tp.h), which do the same local ops plus the collectives
+ * their kind needs. The model only passes its local shards and buffers.
+ *
+ * Rows: a [N, C] tensor of the residual stream, N = B * T. With sequence
+ * parallelism (model_shard.sp) the model holds this rank's rows of it (`*_rows`,
+ * rows_local of the N) and passes `full`, a [N, C] scratch a layer gathers into
+ * or reduces from; without it `*_rows` are all N rows and `full` may be NULL.
+ * Linear layers compute out[N, OC] = in[N, IC] w^T + b (ops->matmul_forward)
+ * with this rank's w [OC, IC] and b [OC]; backward accumulates dw, db. */
+typedef struct {
+    void *ctx;
+    /* Column-parallel (OC: this rank's output features): in gathered from
+     * in_rows, out local. */
+    void (*column_forward)(void *ctx, float *out, const float *in_rows, float *full, const float *w,
+                           const float *b, int N, int IC, int OC);
+    /* din [N, IC] is zeroed and receives the input gradient summed over the tp
+     * group; returns this rank's rows of it (din itself without SP). in_rows are
+     * gathered into full again when they are rows. */
+    const float *(*column_backward)(void *ctx, float *din, float *dw, float *db, const float *dout,
+                                    const float *in_rows, float *full, const float *w, int N, int IC,
+                                    int OC);
+    /* Row-parallel (IC: this rank's input features): the sum over the group of
+     * the local products, b added once, into this rank's rows out_rows. */
+    void (*row_forward)(void *ctx, float *out_rows, float *full, const float *in, const float *w,
+                        const float *b, int N, int IC, int OC);
+    /* dout_rows gathered (into full) when they are rows; din [N, IC] is zeroed
+     * and receives this rank's input gradient. */
+    void (*row_backward)(void *ctx, float *din, float *dw, float *db, const float *dout_rows,
+                         float *full, const float *in, const float *w, int N, int IC, int OC);
+    /* Vocabulary-split token embedding plus position embedding wpe [T, C]:
+     * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)). */
+    void (*embedding_forward)(void *ctx, float *out_rows, float *full, const int *tokens,
+                              const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C);
+    void (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
+                               float *full, const int *tokens, int v0, int V_l, int B, int T, int C);
+    /* The LM head's logits and the cross-entropy's per-token loss (h->loss). */
+    void (*head_forward)(void *ctx, const model_vocab_head *h);
+    /* d(x) summed over the group into h->dx; returns this rank's rows of it. */
+    const float *(*head_backward)(void *ctx, const model_vocab_head *h);
+    /* The whole [N, C] tensor from this rank's rows: rows itself, or gathered
+     * into full (returned) under sequence parallelism. */
+    const float *(*rows_gather)(void *ctx, const float *rows, float *full, size_t NC);
+    /* Sequence parallelism only: a replicated tensor's gradient computed from
+     * this rank's rows, n floats, summed over the group in place. */
+    void (*rows_grad_sum)(void *ctx, float *buf, size_t n);
+} model_layers;
 
 typedef struct model model;
 typedef struct model_acts model_acts;
@@ -188,6 +250,9 @@ float *model_param_grad(model *m, int i);
 void model_init_params(model *m, unsigned long long seed);
 void model_zero_grads(model *m);
 void model_set_hooks(model *m, const model_hooks *hooks);
+/* The layers tensor parallelism splits (NULL: the plain local ones, the
+ * default). A model with tp_size > 1 must be given them before it computes. */
+void model_set_layers(model *m, const model_layers *layers);
 
 /* ---- activations of one micro-batch ---- */
 model_acts *model_acts_create(model *m, int B);

@@ -54,6 +54,8 @@ struct model {
     const dt_ops *ops;
     recompute_kind recompute;
     model_hooks hooks;
+    model_layers layers;   /* the tp layers, or the plain local ones (local_layers.c) */
+    int layers_set;        /* a strategy gave them (model_set_layers) */
     model_dims d;
     int n_held;            /* unit_end - unit_begin */
     int n_blocks;          /* block units held */
@@ -74,8 +76,8 @@ struct model {
 float *unit_tensor(model *m, int unit, int i);
 float *unit_tensor_grad(model *m, int unit, int i);
 
-/* The tp all-reduce hook, or nothing when tp == 1. */
-void model_tp_allreduce(model *m, float *buf, size_t n, tp_op op);
+/* The plain local layers (no tensor parallelism), computing on m->ops. */
+void model_local_layers(model *m, model_layers *out);
 void model_hook_before(model *m, int unit, model_phase phase);
 void model_hook_after(model *m, int unit, model_phase phase);
 
@@ -114,22 +116,6 @@ typedef struct {
                            (model_ln_grads_begin) */
 } block_scratch;
 
-/* The sequence-parallel hooks (model.h), or a copy when the rows are not split. */
-void model_tp_all_gather(model *m, const float *local, float *full, size_t full_count);
-void model_tp_reduce_scatter(model *m, const float *full, float *local, size_t full_count);
-/* The [N, C] input of a column-parallel matmul from this rank's rows `local`:
- * `local` itself, or with sequence parallelism every rank's rows gathered into
- * `full` (returned). */
-const float *model_rows_gathered(model *m, const float *local, float *full, size_t NC);
-/* Where a row-parallel matmul writes its [N, C] partial sums: `out` itself (the
- * sum is all-reduced in place), or with sequence parallelism `full`, whose sum
- * model_rows_reduce then reduce-scatters into this rank's rows `out`. */
-float *model_rows_partial(model *m, float *out, float *full);
-void model_rows_reduce(model *m, float *out, float *full, size_t NC);
-/* A [N, C] gradient of partial sums over tp, in place: all-reduced (returns buf),
- * or with sequence parallelism reduce-scattered into this rank's rows of buf
- * (returns where they start). */
-float *model_rows_reduce_in_place(model *m, float *buf, int B);
 /* Layernorm weight and bias gradients under sequence parallelism: each rank's
  * rows give part of the sum, so a unit collects this micro-batch's part in
  * block_scratch.ln_grads (zeroed here, returned), then model_ln_grads_finish

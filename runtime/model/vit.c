@@ -9,9 +9,9 @@
  *
  * Sequence parallelism (model.h): the embedding builds the whole stream in the
  * [N, C] scratch and keeps this rank's rows; its backward gathers the rows'
- * gradient first. The head gathers the last stream to pick the class tokens,
- * and its input gradient (non-zero on class-token rows only) is cut to the
- * rank's rows. So both compute what they compute without SP, on every rank. */
+ * gradient first (model_layers.rows_gather). The head gathers the last stream
+ * to pick the class tokens, and its input gradient (non-zero on class-token
+ * rows only) is cut to the rank's rows. So both compute what they compute without SP, on every rank. */
 #include "runtime/model/model_internal.h"
 
 /* rows[b, :] <-> stream[b, pos, :] for b < B (rows are [B, n*C], n positions) */
@@ -59,7 +59,7 @@ void vit_embedding_backward(model *m, model_acts *a, const float *dres, int B)
     const job_model *s = &m->spec;
     const model_dims *d = &m->d;
     int C = d->C;
-    dres = model_rows_gathered(m, dres, a->bs.full, (size_t)B * (size_t)d->seq * (size_t)C);
+    dres = m->layers.rows_gather(m->layers.ctx, dres, a->bs.full, (size_t)B * (size_t)d->seq * (size_t)C);
     ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_POS), dres, B, d->seq, C);
     /* patch_out is free after the forward: reuse it for the patches' gradient */
     gather_positions(ops, a->patch_out, dres, B, d->seq, 1, d->NP, C);
@@ -77,7 +77,7 @@ double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const
     int head = m->spec.n_layer + 1;
     int B = batch->B, C = m->d.C, K = m->spec.n_classes;
     ops->from_host(a->labels, batch->labels, (size_t)B * sizeof(int));
-    x = model_rows_gathered(m, x, a->bs.full, (size_t)B * (size_t)m->d.seq * (size_t)C);
+    x = m->layers.rows_gather(m->layers.ctx, x, a->bs.full, (size_t)B * (size_t)m->d.seq * (size_t)C);
     gather_positions(ops, a->cls_x, x, B, m->d.seq, 0, 1, C);
     ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->cls_x,
                            unit_tensor(m, head, VIT_HEAD_LNF_W), unit_tensor(m, head, VIT_HEAD_LNF_B),

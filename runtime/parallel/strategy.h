@@ -5,7 +5,7 @@
  * parameters and gradients consistent with its data-parallel peers. It acts
  * only through the model's hooks (before/after each unit, forward and backward)
  * and through the calls below; the engine owns the step (micro-batches, global
- * norm, clipping, AdamW) and the tensor-parallel all-reduce (tp.c).
+ * norm, clipping, AdamW) and applies tensor parallelism to the model (tp.c).
  *
  * Every strategy exposes, per held unit, the SLICE of the unit's flat buffer that
  * this rank updates (the whole unit for DDP, comm_chunk's share for ZeRO / FSDP:
@@ -27,6 +27,7 @@
 #include "runtime/model/model.h"
 #include "runtime/parallel/account.h"
 #include "runtime/parallel/sizes.h"
+#include "runtime/parallel/tp.h"
 
 typedef struct {
     /* fixed at setup */
@@ -41,6 +42,7 @@ typedef struct {
     comm *shard;            /* FSDP / HSDP: the ranks a unit is sharded over (= dp for FSDP) */
     comm *replica;          /* HSDP: the ranks holding the same shard (NULL otherwise) */
     comm *tp;               /* tensor-parallel group */
+    tp_group tpg;           /* the model's tp layers' view of it (tp_apply) */
     account *acct;
     /* per step, set by the engine */
     int step;               /* 1-based, for messages */
@@ -120,15 +122,13 @@ extern const strat_ops strat_zero1; /* zero.c: DDP's buckets + optimizer state s
 extern const strat_ops strat_zero2; /* zero.c: + gradients reduce-scattered into shards */
 extern const strat_ops strat_fsdp;  /* fsdp.c: + parameters sharded (HSDP: ctx->replica) */
 
-/* ---- tensor parallel (tp.c) ---- */
+/* ---- tensor parallel (tp.c, tp.h) ---- */
 
-/* The model's tp_allreduce hook: in place over x->tp, SUM or MAX; a failure is
- * recorded in x (strat_fail). */
-void tp_allreduce(strat_ctx *x, float *buf, size_t n, tp_op op);
-/* Sequence parallelism's hooks (model.h) over x->tp: rank r's part of a
- * full_count tensor is comm_chunk's chunk r; failures recorded like the above. */
-void tp_all_gather(strat_ctx *x, const float *local, float *full, size_t full_count);
-void tp_reduce_scatter(strat_ctx *x, const float *full, float *local, size_t full_count);
+/* Applies tensor parallelism to the model (torchtitan's parallelize): every
+ * chunk computes its split layers through tp's (model_set_layers), over x->tp,
+ * with sequence parallelism when sp. Their collectives' failures are recorded
+ * in x (strat_fail). */
+void tp_apply(strat_ctx *x, int sp, model *const *chunks, int n_chunks);
 
 /* ---- DDP's gradient buckets (ddp.c), also ZeRO-1's ---- */
 

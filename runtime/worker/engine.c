@@ -99,25 +99,7 @@ static void batch_pad(engine *e, int at, int count)
     }
 }
 
-/* ---- the model's hooks: tensor parallel and the data-parallel strategy ---- */
-
-static void hook_tp(void *ctx, float *buf, size_t n, tp_op op)
-{
-    engine *e = ctx;
-    tp_allreduce(&e->x, buf, n, op);
-}
-
-static void hook_tp_all_gather(void *ctx, const float *local, float *full, size_t full_count)
-{
-    engine *e = ctx;
-    tp_all_gather(&e->x, local, full, full_count);
-}
-
-static void hook_tp_reduce_scatter(void *ctx, const float *full, float *local, size_t full_count)
-{
-    engine *e = ctx;
-    tp_reduce_scatter(&e->x, full, local, full_count);
-}
+/* ---- the model's hooks: the data-parallel strategy ---- */
 
 /* The trace's unit spans (trace.h) leave out the strategy's work in the hooks. */
 static void hook_before(void *ctx, int unit, model_phase phase)
@@ -410,11 +392,9 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         snprintf(err, errlen, "rank %d: %s", rank, why);
         goto fail;
     }
-    model_hooks hooks = {.ctx = e, .tp_allreduce = par->tp > 1 ? hook_tp : NULL,
-                         .tp_all_gather = sp ? hook_tp_all_gather : NULL,
-                         .tp_reduce_scatter = sp ? hook_tp_reduce_scatter : NULL, .before = hook_before,
-                         .after = hook_after};
+    model_hooks hooks = {.ctx = e, .before = hook_before, .after = hook_after};
     for (int l = 0; l < e->n_chunks; l++) model_set_hooks(e->chunk[l], &hooks);
+    if (par->tp > 1) tp_apply(&e->x, sp, e->chunk, e->n_chunks);
     if (setup_optim(e) != 0) {
         snprintf(err, errlen, "rank %d: out of memory for the optimizer state", rank);
         goto fail;

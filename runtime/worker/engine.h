@@ -7,7 +7,7 @@
  * or virtual_stages of them interleaved, split by sizes_first_unit and run by the
  * pipeline executor pp_exec.h), the data-parallel
  * strategy the job asks for (ddp, zero1, zero2, fsdp, hsdp: runtime/parallel/
- * strategy.h), tensor parallelism through the model's tp_allreduce hook, and an
+ * strategy.h), tensor parallelism through the model's layers (tp.c), and an
  * AdamW over the slices this rank updates.
  *
  * Layout independence (DESIGN.md). The global batch of step k is split into dp

@@ -11,6 +11,7 @@
 
 #include "kernels/ops.h"
 #include "runtime/model/model.h"
+#include "runtime/parallel/tp.h"
 #include "runtime/rng.h"
 #include "test/unit/check.h"
 
@@ -296,10 +297,10 @@ typedef struct {
     pthread_barrier_t bar;
     float *bufs[2];
     const float *parts[2];
-} tp_group;
+} thread_group;
 
 typedef struct {
-    tp_group *g;
+    thread_group *g;
     int rank;
     const job_model *spec;
     const test_batch *tb;
@@ -315,7 +316,7 @@ typedef struct {
 static void tp_allreduce(void *ctx, float *buf, size_t n, tp_op op)
 {
     tp_worker *w = ctx;
-    tp_group *g = w->g;
+    thread_group *g = w->g;
     g->bufs[w->rank] = buf;
     pthread_barrier_wait(&g->bar);
     float *tmp = malloc(n * sizeof(float));
@@ -333,7 +334,7 @@ static void tp_allreduce(void *ctx, float *buf, size_t n, tp_op op)
 static void tp_all_gather(void *ctx, const float *local, float *full, size_t n)
 {
     tp_worker *w = ctx;
-    tp_group *g = w->g;
+    thread_group *g = w->g;
     size_t half = n / 2;
     g->parts[w->rank] = local;
     pthread_barrier_wait(&g->bar);
@@ -349,7 +350,7 @@ static void tp_all_gather(void *ctx, const float *local, float *full, size_t n)
 static void tp_reduce_scatter(void *ctx, const float *full, float *local, size_t n)
 {
     tp_worker *w = ctx;
-    tp_group *g = w->g;
+    thread_group *g = w->g;
     size_t half = n / 2, at = (size_t)w->rank * half;
     g->parts[w->rank] = full;
     pthread_barrier_wait(&g->bar);
@@ -368,9 +369,12 @@ static void *tp_thread(void *arg)
     model_shard sh = {.tp_rank = w->rank, .tp_size = 2, .unit_begin = 0, .unit_end = w->spec->n_layer + 2,
                       .sp = w->sp};
     w->m = model_create(w->spec, &sh, ops, w->rc);
-    model_hooks h = {.ctx = w, .tp_allreduce = tp_allreduce};
-    if (w->sp) h.tp_all_gather = tp_all_gather, h.tp_reduce_scatter = tp_reduce_scatter;
-    model_set_hooks(w->m, &h);
+    /* tp.c's layers, over the threads' collectives */
+    tp_group g = {.ops = ops, .rank = w->rank, .size = 2, .sp = w->sp, .ctx = w, .all_reduce = tp_allreduce};
+    if (w->sp) g.all_gather = tp_all_gather, g.reduce_scatter = tp_reduce_scatter;
+    model_layers layers;
+    tp_layers(&g, &layers);
+    model_set_layers(w->m, &layers);
     test_init(w->m, 11);
     run_once(w->m, w->tb, 1.0f, &w->res);
     return NULL;
@@ -388,7 +392,7 @@ static void tp_equivalence_with(const job_model *s, int B, int sp, recompute_kin
     run_result rr;
     run_once(ref, &tb, 1.0f, &rr);
 
-    tp_group g;
+    thread_group g;
     pthread_barrier_init(&g.bar, NULL, 2);
     tp_worker w[2];
     pthread_t th[2];

@@ -1,0 +1,114 @@
+/* local_layers.c — the model's layers that tensor parallelism splits, as plain
+ * local layers: what they are on one tp rank, where nothing is split and there
+ * is no one to talk to. The model computes through these unless a strategy sets
+ * its tensor-parallel ones (model_set_layers; runtime/parallel/tp.c), which run
+ * the same ops in the same order plus their collectives, so one process and
+ * every tp layout share their arithmetic. */
+#include "runtime/model/model_internal.h"
+
+static void column_forward(void *ctx, float *out, const float *in_rows, float *full, const float *w,
+                           const float *b, int N, int IC, int OC)
+{
+    const model *m = ctx;
+    (void)full;
+    m->ops->matmul_forward(out, in_rows, w, b, N, IC, OC);
+}
+
+static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
+                                    const float *in_rows, float *full, const float *w, int N, int IC,
+                                    int OC)
+{
+    const model *m = ctx;
+    (void)full;
+    m->ops->zero(din, (size_t)N * (size_t)IC * sizeof(float));
+    m->ops->matmul_backward(din, dw, db, dout, in_rows, w, N, IC, OC);
+    return din;
+}
+
+static void row_forward(void *ctx, float *out_rows, float *full, const float *in, const float *w,
+                        const float *b, int N, int IC, int OC)
+{
+    const model *m = ctx;
+    (void)full;
+    m->ops->matmul_forward(out_rows, in, w, b, N, IC, OC);
+}
+
+static void row_backward(void *ctx, float *din, float *dw, float *db, const float *dout_rows,
+                         float *full, const float *in, const float *w, int N, int IC, int OC)
+{
+    const model *m = ctx;
+    (void)full;
+    m->ops->zero(din, (size_t)N * (size_t)IC * sizeof(float));
+    m->ops->matmul_backward(din, dw, db, dout_rows, in, w, N, IC, OC);
+}
+
+static void embedding_forward(void *ctx, float *out_rows, float *full, const int *tokens,
+                              const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C)
+{
+    const model *m = ctx;
+    (void)full;
+    m->ops->embedding_forward(out_rows, tokens, wte, v0, V_l, B * T, C);
+    m->ops->posadd_forward(out_rows, wpe, B, T, C);
+}
+
+static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
+                               float *full, const int *tokens, int v0, int V_l, int B, int T, int C)
+{
+    const model *m = ctx;
+    (void)full;
+    m->ops->embedding_backward(dwte, dout_rows, tokens, v0, V_l, B * T, C);
+    m->ops->posadd_backward(dwpe, dout_rows, B, T, C);
+}
+
+static void head_forward(void *ctx, const model_vocab_head *h)
+{
+    const dt_ops *ops = ((const model *)ctx)->ops;
+    int N = h->B * h->T;
+    ops->matmul_forward(h->logits, h->x, h->wte, NULL, N, h->C, h->V_l);
+    ops->xent_rowmax(h->rowmax, h->logits, N, h->V_l);
+    ops->xent_sumexp(h->sumexp, h->logits, h->rowmax, N, h->V_l);
+    ops->xent_target(h->target, h->logits, h->targets, h->v0, N, h->V_l);
+    ops->xent_loss(h->loss, h->rowmax, h->sumexp, h->target, h->targets, N);
+}
+
+static const float *head_backward(void *ctx, const model_vocab_head *h)
+{
+    const dt_ops *ops = ((const model *)ctx)->ops;
+    int T = h->T, C = h->C, Vl = h->V_l;
+    ops->zero(h->dx, (size_t)h->B * (size_t)T * (size_t)C * sizeof(float));
+    /* one sample at a time: the logits' gradient never needs a second [N, V_l] */
+    for (int b = 0; b < h->B; b++) {
+        size_t r = (size_t)b * (size_t)T;
+        ops->xent_backward(h->dlogits, h->logits + r * (size_t)Vl, h->rowmax + r, h->sumexp + r,
+                           h->targets + r, h->dloss + r, h->v0, T, Vl);
+        ops->matmul_backward(h->dx + r * (size_t)C, h->dwte, NULL, h->dlogits, h->x + r * (size_t)C,
+                             h->wte, T, C, Vl);
+    }
+    return h->dx;
+}
+
+static const float *rows_gather(void *ctx, const float *rows, float *full, size_t NC)
+{
+    (void)ctx, (void)full, (void)NC;
+    return rows;
+}
+
+static void rows_grad_sum(void *ctx, float *buf, size_t n)
+{
+    (void)ctx, (void)buf, (void)n; /* one rank holds every row */
+}
+
+void model_local_layers(model *m, model_layers *out)
+{
+    *out = (model_layers){.ctx = m,
+                          .column_forward = column_forward,
+                          .column_backward = column_backward,
+                          .row_forward = row_forward,
+                          .row_backward = row_backward,
+                          .embedding_forward = embedding_forward,
+                          .embedding_backward = embedding_backward,
+                          .head_forward = head_forward,
+                          .head_backward = head_backward,
+                          .rows_gather = rows_gather,
+                          .rows_grad_sum = rows_grad_sum};
+}

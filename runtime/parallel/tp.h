@@ -1,0 +1,50 @@
+/* tp.h — tensor parallelism (Megatron-LM's tensor_parallel layers): the
+ * column-parallel linear, the row-parallel linear, the vocab-parallel embedding
+ * and the vocab-parallel LM head with its cross-entropy, as the model's
+ * layers (model_layers in model.h). Each runs the same local ops as the plain
+ * layer on this rank's shard and adds the collectives its kind needs:
+ *
+ *   layer        forward                        backward
+ *   column       identity (SP: all-gather in)   all-reduce d(in) (SP: reduce-scatter)
+ *   row          all-reduce out (SP: r-scatter)  identity (SP: all-gather d(out))
+ *   embedding    all-reduce out (SP: r-scatter)  identity (SP: all-gather d(out))
+ *   head + loss  (SP: all-gather in) and the     all-reduce d(in) (SP: reduce-scatter)
+ *                row max (MAX), sum of exps and
+ *                target logit (SUM) all-reduced
+ *
+ * A row-parallel layer's bias is added on tp rank 0 only, before the sum, so it
+ * is added once. With sequence parallelism (SP) the residual stream's rows are
+ * split over the group: rank r's part of a [N, C] tensor is its r-th N/size rows,
+ * which is comm_chunk's cut of the N*C elements since size divides N.
+ *
+ * The layers reach the group through tp_group's three collectives: the engine's
+ * go over the tp communicator (strategy.h: tp_apply), a test may pass threads. */
+#ifndef DTRUN_TP_H
+#define DTRUN_TP_H
+
+#include <stddef.h>
+
+#include "kernels/ops.h"
+#include "runtime/model/model.h"
+
+typedef enum { TP_SUM = 0, TP_MAX } tp_op;
+
+typedef struct {
+    const dt_ops *ops;
+    int rank, size;  /* this rank's place in the tensor-parallel group */
+    int sp;          /* 1: sequence parallel (the stream's rows split over the group) */
+    void *ctx;       /* the collectives' */
+    /* In place over the group. */
+    void (*all_reduce)(void *ctx, float *buf, size_t n, tp_op op);
+    /* SP only. Every rank's part (`local`) of a full_count tensor into `full`;
+     * in place when `local` is this rank's part of `full`. */
+    void (*all_gather)(void *ctx, const float *local, float *full, size_t full_count);
+    /* SP only. This rank's part of the SUM of every rank's `full` into `local`;
+     * in place when `local` is this rank's part of `full`. */
+    void (*reduce_scatter)(void *ctx, const float *full, float *local, size_t full_count);
+} tp_group;
+
+/* The model's layers over group g (their ctx: g, which must outlive their use). */
+void tp_layers(tp_group *g, model_layers *out);
+
+#endif
