@@ -58,6 +58,7 @@ void job_defaults(job_spec *job)
     t->eps = 1e-8;
     t->grad_clip = 1.0;
     t->precision = PREC_FP32;
+    t->grad_dtype = DTYPE_FP32; /* follows precision unless given */
     t->device = DEVICE_AUTO;
     t->seed = 1337;
     t->recompute = RECOMPUTE_NONE;
@@ -74,6 +75,7 @@ void job_defaults(job_spec *job)
     p->virtual_stages = 1;
     p->sequence_parallel = 0;
     p->bucket_mb = 25;
+    p->reduce_dtype = DTYPE_FP32; /* follows train.grad_dtype unless given */
 
     job->checkpoint.every = 0;
     job->checkpoint.keep = 2;

@@ -56,6 +56,12 @@ typedef struct {
 
 typedef enum { LR_COSINE = 0, LR_LINEAR, LR_CONSTANT } lr_schedule;
 typedef enum { PREC_FP32 = 0, PREC_BF16 } precision_kind;
+/* The element type of gradients (train.grad_dtype) and of the gradient
+ * collectives (parallel.reduce_dtype). auto resolves when the job loads: the
+ * gradients follow train.precision (bf16 under bf16: 16 bytes per parameter with
+ * AdamW; fp32 is Megatron's fp32 accumulation, 18), the reduction follows the
+ * gradients. Never auto after job_load_*. */
+typedef enum { DTYPE_AUTO = 0, DTYPE_FP32, DTYPE_BF16 } dtype_kind;
 /* block: keep each block's input, recompute the whole block in backward.
  * selective (Megatron's): keep everything but the attention probabilities,
  * recompute those from the kept qkv in backward. */
@@ -76,6 +82,7 @@ typedef struct {
     double beta1, beta2, eps;
     double grad_clip;      /* 0 = off; clip by the global L2 norm */
     precision_kind precision;
+    dtype_kind grad_dtype; /* fp32 or bf16 (bf16 only with precision bf16) */
     device_kind device;    /* where the worker computes (kernels' ops table) */
     unsigned long long seed;
     recompute_kind recompute;
@@ -99,6 +106,7 @@ typedef struct {
     int virtual_stages;    /* chunks per pp rank for interleaved, default 2 there, else 1 */
     int sequence_parallel; /* 0/1, with tp > 1 */
     int bucket_mb;         /* DDP bucket size in MiB, default 25 */
+    dtype_kind reduce_dtype; /* the gradient collectives' type: fp32, or bf16 (half the bytes) */
 } job_parallel;
 
 typedef struct {
@@ -191,6 +199,7 @@ const char *job_data_kind_name(data_kind k);
 const char *job_lr_schedule_name(lr_schedule s);
 const char *job_device_name(device_kind d);
 const char *job_precision_name(precision_kind p);
+const char *job_dtype_name(dtype_kind d);
 const char *job_recompute_name(recompute_kind r);
 const char *job_shard_mode_name(shard_mode m);
 const char *job_pp_schedule_name(pp_schedule_kind s);

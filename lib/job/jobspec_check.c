@@ -175,6 +175,16 @@ static int check_batch(const job_spec *job, verdict *v)
 static int check_parallel(const job_spec *job, verdict *v)
 {
     const job_parallel *par = &job->parallel;
+    if (job->train.precision == PREC_FP32 && job->train.grad_dtype == DTYPE_BF16)
+        return fail(v, BLAME(FID_GRAD_DTYPE, FID_PRECISION),
+                    "train.grad_dtype bf16 needs train.precision: bf16 (fp32 training keeps fp32 gradients)");
+    if (job->train.precision == PREC_FP32 && par->reduce_dtype == DTYPE_BF16)
+        return fail(v, BLAME(FID_REDUCE_DTYPE, FID_PRECISION),
+                    "parallel.reduce_dtype bf16 needs train.precision: bf16 (fp32 training reduces fp32 gradients)");
+    if (par->pp_schedule == PP_INTERLEAVED && par->pp == 1)
+        return fail(v, BLAME(FID_PP_SCHEDULE, FID_PP),
+                    "parallel.pp_schedule interleaved needs parallel.pp > 1 (it interleaves model chunks across "
+                    "pipeline ranks; with pp 1 there is no pipeline)");
     if (par->pp_schedule == PP_INTERLEAVED && par->virtual_stages < 2)
         return fail(v, BLAME(FID_VIRTUAL_STAGES, FID_PP_SCHEDULE),
                     "parallel.pp_schedule interleaved needs virtual_stages >= 2 (model chunks per pipeline rank), "

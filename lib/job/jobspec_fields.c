@@ -26,6 +26,8 @@ static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const schedule_aliases[] = {"cos", "lin", "const,none,fixed", NULL};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
 static const char *const precision_aliases[] = {"float32,float,f32,tf32", "bfloat16,fp16,float16,half", NULL};
+static const char *const dtypes[] = {"auto", "fp32", "bf16", NULL};
+static const char *const dtype_aliases[] = {"default", "float32,float,f32", "bfloat16", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const device_aliases[] = {"default,any", "host", "gpu,nvidia", NULL};
 static const char *const recomputes[] = {"none", "block", "selective", NULL};
@@ -118,6 +120,8 @@ const field_def job_fields[FID_COUNT] = {
                           "clip_grad,max_grad_norm,gradient_clipping,clip_grad_norm,clip"),
     [FID_PRECISION] = ENUM(SEC_TRAIN, "precision", train.precision, precisions, precision_aliases,
                            "dtype,mixed_precision,amp,bf16"),
+    [FID_GRAD_DTYPE] = ENUM(SEC_TRAIN, "grad_dtype", train.grad_dtype, dtypes, dtype_aliases,
+                            "grad_accum_dtype,main_grads_dtype,accumulate_grads_in_fp32"),
     [FID_DEVICE] = ENUM(SEC_TRAIN, "device", train.device, devices, device_aliases,
                         "accelerator,device_type,devices"),
     [FID_SEED] = NUM(SEC_TRAIN, "seed", FT_U64, train.seed, 0, NOMAX, "random_seed,rng_seed"),
@@ -151,6 +155,9 @@ const field_def job_fields[FID_COUNT] = {
                                   0, 1, "sp,seq_parallel"),
     [FID_BUCKET_MB] = NUM(SEC_PARALLEL, "bucket_mb", FT_INT, parallel.bucket_mb, 1, 4096,
                           "bucket_size,bucket_cap_mb,bucket_size_mb"),
+
+    [FID_REDUCE_DTYPE] = ENUM(SEC_PARALLEL, "reduce_dtype", parallel.reduce_dtype, dtypes, dtype_aliases,
+                              "grad_reduce_dtype,reduce_in_fp32,allreduce_dtype,comm_dtype"),
 
     [FID_CKPT_DIR] = STR(SEC_CHECKPOINT, "dir", FT_STR, checkpoint.dir,
                          "path,save_dir,directory,save,ckpt_dir,output_dir"),
@@ -365,6 +372,7 @@ const char *job_model_kind_name(model_kind k) { return name_of(model_kinds, (int
 const char *job_data_kind_name(data_kind k) { return name_of(data_kinds, (int)k); }
 const char *job_lr_schedule_name(lr_schedule s) { return name_of(schedules, (int)s); }
 const char *job_precision_name(precision_kind p) { return name_of(precisions, (int)p); }
+const char *job_dtype_name(dtype_kind d) { return name_of(dtypes, (int)d); }
 const char *job_device_name(device_kind d) { return name_of(devices, (int)d); }
 const char *job_recompute_name(recompute_kind r) { return name_of(recomputes, (int)r); }
 const char *job_shard_mode_name(shard_mode m) { return name_of(shard_modes, (int)m); }

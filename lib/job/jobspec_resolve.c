@@ -73,6 +73,9 @@ static int derive(loader *L, int preset_d_ff)
     if (!L->e[FID_MIN_LR].given) t->min_lr = job_lr_tenth(t->lr);
     if (!L->e[FID_SYNTHETIC_SIZE].given)
         job->data.synthetic_size = m->kind == MODEL_GPT ? SYNTHETIC_GPT_TOKENS : SYNTHETIC_VIT_IMAGES;
+    if (!L->e[FID_GRAD_DTYPE].given || t->grad_dtype == DTYPE_AUTO)
+        t->grad_dtype = t->precision == PREC_BF16 ? DTYPE_BF16 : DTYPE_FP32;
+    if (!L->e[FID_REDUCE_DTYPE].given || par->reduce_dtype == DTYPE_AUTO) par->reduce_dtype = t->grad_dtype;
     if (!L->e[FID_VIRTUAL_STAGES].given) par->virtual_stages = par->pp_schedule == PP_INTERLEAVED ? 2 : 1;
 
     if (par->dp_auto && !L->e[FID_MICRO_BATCH].given)

@@ -54,10 +54,6 @@ typedef struct {
     char err[512];
 } strat_ctx;
 
-/* The one monotonic clock under its older name, for tp.c (being reshaped on
- * another branch); every other strategy calls clock_now_s. */
-static inline double strat_now(void) { return clock_now_s(); }
-
 /* Records a failed call (rc != COMM_OK) on communicator `c` as the context's error
  * "rank R: step S: WHAT: <comm's line>" unless one is recorded already. Returns rc. */
 int strat_fail(strat_ctx *x, comm *c, int rc, const char *what);

@@ -210,7 +210,7 @@ static void comm_tp_all_reduce(void *ctx, float *buf, size_t n, tp_op op)
     strat_ctx *x = ctx;
     if (x->failed) return;
     const char *what = op == TP_MAX ? "tp all_reduce (max)" : "tp all_reduce";
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_all_reduce(x->tp, buf, buf, n, COMM_F32, op == TP_MAX ? COMM_MAX : COMM_SUM);
     strat_comm_done(x, t0, what);
     strat_fail(x, x->tp, rc, what);
@@ -220,7 +220,7 @@ static void comm_tp_all_gather(void *ctx, const float *local, float *full, size_
 {
     strat_ctx *x = ctx;
     if (x->failed) return;
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_all_gather(x->tp, local, full, full_count, COMM_F32);
     strat_comm_done(x, t0, "tp all_gather");
     strat_fail(x, x->tp, rc, "tp all_gather");
@@ -230,7 +230,7 @@ static void comm_tp_reduce_scatter(void *ctx, const float *full, float *local, s
 {
     strat_ctx *x = ctx;
     if (x->failed) return;
-    double t0 = strat_now();
+    double t0 = clock_now_s();
     int rc = comm_reduce_scatter(x->tp, full, local, full_count, COMM_F32, COMM_SUM);
     strat_comm_done(x, t0, "tp reduce_scatter");
     strat_fail(x, x->tp, rc, "tp reduce_scatter");

@@ -145,7 +145,7 @@ static void test_derived(void)
     CHECK(job.train.grad_accum == 4 && job.parallel.microbatches == 4, "grad_accum = 32 / (2 x 4) = 4");
     expect_load("train: {global_batch: 32}\nparallel: {dp: 2, microbatches: 8}\n", "micro_batch from microbatches");
     CHECK(job.train.micro_batch == 2 && job.train.grad_accum == 8, "micro_batch = 32 / (2 x 8) = 2");
-    expect_load("parallel: {pp_schedule: interleaved, pp: 1}\n", "interleaved");
+    expect_load("model: {n_layer: 4}\nparallel: {pp_schedule: interleaved, pp: 2}\n", "interleaved");
     CHECK(job.parallel.virtual_stages == 2, "interleaved defaults to 2 virtual stages");
     expect_load("train: {lr: 6e-4}\n", "lr");
     CHECK(job.train.min_lr == 6e-5, "min_lr = lr / 10 (%.17g)", job.train.min_lr);
@@ -321,7 +321,7 @@ static void test_errors(void)
                  "image_size 30 is not divisible by model.patch_size 7");
     expect_error("train: {global_batch: 8, micro_batch: 2}\nparallel:\n  microbatches: 3\n", "t.yaml:3:3: ",
                  "microbatches 3 does not match global_batch / (micro_batch x dp) = 8 / (2 x 1) = 4");
-    expect_error("parallel: {pp_schedule: interleaved, virtual_stages: 1}\n", "t.yaml:1:38: ",
+    expect_error("parallel: {pp: 2, pp_schedule: interleaved, virtual_stages: 1}\n", "t.yaml:1:45: ",
                  "interleaved needs virtual_stages >= 2");
     expect_error("parallel: {virtual_stages: 2}\n", "t.yaml:1:12: ", "needs pp_schedule: interleaved");
     expect_error("parallel: {mode: hsdp}\n", "t.yaml:1:12: ", "hsdp needs parallel.dp > 1");
