@@ -20,6 +20,7 @@
 #define DTRUN_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct dt_ops {
     const char *name; /* "cpu", "cuda" */
@@ -129,6 +130,17 @@ typedef struct dt_ops {
     void (*scale)(float *p, float s, size_t n);
     /* sum of squares in double (for the global gradient norm) */
     double (*sumsq)(const float *p, size_t n);
+
+    /* ---- bfloat16, the rounding points of mixed precision ----
+     * A bf16 is the top 16 bits of an fp32, held as uint16_t. Narrowing rounds
+     * to nearest, ties to even; NaN stays NaN, overflow gives Inf (IEEE). */
+    void (*to_bf16)(uint16_t *dst, const float *src, size_t n);
+    void (*from_bf16)(float *dst, const uint16_t *src, size_t n); /* exact */
+    /* p[i] = the fp32 value of bf16(p[i]): a tensor rounded where it is stored */
+    void (*round_bf16)(float *p, size_t n);
+    /* acc[i] = bf16(acc[i] + add[i]), the sum formed in fp32: bf16 gradient
+     * accumulation (train.grad_dtype: bf16) */
+    void (*acc_bf16)(uint16_t *acc, const float *add, size_t n);
 } dt_ops;
 
 /* The CPU backend (always present). */

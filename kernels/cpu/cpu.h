@@ -10,6 +10,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Vector math from glibc's libmvec. GCC vectorizes expf/tanhf inside
  * `omp simd` loops only when it knows SIMD variants exist; math.h says so only
@@ -105,6 +106,12 @@ void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
 
 /* reduce.c */
 void cpu_scale(float *p, float s, size_t n);
+
+/* bf16.c */
+void cpu_to_bf16(uint16_t *dst, const float *src, size_t n);
+void cpu_from_bf16(float *dst, const uint16_t *src, size_t n);
+void cpu_round_bf16(float *p, size_t n);
+void cpu_acc_bf16(uint16_t *acc, const float *add, size_t n);
 double cpu_sumsq(const float *p, size_t n);
 
 #endif

@@ -44,4 +44,9 @@ const dt_ops dt_ops_cpu = {
     .adamw = cpu_adamw,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
+
+    .to_bf16 = cpu_to_bf16,
+    .from_bf16 = cpu_from_bf16,
+    .round_bf16 = cpu_round_bf16,
+    .acc_bf16 = cpu_acc_bf16,
 };

@@ -237,6 +237,11 @@ void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr
                 float beta2, float eps, float weight_decay, int t);
 /* reduce.cu */
 void cuda_scale(float *p, float s, size_t n);
+/* bf16.cu */
+void cuda_to_bf16(uint16_t *dst, const float *src, size_t n);
+void cuda_from_bf16(float *dst, const uint16_t *src, size_t n);
+void cuda_round_bf16(float *p, size_t n);
+void cuda_acc_bf16(uint16_t *acc, const float *add, size_t n);
 double cuda_sumsq(const float *p, size_t n);
 /* matmul.cu: dbias[o] += sum_i dout[i,o] (shared by matmul and patch) */
 void cuda_colsum_accumulate(float *dbias, const float *dout, int N, int OC);

@@ -86,6 +86,10 @@ static void fill_table(void) {
     table.adamw = cuda_adamw;
     table.scale = cuda_scale;
     table.sumsq = cuda_sumsq;
+    table.to_bf16 = cuda_to_bf16;
+    table.from_bf16 = cuda_from_bf16;
+    table.round_bf16 = cuda_round_bf16;
+    table.acc_bf16 = cuda_acc_bf16;
 }
 
 /* Undo a partial set-up so that the probe can answer NULL cleanly. */
