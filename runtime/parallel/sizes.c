@@ -73,6 +73,76 @@ double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
     return 6.0 * m->n_classes * C;
 }
 
+static void add_gemm(sizes_unit_work *w, double fwd, double bwd, double dim)
+{
+    if (w->n_gemm == SIZES_GEMM_MAX || fwd + bwd <= 0) return;
+    w->gemm[w->n_gemm++] = (sizes_gemm){fwd, bwd, dim < 1 ? 1 : dim};
+}
+
+static double min3(double a, double b, double c)
+{
+    double m = a < b ? a : b;
+    return m < c ? m : c;
+}
+
+/* The terms of sizes_unit_flops, GEMM by GEMM. A block's four linear layers
+ * (qkv C -> 3C and fc1 C -> F column-parallel, proj C -> C and fc2 F -> C
+ * row-parallel: forward 2 x rows x in x out, backward twice that) and its
+ * attention core (QK^T and AV per head: 4 x seq^2 x C forward, their smallest
+ * dimension the head size); block recompute re-runs qkv, proj, fc1 and the core
+ * (fc2's input is kept), selective recompute the core only. Memory-bound bytes:
+ * per forward, the norms and residual adds read and write 10 [rows, C] tensors
+ * (replicated over tp unless sequence parallel), the attention's head split and
+ * merge 8 [rows, C/tp], GELU 2 [rows, F/tp], softmax 2 [heads/tp, seq, seq] per
+ * sample; backward moves twice what forward does (the saved input and the
+ * incoming gradient in, the gradient out). */
+void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp,
+                        double elem_bytes, sizes_unit_work *w)
+{
+    memset(w, 0, sizeof *w);
+    double C = m->d_model, F = m->d_ff, seq = model_seq_len(m), B = micro_batch, t = tp;
+    double rows = B * seq;
+    int L = m->n_layer;
+    if (unit == 0) {
+        if (m->kind == MODEL_GPT) { /* a lookup: read the rows, write them */
+            w->fwd_bytes = 2.0 * rows * C / (sp ? t : 1) * elem_bytes;
+            w->bwd_bytes = 2.0 * w->fwd_bytes;
+            return;
+        }
+        double kin = (double)m->channels * m->patch_size * m->patch_size, f = 2.0 * B * (seq - 1) * kin * C / t;
+        add_gemm(w, f, 2.0 * f, min3(B * (seq - 1), kin, C / t));
+        return;
+    }
+    if (unit <= L) {
+        double blk = rc == RECOMPUTE_BLOCK ? 1.0 : 0.0;
+        double qkv = 2.0 * rows * C * 3.0 * C / t, proj = 2.0 * rows * C * C / t;
+        double fc1 = 2.0 * rows * C * F / t, fc2 = 2.0 * rows * F * C / t;
+        double core = 4.0 * B * seq * seq * C / t;
+        double hd = C / (m->n_head > 0 ? m->n_head : 1);
+        add_gemm(w, qkv, (2.0 + blk) * qkv, min3(rows, C, 3.0 * C / t));
+        add_gemm(w, proj, (2.0 + blk) * proj, min3(rows, C / t, C));
+        add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, F / t));
+        add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C));
+        add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < seq ? hd : seq);
+        double heads = (double)m->n_head / t;
+        double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + 2.0 * rows * F / t;
+        double soft = 2.0 * heads * B * seq * seq;
+        w->fwd_bytes = (rep + split + soft) * elem_bytes;
+        w->bwd_bytes = 2.0 * w->fwd_bytes + (rc == RECOMPUTE_BLOCK ? w->fwd_bytes
+                                             : rc == RECOMPUTE_SELECTIVE ? soft * elem_bytes : 0.0);
+        return;
+    }
+    if (m->kind == MODEL_GPT) { /* final norm + vocab-parallel head with its cross-entropy */
+        double V = m->vocab_size, f = 2.0 * rows * C * V / t;
+        add_gemm(w, f, 2.0 * f, min3(rows, C, V / t));
+        w->fwd_bytes = (2.0 * rows * C / (sp ? t : 1) + 2.0 * rows * V / t) * elem_bytes;
+        w->bwd_bytes = 2.0 * w->fwd_bytes;
+        return;
+    }
+    double f = 2.0 * B * C * m->n_classes;
+    add_gemm(w, f, 2.0 * f, min3(B, C, m->n_classes));
+}
+
 size_t sizes_model_numel(const job_model *m, size_t *distinct)
 {
     int L = m->n_layer;
@@ -183,7 +253,9 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
     }
     s->job = *job;
     s->env = *env;
-    s->mixed = env->gpu && job->train.precision == PREC_BF16;
+    /* bf16 working copies + fp32 master wherever the job trains in bf16 (the CPU
+     * backend computes in bf16 too) */
+    s->mixed = job->train.precision == PREC_BF16;
     s->chunks = par->pp * par->virtual_stages;
     int tp = par->tp, n_units = model_n_units(&job->model);
     s->numel_emb = malloc((size_t)tp * sizeof(size_t));
@@ -237,7 +309,21 @@ void sizes_destroy(sizes *s)
 const job_spec *sizes_job(const sizes *s) { return &s->job; }
 int sizes_mixed(const sizes *s) { return s->mixed; }
 size_t sizes_param_elem_bytes(const sizes *s) { return s->mixed ? 2 : 4; }
-size_t sizes_grad_elem_bytes(const sizes *s) { return s->mixed ? 2 : 4; }
+/* fp32 training keeps and reduces fp32 gradients (job_validate refuses bf16 of
+ * either there); under bf16 the gradients are bf16 unless train.grad_dtype says
+ * fp32 (Megatron's fp32 main grads), and the collectives carry
+ * parallel.reduce_dtype (auto: what the gradients are). */
+size_t sizes_grad_elem_bytes(const sizes *s)
+{
+    return s->mixed && s->job.train.grad_dtype != DTYPE_FP32 ? 2 : 4;
+}
+
+size_t sizes_reduce_elem_bytes(const sizes *s)
+{
+    dtype_kind r = s->job.parallel.reduce_dtype;
+    if (!s->mixed || r == DTYPE_FP32) return 4;
+    return r == DTYPE_BF16 ? 2 : sizes_grad_elem_bytes(s);
+}
 int sizes_chunks(const sizes *s) { return s->chunks; }
 const int *sizes_first_unit(const sizes *s) { return s->first_unit; }
 const pp_schedule *sizes_schedule(const sizes *s) { return s->sched && s->sched->built ? &s->sched->schedule : NULL; }
@@ -336,14 +422,14 @@ size_t sizes_bucket_numel(const sizes *s, sizes_at at)
 {
     shard_mode mode = s->job.parallel.mode;
     if ((mode != SHARD_NONE && mode != SHARD_ZERO1) || s->job.parallel.dp == 1) return 0;
-    size_t bucket = (size_t)s->job.parallel.bucket_mb * MIB / sizes_grad_elem_bytes(s);
+    size_t bucket = (size_t)s->job.parallel.bucket_mb * MIB / sizes_reduce_elem_bytes(s);
     size_t grads = held(s, at).numel;
     return bucket < grads ? bucket : grads;
 }
 
 size_t sizes_first_bucket_numel(const sizes *s, sizes_at at)
 {
-    size_t bucket = sizes_bucket_numel(s, at), first = MIB / sizes_grad_elem_bytes(s);
+    size_t bucket = sizes_bucket_numel(s, at), first = MIB / sizes_reduce_elem_bytes(s);
     return bucket < first ? bucket : first;
 }
 
@@ -440,7 +526,8 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_OPTIM] = optim_elems * 8; /* m and v, fp32 */
     out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge) +
                              sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * ge +
-                             sizes_bucket_numel(s, at) * ge + sizes_tied_scratch_numel(s, at) * ge;
+                             sizes_bucket_numel(s, at) * sizes_reduce_elem_bytes(s) +
+                             sizes_tied_scratch_numel(s, at) * ge;
 
     /* Each local chunk keeps a pool of sizes_acts_slots model_acts for the whole
      * run (pp_exec.h), so the rank holds the sum of the chunks' peaks, which is

@@ -23,12 +23,15 @@
  *   engine's host batch buffers   sizes_batch_samples         (sizes_batch_bytes)
  *   tied wte scratch (GPT, pp>1)  sizes_tied_scratch_numel
  *
- * Precision. On the CPU backend, or with train.precision fp32, everything is fp32:
- * params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per parameter. On a GPU with
- * train.precision bf16 (mixed precision): bf16 working params 2 + bf16 grads 2 +
- * fp32 master 4 + m 4 + v 4 = 16 bytes per parameter as well, the master living
- * with the optimizer state. Activations are what model_acts_bytes says (the model
- * owns their layout and element type).
+ * Precision. With train.precision fp32 everything is fp32: params 4 + grads 4 +
+ * Adam m 4 + v 4 = 16 bytes per parameter. With train.precision bf16 (mixed
+ * precision, on a GPU or the CPU backend): bf16 working params 2 + grads 2 (bf16)
+ * or 4 (train.grad_dtype fp32) + fp32 master 4 + m 4 + v 4 = 16 or 18 bytes per
+ * parameter, the master living with the optimizer state; under zero1 the master,
+ * m and v are sharded: 6 + 12/dp with fp32 gradients, as Megatron's distributed
+ * optimizer documents. Gradient collectives (and so the DDP / ZeRO-1 buckets)
+ * carry parallel.reduce_dtype. Activations are what model_acts_bytes says (the
+ * model owns their layout and element type).
  *
  * Sharding over data parallelism (per unit, so a strategy gathers or reduces one
  * unit with one call; the split is comm_chunk's: ceil(n / S) elements per rank,
@@ -52,7 +55,7 @@
 
 /* Where the job runs. */
 typedef struct {
-    int gpu;            /* 1: CUDA backend (mixed precision when train.precision is bf16) */
+    int gpu;            /* 1: CUDA backend (host buffers are not device memory) */
     int ranks_per_node; /* LOCAL_WORLD_SIZE; HSDP shards inside a node. < 1: world */
     int slots_only;     /* 1: do not build the pipeline's action lists, only count the
                            activation slots from the same generator (the planner's
@@ -100,7 +103,8 @@ void sizes_destroy(sizes *s);
 const job_spec *sizes_job(const sizes *s);
 int sizes_mixed(const sizes *s);             /* bf16 working copies + fp32 master */
 size_t sizes_param_elem_bytes(const sizes *s); /* 2 or 4 */
-size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4 */
+size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4: train.grad_dtype */
+size_t sizes_reduce_elem_bytes(const sizes *s); /* 2 or 4: parallel.reduce_dtype, what gradient collectives carry */
 
 /* ---- the pipeline split ---- */
 int sizes_chunks(const sizes *s);                /* pp * virtual_stages */
@@ -109,6 +113,27 @@ const pp_schedule *sizes_schedule(const sizes *s); /* NULL when pp = 1 or slots_
 /* FLOPs of one sample through `unit`, forward + backward (+ recompute's forward):
  * the terms of model_flops_per_sample, unit by unit (they add up to it exactly). */
 double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc);
+
+/* The work of one micro-batch through `unit` on one tp rank, for the step-time
+ * model: its GEMMs by shape (each with its smallest dimension, which decides how
+ * close to peak it runs) and the bytes its memory-bound ops move (layer norms,
+ * softmax, GELU, residual adds, the head's cross-entropy). Forward and backward
+ * apart; backward includes what recompute re-runs. The FLOPs of all the GEMMs of
+ * a unit, times tp, are sizes_unit_flops x micro_batch exactly. */
+#define SIZES_GEMM_MAX 6
+typedef struct {
+    double fwd_flops, bwd_flops; /* this tp rank, one micro-batch */
+    double dim;                  /* the smallest of its m, n, k on this tp rank */
+} sizes_gemm;
+typedef struct {
+    int n_gemm;
+    sizes_gemm gemm[SIZES_GEMM_MAX];
+    double fwd_bytes, bwd_bytes; /* memory-bound traffic, this tp rank, one micro-batch */
+} sizes_unit_work;
+/* elem_bytes: the working precision's element (2 under bf16, 4 in fp32); sp:
+ * sequence parallelism (the replicated norms and residual adds run on 1/tp). */
+void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp,
+                        double elem_bytes, sizes_unit_work *out);
 
 /* Parameters of the whole model (tp = 1): every unit's, the head's own copy of
  * the tied wte included (it is allocated, reduced and updated like any other);

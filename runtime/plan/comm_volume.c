@@ -23,7 +23,9 @@
  *        chunk boundary (with sequence parallelism the tp rank's 1/tp of it)
  *   embed GPT with pp > 1: the tied wte gradient, all-reduced between the first
  *        and the last stage once per step
- * Activations travel at the working precision (bf16 under mixed precision). */
+ * Activations travel at the working precision (bf16 under mixed precision);
+ * gradients at parallel.reduce_dtype (fp32 with train.grad_dtype fp32 unless it
+ * says bf16). */
 #include <math.h>
 #include <string.h>
 
@@ -31,7 +33,7 @@
 #include "runtime/plan/estimate.h"
 
 typedef struct {
-    double params, grads;   /* bytes of the full tp-local stage */
+    double params, grads;   /* bytes of the full tp-local stage: params, gradients as reduced */
     int units, blocks, has_emb, has_head;
 } stage_shape;
 
@@ -47,7 +49,7 @@ static stage_shape shape_of(const plan_estimate *e, int p, int tp_rank)
         for (int u = first[c]; u < first[c + 1]; u++) {
             double n = (double)sizes_unit_numel(s, u, tp_rank);
             sh.params += n * (double)sizes_param_elem_bytes(s);
-            sh.grads += n * (double)sizes_grad_elem_bytes(s);
+            sh.grads += n * (double)sizes_reduce_elem_bytes(s); /* what the gradient collectives carry */
             sh.units++;
             if (u == 0) sh.has_emb = 1;
             else if (u <= L) sh.blocks++;
@@ -196,7 +198,7 @@ static void embed_volume(const plan_estimate *e, int p, int tp_rank, plan_stage 
     double rows = (double)(V * (tp_rank + 1) / par->tp - V * tp_rank / par->tp);
     c->size = 2;
     c->op = "all-reduce (tied wte grads, first + last stage)";
-    c->bytes = rows * e->job.model.d_model * (double)sizes_grad_elem_bytes(e->sizes);
+    c->bytes = rows * e->job.model.d_model * (double)sizes_reduce_elem_bytes(e->sizes);
     c->calls = 1;
     finish(e, c, crosses(e, rank_at(e, 0, 0, 0), rank_at(e, par->pp - 1, 0, 0)), 2.0);
 }

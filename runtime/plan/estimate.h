@@ -85,6 +85,8 @@ typedef struct {
     double p2p;              /* s per pipeline message */
     double step_time;        /* s */
     double mfu, hfu;         /* model / executed FLOPs per second over world x peak */
+    double compute_eff;      /* executed FLOPs over compute time (GEMMs at their efficiency + memory-bound
+                                ops), of peak: the best stage's */
     double samples_per_s, tokens_per_s;
     int has_sim;
     pp_sim_result sim;       /* with pp > 1: time unit = milliseconds */

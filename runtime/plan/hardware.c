@@ -21,7 +21,7 @@
 
 #define MIB (1024.0 * 1024.0)
 
-typedef enum { K_TEXT, K_DEVICE, K_NUMBER, K_INT } key_type;
+typedef enum { K_TEXT, K_DEVICE, K_NUMBER, K_INT, K_TABLE } key_type;
 
 typedef struct {
     const char *key;
@@ -39,7 +39,9 @@ static const key_def KEYS[] = {
     {"device", K_DEVICE, 1, 0, 0, 0, OFF(gpu)},
     {"peak_bf16_tflops", K_NUMBER, 1, 0, 1e6, 1e12, OFF(peak_bf16)},
     {"peak_fp32_tflops", K_NUMBER, 1, 1e-6, 1e6, 1e12, OFF(peak_fp32)},
-    {"achievable_fraction", K_NUMBER, 1, 1e-3, 1, 1, OFF(achievable)},
+    {"gemm_efficiency", K_TABLE, 0, 1e-3, 1, 1, OFF(gemm_eff)},
+    {"achievable_fraction", K_NUMBER, 0, 1e-3, 1, 1, OFF(achievable)},
+    {"memory_efficiency", K_NUMBER, 0, 1e-3, 1, 1, OFF(memory_eff)},
     {"memory_mib", K_NUMBER, 1, 0, 1e9, MIB, OFF(memory)},
     {"memory_bandwidth_gbs", K_NUMBER, 1, 1e-3, 1e6, 1e9, OFF(memory_bw)},
     {"intra_node_gbs", K_NUMBER, 1, 1e-3, 1e6, 1e9, OFF(intra_bw)},
@@ -106,6 +108,37 @@ static int set_value(hw_profile *hw, const key_def *k, const char *v, const yaml
     return 0;
 }
 
+/* gemm_efficiency: a mapping DIM: FRACTION, DIM increasing. */
+static int set_table(hw_profile *hw, const key_def *k, yaml_document_t *doc, const yaml_node_t *vn, const char *file,
+                     char *err, size_t errlen)
+{
+    if (vn->type != YAML_MAPPING_NODE)
+        return fail_node(err, errlen, file, vn, "%s is a mapping of GEMM dimension: fraction of peak%s", k->key, "");
+    hw->n_gemm = 0;
+    for (yaml_node_pair_t *p = vn->data.mapping.pairs.start; p < vn->data.mapping.pairs.top; p++) {
+        yaml_node_t *kn = yaml_document_get_node(doc, p->key), *fn = yaml_document_get_node(doc, p->value);
+        if (!kn || !fn || kn->type != YAML_SCALAR_NODE || fn->type != YAML_SCALAR_NODE)
+            return fail_node(err, errlen, file, kn ? kn : vn, "%s: each entry is DIM: FRACTION%s", k->key, "");
+        if (hw->n_gemm == HW_GEMM_MAX)
+            return fail_node(err, errlen, file, kn, "%s: at most 16 points%s", k->key, "");
+        const char *ks = (const char *)kn->data.scalar.value, *fs = (const char *)fn->data.scalar.value;
+        char *end;
+        errno = 0;
+        double dim = strtod(ks, &end);
+        if (!*ks || *end || errno || !(dim >= 1 && dim <= 1e9))
+            return fail_node(err, errlen, file, kn, "%s: a GEMM dimension is a number >= 1, got '%s'", k->key, ks);
+        double f = strtod(fs, &end);
+        if (!*fs || *end || errno || !(f >= k->min && f <= k->max))
+            return fail_node(err, errlen, file, fn, "%s: a fraction of peak is in (0, 1], got '%s'", k->key, fs);
+        if (hw->n_gemm > 0 && dim <= hw->gemm_dim[hw->n_gemm - 1])
+            return fail_node(err, errlen, file, kn, "%s: dimensions must increase ('%s')", k->key, ks);
+        hw->gemm_dim[hw->n_gemm] = dim;
+        hw->gemm_eff[hw->n_gemm++] = f;
+    }
+    if (hw->n_gemm < 2) return fail_node(err, errlen, file, vn, "%s needs at least 2 points%s", k->key, "");
+    return 0;
+}
+
 static int host_defaults(hw_profile *hw)
 {
     if (hw->gpu) return 0;
@@ -149,6 +182,10 @@ static int load_mapping(hw_profile *hw, yaml_document_t *doc, const char *file, 
         }
         if (seen[i]) return fail_node(err, errlen, file, kn, "key '%s' appears twice%s", key, "");
         seen[i] = 1;
+        if (KEYS[i].type == K_TABLE) {
+            if (set_table(hw, &KEYS[i], doc, vn, file, err, errlen)) return -1;
+            continue;
+        }
         if (vn->type != YAML_SCALAR_NODE)
             return fail_node(err, errlen, file, vn, "%s needs a single value%s", key, "");
         if (set_value(hw, &KEYS[i], (const char *)vn->data.scalar.value, vn, file, err, errlen)) return -1;
@@ -158,6 +195,27 @@ static int load_mapping(hw_profile *hw, yaml_document_t *doc, const char *file, 
             snprintf(err, errlen, "%s: missing key '%s' (every hardware profile sets it)", file, KEYS[i].key);
             return -1;
         }
+    int table = 0, flat = 0, mem_eff = 0;
+    for (int i = 0; i < N_KEYS; i++) {
+        if (KEYS[i].offset == OFF(gemm_eff)) table = seen[i];
+        if (KEYS[i].offset == OFF(achievable)) flat = seen[i];
+        if (KEYS[i].offset == OFF(memory_eff)) mem_eff = seen[i];
+    }
+    if (table == flat) {
+        snprintf(err, errlen, "%s: %s (the achieved fraction of peak against the GEMM's smallest dimension)", file,
+                 table ? "gemm_efficiency and achievable_fraction both given: keep gemm_efficiency"
+                       : "missing key 'gemm_efficiency'");
+        return -1;
+    }
+    if (flat) { /* one fraction for every GEMM */
+        hw->n_gemm = 1;
+        hw->gemm_dim[0] = 1;
+        hw->gemm_eff[0] = hw->achievable;
+    }
+    hw->achievable = hw->gemm_eff[hw->n_gemm - 1];
+    for (int i = 0; i < hw->n_gemm; i++)
+        if (hw->gemm_eff[i] > hw->achievable) hw->achievable = hw->gemm_eff[i];
+    if (!mem_eff) hw->memory_eff = 0.8;
     if (hw->gpu && hw->peak_bf16 <= 0) {
         snprintf(err, errlen, "%s: a gpu profile needs peak_bf16_tflops > 0", file);
         return -1;
@@ -316,6 +374,18 @@ int hw_load(hw_profile *hw, const char *what, char *err, size_t errlen)
 double hw_fixed_overhead(const hw_profile *hw)
 {
     return hw->cuda_context + hw->nccl + hw->cublas_workspace;
+}
+
+double hw_gemm_efficiency(const hw_profile *hw, double dim)
+{
+    int n = hw->n_gemm;
+    if (n < 1) return hw->achievable;
+    if (n == 1 || dim <= hw->gemm_dim[0]) return hw->gemm_eff[0];
+    if (dim >= hw->gemm_dim[n - 1]) return hw->gemm_eff[n - 1];
+    int i = 1;
+    while (hw->gemm_dim[i] < dim) i++;
+    double x0 = log2(hw->gemm_dim[i - 1]), x1 = log2(hw->gemm_dim[i]), x = log2(dim);
+    return hw->gemm_eff[i - 1] + (hw->gemm_eff[i] - hw->gemm_eff[i - 1]) * (x - x0) / (x1 - x0);
 }
 
 double hw_peak(const hw_profile *hw, int mixed_bf16)

@@ -9,7 +9,16 @@
  *   device                 gpu | cpu
  *   peak_bf16_tflops       dense bf16 tensor-core peak per device (0 on a CPU)
  *   peak_fp32_tflops       fp32 peak per device (non-tensor-core on a GPU)
- *   achievable_fraction    of peak that large GEMMs reach in practice, (0, 1]
+ *   gemm_efficiency        achieved fraction of peak of a GEMM against its smallest
+ *                          dimension: a mapping `DIM: FRACTION` (2 to 16 points,
+ *                          DIM increasing, fractions in (0, 1]); read between points
+ *                          linearly in log2(DIM), flat beyond the ends. Each profile
+ *                          says beside it which published figures it reads
+ *   achievable_fraction    the older flat form: one fraction for every GEMM (a
+ *                          profile gives this or gemm_efficiency, not both)
+ *   memory_efficiency      of memory_bandwidth_gbs that the memory-bound ops (layer
+ *                          norms, softmax, GELU, residual adds) reach; optional,
+ *                          default 0.8
  *   memory_mib             device memory as nvidia-smi reports it; 0 on a CPU
  *                          profile = this host's physical memory
  *   memory_bandwidth_gbs   HBM (or DRAM) bandwidth, GB/s
@@ -28,6 +37,7 @@
 
 #define HW_NAME_MAX 64
 #define HW_TEXT_MAX 256
+#define HW_GEMM_MAX 16
 
 typedef struct {
     char name[HW_NAME_MAX];
@@ -36,7 +46,10 @@ typedef struct {
     int gpu;
     double peak_bf16;     /* FLOP/s */
     double peak_fp32;     /* FLOP/s */
-    double achievable;    /* fraction of peak */
+    double achievable;    /* the table's largest fraction (the largest GEMMs), for reports */
+    int n_gemm;           /* points of the GEMM efficiency table, >= 1 */
+    double gemm_dim[HW_GEMM_MAX], gemm_eff[HW_GEMM_MAX]; /* dim increasing */
+    double memory_eff;    /* fraction of memory_bw the memory-bound ops reach */
     double memory;        /* bytes */
     double memory_bw;     /* bytes/s */
     double intra_bw, inter_bw;           /* bytes/s per device, one direction */
@@ -59,6 +72,9 @@ int hw_load(hw_profile *hw, const char *what, char *err, size_t errlen);
 
 /* Fixed bytes every worker pays besides what sizes.h counts. */
 double hw_fixed_overhead(const hw_profile *hw);
+
+/* Achieved fraction of peak of a GEMM whose smallest dimension is dim. */
+double hw_gemm_efficiency(const hw_profile *hw, double dim);
 
 /* Peak FLOP/s of the precision a job computes in. */
 double hw_peak(const hw_profile *hw, int mixed_bf16);

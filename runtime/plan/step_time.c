@@ -2,19 +2,31 @@
  *
  *   step = pipeline makespan + max over stages (exposed once-per-step comm + AdamW)
  *
+ * Compute. Each chunk's forward and backward cost its GEMMs, each at the fraction
+ * of peak that its smallest dimension reaches (sizes_unit_work_of says which
+ * GEMMs a unit runs and their shapes on a tp rank; the hardware profile's
+ * gemm_efficiency table says how fast such a GEMM runs), plus its memory-bound
+ * ops (norms, softmax, GELU, residual adds) at the profile's memory bandwidth.
+ * So a wider model, or a smaller tp, runs closer to peak, and the attention core
+ * (head-sized GEMMs, s^2 softmax traffic) weighs on small models: the MFU trend
+ * across model sizes of the published tables (test_published.c).
+ *
  * The makespan is pp_sim_run on the very schedule the engine executes, with each
- * chunk's forward and backward cost = its FLOPs at (peak x achievable_fraction)
- * + its tensor-parallel all-reduces (synchronous: on the critical path) + the part
- * of FSDP's gathers / ZeRO-2's reduce-scatters that the unit's compute cannot hide
- * (at least one unit's worth: the first gather has nothing to overlap with). Its
- * idle share is the bubble. With pp = 1 it is m x (forward + backward).
+ * chunk's forward and backward cost = its compute + its tensor-parallel
+ * collectives (synchronous, as the tp layers issue them: on the critical path,
+ * not overlapped) + the part of FSDP's gathers / ZeRO-2's reduce-scatters that
+ * the unit's compute cannot hide (at least one unit's worth: the first gather has
+ * nothing to overlap with); pipeline sends cost a p2p message between dependent
+ * actions. Its idle share is the bubble ((p - 1) / (m v) with equal chunks and no
+ * p2p, more when the head makes the last chunk longer). With pp = 1 it is
+ * m x (forward + backward).
  *
  * Once-per-step gradient traffic (DDP, ZeRO-1, HSDP's replica all-reduce) overlaps
  * the last microbatch's backward bucket by bucket: exposed is what exceeds that
- * backward, and never less than the last bucket. ZeRO's parameter all-gather and
- * the tied-embedding all-reduce run after backward, fully exposed. The AdamW step is
- * memory bound: 28 bytes moved per element of its shard (grad 2|4 read, master or
- * param 4+4, m 4+4, v 4+4, working param 2|4 written). */
+ * backward, and never less than the last bucket. Its volume is in
+ * parallel.reduce_dtype. ZeRO's parameter all-gather and the tied-embedding
+ * all-reduce run after backward, fully exposed. The AdamW step is memory bound
+ * (adam_bytes_per_elem). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +36,20 @@
 #include "runtime/plan/estimate.h"
 
 #define MS 1e3 /* the simulation runs in milliseconds so its picture reads in ms */
-#define ADAM_BYTES_PER_ELEM 28.0
+
+/* The AdamW step moves, per element of its shard: the gradient read, m and v
+ * read and written (16), the fp32 master read and written (8) and the working
+ * copy written, or without a master the fp32 parameter read and written (8). */
+static double adam_bytes_per_elem(const plan_estimate *e)
+{
+    double ge = (double)sizes_grad_elem_bytes(e->sizes), pe = (double)sizes_param_elem_bytes(e->sizes);
+    return e->mixed ? ge + 16 + 8 + pe : ge + 16 + 8;
+}
 
 typedef struct {
     double fwd, bwd;           /* one microbatch, with tp and exposed sharding comm */
-    double fwd_flop, bwd_flop; /* compute alone */
+    double fwd_flop, bwd_flop; /* s: compute alone (GEMMs + memory-bound ops) */
+    double fwd_count, bwd_count; /* FLOPs executed (this tp rank) */
     double tp, shard;          /* of which tp all-reduces, exposed FSDP / ZeRO-2 traffic */
     double params, grads;      /* bytes of the tp-local chunk */
     int units;
@@ -50,7 +71,25 @@ static double link_latency(const plan_estimate *e, const plan_comm *c)
     return c->inter_node ? e->hw.inter_latency : e->hw.intra_latency;
 }
 
-static chunk_cost cost_of_chunk(const plan_estimate *e, int c, double rate)
+/* Seconds of one micro-batch's work on this rank: every GEMM at the fraction of
+ * peak its smallest dimension reaches (the profile's gemm_efficiency), the
+ * memory-bound ops at the profile's memory bandwidth. */
+static void work_time(const plan_estimate *e, const sizes_unit_work *w, double *fwd, double *bwd, double *fwd_fl,
+                      double *bwd_fl)
+{
+    double bw = per_rank(e, e->hw.memory_bw) * e->hw.memory_eff;
+    for (int i = 0; i < w->n_gemm; i++) {
+        double rate = e->peak * hw_gemm_efficiency(&e->hw, w->gemm[i].dim);
+        *fwd += w->gemm[i].fwd_flops / rate;
+        *bwd += w->gemm[i].bwd_flops / rate;
+        *fwd_fl += w->gemm[i].fwd_flops;
+        *bwd_fl += w->gemm[i].bwd_flops;
+    }
+    *fwd += w->fwd_bytes / bw;
+    *bwd += w->bwd_bytes / bw;
+}
+
+static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
 {
     chunk_cost k;
     memset(&k, 0, sizeof k);
@@ -60,21 +99,22 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c, double rate)
     const int *first = sizes_first_unit(e->sizes);
     int p = pp_chunk_rank(c, par->pp), L = md->n_layer;
     const plan_stage *st = &e->stage[p];
-    double B = job->train.micro_batch, flop_none = 0, flop_rc = 0;
+    double B = job->train.micro_batch;
     int blocks = 0, emb = 0, head = 0;
+    int sp = par->sequence_parallel && par->tp > 1;
+    double elem = (double)sizes_param_elem_bytes(e->sizes);
     for (int u = first[c]; u < first[c + 1]; u++) {
-        flop_none += sizes_unit_flops(md, u, RECOMPUTE_NONE);
-        flop_rc += sizes_unit_flops(md, u, job->train.recompute);
+        sizes_unit_work w;
+        sizes_unit_work_of(md, u, job->train.recompute, (int)B, par->tp, sp, elem, &w);
+        work_time(e, &w, &k.fwd_flop, &k.bwd_flop, &k.fwd_count, &k.bwd_count);
         double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
-        k.grads += n * (double)sizes_grad_elem_bytes(e->sizes);
+        k.grads += n * (double)sizes_reduce_elem_bytes(e->sizes);
         k.units++;
         if (u == 0) emb = 1;
         else if (u <= L) blocks++;
         else head = 1;
     }
-    k.fwd_flop = flop_none / 3.0 * B / par->tp / rate;
-    k.bwd_flop = (flop_rc - flop_none / 3.0) * B / par->tp / rate;
     k.fwd = k.fwd_flop;
     k.bwd = k.bwd_flop;
 
@@ -192,8 +232,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
     const job_parallel *par = &job->parallel;
     int chunks = sizes_chunks(e->sizes), m = par->microbatches;
     e->peak = per_rank(e, hw_peak(&e->hw, e->mixed));
-    double rate = e->peak * e->hw.achievable;
-    if (!(rate > 0)) {
+    if (!(e->peak > 0 && e->hw.achievable > 0)) {
         snprintf(err, errlen, "hardware %s: no peak FLOP/s for %s compute", e->hw.name, e->mixed ? "bf16" : "fp32");
         return -1;
     }
@@ -205,7 +244,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
         return -1;
     }
     for (int c = 0; c < chunks; c++) {
-        k[c] = cost_of_chunk(e, c, rate);
+        k[c] = cost_of_chunk(e, c);
         fwd[c] = k[c].fwd * MS;
         bwd[c] = k[c].bwd * MS;
     }
@@ -238,7 +277,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
         e->makespan = m * (k[0].fwd + k[0].bwd);
         e->bubble = 0;
     }
-    double tail = 0;
+    double tail = 0, eff_rate = 0;
     for (int p = 0; rc == 0 && p < par->pp; p++) {
         plan_stage *st = &e->stage[p];
         double params = 0, grads = 0, last_bwd = 0, flops = 0, compute = 0;
@@ -248,15 +287,16 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
             params += k[c].params, grads += k[c].grads;
             last_bwd += k[c].bwd_flop;
             compute += m * (k[c].fwd_flop + k[c].bwd_flop);
+            flops += m * (k[c].fwd_count + k[c].bwd_count);
             st->comm[GROUP_TP].exposed += m * k[c].tp;
             st->comm[GROUP_DP].exposed += m * k[c].shard;
         }
-        flops = compute * rate;
         st->flops = flops;
+        if (compute > 0 && flops / compute > eff_rate) eff_rate = flops / compute;
         st->compute = compute;
         st->exposed_once = exposed_once(e, st, params, grads, last_bwd);
         double optim_elems = (double)st->mem.bytes[SIZES_OPTIM] / 8.0;
-        st->optimizer = optim_elems * ADAM_BYTES_PER_ELEM / per_rank(e, e->hw.memory_bw);
+        st->optimizer = optim_elems * adam_bytes_per_elem(e) / (per_rank(e, e->hw.memory_bw) * e->hw.memory_eff);
         if (st->exposed_once + st->optimizer > tail) tail = st->exposed_once + st->optimizer;
     }
     free(k), free(fwd), free(bwd);
@@ -265,6 +305,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
     e->model_flops = model_flops_per_sample(md, RECOMPUTE_NONE) * G;
     e->exec_flops = model_flops_per_sample(md, job->train.recompute) * G;
     e->step_time = e->makespan + tail;
+    e->compute_eff = e->peak > 0 ? eff_rate / e->peak : 0;
     double capacity = e->step_time * e->world * e->peak;
     e->mfu = capacity > 0 ? e->model_flops / capacity : 0;
     e->hfu = capacity > 0 ? e->exec_flops / capacity : 0;
