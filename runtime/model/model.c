@@ -22,6 +22,14 @@ static model *fail_create(model *m, const char *why)
 model *model_create(const job_model *spec, const model_shard *shard, const dt_ops *ops,
                     recompute_kind recompute)
 {
+    return model_create_prec(spec, shard, ops, recompute, NULL);
+}
+
+const model_precision *model_get_precision(const model *m) { return &m->prec; }
+
+model *model_create_prec(const job_model *spec, const model_shard *shard, const dt_ops *ops,
+                         recompute_kind recompute, const model_precision *prec)
+{
     const model_shard *sh = shard;
     if (spec->n_head <= 0 || spec->d_model % spec->n_head != 0 || sh->tp_size < 1 ||
         sh->tp_rank < 0 || sh->tp_rank >= sh->tp_size || spec->n_head % sh->tp_size != 0 ||
@@ -43,6 +51,7 @@ model *model_create(const job_model *spec, const model_shard *shard, const dt_op
     m->spec = *spec;
     m->shard = *sh;
     m->ops = ops;
+    if (prec) m->prec = *prec;
     model_local_layers(m, &m->layers);
     m->recompute = recompute;
     model_dims_of(spec, sh, &m->d);

@@ -224,9 +224,23 @@ double model_flops_per_sample(const job_model *spec, recompute_kind recompute);
 /* Global index of local element i of a parameter (for init, gathers, checkpoints). */
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i);
 
+/* What the model computes in (train.precision, train.grad_dtype). fp32: every
+ * tensor fp32. bf16 (mixed precision): compute weights and the activations kept
+ * for backward are bf16; layernorm, softmax and loss statistics and every
+ * matmul's accumulation stay fp32; gradients are bf16 or fp32 (grad_bf16). The
+ * fp32 master weights are the optimizer's, not the model's. */
+typedef struct {
+    int bf16;      /* 1: mixed precision */
+    int grad_bf16; /* 1: gradients accumulate in bf16 (needs bf16) */
+} model_precision;
+
 /* ---- the model object ---- */
 model *model_create(const job_model *spec, const model_shard *shard, const dt_ops *ops,
                     recompute_kind recompute);
+/* The same with a precision (NULL: fp32). */
+model *model_create_prec(const job_model *spec, const model_shard *shard, const dt_ops *ops,
+                         recompute_kind recompute, const model_precision *prec);
+const model_precision *model_get_precision(const model *m);
 void model_destroy(model *m);
 const model_shard *model_get_shard(const model *m);
 const job_model *model_get_spec(const model *m);

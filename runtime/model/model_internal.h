@@ -53,6 +53,7 @@ struct model {
     model_shard shard;
     const dt_ops *ops;
     recompute_kind recompute;
+    model_precision prec;
     model_hooks hooks;
     model_layers layers;   /* the tp layers, or the plain local ones (local_layers.c) */
     int layers_set;        /* a strategy gave them (model_set_layers) */
