@@ -8,6 +8,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #define ACTS_ALIGN 64 /* a cache line; also keeps SIMD loads aligned */
@@ -25,73 +26,104 @@ static void *take(bump *b, size_t bytes)
 }
 
 static float *takef(bump *b, size_t n) { return take(b, n * sizeof(float)); }
+static uint16_t *takeh(bump *b, size_t n) { return take(b, n * sizeof(uint16_t)); }
 static int *takei(bump *b, size_t n) { return take(b, n * sizeof(int)); }
 
 static size_t max_sz(size_t x, size_t y) { return x > y ? x : y; }
 
-/* Sets of block_acts: one per block, or one shared by all with block recompute
- * (each block's forward is rerun in its backward). */
-static int blk_sets(int nb, recompute_kind rc) { return nb == 0 ? 0 : rc == RECOMPUTE_BLOCK ? 1 : nb; }
+/* Sets of block_acts kept per micro-batch: one per block, none with block
+ * recompute (each block's forward is rerun in its backward, in the shared set). */
+static int blk_sets(int nb, recompute_kind rc) { return nb == 0 || rc == RECOMPUTE_BLOCK ? 0 : nb; }
 
-/* Places every buffer of a micro-batch of B samples; fills `a` when b->base is set. */
-static void layout(const job_model *spec, const model_shard *sh, int B, recompute_kind rc,
-                   model_acts *a, bump *b)
-{
+typedef struct {
+    const job_model *spec;
+    const model_shard *sh;
+    recompute_kind rc;
+    int bf16;
     model_dims d;
-    model_dims_of(spec, sh, &d);
+    int has_emb, has_head, nb, sp, gpt;
+} shape;
+
+static shape shape_of(const job_model *spec, const model_shard *sh, recompute_kind rc, const model_precision *prec)
+{
+    shape g = {.spec = spec, .sh = sh, .rc = rc, .bf16 = prec && prec->bf16};
+    model_dims_of(spec, sh, &g.d);
     int L = spec->n_layer;
-    int has_emb = sh->unit_begin == 0, has_head = sh->unit_end == L + 2;
+    g.has_emb = sh->unit_begin == 0;
+    g.has_head = sh->unit_end == L + 2;
     int first = sh->unit_begin > 1 ? sh->unit_begin : 1;
     int last = sh->unit_end - 1 < L ? sh->unit_end - 1 : L;
-    int nb = last >= first ? last - first + 1 : 0;
-    size_t N = (size_t)B * (size_t)d.seq, C = (size_t)d.C;
-    size_t Nl = (size_t)rows_local(&d, B); /* this rank's rows of the stream */
-    size_t att = (size_t)B * (size_t)d.NH_l * (size_t)d.seq * (size_t)d.seq;
-    size_t C_l = (size_t)d.C_l, F_l = (size_t)d.F_l;
-    int sp = d.sp_size > 1, gpt = spec->kind == MODEL_GPT;
+    g.nb = last >= first ? last - first + 1 : 0;
+    g.sp = g.d.sp_size > 1;
+    g.gpt = spec->kind == MODEL_GPT;
+    return g;
+}
 
-    /* the residual stream at every block boundary: kept in every mode, since
-     * block recompute restarts each block from its input */
-    a->stream = takef(b, (size_t)(nb + 1) * Nl * C);
-    a->dres = takef(b, Nl * C);
-    a->doutput = has_head ? NULL : takef(b, Nl * C);
+/* One block's fp32 tensors; with `stats` its layernorm statistics too (a bf16
+ * working set borrows them from the micro-batch's stash instead). */
+static void take_block(bump *b, const shape *g, int B, block_acts *s, float *att_shared, int stats)
+{
+    size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
+    size_t att = (size_t)B * (size_t)g->d.NH_l * (size_t)g->d.seq * (size_t)g->d.seq;
+    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
+    s->ln1 = takef(b, Nl * C);
+    if (stats) s->ln1_mean = takef(b, Nl), s->ln1_rstd = takef(b, Nl);
+    s->qkv = takef(b, N * 3 * C_l);
+    s->att = g->rc == RECOMPUTE_SELECTIVE ? att_shared : takef(b, att);
+    s->atty = takef(b, N * C_l);
+    s->r2 = takef(b, Nl * C);
+    s->ln2 = takef(b, Nl * C);
+    if (stats) s->ln2_mean = takef(b, Nl), s->ln2_rstd = takef(b, Nl);
+    s->fch = takef(b, N * F_l);
+    s->fchg = takef(b, N * F_l);
+}
 
-    a->n_blk_sets = blk_sets(nb, rc);
-    /* selective: one [B, NH_l, seq, seq] for all blocks instead of one each */
-    if (nb > 0 && rc == RECOMPUTE_SELECTIVE) a->bs.att_shared = takef(b, att);
-    for (int k = 0; k < a->n_blk_sets; k++) {
-        block_acts *s = a->blk ? &a->blk[k] : &(block_acts){0};
-        s->ln1 = takef(b, Nl * C);
-        s->ln1_mean = takef(b, Nl);
-        s->ln1_rstd = takef(b, Nl);
-        s->qkv = takef(b, N * 3 * C_l);
-        s->att = rc == RECOMPUTE_SELECTIVE ? a->bs.att_shared : takef(b, att);
-        s->atty = takef(b, N * C_l);
-        s->r2 = takef(b, Nl * C);
-        s->ln2 = takef(b, Nl * C);
-        s->ln2_mean = takef(b, Nl);
-        s->ln2_rstd = takef(b, Nl);
-        s->fch = takef(b, N * F_l);
-        s->fchg = takef(b, N * F_l);
+/* The same tensors in bf16 (statistics fp32), what a bf16 micro-batch keeps. */
+static void take_block16(bump *b, const shape *g, int B, block_stash16 *s)
+{
+    size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
+    size_t att = (size_t)B * (size_t)g->d.NH_l * (size_t)g->d.seq * (size_t)g->d.seq;
+    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
+    s->ln1 = takeh(b, Nl * C);
+    s->ln1_mean = takef(b, Nl);
+    s->ln1_rstd = takef(b, Nl);
+    s->qkv = takeh(b, N * 3 * C_l);
+    s->att = g->rc == RECOMPUTE_SELECTIVE ? NULL : takeh(b, att);
+    s->atty = takeh(b, N * C_l);
+    s->r2 = takeh(b, Nl * C);
+    s->ln2 = takeh(b, Nl * C);
+    s->ln2_mean = takef(b, Nl);
+    s->ln2_rstd = takef(b, Nl);
+    s->fch = takeh(b, N * F_l);
+    s->fchg = takeh(b, N * F_l);
+}
+
+/* What one micro-batch keeps from its forward for its backward (the stash: a
+ * pipeline stage holds one per micro-batch in flight): the residual stream at
+ * every block boundary (block recompute restarts each block from its input),
+ * each block's tensors (none with block recompute; no attention probabilities
+ * with selective), the output gradient a stage receives, the batch's device
+ * copy and the head's logits and loss statistics. Elements are bf16 under
+ * mixed precision, except statistics, logits and losses (fp32). */
+static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
+{
+    size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
+    size_t Nl = (size_t)rows_local(&g->d, B);
+    int nb = g->nb;
+    if (g->bf16) {
+        a->stream16 = takeh(b, (size_t)(nb + 1) * Nl * C);
+        a->doutput16 = g->has_head ? NULL : takeh(b, Nl * C);
+        for (int k = 0; k < blk_sets(nb, g->rc); k++) take_block16(b, g, B, a->blk16 ? &a->blk16[k] : &(block_stash16){0});
+    } else {
+        a->stream = takef(b, (size_t)(nb + 1) * Nl * C);
+        a->doutput = g->has_head ? NULL : takef(b, Nl * C);
+        for (int k = 0; k < blk_sets(nb, g->rc); k++)
+            take_block(b, g, B, a->blk ? &a->blk[k] : &(block_acts){0}, a->bs.att_shared, 1);
     }
-    if (nb > 0 || has_head) a->bs.dln = takef(b, N * C);
-    if (nb > 0) {
-        a->bs.dA = takef(b, N * max_sz(F_l, 3 * C_l));
-        a->bs.dB = takef(b, N * max_sz(F_l, C_l));
-        a->bs.att_scratch = takef(b, att);
-    }
-    /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
-     * sums, the embedding's output before it is cut into rows, the ViT head's
-     * class tokens (the GPT head gathers into lnf); layernorm gradients of the
-     * blocks (4 x C) and of the GPT head (2 x C; the ViT head's layernorm sees
-     * whole class-token rows) */
-    if (sp && (nb > 0 || has_emb || (has_head && !gpt))) a->bs.full = takef(b, N * C);
-    if (sp && (nb > 0 || (has_head && gpt))) a->bs.ln_grads = takef(b, 4 * C);
-
-    if (spec->kind == MODEL_GPT) {
-        size_t V_l = (size_t)d.V_l;
-        if (has_emb) a->tokens = takei(b, N);
-        if (has_head) {
+    if (g->gpt) {
+        size_t V_l = (size_t)g->d.V_l;
+        if (g->has_emb) a->tokens = takei(b, N);
+        if (g->has_head) {
             a->targets = takei(b, N);
             a->lnf = takef(b, N * C);
             a->lnf_mean = takef(b, Nl);
@@ -102,23 +134,15 @@ static void layout(const job_model *spec, const model_shard *sh, int B, recomput
             a->target = takef(b, N);
             a->loss = takef(b, N);
             a->dloss = takef(b, N);
-            /* the head's backward walks one sample at a time, so the logits'
-             * gradient needs [seq, V_l], not another [N, V_l] */
-            a->dlogits = takef(b, (size_t)d.seq * V_l);
         }
-        if (has_emb && has_head) a->tied_dwte = takef(b, V_l * C);
     } else {
-        size_t K = (size_t)spec->n_classes, Bs = (size_t)B;
-        if (has_emb) {
-            a->images = takef(b, Bs * (size_t)spec->channels * (size_t)spec->image_size *
-                                     (size_t)spec->image_size);
-            a->patch_out = takef(b, Bs * (size_t)d.NP * C);
-            a->cls_tmp = takef(b, Bs * C);
-        }
-        if (has_head) {
+        size_t K = (size_t)g->spec->n_classes, Bs = (size_t)B;
+        if (g->has_emb)
+            a->images = takef(b, Bs * (size_t)g->spec->channels * (size_t)g->spec->image_size *
+                                     (size_t)g->spec->image_size);
+        if (g->has_head) {
             a->labels = takei(b, Bs);
             a->cls_x = takef(b, Bs * C);
-            a->dcls_x = takef(b, Bs * C);
             a->lnf = takef(b, Bs * C);
             a->lnf_mean = takef(b, Bs);
             a->lnf_rstd = takef(b, Bs);
@@ -128,19 +152,77 @@ static void layout(const job_model *spec, const model_shard *sh, int B, recomput
             a->target = takef(b, Bs);
             a->loss = takef(b, Bs);
             a->dloss = takef(b, Bs);
-            a->dlogits = takef(b, Bs * K);
         }
     }
+}
+
+/* The one working set a model object shares among all its micro-batches: the
+ * residual gradient, backward scratch, the block set a recompute rebuilds (and,
+ * in bf16, the fp32 set a block computes in before its tensors are rounded
+ * into the stash), gathers of sequence parallelism, the head's logit
+ * gradient. Micro-batches never compute at the same time, so one serves all. */
+static void layout_work(const shape *g, int B, model_acts *a, bump *b)
+{
+    size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
+    size_t Nl = (size_t)rows_local(&g->d, B);
+    size_t att = (size_t)B * (size_t)g->d.NH_l * (size_t)g->d.seq * (size_t)g->d.seq;
+    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
+    int nb = g->nb;
+
+    a->dres = takef(b, Nl * C);
+    /* selective: one [B, NH_l, seq, seq] for all blocks instead of one each */
+    a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE ? takef(b, att) : NULL;
+    /* the set a block computes in when its micro-batch does not keep an fp32 one */
+    a->work_blk_on = nb > 0 && (g->rc == RECOMPUTE_BLOCK || g->bf16);
+    if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, !g->bf16 || g->rc == RECOMPUTE_BLOCK);
+    if (g->bf16) {
+        a->xin = takef(b, Nl * C);
+        a->xout = takef(b, Nl * C);
+        a->dinput16 = g->has_emb ? NULL : takeh(b, Nl * C);
+    }
+    a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
+    a->bs.dA = nb > 0 ? takef(b, N * max_sz(F_l, 3 * C_l)) : NULL;
+    a->bs.dB = nb > 0 ? takef(b, N * max_sz(F_l, C_l)) : NULL;
+    a->bs.att_scratch = nb > 0 ? takef(b, att) : NULL;
+    /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
+     * sums, the embedding's output before it is cut into rows, the ViT head's
+     * class tokens (the GPT head gathers into lnf); layernorm gradients of the
+     * blocks (4 x C) and of the GPT head (2 x C; the ViT head's layernorm sees
+     * whole class-token rows) */
+    a->bs.full = g->sp && (nb > 0 || g->has_emb || (g->has_head && !g->gpt)) ? takef(b, N * C) : NULL;
+    a->bs.ln_grads = g->sp && (nb > 0 || (g->has_head && g->gpt)) ? takef(b, 4 * C) : NULL;
+    if (g->gpt) {
+        size_t V_l = (size_t)g->d.V_l;
+        /* the head's backward walks one sample at a time, so the logits'
+         * gradient needs [seq, V_l], not another [N, V_l] */
+        a->dlogits = g->has_head ? takef(b, (size_t)g->d.seq * V_l) : NULL;
+        a->tied_dwte = g->has_emb && g->has_head ? takef(b, V_l * C) : NULL;
+    } else {
+        size_t K = (size_t)g->spec->n_classes, Bs = (size_t)B;
+        a->patch_out = g->has_emb ? takef(b, Bs * (size_t)g->d.NP * C) : NULL;
+        a->cls_tmp = g->has_emb ? takef(b, Bs * C) : NULL;
+        a->dcls_x = g->has_head ? takef(b, Bs * C) : NULL;
+        a->dlogits = g->has_head ? takef(b, Bs * K) : NULL;
+    }
+}
+
+model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard, int B,
+                                 recompute_kind recompute, const model_precision *prec)
+{
+    shape g = shape_of(spec, shard, recompute, prec);
+    model_acts sizing;
+    memset(&sizing, 0, sizeof sizing);
+    bump st = {NULL, 0}, wk = {NULL, 0};
+    layout_work(&g, B, &sizing, &wk);
+    layout_stash(&g, B, &sizing, &st);
+    return (model_acts_size){st.off, wk.off};
 }
 
 size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
                         recompute_kind recompute)
 {
-    model_acts sizing;
-    memset(&sizing, 0, sizeof sizing);
-    bump b = {NULL, 0};
-    layout(spec, shard, B, recompute, &sizing, &b);
-    return b.off;
+    model_acts_size z = model_acts_sizes(spec, shard, B, recompute, NULL);
+    return z.stash + z.work;
 }
 
 size_t model_acts_host_bytes(const job_model *spec, int B)
@@ -150,6 +232,37 @@ size_t model_acts_host_bytes(const job_model *spec, int B)
     return floats * sizeof(float);
 }
 
+/* Points every micro-batch's working-set pointers at the model's (again, after
+ * it grew). */
+static void point_work(model *m)
+{
+    shape g = shape_of(&m->spec, &m->shard, m->recompute, &m->prec);
+    for (model_acts *x = m->acts_list; x; x = x->next) {
+        bump b = {m->work_mem, 0};
+        layout_work(&g, m->work_B, x, &b);
+    }
+}
+
+/* The working set serves micro-batches of up to work_B samples: a larger one
+ * makes it grow (the old one is freed; nothing in it outlives a compute call). */
+static int work_reserve(model *m, int B)
+{
+    if (m->work_mem && m->work_B >= B) return 0;
+    model_acts_size z = model_acts_sizes(&m->spec, &m->shard, B, m->recompute, &m->prec);
+    void *mem = m->ops->alloc(z.work ? z.work : 1);
+    if (!mem) {
+        fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activation working set\n", z.work);
+        return -1;
+    }
+    if (m->work_mem) m->ops->free(m->work_mem);
+    m->work_mem = mem;
+    m->work_bytes = z.work;
+    m->work_B = B;
+    return 0;
+}
+
+size_t model_work_bytes(const model *m) { return m->work_mem ? m->work_bytes : 0; }
+
 model_acts *model_acts_create(model *m, int B)
 {
     if (B < 1) return NULL;
@@ -157,46 +270,66 @@ model_acts *model_acts_create(model *m, int B)
     if (!a) return NULL;
     a->m = m;
     a->B = B;
-    a->bytes = model_acts_bytes(&m->spec, &m->shard, B, m->recompute);
+    shape g = shape_of(&m->spec, &m->shard, m->recompute, &m->prec);
+    model_acts_size z = model_acts_sizes(&m->spec, &m->shard, B, m->recompute, &m->prec);
+    a->bytes = z.stash;
     size_t N = (size_t)B * (size_t)m->d.seq;
     int sets = blk_sets(m->n_blocks, m->recompute);
-    a->blk = sets ? calloc((size_t)sets, sizeof(block_acts)) : NULL;
-    a->mem = m->ops->alloc(a->bytes);
+    if (sets && g.bf16) a->blk16 = calloc((size_t)sets, sizeof(block_stash16));
+    else if (sets) a->blk = calloc((size_t)sets, sizeof(block_acts));
+    a->mem = m->ops->alloc(a->bytes ? a->bytes : 1);
     a->host_loss = malloc(N * sizeof(float));
     a->host_dloss = malloc(N * sizeof(float));
     if (m->spec.kind == MODEL_VIT)
         a->host_logits = malloc((size_t)B * (size_t)m->spec.n_classes * sizeof(float));
-    if (!a->mem || (sets && !a->blk) || !a->host_loss || !a->host_dloss ||
+    if (!a->mem || (sets && !a->blk && !a->blk16) || !a->host_loss || !a->host_dloss ||
         (m->spec.kind == MODEL_VIT && !a->host_logits)) {
         fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activations\n", a->bytes);
         model_acts_destroy(a);
         return NULL;
     }
+    if (work_reserve(m, B)) {
+        model_acts_destroy(a);
+        return NULL;
+    }
+    a->next = m->acts_list;
+    m->acts_list = a;
+    point_work(m); /* this one's, and the others' when the set grew */
     bump b = {a->mem, 0};
-    layout(&m->spec, &m->shard, B, m->recompute, a, &b);
+    layout_stash(&g, B, a, &b);
     return a;
 }
 
 void model_acts_destroy(model_acts *a)
 {
     if (!a) return;
-    if (a->mem) a->m->ops->free(a->mem);
+    model *m = a->m;
+    for (model_acts **p = &m->acts_list; *p; p = &(*p)->next)
+        if (*p == a) {
+            *p = a->next;
+            break;
+        }
+    if (a->mem) m->ops->free(a->mem);
     free(a->blk);
+    free(a->blk16);
     free(a->host_loss);
     free(a->host_dloss);
     free(a->host_logits);
     free(a);
 }
 
-float *model_acts_input(model_acts *a) { return a->stream; }
+void *model_acts_input(model_acts *a) { return a->stream16 ? (void *)a->stream16 : (void *)a->stream; }
 
-float *model_acts_output(model_acts *a)
+void *model_acts_output(model_acts *a)
 {
-    return a->stream + (size_t)a->m->n_blocks * model_acts_io_numel(a->m, a->B);
+    size_t at = (size_t)a->m->n_blocks * model_acts_io_numel(a->m, a->B);
+    return a->stream16 ? (void *)(a->stream16 + at) : (void *)(a->stream + at);
 }
 
-float *model_acts_dinput(model_acts *a) { return a->dres; }
-float *model_acts_doutput(model_acts *a) { return a->doutput; }
+void *model_acts_dinput(model_acts *a) { return a->stream16 ? (void *)a->dinput16 : (void *)a->dres; }
+void *model_acts_doutput(model_acts *a) { return a->stream16 ? (void *)a->doutput16 : (void *)a->doutput; }
+
+size_t model_acts_io_elem_size(const model *m) { return m->prec.bf16 ? sizeof(uint16_t) : sizeof(float); }
 
 size_t model_acts_io_numel(const model *m, int B)
 {

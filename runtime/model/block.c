@@ -42,15 +42,28 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
     block_params bp;
     bind_params(m, unit, &bp, 0);
 
+    /* bf16: every tensor backward reads is rounded where it is written, so
+     * matmuls see bf16 inputs (accumulating in fp32) and backward sees what
+     * the stash keeps; statistics stay fp32 */
+    int r16 = m->prec.bf16;
+    size_t NC3 = (size_t)N * 3 * (size_t)d->C_l, NCl = (size_t)N * (size_t)d->C_l, NF = (size_t)N * (size_t)d->F_l;
+    size_t att = (size_t)B * (size_t)d->NH_l * (size_t)T * (size_t)T;
     ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C);
+    if (r16) ops->round_bf16(a->ln1, NlC);
     L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l);
+    if (r16) ops->round_bf16(a->qkv, NC3);
     ops->attention_forward(a->atty, a->att, a->qkv, B, T, d->C_l, d->NH_l, causal);
+    if (r16) ops->round_bf16(a->att, att), ops->round_bf16(a->atty, NCl);
     L->row_forward(L->ctx, a->r2, s->full, a->atty, bp.p[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C);
     ops->residual_forward(a->r2, a->r2, x, NlC);
+    if (r16) ops->round_bf16(a->r2, NlC);
 
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BLK_LN2_W], bp.p[BLK_LN2_B], Nl, C);
+    if (r16) ops->round_bf16(a->ln2, NlC);
     L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l);
-    ops->gelu_forward(a->fchg, a->fch, (size_t)N * (size_t)d->F_l);
+    if (r16) ops->round_bf16(a->fch, NF);
+    ops->gelu_forward(a->fchg, a->fch, NF);
+    if (r16) ops->round_bf16(a->fchg, NF);
     if (recomputing) return; /* the backward reads nothing past this point */
     L->row_forward(L->ctx, y, s->full, a->fchg, bp.p[BLK_MPROJ_W], bp.p[BLK_MPROJ_B], N, d->F_l, C);
     ops->residual_forward(y, y, a->r2, NlC);
@@ -98,6 +111,7 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
          * the same bits as its forward's). The attention output is not needed
          * again (atty is kept); dA, free until it becomes dqkv below, takes it. */
         ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, causal);
+        if (m->prec.bf16) ops->round_bf16(s->att_shared, (size_t)B * (size_t)d->NH_l * (size_t)T * (size_t)T);
     }
     ops->zero(dqkv, 3 * NCl * sizeof(float));
     ops->attention_backward(dqkv, s->att_scratch, datty, a->qkv, a->att, B, T, d->C_l, d->NH_l,

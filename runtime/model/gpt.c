@@ -70,6 +70,7 @@ double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const
     float *lnf_mine = a->lnf + rows_first(d, batch->B) * (size_t)C;
     ops->layernorm_forward(lnf_mine, a->lnf_mean, a->lnf_rstd, x, unit_tensor(m, head, GPT_HEAD_LNF_W),
                            unit_tensor(m, head, GPT_HEAD_LNF_B), Nl, C);
+    if (m->prec.bf16) ops->round_bf16(lnf_mine, (size_t)Nl * (size_t)C); /* the LM head's matmul input */
     model_vocab_head h = vocab_head(m, a, batch->B, NULL);
     L->head_forward(L->ctx, &h);
     ops->to_host(a->host_loss, a->loss, (size_t)N * sizeof(float));

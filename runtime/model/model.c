@@ -22,6 +22,14 @@ static model *fail_create(model *m, const char *why)
 model *model_create(const job_model *spec, const model_shard *shard, const dt_ops *ops,
                     recompute_kind recompute)
 {
+    return model_create_prec(spec, shard, ops, recompute, NULL);
+}
+
+const model_precision *model_get_precision(const model *m) { return &m->prec; }
+
+model *model_create_prec(const job_model *spec, const model_shard *shard, const dt_ops *ops,
+                         recompute_kind recompute, const model_precision *prec)
+{
     const model_shard *sh = shard;
     if (spec->n_head <= 0 || spec->d_model % spec->n_head != 0 || sh->tp_size < 1 ||
         sh->tp_rank < 0 || sh->tp_rank >= sh->tp_size || spec->n_head % sh->tp_size != 0 ||
@@ -43,6 +51,7 @@ model *model_create(const job_model *spec, const model_shard *shard, const dt_op
     m->spec = *spec;
     m->shard = *sh;
     m->ops = ops;
+    if (prec) m->prec = *prec;
     model_local_layers(m, &m->layers);
     m->recompute = recompute;
     model_dims_of(spec, sh, &m->d);
@@ -91,6 +100,7 @@ model *model_create(const job_model *spec, const model_shard *shard, const dt_op
 void model_destroy(model *m)
 {
     if (!m) return;
+    if (m->work_mem) m->ops->free(m->work_mem);
     for (int k = 0; k < m->n_held; k++) {
         if (m->own_params) m->ops->free(m->own_params[k]);
         if (m->own_grads) m->ops->free(m->own_grads[k]);
@@ -240,9 +250,68 @@ static float *stream_at(model_acts *a, int k)
     return a->stream + (size_t)k * model_acts_io_numel(a->m, a->B);
 }
 
-static block_acts *acts_of_block(model_acts *a, int k)
+/* The set block k computes in: its own kept one (fp32), or the shared working
+ * set (block recompute; bf16, where the statistics stay in the stash). */
+static block_acts acts_of_block(model_acts *a, int k)
 {
-    return &a->blk[a->n_blk_sets == 1 ? 0 : k];
+    if (!a->work_blk_on) {
+        block_acts w = a->blk[k];
+        if (a->m->recompute == RECOMPUTE_SELECTIVE) w.att = a->bs.att_shared; /* it may have moved */
+        return w;
+    }
+    block_acts w = a->work_blk;
+    if (a->blk16) {
+        const block_stash16 *s = &a->blk16[k];
+        w.ln1_mean = s->ln1_mean, w.ln1_rstd = s->ln1_rstd;
+        w.ln2_mean = s->ln2_mean, w.ln2_rstd = s->ln2_rstd;
+    }
+    return w;
+}
+
+/* bf16: block k's rounded tensors into the stash after its forward (exact:
+ * block_forward rounded them already), and back before its backward. */
+typedef struct {
+    float *f;
+    uint16_t *h;
+    size_t n;
+} act_pair;
+
+static int block_pairs(model *m, model_acts *a, int k, const block_acts *w, act_pair *out)
+{
+    const model_dims *d = &m->d;
+    const block_stash16 *s = &a->blk16[k];
+    size_t B = (size_t)a->B, N = B * (size_t)d->seq, C = (size_t)d->C, Nl = (size_t)rows_local(d, a->B);
+    size_t att = B * (size_t)d->NH_l * (size_t)d->seq * (size_t)d->seq;
+    int n = 0;
+    out[n++] = (act_pair){w->ln1, s->ln1, Nl * C};
+    out[n++] = (act_pair){w->qkv, s->qkv, N * 3 * (size_t)d->C_l};
+    if (s->att) out[n++] = (act_pair){w->att, s->att, att};
+    out[n++] = (act_pair){w->atty, s->atty, N * (size_t)d->C_l};
+    out[n++] = (act_pair){w->r2, s->r2, Nl * C};
+    out[n++] = (act_pair){w->ln2, s->ln2, Nl * C};
+    out[n++] = (act_pair){w->fch, s->fch, N * (size_t)d->F_l};
+    out[n++] = (act_pair){w->fchg, s->fchg, N * (size_t)d->F_l};
+    return n;
+}
+
+static void block_stash(model *m, model_acts *a, int k, const block_acts *w)
+{
+    act_pair p[8];
+    int n = block_pairs(m, a, k, w, p);
+    for (int i = 0; i < n; i++) m->ops->to_bf16(p[i].h, p[i].f, p[i].n);
+}
+
+static void block_unstash(model *m, model_acts *a, int k, const block_acts *w)
+{
+    act_pair p[8];
+    int n = block_pairs(m, a, k, w, p);
+    for (int i = 0; i < n; i++) m->ops->from_bf16(p[i].f, p[i].h, p[i].n);
+}
+
+/* bf16: stream entry k of the stash (strided by the capacity, as stream_at). */
+static uint16_t *stream16_at(model_acts *a, int k)
+{
+    return a->stream16 + (size_t)k * model_acts_io_numel(a->m, a->B);
 }
 
 static int batch_size(const model_acts *a, const model_batch *batch)
@@ -255,11 +324,96 @@ static int batch_size(const model_acts *a, const model_batch *batch)
     return batch->B;
 }
 
+/* Mixed precision: every block computes in fp32 on the working set; what it
+ * keeps is rounded to bf16 where it is written (block.c) and stored in the
+ * stash; the residual stream is rounded at every block boundary and kept in
+ * bf16. */
+static double forward_bf16(model *m, model_acts *a, const model_batch *batch, int *correct)
+{
+    const dt_ops *ops = m->ops;
+    int B = batch->B, L = m->spec.n_layer;
+    size_t n = model_acts_io_numel(m, B);
+    float *x = a->xin, *y = a->xout;
+    if (m->has_emb) {
+        model_hook_before(m, 0, PHASE_FORWARD);
+        if (m->spec.kind == MODEL_GPT) gpt_embedding_forward(m, a, batch, x);
+        else vit_embedding_forward(m, a, batch, x);
+        ops->round_bf16(x, n);
+        ops->to_bf16(stream16_at(a, 0), x, n);
+        model_hook_after(m, 0, PHASE_FORWARD);
+    } else {
+        ops->from_bf16(x, stream16_at(a, 0), n);
+    }
+    for (int k = 0; k < m->n_blocks; k++) {
+        int u = m->first_block + k;
+        block_acts w = acts_of_block(a, k);
+        model_hook_before(m, u, PHASE_FORWARD);
+        block_forward(m, u, x, y, &w, &a->bs, B, 0);
+        ops->round_bf16(y, n);
+        ops->to_bf16(stream16_at(a, k + 1), y, n);
+        if (m->recompute != RECOMPUTE_BLOCK) block_stash(m, a, k, &w);
+        model_hook_after(m, u, PHASE_FORWARD);
+        float *t = x;
+        x = y, y = t;
+    }
+    double loss = 0;
+    if (m->has_head) {
+        model_hook_before(m, L + 1, PHASE_FORWARD);
+        if (m->spec.kind == MODEL_GPT) loss = gpt_head_forward(m, a, batch, x);
+        else loss = vit_head_forward(m, a, batch, x, correct);
+        model_hook_after(m, L + 1, PHASE_FORWARD);
+    }
+    return loss;
+}
+
+/* The mirror image: the residual gradient is fp32 in the working set, rounded
+ * to bf16 at every block boundary (what a pipeline stage sends). */
+static void backward_bf16(model *m, model_acts *a, const model_batch *batch, float loss_scale)
+{
+    const dt_ops *ops = m->ops;
+    int B = batch->B, L = m->spec.n_layer;
+    size_t n = model_acts_io_numel(m, B);
+    int tied_here = a->tied_dwte != NULL;
+    float *x = a->xin;
+    if (m->has_head) {
+        model_hook_before(m, L + 1, PHASE_BACKWARD);
+        ops->from_bf16(x, stream16_at(a, m->n_blocks), n);
+        if (m->spec.kind == MODEL_GPT) gpt_head_backward(m, a, batch, x, a->dres, loss_scale);
+        else vit_head_backward(m, a, batch, x, a->dres, loss_scale);
+        ops->round_bf16(a->dres, n);
+        if (!tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
+    } else {
+        ops->from_bf16(a->dres, a->doutput16, n);
+    }
+    for (int k = m->n_blocks - 1; k >= 0; k--) {
+        int u = m->first_block + k;
+        block_acts w = acts_of_block(a, k);
+        model_hook_before(m, u, PHASE_BACKWARD);
+        ops->from_bf16(x, stream16_at(a, k), n);
+        if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &w, &a->bs, B, 1);
+        else block_unstash(m, a, k, &w);
+        block_backward(m, u, a->dres, x, &w, &a->bs, B);
+        ops->round_bf16(a->dres, n);
+        model_hook_after(m, u, PHASE_BACKWARD);
+    }
+    if (m->has_emb) {
+        model_hook_before(m, 0, PHASE_BACKWARD);
+        if (m->spec.kind == MODEL_GPT) gpt_embedding_backward(m, a, a->dres, B);
+        else vit_embedding_backward(m, a, a->dres, B);
+        if (tied_here) gpt_tied_grads_finish(m, a);
+        model_hook_after(m, 0, PHASE_BACKWARD);
+    } else {
+        ops->to_bf16(a->dinput16, a->dres, n);
+    }
+    if (tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
+}
+
 double model_forward(model *m, model_acts *a, const model_batch *batch, int *correct)
 {
     int B = batch_size(a, batch), L = m->spec.n_layer;
     check_layers(m);
     if (correct) *correct = 0;
+    if (m->prec.bf16) return forward_bf16(m, a, batch, correct);
     if (m->has_emb) {
         model_hook_before(m, 0, PHASE_FORWARD);
         if (m->spec.kind == MODEL_GPT) gpt_embedding_forward(m, a, batch, stream_at(a, 0));
@@ -269,7 +423,8 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
     for (int k = 0; k < m->n_blocks; k++) {
         int u = m->first_block + k;
         model_hook_before(m, u, PHASE_FORWARD);
-        block_forward(m, u, stream_at(a, k), stream_at(a, k + 1), acts_of_block(a, k), &a->bs, B, 0);
+        block_acts w = acts_of_block(a, k);
+        block_forward(m, u, stream_at(a, k), stream_at(a, k + 1), &w, &a->bs, B, 0);
         model_hook_after(m, u, PHASE_FORWARD);
     }
     double loss = 0;
@@ -294,6 +449,10 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
 {
     int B = batch_size(a, batch), L = m->spec.n_layer;
     check_layers(m);
+    if (m->prec.bf16) {
+        backward_bf16(m, a, batch, loss_scale);
+        return;
+    }
     size_t io = model_acts_io_numel(m, B);
     int tied_here = a->tied_dwte != NULL;
     if (m->has_head) {
@@ -308,10 +467,10 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
     for (int k = m->n_blocks - 1; k >= 0; k--) {
         int u = m->first_block + k;
         const float *x = stream_at(a, k);
-        block_acts *ba = acts_of_block(a, k);
+        block_acts ba = acts_of_block(a, k);
         model_hook_before(m, u, PHASE_BACKWARD);
-        if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, ba, &a->bs, B, 1);
-        block_backward(m, u, a->dres, x, ba, &a->bs, B);
+        if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &ba, &a->bs, B, 1);
+        block_backward(m, u, a->dres, x, &ba, &a->bs, B);
         model_hook_after(m, u, PHASE_BACKWARD);
     }
     if (m->has_emb) {

@@ -193,6 +193,16 @@ typedef struct {
     void (*rows_grad_sum)(void *ctx, float *buf, size_t n);
 } model_layers;
 
+/* What the model computes in (train.precision, train.grad_dtype). fp32: every
+ * tensor fp32. bf16 (mixed precision): compute weights and the activations kept
+ * for backward are bf16; layernorm, softmax and loss statistics and every
+ * matmul's accumulation stay fp32; gradients are bf16 or fp32 (grad_bf16). The
+ * fp32 master weights are the optimizer's, not the model's. */
+typedef struct {
+    int bf16;      /* 1: mixed precision */
+    int grad_bf16; /* 1: gradients accumulate in bf16 (needs bf16) */
+} model_precision;
+
 typedef struct model model;
 typedef struct model_acts model_acts;
 
@@ -212,6 +222,15 @@ int model_seq_len(const job_model *spec);
  * (besides a few host floats per token for the loss). */
 size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
                         recompute_kind recompute);
+/* The two parts of those bytes. stash: what one micro-batch keeps from its
+ * forward for its backward (per model_acts; a pipeline stage holds one per
+ * micro-batch in flight); work: the working set one model object shares among
+ * all its micro-batches (backward scratch, recompute buffers, sequence-parallel
+ * gathers), allocated with its first model_acts. prec NULL: fp32. Under bf16
+ * the stash's tensors are 2 bytes per element (statistics, logits and losses 4). */
+typedef struct { size_t stash, work; } model_acts_size;
+model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard, int B,
+                                 recompute_kind recompute, const model_precision *prec);
 /* Host bytes model_acts_create mallocs next to those (per-token loss and its
  * gradient; ViT: the logits too): host memory on a GPU, the same memory on the
  * CPU backend. */
@@ -224,9 +243,14 @@ double model_flops_per_sample(const job_model *spec, recompute_kind recompute);
 /* Global index of local element i of a parameter (for init, gathers, checkpoints). */
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i);
 
+
 /* ---- the model object ---- */
 model *model_create(const job_model *spec, const model_shard *shard, const dt_ops *ops,
                     recompute_kind recompute);
+/* The same with a precision (NULL: fp32). */
+model *model_create_prec(const job_model *spec, const model_shard *shard, const dt_ops *ops,
+                         recompute_kind recompute, const model_precision *prec);
+const model_precision *model_get_precision(const model *m);
 void model_destroy(model *m);
 const model_shard *model_get_shard(const model *m);
 const job_model *model_get_spec(const model *m);
@@ -263,11 +287,16 @@ void model_acts_destroy(model_acts *a);
  * output (stages without the head); in backward it receives into doutput and
  * sends dinput. doutput is NULL on a stage with the head (nothing arrives). Sizes
  * are the capacity B given to model_acts_create; a smaller batch uses a prefix. */
-float *model_acts_input(model_acts *a);
-float *model_acts_output(model_acts *a);
-float *model_acts_dinput(model_acts *a);
-float *model_acts_doutput(model_acts *a);
+void *model_acts_input(model_acts *a);
+void *model_acts_output(model_acts *a);
+void *model_acts_dinput(model_acts *a);
+void *model_acts_doutput(model_acts *a);
 size_t model_acts_io_numel(const model *m, int B);
+/* Bytes per element of those four: 4 (fp32), or 2 under bf16 (COMM_BF16 on the wire). */
+size_t model_acts_io_elem_size(const model *m);
+/* Bytes of the working set the model's activations share (0 before the first
+ * model_acts_create). */
+size_t model_work_bytes(const model *m);
 
 /* Forward through the held units. With the head: returns the SUM of per-token
  * (GPT) or per-image (ViT) losses of the micro-batch and, for ViT, sets *correct

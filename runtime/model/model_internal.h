@@ -53,6 +53,7 @@ struct model {
     model_shard shard;
     const dt_ops *ops;
     recompute_kind recompute;
+    model_precision prec;
     model_hooks hooks;
     model_layers layers;   /* the tp layers, or the plain local ones (local_layers.c) */
     int layers_set;        /* a strategy gave them (model_set_layers) */
@@ -64,6 +65,10 @@ struct model {
     float **params;        /* current binding, per held unit (index unit - unit_begin) */
     float **grads;
     float **own_params;    /* what model_create allocated (freed by destroy) */
+    void *work_mem;        /* the activations' working set, shared by every model_acts */
+    size_t work_bytes;
+    int work_B;            /* it serves micro-batches of up to this many samples */
+    struct model_acts *acts_list;
     float **own_grads;
     size_t *unit_numel;
     param_spec *specs;     /* every tensor of the held units, in unit order */
@@ -93,6 +98,14 @@ typedef struct {
     float *ln2, *ln2_mean, *ln2_rstd; /* [N_l,C], [N_l], [N_l] */
     float *fch, *fchg;                /* [N, F_l] fc output, after GELU */
 } block_acts;
+
+/* A block's tensors as a bf16 micro-batch keeps them (model_precision.bf16):
+ * the same as block_acts, rounded to bf16, statistics fp32. att is NULL under
+ * selective recompute. */
+typedef struct {
+    uint16_t *ln1, *qkv, *att, *atty, *r2, *ln2, *fch, *fchg;
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+} block_stash16;
 
 /* Gradient scratch for one block's backward, shared by all blocks (they run
  * one after the other). Two buffers cover four gradients because their lives
@@ -124,16 +137,30 @@ typedef struct {
 float *model_ln_grads_begin(model *m, const block_scratch *s, int n);
 void model_ln_grads_finish(model *m, const block_scratch *s, float *const *dst, int n);
 
+/* One micro-batch's activations. What it keeps from forward to backward (the
+ * stash) lives in its own allocation; the rest points into the working set its
+ * model shares among all micro-batches (model.work_mem, acts.c). */
 struct model_acts {
     model *m;
+    struct model_acts *next; /* the model's list of live ones (they share its working set) */
     int B;              /* capacity: batches of up to B samples */
-    void *mem;          /* the one ops->alloc of model_acts_bytes */
+    void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash */
     size_t bytes;
+    /* ---- stash, fp32 ---- */
     float *stream;      /* (n_blocks + 1) x [N_l,C]: stage input, then each block's output */
-    float *dres;        /* [N_l,C] the residual gradient, propagated in place = dinput */
     float *doutput;     /* [N_l,C] received from the next stage */
-    block_acts *blk;    /* one set per block held, or one shared set with block recompute */
-    int n_blk_sets;
+    block_acts *blk;    /* one set per block held (none with block recompute) */
+    /* ---- stash, bf16 (model_precision.bf16; then the fp32 three above are NULL) ---- */
+    uint16_t *stream16, *doutput16;
+    block_stash16 *blk16;
+    /* ---- working set (shared) ---- */
+    float *dres;        /* [N_l,C] the residual gradient, propagated in place (fp32: dinput) */
+    block_acts work_blk; /* the set a block computes in: block recompute, or bf16 (whose
+                            tensors are rounded into blk16 after forward and widened
+                            back before backward) */
+    int work_blk_on;
+    float *xin, *xout;  /* bf16: [N_l,C] a block's input and output in fp32 */
+    uint16_t *dinput16; /* bf16: [N_l,C] the input gradient a stage sends */
     block_scratch bs;
     /* GPT embedding */
     int *tokens;        /* [N] device copy of the batch's tokens */

@@ -29,6 +29,9 @@ typedef struct {
     model_acts *acts;
     int mb;         /* microbatch held, or -1 when free */
     comm_req *send; /* an asynchronous send reading this slot's buffers, or NULL */
+    int send_shared; /* that send reads the chunk's shared working set (the input
+                        gradient, model_acts_dinput): the next BACKWARD of the chunk
+                        overwrites it, so it waits for the send first */
 } exec_slot;
 
 typedef struct {
@@ -340,9 +343,18 @@ static int batch_for(step_run *r, const pp_action *a, const exec_chunk *ch, mode
     return 0;
 }
 
-static size_t io_bytes(step_run *r, const exec_chunk *ch)
+/* Stage boundaries travel at the activations' precision: fp32, or bf16 under
+ * mixed precision (half the bytes). */
+static size_t io_numel(step_run *r, const exec_chunk *ch) { return model_acts_io_numel(ch->m, r->args->B); }
+static size_t io_bytes(step_run *r, const exec_chunk *ch) { return io_numel(r, ch) * model_acts_io_elem_size(ch->m); }
+static comm_dtype io_dtype(const exec_chunk *ch) { return model_acts_io_elem_size(ch->m) == 2 ? COMM_BF16 : COMM_F32; }
+
+/* Waits for the chunk's sends that read its shared working set. */
+static int settle_shared(step_run *r, const pp_action *a, exec_chunk *ch)
 {
-    return model_acts_io_numel(ch->m, r->args->B) * sizeof(float);
+    for (int k = 0; k < ch->n_slots; k++)
+        if (ch->slots[k].send && ch->slots[k].send_shared && settle_slot(r, a, &ch->slots[k])) return -1;
+    return 0;
 }
 
 static int run_recv(step_run *r, const pp_action *a)
@@ -355,10 +367,10 @@ static int run_recv(step_run *r, const pp_action *a)
         return fail(r, a, "gradient for a microbatch whose FORWARD has not run");
     }
     if (settle_slot(r, a, sl)) return -1;
-    float *buf = a->op == PP_OP_RECV_ACT ? model_acts_input(sl->acts) : model_acts_doutput(sl->acts);
+    void *buf = a->op == PP_OP_RECV_ACT ? model_acts_input(sl->acts) : model_acts_doutput(sl->acts);
     if (!buf) return fail(r, a, "the chunk has no buffer for it");
     double t0 = clock_now_s();
-    int rc = comm_recv(r->ex->pp, buf, io_bytes(r, ch) / sizeof(float), COMM_F32, a->peer);
+    int rc = comm_recv(r->ex->pp, buf, io_numel(r, ch), io_dtype(ch), a->peer);
     double t1 = clock_now_s();
     r->res->idle_s += t1 - t0;
     if (r->ex->hooks.span) r->ex->hooks.span(r->ex->hooks.ctx, a->op, a->chunk, a->mb, t0, t1);
@@ -371,10 +383,10 @@ static int run_send(step_run *r, const pp_action *a)
     exec_slot *sl = held_slot(r->ex, a->chunk, a->mb);
     if (!sl) return fail(r, a, "nothing computed to send");
     if (settle_slot(r, a, sl)) return -1;
-    float *buf = a->op == PP_OP_SEND_ACT ? model_acts_output(sl->acts) : model_acts_dinput(sl->acts);
+    void *buf = a->op == PP_OP_SEND_ACT ? model_acts_output(sl->acts) : model_acts_dinput(sl->acts);
     double t0 = clock_now_s();
-    int rc = comm_send_async(r->ex->pp, buf, io_bytes(r, ch) / sizeof(float), COMM_F32, a->peer,
-                             &sl->send);
+    int rc = comm_send_async(r->ex->pp, buf, io_numel(r, ch), io_dtype(ch), a->peer, &sl->send);
+    sl->send_shared = a->op == PP_OP_SEND_GRAD;
     if (r->ex->hooks.span) r->ex->hooks.span(r->ex->hooks.ctx, a->op, a->chunk, a->mb, t0, clock_now_s());
     if (rc != COMM_OK) {
         sl->send = NULL; /* a failed submission leaves nothing to wait for */
@@ -425,6 +437,7 @@ static int run_backward(step_run *r, const pp_action *a, int index)
     model_batch b;
     if (batch_for(r, a, ch, &b)) return -1;
     int last_chunk_mb = a->mb == ch->last_bwd_mb, last_rank = index == ex->last_bwd_action;
+    if (settle_shared(r, a, ch)) return -1;
     if (ex->hooks.before_backward)
         ex->hooks.before_backward(ex->hooks.ctx, a->chunk, a->mb, last_chunk_mb, last_rank);
     double t0 = clock_now_s();

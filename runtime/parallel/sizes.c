@@ -453,10 +453,23 @@ static model_shard chunk_shard(const sizes *s, int chunk, int tp_rank)
     return sh;
 }
 
-size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank)
+static model_precision job_precision(const sizes *s)
+{
+    return (model_precision){.bf16 = s->job.train.precision == PREC_BF16,
+                             .grad_bf16 = s->job.train.grad_dtype == DTYPE_BF16};
+}
+
+model_acts_size sizes_chunk_acts(const sizes *s, int chunk, int tp_rank)
 {
     model_shard sh = chunk_shard(s, chunk, tp_rank);
-    return model_acts_bytes(&s->job.model, &sh, s->job.train.micro_batch, s->job.train.recompute);
+    model_precision prec = job_precision(s);
+    return model_acts_sizes(&s->job.model, &sh, s->job.train.micro_batch, s->job.train.recompute, &prec);
+}
+
+size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank)
+{
+    model_acts_size z = sizes_chunk_acts(s, chunk, tp_rank);
+    return z.stash + z.work;
 }
 
 int sizes_acts_slots(const sizes *s, int chunk)
@@ -465,11 +478,11 @@ int sizes_acts_slots(const sizes *s, int chunk)
     return s->sched->slots[chunk];
 }
 
-/* What the head's buffers add to one model_acts of the last chunk: the difference
- * to the same units without the head, so the model's layout stays its own. A
- * stage without the head also receives the output gradient (model_acts_doutput,
- * [B, seq, C] floats, or its 1/tp with sequence parallelism; NULL with the head),
- * so that much is added back. */
+/* What the head adds to each micro-batch's stash on the last chunk (its logits
+ * and loss statistics): the difference to the same units without the head, so
+ * the model's layout stays its own. A stage without the head also receives the
+ * output gradient (model_acts_doutput, [B, seq, C] elements, or its 1/tp with
+ * sequence parallelism; NULL with the head), so that much is added back. */
 static size_t head_extra_bytes(const sizes *s, int tp_rank)
 {
     int last = s->chunks - 1;
@@ -477,10 +490,11 @@ static size_t head_extra_bytes(const sizes *s, int tp_rank)
     without.unit_end--;
     int B = s->job.train.micro_batch;
     recompute_kind rc = s->job.train.recompute;
-    size_t a = model_acts_bytes(&s->job.model, &with, B, rc);
-    size_t b = model_acts_bytes(&s->job.model, &without, B, rc);
+    model_precision prec = job_precision(s);
+    size_t a = model_acts_sizes(&s->job.model, &with, B, rc, &prec).stash;
+    size_t b = model_acts_sizes(&s->job.model, &without, B, rc, &prec).stash;
     size_t rows = (size_t)B * (size_t)model_seq_len(&s->job.model) / (seq_parallel(s) ? (size_t)s->job.parallel.tp : 1);
-    size_t io = rows * (size_t)s->job.model.d_model * sizeof(float);
+    size_t io = rows * (size_t)s->job.model.d_model * (prec.bf16 ? 2 : sizeof(float));
     b = b > io ? b - io : 0;
     return a > b ? a - b : 0;
 }
@@ -529,10 +543,10 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
                              sizes_bucket_numel(s, at) * sizes_reduce_elem_bytes(s) +
                              sizes_tied_scratch_numel(s, at) * ge;
 
-    /* Each local chunk keeps a pool of sizes_acts_slots model_acts for the whole
+    /* Each local chunk keeps a pool of sizes_acts_slots stashes for the whole
      * run (pp_exec.h), so the rank holds the sum of the chunks' peaks, which is
      * more than the peak of their sum when chunks peak at different times
-     * (interleaved schedules). */
+     * (interleaved schedules); plus one working set per chunk. */
     int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
     size_t acts = 0, live = 0;
     if (!s->sched) {
@@ -541,7 +555,8 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     } else {
         for (int local = 0; local < v; local++) {
             int c = pp_chunk_id(at.pp, local, pp), slots = sizes_acts_slots(s, c);
-            acts += (size_t)slots * sizes_chunk_acts_bytes(s, c, at.tp);
+            model_acts_size z = sizes_chunk_acts(s, c, at.tp);
+            acts += (size_t)slots * z.stash + z.work;
             live += (size_t)slots;
         }
     }

@@ -52,6 +52,7 @@
 
 #include "lib/job/jobspec.h"
 #include "runtime/parallel/pp_schedule.h"
+#include "runtime/model/model.h"
 
 /* Where the job runs. */
 typedef struct {
@@ -169,7 +170,11 @@ size_t sizes_first_bucket_numel(const sizes *s, sizes_at at);
 long sizes_bucket_count(const sizes *s, sizes_at at);
 
 /* ---- activations ---- */
-/* Bytes of one model_acts of global chunk c (micro_batch samples) on tp rank. */
+/* Activations of global chunk c (micro_batch samples) on tp rank, at the job's
+ * precision: what each micro-batch in flight stashes, and the working set the
+ * chunk shares among them (model_acts_sizes). */
+model_acts_size sizes_chunk_acts(const sizes *s, int chunk, int tp_rank);
+/* One micro-batch alone: stash + work. */
 size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank);
 /* Most microbatches of chunk c alive at once (1 with pp = 1). */
 int sizes_acts_slots(const sizes *s, int chunk);

@@ -233,7 +233,9 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
         model_shard sh = {.tp_rank = e->mc.me.tp, .tp_size = job->parallel.tp,
                           .unit_begin = pp > 1 ? first[c] : 0, .unit_end = pp > 1 ? first[c + 1] : n_units,
                           .sp = job->parallel.sequence_parallel && job->parallel.tp > 1};
-        if (!(e->chunk[l] = model_create(&job->model, &sh, e->ops, job->train.recompute))) {
+        model_precision prec = {.bf16 = job->train.precision == PREC_BF16,
+                                .grad_bf16 = job->train.grad_dtype == DTYPE_BF16};
+        if (!(e->chunk[l] = model_create_prec(&job->model, &sh, e->ops, job->train.recompute, &prec))) {
             snprintf(err, errlen, "rank %d: cannot create the model chunk of units [%d, %d)", e->rank,
                      sh.unit_begin, sh.unit_end);
             return -1;
@@ -249,8 +251,15 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
     return 0;
 }
 
+/* What one micro-batch of a chunk stashes, as model_acts_create allocates it. */
+static model_acts_size chunk_acts(const engine *e, model *m, int mb)
+{
+    return model_acts_sizes(model_get_spec(m), model_get_shard(m), mb, e->job.train.recompute, model_get_precision(m));
+}
+
 /* Activations: one micro-batch's with pp = 1; the executor's slots with pp > 1
- * (each slot one model_acts of its chunk: sizes_chunk_acts_bytes). */
+ * (each slot one stash of its chunk), and each chunk's shared working set, as
+ * allocated; the dry-run (sizes_rank_memory) must say the same. */
 static int setup_acts(engine *e, char *err, size_t errlen)
 {
     const job_spec *job = &e->job;
@@ -263,9 +272,7 @@ static int setup_acts(engine *e, char *err, size_t errlen)
             snprintf(err, errlen, "rank %d: out of memory for the activations", e->rank);
             return -1;
         }
-        acct_add(e->acct, ACCT_ACTS, (long long)(model_acts_bytes(&job->model, model_get_shard(e->chunk[0]), mb,
-                                                                  job->train.recompute) +
-                                                 host));
+        acct_add(e->acct, ACCT_ACTS, (long long)(chunk_acts(e, e->chunk[0], mb).stash + model_work_bytes(e->chunk[0]) + host));
     } else {
         char why[512];
         pp_exec_config cfg = {.sched = sizes_schedule(e->sz), .rank = e->mc.me.pp, .pp = e->mc.pp,
@@ -279,9 +286,8 @@ static int setup_acts(engine *e, char *err, size_t errlen)
         pp_exec_set_hooks(e->ex, &h);
         for (int l = 0; l < e->n_chunks; l++)
             acct_add(e->acct, ACCT_ACTS,
-                     (long long)pp_exec_slots(e->ex, l) *
-                         (long long)(sizes_chunk_acts_bytes(e->sz, pp_chunk_id(e->mc.me.pp, l, pp), e->mc.me.tp) +
-                                     host));
+                     (long long)pp_exec_slots(e->ex, l) * (long long)(chunk_acts(e, e->chunk[l], mb).stash + host) +
+                         (long long)model_work_bytes(e->chunk[l]));
         e->micro_per_step = job->parallel.microbatches;
     }
     cap = sizes_batch_samples(e->sz);

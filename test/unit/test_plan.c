@@ -331,13 +331,14 @@ static void test_stage_params_and_acts(void)
         sizes_memory m;
         sizes_rank_memory(s, (sizes_at){0, p, 0}, &m);
         sum += m.bytes[SIZES_PARAMS];
-        /* 1F1B keeps min(p - rank, m) microbatches of its chunk */
-        size_t want = (size_t)(4 - p) * sizes_chunk_acts_bytes(s, p, 0);
+        /* 1F1B keeps min(p - rank, m) microbatches of its chunk, and one working set */
+        model_acts_size z = sizes_chunk_acts(s, p, 0);
+        size_t want = (size_t)(4 - p) * z.stash + z.work;
         acts_ok &= m.bytes[SIZES_ACTS] + m.bytes[SIZES_LOGITS] == want && sizes_acts_slots(s, p) == 4 - p;
     }
     CHECK(sum == 4 * sizes_model_numel(&job.model, NULL),
           "the 4 pipeline stages' fp32 params add up to the whole model (%zu bytes)", sum);
-    CHECK(acts_ok, "1F1B stage r holds (4 - r) microbatches of its chunk's model_acts_bytes");
+    CHECK(acts_ok, "1F1B stage r holds (4 - r) micro-batch stashes of its chunk and one working set");
     sizes_destroy(s);
 
     job.parallel.pp = 1;
@@ -420,12 +421,13 @@ static void test_monotonic(void)
     job.train.recompute = RECOMPUTE_SELECTIVE;
     size_t a_sel = rank0(&job, SIZES_ACTS, 0);
     {
-        /* all but one of the blocks' [B, heads, seq, seq] probabilities are gone */
+        /* every block's stashed [B, heads, seq, seq] probabilities (bf16) are gone;
+         * the fp32 working set holds one set either way */
         size_t seq = (size_t)model_seq_len(&job.model), L = (size_t)job.model.n_layer;
-        size_t probs = (size_t)job.train.micro_batch * (size_t)job.model.n_head * seq * seq * sizeof(float);
-        CHECK(a_rc < a_sel && a_sel < a_none && a_none - a_sel == (L - 1) * probs,
+        size_t probs = (size_t)job.train.micro_batch * (size_t)job.model.n_head * seq * seq * 2;
+        CHECK(a_rc < a_sel && a_sel < a_none && a_none - a_sel == L * probs,
               "selective recompute: block %.0f MB < selective %.0f MB < none %.0f MB, %zu x %.0f MB of "
-              "probabilities fewer than none", a_rc / 1e6, a_sel / 1e6, a_none / 1e6, L - 1, probs / 1e6);
+              "bf16 probabilities fewer than none", a_rc / 1e6, a_sel / 1e6, a_none / 1e6, L, probs / 1e6);
     }
     job.train.recompute = RECOMPUTE_NONE;
 
@@ -436,8 +438,14 @@ static void test_monotonic(void)
     size_t gpipe = rank0(&pj, SIZES_ACTS, 0);
     pj.parallel.pp_schedule = PP_1F1B;
     size_t ofob = rank0(&pj, SIZES_ACTS, 0);
-    CHECK(ofob * 4 == gpipe, "stage 0 keeps 16 microbatches under GPipe, 4 under 1F1B (%zu vs %zu bytes)", gpipe,
-          ofob);
+    {
+        sizes *ps = make_sizes(&pj, 1, 8);
+        size_t work = ps ? sizes_chunk_acts(ps, 0, 0).work : 0;
+        sizes_destroy(ps);
+        CHECK((ofob - work) * 4 == gpipe - work,
+              "stage 0 keeps 16 micro-batch stashes under GPipe, 4 under 1F1B, one working set in both (%zu vs %zu "
+              "bytes)", gpipe, ofob);
+    }
 }
 
 /* ---- communication and step time ---- */
