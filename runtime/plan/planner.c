@@ -14,7 +14,8 @@
  * layouts are taken cheapest bound first and simulated, until the top-th best
  * simulated step is below every remaining bound. The top list is exactly the one
  * an exhaustive search prints (test_plan.c checks it), at a fraction of the
- * simulations. */
+ * simulations. Only layouts whose estimate fits are ever listed: a layout the
+ * estimate says is out of memory is counted, never proposed. */
 #include <cJSON.h>
 #include <malloc.h>
 #include <math.h>
@@ -213,7 +214,9 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
     for (int pp = 1; pp <= W && pp <= L; pp++) {
         if (W % pp) continue;
         for (int sched = PP_GPIPE; sched <= PP_INTERLEAVED; sched++) {
-            if (pp == 1 && sched != (int)job->parallel.pp_schedule) continue;
+            /* one stage has no schedule to choose (and interleaving needs pp > 1:
+             * job_validate refuses it): one candidate, 1F1B's single chunk */
+            if (pp == 1 && sched != PP_1F1B) continue;
             for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
                 for (int tp = 1; tp <= G && tp <= W / pp; tp++) {
                     if (G % tp || (W / pp) % tp) continue;
