@@ -158,6 +158,11 @@ $(BUILD)/bench/comm_bench: scripts/bench/comm_bench.c $(BUILD)/libdtrun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< $(BUILD)/libdtrun.a -o $@ $(LDLIBS)
 
+# scripts/bench/bf16-gemm.sh: fp32 sgemm vs bf16 (convert-then-sgemm, sbgemm).
+$(BUILD)/bench/bf16_gemm: scripts/bench/bf16_gemm.c $(BUILD)/libdtrun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdtrun.a -o $@ $(LDLIBS)
+
 gpu-bench-bin: $(BUILD)/bench/gpu_train $(BUILD)/bench/comm_bench
 
 test-gpu:

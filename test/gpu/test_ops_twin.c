@@ -29,6 +29,7 @@
  *                   differences grow through the updates: Adam divides by
  *                   sqrt(v), which amplifies them where gradients are tiny; a
  *                   wrong kernel moves the loss by far more within a step or two)
+ * The bf16 conversions have no tolerance: they must agree bit for bit.
  * Prints "ok - ..." / "not ok - ..." lines (test/gpu/run.sh counts them). */
 #include <math.h>
 #include <stdint.h>
@@ -404,6 +405,81 @@ static void test_adamw(size_t n) {
     free(p); free(g); free(m); free(v);
 }
 
+/* ---------------------------------------------------------------- bf16 */
+
+/* The conversions must agree bit for bit (the CUDA kernels do the CPU's bit
+ * arithmetic): random fp32 bit patterns (every exponent, denormals, Inf, NaN
+ * payloads), random values, and the edge cases of test_kernels.c (ties both
+ * ways, the largest finite bf16 and just past it, denormals, -0, +-Inf, NaN)
+ * at the front. n odd, so the grid-stride loops get a ragged end. */
+static uint32_t twin_u32(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+static size_t diff_bytes(const void *a, const void *b, size_t n, size_t width) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += memcmp((const char *)a + i * width, (const char *)b + i * width, width) != 0;
+    return bad;
+}
+
+static void test_bf16(size_t n) {
+    static const uint32_t edges[] = {
+        0x3f808000u, 0x3f818000u, 0xbf818000u, 0x3f807fffu, 0x3f808001u, 0x3f7fffffu, 0x7f7f0000u,
+        0x7f7f7fffu, 0x7f7f8000u, 0x7f7fffffu, 0xff7f8000u, 0x7f800000u, 0xff800000u, 0x00000000u,
+        0x80000000u, 0x00000001u, 0x80000001u, 0x00008000u, 0x00018000u, 0x00008001u, 0x007f7fffu,
+        0x007fffffu, 0x00800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7fbfffffu, 0x7fffffffu,
+    };
+    size_t ne = sizeof edges / sizeof edges[0];
+    float *x = malloc(n * sizeof *x), *add = malloc(n * sizeof *add);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = i < ne ? edges[i] : twin_u32();
+        if (i >= ne && i % 2) x[i] = frand() * 8.0f; else memcpy(&x[i], &u, sizeof u);
+        add[i] = i % 3 ? frand() * ldexpf(1.0f, -(int)(i % 12)) : x[(i * 7) % n];
+    }
+    uint16_t *hc = malloc(n * sizeof *hc), *hg = malloc(n * sizeof *hg);
+    float *fc = malloc(n * sizeof *fc), *fg = malloc(n * sizeof *fg);
+    uint16_t *dh = gpu->alloc(n * sizeof *dh);
+    dbuf dx = dup_f(x, n, 0), dadd = dup_f(add, n, 0), df = dup_f(x, n, 1); /* df: 4-byte aligned only */
+
+    cpu->to_bf16(hc, x, n);
+    gpu->to_bf16(dh, dx.p, n);
+    gpu->to_host(hg, dh, n * sizeof *hg);
+    size_t bad = diff_bytes(hc, hg, n, sizeof *hc);
+    CHECK(bad == 0, "to_bf16 n=%zu (random bits, values, %zu edge cases): bitwise equal to cpu, %zu differ", n, ne, bad);
+
+    /* from_bf16 on every pattern the cpu just produced (NaNs included) */
+    cpu->from_bf16(fc, hc, n);
+    gpu->from_bf16(df.p, dh, n);
+    gpu->to_host(fg, df.p, n * sizeof *fg);
+    bad = diff_bytes(fc, fg, n, sizeof *fc);
+    CHECK(bad == 0, "from_bf16 n=%zu: bitwise equal to cpu, %zu differ", n, bad);
+
+    memcpy(fc, x, n * sizeof *fc);
+    cpu->round_bf16(fc, n);
+    gpu->from_host(df.p, x, n * sizeof *x);
+    gpu->round_bf16(df.p, n);
+    gpu->to_host(fg, df.p, n * sizeof *fg);
+    bad = diff_bytes(fc, fg, n, sizeof *fc);
+    CHECK(bad == 0, "round_bf16 n=%zu (in place, unaligned): bitwise equal to cpu, %zu differ", n, bad);
+
+    /* acc_bf16 twice on the same accumulator: the second pass starts from
+     * the first one's roundings */
+    for (int pass = 0; pass < 2; pass++) {
+        cpu->acc_bf16(hc, add, n);
+        gpu->acc_bf16(dh, dadd.p, n);
+    }
+    gpu->to_host(hg, dh, n * sizeof *hg);
+    bad = diff_bytes(hc, hg, n, sizeof *hc);
+    CHECK(bad == 0, "acc_bf16 n=%zu, two passes (ties, overflow, Inf-Inf, NaN): bitwise equal to cpu, %zu differ", n, bad);
+
+    gpu->free(dh);
+    drop(&dx); drop(&dadd); drop(&df);
+    free(x); free(add); free(hc); free(hg); free(fc); free(fg);
+}
+
 /* ---------------------------------------------------------------- cross-entropy */
 
 static void test_xent(int N, int Vl, int v0, int V) {
@@ -587,6 +663,8 @@ int main(void) {
     test_elementwise(1000003);
     test_elementwise(7);
     test_adamw(100003);
+    test_bf16(1000003);
+    test_bf16(29);
 
     test_xent(37, 101, 50, 300); /* vocab shard [50, 151) of 300 */
     test_xent(4, 50257, 0, 50257);

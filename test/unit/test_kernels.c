@@ -741,6 +741,237 @@ static void test_memory(void) {
     ops->free(a);
 }
 
+/* ---------------------------------------------------------------- bf16 */
+
+/* The conversions are checked bit for bit: against a reference that rounds in
+ * double arithmetic (no bit tricks, so it shares no code or idea with the
+ * kernel's "add 0x7fff + lsb"), on every bf16 pattern, on random fp32 bit
+ * patterns (every exponent, denormals, infinities and NaNs included), on whole
+ * binades of fp32 patterns and on hand-worked edge cases. */
+
+static uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, sizeof u); return u; }
+static float u2f(uint32_t u) { float f; memcpy(&f, &u, sizeof f); return f; }
+static int is_nan16(uint16_t h) { return (h & 0x7f80u) == 0x7f80u && (h & 0x007fu) != 0; }
+
+/* bf16(x) for a non-NaN float: the two bf16 neighbours of |x| are consecutive
+ * multiples of ulp = 2^(E-7), where 2^E <= |x| < 2^(E+1) (E clamped to -126
+ * below the normal range: bf16 denormals are multiples of 2^-133), so
+ * q = |x| / ulp (exact: a power-of-two scaling in double) lies between them;
+ * take the nearer, on a tie the even multiple (= the even mantissa, in the
+ * normal and the denormal range alike). A result above the largest finite
+ * bf16, 255 * 2^120, is Inf (IEEE: overflow after rounding). */
+static uint16_t ref_bf16(float x) {
+    if (x == 0.0f || isinf(x)) return (uint16_t)(f2u(x) >> 16); /* exact */
+    double a = fabs((double)x);
+    int e;
+    frexp(a, &e); /* a in [2^(e-1), 2^e) */
+    int E = e - 1 < -126 ? -126 : e - 1;
+    double ulp = ldexp(1.0, E - 7), q = a / ulp, lo = floor(q), frac = q - lo;
+    double k = frac > 0.5 ? lo + 1 : frac < 0.5 ? lo : (fmod(lo, 2.0) == 0.0 ? lo : lo + 1);
+    double r = k * ulp;
+    float rf = r > ldexp(255.0, 120) ? INFINITY : (float)r; /* (float)r is exact */
+    return (uint16_t)(f2u(signbit(x) ? -rf : rf) >> 16);
+}
+
+/* Kernel output h for input x against the reference: equal bits, or for a NaN
+ * a NaN with x's sign and the quiet bit set. */
+static int bf16_ok(uint16_t h, float x) {
+    if (isnan(x)) return is_nan16(h) && (h & 0x0040u) && (h >> 15) == (f2u(x) >> 31);
+    return h == ref_bf16(x);
+}
+
+/* ops->to_bf16 over n inputs checked against the reference; returns mismatches
+ * and reports the first. */
+static size_t check_to_bf16(const float *x, size_t n, const char *what) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof *h);
+    ops->to_bf16(h, x, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!bf16_ok(h[i], x[i]) && bad++ == 0)
+            printf("# %s: first mismatch at %zu: 0x%08x -> 0x%04x, reference 0x%04x\n", what, i,
+                   f2u(x[i]), h[i], ref_bf16(x[i]));
+    free(h);
+    return bad;
+}
+
+static uint32_t rand_u32(void) {
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return (uint32_t)((rng_state * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+static void test_bf16_roundtrip(void) {
+    size_t n = 65536;
+    uint16_t *h = malloc(n * sizeof *h), *h2 = malloc(n * sizeof *h2);
+    float *f = malloc(n * sizeof *f), *g = malloc(n * sizeof *g);
+    for (size_t i = 0; i < n; i++) h[i] = (uint16_t)i;
+    ops->from_bf16(f, h, n);
+    size_t inexact = 0;
+    for (size_t i = 0; i < n; i++) inexact += f2u(f[i]) != (uint32_t)h[i] << 16;
+    CHECK(inexact == 0, "from_bf16 widens all 65536 bf16 patterns exactly (bits << 16): %zu wrong", inexact);
+    ops->to_bf16(h2, f, n);
+    memcpy(g, f, n * sizeof *g);
+    ops->round_bf16(g, n);
+    size_t bad = 0, nans = 0, bad_round = 0;
+    for (size_t i = 0; i < n; i++) {
+        /* a signalling NaN (quiet bit clear) comes back quieted; every other
+         * pattern, quiet NaNs included, comes back as it was */
+        uint16_t want = is_nan16(h[i]) ? (uint16_t)(h[i] | 0x0040u) : h[i];
+        nans += is_nan16(h[i]);
+        if (h2[i] != want && bad++ == 0) printf("# round trip: 0x%04x -> 0x%04x\n", h[i], h2[i]);
+        bad_round += f2u(g[i]) != (uint32_t)want << 16;
+    }
+    CHECK(bad == 0, "to_bf16(from_bf16(h)) == h for all 65536 patterns (%zu NaNs stay NaN, "
+          "signalling ones quieted): %zu wrong", nans, bad);
+    CHECK(bad_round == 0, "round_bf16 leaves every bf16-representable float unchanged: %zu wrong", bad_round);
+    free(h), free(h2), free(f), free(g);
+}
+
+typedef struct { uint32_t in; uint16_t out; const char *what; } bf16_case;
+
+static void test_bf16_edges(void) {
+    static const bf16_case cases[] = {
+        {0x3f808000u, 0x3f80, "1 + 2^-8, a tie: down to the even 1.0"},
+        {0x3f818000u, 0x3f82, "1 + 3*2^-8, a tie: up to the even mantissa"},
+        {0xbf818000u, 0xbf82, "-(1 + 3*2^-8), a tie: away from zero to the even mantissa"},
+        {0x3f807fffu, 0x3f80, "just below a tie: down"},
+        {0x3f808001u, 0x3f81, "just above a tie: up"},
+        {0x3f7fffffu, 0x3f80, "1 - 2^-24: up across the binade to 1.0"},
+        {0x7f7f0000u, 0x7f7f, "the largest finite bf16 (3.39e38) stays"},
+        {0x7f7f7fffu, 0x7f7f, "just below the tie past the largest finite bf16: stays finite"},
+        {0x7f7f8000u, 0x7f80, "the tie past the largest finite bf16 (odd mantissa): +Inf"},
+        {0x7f7fffffu, 0x7f80, "FLT_MAX: +Inf"},
+        {0xff7f8000u, 0xff80, "minus the tie past the largest finite bf16: -Inf"},
+        {0x7f800000u, 0x7f80, "+Inf"},
+        {0xff800000u, 0xff80, "-Inf"},
+        {0x00000000u, 0x0000, "+0"},
+        {0x80000000u, 0x8000, "-0 keeps its sign"},
+        {0x00000001u, 0x0000, "the smallest fp32 denormal: +0"},
+        {0x80000001u, 0x8000, "minus the smallest fp32 denormal: -0"},
+        {0x00008000u, 0x0000, "denormal tie: down to the even 0"},
+        {0x00018000u, 0x0002, "denormal tie: up to the even 2^-132"},
+        {0x00008001u, 0x0001, "just above a denormal tie: the smallest bf16 denormal 2^-133"},
+        {0x007f7fffu, 0x007f, "the largest bf16 denormal"},
+        {0x007fffffu, 0x0080, "the largest fp32 denormal: up to the smallest normal 2^-126"},
+        {0x00800000u, 0x0080, "the smallest normal"},
+        {0x7fc00000u, 0x7fc0, "quiet NaN"},
+        {0xffc00001u, 0xffc0, "negative quiet NaN keeps its sign"},
+        {0x7f800001u, 0x7fc0, "NaN with payload only in the low half: NaN, not Inf"},
+        {0x7fbfffffu, 0x7fff, "signalling NaN: quieted, top payload bits kept"},
+        {0x7fffffffu, 0x7fff, "all-ones NaN: NaN (adding 0x7fff would carry into the sign)"},
+    };
+    size_t n = sizeof cases / sizeof cases[0];
+    float x[sizeof cases / sizeof cases[0]];
+    uint16_t h[sizeof cases / sizeof cases[0]];
+    for (size_t i = 0; i < n; i++) x[i] = u2f(cases[i].in);
+    ops->to_bf16(h, x, n);
+    for (size_t i = 0; i < n; i++) {
+        int ref_agrees = isnan(x[i]) || ref_bf16(x[i]) == cases[i].out;
+        CHECK(h[i] == cases[i].out && ref_agrees, "to_bf16 0x%08x -> 0x%04x (want 0x%04x%s): %s",
+              cases[i].in, h[i], cases[i].out, ref_agrees ? "" : ", and the reference disagrees",
+              cases[i].what);
+    }
+}
+
+static void test_bf16_random(void) {
+    /* random fp32 bit patterns: every exponent, sign, denormal, Inf and NaN */
+    size_t n = (size_t)1 << 22;
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = u2f(rand_u32());
+    size_t bad = check_to_bf16(x, n, "random bit patterns");
+    CHECK(bad == 0, "to_bf16 on %zu random fp32 bit patterns = double-precision reference: %zu wrong", n, bad);
+    /* random values as a network holds them, and products of them */
+    for (size_t i = 0; i < n; i++) x[i] = frand() * (i & 1 ? 1.0f : 1e-3f) * (i & 2 ? frand() * 64.0f : 1.0f);
+    bad = check_to_bf16(x, n, "random values");
+    CHECK(bad == 0, "to_bf16 on %zu random values in (-64, 64) = reference: %zu wrong", n, bad);
+    /* every low half under chosen high halves: all roundings, ties and
+     * carries of those binades (denormal, smallest normal, 1.0, the top
+     * finite bf16, Inf/NaN, and negatives) */
+    static const uint16_t tops[] = {0x0000, 0x0001, 0x007f, 0x0080, 0x3f80, 0x3f81, 0x3fff,
+                                    0x7f7e, 0x7f7f, 0x7f80, 0x7fbf, 0x7fff, 0x8000, 0x807f, 0xbf80, 0xff7f, 0xff80};
+    size_t nt = sizeof tops / sizeof tops[0];
+    float *y = malloc(nt * 65536 * sizeof *y);
+    for (size_t t = 0; t < nt; t++)
+        for (uint32_t lo = 0; lo < 65536; lo++) y[t * 65536 + lo] = u2f((uint32_t)tops[t] << 16 | lo);
+    bad = check_to_bf16(y, nt * 65536, "whole binades");
+    CHECK(bad == 0, "to_bf16 on all 65536 low halves under %zu high halves (denormal, normal, "
+          "largest finite, Inf/NaN, negative) = reference: %zu wrong", nt, bad);
+
+    /* round_bf16 in place = from_bf16(to_bf16(x)), bit for bit; an odd
+     * length above the threading threshold, then a short one */
+    for (size_t i = 0; i < n; i++) x[i] = u2f(rand_u32());
+    size_t sizes[2] = {n - 1, 7};
+    for (int s = 0; s < 2; s++) {
+        size_t m = sizes[s];
+        float *r = malloc(m * sizeof *r), *w = malloc(m * sizeof *w);
+        uint16_t *h = malloc(m * sizeof *h);
+        memcpy(r, x, m * sizeof *r);
+        ops->round_bf16(r, m);
+        ops->to_bf16(h, x, m);
+        ops->from_bf16(w, h, m);
+        CHECK(memcmp(r, w, m * sizeof *r) == 0, "round_bf16 (in place) n=%zu = from_bf16(to_bf16(x)) bit for bit", m);
+        free(r), free(w), free(h);
+    }
+    free(x), free(y);
+}
+
+static void test_bf16_acc(void) {
+    size_t n = 300001; /* odd, threaded */
+    uint16_t *acc = malloc(n * sizeof *acc), *want = malloc(n * sizeof *want);
+    float *add = malloc(n * sizeof *add), *sum = malloc(n * sizeof *sum), *a0 = malloc(n * sizeof *a0);
+    for (size_t i = 0; i < n; i++) {
+        float a = frand() * (i % 3 == 0 ? 100.0f : 1.0f);
+        acc[i] = ref_bf16(a);
+        /* adds from comparable down to far below the accumulator's half ulp,
+         * where bf16 accumulation stalls */
+        add[i] = frand() * ldexpf(1.0f, -(int)(i % 16));
+    }
+    /* edge cases: ties, cancellation to +0, overflow to Inf, Inf - Inf, NaN */
+    const struct { uint16_t acc; float add; } e[] = {
+        {0x3f80, 0x1p-8f}, {0x3f81, 0x1p-8f}, {0x3f80, 0x1p-9f}, {0x3f80, -1.0f}, {0x7f7f, 0x1p120f},
+        {0x7f7f, 0x1p119f}, {0xff7f, -0x1p120f}, {0x7f80, -INFINITY}, {0x7fc0, 1.0f}, {0x3f80, NAN},
+        {0x0001, 0x1p-133f}, {0x8000, 0.0f},
+    };
+    size_t ne = sizeof e / sizeof e[0];
+    for (size_t i = 0; i < ne; i++) acc[i] = e[i].acc, add[i] = e[i].add;
+    /* expected through the other ops: to_bf16(from_bf16(acc) + add) */
+    ops->from_bf16(a0, acc, n);
+    for (size_t i = 0; i < n; i++) sum[i] = a0[i] + add[i];
+    ops->to_bf16(want, sum, n);
+    ops->acc_bf16(acc, add, n);
+    size_t bad = 0, bad_ref = 0, stalled = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (acc[i] != want[i] && bad++ == 0)
+            printf("# acc_bf16 at %zu: 0x%04x + %a -> 0x%04x, want 0x%04x\n", i, f2u(a0[i]) >> 16, add[i], acc[i], want[i]);
+        bad_ref += !bf16_ok(acc[i], sum[i]);
+        stalled += add[i] != 0.0f && acc[i] == f2u(a0[i]) >> 16;
+    }
+    CHECK(bad == 0, "acc_bf16 n=%zu = to_bf16(from_bf16(acc) + add) bit for bit: %zu wrong", n, bad);
+    CHECK(bad_ref == 0, "acc_bf16 n=%zu = double-precision reference of the fp32 sum: %zu wrong "
+          "(%zu adds lost to rounding, as bf16 accumulation does)", n, bad_ref, stalled);
+    uint16_t edge_want[] = {0x3f80, 0x3f82, 0x3f80, 0x0000, 0x7f80, 0x7f80, 0xff80};
+    int edges_ok = 1;
+    for (size_t i = 0; i < sizeof edge_want / sizeof edge_want[0]; i++) edges_ok &= acc[i] == edge_want[i];
+    for (size_t i = 7; i < 10; i++) edges_ok &= is_nan16(acc[i]);
+    edges_ok &= acc[10] == 0x0002 && acc[11] == 0x0000; /* -0 + +0 = +0 */
+    CHECK(edges_ok, "acc_bf16 edges: 1+2^-8 -> 1 and 1+2^-7+2^-8 -> 1+2^-6 (ties to even), 1+2^-9 -> 1 "
+          "(stalls), 1-1 -> +0, largest finite + half ulp -> Inf, Inf-Inf and NaN -> NaN, denormals add exactly");
+    uint16_t small[3] = {0x3f80, 0x4000, 0xc040};
+    float sadd[3] = {1.0f, 0.5f, 1.0f};
+    ops->acc_bf16(small, sadd, 3);
+    CHECK(small[0] == 0x4000 && small[1] == 0x4020 && small[2] == 0xc000,
+          "acc_bf16 n=3 (unthreaded): 1+1=2, 2+0.5=2.5, -3+1=-2");
+    free(acc), free(want), free(add), free(sum), free(a0);
+}
+
+static void test_bf16(void) {
+    test_bf16_roundtrip();
+    test_bf16_edges();
+    test_bf16_random();
+    test_bf16_acc();
+}
+
 /* Every op with zero rows / elements (and NULL for the buffers that would be
  * empty) must return without touching memory or printing BLAS errors. */
 static void test_empty(void) {
@@ -772,6 +1003,10 @@ static void test_empty(void) {
     double s = ops->sumsq(NULL, 0);
     ops->zero(NULL, 0);
     ops->copy(NULL, NULL, 0);
+    ops->to_bf16(NULL, NULL, 0);
+    ops->from_bf16(NULL, NULL, 0);
+    ops->round_bf16(NULL, 0);
+    ops->acc_bf16(NULL, NULL, 0);
     int untouched = 1;
     for (int i = 0; i < 12; i++) untouched &= w[i] == 0.0f;
     for (int i = 0; i < 4; i++) untouched &= b[i] == 0.0f;
@@ -838,6 +1073,7 @@ int main(void) {
     test_xent();
     test_adamw();
     test_reduce();
+    test_bf16();
     test_empty();
     bench();
     CHECK_DONE();
