@@ -502,8 +502,38 @@ static void test_korthikanti(void)
     sizes_destroy(sz);
 }
 
+/* The profile's table: read between points in log2(dim), flat beyond; a bad
+ * table is one line at its place. */
+static void test_gemm_table(void)
+{
+    const char *base = "name: t\ndevice: gpu\npeak_bf16_tflops: 100\npeak_fp32_tflops: 10\nmemory_mib: 1024\n"
+                       "memory_bandwidth_gbs: 1000\nintra_node_gbs: 100\ninter_node_gbs: 10\nintra_node_latency_us: 1\n"
+                       "inter_node_latency_us: 1\ngpus_per_node: 8\ncuda_context_mib: 0\nnccl_mib: 0\n"
+                       "cublas_workspace_mib: 0\n";
+    char text[2048], err[512];
+    hw_profile hw;
+    snprintf(text, sizeof text, "%sgemm_efficiency:\n  256: 0.4\n  1024: 0.6\n", base);
+    int rc = hw_load_string(&hw, text, strlen(text), "t.yaml", err, sizeof err);
+    CHECK(rc == 0 && fabs(hw_gemm_efficiency(&hw, 512) - 0.5) < 1e-12 && hw_gemm_efficiency(&hw, 64) == 0.4 &&
+              hw_gemm_efficiency(&hw, 1e6) == 0.6 && hw.achievable == 0.6 && hw.memory_eff == 0.8,
+          "gemm_efficiency 256: 0.4, 1024: 0.6 reads 0.5 at 512 (log2), flat beyond; memory_efficiency default 0.8");
+    snprintf(text, sizeof text, "%sgemm_efficiency:\n  1024: 0.6\n  256: 0.4\n", base);
+    rc = hw_load_string(&hw, text, strlen(text), "t.yaml", err, sizeof err);
+    CHECK(rc != 0 && strstr(err, "t.yaml:17:3") && strstr(err, "increase"), "decreasing dimensions: %s", err);
+    snprintf(text, sizeof text, "%sgemm_efficiency:\n  256: 0.4\n  1024: 0.6\nachievable_fraction: 0.5\n", base);
+    rc = hw_load_string(&hw, text, strlen(text), "t.yaml", err, sizeof err);
+    CHECK(rc != 0 && strstr(err, "both"), "gemm_efficiency and achievable_fraction together: %s", err);
+    snprintf(text, sizeof text, "%sachievable_fraction: 0.5\n", base);
+    rc = hw_load_string(&hw, text, strlen(text), "t.yaml", err, sizeof err);
+    CHECK(rc == 0 && hw_gemm_efficiency(&hw, 64) == 0.5 && hw_gemm_efficiency(&hw, 8192) == 0.5,
+          "the older achievable_fraction: one fraction for every GEMM");
+    rc = hw_load_string(&hw, base, strlen(base), "t.yaml", err, sizeof err);
+    CHECK(rc != 0 && strstr(err, "gemm_efficiency"), "neither: %s", err);
+}
+
 int main(void)
 {
+    test_gemm_table();
     test_n21_table1();
     test_n21_plan();
     test_seeds();
