@@ -49,7 +49,9 @@ static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *o
         fprintf(out, "           %s parameters\n", fmt_count(a, (double)distinct));
     fprintf(out, "batch      global %d = micro_batch %d x dp %d x microbatches %d; %s\n", job->train.global_batch,
             job->train.micro_batch, par->dp, par->microbatches,
-            e->mixed ? "bf16 mixed precision (fp32 master weights)" : "fp32");
+            !e->mixed                                    ? "fp32"
+            : sizes_grad_elem_bytes(e->sizes) == 4 ? "bf16 mixed precision (fp32 master weights, fp32 gradients)"
+                                                   : "bf16 mixed precision (fp32 master weights)");
     fprintf(out, "layout     dp %d x tp %d x pp %d = %d ranks on %d node%s x %d; mode %s; ", par->dp, par->tp, par->pp,
             e->world, e->nnodes, e->nnodes == 1 ? "" : "s", e->ranks_per_node, job_shard_mode_name(par->mode));
     if (par->pp > 1) fprintf(out, "schedule %s", job_pp_schedule_name(par->pp_schedule));
@@ -57,10 +59,11 @@ static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *o
     fprintf(out, "%srecompute %s%s\n", par->pp > 1 ? "; " : "", job_recompute_name(job->train.recompute),
             par->sequence_parallel ? "; sequence parallel" : "");
     const hw_profile *hw = &e->hw;
-    fprintf(out, "hardware   %s%s: %s peak %.4g TFLOP/s x %.2f achievable, memory %s at %s/s, links %s/s in a node, "
-                 "%s/s across\n",
+    fprintf(out, "hardware   %s%s: %s peak %.4g TFLOP/s, GEMMs at %.2f-%.2f of it by shape, memory %s at %s/s, links "
+                 "%s/s in a node, %s/s across\n",
             hw->name, pm->hw_defaulted ? " (default; --hardware NAME to choose)" : "", e->mixed ? "bf16" : "fp32",
-            hw_peak(hw, e->mixed) / 1e12, hw->achievable, fmt_bytes(a, hw->memory), fmt_bytes(b, hw->memory_bw),
+            hw_peak(hw, e->mixed) / 1e12, hw->gemm_eff[0], hw->achievable, fmt_bytes(a, hw->memory),
+            fmt_bytes(b, hw->memory_bw),
             fmt_bytes(c, hw->intra_bw), fmt_bytes(d, hw->inter_bw));
 }
 
@@ -167,17 +170,18 @@ static void print_step(const plan_estimate *e, FILE *out)
 {
     char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN], d[FMT_LEN];
     if (e->has_sim) {
-        fprintf(out, "\npipeline (time in ms; per-chunk costs = FLOPs at %.0f %% of peak + tp all-reduces + "
-                     "exposed sharding traffic; p2p %s per message):\n",
-                100 * e->hw.achievable, fmt_seconds(a, e->p2p));
+        fprintf(out, "\npipeline (time in ms; per-chunk costs = GEMMs at their shape's fraction of peak + "
+                     "memory-bound ops, %.0f %% of peak together, + tp collectives + exposed sharding traffic; p2p %s "
+                     "per message):\n",
+                100 * e->compute_eff, fmt_seconds(a, e->p2p));
         pp_sim_print(out, sizes_schedule(e->sizes), &e->sim, 100);
     }
     double tail = e->step_time - e->makespan;
     fprintf(out, "\nstep       %s = %s %s (bubble %.1f %%) + %s after backward (exposed dp comm + optimizer)\n",
             fmt_seconds(a, e->step_time), e->has_sim ? "pipeline" : "microbatches", fmt_seconds(b, e->makespan),
             100 * e->bubble, fmt_seconds(c, tail));
-    fprintf(out, "           MFU %.1f %%, HFU %.1f %% (of %s peak %.4g TFLOP/s per rank)\n", 100 * e->mfu, 100 * e->hfu,
-            e->mixed ? "bf16" : "fp32", e->peak / 1e12);
+    fprintf(out, "           MFU %.1f %%, HFU %.1f %% (of %s peak %.4g TFLOP/s per rank); compute alone %.1f %%\n",
+            100 * e->mfu, 100 * e->hfu, e->mixed ? "bf16" : "fp32", e->peak / 1e12, 100 * e->compute_eff);
     if (e->job.model.kind == MODEL_GPT)
         fprintf(out, "           %s tokens/s, %s sequences/s\n", fmt_count(a, e->tokens_per_s), fmt_count(d, e->samples_per_s));
     else

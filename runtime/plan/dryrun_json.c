@@ -47,7 +47,15 @@ static cJSON *hardware_json(const plan_estimate *e, const plan_machine *pm)
     cJSON_AddStringToObject(o, "device", hw->gpu ? "gpu" : "cpu");
     cJSON_AddNumberToObject(o, "peak_bf16_flops", hw->peak_bf16);
     cJSON_AddNumberToObject(o, "peak_fp32_flops", hw->peak_fp32);
-    cJSON_AddNumberToObject(o, "achievable_fraction", hw->achievable);
+    cJSON_AddNumberToObject(o, "achievable_fraction", hw->achievable); /* the largest GEMMs' */
+    cJSON *tab = cJSON_AddArrayToObject(o, "gemm_efficiency");
+    for (int i = 0; i < hw->n_gemm; i++) {
+        cJSON *pt = cJSON_CreateObject();
+        cJSON_AddNumberToObject(pt, "dim", hw->gemm_dim[i]);
+        cJSON_AddNumberToObject(pt, "fraction", hw->gemm_eff[i]);
+        cJSON_AddItemToArray(tab, pt);
+    }
+    cJSON_AddNumberToObject(o, "memory_efficiency", hw->memory_eff);
     cJSON_AddNumberToObject(o, "memory_bytes", hw->memory);
     cJSON_AddNumberToObject(o, "memory_bandwidth", hw->memory_bw);
     cJSON_AddNumberToObject(o, "intra_node_bandwidth", hw->intra_bw);
@@ -166,6 +174,7 @@ static cJSON *step_json(const plan_estimate *e)
     cJSON_AddNumberToObject(o, "time_s", e->step_time);
     cJSON_AddNumberToObject(o, "mfu", e->mfu);
     cJSON_AddNumberToObject(o, "hfu", e->hfu);
+    cJSON_AddNumberToObject(o, "compute_efficiency", e->compute_eff);
     cJSON_AddNumberToObject(o, "samples_per_s", e->samples_per_s);
     if (e->job.model.kind == MODEL_GPT) cJSON_AddNumberToObject(o, "tokens_per_s", e->tokens_per_s);
     else cJSON_AddNumberToObject(o, "images_per_s", e->samples_per_s);
