@@ -106,6 +106,7 @@ static comm *comm_alloc(int size)
     c->size = size;
     pthread_mutex_init(&c->err_mu, NULL);
     atomic_init(&c->status, COMM_OK);
+    atomic_init(&c->bytes_sent, 0);
     c->timeout = timeout_from_env();
     return c;
 }
@@ -439,6 +440,8 @@ int comm_rank(const comm *c) { return c->rank; }
 int comm_size(const comm *c) { return c->size; }
 const char *comm_transport(const comm *c) { return c->be ? c->be->name : "none"; }
 double comm_timeout(const comm *c) { return c->timeout; }
+
+uint64_t comm_bytes_sent(const comm *c) { return atomic_load(&c->bytes_sent); }
 
 void *comm_stream(const comm *c) { return c->be ? c->be->stream(c) : NULL; }
 

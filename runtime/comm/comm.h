@@ -39,7 +39,9 @@
  *    comm_wait returns (asynchronous).
  *  - Results are identical on every rank (bit for bit). On the shm transport a
  *    reduction sums in rank order 0, 1, …, size-1 in fp32, whatever the count.
- *  - dtype bf16 is reduced in fp32 internally and rounded once (to nearest even).
+ *  - dtype bf16 is reduced in fp32 internally and rounded once (to nearest even);
+ *    the CPU transports move it as bf16 (half the bytes of fp32), summing each
+ *    element in rank order on shm and tcp alike, so both give the same bits.
  *  - Any count, including 0. reduce_scatter / all_gather split `count` (the total
  *    length) into `size` chunks of ceil(count / size) elements, the last ones
  *    short or empty: comm_chunk() says which part a rank owns.
@@ -76,6 +78,7 @@
 #define DTRUN_COMM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "runtime/comm/store.h"
 
@@ -146,6 +149,16 @@ const char *comm_last_error(const comm *c);
 /* Timeout of each later call, in seconds (> 0). */
 void comm_set_timeout(comm *c, double seconds);
 double comm_timeout(const comm *c);
+/* Bytes this rank has sent to its peers on this communicator so far, every
+ * operation counted (payload and framing): on tcp what was written to its
+ * sockets, on shm what it wrote into the shared segment for the peers to
+ * read; 0 on self. NCCL does not say (0). Read it before and after a call
+ * (no operation in flight) for that call's traffic: an all_reduce of count
+ * elements of e bytes sends 2(n-1)/n count e on tcp (ring, or for bf16 a
+ * direct reduce_scatter then the ring's all_gather) and count e on shm (the
+ * pieces the peers reduce, then the piece this rank reduced). bf16 moves bf16:
+ * half the bytes of fp32. */
+uint64_t comm_bytes_sent(const comm *c);
 
 /* ---- collectives (blocking) ---- */
 

@@ -2,7 +2,8 @@
  * share: starting a collective (queued in issue order for the communicator's
  * worker thread, comm_queue.c) or a send / receive (the progress engine,
  * comm_p2p.c), waiting for it, and running one collective on host memory with
- * the bf16 staging (reduced in fp32, rounded once). Each transport brings only
+ * the bf16 staging (reduced in fp32, rounded once) for a transport that does
+ * not move bf16 itself (bf16_native: shm and tcp do). Each transport brings only
  * its synchronous host functions (comm_cpu_ops, set in c->cpu by its create). */
 #include <stdlib.h>
 
@@ -83,21 +84,21 @@ int comm_coll_exec(comm *c, const coll_args *a)
         return COMM_OK;
     switch (a->kind) {
     case COLL_ALL_REDUCE:
-        if (a->dt == COMM_F32)
-            return t->all_reduce(c, a->send, a->recv, n, a->op);
+        if (a->dt == COMM_F32 || t->bf16_native)
+            return t->all_reduce(c, a->send, a->recv, n, a->dt, a->op);
         else {
             float *s = stage_floats(c, n);
             if (!s)
                 return comm_fail(c, COMM_ESYS, "%s: out of memory staging bf16", c->label);
             comm_bf16_to_f32(s, a->send, n);
-            int rc = t->all_reduce(c, s, s, n, a->op);
+            int rc = t->all_reduce(c, s, s, n, COMM_F32, a->op);
             if (rc == COMM_OK)
                 comm_f32_to_bf16(a->recv, s, n);
             return rc;
         }
     case COLL_REDUCE_SCATTER:
-        if (a->dt == COMM_F32)
-            return t->reduce_scatter(c, a->send, a->recv, n, a->op);
+        if (a->dt == COMM_F32 || t->bf16_native)
+            return t->reduce_scatter(c, a->send, a->recv, n, a->dt, a->op);
         else {
             size_t off, len;
             comm_chunk(n, c->size, c->rank, &off, &len);
@@ -105,7 +106,7 @@ int comm_coll_exec(comm *c, const coll_args *a)
             if (!s)
                 return comm_fail(c, COMM_ESYS, "%s: out of memory staging bf16", c->label);
             comm_bf16_to_f32(s, a->send, n);
-            int rc = t->reduce_scatter(c, s, s + n, n, a->op);
+            int rc = t->reduce_scatter(c, s, s + n, n, COMM_F32, a->op);
             if (rc == COMM_OK)
                 comm_f32_to_bf16(a->recv, s + n, len);
             return rc;

@@ -36,7 +36,9 @@
  *   all_gather: produce own piece; consume copies the others'.
  *   broadcast: the root produces; the others consume.  barrier: an empty chunk.
  * Every element is summed in rank order 0..p-1 in both all_reduce forms, so the
- * result does not depend on the count or on who reduced it.
+ * result does not depend on the count or on who reduced it. bf16 travels as
+ * bf16 (an entry holds twice the elements: half the bytes of fp32) and is
+ * summed in fp32, rounded once where a rank reduces its piece.
  *
  * Waiting: spin briefly when the ranks have a core each, then yield, then sleep
  * on the doorbell futex with a short timeout to watch the deadline and the pid of
@@ -112,7 +114,8 @@ typedef struct {
     size_t mbox_bytes;
     uint64_t seq;                /* chunks of all earlier collectives (same on every rank) */
     double spin_s;               /* busy-wait this long before sleeping */
-    const float **srcs;          /* n, for the reductions */
+    const float **srcs;          /* n, for the reductions (fp32 … */
+    const uint16_t **srcs16;     /* … and bf16) */
 } shm_state;
 
 static inline void cpu_relax(void)
@@ -264,6 +267,7 @@ typedef struct {
     char *recv;
     size_t n;                    /* elements */
     size_t es;                   /* bytes per element */
+    comm_dtype dt;               /* of a reduction: fp32 or bf16 (es 4 or 2) */
     comm_op op;
     int root;
     int direct;                  /* small all_reduce: one stage */
@@ -369,22 +373,48 @@ static int job_ready(shm_state *s, const void *arg, int *who)
     return 0;
 }
 
-static void produce(shm_state *s, const shm_job *j, size_t k)
+/* Writes into this rank's own entry, for the peers to read: counted as sent. */
+static void put(comm *c, void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+    atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)bytes, memory_order_relaxed);
+}
+
+/* dst (and dst2) = the rank-order reduction of the sources in s->srcs (fp32)
+ * or s->srcs16 (bf16: summed in fp32, rounded once), n elements. */
+static void fold(shm_state *s, const shm_job *j, void *dst, void *dst2, size_t n)
+{
+    if (j->dt == COMM_BF16)
+        comm_reduce_bf16(dst, dst2, s->srcs16, s->n, n, j->op, s->n);
+    else
+        comm_reduce_f32(dst, dst2, s->srcs, s->n, n, j->op, s->n);
+}
+
+/* Source q of a reduction: element `at` of buffer b (either dtype). */
+static void set_src(shm_state *s, const shm_job *j, int q, const char *b, size_t at)
+{
+    if (j->dt == COMM_BF16)
+        s->srcs16[q] = (const uint16_t *)b + at;
+    else
+        s->srcs[q] = (const float *)b + at;
+}
+
+static void produce(comm *c, shm_state *s, const shm_job *j, size_t k)
 {
     int p = s->n, me = s->me;
+    size_t es = j->es;
     char *mine = entry(s, me, j->base + k);
     switch (j->kind) {
     case COLL_ALL_REDUCE:
         if (j->direct) {
-            memcpy(mine, j->send, j->n * sizeof(float));
+            put(c, mine, j->send, j->n * es);
         } else {
             size_t off, len, ps;
             ar_chunk(j, p, k, &off, &len, &ps);
             for (int q = 0; q < p; q++) {
                 size_t qo = (size_t)q * ps, ql = part(len, qo, ps);
                 if (q != me && ql)
-                    memcpy(mine + qo * sizeof(float), j->send + (off + qo) * sizeof(float),
-                           ql * sizeof(float));
+                    put(c, mine + qo * es, j->send + (off + qo) * es, ql * es);
             }
         }
         break;
@@ -394,8 +424,7 @@ static void produce(shm_state *s, const shm_job *j, size_t k)
             comm_chunk(j->n, p, q, &qo, &ql);
             size_t len = part(ql, k * j->step, j->step);
             if (q != me && len)
-                memcpy(mine + (size_t)q * j->step * sizeof(float),
-                       j->send + (qo + k * j->step) * sizeof(float), len * sizeof(float));
+                put(c, mine + (size_t)q * j->step * es, j->send + (qo + k * j->step) * es, len * es);
         }
         break;
     case COLL_ALL_GATHER: {
@@ -403,33 +432,36 @@ static void produce(shm_state *s, const shm_job *j, size_t k)
         comm_chunk(j->n, p, me, &ro, &rl);
         size_t len = part(rl, k * j->step, j->step);
         if (len)
-            memcpy(mine + (size_t)me * j->step * j->es, j->send + k * j->step * j->es,
-                   len * j->es);
+            put(c, mine + (size_t)me * j->step * es, j->send + k * j->step * es, len * es);
         break;
     }
     case COLL_BROADCAST:
         if (me == j->root)
-            memcpy(mine, j->recv + k * s->entry, min_sz(s->entry, j->n - k * s->entry));
+            put(c, mine, j->recv + k * s->entry, min_sz(s->entry, j->n - k * s->entry));
         break;
     case COLL_BARRIER:
         break;
     }
 }
 
-/* Large all_reduce only: fold piece me of chunk k. */
-static void reduce(shm_state *s, const shm_job *j, size_t k)
+/* Large all_reduce only: fold piece me of chunk k into the own entry (for
+ * the peers: counted as sent) and the output. */
+static void reduce(comm *c, shm_state *s, const shm_job *j, size_t k)
 {
     int p = s->n, me = s->me;
-    size_t off, len, ps;
+    size_t off, len, ps, es = j->es;
     ar_chunk(j, p, k, &off, &len, &ps);
     size_t mo = (size_t)me * ps, ml = part(len, mo, ps);
     if (!ml)
         return;
-    const float *send = (const float *)j->send;
-    for (int q = 0; q < p; q++)
-        s->srcs[q] = q == me ? send + off + mo : (const float *)entry(s, q, j->base + k) + mo;
-    comm_reduce_f32((float *)entry(s, me, j->base + k) + mo, (float *)j->recv + off + mo, s->srcs,
-                    p, ml, j->op, p);
+    for (int q = 0; q < p; q++) {
+        if (q == me)
+            set_src(s, j, q, j->send, off + mo);
+        else
+            set_src(s, j, q, entry(s, q, j->base + k), mo);
+    }
+    fold(s, j, entry(s, me, j->base + k) + mo * es, j->recv + (off + mo) * es, ml);
+    atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)(ml * es), memory_order_relaxed);
 }
 
 static void consume(shm_state *s, const shm_job *j, size_t k)
@@ -440,16 +472,15 @@ static void consume(shm_state *s, const shm_job *j, size_t k)
     case COLL_ALL_REDUCE:
         if (j->direct) {
             for (int q = 0; q < p; q++)
-                s->srcs[q] = q == me ? (const float *)j->send : (const float *)entry(s, q, g);
-            comm_reduce_f32((float *)j->recv, NULL, s->srcs, p, j->n, j->op, p);
+                set_src(s, j, q, q == me ? j->send : entry(s, q, g), 0);
+            fold(s, j, j->recv, NULL, j->n);
         } else {
-            size_t off, len, ps;
+            size_t off, len, ps, es = j->es;
             ar_chunk(j, p, k, &off, &len, &ps);
             for (int q = 0; q < p; q++) {
                 size_t qo = (size_t)q * ps, ql = part(len, qo, ps);
                 if (q != me && ql)
-                    memcpy(j->recv + (off + qo) * sizeof(float),
-                           entry(s, q, g) + qo * sizeof(float), ql * sizeof(float));
+                    memcpy(j->recv + (off + qo) * es, entry(s, q, g) + qo * es, ql * es);
             }
         }
         break;
@@ -459,11 +490,13 @@ static void consume(shm_state *s, const shm_job *j, size_t k)
         size_t len = part(rl, k * j->step, j->step);
         if (!len)
             break;
-        const float *send = (const float *)j->send;
-        for (int q = 0; q < p; q++)
-            s->srcs[q] = q == me ? send + ro + k * j->step
-                                 : (const float *)entry(s, q, g) + (size_t)me * j->step;
-        comm_reduce_f32((float *)j->recv + k * j->step, NULL, s->srcs, p, len, j->op, p);
+        for (int q = 0; q < p; q++) {
+            if (q == me)
+                set_src(s, j, q, j->send, ro + k * j->step);
+            else
+                set_src(s, j, q, entry(s, q, g), (size_t)me * j->step);
+        }
+        fold(s, j, j->recv + k * j->step * j->es, NULL, len);
         break;
     }
     case COLL_ALL_GATHER:
@@ -503,12 +536,12 @@ static int run_job(comm *c, shm_state *s, shm_job *j)
             moved = 1;
         }
         if (can_reduce(s, j, &who)) {
-            reduce(s, j, j->ri);
+            reduce(c, s, j, j->ri);
             publish(s, &me->reduced, j->base + ++j->ri);
             moved = 1;
         }
         if (can_produce(s, j, &who)) {
-            produce(s, j, j->ci);
+            produce(c, s, j, j->ci);
             publish(s, &me->copied, j->base + ++j->ci);
             moved = 1;
         }
@@ -531,26 +564,34 @@ static shm_job job_new(shm_state *s, coll_kind kind, const void *send, void *rec
 
 /* ---- collectives ---- */
 
-static int shm_all_reduce(comm *c, const float *send, float *recv, size_t n, comm_op op)
+/* fp32 or bf16 alike: entries hold the dtype's elements (a bf16 chunk is twice
+ * as many elements in the same bytes), reductions sum in fp32 in rank order. */
+static int shm_all_reduce(comm *c, const void *send, void *recv, size_t n, comm_dtype dt,
+                          comm_op op)
 {
     shm_state *s = c->be_state;
-    shm_job j = job_new(s, COLL_ALL_REDUCE, send, recv, n, sizeof(float), op);
-    if (n * sizeof(float) <= SMALL_ALL_REDUCE && n * sizeof(float) <= s->entry) {
+    size_t es = comm_dtype_size(dt);
+    shm_job j = job_new(s, COLL_ALL_REDUCE, send, recv, n, es, op);
+    j.dt = dt;
+    if (n * es <= SMALL_ALL_REDUCE && n * es <= s->entry) {
         j.direct = 1;
         j.chunks = 1;
     } else {
-        j.step = ((s->entry / sizeof(float) / (size_t)s->n) & ~(size_t)15) * (size_t)s->n;
+        j.step = ((s->entry / es / (size_t)s->n) & ~(size_t)15) * (size_t)s->n;
         j.chunks = (n + j.step - 1) / j.step;
     }
     return run_job(c, s, &j);
 }
 
-static int shm_reduce_scatter(comm *c, const float *send, float *recv, size_t n, comm_op op)
+static int shm_reduce_scatter(comm *c, const void *send, void *recv, size_t n, comm_dtype dt,
+                              comm_op op)
 {
     shm_state *s = c->be_state;
-    shm_job j = job_new(s, COLL_REDUCE_SCATTER, send, recv, n, sizeof(float), op);
+    size_t es = comm_dtype_size(dt);
+    shm_job j = job_new(s, COLL_REDUCE_SCATTER, send, recv, n, es, op);
+    j.dt = dt;
     size_t seg = (n + (size_t)s->n - 1) / (size_t)s->n;
-    j.step = (s->entry / sizeof(float) / (size_t)s->n) & ~(size_t)15;
+    j.step = (s->entry / es / (size_t)s->n) & ~(size_t)15;
     j.chunks = (seg + j.step - 1) / j.step;
     return run_job(c, s, &j);
 }
@@ -634,6 +675,7 @@ static int shm_p2p_progress(comm *c, p2p_op *op)
         }
         if (moved) {
             atomic_store_explicit(&mb->head, head, memory_order_release);
+            atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)moved, memory_order_relaxed);
             ring(s, dst);
         }
     } else {
@@ -708,6 +750,7 @@ static void shm_destroy(comm *c)
     if (s->base)
         munmap(s->base, s->len);
     free(s->srcs);
+    free(s->srcs16);
     free(s);
     c->be_state = NULL;
 }
@@ -723,6 +766,7 @@ static const comm_cpu_ops shm_ops = {
     .p2p_sleep = shm_p2p_sleep,
     .p2p_kick = shm_p2p_kick,
     .p2p_check_peer = shm_p2p_check_peer,
+    .bf16_native = 1,
 };
 
 /* ---- creation ---- */
@@ -738,7 +782,10 @@ static int shm_create(comm *c)
     static _Atomic unsigned counter;
     int n = c->size, me = c->rank;
     shm_state *s = calloc(1, sizeof *s);
-    if (!s || !(s->srcs = calloc((size_t)n, sizeof *s->srcs))) {
+    if (!s || !(s->srcs = calloc((size_t)n, sizeof *s->srcs)) ||
+        !(s->srcs16 = calloc((size_t)n, sizeof *s->srcs16))) {
+        if (s)
+            free(s->srcs);
         free(s);
         return comm_fail(c, COMM_ESYS, "%s: out of memory", c->name);
     }

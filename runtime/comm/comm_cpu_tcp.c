@@ -14,6 +14,14 @@
  *   all_gather: p-1 steps passing chunks along the ring;
  *   all_reduce = reduce_scatter + all_gather (2(p-1)/p of the data per rank:
  *     bandwidth-optimal);
+ *   bf16 reduce_scatter (and so all_reduce): direct instead, over a third set
+ *     of links (a full mesh, kind MESH): rank r sends chunk q of its bf16
+ *     input straight to rank q and receives chunk r of every peer's, all at
+ *     once, then sums the p contributions in rank order in fp32 and rounds
+ *     once; the all_gather then rings the bf16 result. The same (p-1)/p of
+ *     the data per rank and phase as the ring, in bf16: half the bytes of
+ *     fp32; and the sum is the shm transport's, bit for bit (a ring would
+ *     have to pass fp32 partial sums, or round at every hop);
  *   broadcast: a pipelined chain from the root; barrier: all_gather of a byte.
  * Each step sends and receives at once with non-blocking sockets and poll(),
  * bounded by the call's deadline. A peer that dies shows up as EOF / reset at
@@ -39,7 +47,7 @@
 #include "runtime/comm/comm_internal.h"
 
 #define HELLO_MAGIC 0x64747263u  /* "dtrc" */
-enum { KIND_RING = 1, KIND_P2P = 2 };
+enum { KIND_RING = 1, KIND_P2P = 2, KIND_MESH = 3 };
 
 typedef struct {
     uint32_t magic, kind, rank, pad;
@@ -50,6 +58,10 @@ typedef struct {
     int n, me;
     int next_fd, prev_fd;        /* ring: send to me+1, receive from me-1 */
     int *peer_fd;                /* send / recv, one per peer (-1 for me) */
+    int *mesh_fd;                /* bf16 reduce_scatter, one per peer (-1 for me) */
+    uint16_t *in16;              /* its received chunks: n slots of in16_cap */
+    size_t in16_cap;             /* elements per slot */
+    const uint16_t **srcs16;     /* n */
     int kick_fd;                 /* eventfd waking a p2p sleeper */
     float *tmp[2];               /* reduce_scatter partials */
     size_t tmp_cap;              /* floats each */
@@ -70,6 +82,9 @@ static void tcp_shutdown_all(tcp_state *t)
     for (int i = 0; t->peer_fd && i < t->n; i++)
         if (t->peer_fd[i] >= 0)
             shutdown(t->peer_fd[i], SHUT_RDWR);
+    for (int i = 0; t->mesh_fd && i < t->n; i++)
+        if (t->mesh_fd[i] >= 0)
+            shutdown(t->mesh_fd[i], SHUT_RDWR);
 }
 
 /* Records the error, then shuts every socket so the peers learn at once. */
@@ -125,6 +140,7 @@ static int ring_sendrecv_cb(comm *c, tcp_state *t, const void *sbuf, size_t sb, 
                              MSG_DONTWAIT | MSG_NOSIGNAL);
             if (k > 0) {
                 sent += (size_t)k;
+                atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)k, memory_order_relaxed);
                 progressed = 1;
             } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
                 return conn_lost(c, c->label, next, errno, "send");
@@ -243,22 +259,112 @@ static int ring_all_gather(comm *c, tcp_state *t, char *recv, size_t n, size_t e
     return COMM_OK;
 }
 
-static int tcp_all_reduce(comm *c, const float *send, float *recv, size_t n, comm_op op)
+/* bf16 reduce_scatter, direct over the mesh: chunk q of `in` goes to rank q,
+ * chunk me of every peer's `in` arrives in its slot of in16; then out (this
+ * rank's chunk) = the rank-order fp32 sum, rounded once. */
+static int mesh_reduce_scatter_bf16(comm *c, tcp_state *t, const uint16_t *in, uint16_t *out,
+                                    size_t n, comm_op op, double deadline)
+{
+    int p = t->n, me = t->me;
+    size_t ro, rl;
+    comm_chunk(n, p, me, &ro, &rl);
+    if (rl > t->in16_cap) {
+        uint16_t *b = realloc(t->in16, (size_t)p * rl * sizeof(uint16_t));
+        if (!b)
+            return tcp_fail(c, COMM_ESYS, "%s: out of memory", c->label);
+        t->in16 = b;
+        t->in16_cap = rl;
+    }
+    size_t *sent = calloc((size_t)p * 2, sizeof(size_t)), *got = sent ? sent + p : NULL;
+    struct pollfd *pf = malloc((size_t)p * 2 * sizeof *pf);
+    int rc = sent && pf ? COMM_OK : tcp_fail(c, COMM_ESYS, "%s: out of memory", c->label);
+    for (;;) {
+        if (rc != COMM_OK)
+            break;
+        int progressed = 0, pending = 0, np = 0;
+        for (int q = 0; q < p && rc == COMM_OK; q++) {
+            if (q == me)
+                continue;
+            size_t qo, ql;
+            comm_chunk(n, p, q, &qo, &ql);
+            size_t sb = ql * sizeof(uint16_t), rb = rl * sizeof(uint16_t);
+            if (sent[q] < sb) {
+                ssize_t k = send(t->mesh_fd[q], (const char *)(in + qo) + sent[q], sb - sent[q],
+                                 MSG_DONTWAIT | MSG_NOSIGNAL);
+                if (k > 0) {
+                    sent[q] += (size_t)k;
+                    atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)k, memory_order_relaxed);
+                    progressed = 1;
+                } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    rc = conn_lost(c, c->label, q, errno, "send");
+                    break;
+                }
+            }
+            if (got[q] < rb) {
+                ssize_t k = recv(t->mesh_fd[q], (char *)(t->in16 + (size_t)q * rl) + got[q],
+                                 rb - got[q], MSG_DONTWAIT);
+                if (k > 0) {
+                    got[q] += (size_t)k;
+                    progressed = 1;
+                } else if (k == 0) {
+                    rc = conn_lost(c, c->label, q, 0, "EOF");
+                    break;
+                } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                    rc = conn_lost(c, c->label, q, errno, "recv");
+                    break;
+                }
+            }
+            short ev = (short)((sent[q] < sb ? POLLOUT : 0) | (got[q] < rb ? POLLIN : 0));
+            if (ev) {
+                pending = q + 1;
+                pf[np++] = (struct pollfd){.fd = t->mesh_fd[q], .events = ev};
+            }
+        }
+        if (rc != COMM_OK || !np)
+            break;
+        if (progressed)
+            continue;
+        int ms = ms_left(deadline);
+        if (ms == 0 || poll(pf, (nfds_t)np, ms) == 0) {
+            char who[64];
+            comm_peer_name(c, pending - 1, who);
+            rc = tcp_fail(c, COMM_ETIMEOUT, "%s: timed out after %.1f s waiting for %s",
+                          c->label, c->timeout, who);
+        }
+    }
+    free(sent);
+    free(pf);
+    if (rc != COMM_OK || !rl)
+        return rc;
+    for (int q = 0; q < p; q++)
+        t->srcs16[q] = q == me ? in + ro : t->in16 + (size_t)q * rl;
+    comm_reduce_bf16(out, NULL, t->srcs16, p, rl, op, p);
+    return COMM_OK;
+}
+
+static int tcp_all_reduce(comm *c, const void *send, void *recv, size_t n, comm_dtype dt,
+                          comm_op op)
 {
     tcp_state *t = c->be_state;
     double deadline = clock_now_s() + c->timeout;
-    size_t off, len;
+    size_t off, len, es = comm_dtype_size(dt);
     comm_chunk(n, t->n, t->me, &off, &len);
-    int rc = ring_reduce_scatter(c, t, send, recv + off, n, op, deadline);
+    int rc = dt == COMM_BF16
+                 ? mesh_reduce_scatter_bf16(c, t, send, (uint16_t *)recv + off, n, op, deadline)
+                 : ring_reduce_scatter(c, t, send, (float *)recv + off, n, op, deadline);
     if (rc == COMM_OK)
-        rc = ring_all_gather(c, t, (char *)recv, n, sizeof(float), deadline);
+        rc = ring_all_gather(c, t, (char *)recv, n, es, deadline);
     return rc;
 }
 
-static int tcp_reduce_scatter(comm *c, const float *send, float *recv, size_t n, comm_op op)
+static int tcp_reduce_scatter(comm *c, const void *send, void *recv, size_t n, comm_dtype dt,
+                              comm_op op)
 {
     tcp_state *t = c->be_state;
-    return ring_reduce_scatter(c, t, send, recv, n, op, clock_now_s() + c->timeout);
+    double deadline = clock_now_s() + c->timeout;
+    if (dt == COMM_BF16)
+        return mesh_reduce_scatter_bf16(c, t, send, recv, n, op, deadline);
+    return ring_reduce_scatter(c, t, send, recv, n, op, deadline);
 }
 
 static int tcp_all_gather(comm *c, const void *send, void *recv, size_t n, size_t es)
@@ -337,6 +443,8 @@ static int tcp_p2p_progress(comm *c, p2p_op *op)
             return conn_lost(c, label, op->peer, e, "EOF");
         }
         size_t moved = (size_t)k;
+        if (op->is_send)
+            atomic_fetch_add_explicit(&c->bytes_sent, (uint64_t)k, memory_order_relaxed);
         if (op->hdr_done < 8) {
             size_t h = 8 - op->hdr_done < moved ? 8 - op->hdr_done : moved;
             op->hdr_done += h;
@@ -401,9 +509,15 @@ static void tcp_destroy(comm *c)
     for (int i = 0; t->peer_fd && i < t->n; i++)
         if (t->peer_fd[i] >= 0)
             close(t->peer_fd[i]);
+    for (int i = 0; t->mesh_fd && i < t->n; i++)
+        if (t->mesh_fd[i] >= 0)
+            close(t->mesh_fd[i]);
     if (t->kick_fd >= 0)
         close(t->kick_fd);
     free(t->peer_fd);
+    free(t->mesh_fd);
+    free(t->in16);
+    free(t->srcs16);
     free(t->tmp[0]);
     free(t->tmp[1]);
     free(t->bytes);
@@ -422,6 +536,7 @@ static const comm_cpu_ops tcp_ops = {
     .p2p_sleep = tcp_p2p_sleep,
     .p2p_kick = tcp_p2p_kick,
     .p2p_check_peer = tcp_p2p_check_peer,
+    .bf16_native = 1,
 };
 
 /* ---- bootstrap ---- */
@@ -553,12 +668,14 @@ static int tcp_create(comm *c)
     t->me = me;
     t->next_fd = t->prev_fd = -1;
     t->peer_fd = malloc((size_t)n * sizeof(int));
+    t->mesh_fd = malloc((size_t)n * sizeof(int));
+    t->srcs16 = malloc((size_t)n * sizeof *t->srcs16);
     t->bytes = malloc((size_t)n);
     t->kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (!t->peer_fd || !t->bytes || t->kick_fd < 0)
+    if (!t->peer_fd || !t->mesh_fd || !t->srcs16 || !t->bytes || t->kick_fd < 0)
         return comm_fail(c, COMM_ESYS, "%s: out of memory / eventfd", c->name);
     for (int i = 0; i < n; i++)
-        t->peer_fd[i] = -1;
+        t->peer_fd[i] = t->mesh_fd[i] = -1;
     double deadline = clock_now_s() + c->timeout;
     uint64_t id_hash = XXH64(c->id, strlen(c->id), 0);
 
@@ -591,7 +708,8 @@ static int tcp_create(comm *c)
         return comm_fail(c, COMM_ESTORE, "%s: %s", c->name, store_last_error(c->store));
     }
 
-    /* Dial: the ring successor, and every lower rank for send / recv. */
+    /* Dial: the ring successor, and every lower rank for send / recv and for
+     * the mesh. */
     int rc = COMM_OK;
     for (int q = 0; q < n && rc == COMM_OK; q++) {
         int ring = q == mod(me + 1, n), p2p = q < me;
@@ -622,11 +740,17 @@ static int tcp_create(comm *c)
                 break;
             }
             t->peer_fd[q] = fd;
+            if ((fd = dial(c, pe, q, KIND_MESH, id_hash, deadline)) < 0) {
+                rc = fd;
+                break;
+            }
+            t->mesh_fd[q] = fd;
         }
     }
 
-    /* Accept: the predecessor's ring link and every higher rank's p2p link. */
-    int expect = 1 + (n - 1 - me);
+    /* Accept: the predecessor's ring link and every higher rank's p2p and mesh
+     * links. */
+    int expect = 1 + 2 * (n - 1 - me);
     while (rc == COMM_OK && expect > 0) {
         struct pollfd pf = {.fd = lfd, .events = POLLIN};
         int ms = ms_left(deadline);
@@ -651,6 +775,9 @@ static int tcp_create(comm *c)
             expect--;
         } else if (h.kind == KIND_P2P && r > me && t->peer_fd[r] < 0) {
             t->peer_fd[r] = fd;
+            expect--;
+        } else if (h.kind == KIND_MESH && r > me && t->mesh_fd[r] < 0) {
+            t->mesh_fd[r] = fd;
             expect--;
         } else {
             close(fd);

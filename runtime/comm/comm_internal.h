@@ -127,11 +127,17 @@ struct comm_req {
 /* ---- the CPU transports' synchronous host functions (comm_cpu.c drives them) ---- */
 
 typedef struct {
-    /* Collectives on fp32 (reductions) or raw elements of esize bytes. n is the
-     * element count, > 0 (comm_cpu.c answers n = 0 itself). Return COMM_OK or
-     * the code of comm_fail(). */
-    int (*all_reduce)(comm *c, const float *send, float *recv, size_t n, comm_op op);
-    int (*reduce_scatter)(comm *c, const float *send, float *recv, size_t n, comm_op op);
+    /* Collectives on fp32 or bf16 (reductions) or raw elements of esize bytes.
+     * n is the element count, > 0 (comm_cpu.c answers n = 0 itself). Return
+     * COMM_OK or the code of comm_fail(). A reduction gets dt COMM_BF16 only
+     * from a transport that sets bf16_native: it moves bf16 between ranks (half
+     * the bytes of fp32) and still sums each element in fp32, rounding once
+     * (comm_reduce_bf16). For the others comm_cpu.c widens bf16 to fp32 around
+     * the call. */
+    int (*all_reduce)(comm *c, const void *send, void *recv, size_t n, comm_dtype dt, comm_op op);
+    int (*reduce_scatter)(comm *c, const void *send, void *recv, size_t n, comm_dtype dt,
+                          comm_op op);
+    int bf16_native;
     int (*all_gather)(comm *c, const void *send, void *recv, size_t n, size_t esize);
     int (*broadcast)(comm *c, void *buf, size_t bytes, int root);
     int (*barrier)(comm *c);
@@ -208,6 +214,11 @@ struct comm {
     float *stage;
     size_t stage_cap;            /* floats */
 
+    /* Bytes this rank has handed to its peers through the transport (TCP:
+     * written to sockets; shm: written into the shared segment for the peers
+     * to read), collectives and send / recv alike: comm_bytes_sent. */
+    _Atomic uint64_t bytes_sent;
+
     /* comm_group: how many times this process made each member list. */
     struct group_count *groups;
 
@@ -232,6 +243,12 @@ int comm_pid_alive(int pid);
  * dst2 (may be NULL) gets a copy. dst and dst2 may alias a src at the same index. */
 void comm_reduce_f32(float *dst, float *dst2, const float *const *src, int nsrc, size_t n,
                      comm_op op, int avg_div);
+/* The same reduction of bf16 sources: each element widened to fp32, summed
+ * (or maxed) in source order in fp32, divided for COMM_AVG, and rounded once
+ * to bf16 (nearest, ties to even), into dst and dst2 (may be NULL): the bits
+ * that widening everything, comm_reduce_f32 and comm_f32_to_bf16 give. */
+void comm_reduce_bf16(uint16_t *dst, uint16_t *dst2, const uint16_t *const *src, int nsrc,
+                      size_t n, comm_op op, int avg_div);
 void comm_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
 void comm_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
 

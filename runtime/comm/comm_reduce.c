@@ -1,4 +1,5 @@
-/* comm_reduce.c — the element-wise kernels of the reductions, and bf16 <-> fp32.
+/* comm_reduce.c — the element-wise kernels of the reductions (fp32, and bf16
+ * summed in fp32 and rounded once), and bf16 <-> fp32.
  *
  * Work goes in blocks that stay in L1: the block's first source is copied into
  * an accumulator, every other source is folded in (vectorised across elements,
@@ -39,6 +40,37 @@ void comm_reduce_f32(float *dst, float *dst2, const float *const *src, int nsrc,
         memcpy(dst + base, acc, m * sizeof(float));
         if (dst2)
             memcpy(dst2 + base, acc, m * sizeof(float));
+    }
+}
+
+void comm_reduce_bf16(uint16_t *dst, uint16_t *dst2, const uint16_t *const *src, int nsrc,
+                      size_t n, comm_op op, int avg_div)
+{
+    float acc[BLOCK] __attribute__((aligned(64))), in[BLOCK] __attribute__((aligned(64)));
+    for (size_t base = 0; base < n; base += BLOCK) {
+        size_t m = n - base < BLOCK ? n - base : BLOCK;
+        comm_bf16_to_f32(acc, src[0] + base, m);
+        for (int k = 1; k < nsrc; k++) {
+            comm_bf16_to_f32(in, src[k] + base, m);
+            if (op == COMM_MAX) {
+#pragma omp simd
+                for (size_t i = 0; i < m; i++)
+                    acc[i] = (in[i] > acc[i] || in[i] != in[i]) ? in[i] : acc[i]; /* NaN wins */
+            } else {
+#pragma omp simd
+                for (size_t i = 0; i < m; i++)
+                    acc[i] += in[i];
+            }
+        }
+        if (op == COMM_AVG && avg_div > 1) {
+            float d = (float)avg_div;
+#pragma omp simd
+            for (size_t i = 0; i < m; i++)
+                acc[i] /= d;
+        }
+        comm_f32_to_bf16(dst + base, acc, m);
+        if (dst2)
+            memcpy(dst2 + base, dst + base, m * sizeof(uint16_t));
     }
 }
 

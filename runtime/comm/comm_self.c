@@ -4,14 +4,16 @@
 
 #include "runtime/comm/comm_internal.h"
 
-static int self_all_reduce(comm *c, const float *send, float *recv, size_t n, comm_op op)
+static int self_all_reduce(comm *c, const void *send, void *recv, size_t n, comm_dtype dt,
+                           comm_op op)
 {
     if (send != recv)
         memmove(recv, send, n * sizeof(float));
     return COMM_OK;
 }
 
-static int self_reduce_scatter(comm *c, const float *send, float *recv, size_t n, comm_op op)
+static int self_reduce_scatter(comm *c, const void *send, void *recv, size_t n, comm_dtype dt,
+                               comm_op op)
 {
     if (send != recv)
         memmove(recv, send, n * sizeof(float));

@@ -8,10 +8,74 @@
 # both sides alike; the load average is printed with the results.
 #   ROUNDS=3 ITERS=20 NPROC=2 SIZES=1M,16M,64M scripts/bench/comm.sh
 # DTRUN_COMM_TRANSPORT=tcp benchmarks dtrun's TCP ring instead of shm.
+#
+# MODE=bf16: dtrun alone, fp32 against bf16 buckets instead of against gloo:
+# all_reduce of the same number of ELEMENTS (COUNTS, default 256K,4M,16M =
+# 1, 16 and 64 MiB of fp32) in both dtypes, on shm and tcp (TRANSPORTS), with
+# 2 and 4 ranks (NPROCS) on loopback. Prints per rank the bytes sent (the
+# transport's counter, comm_bytes_sent, checked against the algorithm's
+# formula by comm_bench), the median time, and the bf16/fp32 ratios of bytes
+# (0.5 when bf16 moves as bf16) and of time. Rounds alternate the dtypes; the
+# best time of each is kept.
+#   MODE=bf16 ROUNDS=3 ITERS=10 COUNTS=256K,4M,16M scripts/bench/comm.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 rounds=${ROUNDS:-3} iters=${ITERS:-20} nproc=${NPROC:-2} sizes=${SIZES:-1M,16M,64M}
+
+if [ "${MODE:-gloo}" = bf16 ]; then
+  make -s build/bench/comm_bench
+  tmp=$(mktemp -d /tmp/dtrun-bench-comm.XXXXXX)
+  trap 'rm -rf "$tmp"' EXIT
+  counts=${COUNTS:-256K,4M,16M} iters=${ITERS:-10}
+  load0=$(cut -d' ' -f1-3 /proc/loadavg)
+  for tr in ${TRANSPORTS:-shm tcp}; do
+    for np in ${NPROCS:-2 4}; do
+      for ((round = 1; round <= rounds; round++)); do
+        for dt in fp32 bf16; do
+          rm -rf "$tmp/store"; mkdir -p "$tmp/store"
+          pids=()
+          for ((r = 0; r < np; r++)); do
+            out=/dev/null; [ "$r" -eq 0 ] && out="$tmp/$tr.$np.$dt.$round"
+            DTRUN_COMM_TRANSPORT=$tr RANK=$r WORLD_SIZE=$np DTRUN_STORE="file:$tmp/store" \
+              build/bench/comm_bench --op all_reduce --counts "$counts" --iters "$iters" --dtype "$dt" >"$out" &
+            pids+=($!)
+          done
+          for p in "${pids[@]}"; do wait "$p"; done
+        done
+      done
+    done
+  done
+  load1=$(cut -d' ' -f1-3 /proc/loadavg)
+  /usr/bin/python3 - "$tmp" "$rounds" "$load0" "$load1" "$iters" <<'PY'
+import glob, os, sys
+tmp, rounds, load0, load1, iters = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+best = {}  # (tr, np, count, dt) -> (time_us, sent, formula)
+for path in glob.glob(f"{tmp}/*.*.*.*"):
+    tr, np_, dt, _ = os.path.basename(path).split(".")
+    for line in open(path):
+        f = line.split()
+        if not f or not f[0].isdigit():
+            continue
+        count, t, sent, formula = int(f[1]), float(f[3]), int(f[6]), f[7]
+        key = (tr, int(np_), count, dt)
+        if key not in best or t < best[key][0]:
+            best[key] = (t, sent, formula)
+print(f"# all_reduce, same element count in fp32 and bf16; median of {iters} calls, best of {rounds} rounds;"
+      f" load average {load0} -> {load1} on {os.cpu_count()} cpus")
+print(f"# sent = bytes rank 0 put on the wire per call (comm_bytes_sent), formula = tcp 2(n-1)/n count e, shm count e")
+print(f"{'transport':>9} {'ranks':>5} {'count':>9} | {'fp32 sent':>10} {'bf16 sent':>10} {'formula ok':>10} {'bytes':>6} |"
+      f" {'fp32 us':>9} {'bf16 us':>9} {'time':>6}")
+for (tr, np_, count, dt) in sorted(k for k in best if k[3] == "fp32"):
+    f32, b16 = best[(tr, np_, count, "fp32")], best.get((tr, np_, count, "bf16"))
+    if not b16:
+        continue
+    ok = "yes" if str(f32[1]) == f32[2] and str(b16[1]) == b16[2] else "NO"
+    print(f"{tr:>9} {np_:>5} {count:>9} | {f32[1]:>10} {b16[1]:>10} {ok:>10} {b16[1] / f32[1]:>6.3f} |"
+          f" {f32[0]:>9.1f} {b16[0]:>9.1f} {b16[0] / f32[0]:>6.2f}")
+PY
+  exit 0
+fi
 DTRUN_EXTRA_DEPS="python3-torch" scripts/deps.sh
 make -s build/bench/comm_bench
 tmp=$(mktemp -d /tmp/dtrun-bench-comm.XXXXXX)

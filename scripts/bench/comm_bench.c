@@ -2,18 +2,26 @@
  *
  * Run one process per rank with the torchrun environment (RANK, WORLD_SIZE) and
  * a store (DTRUN_STORE=file:DIR, or the KV env under bin/dtrun); rank 0 prints
- *   size  count  type  time(us)  algbw(GB/s)  busbw(GB/s)
+ *   size  count  type  time(us)  algbw(GB/s)  busbw(GB/s)  sent(B)  formula(B)
  * busbw follows nccl-tests: all_reduce algbw * 2(n-1)/n, reduce_scatter and
- * all_gather algbw * (n-1)/n, broadcast algbw.
+ * all_gather algbw * (n-1)/n, broadcast algbw. sent: the bytes rank 0 put on
+ * the wire per call (comm_bytes_sent around each timed call, barriers not
+ * counted; 0 under NCCL, which does not say); formula: what the all_reduce
+ * algorithm should send, 2(n-1)/n count e on tcp (exactly: every chunk but
+ * its own, then every chunk but its successor's) and count e on shm; a line
+ * whose counter disagrees says so and the program exits 1.
  *
  *   comm_bench [--op all_reduce|reduce_scatter|all_gather|broadcast]
- *              [--sizes 1M,16M,64M] [--iters N] [--warmup N] [--dtype f32|bf16]
- *              [--async] [--device]
- * Sizes are bytes (K, M, G suffixes). Each size reports the median of --iters
- * timed calls, each call bracketed by barriers so ranks start together.
+ *              [--sizes 1M,16M,64M | --counts 256K,4M,16M] [--iters N] [--warmup N]
+ *              [--dtype fp32|bf16] [--async] [--device]
+ * Sizes are bytes, counts elements (K, M, G suffixes: powers of 1024): the
+ * same --counts in both dtypes move the same elements, bf16 in half the
+ * bytes. Each size reports the median of --iters timed calls, each call
+ * bracketed by barriers so ranks start together.
  * --device: buffers on the GPU (LOCAL_RANK % count, as the trainer picks it):
  * NCCL when every rank has a GPU of its own (or DTRUN_COMM_BACKEND=nccl),
  * else the CPU transport with host staging; see runtime/comm/comm_nccl.h. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,26 +60,38 @@ static int cmp_double(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *op = "all_reduce", *sizes = "1M,16M,64M";
+    int as_counts = 0, mismatch = 0;
     int iters = 20, warmup = 3, async = 0, device = 0;
     comm_dtype dt = COMM_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--op") && i + 1 < argc)
             op = argv[++i];
         else if (!strcmp(argv[i], "--sizes") && i + 1 < argc)
-            sizes = argv[++i];
+            sizes = argv[++i], as_counts = 0;
+        else if (!strcmp(argv[i], "--counts") && i + 1 < argc)
+            sizes = argv[++i], as_counts = 1;
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc)
             iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
             warmup = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
-            dt = strcmp(argv[++i], "bf16") == 0 ? COMM_BF16 : COMM_F32;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
+            const char *d = argv[++i];
+            if (!strcmp(d, "bf16"))
+                dt = COMM_BF16;
+            else if (!strcmp(d, "fp32") || !strcmp(d, "f32"))
+                dt = COMM_F32;
+            else {
+                fprintf(stderr, "comm_bench: --dtype %s: fp32 or bf16\n", d);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--async"))
             async = 1;
         else if (!strcmp(argv[i], "--device"))
             device = 1;
         else {
-            fprintf(stderr, "usage: comm_bench [--op OP] [--sizes LIST] [--iters N] "
-                            "[--warmup N] [--dtype f32|bf16] [--async] [--device]\n");
+            fprintf(stderr, "usage: comm_bench [--op OP] [--sizes LIST | --counts LIST] [--iters N] "
+                            "[--warmup N] [--dtype fp32|bf16] [--async] [--device]\n");
             return 2;
         }
     }
@@ -107,13 +127,13 @@ int main(int argc, char **argv)
         printf("# dtrun %s, %d ranks, transport %s, dtype %s%s%s\n", op, p, comm_transport(w),
                dt == COMM_F32 ? "f32" : "bf16", async ? ", async" : "",
                device ? ", device buffers" : "");
-        printf("%12s %12s %6s %12s %12s %12s\n", "size(B)", "count", "type", "time(us)",
-               "algbw(GB/s)", "busbw(GB/s)");
+        printf("%12s %12s %6s %12s %12s %12s %12s %12s\n", "size(B)", "count", "type", "time(us)",
+               "algbw(GB/s)", "busbw(GB/s)", "sent(B)", "formula(B)");
     }
     char *list = strdup(sizes);
     int rc = 0;
     for (char *tok = strtok(list, ","); tok && rc == 0; tok = strtok(NULL, ",")) {
-        size_t bytes = parse_size(tok), n = bytes / es;
+        size_t bytes = parse_size(tok), n = as_counts ? bytes : bytes / es;
         char *a = malloc(n * es + 64), *b = malloc(n * es + 64);
         /* Touch every page first: a first touch costs more than the collective. */
         memset(a, 0, n * es + 64);
@@ -132,8 +152,10 @@ int main(int argc, char **argv)
             ops->from_host(a, ha, n * es + 64);
         }
         double *t = malloc((size_t)iters * sizeof(double));
+        uint64_t sent = 0;
         for (int k = -warmup; k < iters && rc == 0; k++) {
             rc = comm_barrier(w);
+            uint64_t b0 = comm_bytes_sent(w);
             double t0 = now_s();
             comm_req *req = NULL;
             if (!strcmp(op, "all_reduce"))
@@ -151,16 +173,34 @@ int main(int argc, char **argv)
             }
             if (rc == 0 && req)
                 rc = comm_wait(req);
-            if (k >= 0)
+            if (k >= 0) {
                 t[k] = now_s() - t0;
+                sent += comm_bytes_sent(w) - b0;
+            }
         }
         if (rc != 0) {
             fprintf(stderr, "comm_bench: rank %d: %s\n", r, comm_last_error(w));
         } else if (r == 0) {
             qsort(t, (size_t)iters, sizeof(double), cmp_double);
             double med = t[iters / 2], algbw = (double)(n * es) / med / 1e9;
-            printf("%12zu %12zu %6s %12.1f %12.2f %12.2f\n", n * es, n,
-                   dt == COMM_F32 ? "float" : "bf16", med * 1e6, algbw, algbw * factor);
+            /* the all_reduce's bytes per rank by the algorithm (rank 0) */
+            const char *tr = comm_transport(w);
+            size_t o0, l0, o1, l1;
+            comm_chunk(n, p, 0, &o0, &l0);
+            comm_chunk(n, p, 1 % p, &o1, &l1);
+            long long formula = strcmp(op, "all_reduce") || p == 1 ? -1
+                              : !strcmp(tr, "tcp")                 ? (long long)((2 * n - l0 - l1) * es)
+                              : !strcmp(tr, "shm")                 ? (long long)(n * es)
+                                                                   : -1;
+            unsigned long long per_call = (unsigned long long)(sent / (uint64_t)iters);
+            int bad = formula >= 0 && sent != (uint64_t)formula * (uint64_t)iters;
+            char fs[32] = "-";
+            if (formula >= 0)
+                snprintf(fs, sizeof fs, "%lld", formula);
+            printf("%12zu %12zu %6s %12.1f %12.2f %12.2f %12llu %12s%s\n", n * es, n,
+                   dt == COMM_F32 ? "float" : "bf16", med * 1e6, algbw, algbw * factor, per_call, fs,
+                   bad ? "  COUNTER != FORMULA" : "");
+            mismatch |= bad;
         }
         free(t);
         if (ops) {
@@ -173,5 +213,5 @@ int main(int argc, char **argv)
     free(list);
     comm_destroy(w);
     store_close(st);
-    return rc == 0 ? 0 : 1;
+    return rc == 0 && !mismatch ? 0 : 1;
 }

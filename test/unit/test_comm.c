@@ -539,6 +539,64 @@ static int body_rank_order(comm *w, void *argp)
     return 0;
 }
 
+/* bf16 on the wire: an all_reduce of K elements in bf16 sends exactly half the
+ * bytes of the same K in fp32 (comm_bytes_sent), and as many as the transport's
+ * formula says: shm K e (the pieces the peers reduce, then the piece this rank
+ * reduced), tcp (2K - own chunk - next rank's chunk) e = 2(p-1)/p K e when p
+ * divides K (reduce_scatter sends every chunk but its own, all_gather every
+ * chunk but its successor's). The bf16 result is the rank-order fp32 sum of
+ * the bf16 inputs, rounded once, bit for bit, on both transports (so they
+ * agree with each other too). K: shm's one-stage size and its chunked one. */
+static int body_bf16_bytes(comm *w, void *argp)
+{
+    (void)argp;
+    int p = comm_size(w), r = comm_rank(w), tcp = strcmp(comm_transport(w), "tcp") == 0;
+    static const size_t counts[] = {1000, 100003};
+    for (int k = 0; k < 2; k++) {
+        size_t n = counts[k], off, len, noff, nlen;
+        comm_chunk(n, p, r, &off, &len);
+        comm_chunk(n, p, (r + 1) % p, &noff, &nlen);
+        float *x = malloc(n * sizeof(float));
+        uint16_t *h = malloc(n * sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) {
+            x[i] = (float)mix((uint32_t)(i * 31 + (size_t)r)) / 4294967296.0f * 3.3f - 1.1f;
+            h[i] = to_bf16(x[i]);
+        }
+        EXPECT_OK(w, comm_barrier(w), "barrier");
+        uint64_t b0 = comm_bytes_sent(w);
+        EXPECT_OK(w, comm_all_reduce(w, x, x, n, COMM_F32, COMM_SUM), "all_reduce f32");
+        uint64_t b1 = comm_bytes_sent(w);
+        EXPECT_OK(w, comm_all_reduce(w, h, h, n, COMM_BF16, COMM_SUM), "all_reduce bf16");
+        uint64_t b2 = comm_bytes_sent(w);
+        uint64_t f32 = b1 - b0, bf = b2 - b1;
+        uint64_t elems = tcp ? 2 * n - len - nlen : n;
+        if (f32 != elems * 4 || bf != elems * 2 || 2 * bf != f32)
+            fail("%s p=%d K=%zu: sent %llu bytes in fp32, %llu in bf16; want %llu and %llu",
+                 comm_transport(w), p, n, (unsigned long long)f32, (unsigned long long)bf,
+                 (unsigned long long)(elems * 4), (unsigned long long)(elems * 2));
+        else if (r == 0)
+            printf("# %s p=%d K=%zu: rank 0 sent %llu bytes fp32, %llu bf16 (ratio %.3f)\n",
+                   comm_transport(w), p, n, (unsigned long long)f32, (unsigned long long)bf,
+                   (double)bf / (double)f32);
+        for (size_t i = 0; i < n; i++) {
+            float acc = 0;
+            for (int q = 0; q < p; q++) {
+                float v = from_bf16(to_bf16((float)mix((uint32_t)(i * 31 + (size_t)q)) /
+                                            4294967296.0f * 3.3f - 1.1f));
+                acc = q == 0 ? v : acc + v;
+            }
+            if (h[i] != to_bf16(acc)) {
+                fail("%s bf16 all_reduce [%zu] = 0x%04x, want 0x%04x (rank-order fp32 sum, "
+                     "rounded once)", comm_transport(w), i, h[i], to_bf16(acc));
+                break;
+            }
+        }
+        free(x);
+        free(h);
+    }
+    return 0;
+}
+
 /* Async and blocking calls mixed on one communicator keep their order. */
 static int body_order(comm *w, void *argp)
 {
@@ -846,6 +904,14 @@ int main(void)
     }
     CHECK(run_world(3, &tcp, body_sweep, &large) == 0, "tcp world 3: 1Mi+3 elements");
     CHECK(run_world(3, &tcp, body_rank_order, NULL) == 0, "tcp all_reduce: same bits on every rank");
+    for (int p = 2; p <= 4; p += 2) {
+        CHECK(run_world(p, &shm, body_bf16_bytes, NULL) == 0,
+              "shm world %d: all_reduce of K = 1000 and 100003 elements sends K*4 bytes per rank "
+              "in fp32, exactly half in bf16; bf16 = rank-order fp32 sum rounded once", p);
+        CHECK(run_world(p, &tcp, body_bf16_bytes, NULL) == 0,
+              "tcp world %d: all_reduce of K = 1000 and 100003 elements sends 2(p-1)/p*K*4 bytes per "
+              "rank in fp32, exactly half in bf16; bf16 = rank-order fp32 sum rounded once (= shm)", p);
+    }
     static const char *const two_nodes[] = {"n0", "n0", "n1", "n1"};
     world_opts split = {.nodes = two_nodes, .kill_rank = -1, .deadline_s = 60};
     CHECK(run_world(4, &split, body_two_nodes, NULL) == 0,
