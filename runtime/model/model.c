@@ -324,6 +324,29 @@ static int batch_size(const model_acts *a, const model_batch *batch)
     return batch->B;
 }
 
+/* The embedding's backward between its hooks (fp32 and bf16 paths alike);
+ * with the tied head in this object both wte copies get the whole gradient. */
+static void embedding_backward(model *m, model_acts *a, int B, int tied_here)
+{
+    model_hook_before(m, 0, PHASE_BACKWARD);
+    if (m->spec.kind == MODEL_GPT) gpt_embedding_backward(m, a, a->dres, B);
+    else vit_embedding_backward(m, a, a->dres, B);
+    if (tied_here) gpt_tied_grads_finish(m, a);
+    model_hook_after(m, 0, PHASE_BACKWARD);
+}
+
+/* The head's forward between its hooks: the micro-batch's summed loss. */
+static double head_forward(model *m, model_acts *a, const model_batch *batch, const float *x, int *correct)
+{
+    int head = m->spec.n_layer + 1;
+    double loss;
+    model_hook_before(m, head, PHASE_FORWARD);
+    if (m->spec.kind == MODEL_GPT) loss = gpt_head_forward(m, a, batch, x);
+    else loss = vit_head_forward(m, a, batch, x, correct);
+    model_hook_after(m, head, PHASE_FORWARD);
+    return loss;
+}
+
 /* Mixed precision: every block computes in fp32 on the working set; what it
  * keeps is rounded to bf16 where it is written (block.c) and stored in the
  * stash; the residual stream is rounded at every block boundary and kept in
@@ -331,7 +354,7 @@ static int batch_size(const model_acts *a, const model_batch *batch)
 static double forward_bf16(model *m, model_acts *a, const model_batch *batch, int *correct)
 {
     const dt_ops *ops = m->ops;
-    int B = batch->B, L = m->spec.n_layer;
+    int B = batch->B;
     size_t n = model_acts_io_numel(m, B);
     float *x = a->xin, *y = a->xout;
     if (m->has_emb) {
@@ -358,10 +381,7 @@ static double forward_bf16(model *m, model_acts *a, const model_batch *batch, in
     }
     double loss = 0;
     if (m->has_head) {
-        model_hook_before(m, L + 1, PHASE_FORWARD);
-        if (m->spec.kind == MODEL_GPT) loss = gpt_head_forward(m, a, batch, x);
-        else loss = vit_head_forward(m, a, batch, x, correct);
-        model_hook_after(m, L + 1, PHASE_FORWARD);
+        loss = head_forward(m, a, batch, x, correct);
     }
     return loss;
 }
@@ -397,11 +417,7 @@ static void backward_bf16(model *m, model_acts *a, const model_batch *batch, flo
         model_hook_after(m, u, PHASE_BACKWARD);
     }
     if (m->has_emb) {
-        model_hook_before(m, 0, PHASE_BACKWARD);
-        if (m->spec.kind == MODEL_GPT) gpt_embedding_backward(m, a, a->dres, B);
-        else vit_embedding_backward(m, a, a->dres, B);
-        if (tied_here) gpt_tied_grads_finish(m, a);
-        model_hook_after(m, 0, PHASE_BACKWARD);
+        embedding_backward(m, a, B, tied_here);
     } else {
         ops->to_bf16(a->dinput16, a->dres, n);
     }
@@ -410,7 +426,7 @@ static void backward_bf16(model *m, model_acts *a, const model_batch *batch, flo
 
 double model_forward(model *m, model_acts *a, const model_batch *batch, int *correct)
 {
-    int B = batch_size(a, batch), L = m->spec.n_layer;
+    int B = batch_size(a, batch);
     check_layers(m);
     if (correct) *correct = 0;
     if (m->prec.bf16) return forward_bf16(m, a, batch, correct);
@@ -430,10 +446,7 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
     double loss = 0;
     if (m->has_head) {
         const float *x = stream_at(a, m->n_blocks);
-        model_hook_before(m, L + 1, PHASE_FORWARD);
-        if (m->spec.kind == MODEL_GPT) loss = gpt_head_forward(m, a, batch, x);
-        else loss = vit_head_forward(m, a, batch, x, correct);
-        model_hook_after(m, L + 1, PHASE_FORWARD);
+        loss = head_forward(m, a, batch, x, correct);
     }
     return loss;
 }
@@ -474,11 +487,7 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
         model_hook_after(m, u, PHASE_BACKWARD);
     }
     if (m->has_emb) {
-        model_hook_before(m, 0, PHASE_BACKWARD);
-        if (m->spec.kind == MODEL_GPT) gpt_embedding_backward(m, a, a->dres, B);
-        else vit_embedding_backward(m, a, a->dres, B);
-        if (tied_here) gpt_tied_grads_finish(m, a);
-        model_hook_after(m, 0, PHASE_BACKWARD);
+        embedding_backward(m, a, B, tied_here);
     }
     if (tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
 }
