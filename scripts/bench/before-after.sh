@@ -51,15 +51,17 @@ load1=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "before: $(git rev-parse --short "$rev")  after: working tree of $(git rev-parse --short HEAD)  rounds: $rounds  load: $load0 -> $load1"
 python3 - "$tmp/rows" <<'PY'
 import sys
-best = {}
+best, col = {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
     if f[0] == "train":
         key, val = ("cpu-train tok/s", f[1]), float(f[2])
-    else:  # comm side <comm_bench columns: size ... busbw GB/s last>
+    else:  # comm side <comm_bench row>; its header names the busbw column
+        if "busbw(GB/s)" in f:
+            col[f[1]] = f.index("busbw(GB/s)")
         if not f[2][0].isdigit():
             continue
-        key, val = ("all_reduce %s busbw GB/s" % f[2], f[1]), float(f[-1])
+        key, val = ("all_reduce %s busbw GB/s" % f[2], f[1]), float(f[col[f[1]]])
     best[key] = max(best.get(key, 0.0), val)
 for what in sorted({k[0] for k in best}):
     b, a = best[(what, "before")], best[(what, "after")]
