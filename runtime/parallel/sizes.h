@@ -23,12 +23,16 @@
  *   engine's host batch buffers   sizes_batch_samples         (sizes_batch_bytes)
  *   tied wte scratch (GPT, pp>1)  sizes_tied_scratch_numel
  *
- * Precision. On the CPU backend, or with train.precision fp32, everything is fp32:
- * params 4 + grads 4 + Adam m 4 + v 4 = 16 bytes per parameter. On a GPU with
- * train.precision bf16 (mixed precision): bf16 working params 2 + bf16 grads 2 +
- * fp32 master 4 + m 4 + v 4 = 16 bytes per parameter as well, the master living
- * with the optimizer state. Activations are what model_acts_bytes says (the model
- * owns their layout and element type).
+ * Precision. With train.precision fp32 everything is fp32: params 4 + grads 4 +
+ * Adam m 4 + v 4 = 16 bytes per parameter. With train.precision bf16 (mixed
+ * precision, on the CPU backend too): bf16 working params 2 + grads (bf16 2, or
+ * fp32 4 with train.grad_dtype fp32) + fp32 master 4 + m 4 + v 4 = 16 (or 18)
+ * bytes per parameter, the master living with the optimizer state. Gradient
+ * collectives run in parallel.reduce_dtype: a DDP bucket holds that type, and a
+ * ZeRO-2 / FSDP gradient buffer of another type has a twin of it. The fp32
+ * working copies the model computes from (sizes_mixed_work_bytes) are
+ * workspace. Activations are what model_acts_bytes says (the model owns their
+ * layout and element type).
  *
  * Sharding over data parallelism (per unit, so a strategy gathers or reduces one
  * unit with one call; the split is comm_chunk's: ceil(n / S) elements per rank,
@@ -100,7 +104,13 @@ void sizes_destroy(sizes *s);
 const job_spec *sizes_job(const sizes *s);
 int sizes_mixed(const sizes *s);             /* bf16 working copies + fp32 master */
 size_t sizes_param_elem_bytes(const sizes *s); /* 2 or 4 */
-size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4 */
+size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4 (train.grad_dtype under bf16) */
+size_t sizes_reduce_elem_bytes(const sizes *s); /* 2 or 4 (parallel.reduce_dtype under bf16) */
+/* Mixed precision: what a rank's chunks hold in fp32 working copies besides
+ * their state: per chunk its largest unit widened (model_work_bytes: twice with
+ * bf16 gradients, the fp32 micro-batch gradient) and the optimizer's gradient
+ * scratch (its widest slice, at most OPTIM_SCRATCH_NUMEL floats). 0 in fp32. */
+size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at);
 
 /* ---- the pipeline split ---- */
 int sizes_chunks(const sizes *s);                /* pp * virtual_stages */

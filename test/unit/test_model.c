@@ -160,7 +160,7 @@ static void grad_check(const job_model *s, const char *what)
         const float *g = model_param_grad(m, i);
         if (twin >= 0)
             for (size_t j = 0; j < p->local_numel; j++)
-                if (model_param_grad(m, twin)[j] != g[j]) tied_ok = 0;
+                if (((const float *)model_param_grad(m, twin))[j] != g[j]) tied_ok = 0;
         tensors++;
         size_t k = p->local_numel < 8 ? p->local_numel : 8;
         for (size_t t = 0; t < k; t++) {
@@ -249,7 +249,7 @@ static void init_layout(const job_model *s, const char *what)
         double std = sqrt(sq / pe->local_numel);
         int pj = find_param(whole, 1, "h.0.attn.proj.w"), lw = find_param(whole, 1, "h.0.ln1.w");
         CHECK(fabs(std - 0.02) < 0.003 && fabsf(model_param(whole, pj)->init_std - 0.01f) < 1e-6f &&
-                  model_param_data(whole, lw)[3] == 1.0f,
+                  ((const float *)model_param_data(whole, lw))[3] == 1.0f,
               "%s: wte std %.4f ~ 0.02, proj std 0.02/sqrt(2L) = %.4f, ln weights 1", what, std,
               model_param(whole, pj)->init_std);
     }
