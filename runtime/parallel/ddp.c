@@ -103,10 +103,15 @@ static int plan(ddp_buckets *b, size_t first, size_t cap)
         need_buf |= b->bk[k].through_buffer;
     }
     if (need_buf) {
-        b->buf = x->ops->alloc(cap * x->re);
+        /* cap 0 (one bucket per unit: HSDP or FSDP over one-rank shard groups)
+         * needs the buffer only to convert: the largest bucket's size */
+        size_t numel = cap;
+        for (int k = 0; !cap && k < b->n_bk; k++)
+            if (b->bk[k].numel > numel) numel = b->bk[k].numel;
+        b->buf = x->ops->alloc((numel ? numel : 1) * x->re);
         if (!b->buf) return -1;
-        b->cap = cap;
-        acct_add(x->acct, ACCT_BUFFERS, (long long)(cap * x->re));
+        b->cap = numel;
+        acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * x->re));
     }
     return 0;
 }

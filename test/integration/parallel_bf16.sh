@@ -5,7 +5,8 @@
 #
 # 1. Layout independence in bf16 (DESIGN.md: "within a tolerance derived from
 #    its rounding"): DDP, ZeRO-1, ZeRO-2 (with accumulation), FSDP over dp 2,
-#    fp32 gradients reduced in bf16, a 2-stage pipeline and tp 2 reproduce the
+#    fp32 gradients reduced in bf16 (ZeRO-2; HSDP of one-rank nodes), a
+#    2-stage pipeline and tp 2 reproduce the
 #    one-process bf16 run: every step's loss within a relative 1e-3, the final
 #    parameters within 1.6e-2.
 #
@@ -58,6 +59,9 @@ LAYOUTS=(
 for model in gpt-tiny vit-tiny; do
   for lay in "${LAYOUTS[@]}"; do run_layout "$model" "$lay"; done
 done
+# HSDP across two agents as two nodes of one rank each: shard groups of one,
+# so DDP over the replicas, fp32 gradients through its bucket buffer in bf16
+run_layout gpt-tiny "dp=2 mode=hsdp nodes=2 prec=bf16 grad=fp32 reduce=bf16"
 [ "$FAILS" -eq 0 ] || fail "$FAILS bf16 layouts differ from one process beyond the bf16 tolerance"
 summary
 
