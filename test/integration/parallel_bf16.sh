@@ -5,10 +5,9 @@
 #
 # 1. Layout independence in bf16 (DESIGN.md: "within a tolerance derived from
 #    its rounding"): DDP, ZeRO-1, ZeRO-2 (with accumulation), FSDP over dp 2,
-#    fp32 gradients reduced in bf16 (ZeRO-2; HSDP of one-rank nodes), a
-#    2-stage pipeline and tp 2 reproduce the
-#    one-process bf16 run: every step's loss within a relative 1e-3, the final
-#    parameters within 1.6e-2.
+#    fp32 gradients reduced in bf16 (ZeRO-2; HSDP of one-rank nodes), a 2-stage
+#    pipeline and tp 2 reproduce the one-process bf16 run: every step's loss
+#    within a relative 1e-3, the final parameters within 1.6e-2.
 #
 #    Why these tolerances. The runs differ only in where gradient sums are
 #    rounded to bf16 (u = 2^-9, round to nearest even): one process rounds the
