@@ -261,7 +261,7 @@ static int work_reserve(model *m, int B)
     return 0;
 }
 
-size_t model_work_bytes(const model *m) { return m->work_mem ? m->work_bytes : 0; }
+size_t model_acts_work_bytes(const model *m) { return m->work_mem ? m->work_bytes : 0; }
 
 model_acts *model_acts_create(model *m, int B)
 {

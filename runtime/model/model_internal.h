@@ -62,14 +62,19 @@ struct model {
     int n_blocks;          /* block units held */
     int first_block;       /* unit of the first block held (valid when n_blocks > 0) */
     int has_emb, has_head;
-    float **params;        /* current binding, per held unit (index unit - unit_begin) */
-    float **grads;
-    float **own_params;    /* what model_create allocated (freed by destroy) */
+    void **params;         /* current binding, per held unit (index unit - unit_begin) */
+    void **grads;
+    void **own_params;     /* what model_create allocated (freed by destroy) */
+    void **own_grads;
+    /* mixed precision (model.h): the fp32 working copies, largest unit's size */
+    float *wparam;         /* widened parameters of unit w_unit */
+    float *wgrad;          /* bf16 gradients only: unit wg_unit's micro-batch gradient */
+    int w_unit, wg_unit;   /* -1: none */
+    size_t work_numel;
     void *work_mem;        /* the activations' working set, shared by every model_acts */
     size_t work_bytes;
     int work_B;            /* it serves micro-batches of up to this many samples */
     struct model_acts *acts_list;
-    float **own_grads;
     size_t *unit_numel;
     param_spec *specs;     /* every tensor of the held units, in unit order */
     int n_specs;
@@ -77,9 +82,14 @@ struct model {
 };
 
 /* Tensor i of a held unit, from the unit's CURRENT buffers (a strategy may have
- * rebound them in a hook, so callers re-derive these per unit, never cache). */
+ * rebound them in a hook, so callers re-derive these per unit, never cache).
+ * Always fp32: under bf16 the unit's working copies (the unit being computed). */
 float *unit_tensor(model *m, int unit, int i);
 float *unit_tensor_grad(model *m, int unit, int i);
+/* grad(tensor i of unit) += src (n floats), for a unit that need not be the one
+ * being computed (the tied wte's head copy): into its fp32 gradients, its
+ * working gradient, or its bf16 gradients with one rounding. */
+void unit_grad_add(model *m, int unit, int i, const float *src, size_t n);
 
 /* The plain local layers (no tensor parallelism), computing on m->ops. */
 void model_local_layers(model *m, model_layers *out);
