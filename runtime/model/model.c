@@ -316,6 +316,7 @@ void model_hook_after(model *m, int unit, model_phase phase)
  * when a smaller batch (the last of an evaluation) passes through. */
 static float *stream_at(model_acts *a, int k)
 {
+    if (k == a->m->n_blocks) return a->out;
     return a->stream + (size_t)k * model_acts_io_numel(a->m, a->B);
 }
 
@@ -380,6 +381,7 @@ static void block_unstash(model *m, model_acts *a, int k, const block_acts *w)
 /* bf16: stream entry k of the stash (strided by the capacity, as stream_at). */
 static uint16_t *stream16_at(model_acts *a, int k)
 {
+    if (k == a->m->n_blocks) return a->out16;
     return a->stream16 + (size_t)k * model_acts_io_numel(a->m, a->B);
 }
 

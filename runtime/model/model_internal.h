@@ -157,13 +157,19 @@ struct model_acts {
     void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash */
     size_t bytes;
     /* ---- stash, fp32 ---- */
-    float *stream;      /* (n_blocks + 1) x [N_l,C]: stage input, then each block's output */
-    float *doutput;     /* [N_l,C] received from the next stage */
+    float *stream;      /* [N_l,C] entering each block held, then (with the head) the head */
     block_acts *blk;    /* one set per block held (none with block recompute) */
-    /* ---- stash, bf16 (model_precision.bf16; then the fp32 three above are NULL) ---- */
-    uint16_t *stream16, *doutput16;
+    /* ---- stash, bf16 (model_precision.bf16; then the fp32 two above are NULL) ---- */
+    uint16_t *stream16;
     block_stash16 *blk16;
+    /* The stream leaving the shard: with the head the stash's last entry (the
+     * head's input), without it the working set's (sent, or copied by the next
+     * chunk, before the chunk's next forward). */
+    float *out;
+    uint16_t *out16;
     /* ---- working set (shared) ---- */
+    float *doutput;     /* [N_l,C] received from the next stage (NULL with the head) */
+    uint16_t *doutput16;
     float *dres;        /* [N_l,C] the residual gradient, propagated in place (fp32: dinput) */
     block_acts work_blk; /* the set a block computes in: block recompute, or bf16 (whose
                             tensors are rounded into blk16 after forward and widened

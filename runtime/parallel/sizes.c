@@ -501,9 +501,11 @@ int sizes_acts_slots(const sizes *s, int chunk)
 
 /* What the head adds to each micro-batch's stash on the last chunk (its logits
  * and loss statistics): the difference to the same units without the head, so
- * the model's layout stays its own. A stage without the head also receives the
- * output gradient (model_acts_doutput, [B, seq, C] elements, or its 1/tp with
- * sequence parallelism; NULL with the head), so that much is added back. */
+ * the model's layout stays its own. Without the head the stash also lacks the
+ * stream entering the head ([B, seq, C] elements, or its 1/tp with sequence
+ * parallelism: the output of a stage without the head lives in the working
+ * set), which is not the head's but the blocks' output, so that much is added
+ * back. */
 static size_t head_extra_bytes(const sizes *s, int tp_rank)
 {
     int last = s->chunks - 1;
@@ -516,7 +518,7 @@ static size_t head_extra_bytes(const sizes *s, int tp_rank)
     size_t b = model_acts_sizes(&s->job.model, &without, B, rc, &prec).stash;
     size_t rows = (size_t)B * (size_t)model_seq_len(&s->job.model) / (seq_parallel(s) ? (size_t)s->job.parallel.tp : 1);
     size_t io = rows * (size_t)s->job.model.d_model * (prec.bf16 ? 2 : sizeof(float));
-    b = b > io ? b - io : 0;
+    b += io;
     return a > b ? a - b : 0;
 }
 
