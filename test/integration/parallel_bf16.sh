@@ -6,8 +6,9 @@
 # 1. Layout independence in bf16 (DESIGN.md: "within a tolerance derived from
 #    its rounding"): DDP, ZeRO-1, ZeRO-2 (with accumulation), FSDP over dp 2,
 #    fp32 gradients reduced in bf16 (ZeRO-2; HSDP of one-rank nodes), a 2-stage
-#    pipeline and tp 2 reproduce the one-process bf16 run: every step's loss
-#    within a relative 1e-3, the final parameters within 1.6e-2.
+#    1F1B pipeline, tp 2 with and without sequence parallelism and dp 2 x tp 2
+#    x pp 2 reproduce the one-process bf16 run: every step's loss within a
+#    relative 1e-3, the final parameters within 1.6e-2.
 #
 #    Why these tolerances. The runs differ only in where gradient sums are
 #    rounded to bf16 (u = 2^-9, round to nearest even): one process rounds the
@@ -28,6 +29,12 @@
 #    whose masters straddle a rounding boundary, f ~ |d master| / ulp ~ 1 %:
 #    |grad L| <= 1 (clipped at 1), |theta|_2 ~ 10, so |dL| <= 2^-8 * 10 *
 #    sqrt(0.01) ~ 4e-3 absolute, 1e-3 of a loss ~ 3.5 (measured: <= 1.4e-4).
+#    tp and pp add no rounding point of their own: a tp rank's partial sums
+#    are added in fp32 (in another order: ~1e-7 relative) before the one
+#    rounding the single process also makes, and a stage boundary carries the
+#    bf16 stream the single process stashes at the same block boundary; an
+#    fp32 ordering difference only changes a bf16 value where it straddles a
+#    rounding boundary, by one ulp, which the same bound covers.
 #    A real bug — a missed reduction, a stale shard, a wrong master — moves
 #    the parameters by ~lr per step everywhere, the losses by > 1e-2.
 #
@@ -54,10 +61,15 @@ LAYOUTS=(
   "dp=2 mode=zero2 prec=bf16 grad=fp32 reduce=bf16"
   "pp=2 sched=1f1b prec=bf16"
   "tp=2 prec=bf16"
+  "dp=2 tp=2 pp=2 sched=1f1b prec=bf16"
 )
 for model in gpt-tiny vit-tiny; do
   for lay in "${LAYOUTS[@]}"; do run_layout "$model" "$lay"; done
 done
+# sequence parallelism: the ViT's tokens (patches + class token) must split
+# over tp, which vit-tiny's 5 do not (vit-sp has 10)
+run_layout gpt-tiny "tp=2 sp=1 prec=bf16"
+run_layout vit-sp "tp=2 sp=1 prec=bf16"
 # HSDP across two agents as two nodes of one rank each: shard groups of one,
 # so DDP over the replicas, fp32 gradients through its bucket buffer in bf16
 run_layout gpt-tiny "dp=2 mode=hsdp nodes=2 prec=bf16 grad=fp32 reduce=bf16"
