@@ -34,7 +34,7 @@ static int usage(void)
             "       dtrun [options] script.py [ARGS...]      (python3 script.py)\n"
             "       dtrun --print-config job.yaml\n"
             "       dtrun worker job.yaml\n"
-            "       dtrun export CKPT out.safetensors   (CKPT: checkpoint dir or step dir)\n"
+            "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors   (CKPT: checkpoint dir or step dir)\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
             "options (torchrun's names; '-' or '_', --opt=V or --opt V):\n"
             "  --nproc-per-node N|cpu|gpu|auto   workers on this node (auto: GPUs, else 1)\n"
@@ -54,24 +54,55 @@ static int usage(void)
     return 0;
 }
 
-/* dtrun export CKPT OUT: the checkpoint (verified: checksums, placements) as
- * one safetensors file under Hugging Face GPT-2 / timm ViT names. */
+/* dtrun export [--dtype fp32|bf16] CKPT OUT: the checkpoint (verified: checksums,
+ * placements) as one safetensors file under Hugging Face GPT-2 / timm ViT names,
+ * F32 (default) or BF16 (the fp32 parameters rounded to nearest even). */
 static int export_command(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "dtrun: usage: dtrun export CKPT out.safetensors (CKPT: a checkpoint directory or "
-                        "one of its step directories)\n");
+    const char *usage = "dtrun: usage: dtrun export [--dtype fp32|bf16] CKPT out.safetensors (CKPT: a checkpoint "
+                        "directory or one of its step directories)\n";
+    const char *pos[2] = {NULL, NULL};
+    int n_pos = 0, bf16 = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (!strcmp(a, "--dtype")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "dtrun: export: --dtype needs a value: fp32 or bf16\n");
+                return DT_EXIT_USAGE;
+            }
+            v = argv[++i];
+        } else if (!strncmp(a, "--dtype=", 8)) {
+            v = a + 8;
+        } else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "dtrun: export: unknown option '%s'\n%s", a, usage);
+            return DT_EXIT_USAGE;
+        } else if (n_pos < 2) {
+            pos[n_pos++] = a;
+            continue;
+        } else {
+            fprintf(stderr, "%s", usage);
+            return DT_EXIT_USAGE;
+        }
+        if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16")) bf16 = 1;
+        else if (!strcmp(v, "fp32") || !strcmp(v, "float32")) bf16 = 0;
+        else {
+            fprintf(stderr, "dtrun: export: --dtype '%s': want fp32 or bf16\n", v);
+            return DT_EXIT_USAGE;
+        }
+    }
+    if (n_pos != 2) {
+        fprintf(stderr, "%s", usage);
         return DT_EXIT_USAGE;
     }
     char err[2048];
     ckpt *ck;
-    if (ckpt_open(argv[2], &ck, err, sizeof err) != 0) {
+    if (ckpt_open(pos[0], &ck, err, sizeof err) != 0) {
         fprintf(stderr, "dtrun: export: %s\n", err);
         return DT_EXIT_CKPT;
     }
-    int rc = ckpt_export(ck, argv[3], CKPT_NAMES_AUTO, err, sizeof err);
+    int rc = ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
     if (rc != 0) fprintf(stderr, "dtrun: export: %s\n", err);
-    else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, argv[3]);
+    else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, pos[1]);
     ckpt_close(ck);
     return rc != 0 ? DT_EXIT_CKPT : 0;
 }
@@ -84,19 +115,6 @@ static int load_job(job_spec *job, const char *path)
         return DT_EXIT_USAGE;
     }
     return 0;
-}
-
-/* What the dry-run and the planner model but the trainer cannot run yet: bf16
- * mixed precision (issue 7; the kernels are fp32 twins). Refused before any
- * worker starts, rather than silently training in fp32 against the memory and
- * speed the dry-run promised. */
-static int refuse_untrainable(const job_spec *job)
-{
-    if (job->train.precision != PREC_BF16) return 0;
-    fprintf(stderr, "dtrun: %s: train.precision bf16 cannot train yet: every kernel computes in fp32 "
-                    "(use precision: fp32; --dry-run and --plan do model bf16 mixed precision)\n",
-            job->path);
-    return DT_EXIT_USAGE;
 }
 
 static int launch(launch_opts *o)
@@ -161,8 +179,6 @@ static int launch(launch_opts *o)
         return DT_EXIT_USAGE;
     }
     if (o->job_path) {
-        int rc = refuse_untrainable(&job);
-        if (rc) return rc;
         /* The built-in trainer: this very binary, even if it is replaced on disk. */
         char *worker_argv[] = {"dtrun", "worker", (char *)o->job_path, NULL};
         return agent_run(o, "/proc/self/exe", worker_argv);
@@ -186,7 +202,6 @@ int main(int argc, char **argv)
             return DT_EXIT_USAGE;
         }
         int rc = load_job(&job, argv[2]);
-        if (!rc) rc = refuse_untrainable(&job);
         return rc ? rc : train_run(&job);
     }
     if (!strcmp(a, "rdzv")) return rdzv_command(argc - 1, argv + 1);

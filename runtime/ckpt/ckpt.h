@@ -173,5 +173,9 @@ typedef enum {
  * atomically. */
 int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *err,
                 size_t errlen);
+/* The same, in BF16 when bf16 (each fp32 value rounded to nearest even: a bf16
+ * run's checkpoint holds its fp32 master, whose rounding its parameters are). */
+int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int bf16, char *err,
+                   size_t errlen);
 
 #endif

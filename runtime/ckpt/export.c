@@ -11,9 +11,14 @@
  *    same bytes (flattened (c, py, px)), only the shape changes; cls_token and
  *    pos_embed get their leading batch dims [1, 1, C] and [1, NP+1, C].
  * Tensors are produced one at a time while the file streams out, so exporting
- * needs memory for the largest tensor (twice, when transposed), not the model. */
+ * needs memory for the largest tensor (twice, when transposed), not the model.
+ * The checkpoint's parameters are fp32 (a bf16 run saves its fp32 master);
+ * exported as BF16 they are rounded to nearest even, the kernels' to_bf16, so
+ * they are the bf16 parameters such a run computes with. */
 #include "runtime/ckpt/ckpt_internal.h"
 #include "runtime/ckpt/ckpt_io.h"
+
+#include "kernels/ops.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,6 +30,7 @@ typedef struct {
     char src[CKPT_NAME_MAX];
     int transpose;      /* of the global [rows, cols] */
     int64_t rows, cols; /* global shape as stored */
+    int bf16;           /* write BF16 (rounded) rather than F32 */
 } fill_ctx;
 
 typedef struct {
@@ -131,18 +137,34 @@ static int map_name(const char *ours, int ndim, const int64_t *shape, ckpt_namin
 static int fill(void *ctx, void *buf, size_t nbytes, char *err, size_t errlen)
 {
     fill_ctx *f = ctx;
-    if (!f->transpose) return ckpt_read_global(f->ck, f->src, buf, err, errlen);
-    float *tmp = malloc(nbytes);
-    if (!tmp) return st_fail(err, errlen, "%s: out of memory exporting '%s'", ckpt_path(f->ck), f->src);
+    if (!f->transpose && !f->bf16) return ckpt_read_global(f->ck, f->src, buf, err, errlen);
+    size_t n = (size_t)f->rows * (size_t)f->cols;
+    (void)nbytes; /* n elements of 4 or 2 bytes */
+    float *tmp = malloc(n * sizeof(float)), *t2 = f->transpose && f->bf16 ? malloc(n * sizeof(float)) : NULL;
+    if (!tmp || (f->transpose && f->bf16 && !t2)) {
+        free(tmp);
+        return st_fail(err, errlen, "%s: out of memory exporting '%s'", ckpt_path(f->ck), f->src);
+    }
     int rc = ckpt_read_global(f->ck, f->src, tmp, err, errlen);
-    float *dst = buf;
-    for (int64_t r = 0; rc == 0 && r < f->rows; r++)
-        for (int64_t c = 0; c < f->cols; c++) dst[c * f->rows + r] = tmp[r * f->cols + c];
+    const float *src = tmp;
+    if (rc == 0 && f->transpose) {
+        float *dst = f->bf16 ? t2 : buf;
+        for (int64_t r = 0; r < f->rows; r++)
+            for (int64_t c = 0; c < f->cols; c++) dst[c * f->rows + r] = tmp[r * f->cols + c];
+        src = dst;
+    }
+    if (rc == 0 && f->bf16) dt_ops_cpu.to_bf16(buf, src, n);
+    free(t2);
     free(tmp);
     return rc;
 }
 
 int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *err, size_t errlen)
+{
+    return ckpt_export_as(ck, out_path, naming, 0, err, errlen);
+}
+
+int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int bf16, char *err, size_t errlen)
 {
     const ckpt_info *info = ckpt_get_info(ck);
     if (naming == CKPT_NAMES_AUTO) {
@@ -177,8 +199,10 @@ int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *
         snprintf(f->src, sizeof f->src, "%s", name);
         f->transpose = t.transpose;
         f->rows = shape[0];
-        f->cols = shape[1];
-        if (st_writer_add_fill(w, t.name, ST_F32, t.ndim, t.shape, fill, f, err, errlen) != 0) goto out;
+        f->cols = ndim == 2 ? shape[1] : 1;
+        f->bf16 = bf16;
+        if (st_writer_add_fill(w, t.name, bf16 ? ST_BF16 : ST_F32, t.ndim, t.shape, fill, f, err, errlen) != 0)
+            goto out;
     }
     if (exported == 0) {
         st_fail(err, errlen, "%s: no parameters to export", ckpt_path(ck));

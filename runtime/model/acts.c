@@ -99,24 +99,28 @@ static void take_block16(bump *b, const shape *g, int B, block_stash16 *s)
 }
 
 /* What one micro-batch keeps from its forward for its backward (the stash: a
- * pipeline stage holds one per micro-batch in flight): the residual stream at
- * every block boundary (block recompute restarts each block from its input),
- * each block's tensors (none with block recompute; no attention probabilities
- * with selective), the output gradient a stage receives, the batch's device
+ * pipeline stage holds one per micro-batch in flight): the residual stream
+ * entering every block (block recompute restarts each block from its input)
+ * and, with the head, entering the head; each block's tensors (none with block
+ * recompute; no attention probabilities with selective), the batch's device
  * copy and the head's logits and loss statistics. Elements are bf16 under
- * mixed precision, except statistics, logits and losses (fp32). */
+ * mixed precision, except statistics, logits and losses (fp32). Not kept: a
+ * stage's output without the head and the output gradient it receives (the
+ * working set holds them: output only until it is sent, the gradient only
+ * until the micro-batch's backward reads it), so a 1-layer chunk under full
+ * recompute keeps 2 s.b.h bytes in bf16, Korthikanti et al.'s count. */
 static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
     size_t Nl = (size_t)rows_local(&g->d, B);
-    int nb = g->nb;
+    int nb = g->nb, kept = nb + g->has_head;
     if (g->bf16) {
-        a->stream16 = takeh(b, (size_t)(nb + 1) * Nl * C);
-        a->doutput16 = g->has_head ? NULL : takeh(b, Nl * C);
+        a->stream16 = takeh(b, (size_t)kept * Nl * C);
+        if (g->has_head) a->out16 = a->stream16 ? a->stream16 + (size_t)nb * Nl * C : NULL;
         for (int k = 0; k < blk_sets(nb, g->rc); k++) take_block16(b, g, B, a->blk16 ? &a->blk16[k] : &(block_stash16){0});
     } else {
-        a->stream = takef(b, (size_t)(nb + 1) * Nl * C);
-        a->doutput = g->has_head ? NULL : takef(b, Nl * C);
+        a->stream = takef(b, (size_t)kept * Nl * C);
+        if (g->has_head) a->out = a->stream ? a->stream + (size_t)nb * Nl * C : NULL;
         for (int k = 0; k < blk_sets(nb, g->rc); k++)
             take_block(b, g, B, a->blk ? &a->blk[k] : &(block_acts){0}, a->bs.att_shared, 1);
     }
@@ -156,7 +160,8 @@ static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
     }
 }
 
-/* The one working set a model object shares among all its micro-batches: the
+/* The one working set a model object shares among all its micro-batches: a
+ * stage's output and the output gradient it receives (without the head), the
  * residual gradient, backward scratch, the block set a recompute rebuilds (and,
  * in bf16, the fp32 set a block computes in before its tensors are rounded
  * into the stash), gathers of sequence parallelism, the head's logit
@@ -169,6 +174,10 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
     int nb = g->nb;
 
+    if (!g->has_head) {
+        if (g->bf16) a->out16 = takeh(b, Nl * C), a->doutput16 = takeh(b, Nl * C);
+        else a->out = takef(b, Nl * C), a->doutput = takef(b, Nl * C);
+    }
     a->dres = takef(b, Nl * C);
     /* selective: one [B, NH_l, seq, seq] for all blocks instead of one each */
     a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE ? takef(b, att) : NULL;
@@ -261,7 +270,7 @@ static int work_reserve(model *m, int B)
     return 0;
 }
 
-size_t model_work_bytes(const model *m) { return m->work_mem ? m->work_bytes : 0; }
+size_t model_acts_work_bytes(const model *m) { return m->work_mem ? m->work_bytes : 0; }
 
 model_acts *model_acts_create(model *m, int B)
 {
@@ -318,16 +327,18 @@ void model_acts_destroy(model_acts *a)
     free(a);
 }
 
-void *model_acts_input(model_acts *a) { return a->stream16 ? (void *)a->stream16 : (void *)a->stream; }
-
-void *model_acts_output(model_acts *a)
+/* The stream entering the shard: entry 0 of the stash, or, on a shard of only
+ * the embedding (it has no input), its output. */
+void *model_acts_input(model_acts *a)
 {
-    size_t at = (size_t)a->m->n_blocks * model_acts_io_numel(a->m, a->B);
-    return a->stream16 ? (void *)(a->stream16 + at) : (void *)(a->stream + at);
+    if (a->m->n_blocks == 0 && !a->m->has_head) return model_acts_output(a);
+    return a->m->prec.bf16 ? (void *)a->stream16 : (void *)a->stream;
 }
 
-void *model_acts_dinput(model_acts *a) { return a->stream16 ? (void *)a->dinput16 : (void *)a->dres; }
-void *model_acts_doutput(model_acts *a) { return a->stream16 ? (void *)a->doutput16 : (void *)a->doutput; }
+void *model_acts_output(model_acts *a) { return a->m->prec.bf16 ? (void *)a->out16 : (void *)a->out; }
+
+void *model_acts_dinput(model_acts *a) { return a->m->prec.bf16 ? (void *)a->dinput16 : (void *)a->dres; }
+void *model_acts_doutput(model_acts *a) { return a->m->prec.bf16 ? (void *)a->doutput16 : (void *)a->doutput; }
 
 size_t model_acts_io_elem_size(const model *m) { return m->prec.bf16 ? sizeof(uint16_t) : sizeof(float); }
 

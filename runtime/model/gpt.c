@@ -38,10 +38,10 @@ void gpt_tied_grads_finish(model *m, model_acts *a)
 {
     int head = m->spec.n_layer + 1;
     size_t n = (size_t)m->d.V_l * (size_t)m->d.C;
-    float *g0 = unit_tensor_grad(m, 0, GPT_EMB_WTE);
-    float *gh = unit_tensor_grad(m, head, GPT_HEAD_WTE);
-    m->ops->residual_forward(g0, g0, a->tied_dwte, n);
-    m->ops->residual_forward(gh, gh, a->tied_dwte, n);
+    /* the head is no longer the unit being computed: its copy takes the sum
+     * with the same rounding as unit 0's (bf16 gradients), so they stay equal */
+    unit_grad_add(m, 0, GPT_EMB_WTE, a->tied_dwte, n);
+    unit_grad_add(m, head, GPT_HEAD_WTE, a->tied_dwte, n);
 }
 
 /* The LM head's tensors of this micro-batch (wte, dwte: the unit's current

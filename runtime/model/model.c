@@ -52,6 +52,7 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     m->shard = *sh;
     m->ops = ops;
     if (prec) m->prec = *prec;
+    m->prec.grad_bf16 = m->prec.bf16 && m->prec.grad_bf16;
     model_local_layers(m, &m->layers);
     m->recompute = recompute;
     model_dims_of(spec, sh, &m->d);
@@ -64,10 +65,11 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     m->n_blocks = last_block >= m->first_block ? last_block - m->first_block + 1 : 0;
 
     int n = m->n_held;
-    m->params = calloc((size_t)n, sizeof(float *));
-    m->grads = calloc((size_t)n, sizeof(float *));
-    m->own_params = calloc((size_t)n, sizeof(float *));
-    m->own_grads = calloc((size_t)n, sizeof(float *));
+    m->w_unit = m->wg_unit = -1;
+    m->params = calloc((size_t)n, sizeof(void *));
+    m->grads = calloc((size_t)n, sizeof(void *));
+    m->own_params = calloc((size_t)n, sizeof(void *));
+    m->own_grads = calloc((size_t)n, sizeof(void *));
     m->unit_numel = calloc((size_t)n, sizeof(size_t));
     m->unit_first_spec = calloc((size_t)n + 1, sizeof(int));
     if (!m->params || !m->grads || !m->own_params || !m->own_grads || !m->unit_numel ||
@@ -86,15 +88,28 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
             model_unit_param_spec(spec, u, i, sh->tp_rank, sh->tp_size, &m->specs[m->n_specs++]);
         m->unit_numel[k] = model_unit_numel(spec, u, sh->tp_rank, sh->tp_size);
         /* ops->alloc zeroes: the grads start at zero */
-        m->own_params[k] = ops->alloc(m->unit_numel[k] * sizeof(float));
-        m->own_grads[k] = ops->alloc(m->unit_numel[k] * sizeof(float));
+        m->own_params[k] = ops->alloc(m->unit_numel[k] * model_param_elem_bytes(m));
+        m->own_grads[k] = ops->alloc(m->unit_numel[k] * model_grad_elem_bytes(m));
+        if (m->unit_numel[k] > m->work_numel) m->work_numel = m->unit_numel[k];
         if (!m->own_params[k] || !m->own_grads[k])
             return fail_create(m, "out of device memory for the parameters");
         m->params[k] = m->own_params[k];
         m->grads[k] = m->own_grads[k];
     }
     m->unit_first_spec[n] = m->n_specs;
+    if (m->prec.bf16 && !(m->wparam = ops->alloc(m->work_numel * sizeof(float))))
+        return fail_create(m, "out of device memory for the fp32 working parameters");
+    if (m->prec.grad_bf16 && !(m->wgrad = ops->alloc(m->work_numel * sizeof(float))))
+        return fail_create(m, "out of device memory for the fp32 working gradients");
     return m;
+}
+
+size_t model_param_elem_bytes(const model *m) { return m->prec.bf16 ? 2 : 4; }
+size_t model_grad_elem_bytes(const model *m) { return m->prec.grad_bf16 ? 2 : 4; }
+
+size_t model_mixed_work_bytes(const model *m)
+{
+    return ((m->prec.bf16 ? 1u : 0u) + (m->prec.grad_bf16 ? 1u : 0u)) * m->work_numel * sizeof(float);
 }
 
 void model_destroy(model *m)
@@ -105,6 +120,8 @@ void model_destroy(model *m)
         if (m->own_params) m->ops->free(m->own_params[k]);
         if (m->own_grads) m->ops->free(m->own_grads[k]);
     }
+    if (m->wparam) m->ops->free(m->wparam);
+    if (m->wgrad) m->ops->free(m->wgrad);
     free(m->params);
     free(m->grads);
     free(m->own_params);
@@ -118,12 +135,12 @@ void model_destroy(model *m)
 const model_shard *model_get_shard(const model *m) { return &m->shard; }
 const job_model *model_get_spec(const model *m) { return &m->spec; }
 
-float *model_unit_params(model *m, int unit)
+void *model_unit_params(model *m, int unit)
 {
     return held(m, unit) ? m->params[unit - m->shard.unit_begin] : NULL;
 }
 
-float *model_unit_grads(model *m, int unit)
+void *model_unit_grads(model *m, int unit)
 {
     return held(m, unit) ? m->grads[unit - m->shard.unit_begin] : NULL;
 }
@@ -133,7 +150,7 @@ size_t model_unit_local_numel(const model *m, int unit)
     return held(m, unit) ? m->unit_numel[unit - m->shard.unit_begin] : 0;
 }
 
-void model_unit_bind(model *m, int unit, float *params, float *grads)
+void model_unit_bind(model *m, int unit, void *params, void *grads)
 {
     if (!held(m, unit)) return;
     int k = unit - m->shard.unit_begin;
@@ -160,36 +177,62 @@ const param_spec *model_param(const model *m, int i)
     return i >= 0 && i < m->n_specs ? &m->specs[i] : NULL;
 }
 
-float *model_param_data(model *m, int i)
+void *model_param_data(model *m, int i)
 {
     const param_spec *p = &m->specs[i];
-    float *base = m->params[p->unit - m->shard.unit_begin];
-    return base ? base + p->offset : NULL;
+    char *base = m->params[p->unit - m->shard.unit_begin];
+    return base ? base + p->offset * model_param_elem_bytes(m) : NULL;
 }
 
-float *model_param_grad(model *m, int i)
+void *model_param_grad(model *m, int i)
 {
     const param_spec *p = &m->specs[i];
-    float *base = m->grads[p->unit - m->shard.unit_begin];
-    return base ? base + p->offset : NULL;
+    char *base = m->grads[p->unit - m->shard.unit_begin];
+    return base ? base + p->offset * model_grad_elem_bytes(m) : NULL;
+}
+
+/* A bf16 unit's tensors are valid only while the unit is being computed: any
+ * other use is a programming error in the model's code, so stop loudly. */
+static void not_working(const model *m, int unit, const char *what)
+{
+    fprintf(stderr, "dtrun: model: unit %d's %s read outside its computation (working unit %d)\n", unit, what,
+            m->w_unit);
+    abort();
 }
 
 float *unit_tensor(model *m, int unit, int i)
 {
     int k = unit - m->shard.unit_begin;
-    return m->params[k] + m->specs[m->unit_first_spec[k] + i].offset;
+    size_t off = m->specs[m->unit_first_spec[k] + i].offset;
+    if (!m->prec.bf16) return (float *)m->params[k] + off;
+    if (unit != m->w_unit) not_working(m, unit, "parameters");
+    return m->wparam + off;
 }
 
 float *unit_tensor_grad(model *m, int unit, int i)
 {
     int k = unit - m->shard.unit_begin;
-    return m->grads[k] + m->specs[m->unit_first_spec[k] + i].offset;
+    size_t off = m->specs[m->unit_first_spec[k] + i].offset;
+    if (!m->prec.grad_bf16) return (float *)m->grads[k] + off;
+    if (unit != m->wg_unit) not_working(m, unit, "gradients");
+    return m->wgrad + off;
+}
+
+void unit_grad_add(model *m, int unit, int i, const float *src, size_t n)
+{
+    if (!m->prec.grad_bf16 || unit == m->wg_unit) {
+        float *g = unit_tensor_grad(m, unit, i);
+        m->ops->residual_forward(g, g, src, n);
+        return;
+    }
+    int k = unit - m->shard.unit_begin;
+    m->ops->acc_bf16((uint16_t *)m->grads[k] + m->specs[m->unit_first_spec[k] + i].offset, src, n);
 }
 
 void model_zero_grads(model *m)
 {
     for (int k = 0; k < m->n_held; k++)
-        if (m->grads[k]) m->ops->zero(m->grads[k], m->unit_numel[k] * sizeof(float));
+        if (m->grads[k]) m->ops->zero(m->grads[k], m->unit_numel[k] * model_grad_elem_bytes(m));
 }
 
 void model_set_hooks(model *m, const model_hooks *hooks)
@@ -237,6 +280,32 @@ void model_hook_before(model *m, int unit, model_phase phase)
     if (m->hooks.before) m->hooks.before(m->hooks.ctx, unit, phase);
 }
 
+/* Before a unit computes (after its before() hook, which may have rebound it):
+ * under bf16 its parameters widened into the working copy, and in backward with
+ * bf16 gradients the working gradient zeroed. fp32: nothing. */
+static void unit_begin(model *m, int unit, model_phase phase)
+{
+    int k = unit - m->shard.unit_begin;
+    if (m->prec.bf16) {
+        m->ops->from_bf16(m->wparam, m->params[k], m->unit_numel[k]);
+        m->w_unit = unit;
+    }
+    if (phase == PHASE_BACKWARD && m->prec.grad_bf16) {
+        m->ops->zero(m->wgrad, m->unit_numel[k] * sizeof(float));
+        m->wg_unit = unit;
+    }
+}
+
+/* After a unit's backward, before its after(BACKWARD) hook: bf16 gradients take
+ * the micro-batch's fp32 gradient with one rounding. */
+static void unit_grads_end(model *m, int unit)
+{
+    if (!m->prec.grad_bf16) return;
+    int k = unit - m->shard.unit_begin;
+    m->ops->acc_bf16(m->grads[k], m->wgrad, m->unit_numel[k]);
+    m->wg_unit = -1;
+}
+
 void model_hook_after(model *m, int unit, model_phase phase)
 {
     if (m->hooks.after) m->hooks.after(m->hooks.ctx, unit, phase);
@@ -247,6 +316,7 @@ void model_hook_after(model *m, int unit, model_phase phase)
  * when a smaller batch (the last of an evaluation) passes through. */
 static float *stream_at(model_acts *a, int k)
 {
+    if (k == a->m->n_blocks) return a->out;
     return a->stream + (size_t)k * model_acts_io_numel(a->m, a->B);
 }
 
@@ -311,6 +381,7 @@ static void block_unstash(model *m, model_acts *a, int k, const block_acts *w)
 /* bf16: stream entry k of the stash (strided by the capacity, as stream_at). */
 static uint16_t *stream16_at(model_acts *a, int k)
 {
+    if (k == a->m->n_blocks) return a->out16;
     return a->stream16 + (size_t)k * model_acts_io_numel(a->m, a->B);
 }
 
@@ -329,9 +400,11 @@ static int batch_size(const model_acts *a, const model_batch *batch)
 static void embedding_backward(model *m, model_acts *a, int B, int tied_here)
 {
     model_hook_before(m, 0, PHASE_BACKWARD);
+    unit_begin(m, 0, PHASE_BACKWARD);
     if (m->spec.kind == MODEL_GPT) gpt_embedding_backward(m, a, a->dres, B);
     else vit_embedding_backward(m, a, a->dres, B);
     if (tied_here) gpt_tied_grads_finish(m, a);
+    unit_grads_end(m, 0);
     model_hook_after(m, 0, PHASE_BACKWARD);
 }
 
@@ -341,6 +414,7 @@ static double head_forward(model *m, model_acts *a, const model_batch *batch, co
     int head = m->spec.n_layer + 1;
     double loss;
     model_hook_before(m, head, PHASE_FORWARD);
+    unit_begin(m, head, PHASE_FORWARD);
     if (m->spec.kind == MODEL_GPT) loss = gpt_head_forward(m, a, batch, x);
     else loss = vit_head_forward(m, a, batch, x, correct);
     model_hook_after(m, head, PHASE_FORWARD);
@@ -359,6 +433,7 @@ static double forward_bf16(model *m, model_acts *a, const model_batch *batch, in
     float *x = a->xin, *y = a->xout;
     if (m->has_emb) {
         model_hook_before(m, 0, PHASE_FORWARD);
+        unit_begin(m, 0, PHASE_FORWARD);
         if (m->spec.kind == MODEL_GPT) gpt_embedding_forward(m, a, batch, x);
         else vit_embedding_forward(m, a, batch, x);
         ops->round_bf16(x, n);
@@ -371,6 +446,7 @@ static double forward_bf16(model *m, model_acts *a, const model_batch *batch, in
         int u = m->first_block + k;
         block_acts w = acts_of_block(a, k);
         model_hook_before(m, u, PHASE_FORWARD);
+        unit_begin(m, u, PHASE_FORWARD);
         block_forward(m, u, x, y, &w, &a->bs, B, 0);
         ops->round_bf16(y, n);
         ops->to_bf16(stream16_at(a, k + 1), y, n);
@@ -397,10 +473,12 @@ static void backward_bf16(model *m, model_acts *a, const model_batch *batch, flo
     float *x = a->xin;
     if (m->has_head) {
         model_hook_before(m, L + 1, PHASE_BACKWARD);
+        unit_begin(m, L + 1, PHASE_BACKWARD);
         ops->from_bf16(x, stream16_at(a, m->n_blocks), n);
         if (m->spec.kind == MODEL_GPT) gpt_head_backward(m, a, batch, x, a->dres, loss_scale);
         else vit_head_backward(m, a, batch, x, a->dres, loss_scale);
         ops->round_bf16(a->dres, n);
+        unit_grads_end(m, L + 1);
         if (!tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
     } else {
         ops->from_bf16(a->dres, a->doutput16, n);
@@ -409,11 +487,13 @@ static void backward_bf16(model *m, model_acts *a, const model_batch *batch, flo
         int u = m->first_block + k;
         block_acts w = acts_of_block(a, k);
         model_hook_before(m, u, PHASE_BACKWARD);
+        unit_begin(m, u, PHASE_BACKWARD);
         ops->from_bf16(x, stream16_at(a, k), n);
         if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &w, &a->bs, B, 1);
         else block_unstash(m, a, k, &w);
         block_backward(m, u, a->dres, x, &w, &a->bs, B);
         ops->round_bf16(a->dres, n);
+        unit_grads_end(m, u);
         model_hook_after(m, u, PHASE_BACKWARD);
     }
     if (m->has_emb) {
@@ -432,6 +512,7 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
     if (m->prec.bf16) return forward_bf16(m, a, batch, correct);
     if (m->has_emb) {
         model_hook_before(m, 0, PHASE_FORWARD);
+        unit_begin(m, 0, PHASE_FORWARD);
         if (m->spec.kind == MODEL_GPT) gpt_embedding_forward(m, a, batch, stream_at(a, 0));
         else vit_embedding_forward(m, a, batch, stream_at(a, 0));
         model_hook_after(m, 0, PHASE_FORWARD);
@@ -439,6 +520,7 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
     for (int k = 0; k < m->n_blocks; k++) {
         int u = m->first_block + k;
         model_hook_before(m, u, PHASE_FORWARD);
+        unit_begin(m, u, PHASE_FORWARD);
         block_acts w = acts_of_block(a, k);
         block_forward(m, u, stream_at(a, k), stream_at(a, k + 1), &w, &a->bs, B, 0);
         model_hook_after(m, u, PHASE_FORWARD);
@@ -470,9 +552,13 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
     int tied_here = a->tied_dwte != NULL;
     if (m->has_head) {
         model_hook_before(m, L + 1, PHASE_BACKWARD);
+        unit_begin(m, L + 1, PHASE_BACKWARD);
         const float *x = stream_at(a, m->n_blocks);
         if (m->spec.kind == MODEL_GPT) gpt_head_backward(m, a, batch, x, a->dres, loss_scale);
         else vit_head_backward(m, a, batch, x, a->dres, loss_scale);
+        /* tied: the embedding adds to the head's wte later, straight into its
+         * gradients (gpt_tied_grads_finish) */
+        unit_grads_end(m, L + 1);
         if (!tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
     } else {
         m->ops->copy(a->dres, a->doutput, io * sizeof(float));
@@ -482,8 +568,10 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
         const float *x = stream_at(a, k);
         block_acts ba = acts_of_block(a, k);
         model_hook_before(m, u, PHASE_BACKWARD);
+        unit_begin(m, u, PHASE_BACKWARD);
         if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &ba, &a->bs, B, 1);
         block_backward(m, u, a->dres, x, &ba, &a->bs, B);
+        unit_grads_end(m, u);
         model_hook_after(m, u, PHASE_BACKWARD);
     }
     if (m->has_emb) {

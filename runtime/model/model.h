@@ -197,7 +197,18 @@ typedef struct {
  * tensor fp32. bf16 (mixed precision): compute weights and the activations kept
  * for backward are bf16; layernorm, softmax and loss statistics and every
  * matmul's accumulation stay fp32; gradients are bf16 or fp32 (grad_bf16). The
- * fp32 master weights are the optimizer's, not the model's. */
+ * fp32 master weights are the optimizer's, not the model's.
+ *
+ * How the weights and gradients are held under bf16: each unit's parameter
+ * buffer holds bf16 values. When the model computes a unit (after its
+ * before() hook, so after any rebinding) it widens them into one fp32 working
+ * copy the size of the largest unit, which the unit's tensors then point into;
+ * the kernels compute in fp32 from exact bf16 values. With bf16 gradients the
+ * unit's backward accumulates its micro-batch gradient into an fp32 working
+ * gradient (zeroed first), folded into the unit's bf16 gradients with one
+ * rounding (acc_bf16) before its after(BACKWARD) hook: across micro-batches
+ * the gradient accumulates in bf16. With fp32 gradients (grad_bf16 = 0,
+ * Megatron's fp32 main_grad) the backward accumulates into them directly. */
 typedef struct {
     int bf16;      /* 1: mixed precision */
     int grad_bf16; /* 1: gradients accumulate in bf16 (needs bf16) */
@@ -255,23 +266,39 @@ void model_destroy(model *m);
 const model_shard *model_get_shard(const model *m);
 const job_model *model_get_spec(const model *m);
 
-/* Parameters: flat per unit; grads likewise (zeroed by model_zero_grads). */
-float *model_unit_params(model *m, int unit);
-float *model_unit_grads(model *m, int unit);
+/* Parameters: flat per unit; grads likewise (zeroed by model_zero_grads).
+ * Elements are model_param_elem_bytes / model_grad_elem_bytes wide: fp32 (4),
+ * or under mixed precision bf16 (2, uint16_t) parameters and bf16 or fp32
+ * gradients (train.grad_dtype). Buffers a strategy binds have the same types. */
+void *model_unit_params(model *m, int unit);
+void *model_unit_grads(model *m, int unit);
 size_t model_unit_local_numel(const model *m, int unit);
+size_t model_param_elem_bytes(const model *m); /* 4, or 2 under bf16 */
+size_t model_grad_elem_bytes(const model *m);  /* 4, or 2 with bf16 gradients */
 /* Point a unit at other buffers (FSDP's gathered buffer); NULL keeps the current. */
-void model_unit_bind(model *m, int unit, float *params, float *grads);
+void model_unit_bind(model *m, int unit, void *params, void *grads);
 /* Free the unit's own param and grad buffers (a strategy that binds its own, e.g.
  * FSDP, so the full unit is not held twice); the unit must be bound again before
  * it is used. model_unit_params/grads return NULL until then. */
 void model_unit_release(model *m, int unit);
 int model_param_count(const model *m);          /* over the units held */
 const param_spec *model_param(const model *m, int i);
-float *model_param_data(model *m, int i);
-float *model_param_grad(model *m, int i);
+/* Tensor i's elements in its unit's current buffers (element types as above). */
+void *model_param_data(model *m, int i);
+void *model_param_grad(model *m, int i);
 
-/* Draw every local element from (seed, name, global index). */
+/* Draw every local element from (seed, name, global index); under bf16 the
+ * parameters are the bf16 rounding of those fp32 draws. */
 void model_init_params(model *m, unsigned long long seed);
+/* The fp32 initial values of elements [lo, hi) of held unit `unit`, into host
+ * memory out (hi - lo floats): what the optimizer's fp32 master starts from
+ * under mixed precision (the bf16 parameters are their rounding). */
+void model_init_unit_slice(const model *m, int unit, size_t lo, size_t hi, unsigned long long seed,
+                           float *out);
+/* Bytes of the fp32 working copies a bf16 model computes from (the widened
+ * parameters of the unit being computed, its fp32 micro-batch gradient with
+ * bf16 gradients): 0 in fp32. Allocated once by model_create_prec. */
+size_t model_mixed_work_bytes(const model *m);
 void model_zero_grads(model *m);
 void model_set_hooks(model *m, const model_hooks *hooks);
 /* The layers tensor parallelism splits (NULL: the plain local ones, the
@@ -296,7 +323,7 @@ size_t model_acts_io_numel(const model *m, int B);
 size_t model_acts_io_elem_size(const model *m);
 /* Bytes of the working set the model's activations share (0 before the first
  * model_acts_create). */
-size_t model_work_bytes(const model *m);
+size_t model_acts_work_bytes(const model *m);
 
 /* Forward through the held units. With the head: returns the SUM of per-token
  * (GPT) or per-image (ViT) losses of the micro-batch and, for ViT, sets *correct

@@ -62,14 +62,19 @@ struct model {
     int n_blocks;          /* block units held */
     int first_block;       /* unit of the first block held (valid when n_blocks > 0) */
     int has_emb, has_head;
-    float **params;        /* current binding, per held unit (index unit - unit_begin) */
-    float **grads;
-    float **own_params;    /* what model_create allocated (freed by destroy) */
+    void **params;         /* current binding, per held unit (index unit - unit_begin) */
+    void **grads;
+    void **own_params;     /* what model_create allocated (freed by destroy) */
+    void **own_grads;
+    /* mixed precision (model.h): the fp32 working copies, largest unit's size */
+    float *wparam;         /* widened parameters of unit w_unit */
+    float *wgrad;          /* bf16 gradients only: unit wg_unit's micro-batch gradient */
+    int w_unit, wg_unit;   /* -1: none */
+    size_t work_numel;
     void *work_mem;        /* the activations' working set, shared by every model_acts */
     size_t work_bytes;
     int work_B;            /* it serves micro-batches of up to this many samples */
     struct model_acts *acts_list;
-    float **own_grads;
     size_t *unit_numel;
     param_spec *specs;     /* every tensor of the held units, in unit order */
     int n_specs;
@@ -77,9 +82,14 @@ struct model {
 };
 
 /* Tensor i of a held unit, from the unit's CURRENT buffers (a strategy may have
- * rebound them in a hook, so callers re-derive these per unit, never cache). */
+ * rebound them in a hook, so callers re-derive these per unit, never cache).
+ * Always fp32: under bf16 the unit's working copies (the unit being computed). */
 float *unit_tensor(model *m, int unit, int i);
 float *unit_tensor_grad(model *m, int unit, int i);
+/* grad(tensor i of unit) += src (n floats), for a unit that need not be the one
+ * being computed (the tied wte's head copy): into its fp32 gradients, its
+ * working gradient, or its bf16 gradients with one rounding. */
+void unit_grad_add(model *m, int unit, int i, const float *src, size_t n);
 
 /* The plain local layers (no tensor parallelism), computing on m->ops. */
 void model_local_layers(model *m, model_layers *out);
@@ -147,13 +157,19 @@ struct model_acts {
     void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash */
     size_t bytes;
     /* ---- stash, fp32 ---- */
-    float *stream;      /* (n_blocks + 1) x [N_l,C]: stage input, then each block's output */
-    float *doutput;     /* [N_l,C] received from the next stage */
+    float *stream;      /* [N_l,C] entering each block held, then (with the head) the head */
     block_acts *blk;    /* one set per block held (none with block recompute) */
-    /* ---- stash, bf16 (model_precision.bf16; then the fp32 three above are NULL) ---- */
-    uint16_t *stream16, *doutput16;
+    /* ---- stash, bf16 (model_precision.bf16; then the fp32 two above are NULL) ---- */
+    uint16_t *stream16;
     block_stash16 *blk16;
+    /* The stream leaving the shard: with the head the stash's last entry (the
+     * head's input), without it the working set's (sent, or copied by the next
+     * chunk, before the chunk's next forward). */
+    float *out;
+    uint16_t *out16;
     /* ---- working set (shared) ---- */
+    float *doutput;     /* [N_l,C] received from the next stage (NULL with the head) */
+    uint16_t *doutput16;
     float *dres;        /* [N_l,C] the residual gradient, propagated in place (fp32: dinput) */
     block_acts work_blk; /* the set a block computes in: block recompute, or bf16 (whose
                             tensors are rounded into blk16 after forward and widened

@@ -3,12 +3,15 @@
  * so each step walks the unit's parameters and intersects them with the slice. */
 #include "runtime/optim/optim.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+
 
 typedef struct {
     int unit;
     size_t lo, hi;        /* slice of the unit's flat buffer */
     float *m, *v;         /* hi - lo elements each */
+    float *master;        /* mixed precision: hi - lo fp32 master weights */
 } optim_slice;
 
 struct optim {
@@ -17,7 +20,22 @@ struct optim {
     job_train t;
     int n;
     optim_slice *s;
+    int mixed;            /* bf16 parameters with an fp32 master */
+    size_t ge;            /* gradient element bytes */
+    float *scratch;       /* mixed: OPTIM_SCRATCH_NUMEL widened gradients */
+    size_t scratch_numel;
 };
+
+static int init_master(optim *o, optim_slice *s)
+{
+    size_t n = s->hi - s->lo;
+    float *host = malloc((n ? n : 1) * sizeof(float));
+    if (!host) return -1;
+    model_init_unit_slice(o->mdl, s->unit, s->lo, s->hi, o->t.seed, host);
+    o->ops->from_host(s->master, host, n * sizeof(float));
+    free(host);
+    return 0;
+}
 
 optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
                     const size_t *lo, const size_t *hi)
@@ -28,9 +46,12 @@ optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
     o->mdl = m;
     o->ops = ops;
     o->t = *t;
+    o->mixed = model_get_precision(m)->bf16;
+    o->ge = model_grad_elem_bytes(m);
     o->n = sh->unit_end - sh->unit_begin;
     o->s = calloc((size_t)o->n, sizeof *o->s);
     if (!o->s) { free(o); return NULL; }
+    size_t widest = 0;
     for (int i = 0; i < o->n; i++) {
         int u = sh->unit_begin + i;
         optim_slice *s = &o->s[i];
@@ -38,9 +59,18 @@ optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
         s->lo = lo ? lo[i] : 0;
         s->hi = hi ? hi[i] : model_unit_local_numel(m, u);
         size_t bytes = (s->hi - s->lo) * sizeof(float);
+        if (s->hi - s->lo > widest) widest = s->hi - s->lo;
         s->m = ops->alloc(bytes ? bytes : 1);
         s->v = ops->alloc(bytes ? bytes : 1);
         if (!s->m || !s->v) { optim_destroy(o); return NULL; }
+        if (o->mixed && (!(s->master = ops->alloc(bytes ? bytes : 1)) || init_master(o, s) != 0)) {
+            optim_destroy(o);
+            return NULL;
+        }
+    }
+    if (o->mixed) {
+        o->scratch_numel = widest < OPTIM_SCRATCH_NUMEL ? (widest ? widest : 1) : OPTIM_SCRATCH_NUMEL;
+        if (!(o->scratch = ops->alloc(o->scratch_numel * sizeof(float)))) { optim_destroy(o); return NULL; }
     }
     return o;
 }
@@ -48,21 +78,41 @@ optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
 void optim_destroy(optim *o)
 {
     if (!o) return;
-    for (int i = 0; i < o->n; i++) {
-        o->ops->free(o->s[i].m);
-        o->ops->free(o->s[i].v);
+    for (int i = 0; o->s && i < o->n; i++) {
+        if (o->s[i].m) o->ops->free(o->s[i].m);
+        if (o->s[i].v) o->ops->free(o->s[i].v);
+        if (o->s[i].master) o->ops->free(o->s[i].master);
     }
+    if (o->scratch) o->ops->free(o->scratch);
     free(o->s);
     free(o);
 }
 
-void optim_step(optim *o, double lr, int t, float *const *params, float *const *grads)
+/* Mixed precision: AdamW on elements [a, a + n) of the slice's master (off = a -
+ * lo), from gradients of the model's type, then the bf16 parameters. */
+static void step_mixed(optim *o, optim_slice *s, size_t off, size_t n, uint16_t *p, const void *g,
+                       float grad_scale, double lr, int t, float wd)
+{
+    for (size_t c = 0; c < n; c += o->scratch_numel) {
+        size_t k = n - c < o->scratch_numel ? n - c : o->scratch_numel, at = off + c;
+        if (o->ge == 2) o->ops->from_bf16(o->scratch, (const uint16_t *)g + at, k);
+        else o->ops->copy(o->scratch, (const float *)g + at, k * sizeof(float));
+        if (grad_scale != 1.0f) o->ops->scale(o->scratch, grad_scale, k);
+        o->ops->adamw(s->master + at, o->scratch, s->m + at, s->v + at, k, (float)lr, (float)o->t.beta1,
+                      (float)o->t.beta2, (float)o->t.eps, wd, t);
+        o->ops->to_bf16(p + at, s->master + at, k);
+    }
+}
+
+void optim_step(optim *o, double lr, int t, void *const *params, void *const *grads, float grad_scale)
 {
     int np = model_param_count(o->mdl);
+    size_t pe = model_param_elem_bytes(o->mdl);
     for (int i = 0; i < o->n; i++) {
         optim_slice *s = &o->s[i];
-        float *p = params ? params[i] : model_unit_params(o->mdl, s->unit) + s->lo;
-        float *g = grads ? grads[i] : model_unit_grads(o->mdl, s->unit) + s->lo;
+        void *p = params ? params[i] : (char *)model_unit_params(o->mdl, s->unit) + s->lo * pe;
+        void *g = grads ? grads[i] : (char *)model_unit_grads(o->mdl, s->unit) + s->lo * o->ge;
+        if (!o->mixed && grad_scale != 1.0f) o->ops->scale(g, grad_scale, s->hi - s->lo);
         for (int k = 0; k < np; k++) {
             const param_spec *ps = model_param(o->mdl, k);
             if (ps->unit != s->unit) continue;
@@ -71,11 +121,27 @@ void optim_step(optim *o, double lr, int t, float *const *params, float *const *
             if (b > s->hi) b = s->hi;
             if (a >= b) continue;
             size_t off = a - s->lo;
-            o->ops->adamw(p + off, g + off, s->m + off, s->v + off, b - a, (float)lr,
-                          (float)o->t.beta1, (float)o->t.beta2, (float)o->t.eps,
-                          ps->decay ? (float)o->t.weight_decay : 0.0f, t);
+            float wd = ps->decay ? (float)o->t.weight_decay : 0.0f;
+            if (o->mixed) {
+                step_mixed(o, s, off, b - a, p, g, grad_scale, lr, t, wd);
+                continue;
+            }
+            o->ops->adamw((float *)p + off, (float *)g + off, s->m + off, s->v + off, b - a, (float)lr,
+                          (float)o->t.beta1, (float)o->t.beta2, (float)o->t.eps, wd, t);
         }
     }
+}
+
+double optim_grad_sumsq(optim *o, const void *grad, size_t n)
+{
+    if (o->ge != 2) return o->ops->sumsq(grad, n);
+    double sq = 0;
+    for (size_t c = 0; c < n; c += o->scratch_numel) {
+        size_t k = n - c < o->scratch_numel ? n - c : o->scratch_numel;
+        o->ops->from_bf16(o->scratch, (const uint16_t *)grad + c, k);
+        sq += o->ops->sumsq(o->scratch, k);
+    }
+    return sq;
 }
 
 int optim_slice_count(const optim *o) { return o->n; }
@@ -90,9 +156,26 @@ void optim_slice_state(optim *o, int i, int *unit, size_t *lo, size_t *hi, float
     *v = s->v;
 }
 
+float *optim_slice_master(optim *o, int i) { return o->s[i].master; }
+
+void optim_master_to_params(optim *o, int i, void *param)
+{
+    const optim_slice *s = &o->s[i];
+    if (o->mixed) o->ops->to_bf16(param, s->master, s->hi - s->lo);
+}
+
 size_t optim_state_bytes(const optim *o)
 {
     size_t b = 0;
     for (int i = 0; i < o->n; i++) b += 2 * (o->s[i].hi - o->s[i].lo) * sizeof(float);
     return b;
 }
+
+size_t optim_master_bytes(const optim *o)
+{
+    size_t b = 0;
+    for (int i = 0; o->mixed && i < o->n; i++) b += (o->s[i].hi - o->s[i].lo) * sizeof(float);
+    return b;
+}
+
+size_t optim_scratch_bytes(const optim *o) { return o->scratch_numel * sizeof(float); }

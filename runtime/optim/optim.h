@@ -2,8 +2,16 @@
  *
  * State lives per unit as flat buffers matching the unit's parameter buffer, so a
  * sharded strategy (ZeRO, FSDP) can keep state for a slice [lo, hi) of a unit
- * only: optim_step_unit applies AdamW to that slice, with weight decay on the
- * elements of 2-D weights only (param_spec.decay). */
+ * only: optim_step applies AdamW to that slice, with weight decay on the
+ * elements of 2-D weights only (param_spec.decay).
+ *
+ * Mixed precision (model_precision.bf16): the optimizer also holds the fp32
+ * master weights of its slices, drawn at creation from (seed, name, global
+ * index) exactly as the fp32 model draws them (the model's bf16 parameters are
+ * their rounding). A step widens the gradients (bf16 or fp32, the model's
+ * gradient type) chunk by chunk into an fp32 scratch, scales them, applies AdamW
+ * to the master, and writes the parameters as the master rounded to bf16. So
+ * 2 (bf16 param) + grad (2 or 4) + 4 (master) + 8 (m, v) bytes per parameter. */
 #ifndef DTRUN_OPTIM_H
 #define DTRUN_OPTIM_H
 
@@ -13,19 +21,37 @@
 
 typedef struct optim optim;
 
+/* Mixed precision: the step widens gradients this many at a time, in a scratch
+ * of min(this, the widest slice) floats (sizes_mixed_work_bytes counts it). */
+#define OPTIM_SCRATCH_NUMEL ((size_t)1 << 16)
+
 /* State for elements [lo[u], hi[u]) of each held unit u (NULL lo/hi: whole units). */
 optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
                     const size_t *lo, const size_t *hi);
 void optim_destroy(optim *o);
 /* One AdamW step (t = 1-based step count) on the slices, reading grads from
- * `grads[u]` (a buffer covering the slice, indexed from lo) and updating
- * `params[u]` likewise; NULL arrays mean the model's own unit buffers. */
-void optim_step(optim *o, double lr, int t, float *const *params, float *const *grads);
+ * `grads[u]` (a buffer covering the slice, indexed from lo, the model's gradient
+ * type) multiplied by grad_scale (clipping; 1: none), and updating `params[u]`
+ * likewise (the model's parameter type); NULL arrays mean the model's own unit
+ * buffers. fp32 scales the gradients in place first. */
+void optim_step(optim *o, double lr, int t, void *const *params, void *const *grads, float grad_scale);
 /* Slice i (0 .. count-1, the held units in order) and its AdamW moments m and v
  * (hi - lo elements each, device memory): what a checkpoint saves and loads. */
 int optim_slice_count(const optim *o);
 void optim_slice_state(optim *o, int i, int *unit, size_t *lo, size_t *hi, float **m, float **v);
-/* Bytes of optimizer state held (for metrics and the dry-run check). */
+/* Mixed precision: slice i's fp32 master (hi - lo floats, device memory), what a
+ * checkpoint saves as the parameters; NULL in fp32 (the parameters are fp32). */
+float *optim_slice_master(optim *o, int i);
+/* Mixed precision: param (slice i's parameters, bf16) = its master rounded, after
+ * the master was loaded from a checkpoint. No-op in fp32. */
+void optim_master_to_params(optim *o, int i, void *param);
+/* Sum of squares (double) of n gradient elements of the model's type, for the
+ * global norm: fp32 directly, bf16 widened through the step's scratch. */
+double optim_grad_sumsq(optim *o, const void *grad, size_t n);
+/* Bytes of optimizer state held (AdamW m and v; for metrics and the dry-run check). */
 size_t optim_state_bytes(const optim *o);
+/* Bytes of fp32 master weights held (0 in fp32), and of the step's fp32 scratch. */
+size_t optim_master_bytes(const optim *o);
+size_t optim_scratch_bytes(const optim *o);
 
 #endif

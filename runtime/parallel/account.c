@@ -47,6 +47,6 @@ void acct_reset_peaks(account *a)
 const char *acct_category_name(acct_category c)
 {
     static const char *const names[ACCT_COUNT] = {"params", "grads", "optimizer", "activations",
-                                                  "buffers"};
+                                                  "buffers", "master"};
     return c >= 0 && c < ACCT_COUNT ? names[c] : "?";
 }

@@ -10,7 +10,11 @@
  * FSDP shards), optimizer (AdamW m and v), activations (model_acts; on the CPU
  * backend, where host memory is the device's, also their host loss buffers and
  * the host batch buffers), buffers (DDP buckets, ZeRO-2 reduce buffers, FSDP
- * gather buffers, the tied wte's scratch: memory needed only to communicate).
+ * gather buffers, the tied wte's scratch: memory needed only to communicate),
+ * master (the fp32 master weights of mixed precision, held by the optimizer).
+ * Mixed precision's fp32 working copies (the model's widened unit and its
+ * micro-batch gradient, the optimizer's scratch) count as activations, with
+ * the other scratch the dry-run calls workspace.
  * test/integration/plan_vs_measured.sh holds these against the dry-run. */
 #ifndef DTRUN_ACCOUNT_H
 #define DTRUN_ACCOUNT_H
@@ -23,6 +27,7 @@ typedef enum {
     ACCT_OPTIM,
     ACCT_ACTS,
     ACCT_BUFFERS,
+    ACCT_MASTER,
     ACCT_COUNT
 } acct_category;
 

@@ -45,15 +45,16 @@ struct ddp_buckets {
     int n_bk;
     int next;             /* first bucket of the plan not launched yet */
     char *ready;          /* [n_units] */
-    float *buf;           /* the bucket buffer (NULL when every bucket is one piece) */
+    void *buf;            /* the bucket buffer (NULL when every bucket is one piece and
+                             the gradients are of the reduce type), x->re bytes each */
     size_t cap;
     int buf_owner;        /* bucket whose data is in buf, -1 */
 };
 
-static float *seg_grad(ddp_buckets *b, const ddp_seg *s)
+static void *seg_grad(ddp_buckets *b, const ddp_seg *s)
 {
     model *m = b->x->unit_model[s->unit];
-    return model_unit_grads(m, s->unit) + s->off;
+    return strat_at(model_unit_grads(m, s->unit), s->off, b->x->ge);
 }
 
 /* Cuts the units, in backward order, into a first bucket of at most `first`
@@ -97,14 +98,20 @@ static int plan(ddp_buckets *b, size_t first, size_t cap)
     free(order);
     int need_buf = 0;
     for (int k = 0; k < b->n_bk; k++) {
-        b->bk[k].through_buffer = b->bk[k].n_segs > 1;
+        /* gradients of another type than the reduction's are converted there */
+        b->bk[k].through_buffer = b->bk[k].n_segs > 1 || x->ge != x->re;
         need_buf |= b->bk[k].through_buffer;
     }
     if (need_buf) {
-        b->buf = x->ops->alloc(cap * sizeof(float));
+        /* cap 0 (one bucket per unit: HSDP or FSDP over one-rank shard groups)
+         * needs the buffer only to convert: the largest bucket's size */
+        size_t numel = cap;
+        for (int k = 0; !cap && k < b->n_bk; k++)
+            if (b->bk[k].numel > numel) numel = b->bk[k].numel;
+        b->buf = x->ops->alloc((numel ? numel : 1) * x->re);
         if (!b->buf) return -1;
-        b->cap = cap;
-        acct_add(x->acct, ACCT_BUFFERS, (long long)(cap * sizeof(float)));
+        b->cap = numel;
+        acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * x->re));
     }
     return 0;
 }
@@ -132,7 +139,7 @@ void ddp_buckets_destroy(ddp_buckets *b)
     for (int k = 0; k < b->n_bk; k++) comm_wait(b->bk[k].req);
     if (b->buf) {
         b->x->ops->free(b->buf);
-        acct_add(b->x->acct, ACCT_BUFFERS, -(long long)(b->cap * sizeof(float)));
+        acct_add(b->x->acct, ACCT_BUFFERS, -(long long)(b->cap * b->x->re));
     }
     free(b->seg);
     free(b->bk);
@@ -154,11 +161,11 @@ static void complete(ddp_buckets *b, int k)
     strat_wait(b->x, b->x->dp, bk->req, "ddp all_reduce");
     bk->req = NULL;
     if (!bk->through_buffer || b->buf_owner != k) return;
-    const dt_ops *ops = b->x->ops;
+    strat_ctx *x = b->x;
     size_t at = 0;
     for (int i = 0; i < bk->n_segs; i++) {
         const ddp_seg *s = &b->seg[bk->first_seg + i];
-        ops->copy(seg_grad(b, s), b->buf + at, s->len * sizeof(float));
+        strat_convert(x, seg_grad(b, s), x->ge, strat_at(b->buf, at, x->re), x->re, s->len);
         at += s->len;
     }
     b->buf_owner = -1;
@@ -170,13 +177,13 @@ static void launch(ddp_buckets *b, int k)
     ddp_bucket *bk = &b->bk[k];
     bk->launched = 1;
     if (x->failed) return; /* the step is lost: do not queue more on a broken group */
-    float *data;
+    void *data;
     if (bk->through_buffer) {
         if (b->buf_owner >= 0) complete(b, b->buf_owner);
         size_t at = 0;
         for (int i = 0; i < bk->n_segs; i++) {
             const ddp_seg *s = &b->seg[bk->first_seg + i];
-            x->ops->copy(b->buf + at, seg_grad(b, s), s->len * sizeof(float));
+            strat_convert(x, strat_at(b->buf, at, x->re), x->re, seg_grad(b, s), x->ge, s->len);
             at += s->len;
         }
         b->buf_owner = k;
@@ -185,7 +192,7 @@ static void launch(ddp_buckets *b, int k)
         data = seg_grad(b, &b->seg[bk->first_seg]);
     }
     double t0 = clock_now_s();
-    int rc = comm_all_reduce_async(x->dp, data, data, bk->numel, COMM_F32, COMM_SUM, &bk->req);
+    int rc = comm_all_reduce_async(x->dp, data, data, bk->numel, strat_dtype(x->re), COMM_SUM, &bk->req);
     strat_comm_done(x, t0, "ddp all_reduce (start)");
     strat_fail(x, x->dp, rc, "ddp all_reduce");
 }
@@ -261,7 +268,7 @@ static int ddp_counts_norm(dp_strategy *s) { return comm_rank(s->x->dp) == 0; }
 
 static void ddp_after_update(dp_strategy *s) { (void)s; }
 
-static float *ddp_full_grad(dp_strategy *s, int unit, float *tmp)
+static void *ddp_full_grad(dp_strategy *s, int unit, void *tmp)
 {
     (void)tmp;
     return model_unit_grads(s->x->unit_model[unit], unit);
@@ -269,8 +276,9 @@ static float *ddp_full_grad(dp_strategy *s, int unit, float *tmp)
 
 static void ddp_gather_unit(dp_strategy *s, int unit, float *out)
 {
-    model *m = s->x->unit_model[unit];
-    s->x->ops->copy(out, model_unit_params(m, unit), model_unit_local_numel(m, unit) * sizeof(float));
+    strat_ctx *x = s->x;
+    model *m = x->unit_model[unit];
+    strat_convert(x, out, sizeof(float), model_unit_params(m, unit), x->pe, model_unit_local_numel(m, unit));
 }
 
 const strat_ops strat_ddp = {

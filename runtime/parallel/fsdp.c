@@ -34,7 +34,7 @@
 #include "runtime/parallel/strategy.h"
 
 typedef struct {
-    float *buf;
+    void *buf;      /* parameter type (x->pe bytes each) */
     int unit;       /* unit whose parameters it holds or is receiving, -1 none */
     int valid;      /* the gather has landed */
     int bound;      /* the model uses it: between before and after */
@@ -46,8 +46,8 @@ struct dp_strategy {
     strat_ctx *x;
     comm *shard, *replica;
     size_t *lo, *len;       /* [n_units]: this rank's shard of each unit */
-    float **pshard;         /* [n_units] parameter shards */
-    float **gshard;         /* [n_units] gradient shards */
+    void **pshard;          /* [n_units] parameter shards (bf16 under mixed precision) */
+    void **gshard;          /* [n_units] gradient shards (the gradient type) */
     gather_slot *slot;
     int nslot;
     size_t gather_numel;
@@ -69,17 +69,17 @@ static void fsdp_destroy(dp_strategy *s)
         comm_wait(s->slot[i].req);
         if (s->slot[i].buf) {
             x->ops->free(s->slot[i].buf);
-            acct_add(x->acct, ACCT_BUFFERS, -(long long)(s->gather_numel * sizeof(float)));
+            acct_add(x->acct, ACCT_BUFFERS, -(long long)(s->gather_numel * x->pe));
         }
     }
     for (int u = 0; u < x->n_units; u++) {
         if (s->pshard && s->pshard[u]) {
             x->ops->free(s->pshard[u]);
-            acct_add(x->acct, ACCT_PARAMS, -(long long)(s->len[u] * sizeof(float)));
+            acct_add(x->acct, ACCT_PARAMS, -(long long)(s->len[u] * x->pe));
         }
         if (s->gshard && s->gshard[u]) {
             x->ops->free(s->gshard[u]);
-            acct_add(x->acct, ACCT_GRADS, -(long long)(s->len[u] * sizeof(float)));
+            acct_add(x->acct, ACCT_GRADS, -(long long)(s->len[u] * x->ge));
         }
     }
     free(s->slot);
@@ -104,19 +104,19 @@ static int shard_units(dp_strategy *s, char *err, size_t errlen)
             snprintf(err, errlen, "fsdp: unit %d: parameter, gradient and optimizer shards differ", u);
             return -1;
         }
-        size_t n = unit_numel(s, u), bytes = (s->len[u] ? s->len[u] : 1) * sizeof(float);
-        s->pshard[u] = x->ops->alloc(bytes);
-        s->gshard[u] = x->ops->alloc(bytes);
+        size_t n = unit_numel(s, u), len = s->len[u] ? s->len[u] : 1;
+        s->pshard[u] = x->ops->alloc(len * x->pe);
+        s->gshard[u] = x->ops->alloc(len * x->ge);
         if (!s->pshard[u] || !s->gshard[u]) {
             snprintf(err, errlen, "fsdp: out of memory for the shards of unit %d", u);
             return -1;
         }
-        acct_add(x->acct, ACCT_PARAMS, (long long)(s->len[u] * sizeof(float)));
-        acct_add(x->acct, ACCT_GRADS, (long long)(s->len[u] * sizeof(float)));
-        x->ops->copy(s->pshard[u], model_unit_params(m, u) + s->lo[u], s->len[u] * sizeof(float));
+        acct_add(x->acct, ACCT_PARAMS, (long long)(s->len[u] * x->pe));
+        acct_add(x->acct, ACCT_GRADS, (long long)(s->len[u] * x->ge));
+        x->ops->copy(s->pshard[u], strat_at(model_unit_params(m, u), s->lo[u], x->pe), s->len[u] * x->pe);
         model_unit_release(m, u);
-        acct_add(x->acct, ACCT_PARAMS, -(long long)(n * sizeof(float)));
-        acct_add(x->acct, ACCT_GRADS, -(long long)(n * sizeof(float)));
+        acct_add(x->acct, ACCT_PARAMS, -(long long)(n * x->pe));
+        acct_add(x->acct, ACCT_GRADS, -(long long)(n * x->ge));
     }
     return 0;
 }
@@ -134,8 +134,8 @@ static dp_strategy *fsdp_create(strat_ctx *x, char *err, size_t errlen)
     if (s) {
         s->lo = calloc((size_t)n, sizeof(size_t));
         s->len = calloc((size_t)n, sizeof(size_t));
-        s->pshard = calloc((size_t)n, sizeof(float *));
-        s->gshard = calloc((size_t)n, sizeof(float *));
+        s->pshard = calloc((size_t)n, sizeof(void *));
+        s->gshard = calloc((size_t)n, sizeof(void *));
         s->nslot = sizes_gather_buffers(x->sz);
         s->slot = calloc((size_t)s->nslot, sizeof *s->slot);
     }
@@ -154,12 +154,12 @@ static dp_strategy *fsdp_create(strat_ctx *x, char *err, size_t errlen)
     }
     for (int i = 0; i < s->nslot; i++) {
         s->slot[i].unit = -1;
-        if (!(s->slot[i].buf = x->ops->alloc(s->gather_numel * sizeof(float)))) {
+        if (!(s->slot[i].buf = x->ops->alloc(s->gather_numel * x->pe))) {
             fsdp_destroy(s);
             snprintf(err, errlen, "fsdp: out of memory for the gather buffers");
             return NULL;
         }
-        acct_add(x->acct, ACCT_BUFFERS, (long long)(s->gather_numel * sizeof(float)));
+        acct_add(x->acct, ACCT_BUFFERS, (long long)(s->gather_numel * x->pe));
     }
     s->pool = grad_pool_create(x, s->shard, s->gather_numel, sizes_gather_buffers(x->sz), s->gshard, s->lo,
                                s->len, err, errlen);
@@ -210,7 +210,8 @@ static void start_gather(dp_strategy *s, gather_slot *g, int unit)
     g->used = ++s->clock;
     if (x->failed) return;
     double t0 = clock_now_s();
-    int rc = comm_all_gather_async(s->shard, s->pshard[unit], g->buf, unit_numel(s, unit), COMM_F32, &g->req);
+    int rc = comm_all_gather_async(s->shard, s->pshard[unit], g->buf, unit_numel(s, unit), strat_dtype(x->pe),
+                                   &g->req);
     strat_comm_done(x, t0, "fsdp all_gather of parameters (start)");
     if (strat_fail(x, s->shard, rc, "fsdp all_gather of parameters") != COMM_OK) g->unit = -1;
 }
@@ -263,7 +264,7 @@ static void fsdp_begin_step(dp_strategy *s)
 {
     strat_ctx *x = s->x;
     for (int u = 0; u < x->n_units; u++)
-        if (s->gshard[u]) x->ops->zero(s->gshard[u], s->len[u] * sizeof(float));
+        if (s->gshard[u]) x->ops->zero(s->gshard[u], s->len[u] * x->ge);
 }
 
 static void fsdp_finish_grads(dp_strategy *s)
@@ -277,15 +278,35 @@ static void fsdp_finish_grads(dp_strategy *s)
         strat_fail(x, NULL, COMM_ESYS, "hsdp: out of memory");
         return;
     }
+    /* in the reduce type: through a twin of each shard when the gradients' differs */
+    void **twin = calloc((size_t)x->n_units, sizeof *twin);
+    if (!twin) {
+        free(req);
+        strat_fail(x, NULL, COMM_ESYS, "hsdp: out of memory");
+        return;
+    }
     for (int u = 0; u < x->n_units && !x->failed; u++) {
         if (!s->gshard[u]) continue;
+        void *red = s->gshard[u];
+        if (x->re != x->ge) {
+            if (!(red = twin[u] = x->ops->alloc((s->len[u] ? s->len[u] : 1) * x->re))) {
+                strat_fail(x, NULL, COMM_ESYS, "hsdp: out of memory");
+                break;
+            }
+            strat_convert(x, red, x->re, s->gshard[u], x->ge, s->len[u]);
+        }
         double t0 = clock_now_s();
-        int rc = comm_all_reduce_async(s->replica, s->gshard[u], s->gshard[u], s->len[u], COMM_F32, COMM_SUM,
-                                       &req[u]);
+        int rc = comm_all_reduce_async(s->replica, red, red, s->len[u], strat_dtype(x->re), COMM_SUM, &req[u]);
         strat_comm_done(x, t0, "hsdp all_reduce across nodes (start)");
         strat_fail(x, s->replica, rc, "hsdp all_reduce across nodes");
     }
-    for (int u = 0; u < x->n_units; u++) strat_wait(x, s->replica, req[u], "hsdp all_reduce across nodes");
+    for (int u = 0; u < x->n_units; u++) {
+        strat_wait(x, s->replica, req[u], "hsdp all_reduce across nodes");
+        if (!twin[u]) continue;
+        if (!x->failed) strat_convert(x, s->gshard[u], x->ge, twin[u], x->re, s->len[u]);
+        x->ops->free(twin[u]);
+    }
+    free(twin);
     free(req);
 }
 
@@ -310,12 +331,12 @@ static void fsdp_after_update(dp_strategy *s)
     }
 }
 
-static float *fsdp_full_grad(dp_strategy *s, int unit, float *tmp)
+static void *fsdp_full_grad(dp_strategy *s, int unit, void *tmp)
 {
     strat_ctx *x = s->x;
     if (x->failed) return tmp;
     double t0 = clock_now_s();
-    int rc = comm_all_gather(s->shard, s->gshard[unit], tmp, unit_numel(s, unit), COMM_F32);
+    int rc = comm_all_gather(s->shard, s->gshard[unit], tmp, unit_numel(s, unit), strat_dtype(x->ge));
     strat_comm_done(x, t0, "fsdp all_gather of gradients");
     strat_fail(x, s->shard, rc, "fsdp all_gather of gradients");
     return tmp;
@@ -325,10 +346,21 @@ static void fsdp_gather_unit(dp_strategy *s, int unit, float *out)
 {
     strat_ctx *x = s->x;
     if (x->failed) return;
+    size_t n = unit_numel(s, unit);
+    /* bf16 shards gather into a bf16 buffer, widened into out */
+    void *dst = x->pe == sizeof(float) ? (void *)out : x->ops->alloc((n ? n : 1) * x->pe);
+    if (!dst) {
+        strat_fail(x, NULL, COMM_ESYS, "fsdp: out of memory gathering parameters");
+        return;
+    }
     double t0 = clock_now_s();
-    int rc = comm_all_gather(s->shard, s->pshard[unit], out, unit_numel(s, unit), COMM_F32);
+    int rc = comm_all_gather(s->shard, s->pshard[unit], dst, n, strat_dtype(x->pe));
     strat_comm_done(x, t0, "fsdp all_gather of parameters");
     strat_fail(x, s->shard, rc, "fsdp all_gather of parameters");
+    if (dst != out) {
+        if (!x->failed) strat_convert(x, out, sizeof(float), dst, x->pe, n);
+        x->ops->free(dst);
+    }
 }
 
 const strat_ops strat_fsdp = {

@@ -8,14 +8,21 @@
  * this rank's chunk is added into its shard accumulator and the buffer is free
  * again. Two buffers (sizes_reduce_buffers / sizes_gather_buffers) let one unit
  * compute while the previous one communicates. Every micro-batch is reduced, so
- * the shard accumulates the global gradient across micro-batches. */
+ * the shard accumulates the global gradient across micro-batches.
+ *
+ * Element types (mixed precision): buffers and shards hold the gradient type
+ * (x->ge); the reduce-scatter runs in the reduce type (x->re), through a twin
+ * of each buffer in that type when the two differ; a bf16 chunk is widened
+ * (in pieces, through a small fp32 scratch) to be added into its shard. */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "runtime/optim/optim.h"
 #include "runtime/parallel/strategy.h"
 
 typedef struct {
-    float *buf;
+    void *buf;       /* gradient type */
+    void *twin;      /* reduce type, when it differs (else NULL: buf is reduced) */
     int unit;        /* unit whose gradient the buffer holds, -1 when free */
     int bound;       /* acquired and not yet released: backward writes into it */
     comm_req *req;   /* its reduce-scatter, in flight */
@@ -28,12 +35,25 @@ struct grad_pool {
     size_t numel;
     int nbuf;
     pool_slot *slot;
-    float *const *shard;
+    void *const *shard;
     const size_t *lo, *len;
     long seq;
+    float *wide;     /* bf16 reductions: wide_numel floats */
+    size_t wide_numel;
 };
 
-grad_pool *grad_pool_create(strat_ctx *x, comm *group, size_t numel, int nbuf, float *const *shard,
+size_t grad_pool_wide_numel(size_t numel, size_t re)
+{
+    if (re != 2) return 0;
+    return numel < OPTIM_SCRATCH_NUMEL ? (numel ? numel : 1) : OPTIM_SCRATCH_NUMEL;
+}
+
+static size_t slot_bytes(const strat_ctx *x, size_t numel)
+{
+    return numel * (x->ge + (x->re != x->ge ? x->re : 0));
+}
+
+grad_pool *grad_pool_create(strat_ctx *x, comm *group, size_t numel, int nbuf, void *const *shard,
                             const size_t *lo, const size_t *len, char *err, size_t errlen)
 {
     grad_pool *p = calloc(1, sizeof *p);
@@ -43,16 +63,27 @@ grad_pool *grad_pool_create(strat_ctx *x, comm *group, size_t numel, int nbuf, f
         snprintf(err, errlen, "grad pool: out of memory");
         return NULL;
     }
-    *p = (grad_pool){x, group, numel, nbuf, p->slot, shard, lo, len, 0};
+    *p = (grad_pool){x, group, numel, nbuf, p->slot, shard, lo, len, 0, NULL, 0};
     for (int i = 0; i < nbuf; i++) {
-        p->slot[i].unit = -1;
-        p->slot[i].buf = x->ops->alloc(numel * sizeof(float));
-        if (!p->slot[i].buf) {
+        pool_slot *sl = &p->slot[i];
+        sl->unit = -1;
+        sl->buf = x->ops->alloc(numel * x->ge);
+        sl->twin = x->re != x->ge ? x->ops->alloc(numel * x->re) : NULL;
+        if (!sl->buf || (x->re != x->ge && !sl->twin)) {
             grad_pool_destroy(p);
-            snprintf(err, errlen, "grad pool: out of memory for %d buffers of %zu floats", nbuf, numel);
+            snprintf(err, errlen, "grad pool: out of memory for %d buffers of %zu elements", nbuf, numel);
             return NULL;
         }
-        acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * sizeof(float)));
+        acct_add(x->acct, ACCT_BUFFERS, (long long)slot_bytes(x, numel));
+    }
+    p->wide_numel = grad_pool_wide_numel(numel, x->re);
+    if (p->wide_numel) {
+        if (!(p->wide = x->ops->alloc(p->wide_numel * sizeof(float)))) {
+            grad_pool_destroy(p);
+            snprintf(err, errlen, "grad pool: out of memory");
+            return NULL;
+        }
+        acct_add(x->acct, ACCT_BUFFERS, (long long)(p->wide_numel * sizeof(float)));
     }
     return p;
 }
@@ -62,10 +93,15 @@ void grad_pool_destroy(grad_pool *p)
     if (!p) return;
     for (int i = 0; i < p->nbuf; i++) {
         comm_wait(p->slot[i].req);
+        if (p->slot[i].twin) p->x->ops->free(p->slot[i].twin);
         if (p->slot[i].buf) {
             p->x->ops->free(p->slot[i].buf);
-            acct_add(p->x->acct, ACCT_BUFFERS, -(long long)(p->numel * sizeof(float)));
+            acct_add(p->x->acct, ACCT_BUFFERS, -(long long)slot_bytes(p->x, p->numel));
         }
+    }
+    if (p->wide) {
+        p->x->ops->free(p->wide);
+        acct_add(p->x->acct, ACCT_BUFFERS, -(long long)(p->wide_numel * sizeof(float)));
     }
     free(p->slot);
     free(p);
@@ -81,8 +117,10 @@ static void complete(grad_pool *p, pool_slot *s)
 {
     strat_ctx *x = p->x;
     int u = s->unit;
+    void *red = s->twin ? s->twin : s->buf;
     if (strat_wait(x, p->group, s->req, "reduce_scatter of gradients") == COMM_OK && !x->failed)
-        x->ops->residual_forward(p->shard[u], p->shard[u], s->buf + p->lo[u], p->len[u]);
+        strat_accumulate(x, p->shard[u], x->ge, strat_at(red, p->lo[u], x->re), x->re, p->len[u], p->wide,
+                         p->wide_numel);
     s->req = NULL;
     s->unit = -1;
 }
@@ -97,7 +135,7 @@ static pool_slot *oldest_in_flight(grad_pool *p)
     return best;
 }
 
-float *grad_pool_acquire(grad_pool *p, int unit)
+void *grad_pool_acquire(grad_pool *p, int unit)
 {
     pool_slot *free_slot = NULL;
     for (int i = 0; i < p->nbuf && !free_slot; i++)
@@ -117,7 +155,7 @@ float *grad_pool_acquire(grad_pool *p, int unit)
         fprintf(stderr, "dtrun: grad pool: unit %d has %zu elements, buffers hold %zu\n", unit, n, p->numel);
         abort();
     }
-    p->x->ops->zero(free_slot->buf, n * sizeof(float));
+    p->x->ops->zero(free_slot->buf, n * p->x->ge);
     free_slot->unit = unit;
     free_slot->bound = 1;
     return free_slot->buf;
@@ -135,9 +173,15 @@ void grad_pool_release(grad_pool *p, int unit)
     if (x->failed) { s->unit = -1; return; }
     size_t n = unit_numel(p, unit);
     double t0 = clock_now_s();
-    /* in place: this rank's chunk lands at buf + lo, where comm_chunk puts it */
-    int rc = comm_reduce_scatter_async(p->group, s->buf, s->buf + p->lo[unit], n, COMM_F32, COMM_SUM,
-                                       &s->req);
+    /* in place: this rank's chunk lands at buf + lo, where comm_chunk puts it
+     * (in the twin, converted first, when the reduction's type differs) */
+    void *red = s->buf;
+    if (s->twin) {
+        strat_convert(x, s->twin, x->re, s->buf, x->ge, n);
+        red = s->twin;
+    }
+    int rc = comm_reduce_scatter_async(p->group, red, strat_at(red, p->lo[unit], x->re), n, strat_dtype(x->re),
+                                       COMM_SUM, &s->req);
     strat_comm_done(x, t0, "reduce_scatter of gradients (start)");
     if (strat_fail(x, p->group, rc, "reduce_scatter of gradients") != COMM_OK) s->unit = -1;
 }

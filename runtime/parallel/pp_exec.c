@@ -30,8 +30,9 @@ typedef struct {
     int mb;         /* microbatch held, or -1 when free */
     comm_req *send; /* an asynchronous send reading this slot's buffers, or NULL */
     int send_shared; /* that send reads the chunk's shared working set (the input
-                        gradient, model_acts_dinput): the next BACKWARD of the chunk
-                        overwrites it, so it waits for the send first */
+                        gradient, model_acts_dinput, or the output,
+                        model_acts_output): the chunk's next FORWARD or BACKWARD
+                        may overwrite it, so it waits for the send first */
 } exec_slot;
 
 typedef struct {
@@ -43,6 +44,11 @@ typedef struct {
     exec_slot *slots;
     int *slot_of;     /* [m]: slot index of each microbatch, -1 when none */
     int last_bwd_mb;  /* microbatch of the chunk's last BACKWARD in the list */
+    /* The chunk's output and output gradient live in its model's working set,
+     * one for all microbatches (acts.c): whose they hold, -1 when nothing is
+     * waiting to be read. A list that would overwrite one before it is read
+     * is refused, never run into wrong numbers. */
+    int out_mb, dout_mb;
 } exec_chunk;
 
 struct pp_exec {
@@ -357,6 +363,32 @@ static int settle_shared(step_run *r, const pp_action *a, exec_chunk *ch)
     return 0;
 }
 
+/* Chunk `to`'s output gradient is about to be written for a->mb: refused while
+ * it holds another microbatch's its BACKWARD has not read. */
+static int take_dout(step_run *r, const pp_action *a, exec_chunk *to)
+{
+    if (to->dout_mb >= 0) {
+        char line[160];
+        snprintf(line, sizeof line, "would overwrite chunk %d's output gradient of mb %d before its BACKWARD reads it",
+                 to->chunk, to->dout_mb);
+        return fail(r, a, line);
+    }
+    to->dout_mb = a->mb;
+    return 0;
+}
+
+/* Chunk `from`'s output is read (sent, or copied by the next chunk) for a->mb. */
+static int read_out(step_run *r, const pp_action *a, exec_chunk *from)
+{
+    if (from->out_mb != a->mb) {
+        char line[160];
+        snprintf(line, sizeof line, "chunk %d's output holds mb %d, not this one", from->chunk, from->out_mb);
+        return fail(r, a, line);
+    }
+    from->out_mb = -1;
+    return 0;
+}
+
 static int run_recv(step_run *r, const pp_action *a)
 {
     exec_chunk *ch = chunk_of(r->ex, a->chunk);
@@ -369,6 +401,7 @@ static int run_recv(step_run *r, const pp_action *a)
     if (settle_slot(r, a, sl)) return -1;
     void *buf = a->op == PP_OP_RECV_ACT ? model_acts_input(sl->acts) : model_acts_doutput(sl->acts);
     if (!buf) return fail(r, a, "the chunk has no buffer for it");
+    if (a->op == PP_OP_RECV_GRAD && take_dout(r, a, ch)) return -1;
     double t0 = clock_now_s();
     int rc = comm_recv(r->ex->pp, buf, io_numel(r, ch), io_dtype(ch), a->peer);
     double t1 = clock_now_s();
@@ -383,10 +416,11 @@ static int run_send(step_run *r, const pp_action *a)
     exec_slot *sl = held_slot(r->ex, a->chunk, a->mb);
     if (!sl) return fail(r, a, "nothing computed to send");
     if (settle_slot(r, a, sl)) return -1;
+    if (a->op == PP_OP_SEND_ACT && read_out(r, a, ch)) return -1;
     void *buf = a->op == PP_OP_SEND_ACT ? model_acts_output(sl->acts) : model_acts_dinput(sl->acts);
     double t0 = clock_now_s();
     int rc = comm_send_async(r->ex->pp, buf, io_numel(r, ch), io_dtype(ch), a->peer, &sl->send);
-    sl->send_shared = a->op == PP_OP_SEND_GRAD;
+    sl->send_shared = 1; /* the output and the input gradient both live in the working set */
     if (r->ex->hooks.span) r->ex->hooks.span(r->ex->hooks.ctx, a->op, a->chunk, a->mb, t0, clock_now_s());
     if (rc != COMM_OK) {
         sl->send = NULL; /* a failed submission leaves nothing to wait for */
@@ -402,18 +436,25 @@ static int run_forward(step_run *r, const pp_action *a)
     pp_exec *ex = r->ex;
     exec_chunk *ch = chunk_of(ex, a->chunk);
     exec_slot *sl;
-    if (slot_for(r, a, &sl) || settle_slot(r, a, sl)) return -1;
+    if (slot_for(r, a, &sl) || settle_slot(r, a, sl) || settle_shared(r, a, ch)) return -1;
+    if (!ch->has_head && ch->out_mb >= 0) {
+        char line[128];
+        snprintf(line, sizeof line, "would overwrite the output of mb %d, which nothing has read yet", ch->out_mb);
+        return fail(r, a, line);
+    }
     model_batch b;
     if (batch_for(r, a, ch, &b)) return -1;
     double t0 = clock_now_s();
     if (a->chunk > 0 && same_rank_next(ex, a->chunk - 1)) {
         exec_slot *prev = held_slot(ex, a->chunk - 1, a->mb);
         if (!prev) return fail(r, a, "the previous chunk's FORWARD has not run");
+        if (read_out(r, a, chunk_of(ex, a->chunk - 1))) return -1;
         ex->ops->copy(model_acts_input(sl->acts), model_acts_output(prev->acts), io_bytes(r, ch));
         if (r->args->forward_only) release_slot(ex, a->chunk - 1, a->mb);
     }
     int correct = 0;
     double loss = model_forward(ch->m, sl->acts, &b, ch->has_head ? &correct : NULL);
+    if (!ch->has_head) ch->out_mb = a->mb;
     double t1 = clock_now_s();
     r->res->busy_s += t1 - t0;
     r->res->forwards++;
@@ -438,6 +479,10 @@ static int run_backward(step_run *r, const pp_action *a, int index)
     if (batch_for(r, a, ch, &b)) return -1;
     int last_chunk_mb = a->mb == ch->last_bwd_mb, last_rank = index == ex->last_bwd_action;
     if (settle_shared(r, a, ch)) return -1;
+    if (!ch->has_head) {
+        if (ch->dout_mb != a->mb) return fail(r, a, "its output gradient has not arrived");
+        ch->dout_mb = -1; /* read now: model_backward starts from it */
+    }
     if (ex->hooks.before_backward)
         ex->hooks.before_backward(ex->hooks.ctx, a->chunk, a->mb, last_chunk_mb, last_rank);
     double t0 = clock_now_s();
@@ -446,6 +491,7 @@ static int run_backward(step_run *r, const pp_action *a, int index)
         /* Hand the input gradient over now: this slot is given back below. */
         exec_slot *prev = held_slot(ex, a->chunk - 1, a->mb);
         if (!prev) return fail(r, a, "the previous chunk holds no activations for it");
+        if (take_dout(r, a, chunk_of(ex, a->chunk - 1))) return -1;
         ex->ops->copy(model_acts_doutput(prev->acts), model_acts_dinput(sl->acts), io_bytes(r, ch));
     }
     double t1 = clock_now_s();
@@ -496,6 +542,7 @@ int pp_exec_step(pp_exec *ex, const pp_exec_step_args *args, pp_exec_result *out
         exec_chunk *ch = &ex->chunks[l];
         for (int k = 0; k < ch->n_slots; k++) ch->slots[k].mb = -1;
         for (int mb = 0; mb < ex->m; mb++) ch->slot_of[mb] = -1;
+        ch->out_mb = ch->dout_mb = -1;
     }
     double start = clock_now_s();
     const pp_action *list = ex->s->actions[ex->rank];

@@ -14,6 +14,7 @@
 #include "lib/util/intmath.h"
 #include "runtime/comm/comm.h"
 #include "runtime/model/model.h"
+#include "runtime/optim/optim.h"
 #include "runtime/parallel/pp_partition.h"
 
 #define MIB ((size_t)1 << 20)
@@ -400,6 +401,26 @@ static size_t largest_held_unit(const sizes *s, sizes_at at)
     return held(s, at).largest;
 }
 
+size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at)
+{
+    if (!s->mixed) return 0;
+    int pp = s->job.parallel.pp, grad_bf16 = sizes_grad_elem_bytes(s) == 2;
+    size_t bytes = 0;
+    for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
+        int b, e;
+        chunk_units(s, pp_chunk_id(at.pp, local, pp), &b, &e);
+        size_t largest = 0, widest = 0;
+        for (int u = b; u < e; u++) {
+            size_t n = sizes_unit_numel(s, u, at.tp), w = sizes_shard(s, SHARD_OF_OPTIM, u, at, NULL);
+            if (n > largest) largest = n;
+            if (w > widest) widest = w;
+        }
+        size_t scratch = widest < OPTIM_SCRATCH_NUMEL ? (widest ? widest : 1) : OPTIM_SCRATCH_NUMEL;
+        bytes += ((size_t)(1 + grad_bf16) * largest + scratch) * sizeof(float);
+    }
+    return bytes;
+}
+
 size_t sizes_gather_numel(const sizes *s, sizes_at at)
 {
     shard_mode mode = s->job.parallel.mode;
@@ -480,9 +501,11 @@ int sizes_acts_slots(const sizes *s, int chunk)
 
 /* What the head adds to each micro-batch's stash on the last chunk (its logits
  * and loss statistics): the difference to the same units without the head, so
- * the model's layout stays its own. A stage without the head also receives the
- * output gradient (model_acts_doutput, [B, seq, C] elements, or its 1/tp with
- * sequence parallelism; NULL with the head), so that much is added back. */
+ * the model's layout stays its own. Without the head the stash also lacks the
+ * stream entering the head ([B, seq, C] elements, or its 1/tp with sequence
+ * parallelism: the output of a stage without the head lives in the working
+ * set), which is not the head's but the blocks' output, so that much is added
+ * back. */
 static size_t head_extra_bytes(const sizes *s, int tp_rank)
 {
     int last = s->chunks - 1;
@@ -495,7 +518,7 @@ static size_t head_extra_bytes(const sizes *s, int tp_rank)
     size_t b = model_acts_sizes(&s->job.model, &without, B, rc, &prec).stash;
     size_t rows = (size_t)B * (size_t)model_seq_len(&s->job.model) / (seq_parallel(s) ? (size_t)s->job.parallel.tp : 1);
     size_t io = rows * (size_t)s->job.model.d_model * (prec.bf16 ? 2 : sizeof(float));
-    b = b > io ? b - io : 0;
+    b += io;
     return a > b ? a - b : 0;
 }
 
@@ -538,10 +561,17 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_MASTER] = s->mixed ? optim_elems * 4 : 0;
     out->bytes[SIZES_GRADS] = h.shard[SHARD_OF_GRAD] * ge;
     out->bytes[SIZES_OPTIM] = optim_elems * 8; /* m and v, fp32 */
-    out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge) +
-                             sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * ge +
-                             sizes_bucket_numel(s, at) * sizes_reduce_elem_bytes(s) +
-                             sizes_tied_scratch_numel(s, at) * ge;
+    /* the gradient collectives run in the reduce type: a DDP bucket holds it; a
+     * ZeRO-2 / FSDP gradient buffer of another type has a twin in it */
+    size_t re = sizes_reduce_elem_bytes(s), twin = re != ge ? re : 0;
+    out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge + twin) +
+                             sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * (ge + twin) +
+                             sizes_bucket_numel(s, at) * re + sizes_tied_scratch_numel(s, at) * ge;
+    /* a grad pool (ZeRO-2's, FSDP's) with bf16 reductions widens the reduced
+     * chunks through min(its buffers' numel, OPTIM_SCRATCH_NUMEL) floats
+     * (grad_pool_wide_numel) */
+    size_t pool = sizes_gather_numel(s, at) + sizes_reduce_numel(s, at);
+    if (pool && re == 2) out->bytes[SIZES_COMM] += (pool < OPTIM_SCRATCH_NUMEL ? pool : OPTIM_SCRATCH_NUMEL) * 4;
 
     /* Each local chunk keeps a pool of sizes_acts_slots stashes for the whole
      * run (pp_exec.h), so the rank holds the sum of the chunks' peaks, which is
@@ -568,6 +598,7 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_LOGITS] = logits;
     /* on a GPU the host buffers are host memory, not device memory */
     out->bytes[SIZES_WORKSPACE] = s->env.gpu ? 0 : sizes_acts_host_bytes(s) * live + sizes_batch_bytes(s);
+    out->bytes[SIZES_WORKSPACE] += sizes_mixed_work_bytes(s, at);
     for (int c = 0; c < SIZES_COUNT; c++) out->total += out->bytes[c];
 }
 

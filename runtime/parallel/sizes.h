@@ -29,9 +29,11 @@
  * or 4 (train.grad_dtype fp32) + fp32 master 4 + m 4 + v 4 = 16 or 18 bytes per
  * parameter, the master living with the optimizer state; under zero1 the master,
  * m and v are sharded: 6 + 12/dp with fp32 gradients, as Megatron's distributed
- * optimizer documents. Gradient collectives (and so the DDP / ZeRO-1 buckets)
- * carry parallel.reduce_dtype. Activations are what model_acts_bytes says (the
- * model owns their layout and element type).
+ * optimizer documents. Gradient collectives run in parallel.reduce_dtype: a DDP
+ * bucket holds that type, and a ZeRO-2 / FSDP gradient buffer of another type
+ * has a twin of it. The fp32 working copies the model computes from
+ * (sizes_mixed_work_bytes) are workspace. Activations are what model_acts_bytes
+ * says (the model owns their layout and element type).
  *
  * Sharding over data parallelism (per unit, so a strategy gathers or reduces one
  * unit with one call; the split is comm_chunk's: ceil(n / S) elements per rank,
@@ -106,6 +108,11 @@ int sizes_mixed(const sizes *s);             /* bf16 working copies + fp32 maste
 size_t sizes_param_elem_bytes(const sizes *s); /* 2 or 4 */
 size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4: train.grad_dtype */
 size_t sizes_reduce_elem_bytes(const sizes *s); /* 2 or 4: parallel.reduce_dtype, what gradient collectives carry */
+/* Mixed precision: what a rank's chunks hold in fp32 working copies besides
+ * their state: per chunk its largest unit widened (model_mixed_work_bytes: twice with
+ * bf16 gradients, the fp32 micro-batch gradient) and the optimizer's gradient
+ * scratch (its widest slice, at most OPTIM_SCRATCH_NUMEL floats). 0 in fp32. */
+size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at);
 
 /* ---- the pipeline split ---- */
 int sizes_chunks(const sizes *s);                /* pp * virtual_stages */

@@ -1,6 +1,7 @@
 /* strategy.c — the helpers every data-parallel strategy shares (strategy.h). */
 #include "runtime/parallel/strategy.h"
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "runtime/parallel/trace.h"
@@ -50,7 +51,32 @@ void strat_zero_unit_grads(strat_ctx *x)
 {
     for (int u = 0; u < x->n_units; u++) {
         model *m = x->unit_model[u];
-        float *g = m ? model_unit_grads(m, u) : NULL;
-        if (g) x->ops->zero(g, model_unit_local_numel(m, u) * sizeof(float));
+        void *g = m ? model_unit_grads(m, u) : NULL;
+        if (g) x->ops->zero(g, model_unit_local_numel(m, u) * x->ge);
+    }
+}
+
+comm_dtype strat_dtype(size_t elem_bytes) { return elem_bytes == 2 ? COMM_BF16 : COMM_F32; }
+
+void strat_convert(strat_ctx *x, void *dst, size_t de, const void *src, size_t se, size_t n)
+{
+    if (de == se) x->ops->copy(dst, src, n * de);
+    else if (de == 2) x->ops->to_bf16(dst, src, n);
+    else x->ops->from_bf16(dst, src, n);
+}
+
+void strat_accumulate(strat_ctx *x, void *acc, size_t ae, const void *add, size_t adde, size_t n, float *wide,
+                      size_t wide_numel)
+{
+    if (adde == 4) {
+        if (ae == 4) x->ops->residual_forward(acc, acc, add, n);
+        else x->ops->acc_bf16(acc, add, n);
+        return;
+    }
+    for (size_t c = 0; c < n; c += wide_numel) {
+        size_t k = n - c < wide_numel ? n - c : wide_numel;
+        x->ops->from_bf16(wide, (const uint16_t *)add + c, k);
+        if (ae == 4) x->ops->residual_forward((float *)acc + c, (float *)acc + c, wide, k);
+        else x->ops->acc_bf16((uint16_t *)acc + c, wide, k);
     }
 }

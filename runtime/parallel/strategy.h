@@ -44,6 +44,9 @@ typedef struct {
     comm *tp;               /* tensor-parallel group */
     tp_group tpg;           /* the model's tp layers' view of it (tp_apply) */
     account *acct;
+    /* element bytes (sizes.h): parameters (4, or 2 = bf16 under mixed precision),
+     * gradients (train.grad_dtype), the gradient collectives (parallel.reduce_dtype) */
+    size_t pe, ge, re;
     /* per step, set by the engine */
     int step;               /* 1-based, for messages */
     int training;           /* 0 during evaluation: forward only, no gradient work */
@@ -70,6 +73,20 @@ int strat_backward_order(const strat_ctx *x, int *order);
 /* Zeroes the gradient buffer each held unit is bound to. */
 void strat_zero_unit_grads(strat_ctx *x);
 
+/* ---- element types ---- */
+/* COMM_BF16 for 2-byte elements, else COMM_F32. */
+comm_dtype strat_dtype(size_t elem_bytes);
+/* n elements of src (se bytes each) into dst (de bytes each): a copy, or bf16
+ * rounding / widening. */
+void strat_convert(strat_ctx *x, void *dst, size_t de, const void *src, size_t se, size_t n);
+/* acc (ae bytes each) += add (adde bytes each), n elements: fp32 adds, bf16
+ * accumulators take one rounding; a bf16 addend is widened through `wide`
+ * (wide_numel floats, used in pieces). */
+void strat_accumulate(strat_ctx *x, void *acc, size_t ae, const void *add, size_t adde, size_t n, float *wide,
+                      size_t wide_numel);
+/* p + i elements of elem bytes. */
+static inline void *strat_at(void *p, size_t i, size_t elem) { return (char *)p + i * elem; }
+
 /* ---- the strategies ---- */
 
 typedef struct dp_strategy dp_strategy; /* each file's own state */
@@ -77,8 +94,8 @@ typedef struct dp_strategy dp_strategy; /* each file's own state */
 /* The part of a unit this rank updates. Pointers are valid until the next hook. */
 typedef struct {
     size_t lo, len;   /* elements [lo, lo + len) of the unit's flat buffer */
-    float *param;     /* its parameters, element lo first */
-    float *grad;      /* its synchronized gradients, element lo first */
+    void *param;      /* its parameters, element lo first (x->pe bytes each) */
+    void *grad;       /* its synchronized gradients, element lo first (x->ge bytes each) */
 } strat_slice;
 
 typedef struct {
@@ -104,12 +121,13 @@ typedef struct {
     void (*after_update)(dp_strategy *s);
     /* The whole synchronized gradient of held unit `unit` (after finish_grads):
      * the strategy's own buffer when it keeps one (DDP, ZeRO-1), else gathered
-     * from the shards into tmp (model_unit_local_numel floats; collective over the
-     * group the unit is sharded on). Writing into the returned buffer writes the
-     * slice when it is not tmp. */
-    float *(*full_grad)(dp_strategy *s, int unit, float *tmp);
+     * from the shards into tmp (model_unit_local_numel gradient elements;
+     * collective over the group the unit is sharded on). Writing into the
+     * returned buffer writes the slice when it is not tmp. */
+    void *(*full_grad)(dp_strategy *s, int unit, void *tmp);
     /* Collective over the data-parallel group: the whole tp-local parameters of held
-     * unit `unit` into `out` (model_unit_local_numel elements, device memory). */
+     * unit `unit` into `out` as fp32 values (model_unit_local_numel floats, device
+     * memory; bf16 parameters widened). */
     void (*gather_unit)(dp_strategy *s, int unit, float *out);
 } strat_ops;
 
@@ -145,15 +163,20 @@ void ddp_buckets_finish(ddp_buckets *b);
 /* ---- gradient reduce-scatter pool (grad_pool.c), ZeRO-2's and FSDP's ---- */
 
 typedef struct grad_pool grad_pool;
-/* nbuf full-unit gradient buffers of numel elements each. Unit u's gradient is
- * reduce-scattered (SUM) over `group` and this rank's chunk, [lo[u], lo[u] +
- * len[u]), is added to shard[u] (device buffers the caller owns). */
-grad_pool *grad_pool_create(strat_ctx *x, comm *group, size_t numel, int nbuf, float *const *shard,
+/* nbuf full-unit gradient buffers of numel elements each (x->ge bytes, plus a
+ * twin of x->re bytes when those differ). Unit u's gradient is reduce-scattered
+ * (SUM, in the reduce type) over `group` and this rank's chunk, [lo[u], lo[u] +
+ * len[u]), is added to shard[u] (device buffers of the gradient type the
+ * caller owns). */
+grad_pool *grad_pool_create(strat_ctx *x, comm *group, size_t numel, int nbuf, void *const *shard,
                             const size_t *lo, const size_t *len, char *err, size_t errlen);
+/* The fp32 scratch a pool of numel-element buffers keeps to widen bf16 reduced
+ * chunks (reduce element bytes re): 0 unless re is 2 (sizes.c counts it). */
+size_t grad_pool_wide_numel(size_t numel, size_t re);
 void grad_pool_destroy(grad_pool *p);
 /* A zeroed buffer for unit u's gradient (before its backward); waits for the
  * oldest reduce-scatter in flight when every buffer is busy. */
-float *grad_pool_acquire(grad_pool *p, int unit);
+void *grad_pool_acquire(grad_pool *p, int unit);
 /* Unit u's backward is done: reduce-scatter its buffer, asynchronously. */
 void grad_pool_release(grad_pool *p, int unit);
 /* Wait for every reduce-scatter and add the chunks into the shards. */

@@ -27,8 +27,8 @@ struct dp_strategy {
     int stage;
     size_t *lo, *len;   /* [n_units]: the slice this rank updates */
     ddp_buckets *b;     /* stage 1 */
-    float **param;      /* stage 2: [n_units] whole parameters, the model bound to them */
-    float **gshard;     /* stage 2: [n_units] gradient shards, len[u] elements */
+    void **param;       /* stage 2: [n_units] whole parameters, the model bound to them */
+    void **gshard;      /* stage 2: [n_units] gradient shards, len[u] elements */
     grad_pool *pool;    /* stage 2 */
 };
 
@@ -41,12 +41,11 @@ static void zero_destroy(dp_strategy *s)
     for (int u = 0; u < x->n_units; u++) {
         if (s->param && s->param[u]) {
             x->ops->free(s->param[u]);
-            acct_add(x->acct, ACCT_PARAMS,
-                     -(long long)(model_unit_local_numel(x->unit_model[u], u) * sizeof(float)));
+            acct_add(x->acct, ACCT_PARAMS, -(long long)(model_unit_local_numel(x->unit_model[u], u) * x->pe));
         }
         if (s->gshard && s->gshard[u]) {
             x->ops->free(s->gshard[u]);
-            acct_add(x->acct, ACCT_GRADS, -(long long)(s->len[u] * sizeof(float)));
+            acct_add(x->acct, ACCT_GRADS, -(long long)(s->len[u] * x->ge));
         }
     }
     free(s->param);
@@ -64,18 +63,18 @@ static int take_over_units(dp_strategy *s, char *err, size_t errlen)
         model *m = x->unit_model[u];
         if (!m) continue;
         size_t n = model_unit_local_numel(m, u);
-        s->param[u] = x->ops->alloc(n * sizeof(float));
-        s->gshard[u] = x->ops->alloc((s->len[u] ? s->len[u] : 1) * sizeof(float));
+        s->param[u] = x->ops->alloc(n * x->pe);
+        s->gshard[u] = x->ops->alloc((s->len[u] ? s->len[u] : 1) * x->ge);
         if (!s->param[u] || !s->gshard[u]) {
             snprintf(err, errlen, "zero2: out of memory for unit %d", u);
             return -1;
         }
-        acct_add(x->acct, ACCT_PARAMS, (long long)(n * sizeof(float)));
-        acct_add(x->acct, ACCT_GRADS, (long long)(s->len[u] * sizeof(float)));
-        x->ops->copy(s->param[u], model_unit_params(m, u), n * sizeof(float));
+        acct_add(x->acct, ACCT_PARAMS, (long long)(n * x->pe));
+        acct_add(x->acct, ACCT_GRADS, (long long)(s->len[u] * x->ge));
+        x->ops->copy(s->param[u], model_unit_params(m, u), n * x->pe);
         model_unit_release(m, u);
-        acct_add(x->acct, ACCT_PARAMS, -(long long)(n * sizeof(float)));
-        acct_add(x->acct, ACCT_GRADS, -(long long)(n * sizeof(float)));
+        acct_add(x->acct, ACCT_PARAMS, -(long long)(n * x->pe));
+        acct_add(x->acct, ACCT_GRADS, -(long long)(n * x->ge));
         model_unit_bind(m, u, s->param[u], NULL);
     }
     s->pool = grad_pool_create(x, x->dp, sizes_reduce_numel(x->sz, x->at), sizes_reduce_buffers(x->sz),
@@ -89,8 +88,8 @@ static dp_strategy *zero_create(strat_ctx *x, int stage, char *err, size_t errle
     if (s) {
         s->lo = calloc((size_t)x->n_units, sizeof(size_t));
         s->len = calloc((size_t)x->n_units, sizeof(size_t));
-        s->param = calloc((size_t)x->n_units, sizeof(float *));
-        s->gshard = calloc((size_t)x->n_units, sizeof(float *));
+        s->param = calloc((size_t)x->n_units, sizeof(void *));
+        s->gshard = calloc((size_t)x->n_units, sizeof(void *));
     }
     if (!s || !s->lo || !s->len || !s->param || !s->gshard) {
         zero_destroy(s);
@@ -130,7 +129,7 @@ static void zero_begin_step(dp_strategy *s)
         return;
     }
     for (int u = 0; u < x->n_units; u++)
-        if (s->gshard[u]) x->ops->zero(s->gshard[u], s->len[u] * sizeof(float));
+        if (s->gshard[u]) x->ops->zero(s->gshard[u], s->len[u] * x->ge);
 }
 
 static void zero_before(dp_strategy *s, int unit, model_phase phase)
@@ -160,8 +159,8 @@ static void zero_slice(dp_strategy *s, int unit, strat_slice *out)
     size_t lo = s->lo[unit];
     out->lo = lo;
     out->len = s->len[unit];
-    out->param = model_unit_params(m, unit) + lo;
-    out->grad = s->stage == 1 ? model_unit_grads(m, unit) + lo : s->gshard[unit];
+    out->param = strat_at(model_unit_params(m, unit), lo, s->x->pe);
+    out->grad = s->stage == 1 ? strat_at(model_unit_grads(m, unit), lo, s->x->ge) : s->gshard[unit];
 }
 
 /* Slices are disjoint across the group: every rank counts its own. */
@@ -182,9 +181,11 @@ static void zero_after_update(dp_strategy *s)
     for (int u = 0; u < x->n_units && !x->failed; u++) {
         model *m = x->unit_model[u];
         if (!m) continue;
-        float *p = model_unit_params(m, u);
+        void *p = model_unit_params(m, u);
         double t0 = clock_now_s();
-        int rc = comm_all_gather_async(x->dp, p + s->lo[u], p, model_unit_local_numel(m, u), COMM_F32, &req[u]);
+        /* bf16 parameters travel as bf16: half the bytes */
+        int rc = comm_all_gather_async(x->dp, strat_at(p, s->lo[u], x->pe), p, model_unit_local_numel(m, u),
+                                       strat_dtype(x->pe), &req[u]);
         strat_comm_done(x, t0, "zero all_gather of parameters (start)");
         strat_fail(x, x->dp, rc, "zero all_gather of parameters");
     }
@@ -193,14 +194,14 @@ static void zero_after_update(dp_strategy *s)
 }
 
 /* Stage 1 all-reduced whole gradients; stage 2 gathers its shards. */
-static float *zero_full_grad(dp_strategy *s, int unit, float *tmp)
+static void *zero_full_grad(dp_strategy *s, int unit, void *tmp)
 {
     strat_ctx *x = s->x;
     model *m = x->unit_model[unit];
     if (s->stage == 1) return model_unit_grads(m, unit);
     if (x->failed) return tmp;
     double t0 = clock_now_s();
-    int rc = comm_all_gather(x->dp, s->gshard[unit], tmp, model_unit_local_numel(m, unit), COMM_F32);
+    int rc = comm_all_gather(x->dp, s->gshard[unit], tmp, model_unit_local_numel(m, unit), strat_dtype(x->ge));
     strat_comm_done(x, t0, "zero2 all_gather of gradients");
     strat_fail(x, x->dp, rc, "zero2 all_gather of gradients");
     return tmp;
@@ -208,8 +209,9 @@ static float *zero_full_grad(dp_strategy *s, int unit, float *tmp)
 
 static void zero_gather_unit(dp_strategy *s, int unit, float *out)
 {
-    model *m = s->x->unit_model[unit];
-    s->x->ops->copy(out, model_unit_params(m, unit), model_unit_local_numel(m, unit) * sizeof(float));
+    strat_ctx *x = s->x;
+    model *m = x->unit_model[unit];
+    strat_convert(x, out, sizeof(float), model_unit_params(m, unit), x->pe, model_unit_local_numel(m, unit));
 }
 
 const strat_ops strat_zero1 = {

@@ -228,13 +228,14 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
         snprintf(err, errlen, "rank %d: out of memory", e->rank);
         return -1;
     }
+    /* mixed precision: bf16 weights, gradients of train.grad_dtype (model.h) */
+    model_precision prec = {.bf16 = job->train.precision == PREC_BF16,
+                            .grad_bf16 = job->train.precision == PREC_BF16 && job->train.grad_dtype == DTYPE_BF16};
     for (int l = 0; l < e->n_chunks; l++) {
         int c = pp_chunk_id(e->mc.me.pp, l, pp);
         model_shard sh = {.tp_rank = e->mc.me.tp, .tp_size = job->parallel.tp,
                           .unit_begin = pp > 1 ? first[c] : 0, .unit_end = pp > 1 ? first[c + 1] : n_units,
                           .sp = job->parallel.sequence_parallel && job->parallel.tp > 1};
-        model_precision prec = {.bf16 = job->train.precision == PREC_BF16,
-                                .grad_bf16 = job->train.grad_dtype == DTYPE_BF16};
         if (!(e->chunk[l] = model_create_prec(&job->model, &sh, e->ops, job->train.recompute, &prec))) {
             snprintf(err, errlen, "rank %d: cannot create the model chunk of units [%d, %d)", e->rank,
                      sh.unit_begin, sh.unit_end);
@@ -243,10 +244,12 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
         model_init_params(e->chunk[l], job->train.seed);
         for (int u = sh.unit_begin; u < sh.unit_end; u++) {
             e->unit_model[u] = e->chunk[l];
-            long long b = (long long)(model_unit_local_numel(e->chunk[l], u) * sizeof(float));
-            acct_add(e->acct, ACCT_PARAMS, b);
-            acct_add(e->acct, ACCT_GRADS, b);
+            long long n = (long long)model_unit_local_numel(e->chunk[l], u);
+            acct_add(e->acct, ACCT_PARAMS, n * (long long)model_param_elem_bytes(e->chunk[l]));
+            acct_add(e->acct, ACCT_GRADS, n * (long long)model_grad_elem_bytes(e->chunk[l]));
         }
+        /* the fp32 working copies of mixed precision: workspace (sizes_mixed_work_bytes) */
+        acct_add(e->acct, ACCT_ACTS, (long long)model_mixed_work_bytes(e->chunk[l]));
     }
     return 0;
 }
@@ -272,7 +275,7 @@ static int setup_acts(engine *e, char *err, size_t errlen)
             snprintf(err, errlen, "rank %d: out of memory for the activations", e->rank);
             return -1;
         }
-        acct_add(e->acct, ACCT_ACTS, (long long)(chunk_acts(e, e->chunk[0], mb).stash + model_work_bytes(e->chunk[0]) + host));
+        acct_add(e->acct, ACCT_ACTS, (long long)(chunk_acts(e, e->chunk[0], mb).stash + model_acts_work_bytes(e->chunk[0]) + host));
     } else {
         char why[512];
         pp_exec_config cfg = {.sched = sizes_schedule(e->sz), .rank = e->mc.me.pp, .pp = e->mc.pp,
@@ -287,7 +290,7 @@ static int setup_acts(engine *e, char *err, size_t errlen)
         for (int l = 0; l < e->n_chunks; l++)
             acct_add(e->acct, ACCT_ACTS,
                      (long long)pp_exec_slots(e->ex, l) * (long long)(chunk_acts(e, e->chunk[l], mb).stash + host) +
-                         (long long)model_work_bytes(e->chunk[l]));
+                         (long long)model_acts_work_bytes(e->chunk[l]));
         e->micro_per_step = job->parallel.microbatches;
     }
     cap = sizes_batch_samples(e->sz);
@@ -320,6 +323,8 @@ static int setup_optim(engine *e)
         free(lo), free(hi);
         if (!e->opt[l]) return -1;
         acct_add(e->acct, ACCT_OPTIM, (long long)optim_state_bytes(e->opt[l]));
+        acct_add(e->acct, ACCT_MASTER, (long long)optim_master_bytes(e->opt[l]));
+        acct_add(e->acct, ACCT_ACTS, (long long)optim_scratch_bytes(e->opt[l]));
     }
     return 0;
 }
@@ -392,7 +397,9 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     }
     e->x = (strat_ctx){.job = &e->job, .ops = e->ops, .sz = e->sz, .at = {me.dp, me.pp, me.tp},
                        .rank = rank, .n_units = n_units, .unit_model = e->unit_model, .dp = e->mc.dp,
-                       .shard = shard, .replica = replica, .tp = e->mc.tp, .acct = e->acct};
+                       .shard = shard, .replica = replica, .tp = e->mc.tp, .acct = e->acct,
+                       .pe = sizes_param_elem_bytes(e->sz), .ge = sizes_grad_elem_bytes(e->sz),
+                       .re = sizes_reduce_elem_bytes(e->sz)};
     if (setup_chunks(e, err, errlen) != 0 || setup_acts(e, err, errlen) != 0) goto fail;
     if (!(e->ds = e->so->create(&e->x, why, sizeof why))) {
         snprintf(err, errlen, "rank %d: %s", rank, why);
@@ -560,7 +567,7 @@ static double local_grad_sumsq(engine *e)
             size_t a = p->offset, b = p->offset + p->local_numel;
             if (a < sl.lo) a = sl.lo;
             if (b > sl.lo + sl.len) b = sl.lo + sl.len;
-            if (a < b) sq += e->ops->sumsq(sl.grad + (a - sl.lo), b - a);
+            if (a < b) sq += optim_grad_sumsq(e->opt[l], strat_at(sl.grad, a - sl.lo, e->x.ge), b - a);
         }
     }
     return sq;
@@ -582,19 +589,20 @@ static void tied_wte_sum(engine *e)
         const param_spec *p = model_param(m, i);
         if (p->unit == u && !strcmp(p->name, "wte")) w = p;
     }
-    size_t n = sizes_tied_scratch_numel(e->sz, x->at); /* = model_unit_local_numel(m, u) */
-    float *tmp = e->ops->alloc(n * sizeof(float));
+    size_t n = sizes_tied_scratch_numel(e->sz, x->at), ge = x->ge; /* = model_unit_local_numel(m, u) */
+    void *tmp = e->ops->alloc(n * ge);
     if (!w || !tmp) {
         if (tmp) e->ops->free(tmp);
         strat_fail(x, NULL, COMM_ESYS, w ? "out of memory for the tied wte gradient" : "no wte to tie");
         return;
     }
-    acct_add(e->acct, ACCT_BUFFERS, (long long)(n * sizeof(float)));
-    float *full = e->so->full_grad(e->ds, u, tmp);
+    acct_add(e->acct, ACCT_BUFFERS, (long long)(n * ge));
+    void *full = e->so->full_grad(e->ds, u, tmp);
     if (!x->failed) {
+        /* in the gradients' own type: a sum of two, rounded once for bf16 */
         double t0 = clock_now_s();
-        int rc = comm_all_reduce(e->emb_group, full + w->offset, full + w->offset, w->local_numel, COMM_F32,
-                                 COMM_SUM);
+        void *wg = strat_at(full, w->offset, ge);
+        int rc = comm_all_reduce(e->emb_group, wg, wg, w->local_numel, strat_dtype(ge), COMM_SUM);
         strat_comm_done(x, t0, "tied wte all_reduce");
         strat_fail(x, e->emb_group, rc, "all_reduce of the tied wte gradient");
     }
@@ -604,10 +612,10 @@ static void tied_wte_sum(engine *e)
         size_t a = w->offset, b = w->offset + w->local_numel;
         if (a < sl.lo) a = sl.lo;
         if (b > sl.lo + sl.len) b = sl.lo + sl.len;
-        if (a < b) e->ops->copy(sl.grad + (a - sl.lo), tmp + a, (b - a) * sizeof(float));
+        if (a < b) e->ops->copy(strat_at(sl.grad, a - sl.lo, ge), strat_at(tmp, a, ge), (b - a) * ge);
     }
     e->ops->free(tmp);
-    acct_add(e->acct, ACCT_BUFFERS, -(long long)(n * sizeof(float)));
+    acct_add(e->acct, ACCT_BUFFERS, -(long long)(n * ge));
 }
 
 /* The pipeline's step over this dp rank's micro-batches. */
@@ -675,7 +683,7 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
     for (int l = 0; l < e->n_chunks; l++) {
         const model_shard *sh = model_get_shard(e->chunk[l]);
         int n = sh->unit_end - sh->unit_begin;
-        float **params = malloc((size_t)n * sizeof(float *)), **grads = malloc((size_t)n * sizeof(float *));
+        void **params = malloc((size_t)n * sizeof(void *)), **grads = malloc((size_t)n * sizeof(void *));
         if (!params || !grads) {
             free(params), free(grads);
             snprintf(err, errlen, "rank %d: step %d: out of memory", e->rank, step + 1);
@@ -684,11 +692,10 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
         for (int i = 0; i < n; i++) {
             strat_slice sl;
             e->so->slice(e->ds, sh->unit_begin + i, &sl);
-            if (s != 1.0f) e->ops->scale(sl.grad, s, sl.len);
             params[i] = sl.param;
             grads[i] = sl.grad;
         }
-        optim_step(e->opt[l], lr, step + 1, params, grads);
+        optim_step(e->opt[l], lr, step + 1, params, grads, s); /* clipping: the gradients times s */
         free(params), free(grads);
     }
     trace_span(TRACE_COMPUTE, t_opt, clock_now_s(), "optimizer");

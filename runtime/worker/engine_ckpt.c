@@ -14,12 +14,18 @@
 enum { PART_PARAM = 0, PART_M, PART_V, N_PARTS };
 static const char *const part_prefix[N_PARTS] = {"param", "adam_m", "adam_v"};
 
-/* One held unit's slice on this rank: where its numbers live on the device. */
+/* One held unit's slice on this rank: where its numbers live on the device.
+ * The parameters saved are fp32: the slice's own (fp32 training) or the
+ * optimizer's fp32 master (mixed precision, whose bf16 parameters are its
+ * rounding), so a checkpoint loads into a run of either precision. */
 typedef struct {
     model *m;
+    optim *o;
+    int slice;           /* index of the slice in o */
     int unit;
     size_t lo, hi;
-    float *dev[N_PARTS]; /* the slice's parameters, AdamW m, AdamW v */
+    float *dev[N_PARTS]; /* the slice's parameters (fp32), AdamW m, AdamW v */
+    void *param;         /* the strategy's parameters of the slice (the model's type) */
 } held_slice;
 
 static void sleep_ms(int ms)
@@ -40,10 +46,14 @@ static held_slice *held_slices(engine *e, int *n_out)
         for (int i = 0; i < optim_slice_count(e->opt[l]); i++, k++) {
             held_slice *h = &hs[k];
             h->m = e->chunk[l];
+            h->o = e->opt[l];
+            h->slice = i;
             optim_slice_state(e->opt[l], i, &h->unit, &h->lo, &h->hi, &h->dev[PART_M], &h->dev[PART_V]);
             strat_slice sl;
             e->so->slice(e->ds, h->unit, &sl);
-            h->dev[PART_PARAM] = sl.param;
+            h->param = sl.param;
+            h->dev[PART_PARAM] = optim_slice_master(e->opt[l], i);
+            if (!h->dev[PART_PARAM]) h->dev[PART_PARAM] = sl.param; /* fp32 */
         }
     }
     *n_out = n;
@@ -235,6 +245,8 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
             }
             e->ops->from_host(h->dev[part], host, len * sizeof(float));
         }
+        /* mixed precision: the bf16 parameters are the loaded master rounded */
+        if (!bad) optim_master_to_params(h->o, h->slice, h->param);
     }
     free(host);
     free(specs);

@@ -1,9 +1,11 @@
 # lib.bash — shared by test/integration/parallel_*.sh (not a test itself).
 #
 # A layout is a word list "dp=2 tp=2 pp=2 mode=fsdp sched=1f1b accum=2 nodes=2
-# recompute=block bucket_mb=1 sp=1": missing keys mean dp/tp/pp 1, mode none, sched
-# gpipe, no accumulation, one node, no recomputation, the default bucket, no
-# sequence parallelism. layout_job writes the job file for one tiny model under that layout;
+# recompute=block bucket_mb=1 sp=1 prec=bf16 grad=fp32 reduce=bf16": missing keys
+# mean dp/tp/pp 1, mode none, sched gpipe, no accumulation, one node, no
+# recomputation, the default bucket, no sequence parallelism, fp32 (prec: the
+# train.precision; grad, reduce: train.grad_dtype and parallel.reduce_dtype,
+# auto when absent). layout_job writes the job file for one tiny model under that layout;
 # run_layout trains it through bin/dtrun (the launcher, N workers) with
 # DTRUN_DUMP_PARAMS and compares every step's loss and the final parameters with
 # the single-process reference of the same model (compare.py).
@@ -73,30 +75,48 @@ layout_job() {
   sed -i -e "s/^  global_batch: .*/  global_batch: $gb\n  micro_batch: $mb/" "$out"
   local rc_kind; rc_kind=$(lget "$lay" recompute none)
   [ "$rc_kind" != none ] && sed -i -e "s/^  global_batch: .*/&\n  recompute: $rc_kind/" "$out"
+  local prec grad; prec=$(lget "$lay" prec fp32); grad=$(lget "$lay" grad auto)
+  [ "$prec" != fp32 ] && sed -i -e "s/^  global_batch: .*/&\n  precision: $prec/" "$out"
+  [ "$grad" != auto ] && sed -i -e "s/^  global_batch: .*/&\n  grad_dtype: $grad/" "$out"
   printf '  metrics: %s\nparallel:\n  dp: %s\n  tp: %s\n  pp: %s\n  mode: %s\n' "$met" "$dp" "$tp" "$pp" "$mode" >>"$out"
   [ "$pp" -gt 1 ] && printf '  pp_schedule: %s\n' "$sched" >>"$out"
   [ "$(lget "$lay" sp 0)" = 1 ] && printf '  sequence_parallel: true\n' >>"$out"
   local bucket; bucket=$(lget "$lay" bucket_mb "")
   [ -n "$bucket" ] && printf '  bucket_mb: %s\n' "$bucket" >>"$out"
+  local reduce; reduce=$(lget "$lay" reduce auto)
+  [ "$reduce" != auto ] && printf '  reduce_dtype: %s\n' "$reduce" >>"$out"
   return 0
 }
 
 # reference MODEL LAYERS: the single-process run (once per model and depth).
+# reference MODEL L [PRECISION WORDS]: the single-process run of n_layer L (with
+# the layout's prec= and grad= words, when given).
 reference() {
-  local model=$1 L=$2 d=$T/ref-$1-$2
+  local model=$1 L=$2 pw=${3:-} d=$T/ref-$1-$2
+  [ -n "$pw" ] && d=$d-$(layout_name "$pw")
   [ -f "$d.bin" ] && return 0
-  layout_job "$model" "pp=1" "$d.yaml" "$d.jsonl"
+  layout_job "$model" "pp=1 $pw" "$d.yaml" "$d.jsonl"
   sed -i -e "s/^  n_layer: .*/  n_layer: $L/" "$d.yaml"
   DTRUN_DUMP_PARAMS=$d.bin "$DTRUN" worker "$d.yaml" >"$d.log" 2>&1 ||
     { cat "$d.log"; fail "$model reference (n_layer $L) did not train"; }
+}
+
+# The words of a layout its single-process reference shares: precision and
+# gradient type ("" for fp32 layouts, so their references keep their names).
+ref_words() {
+  local w out=""
+  for w in $1; do case ${w%%=*} in prec | grad) out="$out${out:+ }$w" ;; esac; done
+  echo "$out"
 }
 
 # run_layout MODEL LAYOUT: trains the layout, compares with the reference.
 # Records "MODEL LAYOUT: max_rel_loss=.. max_param_diff=.." in $RESULTS; a
 # failure counts in FAILS (the caller decides when to stop).
 run_layout() {
-  local model=$1 lay=$2 L dp tp pp nodes world name d rc
-  L=$(layout_layers "$lay"); reference "$model" "$L"
+  local model=$1 lay=$2 L dp tp pp nodes world name d rc pw ref
+  pw=$(ref_words "$lay")
+  L=$(layout_layers "$lay"); reference "$model" "$L" "$pw"
+  ref=$T/ref-$model-$L; [ -n "$pw" ] && ref=$ref-$(layout_name "$pw")
   dp=$(lget "$lay" dp 1); tp=$(lget "$lay" tp 1); pp=$(lget "$lay" pp 1); nodes=$(lget "$lay" nodes 1)
   world=$((dp * tp * pp))
   name=$model-$(layout_name "$lay"); d=$T/$name
@@ -122,7 +142,7 @@ run_layout() {
     FAILS=$((FAILS + 1)); return 1
   fi
   local out
-  if out=$(python3 "$ROOT/test/parallel/compare.py" "$T/ref-$model-$L.jsonl" "$T/ref-$model-$L.bin" \
+  if out=$(python3 "$ROOT/test/parallel/compare.py" "$ref.jsonl" "$ref.bin" \
            "$d.jsonl" "$d.bin" "$LOSS_RTOL" "$PARAM_ATOL" 2>&1); then
     echo "ok   $model [$lay]: ${out##*$'\n'}"
     echo "$model [$lay]: ${out##*$'\n'}" >>"$RESULTS"

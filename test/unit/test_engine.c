@@ -96,7 +96,7 @@ static size_t reference(const job_spec *job, double *loss, float **params_out)
             for (int u = 0; u < sh.unit_end; u++)
                 ops->scale(model_unit_grads(m, u), (float)(job->train.grad_clip / (norm + 1e-6)),
                            model_unit_local_numel(m, u));
-        optim_step(o, lr_at(&job->train, step), step + 1, NULL, NULL);
+        optim_step(o, lr_at(&job->train, step), step + 1, NULL, NULL, 1.0f);
     }
     size_t total = 0;
     for (int u = 0; u < sh.unit_end; u++) total += model_unit_local_numel(m, u);

@@ -1,0 +1,334 @@
+/* test_optim.c — bf16 mixed precision's weights and gradients (model.h,
+ * optim.h): the optimizer's fp32 master starts from the fp32 model's exact
+ * initial values and the bf16 parameters are their rounding; a mixed step is
+ * AdamW on the master from the widened, scaled gradients, then the parameters
+ * rounded to nearest even — bitwise what the fp32 kernels compute — on whole
+ * units and on a ZeRO slice; a bf16 model computes from its widened bf16
+ * parameters exactly what an fp32 model holding those values computes, and
+ * rounds the gradient where it is stored (bf16 gradients: once per
+ * micro-batch, accumulating in bf16; fp32 gradients: not at all), the tied GPT
+ * head's wte copy included. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "runtime/model/model.h"
+#include "runtime/optim/optim.h"
+#include "runtime/rng.h"
+#include "test/unit/check.h"
+
+static const dt_ops *ops = &dt_ops_cpu;
+
+static job_model gpt_spec(void)
+{
+    job_model s;
+    memset(&s, 0, sizeof s);
+    s.kind = MODEL_GPT;
+    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
+    s.vocab_size = 32; s.seq_len = 8;
+    return s;
+}
+
+static job_model vit_spec(void)
+{
+    job_model s;
+    memset(&s, 0, sizeof s);
+    s.kind = MODEL_VIT;
+    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
+    s.image_size = 8; s.patch_size = 4; s.channels = 1; s.n_classes = 3;
+    return s;
+}
+
+static job_train train_cfg(void)
+{
+    job_train t;
+    memset(&t, 0, sizeof t);
+    t.beta1 = 0.9; t.beta2 = 0.95; t.eps = 1e-8; t.weight_decay = 0.1; t.seed = 11;
+    return t;
+}
+
+static model *make(const job_model *s, int bf16, int grad_bf16)
+{
+    model_shard sh = {.tp_rank = 0, .tp_size = 1, .unit_begin = 0, .unit_end = model_n_units(s)};
+    model_precision p = {.bf16 = bf16, .grad_bf16 = grad_bf16};
+    model *m = model_create_prec(s, &sh, ops, RECOMPUTE_NONE, &p);
+    if (m) model_init_params(m, 11);
+    return m;
+}
+
+static uint16_t bf16_of(float f)
+{
+    uint16_t h;
+    ops->to_bf16(&h, &f, 1);
+    return h;
+}
+
+/* 1. the master is the fp32 init; the bf16 parameters its rounding */
+static void master_init(const job_model *s, const char *what)
+{
+    job_train t = train_cfg();
+    model *m32 = make(s, 0, 0), *mb = make(s, 1, 1);
+    int nu = model_n_units(s);
+    size_t *lo = calloc((size_t)nu, sizeof(size_t)), *hi = calloc((size_t)nu, sizeof(size_t));
+    for (int u = 0; u < nu; u++) { /* the second half of every unit: ZeRO's slice of dp rank 1 */
+        lo[u] = model_unit_local_numel(mb, u) / 2;
+        hi[u] = model_unit_local_numel(mb, u);
+    }
+    optim *whole = optim_create(mb, ops, &t, NULL, NULL), *half = optim_create(mb, ops, &t, lo, hi);
+    int master_ok = 1, params_ok = 1, half_ok = 1;
+    size_t bytes = 0, numel = 0;
+    for (int u = 0; u < nu; u++) {
+        size_t n = model_unit_local_numel(mb, u);
+        const float *p32 = model_unit_params(m32, u);
+        const uint16_t *pb = model_unit_params(mb, u);
+        master_ok &= !memcmp(optim_slice_master(whole, u), p32, n * sizeof(float));
+        half_ok &= !memcmp(optim_slice_master(half, u), p32 + lo[u], (hi[u] - lo[u]) * sizeof(float));
+        for (size_t i = 0; i < n; i++) params_ok &= pb[i] == bf16_of(p32[i]);
+        numel += n;
+    }
+    bytes = optim_master_bytes(whole);
+    optim *o32 = optim_create(m32, ops, &t, NULL, NULL);
+    CHECK(master_ok && half_ok, "%s: the fp32 master (whole units and a ZeRO half) is the fp32 model's init, bitwise",
+          what);
+    CHECK(params_ok, "%s: the bf16 parameters are the fp32 init rounded to nearest even", what);
+    CHECK(bytes == 4 * numel && optim_state_bytes(whole) == 8 * numel && model_param_elem_bytes(mb) == 2 &&
+              model_grad_elem_bytes(mb) == 2 && model_param_elem_bytes(m32) == 4 && optim_master_bytes(o32) == 0,
+          "%s: master 4 + m, v 8 bytes per parameter; bf16 params and grads 2 bytes, fp32 4, no master in fp32",
+          what);
+    optim_destroy(whole), optim_destroy(half), optim_destroy(o32);
+    model_destroy(m32), model_destroy(mb);
+    free(lo), free(hi);
+}
+
+/* 2. a mixed step against the fp32 kernels applied by hand */
+static void mixed_step(int grad_bf16, int sliced, const char *what)
+{
+    job_model s = gpt_spec();
+    job_train t = train_cfg();
+    model *mb = make(&s, 1, grad_bf16);
+    int nu = model_n_units(&s);
+    size_t *lo = calloc((size_t)nu, sizeof(size_t)), *hi = calloc((size_t)nu, sizeof(size_t));
+    for (int u = 0; u < nu; u++) {
+        size_t n = model_unit_local_numel(mb, u);
+        lo[u] = sliced ? n / 3 : 0; /* cuts tensors in the middle */
+        hi[u] = sliced ? 2 * n / 3 : n;
+    }
+    optim *o = optim_create(mb, ops, &t, lo, hi);
+    /* the reference: master, m, v by hand */
+    float **ref = calloc((size_t)nu, sizeof(float *)), **rm = calloc((size_t)nu, sizeof(float *)),
+          **rv = calloc((size_t)nu, sizeof(float *));
+    uint16_t **before = calloc((size_t)nu, sizeof(uint16_t *));
+    for (int u = 0; u < nu; u++) {
+        size_t n = hi[u] - lo[u], whole = model_unit_local_numel(mb, u);
+        ref[u] = malloc(n * sizeof(float));
+        rm[u] = calloc(n, sizeof(float));
+        rv[u] = calloc(n, sizeof(float));
+        memcpy(ref[u], optim_slice_master(o, u), n * sizeof(float));
+        before[u] = malloc(whole * 2);
+        memcpy(before[u], model_unit_params(mb, u), whole * 2);
+    }
+    float *g = NULL;
+    size_t gcap = 0;
+    int master_ok = 1, params_ok = 1, outside_ok = 1;
+    const float scale = 0.37f;
+    for (int step = 1; step <= 3; step++) {
+        for (int u = 0; u < nu; u++) { /* gradients of the model's type, some tiny, some large */
+            size_t n = model_unit_local_numel(mb, u);
+            if (n > gcap) g = realloc(g, (gcap = n) * sizeof(float));
+            uint64_t k = rng_key((uint64_t)step, "mixed-grads");
+            for (size_t i = 0; i < n; i++)
+                g[i] = rng_normal(k, (uint64_t)u * 100000 + i) * (i % 7 == 0 ? 1e-6f : 0.3f);
+            if (grad_bf16) ops->to_bf16(model_unit_grads(mb, u), g, n);
+            else memcpy(model_unit_grads(mb, u), g, n * sizeof(float));
+            /* the reference widens what is stored, scales, AdamW per tensor (decay or not) */
+            if (grad_bf16) ops->from_bf16(g, model_unit_grads(mb, u), n);
+            for (size_t i = 0; i < n; i++) g[i] *= scale;
+            for (int pi = 0; pi < model_param_count(mb); pi++) {
+                const param_spec *p = model_param(mb, pi);
+                if (p->unit != u) continue;
+                size_t a = p->offset, b = p->offset + p->local_numel;
+                if (a < lo[u]) a = lo[u];
+                if (b > hi[u]) b = hi[u];
+                if (a >= b) continue;
+                size_t off = a - lo[u];
+                ops->adamw(ref[u] + off, g + a, rm[u] + off, rv[u] + off, b - a, 1e-3f, (float)t.beta1,
+                           (float)t.beta2, (float)t.eps, p->decay ? (float)t.weight_decay : 0.0f, step);
+            }
+        }
+        optim_step(o, 1e-3, step, NULL, NULL, scale);
+        for (int u = 0; u < nu; u++) {
+            size_t n = hi[u] - lo[u], whole = model_unit_local_numel(mb, u);
+            const uint16_t *pb = model_unit_params(mb, u);
+            master_ok &= !memcmp(optim_slice_master(o, u), ref[u], n * sizeof(float));
+            for (size_t i = 0; i < n; i++) params_ok &= pb[lo[u] + i] == bf16_of(ref[u][i]);
+            for (size_t i = 0; i < whole; i++)
+                if (i < lo[u] || i >= hi[u]) outside_ok &= pb[i] == before[u][i];
+        }
+    }
+    CHECK(master_ok, "%s: 3 steps: the master is AdamW of the widened gradients x 0.37, bitwise", what);
+    CHECK(params_ok, "%s: the bf16 parameters are the master rounded to nearest even", what);
+    CHECK(outside_ok, "%s: elements outside the slice are untouched", what);
+    for (int u = 0; u < nu; u++) free(ref[u]), free(rm[u]), free(rv[u]), free(before[u]);
+    free(ref), free(rm), free(rv), free(before), free(g), free(lo), free(hi);
+    optim_destroy(o);
+    model_destroy(mb);
+}
+
+/* 3. rounding of master -> params: to nearest, ties to even */
+static void rounding(void)
+{
+    job_model s = gpt_spec();
+    job_train t = train_cfg();
+    model *mb = make(&s, 1, 1);
+    optim *o = optim_create(mb, ops, &t, NULL, NULL);
+    float *master = optim_slice_master(o, 1);
+    const float v[5] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 1.0f + 0x1p-8f + 0x1p-20f, 0x1p-140f};
+    const uint16_t want[5] = {0x3F80, 0x3F82, 0xBF80, 0x3F81, 0x0000};
+    memcpy(master, v, sizeof v);
+    optim_master_to_params(o, 1, model_unit_params(mb, 1));
+    const uint16_t *pb = model_unit_params(mb, 1);
+    CHECK(!memcmp(pb, want, sizeof want),
+          "a loaded master's rounding: 1+2^-8 -> 1 (tie to even), 1+3*2^-8 -> 1+2^-6, sign kept, above the tie "
+          "up, 2^-140 (under bf16's least subnormal 2^-133) -> 0 (got %04x %04x %04x %04x %04x)", pb[0], pb[1],
+          pb[2], pb[3], pb[4]);
+    optim_destroy(o);
+    model_destroy(mb);
+}
+
+/* 4. the model: bf16 weights computed from in fp32, gradients rounded where stored */
+typedef struct {
+    int tokens[16], targets[16], labels[2];
+    float images[128];
+    model_batch mb;
+} batch;
+
+static void make_batch(batch *b, const job_model *s, uint64_t seed)
+{
+    memset(b, 0, sizeof *b);
+    uint64_t k = rng_key(seed, "optim-batch");
+    for (int i = 0; i < 16; i++) {
+        b->tokens[i] = (int)rng_below(k, (uint64_t)i, (uint64_t)(s->vocab_size > 0 ? s->vocab_size : 1));
+        b->targets[i] = (int)rng_below(k, 100 + (uint64_t)i, (uint64_t)(s->vocab_size > 0 ? s->vocab_size : 1));
+    }
+    for (int i = 0; i < 128; i++) b->images[i] = rng_normal(k, 200 + (uint64_t)i);
+    b->labels[0] = 1, b->labels[1] = 2;
+    b->mb = (model_batch){.B = 2, .tokens = b->tokens, .targets = b->targets, .images = b->images,
+                          .labels = b->labels};
+}
+
+/* A bf16 model against references that compute exactly what it does: mz has
+ * fp32 gradients zeroed every micro-batch (the micro-batch's own fp32
+ * gradient g), mf fp32 gradients that accumulate (Megatron's main_grad), mb
+ * bf16 gradients. All three hold the same bf16 weights and round activations
+ * at the same points, so their losses are bitwise equal and mb's gradients are
+ * g rounded once, then bf16(bf16(g1) + g2). An fp32 model holding the same
+ * values differs only by the activations' rounding: close, not equal. */
+static void model_mixed(const job_model *s, recompute_kind rc, const char *what)
+{
+    int nu = model_n_units(s);
+    model_shard sh = {.tp_rank = 0, .tp_size = 1, .unit_begin = 0, .unit_end = nu};
+    model_precision pb = {.bf16 = 1, .grad_bf16 = 1}, pf = {.bf16 = 1, .grad_bf16 = 0};
+    model *m32 = model_create_prec(s, &sh, ops, rc, NULL), *mb = model_create_prec(s, &sh, ops, rc, &pb),
+          *mf = model_create_prec(s, &sh, ops, rc, &pf), *mz = model_create_prec(s, &sh, ops, rc, &pf);
+    model_init_params(mb, 5);
+    model_init_params(mf, 5);
+    model_init_params(mz, 5);
+    for (int u = 0; u < nu; u++) /* the fp32 model holds the bf16 values */
+        ops->from_bf16(model_unit_params(m32, u), model_unit_params(mb, u), model_unit_local_numel(mb, u));
+    model_acts *a32 = model_acts_create(m32, 2), *ab = model_acts_create(mb, 2), *af = model_acts_create(mf, 2),
+               *az = model_acts_create(mz, 2);
+    batch b1, b2;
+    make_batch(&b1, s, 1);
+    make_batch(&b2, s, 2);
+    int loss_ok = 1, g1_ok = 1, g2_ok = 1, f_ok = 1, tied_ok = 1;
+    double lerr = 0;
+    size_t work = 0;
+    for (int u = 0; u < nu; u++)
+        if (model_unit_local_numel(mb, u) > work) work = model_unit_local_numel(mb, u);
+    float **g1 = calloc((size_t)nu, sizeof(float *)), **gsum = calloc((size_t)nu, sizeof(float *));
+    for (int mbi = 0; mbi < 2; mbi++) {
+        const model_batch *in = mbi ? &b2.mb : &b1.mb;
+        model_zero_grads(mz);
+        double l32 = model_forward(m32, a32, in, NULL), lb = model_forward(mb, ab, in, NULL),
+               lf = model_forward(mf, af, in, NULL), lz = model_forward(mz, az, in, NULL);
+        loss_ok &= lb == lf && lb == lz;
+        lerr = fmax(lerr, fabs(lb - l32) / fabs(l32));
+        model_backward(mb, ab, in, 0.0625f);
+        model_backward(mf, af, in, 0.0625f);
+        model_backward(mz, az, in, 0.0625f);
+        for (int u = 0; u < nu; u++) {
+            size_t n = model_unit_local_numel(mb, u);
+            const float *g = model_unit_grads(mz, u), *gf = model_unit_grads(mf, u);
+            const uint16_t *gb = model_unit_grads(mb, u);
+            if (mbi == 0) {
+                g1[u] = malloc(n * sizeof(float));
+                gsum[u] = malloc(n * sizeof(float));
+                memcpy(g1[u], g, n * sizeof(float));
+                for (size_t i = 0; i < n; i++) g1_ok &= gb[i] == bf16_of(g[i]);
+                memcpy(gsum[u], g, n * sizeof(float));
+            } else {
+                /* bf16 accumulation: bf16(bf16(g1) + g2), the sum formed in fp32 */
+                for (size_t i = 0; i < n; i++) {
+                    float prev;
+                    uint16_t h = bf16_of(g1[u][i]);
+                    ops->from_bf16(&prev, &h, 1);
+                    g2_ok &= gb[i] == bf16_of(prev + g[i]);
+                }
+                for (size_t i = 0; i < n; i++) gsum[u][i] += g[i];
+            }
+            /* fp32 gradients: not rounded; after two micro-batches within fp32 summation order */
+            for (size_t i = 0; i < n; i++) {
+                float want = mbi ? gsum[u][i] : g[i];
+                f_ok &= mbi ? fabsf(gf[i] - want) <= 1e-6f * (1.0f + fabsf(want)) : gf[i] == want;
+            }
+        }
+    }
+    if (s->kind == MODEL_GPT) { /* the two wte copies' gradients stay equal */
+        size_t n = (size_t)s->vocab_size * (size_t)s->d_model;
+        const param_spec *p0 = NULL, *ph = NULL;
+        int i0 = -1, ih = -1;
+        for (int i = 0; i < model_param_count(mb); i++) {
+            const param_spec *p = model_param(mb, i);
+            if (!strcmp(p->name, "wte")) {
+                if (p->tied) ph = p, ih = i;
+                else p0 = p, i0 = i;
+            }
+        }
+        tied_ok = p0 && ph && !memcmp(model_param_grad(mb, i0), model_param_grad(mb, ih), n * 2) &&
+                  !memcmp(model_param_grad(mf, i0), model_param_grad(mf, ih), n * 4);
+        CHECK(tied_ok, "%s: the tied wte copies' bf16 and fp32 gradients are equal after two micro-batches", what);
+    }
+    CHECK(loss_ok, "%s: bf16 models with bf16 and fp32 gradients give bitwise the same loss", what);
+    /* the activations' roundings (2^-9 relative each) move the loss a little */
+    CHECK(lerr > 0 && lerr < 1e-2, "%s: the loss is within %.1e of an fp32 model's holding the same weights", what,
+          lerr);
+    CHECK(g1_ok, "%s: bf16 gradients of one micro-batch are the fp32 gradients rounded once", what);
+    CHECK(g2_ok, "%s: the second micro-batch accumulates in bf16: bf16(bf16(g1) + g2)", what);
+    CHECK(f_ok, "%s: fp32 gradients (grad_dtype fp32) are not rounded", what);
+    CHECK(model_mixed_work_bytes(mb) == 2 * work * 4 && model_mixed_work_bytes(mf) == work * 4 &&
+              model_mixed_work_bytes(m32) == 0,
+          "%s: fp32 working copies: the largest unit (%zu) widened, + its gradient with bf16 gradients", what, work);
+    for (int u = 0; u < nu; u++) free(g1[u]), free(gsum[u]);
+    free(g1), free(gsum);
+    model_acts_destroy(a32), model_acts_destroy(ab), model_acts_destroy(af), model_acts_destroy(az);
+    model_destroy(m32), model_destroy(mb), model_destroy(mf), model_destroy(mz);
+}
+
+int main(void)
+{
+    dt_ops_set_threads(1);
+    job_model g = gpt_spec(), v = vit_spec();
+    master_init(&g, "gpt");
+    master_init(&v, "vit");
+    mixed_step(1, 0, "bf16 grads, whole units");
+    mixed_step(1, 1, "bf16 grads, a ZeRO slice");
+    mixed_step(0, 1, "fp32 grads, a ZeRO slice");
+    rounding();
+    model_mixed(&g, RECOMPUTE_NONE, "gpt");
+    model_mixed(&g, RECOMPUTE_BLOCK, "gpt, block recompute");
+    model_mixed(&v, RECOMPUTE_SELECTIVE, "vit, selective recompute");
+    CHECK_DONE();
+}
