@@ -17,25 +17,9 @@
 #    names, no transposes).
 source "$(dirname "$0")/../parallel/ckpt.bash"
 
-# exact MODEL LAYOUT (as ckpt_resume.sh's, for bf16 layouts)
-exact() {
-  local model=$1 lay=$2 name d
-  name=exact-$model-$(layout_name "$lay"); d=$T/$name
-  ckpt_job "$model" "$lay" "$d-a.yaml" "$d-a.jsonl" "$d-a.ck"
-  ckpt_job "$model" "$lay" "$d-b.yaml" "$d-b.jsonl" "$d-b.ck"
-  ckpt_run "$lay" "$d-a.yaml" "$d-a.log" DTRUN_DUMP_PARAMS="$d-a.bin" || { tail "$d-a.log"; fail "$name: one go"; }
-  ckpt_run "$lay" "$d-b.yaml" "$d-b1.log" DTRUN_TEST_STOP_STEP=20 || { tail "$d-b1.log"; fail "$name: first half"; }
-  grep -q "stopped at step 20 with a checkpoint" "$d-b1.log" || { tail "$d-b1.log"; fail "$name: no stop at step 20"; }
-  ckpt_run "$lay" "$d-b.yaml" "$d-b2.log" DTRUN_DUMP_PARAMS="$d-b.bin" || { tail "$d-b2.log"; fail "$name: resumed half"; }
-  grep -q "resuming from $d-b.ck/step_000020: step 20" "$d-b2.log" || { tail "$d-b2.log"; fail "$name: did not resume"; }
-  cmp -s "$d-a.bin" "$d-b.bin" || fail "$name: final parameters differ between one go and 20 + resume + 20"
-  local out
-  out=$(same_losses "$d-a.jsonl" "$d-b.jsonl") || fail "$name: $out"
-  echo "ok   exact $model [$lay]: parameters bitwise equal, $out"
-}
 
-exact gpt-tiny "dp=2 mode=fsdp prec=bf16"
-exact vit-tiny "dp=2 prec=bf16 grad=fp32 reduce=bf16"
+ckpt_exact gpt-tiny "dp=2 mode=fsdp prec=bf16"
+ckpt_exact vit-tiny "dp=2 prec=bf16 grad=fp32 reduce=bf16"
 
 # 2. across precisions (and layouts): the resumed run's first step (21) computes
 #    from the checkpoint's fp32 parameters (fp32 run) or their bf16 rounding (bf16

@@ -57,3 +57,29 @@ if a != b:
 print(f"{len(a)} losses identical")
 EOF
 }
+
+# ckpt_exact MODEL LAYOUT: 40 steps in one go and as 20 + 20 with a stop and
+# a resume under the same layout: the final parameters and the checkpoint's
+# loss tail must be bitwise equal.
+ckpt_exact() {
+  local model=$1 lay=$2 name d
+  name=exact-$model-$(layout_name "$lay"); d=$T/$name
+  ckpt_job "$model" "$lay" "$d-a.yaml" "$d-a.jsonl" "$d-a.ck"
+  ckpt_job "$model" "$lay" "$d-b.yaml" "$d-b.jsonl" "$d-b.ck"
+  ckpt_run "$lay" "$d-a.yaml" "$d-a.log" DTRUN_DUMP_PARAMS="$d-a.bin" || { tail "$d-a.log"; fail "$name: one go"; }
+  ckpt_run "$lay" "$d-b.yaml" "$d-b1.log" DTRUN_TEST_STOP_STEP=20 || { tail "$d-b1.log"; fail "$name: first half"; }
+  grep -q "stopped at step 20 with a checkpoint" "$d-b1.log" || { tail "$d-b1.log"; fail "$name: no stop at step 20"; }
+  [ "$(cat "$d-b.ck/latest")" = step_000020 ] || fail "$name: latest is $(cat "$d-b.ck/latest"), want step_000020"
+  ckpt_run "$lay" "$d-b.yaml" "$d-b2.log" DTRUN_DUMP_PARAMS="$d-b.bin" || { tail "$d-b2.log"; fail "$name: resumed half"; }
+  grep -q "resuming from $d-b.ck/step_000020: step 20" "$d-b2.log" || { tail "$d-b2.log"; fail "$name: did not resume"; }
+  cmp -s "$d-a.bin" "$d-b.bin" || fail "$name: final parameters differ between one go and 20 + resume + 20"
+  local out
+  out=$(same_losses "$d-a.jsonl" "$d-b.jsonl") || fail "$name: $out"
+  python3 - "$d-a.ck/step_000040/index.json" "$d-b.ck/step_000040/index.json" <<'EOF' || fail "$name: loss tails differ"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["loss_tail"] == b["loss_tail"] and len(a["loss_tail"]) == 16, (a["loss_tail"], b["loss_tail"])
+assert a["step"] == b["step"] == 40 and a["optim_step"] == b["optim_step"] == 40
+EOF
+  echo "ok   exact $model [$lay]: parameters bitwise equal, $out, loss tail equal"
+}

@@ -14,28 +14,9 @@
 #include "runtime/parallel/tp.h"
 #include "runtime/rng.h"
 #include "test/unit/check.h"
+#include "test/unit/tiny_models.h"
 
 static const dt_ops *ops = &dt_ops_cpu;
-
-static job_model gpt_spec(void)
-{
-    job_model s;
-    memset(&s, 0, sizeof s);
-    s.kind = MODEL_GPT;
-    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
-    s.vocab_size = 32; s.seq_len = 8;
-    return s;
-}
-
-static job_model vit_spec(void)
-{
-    job_model s;
-    memset(&s, 0, sizeof s);
-    s.kind = MODEL_VIT;
-    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
-    s.image_size = 8; s.patch_size = 4; s.channels = 1; s.n_classes = 3;
-    return s;
-}
 
 enum { TB = 2 }; /* samples per test micro-batch */
 
@@ -460,7 +441,7 @@ static void tp_equivalence(const job_model *s, const char *what)
  * two ranks differ by more than one row (no padding anywhere). */
 static void vocab_split(void)
 {
-    job_model s = gpt_spec();
+    job_model s = tiny_gpt_spec();
     s.vocab_size = 50257;
     static const int tps[] = {2, 3, 4, 8};
     int ok = 1, uneven = 0;
@@ -755,7 +736,7 @@ static void acts_sizes(void)
     counting = dt_ops_cpu;
     counting.alloc = count_alloc;
     counting.free = count_free;
-    job_model specs[4] = {gpt_spec(), vit_spec(), vit_spec(), gpt_spec()};
+    job_model specs[4] = {tiny_gpt_spec(), tiny_vit_spec(), tiny_vit_spec(), tiny_gpt_spec()};
     specs[2].image_size = 12; /* 10 tokens: sequence parallel over 2 */
     specs[3].vocab_size = 33; /* tp 2's ranks hold 16 and 17 vocab rows */
     int all_equal = 1, cases = 0, bf16_smaller = 1;
@@ -793,7 +774,7 @@ static void acts_sizes(void)
 
     /* recompute drops all but one block's saved tensors: with L = 4 the saving
      * is 3 block sets, with L = 2 one set, and one set is what the block keeps */
-    job_model g2 = gpt_spec(), g4 = gpt_spec();
+    job_model g2 = tiny_gpt_spec(), g4 = tiny_gpt_spec();
     g4.n_layer = 4;
     model_shard w2 = {0, 1, 0, 4, 0}, w4 = {0, 1, 0, 6, 0};
     size_t s2 = model_acts_bytes(&g2, &w2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &w2, TB, RECOMPUTE_BLOCK);
@@ -943,21 +924,21 @@ static void smaller_batch(const job_model *s, const char *what)
 int main(void)
 {
     dt_ops_set_threads(1);
-    job_model g = gpt_spec(), v = vit_spec();
+    job_model g = tiny_gpt_spec(), v = tiny_vit_spec();
     grad_check(&g, "gpt");
     grad_check(&v, "vit");
     init_layout(&g, "gpt");
     init_layout(&v, "vit");
     tp_equivalence(&g, "gpt");
     tp_equivalence(&v, "vit");
-    job_model g33 = gpt_spec();
+    job_model g33 = tiny_gpt_spec();
     g33.vocab_size = 33; /* vocab rows split unevenly: 16 + 17 */
     tp_equivalence(&g33, "gpt V=33");
     init_layout(&g33, "gpt V=33");
     vocab_split();
     /* sequence parallelism: seq 8 and (ViT, 12x12 images) 9 patches + 1 split in
      * two; one sample splits mid-sample, the class token on rank 0 only */
-    job_model v10 = vit_spec();
+    job_model v10 = tiny_vit_spec();
     v10.image_size = 12;
     tp_equivalence_with(&g, TB, 1, RECOMPUTE_NONE, "gpt sp");
     tp_equivalence_with(&g33, 1, 1, RECOMPUTE_BLOCK, "gpt V=33 sp, B=1, recompute");

@@ -19,28 +19,9 @@
 #include "runtime/optim/optim.h"
 #include "runtime/rng.h"
 #include "test/unit/check.h"
+#include "test/unit/tiny_models.h"
 
 static const dt_ops *ops = &dt_ops_cpu;
-
-static job_model gpt_spec(void)
-{
-    job_model s;
-    memset(&s, 0, sizeof s);
-    s.kind = MODEL_GPT;
-    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
-    s.vocab_size = 32; s.seq_len = 8;
-    return s;
-}
-
-static job_model vit_spec(void)
-{
-    job_model s;
-    memset(&s, 0, sizeof s);
-    s.kind = MODEL_VIT;
-    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
-    s.image_size = 8; s.patch_size = 4; s.channels = 1; s.n_classes = 3;
-    return s;
-}
 
 static job_train train_cfg(void)
 {
@@ -106,7 +87,7 @@ static void master_init(const job_model *s, const char *what)
 /* 2. a mixed step against the fp32 kernels applied by hand */
 static void mixed_step(int grad_bf16, int sliced, const char *what)
 {
-    job_model s = gpt_spec();
+    job_model s = tiny_gpt_spec();
     job_train t = train_cfg();
     model *mb = make(&s, 1, grad_bf16);
     int nu = model_n_units(&s);
@@ -180,7 +161,7 @@ static void mixed_step(int grad_bf16, int sliced, const char *what)
 /* 3. rounding of master -> params: to nearest, ties to even */
 static void rounding(void)
 {
-    job_model s = gpt_spec();
+    job_model s = tiny_gpt_spec();
     job_train t = train_cfg();
     model *mb = make(&s, 1, 1);
     optim *o = optim_create(mb, ops, &t, NULL, NULL);
@@ -320,7 +301,7 @@ static void model_mixed(const job_model *s, recompute_kind rc, const char *what)
 int main(void)
 {
     dt_ops_set_threads(1);
-    job_model g = gpt_spec(), v = vit_spec();
+    job_model g = tiny_gpt_spec(), v = tiny_vit_spec();
     master_init(&g, "gpt");
     master_init(&v, "vit");
     mixed_step(1, 0, "bf16 grads, whole units");

@@ -1,0 +1,30 @@
+/* tiny_models.h — the two-block GPT and ViT the model and optimizer unit
+ * tests compute on (small enough to check element by element). */
+#ifndef DTRUN_TEST_TINY_MODELS_H
+#define DTRUN_TEST_TINY_MODELS_H
+
+#include <string.h>
+
+#include "lib/job/jobspec.h"
+
+static inline job_model tiny_gpt_spec(void)
+{
+    job_model s;
+    memset(&s, 0, sizeof s);
+    s.kind = MODEL_GPT;
+    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
+    s.vocab_size = 32; s.seq_len = 8;
+    return s;
+}
+
+static inline job_model tiny_vit_spec(void)
+{
+    job_model s;
+    memset(&s, 0, sizeof s);
+    s.kind = MODEL_VIT;
+    s.n_layer = 2; s.n_head = 2; s.d_model = 16; s.d_ff = 64;
+    s.image_size = 8; s.patch_size = 4; s.channels = 1; s.n_classes = 3;
+    return s;
+}
+
+#endif
