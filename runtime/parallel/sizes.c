@@ -551,6 +551,13 @@ size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at)
     return 0;
 }
 
+size_t sizes_tp_stage_numel(const sizes *s)
+{
+    const job_spec *j = &s->job;
+    if (j->parallel.tp < 2 || !s->mixed) return 0;
+    return (size_t)j->train.micro_batch * (size_t)model_seq_len(&j->model) * (size_t)j->model.d_model;
+}
+
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
 {
     memset(out, 0, sizeof *out);
@@ -566,7 +573,8 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     size_t re = sizes_reduce_elem_bytes(s), twin = re != ge ? re : 0;
     out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge + twin) +
                              sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * (ge + twin) +
-                             sizes_bucket_numel(s, at) * re + sizes_tied_scratch_numel(s, at) * ge;
+                             sizes_bucket_numel(s, at) * re + sizes_tied_scratch_numel(s, at) * ge +
+                             sizes_tp_stage_numel(s) * 2;
     /* a grad pool (ZeRO-2's, FSDP's) with bf16 reductions widens the reduced
      * chunks through min(its buffers' numel, OPTIM_SCRATCH_NUMEL) floats
      * (grad_pool_wide_numel) */

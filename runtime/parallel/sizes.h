@@ -22,6 +22,7 @@
  *   model_acts host loss buffers  sizes_acts_host_bytes       (per model_acts)
  *   engine's host batch buffers   sizes_batch_samples         (sizes_batch_bytes)
  *   tied wte scratch (GPT, pp>1)  sizes_tied_scratch_numel
+ *   tp bf16 staging (tp>1, bf16)  sizes_tp_stage_numel
  *
  * Precision. With train.precision fp32 everything is fp32: params 4 + grads 4 +
  * Adam m 4 + v 4 = 16 bytes per parameter. With train.precision bf16 (mixed
@@ -197,6 +198,10 @@ size_t sizes_batch_bytes(const sizes *s);
  * the last stage use to sum the tied wte gradient (their whole unit 0 / head, so
  * a sharded gradient can be gathered into it); 0 on other ranks and layouts. */
 size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at);
+/* Tensor parallelism under mixed precision: bf16 elements of the buffer the
+ * tp collectives of activations stage through (tp.h): one micro-batch's
+ * [B, seq, d_model]; 0 with tp 1 or in fp32. */
+size_t sizes_tp_stage_numel(const sizes *s);
 
 /* ---- the whole rank ---- */
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);

@@ -141,8 +141,11 @@ extern const strat_ops strat_fsdp;  /* fsdp.c: + parameters sharded (HSDP: ctx->
 /* Applies tensor parallelism to the model (torchtitan's parallelize): every
  * chunk computes its split layers through tp's (model_set_layers), over x->tp,
  * with sequence parallelism when sp. Their collectives' failures are recorded
- * in x (strat_fail). */
-void tp_apply(strat_ctx *x, int sp, model *const *chunks, int n_chunks);
+ * in x (strat_fail). Under mixed precision it allocates the bf16 staging its
+ * collectives go through (sizes_tp_stage_numel); -1: out of memory for it.
+ * tp_release frees it (a no-op without one). */
+int tp_apply(strat_ctx *x, int sp, model *const *chunks, int n_chunks);
+void tp_release(strat_ctx *x);
 
 /* ---- DDP's gradient buckets (ddp.c), also ZeRO-1's ---- */
 

@@ -8,16 +8,39 @@
  * next op needs their result. */
 #include "runtime/parallel/tp.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include "runtime/parallel/strategy.h"
 
 /* ---- Megatron's mappings, on [N, C] row tensors of nc elements ---- */
+
+/* The bf16 staging for an nc-element tensor, or NULL in fp32. A larger tensor
+ * than the stage was sized for (sizes_tp_stage_numel) is a sizing bug: stop. */
+static uint16_t *stage_for(const tp_group *g, size_t nc)
+{
+    if (!g->stage) return NULL;
+    if (nc > g->stage_numel) {
+        fprintf(stderr, "dtrun: tp: a collective of %zu elements, bf16 staging of %zu\n", nc, g->stage_numel);
+        abort();
+    }
+    return g->stage;
+}
 
 /* gather_from_sequence_parallel_region: the whole tensor from this rank's rows,
  * gathered into full under SP; without SP the rows are the whole tensor. */
 static const float *gather_rows(const tp_group *g, const float *rows, float *full, size_t nc)
 {
     if (!g->sp) return rows;
-    g->all_gather(g->ctx, rows, full, nc);
+    uint16_t *st = stage_for(g, nc);
+    if (!st) {
+        g->all_gather(g->ctx, rows, full, nc);
+        return full;
+    }
+    size_t part = nc / (size_t)g->size;
+    g->ops->to_bf16(st + (size_t)g->rank * part, rows, part);
+    g->all_gather_bf16(g->ctx, st, nc);
+    g->ops->from_bf16(full, st, nc);
     return full;
 }
 
@@ -28,24 +51,46 @@ static float *partial_of(const tp_group *g, float *out_rows, float *full)
     return g->sp ? full : out_rows;
 }
 
-/* reduce_from_tensor_model_parallel_region (all-reduce in place), or under SP
- * reduce_scatter_to_sequence_parallel_region (full into this rank's rows). */
+/* reduce_from_tensor_model_parallel_region: the SUM over the group of the
+ * nc-element partial (in place), or under SP
+ * reduce_scatter_to_sequence_parallel_region: this rank's rows of it into
+ * out (nc / size elements). */
+static void reduce_sum(const tp_group *g, const float *partial, float *out, size_t nc)
+{
+    uint16_t *st = stage_for(g, nc);
+    if (!st) {
+        if (!g->sp) {
+            if (out != partial) g->ops->copy(out, partial, nc * sizeof(float));
+            g->all_reduce(g->ctx, out, nc, TP_SUM);
+        } else {
+            g->reduce_scatter(g->ctx, partial, out, nc);
+        }
+        return;
+    }
+    g->ops->to_bf16(st, partial, nc);
+    if (!g->sp) {
+        g->all_reduce_bf16(g->ctx, st, nc);
+        g->ops->from_bf16(out, st, nc);
+    } else {
+        size_t part = nc / (size_t)g->size;
+        g->reduce_scatter_bf16(g->ctx, st, nc);
+        g->ops->from_bf16(out, st + (size_t)g->rank * part, part);
+    }
+}
+
+/* The row-parallel output: out_rows = the sum of the partials in
+ * partial_of(out_rows, full). */
 static void reduce_rows(const tp_group *g, float *out_rows, float *full, size_t nc)
 {
-    if (g->sp) g->reduce_scatter(g->ctx, full, out_rows, nc);
-    else g->all_reduce(g->ctx, out_rows, nc, TP_SUM);
+    reduce_sum(g, partial_of(g, out_rows, full), out_rows, nc);
 }
 
 /* The same on a [N, C] buffer of partial sums, in place: returns where this
  * rank's rows of the sum start (buf itself without SP). */
 static float *reduce_rows_in_place(const tp_group *g, float *buf, size_t nc)
 {
-    if (!g->sp) {
-        g->all_reduce(g->ctx, buf, nc, TP_SUM);
-        return buf;
-    }
-    float *mine = buf + (size_t)g->rank * (nc / (size_t)g->size);
-    g->reduce_scatter(g->ctx, buf, mine, nc);
+    float *mine = g->sp ? buf + (size_t)g->rank * (nc / (size_t)g->size) : buf;
+    reduce_sum(g, buf, mine, nc);
     return mine;
 }
 
@@ -110,13 +155,13 @@ static void embedding_forward(void *ctx, float *out_rows, float *full, const int
     size_t nc = (size_t)N * (size_t)C;
     if (!g->sp) {
         ops->embedding_forward(out_rows, tokens, wte, v0, V_l, N, C);
-        g->all_reduce(g->ctx, out_rows, nc, TP_SUM);
+        reduce_rows(g, out_rows, NULL, nc);
         ops->posadd_forward(out_rows, wpe, B, T, C);
         return;
     }
     ops->embedding_forward(full, tokens, wte, v0, V_l, N, C);
     if (g->rank == 0) ops->posadd_forward(full, wpe, B, T, C);
-    g->reduce_scatter(g->ctx, full, out_rows, nc);
+    reduce_rows(g, out_rows, full, nc);
 }
 
 /* Every token's gradient is needed: its wte row may live on this rank. */
@@ -205,44 +250,85 @@ void tp_layers(tp_group *g, model_layers *out)
  * A failure is recorded in x (strat_fail); later calls are skipped, since the
  * step is lost and a broken group must not be waited on. */
 
-static void comm_tp_all_reduce(void *ctx, float *buf, size_t n, tp_op op)
+/* One collective on x->tp, timed and checked (skipped after a failure). */
+typedef enum { TP_COLL_ALL_REDUCE, TP_COLL_ALL_GATHER, TP_COLL_REDUCE_SCATTER } tp_coll;
+
+static void tp_collective(strat_ctx *x, tp_coll k, const void *send, void *recv, size_t n, comm_dtype dt,
+                          comm_op op, const char *what)
 {
-    strat_ctx *x = ctx;
     if (x->failed) return;
-    const char *what = op == TP_MAX ? "tp all_reduce (max)" : "tp all_reduce";
     double t0 = clock_now_s();
-    int rc = comm_all_reduce(x->tp, buf, buf, n, COMM_F32, op == TP_MAX ? COMM_MAX : COMM_SUM);
+    int rc = k == TP_COLL_ALL_REDUCE   ? comm_all_reduce(x->tp, send, recv, n, dt, op)
+             : k == TP_COLL_ALL_GATHER ? comm_all_gather(x->tp, send, recv, n, dt)
+                                       : comm_reduce_scatter(x->tp, send, recv, n, dt, op);
     strat_comm_done(x, t0, what);
     strat_fail(x, x->tp, rc, what);
 }
 
+static void comm_tp_all_reduce(void *ctx, float *buf, size_t n, tp_op op)
+{
+    tp_collective(ctx, TP_COLL_ALL_REDUCE, buf, buf, n, COMM_F32, op == TP_MAX ? COMM_MAX : COMM_SUM,
+                  op == TP_MAX ? "tp all_reduce (max)" : "tp all_reduce");
+}
+
 static void comm_tp_all_gather(void *ctx, const float *local, float *full, size_t full_count)
 {
-    strat_ctx *x = ctx;
-    if (x->failed) return;
-    double t0 = clock_now_s();
-    int rc = comm_all_gather(x->tp, local, full, full_count, COMM_F32);
-    strat_comm_done(x, t0, "tp all_gather");
-    strat_fail(x, x->tp, rc, "tp all_gather");
+    tp_collective(ctx, TP_COLL_ALL_GATHER, local, full, full_count, COMM_F32, COMM_SUM, "tp all_gather");
 }
 
 static void comm_tp_reduce_scatter(void *ctx, const float *full, float *local, size_t full_count)
 {
-    strat_ctx *x = ctx;
-    if (x->failed) return;
-    double t0 = clock_now_s();
-    int rc = comm_reduce_scatter(x->tp, full, local, full_count, COMM_F32, COMM_SUM);
-    strat_comm_done(x, t0, "tp reduce_scatter");
-    strat_fail(x, x->tp, rc, "tp reduce_scatter");
+    tp_collective(ctx, TP_COLL_REDUCE_SCATTER, full, local, full_count, COMM_F32, COMM_SUM, "tp reduce_scatter");
 }
 
-void tp_apply(strat_ctx *x, int sp, model *const *chunks, int n_chunks)
+/* bf16, in place (tp.h) */
+static size_t own_part(const strat_ctx *x, size_t full_count)
+{
+    return (size_t)x->tpg.rank * (full_count / (size_t)x->tpg.size);
+}
+
+static void comm_tp_all_reduce_bf16(void *ctx, uint16_t *buf, size_t n)
+{
+    tp_collective(ctx, TP_COLL_ALL_REDUCE, buf, buf, n, COMM_BF16, COMM_SUM, "tp all_reduce (bf16)");
+}
+
+static void comm_tp_all_gather_bf16(void *ctx, uint16_t *full, size_t full_count)
+{
+    tp_collective(ctx, TP_COLL_ALL_GATHER, full + own_part(ctx, full_count), full, full_count, COMM_BF16, COMM_SUM,
+                  "tp all_gather (bf16)");
+}
+
+static void comm_tp_reduce_scatter_bf16(void *ctx, uint16_t *full, size_t full_count)
+{
+    tp_collective(ctx, TP_COLL_REDUCE_SCATTER, full, full + own_part(ctx, full_count), full_count, COMM_BF16,
+                  COMM_SUM, "tp reduce_scatter (bf16)");
+}
+
+int tp_apply(strat_ctx *x, int sp, model *const *chunks, int n_chunks)
 {
     /* the model shards' tp rank: the mesh makes it this rank's place in x->tp */
     x->tpg = (tp_group){.ops = x->ops, .rank = x->at.tp, .size = x->job->parallel.tp, .sp = sp,
                         .ctx = x, .all_reduce = comm_tp_all_reduce,
                         .all_gather = comm_tp_all_gather, .reduce_scatter = comm_tp_reduce_scatter};
+    size_t stage = sizes_tp_stage_numel(x->sz);
+    if (stage) {
+        if (!(x->tpg.stage = x->ops->alloc(stage * sizeof(uint16_t)))) return -1;
+        acct_add(x->acct, ACCT_BUFFERS, (long long)(stage * sizeof(uint16_t)));
+        x->tpg.stage_numel = stage;
+        x->tpg.all_reduce_bf16 = comm_tp_all_reduce_bf16;
+        x->tpg.all_gather_bf16 = comm_tp_all_gather_bf16;
+        x->tpg.reduce_scatter_bf16 = comm_tp_reduce_scatter_bf16;
+    }
     model_layers layers;
     tp_layers(&x->tpg, &layers);
     for (int i = 0; i < n_chunks; i++) model_set_layers(chunks[i], &layers);
+    return 0;
+}
+
+void tp_release(strat_ctx *x)
+{
+    if (!x->tpg.stage) return;
+    acct_add(x->acct, ACCT_BUFFERS, -(long long)(x->tpg.stage_numel * sizeof(uint16_t)));
+    x->ops->free(x->tpg.stage);
+    x->tpg.stage = NULL;
 }

@@ -17,12 +17,22 @@
  * split over the group: rank r's part of a [N, C] tensor is its r-th N/size rows,
  * which is comm_chunk's cut of the N*C elements since size divides N.
  *
- * The layers reach the group through tp_group's three collectives: the engine's
- * go over the tp communicator (strategy.h: tp_apply), a test may pass threads. */
+ * The layers reach the group through tp_group's collectives: the engine's go
+ * over the tp communicator (strategy.h: tp_apply), a test may pass threads.
+ *
+ * Mixed precision (tp_group.stage set): the [N, C] activations and their
+ * gradients travel as bf16, as in Megatron: half the bytes. A tensor is
+ * rounded into the stage, the collective sums in fp32 and rounds once, the
+ * result is widened back. A column layer's input is bf16 values already (the
+ * model rounds it), so its gathers lose nothing; partial sums and gradients
+ * take one rounding more than on one process, which the bf16 layout tolerance
+ * covers (test/integration/parallel_bf16.sh). The head's statistics (row max,
+ * sum of exponentials, target logit) and layernorm gradients stay fp32. */
 #ifndef DTRUN_TP_H
 #define DTRUN_TP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernels/ops.h"
 #include "runtime/model/model.h"
@@ -42,6 +52,15 @@ typedef struct {
     /* SP only. This rank's part of the SUM of every rank's `full` into `local`;
      * in place when `local` is this rank's part of `full`. */
     void (*reduce_scatter)(void *ctx, const float *full, float *local, size_t full_count);
+    /* Mixed precision only (NULL in fp32): the bf16 staging, stage_numel
+     * elements (sizes_tp_stage_numel: one micro-batch's [N, C]), and the same
+     * collectives on bf16 in place (this rank's part of `full` is its
+     * rank-th full_count / size elements). */
+    uint16_t *stage;
+    size_t stage_numel;
+    void (*all_reduce_bf16)(void *ctx, uint16_t *buf, size_t n);
+    void (*all_gather_bf16)(void *ctx, uint16_t *full, size_t full_count);
+    void (*reduce_scatter_bf16)(void *ctx, uint16_t *full, size_t full_count);
 } tp_group;
 
 /* The model's layers over group g (their ctx: g, which must outlive their use). */

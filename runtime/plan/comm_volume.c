@@ -23,7 +23,8 @@
  *        chunk boundary (with sequence parallelism the tp rank's 1/tp of it)
  *   embed GPT with pp > 1: the tied wte gradient, all-reduced between the first
  *        and the last stage once per step
- * Activations travel at the working precision (bf16 under mixed precision);
+ * Activations and their gradients travel at the working precision (bf16 under
+ * mixed precision: tp.h), the head's statistics and layernorm gradients fp32;
  * gradients at parallel.reduce_dtype (fp32 with train.grad_dtype fp32 unless it
  * says bf16). */
 #include <math.h>
@@ -150,8 +151,8 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
         int gpt = md->kind == MODEL_GPT, rc = e->job.train.recompute == RECOMPUTE_BLOCK;
         double halves = (10.0 + (rc ? 3.0 : 0.0)) * sh->blocks + (gpt ? 2.0 : 1.0) * (sh->has_emb + sh->has_head);
         double ln_calls = sh->blocks + (gpt ? sh->has_head : 0);
-        double ln = (4.0 * sh->blocks + (gpt ? 2.0 * sh->has_head : 0)) * md->d_model *
-                    (double)sizes_grad_elem_bytes(e->sizes);
+        /* the layernorm gradients' sums stay fp32 (tp.h) */
+        double ln = (4.0 * sh->blocks + (gpt ? 2.0 * sh->has_head : 0)) * md->d_model * 4.0;
         c->op = "all-gather + reduce-scatter (activations)";
         c->bytes = par->microbatches * (f / 2 * halves * act + f * (tiny * small + ln));
         c->calls = (long)par->microbatches * (long)(halves + tiny + ln_calls);

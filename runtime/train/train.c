@@ -73,7 +73,9 @@ static void rank_log_step(FILE *f, engine *e, int step)
     fprintf(f, "\"mem_peak\":{");
     for (int c = 0; c < ACCT_COUNT; c++)
         fprintf(f, "\"%s\":%zu,", acct_category_name((acct_category)c), acct_peak(a, (acct_category)c));
-    fprintf(f, "\"total\":%zu},\"rss_peak\":%ld}\n", acct_peak_total(a), (long)ru.ru_maxrss * 1024L);
+    engine_comm_bytes sent = engine_bytes_sent(e);
+    fprintf(f, "\"total\":%zu},\"rss_peak\":%ld,\"bytes_sent\":{\"tp\":%llu,\"dp\":%llu,\"pp\":%llu}}\n",
+            acct_peak_total(a), (long)ru.ru_maxrss * 1024L, sent.tp, sent.dp, sent.pp);
     fflush(f);
 }
 
@@ -98,6 +100,9 @@ static int report_nonfinite(engine *e, int world, int step, double loss, int ski
                 skip ? "skipping the step (train.skip_nonfinite)"
                      : "stopping (exit 5; train.skip_nonfinite: true skips such steps)");
     }
+    /* Stopping: the other ranks exit only once rank 0's line is written, or the
+     * agent, seeing their exit first, could stop rank 0 before it says why. */
+    if (rc == DT_EXIT_OK && !skip) rc = engine_gather_flags(e, 0, bad, err, errlen);
     free(bad);
     return rc;
 }

@@ -407,7 +407,10 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     }
     model_hooks hooks = {.ctx = e, .before = hook_before, .after = hook_after};
     for (int l = 0; l < e->n_chunks; l++) model_set_hooks(e->chunk[l], &hooks);
-    if (par->tp > 1) tp_apply(&e->x, sp, e->chunk, e->n_chunks);
+    if (par->tp > 1 && tp_apply(&e->x, sp, e->chunk, e->n_chunks) != 0) {
+        snprintf(err, errlen, "rank %d: out of memory for the tensor-parallel bf16 staging", rank);
+        goto fail;
+    }
     if (setup_optim(e) != 0) {
         snprintf(err, errlen, "rank %d: out of memory for the optimizer state", rank);
         goto fail;
@@ -442,6 +445,7 @@ void engine_destroy(engine *e)
     if (!e) return;
     /* the strategy's buffers are bound into the chunks: strategy first */
     if (e->ds) e->so->destroy(e->ds);
+    tp_release(&e->x);
     pp_exec_destroy(e->ex);
     model_acts_destroy(e->acts);
     for (int l = 0; l < e->n_chunks; l++) {
@@ -468,6 +472,14 @@ void engine_destroy(engine *e)
 int engine_rank(const engine *e) { return e->rank; }
 const char *engine_layout(const engine *e) { return e->layout; }
 const account *engine_account(const engine *e) { return e->acct; }
+
+static unsigned long long sent_on(const comm *c) { return c ? (unsigned long long)comm_bytes_sent(c) : 0; }
+
+engine_comm_bytes engine_bytes_sent(const engine *e)
+{
+    if (!e->have_mc) return (engine_comm_bytes){0, 0, 0};
+    return (engine_comm_bytes){sent_on(e->mc.tp), sent_on(e->mc.dp), sent_on(e->mc.pp)};
+}
 void engine_begin_training(engine *e)
 {
     acct_reset_peaks(e->acct);

@@ -86,6 +86,10 @@ void engine_take_times(engine *e, engine_times *t);
 /* Memory this rank holds, by category (account.h); peaks restart at
  * engine_begin_training, so setup transients are not training peaks. */
 const account *engine_account(const engine *e);
+/* Bytes this rank has sent so far on its tensor-, data- and pipeline-parallel
+ * groups (comm_bytes_sent; 0 for a group of one). */
+typedef struct { unsigned long long tp, dp, pp; } engine_comm_bytes;
+engine_comm_bytes engine_bytes_sent(const engine *e);
 /* Peaks restart; with a trace asked for (DTRUN_TRACE or log.trace: trace.h) the
  * rank starts recording its spans. */
 void engine_begin_training(engine *e);

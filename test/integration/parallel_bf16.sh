@@ -98,7 +98,7 @@ mem_job() { # NAME LAYOUT
   local n=$(($(lget "$2" dp 1) * $(lget "$2" tp 1) * $(lget "$2" pp 1)))
   timeout -k 5 120 "$DTRUN" --nproc-per-node=$n "$T/m-$1.yaml" >"$T/m-$1.log" 2>&1 ||
     { tail -n 20 "$T/m-$1.log"; fail "$2 did not train"; }
-  "$DTRUN" --dry-run --format=json "$T/m-$1.yaml" >"$T/m-$1.dry.json" 2>"$T/m-$1.dry.err" ||
+  "$DTRUN" --dry-run --hardware cpu --format=json "$T/m-$1.yaml" >"$T/m-$1.dry.json" 2>"$T/m-$1.dry.err" ||
     { cat "$T/m-$1.dry.err"; fail "$2: dry-run failed"; }
 }
 mem_job fp32 "pp=1"
@@ -106,6 +106,10 @@ mem_job bf16 "pp=1 prec=bf16"
 mem_job bf16g32 "pp=1 prec=bf16 grad=fp32"
 mem_job zero1 "dp=2 mode=zero1 prec=bf16"
 mem_job fsdp "dp=2 mode=fsdp prec=bf16"
+mem_job tpsp "tp=2 sp=1 prec=bf16"
+mem_job tpsp32 "tp=2 sp=1"
+mem_job tp "tp=2 prec=bf16"
+mem_job tp32 "tp=2"
 python3 - "$T" <<'PY' || fail "bf16 memory by category is not 2 / grad / 4 + 8 bytes per parameter"
 import json, sys
 T = sys.argv[1]
@@ -141,6 +145,22 @@ for name in ("bf16", "bf16g32", "zero1", "fsdp"):
           f"optimizer {dry['optimizer']} = measured {m['params']} + {m['master']}, {m['grads']}, {m['optimizer']}",
           dry["params"] == m["params"] and dry["master"] == m["master"] and dry["grads"] == m["grads"]
           and dry["optimizer"] == m["optimizer"])
+# tp 2 with sequence parallelism: every category, the tp collectives' bf16
+# staging (comm) included, as the dry-run says, on both tp ranks
+for r in (0, 1):
+    m = peak("tpsp", r)
+    dry = json.load(open(f"{T}/m-tpsp.dry.json"))["stages"][0]["memory"]
+    d = {"params": dry["params"], "master": dry["master"], "grads": dry["grads"], "optimizer": dry["optimizer"],
+         "buffers": dry["comm"], "activations": dry["activations"] + dry["logits"] + dry["workspace"]}
+    same = all(d[k] == m[k] for k in d) and dry["allocated"] == m["total"]
+    check(f"tp 2 + sp rank {r}: dry-run {d} (allocated {dry['allocated']}) = measured "
+          f"{ {k: m[k] for k in d} } (total {m['total']})", same and dry["comm"] > 0)
+# the tp collectives carry bf16: about half of fp32's bytes (the head's
+# statistics and the layernorm gradients stay fp32; both runs take 2 steps)
+for b16, b32 in (("tpsp", "tpsp32"), ("tp", "tp32")):
+    s16 = [json.loads(l) for l in open(f"{T}/m-{b16}.rank0.jsonl") if l.strip()][-1]["bytes_sent"]["tp"]
+    s32 = [json.loads(l) for l in open(f"{T}/m-{b32}.rank0.jsonl") if l.strip()][-1]["bytes_sent"]["tp"]
+    check(f"{b16}: tp bytes sent in bf16 {s16} vs fp32 {s32}: {s16 / s32:.3f} (0.5 to 0.55)", 0.5 <= s16 / s32 <= 0.55)
 sys.exit(0 if ok else 1)
 PY
 echo "PASS parallel_bf16"
