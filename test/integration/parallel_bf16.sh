@@ -29,12 +29,15 @@
 #    whose masters straddle a rounding boundary, f ~ |d master| / ulp ~ 1 %:
 #    |grad L| <= 1 (clipped at 1), |theta|_2 ~ 10, so |dL| <= 2^-8 * 10 *
 #    sqrt(0.01) ~ 4e-3 absolute, 1e-3 of a loss ~ 3.5 (measured: <= 1.4e-4).
-#    tp and pp add no rounding point of their own: a tp rank's partial sums
-#    are added in fp32 (in another order: ~1e-7 relative) before the one
-#    rounding the single process also makes, and a stage boundary carries the
-#    bf16 stream the single process stashes at the same block boundary; an
-#    fp32 ordering difference only changes a bf16 value where it straddles a
-#    rounding boundary, by one ulp, which the same bound covers.
+#    tp rounds where dp does: its collectives carry bf16 (runtime/parallel/
+#    tp.h), so a row-parallel layer's partial sums and the activation
+#    gradients it reduces or gathers are rounded per rank before the sum is
+#    rounded once, u|x| + 2u(|p0| + |p1|) per element as above (a column
+#    layer's gathered input is bf16 already: no rounding). pp adds none: a
+#    stage boundary carries the bf16 stream the single process stashes at the
+#    same block boundary. What differs in fp32 order only (~1e-7) moves a bf16
+#    value where it straddles a rounding boundary, by one ulp, which the same
+#    bound covers.
 #    A real bug — a missed reduction, a stale shard, a wrong master — moves
 #    the parameters by ~lr per step everywhere, the losses by > 1e-2.
 #
