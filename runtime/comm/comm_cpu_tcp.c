@@ -3,11 +3,13 @@
  *
  * Bootstrap: every rank listens on an ephemeral port of its own address and
  * publishes "HOST PORT" in the store; rank r connects to its ring successor
- * (collectives) and to every lower rank (send / recv), and accepts the rest.
+ * (collectives) and twice to every lower rank (send / recv, and the mesh of
+ * the bf16 reduce_scatter), and accepts the rest.
  * A hello frame (magic, kind, rank, hash of the communicator id) tells the
  * acceptor who called and rejects strays.
  *
- * Collectives use the ring only (two sockets per rank, one per direction):
+ * Collectives use the ring (two sockets per rank, one per direction), but for
+ * the bf16 reduce_scatter (below):
  *   reduce_scatter: p-1 steps; at step s rank r sends its partial of chunk
  *     r-s-1 to r+1 and receives chunk r-s-2 from r-1, adds its own input, and
  *     after the last step holds its own chunk (r) reduced;
