@@ -90,7 +90,13 @@ typedef struct {
     int eval_batches;      /* batches of global_batch size per evaluation */
     int threads;           /* 0 = OMP_NUM_THREADS or all cores */
     int skip_nonfinite;    /* 1: skip a step whose loss is not finite instead of stopping */
+    int offload;           /* OFFLOAD_* bits: what lives in host memory (train.offload) */
 } job_train;
+
+/* train.offload: a list of what moves from the device to host memory.
+ * optimizer: AdamW's m and v and the fp32 master (a host copy of the
+ * parameters in fp32), updated on the host (ZeRO-Offload). */
+enum { OFFLOAD_OPTIMIZER = 1 << 0, OFFLOAD_PARAMS = 1 << 1, OFFLOAD_ACTIVATIONS = 1 << 2 };
 
 typedef enum { SHARD_NONE = 0, SHARD_ZERO1, SHARD_ZERO2, SHARD_FSDP, SHARD_HSDP } shard_mode;
 typedef enum { PP_GPIPE = 0, PP_1F1B, PP_INTERLEAVED } pp_schedule_kind;

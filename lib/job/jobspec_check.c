@@ -67,6 +67,12 @@ static int check_field(const job_spec *job, int fid, verdict *v)
         if (x != 0 && x != 1) return fail(v, BLAME(fid), "%s must be true or false (0 or 1), got %d", name, x);
         return 0;
     }
+    case FT_FLAGS: {
+        int x = *(const int *)p, count = 0;
+        while (f->names[count]) count++;
+        if (x < 0 || x >= 1 << count) return fail(v, BLAME(fid), "%s has no value %d", name, x);
+        return 0;
+    }
     case FT_ENUM: {
         int x = *(const int *)p, count = 0;
         while (f->names[count]) count++;
@@ -175,6 +181,10 @@ static int check_batch(const job_spec *job, verdict *v)
 static int check_parallel(const job_spec *job, verdict *v)
 {
     const job_parallel *par = &job->parallel;
+    if (job->train.offload & (OFFLOAD_PARAMS | OFFLOAD_ACTIVATIONS))
+        return fail(v, BLAME(FID_OFFLOAD), "train.offload: %s cannot be offloaded yet (only optimizer: AdamW's "
+                                           "state and the fp32 master live in host memory)",
+                    job->train.offload & OFFLOAD_PARAMS ? "params" : "activations");
     if (job->train.precision == PREC_FP32 && job->train.grad_dtype == DTYPE_BF16)
         return fail(v, BLAME(FID_GRAD_DTYPE, FID_PRECISION),
                     "train.grad_dtype bf16 needs train.precision: bf16 (fp32 training keeps fp32 gradients)");

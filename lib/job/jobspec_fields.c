@@ -40,6 +40,9 @@ static const char *const pp_schedules[] = {"gpipe", "1f1b", "interleaved", NULL}
 static const char *const pp_schedule_aliases[] = {"fill_drain,fthenb", "one_f_one_b,pipedream",
                                                   "interleaved_1f1b,virtual,interleave", NULL};
 static const char *const progress_modes[] = {"auto", "on", "off", NULL};
+static const char *const offload_parts[] = {"optimizer", "params", "activations", NULL};
+static const char *const offload_aliases[] = {"optim,optimizer_state,optimizer_states,adam", "parameters,param,weights",
+                                              "acts,activation", NULL};
 static const char *const progress_aliases[] = {"default", "true,yes,always", "false,no,never", NULL};
 
 #define OFF(member) offsetof(job_spec, member)
@@ -136,6 +139,9 @@ const field_def job_fields[FID_COUNT] = {
                         "num_threads,omp_threads,n_threads"),
     [FID_SKIP_NONFINITE] = NUM(SEC_TRAIN, "skip_nonfinite", FT_BOOL, train.skip_nonfinite, 0, 1,
                                "skip_nan,skip_inf,skip_non_finite"),
+    [FID_OFFLOAD] = {.section = SEC_TRAIN, .key = "offload", .type = FT_FLAGS, .offset = OFF(train.offload),
+                     .names = offload_parts, .value_aliases = offload_aliases,
+                     .aliases = "cpu_offload,offload_optimizer,zero_offload,offload_param"},
 
     [FID_DP] = NUM(SEC_PARALLEL, "dp", FT_INT, parallel.dp, 1, 65536,
                    "data_parallel,data_parallel_size,dp_size"),

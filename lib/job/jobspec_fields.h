@@ -23,7 +23,7 @@ typedef enum {
     FID_VAL_FRACTION, FID_SYNTHETIC_SIZE,
     FID_STEPS, FID_GLOBAL_BATCH, FID_MICRO_BATCH, FID_LR, FID_MIN_LR, FID_WARMUP, FID_SCHEDULE,
     FID_WEIGHT_DECAY, FID_BETA1, FID_BETA2, FID_EPS, FID_GRAD_CLIP, FID_PRECISION, FID_GRAD_DTYPE, FID_DEVICE, FID_SEED,
-    FID_RECOMPUTE, FID_EVAL_EVERY, FID_EVAL_BATCHES, FID_THREADS, FID_SKIP_NONFINITE,
+    FID_RECOMPUTE, FID_EVAL_EVERY, FID_EVAL_BATCHES, FID_THREADS, FID_SKIP_NONFINITE, FID_OFFLOAD,
     FID_DP, FID_TP, FID_PP, FID_MODE, FID_PP_SCHEDULE, FID_MICROBATCHES, FID_VIRTUAL_STAGES,
     FID_SEQUENCE_PARALLEL, FID_BUCKET_MB, FID_REDUCE_DTYPE,
     FID_CKPT_DIR, FID_CKPT_EVERY, FID_CKPT_KEEP, FID_CKPT_RESUME,
@@ -40,6 +40,7 @@ typedef enum {
     FT_DOUBLE,   /* double, finite */
     FT_BOOL,     /* int 0/1, written true/false */
     FT_ENUM,     /* int-sized enum, written as names[value] */
+    FT_FLAGS,    /* int bit set: a YAML sequence (or comma list) of names[bit] */
     FT_STR,      /* char[size]; null or empty = "" */
     FT_PRESET,   /* char[size], a preset name */
     FT_RESUME,   /* char[size]: auto | never | a path */
@@ -56,7 +57,7 @@ typedef struct {
     field_type type;
     size_t offset;             /* into job_spec */
     size_t size;               /* strings: buffer size */
-    const char *const *names;  /* FT_ENUM: NULL-terminated, index = value */
+    const char *const *names;  /* FT_ENUM: NULL-terminated, index = value; FT_FLAGS: index = bit */
     const char *const *value_aliases; /* FT_ENUM: per value, "a,b" suggesting it, or NULL */
     double lo, hi;             /* numeric range (inclusive unless *_open) */
     int lo_open, hi_open;

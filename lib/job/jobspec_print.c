@@ -72,6 +72,14 @@ static void print_value(FILE *out, const job_spec *job, int fid)
         else fprintf(out, "%d", v); /* not a name: will not load back, on purpose */
         break;
     }
+    case FT_FLAGS: {
+        int v = *(const int *)p, first = 1;
+        fputc('[', out);
+        for (int i = 0; f->names[i]; i++)
+            if (v & (1 << i)) fprintf(out, "%s%s", first ? "" : ", ", f->names[i]), first = 0;
+        fputc(']', out);
+        break;
+    }
     default: print_string(out, p, f->size); break;
     }
 }

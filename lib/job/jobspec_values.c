@@ -35,6 +35,7 @@ static const char *want_of(const field_def *f)
     case FT_DOUBLE: return "a number";
     case FT_BOOL: return "true or false";
     case FT_ENUM: return "a name";
+    case FT_FLAGS: return "a list of names";
     default: return "a string";
     }
 }
@@ -236,6 +237,46 @@ static int store_enum(loader *L, int fid, const char *name)
     return loader_fail_value(L, fid, "%s: unknown value %s (expected %s)", name, job_entry_got(e, got, sizeof got), list);
 }
 
+/* A list of names (comma-separated; a YAML sequence arrives joined so) into a
+ * bit set; empty or null: none. */
+static int store_flags(loader *L, int fid, const char *name)
+{
+    const field_def *f = &job_fields[fid];
+    entry *e = &L->e[fid];
+    char got[300], list[128];
+    job_field_enum_list(fid, list, sizeof list);
+    int bits = 0;
+    const char *s = e->is_null ? "" : e->text, *end = s + (e->is_null ? 0 : e->len);
+    while (s < end) {
+        const char *comma = memchr(s, ',', (size_t)(end - s)), *stop = comma ? comma : end;
+        const char *a = s, *b = stop;
+        while (a < b && (*a == ' ' || *a == '\t')) a++;
+        while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
+        s = comma ? comma + 1 : end;
+        if (a == b) continue;
+        entry one = {.text = a, .len = (size_t)(b - a)};
+        int i = 0;
+        while (f->names[i] && !text_is(&one, f->names[i])) i++;
+        if (f->names[i]) {
+            bits |= 1 << i;
+            continue;
+        }
+        suggest near;
+        suggest_init(&near, a, (size_t)(b - a));
+        for (int k = 0; f->names[k]; k++) {
+            suggest_offer(&near, f->names[k], f->names[k]);
+            if (f->value_aliases) suggest_offer_list(&near, f->value_aliases[k], f->names[k]);
+        }
+        if (suggest_best(&near))
+            return loader_fail_value(L, fid, "%s: unknown name %s (expected a list of %s); did you mean '%s'?", name,
+                                     job_entry_got(&one, got, sizeof got), list, suggest_best(&near));
+        return loader_fail_value(L, fid, "%s: unknown name %s (expected a list of %s)", name,
+                                 job_entry_got(&one, got, sizeof got), list);
+    }
+    *(int *)job_field_ptr(L->job, fid) = bits;
+    return 0;
+}
+
 static int store_string(loader *L, int fid, const char *name)
 {
     const field_def *f = &job_fields[fid];
@@ -269,6 +310,7 @@ int loader_store_value(loader *L, int fid)
     case FT_DOUBLE: return store_double(L, fid, name);
     case FT_BOOL: return store_bool(L, fid, name);
     case FT_ENUM: return store_enum(L, fid, name);
+    case FT_FLAGS: return store_flags(L, fid, name);
     default: return store_string(L, fid, name);
     }
 }

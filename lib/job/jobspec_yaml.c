@@ -53,13 +53,44 @@ static int check_tag(loader *L, const yaml_node_t *n)
     return loader_fail_at(L, pos_of(n), "unsupported YAML tag '%s'", job_text_show(shown, sizeof shown, tag, strlen(tag)));
 }
 
-static int record(loader *L, int fid, pos key_at, const yaml_node_t *v)
+/* A sequence of names for a bit-set key (train.offload: [optimizer]): its
+ * items joined by ',' into e->joined, as the comma form would give them. */
+static int join_sequence(loader *L, yaml_document_t *doc, int fid, entry *e, const yaml_node_t *v)
+{
+    size_t used = 0;
+    for (yaml_node_item_t *it = v->data.sequence.items.start; it < v->data.sequence.items.top; it++) {
+        yaml_node_t *x = yaml_document_get_node(doc, *it);
+        if (!x || x->type != YAML_SCALAR_NODE || check_tag(L, x))
+            return x && x->type != YAML_SCALAR_NODE
+                       ? loader_fail_at(L, x ? pos_of(x) : pos_of(v), "%s.%s: a list of names, got %s in it",
+                                        job_section_names[job_fields[fid].section], job_fields[fid].key, shape_of(x))
+                       : -1;
+        size_t n = x->data.scalar.length;
+        if (used + n + 2 > sizeof e->joined)
+            return loader_fail_at(L, pos_of(v), "%s.%s: the list is too long", job_section_names[job_fields[fid].section],
+                                  job_fields[fid].key);
+        if (used) e->joined[used++] = ',';
+        memcpy(e->joined + used, x->data.scalar.value, n);
+        used += n;
+    }
+    e->joined[used] = 0;
+    e->text = e->joined;
+    e->len = used;
+    e->shape = NULL;
+    return 0;
+}
+
+static int record(loader *L, yaml_document_t *doc, int fid, pos key_at, const yaml_node_t *v)
 {
     entry *e = &L->e[fid];
     e->given = 1;
     e->key_at = key_at;
     e->val_at = pos_of(v);
     e->shape = shape_of(v);
+    if (v->type == YAML_SEQUENCE_NODE && job_fields[fid].type == FT_FLAGS) {
+        L->order[L->n_order++] = fid;
+        return join_sequence(L, doc, fid, e, v);
+    }
     if (!e->shape) {
         e->text = (const char *)v->data.scalar.value;
         e->len = v->data.scalar.length;
@@ -86,7 +117,7 @@ static int collect_section(loader *L, yaml_document_t *doc, job_section sec, con
         if (L->e[fid].given)
             return loader_fail_at(L, pos_of(k), "duplicate key '%s' in section '%s' (first at line %d)", job_fields[fid].key,
                                   sname, L->e[fid].key_at.line);
-        record(L, fid, pos_of(k), v);
+        if (record(L, doc, fid, pos_of(k), v)) return -1;
     }
     return 0;
 }

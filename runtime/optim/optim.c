@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 
 typedef struct {
@@ -24,7 +25,16 @@ struct optim {
     size_t ge;            /* gradient element bytes */
     float *scratch;       /* mixed: OPTIM_SCRATCH_NUMEL widened gradients */
     size_t scratch_numel;
+    /* offload: the host's ops, the state's allocator; a chunk of widened
+     * gradients and one of gradients or parameters in transit (host memory) */
+    const dt_ops *host;
+    float *hscratch;
+    void *hstage;
+    size_t pe;            /* parameter element bytes */
 };
+
+/* Where the state lives: the device's ops, or the host's under offload. */
+static const dt_ops *state_ops(const optim *o) { return o->host ? o->host : o->ops; }
 
 static int init_master(optim *o, optim_slice *s)
 {
@@ -32,13 +42,20 @@ static int init_master(optim *o, optim_slice *s)
     float *host = malloc((n ? n : 1) * sizeof(float));
     if (!host) return -1;
     model_init_unit_slice(o->mdl, s->unit, s->lo, s->hi, o->t.seed, host);
-    o->ops->from_host(s->master, host, n * sizeof(float));
+    if (o->host) memcpy(s->master, host, n * sizeof(float));
+    else o->ops->from_host(s->master, host, n * sizeof(float));
     free(host);
     return 0;
 }
 
 optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
                     const size_t *lo, const size_t *hi)
+{
+    return optim_create_offload(m, ops, NULL, t, lo, hi);
+}
+
+optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, const job_train *t,
+                            const size_t *lo, const size_t *hi)
 {
     const model_shard *sh = model_get_shard(m);
     optim *o = calloc(1, sizeof *o);
@@ -48,6 +65,9 @@ optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
     o->t = *t;
     o->mixed = model_get_precision(m)->bf16;
     o->ge = model_grad_elem_bytes(m);
+    o->pe = model_param_elem_bytes(m);
+    o->host = host;
+    const dt_ops *so = state_ops(o);
     o->n = sh->unit_end - sh->unit_begin;
     o->s = calloc((size_t)o->n, sizeof *o->s);
     if (!o->s) { free(o); return NULL; }
@@ -60,17 +80,25 @@ optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
         s->hi = hi ? hi[i] : model_unit_local_numel(m, u);
         size_t bytes = (s->hi - s->lo) * sizeof(float);
         if (s->hi - s->lo > widest) widest = s->hi - s->lo;
-        s->m = ops->alloc(bytes ? bytes : 1);
-        s->v = ops->alloc(bytes ? bytes : 1);
+        s->m = so->alloc(bytes ? bytes : 1);
+        s->v = so->alloc(bytes ? bytes : 1);
         if (!s->m || !s->v) { optim_destroy(o); return NULL; }
-        if (o->mixed && (!(s->master = ops->alloc(bytes ? bytes : 1)) || init_master(o, s) != 0)) {
+        if ((o->mixed || o->host) && (!(s->master = so->alloc(bytes ? bytes : 1)) || init_master(o, s) != 0)) {
             optim_destroy(o);
             return NULL;
         }
     }
-    if (o->mixed) {
+    if (o->mixed || o->host)
         o->scratch_numel = widest < OPTIM_SCRATCH_NUMEL ? (widest ? widest : 1) : OPTIM_SCRATCH_NUMEL;
-        if (!(o->scratch = ops->alloc(o->scratch_numel * sizeof(float)))) { optim_destroy(o); return NULL; }
+    /* the device's, for the gradient norm of bf16 gradients */
+    if (o->mixed && !(o->scratch = ops->alloc(o->scratch_numel * sizeof(float)))) {
+        optim_destroy(o);
+        return NULL;
+    }
+    if (o->host && (!(o->hscratch = host->alloc(o->scratch_numel * sizeof(float))) ||
+                    !(o->hstage = host->alloc(o->scratch_numel * sizeof(float))))) {
+        optim_destroy(o);
+        return NULL;
     }
     return o;
 }
@@ -78,12 +106,15 @@ optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
 void optim_destroy(optim *o)
 {
     if (!o) return;
+    const dt_ops *so = state_ops(o);
     for (int i = 0; o->s && i < o->n; i++) {
-        if (o->s[i].m) o->ops->free(o->s[i].m);
-        if (o->s[i].v) o->ops->free(o->s[i].v);
-        if (o->s[i].master) o->ops->free(o->s[i].master);
+        if (o->s[i].m) so->free(o->s[i].m);
+        if (o->s[i].v) so->free(o->s[i].v);
+        if (o->s[i].master) so->free(o->s[i].master);
     }
     if (o->scratch) o->ops->free(o->scratch);
+    if (o->hscratch) o->host->free(o->hscratch);
+    if (o->hstage) o->host->free(o->hstage);
     free(o->s);
     free(o);
 }
@@ -104,6 +135,32 @@ static void step_mixed(optim *o, optim_slice *s, size_t off, size_t n, uint16_t 
     }
 }
 
+/* Offload: the same as step_mixed (or fp32's scale + AdamW) with the state
+ * on the host: gradients in, parameters out, a chunk at a time. */
+static void step_offload(optim *o, optim_slice *s, size_t off, size_t n, void *p, const void *g,
+                         float grad_scale, double lr, int t, float wd)
+{
+    const dt_ops *h = o->host;
+    for (size_t c = 0; c < n; c += o->scratch_numel) {
+        size_t k = n - c < o->scratch_numel ? n - c : o->scratch_numel, at = off + c;
+        if (o->ge == 2) {
+            o->ops->to_host(o->hstage, (const uint16_t *)g + at, k * 2);
+            h->from_bf16(o->hscratch, o->hstage, k);
+        } else {
+            o->ops->to_host(o->hscratch, (const float *)g + at, k * sizeof(float));
+        }
+        if (grad_scale != 1.0f) h->scale(o->hscratch, grad_scale, k);
+        h->adamw(s->master + at, o->hscratch, s->m + at, s->v + at, k, (float)lr, (float)o->t.beta1,
+                 (float)o->t.beta2, (float)o->t.eps, wd, t);
+        if (o->pe == 2) {
+            h->to_bf16(o->hstage, s->master + at, k);
+            o->ops->from_host((uint16_t *)p + at, o->hstage, k * 2);
+        } else {
+            o->ops->from_host((float *)p + at, s->master + at, k * sizeof(float));
+        }
+    }
+}
+
 void optim_step(optim *o, double lr, int t, void *const *params, void *const *grads, float grad_scale)
 {
     int np = model_param_count(o->mdl);
@@ -112,7 +169,7 @@ void optim_step(optim *o, double lr, int t, void *const *params, void *const *gr
         optim_slice *s = &o->s[i];
         void *p = params ? params[i] : (char *)model_unit_params(o->mdl, s->unit) + s->lo * pe;
         void *g = grads ? grads[i] : (char *)model_unit_grads(o->mdl, s->unit) + s->lo * o->ge;
-        if (!o->mixed && grad_scale != 1.0f) o->ops->scale(g, grad_scale, s->hi - s->lo);
+        if (!o->mixed && !o->host && grad_scale != 1.0f) o->ops->scale(g, grad_scale, s->hi - s->lo);
         for (int k = 0; k < np; k++) {
             const param_spec *ps = model_param(o->mdl, k);
             if (ps->unit != s->unit) continue;
@@ -122,6 +179,10 @@ void optim_step(optim *o, double lr, int t, void *const *params, void *const *gr
             if (a >= b) continue;
             size_t off = a - s->lo;
             float wd = ps->decay ? (float)o->t.weight_decay : 0.0f;
+            if (o->host) {
+                step_offload(o, s, off, b - a, p, g, grad_scale, lr, t, wd);
+                continue;
+            }
             if (o->mixed) {
                 step_mixed(o, s, off, b - a, p, g, grad_scale, lr, t, wd);
                 continue;
@@ -161,8 +222,23 @@ float *optim_slice_master(optim *o, int i) { return o->s[i].master; }
 void optim_master_to_params(optim *o, int i, void *param)
 {
     const optim_slice *s = &o->s[i];
-    if (o->mixed) o->ops->to_bf16(param, s->master, s->hi - s->lo);
+    size_t n = s->hi - s->lo;
+    if (!o->host) {
+        if (o->mixed) o->ops->to_bf16(param, s->master, n);
+        return;
+    }
+    for (size_t c = 0; c < n; c += o->scratch_numel) {
+        size_t k = n - c < o->scratch_numel ? n - c : o->scratch_numel;
+        if (o->pe == 2) {
+            o->host->to_bf16(o->hstage, s->master + c, k);
+            o->ops->from_host((uint16_t *)param + c, o->hstage, k * 2);
+        } else {
+            o->ops->from_host((float *)param + c, s->master + c, k * sizeof(float));
+        }
+    }
 }
+
+int optim_state_on_host(const optim *o) { return o->host != NULL; }
 
 size_t optim_state_bytes(const optim *o)
 {
@@ -174,8 +250,10 @@ size_t optim_state_bytes(const optim *o)
 size_t optim_master_bytes(const optim *o)
 {
     size_t b = 0;
-    for (int i = 0; o->mixed && i < o->n; i++) b += (o->s[i].hi - o->s[i].lo) * sizeof(float);
+    for (int i = 0; (o->mixed || o->host) && i < o->n; i++) b += (o->s[i].hi - o->s[i].lo) * sizeof(float);
     return b;
 }
 
-size_t optim_scratch_bytes(const optim *o) { return o->scratch_numel * sizeof(float); }
+size_t optim_scratch_bytes(const optim *o) { return o->scratch ? o->scratch_numel * sizeof(float) : 0; }
+
+size_t optim_host_scratch_bytes(const optim *o) { return o->host ? 2 * o->scratch_numel * sizeof(float) : 0; }

@@ -12,6 +12,12 @@
  * gradient type) chunk by chunk into an fp32 scratch, scales them, applies AdamW
  * to the master, and writes the parameters as the master rounded to bf16. So
  * 2 (bf16 param) + grad (2 or 4) + 4 (master) + 8 (m, v) bytes per parameter. */
+/* Offload (train.offload: optimizer, ZeRO-Offload): m, v and an fp32 master
+ * (in fp32 training too: the host's copy of the parameters) live in host
+ * memory and the host computes the step: each chunk of gradients is copied
+ * to the host, widened and scaled there, AdamW updates the master, and the
+ * parameters (rounded to bf16 when they are) are copied back. The same
+ * arithmetic in the same order as on the device, so the same bits. */
 #ifndef DTRUN_OPTIM_H
 #define DTRUN_OPTIM_H
 
@@ -28,7 +34,12 @@ typedef struct optim optim;
 /* State for elements [lo[u], hi[u]) of each held unit u (NULL lo/hi: whole units). */
 optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
                     const size_t *lo, const size_t *hi);
+/* The same with the state in host memory, stepped by `host` (the CPU ops). */
+optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, const job_train *t,
+                            const size_t *lo, const size_t *hi);
 void optim_destroy(optim *o);
+/* 1 when m, v and the master are host memory (offload), 0 when device memory. */
+int optim_state_on_host(const optim *o);
 /* One AdamW step (t = 1-based step count) on the slices, reading grads from
  * `grads[u]` (a buffer covering the slice, indexed from lo, the model's gradient
  * type) multiplied by grad_scale (clipping; 1: none), and updating `params[u]`
@@ -39,11 +50,13 @@ void optim_step(optim *o, double lr, int t, void *const *params, void *const *gr
  * (hi - lo elements each, device memory): what a checkpoint saves and loads. */
 int optim_slice_count(const optim *o);
 void optim_slice_state(optim *o, int i, int *unit, size_t *lo, size_t *hi, float **m, float **v);
-/* Mixed precision: slice i's fp32 master (hi - lo floats, device memory), what a
- * checkpoint saves as the parameters; NULL in fp32 (the parameters are fp32). */
+/* Mixed precision or offload: slice i's fp32 master (hi - lo floats, where
+ * optim_state_on_host says), what a checkpoint saves as the parameters; NULL
+ * in fp32 without offload (the parameters are fp32). */
 float *optim_slice_master(optim *o, int i);
-/* Mixed precision: param (slice i's parameters, bf16) = its master rounded, after
- * the master was loaded from a checkpoint. No-op in fp32. */
+/* param (slice i's parameters, the model's type, device memory) = its master
+ * (rounded to bf16 under mixed precision), after the master was loaded from a
+ * checkpoint. No-op without a master. */
 void optim_master_to_params(optim *o, int i, void *param);
 /* Sum of squares (double) of n gradient elements of the model's type, for the
  * global norm: fp32 directly, bf16 widened through the step's scratch. */
@@ -53,5 +66,7 @@ size_t optim_state_bytes(const optim *o);
 /* Bytes of fp32 master weights held (0 in fp32), and of the step's fp32 scratch. */
 size_t optim_master_bytes(const optim *o);
 size_t optim_scratch_bytes(const optim *o);
+/* Offload: bytes of the step's host staging (0 without offload). */
+size_t optim_host_scratch_bytes(const optim *o);
 
 #endif

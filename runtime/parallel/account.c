@@ -16,7 +16,8 @@ void acct_destroy(account *a) { free(a); }
 static size_t total_now(const account *a)
 {
     long long t = 0;
-    for (int c = 0; c < ACCT_COUNT; c++) t += a->cur[c];
+    for (int c = 0; c < ACCT_COUNT; c++)
+        if (c != ACCT_HOST) t += a->cur[c];
     return t > 0 ? (size_t)t : 0;
 }
 
@@ -47,6 +48,6 @@ void acct_reset_peaks(account *a)
 const char *acct_category_name(acct_category c)
 {
     static const char *const names[ACCT_COUNT] = {"params", "grads", "optimizer", "activations",
-                                                  "buffers", "master"};
+                                                  "buffers", "master", "host"};
     return c >= 0 && c < ACCT_COUNT ? names[c] : "?";
 }

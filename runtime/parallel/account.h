@@ -14,7 +14,9 @@
  * master (the fp32 master weights of mixed precision, held by the optimizer).
  * Mixed precision's fp32 working copies (the model's widened unit and its
  * micro-batch gradient, the optimizer's scratch) count as activations, with
- * the other scratch the dry-run calls workspace.
+ * the other scratch the dry-run calls workspace. host: what train.offload keeps
+ * in host memory instead (AdamW m and v, the fp32 master, the step's host
+ * staging): not device memory, so not in the total.
  * test/integration/plan_vs_measured.sh holds these against the dry-run. */
 #ifndef DTRUN_ACCOUNT_H
 #define DTRUN_ACCOUNT_H
@@ -28,6 +30,7 @@ typedef enum {
     ACCT_ACTS,
     ACCT_BUFFERS,
     ACCT_MASTER,
+    ACCT_HOST,
     ACCT_COUNT
 } acct_category;
 
@@ -38,8 +41,8 @@ void acct_destroy(account *a);
 /* Bytes allocated (> 0) or freed (< 0) in a category. */
 void acct_add(account *a, acct_category c, long long bytes);
 size_t acct_current(const account *a, acct_category c);
-/* Largest value each category reached, and the largest sum of all of them at
- * one moment, since creation or the last acct_reset_peaks. */
+/* Largest value each category reached, and the largest sum of all of them but
+ * host at one moment (the device's), since creation or the last acct_reset_peaks. */
 size_t acct_peak(const account *a, acct_category c);
 size_t acct_peak_total(const account *a);
 /* Peaks restart from what is held now: setup transients (model_create holds

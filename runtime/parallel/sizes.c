@@ -401,22 +401,44 @@ static size_t largest_held_unit(const sizes *s, sizes_at at)
     return held(s, at).largest;
 }
 
+/* Local chunk `local`'s largest unit and the optimizer's step chunk (min of
+ * its widest slice and OPTIM_SCRATCH_NUMEL, as optim.c sizes its scratch). */
+static void chunk_widths(const sizes *s, sizes_at at, int local, size_t *largest, size_t *scratch)
+{
+    int b, e;
+    chunk_units(s, pp_chunk_id(at.pp, local, s->job.parallel.pp), &b, &e);
+    size_t widest = 0;
+    *largest = 0;
+    for (int u = b; u < e; u++) {
+        size_t n = sizes_unit_numel(s, u, at.tp), w = sizes_shard(s, SHARD_OF_OPTIM, u, at, NULL);
+        if (n > *largest) *largest = n;
+        if (w > widest) widest = w;
+    }
+    *scratch = widest < OPTIM_SCRATCH_NUMEL ? (widest ? widest : 1) : OPTIM_SCRATCH_NUMEL;
+}
+
 size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at)
 {
     if (!s->mixed) return 0;
-    int pp = s->job.parallel.pp, grad_bf16 = sizes_grad_elem_bytes(s) == 2;
+    int grad_bf16 = sizes_grad_elem_bytes(s) == 2;
     size_t bytes = 0;
     for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
-        int b, e;
-        chunk_units(s, pp_chunk_id(at.pp, local, pp), &b, &e);
-        size_t largest = 0, widest = 0;
-        for (int u = b; u < e; u++) {
-            size_t n = sizes_unit_numel(s, u, at.tp), w = sizes_shard(s, SHARD_OF_OPTIM, u, at, NULL);
-            if (n > largest) largest = n;
-            if (w > widest) widest = w;
-        }
-        size_t scratch = widest < OPTIM_SCRATCH_NUMEL ? (widest ? widest : 1) : OPTIM_SCRATCH_NUMEL;
+        size_t largest, scratch;
+        chunk_widths(s, at, local, &largest, &scratch);
         bytes += ((size_t)(1 + grad_bf16) * largest + scratch) * sizeof(float);
+    }
+    return bytes;
+}
+
+/* train.offload: optimizer: per chunk the step's host staging, two chunks of
+ * floats (widened gradients; gradients or parameters in transit). */
+static size_t offload_staging_bytes(const sizes *s, sizes_at at)
+{
+    size_t bytes = 0;
+    for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
+        size_t largest, scratch;
+        chunk_widths(s, at, local, &largest, &scratch);
+        bytes += 2 * scratch * sizeof(float);
     }
     return bytes;
 }
@@ -568,6 +590,11 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_MASTER] = s->mixed ? optim_elems * 4 : 0;
     out->bytes[SIZES_GRADS] = h.shard[SHARD_OF_GRAD] * ge;
     out->bytes[SIZES_OPTIM] = optim_elems * 8; /* m and v, fp32 */
+    if (s->job.train.offload & OFFLOAD_OPTIMIZER) {
+        /* m, v and an fp32 master (in fp32 training too) live on the host */
+        out->host = optim_elems * 12 + offload_staging_bytes(s, at);
+        out->bytes[SIZES_MASTER] = out->bytes[SIZES_OPTIM] = 0;
+    }
     /* the gradient collectives run in the reduce type: a DDP bucket holds it; a
      * ZeRO-2 / FSDP gradient buffer of another type has a twin in it */
     size_t re = sizes_reduce_elem_bytes(s), twin = re != ge ? re : 0;

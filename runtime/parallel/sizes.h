@@ -87,6 +87,8 @@ typedef enum {
 typedef struct {
     size_t bytes[SIZES_COUNT];
     size_t total; /* sum of the categories: what the worker allocates, fixed overheads aside */
+    size_t host;  /* train.offload: host memory instead (AdamW m and v, the fp32
+                     master, the step's host staging); not in total */
 } sizes_memory;
 
 /* What is sharded: working params, grads, or master + optimizer state. */

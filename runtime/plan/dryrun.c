@@ -129,6 +129,14 @@ static void print_memory(const plan_estimate *e, FILE *out)
         fprintf(out, " %9s", fmt_bytes(v, st->total));
         fprintf(out, " %9s%s\n", fmt_bytes(v, st->device), st->oom ? "  OOM" : "");
     }
+    if (e->job.train.offload & OFFLOAD_OPTIMIZER) {
+        size_t most = 0;
+        for (int p = 0; p < e->n_stages; p++)
+            if (e->stage[p].mem.host > most) most = e->stage[p].mem.host;
+        fprintf(out, "  offloaded (train.offload: optimizer): AdamW m, v and the fp32 master in host memory, "
+                     "up to %s per rank, not in total\n",
+                fmt_bytes(v, (double)most));
+    }
     if (e->job.parallel.tp > 1) fprintf(out, "  (the tp rank with the most memory is shown)\n");
     if (e->hw.gpu)
         fprintf(out, "  fixed = CUDA context %s + NCCL %s + cuBLAS workspace %s\n", fmt_bytes(v, e->hw.cuda_context),

@@ -118,6 +118,7 @@ static cJSON *stage_json(const plan_estimate *e, int p)
     for (int c = 0; c < SIZES_COUNT; c++)
         cJSON_AddNumberToObject(mem, sizes_category_name((sizes_category)c), (double)st->mem.bytes[c]);
     cJSON_AddNumberToObject(mem, "allocated", (double)st->mem.total);
+    cJSON_AddNumberToObject(mem, "host", (double)st->mem.host);
     cJSON_AddNumberToObject(mem, "fixed", st->fixed);
     cJSON_AddNumberToObject(mem, "total", st->total);
     cJSON_AddNumberToObject(mem, "device", st->device);
@@ -131,6 +132,7 @@ static cJSON *stage_json(const plan_estimate *e, int p)
         for (int c = 0; c < SIZES_COUNT; c++)
             cJSON_AddNumberToObject(x, sizes_category_name((sizes_category)c), (double)m.bytes[c]);
         cJSON_AddNumberToObject(x, "allocated", (double)m.total);
+        cJSON_AddNumberToObject(x, "host", (double)m.host);
         cJSON_AddItemToArray(by_tp, x);
     }
     cJSON_AddBoolToObject(o, "oom", st->oom);

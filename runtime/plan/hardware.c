@@ -48,6 +48,8 @@ static const key_def KEYS[] = {
     {"inter_node_gbs", K_NUMBER, 1, 1e-3, 1e6, 1e9, OFF(inter_bw)},
     {"intra_node_latency_us", K_NUMBER, 1, 0, 1e6, 1e-6, OFF(intra_latency)},
     {"inter_node_latency_us", K_NUMBER, 1, 0, 1e6, 1e-6, OFF(inter_latency)},
+    {"host_link_gbs", K_NUMBER, 0, 1e-3, 1e6, 1e9, OFF(host_link_bw)},
+    {"host_memory_gbs", K_NUMBER, 0, 1e-3, 1e6, 1e9, OFF(host_memory_bw)},
     {"gpus_per_node", K_INT, 1, 0, 4096, 1, OFF(gpus_per_node)},
     {"cuda_context_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(cuda_context)},
     {"nccl_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(nccl)},
@@ -216,6 +218,9 @@ static int load_mapping(hw_profile *hw, yaml_document_t *doc, const char *file, 
     for (int i = 0; i < hw->n_gemm; i++)
         if (hw->gemm_eff[i] > hw->achievable) hw->achievable = hw->gemm_eff[i];
     if (!mem_eff) hw->memory_eff = 0.8;
+    /* on the CPU backend "host" memory is the device's own */
+    if (!hw->gpu && hw->host_link_bw <= 0) hw->host_link_bw = hw->memory_bw;
+    if (!hw->gpu && hw->host_memory_bw <= 0) hw->host_memory_bw = hw->memory_bw;
     if (hw->gpu && hw->peak_bf16 <= 0) {
         snprintf(err, errlen, "%s: a gpu profile needs peak_bf16_tflops > 0", file);
         return -1;

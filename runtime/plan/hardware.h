@@ -54,6 +54,11 @@ typedef struct {
     double memory_bw;     /* bytes/s */
     double intra_bw, inter_bw;           /* bytes/s per device, one direction */
     double intra_latency, inter_latency; /* s */
+    /* train.offload: bytes/s per device between it and host memory (PCIe,
+     * one direction), and of host memory itself per device (the node's DRAM
+     * bandwidth shared by its GPUs). A cpu profile: both memory_bw (the host
+     * is the device); 0 on a GPU profile that does not say (no estimate). */
+    double host_link_bw, host_memory_bw;
     int gpus_per_node;
     double cuda_context, nccl, cublas_workspace; /* bytes */
 } hw_profile;

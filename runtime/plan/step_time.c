@@ -26,7 +26,10 @@
  * backward, and never less than the last bucket. Its volume is in
  * parallel.reduce_dtype. ZeRO's parameter all-gather and the tied-embedding
  * all-reduce run after backward, fully exposed. The AdamW step is memory bound
- * (adam_bytes_per_elem). */
+ * (adam_bytes_per_elem); offloaded (train.offload: optimizer) it runs at the
+ * host's memory bandwidth with an fp32 master, after the gradients crossed the
+ * host link and before the parameters cross back, one after the other, as
+ * optim.c does them (offload_step_s). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +62,16 @@ typedef struct {
 static double per_rank(const plan_estimate *e, double host_value)
 {
     return e->hw.gpu ? host_value : host_value / e->ranks_per_node;
+}
+
+/* Offload: per element of the shard, the gradient to the host and the
+ * parameter back (the host link, one direction each) and AdamW on the host
+ * with an fp32 master (g 4 + m, v 16 + master 8 + the parameter written). */
+static double offload_step_s(const plan_estimate *e, double elems)
+{
+    double ge = (double)sizes_grad_elem_bytes(e->sizes), pe = (double)sizes_param_elem_bytes(e->sizes);
+    double link = per_rank(e, e->hw.host_link_bw), host = per_rank(e, e->hw.host_memory_bw) * e->hw.memory_eff;
+    return elems * (ge + pe) / link + elems * (4 + 16 + 8 + pe) / host;
 }
 
 static double ring_time(double bytes, double bw, double lat, int steps)
@@ -236,6 +249,11 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
         snprintf(err, errlen, "hardware %s: no peak FLOP/s for %s compute", e->hw.name, e->mixed ? "bf16" : "fp32");
         return -1;
     }
+    if ((job->train.offload & OFFLOAD_OPTIMIZER) && !(e->hw.host_link_bw > 0 && e->hw.host_memory_bw > 0)) {
+        snprintf(err, errlen, "hardware %s: train.offload needs host_link_gbs and host_memory_gbs in the profile "
+                              "(%s)", e->hw.name, e->hw.source);
+        return -1;
+    }
     chunk_cost *k = calloc((size_t)chunks, sizeof *k);
     double *fwd = calloc((size_t)chunks, sizeof *fwd), *bwd = calloc((size_t)chunks, sizeof *bwd);
     if (!k || !fwd || !bwd) {
@@ -297,6 +315,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
         st->exposed_once = exposed_once(e, st, params, grads, last_bwd);
         double optim_elems = (double)st->mem.bytes[SIZES_OPTIM] / 8.0;
         st->optimizer = optim_elems * adam_bytes_per_elem(e) / (per_rank(e, e->hw.memory_bw) * e->hw.memory_eff);
+        if (job->train.offload & OFFLOAD_OPTIMIZER) st->optimizer = offload_step_s(e, (double)st->mem.host / 12.0);
         if (st->exposed_once + st->optimizer > tail) tail = st->exposed_once + st->optimizer;
     }
     free(k), free(fwd), free(bwd);

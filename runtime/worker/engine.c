@@ -302,9 +302,13 @@ static int setup_acts(engine *e, char *err, size_t errlen)
     return 0;
 }
 
-/* AdamW over the slices the strategy says this rank updates, one per chunk. */
+/* AdamW over the slices the strategy says this rank updates, one per chunk;
+ * with train.offload: optimizer its state in host memory, stepped by the CPU
+ * ops (accounted as host, not device, memory). */
 static int setup_optim(engine *e)
 {
+    char why[8];
+    const dt_ops *host = e->job.train.offload & OFFLOAD_OPTIMIZER ? dt_ops_select(DT_DEVICE_CPU, 0, why, sizeof why) : NULL;
     for (int l = 0; l < e->n_chunks; l++) {
         const model_shard *sh = model_get_shard(e->chunk[l]);
         int n = sh->unit_end - sh->unit_begin;
@@ -319,11 +323,16 @@ static int setup_optim(engine *e)
             lo[i] = sl.lo;
             hi[i] = sl.lo + sl.len;
         }
-        e->opt[l] = optim_create(e->chunk[l], e->ops, &e->job.train, lo, hi);
+        e->opt[l] = optim_create_offload(e->chunk[l], e->ops, host, &e->job.train, lo, hi);
         free(lo), free(hi);
         if (!e->opt[l]) return -1;
-        acct_add(e->acct, ACCT_OPTIM, (long long)optim_state_bytes(e->opt[l]));
-        acct_add(e->acct, ACCT_MASTER, (long long)optim_master_bytes(e->opt[l]));
+        long long state = (long long)optim_state_bytes(e->opt[l]), master = (long long)optim_master_bytes(e->opt[l]);
+        if (host) {
+            acct_add(e->acct, ACCT_HOST, state + master + (long long)optim_host_scratch_bytes(e->opt[l]));
+        } else {
+            acct_add(e->acct, ACCT_OPTIM, state);
+            acct_add(e->acct, ACCT_MASTER, master);
+        }
         acct_add(e->acct, ACCT_ACTS, (long long)optim_scratch_bytes(e->opt[l]));
     }
     return 0;

@@ -25,6 +25,7 @@ typedef struct {
     int unit;
     size_t lo, hi;
     float *dev[N_PARTS]; /* the slice's parameters (fp32), AdamW m, AdamW v */
+    int on_host;         /* dev[] is host memory (train.offload: the optimizer's) */
     void *param;         /* the strategy's parameters of the slice (the model's type) */
 } held_slice;
 
@@ -54,6 +55,7 @@ static held_slice *held_slices(engine *e, int *n_out)
             h->param = sl.param;
             h->dev[PART_PARAM] = optim_slice_master(e->opt[l], i);
             if (!h->dev[PART_PARAM]) h->dev[PART_PARAM] = sl.param; /* fp32 */
+            h->on_host = optim_state_on_host(e->opt[l]);
         }
     }
     *n_out = n;
@@ -150,7 +152,8 @@ static int collect_pieces(engine *e, ckpt_piece **pieces_out, float ***bufs_out,
                 break;
             }
             bufs[nb++] = host;
-            e->ops->to_host(host, h->dev[part], len * sizeof(float));
+            if (h->on_host) memcpy(host, h->dev[part], len * sizeof(float));
+            else e->ops->to_host(host, h->dev[part], len * sizeof(float));
             int got = ckpt_unit_slice_pieces(part_prefix[part], specs, ns, tp_rank, tp, h->lo, h->hi, host,
                                              pieces + n, cap - n);
             n = got < 0 ? -1 : n + got;
@@ -243,9 +246,11 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
                 bad = 1;
                 break;
             }
-            e->ops->from_host(h->dev[part], host, len * sizeof(float));
+            if (h->on_host) memcpy(h->dev[part], host, len * sizeof(float));
+            else e->ops->from_host(h->dev[part], host, len * sizeof(float));
         }
-        /* mixed precision: the bf16 parameters are the loaded master rounded */
+        /* mixed precision or offload: the parameters are the loaded master
+         * (rounded to bf16 when they are bf16) */
         if (!bad) optim_master_to_params(h->o, h->slice, h->param);
     }
     free(host);

@@ -1,11 +1,13 @@
 # lib.bash — shared by test/integration/parallel_*.sh (not a test itself).
 #
 # A layout is a word list "dp=2 tp=2 pp=2 mode=fsdp sched=1f1b accum=2 nodes=2
-# recompute=block bucket_mb=1 sp=1 prec=bf16 grad=fp32 reduce=bf16": missing keys
-# mean dp/tp/pp 1, mode none, sched gpipe, no accumulation, one node, no
-# recomputation, the default bucket, no sequence parallelism, fp32 (prec: the
-# train.precision; grad, reduce: train.grad_dtype and parallel.reduce_dtype,
-# auto when absent). layout_job writes the job file for one tiny model under that layout;
+# recompute=block bucket_mb=1 sp=1 prec=bf16 grad=fp32 reduce=bf16 offload=1":
+# missing keys mean dp/tp/pp 1, mode none, sched gpipe, no accumulation, one
+# node, no recomputation, the default bucket, no sequence parallelism, fp32
+# (prec: the train.precision; grad, reduce: train.grad_dtype and
+# parallel.reduce_dtype, auto when absent), no offload (offload=1:
+# train.offload: [optimizer]). layout_job writes the job file for one tiny
+# model under that layout;
 # run_layout trains it through bin/dtrun (the launcher, N workers) with
 # DTRUN_DUMP_PARAMS and compares every step's loss and the final parameters with
 # the single-process reference of the same model (compare.py).
@@ -78,6 +80,7 @@ layout_job() {
   local prec grad; prec=$(lget "$lay" prec fp32); grad=$(lget "$lay" grad auto)
   [ "$prec" != fp32 ] && sed -i -e "s/^  global_batch: .*/&\n  precision: $prec/" "$out"
   [ "$grad" != auto ] && sed -i -e "s/^  global_batch: .*/&\n  grad_dtype: $grad/" "$out"
+  [ "$(lget "$lay" offload 0)" = 1 ] && sed -i -e "s/^  global_batch: .*/&\n  offload: [optimizer]/" "$out"
   printf '  metrics: %s\nparallel:\n  dp: %s\n  tp: %s\n  pp: %s\n  mode: %s\n' "$met" "$dp" "$tp" "$pp" "$mode" >>"$out"
   [ "$pp" -gt 1 ] && printf '  pp_schedule: %s\n' "$sched" >>"$out"
   [ "$(lget "$lay" sp 0)" = 1 ] && printf '  sequence_parallel: true\n' >>"$out"
