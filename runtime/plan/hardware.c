@@ -50,6 +50,7 @@ static const key_def KEYS[] = {
     {"inter_node_latency_us", K_NUMBER, 1, 0, 1e6, 1e-6, OFF(inter_latency)},
     {"host_link_gbs", K_NUMBER, 0, 1e-3, 1e6, 1e9, OFF(host_link_bw)},
     {"host_memory_gbs", K_NUMBER, 0, 1e-3, 1e6, 1e9, OFF(host_memory_bw)},
+    {"host_memory_mib", K_NUMBER, 0, 0, 1e12, MIB, OFF(host_memory)},
     {"gpus_per_node", K_INT, 1, 0, 4096, 1, OFF(gpus_per_node)},
     {"cuda_context_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(cuda_context)},
     {"nccl_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(nccl)},

@@ -59,6 +59,7 @@ typedef struct {
      * bandwidth shared by its GPUs). A cpu profile: both memory_bw (the host
      * is the device); 0 on a GPU profile that does not say (no estimate). */
     double host_link_bw, host_memory_bw;
+    double host_memory;   /* bytes of host memory per node (cpu: = memory, the same) */
     int gpus_per_node;
     double cuda_context, nccl, cublas_workspace; /* bytes */
 } hw_profile;

@@ -14,18 +14,39 @@ static double rank_device_memory(const plan_estimate *e)
     return e->hw.memory / e->ranks_per_node;
 }
 
+/* train.offload on a GPU: the node's ranks' host pools (each as large as the
+ * fullest stage's, to be safe) against the node's host memory. On the CPU
+ * backend the host pool is the same memory as the rest: plan_memory adds it
+ * to each stage's total instead. */
+static void check_host_memory(plan_estimate *e, double host_max)
+{
+    if (!e->hw.gpu || host_max <= 0) return;
+    double need = host_max * e->ranks_per_node;
+    if (e->hw.host_memory > 0 && need <= e->hw.host_memory) return;
+    e->fits = 0;
+    if (e->hw.host_memory > 0)
+        plan_warn(e, "host memory: train.offload keeps %.2f GB per node in host memory (%d ranks x %.2f GB), the "
+                     "node has %.2f GB",
+                  need / GB, e->ranks_per_node, host_max / GB, e->hw.host_memory / GB);
+    else
+        plan_warn(e, "host memory: train.offload keeps %.2f GB per node in host memory and the hardware profile "
+                     "does not say how much a node has (host_memory_mib)",
+                  need / GB);
+}
+
 void plan_memory(plan_estimate *e)
 {
     e->fits = 1;
     e->max_total = 0;
-    double device = rank_device_memory(e);
+    double device = rank_device_memory(e), host_max = 0;
     for (int p = 0; p < e->n_stages; p++) {
         plan_stage *st = &e->stage[p];
         st->pp_rank = p;
         st->tp_rank = sizes_worst_tp_rank(e->sizes, p);
         sizes_rank_memory(e->sizes, (sizes_at){0, p, st->tp_rank}, &st->mem);
         st->fixed = e->hw.gpu ? hw_fixed_overhead(&e->hw) : 0;
-        st->total = (double)st->mem.total + st->fixed;
+        st->total = (double)st->mem.total + st->fixed + (e->hw.gpu ? 0 : (double)st->mem.host);
+        if ((double)st->mem.host > host_max) host_max = (double)st->mem.host;
         st->device = device;
         st->oom = st->total > device;
         if (st->total > e->max_total) e->max_total = st->total;
@@ -39,4 +60,5 @@ void plan_memory(plan_estimate *e)
                       (double)(st->mem.bytes[SIZES_ACTS] + st->mem.bytes[SIZES_LOGITS]) / GB);
         }
     }
+    check_host_memory(e, host_max);
 }

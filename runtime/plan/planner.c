@@ -5,7 +5,11 @@
  * that means something for that dp (hsdp only when a node holds some but not all
  * of the data-parallel ranks), micro_batch among the divisors of global_batch / dp
  * up to 64, every pipeline schedule (interleaved with 2 chunks per rank),
- * recompute none, selective and block, and with tp > 1 sequence parallelism off and on. Each candidate is a job_spec that must pass job_validate
+ * recompute none, selective and block, and with tp > 1 sequence parallelism off and on; a layout
+ * that does not fit is tried again with the optimizer offloaded to host memory
+ * (train.offload: optimizer, when the hardware profile says how fast the host
+ * is): offload only costs time, so it is worth trying only where it makes a
+ * layout fit. Each candidate is a job_spec that must pass job_validate
  * (the same rules a job file obeys); its estimate is the dry-run's, memory first
  * so that what does not fit is dropped before its pipeline is simulated.
  *
@@ -40,6 +44,7 @@ typedef struct {
     shard_mode mode;
     pp_schedule_kind schedule;
     recompute_kind recompute;
+    int offload;     /* train.offload: optimizer (only where it makes the layout fit) */
     double step, samples_per_s, tokens_per_s, mfu, bubble;
     double max_total, device;
     double compute, bubble_time, pipe_comm, tail; /* step = compute + bubble + pipe_comm + tail */
@@ -119,6 +124,7 @@ static job_spec candidate_job(const job_spec *base, const candidate *c)
     job.train.micro_batch = c->micro_batch;
     job.train.grad_accum = c->microbatches;
     job.train.recompute = c->recompute;
+    job.train.offload = c->offload ? OFFLOAD_OPTIMIZER : 0;
     return job;
 }
 
@@ -172,6 +178,15 @@ static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm
     c->exact = simulate || c->pp == 1;
     int rc = plan_estimate_memory_reusing(&e, &job, &pm->hw, pm->nnodes, pm->ranks_per_node, pick_donor(cs, c),
                                           !c->exact, err, sizeof err);
+    if (!rc && !e.fits && !c->offload && pm->hw.gpu && pm->hw.host_link_bw > 0 && pm->hw.host_memory_bw > 0) {
+        /* does it fit with the optimizer in host memory? */
+        plan_estimate_free(&e);
+        c->offload = 1;
+        job = candidate_job(base, c);
+        rc = plan_estimate_memory_reusing(&e, &job, &pm->hw, pm->nnodes, pm->ranks_per_node, pick_donor(cs, c),
+                                          !c->exact, err, sizeof err);
+        if (!rc && !e.fits) c->offload = 0;
+    }
     int ok = 0;
     if (rc) {
         note_invalid(cs, job.path, err);
@@ -397,8 +412,10 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
         else snprintf(sched, sizeof sched, "%s", pp_schedule_kind_name(c->schedule));
         char tp[16];
         snprintf(tp, sizeof tp, "%d%s", c->tp, c->sp ? "+sp" : "");
+        char rc[24];
+        snprintf(rc, sizeof rc, "%s%s", job_recompute_name(c->recompute), c->offload ? "+off" : "");
         fprintf(out, "  %2d %4d %5s %3d %-6s %3d %4d %-13s %-9s %9s %9s %5.1f%% %9s  %s\n", i + 1, c->dp, tp, c->pp,
-                job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, job_recompute_name(c->recompute),
+                job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, rc,
                 fmt_seconds(a, c->step), fmt_count(b, m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s),
                 100 * c->mfu, fmt_bytes((char[FMT_LEN]){0}, c->max_total), c->reason);
     }
@@ -440,6 +457,7 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddStringToObject(o, "pp_schedule", job_pp_schedule_name(c->schedule));
         cJSON_AddNumberToObject(o, "virtual_stages", c->v);
         cJSON_AddStringToObject(o, "recompute", job_recompute_name(c->recompute));
+        cJSON_AddBoolToObject(o, "offload_optimizer", c->offload);
         cJSON_AddNumberToObject(o, "step_s", c->step);
         cJSON_AddNumberToObject(o, "samples_per_s", c->samples_per_s);
         cJSON_AddNumberToObject(o, "tokens_per_s", c->tokens_per_s);

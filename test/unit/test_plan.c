@@ -747,6 +747,83 @@ static int same_top(const char *a, const char *b, int *n, double *sim_a, double 
     return same;
 }
 
+/* The value whose name is `name` (job_*_name's inverse), -1 when none. */
+static int mode_of(const char *name)
+{
+    for (int i = SHARD_NONE; i <= SHARD_HSDP; i++)
+        if (!strcmp(job_shard_mode_name((shard_mode)i), name)) return i;
+    return -1;
+}
+static int schedule_of(const char *name)
+{
+    for (int i = PP_GPIPE; i <= PP_INTERLEAVED; i++)
+        if (!strcmp(job_pp_schedule_name((pp_schedule_kind)i), name)) return i;
+    return -1;
+}
+static int recompute_of(const char *name)
+{
+    for (int i = RECOMPUTE_NONE; i <= RECOMPUTE_SELECTIVE; i++)
+        if (!strcmp(job_recompute_name((recompute_kind)i), name)) return i;
+    return -1;
+}
+
+/* Offload in the search: a 70B GPT on one 8 x H100 node fits only with the
+ * optimizer in host memory; each proposal that offloads must not fit without
+ * it (offload only costs time), must fit with it, and its host pools must fit
+ * the node's host memory. On 64 GPUs the 13B job fits without: no offload. */
+static void test_planner_offload(void)
+{
+    job_spec job;
+    if (load_job(&job, "model:\n  preset: gpt-70b\ntrain:\n  global_batch: 1024\n  micro_batch: 1\n"
+                       "  precision: bf16\n"))
+        return;
+    char *buf = plan_json(&job, "h100-sxm", 1, 8, 0);
+    cJSON *root = buf ? cJSON_Parse(buf) : NULL, *top = root ? cJSON_GetObjectItem(root, "top") : NULL;
+    int n = top ? cJSON_GetArraySize(top) : 0, all_off = n > 0, needed = n > 0;
+    hw_profile hw;
+    char err[512];
+    int hw_ok = hw_load(&hw, "h100-sxm", err, sizeof err) == 0;
+    for (int i = 0; i < n && hw_ok; i++) {
+        cJSON *c = cJSON_GetArrayItem(top, i);
+        all_off &= cJSON_IsTrue(cJSON_GetObjectItem(c, "offload_optimizer"));
+        job_spec j = job;
+        j.parallel.dp = (int)cJSON_GetObjectItem(c, "dp")->valuedouble;
+        j.parallel.tp = (int)cJSON_GetObjectItem(c, "tp")->valuedouble;
+        j.parallel.pp = (int)cJSON_GetObjectItem(c, "pp")->valuedouble;
+        j.parallel.sequence_parallel = cJSON_IsTrue(cJSON_GetObjectItem(c, "sequence_parallel"));
+        j.parallel.mode = (shard_mode)mode_of(cJSON_GetObjectItem(c, "mode")->valuestring);
+        j.parallel.pp_schedule = (pp_schedule_kind)schedule_of(cJSON_GetObjectItem(c, "pp_schedule")->valuestring);
+        j.parallel.virtual_stages = (int)cJSON_GetObjectItem(c, "virtual_stages")->valuedouble;
+        j.parallel.microbatches = (int)cJSON_GetObjectItem(c, "microbatches")->valuedouble;
+        j.train.micro_batch = (int)cJSON_GetObjectItem(c, "micro_batch")->valuedouble;
+        j.train.grad_accum = j.parallel.microbatches;
+        j.train.recompute = (recompute_kind)recompute_of(cJSON_GetObjectItem(c, "recompute")->valuestring);
+        for (int off = 0; off <= 1; off++) {
+            j.train.offload = off ? OFFLOAD_OPTIMIZER : 0;
+            plan_estimate e;
+            int rc = plan_estimate_memory(&e, &j, &hw, 1, 8, err, sizeof err);
+            needed &= rc == 0 && e.fits == off;
+            plan_estimate_free(&e);
+        }
+    }
+    CHECK(hw_ok && n > 0 && all_off && needed,
+          "plan gpt-70b on 8 H100: %d layouts, each with the optimizer offloaded, none fitting without it, each "
+          "fitting with it (device and the node's host memory)", n);
+    cJSON_Delete(root);
+    free(buf);
+    if (load_job(&job, "model:\n  preset: gpt-13b\ntrain:\n  global_batch: 256\n  micro_batch: 1\n"
+                       "  precision: bf16\n"))
+        return;
+    buf = plan_json(&job, "h100-sxm", 8, 8, 0);
+    root = buf ? cJSON_Parse(buf) : NULL, top = root ? cJSON_GetObjectItem(root, "top") : NULL;
+    int any = 0;
+    n = top ? cJSON_GetArraySize(top) : 0;
+    for (int i = 0; i < n; i++) any |= cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(top, i), "offload_optimizer"));
+    CHECK(n > 0 && !any, "plan gpt-13b on 64 H100: %d layouts, none offloads (they fit without)", n);
+    cJSON_Delete(root);
+    free(buf);
+}
+
 static void test_planner_bound(void)
 {
     static const struct {
@@ -856,5 +933,6 @@ int main(void)
     test_hardware();
     test_planner();
     test_planner_bound();
+    test_planner_offload();
     CHECK_DONE();
 }
