@@ -41,6 +41,11 @@ typedef struct dt_ops {
     void (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
     void (*to_host)(void *dst_host, const void *src, size_t bytes);
     void (*from_host)(void *dst, const void *src_host, size_t bytes);
+    /* Host memory the device copies to and from at full speed (page-locked on
+     * cuda; plain memory on cpu), zeroed; NULL on failure. For what lives on
+     * the host on purpose (train.offload). */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 
     /* ---- token embedding (vocab-parallel ready) ----
      * Rows [v0, v0+vn) of the global table live here as wte[vn, C].

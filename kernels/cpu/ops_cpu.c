@@ -17,6 +17,8 @@ const dt_ops dt_ops_cpu = {
     .copy = cpu_copy,
     .to_host = cpu_copy,
     .from_host = cpu_copy,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
 
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,

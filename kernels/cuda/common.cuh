@@ -187,6 +187,8 @@ void cuda_zero(void *p, size_t bytes);
 void cuda_copy(void *dst, const void *src, size_t bytes);
 void cuda_to_host(void *dst_host, const void *src, size_t bytes);
 void cuda_from_host(void *dst, const void *src_host, size_t bytes);
+void *cuda_host_alloc(size_t bytes);
+void cuda_host_free(void *p);
 /* embedding.cu */
 void cuda_embedding_forward(float *out, const int *tok, const float *wte, int v0, int vn,
                             int N, int C);

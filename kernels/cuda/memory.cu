@@ -25,6 +25,23 @@ void *cuda_alloc(size_t bytes) {
     return p;
 }
 
+/* Page-locked host memory: copies to and from it run at the link's full
+ * speed and may be asynchronous (pageable memory is staged by the driver). */
+void *cuda_host_alloc(size_t bytes) {
+    void *p = nullptr;
+    if (!bytes) bytes = 1;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+void cuda_host_free(void *p) {
+    if (p) DTC_CHECK(cudaFreeHost(p));
+}
+
 void cuda_free(void *p) {
     /* cudaFree synchronises with the device first, so no queued op still
      * uses p when it goes back */

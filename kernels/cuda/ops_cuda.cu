@@ -62,6 +62,8 @@ static void fill_table(void) {
     table.copy = cuda_copy;
     table.to_host = cuda_to_host;
     table.from_host = cuda_from_host;
+    table.host_alloc = cuda_host_alloc;
+    table.host_free = cuda_host_free;
     table.embedding_forward = cuda_embedding_forward;
     table.embedding_backward = cuda_embedding_backward;
     table.posadd_forward = cuda_posadd_forward;

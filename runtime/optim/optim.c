@@ -33,8 +33,19 @@ struct optim {
     size_t pe;            /* parameter element bytes */
 };
 
-/* Where the state lives: the device's ops, or the host's under offload. */
-static const dt_ops *state_ops(const optim *o) { return o->host ? o->host : o->ops; }
+/* The state's memory: the device's, or under offload the host memory the
+ * device backend copies to fastest (page-locked on cuda). */
+static void *state_alloc(const optim *o, size_t bytes)
+{
+    return o->host ? o->ops->host_alloc(bytes ? bytes : 1) : o->ops->alloc(bytes ? bytes : 1);
+}
+
+static void state_free(const optim *o, void *p)
+{
+    if (!p) return;
+    if (o->host) o->ops->host_free(p);
+    else o->ops->free(p);
+}
 
 static int init_master(optim *o, optim_slice *s)
 {
@@ -67,7 +78,6 @@ optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, con
     o->ge = model_grad_elem_bytes(m);
     o->pe = model_param_elem_bytes(m);
     o->host = host;
-    const dt_ops *so = state_ops(o);
     o->n = sh->unit_end - sh->unit_begin;
     o->s = calloc((size_t)o->n, sizeof *o->s);
     if (!o->s) { free(o); return NULL; }
@@ -80,10 +90,10 @@ optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, con
         s->hi = hi ? hi[i] : model_unit_local_numel(m, u);
         size_t bytes = (s->hi - s->lo) * sizeof(float);
         if (s->hi - s->lo > widest) widest = s->hi - s->lo;
-        s->m = so->alloc(bytes ? bytes : 1);
-        s->v = so->alloc(bytes ? bytes : 1);
+        s->m = state_alloc(o, bytes);
+        s->v = state_alloc(o, bytes);
         if (!s->m || !s->v) { optim_destroy(o); return NULL; }
-        if ((o->mixed || o->host) && (!(s->master = so->alloc(bytes ? bytes : 1)) || init_master(o, s) != 0)) {
+        if ((o->mixed || o->host) && (!(s->master = state_alloc(o, bytes)) || init_master(o, s) != 0)) {
             optim_destroy(o);
             return NULL;
         }
@@ -95,8 +105,8 @@ optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, con
         optim_destroy(o);
         return NULL;
     }
-    if (o->host && (!(o->hscratch = host->alloc(o->scratch_numel * sizeof(float))) ||
-                    !(o->hstage = host->alloc(o->scratch_numel * sizeof(float))))) {
+    if (o->host && (!(o->hscratch = state_alloc(o, o->scratch_numel * sizeof(float))) ||
+                    !(o->hstage = state_alloc(o, o->scratch_numel * sizeof(float))))) {
         optim_destroy(o);
         return NULL;
     }
@@ -106,15 +116,14 @@ optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, con
 void optim_destroy(optim *o)
 {
     if (!o) return;
-    const dt_ops *so = state_ops(o);
     for (int i = 0; o->s && i < o->n; i++) {
-        if (o->s[i].m) so->free(o->s[i].m);
-        if (o->s[i].v) so->free(o->s[i].v);
-        if (o->s[i].master) so->free(o->s[i].master);
+        state_free(o, o->s[i].m);
+        state_free(o, o->s[i].v);
+        state_free(o, o->s[i].master);
     }
     if (o->scratch) o->ops->free(o->scratch);
-    if (o->hscratch) o->host->free(o->hscratch);
-    if (o->hstage) o->host->free(o->hstage);
+    state_free(o, o->hscratch);
+    state_free(o, o->hstage);
     free(o->s);
     free(o);
 }

@@ -34,7 +34,8 @@ typedef struct optim optim;
 /* State for elements [lo[u], hi[u]) of each held unit u (NULL lo/hi: whole units). */
 optim *optim_create(model *m, const dt_ops *ops, const job_train *t,
                     const size_t *lo, const size_t *hi);
-/* The same with the state in host memory, stepped by `host` (the CPU ops). */
+/* The same with the state in host memory (ops->host_alloc: page-locked on
+ * cuda), stepped by `host` (the CPU ops). */
 optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, const job_train *t,
                             const size_t *lo, const size_t *hi);
 void optim_destroy(optim *o);
