@@ -120,6 +120,10 @@ $(BUILD)/test/%: test/unit/%.c $(BUILD)/libdtrun.a
 
 tests-bin: $(TEST_BIN)
 
+# GPT-2's vocabulary and merges are assembled into this object (.incbin), which
+# the compiler's dependency files do not see.
+$(BUILD)/lib/text/gpt2_data.o: lib/text/gpt2/encoder.json lib/text/gpt2/vocab.bpe
+
 deps:
 	@scripts/deps.sh
 
