@@ -6,7 +6,7 @@
 #   make test            every test; ends with "N passed, N failed"
 #   make test-full       + the whole layout-equivalence matrix
 #   make test-gpu        CUDA kernels against their CPU twins (skips without a GPU)
-#   make quickstart      build, then train configs/quickstart.yaml on 2 workers
+#   make quickstart      build, train configs/quickstart.yaml on 2 workers, plot runs/quickstart.svg
 #   make fuzz            every libFuzzer target, 10^6 runs each
 #   make install PREFIX=/usr/local
 
@@ -120,6 +120,10 @@ $(BUILD)/test/%: test/unit/%.c $(BUILD)/libdtrun.a
 
 tests-bin: $(TEST_BIN)
 
+# GPT-2's vocabulary and merges are assembled into this object (.incbin), which
+# the compiler's dependency files do not see.
+$(BUILD)/lib/text/gpt2_data.o: lib/text/gpt2/encoder.json lib/text/gpt2/vocab.bpe
+
 deps:
 	@scripts/deps.sh
 
@@ -173,6 +177,7 @@ quickstart: deps
 	@$(MAKE) --no-print-directory $(JOBS) all
 	@scripts/data/text-corpus.sh data/fortunes.txt
 	bin/dtrun --nproc-per-node=2 configs/quickstart.yaml
+	@printf 'curves: '; bin/dtrun plot runs/quickstart.jsonl -o runs/quickstart.svg
 
 # libFuzzer targets (clang): make fuzz RUNS=1000000
 fuzz:

@@ -9,6 +9,8 @@
  *   dtrun worker job.yaml              one worker (what the agent starts)
  *   dtrun export CKPT out.safetensors  one consolidated file, Hugging Face names
  *   dtrun rdzv --listen HOST:PORT      a standalone rendezvous daemon
+ *   dtrun tokenize FILE... -o PREFIX   text to GPT-2 token shards
+ *   dtrun plot RUN.jsonl... -o F.svg   curves of runs
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +20,8 @@
 #include "lib/job/jobspec.h"
 #include "lib/launch/launch_opts.h"
 #include "lib/rdzv/rdzv_cmd.h"
+#include "lib/plot/plot_cmd.h"
+#include "lib/text/tokenize_cmd.h"
 #include "lib/launch/slurm.h"
 #include "runtime/ckpt/ckpt.h"
 #include "runtime/plan/plan.h"
@@ -36,6 +40,8 @@ static int usage(void)
             "       dtrun worker job.yaml\n"
             "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors   (CKPT: checkpoint dir or step dir)\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
+            "       dtrun tokenize [options] FILE... -o PREFIX   (text to GPT-2 token shards)\n"
+            "       dtrun plot RUN.jsonl... -o curves.svg          (loss, throughput, memory as SVG)\n"
             "options (torchrun's names; '-' or '_', --opt=V or --opt V):\n"
             "  --nproc-per-node N|cpu|gpu|auto   workers on this node (auto: GPUs, else 1)\n"
             "  --nnodes N|MIN:MAX                nodes (default 1)\n"
@@ -206,6 +212,8 @@ int main(int argc, char **argv)
     }
     if (!strcmp(a, "rdzv")) return rdzv_command(argc - 1, argv + 1);
     if (!strcmp(a, "export")) return export_command(argc, argv);
+    if (!strcmp(a, "tokenize")) return tokenize_main(argc - 1, argv + 1);
+    if (!strcmp(a, "plot")) return plot_main(argc - 1, argv + 1);
 
     static launch_opts o;
     char err[1024];

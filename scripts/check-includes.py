@@ -14,7 +14,8 @@ The order, top to bottom (a folder's level; higher may include lower):
   runtime/comm, runtime/model           communication; the model (never comm)
   runtime (root files: rng, env)        leaves every runtime folder may use
   lib/launch                            the agent, options, Slurm
-  lib/rdzv, lib/job                     rendezvous + KV store; the job spec
+  lib/rdzv, lib/job, lib/text,         rendezvous + KV store; the job spec;
+  lib/plot                              the tokenizer; plots of metrics files
   lib/util                              clock, error lines, exit codes
   kernels (kernels/, cpu/, cuda/)       pure compute: includes nothing above
 
@@ -47,6 +48,8 @@ LEVELS = {
     "lib/launch": 25,
     "lib/rdzv": 20,
     "lib/job": 20,
+    "lib/text": 20,
+    "lib/plot": 20,
     "lib/util": 10,
     "kernels": 0,
 }

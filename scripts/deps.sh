@@ -3,12 +3,13 @@
 # Runtime/build: libyaml, libuv, OpenBLAS, zlib, xxhash, cJSON, Random123 (header-only).
 # Tests: Fashion-MNIST and fortunes (real data), clang + its runtime (libFuzzer),
 # iproute2 (netns), python3 (the tests' comparison scripts), slurm-wlm + munge (the
-# Slurm test). Peers (python3-torch) are installed by the bench scripts and by the
+# Slurm test), chromium (test-only: test/integration/plot.sh renders the SVG of
+# `dtrun plot` headless and checks the screenshot). Peers (python3-torch) are installed by the bench scripts and by the
 # export test that loads a checkpoint into PyTorch, never here.
 set -euo pipefail
 pkgs=(gcc make pkg-config libyaml-dev libuv1-dev libopenblas-dev zlib1g-dev libxxhash-dev
       libcjson-dev librandom123-dev dataset-fashion-mnist fortunes clang libclang-rt-14-dev
-      iproute2 procps python3 slurm-wlm munge)
+      iproute2 procps python3 slurm-wlm munge chromium)
 pkgs+=(${DTRUN_EXTRA_DEPS:-})
 missing=()
 for p in "${pkgs[@]}"; do

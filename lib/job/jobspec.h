@@ -129,6 +129,7 @@ typedef struct {
     int every;                  /* print / record every N steps, default 1 */
     progress_mode progress;
     char trace[JOB_PATH_MAX];   /* Chrome-trace JSON, "" = none */
+    char tensorboard[JOB_PATH_MAX]; /* directory of TensorBoard event files, "" = none */
 } job_log;
 
 /* launch: options the command line may also give; the command line wins.

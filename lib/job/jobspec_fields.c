@@ -180,6 +180,8 @@ const field_def job_fields[FID_COUNT] = {
     [FID_LOG_PROGRESS] = ENUM(SEC_LOG, "progress", log.progress, progress_modes, progress_aliases,
                               "progress_bar,bar"),
     [FID_LOG_TRACE] = STR(SEC_LOG, "trace", FT_STR, log.trace, "trace_file,profile,chrome_trace"),
+    [FID_LOG_TENSORBOARD] = STR(SEC_LOG, "tensorboard", FT_STR, log.tensorboard,
+                                "tensorboard_dir,tb,tb_dir,summary_dir"),
 
     [FID_NPROC_PER_NODE] = STR(SEC_LAUNCH, "nproc_per_node", FT_NPROC, launch.nproc_per_node,
                                "nproc,nprocs,gpus,gpus_per_node,ntasks_per_node"),

@@ -7,6 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/train/tfevents.h"
+
 struct metrics {
     FILE *jsonl;      /* NULL when no metrics file */
     int rank;
@@ -15,6 +17,7 @@ struct metrics {
     int steps;
     int first_step;   /* the first step this process logged (resumed runs start late) */
     const char *unit; /* "tok/s" or "img/s" */
+    tfevents *tb;     /* NULL when no log.tensorboard */
 };
 
 /* Create the directories leading to `path` (like mkdir -p of its dirname). */
@@ -50,12 +53,24 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
             return NULL;
         }
     }
+    if (job->log.tensorboard[0]) {
+        char dir[JOB_PATH_MAX + 32];
+        if (rank == 0) snprintf(dir, sizeof dir, "%s", job->log.tensorboard);
+        else snprintf(dir, sizeof dir, "%s/rank%d", job->log.tensorboard, rank);
+        m->tb = tfevents_open(dir, err, errlen);
+        if (!m->tb) {
+            if (m->jsonl) fclose(m->jsonl);
+            free(m);
+            return NULL;
+        }
+    }
     return m;
 }
 
 void metrics_close(metrics *m)
 {
     if (!m) return;
+    tfevents_close(m->tb);
     if (m->jsonl) fclose(m->jsonl);
     free(m);
 }
@@ -67,9 +82,25 @@ static void fmt_eta(char *buf, size_t n, double secs)
     else snprintf(buf, n, "%dm%02ds", s / 60, s % 60);
 }
 
+void metrics_log_memory(metrics *m, int step, double accounted_peak_bytes, double rss_peak_bytes)
+{
+    if (!m->tb) return;
+    tfevents_scalar(m->tb, "memory/accounted_peak_MiB", step, accounted_peak_bytes / (1 << 20));
+    tfevents_scalar(m->tb, "memory/rss_peak_MiB", step, rss_peak_bytes / (1 << 20));
+    tfevents_flush(m->tb);
+}
+
 void metrics_log_step(metrics *m, const metrics_step *s)
 {
     if (m->rank != 0) return;
+    if (m->tb) {
+        tfevents_scalar(m->tb, "train/loss", s->step, s->loss);
+        tfevents_scalar(m->tb, "train/lr", s->step, s->lr);
+        tfevents_scalar(m->tb, "train/grad_norm", s->step, s->grad_norm);
+        tfevents_scalar(m->tb, m->unit[0] == 't' ? "perf/tokens_per_s" : "perf/images_per_s", s->step,
+                        s->samples_per_s);
+        tfevents_flush(m->tb);
+    }
     if (m->jsonl) {
         fprintf(m->jsonl,
                 "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"%s\":%.1f,\"elapsed\":%.3f}\n",
@@ -92,6 +123,11 @@ void metrics_log_step(metrics *m, const metrics_step *s)
 void metrics_log_eval(metrics *m, int step, double val_loss, double acc)
 {
     if (m->rank != 0) return;
+    if (m->tb) {
+        tfevents_scalar(m->tb, "val/loss", step, val_loss);
+        if (acc >= 0) tfevents_scalar(m->tb, "val/acc", step, acc);
+        tfevents_flush(m->tb);
+    }
     if (m->jsonl) {
         if (acc >= 0)
             fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f,\"val_acc\":%.6f}\n", step, val_loss, acc);

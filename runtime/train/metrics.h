@@ -1,6 +1,11 @@
 /* metrics.h — what a run reports: one JSON object per logged step in the metrics
  * file (JSONL), a live progress line for rank 0 on a terminal (plain lines
- * otherwise), evaluation lines and a final summary. */
+ * otherwise), evaluation lines and a final summary; with log.tensorboard, the
+ * same scalars as TensorBoard events (tfevents.h): rank 0 writes train/loss,
+ * train/lr, train/grad_norm, perf/tokens_per_s (images_per_s for ViT),
+ * val/loss (val/acc) into DIR, and every rank its memory/accounted_peak_MiB
+ * and memory/rss_peak_MiB, rank 0 into DIR and rank R into DIR/rankR (one
+ * TensorBoard run per rank). */
 #ifndef DTRUN_METRICS_H
 #define DTRUN_METRICS_H
 
@@ -23,6 +28,9 @@ typedef struct metrics metrics;
 metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size_t errlen);
 void metrics_close(metrics *m);
 void metrics_log_step(metrics *m, const metrics_step *s);
+/* This rank's peak memory after a step: accounted bytes (account.h) and the
+ * process's peak RSS. Written to the rank's TensorBoard file only. */
+void metrics_log_memory(metrics *m, int step, double accounted_peak_bytes, double rss_peak_bytes);
 /* acc < 0 when there is none (GPT). */
 void metrics_log_eval(metrics *m, int step, double val_loss, double acc);
 void metrics_summary(metrics *m, int steps, double loss, double val_loss, double acc,

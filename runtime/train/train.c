@@ -58,14 +58,16 @@ static FILE *rank_log_open(const job_spec *job, int rank, int append)
     return f;
 }
 
-static void rank_log_step(FILE *f, engine *e, int step)
+static void rank_log_step(FILE *f, metrics *met, engine *e, int step)
 {
     engine_times t;
     engine_take_times(e, &t);
-    if (!f) return;
     const account *a = engine_account(e);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    /* every rank's memory goes to its TensorBoard file (log.tensorboard) */
+    metrics_log_memory(met, step, (double)acct_peak_total(a), (double)ru.ru_maxrss * 1024.0);
+    if (!f) return;
     fprintf(f, "{\"step\":%d,\"rank\":%d,\"layout\":\"%s\",\"time\":{\"wall\":%.6f,\"compute\":%.6f,"
                "\"comm\":%.6f,\"idle\":%.6f},",
             step, engine_rank(e), engine_layout(e), t.wall_s, t.compute_s, t.comm_s, t.idle_s);
@@ -238,7 +240,7 @@ static int train_job(const job_spec *job)
             pg.updates++;
             train_progress_add_loss(&pg, loss);
             double te = clock_now_s();
-            rank_log_step(rlog, e, done);
+            rank_log_step(rlog, met, e, done);
             metrics_step ms = {.step = done, .loss = loss, .lr = lr, .grad_norm = norm,
                                .samples_per_s = samples_per_step / (te - ts), .elapsed = te - t0};
             metrics_log_step(met, &ms);

@@ -1,0 +1,32 @@
+/* run_series.h — the curves of one training run, read from its metrics file
+ * (log.metrics, JSONL: step records with loss and tokens_per_s or
+ * images_per_s, evaluation records with val_loss) and, when they sit beside
+ * it, its ranks' files STEM.rankN.jsonl (mem_peak.total, per rank). */
+#ifndef DTRUN_PLOT_RUN_SERIES_H
+#define DTRUN_PLOT_RUN_SERIES_H
+
+#include <stddef.h>
+
+typedef struct {
+    double *x, *y;
+    int n, cap;
+} series;
+
+enum { RUN_MAX_RANKS = 64 };
+
+typedef struct {
+    char name[256];    /* the file's name without .jsonl */
+    series loss, val_loss, throughput;
+    int images;        /* throughput is images/s (ViT), not tokens/s */
+    series mem[RUN_MAX_RANKS]; /* accounted peak MiB of rank r */
+    int n_ranks;
+} run_series;
+
+/* Whether path names a rank's own file (….rankN.jsonl), not a run. */
+int run_is_rank_file(const char *path);
+
+/* Reads path and its rank files. 0, or -1 with err ("PATH:LINE: why"). */
+int run_series_read(run_series *r, const char *path, char *err, size_t errlen);
+void run_series_free(run_series *r);
+
+#endif

@@ -1,0 +1,483 @@
+/* bpe.c — see bpe.h. Two hash tables carry the work: merges keyed by the
+ * pair of ids (rank and merged id), and each encoder's cache of pieces. The
+ * token-string table is only needed while loading. */
+#include "lib/text/bpe.h"
+
+#include <cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "lib/text/gpt2_data.h"
+#include "lib/text/pretokenize.h"
+#include "lib/util/errline.h"
+#include "lib/util/grow.h"
+
+enum { NO_RANK = -1 };
+
+typedef struct {
+    uint64_t key; /* first id << 32 | second id; EMPTY_PAIR when free */
+    int32_t rank;
+    uint32_t merged;
+} pair_slot;
+
+#define EMPTY_PAIR UINT64_MAX
+
+struct bpe_vocab {
+    int n_tokens, n_merges, eot;
+    char *bytes;      /* every token's raw bytes, back to back */
+    size_t *offset;   /* token id -> its bytes: bytes + offset[id], offset[id+1] - offset[id] long */
+    uint32_t byte_id[256];
+    pair_slot *pairs; /* open addressing, linear probing */
+    uint64_t pair_mask;
+};
+
+static uint64_t pair_hash(uint64_t key)
+{
+    key ^= key >> 31;
+    key *= 0x9e3779b97f4a7c15ull;
+    return key ^ key >> 29;
+}
+
+static const pair_slot *find_pair(const bpe_vocab *v, uint32_t a, uint32_t b)
+{
+    uint64_t key = (uint64_t)a << 32 | b;
+    for (uint64_t i = pair_hash(key) & v->pair_mask;; i = (i + 1) & v->pair_mask) {
+        if (v->pairs[i].key == key) return &v->pairs[i];
+        if (v->pairs[i].key == EMPTY_PAIR) return NULL;
+    }
+}
+
+/* ---- loading ---- */
+
+/* GPT-2's bytes_to_unicode: bytes that are printable Latin-1 ('!'..'~',
+ * '¡'..'¬', '®'..'ÿ') stand for themselves; the other 68 bytes, in order,
+ * for U+0100, U+0101, ... */
+static void byte_to_codepoint(uint32_t cp_of[256])
+{
+    int n = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
+        cp_of[b] = printable ? (uint32_t)b : 256u + (uint32_t)n++;
+    }
+}
+
+/* A token spelled in encoder.json's characters -> its raw bytes, into out (at
+ * least strlen(s) bytes). Returns the byte count, or -1 when a character is not
+ * one of the 256 that spell bytes. */
+static long unspell(const char *s, size_t n, const int byte_of_cp[324], char *out)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    long len = 0;
+    for (size_t i = 0; i < n;) {
+        uint32_t cp;
+        if (u[i] < 0x80) cp = u[i++];
+        else if ((u[i] & 0xe0) == 0xc0 && i + 1 < n) { cp = (uint32_t)(u[i] & 0x1f) << 6 | (u[i + 1] & 0x3f); i += 2; }
+        else return -1; /* every spelling character is below U+0144: one or two bytes */
+        if (cp >= 324 || byte_of_cp[cp] < 0) return -1;
+        out[len++] = (char)byte_of_cp[cp];
+    }
+    return len;
+}
+
+/* Token raw bytes -> id, for resolving the merges while loading. */
+typedef struct {
+    uint64_t hash;
+    int id; /* -1: free */
+} name_slot;
+
+typedef struct {
+    name_slot *slots;
+    uint64_t mask;
+    const bpe_vocab *v;
+} name_table;
+
+static int name_find(const name_table *t, const char *s, size_t n)
+{
+    uint64_t h = XXH3_64bits(s, n);
+    for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        const name_slot *sl = &t->slots[i];
+        if (sl->id < 0) return -1;
+        size_t len;
+        const char *b = bpe_token_bytes(t->v, sl->id, &len);
+        if (sl->hash == h && len == n && !memcmp(b, s, n)) return sl->id;
+    }
+}
+
+static void name_insert(name_table *t, int id)
+{
+    size_t n;
+    const char *s = bpe_token_bytes(t->v, id, &n);
+    uint64_t h = XXH3_64bits(s, n), i = h & t->mask;
+    while (t->slots[i].id >= 0) i = (i + 1) & t->mask;
+    t->slots[i] = (name_slot){h, id};
+}
+
+static uint64_t pow2_at_least(uint64_t n)
+{
+    uint64_t p = 16;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+/* encoder.json -> v->bytes / v->offset. */
+static int load_tokens(bpe_vocab *v, const char *json, size_t json_len, char *err, size_t errlen)
+{
+    cJSON *root = cJSON_ParseWithLength(json, json_len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return errline(err, errlen, "encoder.json: not a JSON object of token -> id");
+    }
+    uint32_t cp_of[256];
+    int byte_of_cp[324];
+    byte_to_codepoint(cp_of);
+    for (int i = 0; i < 324; i++) byte_of_cp[i] = -1;
+    for (int b = 0; b < 256; b++) byte_of_cp[cp_of[b]] = b;
+
+    int n = cJSON_GetArraySize(root), rc = 0;
+    size_t total = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, root) total += strlen(it->string);
+    v->n_tokens = n;
+    v->bytes = malloc(total + 1);
+    v->offset = calloc((size_t)n + 1, sizeof *v->offset);
+    size_t *len_of = calloc((size_t)n, sizeof *len_of);
+    char *scratch = malloc(total + 1);
+    signed char *seen = calloc((size_t)n, 1);
+    if (!v->bytes || !v->offset || !len_of || !scratch || !seen) {
+        rc = errline(err, errlen, "out of memory loading the vocabulary");
+        goto out;
+    }
+    /* ids may come in any order: first the length of each id's bytes */
+    cJSON_ArrayForEach(it, root) {
+        double d = cJSON_IsNumber(it) ? it->valuedouble : -1;
+        if (d < 0 || d >= n || d != (int)d) {
+            rc = errline(err, errlen, "encoder.json: token '%s' has id %s, not an integer in [0, %d)", it->string,
+                         cJSON_IsNumber(it) ? "out of range" : "of another type", n);
+            goto out;
+        }
+        int id = (int)d;
+        if (seen[id]) {
+            rc = errline(err, errlen, "encoder.json: id %d is given twice", id);
+            goto out;
+        }
+        seen[id] = 1;
+        long len = unspell(it->string, strlen(it->string), byte_of_cp, scratch);
+        if (len < 0) {
+            rc = errline(err, errlen, "encoder.json: token '%s' uses a character that spells no byte", it->string);
+            goto out;
+        }
+        len_of[id] = (size_t)len;
+    }
+    for (int id = 0; id < n; id++) v->offset[id + 1] = v->offset[id] + len_of[id];
+    cJSON_ArrayForEach(it, root) {
+        int id = (int)it->valuedouble;
+        unspell(it->string, strlen(it->string), byte_of_cp, v->bytes + v->offset[id]);
+    }
+    it = cJSON_GetObjectItemCaseSensitive(root, "<|endoftext|>");
+    v->eot = it ? (int)it->valuedouble : -1;
+out:
+    free(len_of);
+    free(scratch);
+    free(seen);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* vocab.bpe ("#version" line, then "first second" per line, best rank first)
+ * -> v->pairs. Each merge's two halves and their concatenation must be tokens. */
+static int load_merges(bpe_vocab *v, const char *text, size_t len, char *err, size_t errlen)
+{
+    uint32_t cp_of[256];
+    int byte_of_cp[324];
+    byte_to_codepoint(cp_of);
+    for (int i = 0; i < 324; i++) byte_of_cp[i] = -1;
+    for (int b = 0; b < 256; b++) byte_of_cp[cp_of[b]] = b;
+
+    name_table names = {.v = v};
+    names.mask = pow2_at_least(2 * (uint64_t)v->n_tokens) - 1;
+    names.slots = malloc((names.mask + 1) * sizeof *names.slots);
+    size_t n_lines = 1;
+    for (size_t i = 0; i < len; i++) n_lines += text[i] == '\n';
+    v->pair_mask = pow2_at_least(2 * n_lines) - 1;
+    v->pairs = malloc((v->pair_mask + 1) * sizeof *v->pairs);
+    char *buf = malloc(len + 1);
+    if (!names.slots || !v->pairs || !buf) {
+        free(names.slots);
+        free(buf);
+        return errline(err, errlen, "out of memory loading the merges");
+    }
+    for (uint64_t i = 0; i <= names.mask; i++) names.slots[i].id = -1;
+    for (uint64_t i = 0; i <= v->pair_mask; i++) v->pairs[i].key = EMPTY_PAIR;
+    for (int id = 0; id < v->n_tokens; id++) name_insert(&names, id);
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        int id = name_find(&names, &c, 1);
+        if (id < 0) {
+            free(names.slots);
+            free(buf);
+            return errline(err, errlen, "encoder.json: byte 0x%02x has no token", b);
+        }
+        v->byte_id[b] = (uint32_t)id;
+    }
+
+    int rc = 0, rank = 0;
+    size_t line_no = 0;
+    for (size_t at = 0; at < len;) {
+        const char *line = text + at, *nl = memchr(line, '\n', len - at);
+        size_t line_len = nl ? (size_t)(nl - line) : len - at;
+        at += line_len + 1;
+        line_no++;
+        if (line_len == 0 || (line_no == 1 && line[0] == '#')) continue;
+        const char *sp = memchr(line, ' ', line_len);
+        long la = sp ? unspell(line, (size_t)(sp - line), byte_of_cp, buf) : -1;
+        long lb = sp && la >= 0 ? unspell(sp + 1, line_len - (size_t)(sp - line) - 1, byte_of_cp, buf + la) : -1;
+        if (!sp || la <= 0 || lb <= 0) {
+            rc = errline(err, errlen, "vocab.bpe:%zu: not two tokens separated by one space: '%.*s'", line_no,
+                         (int)line_len, line);
+            break;
+        }
+        int a = name_find(&names, buf, (size_t)la), b = name_find(&names, buf + la, (size_t)lb);
+        int ab = name_find(&names, buf, (size_t)(la + lb));
+        if (a < 0 || b < 0 || ab < 0) {
+            rc = errline(err, errlen, "vocab.bpe:%zu: '%.*s': %s is not in encoder.json", line_no, (int)line_len,
+                         line, a < 0 ? "the first token" : b < 0 ? "the second token" : "the merged token");
+            break;
+        }
+        /* A pair listed twice keeps its last rank, as Python's dict(zip(...))
+         * in encoder.py does. */
+        uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b, i = pair_hash(key) & v->pair_mask;
+        while (v->pairs[i].key != EMPTY_PAIR && v->pairs[i].key != key) i = (i + 1) & v->pair_mask;
+        v->pairs[i] = (pair_slot){key, rank++, (uint32_t)ab};
+    }
+    v->n_merges = rank;
+    free(names.slots);
+    free(buf);
+    return rc;
+}
+
+bpe_vocab *bpe_vocab_parse(const char *encoder_json, size_t json_len, const char *merges, size_t merges_len,
+                           char *err, size_t errlen)
+{
+    bpe_vocab *v = calloc(1, sizeof *v);
+    if (!v) {
+        errline(err, errlen, "out of memory loading the vocabulary");
+        return NULL;
+    }
+    if (load_tokens(v, encoder_json, json_len, err, errlen) != 0 ||
+        load_merges(v, merges, merges_len, err, errlen) != 0) {
+        bpe_vocab_free(v);
+        return NULL;
+    }
+    return v;
+}
+
+bpe_vocab *bpe_vocab_gpt2(char *err, size_t errlen)
+{
+    size_t jn, mn;
+    const char *json = gpt2_encoder_json(&jn), *merges = gpt2_vocab_bpe(&mn);
+    return bpe_vocab_parse(json, jn, merges, mn, err, errlen);
+}
+
+void bpe_vocab_free(bpe_vocab *v)
+{
+    if (!v) return;
+    free(v->bytes);
+    free(v->offset);
+    free(v->pairs);
+    free(v);
+}
+
+int bpe_vocab_size(const bpe_vocab *v) { return v->n_tokens; }
+int bpe_vocab_merges(const bpe_vocab *v) { return v->n_merges; }
+int bpe_vocab_eot(const bpe_vocab *v) { return v->eot; }
+
+const char *bpe_token_bytes(const bpe_vocab *v, int id, size_t *len)
+{
+    *len = v->offset[id + 1] - v->offset[id];
+    return v->bytes + v->offset[id];
+}
+
+int token_buf_push(token_buf *b, uint32_t id)
+{
+    if (b->n == b->cap) {
+        size_t cap = b->cap ? 2 * b->cap : 1024;
+        uint32_t *ids = realloc(b->ids, cap * sizeof *ids);
+        if (!ids) return -1;
+        b->ids = ids;
+        b->cap = cap;
+    }
+    b->ids[b->n++] = id;
+    return 0;
+}
+
+void token_buf_free(token_buf *b)
+{
+    free(b->ids);
+    *b = (token_buf){0};
+}
+
+/* ---- encoding ---- */
+
+/* Pieces longer than this are not cached (long runs of spaces, URLs, ...):
+ * they rarely come back and would crowd the cache out. */
+enum { CACHE_MAX_PIECE = 64 };
+/* The cache is emptied when it holds this many pieces; about 100 bytes each. */
+enum { CACHE_MAX_ENTRIES = 1 << 20 };
+
+typedef struct {
+    uint64_t hash;
+    uint32_t key_at, ids_at; /* into key_bytes / ids */
+    uint16_t key_len, n_ids; /* key_len 0: free slot */
+} cache_slot;
+
+struct bpe_encoder {
+    const bpe_vocab *v;
+    cache_slot *slots;
+    uint64_t mask;
+    size_t used;
+    char *key_bytes;
+    size_t key_len, key_cap;
+    uint32_t *ids;
+    size_t n_ids, ids_cap;
+    uint32_t *word; /* the merge loop's working ids */
+    size_t word_cap;
+};
+
+bpe_encoder *bpe_encoder_new(const bpe_vocab *v)
+{
+    bpe_encoder *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->v = v;
+    e->mask = (1u << 16) - 1;
+    e->slots = calloc(e->mask + 1, sizeof *e->slots);
+    if (!e->slots) {
+        free(e);
+        return NULL;
+    }
+    return e;
+}
+
+void bpe_encoder_free(bpe_encoder *e)
+{
+    if (!e) return;
+    free(e->slots);
+    free(e->key_bytes);
+    free(e->ids);
+    free(e->word);
+    free(e);
+}
+
+static void cache_clear(bpe_encoder *e)
+{
+    memset(e->slots, 0, (e->mask + 1) * sizeof *e->slots);
+    e->used = e->key_len = e->n_ids = 0;
+}
+
+/* The cached ids of piece p[0..n), or NULL (*slot: where it would go). */
+static const cache_slot *cache_find(const bpe_encoder *e, const char *p, size_t n, uint64_t h, uint64_t *slot)
+{
+    uint64_t i = h & e->mask;
+    for (;; i = (i + 1) & e->mask) {
+        const cache_slot *s = &e->slots[i];
+        if (!s->key_len) break;
+        if (s->hash == h && s->key_len == n && !memcmp(e->key_bytes + s->key_at, p, n)) return s;
+    }
+    *slot = i;
+    return NULL;
+}
+
+static int cache_grow(bpe_encoder *e)
+{
+    uint64_t mask = e->mask * 2 + 1;
+    cache_slot *slots = calloc(mask + 1, sizeof *slots);
+    if (!slots) return -1;
+    for (uint64_t i = 0; i <= e->mask; i++) {
+        if (!e->slots[i].key_len) continue;
+        uint64_t j = e->slots[i].hash & mask;
+        while (slots[j].key_len) j = (j + 1) & mask;
+        slots[j] = e->slots[i];
+    }
+    free(e->slots);
+    e->slots = slots;
+    e->mask = mask;
+    return 0;
+}
+
+/* BPE on one piece: its bytes' ids merged pair by pair, appended to out. */
+static int merge_piece(bpe_encoder *e, const unsigned char *p, size_t n, token_buf *out, size_t *first)
+{
+    const bpe_vocab *v = e->v;
+    if (n > e->word_cap) {
+        uint32_t *w = realloc(e->word, n * sizeof *w);
+        if (!w) return -1;
+        e->word = w;
+        e->word_cap = n;
+    }
+    uint32_t *w = e->word;
+    for (size_t i = 0; i < n; i++) w[i] = v->byte_id[p[i]];
+    while (n > 1) {
+        const pair_slot *best = NULL;
+        for (size_t i = 0; i + 1 < n; i++) {
+            const pair_slot *s = find_pair(v, w[i], w[i + 1]);
+            if (s && (!best || s->rank < best->rank)) best = s;
+        }
+        if (!best) break;
+        uint32_t a = (uint32_t)(best->key >> 32), b = (uint32_t)best->key;
+        size_t j = 0;
+        for (size_t i = 0; i < n;) {
+            if (i + 1 < n && w[i] == a && w[i + 1] == b) {
+                w[j++] = best->merged;
+                i += 2;
+            } else {
+                w[j++] = w[i++];
+            }
+        }
+        n = j;
+    }
+    *first = out->n;
+    for (size_t i = 0; i < n; i++)
+        if (token_buf_push(out, w[i]) != 0) return -1;
+    return 0;
+}
+
+static int encode_piece(bpe_encoder *e, const char *p, size_t n, token_buf *out)
+{
+    const unsigned char *u = (const unsigned char *)p;
+    if (n == 1) return token_buf_push(out, e->v->byte_id[u[0]]);
+    size_t first;
+    if (n > CACHE_MAX_PIECE) return merge_piece(e, u, n, out, &first);
+    uint64_t h = XXH3_64bits(p, n), slot;
+    const cache_slot *hit = cache_find(e, p, n, h, &slot);
+    if (hit) {
+        for (uint16_t i = 0; i < hit->n_ids; i++)
+            if (token_buf_push(out, e->ids[hit->ids_at + i]) != 0) return -1;
+        return 0;
+    }
+    if (merge_piece(e, u, n, out, &first) != 0) return -1;
+    size_t n_ids = out->n - first;
+    if (e->used >= CACHE_MAX_ENTRIES) {
+        cache_clear(e);
+        cache_find(e, p, n, h, &slot);
+    }
+    if (grow_bytes(&e->key_bytes, &e->key_cap, e->key_len, n, 1 << 16) != 0 ||
+        grow_bytes(&e->ids, &e->ids_cap, e->n_ids * sizeof *e->ids, n_ids * sizeof *e->ids, 1 << 16) != 0)
+        return 0; /* no room to cache: the ids are out all the same */
+    memcpy(e->key_bytes + e->key_len, p, n);
+    memcpy(e->ids + e->n_ids, out->ids + first, n_ids * sizeof *e->ids);
+    e->slots[slot] = (cache_slot){h, (uint32_t)e->key_len, (uint32_t)e->n_ids, (uint16_t)n, (uint16_t)n_ids};
+    e->key_len += n;
+    e->n_ids += n_ids;
+    if (++e->used * 2 > e->mask + 1 && cache_grow(e) != 0) cache_clear(e);
+    return 0;
+}
+
+int bpe_encode(bpe_encoder *e, const char *text, size_t n, token_buf *out)
+{
+    for (size_t i = 0; i < n;) {
+        size_t end = gpt2_piece_end(text, n, i);
+        if (encode_piece(e, text + i, end - i, out) != 0) return -1;
+        i = end;
+    }
+    return 0;
+}

@@ -1,0 +1,424 @@
+/* tokenize_cmd.c — `dtrun tokenize`: text files to GPT-2 token shards.
+ *
+ * Worker threads take whole files in turn and encode their documents; the
+ * calling thread writes the files' tokens in the order of the command line,
+ * so the output does not depend on the thread count. Workers stay at most a
+ * few files ahead of the writer, which bounds the memory held in between.
+ *
+ * Like llm.c's fineweb.py, every document is preceded by <|endoftext|>
+ * (50256), which thus separates documents. The validation split takes whole
+ * documents, evenly spaced through the corpus (document g of N goes to val
+ * when floor((g+1)k/N) > floor(gk/N), k = round(fraction * N), at least 1);
+ * a corpus of one document gives val its last tokens instead, as nanoGPT's
+ * prepare scripts cut a single text. */
+#include "lib/text/tokenize_cmd.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/text/bpe.h"
+#include "lib/text/corpus.h"
+#include "lib/text/shard_writer.h"
+#include "lib/util/clock.h"
+#include "lib/util/exit_codes.h"
+
+typedef struct {
+    const char **inputs;
+    int n_inputs;
+    const char *output;
+    const char *field;
+    double val_fraction;
+    long shard_tokens;
+    int threads;
+    int progress; /* -1 auto (a terminal), 0 off, 1 on */
+} tokenize_opts;
+
+/* One input file's tokens, from its worker to the writer. */
+typedef struct {
+    int done, failed;
+    char err[1024];
+    token_buf ids;   /* every document's ids, back to back */
+    size_t *doc_end; /* document d is ids[doc_end[d-1] .. doc_end[d]) */
+    long n_docs, cap_docs;
+    size_t counted; /* text bytes added to the progress so far */
+} file_tokens;
+
+typedef struct {
+    const tokenize_opts *o;
+    const bpe_vocab *vocab;
+    corpus_file *files;
+    file_tokens *out;
+    int next, written, window, stop;
+    size_t bytes_encoded; /* progress: text bytes encoded so far (atomic) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} tokenize_run;
+
+typedef struct {
+    tokenize_run *run;
+    bpe_encoder *enc;
+    file_tokens *ft;
+} doc_ctx;
+
+static int encode_doc(const char *text, size_t len, void *arg)
+{
+    doc_ctx *c = arg;
+    file_tokens *ft = c->ft;
+    if (bpe_encode(c->enc, text, len, &ft->ids) != 0) return -1;
+    if (ft->n_docs == ft->cap_docs) {
+        long cap = ft->cap_docs ? 2 * ft->cap_docs : 16;
+        size_t *d = realloc(ft->doc_end, (size_t)cap * sizeof *d);
+        if (!d) return -1;
+        ft->doc_end = d;
+        ft->cap_docs = cap;
+    }
+    ft->doc_end[ft->n_docs++] = ft->ids.n;
+    /* a JSONL document's text is shorter than its line: the rest of the
+     * file's bytes are counted when the file is done */
+    __atomic_add_fetch(&c->run->bytes_encoded, len, __ATOMIC_RELAXED);
+    ft->counted += len;
+    return 0;
+}
+
+static void *worker(void *arg)
+{
+    tokenize_run *r = arg;
+    doc_ctx c = {.run = r, .enc = bpe_encoder_new(r->vocab)};
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->stop && r->next < r->o->n_inputs && r->next >= r->written + r->window)
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (r->stop || r->next >= r->o->n_inputs) break;
+        int i = r->next++;
+        pthread_mutex_unlock(&r->mu);
+        c.ft = &r->out[i];
+        if (!c.enc) {
+            snprintf(c.ft->err, sizeof c.ft->err, "out of memory");
+            c.ft->failed = 1;
+        } else if (corpus_file_each(&r->files[i], r->o->field, encode_doc, &c, c.ft->err, sizeof c.ft->err) != 0) {
+            if (!c.ft->err[0]) snprintf(c.ft->err, sizeof c.ft->err, "%s: out of memory", r->files[i].path);
+            c.ft->failed = 1;
+        }
+        if (c.ft->counted < r->files[i].len)
+            __atomic_add_fetch(&r->bytes_encoded, r->files[i].len - c.ft->counted, __ATOMIC_RELAXED);
+        pthread_mutex_lock(&r->mu);
+        c.ft->done = 1;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    bpe_encoder_free(c.enc);
+    return NULL;
+}
+
+/* ---- the progress line ---- */
+
+static void show_progress(const tokenize_run *r, size_t total, double t0, long docs, int final)
+{
+    size_t done = __atomic_load_n(&r->bytes_encoded, __ATOMIC_RELAXED);
+    double frac = total ? (double)done / (double)total : 1.0, secs = clock_now_s() - t0;
+    double rate = secs > 0 ? (double)done / secs : 0;
+    char bar[21];
+    int fill = (int)(frac * 20 + 0.5);
+    for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '-';
+    bar[20] = 0;
+    int eta = rate > 0 ? (int)((double)(total - done) / rate + 0.5) : 0;
+    fprintf(stderr, "\r\033[Ktokenize [%s] %3.0f%% %.1f/%.1f MB | %.1f MB/s | %ld docs | ETA %dm%02ds%s", bar,
+            100 * frac, done / 1e6, total / 1e6, rate / 1e6, docs, eta / 60, eta % 60, final ? "\n" : "");
+    fflush(stderr);
+}
+
+/* ---- the command line ---- */
+
+static const char USAGE[] =
+    "usage: dtrun tokenize [options] FILE... -o PREFIX\n"
+    "  FILE                  a UTF-8 text file (one document), or FILE.jsonl (one JSON object a line)\n"
+    "  -o, --output PREFIX   write PREFIX_train_000000.bin ... and PREFIX_val_000000.bin (llm.c shards)\n"
+    "  --val-fraction F      share of documents for validation, evenly spaced (default 0.01; 0: none)\n"
+    "  --shard-tokens N      tokens per shard at most (default 100000000, as llm.c)\n"
+    "  --threads N           files encoded at once (default: the CPUs)\n"
+    "  --field NAME          the JSONL field that holds the text (default text)\n"
+    "  --progress auto|on|off  the progress bar (auto: when stderr is a terminal)\n"
+    "see dtrun(1)\n";
+
+static int bad_usage(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "dtrun: tokenize: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, " (dtrun tokenize --help)\n");
+    return DT_EXIT_USAGE;
+}
+
+static int parse_opts(int argc, char **argv, tokenize_opts *o)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    *o = (tokenize_opts){.field = "text", .val_fraction = 0.01, .shard_tokens = 100000000L,
+                         .threads = cpus > 0 ? (int)cpus : 1, .progress = -1};
+    o->inputs = calloc((size_t)argc, sizeof *o->inputs);
+    if (!o->inputs) return DT_EXIT_FAIL;
+    static const char *const with_value[] = {"-o", "--output", "--val-fraction", "--shard-tokens", "--threads",
+                                              "--field", "--progress"};
+    int only_files = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (only_files || a[0] != '-' || !a[1]) {
+            o->inputs[o->n_inputs++] = a;
+            continue;
+        }
+        if (!strcmp(a, "--")) { only_files = 1; continue; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(USAGE, stdout); return -1; }
+        char name[64];
+        const char *eq = strchr(a, '=');
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(name, with_value[k]);
+        if (!known) return bad_usage("unknown option '%s'%s", a, "");
+        if (eq) v = eq + 1;
+        else if (i + 1 < argc) v = argv[++i];
+        else return bad_usage("%s needs a value%s", name, "");
+        char *end;
+        if (!strcmp(name, "-o") || !strcmp(name, "--output")) {
+            o->output = v;
+        } else if (!strcmp(name, "--field")) {
+            o->field = v;
+        } else if (!strcmp(name, "--val-fraction")) {
+            o->val_fraction = strtod(v, &end);
+            if (end == v || *end || !(o->val_fraction >= 0 && o->val_fraction < 1))
+                return bad_usage("--val-fraction '%s': want a number in [0, 1)%s", v, "");
+        } else if (!strcmp(name, "--shard-tokens")) {
+            errno = 0;
+            o->shard_tokens = strtol(v, &end, 10);
+            if (end == v || *end || errno || o->shard_tokens < 1 || o->shard_tokens > INT32_MAX)
+                return bad_usage("--shard-tokens '%s': want an integer from 1 to 2147483647 (the header's int32)%s", v,
+                                 "");
+        } else if (!strcmp(name, "--threads")) {
+            long t = strtol(v, &end, 10);
+            if (end == v || *end || t < 1 || t > 1024)
+                return bad_usage("--threads '%s': want an integer from 1 to 1024%s", v, "");
+            o->threads = (int)t;
+        } else if (!strcmp(name, "--progress")) {
+            if (!strcmp(v, "auto")) o->progress = -1;
+            else if (!strcmp(v, "on")) o->progress = 1;
+            else if (!strcmp(v, "off")) o->progress = 0;
+            else return bad_usage("--progress '%s': want auto, on or off%s", v, "");
+        }
+    }
+    if (!o->output) return bad_usage("no output: give -o PREFIX%s%s", "", "");
+    if (o->n_inputs == 0) return bad_usage("no input files%s%s", "", "");
+    if (strlen(o->output) >= SHARD_PREFIX_MAX) return bad_usage("-o: the prefix is too long%s%s", "", "");
+    struct stat st;
+    size_t n = strlen(o->output);
+    if (n == 0 || o->output[n - 1] == '/' || (stat(o->output, &st) == 0 && S_ISDIR(st.st_mode)))
+        return bad_usage("-o '%s' is a directory; give a file prefix such as %s/corpus", o->output,
+                         n && o->output[n - 1] == '/' ? "DIR" : o->output);
+    return 0;
+}
+
+/* mkdir -p of the directory part of the output prefix. */
+static void make_parents(const char *path)
+{
+    char buf[SHARD_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        mkdir(buf, 0777);
+        *p = '/';
+    }
+}
+
+/* ---- the run ---- */
+
+typedef struct {
+    shard_writer train, val;
+    int has_val;
+    long n_docs, docs_done, val_k, val_docs; /* val_k: documents for val (k of the rule above) */
+    int split_tokens;                        /* one document: val takes its tail */
+    double val_fraction;
+    uint32_t eot;
+} split_writer;
+
+static int is_val_doc(const split_writer *s, long g)
+{
+    if (s->val_k <= 0) return 0;
+    return (long long)(g + 1) * s->val_k / s->n_docs > (long long)g * s->val_k / s->n_docs;
+}
+
+static int write_doc(split_writer *s, const uint32_t *ids, size_t n, char *err, size_t errlen)
+{
+    long g = s->docs_done++;
+    if (s->split_tokens) {
+        size_t tail = n >= 2 ? (size_t)llround(s->val_fraction * (double)n) : 0;
+        if (n >= 2 && tail < 1) tail = 1;
+        if (shard_writer_put(&s->train, &s->eot, 1, err, errlen) != 0 ||
+            shard_writer_put(&s->train, ids, n - tail, err, errlen) != 0)
+            return -1;
+        if (tail) s->val_docs = 1;
+        return shard_writer_put(&s->val, ids + n - tail, tail, err, errlen);
+    }
+    shard_writer *w = is_val_doc(s, g) ? &s->val : &s->train;
+    s->val_docs += w == &s->val;
+    if (shard_writer_put(w, &s->eot, 1, err, errlen) != 0) return -1;
+    return shard_writer_put(w, ids, n, err, errlen);
+}
+
+static void summary(const tokenize_opts *o, const split_writer *s, size_t bytes, double secs)
+{
+    char first[SHARD_PATH_MAX], last[SHARD_PATH_MAX];
+    shard_writer_path(&s->train, 0, first, sizeof first);
+    shard_writer_path(&s->train, s->train.n_shards - 1, last, sizeof last);
+    fprintf(stderr, "dtrun: tokenize: %d file%s, %ld documents (%ld val) -> %ld train tokens in %s%s%s", o->n_inputs,
+            o->n_inputs == 1 ? "" : "s", s->n_docs, s->val_docs, s->train.total, first,
+            s->train.n_shards > 1 ? " .. " : "", s->train.n_shards > 1 ? last : "");
+    if (s->has_val) {
+        shard_writer_path(&s->val, 0, first, sizeof first);
+        fprintf(stderr, ", %ld val tokens in %s%s", s->val.total, first, s->val.n_shards > 1 ? " .." : "");
+    }
+    fprintf(stderr, "; %.2f MB in %.2f s (%.1f MB/s, %d thread%s)\n", bytes / 1e6, secs,
+            secs > 0 ? bytes / 1e6 / secs : 0.0, o->threads, o->threads == 1 ? "" : "s");
+}
+
+int tokenize_main(int argc, char **argv)
+{
+    tokenize_opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc) {
+        free(o.inputs);
+        return rc < 0 ? 0 : rc;
+    }
+    char err[2048];
+    corpus_file *files = calloc((size_t)o.n_inputs, sizeof *files);
+    file_tokens *out = calloc((size_t)o.n_inputs, sizeof *out);
+    split_writer s = {.val_fraction = o.val_fraction};
+    bpe_vocab *vocab = NULL;
+    int opened = 0, writers = 0;
+    rc = DT_EXIT_FAIL;
+    if (!files || !out) goto done;
+
+    /* Every input is opened and its documents counted first: a missing file is
+     * an answer before any work, and the split needs the document count. */
+    size_t total_bytes = 0;
+    for (; opened < o.n_inputs; opened++) {
+        if (corpus_file_open(&files[opened], o.inputs[opened], err, sizeof err) != 0) {
+            fprintf(stderr, "dtrun: tokenize: %s\n", err);
+            rc = DT_EXIT_DATA;
+            goto done;
+        }
+        s.n_docs += corpus_file_count(&files[opened]);
+        total_bytes += files[opened].len;
+    }
+    if (s.n_docs == 0) {
+        fprintf(stderr, "dtrun: tokenize: no documents in the input (every .jsonl line is blank)\n");
+        rc = DT_EXIT_DATA;
+        goto done;
+    }
+    if (o.val_fraction > 0 && s.n_docs >= 2) {
+        s.val_k = llround(o.val_fraction * (double)s.n_docs);
+        if (s.val_k < 1) s.val_k = 1;
+        if (s.val_k > s.n_docs - 1) s.val_k = s.n_docs - 1;
+    }
+    s.split_tokens = o.val_fraction > 0 && s.n_docs == 1;
+    s.has_val = s.val_k > 0 || s.split_tokens;
+
+    vocab = bpe_vocab_gpt2(err, sizeof err);
+    if (!vocab) {
+        fprintf(stderr, "dtrun: tokenize: GPT-2 vocabulary: %s\n", err);
+        goto done;
+    }
+    s.eot = (uint32_t)bpe_vocab_eot(vocab);
+    make_parents(o.output);
+    if (shard_writer_open(&s.train, o.output, "train", o.shard_tokens, err, sizeof err) != 0 ||
+        (++writers, s.has_val && shard_writer_open(&s.val, o.output, "val", o.shard_tokens, err, sizeof err) != 0)) {
+        fprintf(stderr, "dtrun: tokenize: %s\n", err);
+        goto done;
+    }
+    writers += s.has_val;
+
+    tokenize_run r = {.o = &o, .vocab = vocab, .files = files, .out = out, .window = 2 * o.threads + 2};
+    pthread_mutex_init(&r.mu, NULL);
+    pthread_cond_init(&r.cv, NULL);
+    int n_threads = o.threads < o.n_inputs ? o.threads : o.n_inputs, started = 0;
+    pthread_t *tid = calloc((size_t)n_threads, sizeof *tid);
+    for (; tid && started < n_threads; started++)
+        if (pthread_create(&tid[started], NULL, worker, &r) != 0) break;
+    int live = o.progress == 1 || (o.progress == -1 && isatty(STDERR_FILENO));
+    double t0 = clock_now_s(), shown = 0;
+    int failed = started == 0;
+    if (failed) snprintf(err, sizeof err, "cannot start a thread");
+    for (int i = 0; i < o.n_inputs && !failed; i++) {
+        pthread_mutex_lock(&r.mu);
+        while (!out[i].done) {
+            if (live) { /* wake up now and then to move the bar */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 100000000;
+                if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+                pthread_cond_timedwait(&r.cv, &r.mu, &ts);
+                if (clock_now_s() - shown >= 0.1) {
+                    show_progress(&r, total_bytes, t0, s.docs_done, 0);
+                    shown = clock_now_s();
+                }
+            } else {
+                pthread_cond_wait(&r.cv, &r.mu);
+            }
+        }
+        pthread_mutex_unlock(&r.mu);
+        file_tokens *ft = &out[i];
+        if (ft->failed) {
+            snprintf(err, sizeof err, "%s", ft->err);
+            failed = DT_EXIT_DATA;
+        }
+        for (long d = 0; d < ft->n_docs && !failed; d++) {
+            size_t from = d ? ft->doc_end[d - 1] : 0;
+            if (write_doc(&s, ft->ids.ids + from, ft->doc_end[d] - from, err, sizeof err) != 0)
+                failed = DT_EXIT_FAIL;
+        }
+        token_buf_free(&ft->ids);
+        free(ft->doc_end);
+        ft->doc_end = NULL;
+        corpus_file_close(&files[i]);
+        pthread_mutex_lock(&r.mu);
+        r.written++;
+        pthread_cond_broadcast(&r.cv);
+        pthread_mutex_unlock(&r.mu);
+    }
+    pthread_mutex_lock(&r.mu);
+    r.stop = 1;
+    pthread_cond_broadcast(&r.cv);
+    pthread_mutex_unlock(&r.mu);
+    for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
+    free(tid);
+    for (int i = 0; i < o.n_inputs; i++) {
+        token_buf_free(&out[i].ids);
+        free(out[i].doc_end);
+    }
+    if (live && !failed) show_progress(&r, total_bytes, t0, s.docs_done, 1);
+    else if (live) fprintf(stderr, "\r\033[K");
+    if (!failed && (shard_writer_close(&s.train, err, sizeof err) != 0 ||
+                    (s.has_val && shard_writer_close(&s.val, err, sizeof err) != 0)))
+        failed = DT_EXIT_FAIL;
+    if (failed) {
+        fprintf(stderr, "dtrun: tokenize: %s\n", err);
+        rc = failed;
+        goto done;
+    }
+    summary(&o, &s, total_bytes, clock_now_s() - t0);
+    writers = 0; /* kept */
+    rc = 0;
+done:
+    if (writers >= 1) shard_writer_abort(&s.train);
+    if (writers >= 2) shard_writer_abort(&s.val);
+    for (int i = 0; i < opened; i++) corpus_file_close(&files[i]);
+    bpe_vocab_free(vocab);
+    free(files);
+    free(out);
+    free(o.inputs);
+    return rc;
+}
