@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "lib/launch/agent.h"
+#include "lib/launch/launch_check.h"
 #include "lib/job/jobspec.h"
 #include "lib/launch/launch_opts.h"
 #include "lib/rdzv/rdzv_cmd.h"
@@ -103,6 +104,7 @@ static int launch(launch_opts *o)
 {
     static job_spec job;
     char err[2048], note[512];
+    unsigned cli_set = o->set; /* before the job's launch section fills the rest */
     if (o->job_path) {
         int rc = load_job(&job, o->job_path);
         if (rc) return rc;
@@ -163,6 +165,10 @@ static int launch(launch_opts *o)
     if (o->job_path) {
         int rc = refuse_untrainable(&job);
         if (rc) return rc;
+        if (launch_check_world(o, cli_set, &job, err, sizeof err) != 0) {
+            fprintf(stderr, "dtrun: %s\n", err);
+            return DT_EXIT_USAGE;
+        }
         /* The built-in trainer: this very binary, even if it is replaced on disk. */
         char *worker_argv[] = {"dtrun", "worker", (char *)o->job_path, NULL};
         return agent_run(o, "/proc/self/exe", worker_argv);
