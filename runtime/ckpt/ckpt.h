@@ -93,6 +93,8 @@ typedef struct {
     const double *loss_tail;   /* the last losses, oldest first */
     int n_loss;
     long optim_step;           /* AdamW updates applied (steps minus skipped ones) */
+    const char *pinned;        /* a step directory retention never deletes (the one
+                                  checkpoint.resume: PATH names), or NULL; not stored */
 } ckpt_meta;
 
 /* Rank `rank` writes DIR/step_S/rank_R.safetensors. Returns 0; 1 when step S is
@@ -102,8 +104,8 @@ int ckpt_write_rank(const char *dir, long step, int rank, const ckpt_piece *piec
                     char *err, size_t errlen);
 /* Rank 0, after every rank's ckpt_write_rank returned: verifies and hashes the
  * meta->world rank files, writes index.json, points `latest` at the step and
- * keeps the newest `keep` committed steps at or before it (keep <= 0: all).
- * Returns 0, 1 (already latest, as above) or -1. */
+ * keeps the newest `keep` committed steps at or before it (keep <= 0: all),
+ * never deleting meta->pinned. Returns 0, 1 (already latest, as above) or -1. */
 int ckpt_commit(const char *dir, const ckpt_meta *meta, int keep, char *err, size_t errlen);
 
 /* All ranks: write, barrier, commit on rank 0. The barrier is called even after

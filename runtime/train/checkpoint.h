@@ -44,6 +44,8 @@ typedef struct {
     long updates;       /* AdamW updates applied */
     double tail[CKPT_LOSS_TAIL];
     int n_tail;         /* the last losses, oldest first */
+    char pinned[JOB_PATH_MAX]; /* the step directory checkpoint.resume: PATH loaded:
+                                  retention never deletes it (a restart loads it again) */
 } train_progress;
 
 void train_progress_add_loss(train_progress *p, double loss);
