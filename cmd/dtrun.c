@@ -22,6 +22,7 @@
 #include "lib/launch/slurm.h"
 #include "runtime/ckpt/ckpt.h"
 #include "runtime/plan/plan.h"
+#include "runtime/train/preflight.h"
 #include "runtime/train/train.h"
 
 #define DTRUN_VERSION "0.1.0"
@@ -169,9 +170,22 @@ static int launch(launch_opts *o)
             fprintf(stderr, "dtrun: %s\n", err);
             return DT_EXIT_USAGE;
         }
+        preflight_opts po = {.nproc_per_node = o->nproc, .nnodes = o->nnodes_max,
+                             .take_locks = o->nnodes_max == 1 || o->node_rank == 0,
+                             .check_fit = !o->no_fit_check, .hardware = o->hardware[0] ? o->hardware : NULL,
+                             .on_gpu = job.train.device == DEVICE_CUDA ||
+                                       (job.train.device == DEVICE_AUTO && launch_count_gpus() > 0)};
+        preflight_locks locks;
+        rc = preflight_job(&job, &po, &locks, err, sizeof err);
+        if (rc != 0) {
+            fprintf(stderr, "dtrun: %s\n", err);
+            return rc;
+        }
         /* The built-in trainer: this very binary, even if it is replaced on disk. */
         char *worker_argv[] = {"dtrun", "worker", (char *)o->job_path, NULL};
-        return agent_run(o, "/proc/self/exe", worker_argv);
+        rc = agent_run(o, "/proc/self/exe", worker_argv);
+        preflight_release(&locks);
+        return rc;
     }
     return agent_run(o, o->program[0], o->program);
 }

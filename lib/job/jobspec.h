@@ -206,6 +206,15 @@ int job_load_string_overrides(job_spec *job, const char *text, size_t len, const
  * (world not a multiple of tp x pp, global_batch not divisible). */
 int job_resolve_world(job_spec *job, int world, char *err, size_t errlen);
 
+/* The job's paths, before any worker starts: data files exist and are
+ * readable (exit status 3 otherwise), checkpoint.resume's path exists and
+ * checkpoint.dir is or can be made a writable directory (6), log.metrics and
+ * log.trace can be written (2). Relative paths are the launcher's working
+ * directory's, which the workers inherit; the line says so. 0, or -1 with
+ * *exit_code and "FILE:LINE:COL: data.train 'x.bin': No such file or
+ * directory (relative to /dir, the directory dtrun runs in)". */
+int job_check_paths(const job_spec *job, int *exit_code, char *err, size_t errlen);
+
 /* Print the resolved job as YAML that job_load_string reads back to the same struct. */
 void job_print(const job_spec *job, FILE *out);
 

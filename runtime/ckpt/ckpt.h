@@ -140,6 +140,9 @@ typedef struct {
  * the size and checksum of every rank file ("…/rank_00001.safetensors: checksum
  * mismatch (corrupted shard)"), validates every file and every placement. */
 int ckpt_open(const char *path, ckpt **out, char *err, size_t errlen);
+/* Only index.json (step, layout, model, provenance), for checks before a run
+ * starts: no rank file is read, and ckpt_read_* must not be called. */
+int ckpt_open_index(const char *path, ckpt **out, char *err, size_t errlen);
 void ckpt_close(ckpt *ck);
 const char *ckpt_path(const ckpt *ck); /* the step directory */
 const ckpt_info *ckpt_get_info(const ckpt *ck);

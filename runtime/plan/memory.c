@@ -3,8 +3,7 @@
 #include <stdio.h>
 
 #include "runtime/plan/estimate.h"
-
-#define GB 1e9
+#include "runtime/plan/format.h"
 
 /* On a GPU a rank has its device; on the CPU backend the ranks of a host share
  * its memory. */
@@ -31,12 +30,13 @@ void plan_memory(plan_estimate *e)
         if (st->total > e->max_total) e->max_total = st->total;
         if (st->oom) {
             e->fits = 0;
-            plan_warn(e, "OOM on pipeline stage %d: %.2f GB needed, %.2f GB on the device (%s %.2f GB, "
-                         "activations %.2f GB)",
-                      p, st->total / GB, device / GB, e->job.parallel.mode == SHARD_NONE ? "model state" : "sharded state",
-                      (double)(st->mem.bytes[SIZES_PARAMS] + st->mem.bytes[SIZES_MASTER] + st->mem.bytes[SIZES_GRADS] +
-                               st->mem.bytes[SIZES_OPTIM]) / GB,
-                      (double)(st->mem.bytes[SIZES_ACTS] + st->mem.bytes[SIZES_LOGITS]) / GB);
+            char need[FMT_LEN], have[FMT_LEN], state[FMT_LEN], acts[FMT_LEN];
+            plan_warn(e, "OOM on pipeline stage %d: %s needed, %s on the device (%s %s, activations %s)", p,
+                      fmt_bytes(need, st->total), fmt_bytes(have, device),
+                      e->job.parallel.mode == SHARD_NONE ? "model state" : "sharded state",
+                      fmt_bytes(state, (double)(st->mem.bytes[SIZES_PARAMS] + st->mem.bytes[SIZES_MASTER] +
+                                                st->mem.bytes[SIZES_GRADS] + st->mem.bytes[SIZES_OPTIM])),
+                      fmt_bytes(acts, (double)(st->mem.bytes[SIZES_ACTS] + st->mem.bytes[SIZES_LOGITS])));
         }
     }
 }

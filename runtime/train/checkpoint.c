@@ -103,6 +103,21 @@ static int resume_source(const job_spec *job, const char **path, char *err, size
     return 0;
 }
 
+int checkpoint_check_resume(const job_spec *job, char *err, size_t errlen)
+{
+    const char *path = NULL;
+    char why[1024] = "";
+    ckpt *ck = NULL;
+    int rc = resume_source(job, &path, why, sizeof why);
+    if (rc == 0 && ckpt_open_index(path, &ck, why, sizeof why) != 0) rc = -1;
+    if (rc == 0 && same_model(ck, &job->model, why, sizeof why) != 0) rc = -1;
+    ckpt_close(ck);
+    if (rc >= 0) return DT_EXIT_OK;
+    snprintf(err, errlen, "%s: cannot resume: %s; to start otherwise, set checkpoint.resume to never or to an "
+                          "older step directory", job->path, why);
+    return DT_EXIT_CKPT;
+}
+
 int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *resumed, char *err,
                       size_t errlen)
 {

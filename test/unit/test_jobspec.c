@@ -191,7 +191,7 @@ static void test_dp_auto(void)
     CHECK(rc == 0 && job.parallel.dp == 2 && job.train.grad_accum == 3,
           "4 workers: dp 2, grad_accum 3: the same global batch");
     rc = job_resolve_world(&job, 5, err, sizeof err);
-    CHECK(rc == -1 && strstr(err, "t.yaml: parallel.dp: auto: the world of 5 workers is not a multiple of tp x pp = 2"),
+    CHECK(rc == -1 && strstr(err, "t.yaml:2:12: parallel.dp: auto: the world of 5 workers is not a multiple of tp x pp = 2"),
           "a world that tp x pp does not divide [%s]", err);
     rc = job_resolve_world(&job, 8, err, sizeof err);
     CHECK(rc == -1 && strstr(err, "global_batch 12 is not divisible by micro_batch 2 x dp 4"),
