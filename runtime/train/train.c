@@ -197,6 +197,7 @@ static int train_job(const job_spec *job)
         engine_destroy(e);
         return DT_EXIT_FAIL;
     }
+    metrics_log_attempt(met, pg.step);
     int world = job->parallel.dp * job->parallel.tp * job->parallel.pp;
     if (rank == 0 && world > 1) fprintf(stderr, "dtrun: layout %s (world %d)\n", engine_layout(e), world);
     FILE *rlog = rank_log_open(job, rank, resumed);
