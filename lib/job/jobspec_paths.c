@@ -3,6 +3,7 @@
  * missing only after the launch, with no hint of which directory a relative
  * path was taken from. */
 #include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -37,6 +38,12 @@ static int check_input(const job_spec *job, int fid, const char *path, int code,
 {
     struct stat st;
     if (!path[0]) return 0;
+    if (job->data.kind == DATA_TOKENS && strpbrk(path, "*?[")) { /* token shards may be a glob */
+        glob_t g;
+        int matched = glob(path, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+        globfree(&g);
+        return matched ? 0 : path_fail(job, fid, path, "no file matches the pattern", code, exit_code, err, errlen);
+    }
     if (stat(path, &st) != 0) return path_fail(job, fid, path, strerror(errno), code, exit_code, err, errlen);
     if (S_ISDIR(st.st_mode)) return path_fail(job, fid, path, "is a directory, not a file", code, exit_code, err, errlen);
     if (access(path, R_OK) != 0) return path_fail(job, fid, path, strerror(errno), code, exit_code, err, errlen);

@@ -36,6 +36,10 @@ tiny_job metrics.yaml "log: {metrics: notadir/m.jsonl}"
 run_dtrun metrics metrics.yaml
 expect_one_line metrics 2 "dtrun: metrics.yaml:3:7: " "log.metrics 'notadir/m.jsonl': cannot be created"
 
+tiny_job glob.yaml "data: {kind: tokens, train: 'shards/train_*.bin'}"
+run_dtrun glob glob.yaml
+expect_one_line glob 3 "dtrun: glob.yaml:3:22: " "data.train 'shards/train_*.bin': no file matches the pattern"
+
 # the same job with its data in place trains
 run_dtrun good data.yaml
 [ "$rc" -eq 0 ] && ok "with the file in place it trains" || fail "good: exit $rc: $(tail -2 "$T/good.err")"
