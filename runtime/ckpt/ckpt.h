@@ -115,6 +115,10 @@ typedef int (*ckpt_barrier_fn)(void *ctx);
 int ckpt_save(const char *dir, int rank, const ckpt_meta *meta, const ckpt_piece *pieces, int n,
               int keep, ckpt_barrier_fn barrier, void *ctx, char *err, size_t errlen);
 
+/* Removes DIR's step directories without an index.json: saves cut short (a
+ * full disk, a crash) that can never load. Only while no run writes DIR (the
+ * launcher holds its lock). Returns how many, their names in removed. */
+int ckpt_remove_incomplete(const char *dir, char *removed, size_t n);
 /* The step `latest` names: 0 and *step set; 1 when DIR has no checkpoint; -1 on
  * a bad `latest` file (err set). For resume "auto". */
 int ckpt_latest_step(const char *dir, long *step, char *err, size_t errlen);

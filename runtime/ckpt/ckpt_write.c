@@ -278,6 +278,32 @@ static void prune(const char *dir, long step, int keep, const char *pinned)
     ckpt_io_fsync_dir(dir, e3, 0);
 }
 
+int ckpt_remove_incomplete(const char *dir, char *removed, size_t n)
+{
+    if (n) removed[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int count = 0;
+    size_t used = 0;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (ckpt_parse_step_dirname(e->d_name) < 0) continue;
+        snprintf(path, sizeof path, "%s/%s/index.json", dir, e->d_name);
+        if (file_exists(path)) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (ckpt_io_remove_dir(path) != 0) continue;
+        count++;
+        if (used < n) used += (size_t)snprintf(removed + used, n - used, "%s%s", count > 1 ? ", " : "", e->d_name);
+    }
+    closedir(d);
+    if (count) {
+        char e3[8];
+        ckpt_io_fsync_dir(dir, e3, 0);
+    }
+    return count;
+}
+
 int ckpt_commit(const char *dir, const ckpt_meta *meta, int keep, char *err, size_t errlen)
 {
     char name[64], sdir[4096], path[4400];

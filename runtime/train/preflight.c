@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/ckpt/ckpt.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/checkpoint.h"
 
@@ -53,6 +54,13 @@ int preflight_job(const job_spec *job, const preflight_opts *o, preflight_locks 
     if ((code = checkpoint_check_resume(job, err, errlen)) != DT_EXIT_OK) return code;
     if ((code = check_memory(job, o, err, errlen)) != DT_EXIT_OK) return code;
     if (o->take_locks && (code = take_locks(job, locks, err, errlen)) != DT_EXIT_OK) return code;
+    /* with the lock held no other run writes there: a step directory without
+     * its index is a save cut short (a full disk, a crash) and never loads */
+    char removed[512];
+    int n = locks->ckpt_dir ? ckpt_remove_incomplete(job->checkpoint.dir, removed, sizeof removed) : 0;
+    if (n > 0)
+        fprintf(stderr, "dtrun: %s: removed %d half-written step director%s left by an earlier run: %s\n",
+                job->checkpoint.dir, n, n == 1 ? "y" : "ies", removed);
     return DT_EXIT_OK;
 }
 
