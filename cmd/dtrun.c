@@ -51,6 +51,7 @@ static int usage(void)
             "  --log-dir DIR  -r/--redirects STD  -t/--tee STD  --local-ranks-filter R,...\n"
             "  --no-python  -m/--module  --print-config  --version  --help\n"
             "  --trace FILE                      merged Chrome trace of every rank (log.trace)\n"
+            "  --no-fit-check                    start a job the dry-run says does not fit in memory\n"
             "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K]\n"
             "see dtrun(1) and dtrun-job(5)\n");
     return 0;

@@ -104,7 +104,6 @@ typedef struct {
     int top;                   /* --top K for --plan; 0 default */
     char trace[JOB_PATH_MAX];  /* --trace FILE: the workers' merged Chrome trace (log.trace); "" none */
     int no_fit_check;          /* --no-fit-check: start a job the dry-run says does not fit */
-    int strict_data;           /* --strict-data: resuming on changed data files is an error */
     unsigned set;              /* LAUNCH_SET_* */
 } launch_opts;
 
