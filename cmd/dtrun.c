@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "lib/launch/agent.h"
+#include "lib/launch/launch_check.h"
 #include "lib/job/jobspec.h"
 #include "lib/launch/launch_opts.h"
 #include "lib/rdzv/rdzv_cmd.h"
@@ -25,6 +26,7 @@
 #include "lib/launch/slurm.h"
 #include "runtime/ckpt/ckpt.h"
 #include "runtime/plan/plan.h"
+#include "runtime/train/preflight.h"
 #include "runtime/train/train.h"
 
 #define DTRUN_VERSION "0.1.0"
@@ -55,6 +57,7 @@ static int usage(void)
             "  --log-dir DIR  -r/--redirects STD  -t/--tee STD  --local-ranks-filter R,...\n"
             "  --no-python  -m/--module  --print-config  --version  --help\n"
             "  --trace FILE                      merged Chrome trace of every rank (log.trace)\n"
+            "  --no-fit-check                    start a job the dry-run says does not fit in memory\n"
             "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K]\n"
             "see dtrun(1) and dtrun-job(5)\n");
     return 0;
@@ -127,6 +130,7 @@ static int launch(launch_opts *o)
 {
     static job_spec job;
     char err[2048], note[512];
+    unsigned cli_set = o->set; /* before the job's launch section fills the rest */
     if (o->job_path) {
         int rc = load_job(&job, o->job_path);
         if (rc) return rc;
@@ -185,9 +189,27 @@ static int launch(launch_opts *o)
         return DT_EXIT_USAGE;
     }
     if (o->job_path) {
+        int rc;
+        if (launch_check_world(o, cli_set, &job, err, sizeof err) != 0) {
+            fprintf(stderr, "dtrun: %s\n", err);
+            return DT_EXIT_USAGE;
+        }
+        preflight_opts po = {.nproc_per_node = o->nproc, .nnodes = o->nnodes_max,
+                             .take_locks = o->nnodes_max == 1 || o->node_rank == 0,
+                             .check_fit = !o->no_fit_check, .hardware = o->hardware[0] ? o->hardware : NULL,
+                             .on_gpu = job.train.device == DEVICE_CUDA ||
+                                       (job.train.device == DEVICE_AUTO && launch_count_gpus() > 0)};
+        preflight_locks locks;
+        rc = preflight_job(&job, &po, &locks, err, sizeof err);
+        if (rc != 0) {
+            fprintf(stderr, "dtrun: %s\n", err);
+            return rc;
+        }
         /* The built-in trainer: this very binary, even if it is replaced on disk. */
         char *worker_argv[] = {"dtrun", "worker", (char *)o->job_path, NULL};
-        return agent_run(o, "/proc/self/exe", worker_argv);
+        rc = agent_run(o, "/proc/self/exe", worker_argv);
+        preflight_release(&locks);
+        return rc;
     }
     return agent_run(o, o->program[0], o->program);
 }

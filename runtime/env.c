@@ -120,6 +120,8 @@ static void load_torchrun(env_report *r, dt_env *e)
     env_long(r, "MASTER_PORT", 1, 65535, "a port number 1-65535", 0, &x);
     e->master_port = (int)x;
     env_int(r, "TORCHELASTIC_RESTART_COUNT", 0, "an integer >= 0", 0, &e->restart_count);
+    env_int(r, "DTRUN_ATTEMPT", 0, "an integer >= 0", 0, &e->attempt);
+    env_string(r, "DTRUN_RESTART_REASON", e->restart_reason, sizeof e->restart_reason);
 }
 
 static void load_comm(env_report *r, dt_env *e)

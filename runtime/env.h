@@ -67,6 +67,8 @@ typedef struct {
     char master_addr[DT_ENV_ADDR_MAX];
     int master_port;               /* 0 when unset */
     int restart_count;
+    int attempt;                   /* DTRUN_ATTEMPT: groups the agent started before this one (0) */
+    char restart_reason[256];      /* DTRUN_RESTART_REASON: why the agent started this one ("") */
     int rank_bad;                  /* RANK or WORLD_SIZE is not a number in range (rank/world_size hold the defaults) */
     /* communication */
     dt_env_backend comm_backend;

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/job/jobspec_check.h"
 #include "lib/job/jobspec_loader.h"
 #include "lib/job/jobspec_presets.h"
 
@@ -177,18 +178,19 @@ int job_resolve_world(job_spec *job, int world, char *err, size_t errlen)
     job_train *t = &job->train;
     if (!par->dp_auto) return 0;
     int tp_pp = par->tp * par->pp;
+    char msg[512];
     if (world < 1 || world % tp_pp) {
-        snprintf(err, errlen, "%s: parallel.dp: auto: the world of %d workers is not a multiple of tp x pp = %d",
-                 job->path, world, tp_pp);
-        return -1;
+        snprintf(msg, sizeof msg, "parallel.dp: auto: the world of %d workers is not a multiple of tp x pp = %d",
+                 world, tp_pp);
+        return job_fail_blame(job, (const int[]){FID_DP, FID_TP, FID_PP, -1}, 4, msg, err, errlen);
     }
     par->dp = world / tp_pp;
     long long per_step = (long long)t->micro_batch * par->dp;
     if (t->global_batch % per_step) {
-        snprintf(err, errlen, "%s: parallel.dp: auto: train.global_batch %d is not divisible by micro_batch %d x dp %d "
-                              "(dp = %d workers / (tp x pp))",
-                 job->path, t->global_batch, t->micro_batch, par->dp, world);
-        return -1;
+        snprintf(msg, sizeof msg, "parallel.dp: auto: train.global_batch %d is not divisible by micro_batch %d x dp %d "
+                                  "(dp = %d workers / (tp x pp))",
+                 t->global_batch, t->micro_batch, par->dp, world);
+        return job_fail_blame(job, (const int[]){FID_DP, FID_GLOBAL_BATCH, FID_MICRO_BATCH, -1}, 4, msg, err, errlen);
     }
     t->grad_accum = (int)(t->global_batch / per_step);
     par->microbatches = t->grad_accum;

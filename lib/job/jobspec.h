@@ -143,6 +143,20 @@ typedef struct {
     char log_dir[JOB_PATH_MAX];
 } job_launch;
 
+/* Where the file gave each key, so that checks made after loading (the
+ * launcher's, with the number of processes it starts; the worker's) still answer
+ * FILE:LINE:COL. Line 0: not in the file (a default, or a command-line
+ * override). Slots are field ids (lib/job/jobspec_fields.h). */
+#define JOB_KEY_SLOTS 72
+#define JOB_SECTION_SLOTS 8
+typedef struct {
+    int line, col;
+} job_pos;
+typedef struct {
+    job_pos key[JOB_KEY_SLOTS];
+    job_pos section[JOB_SECTION_SLOTS];
+} job_where;
+
 typedef struct {
     char path[JOB_PATH_MAX]; /* the file it came from */
     job_model model;
@@ -152,6 +166,7 @@ typedef struct {
     job_checkpoint checkpoint;
     job_log log;
     job_launch launch;
+    job_where where;         /* last: two loads of the same job compare equal up to here */
 } job_spec;
 
 /* Exit status for a bad job file (and bad flags): documented in dtrun(1). */
@@ -182,7 +197,8 @@ int job_load_string(job_spec *job, const char *text, size_t len, const char *nam
 
 /* Checks the combination (divisibility, ranges) of an already filled job — also
  * used after the command line overrides a field. world = dp * tp * pp. Messages
- * start with "FILE: " (job_load_* add LINE:COL of the offending key itself). */
+ * start with "FILE:LINE:COL: " at the key to blame when the file gave it (or
+ * its section), else "FILE: ". */
 int job_validate(const job_spec *job, char *err, size_t errlen);
 
 /* Same as job_load_string, with overrides as in job_load_file_overrides. */
@@ -196,6 +212,15 @@ int job_load_string_overrides(job_spec *job, const char *text, size_t len, const
  * nodes. A job without dp: auto is left alone. Returns 0, or -1 with "FILE: what"
  * (world not a multiple of tp x pp, global_batch not divisible). */
 int job_resolve_world(job_spec *job, int world, char *err, size_t errlen);
+
+/* The job's paths, before any worker starts: data files exist and are
+ * readable (exit status 3 otherwise), checkpoint.resume's path exists and
+ * checkpoint.dir is or can be made a writable directory (6), log.metrics and
+ * log.trace can be written (2). Relative paths are the launcher's working
+ * directory's, which the workers inherit; the line says so. 0, or -1 with
+ * *exit_code and "FILE:LINE:COL: data.train 'x.bin': No such file or
+ * directory (relative to /dir, the directory dtrun runs in)". */
+int job_check_paths(const job_spec *job, int *exit_code, char *err, size_t errlen);
 
 /* Print the resolved job as YAML that job_load_string reads back to the same struct. */
 void job_print(const job_spec *job, FILE *out);

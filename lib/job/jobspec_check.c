@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "lib/job/jobspec_fields.h"
+#include "lib/job/jobspec_layout.h"
 #include "lib/job/jobspec_presets.h"
 #include "lib/job/jobspec_utf8.h"
 
@@ -204,6 +205,11 @@ static int check_parallel(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_VIRTUAL_STAGES, FID_PP_SCHEDULE),
                     "parallel.virtual_stages %d needs pp_schedule: interleaved (the schedule is %s)",
                     par->virtual_stages, job_pp_schedule_name(par->pp_schedule));
+    /* the schedule's own rules (the worker builds it with the same check) */
+    char why[256];
+    if (par->pp > 1 &&
+        job_layout_check_pipeline(par->pp_schedule, par->pp, par->microbatches, par->virtual_stages, why, sizeof why))
+        return fail(v, BLAME(FID_MICROBATCHES, FID_PP_SCHEDULE, FID_PP, FID_GLOBAL_BATCH), "%s", why);
     if (par->mode == SHARD_HSDP && par->dp == 1 && !par->dp_auto)
         return fail(v, BLAME(FID_MODE, FID_DP),
                     "parallel.mode hsdp needs parallel.dp > 1 (it shards and replicates across data-parallel ranks)");
@@ -283,7 +289,5 @@ int job_validate(const job_spec *job, char *err, size_t errlen)
     int blame[JOB_BLAME_MAX];
     char msg[512];
     if (job_check(job, blame, msg, sizeof msg) == 0) return 0;
-    const char *path = memchr(job->path, 0, sizeof job->path) && job->path[0] ? job->path : "job";
-    if (errlen) snprintf(err, errlen, "%s: %s", path, msg);
-    return -1;
+    return job_fail_blame(job, blame, JOB_BLAME_MAX, msg, err, errlen);
 }

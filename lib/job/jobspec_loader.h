@@ -74,6 +74,9 @@ int loader_load(loader *L, const char *text, size_t len, const char *const *over
 /* jobspec_override.c */
 int loader_collect_overrides(loader *L, const char *const *overrides, int n);
 
+/* jobspec_where.c: copy the given keys' and sections' positions into job->where. */
+void loader_record_where(loader *L);
+
 /* jobspec_resolve.c */
 int loader_resolve(loader *L);
 /* lr / 10 as a person would write it: the default min_lr. */

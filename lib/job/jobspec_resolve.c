@@ -130,6 +130,7 @@ int loader_resolve(loader *L)
         if (loader_store_value(L, fid)) return -1;
     }
     if (derive(L, preset_d_ff)) return -1;
+    loader_record_where(L);
     int blame[JOB_BLAME_MAX];
     char msg[512];
     if (job_check(job, blame, msg, sizeof msg)) return loader_fail_blame(L, blame, JOB_BLAME_MAX, msg);

@@ -202,10 +202,45 @@ static int syntax_error(loader *L, const yaml_parser_t *parser, const char *text
     }
 }
 
+/* A job file is two levels deep (section -> key -> value, a value at most a
+ * short flow list); libyaml's document loader takes time quadratic in the
+ * nesting (100,000 levels of `[` took 39 s to refuse). Walk the events first and
+ * stop at the first collection deeper than this: the scanner then reads only
+ * that far. Syntax errors are left to the loader, which reports them fully. */
+#define JOB_YAML_MAX_DEPTH 64
+
+static int check_depth(loader *L, const char *text, size_t len)
+{
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) return loader_fail_at(L, (pos){0, 0}, "cannot start the YAML parser");
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    int depth = 0, rc = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&parser, &ev)) break;
+        yaml_event_type_t type = ev.type;
+        pos at = {(int)ev.start_mark.line + 1, (int)ev.start_mark.column + 1};
+        yaml_event_delete(&ev);
+        if (type == YAML_STREAM_END_EVENT) break;
+        if (type == YAML_SEQUENCE_START_EVENT || type == YAML_MAPPING_START_EVENT) {
+            if (++depth > JOB_YAML_MAX_DEPTH) {
+                rc = loader_fail_at(L, at, "YAML nested deeper than %d levels (a job file is a mapping of sections "
+                                           "of keys)", JOB_YAML_MAX_DEPTH);
+                break;
+            }
+        } else if (type == YAML_SEQUENCE_END_EVENT || type == YAML_MAPPING_END_EVENT) {
+            depth--;
+        }
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
 int loader_load(loader *L, const char *text, size_t len, const char *const *overrides, int n_overrides)
 {
     yaml_parser_t parser;
     yaml_document_t doc, next;
+    if (check_depth(L, text, len)) return -1;
     if (!yaml_parser_initialize(&parser)) return loader_fail_at(L, (pos){0, 0}, "cannot start the YAML parser");
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     if (!yaml_parser_load(&parser, &doc)) {

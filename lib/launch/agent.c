@@ -46,8 +46,9 @@ void agent_rdzv_joined(agent *ag)
     agent_round_maybe_over(ag);
 }
 
-static void restart(agent *ag, int counts)
+static void restart(agent *ag, int counts, const char *reason)
 {
+    snprintf(ag->restart_reason, sizeof ag->restart_reason, "%s", reason);
     rdzv_session_close(ag->session, 0);
     ag->session = NULL;
     free_round(ag);
@@ -82,15 +83,20 @@ void agent_round_maybe_over(agent *ag)
     case STOP_WORKER_FAILED:
         agent_print_root_cause(ag);
         code = ag->workers[ag->first_failed].exit_status;
-        if (ag->restarts_left > 0) { restart(ag, 1); return; }
+        if (ag->restarts_left > 0) {
+            char why[256];
+            agent_describe_root_cause(ag, why, sizeof why);
+            restart(ag, 1, why);
+            return;
+        }
         break;
     case STOP_REMOTE:
-        if (ag->restarts_left > 0) { restart(ag, 1); return; }
+        if (ag->restarts_left > 0) { restart(ag, 1, ag->remote_reason); return; }
         fprintf(stderr, "dtrun: no restarts left (--max-restarts=%d) after: %s\n", ag->o->max_restarts,
                 ag->remote_reason);
         break;
     case STOP_MEMBERSHIP:
-        restart(ag, 0);
+        restart(ag, 0, "the nodes changed (a node joined or left)");
         return;
     case STOP_SIGNAL:
         code = 128 + ag->stop_signal;

@@ -75,6 +75,8 @@ char **agent_env_build(char *const *base, const agent_env_info *in)
     add_both_int(&l, "MASTER_PORT", "DTRUN_MASTER_PORT", in->master_port);
     add_both_int(&l, "TORCHELASTIC_RESTART_COUNT", "DTRUN_RESTART_COUNT", in->restart_count);
     add_both_int(&l, "TORCHELASTIC_MAX_RESTARTS", "DTRUN_MAX_RESTARTS", in->max_restarts);
+    add_int(&l, "DTRUN_ATTEMPT", in->attempt);
+    if (in->attempt > 0 && in->restart_reason) add(&l, "DTRUN_RESTART_REASON", in->restart_reason);
     add_both(&l, "TORCHELASTIC_RUN_ID", "DTRUN_RUN_ID", in->run_id);
     /* Workers never use an agent-side TCPStore: PyTorch's rank 0 creates its own. */
     add(&l, "TORCHELASTIC_USE_AGENT_STORE", "False");

@@ -19,6 +19,8 @@ typedef struct {
     const char *master_addr;
     int master_port;
     int restart_count, max_restarts;
+    int attempt;               /* DTRUN_ATTEMPT: groups started before this one (restarts of any kind) */
+    const char *restart_reason;/* DTRUN_RESTART_REASON when attempt > 0 */
     const char *run_id;
     const char *rdzv_host;     /* the daemon as this node reaches it */
     int rdzv_port;

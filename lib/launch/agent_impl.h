@@ -90,6 +90,7 @@ struct agent {
     int stopped;               /* workers still running when the group was stopped */
     int first_failed;          /* index into workers, -1 none */
     char remote_reason[512];
+    char restart_reason[200];  /* why this attempt started ("" for the first): DTRUN_RESTART_REASON */
     char log_root[JOB_PATH_MAX + LAUNCH_ID_MAX + 8]; /* where --log-dir / -r / -t files go; "" none */
     int cores;
 
@@ -120,6 +121,8 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal);
 void agent_stop_workers(agent *ag, agent_stop_reason why, int sig);
 void agent_kill_all(agent *ag, int sig);
 void agent_print_root_cause(agent *ag);
+/* "rank 1 exited with status 3" / "rank 0 killed by SIGKILL (signal 9)": the root cause in a few words. */
+void agent_describe_root_cause(const agent *ag, char *buf, size_t n);
 const char *agent_signal_name(int sig);
 
 #endif

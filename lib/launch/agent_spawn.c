@@ -162,6 +162,8 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
         /* torchrun counts failures only: admitting a new node is no restart */
         .restart_count = o->max_restarts - ag->restarts_left,
         .max_restarts = o->max_restarts,
+        .attempt = ag->attempt,
+        .restart_reason = ag->restart_reason,
         .run_id = r->run_id,
         .rdzv_host = ag->rdzv_host,
         .rdzv_port = ag->rdzv_port,

@@ -138,6 +138,18 @@ static void describe_exit(const agent_worker *w, char *buf, size_t n)
         snprintf(buf, n, "exited with status %d", w->exit_status);
 }
 
+void agent_describe_root_cause(const agent *ag, char *buf, size_t n)
+{
+    if (ag->first_failed < 0) {
+        snprintf(buf, n, "a worker failed");
+        return;
+    }
+    const agent_worker *w = &ag->workers[ag->first_failed];
+    char how[96];
+    describe_exit(w, how, sizeof how);
+    snprintf(buf, n, "rank %d %s", w->rank, how);
+}
+
 void agent_print_root_cause(agent *ag)
 {
     if (ag->first_failed < 0) return;

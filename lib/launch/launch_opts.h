@@ -103,6 +103,7 @@ typedef struct {
     int format_json;           /* --format json */
     int top;                   /* --top K for --plan; 0 default */
     char trace[JOB_PATH_MAX];  /* --trace FILE: the workers' merged Chrome trace (log.trace); "" none */
+    int no_fit_check;          /* --no-fit-check: start a job the dry-run says does not fit */
     unsigned set;              /* LAUNCH_SET_* */
 } launch_opts;
 

@@ -93,6 +93,8 @@ typedef struct {
     const double *loss_tail;   /* the last losses, oldest first */
     int n_loss;
     long optim_step;           /* AdamW updates applied (steps minus skipped ones) */
+    const char *pinned;        /* a step directory retention never deletes (the one
+                                  checkpoint.resume: PATH names), or NULL; not stored */
 } ckpt_meta;
 
 /* Rank `rank` writes DIR/step_S/rank_R.safetensors. Returns 0; 1 when step S is
@@ -102,8 +104,8 @@ int ckpt_write_rank(const char *dir, long step, int rank, const ckpt_piece *piec
                     char *err, size_t errlen);
 /* Rank 0, after every rank's ckpt_write_rank returned: verifies and hashes the
  * meta->world rank files, writes index.json, points `latest` at the step and
- * keeps the newest `keep` committed steps at or before it (keep <= 0: all).
- * Returns 0, 1 (already latest, as above) or -1. */
+ * keeps the newest `keep` committed steps at or before it (keep <= 0: all),
+ * never deleting meta->pinned. Returns 0, 1 (already latest, as above) or -1. */
 int ckpt_commit(const char *dir, const ckpt_meta *meta, int keep, char *err, size_t errlen);
 
 /* All ranks: write, barrier, commit on rank 0. The barrier is called even after
@@ -113,6 +115,10 @@ typedef int (*ckpt_barrier_fn)(void *ctx);
 int ckpt_save(const char *dir, int rank, const ckpt_meta *meta, const ckpt_piece *pieces, int n,
               int keep, ckpt_barrier_fn barrier, void *ctx, char *err, size_t errlen);
 
+/* Removes DIR's step directories without an index.json: saves cut short (a
+ * full disk, a crash) that can never load. Only while no run writes DIR (the
+ * launcher holds its lock). Returns how many, their names in removed. */
+int ckpt_remove_incomplete(const char *dir, char *removed, size_t n);
 /* The step `latest` names: 0 and *step set; 1 when DIR has no checkpoint; -1 on
  * a bad `latest` file (err set). For resume "auto". */
 int ckpt_latest_step(const char *dir, long *step, char *err, size_t errlen);
@@ -138,6 +144,9 @@ typedef struct {
  * the size and checksum of every rank file ("…/rank_00001.safetensors: checksum
  * mismatch (corrupted shard)"), validates every file and every placement. */
 int ckpt_open(const char *path, ckpt **out, char *err, size_t errlen);
+/* Only index.json (step, layout, model, provenance), for checks before a run
+ * starts: no rank file is read, and ckpt_read_* must not be called. */
+int ckpt_open_index(const char *path, ckpt **out, char *err, size_t errlen);
 void ckpt_close(ckpt *ck);
 const char *ckpt_path(const ckpt *ck); /* the step directory */
 const ckpt_info *ckpt_get_info(const ckpt *ck);

@@ -176,7 +176,19 @@ static int collect_pieces(ckpt *ck, char *err, size_t errlen)
     return 0;
 }
 
+static int open_ckpt(const char *path, int with_files, ckpt **out, char *err, size_t errlen);
+
 int ckpt_open(const char *path, ckpt **out, char *err, size_t errlen)
+{
+    return open_ckpt(path, 1, out, err, errlen);
+}
+
+int ckpt_open_index(const char *path, ckpt **out, char *err, size_t errlen)
+{
+    return open_ckpt(path, 0, out, err, errlen);
+}
+
+static int open_ckpt(const char *path, int with_files, ckpt **out, char *err, size_t errlen)
 {
     *out = NULL;
     ckpt *ck = calloc(1, sizeof *ck);
@@ -197,6 +209,10 @@ int ckpt_open(const char *path, ckpt **out, char *err, size_t errlen)
     rc = ckpt_index_decode(text, len, ipath, &ck->ix, err, errlen);
     free(text);
     if (rc != 0) goto bad;
+    if (!with_files) {
+        *out = ck;
+        return 0;
+    }
     ck->files = calloc((size_t)ck->ix.info.world, sizeof *ck->files);
     if (!ck->files) {
         st_fail(err, errlen, "%s: out of memory", ck->dir);

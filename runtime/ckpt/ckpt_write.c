@@ -17,6 +17,7 @@
 #include "runtime/ckpt/ckpt_io.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -218,9 +219,22 @@ static int cmp_step_desc(const void *a, const void *b)
 
 /* Keep `keep` committed steps up to `step` (itself included); delete older
  * committed ones and incomplete ones before it. Steps after it are left alone:
- * they belong to a run we resumed before, and are rewritten when reached. */
-static void prune(const char *dir, long step, int keep)
+ * they belong to a run we resumed before, and are rewritten when reached. The
+ * pinned step (checkpoint.resume: PATH) is never deleted: a restart loads it. */
+/* Whether DIR/NAME is the pinned step directory (the same directory, however
+ * either path is spelled). */
+static int is_pinned(const char *pinned_real, const char *dir, const char *name)
 {
+    if (!pinned_real) return 0;
+    char path[4096], real[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return realpath(path, real) && strcmp(real, pinned_real) == 0;
+}
+
+static void prune(const char *dir, long step, int keep, const char *pinned)
+{
+    char pinned_buf[PATH_MAX];
+    const char *pinned_real = pinned && realpath(pinned, pinned_buf) ? pinned_buf : NULL;
     DIR *d = opendir(dir);
     if (!d) return;
     step_entry *committed = NULL;
@@ -229,7 +243,7 @@ static void prune(const char *dir, long step, int keep)
     char path[4096];
     while ((e = readdir(d)) != NULL) {
         long s = ckpt_parse_step_dirname(e->d_name);
-        if (s < 0 || s >= step) continue;
+        if (s < 0 || s >= step || is_pinned(pinned_real, dir, e->d_name)) continue;
         snprintf(path, sizeof path, "%s/%s/index.json", dir, e->d_name);
         if (!file_exists(path)) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -262,6 +276,32 @@ static void prune(const char *dir, long step, int keep)
     free(committed);
     char e3[8];
     ckpt_io_fsync_dir(dir, e3, 0);
+}
+
+int ckpt_remove_incomplete(const char *dir, char *removed, size_t n)
+{
+    if (n) removed[0] = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int count = 0;
+    size_t used = 0;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)) != NULL) {
+        if (ckpt_parse_step_dirname(e->d_name) < 0) continue;
+        snprintf(path, sizeof path, "%s/%s/index.json", dir, e->d_name);
+        if (file_exists(path)) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (ckpt_io_remove_dir(path) != 0) continue;
+        count++;
+        if (used < n) used += (size_t)snprintf(removed + used, n - used, "%s%s", count > 1 ? ", " : "", e->d_name);
+    }
+    closedir(d);
+    if (count) {
+        char e3[8];
+        ckpt_io_fsync_dir(dir, e3, 0);
+    }
+    return count;
 }
 
 int ckpt_commit(const char *dir, const ckpt_meta *meta, int keep, char *err, size_t errlen)
@@ -302,7 +342,7 @@ int ckpt_commit(const char *dir, const ckpt_meta *meta, int keep, char *err, siz
     snprintf(path, sizeof path, "%s/latest", dir);
     rc = ckpt_io_write_bytes_atomic(path, line, (size_t)len, err, errlen);
     if (rc != 0) goto out;
-    prune(dir, meta->step, keep);
+    prune(dir, meta->step, keep, meta->pinned);
 out:
     free(sums);
     return rc;

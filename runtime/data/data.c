@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "runtime/data/perm.h"
@@ -239,8 +240,50 @@ static long sample_index(const data_loader *d, uint64_t train_key, long step, lo
     return (long)perm_index(key, (uint64_t)d->count, (uint64_t)(g % d->count));
 }
 
+/* The first read that faulted (a data file truncated under its mapping):
+ * sticky for the process, so the step loop sees it after the batch. */
+static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static char fault_msg[1200];
+static volatile int faulted;
+
+int data_fault(char *msg, size_t n)
+{
+    if (!faulted) return 0;
+    pthread_mutex_lock(&fault_lock);
+    snprintf(msg, n, "%s", fault_msg);
+    pthread_mutex_unlock(&fault_lock);
+    return 1;
+}
+
+static void batch_fill(data_loader *d, long step, int begin, int count, int *tokens, int *targets, float *images,
+                       int *labels);
+
 void data_batch(data_loader *d, long step, int begin, int count,
                 int *tokens, int *targets, float *images, int *labels)
+{
+    if (mapped_guard_begin() == 0) {
+        batch_fill(d, step, begin, count, tokens, targets, images, labels);
+        mapped_guard_end();
+        return;
+    }
+    /* a read faulted: record which file, leave harmless samples (the step's
+     * update is not applied: train.c stops at this step with a checkpoint) */
+    pthread_mutex_lock(&fault_lock);
+    if (!faulted) mapped_guard_describe(fault_msg, sizeof fault_msg);
+    faulted = 1;
+    pthread_mutex_unlock(&fault_lock);
+    size_t T = d->tokens ? (size_t)d->seq_len : 0;
+    if (tokens) memset(tokens, 0, (size_t)count * T * sizeof(int));
+    if (targets)
+        for (size_t i = 0; i < (size_t)count * T; i++) targets[i] = -1;
+    if (labels)
+        for (int i = 0; i < count; i++) labels[i] = -1;
+    if (images && d->images)
+        memset(images, 0, (size_t)count * d->images->channels * d->images->size * d->images->size * sizeof(float));
+}
+
+static void batch_fill(data_loader *d, long step, int begin, int count, int *tokens, int *targets, float *images,
+                       int *labels)
 {
     uint64_t train_key = rng_key3(d->seed, "data.train", (uint64_t)step, 0);
     for (int b = 0; b < count; b++) {

@@ -53,4 +53,11 @@ long data_count(const data_loader *d);
 void data_batch(data_loader *d, long step, int begin, int count,
                 int *tokens, int *targets, float *images, int *labels);
 
+/* A data file truncated or rewritten in place while the run reads it: the read
+ * that hits its lost pages (SIGBUS) is caught, the batch gets samples the loss
+ * ignores, and from then on this returns 1 with one line in msg ("PATH: the
+ * data file changed while the run read it: N bytes when opened, M now ...").
+ * 0 while every read succeeded. */
+int data_fault(char *msg, size_t n);
+
 #endif

@@ -5,10 +5,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+static void mapped_register(const unsigned char *bytes, size_t len, const char *path);
+static void mapped_unregister(const unsigned char *bytes);
 
 int mapped_file_open(mapped_file *m, const char *path, char *err, size_t errlen)
 {
@@ -44,13 +50,103 @@ int mapped_file_open(mapped_file *m, const char *path, char *err, size_t errlen)
     }
     m->bytes = map;
     m->len = (size_t)st.st_size;
+    mapped_register(m->bytes, m->len, path);
     return 0;
 }
 
 void mapped_file_close(mapped_file *m)
 {
-    if (m->bytes)
+    if (m->bytes) {
+        mapped_unregister(m->bytes);
         munmap((void *)m->bytes, m->len);
+    }
     m->bytes = NULL;
     m->len = 0;
+}
+
+/* ---- SIGBUS on a file truncated under its mapping (source.h) ---- */
+
+#define MAPPED_MAX 4096
+
+/* Every live mapping, so that a fault's address names its file. Written at
+ * open and close (start-up, tear-down), read by the handler. */
+static struct {
+    const unsigned char *bytes;
+    size_t len;
+    char path[1024];
+} mapped[MAPPED_MAX];
+static pthread_mutex_t mapped_lock = PTHREAD_MUTEX_INITIALIZER;
+
+_Thread_local sigjmp_buf mapped_guard_jmp;
+static _Thread_local volatile sig_atomic_t guard_armed;
+static _Thread_local const void *volatile fault_addr;
+
+static void on_sigbus(int sig, siginfo_t *si, void *ctx)
+{
+    (void)ctx;
+    if (guard_armed) {
+        guard_armed = 0;
+        fault_addr = si->si_addr;
+        siglongjmp(mapped_guard_jmp, 1);
+    }
+    signal(sig, SIG_DFL); /* not ours: die of it as before */
+    raise(sig);
+}
+
+static void install_handler(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, NULL);
+}
+
+void mapped_guard_arm(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, install_handler);
+    fault_addr = NULL;
+    guard_armed = 1;
+}
+
+void mapped_guard_end(void) { guard_armed = 0; }
+
+static void mapped_register(const unsigned char *bytes, size_t len, const char *path)
+{
+    pthread_mutex_lock(&mapped_lock);
+    for (int i = 0; i < MAPPED_MAX; i++)
+        if (!mapped[i].bytes) {
+            mapped[i].len = len;
+            snprintf(mapped[i].path, sizeof mapped[i].path, "%s", path);
+            mapped[i].bytes = bytes;
+            break;
+        }
+    pthread_mutex_unlock(&mapped_lock);
+}
+
+static void mapped_unregister(const unsigned char *bytes)
+{
+    pthread_mutex_lock(&mapped_lock);
+    for (int i = 0; i < MAPPED_MAX; i++)
+        if (mapped[i].bytes == bytes) mapped[i].bytes = NULL;
+    pthread_mutex_unlock(&mapped_lock);
+}
+
+void mapped_guard_describe(char *msg, size_t n)
+{
+    const unsigned char *a = fault_addr;
+    for (int i = 0; i < MAPPED_MAX; i++) {
+        if (!mapped[i].bytes || a < mapped[i].bytes || a >= mapped[i].bytes + mapped[i].len) continue;
+        struct stat st;
+        if (stat(mapped[i].path, &st) == 0)
+            snprintf(msg, n, "%s: the data file changed while the run read it: %zu bytes when opened, %lld now "
+                             "(truncated or rewritten in place)", mapped[i].path, mapped[i].len, (long long)st.st_size);
+        else
+            snprintf(msg, n, "%s: the data file changed while the run read it: %zu bytes when opened, now gone (%s)",
+                     mapped[i].path, mapped[i].len, strerror(errno));
+        return;
+    }
+    snprintf(msg, n, "a data file changed while the run read it (a read past its end raised SIGBUS)");
 }

@@ -45,6 +45,19 @@ typedef struct {
 int mapped_file_open(mapped_file *m, const char *path, char *err, size_t errlen);
 void mapped_file_close(mapped_file *m);
 
+/* A file truncated while mapped makes a read of its lost pages raise SIGBUS.
+ * Reads that may touch a mapping run between mapped_guard_begin() (a
+ * sigsetjmp point: it returns 0, and 1 again when such a read faulted) and
+ * mapped_guard_end(); after a fault, mapped_guard_describe() says which file
+ * and its size when mapped and now. Outside a guard SIGBUS keeps its default
+ * action. Per thread; the handler is installed once. */
+#include <setjmp.h>
+extern _Thread_local sigjmp_buf mapped_guard_jmp;
+void mapped_guard_arm(void);
+#define mapped_guard_begin() (mapped_guard_arm(), sigsetjmp(mapped_guard_jmp, 1))
+void mapped_guard_end(void);
+void mapped_guard_describe(char *msg, size_t n);
+
 /* text.c: any file as bytes (token id = byte value), mmapped. Bytes >= vocab
  * are an error. */
 token_source *text_open(const char *path, int vocab, char *err, size_t errlen);

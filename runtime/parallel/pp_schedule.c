@@ -13,8 +13,12 @@
  * whenever the computation order itself is consistent across ranks. */
 #include "runtime/parallel/pp_schedule.h"
 
+#include "lib/job/jobspec_layout.h"
+
 #include <stdlib.h>
 #include <string.h>
+
+#include "lib/job/jobspec_layout.h"
 
 /* Where the generator's actions go: into a list, or (list NULL) only into the
  * per-chunk count of micro-batches in flight and its peak — the sizing layer's
@@ -99,33 +103,13 @@ static void build_rank(list_builder *b) {
         emit_backward(b, virtual_chunk(s, b->rank, k, 0), virtual_mb(s, k));
 }
 
+/* The job checks apply the same rules (lib/job/jobspec_layout.h), so a job
+ * that loaded never fails here; a direct caller (tests, the planner) still may. */
 static int check_shape(pp_schedule_kind kind, int p, int m, int v, char *err, size_t errlen) {
-    if (kind != PP_GPIPE && kind != PP_1F1B && kind != PP_INTERLEAVED) {
-        snprintf(err, errlen, "pipeline schedule: unknown kind %d", (int)kind);
-        return -1;
-    }
-    if (p < 1 || m < 1 || v < 1 || (long long)p * m * v > PP_SCHEDULE_MAX_WORK) {
-        snprintf(err, errlen, "pipeline schedule: pp %d, microbatches %d, virtual_stages %d "
-                 "out of range (each >= 1, product <= %d)", p, m, v, PP_SCHEDULE_MAX_WORK);
-        return -1;
-    }
-    if (kind != PP_INTERLEAVED && v != 1) {
-        snprintf(err, errlen, "pipeline schedule %s: virtual_stages is %d but only the "
-                 "interleaved schedule runs more than one chunk per rank",
-                 pp_schedule_kind_name(kind), v);
-        return -1;
-    }
-    if (kind == PP_INTERLEAVED && m % p != 0) {
-        snprintf(err, errlen, "pipeline schedule interleaved: microbatches (%d) must be a "
-                 "multiple of pp (%d), since microbatches go through each chunk in groups "
-                 "of pp; try %d", m, p, (m / p + 1) * p);
-        if (m > p) { /* also offer the nearest smaller multiple */
-            size_t used = strlen(err);
-            snprintf(err + used, errlen > used ? errlen - used : 0, " or %d", m / p * p);
-        }
-        return -1;
-    }
-    return 0;
+    char why[256];
+    if (job_layout_check_pipeline(kind, p, m, v, why, sizeof why) == 0) return 0;
+    snprintf(err, errlen, "pipeline schedule: %s", why);
+    return -1;
 }
 
 int pp_schedule_build(pp_schedule *s, pp_schedule_kind kind, int p, int m, int v,
@@ -283,7 +267,7 @@ static int check_complete(const seen_set *z, char *err, size_t errlen) {
 }
 
 int pp_schedule_validate(const pp_schedule *s, char *err, size_t errlen) {
-    if (s->p < 1 || s->m < 1 || s->v < 1 || (long long)s->p * s->m * s->v > PP_SCHEDULE_MAX_WORK ||
+    if (s->p < 1 || s->m < 1 || s->v < 1 || (long long)s->p * s->m * s->v > JOB_PP_MAX_WORK ||
         !s->actions || !s->n_actions) {
         snprintf(err, errlen, "schedule: p %d m %d v %d or lists missing", s->p, s->m, s->v);
         return -1;

@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include "lib/job/jobspec.h"
+#include "lib/job/jobspec_layout.h"
 #include "runtime/parallel/pp_partition.h"
 
 typedef enum {
@@ -64,7 +65,7 @@ typedef struct {
 } pp_schedule;
 
 /* Upper bound on p * v * m, to keep every count inside an int. */
-#define PP_SCHEDULE_MAX_WORK (1 << 24)
+#define PP_SCHEDULE_MAX_WORK JOB_PP_MAX_WORK /* lib/job/jobspec_layout.h */
 
 /* Build the lists for every rank. Returns 0, or -1 with one line in err (p, m, v out
  * of range, v != 1 without INTERLEAVED, m not a multiple of p with INTERLEAVED). Free

@@ -3,8 +3,7 @@
 #include <stdio.h>
 
 #include "runtime/plan/estimate.h"
-
-#define GB 1e9
+#include "runtime/plan/format.h"
 
 /* On a GPU a rank has its device; on the CPU backend the ranks of a host share
  * its memory. */
@@ -24,14 +23,14 @@ static void check_host_memory(plan_estimate *e, double host_max)
     double need = host_max * e->ranks_per_node;
     if (e->hw.host_memory > 0 && need <= e->hw.host_memory) return;
     e->fits = 0;
+    char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN];
     if (e->hw.host_memory > 0)
-        plan_warn(e, "host memory: train.offload keeps %.2f GB per node in host memory (%d ranks x %.2f GB), the "
-                     "node has %.2f GB",
-                  need / GB, e->ranks_per_node, host_max / GB, e->hw.host_memory / GB);
+        plan_warn(e, "host memory: train.offload keeps %s per node in host memory (%d ranks x %s), the node has %s",
+                  fmt_bytes(a, need), e->ranks_per_node, fmt_bytes(b, host_max), fmt_bytes(c, e->hw.host_memory));
     else
-        plan_warn(e, "host memory: train.offload keeps %.2f GB per node in host memory and the hardware profile "
-                     "does not say how much a node has (host_memory_mib)",
-                  need / GB);
+        plan_warn(e, "host memory: train.offload keeps %s per node in host memory and the hardware profile does "
+                     "not say how much a node has (host_memory_mib)",
+                  fmt_bytes(a, need));
 }
 
 void plan_memory(plan_estimate *e)
@@ -52,12 +51,13 @@ void plan_memory(plan_estimate *e)
         if (st->total > e->max_total) e->max_total = st->total;
         if (st->oom) {
             e->fits = 0;
-            plan_warn(e, "OOM on pipeline stage %d: %.2f GB needed, %.2f GB on the device (%s %.2f GB, "
-                         "activations %.2f GB)",
-                      p, st->total / GB, device / GB, e->job.parallel.mode == SHARD_NONE ? "model state" : "sharded state",
-                      (double)(st->mem.bytes[SIZES_PARAMS] + st->mem.bytes[SIZES_MASTER] + st->mem.bytes[SIZES_GRADS] +
-                               st->mem.bytes[SIZES_OPTIM]) / GB,
-                      (double)(st->mem.bytes[SIZES_ACTS] + st->mem.bytes[SIZES_LOGITS]) / GB);
+            char need[FMT_LEN], have[FMT_LEN], state[FMT_LEN], acts[FMT_LEN];
+            plan_warn(e, "OOM on pipeline stage %d: %s needed, %s on the device (%s %s, activations %s)", p,
+                      fmt_bytes(need, st->total), fmt_bytes(have, device),
+                      e->job.parallel.mode == SHARD_NONE ? "model state" : "sharded state",
+                      fmt_bytes(state, (double)(st->mem.bytes[SIZES_PARAMS] + st->mem.bytes[SIZES_MASTER] +
+                                                st->mem.bytes[SIZES_GRADS] + st->mem.bytes[SIZES_OPTIM])),
+                      fmt_bytes(acts, (double)(st->mem.bytes[SIZES_ACTS] + st->mem.bytes[SIZES_LOGITS])));
         }
     }
     check_host_memory(e, host_max);

@@ -49,4 +49,11 @@ int dryrun_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, 
  * when nothing fits. */
 int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, size_t errlen);
 
+/* The dry-run's memory verdict, for the launcher before it spawns: 1 when every
+ * pipeline stage fits the memory a rank has (o picks the machine as for the
+ * dry-run), 0 when not, with the dry-run's OOM line in verdict ("does not fit on
+ * cpu: OOM on pipeline stage 0: 30.30 GB needed, 25.30 GB on the device (...)"),
+ * -1 when it cannot be estimated (why in verdict). */
+int plan_fit_check(const job_spec *job, const dryrun_opts *o, char *verdict, size_t n);
+
 #endif

@@ -103,6 +103,21 @@ static int resume_source(const job_spec *job, const char **path, char *err, size
     return 0;
 }
 
+int checkpoint_check_resume(const job_spec *job, char *err, size_t errlen)
+{
+    const char *path = NULL;
+    char why[1024] = "";
+    ckpt *ck = NULL;
+    int rc = resume_source(job, &path, why, sizeof why);
+    if (rc == 0 && ckpt_open_index(path, &ck, why, sizeof why) != 0) rc = -1;
+    if (rc == 0 && same_model(ck, &job->model, why, sizeof why) != 0) rc = -1;
+    ckpt_close(ck);
+    if (rc >= 0) return DT_EXIT_OK;
+    snprintf(err, errlen, "%s: cannot resume: %s; to start otherwise, set checkpoint.resume to never or to an "
+                          "older step directory", job->path, why);
+    return DT_EXIT_CKPT;
+}
+
 int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *resumed, char *err,
                       size_t errlen)
 {
@@ -136,6 +151,7 @@ int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *re
         const ckpt_info *in = ckpt_get_info(ck);
         p->step = in->step;
         p->updates = in->optim_step;
+        if (strcmp(job->checkpoint.resume, "auto") != 0) snprintf(p->pinned, sizeof p->pinned, "%s", ckpt_path(ck));
         for (int i = 0; i < in->n_loss; i++) train_progress_add_loss(p, in->loss_tail[i]);
         *resumed = 1;
         if (engine_rank(e) == 0) {
@@ -169,7 +185,8 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
     const char *dir = job->checkpoint.dir;
     char *yaml = job_yaml(job);
     ckpt_meta meta = {.step = p->step, .seed = job->train.seed, .job_yaml = yaml, .model = &job->model,
-                      .loss_tail = p->tail, .n_loss = p->n_tail, .optim_step = p->updates};
+                      .loss_tail = p->tail, .n_loss = p->n_tail, .optim_step = p->updates,
+                      .pinned = p->pinned[0] ? p->pinned : NULL};
     engine_ckpt_meta_layout(e, &meta);
     const dt_env *env = dt_env_get();
     long delay_step = env->test_ckpt_delay_step;

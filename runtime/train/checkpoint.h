@@ -44,6 +44,8 @@ typedef struct {
     long updates;       /* AdamW updates applied */
     double tail[CKPT_LOSS_TAIL];
     int n_tail;         /* the last losses, oldest first */
+    char pinned[JOB_PATH_MAX]; /* the step directory checkpoint.resume: PATH loaded:
+                                  retention never deletes it (a restart loads it again) */
 } train_progress;
 
 void train_progress_add_loss(train_progress *p, double loss);
@@ -53,6 +55,12 @@ void train_progress_add_loss(train_progress *p, double loss);
  * 1. Otherwise *p is zero. */
 int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *resumed, char *err,
                       size_t errlen);
+
+/* Before any worker starts (the launcher): the checkpoint that
+ * checkpoint.resume names (or `latest` under auto) has a readable index whose
+ * model is the job's. DT_EXIT_OK, or DT_EXIT_CKPT with one line naming the
+ * checkpoint and the first dimension that differs. Reads index.json only. */
+int checkpoint_check_resume(const job_spec *job, char *err, size_t errlen);
 
 /* Collective: saves step p->step to checkpoint.dir (which must be set). A step
  * that is already the latest checkpoint is not written again. */

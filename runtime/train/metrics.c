@@ -1,19 +1,24 @@
 /* metrics.c — see metrics.h. */
 #include "runtime/train/metrics.h"
 
+#include <cJSON.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "runtime/env.h"
 #include "runtime/train/tfevents.h"
 
 struct metrics {
     FILE *jsonl;      /* NULL when no metrics file */
     int rank;
     int live;         /* rewrite one terminal line with \r */
-    int every;
+    int every;        /* console lines: every N steps (0: none) */
+    int jsonl_every;  /* JSONL step records: every N steps, log.every as on the console */
+    int attempt;      /* DTRUN_ATTEMPT, in every record: a restart's repeated steps stay apart */
     int steps;
     int first_step;   /* the first step this process logged (resumed runs start late) */
     const char *unit; /* "tok/s" or "img/s" */
@@ -39,6 +44,8 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
     if (!m) { snprintf(err, errlen, "out of memory"); return NULL; }
     m->rank = rank;
     m->every = job->log.every > 0 ? job->log.every : 1;
+    m->jsonl_every = m->every;
+    m->attempt = dt_env_get()->attempt;
     m->steps = job->train.steps;
     m->unit = job->model.kind == MODEL_GPT ? "tok/s" : "img/s";
     m->live = job->log.progress == PROGRESS_ON ||
@@ -46,7 +53,8 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
     if (job->log.progress == PROGRESS_OFF) m->every = 0;
     if (rank == 0 && job->log.metrics[0]) {
         make_parents(job->log.metrics);
-        m->jsonl = fopen(job->log.metrics, append ? "a" : "w");
+        /* a restart keeps what earlier attempts wrote: their records carry their attempt */
+        m->jsonl = fopen(job->log.metrics, append || m->attempt > 0 ? "a" : "w");
         if (!m->jsonl) {
             snprintf(err, errlen, "%s: cannot write metrics (%s)", job->log.metrics, strerror(errno));
             free(m);
@@ -65,6 +73,25 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
         }
     }
     return m;
+}
+
+void metrics_log_attempt(metrics *m, long from_step)
+{
+    if (m->rank != 0 || !m->jsonl) return;
+    const dt_env *env = dt_env_get();
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    cJSON_AddStringToObject(o, "event", "attempt_start");
+    cJSON_AddNumberToObject(o, "attempt", m->attempt);
+    cJSON_AddNumberToObject(o, "restart_count", env->restart_count);
+    if (env->restart_reason[0]) cJSON_AddStringToObject(o, "restart_reason", env->restart_reason);
+    cJSON_AddNumberToObject(o, "from_step", (double)from_step);
+    cJSON_AddNumberToObject(o, "time", (double)time(NULL));
+    char *text = cJSON_PrintUnformatted(o);
+    if (text) fprintf(m->jsonl, "%s\n", text);
+    fflush(m->jsonl);
+    free(text);
+    cJSON_Delete(o);
 }
 
 void metrics_close(metrics *m)
@@ -101,11 +128,12 @@ void metrics_log_step(metrics *m, const metrics_step *s)
                         s->samples_per_s);
         tfevents_flush(m->tb);
     }
-    if (m->jsonl) {
+    if (m->jsonl && (s->step % m->jsonl_every == 0 || s->step == m->steps)) {
         fprintf(m->jsonl,
-                "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"%s\":%.1f,\"elapsed\":%.3f}\n",
+                "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"%s\":%.1f,\"elapsed\":%.3f,"
+                "\"attempt\":%d}\n",
                 s->step, s->loss, s->lr, s->grad_norm,
-                m->unit[0] == 't' ? "tokens_per_s" : "images_per_s", s->samples_per_s, s->elapsed);
+                m->unit[0] == 't' ? "tokens_per_s" : "images_per_s", s->samples_per_s, s->elapsed, m->attempt);
         fflush(m->jsonl);
     }
     if (!m->every) return;
@@ -130,9 +158,10 @@ void metrics_log_eval(metrics *m, int step, double val_loss, double acc)
     }
     if (m->jsonl) {
         if (acc >= 0)
-            fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f,\"val_acc\":%.6f}\n", step, val_loss, acc);
+            fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f,\"val_acc\":%.6f,\"attempt\":%d}\n", step, val_loss,
+                    acc, m->attempt);
         else
-            fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f}\n", step, val_loss);
+            fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f,\"attempt\":%d}\n", step, val_loss, m->attempt);
         fflush(m->jsonl);
     }
     if (m->live) fprintf(stderr, "\r\033[K");

@@ -24,8 +24,15 @@ typedef struct {
 typedef struct metrics metrics;
 
 /* rank: only rank 0 prints; every rank may write its own metrics file later.
- * append: a resumed run adds to the metrics file instead of replacing it. */
+ * append: a resumed run adds to the metrics file instead of replacing it.
+ * Step records are written every log.every steps (and the last), as the
+ * console prints them. */
 metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size_t errlen);
+/* Rank 0: the record that opens an attempt in the JSONL, before its steps:
+ * {"event":"attempt_start","attempt":A,"restart_count":R,"restart_reason":"...",
+ *  "from_step":S,"time":UNIX}. Every step and evaluation record also carries
+ * "attempt", so steps an attempt repeats after a restart stay told apart. */
+void metrics_log_attempt(metrics *m, long from_step);
 void metrics_close(metrics *m);
 void metrics_log_step(metrics *m, const metrics_step *s);
 /* This rank's peak memory after a step: accounted bytes (account.h) and the

@@ -38,6 +38,7 @@
 #include <sys/resource.h>
 
 #include "lib/util/clock.h"
+#include "runtime/data/data.h"
 #include "runtime/env.h"
 #include "runtime/worker/engine.h"
 #include "runtime/worker/engine_ckpt.h"
@@ -136,6 +137,34 @@ static int stop_requested(engine *e, const job_spec *job, const train_progress *
     return 1;
 }
 
+/* After a step's batches were read, before its update: a data file that changed
+ * under the run (data_fault) stops every rank at the step before, with a
+ * checkpoint of that state when there is a place for one, and exit status 3.
+ * One tiny collective per step, for file-backed data only. */
+static int data_changed(engine *e, const job_spec *job, const train_progress *pg, int *rc, char *err,
+                        size_t errlen)
+{
+    if (job->data.kind == DATA_SYNTHETIC) return 0;
+    char why[1200] = "";
+    int mine = data_fault(why, sizeof why), any = 0;
+    if ((*rc = engine_any(e, mine, &any, err, errlen)) != DT_EXIT_OK) return 1;
+    if (!any) return 0;
+    char saved[900] = "no checkpoint.dir to save to";
+    if (job->checkpoint.dir[0]) {
+        char cerr[1024];
+        if (checkpoint_save(e, job, pg, cerr, sizeof cerr) == DT_EXIT_OK)
+            snprintf(saved, sizeof saved, "step %ld saved to %.600s; the same command resumes once the data is whole",
+                     pg->step, job->checkpoint.dir);
+        else
+            snprintf(saved, sizeof saved, "the checkpoint failed: %.700s", cerr);
+    }
+    if (mine) snprintf(err, errlen, "rank %d: %.900s; %.900s", engine_rank(e), why, saved);
+    else snprintf(err, errlen, "rank %d: a data file changed on another rank (see its message); %.900s", engine_rank(e),
+                  saved);
+    *rc = DT_EXIT_DATA;
+    return 1;
+}
+
 /* The job as this world runs it: `dp: auto` resolved from WORLD_SIZE. */
 static job_spec *job_for_world(const job_spec *job, char *err, size_t errlen)
 {
@@ -204,6 +233,7 @@ static int train_job(const job_spec *job)
         engine_destroy(e);
         return DT_EXIT_FAIL;
     }
+    metrics_log_attempt(met, pg.step);
     int world = job->parallel.dp * job->parallel.tp * job->parallel.pp;
     if (rank == 0 && world > 1) fprintf(stderr, "dtrun: layout %s (world %d)\n", engine_layout(e), world);
     FILE *rlog = rank_log_open(job, rank, resumed);
@@ -223,6 +253,7 @@ static int train_job(const job_spec *job)
         double ts = clock_now_s();
         rc = engine_grads(e, step, &loss, err, sizeof err);
         if (rc != DT_EXIT_OK) goto out;
+        if (data_changed(e, job, &pg, &rc, err, sizeof err)) goto out;
         if (step + 1 == nan_step) loss = NAN;
         int updated = isfinite(loss);
         if (!updated) {

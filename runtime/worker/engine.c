@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kernels/ops.h"
+#include "lib/job/jobspec_layout.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
 #include "runtime/data/data.h"
@@ -344,10 +345,9 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     const dt_env *env = dt_env_get();
     int rank = env->rank, world = env->world_size;
     const job_parallel *par = &job->parallel;
-    int need = par->dp * par->tp * par->pp;
-    if (world != need) {
-        snprintf(err, errlen, "rank %d: %s: the layout needs dp*tp*pp = %d workers but WORLD_SIZE is %d",
-                 rank, job->path, need, world);
+    char layout_why[512]; /* the launcher checked the same rule before spawning */
+    if (job_layout_check_world(par, world, "WORLD_SIZE", layout_why, sizeof layout_why)) {
+        snprintf(err, errlen, "rank %d: %s: %s", rank, job->path, layout_why);
         return NULL;
     }
     /* job_validate says the same; a micro-batch of any size (evaluation's last may

@@ -62,5 +62,5 @@ peer_dies pp "pp=2 sched=1f1b" 0
 layout_job gpt-tiny "dp=4" "$T/bad.yaml" "$T/bad.jsonl"
 rc=0; RANK=0 WORLD_SIZE=2 "$DTRUN" worker "$T/bad.yaml" >"$T/bad.out" 2>"$T/bad.err" || rc=$?
 [ $rc -eq 1 ] || fail "a world of 2 for dp=4 exited $rc, want 1"
-grep -q "needs dp\*tp\*pp = 4 workers but WORLD_SIZE is 2" "$T/bad.err" || { cat "$T/bad.err"; fail "no line about the world"; }
+grep -q "parallel.dp 4 x tp 1 x pp 1 = 4 workers, but 2 are started (WORLD_SIZE)" "$T/bad.err" || { cat "$T/bad.err"; fail "no line about the world"; }
 echo "ok: a world that does not match the layout: $(head -1 "$T/bad.err")"

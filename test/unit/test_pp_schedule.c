@@ -323,7 +323,7 @@ static void test_build_errors(void) {
     pp_schedule s;
     char err[512] = "";
     int rc = pp_schedule_build(&s, PP_INTERLEAVED, 4, 6, 2, err, sizeof err);
-    CHECK(rc != 0 && strstr(err, "multiple of pp") && strstr(err, "try 8 or 4"),
+    CHECK(rc != 0 && strstr(err, "multiple of parallel.pp 4") && strstr(err, "try 8 or 4"),
           "interleaved with m %% p != 0: %s", err);
     pp_schedule_free(&s);
     rc = pp_schedule_build(&s, PP_1F1B, 4, 8, 2, err, sizeof err);

@@ -1,0 +1,34 @@
+/* jobspec_layout.h — layout rules that both the job-spec checks and the worker
+ * apply: one source of truth, so that every rule a worker would trip over is
+ * answered with FILE:LINE:COL before anything starts (dtrun --print-config,
+ * --dry-run and the launcher), and the worker, which sees the same job, can
+ * never disagree.
+ *
+ * Each returns 0, or -1 with one line in msg (what and why, no file, no
+ * position: the job checks add those). */
+#ifndef DTRUN_JOBSPEC_LAYOUT_H
+#define DTRUN_JOBSPEC_LAYOUT_H
+
+#include <stddef.h>
+
+#include "lib/job/jobspec.h"
+
+/* Most actions a pipeline schedule may hold: pp x microbatches x virtual_stages. */
+#define JOB_PP_MAX_WORK (1 << 24)
+
+/* The pipeline schedule's shape: a known kind; pp, microbatches (m) and
+ * virtual_stages (v) each >= 1 with p x m x v <= JOB_PP_MAX_WORK; v = 1 unless
+ * interleaved; interleaved needs m a multiple of pp (micro-batches go through
+ * each chunk in groups of pp). */
+int job_layout_check_pipeline(pp_schedule_kind kind, int pp, int m, int v, char *msg, size_t n);
+
+/* The mesh against the processes started: dp x tp x pp must equal `world`.
+ * `world_from` says what set world ("--nproc-per-node 2 x --nnodes 1",
+ * "WORLD_SIZE"); the message names it and the parallel keys. */
+int job_layout_check_world(const job_parallel *par, int world, const char *world_from, char *msg, size_t n);
+
+/* Both, pinned: "FILE:LINE:COL: what" at the key to blame (the first of
+ * parallel.dp, tp, pp the file gave). For the launcher, before it spawns. */
+int job_check_world(const job_spec *job, int world, const char *world_from, char *err, size_t errlen);
+
+#endif
