@@ -100,6 +100,19 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+# The commit dtrun is built from (lib/util/build_info.h): the stamp is
+# rewritten only when it changes, so an unchanged tree rebuilds nothing.
+$(BUILD)/gen/commit.txt: FORCE
+	@mkdir -p $(@D)
+	@c=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown); \
+	 [ "$$c" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null && c=$$c-dirty; \
+	 echo "$$c" >$@.tmp; \
+	 if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(BUILD)/lib/util/build_info.o: $(BUILD)/gen/commit.txt
+$(BUILD)/lib/util/build_info.o: CFLAGS += -DDTRUN_GIT_COMMIT='"$(shell cat $(BUILD)/gen/commit.txt 2>/dev/null)"'
+.PHONY: FORCE
+FORCE:
+
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@

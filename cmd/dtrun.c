@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/util/build_info.h"
+#include "runtime/train/provenance.h"
 #include "lib/launch/agent.h"
 #include "lib/launch/launch_check.h"
 #include "lib/job/jobspec.h"
@@ -29,7 +31,7 @@
 #include "runtime/train/preflight.h"
 #include "runtime/train/train.h"
 
-#define DTRUN_VERSION "0.1.0"
+
 
 static int usage(void)
 {
@@ -44,6 +46,7 @@ static int usage(void)
             "       dtrun rdzv --listen HOST:PORT [...]\n"
             "       dtrun tokenize [options] FILE... -o PREFIX   (text to GPT-2 token shards)\n"
             "       dtrun plot RUN.jsonl... -o curves.svg          (loss, throughput, memory as SVG)\n"
+            "       dtrun inspect CKPT                          (what produced a checkpoint)\n"
             "options (torchrun's names; '-' or '_', --opt=V or --opt V):\n"
             "  --nproc-per-node N|cpu|gpu|auto   workers on this node (auto: GPUs, else 1)\n"
             "  --nnodes N|MIN:MAX                nodes (default 1)\n"
@@ -58,6 +61,7 @@ static int usage(void)
             "  --no-python  -m/--module  --print-config  --version  --help\n"
             "  --trace FILE                      merged Chrome trace of every rank (log.trace)\n"
             "  --no-fit-check                    start a job the dry-run says does not fit in memory\n"
+            "  --strict-data                     resuming with data files changed since the checkpoint is an error\n"
             "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K]\n"
             "see dtrun(1) and dtrun-job(5)\n");
     return 0;
@@ -205,6 +209,8 @@ static int launch(launch_opts *o)
             fprintf(stderr, "dtrun: %s\n", err);
             return rc;
         }
+        /* the workers inherit it (runtime/env.h) */
+        if (o->strict_data) setenv("DTRUN_STRICT_DATA", "1", 1);
         /* The built-in trainer: this very binary, even if it is replaced on disk. */
         char *worker_argv[] = {"dtrun", "worker", (char *)o->job_path, NULL};
         rc = agent_run(o, "/proc/self/exe", worker_argv);
@@ -236,6 +242,13 @@ int main(int argc, char **argv)
     if (!strcmp(a, "export")) return export_command(argc, argv);
     if (!strcmp(a, "tokenize")) return tokenize_main(argc - 1, argv + 1);
     if (!strcmp(a, "plot")) return plot_main(argc - 1, argv + 1);
+    if (!strcmp(a, "inspect")) {
+        if (argc != 3) {
+            fprintf(stderr, "dtrun: usage: dtrun inspect CKPT (a checkpoint directory or one of its step directories)\n");
+            return DT_EXIT_USAGE;
+        }
+        return provenance_inspect(argv[2], stdout);
+    }
 
     static launch_opts o;
     char err[1024];
@@ -247,7 +260,7 @@ int main(int argc, char **argv)
     }
     int rc;
     if (o.help) rc = usage();
-    else if (o.version) rc = (printf("dtrun %s\n", DTRUN_VERSION), 0);
+    else if (o.version) rc = (printf("dtrun %s (%s)\n", dtrun_version(), dtrun_commit()), 0);
     else rc = launch(&o);
     launch_opts_free(&o);
     return rc;

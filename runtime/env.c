@@ -186,6 +186,11 @@ static void load_trainer(env_report *r, dt_env *e)
     env_string(r, "DTRUN_HARDWARE_DIR", e->hardware_dir, sizeof e->hardware_dir);
     env_string(r, "DTRUN_DUMP_PARAMS", e->dump_params, sizeof e->dump_params);
     env_string(r, "DTRUN_DUMP_VAL", e->dump_val, sizeof e->dump_val);
+    env_int(r, "DTRUN_STRICT_DATA", 0, "0 or 1", 0, &e->strict_data);
+    const char *c = env_value("DTRUN_CACHE_DIR"), *x = env_value("XDG_CACHE_HOME"), *h = env_value("HOME");
+    if (c) snprintf(e->cache_dir, sizeof e->cache_dir, "%s", c);
+    else if (x) snprintf(e->cache_dir, sizeof e->cache_dir, "%s/dtrun", x);
+    else if (h) snprintf(e->cache_dir, sizeof e->cache_dir, "%s/.cache/dtrun", h);
 }
 
 static void load_tests(env_report *r, dt_env *e)
@@ -218,6 +223,33 @@ const dt_env *dt_env_get(void)
 {
     pthread_once(&the_env_once, the_env_load);
     return &the_env;
+}
+
+extern char **environ;
+
+void dt_env_each_knob(void (*fn)(void *ctx, const char *name, const char *value), void *ctx)
+{
+    /* not the agent's per-worker plumbing (ranks, ports, ids): only what can
+     * change the numbers or the kernels that compute them */
+    static const char *const exact[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OPENBLAS_CORETYPE",
+                                        "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "CUBLAS_WORKSPACE_CONFIG",
+                                        "DTRUN_COMM_BACKEND", "DTRUN_COMM_TRANSPORT", "DTRUN_NCCL_LIB",
+                                        "DTRUN_HSDP_RANKS_PER_NODE"};
+    for (char **e = environ; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq) continue;
+        char name[128];
+        size_t n = (size_t)(eq - *e);
+        if (n >= sizeof name) continue;
+        memcpy(name, *e, n);
+        name[n] = 0;
+        int keep = !strncmp(name, "NCCL_", 5) || !strncmp(name, "DTRUN_TEST_", 11);
+        for (size_t i = 0; !keep && i < sizeof exact / sizeof exact[0]; i++) keep = !strcmp(name, exact[i]);
+        if (keep && (strstr(name, "TOKEN") || strstr(name, "SECRET") || strstr(name, "PASSWORD") ||
+                     strstr(name, "KEY")))
+            keep = 0;
+        if (keep) fn(ctx, name, eq + 1);
+    }
 }
 
 void dt_env_reload(void)

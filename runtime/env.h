@@ -37,6 +37,10 @@
  *   DTRUN_HARDWARE_DIR         first directory the planner looks hardware profiles up in ("")
  *   DTRUN_DUMP_PARAMS          rank 0 writes the final parameters there ("")
  *   DTRUN_DUMP_VAL             rank 0 writes the last evaluation's samples there ("")
+ *   DTRUN_STRICT_DATA          1: resuming with data files that changed since the
+ *                              checkpoint is an error, not a warning (--strict-data) (0)
+ *   DTRUN_CACHE_DIR            where the data files' hashes are remembered (unset:
+ *                              $XDG_CACHE_HOME/dtrun, else $HOME/.cache/dtrun, else none)
  *
  * tests (hooks of the trainer, man/dtrun.1):
  *   DTRUN_TEST_STOP_STEP        stop with a checkpoint after that step, integer >= 0 (-1: never)
@@ -90,6 +94,8 @@ typedef struct {
     char hardware_dir[DT_ENV_PATH_MAX];
     char dump_params[DT_ENV_PATH_MAX];
     char dump_val[DT_ENV_PATH_MAX];
+    int strict_data;
+    char cache_dir[DT_ENV_PATH_MAX]; /* "" when there is none */
     /* tests */
     long test_stop_step;
     int test_step_delay_ms, test_ckpt_delay_ms;
@@ -110,5 +116,11 @@ const dt_env *dt_env_get(void);
 /* Parses the environment again into what dt_env_get returns (tests that
  * setenv after the first use). Single-threaded callers only. */
 void dt_env_reload(void);
+
+/* The environment variables that can change what a run computes (thread
+ * counts, CPU kernel choice, visible devices, NCCL's, the comm backend and
+ * transport, the HSDP group, the test hooks; never one holding a secret),
+ * each given to fn, for a checkpoint's provenance. */
+void dt_env_each_knob(void (*fn)(void *ctx, const char *name, const char *value), void *ctx);
 
 #endif

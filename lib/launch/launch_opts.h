@@ -104,6 +104,8 @@ typedef struct {
     int top;                   /* --top K for --plan; 0 default */
     char trace[JOB_PATH_MAX];  /* --trace FILE: the workers' merged Chrome trace (log.trace); "" none */
     int no_fit_check;          /* --no-fit-check: start a job the dry-run says does not fit */
+    int strict_data;           /* --strict-data: resuming from a checkpoint whose data files
+                                  changed is an error (DTRUN_STRICT_DATA=1 for the workers) */
     unsigned set;              /* LAUNCH_SET_* */
 } launch_opts;
 

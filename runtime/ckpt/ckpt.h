@@ -95,6 +95,7 @@ typedef struct {
     long optim_step;           /* AdamW updates applied (steps minus skipped ones) */
     const char *pinned;        /* a step directory retention never deletes (the one
                                   checkpoint.resume: PATH names), or NULL; not stored */
+    const char *provenance;    /* a JSON object's text, stored as it is (may be NULL) */
 } ckpt_meta;
 
 /* Rank `rank` writes DIR/step_S/rank_R.safetensors. Returns 0; 1 when step S is
@@ -138,6 +139,7 @@ typedef struct {
     const double *loss_tail;
     int n_loss;
     long optim_step;           /* AdamW updates applied; = step when not recorded */
+    const char *provenance;    /* its JSON object's text; "" when not recorded */
 } ckpt_info;
 
 /* PATH is DIR (follows `latest`) or a step directory. Verifies index.json and

@@ -63,6 +63,11 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
         snprintf(buf, sizeof buf, "%016" PRIx64, files[r].hash);
         ok = ok && cJSON_AddStringToObject(f, "xxh3", buf);
     }
+    if (ok && meta->provenance) {
+        cJSON *p = cJSON_Parse(meta->provenance);
+        ok = p && cJSON_AddItemToObject(o, "provenance", p);
+        if (!ok) cJSON_Delete(p);
+    }
     ok = ok && cJSON_AddStringToObject(o, "job", meta->job_yaml ? meta->job_yaml : "");
     char *s = ok ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
@@ -214,6 +219,14 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
         goto out;
     }
     in->job_yaml = ix->job;
+    /* optional: checkpoints before provenance have none */
+    const cJSON *prov = cJSON_GetObjectItemCaseSensitive(o, "provenance");
+    ix->provenance = cJSON_IsObject(prov) ? cJSON_PrintUnformatted(prov) : strdup("");
+    if (!ix->provenance) {
+        st_fail(err, errlen, "%s: out of memory", path);
+        goto out;
+    }
+    in->provenance = ix->provenance;
     rc = 0;
 out:
     cJSON_Delete(o);
@@ -224,6 +237,7 @@ out:
 void ckpt_index_free(ckpt_index *ix)
 {
     free(ix->job);
+    free(ix->provenance);
     free(ix->loss);
     free(ix->files);
     memset(ix, 0, sizeof *ix);

@@ -48,6 +48,7 @@ typedef struct {
 typedef struct {
     ckpt_info info;      /* job_yaml and loss_tail point into job and loss */
     char *job;
+    char *provenance;
     double *loss;
     ckpt_file_sum *files; /* info.world of them, by rank */
 } ckpt_index;

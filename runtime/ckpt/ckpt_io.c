@@ -1,6 +1,7 @@
 /* ckpt_io.c — tmp + fsync + rename + directory fsync, file hashing, and the
  * fault-injection hooks of the tests. */
 #include "runtime/ckpt/ckpt_io.h"
+#include "lib/util/file_hash.h"
 #include "runtime/ckpt/safetensors.h"
 
 #include <dirent.h>
@@ -131,39 +132,9 @@ int ckpt_io_write_bytes_atomic(const char *path, const void *buf, size_t n, char
 
 int ckpt_io_hash_file(const char *path, uint64_t *size, uint64_t *hash, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return st_fail(err, errlen, "%s: missing (its rank did not write it)", path);
-        return st_fail(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
-    }
-    XXH3_state_t *st = XXH3_createState();
-    enum { CHUNK = 1 << 20 };
-    char *buf = malloc(CHUNK);
-    int rc = -1;
-    if (!st || !buf || XXH3_64bits_reset(st) != XXH_OK) {
-        st_fail(err, errlen, "%s: out of memory", path);
-        goto out;
-    }
-    uint64_t total = 0;
-    for (;;) {
-        ssize_t k = read(fd, buf, CHUNK);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            st_fail(err, errlen, "%s: read failed (%s)", path, strerror(errno));
-            goto out;
-        }
-        if (k == 0) break;
-        XXH3_64bits_update(st, buf, (size_t)k);
-        total += (uint64_t)k;
-    }
-    *size = total;
-    *hash = XXH3_64bits_digest(st);
-    rc = 0;
-out:
-    free(buf);
-    XXH3_freeState(st);
-    close(fd);
-    return rc;
+    if (file_xxh3(path, size, hash, err, errlen) == 0) return 0;
+    if (errno == ENOENT) return st_fail(err, errlen, "%s: missing (its rank did not write it)", path);
+    return -1;
 }
 
 int ckpt_io_read_small(const char *path, size_t max, char **buf, size_t *len, char *err,

@@ -1,6 +1,7 @@
 /* checkpoint.c — resume, save and stop-signal policy of the training loop
  * (checkpoint.h). */
 #include "runtime/train/checkpoint.h"
+#include "runtime/train/provenance.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -147,6 +148,22 @@ int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *re
     }
     if (rc == 1) return DT_EXIT_OK; /* a fresh start */
     rc = engine_load_checkpoint(e, ck, err, errlen);
+    /* provenance: the data the checkpoint was trained on, against the files
+     * now (rank 0 compares; under DTRUN_STRICT_DATA all stop on its word) */
+    if (rc == DT_EXIT_OK) {
+        char lines[4096] = "";
+        int changed = engine_rank(e) == 0 ? provenance_data_changes(ckpt_get_info(ck)->provenance, lines, sizeof lines) : 0;
+        int strict = dt_env_get()->strict_data, stop = 0;
+        for (char *l = changed ? strtok(lines, "\n") : NULL; l; l = strtok(NULL, "\n"))
+            fprintf(stderr, "dtrun: %s: %s%s\n", strict ? "error" : "warning", l,
+                    strict ? " (--strict-data)" : "; resuming anyway (--strict-data makes it an error)");
+        if (strict) rc = engine_any(e, changed > 0, &stop, err, errlen);
+        if (rc == DT_EXIT_OK && stop) {
+            snprintf(err, errlen, "rank %d: %s: the data changed since the checkpoint (--strict-data)", engine_rank(e),
+                     ckpt_path(ck));
+            rc = DT_EXIT_DATA;
+        }
+    }
     if (rc == DT_EXIT_OK) {
         const ckpt_info *in = ckpt_get_info(ck);
         p->step = in->step;
@@ -184,9 +201,16 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
 {
     const char *dir = job->checkpoint.dir;
     char *yaml = job_yaml(job);
+    /* rank 0 writes the index: only it needs the provenance */
+    char *prov = NULL;
+    if (engine_rank(e) == 0) {
+        char why[512];
+        prov = provenance_json(job, engine_backend_name(e), engine_world_size(e), why, sizeof why);
+        if (!prov) fprintf(stderr, "dtrun: warning: the checkpoint will have no provenance: %s\n", why);
+    }
     ckpt_meta meta = {.step = p->step, .seed = job->train.seed, .job_yaml = yaml, .model = &job->model,
                       .loss_tail = p->tail, .n_loss = p->n_tail, .optim_step = p->updates,
-                      .pinned = p->pinned[0] ? p->pinned : NULL};
+                      .pinned = p->pinned[0] ? p->pinned : NULL, .provenance = prov};
     engine_ckpt_meta_layout(e, &meta);
     const dt_env *env = dt_env_get();
     long delay_step = env->test_ckpt_delay_step;
@@ -195,6 +219,7 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
     int already = 0;
     int rc = engine_save_checkpoint(e, dir, &meta, job->checkpoint.keep, delay, &already, err, errlen);
     free(yaml);
+    free(prov);
     if (rc == DT_EXIT_CKPT) {
         /* say what a person needs to know next: is anything lost? */
         long prev;

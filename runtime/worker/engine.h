@@ -52,6 +52,9 @@ typedef struct {
 engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t errlen);
 void engine_destroy(engine *e);
 int engine_rank(const engine *e);
+int engine_world_size(const engine *e);
+/* The compute backend's name ("cpu", "cuda"). */
+const char *engine_backend_name(const engine *e);
 /* "dp=2 tp=2 pp=1 fsdp" */
 const char *engine_layout(const engine *e);
 
