@@ -17,6 +17,8 @@ if [ "${DTRUN_TEST_FULL:-0}" = 1 ]; then export DTRUN_TEST_TIMEOUT=${DTRUN_TEST_
 export DTRUN_TEST_TIMEOUT=${DTRUN_TEST_TIMEOUT:-600}
 pass=0 fail=0 skip=0
 log=$(mktemp -d /tmp/dtrun-test.XXXXXX)
+# checkpoints remember data hashes (provenance): in the run's own folder, not ~/.cache
+export DTRUN_CACHE_DIR=${DTRUN_CACHE_DIR:-$log/cache}
 filter=${DTRUN_TEST_FILTER:-.}
 
 count_unit() { # name binary
