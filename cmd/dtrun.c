@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lib/launch/agent.h"
 #include "lib/job/jobspec.h"
@@ -34,7 +35,8 @@ static int usage(void)
             "       dtrun [options] script.py [ARGS...]      (python3 script.py)\n"
             "       dtrun --print-config job.yaml\n"
             "       dtrun worker job.yaml\n"
-            "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors   (CKPT: checkpoint dir or step dir)\n"
+            "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors|OUTDIR/   (CKPT: checkpoint dir or step dir;\n"
+            "                                         OUTDIR/: a Hugging Face folder with config.json)\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
             "options (torchrun's names; '-' or '_', --opt=V or --opt V):\n"
             "  --nproc-per-node N|cpu|gpu|auto   workers on this node (auto: GPUs, else 1)\n"
@@ -100,7 +102,12 @@ static int export_command(int argc, char **argv)
         fprintf(stderr, "dtrun: export: %s\n", err);
         return DT_EXIT_CKPT;
     }
-    int rc = ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
+    /* OUT a folder (ends with '/' or exists): a Hugging Face folder, config.json included */
+    size_t n_out = strlen(pos[1]);
+    struct stat st;
+    int to_dir = (n_out && pos[1][n_out - 1] == '/') || (stat(pos[1], &st) == 0 && S_ISDIR(st.st_mode));
+    int rc = to_dir ? ckpt_export_hf_dir(ck, pos[1], bf16, err, sizeof err)
+                    : ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
     if (rc != 0) fprintf(stderr, "dtrun: export: %s\n", err);
     else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, pos[1]);
     ckpt_close(ck);
