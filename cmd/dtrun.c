@@ -8,6 +8,7 @@
  *   dtrun --dry-run | --plan job.yaml  what the run will cost / the best layouts
  *   dtrun worker job.yaml              one worker (what the agent starts)
  *   dtrun export CKPT out.safetensors  one consolidated file, Hugging Face names
+ *   dtrun generate CKPT|HF_DIR ...     sample text (runtime/infer/generate.h)
  *   dtrun rdzv --listen HOST:PORT      a standalone rendezvous daemon
  */
 #include <stdio.h>
@@ -21,6 +22,7 @@
 #include "lib/rdzv/rdzv_cmd.h"
 #include "lib/launch/slurm.h"
 #include "runtime/ckpt/ckpt.h"
+#include "runtime/infer/generate.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/train.h"
 
@@ -213,6 +215,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(a, "rdzv")) return rdzv_command(argc - 1, argv + 1);
     if (!strcmp(a, "export")) return export_command(argc, argv);
+    if (!strcmp(a, "generate")) return generate_command(argc - 1, argv + 1);
 
     static launch_opts o;
     char err[1024];

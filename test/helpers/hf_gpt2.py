@@ -18,7 +18,8 @@ PyTorch's answers about it (test/integration/init_from.sh, generate.sh, eval.sh)
   hf_gpt2.py greedy DIR --prompt-ids 1,2,3 --n 50
       greedy decoding (argmax, ties to the lowest id as torch.argmax), the
       new ids comma-separated, recomputing the whole prefix each token (no
-      cache: the reference the KV cache must match).
+      cache: the reference the KV cache must match); on stderr the smallest
+      margin between the best and second-best logit (how far from a tie).
 
 The model is scripts/export_check.py's plain GPT-2 (pre-LN, eps 1e-5, tanh
 GELU, tied head): the same one the export test loads dtrun's exports into.
@@ -63,8 +64,12 @@ def make(a):
                 p.copy_(1 + 0.1 * torch.randn_like(p))
             elif p.dim() == 1:
                 p.copy_(0.05 * torch.randn_like(p))
+            elif "wte" in name:  # small: a tied head with large wte only repeats the last token
+                p.copy_(0.05 * torch.randn_like(p))
+            elif "wpe" in name:
+                p.copy_(0.2 * torch.randn_like(p))
             else:
-                p.copy_(0.2 * torch.randn_like(p) / (p.shape[0] ** 0.5 if "wte" not in name else 1))
+                p.copy_(0.5 * torch.randn_like(p) / p.shape[0] ** 0.5)
     sd = dict(m.state_dict())
     for i in range(a.n_layer):  # the buffer older transformers saved with the weights
         sd[f"transformer.h.{i}.attn.bias"] = torch.ones(a.n_positions, a.n_positions).tril().view(
@@ -126,14 +131,18 @@ def loss(a):
 def greedy(a):
     m, _ = load(a.dir)
     ids = [int(x) for x in a.prompt_ids.split(",")]
-    out = []
+    out, margin = [], float("inf")
     with torch.no_grad():
         for _ in range(a.n):
             logits = m(torch.tensor([ids]))[0, -1]
+            top = logits.topk(2).values
+            margin = min(margin, float(top[0] - top[1]))
             nxt = int(torch.argmax(logits))
             ids.append(nxt)
             out.append(nxt)
     print(",".join(map(str, out)))
+    # how far from a tie the closest choice was: summation order moves logits ~1e-6
+    print(f"smallest top-1 - top-2 logit margin {margin:.3g}", file=sys.stderr)
 
 
 def main():
