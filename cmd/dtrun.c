@@ -9,6 +9,7 @@
  *   dtrun worker job.yaml              one worker (what the agent starts)
  *   dtrun export CKPT out.safetensors  one consolidated file, Hugging Face names
  *   dtrun generate CKPT|HF_DIR ...     sample text (runtime/infer/generate.h)
+ *   dtrun eval CKPT|HF_DIR --data F    loss and perplexity (runtime/infer/eval.h)
  *   dtrun rdzv --listen HOST:PORT      a standalone rendezvous daemon
  */
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include "lib/rdzv/rdzv_cmd.h"
 #include "lib/launch/slurm.h"
 #include "runtime/ckpt/ckpt.h"
+#include "runtime/infer/eval.h"
 #include "runtime/infer/generate.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/train.h"
@@ -39,6 +41,9 @@ static int usage(void)
             "       dtrun worker job.yaml\n"
             "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors|OUTDIR/   (CKPT: checkpoint dir or step dir;\n"
             "                                         OUTDIR/: a Hugging Face folder with config.json)\n"
+            "       dtrun generate CKPT|HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]\n"
+            "                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tp N] [--ids]\n"
+            "       dtrun eval CKPT|HF_DIR --data FILE [--dp N --tp N --pp N --mode M --batch B --seq-len T]\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
             "options (torchrun's names; '-' or '_', --opt=V or --opt V):\n"
             "  --nproc-per-node N|cpu|gpu|auto   workers on this node (auto: GPUs, else 1)\n"
@@ -216,6 +221,7 @@ int main(int argc, char **argv)
     if (!strcmp(a, "rdzv")) return rdzv_command(argc - 1, argv + 1);
     if (!strcmp(a, "export")) return export_command(argc, argv);
     if (!strcmp(a, "generate")) return generate_command(argc - 1, argv + 1);
+    if (!strcmp(a, "eval")) return eval_command(argc - 1, argv + 1);
 
     static launch_opts o;
     char err[1024];

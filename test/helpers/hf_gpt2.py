@@ -15,6 +15,9 @@ PyTorch's answers about it (test/integration/init_from.sh, generate.sh, eval.sh)
   hf_gpt2.py loss DIR VAL.bin
       the mean cross-entropy per token over dtrun's validation dump
       (DTRUN_DUMP_VAL), to 9 decimals.
+  hf_gpt2.py loss-file DIR FILE --seq-len T [--batch 8]
+      the mean loss over a byte-level FILE's windows as `dtrun eval` takes
+      them (non-overlapping windows of T + 1 bytes, stride T).
   hf_gpt2.py greedy DIR --prompt-ids 1,2,3 --n 50
       greedy decoding (argmax, ties to the lowest id as torch.argmax), the
       new ids comma-separated, recomputing the whole prefix each token (no
@@ -128,6 +131,24 @@ def loss(a):
     print(f"{total / count:.9f}")
 
 
+def loss_file(a):
+    """dtrun eval's windows of a byte-level file: window i is bytes
+    [i T, i T + T] (inputs the first T, targets the last T), (n - 1) // T of
+    them, at most 64 batches of --batch."""
+    m, cfg = load(a.dir)
+    data = torch.tensor(list(open(a.file, "rb").read()), dtype=torch.long)
+    T = a.seq_len
+    n = min((data.numel() - 1) // T, 64 * a.batch)
+    total = 0.0
+    with torch.no_grad():
+        for i in range(0, n, 16):
+            rows = range(i, min(i + 16, n))
+            x = torch.stack([data[r * T:r * T + T] for r in rows])
+            y = torch.stack([data[r * T + 1:r * T + T + 1] for r in rows])
+            total += F.cross_entropy(m(x).reshape(-1, cfg["vocab_size"]).double(), y.reshape(-1), reduction="sum").item()
+    print(f"{total / (n * T):.9f}")
+
+
 def greedy(a):
     m, _ = load(a.dir)
     ids = [int(x) for x in a.prompt_ids.split(",")]
@@ -160,12 +181,17 @@ def main():
     p = sub.add_parser("loss")
     p.add_argument("dir")
     p.add_argument("val")
+    p = sub.add_parser("loss-file")
+    p.add_argument("dir")
+    p.add_argument("file")
+    p.add_argument("--seq-len", type=int, required=True)
+    p.add_argument("--batch", type=int, default=8)
     p = sub.add_parser("greedy")
     p.add_argument("dir")
     p.add_argument("--prompt-ids", required=True)
     p.add_argument("--n", type=int, default=50)
     a = ap.parse_args()
-    {"make": make, "loss": loss, "greedy": greedy}[a.cmd](a)
+    {"make": make, "loss": loss, "loss-file": loss_file, "greedy": greedy}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -66,10 +66,18 @@ DTRUN_DUMP_PARAMS=$T/sharded.bin timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$
 cmp -s "$T/sharded.bin" "$T/tp-2.bin" || fail "the sharded folder trains otherwise than the single file"
 echo "ok: a sharded folder (index + 3 files) loads the same weights"
 
-# round trip: a checkpoint exported as a folder
+# round trip: a run's checkpoint exported as a Hugging Face folder (dtrun
+# export CKPT DIR/) and loaded back (dtrun eval DIR loads it as init_from,
+# here under fsdp2 while it was saved under tp2): the parameters are the
+# checkpoint's, bit for bit (DTRUN_DUMP_PARAMS of both)
 hf_job "tp=2" rt
 printf 'checkpoint:\n  dir: %s\n' "$T/rt.ck" >>"$T/rt.yaml"
-timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/rt.yaml" >"$T/rt.log" 2>&1 || { tail "$T/rt.log"; fail "rt run"; }
+DTRUN_DUMP_PARAMS=$T/rt.bin timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/rt.yaml" >"$T/rt.log" 2>&1 ||
+  { tail "$T/rt.log"; fail "rt run"; }
 "$DTRUN" export "$T/rt.ck" "$T/rt-hf/" 2>"$T/rt.export.log" || { cat "$T/rt.export.log"; fail "export to a folder"; }
 [ -f "$T/rt-hf/config.json" ] && [ -f "$T/rt-hf/model.safetensors" ] || fail "export DIR/ wrote no Hugging Face folder"
-echo "ok: dtrun export CKPT DIR/ writes config.json + model.safetensors"
+head -c 3000 "$ROOT/README.md" >"$T/text"
+DTRUN_DUMP_PARAMS=$T/rt-back.bin "$DTRUN" eval "$T/rt-hf" --data "$T/text" --dp 2 --mode fsdp >"$T/rt-back.log" 2>&1 ||
+  { cat "$T/rt-back.log"; fail "loading the export back"; }
+cmp "$T/rt.bin" "$T/rt-back.bin" || fail "export then init_from is not bit-exact"
+echo "ok: dtrun export CKPT DIR/ then init_from: the same $(stat -c %s "$T/rt.bin") parameter bytes, bit for bit"
