@@ -8,13 +8,17 @@
  *   dtrun --dry-run | --plan job.yaml  what the run will cost / the best layouts
  *   dtrun worker job.yaml              one worker (what the agent starts)
  *   dtrun export CKPT out.safetensors  one consolidated file, Hugging Face names
+ *   dtrun generate CKPT|HF_DIR ...     sample text (runtime/infer/generate.h)
+ *   dtrun eval CKPT|HF_DIR --data F    loss and perplexity (runtime/infer/eval.h)
  *   dtrun rdzv --listen HOST:PORT      a standalone rendezvous daemon
  *   dtrun tokenize FILE... -o PREFIX   text to GPT-2 token shards
  *   dtrun plot RUN.jsonl... -o F.svg   curves of runs
+ *   dtrun inspect CKPT                 what produced a checkpoint (runtime/train/provenance.h)
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "lib/util/build_info.h"
 #include "runtime/train/provenance.h"
@@ -27,6 +31,8 @@
 #include "lib/text/tokenize_cmd.h"
 #include "lib/launch/slurm.h"
 #include "runtime/ckpt/ckpt.h"
+#include "runtime/infer/eval.h"
+#include "runtime/infer/generate.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/preflight.h"
 #include "runtime/train/train.h"
@@ -42,7 +48,11 @@ static int usage(void)
             "       dtrun [options] script.py [ARGS...]      (python3 script.py)\n"
             "       dtrun --print-config job.yaml\n"
             "       dtrun worker job.yaml\n"
-            "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors   (CKPT: checkpoint dir or step dir)\n"
+            "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors|OUTDIR/   (CKPT: checkpoint dir or step dir;\n"
+            "                                         OUTDIR/: a Hugging Face folder with config.json)\n"
+            "       dtrun generate CKPT|HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]\n"
+            "                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tp N] [--ids]\n"
+            "       dtrun eval CKPT|HF_DIR --data FILE [--dp N --tp N --pp N --mode M --batch B --seq-len T]\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
             "       dtrun tokenize [options] FILE... -o PREFIX   (text to GPT-2 token shards)\n"
             "       dtrun plot RUN.jsonl... -o curves.svg          (loss, throughput, memory as SVG)\n"
@@ -113,7 +123,12 @@ static int export_command(int argc, char **argv)
         fprintf(stderr, "dtrun: export: %s\n", err);
         return DT_EXIT_CKPT;
     }
-    int rc = ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
+    /* OUT a folder (ends with '/' or exists): a Hugging Face folder, config.json included */
+    size_t n_out = strlen(pos[1]);
+    struct stat st;
+    int to_dir = (n_out && pos[1][n_out - 1] == '/') || (stat(pos[1], &st) == 0 && S_ISDIR(st.st_mode));
+    int rc = to_dir ? ckpt_export_hf_dir(ck, pos[1], bf16, err, sizeof err)
+                    : ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
     if (rc != 0) fprintf(stderr, "dtrun: export: %s\n", err);
     else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, pos[1]);
     ckpt_close(ck);
@@ -249,6 +264,8 @@ int main(int argc, char **argv)
         }
         return provenance_inspect(argv[2], stdout);
     }
+    if (!strcmp(a, "generate")) return generate_command(argc - 1, argv + 1);
+    if (!strcmp(a, "eval")) return eval_command(argc - 1, argv + 1);
 
     static launch_opts o;
     char err[1024];

@@ -95,6 +95,11 @@ typedef struct dt_ops {
      * att[B,NH,T,T] keeps the softmax probabilities for backward. */
     void (*attention_forward)(float *out, float *att, const float *qkv,
                               int B, int T, int C, int NH, int causal);
+    /* One new query over a KV cache (decoding): cache[T, 3C] holds q, k, v
+     * of positions 0..T-1 laid out as qkv above, the last row the new token;
+     * out[C] = the causal attention_forward's row T-1 (the query sees all T
+     * keys). scratch: NH * T floats (overwritten). */
+    void (*attention_decode)(float *out, float *scratch, const float *cache, int T, int C, int NH);
     /* dqkv += ; scratch holds at least B*NH*T*T floats (overwritten). */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
                                const float *qkv, const float *att,

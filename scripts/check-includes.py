@@ -6,6 +6,7 @@ house: a folder may include its own files and those of folders below it.
 The order, top to bottom (a folder's level; higher may include lower):
 
   cmd                                   the thin main()s
+  runtime/infer                         generate and eval: a model source to a job, sampling
   runtime/train                         the step loop, checkpoint policy
   runtime/worker                        the engine: set-up, strategies applied
   runtime/plan                          dry-run and planner (pure functions)
@@ -35,6 +36,7 @@ import sys
 
 LEVELS = {
     "cmd": 100,
+    "runtime/infer": 95,
     "runtime/train": 90,
     "runtime/worker": 80,
     "runtime/plan": 70,

@@ -77,6 +77,7 @@ void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC);
 /* attention.c */
 void cpu_attention_forward(float *out, float *att, const float *qkv,
                            int B, int T, int C, int NH, int causal);
+void cpu_attention_decode(float *out, float *scratch, const float *cache, int T, int C, int NH);
 void cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
                             const float *qkv, const float *att,
                             int B, int T, int C, int NH, int causal);

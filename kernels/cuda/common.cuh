@@ -216,6 +216,7 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
 /* attention.cu */
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                             int NH, int causal);
+void cuda_attention_decode(float *out, float *scratch, const float *cache, int T, int C, int NH);
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH, int causal);
 /* gelu.cu */

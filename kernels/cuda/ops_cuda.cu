@@ -75,6 +75,7 @@ static void fill_table(void) {
     table.matmul_forward = cuda_matmul_forward;
     table.matmul_backward = cuda_matmul_backward;
     table.attention_forward = cuda_attention_forward;
+    table.attention_decode = cuda_attention_decode;
     table.attention_backward = cuda_attention_backward;
     table.gelu_forward = cuda_gelu_forward;
     table.gelu_backward = cuda_gelu_backward;

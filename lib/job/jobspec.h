@@ -34,6 +34,10 @@ typedef struct {
     int patch_size;
     int channels;
     int n_classes;
+    /* model.init_from: a Hugging Face folder (config.json + model.safetensors or
+     * a sharded index) whose weights the run starts from; "" = none. Its
+     * config.json fills the shape keys (jobspec_init_from.c). */
+    char init_from[JOB_PATH_MAX];
 } job_model;
 
 typedef enum {

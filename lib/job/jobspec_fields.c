@@ -82,6 +82,9 @@ const field_def job_fields[FID_COUNT] = {
                          "in_channels,in_chans,num_channels,n_channels"),
     [FID_N_CLASSES] = NUM(SEC_MODEL, "n_classes", FT_INT, model.n_classes, 2, 1 << 24,
                           "num_classes,classes,num_labels,n_labels"),
+    [FID_INIT_FROM] = STR(SEC_MODEL, "init_from", FT_STR, model.init_from,
+                          "pretrained,from_pretrained,load_from,pretrained_path,init,weights,"
+                          "model_name_or_path"),
 
     [FID_DATA_KIND] = ENUM(SEC_DATA, "kind", data.kind, data_kinds, data_kind_aliases,
                            "type,format,source,dataset"),

@@ -79,6 +79,9 @@ void loader_record_where(loader *L);
 
 /* jobspec_resolve.c */
 int loader_resolve(loader *L);
+/* jobspec_init_from.c: model.init_from's config.json into the model section
+ * (or one line where they disagree); *preset_d_ff gets its MLP width. */
+int loader_apply_init_from(loader *L, int *preset_d_ff);
 /* lr / 10 as a person would write it: the default min_lr. */
 double job_lr_tenth(double lr);
 

@@ -2,7 +2,8 @@
  * model.preset (or model.kind's tiny shape), then every other key in file
  * order, then the values the file may leave out (d_ff, min_lr, micro_batch,
  * grad_accum, microbatches ...), then job_check(), whose complaint is pinned
- * to the key it blames. */
+ * to the key it blames. model.init_from's config.json fills the shape keys
+ * before the derived values follow them (jobspec_init_from.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,7 @@ int loader_resolve(loader *L)
         }
         if (loader_store_value(L, fid)) return -1;
     }
+    if (loader_apply_init_from(L, &preset_d_ff)) return -1;
     if (derive(L, preset_d_ff)) return -1;
     loader_record_where(L);
     int blame[JOB_BLAME_MAX];

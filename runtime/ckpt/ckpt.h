@@ -189,4 +189,10 @@ int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *
 int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int bf16, char *err,
                    size_t errlen);
 
+/* A Hugging Face GPT-2 folder: DIR/model.safetensors (as ckpt_export_as) and
+ * DIR/config.json (GPT2Config's keys: sizes from the model, n_positions =
+ * seq_len), DIR created when missing — what model.init_from, `dtrun generate`
+ * and `dtrun eval` read back. GPT only. */
+int ckpt_export_hf_dir(const ckpt *ck, const char *dir, int bf16, char *err, size_t errlen);
+
 #endif

@@ -2,7 +2,8 @@
  * dtrun run can be loaded by transformers (GPT2LMHeadModel) or timm
  * (VisionTransformer).
  *
- * Layout differences handled here:
+ * The names and the layout differences are hf_names.c's table (shared with
+ * model.init_from's import, hf_import.c):
  *  - GPT-2's attention and MLP weights are Conv1D, stored [in, out]: our Linear
  *    [out, in] weights are transposed;
  *  - the LM head is tied to wte: omitted, as save_pretrained does (transformers
@@ -17,13 +18,17 @@
  * they are the bf16 parameters such a run computes with. */
 #include "runtime/ckpt/ckpt_internal.h"
 #include "runtime/ckpt/ckpt_io.h"
+#include "runtime/ckpt/hf_names.h"
 
 #include "kernels/ops.h"
 
+#include <cJSON.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct {
     const ckpt *ck;
@@ -32,107 +37,6 @@ typedef struct {
     int64_t rows, cols; /* global shape as stored */
     int bf16;           /* write BF16 (rounded) rather than F32 */
 } fill_ctx;
-
-typedef struct {
-    char name[160];
-    int ndim;
-    int64_t shape[4];
-    int transpose;
-} hf_tensor;
-
-
-static const char *const block_ours[] = {"ln1.w", "ln1.b", "attn.qkv.w", "attn.qkv.b",
-                                         "attn.proj.w", "attn.proj.b", "ln2.w", "ln2.b",
-                                         "mlp.fc.w", "mlp.fc.b", "mlp.proj.w", "mlp.proj.b"};
-static const char *const block_gpt2[] = {
-    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-    "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
-    "mlp.c_proj.weight", "mlp.c_proj.bias"};
-static const char *const block_timm[] = {
-    "norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
-    "attn.proj.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight", "mlp.fc1.bias",
-    "mlp.fc2.weight", "mlp.fc2.bias"};
-#define N_BLOCK (int)(sizeof block_ours / sizeof block_ours[0])
-
-/* Our parameter name (without "param/") and global shape -> the exported
- * tensor. Returns 0, or -1 when the name has no counterpart. */
-static int map_name(const char *ours, int ndim, const int64_t *shape, ckpt_naming naming,
-                    const ckpt_info *info, hf_tensor *out)
-{
-    memset(out, 0, sizeof *out);
-    out->ndim = ndim;
-    out->shape[0] = shape[0];
-    out->shape[1] = shape[1];
-    int layer = -1, pos = 0;
-    if (sscanf(ours, "h.%d.%n", &layer, &pos) == 1 && pos > 0 && layer >= 0) {
-        const char *rest = ours + pos;
-        for (int i = 0; i < N_BLOCK; i++) {
-            if (strcmp(rest, block_ours[i]) != 0) continue;
-            if (naming == CKPT_NAMES_HF_GPT2) {
-                snprintf(out->name, sizeof out->name, "transformer.h.%d.%s", layer, block_gpt2[i]);
-                if (ndim == 2) { /* Conv1D: [in, out] */
-                    out->transpose = 1;
-                    out->shape[0] = shape[1];
-                    out->shape[1] = shape[0];
-                }
-            } else {
-                snprintf(out->name, sizeof out->name, "blocks.%d.%s", layer, block_timm[i]);
-            }
-            return 0;
-        }
-        return -1;
-    }
-    static const char *const gpt2[][2] = {{"wte", "transformer.wte.weight"},
-                                          {"wpe", "transformer.wpe.weight"},
-                                          {"lnf.w", "transformer.ln_f.weight"},
-                                          {"lnf.b", "transformer.ln_f.bias"}};
-    static const char *const timm[][2] = {{"patch.b", "patch_embed.proj.bias"},
-                                          {"lnf.w", "norm.weight"}, {"lnf.b", "norm.bias"},
-                                          {"head.w", "head.weight"}, {"head.b", "head.bias"}};
-    if (naming == CKPT_NAMES_HF_GPT2) {
-        for (size_t i = 0; i < sizeof gpt2 / sizeof gpt2[0]; i++) {
-            if (strcmp(ours, gpt2[i][0]) == 0) {
-                snprintf(out->name, sizeof out->name, "%s", gpt2[i][1]);
-                return 0;
-            }
-        }
-        return -1;
-    }
-    for (size_t i = 0; i < sizeof timm / sizeof timm[0]; i++) {
-        if (strcmp(ours, timm[i][0]) == 0) {
-            snprintf(out->name, sizeof out->name, "%s", timm[i][1]);
-            return 0;
-        }
-    }
-    if (strcmp(ours, "cls") == 0) {
-        snprintf(out->name, sizeof out->name, "cls_token");
-        out->ndim = 3;
-        out->shape[0] = 1;
-        out->shape[1] = 1;
-        out->shape[2] = shape[0];
-        return 0;
-    }
-    if (strcmp(ours, "pos") == 0) {
-        snprintf(out->name, sizeof out->name, "pos_embed");
-        out->ndim = 3;
-        out->shape[0] = 1;
-        out->shape[1] = shape[0];
-        out->shape[2] = shape[1];
-        return 0;
-    }
-    if (strcmp(ours, "patch.w") == 0) {
-        int ch = info->model.channels, P = info->model.patch_size;
-        if (!info->has_model || ch < 1 || P < 1 || (int64_t)ch * P * P != shape[1]) return -1;
-        snprintf(out->name, sizeof out->name, "patch_embed.proj.weight");
-        out->ndim = 4;
-        out->shape[0] = shape[0];
-        out->shape[1] = ch;
-        out->shape[2] = P;
-        out->shape[3] = P;
-        return 0;
-    }
-    return -1;
-}
 
 static int fill(void *ctx, void *buf, size_t nbytes, char *err, size_t errlen)
 {
@@ -189,7 +93,7 @@ int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int
         int64_t shape[2];
         int ndim = ckpt_tensor_shape(ck, name, shape);
         hf_tensor t;
-        if (map_name(name + 6, ndim, shape, naming, info, &t) != 0) {
+        if (hf_name_of(name + 6, ndim, shape, naming, info->has_model ? &info->model : NULL, &t) != 0) {
             st_fail(err, errlen, "%s: no %s name for '%s' (shape [%lld, %lld])", ckpt_path(ck), fmt_name, name,
                  (long long)shape[0], (long long)shape[1]);
             goto out;
@@ -212,5 +116,53 @@ int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int
 out:
     st_writer_free(w);
     free(ctx);
+    return rc;
+}
+
+/* config.json of a GPT-2 folder: the keys transformers' GPT2Config and
+ * model.init_from read (GPT-2's fixed choices spelled out: tanh GELU, eps
+ * 1e-5, the tied head). */
+static char *gpt2_config_json(const job_model *m)
+{
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return NULL;
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    if (arch) cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddStringToObject(c, "model_type", "gpt2");
+    cJSON_AddNumberToObject(c, "vocab_size", m->vocab_size);
+    cJSON_AddNumberToObject(c, "n_positions", m->seq_len);
+    cJSON_AddNumberToObject(c, "n_ctx", m->seq_len);
+    cJSON_AddNumberToObject(c, "n_embd", m->d_model);
+    cJSON_AddNumberToObject(c, "n_layer", m->n_layer);
+    cJSON_AddNumberToObject(c, "n_head", m->n_head);
+    if (m->d_ff == 4 * m->d_model) cJSON_AddNullToObject(c, "n_inner");
+    else cJSON_AddNumberToObject(c, "n_inner", m->d_ff);
+    cJSON_AddStringToObject(c, "activation_function", "gelu_new");
+    cJSON_AddNumberToObject(c, "layer_norm_epsilon", 1e-5);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", 1);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    return text;
+}
+
+int ckpt_export_hf_dir(const ckpt *ck, const char *dir, int bf16, char *err, size_t errlen)
+{
+    const ckpt_info *info = ckpt_get_info(ck);
+    if (!info->has_model || info->model.kind != MODEL_GPT)
+        return st_fail(err, errlen, "%s: a Hugging Face folder is written for GPT checkpoints only (export a ViT to a "
+                                    ".safetensors file)", ckpt_path(ck));
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) return st_fail(err, errlen, "%s: cannot create (%s)", dir, strerror(errno));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (ckpt_export_as(ck, path, CKPT_NAMES_HF_GPT2, bf16, err, errlen) != 0) return -1;
+    char *json = gpt2_config_json(&info->model);
+    if (!json) return st_fail(err, errlen, "%s: out of memory", dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t n = strlen(json);
+    json = realloc(json, n + 2);
+    json[n] = '\n';
+    int rc = ckpt_io_write_bytes_atomic(path, json, n + 1, err, errlen);
+    free(json);
     return rc;
 }

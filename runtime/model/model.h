@@ -334,4 +334,27 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
  * a mean over the global batch); without it, starts from model_acts_doutput. */
 void model_backward(model *m, model_acts *a, const model_batch *batch, float loss_scale);
 
+/* ---- decoding with a KV cache (kv_cache.c, decode.c) ----
+ * Generation feeds one token at a time: each block keeps the q, k, v rows of
+ * every position fed so far (its KV cache, [T_max, 3 * C_l] on this tp rank,
+ * laid out as attention_forward's qkv), so a new token costs one row through
+ * every matmul and one query over the cached keys (ops->attention_decode)
+ * instead of the whole prefix again. For a GPT model object holding every
+ * unit (no pipeline), fp32, without sequence parallelism; tensor parallelism
+ * works through the model's layers as in training (a vocab-parallel
+ * embedding, column/row-parallel blocks), each rank computing the logits of
+ * its vocabulary rows. */
+typedef struct model_kv model_kv;
+/* NULL when the model cannot decode (not a whole fp32 GPT without SP) or out of memory. */
+model_kv *model_kv_create(model *m, int T_max);
+void model_kv_destroy(model_kv *kv);
+int model_kv_len(const model_kv *kv);     /* positions cached */
+int model_kv_capacity(const model_kv *kv);
+/* This rank's vocabulary rows [*v0, *v0 + *V_l): the logits it computes. */
+void model_vocab_rows(const model *m, int *v0, int *V_l);
+/* Feeds `token` at position model_kv_len(kv) (< capacity, else -1) through
+ * every unit, appends its q, k, v to the cache and writes this rank's logits
+ * of the next token, [V_l] floats, to logits (device memory). Returns 0. */
+int model_decode_step(model *m, model_kv *kv, int token, float *logits);
+
 #endif

@@ -13,6 +13,7 @@
 #include "runtime/ckpt/ckpt.h"
 #include "runtime/env.h"
 #include "runtime/worker/engine_ckpt.h"
+#include "runtime/train/init_from.h"
 #include "runtime/train/train.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -146,7 +147,8 @@ int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *re
         }
         return DT_EXIT_CKPT;
     }
-    if (rc == 1) return DT_EXIT_OK; /* a fresh start */
+    if (rc == 1) /* a fresh start: from model.init_from's weights when it names a folder */
+        return job->model.init_from[0] ? init_from_load(e, job, err, errlen) : DT_EXIT_OK;
     rc = engine_load_checkpoint(e, ck, err, errlen);
     /* provenance: the data the checkpoint was trained on, against the files
      * now (rank 0 compares; under DTRUN_STRICT_DATA all stop on its word) */

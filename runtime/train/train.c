@@ -26,6 +26,8 @@
  * DTRUN_DUMP_PARAMS=PATH: after training, rank 0 writes the whole model's final
  * parameters to PATH (engine_dump_params: raw float32 in parameter-spec order),
  * the same file under every layout, for the equivalence tests.
+ * model.init_from (a fresh run): the loaded weights are evaluated first and
+ * logged as step 0's validation loss.
  * DTRUN_DUMP_VAL=PATH: rank 0 writes the validation samples the final
  * evaluation ran over (engine_dump_val), for scripts/export_check.py. */
 #include "runtime/train/train.h"
@@ -245,6 +247,13 @@ static int train_job(const job_spec *job)
     int done = (int)pg.step, first = done;
     /* DTRUN_TEST_NAN_STEP=S (tests): the loss of step S reads as NaN on every rank */
     long nan_step = dt_env_get()->test_nan_step;
+    /* a fine-tune starts from weights worth measuring: their validation loss
+     * is step 0's (nanoGPT's eval at iter 0), before any update */
+    if (job->model.init_from[0] && !resumed) {
+        rc = engine_evaluate(e, &val_loss, &acc, err, sizeof err);
+        if (rc != DT_EXIT_OK) goto out;
+        metrics_log_eval(met, 0, val_loss, acc);
+    }
     engine_begin_training(e);
     engine_times setup;
     engine_take_times(e, &setup); /* the rank log's first step starts here */

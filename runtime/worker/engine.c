@@ -452,6 +452,7 @@ fail:
 void engine_destroy(engine *e)
 {
     if (!e) return;
+    engine_decode_end(e);
     /* the strategy's buffers are bound into the chunks: strategy first */
     if (e->ds) e->so->destroy(e->ds);
     tp_release(&e->x);

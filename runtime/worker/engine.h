@@ -85,6 +85,18 @@ long engine_val_samples(const engine *e);
  *   int32 tokens[N][T], int32 targets[N][T]   (little-endian) */
 int engine_dump_val(engine *e, const char *path, char *err, size_t errlen);
 
+/* ---- decoding (engine_decode.c): `dtrun generate` on this engine's model ----
+ * For a GPT job with pp 1, parallel.mode none, no sequence parallelism and
+ * fp32 (any tp, any dp: every dp replica decodes the same). Collective over
+ * the tp group. begin: a KV cache of T_max positions (<= seq_len); step: feed
+ * one token, get the logits of the next one over the WHOLE vocabulary on
+ * every rank (gathered over tp), logits[engine_vocab_size]. DT_EXIT_USAGE for
+ * a job that cannot decode, DT_EXIT_COMM, DT_EXIT_FAIL (memory, cache full),
+ * with one line in err. */
+int engine_decode_begin(engine *e, int T_max, char *err, size_t errlen);
+int engine_decode_step(engine *e, int token, float *logits, char *err, size_t errlen);
+int engine_vocab_size(const engine *e);
+
 void engine_take_times(engine *e, engine_times *t);
 /* Memory this rank holds, by category (account.h); peaks restart at
  * engine_begin_training, so setup transients are not training peaks. */

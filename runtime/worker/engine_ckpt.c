@@ -221,7 +221,26 @@ int engine_save_checkpoint(engine *e, const char *dir, const ckpt_meta *meta, in
 
 /* ---- loading ---- */
 
-int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
+/* Where a load reads a slice from: a dtrun checkpoint (parameters and both
+ * AdamW moments) or a Hugging Face folder (parameters only). */
+typedef struct {
+    const ckpt *ck;
+    hf_weights *hf;
+    const char *path; /* for messages */
+    int n_parts;
+} slice_source;
+
+static int source_read(const slice_source *src, int part, const param_spec *specs, int ns, int tp_rank, int tp,
+                       size_t lo, size_t hi, float *host, char *why, size_t whylen)
+{
+    if (src->ck) return ckpt_read_unit_slice(src->ck, part_prefix[part], specs, ns, tp_rank, tp, lo, hi, host, why, whylen);
+    return hf_weights_read_unit_slice(src->hf, specs, ns, tp_rank, tp, lo, hi, host, why, whylen);
+}
+
+/* Every held slice from src (its parts: parameters, then the moments when
+ * it has them; a part it lacks keeps its value, the zeros of a fresh AdamW),
+ * then the strategy makes the parameters every rank's view. */
+static int load_slices(engine *e, const slice_source *src, char *err, size_t errlen)
 {
     int n_held = 0, tp_rank = e->mc.me.tp, tp = e->job.parallel.tp;
     held_slice *hs = held_slices(e, &n_held);
@@ -240,9 +259,8 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
         held_slice *h = &hs[k];
         int ns = unit_specs(h->m, h->unit, tp_rank, 0, specs);
         size_t len = h->hi - h->lo;
-        for (int part = 0; part < N_PARTS && !bad; part++) {
-            if (ckpt_read_unit_slice(ck, part_prefix[part], specs, ns, tp_rank, tp, h->lo, h->hi, host, why,
-                                     sizeof why) != 0) {
+        for (int part = 0; part < src->n_parts && !bad; part++) {
+            if (source_read(src, part, specs, ns, tp_rank, tp, h->lo, h->hi, host, why, sizeof why) != 0) {
                 bad = 1;
                 break;
             }
@@ -263,7 +281,7 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
             snprintf(err, errlen, "rank %d: %s", e->rank, why);
         } else {
             snprintf(err, errlen, "rank %d: %s: loading failed on another rank (see its message)", e->rank,
-                     ckpt_path(ck));
+                     src->path);
             let_the_cause_exit_first();
         }
         return DT_EXIT_CKPT;
@@ -272,4 +290,16 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
     e->so->after_update(e->ds);
     if (e->x.failed) return engine_comm_failed(e, err, errlen);
     return DT_EXIT_OK;
+}
+
+int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
+{
+    slice_source src = {.ck = ck, .path = ckpt_path(ck), .n_parts = N_PARTS};
+    return load_slices(e, &src, err, errlen);
+}
+
+int engine_load_hf(engine *e, hf_weights *hf, char *err, size_t errlen)
+{
+    slice_source src = {.hf = hf, .path = hf_weights_dir(hf), .n_parts = 1};
+    return load_slices(e, &src, err, errlen);
 }

@@ -28,6 +28,7 @@
 #include <stddef.h>
 
 #include "runtime/ckpt/ckpt.h"
+#include "runtime/ckpt/hf_import.h"
 #include "runtime/worker/engine.h"
 
 /* Layout facts for the index (ckpt_meta's dp, tp, pp, world, mode). */
@@ -48,6 +49,12 @@ int engine_save_checkpoint(engine *e, const char *dir, const ckpt_meta *meta, in
  * this rank's slices. DT_EXIT_CKPT on a missing tensor or shape mismatch on
  * any rank. */
 int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen);
+
+/* Loads the parameters of a Hugging Face folder (model.init_from; checked
+ * with hf_weights_check first) into this rank's slices: each rank reads only
+ * its own slices' elements; AdamW's moments stay as they are (a fresh run's
+ * zeros). DT_EXIT_CKPT when a read fails on any rank. */
+int engine_load_hf(engine *e, hf_weights *hf, char *err, size_t errlen);
 
 /* *any = 1 when `mine` is nonzero on some rank (all-reduce MAX over the world). */
 int engine_any(engine *e, int mine, int *any, char *err, size_t errlen);

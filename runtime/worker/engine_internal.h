@@ -57,7 +57,15 @@ struct engine {
     double idle_s, mark;
     pp_exec_result last_pp;        /* the last pipeline step's numbers */
     char layout[96];
+    /* decoding (engine_decode.c): the KV cache of chunk 0, this rank's
+     * logits and their gather over tp (device memory) */
+    model_kv *kv;
+    float *dec_logits, *dec_gather;
+    int dec_vmax;
 };
+
+/* engine_decode.c: frees what engine_decode_begin allocated (no-op without). */
+void engine_decode_end(engine *e);
 
 /* The step failed on communication: err gets the recorded line; returns
  * DT_EXIT_COMM. */

@@ -314,6 +314,32 @@ static void test_matmul(int N, int IC, int OC, int with_bias, int pad, double to
 
 /* ---------------------------------------------------------------- attention */
 
+/* decoding's one query over a cache; also the CPU's own check that it is the
+ * causal attention_forward's last row */
+static void test_attention_decode(int T, int C, int NH) {
+    char what[160];
+    size_t ncache = (size_t)T * 3 * C;
+    float *cache = hrand(ncache, 1.0f), *out = hrand((size_t)C, 1.0f), *scratch = malloc((size_t)NH * T * sizeof(float));
+    float *full = malloc((size_t)T * C * sizeof(float)), *att = malloc((size_t)NH * T * T * sizeof(float));
+    dbuf dcache = dup_f(cache, ncache, 0), dout = dup_f(out, (size_t)C, 0);
+    float *dscratch = gpu->alloc((size_t)NH * T * sizeof(float));
+    cpu->attention_decode(out, scratch, cache, T, C, NH);
+    cpu->attention_forward(full, att, cache, 1, T, C, NH, 1);
+    double worst = 0;
+    for (int i = 0; i < C; i++) {
+        double d = fabs((double)out[i] - full[(size_t)(T - 1) * C + i]);
+        if (d > worst) worst = d;
+    }
+    snprintf(what, sizeof what, "attention_decode T=%d C=%d NH=%d: cpu = attention_forward's last row", T, C, NH);
+    printf("%s - %s (max |diff| %.2g)\n", worst <= TOL_GEMM ? "ok" : "not ok", what, worst);
+    gpu->attention_decode(dout.p, dscratch, dcache.p, T, C, NH);
+    snprintf(what, sizeof what, "attention_decode T=%d C=%d NH=%d", T, C, NH);
+    expect(what, &dout, out, (size_t)C, TOL_GEMM);
+    drop(&dcache); drop(&dout);
+    gpu->free(dscratch);
+    free(cache); free(out); free(scratch); free(full); free(att);
+}
+
 static void test_attention(int B, int T, int C, int NH, int causal) {
     char what[160];
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
@@ -591,7 +617,7 @@ static int run_training(const dt_ops *ops, const train_case *tc, double *losses)
         model_zero_grads(m);
         double loss = model_forward(m, a, &mb, NULL);
         model_backward(m, a, &mb, 1.0f / (float)count);
-        optim_step(o, tc->lr, k + 1, NULL, NULL);
+        optim_step(o, tc->lr, k + 1, NULL, NULL, 1.0f);
         losses[k] = loss / count;
     }
     free(tok); free(tgt); free(img); free(lab);
@@ -659,6 +685,8 @@ int main(void) {
     test_attention(1, 1, 8, 2, 1);
     test_attention(2, 128, 64, 4, 1);
     test_attention(2, 65, 192, 3, 0); /* ViT-like: 64 patches + class token */
+    test_attention_decode(1, 8, 2);
+    test_attention_decode(300, 64, 4); /* more keys than the kernel's threads */
 
     test_elementwise(1000003);
     test_elementwise(7);

@@ -1,0 +1,177 @@
+/* source.c — model sources to jobs, jobs to workers (source.h). */
+#include "runtime/infer/source.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "lib/launch/agent.h"
+#include "lib/launch/launch_opts.h"
+#include "lib/util/exit_codes.h"
+#include "runtime/ckpt/ckpt.h"
+
+static int is_file(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* A YAML double-quoted scalar of s. */
+static void put_quoted(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* llm.c's token files start with the int32 magic 20240520. */
+static int is_token_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    int32_t magic = 0;
+    int ok = fread(&magic, sizeof magic, 1, f) == 1 && magic == 20240520;
+    fclose(f);
+    return ok;
+}
+
+int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, char *err, size_t errlen)
+{
+    *yaml = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", s->src);
+    int hf = is_file(path);
+    job_model m;
+    memset(&m, 0, sizeof m);
+    if (!hf) {
+        ckpt *ck;
+        struct stat st;
+        if (stat(s->src, &st) != 0) {
+            snprintf(err, errlen, "%s: %s (want a dtrun checkpoint or a Hugging Face folder)", s->src, strerror(errno));
+            return DT_EXIT_CKPT;
+        }
+        if (ckpt_open(s->src, &ck, err, errlen) != 0) {
+            size_t n = strlen(err);
+            snprintf(err + n, errlen - n, "; nor a Hugging Face folder (no config.json)");
+            return DT_EXIT_CKPT;
+        }
+        const ckpt_info *in = ckpt_get_info(ck);
+        int has = in->has_model;
+        if (has) m = in->model;
+        ckpt_close(ck);
+        if (!has) {
+            snprintf(err, errlen, "%s: the checkpoint records no model section", s->src);
+            return DT_EXIT_CKPT;
+        }
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        snprintf(err, errlen, "out of memory");
+        return DT_EXIT_FAIL;
+    }
+    fprintf(f, "model:\n");
+    if (hf) {
+        fprintf(f, "  init_from: ");
+        put_quoted(f, s->src);
+        fprintf(f, "\n");
+        if (s->seq_len > 0) fprintf(f, "  seq_len: %d\n", s->seq_len);
+    } else {
+        fprintf(f, "  kind: %s\n  n_layer: %d\n  n_head: %d\n  d_model: %d\n  d_ff: %d\n", job_model_kind_name(m.kind),
+                m.n_layer, m.n_head, m.d_model, m.d_ff);
+        if (m.kind == MODEL_GPT)
+            fprintf(f, "  vocab_size: %d\n  seq_len: %d\n", m.vocab_size, s->seq_len > 0 ? s->seq_len : m.seq_len);
+        else
+            fprintf(f, "  image_size: %d\n  patch_size: %d\n  channels: %d\n  n_classes: %d\n", m.image_size,
+                    m.patch_size, m.channels, m.n_classes);
+    }
+    if (s->data) {
+        const char *kind = !hf && m.kind == MODEL_VIT ? "idx" : is_token_file(s->data) ? "tokens" : "text";
+        fprintf(f, "data:\n  kind: %s\n  train: ", kind);
+        put_quoted(f, s->data);
+        fprintf(f, "\n  val: ");
+        put_quoted(f, s->data);
+        fprintf(f, "\n");
+    }
+    int gb = s->global_batch > 0 ? s->global_batch : 8;
+    fprintf(f, "train:\n  steps: 1\n  global_batch: %d\n  eval_batches: 0\n", gb);
+    fprintf(f, "parallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  mode: %s\n", s->dp, s->tp, s->pp, s->mode ? s->mode : "none");
+    if (s->pp > 1) fprintf(f, "  microbatches: %d\n", s->pp);
+    if (!hf) {
+        fprintf(f, "checkpoint:\n  resume: ");
+        put_quoted(f, s->src);
+        fprintf(f, "\n");
+    }
+    fprintf(f, "log:\n  progress: off\n");
+    fclose(f);
+    /* the job's own checks, and the shape an HF folder's config gives */
+    job_spec *job = malloc(sizeof *job);
+    if (!job || job_load_string(job, text, len, s->src, err, errlen) != 0) {
+        if (!job) snprintf(err, errlen, "out of memory");
+        free(job);
+        free(text);
+        return DT_EXIT_USAGE;
+    }
+    *model_out = job->model;
+    free(job);
+    *yaml = text;
+    return DT_EXIT_OK;
+}
+
+int infer_run(const char *subcommand, const char *yaml, int nproc, int argc, char **argv, infer_worker_fn worker)
+{
+    char job_path[] = "/tmp/dtrun-job.XXXXXX";
+    int fd = mkstemp(job_path);
+    if (fd < 0) {
+        fprintf(stderr, "dtrun: %s: cannot write a job file in /tmp (%s)\n", subcommand, strerror(errno));
+        return DT_EXIT_FAIL;
+    }
+    size_t n = strlen(yaml);
+    int ok = write(fd, yaml, n) == (ssize_t)n;
+    close(fd);
+    int rc;
+    if (!ok) {
+        fprintf(stderr, "dtrun: %s: cannot write %s\n", subcommand, job_path);
+        rc = DT_EXIT_FAIL;
+    } else if (nproc <= 1) {
+        rc = worker(job_path, argc, argv);
+    } else {
+        /* dtrun --nproc-per-node N -- /proc/self/exe SUBCOMMAND --worker JOB ARGS... */
+        char nproc_opt[64];
+        snprintf(nproc_opt, sizeof nproc_opt, "--nproc-per-node=%d", nproc);
+        char **largv = calloc((size_t)argc + 8, sizeof *largv);
+        int k = 0;
+        if (!largv) {
+            unlink(job_path);
+            return DT_EXIT_FAIL;
+        }
+        largv[k++] = "dtrun";
+        largv[k++] = nproc_opt;
+        largv[k++] = "--";
+        largv[k++] = "/proc/self/exe";
+        largv[k++] = (char *)subcommand;
+        largv[k++] = "--worker";
+        largv[k++] = job_path;
+        for (int i = 1; i < argc; i++) largv[k++] = argv[i];
+        launch_opts o;
+        char err[1024];
+        launch_opts_defaults(&o);
+        if (launch_opts_parse(&o, k, largv, err, sizeof err) != 0 || launch_opts_finish(&o, err, sizeof err) != 0) {
+            fprintf(stderr, "dtrun: %s: %s\n", subcommand, err);
+            rc = DT_EXIT_USAGE;
+        } else {
+            rc = agent_run(&o, o.program[0], o.program);
+        }
+        launch_opts_free(&o);
+        free(largv);
+    }
+    unlink(job_path);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* kv_cache.c — the KV cache of decoding (model.h) and the one-row buffers a
+ * decoding step computes in. */
+#include "runtime/model/kv_cache.h"
+
+#include <stdlib.h>
+
+model_kv *model_kv_create(model *m, int T_max)
+{
+    const model_dims *d = &m->d;
+    if (m->spec.kind != MODEL_GPT || !m->has_emb || !m->has_head || m->prec.bf16 || d->sp_size != 1 || T_max < 1 ||
+        T_max > m->spec.seq_len)
+        return NULL;
+    model_kv *kv = calloc(1, sizeof *kv);
+    if (!kv) return NULL;
+    kv->m = m;
+    kv->cap = T_max;
+    kv->n_blocks = m->n_blocks;
+    size_t C = (size_t)d->C, C3l = 3 * (size_t)d->C_l, Fl = (size_t)d->F_l;
+    /* one allocation: the caches, then the step's rows */
+    size_t per_block = (size_t)T_max * C3l;
+    size_t n = per_block * (size_t)m->n_blocks + 6 * C + (size_t)d->C_l + 2 * Fl + 4 +
+               (size_t)d->NH_l * (size_t)T_max;
+    kv->bytes = n * sizeof(float) + sizeof(int);
+    float *p = m->ops->alloc(kv->bytes);
+    if (!p) {
+        free(kv);
+        return NULL;
+    }
+    m->ops->zero(p, kv->bytes);
+    kv->mem = p;
+    kv->cache = calloc((size_t)m->n_blocks + 1, sizeof *kv->cache);
+    if (!kv->cache) {
+        model_kv_destroy(kv);
+        return NULL;
+    }
+    for (int b = 0; b < m->n_blocks; b++, p += per_block) kv->cache[b] = p;
+    kv->x = p, p += C;
+    kv->y = p, p += C;
+    kv->ln = p, p += C;
+    kv->r2 = p, p += C;
+    kv->lnf = p, p += C;
+    kv->spare = p, p += C;
+    kv->atty = p, p += d->C_l;
+    kv->fch = p, p += Fl;
+    kv->fchg = p, p += Fl;
+    kv->mean = p, p += 2;
+    kv->rstd = p, p += 2;
+    kv->scratch = p, p += (size_t)d->NH_l * (size_t)T_max;
+    kv->tok = (int *)p;
+    return kv;
+}
+
+void model_kv_destroy(model_kv *kv)
+{
+    if (!kv) return;
+    if (kv->mem) kv->m->ops->free(kv->mem);
+    free(kv->cache);
+    free(kv);
+}
+
+int model_kv_len(const model_kv *kv) { return kv->len; }
+int model_kv_capacity(const model_kv *kv) { return kv->cap; }
