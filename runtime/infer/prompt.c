@@ -4,6 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/text/bpe.h"
+#include "lib/text/utf8_text.h"
+
 #define GPT2_VOCAB 50257
 
 int prompt_parse_ids(const char *text, int vocab, int **ids, int *n, char *err, size_t errlen)
@@ -59,17 +62,46 @@ void prompt_write_token(FILE *out, int id, int vocab)
     else fprintf(out, "<%d>", id);
 }
 
-/* ---- the GPT-2 BPE hook: lib/text's tokenizer goes here ---- */
+/* ---- GPT-2's BPE (lib/text), loaded on first use ---- */
+
+static bpe_vocab *gpt2_vocab(void)
+{
+    static bpe_vocab *v;
+    char err[256];
+    if (!v) v = bpe_vocab_gpt2(err, sizeof err);
+    return v;
+}
 
 int prompt_bpe_encode(const char *text, int **ids, int *n, char *err, size_t errlen)
 {
-    (void)text, (void)ids, (void)n;
-    snprintf(err, errlen, "--prompt: GPT-2's BPE tokenizer is not in this build yet (lib/text); give --prompt-ids");
-    return -1;
+    size_t len = strlen(text), bad_at = utf8_text_check(text, len);
+    bpe_vocab *v = gpt2_vocab();
+    if (!v) return snprintf(err, errlen, "--prompt: GPT-2's vocabulary could not be loaded"), -1;
+    if (len == 0) return snprintf(err, errlen, "--prompt: empty (give at least one character)"), -1;
+    if (bad_at < len)
+        return snprintf(err, errlen, "--prompt: not valid UTF-8 at byte %zu", bad_at), -1;
+    bpe_encoder *e = bpe_encoder_new(v);
+    token_buf b = {0};
+    int rc = e && bpe_encode(e, text, len, &b) == 0 && b.n > 0 ? 0 : -1;
+    if (rc == 0 && (*ids = malloc(b.n * sizeof(int)))) {
+        for (size_t i = 0; i < b.n; i++) (*ids)[i] = (int)b.ids[i];
+        *n = (int)b.n;
+    } else {
+        rc = -1;
+        snprintf(err, errlen, "--prompt: out of memory encoding it");
+    }
+    token_buf_free(&b);
+    bpe_encoder_free(e);
+    return rc;
 }
 
 int prompt_bpe_decode(int id, char *buf, size_t cap)
 {
-    (void)id, (void)buf, (void)cap;
-    return -1; /* no BPE vocabulary yet: the caller prints <id> */
+    bpe_vocab *v = gpt2_vocab();
+    size_t len;
+    const char *bytes = v && id >= 0 && id < bpe_vocab_size(v) ? bpe_token_bytes(v, id, &len) : NULL;
+    if (!bytes || len + 1 > cap) return -1;
+    memcpy(buf, bytes, len);
+    buf[len] = 0;
+    return (int)len;
 }

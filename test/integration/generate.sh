@@ -58,3 +58,34 @@ log: {progress: off}
 EOF2
 "$DTRUN" worker "$T/vit.yaml" >/dev/null 2>&1 || fail "vit checkpoint run"
 expect 2 "a ViT checkpoint" "$T/vit.ck" --prompt-ids 1 --max-new-tokens 5
+# GPT-2's vocabulary: a text prompt goes through lib/text's BPE ("Hello, world!
+# It's" is 6 tokens: Hello , world ! It 's) and the new tokens come back as text
+cat >"$T/bpe.yaml" <<EOF2
+model: {kind: gpt, n_layer: 1, n_head: 2, d_model: 32, vocab_size: 50257, seq_len: 32}
+train: {steps: 1, global_batch: 2, threads: 1}
+checkpoint: {dir: $T/bpe.ck}
+log: {progress: off}
+EOF2
+"$DTRUN" worker "$T/bpe.yaml" >/dev/null 2>&1 || fail "bpe checkpoint run"
+"$DTRUN" generate "$T/bpe.ck" --prompt "Hello, world! It's" --max-new-tokens 3 --temperature 0 --ids \
+  >"$T/bpe.ids" 2>"$T/bpe.err" || { cat "$T/bpe.err"; fail "generate with a BPE prompt"; }
+grep -q "after a 6-token prompt" "$T/bpe.err" || { cat "$T/bpe.err"; fail "the BPE prompt is not 6 tokens"; }
+"$DTRUN" generate "$T/bpe.ck" --prompt "Hello, world! It's" --max-new-tokens 3 --temperature 0 \
+  >"$T/bpe.txt" 2>/dev/null || fail "generate text with a BPE vocabulary"
+python3 - "$T/bpe.ids" "$T/bpe.txt" <<'PY' || fail "the BPE text is not the decoded ids"
+import json, sys
+# GPT-2's own decoding: encoder.json's strings, mapped back through bytes_to_unicode
+bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1)) + list(range(ord("\xae"), ord("\xff") + 1))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+byte_of = {chr(c): b for b, c in zip(bs, cs)}
+dec = {v: k for k, v in json.load(open("lib/text/gpt2/encoder.json")).items()}
+ids = [int(x) for x in open(sys.argv[1]).read().split(",") if x.strip()]
+want = b"".join(bytes(byte_of[ch] for ch in dec[i]) for i in ids)
+got = open(sys.argv[2], "rb").read().rstrip(b"\n")
+assert len(ids) == 3 and got == want, (ids, want, got)
+PY
+echo "ok: a GPT-2-vocabulary prompt through the BPE: 6 tokens, text back"
+echo "PASS generate (bpe)"
