@@ -191,6 +191,8 @@ quickstart: deps
 	@scripts/data/text-corpus.sh data/fortunes.txt
 	bin/dtrun --nproc-per-node=2 configs/quickstart.yaml
 	@printf 'curves: '; bin/dtrun plot runs/quickstart.jsonl -o runs/quickstart.svg
+	@printf 'the model writes: '; bin/dtrun generate runs/quickstart-ckpt --prompt 'The ' --max-new-tokens 120 \
+	  --temperature 0.8 --top-k 20 --seed 1 2>/dev/null; echo
 
 # libFuzzer targets (clang): make fuzz RUNS=1000000
 fuzz:

@@ -15,7 +15,7 @@ scripts/data/text-corpus.sh "$T/fortunes.txt" >/dev/null 2>"$T/corpus.err" ||
   { cat "$T/corpus.err"; echo "SKIP: no fortunes corpus (make deps installs Debian's fortunes)"; exit 77; }
 for prec in fp32 bf16; do
   sed -e "s|^  train: data/fortunes.txt|  train: $T/fortunes.txt|" \
-      -e "s|^  metrics: .*|  metrics: $T/$prec.jsonl|" -e "s|^  tensorboard: .*|  tensorboard: $T/$prec-tb|" \
+      -e "s|^  metrics: .*|  metrics: $T/$prec.jsonl|" -e "s|^  tensorboard: .*|  tensorboard: $T/$prec-tb|" -e '/^checkpoint:/,/^  resume:/d' \
       -e 's/^  steps: .*/  steps: 200/' -e 's/^  dp: .*/  dp: 1/' -e 's/^  every: .*/  every: 1/' \
       -e "s/^  seed: \(.*\)/  seed: \1\n  precision: $prec\n  threads: 1/" \
       configs/quickstart.yaml >"$T/$prec.yaml"
