@@ -159,10 +159,14 @@ int agent_run(const launch_opts *o, const char *file, char *const *argv)
     /* A closed console pipe must not kill the agent and orphan the workers. */
     signal(SIGPIPE, SIG_IGN);
 
+    /* before any thread or worker exists */
+    agent_watchdog_start(ag);
+
     char err[4096];
     if (setup_log_root(ag, err, sizeof err) != 0 || agent_rdzv_setup(ag, err, sizeof err) != 0) {
         fprintf(stderr, "dtrun: %s\n", err);
         agent_rdzv_teardown(ag);
+        agent_watchdog_finish(ag);
         free(ag);
         return DT_EXIT_FAIL;
     }
@@ -178,6 +182,7 @@ int agent_run(const launch_opts *o, const char *file, char *const *argv)
         uv_run(&ag->loop, UV_RUN_NOWAIT);
         uv_loop_close(&ag->loop);
     }
+    agent_watchdog_finish(ag);
     free(ag);
     fflush(stdout);
     return code;

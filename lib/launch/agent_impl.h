@@ -4,6 +4,7 @@
  *   agent_rdzv.c       hosting the daemon, joining, the exit barrier
  *   agent_spawn.c      starting workers (uv_spawn + the child guard)
  *   agent_supervise.c  worker exits, signals, stopping, the root-cause report
+ *   agent_watchdog.c   the watchdog that kills what the workers left behind
  *
  * Everything runs on the agent's one libuv loop thread, except the blocking
  * rendezvous calls, which run on libuv's thread pool (uv_queue_work) so that
@@ -93,6 +94,11 @@ struct agent {
     char log_root[JOB_PATH_MAX + LAUNCH_ID_MAX + 8]; /* where --log-dir / -r / -t files go; "" none */
     int cores;
 
+    /* the watchdog (agent_watchdog.c) */
+    char agent_id[128];        /* DTRUN_AGENT_ID of every worker */
+    int watchdog_fd;           /* the pipe's write end; -1 none */
+    pid_t watchdog_pid;
+
     int exit_code;
 };
 
@@ -112,6 +118,11 @@ void agent_rdzv_teardown(agent *ag);
 
 /* agent_spawn.c */
 int agent_spawn_workers(agent *ag, char *err, size_t errlen);
+
+/* agent_watchdog.c */
+void agent_watchdog_start(agent *ag);      /* first thing agent_run does */
+void agent_watchdog_tell_group(agent *ag, pid_t pgid);
+void agent_watchdog_finish(agent *ag);     /* last: the sweep, waited for up to 2 s */
 
 /* agent_supervise.c */
 void agent_signals_start(agent *ag);

@@ -168,6 +168,7 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
         .token = ag->token,
         .kv_prefix = r->kv_prefix,
         .omp_threads = ag->cores / (ag->nworkers > 0 ? ag->nworkers : 1),
+        .agent_id = ag->agent_id,
     };
     char **env = agent_env_build(environ, &ei);
     if (!env) { snprintf(err, errlen, "out of memory building a worker's environment"); return -1; }
@@ -226,6 +227,7 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
     }
     ag->handles_open++;
     w->pid = w->proc.pid;
+    agent_watchdog_tell_group(ag, w->pid); /* a session leader: its pid is its group's id */
     w->running = 1;
     ag->nrunning++;
     for (int s = 0; s < 2; s++) uv_read_start((uv_stream_t *)&w->pipes[s], on_alloc, on_read);
