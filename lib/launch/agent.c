@@ -79,12 +79,26 @@ void agent_round_maybe_over(agent *ag)
     }
     int code = DT_EXIT_FAIL;
     switch (ag->stop_reason) {
-    case STOP_WORKER_FAILED:
+    case STOP_WORKER_FAILED: {
         agent_print_root_cause(ag);
-        code = ag->workers[ag->first_failed].exit_status;
+        const agent_worker *w = &ag->workers[ag->first_failed];
+        code = w->exit_status;
+        const char *why = agent_exit_deterministic(ag, code);
+        if (ag->restarts_left > 0 && why) {
+            fprintf(stderr, "dtrun: not restarting (%d of --max-restarts=%d left): rank %d exited with status %d, "
+                            "%s, which a restart cannot change\n",
+                    ag->restarts_left, ag->o->max_restarts, w->rank, code, why);
+            break;
+        }
         if (ag->restarts_left > 0) { restart(ag, 1); return; }
         break;
+    }
     case STOP_REMOTE:
+        if (ag->restarts_left > 0 && strstr(ag->remote_reason, AGENT_NO_RESTART_MARK)) {
+            fprintf(stderr, "dtrun: not restarting (%d of --max-restarts=%d left): %s\n", ag->restarts_left,
+                    ag->o->max_restarts, ag->remote_reason);
+            break;
+        }
         if (ag->restarts_left > 0) { restart(ag, 1); return; }
         fprintf(stderr, "dtrun: no restarts left (--max-restarts=%d) after: %s\n", ag->o->max_restarts,
                 ag->remote_reason);

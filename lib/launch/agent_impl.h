@@ -5,6 +5,7 @@
  *   agent_spawn.c      starting workers (uv_spawn + the child guard)
  *   agent_supervise.c  worker exits, signals, stopping, the root-cause report
  *   agent_watchdog.c   the watchdog that kills what the workers left behind
+ *   agent_retry.c      which failures a restart can fix
  *
  * Everything runs on the agent's one libuv loop thread, except the blocking
  * rendezvous calls, which run on libuv's thread pool (uv_queue_work) so that
@@ -118,6 +119,14 @@ void agent_rdzv_teardown(agent *ag);
 
 /* agent_spawn.c */
 int agent_spawn_workers(agent *ag, char *err, size_t errlen);
+
+/* agent_retry.c */
+/* What makes exit_status of a failed worker the same on every attempt (a short
+ * phrase: "a data error"), or NULL when a restart may help. */
+const char *agent_exit_deterministic(const agent *ag, int exit_status);
+/* Ends the failure reason a node sends to the others when its failure is
+ * deterministic: their agents do not restart either. */
+#define AGENT_NO_RESTART_MARK " (a restart cannot change it)"
 
 /* agent_watchdog.c */
 void agent_watchdog_start(agent *ag);      /* first thing agent_run does */

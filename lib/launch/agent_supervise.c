@@ -120,8 +120,8 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
                 snprintf(reason, sizeof reason, "worker rank %d was killed by %s", w->rank,
                          agent_signal_name(term_signal));
             else
-                snprintf(reason, sizeof reason, "worker rank %d exited with status %d", w->rank,
-                         w->exit_status);
+                snprintf(reason, sizeof reason, "worker rank %d exited with status %d%s", w->rank,
+                         w->exit_status, agent_exit_deterministic(ag, w->exit_status) ? AGENT_NO_RESTART_MARK : "");
             rdzv_session_report_failure(ag->session, reason);
         }
         agent_stop_workers(ag, STOP_WORKER_FAILED, SIGTERM);
