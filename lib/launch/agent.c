@@ -10,7 +10,10 @@
 
 static void free_round(agent *ag)
 {
-    for (int i = 0; i < ag->nworkers; i++) agent_output_close(ag->workers[i].out);
+    for (int i = 0; i < ag->nworkers; i++) {
+        agent_output_close(ag->workers[i].out);
+        beacon_unmap(ag->workers[i].beacon);
+    }
     free(ag->workers);
     ag->workers = NULL;
     ag->nworkers = 0;
@@ -82,7 +85,9 @@ void agent_round_maybe_over(agent *ag)
     case STOP_WORKER_FAILED: {
         agent_print_root_cause(ag);
         const agent_worker *w = &ag->workers[ag->first_failed];
-        code = w->exit_status;
+        /* A hung worker was killed by us: the job's status is what its peers
+         * saw (the built-in trainer's 4, a collective that timed out). */
+        code = w->hung ? ag->first_exit_status : w->exit_status;
         const char *why = agent_exit_deterministic(ag, code);
         if (ag->restarts_left > 0 && why) {
             fprintf(stderr, "dtrun: not restarting (%d of --max-restarts=%d left): rank %d exited with status %d, "

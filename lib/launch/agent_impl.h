@@ -21,6 +21,7 @@
 #include "lib/launch/agent_output.h"
 #include "lib/launch/launch_opts.h"
 #include "lib/rdzv/rdzv.h"
+#include "lib/util/beacon.h"
 
 #define AGENT_LOG_PATH_MAX (JOB_PATH_MAX + LAUNCH_ID_MAX + 64)
 
@@ -37,6 +38,9 @@ typedef struct {
     int running;               /* spawned, exit not yet seen */
     int exit_status;           /* as dtrun reports it: the code, or 128 + signal */
     int term_signal;           /* 0 when it exited */
+    void *beacon;              /* its beacon page (lib/util/beacon.h); NULL none */
+    int hung;                  /* found stopped (state T) while its peers failed */
+    char last_coll[BEACON_TEXT_MAX]; /* its beacon when found hung */
 } agent_worker;
 
 typedef enum {
@@ -91,6 +95,7 @@ struct agent {
     int stop_signal;           /* the signal that stopped dtrun, for STOP_SIGNAL */
     int stopped;               /* workers still running when the group was stopped */
     int first_failed;          /* index into workers, -1 none */
+    int first_exit_status;     /* of the first worker seen failing (the peer of a hung one) */
     char remote_reason[512];
     char log_root[JOB_PATH_MAX + LAUNCH_ID_MAX + 8]; /* where --log-dir / -r / -t files go; "" none */
     int cores;
