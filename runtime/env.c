@@ -146,6 +146,7 @@ static void load_comm(env_report *r, dt_env *e)
         e->comm_transport = DT_ENV_TRANSPORT_BAD;
     }
 
+    env_int(r, "DTRUN_BEACON_FD", 0, "a descriptor >= 0", -1, &e->beacon_fd);
     e->comm_timeout_s = 60.0;
     if ((v = env_value("DTRUN_COMM_TIMEOUT"))) {
         char *end;

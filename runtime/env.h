@@ -29,6 +29,8 @@
  *                         (unset: -1, the transport picks 1000 or 0 from cores per worker)
  *   DTRUN_NCCL_LIB        the NCCL library to dlopen (unset: libnccl.so.2, then libnccl.so)
  *   DTRUN_STORE           kv | file:DIR: the bootstrap store (kv, the daemon's)
+ *   DTRUN_BEACON_FD       the agent's beacon page for this worker, a descriptor >= 0
+ *                         (unset: -1, none; lib/util/beacon.h)
  *
  * trainer:
  *   DTRUN_HSDP_RANKS_PER_NODE  ranks an HSDP shard group spans, integer >= 0, 0 = the world
@@ -97,6 +99,7 @@ typedef struct {
     int strict_data;
     char cache_dir[DT_ENV_PATH_MAX]; /* "" when there is none */
     /* tests */
+    int beacon_fd;
     long test_stop_step;
     int test_step_delay_ms, test_ckpt_delay_ms;
     long test_ckpt_delay_step, test_nan_step;

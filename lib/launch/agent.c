@@ -10,7 +10,10 @@
 
 static void free_round(agent *ag)
 {
-    for (int i = 0; i < ag->nworkers; i++) agent_output_close(ag->workers[i].out);
+    for (int i = 0; i < ag->nworkers; i++) {
+        agent_output_close(ag->workers[i].out);
+        beacon_unmap(ag->workers[i].beacon);
+    }
     free(ag->workers);
     ag->workers = NULL;
     ag->nworkers = 0;
@@ -80,17 +83,33 @@ void agent_round_maybe_over(agent *ag)
     }
     int code = DT_EXIT_FAIL;
     switch (ag->stop_reason) {
-    case STOP_WORKER_FAILED:
+    case STOP_WORKER_FAILED: {
         agent_print_root_cause(ag);
-        code = ag->workers[ag->first_failed].exit_status;
+        const agent_worker *w = &ag->workers[ag->first_failed];
+        /* A hung worker was killed by us: the job's status is what its peers
+         * saw (the built-in trainer's 4, a collective that timed out). */
+        code = w->hung ? ag->first_exit_status : w->exit_status;
+        const char *why = agent_exit_deterministic(ag, code);
+        if (ag->restarts_left > 0 && why) {
+            fprintf(stderr, "dtrun: not restarting (%d of --max-restarts=%d left): rank %d exited with status %d, "
+                            "%s, which a restart cannot change\n",
+                    ag->restarts_left, ag->o->max_restarts, w->rank, code, why);
+            break;
+        }
         if (ag->restarts_left > 0) {
-            char why[256];
-            agent_describe_root_cause(ag, why, sizeof why);
-            restart(ag, 1, why);
+            char reason[256];
+            agent_describe_root_cause(ag, reason, sizeof reason);
+            restart(ag, 1, reason);
             return;
         }
         break;
+    }
     case STOP_REMOTE:
+        if (ag->restarts_left > 0 && strstr(ag->remote_reason, AGENT_NO_RESTART_MARK)) {
+            fprintf(stderr, "dtrun: not restarting (%d of --max-restarts=%d left): %s\n", ag->restarts_left,
+                    ag->o->max_restarts, ag->remote_reason);
+            break;
+        }
         if (ag->restarts_left > 0) { restart(ag, 1, ag->remote_reason); return; }
         fprintf(stderr, "dtrun: no restarts left (--max-restarts=%d) after: %s\n", ag->o->max_restarts,
                 ag->remote_reason);
@@ -165,10 +184,14 @@ int agent_run(const launch_opts *o, const char *file, char *const *argv)
     /* A closed console pipe must not kill the agent and orphan the workers. */
     signal(SIGPIPE, SIG_IGN);
 
+    /* before any thread or worker exists */
+    agent_watchdog_start(ag);
+
     char err[4096];
     if (setup_log_root(ag, err, sizeof err) != 0 || agent_rdzv_setup(ag, err, sizeof err) != 0) {
         fprintf(stderr, "dtrun: %s\n", err);
         agent_rdzv_teardown(ag);
+        agent_watchdog_finish(ag);
         free(ag);
         return DT_EXIT_FAIL;
     }
@@ -184,6 +207,7 @@ int agent_run(const launch_opts *o, const char *file, char *const *argv)
         uv_run(&ag->loop, UV_RUN_NOWAIT);
         uv_loop_close(&ag->loop);
     }
+    agent_watchdog_finish(ag);
     free(ag);
     fflush(stdout);
     return code;

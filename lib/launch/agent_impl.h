@@ -4,6 +4,8 @@
  *   agent_rdzv.c       hosting the daemon, joining, the exit barrier
  *   agent_spawn.c      starting workers (uv_spawn + the child guard)
  *   agent_supervise.c  worker exits, signals, stopping, the root-cause report
+ *   agent_watchdog.c   the watchdog that kills what the workers left behind
+ *   agent_retry.c      which failures a restart can fix
  *
  * Everything runs on the agent's one libuv loop thread, except the blocking
  * rendezvous calls, which run on libuv's thread pool (uv_queue_work) so that
@@ -19,6 +21,7 @@
 #include "lib/launch/agent_output.h"
 #include "lib/launch/launch_opts.h"
 #include "lib/rdzv/rdzv.h"
+#include "lib/util/beacon.h"
 
 #define AGENT_LOG_PATH_MAX (JOB_PATH_MAX + LAUNCH_ID_MAX + 64)
 
@@ -35,6 +38,9 @@ typedef struct {
     int running;               /* spawned, exit not yet seen */
     int exit_status;           /* as dtrun reports it: the code, or 128 + signal */
     int term_signal;           /* 0 when it exited */
+    void *beacon;              /* its beacon page (lib/util/beacon.h); NULL none */
+    int hung;                  /* found stopped (state T) while its peers failed */
+    char last_coll[BEACON_TEXT_MAX]; /* its beacon when found hung */
 } agent_worker;
 
 typedef enum {
@@ -89,10 +95,16 @@ struct agent {
     int stop_signal;           /* the signal that stopped dtrun, for STOP_SIGNAL */
     int stopped;               /* workers still running when the group was stopped */
     int first_failed;          /* index into workers, -1 none */
+    int first_exit_status;     /* of the first worker seen failing (the peer of a hung one) */
     char remote_reason[512];
     char restart_reason[200];  /* why this attempt started ("" for the first): DTRUN_RESTART_REASON */
     char log_root[JOB_PATH_MAX + LAUNCH_ID_MAX + 8]; /* where --log-dir / -r / -t files go; "" none */
     int cores;
+
+    /* the watchdog (agent_watchdog.c) */
+    char agent_id[128];        /* DTRUN_AGENT_ID of every worker */
+    int watchdog_fd;           /* the pipe's write end; -1 none */
+    pid_t watchdog_pid;
 
     int exit_code;
 };
@@ -113,6 +125,19 @@ void agent_rdzv_teardown(agent *ag);
 
 /* agent_spawn.c */
 int agent_spawn_workers(agent *ag, char *err, size_t errlen);
+
+/* agent_retry.c */
+/* What makes exit_status of a failed worker the same on every attempt (a short
+ * phrase: "a data error"), or NULL when a restart may help. */
+const char *agent_exit_deterministic(const agent *ag, int exit_status);
+/* Ends the failure reason a node sends to the others when its failure is
+ * deterministic: their agents do not restart either. */
+#define AGENT_NO_RESTART_MARK " (a restart cannot change it)"
+
+/* agent_watchdog.c */
+void agent_watchdog_start(agent *ag);      /* first thing agent_run does */
+void agent_watchdog_tell_group(agent *ag, pid_t pgid);
+void agent_watchdog_finish(agent *ag);     /* last: the sweep, waited for up to 2 s */
 
 /* agent_supervise.c */
 void agent_signals_start(agent *ag);

@@ -167,6 +167,7 @@ static void join_work(uv_work_t *req)
     info.local_world_size = o->nproc;
     info.master_port = o->master_port ? o->master_port : free_port();
     info.attempt = ag->attempt;
+    info.log = stderr;
     int timeout = ms(o->rdzv_conf.join_timeout + 10.0);
     ag->work_err[0] = 0;
     ag->session = rdzv_join(ag->endpoint, ag->token, &info, timeout, &ag->res, ag->work_err,

@@ -146,6 +146,10 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
     output_cfg(ag, w, &cfg, paths);
     w->out = agent_output_open(&cfg, err, errlen);
     if (!w->out) return -1;
+    /* The built-in trainer notes each collective it enters on a page we can
+     * read even when it stops answering (a worker of another program ignores it). */
+    int beacon_fd = -1;
+    if (o->job_path) beacon_fd = beacon_create(&w->beacon);
 
     agent_env_info ei = {
         .role = o->role,
@@ -170,14 +174,25 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
         .token = ag->token,
         .kv_prefix = r->kv_prefix,
         .omp_threads = ag->cores / (ag->nworkers > 0 ? ag->nworkers : 1),
+        .agent_id = ag->agent_id,
+        .beacon_fd = beacon_fd >= 0 ? 3 : 0, /* stdio[3] below */
     };
     char **env = agent_env_build(environ, &ei);
-    if (!env) { snprintf(err, errlen, "out of memory building a worker's environment"); return -1; }
+    if (!env) {
+        if (beacon_fd >= 0) close(beacon_fd);
+        snprintf(err, errlen, "out of memory building a worker's environment");
+        return -1;
+    }
 
     int argc = 0;
     while (ag->argv[argc]) argc++;
     char **args = calloc((size_t)argc + 5, sizeof(char *));
-    if (!args) { agent_env_free(env); snprintf(err, errlen, "out of memory"); return -1; }
+    if (!args) {
+        if (beacon_fd >= 0) close(beacon_fd);
+        agent_env_free(env);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     char pid_str[24];
     snprintf(pid_str, sizeof pid_str, "%ld", (long)getpid());
     static char guard_argv0[] = "dtrun", guard_flag[] = AGENT_CHILD_GUARD_FLAG;
@@ -193,9 +208,11 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
         w->pipe_open[s] = 1;
         ag->handles_open++;
     }
-    uv_stdio_container_t stdio[3];
+    uv_stdio_container_t stdio[4];
     stdio[0].flags = UV_INHERIT_FD;
     stdio[0].data.fd = 0;
+    stdio[3].flags = UV_INHERIT_FD;
+    stdio[3].data.fd = beacon_fd;
     for (int s = 0; s < 2; s++) {
         stdio[1 + s].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
         stdio[1 + s].data.stream = (uv_stream_t *)&w->pipes[s];
@@ -207,12 +224,13 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
     po.env = env;
     po.exit_cb = on_exit_cb;
     po.stdio = stdio;
-    po.stdio_count = 3;
+    po.stdio_count = beacon_fd >= 0 ? 4 : 3;
     /* A session (and so a process group) of its own: terminal signals reach only
      * the agent, which forwards them, and stopping a worker reaches its children. */
     po.flags = UV_PROCESS_DETACHED;
     w->proc.data = w;
     int rc = uv_spawn(&ag->loop, &w->proc, &po);
+    if (beacon_fd >= 0) close(beacon_fd); /* the worker has its copy; ours is the mapping */
     agent_env_free(env);
     free(args);
     if (rc != 0) {
@@ -228,6 +246,7 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
     }
     ag->handles_open++;
     w->pid = w->proc.pid;
+    agent_watchdog_tell_group(ag, w->pid); /* a session leader: its pid is its group's id */
     w->running = 1;
     ag->nrunning++;
     for (int s = 0; s < 2; s++) uv_read_start((uv_stream_t *)&w->pipes[s], on_alloc, on_read);

@@ -89,6 +89,28 @@ static agent_worker *worker_killed_meanwhile(agent *ag, const agent_worker *w)
     return NULL;
 }
 
+/* A running worker whose process is stopped (SIGSTOP, a debugger: state T or t
+ * in /proc/PID/stat) while another failed: it stopped answering, and the
+ * others' failure (a collective that timed out waiting for it) follows from
+ * it. NULL when there is none. */
+static agent_worker *worker_stopped_meanwhile(agent *ag, const agent_worker *w)
+{
+    for (int i = 0; i < ag->nworkers; i++) {
+        agent_worker *o = &ag->workers[i];
+        if (o == w || !o->running || o->pid <= 0) continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", (long)o->pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *p = strrchr(buf, ')'); /* the state follows the name */
+        if (p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't')) return o;
+    }
+    return NULL;
+}
+
 void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
 {
     agent *ag = w->ag;
@@ -100,6 +122,7 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
         /* The first failure while the group ran is the root cause; what dies
          * after we stopped the group only follows from it. */
         ag->first_failed = (int)(w - ag->workers);
+        ag->first_exit_status = w->exit_status;
         agent_worker *killed = term_signal ? NULL : worker_killed_meanwhile(ag, w);
         if (killed) {
             int sig;
@@ -114,14 +137,26 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
             w = killed;
             term_signal = sig;
         }
+        agent_worker *stopped = killed ? NULL : worker_stopped_meanwhile(ag, w);
+        if (stopped) {
+            stopped->hung = 1;
+            beacon_read(stopped->beacon, stopped->last_coll, sizeof stopped->last_coll);
+            ag->first_failed = (int)(stopped - ag->workers);
+            w = stopped;
+            /* A stopped process cannot act on SIGTERM: do not wait --term-timeout for it. */
+            signal_worker(stopped, SIGKILL);
+        }
         if (ag->session) {
-            char reason[256];
-            if (term_signal)
+            char reason[512];
+            if (stopped)
+                snprintf(reason, sizeof reason, "worker rank %d stopped answering (its process is stopped)%s%s",
+                         w->rank, w->last_coll[0] ? " in " : "", w->last_coll);
+            else if (term_signal)
                 snprintf(reason, sizeof reason, "worker rank %d was killed by %s", w->rank,
                          agent_signal_name(term_signal));
             else
-                snprintf(reason, sizeof reason, "worker rank %d exited with status %d", w->rank,
-                         w->exit_status);
+                snprintf(reason, sizeof reason, "worker rank %d exited with status %d%s", w->rank,
+                         w->exit_status, agent_exit_deterministic(ag, w->exit_status) ? AGENT_NO_RESTART_MARK : "");
             rdzv_session_report_failure(ag->session, reason);
         }
         agent_stop_workers(ag, STOP_WORKER_FAILED, SIGTERM);
@@ -156,8 +191,12 @@ void agent_print_root_cause(agent *ag)
     const agent_worker *w = &ag->workers[ag->first_failed];
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    char how[96];
-    describe_exit(w, how, sizeof how);
+    char how[128 + BEACON_TEXT_MAX];
+    if (w->hung)
+        snprintf(how, sizeof how, "stopped answering (its process was stopped: SIGSTOP or a debugger; killed); "
+                 "the last collective it entered: %s", w->last_coll[0] ? w->last_coll : "none noted");
+    else
+        describe_exit(w, how, sizeof how);
     time_t now = time(NULL);
     struct tm tm;
     char when[32];

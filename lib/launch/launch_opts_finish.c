@@ -97,8 +97,13 @@ int launch_opts_finish(launch_opts *o, char *err, size_t errlen)
 
     if (o->standalone) {
         if (o->nnodes_max > 1)
-            return errline(err, errlen, "--standalone runs one node, but --nnodes asks for %d%s%d",
-                           o->nnodes_min, o->nnodes_min == o->nnodes_max ? "" : ":", o->nnodes_max);
+        {
+            char nodes[32];
+            if (o->nnodes_min == o->nnodes_max) snprintf(nodes, sizeof nodes, "%d nodes", o->nnodes_max);
+            else snprintf(nodes, sizeof nodes, "%d to %d nodes", o->nnodes_min, o->nnodes_max);
+            return errline(err, errlen, "--standalone runs one node, but --nnodes asks for %s; drop "
+                           "--standalone and give --rdzv-endpoint HOST[:PORT], or drop --nnodes", nodes);
+        }
         if (o->set & LAUNCH_SET_ENDPOINT)
             return errline(err, errlen, "--standalone starts its own rendezvous on a free port; "
                            "drop --rdzv-endpoint '%s' or --standalone", o->rdzv_endpoint);

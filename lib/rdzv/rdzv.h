@@ -86,6 +86,8 @@ typedef struct {
     int master_port;        /* the port this node offers for MASTER_PORT if it becomes node 0
                              * (a free port the agent picked); 0 = the daemon's own port */
     int attempt;            /* restart count: 0 first, +1 per re-rendezvous */
+    FILE *log;              /* where a slow join says why (silence from a port that may hold
+                             * no daemon, see rdzv_probe.h); NULL = say nothing */
 } rdzv_node_info;
 
 /* What the round decided. */

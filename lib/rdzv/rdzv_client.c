@@ -21,10 +21,13 @@
 
 #include "lib/rdzv/frame.h"
 #include "lib/rdzv/frame_sock.h"
+#include "lib/rdzv/rdzv_probe.h"
 #include "lib/util/errline.h"
 
 #define RDZV_DEFAULT_PORT   29400
 #define RDZV_JOIN_SLACK_MS  2000   /* lets the daemon's timeout message arrive first */
+#define RDZV_PROBE_AFTER_MS 3000   /* silence this long after JOIN: is a daemon there at all? */
+#define RDZV_PROBE_WAIT_MS  2000
 #define RDZV_QUEUE          64
 #define RDZV_LEAVE_DRAIN_MS 1000
 
@@ -236,7 +239,36 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
     frame_buf_free(&b);
 
     frame_msg m;
-    int rc = frame_sock_recv(s->fs, &m, deadline + RDZV_JOIN_SLACK_MS, why, sizeof why);
+    int64_t until = deadline + RDZV_JOIN_SLACK_MS, probe_at = clock_now_ms() + RDZV_PROBE_AFTER_MS;
+    int rc = frame_sock_recv(s->fs, &m, probe_at < until ? probe_at : until, why, sizeof why);
+    if (rc == 0 && probe_at < until) {
+        /* Silence: a daemon waiting for other nodes, or no daemon at all. */
+        char who[512];
+        int p = rdzv_probe(host, port, token, RDZV_PROBE_WAIT_MS, who, sizeof who);
+        if (p == 0) {
+            errline(err, errlen, "rendezvous at %s: %s; the agents cannot meet there: give --rdzv-endpoint a port "
+                    "that nothing else uses, or stop what holds port %d (ss -ltnp 'sport = :%d' names it)",
+                    s->ep, who, port, port);
+            session_free(s);
+            return NULL;
+        }
+        if (p < 0 && info->log)
+            fprintf(info->log, "dtrun: no answer from the rendezvous at %s after %d s: %s; still waiting (up to "
+                    "%.0f s); if no dtrun agent should host it, give --rdzv-endpoint a free port or stop what "
+                    "holds port %d\n", s->ep, RDZV_PROBE_AFTER_MS / 1000, who, timeout_ms / 1000.0, port);
+        rc = frame_sock_recv(s->fs, &m, until, why, sizeof why);
+    }
+    if (rc < 0 && strstr(why, "bad frame")) {
+        /* Bytes that are no frame: name what answered, in its own words. */
+        char who[512];
+        if (rdzv_probe(host, port, token, RDZV_PROBE_WAIT_MS, who, sizeof who) == 0) {
+            errline(err, errlen, "rendezvous at %s: %s; the agents cannot meet there: give --rdzv-endpoint a port "
+                    "that nothing else uses, or stop what holds port %d (ss -ltnp 'sport = :%d' names it)",
+                    s->ep, who, port, port);
+            session_free(s);
+            return NULL;
+        }
+    }
     if (rc <= 0) {
         if (rc == 0)
             errline(err, errlen, "rendezvous at %s: the round did not close within %.1f s", s->ep, timeout_ms / 1000.0);

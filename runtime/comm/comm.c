@@ -12,6 +12,7 @@
 #include <xxhash.h>
 
 #include "runtime/env.h"
+#include "lib/util/beacon.h"
 #include "runtime/comm/comm_internal.h"
 
 /* How many times this process made a given member list from a given parent:
@@ -108,6 +109,8 @@ static comm *comm_alloc(int size)
     atomic_init(&c->status, COMM_OK);
     atomic_init(&c->bytes_sent, 0);
     c->timeout = timeout_from_env();
+    /* once per process: where comm_coll_label notes each collective for the agent */
+    beacon_attach(dt_env_get()->beacon_fd);
     return c;
 }
 

@@ -4,6 +4,7 @@
  * device buffers never disagree on a message or a size. */
 #include <stdio.h>
 
+#include "lib/util/beacon.h"
 #include "runtime/comm/comm_internal.h"
 
 const char *comm_coll_name(coll_kind k)
@@ -23,6 +24,8 @@ void comm_coll_label(comm *c, coll_kind k, char *buf, size_t len)
     c->coll_seq++;
     snprintf(buf, len, "%s #%llu in %s", comm_coll_name(k), (unsigned long long)c->coll_seq,
              c->name);
+    /* the last collective entered, for the agent's report if this rank hangs here */
+    beacon_note(buf);
 }
 
 void comm_coll_extent(const comm *c, const coll_args *a, size_t *nsend, size_t *nrecv)

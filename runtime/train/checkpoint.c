@@ -28,8 +28,14 @@ void checkpoint_signals_install(const job_spec *job)
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR1, &sa, NULL);
-    /* without a place to save, SIGTERM stops the worker at once, as before */
-    if (job->checkpoint.dir[0]) sigaction(SIGTERM, &sa, NULL);
+    /* Without a place to save, SIGTERM, SIGINT and SIGHUP stop the worker at
+     * once, as before. With one, Ctrl-C and a closed terminal (the agent
+     * forwards SIGINT / SIGHUP) mean what SIGTERM means: save, then stop. */
+    if (job->checkpoint.dir[0]) {
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGHUP, &sa, NULL);
+    }
 }
 
 int checkpoint_signal_pending(void) { return stop_signal; }

@@ -10,10 +10,11 @@
  * pure function of (seed, step)), so a resumed run is the uninterrupted one.
  *
  * Saves (checkpoint.dir set): after every `every` steps, at the end of training,
- * and at the step boundary after SIGTERM or SIGUSR1 (Slurm's --signal=USR1@90
- * before preemption): then the worker exits 0 without evaluating. Without
- * checkpoint.dir, SIGTERM keeps its default action and SIGUSR1 is reported and
- * ignored (nothing to save).
+ * and at the step boundary after SIGTERM, SIGINT, SIGHUP or SIGUSR1 (Slurm's
+ * --signal=USR1@90 before preemption; Ctrl-C; a closed terminal): then the
+ * worker exits 0 without evaluating. Without checkpoint.dir, SIGTERM, SIGINT
+ * and SIGHUP keep their default action and SIGUSR1 is reported and ignored
+ * (nothing to save).
  *
  * Errors: DT_EXIT_CKPT (6) with one line: a corrupt or unreadable checkpoint
  * to resume from (the file and why: "checksum mismatch (corrupted shard)"), a
@@ -66,9 +67,9 @@ int checkpoint_check_resume(const job_spec *job, char *err, size_t errlen);
  * that is already the latest checkpoint is not written again. */
 int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, char *err, size_t errlen);
 
-/* Installs the SIGTERM / SIGUSR1 handlers (see above). */
+/* Installs the SIGTERM / SIGINT / SIGHUP / SIGUSR1 handlers (see above). */
 void checkpoint_signals_install(const job_spec *job);
-/* The stop signal received (SIGTERM or SIGUSR1), or 0. */
+/* The stop signal received (one of those four), or 0. */
 int checkpoint_signal_pending(void);
 
 /* Test hooks DTRUN_TEST_STEP_DELAY_MS and DTRUN_TEST_STOP_STEP (-1 when unset). */

@@ -112,6 +112,19 @@ static int report_nonfinite(engine *e, int world, int step, double loss, int ski
     return rc;
 }
 
+/* What stopped the run, as the stop line names it (sig < 0: the test hook). */
+static const char *stop_signal_name(int sig)
+{
+    switch (sig) {
+    case SIGUSR1: return "SIGUSR1";
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    case 0: return "a stop signal on another rank";
+    default: return sig < 0 ? "DTRUN_TEST_STOP_STEP" : "a stop signal";
+    }
+}
+
 /* A stop signal at a step boundary: every rank agrees whether one came (they
  * may see it a few instructions apart); then, with checkpoint.dir, all save and
  * stop. Returns 1 when the loop should end with *rc. */
@@ -133,8 +146,7 @@ static int stop_requested(engine *e, const job_spec *job, const train_progress *
     if ((*rc = checkpoint_save(e, job, pg, err, errlen)) != DT_EXIT_OK) return 1;
     if (engine_rank(e) == 0)
         fprintf(stderr, "dtrun: %s: stopped at step %ld with a checkpoint in %s; the same command resumes\n",
-                sig == SIGUSR1 ? "SIGUSR1" : sig == SIGTERM ? "SIGTERM" : sig < 0 ? "DTRUN_TEST_STOP_STEP" :
-                "a stop signal on another rank",
+                stop_signal_name(sig),
                 pg->step, job->checkpoint.dir);
     return 1;
 }
