@@ -202,6 +202,9 @@ static int launch(launch_opts *o)
         return DT_EXIT_USAGE;
     }
     if (in_slurm && o->nnodes_max > 1) fprintf(stderr, "dtrun: %s\n", note);
+    if (o->python_path[0])
+        fprintf(stderr, "dtrun: running %s with %s (the first python3 on PATH)\n",
+                o->program[1], o->python_path);
     /* --trace reaches the workers as DTRUN_TRACE, over the job's log.trace */
     if (o->trace[0] && setenv("DTRUN_TRACE", o->trace, 1) != 0) {
         fprintf(stderr, "dtrun: --trace: cannot set DTRUN_TRACE\n");

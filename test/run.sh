@@ -16,7 +16,7 @@ export CUDA_VISIBLE_DEVICES=
 if [ "${DTRUN_TEST_FULL:-0}" = 1 ]; then export DTRUN_TEST_TIMEOUT=${DTRUN_TEST_TIMEOUT:-7200}; fi
 export DTRUN_TEST_TIMEOUT=${DTRUN_TEST_TIMEOUT:-600}
 pass=0 fail=0 skip=0
-log=$(mktemp -d /tmp/dtrun-test.XXXXXX)
+log=$(mktemp -d "${TMPDIR:-/tmp}/dtrun-test.XXXXXX")
 # checkpoints remember data hashes (provenance): in the run's own folder, not ~/.cache
 export DTRUN_CACHE_DIR=${DTRUN_CACHE_DIR:-$log/cache}
 filter=${DTRUN_TEST_FILTER:-.}
@@ -61,6 +61,7 @@ for t in test/integration/*.sh; do
   elif [ $rc -eq 77 ]; then skip=$((skip + 1)); echo "SKIP $name: $(tail -1 "$out")"
   else fail=$((fail + 1)); echo "FAIL $name (exit $rc, ${secs}s)"; tail -25 "$out" | sed 's/^/    /'; fi
 done
-echo "logs: $log"
+# The logs matter only when something failed: keep them then, else leave nothing behind.
+if [ $fail -eq 0 ]; then rm -rf "$log"; else echo "logs: $log (kept: $fail failed)"; fi
 if [ $skip -gt 0 ]; then echo "$pass passed, $fail failed, $skip skipped"; else echo "$pass passed, $fail failed"; fi
 [ $fail -eq 0 ]

@@ -292,6 +292,7 @@ static int set_program(launch_opts *o, int argc, char **argv, int from, int pyth
     if (!o->program_storage) return errline(err, errlen, "out of memory");
     static char python3[] = "python3", dash_m[] = "-m";
     o->program_storage[0] = python3;
+    o->python_prepended = 1;
     if (module) o->program_storage[1] = dash_m;
     for (int i = 0; i < n; i++) o->program_storage[extra + i] = argv[from + i];
     o->program = o->program_storage;

@@ -73,6 +73,8 @@ typedef struct {
                                   except the python3 words added for a script.py) */
     int program_argc;
     char **program_storage;    /* heap copy when "python3" words were prepended */
+    int python_prepended;      /* program_storage[0] is "python3" (script.py, -m) */
+    char python_path[4096];    /* launch_opts_finish: the python3 PATH gives, which runs */
 
     char nproc_spec[16];       /* "N" as given, "cpu", "gpu" or "auto" */
     int nproc;                 /* local workers; resolved by launch_opts_finish */

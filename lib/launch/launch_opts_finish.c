@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lib/launch/launch_opts.h"
@@ -76,9 +77,43 @@ static int finish_trace(launch_opts *o, char *err, size_t errlen)
     return 0;
 }
 
+/* The first executable NAME in $PATH, as execvp would pick it, into out. */
+static int find_on_path(const char *name, char *out, size_t n)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *p = path;;) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        /* an empty entry means the current directory, as for execvp */
+        if ((size_t)snprintf(out, n, "%.*s%s%s", (int)len, len ? p : ".", "/", name) < n &&
+            access(out, X_OK) == 0) {
+            struct stat st;
+            if (stat(out, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    out[0] = 0;
+    return -1;
+}
+
+/* `dtrun script.py` runs the first python3 on PATH, as torchrun does: pin it
+ * (every worker runs the same file) so the agent can say which it is. */
+static int finish_python(launch_opts *o, char *err, size_t errlen)
+{
+    if (!o->python_prepended) return 0;
+    if (find_on_path("python3", o->python_path, sizeof o->python_path) != 0)
+        return errline(err, errlen, "'%s' runs with python3, but there is no python3 on PATH; install it, or "
+                       "name the interpreter: dtrun -- /path/to/python %s", o->program[1], o->program[1]);
+    o->program[0] = o->python_path;
+    return 0;
+}
+
 int launch_opts_finish(launch_opts *o, char *err, size_t errlen)
 {
     if (finish_trace(o, err, errlen)) return -1;
+    if (finish_python(o, err, errlen)) return -1;
     if (!strcmp(o->nproc_spec, "cpu")) {
         o->nproc = launch_count_cpus();
     } else if (!strcmp(o->nproc_spec, "gpu")) {

@@ -3,21 +3,23 @@
  * waits for a terminating signal, so no handler ever races the server. */
 #include "lib/rdzv/rdzv_cmd.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/rdzv/rdzv.h"
+#include "lib/util/errline.h"
 #include "lib/util/range.h"
 
 static int usage_error(const char *fmt, const char *a, const char *b)
 {
     fprintf(stderr, "dtrun rdzv: ");
     fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\nusage: dtrun rdzv --listen HOST:PORT [--token T] [--nnodes MIN[:MAX]] [--min-nodes N]"
-                    " [--max-nodes M]\n       [--join-timeout S] [--last-call S] [--heartbeat-timeout S]"
-                    " [--run-id ID] [--port-file FILE] [--quiet]\n");
+    fprintf(stderr, "\nusage: dtrun rdzv --listen HOST:PORT [--token-file FILE | --token T] [--nnodes MIN[:MAX]]"
+                    " [--min-nodes N]\n       [--max-nodes M] [--join-timeout S] [--last-call S]"
+                    " [--heartbeat-timeout S] [--run-id ID] [--port-file FILE] [--quiet]\n");
     return DT_EXIT_USAGE;
 }
 
@@ -47,21 +49,42 @@ static int parse_secs(const char *s, int *ms)
     return 0;
 }
 
+/* The token from the first line of path (a secret kept out of ps and
+ * /proc/PID/cmdline): 0, or -1 with one line in err. */
+static int read_token_file(const char *path, char *out, size_t n, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return errline(err, errlen, "cannot read '%s': %s", path, strerror(errno));
+    char line[RDZV_MAX_NAME + 2];
+    int ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    if (ok) line[strcspn(line, "\r\n")] = 0;
+    if (!ok || !line[0]) return errline(err, errlen, "'%s': the first line is empty (it holds the token)", path);
+    if (strlen(line) >= n) return errline(err, errlen, "'%s': the token is longer than %zu bytes", path, n - 1);
+    snprintf(out, n, "%s", line);
+    return 0;
+}
+
 int rdzv_command(int argc, char **argv)
 {
     const char *listen = NULL, *token = getenv("DTRUN_RDZV_TOKEN"), *run_id = NULL, *port_file = NULL;
     long min_nodes = 1, max_nodes = 1;
     int have_min = 0, have_max = 0, quiet = 0;
     rdzv_server_opts o = { 0 };
+    static char file_token[RDZV_MAX_NAME];
+    char err_tok[600];
     static const char *const names[] = { "listen", "token", "rdzv-id", "run-id", "nnodes", "min-nodes", "max-nodes",
-                                         "join-timeout", "last-call", "heartbeat-timeout", "port-file" };
+                                         "join-timeout", "last-call", "heartbeat-timeout", "port-file",
+                                         "token-file" };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: dtrun rdzv --listen HOST:PORT [--token T] [--nnodes MIN[:MAX]] [--min-nodes N] [--max-nodes M]\n"
-                   "       [--join-timeout S] [--last-call S] [--heartbeat-timeout S] [--run-id ID] [--port-file FILE] [--quiet]\n"
+            printf("usage: dtrun rdzv --listen HOST:PORT [--token-file FILE | --token T] [--nnodes MIN[:MAX]] [--min-nodes N]\n"
+                   "       [--max-nodes M] [--join-timeout S] [--last-call S] [--heartbeat-timeout S] [--run-id ID]\n"
+                   "       [--port-file FILE] [--quiet]\n"
                    "Runs the rendezvous daemon and KV store until SIGINT/SIGTERM/SIGHUP. PORT 0 picks a free port;\n"
-                   "the first line on stdout says which. The token defaults to $DTRUN_RDZV_TOKEN.\n");
+                   "the first line on stdout says which. The token defaults to $DTRUN_RDZV_TOKEN; --token-file\n"
+                   "reads it from the first line of FILE. --token shows it to every user in ps: prefer the others.\n");
             return 0;
         }
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { quiet = 1; continue; }
@@ -97,6 +120,11 @@ int rdzv_command(int argc, char **argv)
         case 8: if (parse_secs(v, &o.last_call_ms)) return usage_error("--last-call '%s': expected seconds > 0%s", v, ""); break;
         case 9: if (parse_secs(v, &o.hb_timeout_ms)) return usage_error("--heartbeat-timeout '%s': expected seconds > 0%s", v, ""); break;
         case 10: port_file = v; break;
+        case 11:
+            if (read_token_file(v, file_token, sizeof file_token, err_tok, sizeof err_tok) != 0)
+                return usage_error("--token-file: %s%s", err_tok, "");
+            token = file_token;
+            break;
         }
     }
     if (!listen) return usage_error("--listen HOST:PORT is required%s%s", "", "");

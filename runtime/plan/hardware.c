@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -339,12 +340,16 @@ static void known_names(char dirs[4][PATH_MAX], int nd, const char *what, char *
         closedir(dir);
     }
     qsort(names, (size_t)count, sizeof names[0], (int (*)(const void *, const void *))strcmp);
-    size_t at = 0;
+    size_t at = 0, wl = strlen(what), bat = 0;
     for (int i = 0; i < count && at < n; i++) {
         at += (size_t)snprintf(out + at, n - at, "%s%s", i ? ", " : "", names[i]);
         suggest_offer(&sg, names[i], names[i]);
+        /* A family name ("h100") means its variants ("h100-sxm", "h100-pcie"),
+         * however far they are by edit distance ("h200" is closer to "h100"). */
+        if (wl > 0 && !strncasecmp(names[i], what, wl) && bat < bn)
+            bat += (size_t)snprintf(best + bat, bn - bat, "%s'%s'", bat ? " or " : "", names[i]);
     }
-    if (suggest_best(&sg)) snprintf(best, bn, "%s", suggest_best(&sg));
+    if (!bat && suggest_best(&sg)) snprintf(best, bn, "'%s'", suggest_best(&sg));
 }
 
 int hw_load(hw_profile *hw, const char *what, char *err, size_t errlen)
@@ -366,12 +371,12 @@ int hw_load(hw_profile *hw, const char *what, char *err, size_t errlen)
         snprintf(path, sizeof path, "%.4095s/%.63s.yaml", dirs[d], what);
         if (access(path, R_OK) == 0) return hw_load_file(hw, path, err, errlen);
     }
-    char known[1024], best[HW_NAME_MAX];
+    char known[1024], best[4 * HW_NAME_MAX + 32];
     known_names(dirs, nd, what, known, sizeof known, best, sizeof best);
     if (!known[0])
         snprintf(err, errlen, "unknown hardware '%s' (no profiles found in configs/hardware or $DTRUN_HARDWARE_DIR)", what);
     else if (best[0])
-        snprintf(err, errlen, "unknown hardware '%s' (known: %s); did you mean '%s'?", what, known, best);
+        snprintf(err, errlen, "unknown hardware '%s' (known: %s); did you mean %s?", what, known, best);
     else
         snprintf(err, errlen, "unknown hardware '%s' (known: %s)", what, known);
     return -1;
