@@ -24,7 +24,7 @@ runs=${2:-1000000}
 case $target in
   jobspec)
     srcs=(lib/job/jobspec*.c lib/util/errline.c lib/util/range.c)
-    pkgs=(yaml-0.1) ;;
+    pkgs=(yaml-0.1 libcjson) ;;  # cJSON: model.init_from's config.json
   rdzv)
     srcs=(lib/rdzv/frame.c lib/rdzv/kv_store.c lib/util/errline.c lib/util/grow.c)
     pkgs=(libxxhash) ;;
