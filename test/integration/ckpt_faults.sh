@@ -29,17 +29,6 @@ job() { # NAME EVERY -> $T/NAME.yaml, metrics $T/NAME.jsonl, checkpoints $T/NAME
 job ref 0
 ckpt_run "$LAY" "$T/ref.yaml" "$T/ref.log" DTRUN_DUMP_PARAMS="$T/ref.bin" || { tail "$T/ref.log"; fail "reference run"; }
 
-# last_step METRICS: the last step the current attempt logged (0 before any)
-last_step() {
-  local s
-  s=$(grep '"loss"' "$1" 2>/dev/null | tail -1 | sed -n 's/^{"step":\([0-9]*\),.*/\1/p')
-  echo "${s:-0}"
-}
-wait_step() { # METRICS STEP SECONDS
-  local i
-  for ((i = 0; i < $3 * 50; i++)); do [ "$(last_step "$1")" -ge "$2" ] && return 0; sleep 0.02; done
-  return 1
-}
 rank_of() { tr '\0' '\n' <"/proc/$1/environ" 2>/dev/null | sed -n 's/^RANK=//p'; }
 
 # start NAME DTRUN-ARGS... (env from the caller): dtrun in the background as

@@ -13,16 +13,6 @@ job() { # NAME -> $T/NAME.yaml, metrics $T/NAME.jsonl, checkpoints $T/NAME.ck
   ckpt_job gpt-tiny "$LAY" "$T/$1.yaml" "$T/$1.jsonl" "$T/$1.ck"
   printf '  every: 0\n' >>"$T/$1.yaml"
 }
-last_step() {
-  local s
-  s=$(grep '"loss"' "$1" 2>/dev/null | tail -1 | sed -n 's/^{"step":\([0-9]*\),.*/\1/p')
-  echo "${s:-0}"
-}
-wait_step() { # METRICS STEP SECONDS
-  local i
-  for ((i = 0; i < $3 * 50; i++)); do [ "$(last_step "$1")" -ge "$2" ] && return 0; sleep 0.02; done
-  return 1
-}
 # start NAME: dtrun as the leader of a new process group (setsid: not a group
 # leader here, so it execs in place and $! is dtrun's pid = the group id)
 start() {

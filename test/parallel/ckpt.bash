@@ -83,3 +83,17 @@ assert a["step"] == b["step"] == 40 and a["optim_step"] == b["optim_step"] == 40
 EOF
   echo "ok   exact $model [$lay]: parameters bitwise equal, $out, loss tail equal"
 }
+
+# last_step METRICS: the last step the current attempt logged (0 before any)
+last_step() {
+  local s
+  s=$(grep '"loss"' "$1" 2>/dev/null | tail -1 | sed -n 's/^{"step":\([0-9]*\),.*/\1/p')
+  echo "${s:-0}"
+}
+
+# wait_step METRICS STEP SECONDS: until the run logged STEP (1 after SECONDS)
+wait_step() {
+  local i
+  for ((i = 0; i < $3 * 50; i++)); do [ "$(last_step "$1")" -ge "$2" ] && return 0; sleep 0.02; done
+  return 1
+}
