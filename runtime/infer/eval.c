@@ -92,10 +92,8 @@ static int eval_worker(const char *job_path, int argc, char **argv)
         return DT_EXIT_USAGE;
     }
     engine *e = engine_create(&job, &rc, err, sizeof err);
-    train_progress pg;
-    int resumed = 0;
     double loss = NAN, acc = -1;
-    if (e && (rc = checkpoint_resume(e, &job, &pg, &resumed, err, sizeof err)) == DT_EXIT_OK &&
+    if (e && (rc = checkpoint_load_weights(e, &job, err, sizeof err)) == DT_EXIT_OK &&
         (rc = engine_evaluate(e, &loss, &acc, err, sizeof err)) == DT_EXIT_OK && engine_rank(e) == 0) {
         long samples = engine_val_samples(e);
         printf("eval %s on %s: loss %.6f", o.s.src ? o.s.src : job_path, job.data.val_path, loss);

@@ -146,15 +146,14 @@ static int generate_worker(const char *job_path, int argc, char **argv)
     float *logits = malloc((size_t)V * sizeof(float));
     double *prob = malloc((size_t)V * sizeof(double));
     int *order = malloc((size_t)V * sizeof(int));
-    train_progress pg;
-    int resumed = 0, rank = e ? engine_rank(e) : 0, made = 0;
+    int rank = e ? engine_rank(e) : 0, made = 0;
     if (!e) goto out;
     if (!logits || !prob || !order) {
         snprintf(err, sizeof err, "out of memory");
         rc = DT_EXIT_FAIL;
         goto out;
     }
-    if ((rc = checkpoint_resume(e, &job, &pg, &resumed, err, sizeof err)) != DT_EXIT_OK) goto out;
+    if ((rc = checkpoint_load_weights(e, &job, err, sizeof err)) != DT_EXIT_OK) goto out;
     if ((rc = engine_decode_begin(e, n_prompt + o.max_new, err, sizeof err)) != DT_EXIT_OK) goto out;
     double t0 = clock_now_s(), t_first = 0;
     for (int i = 0; i < n_prompt && rc == DT_EXIT_OK; i++) rc = engine_decode_step(e, ids[i], logits, err, sizeof err);

@@ -126,9 +126,14 @@ int checkpoint_check_resume(const job_spec *job, char *err, size_t errlen)
     return DT_EXIT_CKPT;
 }
 
-int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *resumed, char *err,
-                      size_t errlen)
+/* Training resumes (progress, provenance check, a hint to start otherwise);
+ * inference only takes the weights (the data it reads is its own business). */
+typedef enum { LOAD_TO_TRAIN = 0, LOAD_TO_INFER } load_purpose;
+
+static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, int *resumed,
+                           load_purpose purpose, char *err, size_t errlen)
 {
+    const int train = purpose == LOAD_TO_TRAIN;
     memset(p, 0, sizeof *p);
     *resumed = 0;
     const char *path = NULL;
@@ -143,12 +148,14 @@ int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *re
     if (arc != DT_EXIT_OK || any) {
         ckpt_close(ck);
         if (arc != DT_EXIT_OK) return arc;
-        if (rc < 0) {
+        if (rc < 0 && train) {
             snprintf(err, errlen, "rank %d: cannot resume: %s; to start otherwise, set checkpoint.resume to "
                                   "never or to an older step directory", engine_rank(e), why);
+        } else if (rc < 0) {
+            snprintf(err, errlen, "rank %d: cannot load the weights: %s", engine_rank(e), why);
         } else {
-            snprintf(err, errlen, "rank %d: cannot resume: failed on another rank (see its message)",
-                     engine_rank(e));
+            snprintf(err, errlen, "rank %d: cannot %s: failed on another rank (see its message)", engine_rank(e),
+                     train ? "resume" : "load the weights");
             sleep_ms(300); /* the rank with the reason exits first: the agent's root cause */
         }
         return DT_EXIT_CKPT;
@@ -158,7 +165,7 @@ int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *re
     rc = engine_load_checkpoint(e, ck, err, errlen);
     /* provenance: the data the checkpoint was trained on, against the files
      * now (rank 0 compares; under DTRUN_STRICT_DATA all stop on its word) */
-    if (rc == DT_EXIT_OK) {
+    if (rc == DT_EXIT_OK && train) {
         char lines[4096] = "";
         int changed = engine_rank(e) == 0 ? provenance_data_changes(ckpt_get_info(ck)->provenance, lines, sizeof lines) : 0;
         int strict = dt_env_get()->strict_data, stop = 0;
@@ -180,15 +187,29 @@ int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *re
         for (int i = 0; i < in->n_loss; i++) train_progress_add_loss(p, in->loss_tail[i]);
         *resumed = 1;
         if (engine_rank(e) == 0) {
-            fprintf(stderr, "dtrun: resuming from %s: step %ld (saved under dp=%d tp=%d pp=%d %s; now %s)\n",
-                    ckpt_path(ck), in->step, in->dp, in->tp, in->pp, in->mode, engine_layout(e));
-            if (in->seed != job->train.seed)
+            fprintf(stderr, "dtrun: %s %s: step %ld (saved under dp=%d tp=%d pp=%d %s; now %s)\n",
+                    train ? "resuming from" : "weights from", ckpt_path(ck), in->step, in->dp, in->tp, in->pp,
+                    in->mode, engine_layout(e));
+            if (train && in->seed != job->train.seed)
                 fprintf(stderr, "dtrun: note: the checkpoint was trained with seed %llu, this job uses %llu "
                                 "(the data from here on follows the job's)\n", in->seed, job->train.seed);
         }
     }
     ckpt_close(ck);
     return rc;
+}
+
+int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *resumed, char *err,
+                      size_t errlen)
+{
+    return checkpoint_load(e, job, p, resumed, LOAD_TO_TRAIN, err, errlen);
+}
+
+int checkpoint_load_weights(engine *e, const job_spec *job, char *err, size_t errlen)
+{
+    train_progress p;
+    int loaded = 0;
+    return checkpoint_load(e, job, &p, &loaded, LOAD_TO_INFER, err, errlen);
 }
 
 /* ---- save ---- */

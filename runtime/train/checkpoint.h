@@ -57,6 +57,11 @@ void train_progress_add_loss(train_progress *p, double loss);
 int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *resumed, char *err,
                       size_t errlen);
 
+/* Collective, for generate / eval / classify: the weights that
+ * checkpoint.resume names (or model.init_from's on a fresh start), without the
+ * training's resume line, hint or data provenance check. */
+int checkpoint_load_weights(engine *e, const job_spec *job, char *err, size_t errlen);
+
 /* Before any worker starts (the launcher): the checkpoint that
  * checkpoint.resume names (or `latest` under auto) has a readable index whose
  * model is the job's. DT_EXIT_OK, or DT_EXIT_CKPT with one line naming the

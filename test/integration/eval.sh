@@ -34,8 +34,10 @@ log: {progress: off}
 EOF2
 "$DTRUN" worker "$T/job.yaml" >"$T/train.log" 2>&1 || { cat "$T/train.log"; fail "training 2 steps"; }
 "$DTRUN" export "$T/ck" "$T/exported/" 2>/dev/null || fail "export"
-a=$("$DTRUN" eval "$T/ck" --data "$T/text" 2>/dev/null); b=$("$DTRUN" eval "$T/exported" --data "$T/text" 2>/dev/null)
+a=$("$DTRUN" eval "$T/ck" --data "$T/text" 2>"$T/ck.err"); b=$("$DTRUN" eval "$T/exported" --data "$T/text" 2>/dev/null)
 [ -n "$a" ] && [ "${a#* loss }" = "${b#* loss }" ] || fail "checkpoint and export evaluate differently: '$a' vs '$b'"
+grep -q "^dtrun: weights from $T/ck" "$T/ck.err" && ! grep -q "resuming" "$T/ck.err" ||
+  { cat "$T/ck.err"; fail "eval of a checkpoint does not say where its weights come from"; }
 echo "ok: a checkpoint and its exported folder: ${a#* on *: }"
 
 expect() { # STATUS WHAT ARGS...

@@ -70,6 +70,9 @@ EOF2
 "$DTRUN" generate "$T/bpe.ck" --prompt "Hello, world! It's" --max-new-tokens 3 --temperature 0 --ids \
   >"$T/bpe.ids" 2>"$T/bpe.err" || { cat "$T/bpe.err"; fail "generate with a BPE prompt"; }
 grep -q "after a 6-token prompt" "$T/bpe.err" || { cat "$T/bpe.err"; fail "the BPE prompt is not 6 tokens"; }
+# a checkpoint is a source of weights here, not a run to resume
+grep -q "^dtrun: weights from $T/bpe.ck" "$T/bpe.err" && ! grep -q "resuming" "$T/bpe.err" ||
+  { cat "$T/bpe.err"; fail "generate from a checkpoint does not say where its weights come from"; }
 "$DTRUN" generate "$T/bpe.ck" --prompt "Hello, world! It's" --max-new-tokens 3 --temperature 0 \
   >"$T/bpe.txt" 2>/dev/null || fail "generate text with a BPE vocabulary"
 python3 - "$T/bpe.ids" "$T/bpe.txt" <<'PY' || fail "the BPE text is not the decoded ids"
