@@ -205,6 +205,11 @@ static int launch(launch_opts *o)
     if (o->python_path[0])
         fprintf(stderr, "dtrun: running %s with %s (the first python3 on PATH)\n",
                 o->program[1], o->python_path);
+    /* --hardware reaches the workers as DTRUN_HARDWARE: the peak their MFU is measured against */
+    if (o->hardware[0] && setenv("DTRUN_HARDWARE", o->hardware, 1) != 0) {
+        fprintf(stderr, "dtrun: --hardware: cannot set DTRUN_HARDWARE\n");
+        return DT_EXIT_USAGE;
+    }
     /* --trace reaches the workers as DTRUN_TRACE, over the job's log.trace */
     if (o->trace[0] && setenv("DTRUN_TRACE", o->trace, 1) != 0) {
         fprintf(stderr, "dtrun: --trace: cannot set DTRUN_TRACE\n");

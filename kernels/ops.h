@@ -33,6 +33,9 @@ typedef struct dt_ops {
      * caller's thread and are finished when they return. */
     int host_memory;
     void *(*stream)(void);
+    /* The device ops run on, as its maker names it ("NVIDIA H100 80GB HBM3"
+     * on cuda, "cpu"): for the peak a run's MFU is measured against. */
+    const char *(*device_name)(void);
 
     /* ---- memory (device memory for cuda; plain malloc for cpu) ---- */
     void *(*alloc)(size_t bytes);                 /* zeroed; NULL on failure */

@@ -185,6 +185,7 @@ static void load_trainer(env_report *r, dt_env *e)
     env_int(r, "DTRUN_HSDP_RANKS_PER_NODE", 0, "an integer >= 0", dflt, &e->hsdp_ranks_per_node);
     env_string(r, "DTRUN_TRACE", e->trace, sizeof e->trace);
     env_string(r, "DTRUN_HARDWARE_DIR", e->hardware_dir, sizeof e->hardware_dir);
+    env_string(r, "DTRUN_HARDWARE", e->hardware, sizeof e->hardware);
     env_string(r, "DTRUN_DUMP_PARAMS", e->dump_params, sizeof e->dump_params);
     env_string(r, "DTRUN_DUMP_VAL", e->dump_val, sizeof e->dump_val);
     env_int(r, "DTRUN_STRICT_DATA", 0, "0 or 1", 0, &e->strict_data);

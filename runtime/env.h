@@ -37,6 +37,9 @@
  *                              (unset: LOCAL_WORLD_SIZE, else WORLD_SIZE)
  *   DTRUN_TRACE                write the run's trace there, over the job's log.trace ("")
  *   DTRUN_HARDWARE_DIR         first directory the planner looks hardware profiles up in ("")
+ *   DTRUN_HARDWARE             the profile (name or path) whose peak a run's MFU is
+ *                              measured against (--hardware; unset: the one named
+ *                              for the device, hw_profile_for_device)
  *   DTRUN_DUMP_PARAMS          rank 0 writes the final parameters there ("")
  *   DTRUN_DUMP_VAL             rank 0 writes the last evaluation's samples there ("")
  *   DTRUN_STRICT_DATA          1: resuming with data files that changed since the
@@ -94,6 +97,7 @@ typedef struct {
     int hsdp_ranks_per_node;       /* the default above already applied */
     char trace[DT_ENV_PATH_MAX];
     char hardware_dir[DT_ENV_PATH_MAX];
+    char hardware[DT_ENV_PATH_MAX];
     char dump_params[DT_ENV_PATH_MAX];
     char dump_val[DT_ENV_PATH_MAX];
     int strict_data;

@@ -5,11 +5,13 @@
 
 /* Ops run on the caller's thread: no queue to order after. */
 static void *cpu_stream(void) { return NULL; }
+static const char *cpu_device_name(void) { return "cpu"; }
 
 const dt_ops dt_ops_cpu = {
     .name = "cpu",
     .host_memory = 1,
     .stream = cpu_stream,
+    .device_name = cpu_device_name,
 
     .alloc = cpu_alloc,
     .free = cpu_free,

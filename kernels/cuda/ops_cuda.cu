@@ -56,6 +56,7 @@ static void fill_table(void) {
     table.name = "cuda";
     table.host_memory = 0;          /* alloc gives device memory */
     table.stream = dt_ops_cuda_stream;
+    table.device_name = dt_ops_cuda_device_name;
     table.alloc = cuda_alloc;
     table.free = cuda_free;
     table.zero = cuda_zero;

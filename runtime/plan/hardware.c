@@ -403,3 +403,15 @@ double hw_peak(const hw_profile *hw, int mixed_bf16)
 {
     return mixed_bf16 && hw->peak_bf16 > 0 ? hw->peak_bf16 : hw->peak_fp32;
 }
+
+const char *hw_profile_for_device(const char *device_name)
+{
+    if (!device_name || !device_name[0]) return NULL;
+    if (!strcmp(device_name, "cpu")) return "cpu";
+    /* a PCIe H100 has less than the SXM part's peak: no profile says it */
+    if (strstr(device_name, "H100") && !strcasestr(device_name, "PCIe")) return "h100-sxm";
+    if (strstr(device_name, "H200")) return "h200";
+    if (strstr(device_name, "A100")) return strstr(device_name, "40GB") ? "a100-40g" : "a100-80g";
+    if (strstr(device_name, "L40S")) return "l40s";
+    return NULL;
+}

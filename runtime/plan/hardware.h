@@ -76,6 +76,11 @@ int hw_load_file(hw_profile *hw, const char *path, char *err, size_t errlen);
  * name lists the known ones and suggests the closest. */
 int hw_load(hw_profile *hw, const char *what, char *err, size_t errlen);
 
+/* The profile that describes a device by its name (ops->device_name: "cpu",
+ * "NVIDIA H100 80GB HBM3", ...), or NULL when none here does (llm.c's mfu.h
+ * table, by name). */
+const char *hw_profile_for_device(const char *device_name);
+
 /* Fixed bytes every worker pays besides what sizes.h counts. */
 double hw_fixed_overhead(const hw_profile *hw);
 

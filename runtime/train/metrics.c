@@ -126,14 +126,16 @@ void metrics_log_step(metrics *m, const metrics_step *s)
         tfevents_scalar(m->tb, "train/grad_norm", s->step, s->grad_norm);
         tfevents_scalar(m->tb, m->unit[0] == 't' ? "perf/tokens_per_s" : "perf/images_per_s", s->step,
                         s->samples_per_s);
+        if (s->mfu >= 0) tfevents_scalar(m->tb, "perf/mfu_percent", s->step, 100 * s->mfu);
         tfevents_flush(m->tb);
     }
     if (m->jsonl && (s->step % m->jsonl_every == 0 || s->step == m->steps)) {
         fprintf(m->jsonl,
-                "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"%s\":%.1f,\"elapsed\":%.3f,"
-                "\"attempt\":%d}\n",
+                "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6f,\"%s\":%.1f,\"elapsed\":%.3f,",
                 s->step, s->loss, s->lr, s->grad_norm,
-                m->unit[0] == 't' ? "tokens_per_s" : "images_per_s", s->samples_per_s, s->elapsed, m->attempt);
+                m->unit[0] == 't' ? "tokens_per_s" : "images_per_s", s->samples_per_s, s->elapsed);
+        if (s->mfu >= 0) fprintf(m->jsonl, "\"mfu_percent\":%.6g,", 100 * s->mfu);
+        fprintf(m->jsonl, "\"attempt\":%d}\n", m->attempt);
         fflush(m->jsonl);
     }
     if (!m->every) return;

@@ -3,6 +3,7 @@
  * otherwise), evaluation lines and a final summary; with log.tensorboard, the
  * same scalars as TensorBoard events (tfevents.h): rank 0 writes train/loss,
  * train/lr, train/grad_norm, perf/tokens_per_s (images_per_s for ViT),
+ * perf/mfu_percent (when a hardware profile gives the device's peak),
  * val/loss (val/acc) into DIR, and every rank its memory/accounted_peak_MiB
  * and memory/rss_peak_MiB, rank 0 into DIR and rank R into DIR/rankR (one
  * TensorBoard run per rank). */
@@ -19,6 +20,7 @@ typedef struct {
     double grad_norm;    /* before clipping */
     double samples_per_s;/* tokens/s (GPT) or images/s (ViT) of this step */
     double elapsed;      /* seconds since training started */
+    double mfu;          /* model FLOPs utilisation of this step (mfu.h), < 0: unknown */
 } metrics_step;
 
 typedef struct metrics metrics;

@@ -47,6 +47,7 @@
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/lr.h"
 #include "runtime/train/metrics.h"
+#include "runtime/train/mfu.h"
 
 /* This rank's own JSONL file, or NULL when the job logs no metrics. */
 static FILE *rank_log_open(const job_spec *job, int rank, int append)
@@ -255,6 +256,13 @@ static int train_job(const job_spec *job)
     const job_model *spec = &job->model;
     const job_checkpoint *ck = &job->checkpoint;
     double samples_per_step = (double)job->train.global_batch * (spec->kind == MODEL_GPT ? spec->seq_len : 1);
+    /* MFU needs a peak: without a profile for the device the records carry none */
+    mfu_basis mfu;
+    char mfu_why[1024];
+    int have_mfu = mfu_basis_for(&mfu, job, engine_device_name(e), engine_world_size(e),
+                                 dt_env_get()->local_world_size, mfu_why, sizeof mfu_why) == 0;
+    if (!have_mfu && rank == 0 && (job->log.metrics[0] || job->log.tensorboard[0]))
+        fprintf(stderr, "dtrun: note: the logs carry no MFU: %s\n", mfu_why);
     double loss = pg.n_tail ? pg.tail[pg.n_tail - 1] : NAN, val_loss = NAN, acc = -1;
     int done = (int)pg.step, first = done;
     /* DTRUN_TEST_NAN_STEP=S (tests): the loss of step S reads as NaN on every rank */
@@ -294,7 +302,8 @@ static int train_job(const job_spec *job)
             double te = clock_now_s();
             rank_log_step(rlog, met, e, done);
             metrics_step ms = {.step = done, .loss = loss, .lr = lr, .grad_norm = norm,
-                               .samples_per_s = samples_per_step / (te - ts), .elapsed = te - t0};
+                               .samples_per_s = samples_per_step / (te - ts), .elapsed = te - t0,
+                               .mfu = have_mfu ? mfu_of(&mfu, te - ts) : -1};
             metrics_log_step(met, &ms);
         }
         pg.step = step + 1;

@@ -482,6 +482,7 @@ void engine_destroy(engine *e)
 int engine_rank(const engine *e) { return e->rank; }
 int engine_world_size(const engine *e) { return e->world_size; }
 const char *engine_backend_name(const engine *e) { return e->ops->name; }
+const char *engine_device_name(const engine *e) { return e->ops->device_name(); }
 const char *engine_layout(const engine *e) { return e->layout; }
 const account *engine_account(const engine *e) { return e->acct; }
 

@@ -55,6 +55,9 @@ int engine_rank(const engine *e);
 int engine_world_size(const engine *e);
 /* The compute backend's name ("cpu", "cuda"). */
 const char *engine_backend_name(const engine *e);
+/* The device this rank computes on, as its maker names it ("cpu" on the CPU
+ * backend). */
+const char *engine_device_name(const engine *e);
 /* "dp=2 tp=2 pp=1 fsdp" */
 const char *engine_layout(const engine *e);
 

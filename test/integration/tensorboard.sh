@@ -3,8 +3,10 @@
 # reader written from the record format's spec (test/tensorboard/read_tfevents.py:
 # both masked CRC-32Cs of every record checked, the Event protobuf decoded by
 # hand) reads back: every train/loss, train/lr, train/grad_norm,
-# perf/tokens_per_s and val/loss scalar of rank 0 equals the run's JSONL
-# (to float32), and each rank's memory scalars equal its STEM.rankN.jsonl;
+# perf/tokens_per_s, perf/mfu_percent and val/loss scalar of rank 0 equals the
+# run's JSONL (to float32), and each rank's memory scalars equal its
+# STEM.rankN.jsonl; the MFU is the model's FLOPs at that tokens/s over the cpu
+# profile's peak (one host), and --hardware h100-sxm measures against 2 H100s;
 # a file with a flipped bit is refused. An unwritable directory stops the run
 # with one line and exit 1, a bad key with file:line:col and exit 2.
 set -u
@@ -56,8 +58,15 @@ want = {}
 for r in jl:
     if "loss" in r:
         for tag, key in (("train/loss", "loss"), ("train/lr", "lr"), ("train/grad_norm", "grad_norm"),
-                         ("perf/tokens_per_s", "tokens_per_s")):
+                         ("perf/tokens_per_s", "tokens_per_s"), ("perf/mfu_percent", "mfu_percent")):
             want.setdefault((files[0], tag), []).append((r["step"], r[key]))
+        # MFU from first principles: 6 x matmul weights x tokens + 12 L T^2 C per
+        # sequence (PaLM's count, the dry-run's), over the cpu profile's 0.2 TFLOP/s
+        L, C, V, T = 1, 32, 64, 16
+        flops = 6 * T * (12 * L * C * C + V * C) + 12 * L * T * T * C
+        mfu = 100 * flops * r["tokens_per_s"] / T / 0.2e12
+        check(abs(mfu - r["mfu_percent"]) <= 5e-4 + 1e-5 * mfu,
+              f"step {r['step']}: MFU {r['mfu_percent']} % = the model's FLOPs at that tokens/s over the peak ({mfu:.4f} %)")
     if "val_loss" in r:
         want.setdefault((files[0], "val/loss"), []).append((r["step"], r["val_loss"]))
 for rank, rows in enumerate(ranks):
@@ -76,6 +85,21 @@ extra = set(got) - set(want)
 check(not extra, f"no scalar without a JSONL counterpart {sorted(k[1] for k in extra)}")
 check(n == sum(len(v) for v in got.values()) and n > 80, f"{n} scalars read back, every one matched")
 sys.exit(0 if ok else 1)
+PY
+
+# --hardware names the peak: two H100s' fp32 peak (the profile's), not the host's
+sed -i "s|$T/run.jsonl|$T/h100.jsonl|; s|$T/tb|$T/tb-h100|" "$T/job.yaml"
+"$bin" --nproc-per-node=2 --hardware h100-sxm "$T/job.yaml" >"$T/log" 2>&1 || { tail "$T/log"; fail "training with --hardware exited $?"; }
+python3 - "$T/h100.jsonl" configs/hardware/h100-sxm.yaml <<'PY' || fail "MFU against --hardware h100-sxm"
+import json, re, sys
+peak = float(re.search(r"^peak_fp32_tflops:\s*([0-9.]+)", open(sys.argv[2]).read(), re.M).group(1)) * 1e12
+L, C, V, T = 1, 32, 64, 16
+flops = 6 * T * (12 * L * C * C + V * C) + 12 * L * T * T * C
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "tokens_per_s" in r]
+for r in rows:
+    want = 100 * flops * r["tokens_per_s"] / T / (2 * peak)
+    assert abs(r["mfu_percent"] - want) <= 5e-4 + 1e-3 * want, (r, want)
+print(f"ok: --hardware h100-sxm: MFU over 2 x {peak / 1e12:g} TFLOP/s, e.g. {rows[-1]['mfu_percent']} %")
 PY
 
 # a flipped bit in the data is found by the data CRC, in the length by its own

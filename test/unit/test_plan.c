@@ -647,6 +647,18 @@ static void test_hardware(void)
     CHECK(rc && strstr(err, "w.yaml:3:19:"), "a non-number is an error at its value (%s)", err);
     rc = hw_load(&hw, "h100-sx", err, sizeof err);
     CHECK(rc && strstr(err, "did you mean 'h100-sxm'"), "unknown profile name suggests one (%s)", err);
+    /* the profile a run's MFU is measured against, by the device's name (cudaDeviceProp.name) */
+    const struct { const char *device, *profile; } by_name[] = {
+        {"cpu", "cpu"}, {"NVIDIA H100 80GB HBM3", "h100-sxm"}, {"NVIDIA H100 PCIe", NULL},
+        {"NVIDIA H200", "h200"}, {"NVIDIA A100-SXM4-40GB", "a100-40g"}, {"NVIDIA A100-SXM4-80GB", "a100-80g"},
+        {"NVIDIA L40S", "l40s"}, {"Tesla V100-SXM2-16GB", NULL}, {"", NULL}};
+    for (size_t i = 0; i < sizeof by_name / sizeof by_name[0]; i++) {
+        const char *got = hw_profile_for_device(by_name[i].device);
+        int same = got && by_name[i].profile ? !strcmp(got, by_name[i].profile) : got == by_name[i].profile;
+        CHECK(same, "device '%s': profile %s (want %s)", by_name[i].device, got ? got : "none",
+              by_name[i].profile ? by_name[i].profile : "none");
+        if (got) CHECK(hw_load(&hw, got, err, sizeof err) == 0, "the profile %s loads (%s)", got, err);
+    }
     job_spec job;
     job_defaults(&job);
     dryrun_opts o = {.hardware = "no-such-gpu"};
