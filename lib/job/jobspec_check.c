@@ -182,10 +182,16 @@ static int check_batch(const job_spec *job, verdict *v)
 static int check_parallel(const job_spec *job, verdict *v)
 {
     const job_parallel *par = &job->parallel;
-    if (job->train.offload & (OFFLOAD_PARAMS | OFFLOAD_ACTIVATIONS))
-        return fail(v, BLAME(FID_OFFLOAD), "train.offload: %s cannot be offloaded yet (only optimizer: AdamW's "
-                                           "state and the fp32 master live in host memory)",
-                    job->train.offload & OFFLOAD_PARAMS ? "params" : "activations");
+    if (job->train.offload & OFFLOAD_ACTIVATIONS)
+        return fail(v, BLAME(FID_OFFLOAD), "train.offload: activations cannot be offloaded yet (optimizer and "
+                                           "params can)");
+    if ((job->train.offload & OFFLOAD_PARAMS) && par->mode != SHARD_FSDP && par->mode != SHARD_HSDP)
+        return fail(v, BLAME(FID_OFFLOAD, FID_MODE),
+                    "train.offload: params needs parallel.mode fsdp or hsdp (the parameters come to the device "
+                    "a unit at a time, where FSDP gathers them), not %s", job_shard_mode_name(par->mode));
+    if ((job->train.offload & OFFLOAD_PARAMS) && !(job->train.offload & OFFLOAD_OPTIMIZER))
+        return fail(v, BLAME(FID_OFFLOAD), "train.offload: params needs optimizer too (the update runs where the "
+                                           "parameters live): train.offload: [optimizer, params]");
     if (job->train.precision == PREC_FP32 && job->train.grad_dtype == DTYPE_BF16)
         return fail(v, BLAME(FID_GRAD_DTYPE, FID_PRECISION),
                     "train.grad_dtype bf16 needs train.precision: bf16 (fp32 training keeps fp32 gradients)");

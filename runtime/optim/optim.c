@@ -144,6 +144,24 @@ static void step_mixed(optim *o, optim_slice *s, size_t off, size_t n, uint16_t 
     }
 }
 
+/* Offload: k parameters (the model's type) from the host's master + at into
+ * p + at: rounded to bf16 when they are, then sent to the device, or written
+ * in place when the parameters live on the host too (train.offload: params). */
+static void put_params(optim *o, void *p, const float *master, size_t at, size_t k)
+{
+    const dt_ops *h = o->host;
+    int on_host = (o->t.offload & OFFLOAD_PARAMS) != 0;
+    if (o->pe == 2) {
+        uint16_t *dst = (uint16_t *)p + at;
+        h->to_bf16(on_host ? dst : o->hstage, master, k);
+        if (!on_host) o->ops->from_host(dst, o->hstage, k * 2);
+    } else if (on_host) {
+        memcpy((float *)p + at, master, k * sizeof(float));
+    } else {
+        o->ops->from_host((float *)p + at, master, k * sizeof(float));
+    }
+}
+
 /* Offload: the same as step_mixed (or fp32's scale + AdamW) with the state
  * on the host: gradients in, parameters out, a chunk at a time. */
 static void step_offload(optim *o, optim_slice *s, size_t off, size_t n, void *p, const void *g,
@@ -161,12 +179,7 @@ static void step_offload(optim *o, optim_slice *s, size_t off, size_t n, void *p
         if (grad_scale != 1.0f) h->scale(o->hscratch, grad_scale, k);
         h->adamw(s->master + at, o->hscratch, s->m + at, s->v + at, k, (float)lr, (float)o->t.beta1,
                  (float)o->t.beta2, (float)o->t.eps, wd, t);
-        if (o->pe == 2) {
-            h->to_bf16(o->hstage, s->master + at, k);
-            o->ops->from_host((uint16_t *)p + at, o->hstage, k * 2);
-        } else {
-            o->ops->from_host((float *)p + at, s->master + at, k * sizeof(float));
-        }
+        put_params(o, p, s->master + at, at, k);
     }
 }
 
@@ -238,12 +251,7 @@ void optim_master_to_params(optim *o, int i, void *param)
     }
     for (size_t c = 0; c < n; c += o->scratch_numel) {
         size_t k = n - c < o->scratch_numel ? n - c : o->scratch_numel;
-        if (o->pe == 2) {
-            o->host->to_bf16(o->hstage, s->master + c, k);
-            o->ops->from_host((uint16_t *)param + c, o->hstage, k * 2);
-        } else {
-            o->ops->from_host((float *)param + c, s->master + c, k * sizeof(float));
-        }
+        put_params(o, param, s->master + c, c, k);
     }
 }
 

@@ -16,6 +16,14 @@
  *   after(u, BACKWARD)              reduce-scatter that gradient (asynchronously)
  *                                   into this rank's gradient shard
  *
+ * Offload (train.offload: params, ZeRO-Infinity's offload_param, FSDP's
+ * CPUOffload): the parameter shards live in host memory (ops->host_alloc,
+ * accounted as host) and the optimizer, stepped on the host too, updates them
+ * there. A gather copies this rank's shard into its place in the gather buffer
+ * (host to device) and all-gathers in place, so the device holds no shard at
+ * all; with a shard group of one the copy is the whole unit. Gradients stay on
+ * the device (the optimizer's step takes them to the host chunk by chunk).
+ *
  * Two gather buffers and two gradient buffers of the largest unit
  * (sizes_gather_numel x sizes_gather_buffers). With GPT's tied head in the same
  * chunk the head stays bound through the whole backward (the embedding adds its
@@ -53,6 +61,7 @@ struct dp_strategy {
     size_t gather_numel;
     grad_pool *pool;
     long clock;
+    int on_host;            /* train.offload: params: pshard[] is host memory */
 };
 
 static size_t unit_numel(const dp_strategy *s, int u)
@@ -74,8 +83,9 @@ static void fsdp_destroy(dp_strategy *s)
     }
     for (int u = 0; u < x->n_units; u++) {
         if (s->pshard && s->pshard[u]) {
-            x->ops->free(s->pshard[u]);
-            acct_add(x->acct, ACCT_PARAMS, -(long long)(s->len[u] * x->pe));
+            if (s->on_host) x->ops->host_free(s->pshard[u]);
+            else x->ops->free(s->pshard[u]);
+            acct_add(x->acct, s->on_host ? ACCT_HOST : ACCT_PARAMS, -(long long)(s->len[u] * x->pe));
         }
         if (s->gshard && s->gshard[u]) {
             x->ops->free(s->gshard[u]);
@@ -105,15 +115,18 @@ static int shard_units(dp_strategy *s, char *err, size_t errlen)
             return -1;
         }
         size_t n = unit_numel(s, u), len = s->len[u] ? s->len[u] : 1;
-        s->pshard[u] = x->ops->alloc(len * x->pe);
+        s->pshard[u] = s->on_host ? x->ops->host_alloc(len * x->pe) : x->ops->alloc(len * x->pe);
         s->gshard[u] = x->ops->alloc(len * x->ge);
         if (!s->pshard[u] || !s->gshard[u]) {
-            snprintf(err, errlen, "fsdp: out of memory for the shards of unit %d", u);
+            snprintf(err, errlen, "fsdp: out of %s memory for the shards of unit %d",
+                     s->on_host && !s->pshard[u] ? "host" : "device", u);
             return -1;
         }
-        acct_add(x->acct, ACCT_PARAMS, (long long)(s->len[u] * x->pe));
+        acct_add(x->acct, s->on_host ? ACCT_HOST : ACCT_PARAMS, (long long)(s->len[u] * x->pe));
         acct_add(x->acct, ACCT_GRADS, (long long)(s->len[u] * x->ge));
-        x->ops->copy(s->pshard[u], strat_at(model_unit_params(m, u), s->lo[u], x->pe), s->len[u] * x->pe);
+        const void *mine = strat_at(model_unit_params(m, u), s->lo[u], x->pe);
+        if (s->on_host) x->ops->to_host(s->pshard[u], mine, s->len[u] * x->pe);
+        else x->ops->copy(s->pshard[u], mine, s->len[u] * x->pe);
         model_unit_release(m, u);
         acct_add(x->acct, ACCT_PARAMS, -(long long)(n * x->pe));
         acct_add(x->acct, ACCT_GRADS, -(long long)(n * x->ge));
@@ -147,6 +160,7 @@ static dp_strategy *fsdp_create(strat_ctx *x, char *err, size_t errlen)
     s->x = x;
     s->shard = x->shard;
     s->replica = x->replica;
+    s->on_host = (x->job->train.offload & OFFLOAD_PARAMS) != 0;
     s->gather_numel = sizes_gather_numel(x->sz, x->at);
     if (shard_units(s, err, errlen) != 0) {
         fsdp_destroy(s);
@@ -202,6 +216,17 @@ static gather_slot *take_slot(dp_strategy *s)
     return best;
 }
 
+/* What a gather of `unit` into buf sends: the shard itself, or (offload) its
+ * copy brought from the host into its own place in buf (an in-place gather). */
+static const void *gather_input(dp_strategy *s, int unit, void *buf)
+{
+    strat_ctx *x = s->x;
+    if (!s->on_host) return s->pshard[unit];
+    void *mine = strat_at(buf, s->lo[unit], x->pe);
+    x->ops->from_host(mine, s->pshard[unit], s->len[unit] * x->pe);
+    return mine;
+}
+
 static void start_gather(dp_strategy *s, gather_slot *g, int unit)
 {
     strat_ctx *x = s->x;
@@ -210,8 +235,8 @@ static void start_gather(dp_strategy *s, gather_slot *g, int unit)
     g->used = ++s->clock;
     if (x->failed) return;
     double t0 = clock_now_s();
-    int rc = comm_all_gather_async(s->shard, s->pshard[unit], g->buf, unit_numel(s, unit), strat_dtype(x->pe),
-                                   &g->req);
+    int rc = comm_all_gather_async(s->shard, gather_input(s, unit, g->buf), g->buf, unit_numel(s, unit),
+                                   strat_dtype(x->pe), &g->req);
     strat_comm_done(x, t0, "fsdp all_gather of parameters (start)");
     if (strat_fail(x, s->shard, rc, "fsdp all_gather of parameters") != COMM_OK) g->unit = -1;
 }
@@ -354,7 +379,7 @@ static void fsdp_gather_unit(dp_strategy *s, int unit, float *out)
         return;
     }
     double t0 = clock_now_s();
-    int rc = comm_all_gather(s->shard, s->pshard[unit], dst, n, strat_dtype(x->pe));
+    int rc = comm_all_gather(s->shard, gather_input(s, unit, dst), dst, n, strat_dtype(x->pe));
     strat_comm_done(x, t0, "fsdp all_gather of parameters");
     strat_fail(x, s->shard, rc, "fsdp all_gather of parameters");
     if (dst != out) {

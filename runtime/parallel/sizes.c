@@ -447,7 +447,8 @@ size_t sizes_gather_numel(const sizes *s, sizes_at at)
 {
     shard_mode mode = s->job.parallel.mode;
     if (mode != SHARD_FSDP && mode != SHARD_HSDP) return 0;
-    if (sizes_shard_group(s, SHARD_OF_PARAM) == 1) return 0; /* nothing to gather */
+    /* nothing to gather, unless the one shard lives on the host (offload: params) */
+    if (sizes_shard_group(s, SHARD_OF_PARAM) == 1 && !(s->job.train.offload & OFFLOAD_PARAMS)) return 0;
     return largest_held_unit(s, at);
 }
 
@@ -594,6 +595,12 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
         /* m, v and an fp32 master (in fp32 training too) live on the host */
         out->host = optim_elems * 12 + offload_staging_bytes(s, at);
         out->bytes[SIZES_MASTER] = out->bytes[SIZES_OPTIM] = 0;
+    }
+    if (s->job.train.offload & OFFLOAD_PARAMS) {
+        /* the FSDP parameter shards too: each unit comes to a gather buffer */
+        out->host += out->bytes[SIZES_PARAMS];
+        out->host_params = out->bytes[SIZES_PARAMS];
+        out->bytes[SIZES_PARAMS] = 0;
     }
     /* the gradient collectives run in the reduce type: a DDP bucket holds it; a
      * ZeRO-2 / FSDP gradient buffer of another type has a twin in it */

@@ -88,7 +88,9 @@ typedef struct {
     size_t bytes[SIZES_COUNT];
     size_t total; /* sum of the categories: what the worker allocates, fixed overheads aside */
     size_t host;  /* train.offload: host memory instead (AdamW m and v, the fp32
-                     master, the step's host staging); not in total */
+                     master, the step's host staging; with params the parameter
+                     shards too); not in total */
+    size_t host_params; /* of which the parameter shards (train.offload: params) */
 } sizes_memory;
 
 /* What is sharded: working params, grads, or master + optimizer state. */
@@ -162,7 +164,9 @@ int sizes_shard_rank(const sizes *s, sizes_shard_of what, int dp_rank);
 size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, size_t *lo);
 /* FSDP / HSDP: elements of one gathered unit buffer (the largest unit the pp rank
  * holds, whole), and how many of them (2: the next unit is gathered while this one
- * computes). 0 without FSDP / HSDP. Params and grads each get these. */
+ * computes). 0 without FSDP / HSDP, or with a shard group of one (DDP runs it)
+ * unless train.offload has params (each unit then comes from the host). Params
+ * and grads each get these. */
 size_t sizes_gather_numel(const sizes *s, sizes_at at);
 int sizes_gather_buffers(const sizes *s);
 /* ZeRO-2: full-unit gradient buffers that backward writes into while the previous

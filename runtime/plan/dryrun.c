@@ -133,8 +133,11 @@ static void print_memory(const plan_estimate *e, FILE *out)
         size_t most = 0;
         for (int p = 0; p < e->n_stages; p++)
             if (e->stage[p].mem.host > most) most = e->stage[p].mem.host;
-        fprintf(out, "  offloaded (train.offload: optimizer): AdamW m, v and the fp32 master in host memory, "
+        fprintf(out, "  offloaded (train.offload: %s): AdamW m, v and the fp32 master%s in host memory, "
                      "up to %s per rank, not in total\n",
+                e->job.train.offload & OFFLOAD_PARAMS ? "optimizer, params" : "optimizer",
+                e->job.train.offload & OFFLOAD_PARAMS ? " and the parameter shards (each unit crosses the host "
+                                                        "link before its gather)" : "",
                 fmt_bytes(v, (double)most));
     }
     if (e->job.parallel.tp > 1) fprintf(out, "  (the tp rank with the most memory is shown)\n");

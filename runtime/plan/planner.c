@@ -8,8 +8,9 @@
  * recompute none, selective and block, and with tp > 1 sequence parallelism off and on; a layout
  * that does not fit is tried again with the optimizer offloaded to host memory
  * (train.offload: optimizer, when the hardware profile says how fast the host
- * is): offload only costs time, so it is worth trying only where it makes a
- * layout fit. Each candidate is a job_spec that must pass job_validate
+ * is), and an FSDP / HSDP one that still does not fit with the parameter
+ * shards too (train.offload: [optimizer, params]): offload only costs time, so
+ * it is worth trying only where it makes a layout fit. Each candidate is a job_spec that must pass job_validate
  * (the same rules a job file obeys); its estimate is the dry-run's, memory first
  * so that what does not fit is dropped before its pipeline is simulated.
  *
@@ -44,7 +45,7 @@ typedef struct {
     shard_mode mode;
     pp_schedule_kind schedule;
     recompute_kind recompute;
-    int offload;     /* train.offload: optimizer (only where it makes the layout fit) */
+    int offload;     /* train.offload's OFFLOAD_* bits (only where they make the layout fit) */
     double step, samples_per_s, tokens_per_s, mfu, bubble;
     double max_total, device;
     double compute, bubble_time, pipe_comm, tail; /* step = compute + bubble + pipe_comm + tail */
@@ -124,7 +125,7 @@ static job_spec candidate_job(const job_spec *base, const candidate *c)
     job.train.micro_batch = c->micro_batch;
     job.train.grad_accum = c->microbatches;
     job.train.recompute = c->recompute;
-    job.train.offload = c->offload ? OFFLOAD_OPTIMIZER : 0;
+    job.train.offload = c->offload;
     return job;
 }
 
@@ -178,10 +179,14 @@ static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm
     c->exact = simulate || c->pp == 1;
     int rc = plan_estimate_memory_reusing(&e, &job, &pm->hw, pm->nnodes, pm->ranks_per_node, pick_donor(cs, c),
                                           !c->exact, err, sizeof err);
-    if (!rc && !e.fits && !c->offload && pm->hw.gpu && pm->hw.host_link_bw > 0 && pm->hw.host_memory_bw > 0) {
-        /* does it fit with the optimizer in host memory? */
+    /* does it fit with the optimizer in host memory? with the parameter shards too? */
+    const int tries[2] = {OFFLOAD_OPTIMIZER, OFFLOAD_OPTIMIZER | OFFLOAD_PARAMS};
+    int sharded = c->mode == SHARD_FSDP || c->mode == SHARD_HSDP;
+    for (int t = 0; t < (sharded ? 2 : 1); t++) {
+        if (rc || e.fits || c->offload || !pm->hw.gpu || !(pm->hw.host_link_bw > 0 && pm->hw.host_memory_bw > 0))
+            break;
         plan_estimate_free(&e);
-        c->offload = 1;
+        c->offload = tries[t];
         job = candidate_job(base, c);
         rc = plan_estimate_memory_reusing(&e, &job, &pm->hw, pm->nnodes, pm->ranks_per_node, pick_donor(cs, c),
                                           !c->exact, err, sizeof err);
@@ -402,7 +407,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
     fprintf(out, "(%ld pipelines simulated; every other layout's step time was bounded below by more than the "
                  "top %d's)\n\n",
             cs->simulated, top);
-    fprintf(out, "  %2s %4s %5s %3s %-6s %3s %4s %-13s %-9s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
+    fprintf(out, "  %2s %4s %5s %3s %-6s %3s %4s %-13s %-14s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
             "m", "schedule", "rc", "step", m->kind == MODEL_GPT ? "tokens/s" : "images/s", "MFU", "mem/rank", "why");
     for (int i = 0; i < top && i < cs->n; i++) {
         const candidate *c = &cs->c[i];
@@ -413,8 +418,9 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
         char tp[16];
         snprintf(tp, sizeof tp, "%d%s", c->tp, c->sp ? "+sp" : "");
         char rc[24];
-        snprintf(rc, sizeof rc, "%s%s", job_recompute_name(c->recompute), c->offload ? "+off" : "");
-        fprintf(out, "  %2d %4d %5s %3d %-6s %3d %4d %-13s %-9s %9s %9s %5.1f%% %9s  %s\n", i + 1, c->dp, tp, c->pp,
+        snprintf(rc, sizeof rc, "%s%s", job_recompute_name(c->recompute),
+                 c->offload & OFFLOAD_PARAMS ? "+offp" : c->offload ? "+off" : "");
+        fprintf(out, "  %2d %4d %5s %3d %-6s %3d %4d %-13s %-14s %9s %9s %5.1f%% %9s  %s\n", i + 1, c->dp, tp, c->pp,
                 job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, rc,
                 fmt_seconds(a, c->step), fmt_count(b, m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s),
                 100 * c->mfu, fmt_bytes((char[FMT_LEN]){0}, c->max_total), c->reason);
@@ -457,7 +463,8 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddStringToObject(o, "pp_schedule", job_pp_schedule_name(c->schedule));
         cJSON_AddNumberToObject(o, "virtual_stages", c->v);
         cJSON_AddStringToObject(o, "recompute", job_recompute_name(c->recompute));
-        cJSON_AddBoolToObject(o, "offload_optimizer", c->offload);
+        cJSON_AddBoolToObject(o, "offload_optimizer", (c->offload & OFFLOAD_OPTIMIZER) != 0);
+        cJSON_AddBoolToObject(o, "offload_params", (c->offload & OFFLOAD_PARAMS) != 0);
         cJSON_AddNumberToObject(o, "step_s", c->step);
         cJSON_AddNumberToObject(o, "samples_per_s", c->samples_per_s);
         cJSON_AddNumberToObject(o, "tokens_per_s", c->tokens_per_s);

@@ -29,7 +29,11 @@
  * (adam_bytes_per_elem); offloaded (train.offload: optimizer) it runs at the
  * host's memory bandwidth with an fp32 master, after the gradients crossed the
  * host link and before the parameters cross back, one after the other, as
- * optim.c does them (offload_step_s). */
+ * optim.c does them (offload_step_s). With train.offload: params the
+ * parameters stay on the host (the step writes them there) and each unit's
+ * shard crosses the host link before its gather instead, in forward and again
+ * in backward: fsdp.c copies it before it starts the gather, so the chunk's
+ * compute waits for it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +75,8 @@ static double offload_step_s(const plan_estimate *e, double elems)
 {
     double ge = (double)sizes_grad_elem_bytes(e->sizes), pe = (double)sizes_param_elem_bytes(e->sizes);
     double link = per_rank(e, e->hw.host_link_bw), host = per_rank(e, e->hw.host_memory_bw) * e->hw.memory_eff;
-    return elems * (ge + pe) / link + elems * (4 + 16 + 8 + pe) / host;
+    double back = e->job.train.offload & OFFLOAD_PARAMS ? 0 : pe; /* the parameters stay on the host */
+    return elems * (ge + back) / link + elems * (4 + 16 + 8 + pe) / host;
 }
 
 static double ring_time(double bytes, double bw, double lat, int steps)
@@ -176,6 +181,12 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
         k.fwd += xf;
         k.bwd += xb;
         k.shard = xf + xb;
+    }
+    if (job->train.offload & OFFLOAD_PARAMS) {
+        int S = sizes_shard_group(e->sizes, SHARD_OF_PARAM);
+        double h2d = k.params / S / per_rank(e, e->hw.host_link_bw);
+        k.fwd += h2d;
+        k.bwd += h2d;
     }
     return k;
 }
@@ -315,7 +326,8 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
         st->exposed_once = exposed_once(e, st, params, grads, last_bwd);
         double optim_elems = (double)st->mem.bytes[SIZES_OPTIM] / 8.0;
         st->optimizer = optim_elems * adam_bytes_per_elem(e) / (per_rank(e, e->hw.memory_bw) * e->hw.memory_eff);
-        if (job->train.offload & OFFLOAD_OPTIMIZER) st->optimizer = offload_step_s(e, (double)st->mem.host / 12.0);
+        if (job->train.offload & OFFLOAD_OPTIMIZER)
+            st->optimizer = offload_step_s(e, (double)(st->mem.host - st->mem.host_params) / 12.0);
         if (st->exposed_once + st->optimizer > tail) tail = st->exposed_once + st->optimizer;
     }
     free(k), free(fwd), free(bwd);

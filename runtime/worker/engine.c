@@ -149,7 +149,9 @@ static const strat_ops *pick_strategy(const job_spec *job, const sizes *sz)
     case SHARD_ZERO1: return dp > 1 ? &strat_zero1 : &strat_ddp;
     case SHARD_ZERO2: return dp > 1 ? &strat_zero2 : &strat_ddp;
     case SHARD_FSDP:
-    case SHARD_HSDP: return sizes_shard_group(sz, SHARD_OF_PARAM) > 1 ? &strat_fsdp : &strat_ddp;
+    case SHARD_HSDP: /* one shard per rank is DDP, unless it lives on the host */
+        return sizes_shard_group(sz, SHARD_OF_PARAM) > 1 || (job->train.offload & OFFLOAD_PARAMS) ? &strat_fsdp
+                                                                                                  : &strat_ddp;
     default: return &strat_ddp;
     }
 }

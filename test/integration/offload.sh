@@ -1,26 +1,37 @@
 #!/usr/bin/env bash
-# train.offload: [optimizer] (issue 17): AdamW's m and v and an fp32 master
-# live in host memory and the host steps them (runtime/optim/optim.h).
+# train.offload (issue 17): [optimizer]: AdamW's m and v and an fp32 master
+# live in host memory and the host steps them (runtime/optim/optim.h);
+# [optimizer, params] (FSDP / HSDP): the parameter shards too, each unit
+# brought to a gather buffer from the host (runtime/parallel/fsdp.c).
 # 1. The same run bitwise: each layout with and without offload gives the same
 #    losses at every step and the same final parameters (DTRUN_DUMP_PARAMS):
 #    the same arithmetic in the same order, only elsewhere.
 # 2. Memory: with offload the device holds no optimizer state and no master
-#    (measured by the runtime's accounting, account.h), they appear in the host
-#    pool instead, and the dry-run predicts both pools to the byte.
+#    (nor parameters with params; measured by the runtime's accounting,
+#    account.h), they appear in the host pool instead, the other categories
+#    stay (but for the gather buffers a one-rank FSDP needs with params), and
+#    the dry-run predicts both pools to the byte.
 # 3. Checkpoints: a run stopped and resumed with offload is bitwise the run in
 #    one go (the state is saved from and loaded into host memory).
 source "$(dirname "$0")/../parallel/ckpt.bash"
 
+# a layout, and what it offloads (1: optimizer, 2: optimizer and params)
 LAYOUTS=(
-  "pp=1"
-  "pp=1 prec=bf16"
-  "dp=2 mode=zero1 prec=bf16"
-  "dp=2 mode=fsdp"
-  "pp=2 sched=1f1b prec=bf16 grad=fp32"
-  "tp=2"
+  "pp=1|1"
+  "pp=1 prec=bf16|1"
+  "dp=2 mode=zero1 prec=bf16|1"
+  "dp=2 mode=fsdp|1"
+  "pp=2 sched=1f1b prec=bf16 grad=fp32|1"
+  "tp=2|1"
+  "dp=2 mode=fsdp|2"
+  "dp=2 mode=fsdp prec=bf16 grad=fp32|2"
+  "mode=fsdp prec=bf16|2"
+  "dp=2 tp=2 mode=fsdp|2"
+  "dp=2 pp=2 sched=1f1b mode=fsdp prec=bf16|2"
 )
-for lay in "${LAYOUTS[@]}"; do
-  for off in 0 1; do
+for entry in "${LAYOUTS[@]}"; do
+  lay=${entry%|*} what=${entry#*|}
+  for off in 0 "$what"; do
     name=$(layout_name "$lay offload=$off"); d=$T/$name
     layout_job gpt-tiny "$lay offload=$off" "$d.yaml" "$d.jsonl"
     sed -i -e 's/^  steps: .*/  steps: 8/' "$d.yaml"
@@ -28,12 +39,14 @@ for lay in "${LAYOUTS[@]}"; do
     "$DTRUN" --dry-run --hardware cpu --format=json "$d.yaml" >"$d.dry.json" 2>"$d.dry.err" ||
       { cat "$d.dry.err"; fail "[$lay offload=$off]: dry-run failed"; }
   done
-  a=$T/$(layout_name "$lay offload=0"); b=$T/$(layout_name "$lay offload=1")
+  a=$T/$(layout_name "$lay offload=0"); b=$T/$(layout_name "$lay offload=$what")
+  lay="$lay offload=$what"
   cmp -s "$a.bin" "$b.bin" || fail "[$lay]: final parameters differ with offload"
   same_losses "$a.jsonl" "$b.jsonl" >/dev/null || fail "[$lay]: losses differ with offload"
-  python3 - "$a" "$b" "$lay" <<'PY' || fail "[$lay]: memory with offload is not what the dry-run says"
+  python3 - "$a" "$b" "$lay" "$what" <<'PY' || fail "[$lay]: memory with offload is not what the dry-run says"
 import glob, json, sys
-a, b, lay = sys.argv[1:4]
+a, b, lay, what = sys.argv[1:5]
+moving = ["optimizer", "master"] + (["params"] if what == "2" else [])
 def last(stem, r):
     return [json.loads(l) for l in open(f"{stem}.rank{r}.jsonl") if l.strip()][-1]["mem_peak"]
 ranks = len(glob.glob(f"{b}.rank*.jsonl"))
@@ -44,13 +57,16 @@ for r in range(ranks):
     # the stage (pp rank) of rank r: ranks are tp fastest, then dp, then pp
     st = dry[0] if len(dry) == 1 else dry[r // (ranks // len(dry))]
     d = st["memory_by_tp_rank"][0]
-    moved = m0["optimizer"] + m0["master"]
-    good = (m1["optimizer"] == 0 and m1["master"] == 0 and m1["host"] >= moved > 0 and
-            m1["host"] == d["host"] and m1["total"] == d["allocated"] and m0["total"] - m1["total"] == moved)
+    moved = sum(m0[c] for c in moving)
+    # the rest stays; a one-rank FSDP with params gains its gather buffers (buffers)
+    stay = [c for c in m0 if c not in moving + ["host", "total"] + (["buffers"] if what == "2" else [])]
+    good = (all(m1[c] == 0 for c in moving) and m1["host"] >= moved > 0 and all(m1[c] == m0[c] for c in stay) and
+            m1["host"] == d["host"] and m1["total"] == d["allocated"] and
+            m0["total"] - m1["total"] == moved - (m1["buffers"] - m0["buffers"]))
     ok &= good
     print(("ok   " if good else "FAIL ") + f"[{lay}] rank {r}: device {m0['total']} -> {m1['total']} bytes "
-          f"(optimizer {m0['optimizer']} + master {m0['master']} left it), host {m1['host']}; dry-run: device "
-          f"{d['allocated']}, host {d['host']}")
+          f"({' + '.join(f'{c} {m0[c]}' for c in moving)} left it; buffers {m0['buffers']} -> {m1['buffers']}), "
+          f"host {m1['host']}; dry-run: device {d['allocated']}, host {d['host']}")
 sys.exit(0 if ok else 1)
 PY
   echo "ok   [$lay]: with offload bitwise the same run"
@@ -59,4 +75,5 @@ done
 # 3. stop at step 20 and resume, with offload
 ckpt_exact gpt-tiny "dp=2 mode=zero1 prec=bf16 offload=1"
 ckpt_exact gpt-tiny "pp=1 offload=1"
+ckpt_exact gpt-tiny "dp=2 mode=fsdp prec=bf16 offload=2"
 echo "PASS offload"

@@ -779,26 +779,27 @@ static int recompute_of(const char *name)
     return -1;
 }
 
-/* Offload in the search: a 70B GPT on one 8 x H100 node fits only with the
- * optimizer in host memory; each proposal that offloads must not fit without
- * it (offload only costs time), must fit with it, and its host pools must fit
- * the node's host memory. On 64 GPUs the 13B job fits without: no offload. */
-static void test_planner_offload(void)
+/* The plan of `job` on nnodes x per_node of `hwname`: every proposal that
+ * offloads must fit with exactly what it offloads and not with less (the
+ * optimizer; with params, also not with the optimizer alone): offload only
+ * costs time. Counts the proposals and those offloading the optimizer and the
+ * parameters; -1 when a proposal breaks the rule. */
+static int plan_offload_needed(const job_spec *job, const char *hwname, int nnodes, int per_node, int *n_opt,
+                               int *n_params)
 {
-    job_spec job;
-    if (load_job(&job, "model:\n  preset: gpt-70b\ntrain:\n  global_batch: 1024\n  micro_batch: 1\n"
-                       "  precision: bf16\n"))
-        return;
-    char *buf = plan_json(&job, "h100-sxm", 1, 8, 0);
+    char *buf = plan_json(job, hwname, nnodes, per_node, 0);
     cJSON *root = buf ? cJSON_Parse(buf) : NULL, *top = root ? cJSON_GetObjectItem(root, "top") : NULL;
-    int n = top ? cJSON_GetArraySize(top) : 0, all_off = n > 0, needed = n > 0;
+    int n = top ? cJSON_GetArraySize(top) : 0, ok = n > 0;
     hw_profile hw;
     char err[512];
-    int hw_ok = hw_load(&hw, "h100-sxm", err, sizeof err) == 0;
-    for (int i = 0; i < n && hw_ok; i++) {
+    ok &= hw_load(&hw, hwname, err, sizeof err) == 0;
+    *n_opt = *n_params = 0;
+    for (int i = 0; i < n && ok; i++) {
         cJSON *c = cJSON_GetArrayItem(top, i);
-        all_off &= cJSON_IsTrue(cJSON_GetObjectItem(c, "offload_optimizer"));
-        job_spec j = job;
+        int opt = cJSON_IsTrue(cJSON_GetObjectItem(c, "offload_optimizer"));
+        int par = cJSON_IsTrue(cJSON_GetObjectItem(c, "offload_params"));
+        *n_opt += opt, *n_params += par;
+        job_spec j = *job;
         j.parallel.dp = (int)cJSON_GetObjectItem(c, "dp")->valuedouble;
         j.parallel.tp = (int)cJSON_GetObjectItem(c, "tp")->valuedouble;
         j.parallel.pp = (int)cJSON_GetObjectItem(c, "pp")->valuedouble;
@@ -810,30 +811,45 @@ static void test_planner_offload(void)
         j.train.micro_batch = (int)cJSON_GetObjectItem(c, "micro_batch")->valuedouble;
         j.train.grad_accum = j.parallel.microbatches;
         j.train.recompute = (recompute_kind)recompute_of(cJSON_GetObjectItem(c, "recompute")->valuestring);
-        for (int off = 0; off <= 1; off++) {
-            j.train.offload = off ? OFFLOAD_OPTIMIZER : 0;
+        const int levels[3] = {0, OFFLOAD_OPTIMIZER, OFFLOAD_OPTIMIZER | OFFLOAD_PARAMS};
+        int chosen = par ? 2 : opt ? 1 : 0;
+        for (int l = 0; l <= chosen; l++) {
+            j.train.offload = levels[l];
             plan_estimate e;
-            int rc = plan_estimate_memory(&e, &j, &hw, 1, 8, err, sizeof err);
-            needed &= rc == 0 && e.fits == off;
+            int rc = plan_estimate_memory(&e, &j, &hw, nnodes, per_node, err, sizeof err);
+            ok &= rc == 0 && e.fits == (l == chosen);
             plan_estimate_free(&e);
         }
     }
-    CHECK(hw_ok && n > 0 && all_off && needed,
-          "plan gpt-70b on 8 H100: %d layouts, each with the optimizer offloaded, none fitting without it, each "
-          "fitting with it (device and the node's host memory)", n);
     cJSON_Delete(root);
     free(buf);
+    return ok ? n : -1;
+}
+
+/* Offload in the search: a 70B GPT on one 8 x H100 node fits only with the
+ * optimizer in host memory; on one 8 x A100 40 GB node some FSDP layouts fit
+ * only with the parameter shards there too; each proposal fits with what it
+ * offloads, not with less, and its host pools fit the node's host memory. On
+ * 64 GPUs the 13B job fits without: no offload. */
+static void test_planner_offload(void)
+{
+    job_spec job;
+    if (load_job(&job, "model:\n  preset: gpt-70b\ntrain:\n  global_batch: 1024\n  micro_batch: 1\n"
+                       "  precision: bf16\n"))
+        return;
+    int opt, par, n = plan_offload_needed(&job, "h100-sxm", 1, 8, &opt, &par);
+    CHECK(n > 0 && opt == n && par == 0,
+          "plan gpt-70b on 8 H100: %d layouts, each with the optimizer offloaded (%d), none with params (%d), none "
+          "fitting with less, each fitting with it (device and the node's host memory)", n, opt, par);
+    n = plan_offload_needed(&job, "a100-40g", 1, 8, &opt, &par);
+    CHECK(n > 0 && opt == n && par > 0,
+          "plan gpt-70b on 8 A100 40 GB: %d layouts, all offload the optimizer, %d the FSDP parameter shards too, "
+          "each fitting with what it offloads and not with less", n, par);
     if (load_job(&job, "model:\n  preset: gpt-13b\ntrain:\n  global_batch: 256\n  micro_batch: 1\n"
                        "  precision: bf16\n"))
         return;
-    buf = plan_json(&job, "h100-sxm", 8, 8, 0);
-    root = buf ? cJSON_Parse(buf) : NULL, top = root ? cJSON_GetObjectItem(root, "top") : NULL;
-    int any = 0;
-    n = top ? cJSON_GetArraySize(top) : 0;
-    for (int i = 0; i < n; i++) any |= cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetArrayItem(top, i), "offload_optimizer"));
-    CHECK(n > 0 && !any, "plan gpt-13b on 64 H100: %d layouts, none offloads (they fit without)", n);
-    cJSON_Delete(root);
-    free(buf);
+    n = plan_offload_needed(&job, "h100-sxm", 8, 8, &opt, &par);
+    CHECK(n > 0 && opt == 0 && par == 0, "plan gpt-13b on 64 H100: %d layouts, none offloads (they fit without)", n);
 }
 
 static void test_planner_bound(void)
