@@ -91,6 +91,7 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
         else
             fprintf(f, "  image_size: %d\n  patch_size: %d\n  channels: %d\n  n_classes: %d\n", m.image_size,
                     m.patch_size, m.channels, m.n_classes);
+        fprintf(f, "  activation: %s\n  norm_eps: %.17g\n", job_activation_name(m.activation), job_model_norm_eps(&m));
     }
     if (s->data) {
         const char *kind = !hf && m.kind == MODEL_VIT ? "idx" : is_token_file(s->data) ? "tokens" : "text";
