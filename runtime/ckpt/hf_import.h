@@ -44,8 +44,8 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
 /* Elements [lo, hi) of a unit's flat parameter buffer on tp rank tp_rank of
  * tp_size (specs: the unit's tensors with their offsets, as
  * ckpt_read_unit_slice), from the files, as fp32 into slice. */
-int hf_weights_read_unit_slice(hf_weights *w, const param_spec *specs, int n_specs, int tp_rank, int tp_size,
-                               uint64_t lo, uint64_t hi, float *slice, char *err, size_t errlen);
+int hf_weights_read_unit_slice(hf_weights *w, const job_model *m, const param_spec *specs, int n_specs, int tp_rank,
+                               int tp_size, uint64_t lo, uint64_t hi, float *slice, char *err, size_t errlen);
 
 /* Tensor bytes copied out of the files so far, and the bytes of every tensor
  * in them: what a rank read of the whole. */

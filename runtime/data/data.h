@@ -31,6 +31,13 @@
 #include <stddef.h>
 #include "lib/job/jobspec.h"
 
+/* How image pixels reach the model: (x / 255 - mean) / std, every channel
+ * (Fashion-MNIST's statistics). Also what `dtrun export` writes into a ViT
+ * folder's preprocessor_config.json and `dtrun classify` applies for a dtrun
+ * checkpoint. */
+#define DATA_PIXEL_MEAN 0.2860f
+#define DATA_PIXEL_STD 0.3530f
+
 typedef enum { DATA_TRAIN = 0, DATA_VAL = 1 } data_split;
 
 typedef struct data_loader data_loader;

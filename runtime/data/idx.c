@@ -5,6 +5,7 @@
  * 28x28 images are 47 MB) and turned into floats only for the samples a batch
  * asks for. Pixels are normalised with the Fashion-MNIST mean and std, so the
  * model sees inputs of mean ~0 and std ~1. */
+#include "runtime/data/data.h"
 #include "runtime/data/source.h"
 
 #include <errno.h>
@@ -12,8 +13,6 @@
 #include <string.h>
 #include <zlib.h>
 
-#define IDX_MEAN 0.2860f /* Fashion-MNIST training pixels, x / 255 */
-#define IDX_STD 0.3530f
 
 enum { IDX_IMAGES_MAGIC = 0x00000803, IDX_LABELS_MAGIC = 0x00000801 };
 
@@ -250,6 +249,6 @@ image_source *idx_open(const char *images_path, const char *labels_path,
     x->pixels = pixels;
     x->labels = labels;
     for (int v = 0; v < 256; v++)
-        x->lut[v] = ((float)v / 255.0f - IDX_MEAN) / IDX_STD;
+        x->lut[v] = ((float)v / 255.0f - DATA_PIXEL_MEAN) / DATA_PIXEL_STD;
     return &x->base;
 }
