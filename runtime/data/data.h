@@ -38,6 +38,11 @@
 #define DATA_PIXEL_MEAN 0.2860f
 #define DATA_PIXEL_STD 0.3530f
 
+/* The labels file of IDX images under torchvision's names: "images-idx3"
+ * replaced by "labels-idx1" (train-images-idx3-ubyte.gz ->
+ * train-labels-idx1-ubyte.gz). -1 when the name has no "images-idx3". */
+int data_idx_labels_for(const char *images, char *out, size_t outlen);
+
 typedef enum { DATA_TRAIN = 0, DATA_VAL = 1 } data_split;
 
 typedef struct data_loader data_loader;
