@@ -43,6 +43,18 @@
  * train-labels-idx1-ubyte.gz). -1 when the name has no "images-idx3". */
 int data_idx_labels_for(const char *images, char *out, size_t outlen);
 
+/* IDX images and labels as stored (plain or gzip), any image size, for a
+ * reader that preprocesses them itself (dtrun classify --data). 0, or -1
+ * with one line in err (the loader's checks: magic, counts, truncation). */
+typedef struct {
+    long n;
+    int rows, cols;
+    unsigned char *pixels; /* [n][rows][cols] */
+    unsigned char *labels; /* [n] */
+} data_idx;
+int data_idx_read(const char *images_path, const char *labels_path, data_idx *out, char *err, size_t errlen);
+void data_idx_free(data_idx *d);
+
 typedef enum { DATA_TRAIN = 0, DATA_VAL = 1 } data_split;
 
 typedef struct data_loader data_loader;

@@ -138,3 +138,5 @@ void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const 
             ops->copy(dres + (row - first) * C, a->dcls_x + (size_t)b * C, (size_t)C * sizeof(float));
     }
 }
+
+const float *model_acts_vit_logits(const model_acts *a) { return a->host_logits; }
