@@ -17,8 +17,8 @@
       the mean cross-entropy over IDX images normalised as dtrun's data loader
       does ((x / 255 - 0.2860) / 0.3530), to 9 decimals.
   hf_vit.py topk DIR FILE... [--k 5] [--mean M,..] [--std S,..]
-      for each image file (PNG via the png module below, PPM/PGM by hand):
-      "FILE: label prob, label prob, ..." — the preprocessing dtrun classify
+      for each image file (PNG and PPM/PGM read by hand below) the line dtrun
+      classify prints, "FILE<TAB>PROB INDEX LABEL<TAB>..." — the preprocessing dtrun classify
       documents (channels converted, bilinear resize without antialiasing as
       torch's interpolate(align_corners=False), x / 255, (x - mean) / std with
       the folder's preprocessor_config.json or the given mean/std).
@@ -334,7 +334,8 @@ def topk(a):
     k = min(a.k, prob.shape[1])
     for f, row in zip(a.files, prob):
         v, i = row.topk(k)
-        print(f"{f}: " + ", ".join(f"{cfg['id2label'][str(int(c))]} {float(p):.6f}" for p, c in zip(v, i)))
+        names = [cfg["id2label"].get(str(int(c))) if "id2label" in cfg else None for c in i]
+        print(f + "".join(f"\t{float(p):.6f} {int(c)}" + (f" {n}" if n else "") for p, c, n in zip(v, i, names)))
 
 
 def accuracy(a):
