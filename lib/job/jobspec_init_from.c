@@ -164,8 +164,8 @@ static int apply_function(loader *L, const cJSON *root, const char *cfg, const c
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(root, eps_key);
     double e = eps_dflt;
     if (eps) {
-        if (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0 && eps->valuedouble < 1))
-            return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: %s is not a number in (0, 1)", cfg, eps_key);
+        if (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0 && eps->valuedouble <= 1))
+            return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: %s is not a number in (0, 1]", cfg, eps_key);
         e = eps->valuedouble;
     }
     if (L->e[FID_NORM_EPS].given && m->norm_eps != e)

@@ -180,8 +180,8 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
             goto out;
         }
         if (act && !strcmp(act->valuestring, "gelu")) in->model.activation = ACT_GELU;
-        if (eps && !(cJSON_IsNumber(eps) && eps->valuedouble > 0 && eps->valuedouble < 1)) {
-            st_fail(err, errlen, "%s: bad 'model.norm_eps' (a number in (0, 1))", path);
+        if (eps && !(cJSON_IsNumber(eps) && eps->valuedouble > 0 && eps->valuedouble <= 1)) {
+            st_fail(err, errlen, "%s: bad 'model.norm_eps' (a number in (0, 1])", path);
             goto out;
         }
         if (eps) in->model.norm_eps = eps->valuedouble;
