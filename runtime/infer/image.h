@@ -12,8 +12,8 @@
  *     the model's channel count must be 1 or 3 unless the image has it;
  *  2. x / 255 in fp32;
  *  3. bilinear resize to the model's image_size, half-pixel centres and no
- *     antialiasing: torch.nn.functional.interpolate(mode="bilinear",
- *     align_corners=False), bit for bit in fp32 (Hugging Face's image
+ *     antialiasing, torch.nn.functional.interpolate(mode="bilinear",
+ *     align_corners=False)'s taps and weights in fp32 (Hugging Face's image
  *     processor resizes with PIL on 8-bit pixels instead: the same when no
  *     resize is needed, within a rounding otherwise);
  *  4. (x - mean[c]) / std[c] per channel.
