@@ -133,8 +133,8 @@ out:
 }
 
 /* config.json of a GPT-2 folder: the keys transformers' GPT2Config and
- * model.init_from read (GPT-2's fixed choices spelled out: tanh GELU, eps
- * 1e-5, the tied head). */
+ * model.init_from read (the GELU and eps the model computes with, GPT-2's
+ * tanh and 1e-5 by default; the tied head). */
 static char *gpt2_config_json(const job_model *m)
 {
     cJSON *c = cJSON_CreateObject();
@@ -150,8 +150,8 @@ static char *gpt2_config_json(const job_model *m)
     cJSON_AddNumberToObject(c, "n_head", m->n_head);
     if (m->d_ff == 4 * m->d_model) cJSON_AddNullToObject(c, "n_inner");
     else cJSON_AddNumberToObject(c, "n_inner", m->d_ff);
-    cJSON_AddStringToObject(c, "activation_function", "gelu_new");
-    cJSON_AddNumberToObject(c, "layer_norm_epsilon", 1e-5);
+    cJSON_AddStringToObject(c, "activation_function", m->activation == ACT_GELU ? "gelu" : "gelu_new");
+    cJSON_AddNumberToObject(c, "layer_norm_epsilon", job_model_norm_eps(m));
     cJSON_AddBoolToObject(c, "tie_word_embeddings", 1);
     cJSON_AddStringToObject(c, "torch_dtype", "float32");
     char *text = cJSON_Print(c);
@@ -248,10 +248,6 @@ int ckpt_export_hf_dir(const ckpt *ck, const char *dir, int bf16, char *err, siz
         return st_fail(err, errlen, "%s/index.json: no model section (cannot tell GPT from ViT)", ckpt_path(ck));
     const job_model *m = &info->model;
     int vit = m->kind == MODEL_VIT;
-    if (!vit && (m->activation != ACT_GELU_TANH || job_model_norm_eps(m) != JOB_NORM_EPS_DEFAULT))
-        return st_fail(err, errlen, "%s: a GPT-2 folder means tanh GELU and eps 1e-5; this model has activation %s, "
-                       "norm_eps %g (export it to a .safetensors file)", ckpt_path(ck), job_activation_name(m->activation),
-                       job_model_norm_eps(m));
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return st_fail(err, errlen, "%s: cannot create (%s)", dir, strerror(errno));
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
