@@ -48,7 +48,8 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
     int r16 = m->prec.bf16;
     size_t NC3 = (size_t)N * 3 * (size_t)d->C_l, NCl = (size_t)N * (size_t)d->C_l, NF = (size_t)N * (size_t)d->F_l;
     size_t att = (size_t)B * (size_t)d->NH_l * (size_t)T * (size_t)T;
-    ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C, model_norm_eps(m));
+    ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C,
+                           model_norm_eps(m));
     if (r16) ops->round_bf16(a->ln1, NlC);
     L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l);
     if (r16) ops->round_bf16(a->qkv, NC3);
@@ -58,7 +59,8 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
     ops->residual_forward(a->r2, a->r2, x, NlC);
     if (r16) ops->round_bf16(a->r2, NlC);
 
-    ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BLK_LN2_W], bp.p[BLK_LN2_B], Nl, C, model_norm_eps(m));
+    ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BLK_LN2_W], bp.p[BLK_LN2_B], Nl, C,
+                           model_norm_eps(m));
     if (r16) ops->round_bf16(a->ln2, NlC);
     L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l);
     if (r16) ops->round_bf16(a->fch, NF);
