@@ -10,6 +10,7 @@
  *   dtrun export CKPT out.safetensors  one consolidated file, Hugging Face names
  *   dtrun generate CKPT|HF_DIR ...     sample text (runtime/infer/generate.h)
  *   dtrun eval CKPT|HF_DIR --data F    loss and perplexity (runtime/infer/eval.h)
+ *   dtrun classify CKPT|HF_DIR IMG...  a ViT's top classes (runtime/infer/classify.h)
  *   dtrun rdzv --listen HOST:PORT      a standalone rendezvous daemon
  *   dtrun tokenize FILE... -o PREFIX   text to GPT-2 token shards
  *   dtrun plot RUN.jsonl... -o F.svg   curves of runs
@@ -31,6 +32,7 @@
 #include "lib/text/tokenize_cmd.h"
 #include "lib/launch/slurm.h"
 #include "runtime/ckpt/ckpt.h"
+#include "runtime/infer/classify.h"
 #include "runtime/infer/eval.h"
 #include "runtime/infer/generate.h"
 #include "runtime/plan/plan.h"
@@ -53,6 +55,7 @@ static int usage(void)
             "       dtrun generate CKPT|HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]\n"
             "                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tp N] [--ids]\n"
             "       dtrun eval CKPT|HF_DIR --data FILE [--dp N --tp N --pp N --mode M --batch B --seq-len T]\n"
+            "       dtrun classify CKPT|HF_DIR (IMAGE... | --data IDX_IMAGES [--labels FILE]) [--top-k K] [--batch B]\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
             "       dtrun tokenize [options] FILE... -o PREFIX   (text to GPT-2 token shards)\n"
             "       dtrun plot RUN.jsonl... -o curves.svg          (loss, throughput, memory as SVG)\n"
@@ -275,6 +278,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(a, "generate")) return generate_command(argc - 1, argv + 1);
     if (!strcmp(a, "eval")) return eval_command(argc - 1, argv + 1);
+    if (!strcmp(a, "classify")) return classify_command(argc - 1, argv + 1);
 
     static launch_opts o;
     char err[1024];

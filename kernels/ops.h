@@ -74,10 +74,12 @@ typedef struct dt_ops {
     void (*patch_backward)(float *dw, float *db, const float *dout, const float *img,
                            int B, int ch, int S, int P, int C);
 
-    /* ---- layernorm over the last dim, eps 1e-5 ----
-     * out[N,C]; mean[N], rstd[N] saved for backward (overwrites). */
+    /* ---- layernorm over the last dim: rstd = 1 / sqrt(var + eps) ----
+     * out[N,C]; mean[N], rstd[N] saved for backward (overwrites). eps is the
+     * model's (model.norm_eps: GPT-2's 1e-5, Hugging Face ViT's 1e-12); the
+     * backward needs only the saved rstd. */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C);
+                              const float *w, const float *b, int N, int C, float eps);
     /* dinp += , dw += , db += */
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
                                const float *inp, const float *w, const float *mean,
@@ -111,6 +113,9 @@ typedef struct dt_ops {
     /* ---- GELU, tanh approximation (GPT-2's) ---- */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* ---- GELU, exact: 0.5 x (1 + erf(x / sqrt(2))) (BERT's, HF ViT's "gelu") ---- */
+    void (*gelu_erf_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_erf_backward)(float *dinp, const float *inp, const float *dout, size_t n);
 
     /* ---- residual: out = a + b (out may alias a) ---- */
     void (*residual_forward)(float *out, const float *a, const float *b, size_t n);

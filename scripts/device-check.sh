@@ -35,10 +35,10 @@ prepare() {
     if [ -e "$1" ]; then cp -a "$1" "$2/"; else missing+=("$1"); fi
   }
   # headers the C sources include (<yaml.h>, <uv.h>, <cblas.h>, <zlib.h>,
-  # <xxhash.h>, <cJSON.h>, <Random123/philox.h>)
+  # <xxhash.h>, <cJSON.h>, <Random123/philox.h>, <png.h>)
   for h in /usr/include/yaml.h /usr/include/uv.h /usr/include/uv /usr/include/zlib.h \
            /usr/include/zconf.h /usr/include/xxhash.h /usr/include/xxh3.h /usr/include/cjson/cJSON.h \
-           /usr/include/Random123 "$obinc/cblas.h" "$obinc/openblas_config.h" "$obinc/f77blas.h"; do
+           /usr/include/Random123 /usr/include/png.h /usr/include/pngconf.h /usr/include/pnglibconf.h "$obinc/cblas.h" "$obinc/openblas_config.h" "$obinc/f77blas.h"; do
     cpy "$h" "$deps/include"
   done
   # shared libraries by soname, plus the unversioned name the linker wants;
@@ -55,6 +55,7 @@ prepare() {
   lib libz.so "$multi/libz.so.1"
   lib libxxhash.so "$multi/libxxhash.so.0"
   lib libcjson.so "$multi/libcjson.so.1"
+  lib libpng16.so "$multi/libpng16.so.16"
   lib "" "$multi/libgfortran.so.5"
   lib "" "$multi/libquadmath.so.0"
   if [ ${#missing[@]} -gt 0 ]; then

@@ -61,7 +61,7 @@ void cpu_patch_backward(float *dw, float *db, const float *dout, const float *im
 
 /* layernorm.c */
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *b, int N, int C);
+                           const float *w, const float *b, int N, int C, float eps);
 void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                             const float *inp, const float *w, const float *mean,
                             const float *rstd, int N, int C);
@@ -85,6 +85,10 @@ void cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
 /* gelu.c */
 void cpu_gelu_forward(float *out, const float *inp, size_t n);
 void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+
+/* gelu_erf.c */
+void cpu_gelu_erf_forward(float *out, const float *inp, size_t n);
+void cpu_gelu_erf_backward(float *dinp, const float *inp, const float *dout, size_t n);
 
 /* residual.c */
 void cpu_residual_forward(float *out, const float *a, const float *b, size_t n);

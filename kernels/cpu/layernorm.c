@@ -1,4 +1,5 @@
-/* layernorm.c — LayerNorm over the last dimension (eps 1e-5), as in llm.c.
+/* layernorm.c — LayerNorm over the last dimension, as in llm.c (eps: the
+ * model's model.norm_eps, 1e-5 for GPT-2, 1e-12 for Hugging Face's ViT).
  *
  * Forward, per row x of C values:
  *     mean = sum(x)/C,  var = sum((x-mean)^2)/C,  rstd = 1/sqrt(var + eps)
@@ -11,10 +12,8 @@
 
 #include "kernels/cpu/cpu.h"
 
-#define LN_EPS 1e-5f
-
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *b, int N, int C) {
+                           const float *w, const float *b, int N, int C, float eps) {
     if (C <= 0) return;
     #pragma omp parallel for if ((size_t)N * C > CPU_PAR_MIN)
     for (int i = 0; i < N; i++) {
@@ -29,7 +28,7 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
         float sq = 0.0f;
         #pragma omp simd reduction(+:sq)
         for (int c = 0; c < C; c++) { float d = x[c] - m; sq += d * d; }
-        float s = 1.0f / sqrtf(sq / C + LN_EPS);
+        float s = 1.0f / sqrtf(sq / C + eps);
         #pragma omp simd
         for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
         mean[i] = m;

@@ -37,6 +37,8 @@ const dt_ops dt_ops_cpu = {
     .attention_backward = cpu_attention_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .gelu_erf_forward = cpu_gelu_erf_forward,
+    .gelu_erf_backward = cpu_gelu_erf_backward,
     .residual_forward = cpu_residual_forward,
     .residual_backward = cpu_residual_backward,
 

@@ -204,7 +204,7 @@ void cuda_patch_backward(float *dw, float *db, const float *dout, const float *i
                          int B, int ch, int S, int P, int C);
 /* layernorm.cu */
 void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                            const float *w, const float *b, int N, int C);
+                            const float *w, const float *b, int N, int C, float eps);
 void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
                              const float *inp, const float *w, const float *mean,
                              const float *rstd, int N, int C);
@@ -222,6 +222,9 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
 /* gelu.cu */
 void cuda_gelu_forward(float *out, const float *inp, size_t n);
 void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+/* gelu_erf.cu */
+void cuda_gelu_erf_forward(float *out, const float *inp, size_t n);
+void cuda_gelu_erf_backward(float *dinp, const float *inp, const float *dout, size_t n);
 /* residual.cu */
 void cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
 void cuda_residual_backward(float *da, float *db, const float *dout, size_t n);

@@ -1,4 +1,4 @@
-/* layernorm.cu — LayerNorm over the last dimension, eps 1e-5 (twin of
+/* layernorm.cu — LayerNorm over the last dimension, eps given (twin of
  * kernels/cpu/layernorm.c), fp32.
  *
  * Forward: one warp per row, two passes over the row as on the CPU (mean,
@@ -13,14 +13,13 @@
  * scratch, and a last kernel adds the chunks' partials in order into dw, db. */
 #include "kernels/cuda/common.cuh"
 
-#define LN_EPS 1e-5f
 #define LN_ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
 #define LN_CHUNK 256        /* rows per partial sum of dw, db (at least) */
 #define LN_COLS 32
 #define LN_LANES 8
 
 __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *w, const float *b, int N, int C) {
+                                         const float *w, const float *b, int N, int C, float eps) {
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
@@ -34,7 +33,7 @@ __global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, c
         float d = x[c] - m;
         sq += d * d;
     }
-    float s = 1.0f / sqrtf(dtc_warp_sum(sq) / C + LN_EPS);
+    float s = 1.0f / sqrtf(dtc_warp_sum(sq) / C + eps);
     for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * w[c] + b[c];
     if (lane == 0) {
         mean[row] = m;
@@ -113,11 +112,11 @@ __global__ void layernorm_backward_finish_kernel(float *dw, float *db, const flo
 }
 
 void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                            const float *w, const float *b, int N, int C) {
+                            const float *w, const float *b, int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
     unsigned grid = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
     layernorm_forward_kernel<<<grid, 32 * LN_ROWS_PER_BLOCK, 0, dtc.stream>>>(out, mean, rstd, inp,
-                                                                             w, b, N, C);
+                                                                             w, b, N, C, eps);
     DTC_LAUNCHED();
 }
 

@@ -80,6 +80,8 @@ static void fill_table(void) {
     table.attention_backward = cuda_attention_backward;
     table.gelu_forward = cuda_gelu_forward;
     table.gelu_backward = cuda_gelu_backward;
+    table.gelu_erf_forward = cuda_gelu_erf_forward;
+    table.gelu_erf_backward = cuda_gelu_erf_backward;
     table.residual_forward = cuda_residual_forward;
     table.residual_backward = cuda_residual_backward;
     table.xent_rowmax = cuda_xent_rowmax;

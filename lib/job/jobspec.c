@@ -40,6 +40,8 @@ void job_defaults(job_spec *job)
     memset(job, 0, sizeof *job);
     job_preset_apply(job_preset_find("gpt-tiny"), &job->model);
 
+    job->model.activation = ACT_GELU_TANH;
+    job->model.norm_eps = JOB_NORM_EPS_DEFAULT;
     job->data.kind = DATA_SYNTHETIC;
     job->data.val_fraction = 0.1;
     job->data.synthetic_size = SYNTHETIC_GPT_TOKENS;

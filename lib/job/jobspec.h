@@ -18,6 +18,10 @@
 #define JOB_NAME_MAX 64
 
 typedef enum { MODEL_GPT = 0, MODEL_VIT = 1 } model_kind;
+/* The MLP's GELU (model.activation): GPT-2's tanh approximation (gelu_new),
+ * or the exact erf one (Hugging Face's "gelu": BERT, ViT). */
+typedef enum { ACT_GELU_TANH = 0, ACT_GELU = 1 } activation_kind;
+#define JOB_NORM_EPS_DEFAULT 1e-5 /* GPT-2's layernorm eps */
 
 typedef struct {
     model_kind kind;
@@ -34,6 +38,13 @@ typedef struct {
     int patch_size;
     int channels;
     int n_classes;
+    /* Both kinds: the MLP's GELU and the layernorms' eps (model.activation,
+     * model.norm_eps). Defaults: GPT-2's tanh GELU and 1e-5; Hugging Face's ViT
+     * uses the exact GELU and 1e-12 (model.init_from takes them from
+     * config.json). norm_eps 0 (a struct not made by the loader) means the
+     * default: read it through job_model_norm_eps. */
+    activation_kind activation;
+    double norm_eps;
     /* model.init_from: a Hugging Face folder (config.json + model.safetensors or
      * a sharded index) whose weights the run starts from; "" = none. Its
      * config.json fills the shape keys (jobspec_init_from.c). */
@@ -231,6 +242,10 @@ void job_print(const job_spec *job, FILE *out);
 
 /* Names of enum values as the job file spells them ("?" when out of range). */
 const char *job_model_kind_name(model_kind k);
+/* "gelu_tanh" or "gelu". */
+const char *job_activation_name(activation_kind a);
+/* m->norm_eps, or JOB_NORM_EPS_DEFAULT when it is 0 (not set). */
+double job_model_norm_eps(const job_model *m);
 const char *job_data_kind_name(data_kind k);
 const char *job_lr_schedule_name(lr_schedule s);
 const char *job_device_name(device_kind d);

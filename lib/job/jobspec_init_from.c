@@ -2,16 +2,22 @@
  * Face config.json in DIR.
  *
  * A pretrained model's shape is not the user's to choose: GPT-2's config.json
- * names it (n_layer, n_head, n_embd, vocab_size, n_positions, n_inner). Those
- * values fill the model section; a key the job gives itself (or its preset
- * gives) must agree, or the job is refused with one line pointing at that key.
+ * names it (n_layer, n_head, n_embd, vocab_size, n_positions, n_inner), ViT's
+ * too (num_hidden_layers, num_attention_heads, hidden_size, intermediate_size,
+ * image_size, patch_size, num_channels, the labels of id2label). Those values
+ * fill the model section; a key the job gives itself (or its preset gives)
+ * must agree, or the job is refused with one line pointing at that key.
  * seq_len is the one exception: it may be shorter than n_positions (training
  * on shorter windows uses the first seq_len rows of wpe, as nanoGPT's
  * crop_block_size), never longer (those positions have no embedding).
  *
- * The checks of GPT-2's fixed choices that dtrun's kernels hard-wire (tanh
- * GELU, layernorm eps 1e-5, the LM head tied to wte) are here too: a model
- * built otherwise would load and compute something else.
+ * The function the weights were trained for comes from there as well: the
+ * GELU (activation_function / hidden_act: tanh or exact) and the layernorm
+ * eps (layer_norm_epsilon / layer_norm_eps) fill model.activation and
+ * model.norm_eps, under the same rule. What dtrun cannot compute is refused
+ * in one line: another activation, an untied GPT-2 head, a ViT without qkv
+ * biases, or a ViT architecture other than ViTForImageClassification (class
+ * token, final layernorm, linear classifier: dtrun's ViT).
  *
  * Only the config is read here (lib/ never opens tensors); the weights are the
  * worker's business (runtime/ckpt/hf_import.c). */
@@ -60,6 +66,11 @@ static const size_key gpt2_sizes[] = {
     {"n_embd", NULL, FID_D_MODEL},        {"vocab_size", NULL, FID_VOCAB_SIZE},
     {"n_positions", "n_ctx", FID_SEQ_LEN},
 };
+static const size_key vit_sizes[] = {
+    {"num_hidden_layers", NULL, FID_N_LAYER}, {"num_attention_heads", NULL, FID_N_HEAD},
+    {"hidden_size", NULL, FID_D_MODEL},       {"image_size", NULL, FID_IMAGE_SIZE},
+    {"patch_size", NULL, FID_PATCH_SIZE},     {"num_channels", NULL, FID_CHANNELS},
+};
 
 /* Who set field fid's current value: the file's key (explicitly), the preset,
  * or nobody (the tiny default, free to overwrite). -1 for nobody. */
@@ -94,6 +105,123 @@ static int config_int(const cJSON *root, const char *key, long *v)
     return 0;
 }
 
+static int fill_or_agree(loader *L, int fid, const char *cfg, const char *key, long v);
+
+/* One integer size of config.json (absent: dflt, or an error when dflt < 0)
+ * into field fid, under the agree-or-fill rule. */
+static int apply_size(loader *L, const cJSON *root, const char *cfg, const size_key *k, long dflt)
+{
+    const char *key = k->key;
+    long v = 0;
+    int rc = config_int(root, key, &v);
+    if (rc == 1 && k->alt) rc = config_int(root, key = k->alt, &v);
+    if (rc == 1 && dflt >= 0) v = dflt, rc = 0;
+    if (rc != 0)
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: %s %s", cfg, key,
+                                 rc > 0 ? "is missing" : "is not an integer");
+    return fill_or_agree(L, k->fid, cfg, key, v);
+}
+
+/* Field k->fid from config.json's value v of key: filled when nobody set it,
+ * else it must agree. */
+static int fill_or_agree(loader *L, int fid, const char *cfg, const char *key, long v)
+{
+    const size_key one = {key, NULL, fid}, *k = &one;
+    if (job_field_in_range(k->fid, (double)v) != 0) {
+        char range[96];
+        job_field_range_text(k->fid, range, sizeof range);
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: %s %ld is out of range (%s)", cfg, key, v,
+                                 range);
+    }
+    int *field = job_field_ptr(L->job, k->fid);
+    if (setter_of(L, k->fid) < 0) *field = (int)v;
+    else if (*field != v) return disagree(L, k->fid, cfg, key, v, *field);
+    return 0;
+}
+
+/* The GELU and the layernorm eps of config.json (act_key, eps_key; absent:
+ * act_dflt, eps_dflt) into model.activation and model.norm_eps, which a job
+ * that sets them must agree with. */
+static int apply_function(loader *L, const cJSON *root, const char *cfg, const char *act_key, const char *act_dflt,
+                          const char *eps_key, double eps_dflt)
+{
+    job_model *m = &L->job->model;
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, act_key);
+    const char *a = act ? (cJSON_IsString(act) ? act->valuestring : "(not a string)") : act_dflt;
+    activation_kind want;
+    if (!strcmp(a, "gelu")) want = ACT_GELU;
+    else if (!strcmp(a, "gelu_new") || !strcmp(a, "gelu_pytorch_tanh")) want = ACT_GELU_TANH;
+    else {
+        char shown[96];
+        return loader_fail_value(L, FID_INIT_FROM,
+                                 "model.init_from: %s: %s %s is not a GELU dtrun computes (gelu: exact; gelu_new or "
+                                 "gelu_pytorch_tanh: tanh)", cfg, act_key, job_text_show(shown, sizeof shown, a, strlen(a)));
+    }
+    if (L->e[FID_ACTIVATION].given && m->activation != want)
+        return loader_fail_value(L, FID_ACTIVATION, "model.activation %s disagrees with %s: %s %s (%s)",
+                                 job_activation_name(m->activation), cfg, act_key, a, job_activation_name(want));
+    m->activation = want;
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(root, eps_key);
+    double e = eps_dflt;
+    if (eps) {
+        if (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0 && eps->valuedouble <= 1))
+            return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: %s is not a number in (0, 1]", cfg, eps_key);
+        e = eps->valuedouble;
+    }
+    if (L->e[FID_NORM_EPS].given && m->norm_eps != e)
+        return loader_fail_value(L, FID_NORM_EPS, "model.norm_eps %g disagrees with %s: %s %g", m->norm_eps, cfg,
+                                 eps_key, e);
+    m->norm_eps = e;
+    return 0;
+}
+
+/* model_type vit: ViTForImageClassification's config (ViTConfig). */
+static int apply_vit(loader *L, const cJSON *root, const char *cfg, int *preset_d_ff)
+{
+    job_model *m = &L->job->model;
+    if (m->kind != MODEL_VIT) {
+        int blame = L->e[FID_MODEL_KIND].given ? FID_MODEL_KIND : FID_MODEL_PRESET;
+        if (L->e[FID_MODEL_KIND].given || L->e[FID_MODEL_PRESET].given)
+            return loader_fail_value(L, blame, "model.kind is gpt but %s describes a ViT (model_type vit)", cfg);
+        /* the kind follows the folder when the job does not say (then it gave no
+         * ViT-only key: the loader refused those for a GPT); the shared sizes
+         * come from config.json below */
+        m->kind = MODEL_VIT;
+    }
+    /* dtrun's ViT is ViTForImageClassification: class token -> final layernorm -> linear classifier */
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    if (cJSON_IsArray(arch) && cJSON_GetArraySize(arch) > 0) {
+        const cJSON *first = cJSON_GetArrayItem(arch, 0);
+        const char *name = cJSON_IsString(first) ? first->valuestring : "(not a string)";
+        if (strcmp(name, "ViTForImageClassification") != 0) {
+            char shown[96];
+            return loader_fail_value(L, FID_INIT_FROM,
+                                     "model.init_from: %s: architectures %s is not ViTForImageClassification, the "
+                                     "one ViT dtrun runs (class token, final layernorm, linear classifier)", cfg,
+                                     job_text_show(shown, sizeof shown, name, strlen(name)));
+        }
+    }
+    const cJSON *qkv_bias = cJSON_GetObjectItemCaseSensitive(root, "qkv_bias");
+    if (qkv_bias && cJSON_IsFalse(qkv_bias))
+        return loader_fail_value(L, FID_INIT_FROM,
+                                 "model.init_from: %s: qkv_bias is false; dtrun's attention always has query, key "
+                                 "and value biases", cfg);
+    for (size_t i = 0; i < sizeof vit_sizes / sizeof vit_sizes[0]; i++)
+        if (apply_size(L, root, cfg, &vit_sizes[i], vit_sizes[i].fid == FID_CHANNELS ? 3 : -1)) return -1;
+    /* the classes: id2label's entries, else num_labels, else transformers' default 2 */
+    const cJSON *id2label = cJSON_GetObjectItemCaseSensitive(root, "id2label");
+    long n_labels = cJSON_IsObject(id2label) ? cJSON_GetArraySize(id2label) : 0;
+    if (n_labels == 0 && config_int(root, "num_labels", &n_labels) != 0) n_labels = 2;
+    if (fill_or_agree(L, FID_N_CLASSES, cfg, "id2label's labels", n_labels)) return -1;
+    long inner = 0;
+    int rc = config_int(root, "intermediate_size", &inner);
+    if (rc < 0) return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: intermediate_size is not an integer", cfg);
+    if (rc == 1) inner = 4L * m->d_model;
+    if (L->e[FID_D_FF].given && m->d_ff != inner) return disagree(L, FID_D_FF, cfg, "intermediate_size", inner, m->d_ff);
+    *preset_d_ff = (int)inner;
+    return apply_function(L, root, cfg, "hidden_act", "gelu", "layer_norm_eps", 1e-12);
+}
+
 static int apply_gpt2(loader *L, const cJSON *root, const char *cfg, int *preset_d_ff)
 {
     job_model *m = &L->job->model;
@@ -103,6 +231,10 @@ static int apply_gpt2(loader *L, const cJSON *root, const char *cfg, int *preset
     }
     for (size_t i = 0; i < sizeof gpt2_sizes / sizeof gpt2_sizes[0]; i++) {
         const size_key *k = &gpt2_sizes[i];
+        if (k->fid != FID_SEQ_LEN) {
+            if (apply_size(L, root, cfg, k, -1)) return -1;
+            continue;
+        }
         const char *key = k->key;
         long v = 0;
         int rc = config_int(root, key, &v);
@@ -138,18 +270,8 @@ static int apply_gpt2(loader *L, const cJSON *root, const char *cfg, int *preset
     if (L->e[FID_D_FF].given && m->d_ff != inner) return disagree(L, FID_D_FF, cfg, "n_inner", inner, m->d_ff);
     *preset_d_ff = (int)inner; /* derive() fills d_ff from it when the file does not */
 
-    /* GPT-2's fixed choices, which dtrun's kernels hard-wire */
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(root, "activation_function");
-    if (act && !(cJSON_IsString(act) && (!strcmp(act->valuestring, "gelu_new") ||
-                                         !strcmp(act->valuestring, "gelu_pytorch_tanh"))))
-        return loader_fail_value(L, FID_INIT_FROM,
-                                 "model.init_from: %s: activation_function %s is not GPT-2's tanh GELU (gelu_new), "
-                                 "the only one dtrun computes", cfg, cJSON_IsString(act) ? act->valuestring : "(not a string)");
-    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(root, "layer_norm_epsilon");
-    if (eps && !(cJSON_IsNumber(eps) && fabs(eps->valuedouble - 1e-5) <= 1e-12))
-        return loader_fail_value(L, FID_INIT_FROM,
-                                 "model.init_from: %s: layer_norm_epsilon %g is not 1e-05, the one dtrun's layernorm uses",
-                                 cfg, cJSON_IsNumber(eps) ? eps->valuedouble : NAN);
+    if (apply_function(L, root, cfg, "activation_function", "gelu_new", "layer_norm_epsilon", 1e-5)) return -1;
+    /* GPT-2's fixed choice that dtrun's model hard-wires */
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
     if (tie && cJSON_IsFalse(tie))
         return loader_fail_value(L, FID_INIT_FROM,
@@ -177,11 +299,13 @@ int loader_apply_init_from(loader *L, int *preset_d_ff)
     int rc;
     if (t && !strcmp(t, "gpt2")) {
         rc = apply_gpt2(L, root, cfg, preset_d_ff);
+    } else if (t && !strcmp(t, "vit")) {
+        rc = apply_vit(L, root, cfg, preset_d_ff);
     } else {
         char shown[128];
         rc = loader_fail_value(L, FID_INIT_FROM,
-                               "model.init_from: %s: model_type %s is not supported (GPT-2, model_type gpt2, is; "
-                               "ViT is not yet)", cfg, t ? job_text_show(shown, sizeof shown, t, strlen(t)) : "is missing");
+                               "model.init_from: %s: model_type %s is not supported (gpt2 and vit are)", cfg,
+                               t ? job_text_show(shown, sizeof shown, t, strlen(t)) : "is missing");
     }
     cJSON_Delete(root);
     return rc;

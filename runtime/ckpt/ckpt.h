@@ -175,7 +175,8 @@ int ckpt_read_unit_slice(const ckpt *ck, const char *prefix, const param_spec *s
 typedef enum {
     CKPT_NAMES_AUTO = 0, /* by the model kind recorded in index.json */
     CKPT_NAMES_HF_GPT2,  /* transformers GPT2LMHeadModel: transformer.h.N.attn.c_attn.weight, ... */
-    CKPT_NAMES_TIMM_VIT  /* timm VisionTransformer: blocks.N.attn.qkv.weight, ... */
+    CKPT_NAMES_TIMM_VIT, /* timm VisionTransformer: blocks.N.attn.qkv.weight, ... */
+    CKPT_NAMES_HF_VIT    /* transformers ViTForImageClassification: vit.encoder.layer.N.attention.attention.query.weight, ... */
 } ckpt_naming;
 
 /* One consolidated F32 safetensors file of the parameters under Hugging Face /

@@ -47,6 +47,9 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
         for (int i = 0; ok && i < N_MODEL_INTS; i++)
             ok = cJSON_AddNumberToObject(m, model_ints[i].key,
                                          *(const int *)((const char *)meta->model + model_ints[i].off)) != NULL;
+        /* the function the weights were trained for (model.activation, model.norm_eps) */
+        ok = ok && cJSON_AddStringToObject(m, "activation", job_activation_name(meta->model->activation)) &&
+             cJSON_AddNumberToObject(m, "norm_eps", job_model_norm_eps(meta->model));
     }
     cJSON *loss = ok ? cJSON_AddArrayToObject(o, "loss_tail") : NULL;
     ok = loss != NULL;
@@ -167,6 +170,21 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
             }
             *(int *)((char *)&in->model + model_ints[i].off) = (int)v;
         }
+        /* absent in checkpoints written before these keys: GPT-2's choices */
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(m, "activation");
+        const cJSON *eps = cJSON_GetObjectItemCaseSensitive(m, "norm_eps");
+        in->model.activation = ACT_GELU_TANH;
+        in->model.norm_eps = JOB_NORM_EPS_DEFAULT;
+        if (act && (!cJSON_IsString(act) || (strcmp(act->valuestring, "gelu_tanh") && strcmp(act->valuestring, "gelu")))) {
+            st_fail(err, errlen, "%s: bad 'model.activation' (gelu_tanh or gelu)", path);
+            goto out;
+        }
+        if (act && !strcmp(act->valuestring, "gelu")) in->model.activation = ACT_GELU;
+        if (eps && !(cJSON_IsNumber(eps) && eps->valuedouble > 0 && eps->valuedouble <= 1)) {
+            st_fail(err, errlen, "%s: bad 'model.norm_eps' (a number in (0, 1])", path);
+            goto out;
+        }
+        if (eps) in->model.norm_eps = eps->valuedouble;
         in->has_model = 1;
     }
     const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss_tail");

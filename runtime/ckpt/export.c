@@ -1,6 +1,6 @@
 /* export.c — one consolidated safetensors file under Hugging Face names, so a
- * dtrun run can be loaded by transformers (GPT2LMHeadModel) or timm
- * (VisionTransformer).
+ * dtrun run can be loaded by transformers (GPT2LMHeadModel,
+ * ViTForImageClassification) or timm (VisionTransformer).
  *
  * The names and the layout differences are hf_names.c's table (shared with
  * model.init_from's import, hf_import.c):
@@ -8,9 +8,12 @@
  *    [out, in] weights are transposed;
  *  - the LM head is tied to wte: omitted, as save_pretrained does (transformers
  *    re-ties it on load);
- *  - timm's patch projection is a Conv2d [C, ch, P, P]: our [C, ch*P*P] is the
- *    same bytes (flattened (c, py, px)), only the shape changes; cls_token and
- *    pos_embed get their leading batch dims [1, 1, C] and [1, NP+1, C].
+ *  - the ViT patch projection is a Conv2d [C, ch, P, P]: our [C, ch*P*P] is the
+ *    same bytes (flattened (c, py, px)), only the shape changes; the class
+ *    token and the position embedding get their leading batch dims [1, 1, C]
+ *    and [1, NP+1, C];
+ *  - Hugging Face's ViT has query, key and value apart: our qkv's three row
+ *    blocks are written as three tensors.
  * Tensors are produced one at a time while the file streams out, so exporting
  * needs memory for the largest tensor (twice, when transposed), not the model.
  * The checkpoint's parameters are fp32 (a bf16 run saves its fp32 master);
@@ -19,6 +22,7 @@
 #include "runtime/ckpt/ckpt_internal.h"
 #include "runtime/ckpt/ckpt_io.h"
 #include "runtime/ckpt/hf_names.h"
+#include "runtime/data/data.h"
 
 #include "kernels/ops.h"
 
@@ -34,30 +38,32 @@ typedef struct {
     const ckpt *ck;
     char src[CKPT_NAME_MAX];
     int transpose;      /* of the global [rows, cols] */
-    int64_t rows, cols; /* global shape as stored */
+    int64_t rows, cols; /* our global shape */
+    int part, n_parts;  /* this file tensor is row block `part` of n_parts of ours */
     int bf16;           /* write BF16 (rounded) rather than F32 */
 } fill_ctx;
 
 static int fill(void *ctx, void *buf, size_t nbytes, char *err, size_t errlen)
 {
     fill_ctx *f = ctx;
-    if (!f->transpose && !f->bf16) return ckpt_read_global(f->ck, f->src, buf, err, errlen);
-    size_t n = (size_t)f->rows * (size_t)f->cols;
-    (void)nbytes; /* n elements of 4 or 2 bytes */
+    if (!f->transpose && !f->bf16 && f->n_parts == 1) return ckpt_read_global(f->ck, f->src, buf, err, errlen);
+    size_t n = (size_t)f->rows * (size_t)f->cols, pn = n / (size_t)f->n_parts;
+    (void)nbytes; /* pn elements of 4 or 2 bytes */
     float *tmp = malloc(n * sizeof(float)), *t2 = f->transpose && f->bf16 ? malloc(n * sizeof(float)) : NULL;
     if (!tmp || (f->transpose && f->bf16 && !t2)) {
         free(tmp);
         return st_fail(err, errlen, "%s: out of memory exporting '%s'", ckpt_path(f->ck), f->src);
     }
     int rc = ckpt_read_global(f->ck, f->src, tmp, err, errlen);
-    const float *src = tmp;
-    if (rc == 0 && f->transpose) {
+    const float *src = tmp + (size_t)f->part * pn;
+    if (rc == 0 && f->transpose) { /* one part (GPT-2's Conv1D) */
         float *dst = f->bf16 ? t2 : buf;
         for (int64_t r = 0; r < f->rows; r++)
             for (int64_t c = 0; c < f->cols; c++) dst[c * f->rows + r] = tmp[r * f->cols + c];
         src = dst;
     }
-    if (rc == 0 && f->bf16) dt_ops_cpu.to_bf16(buf, src, n);
+    if (rc == 0 && f->bf16) dt_ops_cpu.to_bf16(buf, src, pn);
+    else if (rc == 0 && src != buf) memcpy(buf, src, pn * sizeof(float));
     free(t2);
     free(tmp);
     return rc;
@@ -77,9 +83,10 @@ int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int
                         ckpt_path(ck));
         naming = info->model.kind == MODEL_VIT ? CKPT_NAMES_TIMM_VIT : CKPT_NAMES_HF_GPT2;
     }
-    const char *fmt_name = naming == CKPT_NAMES_HF_GPT2 ? "GPT-2" : "timm ViT";
+    const char *fmt_name = naming == CKPT_NAMES_HF_GPT2 ? "GPT-2" : naming == CKPT_NAMES_HF_VIT ? "Hugging Face ViT"
+                                                                                             : "timm ViT";
     int n = ckpt_tensor_count(ck);
-    fill_ctx *ctx = calloc((size_t)n + 1, sizeof *ctx);
+    fill_ctx *ctx = calloc((size_t)n * HF_PARTS_MAX + 1, sizeof *ctx);
     st_writer *w = st_writer_new();
     int rc = -1, exported = 0;
     if (!ctx || !w) {
@@ -92,21 +99,27 @@ int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int
         if (strncmp(name, "param/", 6) != 0) continue; /* optimizer state stays behind */
         int64_t shape[2];
         int ndim = ckpt_tensor_shape(ck, name, shape);
-        hf_tensor t;
-        if (hf_name_of(name + 6, ndim, shape, naming, info->has_model ? &info->model : NULL, &t) != 0) {
+        hf_tensor t[HF_PARTS_MAX];
+        int n_parts = hf_name_of(name + 6, ndim, shape, naming, info->has_model ? &info->model : NULL, t);
+        if (n_parts < 1) {
             st_fail(err, errlen, "%s: no %s name for '%s' (shape [%lld, %lld])", ckpt_path(ck), fmt_name, name,
                  (long long)shape[0], (long long)shape[1]);
             goto out;
         }
-        fill_ctx *f = &ctx[exported++];
-        f->ck = ck;
-        snprintf(f->src, sizeof f->src, "%s", name);
-        f->transpose = t.transpose;
-        f->rows = shape[0];
-        f->cols = ndim == 2 ? shape[1] : 1;
-        f->bf16 = bf16;
-        if (st_writer_add_fill(w, t.name, bf16 ? ST_BF16 : ST_F32, t.ndim, t.shape, fill, f, err, errlen) != 0)
-            goto out;
+        for (int k = 0; k < n_parts; k++) {
+            fill_ctx *f = &ctx[exported++];
+            f->ck = ck;
+            snprintf(f->src, sizeof f->src, "%s", name);
+            f->transpose = t[k].transpose;
+            f->rows = shape[0];
+            f->cols = ndim == 2 ? shape[1] : 1;
+            f->part = k;
+            f->n_parts = n_parts;
+            f->bf16 = bf16;
+            if (st_writer_add_fill(w, t[k].name, bf16 ? ST_BF16 : ST_F32, t[k].ndim, t[k].shape, fill, f, err,
+                                   errlen) != 0)
+                goto out;
+        }
     }
     if (exported == 0) {
         st_fail(err, errlen, "%s: no parameters to export", ckpt_path(ck));
@@ -120,8 +133,8 @@ out:
 }
 
 /* config.json of a GPT-2 folder: the keys transformers' GPT2Config and
- * model.init_from read (GPT-2's fixed choices spelled out: tanh GELU, eps
- * 1e-5, the tied head). */
+ * model.init_from read (the GELU and eps the model computes with, GPT-2's
+ * tanh and 1e-5 by default; the tied head). */
 static char *gpt2_config_json(const job_model *m)
 {
     cJSON *c = cJSON_CreateObject();
@@ -137,8 +150,8 @@ static char *gpt2_config_json(const job_model *m)
     cJSON_AddNumberToObject(c, "n_head", m->n_head);
     if (m->d_ff == 4 * m->d_model) cJSON_AddNullToObject(c, "n_inner");
     else cJSON_AddNumberToObject(c, "n_inner", m->d_ff);
-    cJSON_AddStringToObject(c, "activation_function", "gelu_new");
-    cJSON_AddNumberToObject(c, "layer_norm_epsilon", 1e-5);
+    cJSON_AddStringToObject(c, "activation_function", m->activation == ACT_GELU ? "gelu" : "gelu_new");
+    cJSON_AddNumberToObject(c, "layer_norm_epsilon", job_model_norm_eps(m));
     cJSON_AddBoolToObject(c, "tie_word_embeddings", 1);
     cJSON_AddStringToObject(c, "torch_dtype", "float32");
     char *text = cJSON_Print(c);
@@ -146,23 +159,99 @@ static char *gpt2_config_json(const job_model *m)
     return text;
 }
 
+/* config.json of a ViT folder: ViTConfig's keys (transformers'
+ * ViTForImageClassification; model.init_from reads the same). The labels are
+ * transformers' defaults, LABEL_i: a dtrun run knows its classes by index. */
+static char *vit_config_json(const job_model *m)
+{
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return NULL;
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    if (arch) cJSON_AddItemToArray(arch, cJSON_CreateString("ViTForImageClassification"));
+    cJSON_AddStringToObject(c, "model_type", "vit");
+    cJSON_AddNumberToObject(c, "hidden_size", m->d_model);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", m->n_layer);
+    cJSON_AddNumberToObject(c, "num_attention_heads", m->n_head);
+    cJSON_AddNumberToObject(c, "intermediate_size", m->d_ff);
+    cJSON_AddStringToObject(c, "hidden_act", m->activation == ACT_GELU ? "gelu" : "gelu_pytorch_tanh");
+    cJSON_AddNumberToObject(c, "layer_norm_eps", job_model_norm_eps(m));
+    cJSON_AddNumberToObject(c, "image_size", m->image_size);
+    cJSON_AddNumberToObject(c, "patch_size", m->patch_size);
+    cJSON_AddNumberToObject(c, "num_channels", m->channels);
+    cJSON_AddBoolToObject(c, "qkv_bias", 1);
+    cJSON_AddNumberToObject(c, "hidden_dropout_prob", 0.0);
+    cJSON_AddNumberToObject(c, "attention_probs_dropout_prob", 0.0);
+    cJSON_AddNumberToObject(c, "encoder_stride", m->patch_size);
+    cJSON *id2label = cJSON_AddObjectToObject(c, "id2label"), *label2id = cJSON_AddObjectToObject(c, "label2id");
+    for (int k = 0; id2label && label2id && k < m->n_classes; k++) {
+        char id[16], label[32];
+        snprintf(id, sizeof id, "%d", k);
+        snprintf(label, sizeof label, "LABEL_%d", k);
+        cJSON_AddStringToObject(id2label, id, label);
+        cJSON_AddNumberToObject(label2id, label, k);
+    }
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    return text;
+}
+
+/* preprocessor_config.json of a ViT folder: transformers' ViTImageProcessor
+ * keys, normalising pixels as dtrun's data loader does (data.h). */
+static char *vit_preprocessor_json(const job_model *m)
+{
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return NULL;
+    cJSON_AddStringToObject(c, "image_processor_type", "ViTImageProcessor");
+    cJSON_AddBoolToObject(c, "do_resize", 1);
+    cJSON *size = cJSON_AddObjectToObject(c, "size");
+    if (size) {
+        cJSON_AddNumberToObject(size, "height", m->image_size);
+        cJSON_AddNumberToObject(size, "width", m->image_size);
+    }
+    cJSON_AddNumberToObject(c, "resample", 2); /* bilinear */
+    cJSON_AddBoolToObject(c, "do_rescale", 1);
+    cJSON_AddNumberToObject(c, "rescale_factor", 1.0 / 255.0);
+    cJSON_AddBoolToObject(c, "do_normalize", 1);
+    cJSON *mean = cJSON_AddArrayToObject(c, "image_mean"), *std = cJSON_AddArrayToObject(c, "image_std");
+    for (int k = 0; mean && std && k < m->channels; k++) {
+        cJSON_AddItemToArray(mean, cJSON_CreateNumber(DATA_PIXEL_MEAN));
+        cJSON_AddItemToArray(std, cJSON_CreateNumber(DATA_PIXEL_STD));
+    }
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    return text;
+}
+
+/* DIR/name holds text and a newline (atomically); text is freed. */
+static int write_json(const char *dir, const char *name, char *text, char *err, size_t errlen)
+{
+    if (!text) return st_fail(err, errlen, "%s: out of memory", dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    size_t n = strlen(text);
+    char *line = realloc(text, n + 2);
+    if (!line) {
+        free(text);
+        return st_fail(err, errlen, "%s: out of memory", dir);
+    }
+    line[n] = '\n';
+    int rc = ckpt_io_write_bytes_atomic(path, line, n + 1, err, errlen);
+    free(line);
+    return rc;
+}
+
 int ckpt_export_hf_dir(const ckpt *ck, const char *dir, int bf16, char *err, size_t errlen)
 {
     const ckpt_info *info = ckpt_get_info(ck);
-    if (!info->has_model || info->model.kind != MODEL_GPT)
-        return st_fail(err, errlen, "%s: a Hugging Face folder is written for GPT checkpoints only (export a ViT to a "
-                                    ".safetensors file)", ckpt_path(ck));
+    if (!info->has_model)
+        return st_fail(err, errlen, "%s/index.json: no model section (cannot tell GPT from ViT)", ckpt_path(ck));
+    const job_model *m = &info->model;
+    int vit = m->kind == MODEL_VIT;
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return st_fail(err, errlen, "%s: cannot create (%s)", dir, strerror(errno));
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (ckpt_export_as(ck, path, CKPT_NAMES_HF_GPT2, bf16, err, errlen) != 0) return -1;
-    char *json = gpt2_config_json(&info->model);
-    if (!json) return st_fail(err, errlen, "%s: out of memory", dir);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    size_t n = strlen(json);
-    json = realloc(json, n + 2);
-    json[n] = '\n';
-    int rc = ckpt_io_write_bytes_atomic(path, json, n + 1, err, errlen);
-    free(json);
-    return rc;
+    if (ckpt_export_as(ck, path, vit ? CKPT_NAMES_HF_VIT : CKPT_NAMES_HF_GPT2, bf16, err, errlen) != 0) return -1;
+    if (write_json(dir, "config.json", vit ? vit_config_json(m) : gpt2_config_json(m), err, errlen) != 0) return -1;
+    return vit ? write_json(dir, "preprocessor_config.json", vit_preprocessor_json(m), err, errlen) : 0;
 }

@@ -1,11 +1,13 @@
-/* hf_import.c — reading a Hugging Face GPT-2 folder's tensors into a rank's
- * slices (hf_import.h).
+/* hf_import.c — reading a Hugging Face GPT-2 or ViT folder's tensors into a
+ * rank's slices (hf_import.h).
  *
  * Element mapping. Our tensor is [rows, cols] row-major; local element i of a
  * tp shard is global element g = param_global_index(i) = (r, c). The file
  * holds the same tensor ([rows', cols] with rows' >= rows for a cropped wpe:
  * the same index g), or, for a Conv1D weight, its transpose [cols, rows]:
- * element c * rows + r. Copies go run by run (consecutive source elements to
+ * element c * rows + r, or (ViT's query, key, value) our rows in n parts of
+ * rows / n: part r / (rows / n), element (r % (rows / n)) * cols + c there.
+ * Copies go run by run (consecutive source elements to
  * consecutive slice elements), so an untransposed slice is a few memcpys and
  * only the pages of the slice's bytes are ever touched in the mapping. */
 #include "runtime/ckpt/hf_import.h"
@@ -116,6 +118,10 @@ const char *hf_weights_dir(const hf_weights *w) { return w->dir; }
 uint64_t hf_weights_bytes_read(const hf_weights *w) { return w->bytes_read; }
 uint64_t hf_weights_bytes_total(const hf_weights *w) { return w->bytes_total; }
 
+/* The naming a model's folder uses. */
+static ckpt_naming naming_of(const job_model *m) { return m->kind == MODEL_VIT ? CKPT_NAMES_HF_VIT : CKPT_NAMES_HF_GPT2; }
+static const char *naming_label(ckpt_naming n) { return n == CKPT_NAMES_HF_VIT ? "Hugging Face ViT" : "GPT-2"; }
+
 /* The stored tensor called `name`, or the same without "transformer." (the
  * Hub's GPT-2 files); *file gets its reader. NULL when absent. */
 static const st_tensor *find(const hf_weights *w, const char *name, const st_reader **file)
@@ -171,14 +177,11 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
 {
     err[0] = 0;
     int bad = 0;
-    if (m->kind != MODEL_GPT) {
-        add_line(err, errlen, &bad, "%s: only GPT-2 folders can be loaded (ViT is not supported yet)", w->dir);
-        return bad;
-    }
+    ckpt_naming naming = naming_of(m);
     /* every tensor of the model, each name once (the tied head copy shares wte's) */
     int total = 0;
     for (int u = 0; u < model_n_units(m); u++) total += model_unit_param_count(m, u);
-    char (*want)[160] = calloc((size_t)total + 1, sizeof *want);
+    char (*want)[160] = calloc((size_t)total * HF_PARTS_MAX + 1, sizeof *want);
     if (!want) {
         add_line(err, errlen, &bad, "%s: out of memory", w->dir);
         return bad;
@@ -190,11 +193,14 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
             model_unit_param_spec(m, u, i, 0, 1, &p);
             if (p.tied) continue;
             int64_t shape[2] = {p.shape[0], p.shape[1]};
-            hf_tensor t;
-            if (hf_name_of(p.name, p.ndim, shape, CKPT_NAMES_HF_GPT2, m, &t) != 0) {
-                add_line(err, errlen, &bad, "%s: dtrun's '%s' has no GPT-2 name", w->dir, p.name);
+            hf_tensor parts[HF_PARTS_MAX];
+            int n_parts = hf_name_of(p.name, p.ndim, shape, naming, m, parts);
+            if (n_parts < 1) {
+                add_line(err, errlen, &bad, "%s: dtrun's '%s' has no %s name", w->dir, p.name, naming_label(naming));
                 continue;
             }
+            for (int k = 0; k < n_parts; k++) {
+            const hf_tensor t = parts[k];
             const st_reader *file = NULL;
             const st_tensor *s = find(w, t.name, &file);
             char need[96], have[96];
@@ -216,6 +222,7 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
             else if (s->dtype != ST_F32 && s->dtype != ST_BF16)
                 add_line(err, errlen, &bad, "%s: %s is %s; dtrun reads F32 or BF16", st_reader_path(file), s->name,
                          st_dtype_name(s->dtype));
+            }
         }
     }
     /* what the files hold that the model does not */
@@ -226,8 +233,8 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
             int used = ignorable(name);
             for (int k = 0; k < n_want && !used; k++) used = !strcmp(want[k], name);
             if (!used)
-                add_line(err, errlen, &bad, "%s: %s is not a tensor of this model (%d layers, d_model %d)",
-                         st_reader_path(r), name, m->n_layer, m->d_model);
+                add_line(err, errlen, &bad, "%s: %s is not a tensor of this %s model (%d layers, d_model %d)",
+                         st_reader_path(r), name, naming_label(naming), m->n_layer, m->d_model);
         }
     }
     free(want);
@@ -252,43 +259,50 @@ static void copy_run(hf_weights *w, const st_tensor *t, uint64_t from, size_t n,
 }
 
 /* Local elements [a, b) of tensor p's tp shard into out. */
-static int read_tensor(hf_weights *w, const param_spec *p, int tp_rank, int tp_size, size_t a, size_t b, float *out,
-                       char *err, size_t errlen)
+static int read_tensor(hf_weights *w, const param_spec *p, const job_model *m, int tp_rank, int tp_size, size_t a,
+                       size_t b, float *out, char *err, size_t errlen)
 {
     int64_t shape[2] = {p->shape[0], p->shape[1]};
-    hf_tensor ht;
-    if (hf_name_of(p->name, p->ndim, shape, CKPT_NAMES_HF_GPT2, NULL, &ht) != 0)
-        return st_fail(err, errlen, "%s: dtrun's '%s' has no GPT-2 name", w->dir, p->name);
-    const st_tensor *t = find(w, ht.name, NULL);
-    if (!t || (t->dtype != ST_F32 && t->dtype != ST_BF16) || t->ndim != ht.ndim)
-        return st_fail(err, errlen, "%s: no usable tensor %s (run hf_weights_check first)", w->dir, ht.name);
-    uint64_t rows = (uint64_t)p->shape[0], cols = (uint64_t)p->shape[1];
-    if ((uint64_t)rows * cols > t->numel)
-        return st_fail(err, errlen, "%s: %s holds %llu elements, fewer than the model's %llu", w->dir, ht.name,
-                       (unsigned long long)t->numel, (unsigned long long)(rows * cols));
+    hf_tensor ht[HF_PARTS_MAX];
+    const st_tensor *t[HF_PARTS_MAX];
+    ckpt_naming naming = naming_of(m);
+    int n_parts = hf_name_of(p->name, p->ndim, shape, naming, m, ht);
+    if (n_parts < 1) return st_fail(err, errlen, "%s: dtrun's '%s' has no %s name", w->dir, p->name, naming_label(naming));
+    uint64_t rows = (uint64_t)p->shape[0], cols = (uint64_t)p->shape[1], part_rows = rows / (uint64_t)n_parts;
+    for (int k = 0; k < n_parts; k++) {
+        t[k] = find(w, ht[k].name, NULL);
+        if (!t[k] || (t[k]->dtype != ST_F32 && t[k]->dtype != ST_BF16) || t[k]->ndim != ht[k].ndim)
+            return st_fail(err, errlen, "%s: no usable tensor %s (run hf_weights_check first)", w->dir, ht[k].name);
+        if (part_rows * cols > t[k]->numel)
+            return st_fail(err, errlen, "%s: %s holds %llu elements, fewer than the model's %llu", w->dir, ht[k].name,
+                           (unsigned long long)t[k]->numel, (unsigned long long)(part_rows * cols));
+    }
+    int transpose = ht[0].transpose;
     size_t i = a;
     while (i < b) {
-        /* the longest run from i whose source elements are consecutive */
+        /* the longest run from i whose source elements are consecutive (in one part) */
         size_t g = param_global_index(p, tp_rank, tp_size, i);
-        uint64_t src = ht.transpose ? (g % cols) * rows + g / cols : g;
+        uint64_t r = g / cols, part = r / part_rows;
+        uint64_t src = transpose ? (g % cols) * rows + r : (r - part * part_rows) * cols + g % cols;
+        uint64_t part_end = (part + 1) * part_rows * cols; /* global index where the part ends */
         size_t n = 1;
-        if (!ht.transpose)
-            while (i + n < b && param_global_index(p, tp_rank, tp_size, i + n) == g + n) n++;
-        copy_run(w, t, src, n, out + (i - a));
+        if (!transpose)
+            while (i + n < b && g + n < part_end && param_global_index(p, tp_rank, tp_size, i + n) == g + n) n++;
+        copy_run(w, t[part], src, n, out + (i - a));
         i += n;
     }
     return 0;
 }
 
-int hf_weights_read_unit_slice(hf_weights *w, const param_spec *specs, int n_specs, int tp_rank, int tp_size,
-                               uint64_t lo, uint64_t hi, float *slice, char *err, size_t errlen)
+int hf_weights_read_unit_slice(hf_weights *w, const job_model *m, const param_spec *specs, int n_specs, int tp_rank,
+                               int tp_size, uint64_t lo, uint64_t hi, float *slice, char *err, size_t errlen)
 {
     for (int k = 0; k < n_specs; k++) {
         const param_spec *p = &specs[k];
         uint64_t b0 = p->offset, b1 = p->offset + p->local_numel;
         uint64_t s0 = lo > b0 ? lo : b0, s1 = hi < b1 ? hi : b1;
         if (s0 >= s1) continue;
-        if (read_tensor(w, p, tp_rank, tp_size, s0 - b0, s1 - b0, slice + (s0 - lo), err, errlen) != 0) return -1;
+        if (read_tensor(w, p, m, tp_rank, tp_size, s0 - b0, s1 - b0, slice + (s0 - lo), err, errlen) != 0) return -1;
     }
     return 0;
 }

@@ -15,10 +15,88 @@ static const char *const block_timm[] = {
     "norm1.weight", "norm1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.proj.weight",
     "attn.proj.bias", "norm2.weight", "norm2.bias", "mlp.fc1.weight", "mlp.fc1.bias",
     "mlp.fc2.weight", "mlp.fc2.bias"};
+/* Hugging Face ViT, under vit.encoder.layer.N.; qkv is the three "%s" parts */
+static const char *const block_hf_vit[] = {
+    "layernorm_before.weight", "layernorm_before.bias", "attention.attention.%s.weight",
+    "attention.attention.%s.bias", "attention.output.dense.weight", "attention.output.dense.bias",
+    "layernorm_after.weight", "layernorm_after.bias", "intermediate.dense.weight", "intermediate.dense.bias",
+    "output.dense.weight", "output.dense.bias"};
 #define N_BLOCK (int)(sizeof block_ours / sizeof block_ours[0])
 
+static int named(hf_tensor *t, const char *name)
+{
+    snprintf(t->name, sizeof t->name, "%s", name);
+    return 1;
+}
+
+/* One block tensor, layer `layer`, table row i. */
+static int block_name(int layer, int i, ckpt_naming naming, const int64_t shape[2], hf_tensor out[HF_PARTS_MAX])
+{
+    if (naming == CKPT_NAMES_HF_GPT2) {
+        snprintf(out->name, sizeof out->name, "transformer.h.%d.%s", layer, block_gpt2[i]);
+        if (out->ndim == 2) { /* Conv1D: [in, out] */
+            out->transpose = 1;
+            out->shape[0] = shape[1];
+            out->shape[1] = shape[0];
+        }
+        return 1;
+    }
+    if (naming == CKPT_NAMES_TIMM_VIT) {
+        snprintf(out->name, sizeof out->name, "blocks.%d.%s", layer, block_timm[i]);
+        return 1;
+    }
+    if (!strstr(block_hf_vit[i], "%s")) {
+        snprintf(out->name, sizeof out->name, "vit.encoder.layer.%d.%s", layer, block_hf_vit[i]);
+        return 1;
+    }
+    static const char *const qkv[3] = {"query", "key", "value"};
+    if (shape[0] % 3) return -1;
+    for (int k = 0; k < 3; k++) {
+        char leaf[96];
+        snprintf(leaf, sizeof leaf, block_hf_vit[i], qkv[k]);
+        out[k] = out[0];
+        snprintf(out[k].name, sizeof out[k].name, "vit.encoder.layer.%d.%s", layer, leaf);
+        out[k].shape[0] = shape[0] / 3;
+    }
+    return 3;
+}
+
+/* ViT's embedding tensors, which carry leading batch dims or a conv shape in
+ * both timm's and Hugging Face's files. */
+static int vit_embedding(const char *ours, const int64_t shape[2], int hf, const job_model *m, hf_tensor *out)
+{
+    if (!strcmp(ours, "cls")) {
+        named(out, hf ? "vit.embeddings.cls_token" : "cls_token");
+        out->ndim = 3;
+        out->shape[0] = out->shape[1] = 1;
+        out->shape[2] = shape[0];
+        return 1;
+    }
+    if (!strcmp(ours, "pos")) {
+        named(out, hf ? "vit.embeddings.position_embeddings" : "pos_embed");
+        out->ndim = 3;
+        out->shape[0] = 1;
+        out->shape[1] = shape[0];
+        out->shape[2] = shape[1];
+        return 1;
+    }
+    if (!strcmp(ours, "patch.w")) {
+        if (!m) return -1;
+        int ch = m->channels, P = m->patch_size;
+        if (ch < 1 || P < 1 || (int64_t)ch * P * P != shape[1]) return -1;
+        named(out, hf ? "vit.embeddings.patch_embeddings.projection.weight" : "patch_embed.proj.weight");
+        out->ndim = 4;
+        out->shape[0] = shape[0];
+        out->shape[1] = ch;
+        out->shape[2] = P;
+        out->shape[3] = P;
+        return 1;
+    }
+    return -1;
+}
+
 int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming naming, const job_model *m,
-               hf_tensor *out)
+               hf_tensor out[HF_PARTS_MAX])
 {
     memset(out, 0, sizeof *out);
     out->ndim = ndim;
@@ -26,21 +104,8 @@ int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming n
     out->shape[1] = shape[1];
     int layer = -1, pos = 0;
     if (sscanf(ours, "h.%d.%n", &layer, &pos) == 1 && pos > 0 && layer >= 0) {
-        const char *rest = ours + pos;
-        for (int i = 0; i < N_BLOCK; i++) {
-            if (strcmp(rest, block_ours[i]) != 0) continue;
-            if (naming == CKPT_NAMES_HF_GPT2) {
-                snprintf(out->name, sizeof out->name, "transformer.h.%d.%s", layer, block_gpt2[i]);
-                if (ndim == 2) { /* Conv1D: [in, out] */
-                    out->transpose = 1;
-                    out->shape[0] = shape[1];
-                    out->shape[1] = shape[0];
-                }
-            } else {
-                snprintf(out->name, sizeof out->name, "blocks.%d.%s", layer, block_timm[i]);
-            }
-            return 0;
-        }
+        for (int i = 0; i < N_BLOCK; i++)
+            if (!strcmp(ours + pos, block_ours[i])) return block_name(layer, i, naming, shape, out);
         return -1;
     }
     static const char *const gpt2[][2] = {{"wte", "transformer.wte.weight"},
@@ -50,49 +115,15 @@ int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming n
     static const char *const timm[][2] = {{"patch.b", "patch_embed.proj.bias"},
                                           {"lnf.w", "norm.weight"}, {"lnf.b", "norm.bias"},
                                           {"head.w", "head.weight"}, {"head.b", "head.bias"}};
-    if (naming == CKPT_NAMES_HF_GPT2) {
-        for (size_t i = 0; i < sizeof gpt2 / sizeof gpt2[0]; i++) {
-            if (strcmp(ours, gpt2[i][0]) == 0) {
-                snprintf(out->name, sizeof out->name, "%s", gpt2[i][1]);
-                return 0;
-            }
-        }
-        return -1;
-    }
-    for (size_t i = 0; i < sizeof timm / sizeof timm[0]; i++) {
-        if (strcmp(ours, timm[i][0]) == 0) {
-            snprintf(out->name, sizeof out->name, "%s", timm[i][1]);
-            return 0;
-        }
-    }
-    if (strcmp(ours, "cls") == 0) {
-        snprintf(out->name, sizeof out->name, "cls_token");
-        out->ndim = 3;
-        out->shape[0] = 1;
-        out->shape[1] = 1;
-        out->shape[2] = shape[0];
-        return 0;
-    }
-    if (strcmp(ours, "pos") == 0) {
-        snprintf(out->name, sizeof out->name, "pos_embed");
-        out->ndim = 3;
-        out->shape[0] = 1;
-        out->shape[1] = shape[0];
-        out->shape[2] = shape[1];
-        return 0;
-    }
-    if (strcmp(ours, "patch.w") == 0) {
-        if (!m) return -1;
-        int ch = m->channels, P = m->patch_size;
-        if (ch < 1 || P < 1 || (int64_t)ch * P * P != shape[1]) return -1;
-        snprintf(out->name, sizeof out->name, "patch_embed.proj.weight");
-        out->ndim = 4;
-        out->shape[0] = shape[0];
-        out->shape[1] = ch;
-        out->shape[2] = P;
-        out->shape[3] = P;
-        return 0;
-    }
-    return -1;
+    static const char *const hf_vit[][2] = {{"patch.b", "vit.embeddings.patch_embeddings.projection.bias"},
+                                            {"lnf.w", "vit.layernorm.weight"}, {"lnf.b", "vit.layernorm.bias"},
+                                            {"head.w", "classifier.weight"}, {"head.b", "classifier.bias"}};
+    const char *const(*table)[2] = naming == CKPT_NAMES_HF_GPT2 ? gpt2 : naming == CKPT_NAMES_HF_VIT ? hf_vit : timm;
+    size_t n = naming == CKPT_NAMES_HF_GPT2 ? sizeof gpt2 / sizeof gpt2[0]
+               : naming == CKPT_NAMES_HF_VIT ? sizeof hf_vit / sizeof hf_vit[0]
+                                              : sizeof timm / sizeof timm[0];
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(ours, table[i][0])) return named(out, table[i][1]);
+    if (naming == CKPT_NAMES_HF_GPT2) return -1;
+    return vit_embedding(ours, shape, naming == CKPT_NAMES_HF_VIT, m, out);
 }
-

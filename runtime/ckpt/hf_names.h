@@ -1,13 +1,17 @@
 /* hf_names.h — dtrun's parameter names and shapes <-> Hugging Face GPT-2
- * (transformers' GPT2LMHeadModel) and timm ViT names and shapes: the one table
- * that `dtrun export` writes by and `model.init_from` reads by, so the two
- * cannot drift apart and an export loads back bit for bit.
+ * (transformers' GPT2LMHeadModel), Hugging Face ViT (ViTForImageClassification)
+ * and timm ViT names and shapes: the one table that `dtrun export` writes by
+ * and `model.init_from` reads by, so the two cannot drift apart and an export
+ * loads back bit for bit.
  *
  * GPT-2's attention and MLP weights are Conv1D, stored [in, out]: the
- * transposes of our Linear [out, in] (transpose = 1). timm's patch projection
- * is a Conv2d [C, ch, P, P], the same bytes as our [C, ch*P*P]; cls_token and
- * pos_embed carry leading batch dims. The tied GPT LM head has no name of its
- * own (save_pretrained omits it). */
+ * transposes of our Linear [out, in] (transpose = 1). The ViT patch projection
+ * is a Conv2d [C, ch, P, P], the same bytes as our [C, ch*P*P]; the class token
+ * and the position embedding carry leading batch dims. Hugging Face's ViT keeps
+ * query, key and value as three Linear layers: our fused qkv [3C, C] (and its
+ * bias [3C]) is the row-wise stack of the three (three parts, in that order;
+ * tensor parallelism splits each part by heads, which is our split_groups 3).
+ * The tied GPT LM head has no name of its own (save_pretrained omits it). */
 #ifndef DTRUN_HF_NAMES_H
 #define DTRUN_HF_NAMES_H
 
@@ -15,6 +19,8 @@
 
 #include "lib/job/jobspec.h"
 #include "runtime/ckpt/ckpt.h"
+
+#define HF_PARTS_MAX 3
 
 typedef struct {
     char name[160];   /* "transformer.h.0.attn.c_attn.weight", "blocks.0.attn.qkv.weight", ... */
@@ -24,10 +30,12 @@ typedef struct {
 } hf_tensor;
 
 /* Our parameter name (without "param/"), its global shape (ndim 1 or 2;
- * shape[1] = 1 for 1-D), the naming (CKPT_NAMES_HF_GPT2 or _TIMM_VIT) and the
- * model (needed for ViT's patch weight; may be NULL otherwise) -> the stored
- * tensor. Returns 0, or -1 when the name has no counterpart. */
+ * shape[1] = 1 for 1-D), the naming (CKPT_NAMES_HF_GPT2, _HF_VIT or
+ * _TIMM_VIT) and the model (needed for ViT's patch weight; may be NULL
+ * otherwise) -> the stored tensor(s): returns how many (1, or 3 for HF ViT's
+ * qkv: our rows are out[0]'s, then out[1]'s, then out[2]'s, rows / 3 each), or
+ * -1 when the name has no counterpart. */
 int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming naming, const job_model *m,
-               hf_tensor *out);
+               hf_tensor out[HF_PARTS_MAX]);
 
 #endif

@@ -61,16 +61,21 @@ static int labels_path(const job_spec *job, const char *images, const char *labe
         snprintf(out, outlen, "%s", labels);
         return 0;
     }
-    const char *at = strstr(images, "images-idx3");
-    if (!at) {
+    if (data_idx_labels_for(images, out, outlen) != 0) {
         data_fail(err, errlen,
                   "%s: data.%s is not set (IDX images %s need a labels file, and the name has no "
                   "'images-idx3' to derive it from)",
                   job_name(job), key, images);
         return -1;
     }
-    snprintf(out, outlen, "%.*slabels-idx1%s", (int)(at - images), images,
-             at + strlen("images-idx3"));
+    return 0;
+}
+
+int data_idx_labels_for(const char *images, char *out, size_t outlen)
+{
+    const char *at = strstr(images, "images-idx3");
+    if (!at) return -1;
+    snprintf(out, outlen, "%.*slabels-idx1%s", (int)(at - images), images, at + strlen("images-idx3"));
     return 0;
 }
 

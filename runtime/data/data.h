@@ -31,6 +31,30 @@
 #include <stddef.h>
 #include "lib/job/jobspec.h"
 
+/* How image pixels reach the model: (x / 255 - mean) / std, every channel
+ * (Fashion-MNIST's statistics). Also what `dtrun export` writes into a ViT
+ * folder's preprocessor_config.json and `dtrun classify` applies for a dtrun
+ * checkpoint. */
+#define DATA_PIXEL_MEAN 0.2860f
+#define DATA_PIXEL_STD 0.3530f
+
+/* The labels file of IDX images under torchvision's names: "images-idx3"
+ * replaced by "labels-idx1" (train-images-idx3-ubyte.gz ->
+ * train-labels-idx1-ubyte.gz). -1 when the name has no "images-idx3". */
+int data_idx_labels_for(const char *images, char *out, size_t outlen);
+
+/* IDX images and labels as stored (plain or gzip), any image size, for a
+ * reader that preprocesses them itself (dtrun classify --data). 0, or -1
+ * with one line in err (the loader's checks: magic, counts, truncation). */
+typedef struct {
+    long n;
+    int rows, cols;
+    unsigned char *pixels; /* [n][rows][cols] */
+    unsigned char *labels; /* [n] */
+} data_idx;
+int data_idx_read(const char *images_path, const char *labels_path, data_idx *out, char *err, size_t errlen);
+void data_idx_free(data_idx *d);
+
 typedef enum { DATA_TRAIN = 0, DATA_VAL = 1 } data_split;
 
 typedef struct data_loader data_loader;

@@ -5,6 +5,7 @@
  * 28x28 images are 47 MB) and turned into floats only for the samples a batch
  * asks for. Pixels are normalised with the Fashion-MNIST mean and std, so the
  * model sees inputs of mean ~0 and std ~1. */
+#include "runtime/data/data.h"
 #include "runtime/data/source.h"
 
 #include <errno.h>
@@ -12,8 +13,6 @@
 #include <string.h>
 #include <zlib.h>
 
-#define IDX_MEAN 0.2860f /* Fashion-MNIST training pixels, x / 255 */
-#define IDX_STD 0.3530f
 
 enum { IDX_IMAGES_MAGIC = 0x00000803, IDX_LABELS_MAGIC = 0x00000801 };
 
@@ -119,8 +118,9 @@ static int read_header(gzFile f, const char *path, unsigned char *h, size_t hlen
     return 0;
 }
 
+/* model NULL: any size (rows, cols into *rows_out, *cols_out when given). */
 static unsigned char *load_images(const char *path, const job_model *model, long *n_out,
-                                  char *err, size_t errlen)
+                                  uint32_t *rows_out, uint32_t *cols_out, char *err, size_t errlen)
 {
     gzFile f = open_gz(path, err, errlen);
     if (!f)
@@ -130,14 +130,18 @@ static unsigned char *load_images(const char *path, const job_model *model, long
     if (read_header(f, path, h, sizeof h, IDX_IMAGES_MAGIC, "images", err, errlen) != 0)
         goto fail;
     uint32_t n = be32(h + 4), rows = be32(h + 8), cols = be32(h + 12);
-    if (rows != (uint32_t)model->image_size || cols != (uint32_t)model->image_size) {
+    if (!model && (rows < 1 || cols < 1 || rows > 65536 || cols > 65536 || (uint64_t)rows * cols > (1u << 28))) {
+        data_fail(err, errlen, "%s: unsupported image size %ux%u", path, rows, cols);
+        goto fail;
+    }
+    if (model && (rows != (uint32_t)model->image_size || cols != (uint32_t)model->image_size)) {
         data_fail(err, errlen,
                   "%s: image size does not match the model (images are %ux%u, "
                   "model.image_size is %d)",
                   path, rows, cols, model->image_size);
         goto fail;
     }
-    if (model->channels != 1) {
+    if (model && model->channels != 1) {
         data_fail(err, errlen,
                   "%s: channels do not match the model (IDX images have 1 channel, "
                   "model.channels is %d)",
@@ -171,6 +175,8 @@ static unsigned char *load_images(const char *path, const job_model *model, long
     }
     gzclose(f);
     *n_out = n;
+    if (rows_out) *rows_out = rows;
+    if (cols_out) *cols_out = cols;
     return pixels;
 fail:
     free(pixels);
@@ -230,7 +236,7 @@ image_source *idx_open(const char *images_path, const char *labels_path,
                        const job_model *model, char *err, size_t errlen)
 {
     long n = 0;
-    unsigned char *pixels = load_images(images_path, model, &n, err, errlen);
+    unsigned char *pixels = load_images(images_path, model, &n, NULL, NULL, err, errlen);
     if (!pixels)
         return NULL;
     unsigned char *labels = load_labels(labels_path, images_path, n, model->n_classes, err, errlen);
@@ -250,6 +256,28 @@ image_source *idx_open(const char *images_path, const char *labels_path,
     x->pixels = pixels;
     x->labels = labels;
     for (int v = 0; v < 256; v++)
-        x->lut[v] = ((float)v / 255.0f - IDX_MEAN) / IDX_STD;
+        x->lut[v] = ((float)v / 255.0f - DATA_PIXEL_MEAN) / DATA_PIXEL_STD;
     return &x->base;
+}
+
+int data_idx_read(const char *images_path, const char *labels_path, data_idx *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    uint32_t rows = 0, cols = 0;
+    out->pixels = load_images(images_path, NULL, &out->n, &rows, &cols, err, errlen);
+    if (!out->pixels) return -1;
+    out->rows = (int)rows, out->cols = (int)cols;
+    out->labels = load_labels(labels_path, images_path, out->n, 256, err, errlen);
+    if (!out->labels) {
+        data_idx_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void data_idx_free(data_idx *d)
+{
+    free(d->pixels);
+    free(d->labels);
+    d->pixels = d->labels = NULL;
 }

@@ -12,6 +12,7 @@
 #include "lib/launch/launch_opts.h"
 #include "lib/util/exit_codes.h"
 #include "runtime/ckpt/ckpt.h"
+#include "runtime/data/data.h"
 
 static int is_file(const char *path)
 {
@@ -39,6 +40,17 @@ static int is_token_file(const char *path)
     int ok = fread(&magic, sizeof magic, 1, f) == 1 && magic == 20240520;
     fclose(f);
     return ok;
+}
+
+/* IDX images: the magic 0x00000803, or (gzip) the torchvision name. */
+static int is_idx_images(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char h[4] = {0};
+    int ok = fread(h, 1, 4, f) == 4 && h[0] == 0 && h[1] == 0 && h[2] == 8 && h[3] == 3;
+    fclose(f);
+    return ok || strstr(path, "images-idx3") != NULL;
 }
 
 int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, char *err, size_t errlen)
@@ -91,14 +103,32 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
         else
             fprintf(f, "  image_size: %d\n  patch_size: %d\n  channels: %d\n  n_classes: %d\n", m.image_size,
                     m.patch_size, m.channels, m.n_classes);
+        fprintf(f, "  activation: %s\n  norm_eps: %.17g\n", job_activation_name(m.activation), job_model_norm_eps(&m));
     }
     if (s->data) {
-        const char *kind = !hf && m.kind == MODEL_VIT ? "idx" : is_token_file(s->data) ? "tokens" : "text";
+        /* a ViT reads IDX images (an HF folder's kind is known once its config is read: the file says) */
+        int idx = hf ? is_idx_images(s->data) : m.kind == MODEL_VIT;
+        const char *kind = idx ? "idx" : is_token_file(s->data) ? "tokens" : "text";
         fprintf(f, "data:\n  kind: %s\n  train: ", kind);
         put_quoted(f, s->data);
         fprintf(f, "\n  val: ");
         put_quoted(f, s->data);
         fprintf(f, "\n");
+        if (idx) {
+            char labels[4096];
+            if (data_idx_labels_for(s->data, labels, sizeof labels) != 0) {
+                fclose(f);
+                free(text);
+                snprintf(err, errlen, "%s: IDX images need their labels file, named as the images with "
+                         "'images-idx3' replaced by 'labels-idx1' (this name has no 'images-idx3')", s->data);
+                return DT_EXIT_USAGE;
+            }
+            fprintf(f, "  train_labels: ");
+            put_quoted(f, labels);
+            fprintf(f, "\n  val_labels: ");
+            put_quoted(f, labels);
+            fprintf(f, "\n");
+        }
     }
     int gb = s->global_batch > 0 ? s->global_batch : 8;
     fprintf(f, "train:\n  steps: 1\n  global_batch: %d\n  eval_batches: 0\n", gb);

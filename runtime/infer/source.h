@@ -1,5 +1,7 @@
-/* source.h — what `dtrun generate` and `dtrun eval` run on: a model source
- * (a dtrun checkpoint, or a Hugging Face GPT-2 folder) turned into a job the
+/* source.h — what `dtrun generate`, `dtrun eval` and `dtrun classify` run on:
+ * a model source (a dtrun checkpoint, or a Hugging Face GPT-2 or ViT folder;
+ * IDX images as eval's data get their labels file by the torchvision name)
+ * turned into a job the
  * engine runs, and that job run on one process or launched on several.
  *
  * The job is written as YAML and loaded by lib/job like any job file, so the

@@ -48,7 +48,8 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
     int r16 = m->prec.bf16;
     size_t NC3 = (size_t)N * 3 * (size_t)d->C_l, NCl = (size_t)N * (size_t)d->C_l, NF = (size_t)N * (size_t)d->F_l;
     size_t att = (size_t)B * (size_t)d->NH_l * (size_t)T * (size_t)T;
-    ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C);
+    ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C,
+                           model_norm_eps(m));
     if (r16) ops->round_bf16(a->ln1, NlC);
     L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l);
     if (r16) ops->round_bf16(a->qkv, NC3);
@@ -58,11 +59,12 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
     ops->residual_forward(a->r2, a->r2, x, NlC);
     if (r16) ops->round_bf16(a->r2, NlC);
 
-    ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BLK_LN2_W], bp.p[BLK_LN2_B], Nl, C);
+    ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BLK_LN2_W], bp.p[BLK_LN2_B], Nl, C,
+                           model_norm_eps(m));
     if (r16) ops->round_bf16(a->ln2, NlC);
     L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l);
     if (r16) ops->round_bf16(a->fch, NF);
-    ops->gelu_forward(a->fchg, a->fch, NF);
+    model_gelu_forward(m, a->fchg, a->fch, NF);
     if (r16) ops->round_bf16(a->fchg, NF);
     if (recomputing) return; /* the backward reads nothing past this point */
     L->row_forward(L->ctx, y, s->full, a->fchg, bp.p[BLK_MPROJ_W], bp.p[BLK_MPROJ_B], N, d->F_l, C);
@@ -93,7 +95,7 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
                     bp.p[BLK_MPROJ_W], N, d->F_l, C);
     ops->zero(dfch, NF * sizeof(float));
-    ops->gelu_backward(dfch, a->fch, dfchg, NF);
+    model_gelu_backward(m, dfch, a->fch, dfchg, NF);
     /* s->full is free again: dy is used up */
     const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BLK_FC_W], bp.g[BLK_FC_B], dfch, a->ln2,
                                            s->full, bp.p[BLK_FC_W], N, C, d->F_l);

@@ -69,7 +69,7 @@ double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const
     /* this rank's rows of lnf; the head gathers every rank's (SP), in place */
     float *lnf_mine = a->lnf + rows_first(d, batch->B) * (size_t)C;
     ops->layernorm_forward(lnf_mine, a->lnf_mean, a->lnf_rstd, x, unit_tensor(m, head, GPT_HEAD_LNF_W),
-                           unit_tensor(m, head, GPT_HEAD_LNF_B), Nl, C);
+                           unit_tensor(m, head, GPT_HEAD_LNF_B), Nl, C, model_norm_eps(m));
     if (m->prec.bf16) ops->round_bf16(lnf_mine, (size_t)Nl * (size_t)C); /* the LM head's matmul input */
     model_vocab_head h = vocab_head(m, a, batch->B, NULL);
     L->head_forward(L->ctx, &h);

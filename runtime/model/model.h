@@ -329,6 +329,9 @@ size_t model_acts_work_bytes(const model *m);
  * (GPT) or per-image (ViT) losses of the micro-batch and, for ViT, sets *correct
  * to the number of right predictions (may be NULL). Without the head returns 0. */
 double model_forward(model *m, model_acts *a, const model_batch *batch, int *correct);
+/* ViT: the logits [B, n_classes] of the last model_forward that was given
+ * `correct`, in host memory (valid until the next forward). */
+const float *model_acts_vit_logits(const model_acts *a);
 /* Backward through the held units, accumulating into the grads. With the head,
  * the gradient of the loss is `loss_scale` per token/image (1 / global count for
  * a mean over the global batch); without it, starts from model_acts_doutput. */

@@ -91,6 +91,18 @@ float *unit_tensor_grad(model *m, int unit, int i);
  * working gradient, or its bf16 gradients with one rounding. */
 void unit_grad_add(model *m, int unit, int i, const float *src, size_t n);
 
+/* The MLP's GELU (model.activation: tanh, or exact erf) and the layernorms'
+ * eps (model.norm_eps), as the job says. */
+static inline void model_gelu_forward(const model *m, float *out, const float *inp, size_t n)
+{
+    (m->spec.activation == ACT_GELU ? m->ops->gelu_erf_forward : m->ops->gelu_forward)(out, inp, n);
+}
+static inline void model_gelu_backward(const model *m, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    (m->spec.activation == ACT_GELU ? m->ops->gelu_erf_backward : m->ops->gelu_backward)(dinp, inp, dout, n);
+}
+static inline float model_norm_eps(const model *m) { return (float)job_model_norm_eps(&m->spec); }
+
 /* The plain local layers (no tensor parallelism), computing on m->ops. */
 void model_local_layers(model *m, model_layers *out);
 void model_hook_before(model *m, int unit, model_phase phase);

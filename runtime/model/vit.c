@@ -81,7 +81,7 @@ double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const
     gather_positions(ops, a->cls_x, x, B, m->d.seq, 0, 1, C);
     ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->cls_x,
                            unit_tensor(m, head, VIT_HEAD_LNF_W), unit_tensor(m, head, VIT_HEAD_LNF_B),
-                           B, C);
+                           B, C, model_norm_eps(m));
     if (m->prec.bf16) ops->round_bf16(a->lnf, (size_t)B * (size_t)C); /* the classifier's matmul input */
     ops->matmul_forward(a->logits, a->lnf, unit_tensor(m, head, VIT_HEAD_W),
                         unit_tensor(m, head, VIT_HEAD_B), B, C, K);
@@ -138,3 +138,5 @@ void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const 
             ops->copy(dres + (row - first) * C, a->dcls_x + (size_t)b * C, (size_t)C * sizeof(float));
     }
 }
+
+const float *model_acts_vit_logits(const model_acts *a) { return a->host_logits; }

@@ -100,6 +100,12 @@ int engine_decode_begin(engine *e, int T_max, char *err, size_t errlen);
 int engine_decode_step(engine *e, int token, float *logits, char *err, size_t errlen);
 int engine_vocab_size(const engine *e);
 
+/* ---- classifying (engine_classify.c): `dtrun classify` on this engine's ViT ----
+ * For a ViT job of one process (dp = tp = pp = 1). images [B, ch, S, S]
+ * preprocessed host floats, any B (run in micro-batches); logits [B,
+ * n_classes] host. DT_EXIT_USAGE for a job that cannot, with one line in err. */
+int engine_classify(engine *e, const float *images, int B, float *logits, char *err, size_t errlen);
+
 void engine_take_times(engine *e, engine_times *t);
 /* Memory this rank holds, by category (account.h); peaks restart at
  * engine_begin_training, so setup transients are not training peaks. */

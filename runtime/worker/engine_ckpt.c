@@ -226,6 +226,7 @@ int engine_save_checkpoint(engine *e, const char *dir, const ckpt_meta *meta, in
 typedef struct {
     const ckpt *ck;
     hf_weights *hf;
+    const job_model *model; /* hf: the model its names are read for */
     const char *path; /* for messages */
     int n_parts;
 } slice_source;
@@ -234,7 +235,7 @@ static int source_read(const slice_source *src, int part, const param_spec *spec
                        size_t lo, size_t hi, float *host, char *why, size_t whylen)
 {
     if (src->ck) return ckpt_read_unit_slice(src->ck, part_prefix[part], specs, ns, tp_rank, tp, lo, hi, host, why, whylen);
-    return hf_weights_read_unit_slice(src->hf, specs, ns, tp_rank, tp, lo, hi, host, why, whylen);
+    return hf_weights_read_unit_slice(src->hf, src->model, specs, ns, tp_rank, tp, lo, hi, host, why, whylen);
 }
 
 /* Every held slice from src (its parts: parameters, then the moments when
@@ -300,6 +301,6 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
 
 int engine_load_hf(engine *e, hf_weights *hf, char *err, size_t errlen)
 {
-    slice_source src = {.hf = hf, .path = hf_weights_dir(hf), .n_parts = 1};
+    slice_source src = {.hf = hf, .model = &e->job.model, .path = hf_weights_dir(hf), .n_parts = 1};
     return load_slices(e, &src, err, errlen);
 }

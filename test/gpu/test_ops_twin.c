@@ -244,9 +244,10 @@ static void test_layernorm(int N, int C) {
     float *out = hrand(n, 1.0f), *mean = hrand((size_t)N, 1.0f), *rstd = hrand((size_t)N, 1.0f);
     dbuf dx = dup_f(x, n, 0), dw = dup_f(w, (size_t)C, 0), db = dup_f(b, (size_t)C, 0);
     dbuf dout = dup_f(out, n, 0), dmean = dup_f(mean, (size_t)N, 0), drstd = dup_f(rstd, (size_t)N, 0);
-    cpu->layernorm_forward(out, mean, rstd, x, w, b, N, C);
-    gpu->layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C);
-    snprintf(what, sizeof what, "layernorm_forward out N=%d C=%d", N, C);
+    float eps = N % 2 ? 1e-12f : 1e-5f; /* HF ViT's and GPT-2's */
+    cpu->layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+    gpu->layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C, eps);
+    snprintf(what, sizeof what, "layernorm_forward out N=%d C=%d eps %g", N, C, eps);
     expect(what, &dout, out, n, TOL_ELEM);
     snprintf(what, sizeof what, "layernorm_forward mean, rstd N=%d C=%d", N, C);
     float *hm = back(&dmean, (size_t)N), *hr = back(&drstd, (size_t)N);
@@ -385,6 +386,15 @@ static void test_elementwise(size_t n) {
     cpu->gelu_backward(gi, x, g, n);
     gpu->gelu_backward(dgi.p, dx.p, dg.p, n);
     snprintf(what, sizeof what, "gelu_backward n=%zu (accumulates)", n);
+    expect(what, &dgi, gi, n, TOL_ELEM);
+    /* the exact (erf) GELU, model.activation gelu */
+    cpu->gelu_erf_forward(out, x, n);
+    gpu->gelu_erf_forward(dout.p, dx.p, n);
+    snprintf(what, sizeof what, "gelu_erf_forward n=%zu", n);
+    expect(what, &dout, out, n, TOL_ELEM);
+    cpu->gelu_erf_backward(gi, x, g, n);
+    gpu->gelu_erf_backward(dgi.p, dx.p, dg.p, n);
+    snprintf(what, sizeof what, "gelu_erf_backward n=%zu (accumulates)", n);
     expect(what, &dgi, gi, n, TOL_ELEM);
 
     /* residual, with out aliasing a as the model calls it */

@@ -349,7 +349,7 @@ typedef struct { float *out, *mean, *rstd, *inp, *w, *b, *R; int N, C; } ln_ctx;
 
 static double ln_obj(void *c) {
     ln_ctx *l = c;
-    ops->layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, l->N, l->C);
+    ops->layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, l->N, l->C, 1e-5f);
     return dot_r(l->out, l->R, (size_t)l->N * l->C);
 }
 
@@ -399,7 +399,7 @@ static void test_layernorm(void) {
     float *x = rand_buf((size_t)N2 * C2, 1), *w = rand_buf(C2, 1), *b = rand_buf(C2, 1), *d = rand_buf((size_t)N2 * C2, 1);
     float *o = zero_buf((size_t)N2 * C2), *mu = zero_buf(N2), *rs = zero_buf(N2);
     float *gx = zero_buf((size_t)N2 * C2), *gw = zero_buf(C2), *gb = zero_buf(C2);
-    ops->layernorm_forward(o, mu, rs, x, w, b, N2, C2);
+    ops->layernorm_forward(o, mu, rs, x, w, b, N2, C2, 1e-5f);
     ops->layernorm_backward(gx, gw, gb, d, x, w, mu, rs, N2, C2);
     double *rw = calloc(C2, sizeof(double)), *rb = calloc(C2, sizeof(double));
     for (int i = 0; i < N2; i++)
@@ -412,11 +412,68 @@ static void test_layernorm(void) {
     CHECK(ew < REF_TOL && eb < REF_TOL, "layernorm_backward N=%d C=%d threaded dw %.1e db %.1e vs double sums (tol %.0e)",
           N2, C2, ew, eb, REF_TOL);
     free(x), free(w), free(b), free(d), free(o), free(mu), free(rs), free(gx), free(gw), free(gb), free(rw), free(rb);
+
+    /* eps is the caller's (model.norm_eps): a row of variance ~1e-8 normalises
+     * to unit spread with HF ViT's 1e-12, to far less with GPT-2's 1e-5 */
+    float tiny[8], to[8], tm, tr, one[8], zero8[8] = {0};
+    for (int c = 0; c < 8; c++) tiny[c] = 1e-4f * (float)(c - 3.5) / 3.5f, one[c] = 1.0f;
+    double worst_eps = 0.0;
+    for (int k = 0; k < 2; k++) {
+        float eps = k ? 1e-12f : 1e-5f;
+        ops->layernorm_forward(to, &tm, &tr, tiny, one, zero8, 1, 8, eps);
+        double m = 0, v = 0;
+        for (int c = 0; c < 8; c++) m += tiny[c];
+        m /= 8;
+        for (int c = 0; c < 8; c++) v += (tiny[c] - m) * (tiny[c] - m);
+        double rsd = 1.0 / sqrt(v / 8 + (double)eps);
+        for (int c = 0; c < 8; c++) worst_eps = fmax(worst_eps, rel_err(to[c], (tiny[c] - m) * rsd, REF_FLOOR));
+    }
+    CHECK(worst_eps < 1e-4, "layernorm_forward honours eps (1e-5 and 1e-12) on a row of variance 4e-9: max rel err %.1e",
+          worst_eps);
     free(l.out), free(l.mean), free(l.rstd), free(l.inp), free(l.w), free(l.b), free(l.R);
     free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2);
 }
 
 /* ------------------------------------------------------ gelu, residual */
+
+typedef struct { float *out, *inp, *R; size_t n; } gelu_erf_ctx;
+
+static double gelu_erf_obj(void *c) {
+    gelu_erf_ctx *g = c;
+    ops->gelu_erf_forward(g->out, g->inp, g->n);
+    return dot_r(g->out, g->R, g->n);
+}
+
+/* the exact GELU (model.activation gelu): forward vs erf in double, backward
+ * vs finite differences, accumulation, the tails */
+static void test_gelu_erf(void) {
+    size_t n = 200;
+    gelu_erf_ctx g = {zero_buf(n), rand_buf(n, 4), rand_buf(n, 1), n};
+    gelu_erf_obj(&g);
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double x = g.inp[i];
+        worst = fmax(worst, rel_err(g.out[i], 0.5 * x * (1.0 + erf(x / sqrt(2.0))), REF_FLOOR));
+    }
+    CHECK(worst < REF_TOL, "gelu_erf_forward vs double erf formula: max rel err %.1e (tol %.0e)", worst, REF_TOL);
+    float *dinp = zero_buf(n), *dinp2 = zero_buf(n);
+    ops->gelu_erf_backward(dinp, g.inp, g.R, n);
+    double e = fd_check(gelu_erf_obj, &g, g.inp, dinp, n);
+    CHECK(e < FD_TOL, "gelu_erf_backward dinp vs finite differences: max rel err %.1e (tol %.0e)", e, FD_TOL);
+    ops->gelu_erf_backward(dinp2, g.inp, g.R, n);
+    ops->gelu_erf_backward(dinp2, g.inp, g.R, n);
+    CHECK(accumulate_err(dinp, dinp2, n) < ACC_TOL, "gelu_erf_backward accumulates (twice = 2x once)");
+    size_t big = 100000;
+    float *x = rand_buf(big, 12), *y = zero_buf(big);
+    ops->gelu_erf_forward(y, x, big);
+    double w2 = 0.0;
+    for (size_t i = 0; i < big; i++) {
+        double xd = x[i];
+        w2 = fmax(w2, rel_err(y[i], 0.5 * xd * (1.0 + erf(xd / sqrt(2.0))), REF_FLOOR));
+    }
+    CHECK(w2 < REF_TOL, "gelu_erf_forward n=%zu on [-12,12] vs double: max rel err %.1e (tol %.0e)", big, w2, REF_TOL);
+    free(x), free(y), free(g.out), free(g.inp), free(g.R), free(dinp), free(dinp2);
+}
 
 typedef struct { float *out, *inp, *R; size_t n; } gelu_ctx;
 
@@ -983,7 +1040,7 @@ static void test_empty(void) {
     ops->posadd_backward(w, NULL, 0, 3, 4);
     ops->patch_forward(NULL, NULL, w, b, 0, 3, 2, 2, 1);
     ops->patch_backward(w, b, NULL, NULL, 0, 3, 2, 2, 1);
-    ops->layernorm_forward(NULL, NULL, NULL, NULL, w, b, 0, 4);
+    ops->layernorm_forward(NULL, NULL, NULL, NULL, w, b, 0, 4, 1e-5f);
     ops->layernorm_backward(NULL, w, b, NULL, NULL, w, NULL, NULL, 0, 4);
     ops->matmul_forward(NULL, NULL, w, b, 0, 3, 4);
     ops->matmul_backward(NULL, w, b, NULL, NULL, w, 0, 3, 4);
@@ -991,6 +1048,8 @@ static void test_empty(void) {
     ops->attention_backward(NULL, NULL, NULL, NULL, NULL, 0, 4, 8, 2, 1);
     ops->gelu_forward(NULL, NULL, 0);
     ops->gelu_backward(NULL, NULL, NULL, 0);
+    ops->gelu_erf_forward(NULL, NULL, 0);
+    ops->gelu_erf_backward(NULL, NULL, NULL, 0);
     ops->residual_forward(NULL, NULL, NULL, 0);
     ops->residual_backward(NULL, NULL, NULL, 0);
     ops->xent_rowmax(NULL, NULL, 0, 5);
@@ -1066,6 +1125,7 @@ int main(void) {
     test_attention();
     test_layernorm();
     test_gelu();
+    test_gelu_erf();
     test_residual();
     test_embedding();
     test_posadd();

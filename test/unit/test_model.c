@@ -927,6 +927,12 @@ int main(void)
     job_model g = tiny_gpt_spec(), v = tiny_vit_spec();
     grad_check(&g, "gpt");
     grad_check(&v, "vit");
+    /* Hugging Face ViT's function (model.activation gelu, model.norm_eps 1e-12) */
+    job_model vh = tiny_vit_spec();
+    vh.activation = ACT_GELU;
+    vh.norm_eps = 1e-12;
+    grad_check(&vh, "vit, exact gelu, eps 1e-12");
+    tp_equivalence(&vh, "vit, exact gelu, eps 1e-12");
     init_layout(&g, "gpt");
     init_layout(&v, "vit");
     tp_equivalence(&g, "gpt");
