@@ -215,6 +215,63 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     }
 }
 
+/* A zero-bubble pipeline's W-pending tensors (block_wkeep), one set per block:
+ * the four matmuls' output gradients, fp32 (the gradients' own precision). */
+static void layout_wkeep(const shape *g, int B, block_wkeep *wk, bump *b)
+{
+    size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
+    for (int k = 0; k < g->nb; k++) {
+        block_wkeep *w = wk ? &wk[k] : &(block_wkeep){0};
+        w->dy = takef(b, N * C);
+        w->dfch = takef(b, N * (size_t)g->d.F_l);
+        w->dr2 = takef(b, N * C);
+        w->dqkv = takef(b, N * 3 * (size_t)g->d.C_l);
+    }
+}
+
+size_t model_acts_wkeep_bytes(const job_model *spec, const model_shard *shard, int B)
+{
+    shape g = shape_of(spec, shard, RECOMPUTE_NONE, NULL);
+    bump b = {NULL, 0};
+    layout_wkeep(&g, B, NULL, &b);
+    return b.off;
+}
+
+const char *model_split_unsupported(const model_shard *shard, recompute_kind recompute, const model_precision *prec)
+{
+    if (shard->sp && shard->tp_size > 1)
+        return "sequence parallelism (the W pass would have to gather each layer's input rows again)";
+    if (recompute == RECOMPUTE_BLOCK)
+        return "recompute: block (the W pass would need each block's activations, rebuilt in B, a second time)";
+    if (prec && prec->grad_bf16)
+        return "bf16 gradients (the micro-batch's fp32 working gradient is shared by all units, and B and W of "
+               "different micro-batches interleave)";
+    return NULL;
+}
+
+model_acts *model_acts_create_split(model *m, int B)
+{
+    const char *why = model_split_unsupported(&m->shard, m->recompute, &m->prec);
+    if (why) {
+        fprintf(stderr, "dtrun: model: a split backward does not work with %s\n", why);
+        return NULL;
+    }
+    model_acts *a = model_acts_create(m, B);
+    if (!a || m->n_blocks == 0) return a;
+    shape g = shape_of(&m->spec, &m->shard, m->recompute, &m->prec);
+    size_t bytes = model_acts_wkeep_bytes(&m->spec, &m->shard, B);
+    a->wk = calloc((size_t)m->n_blocks, sizeof *a->wk);
+    a->wk_mem = m->ops->alloc(bytes);
+    if (!a->wk || !a->wk_mem) {
+        fprintf(stderr, "dtrun: model: out of memory for %zu bytes of W-pending gradients\n", bytes);
+        model_acts_destroy(a);
+        return NULL;
+    }
+    bump b = {a->wk_mem, 0};
+    layout_wkeep(&g, B, a->wk, &b);
+    return a;
+}
+
 model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard, int B,
                                  recompute_kind recompute, const model_precision *prec)
 {
@@ -319,6 +376,8 @@ void model_acts_destroy(model_acts *a)
             break;
         }
     if (a->mem) m->ops->free(a->mem);
+    if (a->wk_mem) m->ops->free(a->wk_mem);
+    free(a->wk);
     free(a->blk);
     free(a->blk16);
     free(a->host_loss);

@@ -70,7 +70,7 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
 }
 
 void block_backward(model *m, int unit, float *dres, const float *x, const block_acts *a,
-                    const block_scratch *s, int B)
+                    const block_scratch *s, int B, const block_wkeep *keep)
 {
     const dt_ops *ops = m->ops;
     const model_layers *L = &m->layers;
@@ -80,6 +80,9 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     size_t NF = (size_t)N * (size_t)d->F_l;
     block_params bp;
     bind_params(m, unit, &bp, 1);
+    if (keep) /* the matmuls' weight gradients wait for the W pass (block_backward_weight) */
+        for (int i = 0; i < BLK_COUNT; i++)
+            if (i != BLK_LN1_W && i != BLK_LN1_B && i != BLK_LN2_W && i != BLK_LN2_B) bp.g[i] = NULL;
     /* layernorm gradients: straight into the unit's, or (SP) this rank's part of
      * them into the scratch, in the order of ln_dst */
     float *lng = model_ln_grads_begin(m, s, 4);
@@ -89,7 +92,8 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
 
     /* dres = dL/dy. y = r2 + mlp(r2): the MLP branch sees dy; dL/dr2 = dy + (MLP's
      * input gradient), accumulated into dres in place by the ln2 backward. */
-    float *dfchg = s->dA, *dfch = s->dB;
+    float *dfchg = s->dA, *dfch = keep ? keep->dfch : s->dB;
+    if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
                     bp.p[BLK_MPROJ_W], N, d->F_l, C);
     ops->zero(dfch, NF * sizeof(float));
@@ -101,8 +105,9 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
                             a->ln2_rstd, Nl, C);
 
     /* dres = dL/dr2. r2 = x + attn(x): same pattern. */
-    float *datty = s->dB, *dqkv = s->dA;
+    float *datty = s->dB, *dqkv = keep ? keep->dqkv : s->dA;
     size_t NCl = (size_t)N * (size_t)d->C_l;
+    if (keep) ops->copy(keep->dr2, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dres, s->full, a->atty,
                     bp.p[BLK_PROJ_W], N, d->C_l, C);
     if (m->recompute == RECOMPUTE_SELECTIVE) {
