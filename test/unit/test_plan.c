@@ -194,7 +194,7 @@ static void test_golden_bubble_table(void)
             }
             double fwd[8], bwd[8];
             for (int c = 0; c < 8; c++) fwd[c] = 1, bwd[c] = 2;
-            pp_sim_costs costs = {fwd, bwd, 0};
+            pp_sim_costs costs = {fwd, bwd, 0, NULL, NULL};
             pp_sim_result r;
             char err[256];
             int rc = pp_sim_run(sizes_schedule(s), &costs, &r, err, sizeof err);

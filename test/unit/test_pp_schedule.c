@@ -83,7 +83,7 @@ static void check_one(pp_schedule_kind kind, int p, int m, int v) {
 
     double f[MAX_CHUNKS];
     unit_costs(f, p * v);
-    pp_sim_costs costs = {f, NULL, 0.0};
+    pp_sim_costs costs = {f, NULL, 0.0, NULL, NULL};
     pp_sim_result r;
     char sim_err[512] = "";
     int ran = pp_sim_run(&s, &costs, &r, sim_err, sizeof sim_err) == 0;
@@ -156,7 +156,7 @@ static void test_golden_bubble(void) {
             char err[256];
             double f[8];
             unit_costs(f, p);
-            pp_sim_costs costs = {f, NULL, 0.0};
+            pp_sim_costs costs = {f, NULL, 0.0, NULL, NULL};
             pp_sim_result r;
             int ok = pp_schedule_build(&s, (pp_schedule_kind)kind, p, m, 1, err, sizeof err) == 0 &&
                      pp_sim_run(&s, &costs, &r, err, sizeof err) == 0;
@@ -203,7 +203,7 @@ static void test_sim_dependencies(void) {
         pp_sim_result r;
         double f1[4], b1[4];
         for (int k = 0; k < 4; k++) f1[k] = fwd[k], b1[k] = bwd[k];
-        pp_sim_costs costs = {vv == 1 ? f1 : fwd, vv == 1 ? b1 : bwd, p2p};
+        pp_sim_costs costs = {vv == 1 ? f1 : fwd, vv == 1 ? b1 : bwd, p2p, NULL, NULL};
         int ok = pp_schedule_build(&s, (pp_schedule_kind)kind, p, m, vv, err, sizeof err) == 0 &&
                  pp_sim_run(&s, &costs, &r, err, sizeof err) == 0;
         int deps_ok = ok, busy_ok = ok, order_ok = ok;
@@ -244,7 +244,7 @@ static void test_sim_dependencies(void) {
         pp_sim_result r;
         double f[8];
         unit_costs(f, pp);
-        pp_sim_costs costs = {f, NULL, 0.5};
+        pp_sim_costs costs = {f, NULL, 0.5, NULL, NULL};
         int ok = pp_schedule_build(&s, PP_GPIPE, pp, mm, 1, err, sizeof err) == 0 &&
                  pp_sim_run(&s, &costs, &r, err, sizeof err) == 0;
         double want = 3.0 * (mm + pp - 1) + 2 * (pp - 1) * 0.5;
@@ -283,7 +283,7 @@ static void test_deadlock_and_validation(void) {
     s.actions[0][0] = recv;
     CHECK(pp_schedule_validate(&s, err, sizeof err) == 0, "reordered receive is structurally valid: %s", err);
     double f[2] = {1, 1};
-    pp_sim_costs costs = {f, NULL, 0};
+    pp_sim_costs costs = {f, NULL, 0, NULL, NULL};
     pp_sim_result r;
     int rc = pp_sim_run(&s, &costs, &r, err, sizeof err);
     CHECK(rc != 0 && strstr(err, "deadlock") && strstr(err, "rank 0") && strstr(err, "rank 1"),
@@ -336,7 +336,7 @@ static void test_build_errors(void) {
     CHECK(rc != 0, "m = 0 rejected: %s", err);
     pp_schedule_free(&s);
     double f[2] = {1, -1};
-    pp_sim_costs costs = {f, NULL, 0};
+    pp_sim_costs costs = {f, NULL, 0, NULL, NULL};
     pp_sim_result r;
     pp_schedule_build(&s, PP_1F1B, 2, 2, 1, err, sizeof err);
     rc = pp_sim_run(&s, &costs, &r, err, sizeof err);
@@ -380,7 +380,7 @@ static void test_print(void) {
     char err[256];
     double f[8];
     unit_costs(f, 8);
-    pp_sim_costs costs = {f, NULL, 0};
+    pp_sim_costs costs = {f, NULL, 0, NULL, NULL};
     pp_schedule_build(&s, PP_1F1B, 8, 32, 1, err, sizeof err);
     int ok = pp_sim_run(&s, &costs, &r, err, sizeof err) == 0;
     char *text = NULL;
