@@ -51,23 +51,22 @@ int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, dty
     }
     if (rc == RECOMPUTE_BLOCK) {
         *blame = FID_RECOMPUTE;
-        snprintf(msg, n, "%s train.recompute: block (its W pass would need each block's activations, rebuilt for "
-                         "the B pass, a second time); use recompute: selective or none, or pp_schedule: 1f1b", pre);
+        snprintf(msg, n, "%s train.recompute: block (its W pass would need each block's activations, rebuilt for B, "
+                         "a second time); use recompute: selective or none", pre);
         return -1;
     }
     if (grad_dtype == DTYPE_BF16) {
         *blame = FID_GRAD_DTYPE;
-        snprintf(msg, n, "%s train.grad_dtype bf16 (a micro-batch's fp32 working gradient is shared by all units, "
-                         "while the B and W passes of different micro-batches interleave); set train.grad_dtype: fp32",
+        snprintf(msg, n, "%s train.grad_dtype bf16 (its fp32 working gradient is shared by all units, while B and W "
+                         "passes of different micro-batches interleave); set train.grad_dtype: fp32",
                  pre);
         return -1;
     }
     int sharded = par->mode == SHARD_ZERO2 || par->mode == SHARD_FSDP || par->mode == SHARD_HSDP;
     if (sharded && (par->dp > 1 || par->dp_auto)) {
         *blame = FID_MODE;
-        snprintf(msg, n, "%s parallel.mode %s over data-parallel ranks (it binds a unit's gradient buffer from the "
-                         "start of one backward to its end, and ZB-H1 runs other micro-batches' passes between a B "
-                         "and its W); use mode none (DDP) or zero1", pre, job_shard_mode_name(par->mode));
+        snprintf(msg, n, "%s parallel.mode %s over dp > 1 (it binds a unit's gradient buffer for one backward, and "
+                         "other micro-batches run between a B and its W); use mode none or zero1", pre, job_shard_mode_name(par->mode));
         return -1;
     }
     return 0;
