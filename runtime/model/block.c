@@ -92,12 +92,14 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
 
     /* dres = dL/dy. y = r2 + mlp(r2): the MLP branch sees dy; dL/dr2 = dy + (MLP's
      * input gradient), accumulated into dres in place by the ln2 backward. */
-    float *dfchg = s->dA, *dfch = keep ? keep->dfch : s->dB;
+    float *dfchg = s->dA, *dfch = s->dB;
+    /* (keep's tensors may be kept ones this block reads: each is written once dead) */
     if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
                     bp.p[BLK_MPROJ_W], N, d->F_l, C);
     ops->zero(dfch, NF * sizeof(float));
     ops->gelu_backward(dfch, a->fch, dfchg, NF);
+    if (keep) ops->copy(keep->dfch, dfch, NF * sizeof(float));
     /* s->full is free again: dy is used up */
     const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BLK_FC_W], bp.g[BLK_FC_B], dfch, a->ln2,
                                            s->full, bp.p[BLK_FC_W], N, C, d->F_l);
@@ -105,7 +107,7 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
                             a->ln2_rstd, Nl, C);
 
     /* dres = dL/dr2. r2 = x + attn(x): same pattern. */
-    float *datty = s->dB, *dqkv = keep ? keep->dqkv : s->dA;
+    float *datty = s->dB, *dqkv = s->dA;
     size_t NCl = (size_t)N * (size_t)d->C_l;
     if (keep) ops->copy(keep->dr2, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dres, s->full, a->atty,
@@ -121,6 +123,7 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     ops->zero(dqkv, 3 * NCl * sizeof(float));
     ops->attention_backward(dqkv, s->att_scratch, datty, a->qkv, a->att, B, T, d->C_l, d->NH_l,
                             causal);
+    if (keep) ops->copy(keep->dqkv, dqkv, 3 * NCl * sizeof(float));
     /* s->full is free again: dr2 is used up */
     const float *dln1 = L->column_backward(L->ctx, s->dln, bp.g[BLK_QKV_W], bp.g[BLK_QKV_B], dqkv, a->ln1,
                                            s->full, bp.p[BLK_QKV_W], N, C, 3 * d->C_l);

@@ -342,7 +342,8 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
  * another time).
  *  B  (model_backward_input): all of model_backward except the blocks' matmul
  *     weight and bias gradients, whose output gradients it keeps in the
- *     activations (model_acts_wkeep_bytes more per micro-batch, until W). The
+ *     activations until W: in fp32 mostly in place of stash tensors B is done
+ *     with, model_acts_wkeep_bytes (prec NULL: fp32) more per micro-batch. The
  *     layernorms' weight gradients stay in B (they come out of the pass that makes
  *     the input gradient); so do the head's (its LM-head weight gradient would need
  *     the [N, V] logit gradient kept) and the embedding's (the first chunk's B
@@ -355,7 +356,8 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
  * unit's buffers from before() to after() (ZeRO-2, FSDP) cannot run under it.
  * Needs activations from model_acts_create_split (NULL, with a line on stderr,
  * when model_split_unsupported says why not). */
-size_t model_acts_wkeep_bytes(const job_model *spec, const model_shard *shard, int B);
+size_t model_acts_wkeep_bytes(const job_model *spec, const model_shard *shard, int B,
+                              const model_precision *prec);
 /* NULL when a split backward works on this shard; else what prevents it. */
 const char *model_split_unsupported(const model_shard *shard, recompute_kind recompute,
                                     const model_precision *prec);

@@ -120,7 +120,9 @@ typedef struct {
 /* What a block's weight gradients need besides the inputs its micro-batch keeps
  * anyway (ln1, atty, ln2, fchg): its four matmuls' output gradients, kept from
  * a zero-bubble pipeline's B pass to its W pass (model_backward_input /
- * model_backward_weight). Never under sequence parallelism, so N rows. */
+ * model_backward_weight). Never under sequence parallelism, so N rows. In fp32
+ * they mostly live in stash tensors B no longer reads (acts.c), so B writes
+ * each only once that tensor is dead. */
 typedef struct {
     float *dy;   /* [N, C]     the MLP projection's: the block's output gradient */
     float *dfch; /* [N, F_l]   fc's (the GELU's input gradient) */

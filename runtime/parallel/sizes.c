@@ -511,7 +511,7 @@ model_acts_size sizes_chunk_acts(const sizes *s, int chunk, int tp_rank)
     /* ZB-H1: each micro-batch also keeps its blocks' matmul output gradients from
      * its B to its W (model_acts_create_split), as long as its stash */
     if (s->sched && s->job.parallel.pp_schedule == PP_ZB_H1)
-        z.stash += model_acts_wkeep_bytes(&s->job.model, &sh, s->job.train.micro_batch);
+        z.stash += model_acts_wkeep_bytes(&s->job.model, &sh, s->job.train.micro_batch, &prec);
     return z;
 }
 

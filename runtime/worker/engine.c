@@ -262,7 +262,7 @@ static model_acts_size chunk_acts(const engine *e, model *m, int mb)
                                          model_get_precision(m));
     /* ZB-H1's W-pending gradients, kept with the stash (model_acts_create_split) */
     if (e->ex && e->job.parallel.pp_schedule == PP_ZB_H1)
-        z.stash += model_acts_wkeep_bytes(model_get_spec(m), model_get_shard(m), mb);
+        z.stash += model_acts_wkeep_bytes(model_get_spec(m), model_get_shard(m), mb, model_get_precision(m));
     return z;
 }
 

@@ -721,6 +721,17 @@ static void split_backward_all(const job_model *s, const char *what)
     split_backward(s, 2, L + 2, &bf, RECOMPUTE_NONE, line);
     snprintf(line, sizeof line, "%s whole bf16", what);
     split_backward(s, 0, L + 2, &bf, RECOMPUTE_NONE, line);
+    /* fp32 keeps the W-pending gradients in stash tensors B is done with: only
+     * the last block of a stage without the head needs its [N, C] output gradient
+     * apart; bf16 keeps all four of every block apart */
+    model_shard whole = {.tp_size = 1, .unit_end = L + 2}, first = {.tp_size = 1, .unit_end = 2};
+    size_t NC = (size_t)TB * (size_t)model_seq_len(s) * (size_t)s->d_model;
+    size_t per_block16 = (2 * NC + (size_t)TB * model_seq_len(s) * (size_t)(s->d_ff + 3 * s->d_model)) * 4;
+    CHECK(model_acts_wkeep_bytes(s, &whole, TB, NULL) == 0 && model_acts_wkeep_bytes(s, &first, TB, NULL) == NC * 4 &&
+              model_acts_wkeep_bytes(s, &whole, TB, &bf) >= (size_t)L * per_block16,
+          "%s: W-pending bytes: fp32 whole %zu (0), fp32 stage without the head %zu (N x C x 4 = %zu), bf16 whole %zu "
+          "(>= %zu)", what, model_acts_wkeep_bytes(s, &whole, TB, NULL), model_acts_wkeep_bytes(s, &first, TB, NULL),
+          NC * 4, model_acts_wkeep_bytes(s, &whole, TB, &bf), (size_t)L * per_block16);
     /* what it cannot split: one line why, no activations */
     model *m = make_model(s, 0, 1, 0, L + 2, RECOMPUTE_BLOCK);
     model_acts *a = model_acts_create_split(m, TB);
