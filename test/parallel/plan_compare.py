@@ -26,13 +26,14 @@ other ranks wait, which is idle time of that machine, not of the schedule.
 The first step (warm-up: page faults, first touches) is never used. And a run
 during which other processes took more than SHARE of a core (DIR/NAME.cpu.json,
 cpu_share.py; default 0.15) did not have a core per rank: its bubble is reported,
-not judged.
+not judged; nor is one with more ranks than this machine has cores.
 
 Prints a table and exits 1 when a check fails, 77 when none failed but a bubble
 could not be judged.
 """
 import glob
 import json
+import os
 import statistics
 import sys
 
@@ -150,7 +151,10 @@ def main():
         except (OSError, ValueError, KeyError):
             foreign = 0.0
         verdict = "ok  " if good else "FAIL"
-        if foreign > busy_limit:
+        if dry["layout"]["world"] > len(os.sched_getaffinity(0)):
+            verdict = "cores"  # ranks shared cores: not a measurement of the schedule
+            unjudged += 1
+        elif foreign > busy_limit:
             verdict = "busy"  # other processes had the cores: not a measurement of the schedule
             unjudged += 1
         else:
