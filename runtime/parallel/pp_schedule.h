@@ -130,8 +130,10 @@ int pp_schedule_peak_in_flight_chunks(pp_schedule_kind kind, int p, int m, int v
  * idle / makespan = (p-1) / (v*m + p - 1), v = 1 for GPIPE and 1F1B (pp_sim
  * reproduces it exactly; see test_pp_schedule). Megatron states the same bubble
  * relative to the ideal time instead: (p-1) / (v*m). ZB_H1 with a backward of
- * twice the forward split into B = W = F: (p-1) / (3m + p - 1), against 1F1B's
- * (p-1) / (m + p - 1) = 3(p-1) / (3m + 3(p-1)) (the idle time a third of 1F1B's). */
+ * twice the forward split into B = W = F, m >= p: (p-1) / (3m + p - 1), against
+ * 1F1B's (p-1) / (m + p - 1) = 3(p-1) / (3m + 3(p-1)) (the idle time a third of
+ * 1F1B's; with fewer micro-batches than stages the warmup cannot fill and the
+ * simulated bubble is larger). */
 double pp_schedule_ideal_bubble(pp_schedule_kind kind, int p, int m, int v);
 
 const char *pp_schedule_kind_name(pp_schedule_kind kind); /* "gpipe", "1f1b", "interleaved", "zb-h1" */
