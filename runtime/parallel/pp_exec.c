@@ -3,7 +3,7 @@
  * Slots. A microbatch of local chunk l takes a slot of l's pool at its RECV_ACT or
  * FORWARD (whichever comes first) and gives it back once nothing of it is needed:
  * after the SEND_GRAD that ships its input gradient, or after its BACKWARD when no
- * message follows. The schedule puts a receive right before its FORWARD and a send
+ * message follows (ZB-H1: after its BACKWARD_W). The schedule puts a receive right before its FORWARD and a send
  * right after its BACKWARD, so the slots held at once are exactly the forwards-
  * minus-backwards count the dry-run reads off the same list. The pool size is
  * computed by replaying these very rules over the list at create time, so the

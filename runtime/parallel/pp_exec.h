@@ -18,7 +18,8 @@
  * Activations: each local chunk owns a pool of model_acts slots, as many as the
  * most microbatches of that chunk ever alive at once on the list
  * (pp_schedule_peak_in_flight_chunk = sizes_acts_slots): a slot is taken by the
- * microbatch's RECV_ACT / FORWARD and given back after its BACKWARD. So the
+ * microbatch's RECV_ACT / FORWARD and given back after its BACKWARD (ZB-H1: its
+ * BACKWARD_W, the slot then also holding the W-pending gradients). So the
  * memory held is exactly what the dry-run predicts.
  *
  * What the executor does NOT do (the engine's part): zero gradients, data-parallel
