@@ -89,7 +89,10 @@ typedef struct dt_ops {
     void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
                            int N, int IC, int OC);
     /* dinp += dout @ w; dw += dout^T @ inp; dbias += colsum(dout). Any of dinp,
-     * dbias may be NULL (not needed). */
+     * dw, dbias may be NULL (not needed; w is not read without dinp, inp not
+     * without dw). Each is computed on its own, so a call for some of them
+     * writes the same bits as the call for all (a zero-bubble pipeline computes
+     * dinp in its B pass and dw, dbias in its W pass). */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC);
 

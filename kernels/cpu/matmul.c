@@ -45,11 +45,13 @@ void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC) {
  *   dinp = dout @ w          [N,OC] x [OC,IC]
  *   dw   = dout^T @ inp      [OC,N] x [N,IC]
  *   db   = colsum(dout)
- * beta = 1 makes the GEMMs accumulate, as the ops contract requires. */
+ * beta = 1 makes the GEMMs accumulate, as the ops contract requires. Each
+ * product is its own GEMM, so asking for some of them (a zero-bubble pipeline's
+ * B without dw, its W without dinp) gives the same bits as asking for all. */
 void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
                          const float *inp, const float *w, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
     if (dinp) cpu_sgemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
-    cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
+    if (dw) cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (dbias) cpu_colsum_accumulate(dbias, dout, N, OC);
 }

@@ -178,6 +178,6 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
                           const float *inp, const float *w, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
     if (dinp) dtc_gemm(false, false, IC, N, OC, 1.0f, w, IC, dout, OC, 1.0f, dinp, IC, nullptr);
-    dtc_gemm(false, true, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, IC, nullptr);
+    if (dw) dtc_gemm(false, true, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, IC, nullptr);
     if (dbias) cuda_colsum_accumulate(dbias, dout, N, OC);
 }

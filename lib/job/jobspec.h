@@ -114,7 +114,7 @@ typedef struct {
 enum { OFFLOAD_OPTIMIZER = 1 << 0, OFFLOAD_PARAMS = 1 << 1, OFFLOAD_ACTIVATIONS = 1 << 2 };
 
 typedef enum { SHARD_NONE = 0, SHARD_ZERO1, SHARD_ZERO2, SHARD_FSDP, SHARD_HSDP } shard_mode;
-typedef enum { PP_GPIPE = 0, PP_1F1B, PP_INTERLEAVED } pp_schedule_kind;
+typedef enum { PP_GPIPE = 0, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1 } pp_schedule_kind;
 
 typedef struct {
     int dp, tp, pp;

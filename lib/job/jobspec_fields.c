@@ -39,9 +39,10 @@ static const char *const recompute_aliases[] = {"off,false,no", "full,true,on,ye
 static const char *const shard_modes[] = {"none", "zero1", "zero2", "fsdp", "hsdp", NULL};
 static const char *const shard_mode_aliases[] = {"ddp,off,zero0,zero_0", "zero_1,os", "zero_2,os_g",
                                                  "zero3,zero_3,full_shard", "hybrid,hybrid_shard", NULL};
-static const char *const pp_schedules[] = {"gpipe", "1f1b", "interleaved", NULL};
+static const char *const pp_schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1", NULL};
 static const char *const pp_schedule_aliases[] = {"fill_drain,fthenb", "one_f_one_b,pipedream",
-                                                  "interleaved_1f1b,virtual,interleave", NULL};
+                                                  "interleaved_1f1b,virtual,interleave",
+                                                  "zb_h1,zbh1,zero_bubble,zerobubble", NULL};
 static const char *const progress_modes[] = {"auto", "on", "off", NULL};
 static const char *const offload_parts[] = {"optimizer", "params", "activations", NULL};
 static const char *const offload_aliases[] = {"optim,optimizer_state,optimizer_states,adam", "parameters,param,weights",

@@ -10,7 +10,7 @@
 
 int job_layout_check_pipeline(pp_schedule_kind kind, int p, int m, int v, char *msg, size_t n)
 {
-    if (kind != PP_GPIPE && kind != PP_1F1B && kind != PP_INTERLEAVED) {
+    if (kind != PP_GPIPE && kind != PP_1F1B && kind != PP_INTERLEAVED && kind != PP_ZB_H1) {
         snprintf(msg, n, "parallel.pp_schedule: unknown kind %d", (int)kind);
         return -1;
     }
@@ -34,6 +34,39 @@ int job_layout_check_pipeline(pp_schedule_kind kind, int p, int m, int v, char *
             snprintf(msg, n, "parallel.microbatches %d must be a multiple of parallel.pp %d with pp_schedule "
                              "interleaved (micro-batches go through each chunk in groups of pp); try %d",
                      m, p, up);
+        return -1;
+    }
+    return 0;
+}
+
+int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, dtype_kind grad_dtype, int *blame,
+                                 char *msg, size_t n)
+{
+    const char *pre = "parallel.pp_schedule zb-h1 does not work with";
+    if (par->sequence_parallel && par->tp > 1) {
+        *blame = FID_SEQUENCE_PARALLEL;
+        snprintf(msg, n, "%s sequence_parallel (its W pass would have to gather every layer's input rows over tp "
+                         "again); turn sequence_parallel off or use pp_schedule: 1f1b", pre);
+        return -1;
+    }
+    if (rc == RECOMPUTE_BLOCK) {
+        *blame = FID_RECOMPUTE;
+        snprintf(msg, n, "%s train.recompute: block (its W pass would need each block's activations, rebuilt for B, "
+                         "a second time); use recompute: selective or none", pre);
+        return -1;
+    }
+    if (grad_dtype == DTYPE_BF16) {
+        *blame = FID_GRAD_DTYPE;
+        snprintf(msg, n, "%s train.grad_dtype bf16 (its fp32 working gradient is shared by all units, while B and W "
+                         "passes of different micro-batches interleave); set train.grad_dtype: fp32",
+                 pre);
+        return -1;
+    }
+    int sharded = par->mode == SHARD_ZERO2 || par->mode == SHARD_FSDP || par->mode == SHARD_HSDP;
+    if (sharded && (par->dp > 1 || par->dp_auto)) {
+        *blame = FID_MODE;
+        snprintf(msg, n, "%s parallel.mode %s over dp > 1 (it binds a unit's gradient buffer for one backward, and "
+                         "other micro-batches run between a B and its W); use mode none or zero1", pre, job_shard_mode_name(par->mode));
         return -1;
     }
     return 0;

@@ -215,6 +215,81 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     }
 }
 
+/* A zero-bubble pipeline's W-pending tensors (block_wkeep): the four matmuls'
+ * output gradients of every block, fp32. In fp32 most of them take the place of
+ * a stash tensor that is dead once B has read it, the same size: d(fc out) that
+ * of fc's output (read only by the GELU's backward), d(qkv) qkv's (read only by
+ * the attention's backward), d(r2) r2's (read only by ln2's backward), and the
+ * block's output gradient the block's output, which is the next block's input
+ * (read by that block's B, earlier) or the head's (read by the head's B); only
+ * the last block of a stage without the head needs its own [N, C] (its output
+ * lives in the shared working set). So a micro-batch waiting for its W holds
+ * little more than 1F1B's. bf16 stashes are 16-bit: there all four are extra.
+ * With a: points a->wk into the stash and takes the rest from b; without,
+ * sizes what it takes. */
+static void layout_wkeep(const shape *g, int B, model_acts *a, bump *b)
+{
+    size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
+    for (int k = 0; k < g->nb; k++) {
+        block_wkeep *w = a ? &a->wk[k] : &(block_wkeep){0};
+        if (g->bf16) {
+            w->dy = takef(b, N * C);
+            w->dfch = takef(b, N * (size_t)g->d.F_l);
+            w->dr2 = takef(b, N * C);
+            w->dqkv = takef(b, N * 3 * (size_t)g->d.C_l);
+            continue;
+        }
+        if (a) {
+            w->dfch = a->blk[k].fch, w->dqkv = a->blk[k].qkv, w->dr2 = a->blk[k].r2;
+            w->dy = k + 1 < g->nb ? a->stream + (size_t)(k + 1) * N * C : a->out;
+        }
+        if (k + 1 == g->nb && !g->has_head) w->dy = takef(b, N * C);
+    }
+}
+
+size_t model_acts_wkeep_bytes(const job_model *spec, const model_shard *shard, int B, const model_precision *prec)
+{
+    shape g = shape_of(spec, shard, RECOMPUTE_NONE, prec);
+    bump b = {NULL, 0};
+    layout_wkeep(&g, B, NULL, &b);
+    return b.off;
+}
+
+const char *model_split_unsupported(const model_shard *shard, recompute_kind recompute, const model_precision *prec)
+{
+    if (shard->sp && shard->tp_size > 1)
+        return "sequence parallelism (the W pass would have to gather each layer's input rows again)";
+    if (recompute == RECOMPUTE_BLOCK)
+        return "recompute: block (the W pass would need each block's activations, rebuilt in B, a second time)";
+    if (prec && prec->grad_bf16)
+        return "bf16 gradients (the micro-batch's fp32 working gradient is shared by all units, and B and W of "
+               "different micro-batches interleave)";
+    return NULL;
+}
+
+model_acts *model_acts_create_split(model *m, int B)
+{
+    const char *why = model_split_unsupported(&m->shard, m->recompute, &m->prec);
+    if (why) {
+        fprintf(stderr, "dtrun: model: a split backward does not work with %s\n", why);
+        return NULL;
+    }
+    model_acts *a = model_acts_create(m, B);
+    if (!a || m->n_blocks == 0) return a;
+    shape g = shape_of(&m->spec, &m->shard, m->recompute, &m->prec);
+    size_t bytes = model_acts_wkeep_bytes(&m->spec, &m->shard, B, &m->prec);
+    a->wk = calloc((size_t)m->n_blocks, sizeof *a->wk);
+    a->wk_mem = m->ops->alloc(bytes ? bytes : 1);
+    if (!a->wk || !a->wk_mem) {
+        fprintf(stderr, "dtrun: model: out of memory for %zu bytes of W-pending gradients\n", bytes);
+        model_acts_destroy(a);
+        return NULL;
+    }
+    bump b = {a->wk_mem, 0};
+    layout_wkeep(&g, B, a, &b);
+    return a;
+}
+
 model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard, int B,
                                  recompute_kind recompute, const model_precision *prec)
 {
@@ -319,6 +394,8 @@ void model_acts_destroy(model_acts *a)
             break;
         }
     if (a->mem) m->ops->free(a->mem);
+    if (a->wk_mem) m->ops->free(a->wk_mem);
+    free(a->wk);
     free(a->blk);
     free(a->blk16);
     free(a->host_loss);

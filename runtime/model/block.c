@@ -72,7 +72,7 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
 }
 
 void block_backward(model *m, int unit, float *dres, const float *x, const block_acts *a,
-                    const block_scratch *s, int B)
+                    const block_scratch *s, int B, const block_wkeep *keep)
 {
     const dt_ops *ops = m->ops;
     const model_layers *L = &m->layers;
@@ -82,6 +82,9 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     size_t NF = (size_t)N * (size_t)d->F_l;
     block_params bp;
     bind_params(m, unit, &bp, 1);
+    if (keep) /* the matmuls' weight gradients wait for the W pass (block_backward_weight) */
+        for (int i = 0; i < BLK_COUNT; i++)
+            if (i != BLK_LN1_W && i != BLK_LN1_B && i != BLK_LN2_W && i != BLK_LN2_B) bp.g[i] = NULL;
     /* layernorm gradients: straight into the unit's, or (SP) this rank's part of
      * them into the scratch, in the order of ln_dst */
     float *lng = model_ln_grads_begin(m, s, 4);
@@ -92,10 +95,13 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     /* dres = dL/dy. y = r2 + mlp(r2): the MLP branch sees dy; dL/dr2 = dy + (MLP's
      * input gradient), accumulated into dres in place by the ln2 backward. */
     float *dfchg = s->dA, *dfch = s->dB;
+    /* (keep's tensors may be kept ones this block reads: each is written once dead) */
+    if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
                     bp.p[BLK_MPROJ_W], N, d->F_l, C);
     ops->zero(dfch, NF * sizeof(float));
     model_gelu_backward(m, dfch, a->fch, dfchg, NF);
+    if (keep) ops->copy(keep->dfch, dfch, NF * sizeof(float));
     /* s->full is free again: dy is used up */
     const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BLK_FC_W], bp.g[BLK_FC_B], dfch, a->ln2,
                                            s->full, bp.p[BLK_FC_W], N, C, d->F_l);
@@ -105,6 +111,7 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     /* dres = dL/dr2. r2 = x + attn(x): same pattern. */
     float *datty = s->dB, *dqkv = s->dA;
     size_t NCl = (size_t)N * (size_t)d->C_l;
+    if (keep) ops->copy(keep->dr2, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dres, s->full, a->atty,
                     bp.p[BLK_PROJ_W], N, d->C_l, C);
     if (m->recompute == RECOMPUTE_SELECTIVE) {
@@ -118,6 +125,7 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     ops->zero(dqkv, 3 * NCl * sizeof(float));
     ops->attention_backward(dqkv, s->att_scratch, datty, a->qkv, a->att, B, T, d->C_l, d->NH_l,
                             causal);
+    if (keep) ops->copy(keep->dqkv, dqkv, 3 * NCl * sizeof(float));
     /* s->full is free again: dr2 is used up */
     const float *dln1 = L->column_backward(L->ctx, s->dln, bp.g[BLK_QKV_W], bp.g[BLK_QKV_B], dqkv, a->ln1,
                                            s->full, bp.p[BLK_QKV_W], N, C, 3 * d->C_l);

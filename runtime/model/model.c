@@ -397,7 +397,7 @@ static int batch_size(const model_acts *a, const model_batch *batch)
 
 /* The embedding's backward between its hooks (fp32 and bf16 paths alike);
  * with the tied head in this object both wte copies get the whole gradient. */
-static void embedding_backward(model *m, model_acts *a, int B, int tied_here)
+static void embedding_backward(model *m, model_acts *a, int B, int tied_here, int split)
 {
     model_hook_before(m, 0, PHASE_BACKWARD);
     unit_begin(m, 0, PHASE_BACKWARD);
@@ -405,7 +405,7 @@ static void embedding_backward(model *m, model_acts *a, int B, int tied_here)
     else vit_embedding_backward(m, a, a->dres, B);
     if (tied_here) gpt_tied_grads_finish(m, a);
     unit_grads_end(m, 0);
-    model_hook_after(m, 0, PHASE_BACKWARD);
+    if (!split) model_hook_after(m, 0, PHASE_BACKWARD);
 }
 
 /* The head's forward between its hooks: the micro-batch's summed loss. */
@@ -464,7 +464,7 @@ static double forward_bf16(model *m, model_acts *a, const model_batch *batch, in
 
 /* The mirror image: the residual gradient is fp32 in the working set, rounded
  * to bf16 at every block boundary (what a pipeline stage sends). */
-static void backward_bf16(model *m, model_acts *a, const model_batch *batch, float loss_scale)
+static void backward_bf16(model *m, model_acts *a, const model_batch *batch, float loss_scale, int split)
 {
     const dt_ops *ops = m->ops;
     int B = batch->B, L = m->spec.n_layer;
@@ -479,7 +479,7 @@ static void backward_bf16(model *m, model_acts *a, const model_batch *batch, flo
         else vit_head_backward(m, a, batch, x, a->dres, loss_scale);
         ops->round_bf16(a->dres, n);
         unit_grads_end(m, L + 1);
-        if (!tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
+        if (!tied_here && !split) model_hook_after(m, L + 1, PHASE_BACKWARD);
     } else {
         ops->from_bf16(a->dres, a->doutput16, n);
     }
@@ -491,17 +491,17 @@ static void backward_bf16(model *m, model_acts *a, const model_batch *batch, flo
         ops->from_bf16(x, stream16_at(a, k), n);
         if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &w, &a->bs, B, 1);
         else block_unstash(m, a, k, &w);
-        block_backward(m, u, a->dres, x, &w, &a->bs, B);
+        block_backward(m, u, a->dres, x, &w, &a->bs, B, split ? &a->wk[k] : NULL);
         ops->round_bf16(a->dres, n);
         unit_grads_end(m, u);
-        model_hook_after(m, u, PHASE_BACKWARD);
+        if (!split) model_hook_after(m, u, PHASE_BACKWARD);
     }
     if (m->has_emb) {
-        embedding_backward(m, a, B, tied_here);
+        embedding_backward(m, a, B, tied_here, split);
     } else {
         ops->to_bf16(a->dinput16, a->dres, n);
     }
-    if (tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
+    if (tied_here && !split) model_hook_after(m, L + 1, PHASE_BACKWARD);
 }
 
 double model_forward(model *m, model_acts *a, const model_batch *batch, int *correct)
@@ -540,14 +540,9 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
  * too (and the head's part to unit 0's): both copies then carry the full tied
  * gradient every micro-batch, and the optimizer keeps them equal. The hooks stay
  * nested: before(L+1) ... before(0) after(0) after(L+1). */
-void model_backward(model *m, model_acts *a, const model_batch *batch, float loss_scale)
+static void backward_fp32(model *m, model_acts *a, const model_batch *batch, float loss_scale, int split)
 {
-    int B = batch_size(a, batch), L = m->spec.n_layer;
-    check_layers(m);
-    if (m->prec.bf16) {
-        backward_bf16(m, a, batch, loss_scale);
-        return;
-    }
+    int B = batch->B, L = m->spec.n_layer;
     size_t io = model_acts_io_numel(m, B);
     int tied_here = a->tied_dwte != NULL;
     if (m->has_head) {
@@ -559,7 +554,7 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
         /* tied: the embedding adds to the head's wte later, straight into its
          * gradients (gpt_tied_grads_finish) */
         unit_grads_end(m, L + 1);
-        if (!tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
+        if (!tied_here && !split) model_hook_after(m, L + 1, PHASE_BACKWARD);
     } else {
         m->ops->copy(a->dres, a->doutput, io * sizeof(float));
     }
@@ -570,12 +565,55 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
         model_hook_before(m, u, PHASE_BACKWARD);
         unit_begin(m, u, PHASE_BACKWARD);
         if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &ba, &a->bs, B, 1);
-        block_backward(m, u, a->dres, x, &ba, &a->bs, B);
+        block_backward(m, u, a->dres, x, &ba, &a->bs, B, split ? &a->wk[k] : NULL);
         unit_grads_end(m, u);
-        model_hook_after(m, u, PHASE_BACKWARD);
+        if (!split) model_hook_after(m, u, PHASE_BACKWARD);
     }
     if (m->has_emb) {
-        embedding_backward(m, a, B, tied_here);
+        embedding_backward(m, a, B, tied_here, split);
     }
+    if (tied_here && !split) model_hook_after(m, L + 1, PHASE_BACKWARD);
+}
+
+void model_backward(model *m, model_acts *a, const model_batch *batch, float loss_scale)
+{
+    batch_size(a, batch);
+    check_layers(m);
+    if (m->prec.bf16) backward_bf16(m, a, batch, loss_scale, 0);
+    else backward_fp32(m, a, batch, loss_scale, 0);
+}
+
+static void check_split(const model_acts *a, const char *what)
+{
+    if (a->wk || a->m->n_blocks == 0) return;
+    fprintf(stderr, "dtrun: model: %s on activations not made by model_acts_create_split\n", what);
+    abort();
+}
+
+void model_backward_input(model *m, model_acts *a, const model_batch *batch, float loss_scale)
+{
+    batch_size(a, batch);
+    check_layers(m);
+    check_split(a, "model_backward_input");
+    if (m->prec.bf16) backward_bf16(m, a, batch, loss_scale, 1);
+    else backward_fp32(m, a, batch, loss_scale, 1);
+}
+
+/* The hooks' order is model_backward's: head (unless tied here), blocks
+ * descending, embedding, tied head; only now are the units' gradients whole. */
+void model_backward_weight(model *m, model_acts *a, const model_batch *batch)
+{
+    int B = batch_size(a, batch), L = m->spec.n_layer;
+    int tied_here = a->tied_dwte != NULL;
+    check_split(a, "model_backward_weight");
+    if (m->has_head && !tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
+    for (int k = m->n_blocks - 1; k >= 0; k--) {
+        int u = m->first_block + k;
+        block_acts w = acts_of_block(a, k);
+        if (a->blk16) block_unstash(m, a, k, &w); /* the kept inputs, widened again */
+        block_backward_weight(m, u, &w, &a->wk[k], B);
+        model_hook_after(m, u, PHASE_BACKWARD);
+    }
+    if (m->has_emb) model_hook_after(m, 0, PHASE_BACKWARD);
     if (tied_here) model_hook_after(m, L + 1, PHASE_BACKWARD);
 }

@@ -337,6 +337,37 @@ const float *model_acts_vit_logits(const model_acts *a);
  * a mean over the global batch); without it, starts from model_acts_doutput. */
 void model_backward(model *m, model_acts *a, const model_batch *batch, float loss_scale);
 
+/* ---- zero-bubble pipelines: the backward in two passes ----
+ * Qi et al. 2023 (pp_schedule zb-h1) split a micro-batch's backward into B, what
+ * the input gradient needs, and W, the weight gradients, which a schedule then
+ * runs later, in what would be pipeline bubbles. Together they compute exactly
+ * model_backward's numbers (bitwise: the same kernels on the same data, only at
+ * another time).
+ *  B  (model_backward_input): all of model_backward except the blocks' matmul
+ *     weight and bias gradients, whose output gradients it keeps in the
+ *     activations until W: in fp32 mostly in place of stash tensors B is done
+ *     with, model_acts_wkeep_bytes (prec NULL: fp32) more per micro-batch. The
+ *     layernorms' weight gradients stay in B (they come out of the pass that makes
+ *     the input gradient); so do the head's (its LM-head weight gradient would need
+ *     the [N, V] logit gradient kept) and the embedding's (the first chunk's B
+ *     sends nothing, so nobody waits for it).
+ *  W  (model_backward_weight): those matmul gradients, block by block.
+ * Hooks: B calls before(u, BACKWARD) for each unit as it starts; W calls every
+ * after(u, BACKWARD), in model_backward's order, so after(BACKWARD) still means
+ * "the unit's gradients are complete". Between a micro-batch's B and W other
+ * micro-batches' passes (and hooks) may run: a strategy whose hooks bind a
+ * unit's buffers from before() to after() (ZeRO-2, FSDP) cannot run under it.
+ * Needs activations from model_acts_create_split (NULL, with a line on stderr,
+ * when model_split_unsupported says why not). */
+size_t model_acts_wkeep_bytes(const job_model *spec, const model_shard *shard, int B,
+                              const model_precision *prec);
+/* NULL when a split backward works on this shard; else what prevents it. */
+const char *model_split_unsupported(const model_shard *shard, recompute_kind recompute,
+                                    const model_precision *prec);
+model_acts *model_acts_create_split(model *m, int B);
+void model_backward_input(model *m, model_acts *a, const model_batch *batch, float loss_scale);
+void model_backward_weight(model *m, model_acts *a, const model_batch *batch);
+
 /* ---- decoding with a KV cache (kv_cache.c, decode.c) ----
  * Generation feeds one token at a time: each block keeps the q, k, v rows of
  * every position fed so far (its KV cache, [T_max, 3 * C_l] on this tp rank,

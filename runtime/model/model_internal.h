@@ -129,6 +129,19 @@ typedef struct {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
 } block_stash16;
 
+/* What a block's weight gradients need besides the inputs its micro-batch keeps
+ * anyway (ln1, atty, ln2, fchg): its four matmuls' output gradients, kept from
+ * a zero-bubble pipeline's B pass to its W pass (model_backward_input /
+ * model_backward_weight). Never under sequence parallelism, so N rows. In fp32
+ * they mostly live in stash tensors B no longer reads (acts.c), so B writes
+ * each only once that tensor is dead. */
+typedef struct {
+    float *dy;   /* [N, C]     the MLP projection's: the block's output gradient */
+    float *dfch; /* [N, F_l]   fc's (the GELU's input gradient) */
+    float *dr2;  /* [N, C]     the attention projection's */
+    float *dqkv; /* [N, 3*C_l] qkv's */
+} block_wkeep;
+
 /* Gradient scratch for one block's backward, shared by all blocks (they run
  * one after the other). Two buffers cover four gradients because their lives
  * do not overlap: dA holds d(gelu out) and later d(qkv); dB holds d(fc out)
@@ -211,15 +224,28 @@ struct model_acts {
     float *host_loss;   /* [N] */
     float *host_dloss;  /* [N] */
     float *host_logits; /* ViT: [B, n_classes] */
+    /* zero-bubble pipelines only (model_acts_create_split), else NULL: one set per
+     * block held, in its own allocation of model_acts_wkeep_bytes */
+    block_wkeep *wk;
+    void *wk_mem;
 };
 
 /* Block forward: y = block(x). With `recomputing` it stops once the tensors its
  * backward reads exist (the MLP projection's output y is not needed then). */
 void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
                    const block_scratch *s, int B, int recomputing);
-/* Block backward: dres holds dL/dy on entry and dL/dx on return (in place). */
+/* Block backward: dres holds dL/dy on entry and dL/dx on return (in place).
+ * keep NULL: everything, weight gradients included. Else the B pass of a
+ * zero-bubble pipeline: all but the four matmuls' weight and bias gradients,
+ * whose output gradients go to keep for block_backward_weight (the layernorms'
+ * weight gradients stay here: they come out of the pass that makes the input
+ * gradient, and deferring them would keep two more [N, C] per block). */
 void block_backward(model *m, int unit, float *dres, const float *x, const block_acts *a,
-                    const block_scratch *s, int B);
+                    const block_scratch *s, int B, const block_wkeep *keep);
+/* The W pass: the four matmuls' weight and bias gradients from keep and the
+ * block's kept inputs (block_weight.c). Local on every layer without sequence
+ * parallelism (a tp rank's weight gradient needs no other rank's data). */
+void block_backward_weight(model *m, int unit, const block_acts *a, const block_wkeep *keep, int B);
 
 /* GPT unit 0 and head (gpt.c). */
 void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out);

@@ -3,7 +3,7 @@
  * Slots. A microbatch of local chunk l takes a slot of l's pool at its RECV_ACT or
  * FORWARD (whichever comes first) and gives it back once nothing of it is needed:
  * after the SEND_GRAD that ships its input gradient, or after its BACKWARD when no
- * message follows. The schedule puts a receive right before its FORWARD and a send
+ * message follows (ZB-H1: after its BACKWARD_W). The schedule puts a receive right before its FORWARD and a send
  * right after its BACKWARD, so the slots held at once are exactly the forwards-
  * minus-backwards count the dry-run reads off the same list. The pool size is
  * computed by replaying these very rules over the list at create time, so the
@@ -13,6 +13,11 @@
  * waits for them before its buffer is written again (a new microbatch, or a
  * BACKWARD that may rewrite activations under recompute) and at the end of the
  * step. A rank therefore only ever blocks on the tensor it needs next.
+ *
+ * ZB-H1 (BACKWARD_B, BACKWARD_W): B is model_backward_input, which keeps the
+ * matmuls' output gradients in the micro-batch's activations (made by
+ * model_acts_create_split); W is model_backward_weight. The slot is given back
+ * after W, not after the SEND_GRAD, because W still reads it.
  *
  * Same-rank neighbours (p = 1, v > 1): chunk c+1's FORWARD copies chunk c's output
  * (still held: c's BACKWARD comes after c+1's), and chunk c+1's BACKWARD copies its
@@ -87,9 +92,11 @@ static exec_chunk *chunk_of(pp_exec *ex, int c) { return &ex->chunks[pp_chunk_lo
 static int takes_slot(pp_op op) { return op == PP_OP_RECV_ACT || op == PP_OP_FORWARD; }
 
 /* Does this action give the slot back (training)? BACKWARD does when no SEND_GRAD
- * follows for the chunk, i.e. chunk 0 or a same-rank previous chunk. */
+ * follows for the chunk, i.e. chunk 0 or a same-rank previous chunk; under ZB-H1
+ * BACKWARD_W always does, and nothing else. */
 static int gives_slot_back(const pp_exec *ex, const pp_action *a)
 {
+    if (ex->s->kind == PP_ZB_H1) return a->op == PP_OP_BACKWARD_W;
     if (a->op == PP_OP_SEND_GRAD) return 1;
     if (a->op != PP_OP_BACKWARD) return 0;
     return a->chunk == 0 || same_rank_next(ex, a->chunk - 1);
@@ -196,8 +203,9 @@ pp_exec *pp_exec_create(const pp_exec_config *cfg, char *err, size_t errlen)
     size_pools(ex, list, n, peak);
     ex->last_bwd_action = -1;
     for (int l = 0; l < s->v; l++) ex->chunks[l].last_bwd_mb = -1;
+    /* the pass that completes a micro-batch's gradients: BACKWARD, or ZB-H1's W */
     for (int i = 0; i < n; i++)
-        if (list[i].op == PP_OP_BACKWARD) {
+        if (pp_op_ends_backward(list[i].op)) {
             ex->last_bwd_action = i;
             chunk_of(ex, list[i].chunk)->last_bwd_mb = list[i].mb;
         }
@@ -216,7 +224,8 @@ pp_exec *pp_exec_create(const pp_exec_config *cfg, char *err, size_t errlen)
         }
         for (int k = 0; k < ch->n_slots; k++) {
             ch->slots[k].mb = -1;
-            ch->slots[k].acts = model_acts_create(ch->m, cfg->micro_batch);
+            ch->slots[k].acts = s->kind == PP_ZB_H1 ? model_acts_create_split(ch->m, cfg->micro_batch)
+                                                    : model_acts_create(ch->m, cfg->micro_batch);
             if (!ch->slots[k].acts) {
                 free(peak);
                 goto oom;
@@ -426,8 +435,9 @@ static int run_send(step_run *r, const pp_action *a)
         sl->send = NULL; /* a failed submission leaves nothing to wait for */
         return comm_fail(r, a, rc);
     }
-    /* Its last use: in training the input gradient, in evaluation the output. */
-    if (a->op == PP_OP_SEND_GRAD || r->args->forward_only) release_slot(r->ex, a->chunk, a->mb);
+    /* Its last use: in training the input gradient (unless a W still reads the
+     * slot), in evaluation the output. */
+    if (gives_slot_back(r->ex, a) || r->args->forward_only) release_slot(r->ex, a->chunk, a->mb);
     return 0;
 }
 
@@ -477,7 +487,9 @@ static int run_backward(step_run *r, const pp_action *a, int index)
     if (settle_slot(r, a, sl)) return -1;
     model_batch b;
     if (batch_for(r, a, ch, &b)) return -1;
-    int last_chunk_mb = a->mb == ch->last_bwd_mb, last_rank = index == ex->last_bwd_action;
+    /* ZB-H1's B completes no gradient: the last-of flags belong to its W */
+    int ends = pp_op_ends_backward(a->op);
+    int last_chunk_mb = ends && a->mb == ch->last_bwd_mb, last_rank = ends && index == ex->last_bwd_action;
     if (settle_shared(r, a, ch)) return -1;
     if (!ch->has_head) {
         if (ch->dout_mb != a->mb) return fail(r, a, "its output gradient has not arrived");
@@ -486,7 +498,8 @@ static int run_backward(step_run *r, const pp_action *a, int index)
     if (ex->hooks.before_backward)
         ex->hooks.before_backward(ex->hooks.ctx, a->chunk, a->mb, last_chunk_mb, last_rank);
     double t0 = clock_now_s();
-    model_backward(ch->m, sl->acts, &b, r->args->loss_scale);
+    if (a->op == PP_OP_BACKWARD_B) model_backward_input(ch->m, sl->acts, &b, r->args->loss_scale);
+    else model_backward(ch->m, sl->acts, &b, r->args->loss_scale);
     if (a->chunk > 0 && same_rank_next(ex, a->chunk - 1)) {
         /* Hand the input gradient over now: this slot is given back below. */
         exec_slot *prev = held_slot(ex, a->chunk - 1, a->mb);
@@ -501,6 +514,31 @@ static int run_backward(step_run *r, const pp_action *a, int index)
     if (ex->hooks.after_backward)
         ex->hooks.after_backward(ex->hooks.ctx, a->chunk, a->mb, last_chunk_mb, last_rank);
     if (gives_slot_back(ex, a)) release_slot(ex, a->chunk, a->mb);
+    return 0;
+}
+
+/* ZB-H1's W: the weight gradients its B left to it. Reads only the slot (the
+ * kept inputs and output gradients) and writes only gradients, so no send
+ * needs to land first. */
+static int run_backward_w(step_run *r, const pp_action *a, int index)
+{
+    pp_exec *ex = r->ex;
+    exec_chunk *ch = chunk_of(ex, a->chunk);
+    exec_slot *sl = held_slot(ex, a->chunk, a->mb);
+    if (!sl) return fail(r, a, "its FORWARD has not run");
+    model_batch b;
+    if (batch_for(r, a, ch, &b)) return -1;
+    int last_chunk_mb = a->mb == ch->last_bwd_mb, last_rank = index == ex->last_bwd_action;
+    if (ex->hooks.before_backward)
+        ex->hooks.before_backward(ex->hooks.ctx, a->chunk, a->mb, last_chunk_mb, last_rank);
+    double t0 = clock_now_s();
+    model_backward_weight(ch->m, sl->acts, &b);
+    double t1 = clock_now_s();
+    r->res->busy_s += t1 - t0;
+    if (ex->hooks.span) ex->hooks.span(ex->hooks.ctx, a->op, a->chunk, a->mb, t0, t1);
+    if (ex->hooks.after_backward)
+        ex->hooks.after_backward(ex->hooks.ctx, a->chunk, a->mb, last_chunk_mb, last_rank);
+    release_slot(ex, a->chunk, a->mb);
     return 0;
 }
 
@@ -549,12 +587,14 @@ int pp_exec_step(pp_exec *ex, const pp_exec_step_args *args, pp_exec_result *out
     int n = ex->s->n_actions[ex->rank], failed = 0;
     for (int i = 0; i < n && !failed; i++) {
         const pp_action *a = &list[i];
-        int training_only = a->op == PP_OP_BACKWARD || a->op == PP_OP_RECV_GRAD ||
+        int training_only = pp_op_is_backward(a->op) || a->op == PP_OP_RECV_GRAD ||
                             a->op == PP_OP_SEND_GRAD;
         if (args->forward_only && training_only) continue;
         switch (a->op) {
         case PP_OP_FORWARD: failed = run_forward(&r, a); break;
-        case PP_OP_BACKWARD: failed = run_backward(&r, a, i); break;
+        case PP_OP_BACKWARD:
+        case PP_OP_BACKWARD_B: failed = run_backward(&r, a, i); break;
+        case PP_OP_BACKWARD_W: failed = run_backward_w(&r, a, i); break;
         case PP_OP_RECV_ACT:
         case PP_OP_RECV_GRAD: failed = run_recv(&r, a); break;
         case PP_OP_SEND_ACT:

@@ -8,6 +8,8 @@
  *   RECV_ACT(c, mb)   blocking recv into model_acts_input     <- pp rank of c-1
  *   SEND_GRAD(c, mb)  async send of model_acts_dinput         -> pp rank of c-1
  *   RECV_GRAD(c, mb)  blocking recv into model_acts_doutput   <- pp rank of c+1
+ *   BACKWARD_B(c, mb) ZB-H1: model_backward_input (activations: model_acts_create_split)
+ *   BACKWARD_W(c, mb) ZB-H1: model_backward_weight; the slot is given back after it
  * Neighbouring chunks on the same rank (p = 1 with v > 1) hand tensors over in
  * memory (the schedule has no message for them). Sends never block the list (the
  * schedule's contract); they are waited for before their buffer is reused and
@@ -16,7 +18,8 @@
  * Activations: each local chunk owns a pool of model_acts slots, as many as the
  * most microbatches of that chunk ever alive at once on the list
  * (pp_schedule_peak_in_flight_chunk = sizes_acts_slots): a slot is taken by the
- * microbatch's RECV_ACT / FORWARD and given back after its BACKWARD. So the
+ * microbatch's RECV_ACT / FORWARD and given back after its BACKWARD (ZB-H1: its
+ * BACKWARD_W, the slot then also holding the W-pending gradients). So the
  * memory held is exactly what the dry-run predicts.
  *
  * What the executor does NOT do (the engine's part): zero gradients, data-parallel
@@ -58,9 +61,11 @@ typedef struct {
 typedef int (*pp_batch_fn)(void *ctx, int mb, model_batch *out, char *err, size_t errlen);
 
 /* Engine hooks around the work; any may be NULL.
- *  before_backward / after_backward: last_of_chunk = this is the step's last
- *    BACKWARD of `chunk` (DDP / ZeRO sync that chunk's grads only then); last_of_rank
- *    = the last BACKWARD of the whole list.
+ *  before_backward / after_backward: around every backward pass (BACKWARD, and
+ *    ZB-H1's BACKWARD_B and BACKWARD_W); last_of_chunk = this is the step's last
+ *    pass completing `chunk`'s gradients of a micro-batch, BACKWARD or BACKWARD_W
+ *    (DDP / ZeRO sync that chunk's grads only then; always 0 for a BACKWARD_B);
+ *    last_of_rank = the last such pass of the whole list.
  *  span: every action as it ran, [t0, t1] seconds on CLOCK_MONOTONIC, for traces
  *    (a receive's span is its wait; a send's only its posting).
  *  send_wait: a wait for earlier asynchronous sends to arrive before their buffer
@@ -88,10 +93,10 @@ typedef struct {
     double loss;        /* sum of the micro-batches' losses on the head's rank, else 0 */
     long correct;       /* ViT right predictions, likewise */
     double step_s;      /* wall time of the step */
-    double busy_s;      /* in FORWARD / BACKWARD (and same-rank copies) */
+    double busy_s;      /* in FORWARD / the backward passes (and same-rank copies) */
     double idle_s;      /* blocked in receives and in waits for sends */
     double bubble;      /* measured: idle_s / step_s; compare with pp_schedule_ideal_bubble */
-    int forwards, backwards;
+    int forwards, backwards; /* backwards: BACKWARD or BACKWARD_B passes */
 } pp_exec_result;
 
 /* Allocates the slots (the engine accounts them under ACCT_ACTS as pp_exec_slots(l)

@@ -1,11 +1,13 @@
-/* pp_schedule.c — GPipe, 1F1B and interleaved 1F1B as action lists.
+/* pp_schedule.c — GPipe, 1F1B, interleaved 1F1B and ZB-H1 as action lists.
  *
  * All three are the same shape over a rank's "virtual microbatches" k = 0..m*v-1:
  * W warmup forwards, then (forward k+W, backward k) pairs, then the remaining
  * backwards. Only W differs: m for GPipe (everything forward first), p-rank-1 for
  * 1F1B (just enough to fill the pipe below this rank), 2*(p-rank-1) + (v-1)*p for
- * Megatron's interleaving (one full round of the other chunks first). Keeping one
- * generator means the engine, the dry-run and the tests all exercise the same code.
+ * Megatron's interleaving (one full round of the other chunks first). ZB-H1 is
+ * 1F1B whose backward is emitted as B, with the W's trailing rank-many behind.
+ * Keeping one generator means the engine, the dry-run and the tests all exercise
+ * the same code.
  *
  * Messages sit directly around the computation that needs or produces them: a
  * receive right before its consumer, a send right after its producer. With buffered
@@ -43,7 +45,7 @@ static void emit(list_builder *b, pp_op op, int chunk, int mb, int peer) {
         b->list[b->n++] = (pp_action){op, chunk, mb, peer};
     } else if (op == PP_OP_FORWARD) {
         if (++b->in_flight[chunk] > b->peak[chunk]) b->peak[chunk] = b->in_flight[chunk];
-    } else if (op == PP_OP_BACKWARD) {
+    } else if (pp_op_ends_backward(op)) {
         b->in_flight[chunk]--;
     }
 }
@@ -61,7 +63,7 @@ static void emit_backward(list_builder *b, int chunk, int mb) {
     const pp_schedule *s = b->s;
     if (chunk < last_chunk(s) && crosses_rank(s, chunk))
         emit(b, PP_OP_RECV_GRAD, chunk, mb, pp_chunk_rank(chunk + 1, s->p));
-    emit(b, PP_OP_BACKWARD, chunk, mb, -1);
+    emit(b, s->kind == PP_ZB_H1 ? PP_OP_BACKWARD_B : PP_OP_BACKWARD, chunk, mb, -1);
     if (chunk > 0 && crosses_rank(s, chunk - 1))
         emit(b, PP_OP_SEND_GRAD, chunk, mb, pp_chunk_rank(chunk - 1, s->p));
 }
@@ -83,10 +85,24 @@ static int warmup_forwards(const pp_schedule *s, int rank) {
     int total = s->m * s->v, w;
     switch (s->kind) {
     case PP_GPIPE: w = total; break;
-    case PP_1F1B: w = s->p - rank - 1; break;
+    case PP_1F1B:
+    case PP_ZB_H1: w = s->p - rank - 1; break;
     default: w = 2 * (s->p - rank - 1) + (s->v - 1) * s->p; break;
     }
     return w < total ? w : total;
+}
+
+/* ZB-H1: how many micro-batches rank r's W's trail its B's. Rank r's 1F1B holds
+ * p - r micro-batches at most; r W's late it holds p, rank 0's figure, so the
+ * pipeline's peak stays 1F1B's while the later ranks, whose warmup and cooldown
+ * wait longest, get the most W's to fill them with. */
+static int deferred_ws(const pp_schedule *s, int rank) { return s->kind == PP_ZB_H1 ? rank : 0; }
+
+/* After backward k (B under ZB-H1): the W that is due, if any; none otherwise. */
+static void emit_due_w(list_builder *b, int k) {
+    const pp_schedule *s = b->s;
+    int w = k - deferred_ws(s, b->rank);
+    if (s->kind == PP_ZB_H1 && w >= 0) emit(b, PP_OP_BACKWARD_W, virtual_chunk(s, b->rank, w, 0), virtual_mb(s, w), -1);
 }
 
 static void build_rank(list_builder *b) {
@@ -98,9 +114,16 @@ static void build_rank(list_builder *b) {
         int f = k + warmup;
         emit_forward(b, virtual_chunk(s, b->rank, f, 1), virtual_mb(s, f));
         emit_backward(b, virtual_chunk(s, b->rank, k, 0), virtual_mb(s, k));
+        emit_due_w(b, k);
     }
-    for (int k = total - warmup > 0 ? total - warmup : 0; k < total; k++)
+    for (int k = total - warmup > 0 ? total - warmup : 0; k < total; k++) {
         emit_backward(b, virtual_chunk(s, b->rank, k, 0), virtual_mb(s, k));
+        emit_due_w(b, k);
+    }
+    /* the W's still deferred: the cooldown's */
+    if (s->kind == PP_ZB_H1)
+        for (int w = total - deferred_ws(s, b->rank) > 0 ? total - deferred_ws(s, b->rank) : 0; w < total; w++)
+            emit(b, PP_OP_BACKWARD_W, virtual_chunk(s, b->rank, w, 0), virtual_mb(s, w), -1);
 }
 
 /* The job checks apply the same rules (lib/job/jobspec_layout.h), so a job
@@ -121,8 +144,9 @@ int pp_schedule_build(pp_schedule *s, pp_schedule_kind kind, int p, int m, int v
     s->n_actions = calloc((size_t)p, sizeof *s->n_actions);
     s->actions = calloc((size_t)p, sizeof *s->actions);
     if (!s->n_actions || !s->actions) goto oom;
-    /* At most a receive, the computation and a send per forward and per backward. */
-    size_t cap = (size_t)6 * (size_t)m * (size_t)v;
+    /* At most a receive, the computation and a send per forward and per backward,
+     * and a W per backward under ZB-H1. */
+    size_t cap = (size_t)7 * (size_t)m * (size_t)v;
     for (int r = 0; r < p; r++) {
         list_builder b = {s, r, malloc(cap * sizeof(pp_action)), 0, NULL, NULL};
         if (!b.list) goto oom;
@@ -175,6 +199,16 @@ static unsigned char *seen(const seen_set *z, pp_op op, int chunk, int mb) {
     return &z->done[((size_t)op * (size_t)chunks + (size_t)chunk) * (size_t)z->s->m + (size_t)mb];
 }
 
+/* The computation that makes a chunk's input gradient in this schedule. */
+static pp_op dinput_op(const pp_schedule *s) { return s->kind == PP_ZB_H1 ? PP_OP_BACKWARD_B : PP_OP_BACKWARD; }
+
+/* Is op a computation this kind of schedule runs (once per chunk and mb)? */
+static int computes(const pp_schedule *s, pp_op op) {
+    if (op == PP_OP_FORWARD) return 1;
+    if (s->kind == PP_ZB_H1) return op == PP_OP_BACKWARD_B || op == PP_OP_BACKWARD_W;
+    return op == PP_OP_BACKWARD;
+}
+
 /* Which peer a message must name, or -1 when the message must not exist. */
 static int message_peer(const pp_schedule *s, pp_op op, int chunk) {
     int next_crosses = chunk < last_chunk(s) && crosses_rank(s, chunk);
@@ -198,12 +232,14 @@ static const char *missing_input(const seen_set *z, const pp_action *a) {
         if (crosses_rank(s, c - 1)) return *seen(z, PP_OP_RECV_ACT, c, mb) ? NULL : "its RECV_ACT";
         return *seen(z, PP_OP_FORWARD, c - 1, mb) ? NULL : "the FORWARD of the previous chunk";
     case PP_OP_BACKWARD:
+    case PP_OP_BACKWARD_B:
         if (!*seen(z, PP_OP_FORWARD, c, mb)) return "its FORWARD";
         if (c == last_chunk(s)) return NULL;
         if (crosses_rank(s, c)) return *seen(z, PP_OP_RECV_GRAD, c, mb) ? NULL : "its RECV_GRAD";
-        return *seen(z, PP_OP_BACKWARD, c + 1, mb) ? NULL : "the BACKWARD of the next chunk";
+        return *seen(z, a->op, c + 1, mb) ? NULL : "the backward of the next chunk";
+    case PP_OP_BACKWARD_W: return *seen(z, PP_OP_BACKWARD_B, c, mb) ? NULL : "its BACKWARD_B";
     case PP_OP_SEND_ACT: return *seen(z, PP_OP_FORWARD, c, mb) ? NULL : "its FORWARD";
-    case PP_OP_SEND_GRAD: return *seen(z, PP_OP_BACKWARD, c, mb) ? NULL : "its BACKWARD";
+    case PP_OP_SEND_GRAD: return *seen(z, dinput_op(s), c, mb) ? NULL : "its backward";
     default: return NULL;
     }
 }
@@ -227,7 +263,12 @@ static int check_action(const seen_set *z, int r, int i, const pp_action *a, cha
                  a->chunk, a->mb);
         return -1;
     }
-    if (a->op != PP_OP_FORWARD && a->op != PP_OP_BACKWARD) {
+    if (pp_op_is_backward(a->op) && !computes(s, a->op)) {
+        snprintf(err, errlen, "rank %d action %d: %s chunk %d mb %d in a %s schedule", r, i, what, a->chunk,
+                 a->mb, pp_schedule_kind_name(s->kind));
+        return -1;
+    }
+    if (a->op != PP_OP_FORWARD && !pp_op_is_backward(a->op)) {
         int peer = message_peer(s, a->op, a->chunk);
         if (peer < 0) {
             snprintf(err, errlen, "rank %d action %d: %s chunk %d mb %d has no other rank to talk to",
@@ -255,8 +296,8 @@ static int check_complete(const seen_set *z, char *err, size_t errlen) {
     for (int c = 0; c <= last_chunk(s); c++)
         for (int mb = 0; mb < s->m; mb++)
             for (int op = 0; op < PP_OP_COUNT; op++) {
-                int needed = op == PP_OP_FORWARD || op == PP_OP_BACKWARD ||
-                             message_peer(s, (pp_op)op, c) >= 0;
+                int needed = computes(s, (pp_op)op) || (!pp_op_is_backward((pp_op)op) && op != PP_OP_FORWARD &&
+                                                         message_peer(s, (pp_op)op, c) >= 0);
                 if (needed && !*seen(z, (pp_op)op, c, mb)) {
                     snprintf(err, errlen, "rank %d never runs %s chunk %d mb %d",
                              pp_chunk_rank(c, s->p), pp_op_name((pp_op)op), c, mb);
@@ -298,7 +339,7 @@ double pp_schedule_peak_in_flight(const pp_schedule *s, int rank, const double *
         const pp_action *a = &s->actions[rank][i];
         double w = chunk_weight ? chunk_weight[a->chunk] : 1.0;
         if (a->op == PP_OP_FORWARD) now += w;
-        else if (a->op == PP_OP_BACKWARD) now -= w;
+        else if (pp_op_ends_backward(a->op)) now -= w;
         if (now > peak) peak = now;
     }
     return peak;
@@ -310,7 +351,7 @@ int pp_schedule_peak_in_flight_chunk(const pp_schedule *s, int chunk) {
         const pp_action *a = &s->actions[rank][i];
         if (a->chunk != chunk) continue;
         if (a->op == PP_OP_FORWARD) now++;
-        else if (a->op == PP_OP_BACKWARD) now--;
+        else if (pp_op_ends_backward(a->op)) now--;
         if (now > peak) peak = now;
     }
     return peak;
@@ -318,6 +359,7 @@ int pp_schedule_peak_in_flight_chunk(const pp_schedule *s, int chunk) {
 
 double pp_schedule_ideal_bubble(pp_schedule_kind kind, int p, int m, int v) {
     int chunks_per_rank = kind == PP_INTERLEAVED ? v : 1;
+    if (kind == PP_ZB_H1) return (double)(p - 1) / (3.0 * m + p - 1);
     return (double)(p - 1) / ((double)chunks_per_rank * m + p - 1);
 }
 
@@ -326,13 +368,14 @@ const char *pp_schedule_kind_name(pp_schedule_kind kind) {
     case PP_GPIPE: return "gpipe";
     case PP_1F1B: return "1f1b";
     case PP_INTERLEAVED: return "interleaved";
+    case PP_ZB_H1: return "zb-h1";
     }
     return "unknown";
 }
 
 const char *pp_op_name(pp_op op) {
-    static const char *const names[PP_OP_COUNT] = {"FORWARD", "BACKWARD", "SEND_ACT",
-                                                   "RECV_ACT", "SEND_GRAD", "RECV_GRAD"};
+    static const char *const names[PP_OP_COUNT] = {"FORWARD",   "BACKWARD",  "SEND_ACT",   "RECV_ACT",
+                                                   "SEND_GRAD", "RECV_GRAD", "BACKWARD_B", "BACKWARD_W"};
     return (int)op >= 0 && op < PP_OP_COUNT ? names[op] : "UNKNOWN";
 }
 

@@ -30,6 +30,16 @@
  *                microbatch k runs local chunk (k mod p*v) / p (reversed for
  *                backward) on microbatch (k / p*v) * p + k mod p, i.e. groups of p
  *                microbatches go through one chunk before the next. Needs m % p == 0.
+ *   ZB_H1        Zero-bubble H1 (Qi et al. 2023, arXiv 2401.10241): each backward
+ *                split into BACKWARD_B (the input gradient, which the previous
+ *                rank waits for) and BACKWARD_W (the weight gradients, which no one
+ *                waits for). The F and B order is exactly 1F1B's; rank r runs each
+ *                W r micro-batches late (W(k - r) right after B(k), the last r at
+ *                the end), so the W's fill what would be the warmup and cooldown
+ *                bubble. A micro-batch is in flight from its F to its W: at most
+ *                min(p, m) on every rank, 1F1B's peak (rank 0's); with F = B = W the
+ *                idle time per rank is (p-1) F instead of 1F1B's (p-1)(F+B+W),
+ *                a third. v = 1.
  */
 #ifndef DTRUN_PP_SCHEDULE_H
 #define DTRUN_PP_SCHEDULE_H
@@ -47,8 +57,22 @@ typedef enum {
     PP_OP_RECV_ACT,
     PP_OP_SEND_GRAD,
     PP_OP_RECV_GRAD,
+    PP_OP_BACKWARD_B, /* ZB_H1: the input-gradient pass (model_backward_input) */
+    PP_OP_BACKWARD_W, /* ZB_H1: the weight-gradient pass (model_backward_weight) */
     PP_OP_COUNT
 } pp_op;
+
+/* BACKWARD or BACKWARD_B: the pass that makes a chunk's input gradient (what
+ * SEND_GRAD ships and RECV_GRAD feeds). */
+static inline int pp_op_makes_dinput(pp_op op) { return op == PP_OP_BACKWARD || op == PP_OP_BACKWARD_B; }
+/* BACKWARD or BACKWARD_W: the pass after which a micro-batch's activations and
+ * the chunk's gradients of it are done. */
+static inline int pp_op_ends_backward(pp_op op) { return op == PP_OP_BACKWARD || op == PP_OP_BACKWARD_W; }
+/* Any of the three backward passes (compute). */
+static inline int pp_op_is_backward(pp_op op)
+{
+    return op == PP_OP_BACKWARD || op == PP_OP_BACKWARD_B || op == PP_OP_BACKWARD_W;
+}
 
 typedef struct {
     pp_op op;
@@ -75,16 +99,20 @@ int pp_schedule_build(pp_schedule *s, pp_schedule_kind kind, int p, int m, int v
 void pp_schedule_free(pp_schedule *s);
 
 /* Structural check of any schedule (built here or by hand): every FORWARD and
- * BACKWARD of every (chunk, mb) exactly once on the chunk's rank; each computation
- * preceded on its rank by its inputs (the RECV, or the neighbouring chunk's
- * computation when that is on the same rank; BACKWARD after its FORWARD); each SEND
- * after the computation producing it; messages exactly where chunks change rank,
- * with the right peer, each send matched by one receive. Returns 0, or -1 with the
- * first problem in err. It does not prove freedom from deadlock: pp_sim does. */
+ * BACKWARD (ZB_H1: BACKWARD_B and BACKWARD_W instead) of every (chunk, mb) exactly
+ * once on the chunk's rank; each computation preceded on its rank by its inputs
+ * (the RECV, or the neighbouring chunk's computation when that is on the same
+ * rank; BACKWARD / BACKWARD_B after its FORWARD, BACKWARD_W after its BACKWARD_B);
+ * each SEND after the computation producing it; messages exactly where chunks
+ * change rank, with the right peer, each send matched by one receive. Returns 0,
+ * or -1 with the first problem in err. It does not prove freedom from deadlock:
+ * pp_sim does. */
 int pp_schedule_validate(const pp_schedule *s, char *err, size_t errlen);
 
 /* Activations a rank holds: the maximum over its list of (forwards done - backwards
- * done), counting one per (chunk, microbatch). With chunk_weight (indexed by global
+ * done), counting one per (chunk, microbatch); under ZB_H1 a backward is done at
+ * its BACKWARD_W (the W pass still reads the activations), so this is also the
+ * number of micro-batches whose W-pending gradients are kept. With chunk_weight (indexed by global
  * chunk, e.g. bytes of one microbatch's activations of that chunk) each pair counts
  * its chunk's weight instead; NULL counts 1. GPIPE: m. 1F1B: min(p - rank, m).
  * INTERLEAVED: min(warmup + 1, m*v) chunk-microbatches, warmup as above. */
@@ -101,10 +129,14 @@ int pp_schedule_peak_in_flight_chunks(pp_schedule_kind kind, int p, int m, int v
 /* Bubble of the schedule with every chunk costing the same and free messages:
  * idle / makespan = (p-1) / (v*m + p - 1), v = 1 for GPIPE and 1F1B (pp_sim
  * reproduces it exactly; see test_pp_schedule). Megatron states the same bubble
- * relative to the ideal time instead: (p-1) / (v*m). */
+ * relative to the ideal time instead: (p-1) / (v*m). ZB_H1 with a backward of
+ * twice the forward split into B = W = F, m >= p: (p-1) / (3m + p - 1), against
+ * 1F1B's (p-1) / (m + p - 1) = 3(p-1) / (3m + 3(p-1)) (the idle time a third of
+ * 1F1B's; with fewer micro-batches than stages the warmup cannot fill and the
+ * simulated bubble is larger). */
 double pp_schedule_ideal_bubble(pp_schedule_kind kind, int p, int m, int v);
 
-const char *pp_schedule_kind_name(pp_schedule_kind kind); /* "gpipe", "1f1b", "interleaved" */
+const char *pp_schedule_kind_name(pp_schedule_kind kind); /* "gpipe", "1f1b", "interleaved", "zb-h1" */
 const char *pp_op_name(pp_op op);                          /* "FORWARD", "SEND_ACT", ... */
 
 /* One action per line, rank by rank: for logs and debugging. */

@@ -26,6 +26,14 @@ static double backward_cost(const pp_sim_costs *c, int chunk) {
     return c->backward ? c->backward[chunk] : 2.0 * c->forward[chunk];
 }
 
+static double backward_b_cost(const pp_sim_costs *c, int chunk) {
+    return c->backward_b ? c->backward_b[chunk] : 0.5 * backward_cost(c, chunk);
+}
+
+static double backward_w_cost(const pp_sim_costs *c, int chunk) {
+    return c->backward_w ? c->backward_w[chunk] : 0.5 * backward_cost(c, chunk);
+}
+
 static size_t slot(const pp_schedule *s, int chunk, int mb) {
     return (size_t)chunk * (size_t)s->m + (size_t)mb;
 }
@@ -50,7 +58,11 @@ static int advance_rank(sim_state *st, pp_sim_result *out, int r) {
             out->busy[r] += done - t;
             break;
         case PP_OP_BACKWARD:
-            done = t + backward_cost(st->costs, a->chunk);
+        case PP_OP_BACKWARD_B:
+        case PP_OP_BACKWARD_W:
+            done = t + (a->op == PP_OP_BACKWARD     ? backward_cost(st->costs, a->chunk)
+                        : a->op == PP_OP_BACKWARD_B ? backward_b_cost(st->costs, a->chunk)
+                                                    : backward_w_cost(st->costs, a->chunk));
             out->busy[r] += done - t;
             break;
         case PP_OP_SEND_ACT: st->act_sent[slot(s, a->chunk, a->mb)] = t; break;
@@ -99,10 +111,10 @@ static int check_costs(const pp_schedule *s, const pp_sim_costs *c, char *err, s
         return -1;
     }
     for (int k = 0; k < s->p * s->v; k++) {
-        double f = c->forward[k], b = backward_cost(c, k);
-        if (!isfinite(f) || f < 0 || !isfinite(b) || b < 0) {
-            snprintf(err, errlen, "pipeline simulation: chunk %d costs forward %g backward %g "
-                     "(must be finite and >= 0)", k, f, b);
+        double f = c->forward[k], b = backward_cost(c, k), bb = backward_b_cost(c, k), bw = backward_w_cost(c, k);
+        if (!isfinite(f) || f < 0 || !isfinite(b) || b < 0 || !isfinite(bb) || bb < 0 || !isfinite(bw) || bw < 0) {
+            snprintf(err, errlen, "pipeline simulation: chunk %d costs forward %g backward %g (B %g, W %g) "
+                     "(must be finite and >= 0)", k, f, b, bb, bw);
             return -1;
         }
     }
@@ -188,7 +200,7 @@ void pp_sim_free(pp_sim_result *r) {
 /* ---- the picture ---- */
 
 static char action_glyph(const pp_action *a) {
-    return (char)((a->op == PP_OP_FORWARD ? '0' : 'a') + a->mb % 10);
+    return (char)((a->op == PP_OP_FORWARD ? '0' : a->op == PP_OP_BACKWARD_W ? 'A' : 'a') + a->mb % 10);
 }
 
 /* One rank's row: a column is idle when idle covers most of its time span, else it
@@ -201,7 +213,7 @@ static void draw_row(const pp_schedule *s, const pp_sim_result *res, int r, int 
     for (int c = 0; c < width; c++) row[c] = '.', best[c] = 0.0, busy[c] = 0.0;
     for (int i = 0; i < s->n_actions[r]; i++) {
         const pp_action *a = &s->actions[r][i];
-        if (a->op != PP_OP_FORWARD && a->op != PP_OP_BACKWARD) continue;
+        if (a->op != PP_OP_FORWARD && !pp_op_is_backward(a->op)) continue;
         double t0 = res->start[r][i], t1 = res->end[r][i];
         if (t1 <= t0) continue;
         int c0 = (int)(t0 / col_time), c1 = (int)(t1 / col_time);
@@ -232,12 +244,13 @@ void pp_sim_print(FILE *f, const pp_schedule *s, const pp_sim_result *r, int wid
             fprintf(f, "  rank %-3d |%s|  busy %.4g  idle %.4g (%.1f%%)\n", k, row, r->busy[k],
                     r->idle[k], 100.0 * r->idle[k] / r->makespan);
         }
-        fprintf(f, "  legend: 0-9 forward of a microbatch (last digit), a-j its backward "
+        fprintf(f, "  legend: 0-9 forward of a microbatch (last digit), a-j its backward%s "
                    "(a = 0 ... j = 9), '.' idle; one column = %.3g time units\n",
-                r->makespan / width);
+                s->kind == PP_ZB_H1 ? " (its B; A-J its W)" : "", r->makespan / width);
     }
     free(row), free(best), free(busy);
     fprintf(f, "  bubble %.1f%% (idle / step, mean over ranks), step %.4g; uniform chunks "
-               "would give (p-1)/(v*m+p-1) = %.1f%%\n",
-            100.0 * r->bubble, r->makespan, 100.0 * pp_schedule_ideal_bubble(s->kind, s->p, s->m, s->v));
+               "would give %s = %.1f%%\n",
+            100.0 * r->bubble, r->makespan, s->kind == PP_ZB_H1 ? "(p-1)/(3m+p-1) with B = W = F" : "(p-1)/(v*m+p-1)",
+            100.0 * pp_schedule_ideal_bubble(s->kind, s->p, s->m, s->v));
 }

@@ -22,13 +22,16 @@ typedef struct {
     const double *forward;  /* [p*v] time of one microbatch's forward through chunk c */
     const double *backward; /* [p*v], or NULL: twice the forward */
     double p2p;             /* send start to receive completion (latency + bytes / bandwidth) */
+    /* ZB_H1's two halves of the backward: [p*v] each, or NULL: half of backward */
+    const double *backward_b; /* BACKWARD_B, the input-gradient pass */
+    const double *backward_w; /* BACKWARD_W, the weight-gradient pass */
 } pp_sim_costs;
 
 typedef struct {
     int p;
     double makespan;  /* from 0 to the end of the last action on any rank */
     double bubble;    /* mean over ranks of idle / makespan; 0 when makespan is 0 */
-    double *busy;     /* [p] time in FORWARD and BACKWARD */
+    double *busy;     /* [p] time in FORWARD and the backward passes */
     double *idle;     /* [p] makespan - busy */
     double **start;   /* [p][n_actions of the rank]: when each action began */
     double **end;     /*   and ended (a receive: when its tensor arrived) */
@@ -47,9 +50,10 @@ int pp_sim_run_validated(const pp_schedule *s, const pp_sim_costs *costs, pp_sim
 void pp_sim_free(pp_sim_result *r);
 
 /* The picture of the timeline, about `width` columns of time (0: 100), one row per
- * rank: a forward shows its microbatch's last digit, a backward the letter a..j for
- * the digit 0..9 (so "3" then "d" is microbatch 3 going down and back up), '.' idle;
- * then a legend, per-rank busy and idle, and the bubble line. */
+ * rank: a forward shows its microbatch's last digit, a backward (or ZB-H1's B) the
+ * letter a..j for the digit 0..9 (so "3" then "d" is microbatch 3 going down and
+ * back up), ZB-H1's W the capital A..J, '.' idle; then a legend, per-rank busy and
+ * idle, and the bubble line. */
 void pp_sim_print(FILE *f, const pp_schedule *s, const pp_sim_result *r, int width);
 
 #endif

@@ -74,10 +74,11 @@ double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
     return 6.0 * m->n_classes * C;
 }
 
-static void add_gemm(sizes_unit_work *w, double fwd, double bwd, double dim)
+/* wf: of bwd, the weight-gradient GEMM a zero-bubble W pass runs (sizes_gemm). */
+static void add_gemm(sizes_unit_work *w, double fwd, double bwd, double dim, double wf)
 {
     if (w->n_gemm == SIZES_GEMM_MAX || fwd + bwd <= 0) return;
-    w->gemm[w->n_gemm++] = (sizes_gemm){fwd, bwd, dim < 1 ? 1 : dim};
+    w->gemm[w->n_gemm++] = (sizes_gemm){fwd, bwd, dim < 1 ? 1 : dim, wf};
 }
 
 static double min3(double a, double b, double c)
@@ -111,7 +112,7 @@ void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int mic
             return;
         }
         double kin = (double)m->channels * m->patch_size * m->patch_size, f = 2.0 * B * (seq - 1) * kin * C / t;
-        add_gemm(w, f, 2.0 * f, min3(B * (seq - 1), kin, C / t));
+        add_gemm(w, f, 2.0 * f, min3(B * (seq - 1), kin, C / t), 0);
         return;
     }
     if (unit <= L) {
@@ -120,11 +121,11 @@ void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int mic
         double fc1 = 2.0 * rows * C * F / t, fc2 = 2.0 * rows * F * C / t;
         double core = 4.0 * B * seq * seq * C / t;
         double hd = C / (m->n_head > 0 ? m->n_head : 1);
-        add_gemm(w, qkv, (2.0 + blk) * qkv, min3(rows, C, 3.0 * C / t));
-        add_gemm(w, proj, (2.0 + blk) * proj, min3(rows, C / t, C));
-        add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, F / t));
-        add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C));
-        add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < seq ? hd : seq);
+        add_gemm(w, qkv, (2.0 + blk) * qkv, min3(rows, C, 3.0 * C / t), qkv);
+        add_gemm(w, proj, (2.0 + blk) * proj, min3(rows, C / t, C), proj);
+        add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, F / t), fc1);
+        add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C), fc2);
+        add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < seq ? hd : seq, 0);
         double heads = (double)m->n_head / t;
         double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + 2.0 * rows * F / t;
         double soft = 2.0 * heads * B * seq * seq;
@@ -135,13 +136,13 @@ void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int mic
     }
     if (m->kind == MODEL_GPT) { /* final norm + vocab-parallel head with its cross-entropy */
         double V = m->vocab_size, f = 2.0 * rows * C * V / t;
-        add_gemm(w, f, 2.0 * f, min3(rows, C, V / t));
+        add_gemm(w, f, 2.0 * f, min3(rows, C, V / t), 0);
         w->fwd_bytes = (2.0 * rows * C / (sp ? t : 1) + 2.0 * rows * V / t) * elem_bytes;
         w->bwd_bytes = 2.0 * w->fwd_bytes;
         return;
     }
     double f = 2.0 * B * C * m->n_classes;
-    add_gemm(w, f, 2.0 * f, min3(B, C, m->n_classes));
+    add_gemm(w, f, 2.0 * f, min3(B, C, m->n_classes), 0);
 }
 
 size_t sizes_model_numel(const job_model *m, size_t *distinct)
@@ -507,7 +508,12 @@ model_acts_size sizes_chunk_acts(const sizes *s, int chunk, int tp_rank)
 {
     model_shard sh = chunk_shard(s, chunk, tp_rank);
     model_precision prec = job_precision(s);
-    return model_acts_sizes(&s->job.model, &sh, s->job.train.micro_batch, s->job.train.recompute, &prec);
+    model_acts_size z = model_acts_sizes(&s->job.model, &sh, s->job.train.micro_batch, s->job.train.recompute, &prec);
+    /* ZB-H1: each micro-batch also keeps its blocks' matmul output gradients from
+     * its B to its W (model_acts_create_split), as long as its stash */
+    if (s->sched && s->job.parallel.pp_schedule == PP_ZB_H1)
+        z.stash += model_acts_wkeep_bytes(&s->job.model, &sh, s->job.train.micro_batch, &prec);
+    return z;
 }
 
 size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank)

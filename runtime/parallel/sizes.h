@@ -137,6 +137,9 @@ double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc);
 typedef struct {
     double fwd_flops, bwd_flops; /* this tp rank, one micro-batch */
     double dim;                  /* the smallest of its m, n, k on this tp rank */
+    double w_flops;              /* of bwd_flops, the weight gradient a zero-bubble
+                                    pipeline's W pass runs (model.h: the blocks'
+                                    four matmuls, fwd_flops each; else 0) */
 } sizes_gemm;
 typedef struct {
     int n_gemm;

@@ -13,7 +13,8 @@
  * total matches the metrics' time of the same name:
  *   compute  each unit's forward / backward (from its before-hook's return to its
  *            after-hook), with pp > 1 each chunk's F / B of a micro-batch around
- *            them, the optimizer step
+ *            them (ZB-H1: "B-input" around the units' backward spans, which end
+ *            with it, and "W" apart: the weight-gradient pass), the optimizer step
  *   comm     every call a strategy or tp blocks in: collectives, asynchronous
  *            starts, waits ("comm" in the metrics)
  *   idle     pipeline receives and waits for sends (the bubble), the end-of-step

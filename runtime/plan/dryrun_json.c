@@ -200,9 +200,10 @@ static cJSON *pipeline_json(const plan_estimate *e)
         cJSON *acts = cJSON_CreateArray();
         for (int i = 0; i < s->n_actions[r]; i++) {
             const pp_action *a = &s->actions[r][i];
-            if (a->op != PP_OP_FORWARD && a->op != PP_OP_BACKWARD) continue;
+            if (a->op != PP_OP_FORWARD && !pp_op_is_backward(a->op)) continue;
             cJSON *x = cJSON_CreateObject();
-            cJSON_AddStringToObject(x, "op", a->op == PP_OP_FORWARD ? "F" : "B");
+            /* ZB-H1's input-gradient pass is its B, the weight-gradient pass W */
+            cJSON_AddStringToObject(x, "op", a->op == PP_OP_FORWARD ? "F" : a->op == PP_OP_BACKWARD_W ? "W" : "B");
             cJSON_AddNumberToObject(x, "chunk", a->chunk);
             cJSON_AddNumberToObject(x, "mb", a->mb);
             cJSON_AddNumberToObject(x, "start_ms", e->sim.start[r][i]);

@@ -227,13 +227,14 @@ static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm
 }
 
 /* Every (dp, tp, pp, schedule, micro_batch, mode, recompute) of the machine, into
- * all (not yet estimated). */
+ * all (not yet estimated). Schedules: GPipe, 1F1B, interleaved (2 chunks per rank),
+ * and ZB-H1 where its split backward runs. */
 static int enumerate(candidates *all, const job_spec *job, const plan_machine *pm)
 {
     int G = pm->ranks_per_node, W = pm->nnodes * G, L = job->model.n_layer;
     for (int pp = 1; pp <= W && pp <= L; pp++) {
         if (W % pp) continue;
-        for (int sched = PP_GPIPE; sched <= PP_INTERLEAVED; sched++) {
+        for (int sched = PP_GPIPE; sched <= PP_ZB_H1; sched++) {
             /* one stage has no schedule to choose (and interleaving needs pp > 1:
              * job_validate refuses it): one candidate, 1F1B's single chunk */
             if (pp == 1 && sched != PP_1F1B) continue;
@@ -254,6 +255,15 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                             /* sequence parallelism where the tokens of a sample split over tp */
                             int max_sp = tp > 1 && model_seq_len(&job->model) % tp == 0;
                             for (int sp = 0; sp <= max_sp; sp++) {
+                                /* zb-h1 only where its B / W split runs (the job checks' rule) */
+                                job_parallel zp = {.dp = dp, .tp = tp, .pp = pp, .mode = (shard_mode)mode,
+                                                   .sequence_parallel = sp};
+                                char why[256];
+                                int blame;
+                                if (sched == PP_ZB_H1 &&
+                                    job_layout_check_zero_bubble(&zp, (recompute_kind)rc, job->train.grad_dtype, &blame,
+                                                                 why, sizeof why))
+                                    continue;
                                 candidate c;
                                 memset(&c, 0, sizeof c);
                                 c.dp = dp, c.tp = tp, c.pp = pp, c.micro_batch = mb, c.microbatches = m;

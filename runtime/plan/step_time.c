@@ -12,7 +12,8 @@
  * across model sizes of the published tables (test_published.c).
  *
  * The makespan is pp_sim_run on the very schedule the engine executes, with each
- * chunk's forward and backward cost = its compute + its tensor-parallel
+ * chunk's forward and backward cost (ZB-H1: the backward's B and W, W being the
+ * blocks' weight-gradient GEMMs) = its compute + its tensor-parallel
  * collectives (synchronous, as the tp layers issue them: on the critical path,
  * not overlapped) + the part of FSDP's gathers / ZeRO-2's reduce-scatters that
  * the unit's compute cannot hide (at least one unit's worth: the first gather has
@@ -55,6 +56,7 @@ static double adam_bytes_per_elem(const plan_estimate *e)
 
 typedef struct {
     double fwd, bwd;           /* one microbatch, with tp and exposed sharding comm */
+    double bwd_w;              /* of bwd, the weight-gradient GEMMs a zero-bubble W pass runs */
     double fwd_flop, bwd_flop; /* s: compute alone (GEMMs + memory-bound ops) */
     double fwd_count, bwd_count; /* FLOPs executed (this tp rank) */
     double tp, shard;          /* of which tp all-reduces, exposed FSDP / ZeRO-2 traffic */
@@ -93,13 +95,14 @@ static double link_latency(const plan_estimate *e, const plan_comm *c)
  * peak its smallest dimension reaches (the profile's gemm_efficiency), the
  * memory-bound ops at the profile's memory bandwidth. */
 static void work_time(const plan_estimate *e, const sizes_unit_work *w, double *fwd, double *bwd, double *fwd_fl,
-                      double *bwd_fl)
+                      double *bwd_fl, double *bwd_w)
 {
     double bw = per_rank(e, e->hw.memory_bw) * e->hw.memory_eff;
     for (int i = 0; i < w->n_gemm; i++) {
         double rate = e->peak * hw_gemm_efficiency(&e->hw, w->gemm[i].dim);
         *fwd += w->gemm[i].fwd_flops / rate;
         *bwd += w->gemm[i].bwd_flops / rate;
+        *bwd_w += w->gemm[i].w_flops / rate;
         *fwd_fl += w->gemm[i].fwd_flops;
         *bwd_fl += w->gemm[i].bwd_flops;
     }
@@ -124,7 +127,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     for (int u = first[c]; u < first[c + 1]; u++) {
         sizes_unit_work w;
         sizes_unit_work_of(md, u, job->train.recompute, (int)B, par->tp, sp, elem, &w);
-        work_time(e, &w, &k.fwd_flop, &k.bwd_flop, &k.fwd_count, &k.bwd_count);
+        work_time(e, &w, &k.fwd_flop, &k.bwd_flop, &k.fwd_count, &k.bwd_count, &k.bwd_w);
         double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
         k.grads += n * (double)sizes_reduce_elem_bytes(e->sizes);
@@ -230,10 +233,11 @@ static double exposed_once(const plan_estimate *e, plan_stage *st, double params
 /* A lower bound of the pipeline's makespan without simulating it: rank r can
  * compute nothing before micro-batch 0 has gone forward through chunks 0..r-1
  * (each hop a p2p), and after its last backward (of a chunk >= r) the backward
- * must still run down through chunks r-1..0. So makespan >= fill_r + busy_r +
- * drain_r for every rank; with equal chunks and one chunk per rank (GPipe,
+ * must still run down through chunks r-1..0 (ZB-H1: their B's). So makespan >=
+ * fill_r + busy_r + drain_r for every rank; with equal chunks and one chunk per rank (GPipe,
  * 1F1B) that is the simulated makespan itself. */
-static double makespan_bound(const job_parallel *par, const double *fwd, const double *bwd, double p2p)
+static double makespan_bound(const job_parallel *par, const double *fwd, const double *bwd, const double *drain_bwd,
+                             double p2p)
 {
     int pp = par->pp, v = par->virtual_stages, m = par->microbatches;
     double fill = 0, drain = 0, bound = 0;
@@ -245,7 +249,7 @@ static double makespan_bound(const job_parallel *par, const double *fwd, const d
         }
         if (fill + busy + drain > bound) bound = fill + busy + drain;
         fill += fwd[r] + p2p;
-        drain += bwd[r] + p2p;
+        drain += drain_bwd[r] + p2p;
     }
     return bound;
 }
@@ -267,8 +271,9 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
     }
     chunk_cost *k = calloc((size_t)chunks, sizeof *k);
     double *fwd = calloc((size_t)chunks, sizeof *fwd), *bwd = calloc((size_t)chunks, sizeof *bwd);
-    if (!k || !fwd || !bwd) {
-        free(k), free(fwd), free(bwd);
+    double *bwd_b = calloc((size_t)chunks, sizeof *bwd_b), *bwd_w = calloc((size_t)chunks, sizeof *bwd_w);
+    if (!k || !fwd || !bwd || !bwd_b || !bwd_w) {
+        free(k), free(fwd), free(bwd), free(bwd_b), free(bwd_w);
         snprintf(err, errlen, "estimate: out of memory");
         return -1;
     }
@@ -276,6 +281,10 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
         k[c] = cost_of_chunk(e, c);
         fwd[c] = k[c].fwd * MS;
         bwd[c] = k[c].bwd * MS;
+        /* ZB-H1: W is the blocks' weight-gradient GEMMs; B the rest, the tp
+         * collectives and exposed sharding traffic included */
+        bwd_w[c] = k[c].bwd_w * MS;
+        bwd_b[c] = bwd[c] - bwd_w[c];
     }
     const job_model *md = &job->model;
     double act = (double)job->train.micro_batch * model_seq_len(md) * md->d_model *
@@ -290,7 +299,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
             if (t > e->p2p) e->p2p = t;
         }
         if (simulate) {
-            pp_sim_costs costs = {fwd, bwd, e->p2p * MS};
+            pp_sim_costs costs = {fwd, bwd, e->p2p * MS, bwd_b, bwd_w};
             /* sizes validated the schedule when it built it */
             rc = pp_sim_run_validated(sizes_schedule(e->sizes), &costs, &e->sim, err, errlen);
             e->has_sim = 1;
@@ -299,7 +308,8 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
                 e->bubble = e->sim.bubble;
             }
         } else {
-            e->makespan = makespan_bound(par, fwd, bwd, e->p2p * MS) / MS;
+            /* ZB-H1: only the B's carry the gradient down */
+            e->makespan = makespan_bound(par, fwd, bwd, par->pp_schedule == PP_ZB_H1 ? bwd_b : bwd, e->p2p * MS) / MS;
             e->bubble = 0; /* unknown: only the simulation tells */
         }
     } else {
@@ -330,7 +340,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
             st->optimizer = offload_step_s(e, (double)(st->mem.host - st->mem.host_params) / 12.0);
         if (st->exposed_once + st->optimizer > tail) tail = st->exposed_once + st->optimizer;
     }
-    free(k), free(fwd), free(bwd);
+    free(k), free(fwd), free(bwd), free(bwd_b), free(bwd_w);
     if (rc) return -1;
     double G = job->train.global_batch;
     e->model_flops = model_flops_per_sample(md, RECOMPUTE_NONE) * G;

@@ -260,7 +260,12 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
 /* What one micro-batch of a chunk stashes, as model_acts_create allocates it. */
 static model_acts_size chunk_acts(const engine *e, model *m, int mb)
 {
-    return model_acts_sizes(model_get_spec(m), model_get_shard(m), mb, e->job.train.recompute, model_get_precision(m));
+    model_acts_size z = model_acts_sizes(model_get_spec(m), model_get_shard(m), mb, e->job.train.recompute,
+                                         model_get_precision(m));
+    /* ZB-H1's W-pending gradients, kept with the stash (model_acts_create_split) */
+    if (e->ex && e->job.parallel.pp_schedule == PP_ZB_H1)
+        z.stash += model_acts_wkeep_bytes(model_get_spec(m), model_get_shard(m), mb, model_get_precision(m));
+    return z;
 }
 
 /* Activations: one micro-batch's with pp = 1; the executor's slots with pp > 1

@@ -5,6 +5,7 @@
 
 #include "runtime/worker/engine_internal.h"
 #include "runtime/parallel/trace.h"
+#include "lib/util/clock.h"
 #include "lib/util/exit_codes.h"
 
 void engine_trace_begin(engine *e)
@@ -17,7 +18,7 @@ void engine_trace_begin(engine *e)
         fprintf(stderr, "dtrun: rank %d: %s (no trace)\n", e->rank, why);
 }
 
-/* Lanes as the metrics count time: F / B are compute, a receive's wait is idle
+/* Lanes as the metrics count time: F / B (ZB-H1: B-input and W) are compute, a receive's wait is idle
  * (the bubble). A send's posting is neither (the metrics count it as compute, it
  * takes microseconds): left out. */
 void engine_trace_pp_span(void *ctx, pp_op op, int chunk, int mb, double t0, double t1)
@@ -26,6 +27,14 @@ void engine_trace_pp_span(void *ctx, pp_op op, int chunk, int mb, double t0, dou
     switch (op) {
     case PP_OP_FORWARD: trace_span(TRACE_COMPUTE, t0, t1, "F chunk %d mb %d", chunk, mb); break;
     case PP_OP_BACKWARD: trace_span(TRACE_COMPUTE, t0, t1, "B chunk %d mb %d", chunk, mb); break;
+    /* ZB-H1's two halves of a backward, each its own span (the W's fill the bubble) */
+    case PP_OP_BACKWARD_B:
+        /* its units' after-hooks come in the W: the last unit's span closes here,
+         * inside this one (which therefore ends now, a few microseconds past t1) */
+        trace_unit_close();
+        trace_span(TRACE_COMPUTE, t0, clock_now_s(), "B-input chunk %d mb %d", chunk, mb);
+        break;
+    case PP_OP_BACKWARD_W: trace_span(TRACE_COMPUTE, t0, t1, "W chunk %d mb %d", chunk, mb); break;
     case PP_OP_RECV_ACT: trace_span(TRACE_IDLE, t0, t1, "wait: RECV_ACT chunk %d mb %d", chunk, mb); break;
     case PP_OP_RECV_GRAD: trace_span(TRACE_IDLE, t0, t1, "wait: RECV_GRAD chunk %d mb %d", chunk, mb); break;
     default: break;

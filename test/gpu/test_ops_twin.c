@@ -309,6 +309,25 @@ static void test_matmul(int N, int IC, int OC, int with_bias, int pad, double to
     snprintf(what, sizeof what, "matmul_backward dw N=%d IC=%d OC=%d%s%s", N, IC, OC,
              with_bias ? "" : " (dinp, dbias NULL)", tag);
     expect(what, &dgw, gw, (size_t)OC * IC, tol);
+    if (with_bias) {
+        /* a zero-bubble pipeline's B (dinp alone) then W (dw, dbias alone): bitwise
+         * the combined call on the device too, from the same starting values */
+        float *h_gi = hrand((size_t)N * IC, 1.0f), *h_gw = hrand((size_t)OC * IC, 1.0f), *h_gb = hrand((size_t)OC, 1.0f);
+        dbuf a_gi = dup_f(h_gi, (size_t)N * IC, pad), a_gw = dup_f(h_gw, (size_t)OC * IC, pad), a_gb = dup_f(h_gb, (size_t)OC, pad);
+        dbuf s_gi = dup_f(h_gi, (size_t)N * IC, pad), s_gw = dup_f(h_gw, (size_t)OC * IC, pad), s_gb = dup_f(h_gb, (size_t)OC, pad);
+        gpu->matmul_backward(a_gi.p, a_gw.p, a_gb.p, dg.p, di.p, dw.p, N, IC, OC);
+        gpu->matmul_backward(s_gi.p, NULL, NULL, dg.p, NULL, dw.p, N, IC, OC);
+        gpu->matmul_backward(NULL, s_gw.p, s_gb.p, dg.p, di.p, NULL, N, IC, OC);
+        float *r[6] = {back(&a_gi, (size_t)N * IC), back(&a_gw, (size_t)OC * IC), back(&a_gb, (size_t)OC),
+                       back(&s_gi, (size_t)N * IC), back(&s_gw, (size_t)OC * IC), back(&s_gb, (size_t)OC)};
+        snprintf(what, sizeof what, "matmul_backward N=%d IC=%d OC=%d%s split into dinp alone, then dw + dbias", N, IC, OC, tag);
+        CHECK(memcmp(r[0], r[3], (size_t)N * IC * sizeof(float)) == 0 &&
+                  memcmp(r[1], r[4], (size_t)OC * IC * sizeof(float)) == 0 && memcmp(r[2], r[5], (size_t)OC * sizeof(float)) == 0,
+              "%s: bitwise the combined call", what);
+        for (int i = 0; i < 6; i++) free(r[i]);
+        drop(&a_gi); drop(&a_gw); drop(&a_gb); drop(&s_gi); drop(&s_gw); drop(&s_gb);
+        free(h_gi); free(h_gw); free(h_gb);
+    }
     drop(&di); drop(&dw); drop(&db); drop(&dout); drop(&dg); drop(&dgi); drop(&dgw); drop(&dgb);
     free(inp); free(w); free(bias); free(out); free(g); free(gi); free(gw); free(gb);
 }

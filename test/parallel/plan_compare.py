@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """plan_compare.py — does the dry-run predict what the run then measured?
 
-usage: plan_compare.py [--busy SHARE] DIR NAME...
+usage: plan_compare.py [--busy SHARE] [--bubble-points POINTS] DIR NAME...
 
 For each NAME, DIR/NAME.dry.json is `dtrun --dry-run --format json` of the job and
 DIR/NAME.rankN.jsonl the metrics every rank of its run wrote (train.c). Memory: per
@@ -19,20 +19,21 @@ Goal: within 5 %; above 10 % the check fails.
 Bubble, for NAMEs with pp > 1 whose runs had a core per rank: the dry-run's
 (pp_sim on the very schedule the executor runs, per-chunk costs from FLOPs)
 against the executor's measured idle fraction (pp_exec), mean over the pp ranks,
-within 5 points. Per step the measured value is the mean over the ranks; the
+within 5 points (--bubble-points: another limit). Per step the measured value is the mean over the ranks; the
 steps whose wall time is in the slower half are left out and the median of the
 rest is taken: a step in which another process took a rank's core makes the
 other ranks wait, which is idle time of that machine, not of the schedule.
 The first step (warm-up: page faults, first touches) is never used. And a run
 during which other processes took more than SHARE of a core (DIR/NAME.cpu.json,
 cpu_share.py; default 0.15) did not have a core per rank: its bubble is reported,
-not judged.
+not judged; nor is one with more ranks than this machine has cores.
 
 Prints a table and exits 1 when a check fails, 77 when none failed but a bubble
 could not be judged.
 """
 import glob
 import json
+import os
 import statistics
 import sys
 
@@ -73,11 +74,32 @@ def ranks(d, name):
     return out
 
 
+def measured_bubble(runs):
+    """The measured bubble of a run's ranks (NAME.rankN.jsonl rows by rank): the
+    median over the faster half of steps 2..N of the mean over ranks; and per rank."""
+    n_steps = min(len(rows) for rows in runs.values())
+    steps = []
+    for s in range(1, n_steps):  # step 1 is warm-up
+        wall = max(runs[r][s]["time"]["wall"] for r in runs)
+        b = statistics.fmean(runs[r][s]["bubble"] for r in runs)
+        steps.append((wall, b, [runs[r][s]["bubble"] for r in sorted(runs)]))
+    steps.sort()
+    fast = steps[: max(1, (len(steps) + 1) // 2)]
+    meas = statistics.median(b for _, b, _ in fast)
+    per_rank = [statistics.median(x[2][i] for x in fast) for i in range(len(runs))]
+    return meas, per_rank
+
+
 def main():
+    global BUBBLE_POINTS
     args = sys.argv[1:]
     busy_limit = 0.15
-    if args[:1] == ["--busy"]:
-        busy_limit, args = float(args[1]), args[2:]
+    while args[:1] in (["--busy"], ["--bubble-points"]):
+        if args[0] == "--busy":
+            busy_limit = float(args[1])
+        else:
+            BUBBLE_POINTS = float(args[1]) / 100
+        args = args[2:]
     d, names = args[0], args[1:]
     ok, unjudged = True, 0
     worst = 0.0
@@ -119,16 +141,7 @@ def main():
         print("pipeline bubble: predicted (dry-run, cpu profile) vs measured idle fraction "
               "(median of the faster half of steps 2..N), ideal (p-1)/(v*m+p-1)")
     for name, dry, runs in bubbles:
-        n_steps = min(len(rows) for rows in runs.values())
-        steps = []
-        for s in range(1, n_steps):  # step 1 is warm-up
-            wall = max(runs[r][s]["time"]["wall"] for r in runs)
-            b = statistics.fmean(runs[r][s]["bubble"] for r in runs)
-            steps.append((wall, b, [runs[r][s]["bubble"] for r in sorted(runs)]))
-        steps.sort()
-        fast = steps[: max(1, (len(steps) + 1) // 2)]
-        meas = statistics.median(b for _, b, _ in fast)
-        per_rank = [statistics.median(x[2][i] for x in fast) for i in range(len(runs))]
+        meas, per_rank = measured_bubble(runs)
         pred = dry["step"]["bubble"]
         ideal = dry["pipeline"]["ideal_bubble"]
         diff = meas - pred
@@ -138,7 +151,10 @@ def main():
         except (OSError, ValueError, KeyError):
             foreign = 0.0
         verdict = "ok  " if good else "FAIL"
-        if foreign > busy_limit:
+        if dry["layout"]["world"] > len(os.sched_getaffinity(0)):
+            verdict = "cores"  # ranks shared cores: not a measurement of the schedule
+            unjudged += 1
+        elif foreign > busy_limit:
             verdict = "busy"  # other processes had the cores: not a measurement of the schedule
             unjudged += 1
         else:

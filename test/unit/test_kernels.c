@@ -203,8 +203,16 @@ static void test_matmul(void) {
     float *dw3 = zero_buf((size_t)OC * IC);
     ops->matmul_backward(NULL, dw3, NULL, m.R, m.inp, m.w, N, IC, OC);
     CHECK(max_rel_err_f(dw3, dw, (size_t)OC * IC, 0) == 0.0, "matmul_backward with dinp = dbias = NULL gives the same dw");
+    /* a zero-bubble pipeline's B (dinp alone, dw NULL) then W (dw, dbias): the
+     * same bits as the one call, with w unread in W and inp unread in B */
+    float *dinp4 = zero_buf((size_t)N * IC), *dw4 = zero_buf((size_t)OC * IC), *db4 = zero_buf(OC);
+    ops->matmul_backward(dinp4, NULL, NULL, m.R, NULL, m.w, N, IC, OC);
+    ops->matmul_backward(NULL, dw4, db4, m.R, m.inp, NULL, N, IC, OC);
+    CHECK(memcmp(dinp4, dinp, (size_t)N * IC * sizeof(float)) == 0 && memcmp(dw4, dw, (size_t)OC * IC * sizeof(float)) == 0 &&
+              memcmp(db4, db, (size_t)OC * sizeof(float)) == 0,
+          "matmul_backward split in dinp alone and dw + dbias alone is bitwise the combined call");
     free(m.out), free(m.inp), free(m.w), free(m.b), free(m.R);
-    free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2), free(dw3);
+    free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2), free(dw3), free(dinp4), free(dw4), free(db4);
 }
 
 /* ------------------------------------------------------------- attention */

@@ -602,6 +602,145 @@ static void bf16_acts(const job_model *s, const char *what)
     for (int k = 0; k < 4; k++) run_free(&r[k]);
 }
 
+/* ---------- the backward in two passes (zero-bubble pipelines) ---------- */
+
+typedef struct {
+    int ev[64], n;
+} hook_log;
+
+static void log_before(void *ctx, int unit, model_phase ph)
+{
+    hook_log *l = ctx;
+    if (ph == PHASE_BACKWARD && l->n < 64) l->ev[l->n++] = unit;
+}
+
+static void log_after(void *ctx, int unit, model_phase ph)
+{
+    hook_log *l = ctx;
+    if (ph == PHASE_BACKWARD && l->n < 64) l->ev[l->n++] = -1 - unit;
+}
+
+/* Two micro-batches through a whole model, or a pipeline chunk of it: plain,
+ * F(0) B(0) F(1) B(1); split, F(0) F(1) B(0) B(1) W(0) W(1) (a W as late as ZB-H1
+ * puts one). The gradients must be bitwise the same, the after(BACKWARD) hooks
+ * all in the W's, in model_backward's order, the before hooks all in the B's. */
+static void split_backward(const job_model *s, int ub, int ue, const model_precision *prec, recompute_kind rc,
+                           const char *what)
+{
+    test_batch tb[2];
+    make_batch(&tb[0], s, 5);
+    make_batch(&tb[1], s, 6);
+    int U = s->n_layer + 2;
+    float *dout[2] = {NULL, NULL};
+    model *mm[2];
+    hook_log log[2] = {{{0}, 0}, {{0}, 0}};
+    for (int k = 0; k < 2; k++) {
+        model_shard sh = {.tp_rank = 0, .tp_size = 1, .unit_begin = ub, .unit_end = ue};
+        mm[k] = model_create_prec(s, &sh, ops, rc, prec);
+        test_init(mm[k], 13);
+        model_hooks h = {.ctx = &log[k], .before = log_before, .after = log_after};
+        model_set_hooks(mm[k], &h);
+        model_zero_grads(mm[k]);
+    }
+    model_acts *a[2], *b[2];
+    size_t n_io = model_acts_io_numel(mm[0], TB), io = n_io * model_acts_io_elem_size(mm[0]);
+    float *vals = malloc(n_io * sizeof(float));
+    /* a chunk without the embedding or the head: its input and output gradient,
+     * in the activations' precision */
+    for (int i = 0; i < 2; i++) {
+        a[i] = model_acts_create(mm[0], TB);
+        b[i] = model_acts_create_split(mm[1], TB);
+        for (size_t j = 0; j < n_io; j++) vals[j] = sinf(0.37f * (float)j + (float)i);
+        if (ub > 0 && io == n_io * 2) ops->to_bf16(model_acts_input(a[i]), vals, n_io);
+        else if (ub > 0) memcpy(model_acts_input(a[i]), vals, io);
+        if (ub > 0) memcpy(model_acts_input(b[i]), model_acts_input(a[i]), io);
+        if (ue == U) continue;
+        dout[i] = malloc(io);
+        for (size_t j = 0; j < n_io; j++) vals[j] = 0.01f * cosf(0.23f * (float)j + (float)i);
+        if (io == n_io * 2) ops->to_bf16((uint16_t *)dout[i], vals, n_io);
+        else memcpy(dout[i], vals, io);
+    }
+    free(vals);
+    for (int i = 0; i < 2; i++) {
+        model_forward(mm[0], a[i], &tb[i].mb, NULL);
+        if (dout[i]) memcpy(model_acts_doutput(a[i]), dout[i], io);
+        model_backward(mm[0], a[i], &tb[i].mb, 0.5f);
+    }
+    int befores_in_b = 1, afters_in_w = 1;
+    for (int i = 0; i < 2; i++) model_forward(mm[1], b[i], &tb[i].mb, NULL);
+    for (int i = 0; i < 2; i++) {
+        if (dout[i]) memcpy(model_acts_doutput(b[i]), dout[i], io);
+        int n0 = log[1].n;
+        model_backward_input(mm[1], b[i], &tb[i].mb, 0.5f);
+        for (int e = n0; e < log[1].n; e++) befores_in_b &= log[1].ev[e] >= 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        int n0 = log[1].n;
+        model_backward_weight(mm[1], b[i], &tb[i].mb);
+        for (int e = n0; e < log[1].n; e++) afters_in_w &= log[1].ev[e] < 0;
+    }
+    /* the order of each kind of hook, micro-batch by micro-batch, as the plain run's */
+    int order = 1, na = 0, nb = 0;
+    int plain_after[64], split_after[64];
+    for (int e = 0; e < log[0].n; e++)
+        if (log[0].ev[e] < 0) plain_after[na++] = log[0].ev[e];
+    for (int e = 0; e < log[1].n; e++)
+        if (log[1].ev[e] < 0 && nb < 64) split_after[nb++] = log[1].ev[e];
+    order = na == nb && na == 2 * (ue - ub) && !memcmp(plain_after, split_after, (size_t)na * sizeof(int));
+    int same = 1;
+    for (int i = 0; i < model_param_count(mm[0]); i++)
+        same &= !memcmp(model_param_grad(mm[0], i), model_param_grad(mm[1], i),
+                        model_param(mm[0], i)->local_numel * model_grad_elem_bytes(mm[0]));
+    /* and the input gradient B hands to the previous stage */
+    if (ub > 0) same &= !memcmp(model_acts_dinput(a[1]), model_acts_dinput(b[1]), io);
+    CHECK(same && befores_in_b && afters_in_w && order,
+          "%s: B then W (W two micro-batches late) gives bitwise model_backward's gradients (%d); before hooks in B "
+          "(%d), after hooks in W (%d), in model_backward's order (%d)",
+          what, same, befores_in_b, afters_in_w, order);
+    for (int i = 0; i < 2; i++) {
+        model_acts_destroy(a[i]);
+        model_acts_destroy(b[i]);
+        free(dout[i]);
+    }
+    model_destroy(mm[0]);
+    model_destroy(mm[1]);
+}
+
+static void split_backward_all(const job_model *s, const char *what)
+{
+    char line[128];
+    model_precision bf = {.bf16 = 1};
+    int L = s->n_layer;
+    snprintf(line, sizeof line, "%s whole", what);
+    split_backward(s, 0, L + 2, NULL, RECOMPUTE_NONE, line);
+    snprintf(line, sizeof line, "%s chunk [0,2)", what);
+    split_backward(s, 0, 2, NULL, RECOMPUTE_NONE, line);
+    snprintf(line, sizeof line, "%s chunk [1,2) selective", what);
+    split_backward(s, 1, 2, NULL, RECOMPUTE_SELECTIVE, line);
+    snprintf(line, sizeof line, "%s chunk [2,4) bf16", what);
+    split_backward(s, 2, L + 2, &bf, RECOMPUTE_NONE, line);
+    snprintf(line, sizeof line, "%s whole bf16", what);
+    split_backward(s, 0, L + 2, &bf, RECOMPUTE_NONE, line);
+    /* fp32 keeps the W-pending gradients in stash tensors B is done with: only
+     * the last block of a stage without the head needs its [N, C] output gradient
+     * apart; bf16 keeps all four of every block apart */
+    model_shard whole = {.tp_size = 1, .unit_end = L + 2}, first = {.tp_size = 1, .unit_end = 2};
+    size_t NC = (size_t)TB * (size_t)model_seq_len(s) * (size_t)s->d_model;
+    size_t per_block16 = (2 * NC + (size_t)TB * model_seq_len(s) * (size_t)(s->d_ff + 3 * s->d_model)) * 4;
+    CHECK(model_acts_wkeep_bytes(s, &whole, TB, NULL) == 0 && model_acts_wkeep_bytes(s, &first, TB, NULL) == NC * 4 &&
+              model_acts_wkeep_bytes(s, &whole, TB, &bf) >= (size_t)L * per_block16,
+          "%s: W-pending bytes: fp32 whole %zu (0), fp32 stage without the head %zu (N x C x 4 = %zu), bf16 whole %zu "
+          "(>= %zu)", what, model_acts_wkeep_bytes(s, &whole, TB, NULL), model_acts_wkeep_bytes(s, &first, TB, NULL),
+          NC * 4, model_acts_wkeep_bytes(s, &whole, TB, &bf), (size_t)L * per_block16);
+    /* what it cannot split: one line why, no activations */
+    model *m = make_model(s, 0, 1, 0, L + 2, RECOMPUTE_BLOCK);
+    model_acts *a = model_acts_create_split(m, TB);
+    CHECK(!a && model_split_unsupported(model_get_shard(m), RECOMPUTE_BLOCK, NULL),
+          "%s: no split backward under block recompute", what);
+    model_acts_destroy(a);
+    model_destroy(m);
+}
+
 /* ---------- hooks: order, and rebinding inside them (the FSDP contract) ---------- */
 
 typedef struct {
@@ -963,6 +1102,8 @@ int main(void)
     bf16_acts(&v, "vit");
     hooks_and_rebind(&g, "gpt");
     hooks_and_rebind(&v, "vit");
+    split_backward_all(&g, "gpt");
+    split_backward_all(&v, "vit");
     acts_sizes();
     preset_counts();
     smaller_batch(&g, "gpt");

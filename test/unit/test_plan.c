@@ -194,7 +194,7 @@ static void test_golden_bubble_table(void)
             }
             double fwd[8], bwd[8];
             for (int c = 0; c < 8; c++) fwd[c] = 1, bwd[c] = 2;
-            pp_sim_costs costs = {fwd, bwd, 0};
+            pp_sim_costs costs = {fwd, bwd, 0, NULL, NULL};
             pp_sim_result r;
             char err[256];
             int rc = pp_sim_run(sizes_schedule(s), &costs, &r, err, sizeof err);
@@ -768,7 +768,7 @@ static int mode_of(const char *name)
 }
 static int schedule_of(const char *name)
 {
-    for (int i = PP_GPIPE; i <= PP_INTERLEAVED; i++)
+    for (int i = PP_GPIPE; i <= PP_ZB_H1; i++)
         if (!strcmp(job_pp_schedule_name((pp_schedule_kind)i), name)) return i;
     return -1;
 }
@@ -910,9 +910,9 @@ static void test_planner_bound(void)
         return;
     int ok = 1, tried = 0;
     double worst = 1;
-    static const pp_schedule_kind kinds[] = {PP_GPIPE, PP_1F1B, PP_INTERLEAVED};
+    static const pp_schedule_kind kinds[] = {PP_GPIPE, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1};
     for (int pp = 2; pp <= 8; pp *= 2)
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < 4; k++)
             for (int mode = SHARD_NONE; mode <= SHARD_FSDP; mode++) {
                 job_spec j = job;
                 j.parallel.pp = pp, j.parallel.dp = 8 / pp, j.parallel.mode = (shard_mode)mode;

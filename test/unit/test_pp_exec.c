@@ -339,13 +339,15 @@ static void run_rank(rank_setup *rs, comm *pp, int p, int rank, rank_header *h, 
     h->loss = res.loss;
     h->correct = res.correct;
     h->step_s = res.step_s, h->busy_s = res.busy_s, h->idle_s = res.idle_s, h->bubble = res.bubble;
-    int n_bwd = 0, n_fwd = 0;
+    /* backwards: BACKWARD or ZB-H1's B; the hooks go around every pass, W's too */
+    int n_bwd = 0, n_fwd = 0, n_pass = 0;
     for (int i = 0; i < rs->sched.n_actions[rank]; i++) {
         n_fwd += rs->sched.actions[rank][i].op == PP_OP_FORWARD;
-        n_bwd += rs->sched.actions[rank][i].op == PP_OP_BACKWARD;
+        n_bwd += pp_op_makes_dinput(rs->sched.actions[rank][i].op);
+        n_pass += pp_op_is_backward(rs->sched.actions[rank][i].op);
     }
     h->counts_ok = res.forwards == n_fwd && res.backwards == n_bwd;
-    h->hooks_ok = hl.before == n_bwd && hl.after == n_bwd && hl.unpaired == 0 &&
+    h->hooks_ok = hl.before == n_pass && hl.after == n_pass && hl.unpaired == 0 &&
                   hl.last_chunk_flags == rs->v && hl.last_rank_flags == 1 && hl.last_rank_was_final;
     if (h->rc == 0 && rs->spec.kind == MODEL_GPT) {
         /* The embedding group: both wte copies end up with the whole gradient. */
@@ -491,6 +493,10 @@ static int configs_for(int p, config *out)
     out[n++] = (config){.kind = PP_INTERLEAVED, .m = p, .v = 2, .vit = 1};
     out[n++] = (config){.kind = PP_1F1B, .m = 4, .v = 1, .recompute = RECOMPUTE_BLOCK};
     out[n++] = (config){.kind = PP_INTERLEAVED, .m = 2 * p, .v = 2, .spare = 2};
+    /* ZB-H1: split backward, slots held until the W */
+    for (int k = 0; k < 4; k++) out[n++] = (config){.kind = PP_ZB_H1, .m = ms[k], .v = 1};
+    out[n++] = (config){.kind = PP_ZB_H1, .m = 4, .v = 1, .vit = 1};
+    out[n++] = (config){.kind = PP_ZB_H1, .m = 2 * p, .v = 1, .spare = 2};
     return n;
 }
 
@@ -642,7 +648,7 @@ static void rm_tree(const char *dir)
 /* Every configuration for p ranks, one after the other on the same world. */
 static int body_matrix(comm *w, int rank, int p, const char *dir, void *arg)
 {
-    config cs[20];
+    config cs[32];
     int n = configs_for(p, cs), bad = 0;
     for (int ci = 0; ci < n; ci++) {
         job_model s = model_for(p, &cs[ci]);
@@ -674,7 +680,7 @@ static void matrix(int p)
     int rc = run_world(p, dir, body_matrix, NULL, 20, 60, -1);
     CHECK(rc == 0, "p=%d: %d forked ranks ran every schedule and exited cleanly (%.1f s)", p, p,
           now_s() - t0);
-    config cs[20];
+    config cs[32];
     int n = configs_for(p, cs);
     for (int ci = 0; ci < n; ci++) judge(p, &cs[ci], dir, ci);
     rm_tree(dir);
@@ -806,7 +812,7 @@ typedef struct {
     int m;
 } bubble_case;
 
-static const bubble_case bubble_cases[] = {{PP_GPIPE, 2}, {PP_GPIPE, 8}, {PP_1F1B, 2}, {PP_1F1B, 8}};
+static const bubble_case bubble_cases[] = {{PP_GPIPE, 2}, {PP_GPIPE, 8}, {PP_1F1B, 2}, {PP_1F1B, 8}, {PP_ZB_H1, 8}};
 enum { N_BUBBLE = sizeof bubble_cases / sizeof bubble_cases[0] };
 
 static int body_bubble(comm *w, int rank, int p, const char *dir, void *arg)
@@ -865,7 +871,7 @@ static void bubble(int p)
             snprintf(per + used, sizeof per - used, " r%d %.3f", r, h.bubble);
         }
         const bubble_case *b = &bubble_cases[k];
-        printf("# bubble %s p=%d m=%d: measured mean %.3f (%s ) vs ideal (p-1)/(m+p-1) = %.3f; "
+        printf("# bubble %s p=%d m=%d: measured mean %.3f (%s ) vs ideal (pp_schedule_ideal_bubble) %.3f; "
                "step %.1f ms\n", pp_schedule_kind_name(b->kind), p, b->m, sum / p, per,
                pp_schedule_ideal_bubble(b->kind, p, b->m, 1), step * 1e3);
     }

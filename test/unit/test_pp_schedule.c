@@ -6,7 +6,10 @@
  *   interleaved:   (p-1) / (v*m + p - 1)
  * i.e. every rank idles exactly (p-1) chunk-times of F+B. Megatron's paper states
  * the interleaved bubble relative to the ideal (busy) time, (p-1) / (v*m); that is
- * the same fact, checked below as idle / busy. */
+ * the same fact, checked below as idle / busy.
+ * ZB-H1 (B = W = F, the backward split in halves), m >= p: (p-1) / (3m + p - 1),
+ * each rank idling (p-1) F instead of 1F1B's (p-1)(F+B+W); with any B and W the
+ * paper's (p-1)(F+B-W) when that is at least 0. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,7 +86,7 @@ static void check_one(pp_schedule_kind kind, int p, int m, int v) {
 
     double f[MAX_CHUNKS];
     unit_costs(f, p * v);
-    pp_sim_costs costs = {f, NULL, 0.0};
+    pp_sim_costs costs = {f, NULL, 0.0, NULL, NULL};
     pp_sim_result r;
     char sim_err[512] = "";
     int ran = pp_sim_run(&s, &costs, &r, sim_err, sizeof sim_err) == 0;
@@ -140,6 +143,123 @@ static void test_all_schedules(void) {
         }
 }
 
+/* ---- ZB-H1 ---- */
+
+/* A rank's FORWARD / BACKWARD_B sequence with the W's left out must be exactly
+ * 1F1B's FORWARD / BACKWARD sequence (and its messages): the same critical path,
+ * so the same freedom from deadlock, with W's only added in. */
+static int same_as_1f1b_without_w(const pp_schedule *zb, const pp_schedule *ob, int r) {
+    int j = 0;
+    for (int i = 0; i < zb->n_actions[r]; i++) {
+        pp_action a = zb->actions[r][i];
+        if (a.op == PP_OP_BACKWARD_W) continue;
+        if (a.op == PP_OP_BACKWARD_B) a.op = PP_OP_BACKWARD;
+        if (j >= ob->n_actions[r]) return 0;
+        const pp_action *b = &ob->actions[r][j++];
+        if (a.op != b->op || a.chunk != b->chunk || a.mb != b->mb || a.peer != b->peer) return 0;
+    }
+    return j == ob->n_actions[r];
+}
+
+static void check_zero_bubble(int p, int m) {
+    pp_schedule s, o;
+    char err[512] = "", sim_err[512] = "ok";
+    int built = pp_schedule_build(&s, PP_ZB_H1, p, m, 1, err, sizeof err) == 0 &&
+                pp_schedule_build(&o, PP_1F1B, p, m, 1, err, sizeof err) == 0;
+    if (!built) {
+        CHECK(0, "zb-h1 p=%d m=%d builds: %s", p, m, err);
+        return;
+    }
+    int valid = pp_schedule_validate(&s, err, sizeof err) == 0, order = 1, ws = 1;
+    for (int r = 0; r < p; r++) {
+        order &= same_as_1f1b_without_w(&s, &o, r);
+        int n_w = 0;
+        for (int i = 0; i < s.n_actions[r]; i++) n_w += s.actions[r][i].op == PP_OP_BACKWARD_W;
+        ws &= n_w == m;
+    }
+    /* peak in flight (F done, W not): every rank at most 1F1B's rank 0, min(p, m),
+     * and the pipeline's peak equal to 1F1B's; the counting generator agrees */
+    double peak_zb = 0, peak_1f1b = 0;
+    int per_rank_ok = 1;
+    for (int r = 0; r < p; r++) {
+        double z = pp_schedule_peak_in_flight(&s, r, NULL), b = pp_schedule_peak_in_flight(&o, r, NULL);
+        per_rank_ok &= z <= (p < m ? p : m);
+        if (z > peak_zb) peak_zb = z;
+        if (b > peak_1f1b) peak_1f1b = b;
+    }
+    int counted[MAX_CHUNKS], counts_ok = pp_schedule_peak_in_flight_chunks(PP_ZB_H1, p, m, 1, counted, err, sizeof err) == 0;
+    for (int c = 0; counts_ok && c < p; c++) counts_ok = counted[c] == pp_schedule_peak_in_flight_chunk(&s, c);
+    /* deadlock-free under several cost shapes; the bubble law with B = W = F */
+    double f[MAX_CHUNKS], b[MAX_CHUNKS], bb[MAX_CHUNKS], bw[MAX_CHUNKS];
+    static const double shapes[][3] = {{1, 1, 1}, {1, 1.5, 0.5}, {1, 0.5, 1.5}, {2, 1, 1}};
+    int ran = 1;
+    double bubble_uniform = -1, bubble_1f1b = -1, idle_formula = 0;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0] && ran; k++) {
+        for (int c = 0; c < p; c++) {
+            /* uneven chunks too, for k > 0: the last chunk 30% longer */
+            double scale = k > 0 && c == p - 1 ? 1.3 : 1.0;
+            f[c] = shapes[k][0] * scale, bb[c] = shapes[k][1] * scale, bw[c] = shapes[k][2] * scale;
+            b[c] = bb[c] + bw[c];
+        }
+        pp_sim_costs costs = {f, b, k == 3 ? 0.25 : 0.0, bb, bw};
+        pp_sim_result r;
+        ran = pp_sim_run(&s, &costs, &r, sim_err, sizeof sim_err) == 0;
+        if (ran && k == 0) {
+            bubble_uniform = r.bubble;
+            idle_formula = 0;
+            for (int q = 0; q < p; q++) idle_formula = fmax(idle_formula, fabs(r.idle[q] - (p - 1) * 1.0));
+            pp_sim_result r1;
+            if (pp_sim_run(&o, &costs, &r1, sim_err, sizeof sim_err) == 0) bubble_1f1b = r1.bubble;
+            pp_sim_free(&r1);
+        }
+        pp_sim_free(&r);
+    }
+    int law = m < p || (fabs(bubble_uniform - pp_schedule_ideal_bubble(PP_ZB_H1, p, m, 1)) < 1e-9 && idle_formula < 1e-9);
+    int better = p == 1 ? fabs(bubble_uniform) < 1e-12 : bubble_uniform < bubble_1f1b;
+    CHECK(valid && order && ws && per_rank_ok && peak_zb == peak_1f1b && counts_ok && ran && law && better,
+          "zb-h1 p=%d m=%d: valid (%s), F/B order is 1F1B's (%d), one W per mb (%d), peak in flight %g = "
+          "1F1B's %g (ranks within: %d, counted: %d), simulates (%s), bubble %.4f (1F1B %.4f; m >= p: "
+          "(p-1)/(3m+p-1) = %.4f, idle (p-1) F per rank: %d)",
+          p, m, valid ? "ok" : err, order, ws, peak_zb, peak_1f1b, per_rank_ok, counts_ok, sim_err, bubble_uniform,
+          bubble_1f1b, pp_schedule_ideal_bubble(PP_ZB_H1, p, m, 1), law);
+    pp_schedule_free(&s);
+    pp_schedule_free(&o);
+}
+
+static void test_zero_bubble(void) {
+    for (int p = 1; p <= 8; p++)
+        for (int m = 1; m <= 24; m++) check_zero_bubble(p, m);
+    /* the paper's bubble with B != W: (p-1)(F+B-W) per rank (p = 4, m = 8, F = 1,
+     * B = 1.5, W = 0.5: 6 of a makespan of 8 x 3 + 6 = 30) */
+    pp_schedule s;
+    char err[256];
+    pp_schedule_build(&s, PP_ZB_H1, 4, 8, 1, err, sizeof err);
+    double f[4] = {1, 1, 1, 1}, bb[4] = {1.5, 1.5, 1.5, 1.5}, bw[4] = {0.5, 0.5, 0.5, 0.5};
+    pp_sim_costs costs = {f, NULL, 0, bb, bw};
+    pp_sim_result r;
+    int ran = pp_sim_run(&s, &costs, &r, err, sizeof err) == 0;
+    CHECK(ran && fabs(r.makespan - 30) < 1e-9 && fabs(r.idle[0] - 6) < 1e-9 && fabs(r.idle[3] - 6) < 1e-9,
+          "zb-h1 p=4 m=8 F=1 B=1.5 W=0.5: makespan %g (30), idle %g per rank ((p-1)(F+B-W) = 6)",
+          ran ? r.makespan : -1, ran ? r.idle[0] : -1);
+    pp_sim_free(&r);
+    /* a W before its B is refused, as is a plain BACKWARD in a ZB-H1 list */
+    for (int i = 0; i < s.n_actions[0]; i++)
+        if (s.actions[0][i].op == PP_OP_BACKWARD_B) {
+            int j = i;
+            while (s.actions[0][j].op != PP_OP_BACKWARD_W || s.actions[0][j].mb != s.actions[0][i].mb) j++;
+            pp_action t = s.actions[0][i];
+            s.actions[0][i] = s.actions[0][j], s.actions[0][j] = t;
+            CHECK(pp_schedule_validate(&s, err, sizeof err) != 0 && strstr(err, "before its BACKWARD_B"),
+                  "a BACKWARD_W ahead of its BACKWARD_B is refused: %s", err);
+            s.actions[0][j] = s.actions[0][i], s.actions[0][i] = t;
+            s.actions[0][i].op = PP_OP_BACKWARD;
+            CHECK(pp_schedule_validate(&s, err, sizeof err) != 0 && strstr(err, "BACKWARD chunk 0 mb 0 in a zb-h1"),
+                  "a plain BACKWARD in a zb-h1 list is refused: %s", err);
+            break;
+        }
+    pp_schedule_free(&s);
+}
+
 /* ---- golden bubbles, written out by hand ---- */
 
 static void test_golden_bubble(void) {
@@ -156,7 +276,7 @@ static void test_golden_bubble(void) {
             char err[256];
             double f[8];
             unit_costs(f, p);
-            pp_sim_costs costs = {f, NULL, 0.0};
+            pp_sim_costs costs = {f, NULL, 0.0, NULL, NULL};
             pp_sim_result r;
             int ok = pp_schedule_build(&s, (pp_schedule_kind)kind, p, m, 1, err, sizeof err) == 0 &&
                      pp_sim_run(&s, &costs, &r, err, sizeof err) == 0;
@@ -203,7 +323,7 @@ static void test_sim_dependencies(void) {
         pp_sim_result r;
         double f1[4], b1[4];
         for (int k = 0; k < 4; k++) f1[k] = fwd[k], b1[k] = bwd[k];
-        pp_sim_costs costs = {vv == 1 ? f1 : fwd, vv == 1 ? b1 : bwd, p2p};
+        pp_sim_costs costs = {vv == 1 ? f1 : fwd, vv == 1 ? b1 : bwd, p2p, NULL, NULL};
         int ok = pp_schedule_build(&s, (pp_schedule_kind)kind, p, m, vv, err, sizeof err) == 0 &&
                  pp_sim_run(&s, &costs, &r, err, sizeof err) == 0;
         int deps_ok = ok, busy_ok = ok, order_ok = ok;
@@ -244,7 +364,7 @@ static void test_sim_dependencies(void) {
         pp_sim_result r;
         double f[8];
         unit_costs(f, pp);
-        pp_sim_costs costs = {f, NULL, 0.5};
+        pp_sim_costs costs = {f, NULL, 0.5, NULL, NULL};
         int ok = pp_schedule_build(&s, PP_GPIPE, pp, mm, 1, err, sizeof err) == 0 &&
                  pp_sim_run(&s, &costs, &r, err, sizeof err) == 0;
         double want = 3.0 * (mm + pp - 1) + 2 * (pp - 1) * 0.5;
@@ -283,7 +403,7 @@ static void test_deadlock_and_validation(void) {
     s.actions[0][0] = recv;
     CHECK(pp_schedule_validate(&s, err, sizeof err) == 0, "reordered receive is structurally valid: %s", err);
     double f[2] = {1, 1};
-    pp_sim_costs costs = {f, NULL, 0};
+    pp_sim_costs costs = {f, NULL, 0, NULL, NULL};
     pp_sim_result r;
     int rc = pp_sim_run(&s, &costs, &r, err, sizeof err);
     CHECK(rc != 0 && strstr(err, "deadlock") && strstr(err, "rank 0") && strstr(err, "rank 1"),
@@ -336,7 +456,7 @@ static void test_build_errors(void) {
     CHECK(rc != 0, "m = 0 rejected: %s", err);
     pp_schedule_free(&s);
     double f[2] = {1, -1};
-    pp_sim_costs costs = {f, NULL, 0};
+    pp_sim_costs costs = {f, NULL, 0, NULL, NULL};
     pp_sim_result r;
     pp_schedule_build(&s, PP_1F1B, 2, 2, 1, err, sizeof err);
     rc = pp_sim_run(&s, &costs, &r, err, sizeof err);
@@ -380,7 +500,7 @@ static void test_print(void) {
     char err[256];
     double f[8];
     unit_costs(f, 8);
-    pp_sim_costs costs = {f, NULL, 0};
+    pp_sim_costs costs = {f, NULL, 0, NULL, NULL};
     pp_schedule_build(&s, PP_1F1B, 8, 32, 1, err, sizeof err);
     int ok = pp_sim_run(&s, &costs, &r, err, sizeof err) == 0;
     char *text = NULL;
@@ -531,6 +651,7 @@ static void test_partition(void) {
 int main(void) {
     test_all_schedules();
     test_golden_bubble();
+    test_zero_bubble();
     test_sim_dependencies();
     test_deadlock_and_validation();
     test_build_errors();

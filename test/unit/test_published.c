@@ -423,7 +423,7 @@ static void test_bubble(void)
         }
         double *fwd = malloc((size_t)(p * v) * sizeof *fwd), *bwd = malloc((size_t)(p * v) * sizeof *bwd);
         for (int c = 0; c < p * v; c++) fwd[c] = 1.0 / v, bwd[c] = 2.0 / v;
-        pp_sim_costs costs = {fwd, bwd, 0};
+        pp_sim_costs costs = {fwd, bwd, 0, NULL, NULL};
         pp_sim_result r;
         int rc = pp_sim_run(&sc, &costs, &r, err, sizeof err);
         double idle_over_ideal = rc ? -1 : r.bubble / (1 - r.bubble), want = (double)(p - 1) / (v * m);
