@@ -205,6 +205,15 @@ size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at);
  * [B, seq, d_model]; 0 with tp 1 or in fp32. */
 size_t sizes_tp_stage_numel(const sizes *s);
 
+/* Context parallelism: floats of the ring's buffers (cp.c), in this order: two
+ * [micro_batch x seq / cp, 4 C / tp] payloads (k, v and their gradient; one is
+ * sent while the other receives), a block's partial output [micro_batch x
+ * seq / cp, C / tp] and its log-sum-exp [micro_batch x n_head / tp x seq /
+ * cp]. 0 with cp 1. */
+size_t sizes_cp_ring_numel(const sizes *s);
+/* The gradient-reduction group's size: dp, or dp x cp (cp folds into it). */
+int sizes_grad_dp(const sizes *s);
+
 /* ---- the whole rank ---- */
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);
 /* The tp rank whose memory is largest on pp rank pp_rank (dp rank 0: the
