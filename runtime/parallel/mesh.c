@@ -27,7 +27,8 @@ int mesh_init(mesh *m, int dp, int pp, int tp, char *err, size_t errlen)
 
 int mesh_from_parallel(mesh *m, const job_parallel *par, char *err, size_t errlen)
 {
-    return mesh_init_cp(m, par->dp, par->cp, par->pp, par->tp, err, errlen);
+    /* a job_parallel filled by hand may leave cp 0: no context parallelism */
+    return mesh_init_cp(m, par->dp, par->cp > 1 ? par->cp : 1, par->pp, par->tp, err, errlen);
 }
 
 /* A mesh filled by hand (tests, older callers) may leave cp 0: it means 1. */
