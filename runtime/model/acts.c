@@ -16,6 +16,9 @@
 typedef struct {
     char *base; /* NULL while only sizing */
     size_t off;
+    /* bytes of the blocks' kept inputs of attention (ln1, qkv) and of the MLP
+     * (ln2, fch, fchg): model_acts_kept */
+    size_t attn_in, mlp_in;
 } bump;
 
 static void *take(bump *b, size_t bytes)
@@ -79,6 +82,8 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, float *att
     s->ln1 = takef(b, Nl * C);
     if (stats) s->ln1_mean = takef(b, Nl), s->ln1_rstd = takef(b, Nl);
     s->qkv = takef(b, N * 3 * C_l);
+    b->attn_in += (Nl * C + N * 3 * C_l) * sizeof(float);
+    b->mlp_in += (Nl * C + 2 * N * F_l) * sizeof(float);
     s->att = g->rc == RECOMPUTE_SELECTIVE && !g->cp ? att_shared : takef(b, att);
     s->atty = takef(b, N * C_l);
     s->r2 = takef(b, Nl * C);
@@ -94,6 +99,8 @@ static void take_block16(bump *b, const shape *g, int B, block_stash16 *s)
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
     size_t att = att_numel(g, B);
     size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
+    b->attn_in += (Nl * C + N * 3 * C_l) * sizeof(uint16_t);
+    b->mlp_in += (Nl * C + 2 * N * F_l) * sizeof(uint16_t);
     s->ln1 = takeh(b, Nl * C);
     s->ln1_mean = takef(b, Nl);
     s->ln1_rstd = takef(b, Nl);
@@ -233,7 +240,7 @@ model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard
     shape g = shape_of(spec, shard, recompute, prec);
     model_acts sizing;
     memset(&sizing, 0, sizeof sizing);
-    bump st = {NULL, 0}, wk = {NULL, 0};
+    bump st = {NULL, 0, 0, 0}, wk = {NULL, 0, 0, 0};
     layout_work(&g, B, &sizing, &wk);
     layout_stash(&g, B, &sizing, &st);
     return (model_acts_size){st.off, wk.off};
@@ -259,7 +266,7 @@ static void point_work(model *m)
 {
     shape g = shape_of(&m->spec, &m->shard, m->recompute, &m->prec);
     for (model_acts *x = m->acts_list; x; x = x->next) {
-        bump b = {m->work_mem, 0};
+        bump b = {m->work_mem, 0, 0, 0};
         layout_work(&g, m->work_B, x, &b);
     }
 }
@@ -318,9 +325,17 @@ model_acts *model_acts_create(model *m, int B)
     a->next = m->acts_list;
     m->acts_list = a;
     point_work(m); /* this one's, and the others' when the set grew */
-    bump b = {a->mem, 0};
+    bump b = {a->mem, 0, 0, 0};
     layout_stash(&g, B, a, &b);
+    a->kept_attn_in = b.attn_in;
+    a->kept_mlp_in = b.mlp_in;
     return a;
+}
+
+void model_acts_kept(const model_acts *a, size_t *attn_in, size_t *mlp_in)
+{
+    *attn_in = a->kept_attn_in;
+    *mlp_in = a->kept_mlp_in;
 }
 
 void model_acts_destroy(model_acts *a)

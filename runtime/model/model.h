@@ -355,6 +355,12 @@ void *model_acts_output(model_acts *a);
 void *model_acts_dinput(model_acts *a);
 void *model_acts_doutput(model_acts *a);
 size_t model_acts_io_numel(const model *m, int B);
+/* Bytes of the stash this micro-batch's blocks keep as inputs of attention
+ * (the ln1 output and qkv) and of the MLP (the ln2 output, fc's output before
+ * and after GELU), as allocated: what context parallelism (1 / cp of them) and
+ * sequence parallelism (the layernorm outputs' 1 / tp) cut. 0 and 0 when the
+ * blocks keep no set (block recompute). */
+void model_acts_kept(const model_acts *a, size_t *attn_in, size_t *mlp_in);
 /* Bytes per element of those four: 4 (fp32), or 2 under bf16 (COMM_BF16 on the wire). */
 size_t model_acts_io_elem_size(const model *m);
 /* Bytes of the working set the model's activations share (0 before the first

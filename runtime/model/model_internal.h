@@ -174,6 +174,7 @@ struct model_acts {
     int B;              /* capacity: batches of up to B samples */
     void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash */
     size_t bytes;
+    size_t kept_attn_in, kept_mlp_in; /* model_acts_kept */
     /* ---- stash, fp32 ---- */
     float *stream;      /* [N_l,C] entering each block held, then (with the head) the head */
     block_acts *blk;    /* one set per block held (none with block recompute) */

@@ -81,9 +81,9 @@ int plan_estimate_memory_reusing(plan_estimate *e, const job_spec *job, const hw
     e->ranks_per_node = ranks_per_node >= 1 ? ranks_per_node : e->world;
     e->nnodes = nnodes >= 1 ? nnodes : (e->world + e->ranks_per_node - 1) / e->ranks_per_node;
     if (e->nnodes * e->ranks_per_node != e->world)
-        plan_warn(e, "world %d (dp %d x tp %d x pp %d) != nnodes %d x nproc_per_node %d = %d: the run would not "
+        plan_warn(e, "world %d (dp %d x tp %d x pp %d x cp %d) != nnodes %d x nproc_per_node %d = %d: the run would not "
                      "start",
-                  e->world, par->dp, par->tp, par->pp, e->nnodes, e->ranks_per_node,
+                  e->world, par->dp, par->tp, par->pp, par->cp, e->nnodes, e->ranks_per_node,
                   e->nnodes * e->ranks_per_node);
     sizes_env env = {hw->gpu, e->ranks_per_node, slots_only};
     e->sizes = sizes_create_reusing(job, &env, donor, err, errlen);

@@ -499,6 +499,12 @@ const char *engine_backend_name(const engine *e) { return e->ops->name; }
 const char *engine_layout(const engine *e) { return e->layout; }
 const account *engine_account(const engine *e) { return e->acct; }
 
+void engine_acts_kept(const engine *e, size_t *attn_in, size_t *mlp_in)
+{
+    *attn_in = *mlp_in = 0;
+    if (e->acts) model_acts_kept(e->acts, attn_in, mlp_in);
+}
+
 static unsigned long long sent_on(const comm *c) { return c ? (unsigned long long)comm_bytes_sent(c) : 0; }
 
 engine_comm_bytes engine_bytes_sent(const engine *e)
