@@ -100,9 +100,20 @@ static double min3(double a, double b, double c)
 void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp,
                         double elem_bytes, sizes_unit_work *w)
 {
+    sizes_unit_work_cp(m, unit, rc, micro_batch, tp, sp, 1, elem_bytes, w);
+}
+
+void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
+                        double elem_bytes, sizes_unit_work *w)
+{
     memset(w, 0, sizeof *w);
     double C = m->d_model, F = m->d_ff, seq = model_seq_len(m), B = micro_batch, t = tp;
-    double rows = B * seq;
+    if (cp < 1) cp = 1;
+    /* context parallelism: this rank's tokens; its share of the causal attention
+     * is 1/cp of the whole (load balanced), in blocks of seq / (2 cp) keys, and
+     * nothing is left for selective recompute to redo (no probabilities kept) */
+    if (cp > 1 && rc == RECOMPUTE_SELECTIVE) rc = RECOMPUTE_NONE;
+    double rows = B * seq / cp, att_share = 1.0 / cp, kblock = cp > 1 ? seq / (2.0 * cp) : seq;
     int L = m->n_layer;
     if (unit == 0) {
         if (m->kind == MODEL_GPT) { /* a lookup: read the rows, write them */
@@ -118,16 +129,16 @@ void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int mic
         double blk = rc == RECOMPUTE_BLOCK ? 1.0 : 0.0;
         double qkv = 2.0 * rows * C * 3.0 * C / t, proj = 2.0 * rows * C * C / t;
         double fc1 = 2.0 * rows * C * F / t, fc2 = 2.0 * rows * F * C / t;
-        double core = 4.0 * B * seq * seq * C / t;
+        double core = 4.0 * B * seq * seq * C / t * att_share;
         double hd = C / (m->n_head > 0 ? m->n_head : 1);
         add_gemm(w, qkv, (2.0 + blk) * qkv, min3(rows, C, 3.0 * C / t));
         add_gemm(w, proj, (2.0 + blk) * proj, min3(rows, C / t, C));
         add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, F / t));
         add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C));
-        add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < seq ? hd : seq);
+        add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock);
         double heads = (double)m->n_head / t;
         double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + 2.0 * rows * F / t;
-        double soft = 2.0 * heads * B * seq * seq;
+        double soft = 2.0 * heads * B * seq * seq * att_share;
         w->fwd_bytes = (rep + split + soft) * elem_bytes;
         w->bwd_bytes = 2.0 * w->fwd_bytes + (rc == RECOMPUTE_BLOCK ? w->fwd_bytes
                                              : rc == RECOMPUTE_SELECTIVE ? soft * elem_bytes : 0.0);

@@ -145,6 +145,11 @@ typedef struct {
  * sequence parallelism (the replicated norms and residual adds run on 1/tp). */
 void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp,
                         double elem_bytes, sizes_unit_work *out);
+/* The same on one of cp context-parallel ranks: its 1/cp of the tokens, its
+ * 1/cp share of the (load-balanced) causal attention in key blocks of
+ * seq / (2 cp), no selective recompute (nothing kept to redo). */
+void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
+                        double elem_bytes, sizes_unit_work *out);
 
 /* Parameters of the whole model (tp = 1): every unit's, the head's own copy of
  * the tied wte included (it is allocated, reduced and updated like any other);

@@ -124,12 +124,9 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     int blocks = 0, emb = 0, head = 0;
     int sp = par->sequence_parallel && par->tp > 1;
     double elem = (double)sizes_param_elem_bytes(e->sizes);
-    /* under context parallelism no probabilities are kept: selective recomputes nothing */
-    recompute_kind rck = par->cp > 1 && job->train.recompute == RECOMPUTE_SELECTIVE ? RECOMPUTE_NONE
-                                                                                    : job->train.recompute;
     for (int u = first[c]; u < first[c + 1]; u++) {
         sizes_unit_work w;
-        sizes_unit_work_of(md, u, rck, (int)B, par->tp, sp, elem, &w);
+        sizes_unit_work_cp(md, u, job->train.recompute, (int)B, par->tp, sp, par->cp, elem, &w);
         work_time(e, &w, &k.fwd_flop, &k.bwd_flop, &k.fwd_count, &k.bwd_count);
         double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
@@ -140,9 +137,6 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
         else head = 1;
     }
     int cp = par->cp;
-    if (cp > 1) {
-        k.fwd_flop /= cp, k.bwd_flop /= cp, k.fwd_count /= cp, k.bwd_count /= cp;
-    }
     k.fwd = k.fwd_flop;
     k.bwd = k.bwd_flop;
     if (cp > 1 && blocks > 0) {

@@ -53,4 +53,30 @@ refuse seq "2 x cp = 4 equal chunks" 's/^  seq_len: .*/  seq_len: 18/' 2
 refuse vit "parallel.cp 2 needs model.kind gpt" 's/^  kind: gpt/  kind: vit\n  image_size: 8\n  patch_size: 4\n  channels: 1\n  n_classes: 4/; /vocab_size\|seq_len/d' 2
 refuse bf16 "needs train.precision: fp32" 's/^  global_batch: .*/&\n  precision: bf16/' 2
 refuse world "x cp 2 = 2 workers, but 4" 's/^  cp: .*/  cp: 2/' 4
-echo "context parallelism: all layouts equal to one process, bad layouts refused"
+# ---- the planner searches cp and picks it where it is best by its own estimate ----
+# A 7B GPT (32 blocks, d_model 4096, 32 heads) at 32k tokens in fp32 on one node
+# of 8 H100s: without cp every layout keeps [seq, seq] attention probabilities
+# (32 heads x 32k^2 x 4 B = 137 GB a block, over tp); with cp none.
+cat >"$T/gpt7b-32k.yaml" <<'YAML'
+model: {kind: gpt, n_layer: 32, n_head: 32, d_model: 4096, vocab_size: 50304, seq_len: 32768}
+data: {kind: synthetic}
+train: {steps: 10, global_batch: 8, lr: 3.0e-4, precision: fp32}
+YAML
+"$DTRUN" --dry-run --plan --format=json --hardware "$ROOT/configs/hardware/h100-sxm.yaml" --nproc-per-node 8 \
+  "$T/gpt7b-32k.yaml" >"$T/plan.json" 2>"$T/plan.err" || { cat "$T/plan.err"; fail "--plan failed"; }
+python3 - "$T/plan.json" <<'PY' || fail "--plan does not pick cp for the 7B GPT at 32k"
+import json, sys
+p = json.load(open(sys.argv[1]))
+top = p["top"][0]
+print(f"plan: searched {p['searched']}, best dp {top['dp']} x cp {top['cp']} x tp {top['tp']} x pp {top['pp']} "
+      f"mode {top['mode']} recompute {top['recompute']}: step {top['step_s']:.1f} s" if "step_s" in top else
+      f"plan: searched {p['searched']}, best {top}")
+sys.exit(0 if top["cp"] > 1 else 1)
+PY
+# a short sequence gains nothing from the ring: the planner does not pick cp there
+sed -e 's/seq_len: 32768/seq_len: 1024/' "$T/gpt7b-32k.yaml" >"$T/gpt7b-1k.yaml"
+"$DTRUN" --dry-run --plan --format=json --hardware "$ROOT/configs/hardware/h100-sxm.yaml" --nproc-per-node 8 \
+  "$T/gpt7b-1k.yaml" >"$T/plan1k.json" 2>"$T/plan.err" || { cat "$T/plan.err"; fail "--plan (1k) failed"; }
+python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["top"][0]; print("plan at 1k tokens: best cp", t["cp"]); sys.exit(t["cp"] != 1)' \
+  "$T/plan1k.json" || fail "--plan picks cp for a 1k-token sequence"
+echo "context parallelism: all layouts equal to one process, bad layouts refused, planned where it pays"
