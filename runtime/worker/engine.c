@@ -509,8 +509,8 @@ static unsigned long long sent_on(const comm *c) { return c ? (unsigned long lon
 
 engine_comm_bytes engine_bytes_sent(const engine *e)
 {
-    if (!e->have_mc) return (engine_comm_bytes){0, 0, 0};
-    return (engine_comm_bytes){sent_on(e->mc.tp), sent_on(e->mc.dp), sent_on(e->mc.pp)};
+    if (!e->have_mc) return (engine_comm_bytes){0, 0, 0, 0};
+    return (engine_comm_bytes){sent_on(e->mc.tp), sent_on(grad_group(e)), sent_on(e->mc.pp), sent_on(e->mc.cp)};
 }
 void engine_begin_training(engine *e)
 {

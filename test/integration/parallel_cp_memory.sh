@@ -12,7 +12,8 @@
 #   dry    the dry-run (sizes.c, the one source of truth) predicts every
 #          rank's activations (activations + logits + workspace) and buffers
 #          (comm: the ring's buffers) within 5 %, params, grads and optimizer
-#          exactly.
+#          exactly; and the bytes the ring sends in a step (the cp group's
+#          comm_bytes_sent) within 5 % of its cp volume.
 source "$(dirname "$0")/../parallel/lib.bash"
 
 cpm_job() { # NAME LAYOUT
@@ -72,5 +73,13 @@ for name in names:
               f"comm {dry['comm']} B vs buffers {mp['buffers']} B ({100 * db:.2f} %), params/grads/optimizer exact",
               da <= 0.05 and db <= 0.05 and dry["params"] == mp["params"] and dry["grads"] == mp["grads"]
               and dry["optimizer"] == mp["optimizer"])
+# the ring's traffic: what the dry-run says one step sends on the cp group, against
+# what the first step sent (comm_bytes_sent: payload and framing)
+for name in ("cp-2", "cp-4", "dp-2_cp-2_mode-fsdp", "cp-2_tp-2_sp-1"):
+    dry = {c["group"]: c["bytes"] for c in json.load(open(f"{T}/{name}.dry.json"))["stages"][0]["comm"]}
+    first = sorted(glob.glob(f"{T}/{name}.rank0.jsonl"))[0]
+    sent = [json.loads(l) for l in open(first) if l.strip()][0]["bytes_sent"]["cp"]
+    check(f"{name}: cp ring sent {sent} B in step 1, dry-run {dry['cp']:.0f} B ({100 * (sent / dry['cp'] - 1):+.2f} %)",
+          abs(sent / dry["cp"] - 1) <= 0.05)
 sys.exit(0 if ok else 1)
 PY
