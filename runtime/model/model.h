@@ -382,7 +382,7 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
  * laid out as attention_forward's qkv), so a new token costs one row through
  * every matmul and one query over the cached keys (ops->attention_decode)
  * instead of the whole prefix again. For a GPT model object holding every
- * unit (no pipeline), fp32, without sequence parallelism; tensor parallelism
+ * unit (no pipeline), fp32, without sequence or context parallelism; tensor parallelism
  * works through the model's layers as in training (a vocab-parallel
  * embedding, column/row-parallel blocks), each rank computing the logits of
  * its vocabulary rows. */
