@@ -180,8 +180,10 @@ int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *re
         for (int i = 0; i < in->n_loss; i++) train_progress_add_loss(p, in->loss_tail[i]);
         *resumed = 1;
         if (engine_rank(e) == 0) {
-            fprintf(stderr, "dtrun: resuming from %s: step %ld (saved under dp=%d tp=%d pp=%d %s; now %s)\n",
-                    ckpt_path(ck), in->step, in->dp, in->tp, in->pp, in->mode, engine_layout(e));
+            char cp[24] = "";
+            if (in->cp > 1) snprintf(cp, sizeof cp, " cp=%d", in->cp);
+            fprintf(stderr, "dtrun: resuming from %s: step %ld (saved under dp=%d%s tp=%d pp=%d %s; now %s)\n",
+                    ckpt_path(ck), in->step, in->dp, cp, in->tp, in->pp, in->mode, engine_layout(e));
             if (in->seed != job->train.seed)
                 fprintf(stderr, "dtrun: note: the checkpoint was trained with seed %llu, this job uses %llu "
                                 "(the data from here on follows the job's)\n", in->seed, job->train.seed);
