@@ -113,6 +113,42 @@ typedef struct dt_ops {
                                const float *qkv, const float *att,
                                int B, int T, int C, int NH, int causal);
 
+    /* ---- blockwise attention: context parallelism's ring (flash-attention-2
+     * style). A block of queries against one block of keys and values; the
+     * softmax is kept as each row's log-sum-exp, so partial results over
+     * disjoint key blocks merge exactly and backward recomputes the
+     * probabilities block by block: no [T, T] matrix is kept.
+     * Layout (samples of Ts rows; heads as attention_forward's, hs = C / NH):
+     *   q    the q columns of a qkv buffer: row stride 3C, sample stride Ts*3C,
+     *        rows [0, Tq) of each sample from the pointer on;
+     *   kv   k in columns [0, C), v in [C, 2C): row stride 2C, sample stride
+     *        Ts*2C, rows [0, Tk) (kv_pack makes one from a qkv buffer);
+     *   out  row stride C, sample stride Ts*C, rows [0, Tq);
+     *   lse  [B, NH, Ts] (sample b, head h at (b*NH + h)*Ts), rows [0, Tq).
+     * Mask: query row i sees key row j when !causal or j <= i + shift (shift:
+     * the query block's first position minus the key block's). A row that
+     * sees no key gets out 0 and lse -inf.
+     * Forward overwrites out and lse with this block's partial result. */
+    void (*attention_block_forward)(float *out, float *lse, const float *q, const float *kv,
+                                    int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift);
+    /* (out, lse) <- the softmax over the union of their keys and the
+     * partial's (pout, plse; same layout): lse' = log(e^lse + e^plse),
+     * out' = out e^(lse - lse') + pout e^(plse - lse'). Rows with plse -inf
+     * are left alone. */
+    void (*attention_block_merge)(float *out, float *lse, const float *pout, const float *plse,
+                                  int B, int Ts, int Tq, int C, int NH);
+    /* Backward of one block, from the FINAL out and lse of its query rows
+     * (merged over every key block) and their gradient dout (layout of out):
+     * dq += (layout of q: the q columns of a dqkv buffer), dkv += (layout of
+     * kv). The probabilities are recomputed as exp(q k^T / sqrt(hs) - lse). */
+    void (*attention_block_backward)(float *dq, float *dkv, const float *dout, const float *out,
+                                     const float *lse, const float *q, const float *kv, int B, int Ts,
+                                     int Tq, int Tk, int C, int NH, int causal, int shift);
+    /* Strided rows: dst[n, 0:W] = src[n, 0:W] (accumulate: +=), rows n < N of
+     * row strides ldd and lds. Packs k and v out of a qkv buffer for the ring
+     * and adds their gradient back into dqkv. */
+    void (*rows_copy)(float *dst, int ldd, const float *src, int lds, int N, int W, int accumulate);
+
     /* ---- GELU, tanh approximation (GPT-2's) ---- */
     void (*gelu_forward)(float *out, const float *inp, size_t n);
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);

@@ -219,6 +219,16 @@ void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int
 void cuda_attention_decode(float *out, float *scratch, const float *cache, int T, int C, int NH);
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *att, int B, int T, int C, int NH, int causal);
+/* attention_block.cu */
+void cuda_attention_block_forward(float *out, float *lse, const float *q, const float *kv, int B, int Ts, int Tq,
+                                  int Tk, int C, int NH, int causal, int shift);
+void cuda_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts,
+                                int Tq, int C, int NH);
+void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const float *out, const float *lse,
+                                   const float *q, const float *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
+                                   int causal, int shift);
+/* rows_copy.cu */
+void cuda_rows_copy(float *dst, int ldd, const float *src, int lds, int N, int W, int accumulate);
 /* gelu.cu */
 void cuda_gelu_forward(float *out, const float *inp, size_t n);
 void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);

@@ -78,6 +78,10 @@ static void fill_table(void) {
     table.attention_forward = cuda_attention_forward;
     table.attention_decode = cuda_attention_decode;
     table.attention_backward = cuda_attention_backward;
+    table.attention_block_forward = cuda_attention_block_forward;
+    table.attention_block_merge = cuda_attention_block_merge;
+    table.attention_block_backward = cuda_attention_block_backward;
+    table.rows_copy = cuda_rows_copy;
     table.gelu_forward = cuda_gelu_forward;
     table.gelu_backward = cuda_gelu_backward;
     table.gelu_erf_forward = cuda_gelu_erf_forward;

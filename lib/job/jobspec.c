@@ -71,7 +71,8 @@ void job_defaults(job_spec *job)
     t->skip_nonfinite = 0;
 
     job_parallel *p = &job->parallel;
-    p->dp = p->tp = p->pp = 1;
+    p->dp = p->tp = p->pp = p->cp = 1;
+    p->cp_mode = CP_RING;
     p->mode = SHARD_NONE;
     p->pp_schedule = PP_1F1B;
     p->microbatches = 1;
@@ -179,12 +180,12 @@ int job_resolve_world(job_spec *job, int world, char *err, size_t errlen)
     job_parallel *par = &job->parallel;
     job_train *t = &job->train;
     if (!par->dp_auto) return 0;
-    int tp_pp = par->tp * par->pp;
+    int tp_pp = par->tp * par->pp * par->cp;
     char msg[512];
     if (world < 1 || world % tp_pp) {
-        snprintf(msg, sizeof msg, "parallel.dp: auto: the world of %d workers is not a multiple of tp x pp = %d",
-                 world, tp_pp);
-        return job_fail_blame(job, (const int[]){FID_DP, FID_TP, FID_PP, -1}, 4, msg, err, errlen);
+        snprintf(msg, sizeof msg, "parallel.dp: auto: the world of %d workers is not a multiple of tp x pp%s = %d",
+                 world, par->cp > 1 ? " x cp" : "", tp_pp);
+        return job_fail_blame(job, (const int[]){FID_DP, FID_TP, FID_PP, FID_CP, -1}, 5, msg, err, errlen);
     }
     par->dp = world / tp_pp;
     long long per_step = (long long)t->micro_batch * par->dp;

@@ -115,6 +115,10 @@ enum { OFFLOAD_OPTIMIZER = 1 << 0, OFFLOAD_PARAMS = 1 << 1, OFFLOAD_ACTIVATIONS 
 
 typedef enum { SHARD_NONE = 0, SHARD_ZERO1, SHARD_ZERO2, SHARD_FSDP, SHARD_HSDP } shard_mode;
 typedef enum { PP_GPIPE = 0, PP_1F1B, PP_INTERLEAVED, PP_ZB_H1 } pp_schedule_kind;
+/* parallel.cp_mode: how context parallelism's attention sees the other ranks'
+ * keys and values. ring: passed around the cp group block by block while each
+ * rank computes (Megatron-Core's p2p ring, torchtitan's ring attention). */
+typedef enum { CP_RING = 0 } cp_mode_kind;
 
 typedef struct {
     int dp, tp, pp;
@@ -126,6 +130,9 @@ typedef struct {
     int microbatches;      /* pipeline microbatches per step; default grad_accum */
     int virtual_stages;    /* chunks per pp rank for interleaved, default 2 there, else 1 */
     int sequence_parallel; /* 0/1, with tp > 1 */
+    int cp;                /* context parallel: each sample's sequence split over cp ranks
+                              (GPT, fp32); world = dp x cp x pp x tp */
+    cp_mode_kind cp_mode;
     int bucket_mb;         /* DDP bucket size in MiB, default 25 */
     dtype_kind reduce_dtype; /* the gradient collectives' type: fp32, or bf16 (half the bytes) */
 } job_parallel;
@@ -162,7 +169,7 @@ typedef struct {
  * launcher's, with the number of processes it starts; the worker's) still answer
  * FILE:LINE:COL. Line 0: not in the file (a default, or a command-line
  * override). Slots are field ids (lib/job/jobspec_fields.h). */
-#define JOB_KEY_SLOTS 72
+#define JOB_KEY_SLOTS 80
 #define JOB_SECTION_SLOTS 8
 typedef struct {
     int line, col;
@@ -253,6 +260,7 @@ const char *job_precision_name(precision_kind p);
 const char *job_dtype_name(dtype_kind d);
 const char *job_recompute_name(recompute_kind r);
 const char *job_shard_mode_name(shard_mode m);
+const char *job_cp_mode_name(cp_mode_kind m);
 const char *job_pp_schedule_name(pp_schedule_kind s);
 const char *job_progress_name(progress_mode p);
 

@@ -102,6 +102,38 @@ static long tokens_per_sample(const job_model *m)
     return side * side + 1; /* patches + class token */
 }
 
+/* Context parallelism: GPT's causal attention over a sequence cut into 2 cp
+ * chunks (cp.h), in fp32 for now. */
+static int check_cp(const job_spec *job, verdict *v)
+{
+    const job_model *m = &job->model;
+    const job_parallel *par = &job->parallel;
+    if (par->cp == 1) return 0;
+    if (m->kind != MODEL_GPT)
+        return fail(v, BLAME(FID_CP, FID_MODEL_KIND),
+                    "parallel.cp %d needs model.kind gpt (context parallelism splits a GPT's token sequence; a ViT's "
+                    "%ld patches are short enough for tp and sequence_parallel)", par->cp, tokens_per_sample(m));
+    if (m->seq_len % (2 * par->cp))
+        return fail(v, BLAME(FID_CP, FID_SEQ_LEN, FID_MODEL_PRESET),
+                    "parallel.cp %d cuts model.seq_len %d into 2 x cp = %d equal chunks (causal load balancing), "
+                    "which does not divide it",
+                    par->cp, m->seq_len, 2 * par->cp);
+    if (par->sequence_parallel && m->seq_len / par->cp % par->tp)
+        return fail(v, BLAME(FID_SEQUENCE_PARALLEL, FID_CP, FID_TP, FID_SEQ_LEN),
+                    "parallel.sequence_parallel splits each cp rank's %d tokens (seq_len %d / cp %d) across tp %d, "
+                    "which does not divide them",
+                    m->seq_len / par->cp, m->seq_len, par->cp, par->tp);
+    if (job->train.precision != PREC_FP32)
+        return fail(v, BLAME(FID_CP, FID_PRECISION),
+                    "parallel.cp %d needs train.precision: fp32 for now (the ring's bf16 rounding points are not "
+                    "done yet)", par->cp);
+    if (par->mode == SHARD_HSDP)
+        return fail(v, BLAME(FID_CP, FID_MODE),
+                    "parallel.cp %d with parallel.mode hsdp is not supported yet; use fsdp (sharded over dp x cp)",
+                    par->cp);
+    return 0;
+}
+
 static int check_model(const job_spec *job, verdict *v)
 {
     const job_model *m = &job->model;
@@ -150,7 +182,7 @@ static int check_model(const job_spec *job, verdict *v)
                     "tp %d, which does not divide them",
                     tokens_per_sample(m), par->tp);
     }
-    return 0;
+    return check_cp(job, v);
 }
 
 static int check_batch(const job_spec *job, verdict *v)

@@ -43,6 +43,8 @@ static const char *const pp_schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h
 static const char *const pp_schedule_aliases[] = {"fill_drain,fthenb", "one_f_one_b,pipedream",
                                                   "interleaved_1f1b,virtual,interleave",
                                                   "zb_h1,zbh1,zero_bubble,zerobubble", NULL};
+static const char *const cp_modes[] = {"ring", NULL};
+static const char *const cp_mode_aliases[] = {"p2p,ring_attention,ring_attn", NULL};
 static const char *const progress_modes[] = {"auto", "on", "off", NULL};
 static const char *const offload_parts[] = {"optimizer", "params", "activations", NULL};
 static const char *const offload_aliases[] = {"optim,optimizer_state,optimizer_states,adam", "parameters,param,weights",
@@ -171,6 +173,10 @@ const field_def job_fields[FID_COUNT] = {
                                "virtual_pipeline_model_parallel_size,num_model_chunks,vpp"),
     [FID_SEQUENCE_PARALLEL] = NUM(SEC_PARALLEL, "sequence_parallel", FT_BOOL, parallel.sequence_parallel,
                                   0, 1, "sp,seq_parallel"),
+    [FID_CP] = NUM(SEC_PARALLEL, "cp", FT_INT, parallel.cp, 1, 65536,
+                   "context_parallel,context_parallel_size,cp_size,context_parallel_degree"),
+    [FID_CP_MODE] = ENUM(SEC_PARALLEL, "cp_mode", parallel.cp_mode, cp_modes, cp_mode_aliases,
+                         "cp_comm_type,context_parallel_mode,rotate_method"),
     [FID_BUCKET_MB] = NUM(SEC_PARALLEL, "bucket_mb", FT_INT, parallel.bucket_mb, 1, 4096,
                           "bucket_size,bucket_cap_mb,bucket_size_mb"),
 
@@ -399,4 +405,5 @@ const char *job_device_name(device_kind d) { return name_of(devices, (int)d); }
 const char *job_recompute_name(recompute_kind r) { return name_of(recomputes, (int)r); }
 const char *job_shard_mode_name(shard_mode m) { return name_of(shard_modes, (int)m); }
 const char *job_pp_schedule_name(pp_schedule_kind s) { return name_of(pp_schedules, (int)s); }
+const char *job_cp_mode_name(cp_mode_kind m) { return name_of(cp_modes, (int)m); }
 const char *job_progress_name(progress_mode p) { return name_of(progress_modes, (int)p); }

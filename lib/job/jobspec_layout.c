@@ -74,10 +74,12 @@ int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, dty
 
 int job_layout_check_world(const job_parallel *par, int world, const char *world_from, char *msg, size_t n)
 {
-    long long need = (long long)par->dp * par->tp * par->pp;
+    long long need = (long long)par->dp * par->tp * par->pp * par->cp;
     if (need == world) return 0;
-    snprintf(msg, n, "parallel.dp %d x tp %d x pp %d = %lld workers, but %d %s started (%s); make them equal%s",
-             par->dp, par->tp, par->pp, need, world, world == 1 ? "is" : "are", world_from,
+    char cp[32] = "";
+    if (par->cp > 1) snprintf(cp, sizeof cp, " x cp %d", par->cp);
+    snprintf(msg, n, "parallel.dp %d x tp %d x pp %d%s = %lld workers, but %d %s started (%s); make them equal%s",
+             par->dp, par->tp, par->pp, cp, need, world, world == 1 ? "is" : "are", world_from,
              par->dp_auto ? "" : ", or set parallel.dp: auto");
     return -1;
 }
@@ -86,6 +88,6 @@ int job_check_world(const job_spec *job, int world, const char *world_from, char
 {
     char msg[512];
     if (job_layout_check_world(&job->parallel, world, world_from, msg, sizeof msg) == 0) return 0;
-    const int blame[] = {FID_DP, FID_TP, FID_PP, -1};
-    return job_fail_blame(job, blame, 4, msg, err, errlen);
+    const int blame[] = {FID_DP, FID_TP, FID_PP, FID_CP, -1};
+    return job_fail_blame(job, blame, 5, msg, err, errlen);
 }

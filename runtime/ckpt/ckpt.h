@@ -87,6 +87,7 @@ typedef struct {
     long step;
     unsigned long long seed;
     int dp, tp, pp, world;     /* world rank files are expected */
+    int cp;                    /* context parallel ranks (0 or 1: none) */
     const char *mode;          /* "none", "zero1", "zero2", "fsdp", "hsdp" */
     const char *job_yaml;      /* the resolved job as YAML text (may be NULL) */
     const job_model *model;    /* model dims, needed by export (may be NULL) */
@@ -132,6 +133,7 @@ typedef struct {
     long step;                 /* data position too: batches are f(seed, step) */
     unsigned long long seed;
     int dp, tp, pp, world;
+    int cp;                    /* 1 when the index does not say (before context parallelism) */
     char mode[16];
     const char *job_yaml;      /* "" when not recorded */
     int has_model;

@@ -39,6 +39,7 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
     ok = lay && cJSON_AddNumberToObject(lay, "dp", meta->dp) &&
          cJSON_AddNumberToObject(lay, "tp", meta->tp) && cJSON_AddNumberToObject(lay, "pp", meta->pp) &&
          cJSON_AddNumberToObject(lay, "world", meta->world) &&
+         cJSON_AddNumberToObject(lay, "cp", meta->cp > 1 ? meta->cp : 1) &&
          cJSON_AddStringToObject(lay, "mode", meta->mode ? meta->mode : "none");
     if (ok && meta->model) {
         cJSON *m = cJSON_AddObjectToObject(o, "model");
@@ -151,6 +152,12 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
     in->tp = (int)tp;
     in->pp = (int)pp;
     in->world = (int)world;
+    long cp = 1;
+    if (cJSON_GetObjectItemCaseSensitive(lay, "cp") && !get_int(lay, "cp", 1, CKPT_MAX_WORLD, &cp)) {
+        st_fail(err, errlen, "%s: bad 'layout.cp' (an integer >= 1)", path);
+        goto out;
+    }
+    in->cp = (int)cp;
     snprintf(in->mode, sizeof in->mode, "%s", mode->valuestring);
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (m) {

@@ -16,6 +16,9 @@
 typedef struct {
     char *base; /* NULL while only sizing */
     size_t off;
+    /* bytes of the blocks' kept inputs of attention (ln1, qkv) and of the MLP
+     * (ln2, fch, fchg): model_acts_kept */
+    size_t attn_in, mlp_in;
 } bump;
 
 static void *take(bump *b, size_t bytes)
@@ -41,8 +44,17 @@ typedef struct {
     recompute_kind rc;
     int bf16;
     model_dims d;
-    int has_emb, has_head, nb, sp, gpt;
+    int has_emb, has_head, nb, sp, gpt, cp;
 } shape;
+
+/* The attention statistics one block keeps: its softmax probabilities [B,
+ * NH_l, seq, seq], or under context parallelism its rows' log-sum-exp [B,
+ * NH_l, seq] (the ring recomputes the probabilities block by block). */
+static size_t att_numel(const shape *g, int B)
+{
+    size_t n = (size_t)B * (size_t)g->d.NH_l * (size_t)g->d.seq;
+    return g->cp ? n : n * (size_t)g->d.seq;
+}
 
 static shape shape_of(const job_model *spec, const model_shard *sh, recompute_kind rc, const model_precision *prec)
 {
@@ -56,6 +68,7 @@ static shape shape_of(const job_model *spec, const model_shard *sh, recompute_ki
     g.nb = last >= first ? last - first + 1 : 0;
     g.sp = g.d.sp_size > 1;
     g.gpt = spec->kind == MODEL_GPT;
+    g.cp = g.d.cp_size > 1;
     return g;
 }
 
@@ -64,12 +77,14 @@ static shape shape_of(const job_model *spec, const model_shard *sh, recompute_ki
 static void take_block(bump *b, const shape *g, int B, block_acts *s, float *att_shared, int stats)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
-    size_t att = (size_t)B * (size_t)g->d.NH_l * (size_t)g->d.seq * (size_t)g->d.seq;
+    size_t att = att_numel(g, B);
     size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
     s->ln1 = takef(b, Nl * C);
     if (stats) s->ln1_mean = takef(b, Nl), s->ln1_rstd = takef(b, Nl);
     s->qkv = takef(b, N * 3 * C_l);
-    s->att = g->rc == RECOMPUTE_SELECTIVE ? att_shared : takef(b, att);
+    b->attn_in += (Nl * C + N * 3 * C_l) * sizeof(float);
+    b->mlp_in += (Nl * C + 2 * N * F_l) * sizeof(float);
+    s->att = g->rc == RECOMPUTE_SELECTIVE && !g->cp ? att_shared : takef(b, att);
     s->atty = takef(b, N * C_l);
     s->r2 = takef(b, Nl * C);
     s->ln2 = takef(b, Nl * C);
@@ -82,8 +97,10 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, float *att
 static void take_block16(bump *b, const shape *g, int B, block_stash16 *s)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
-    size_t att = (size_t)B * (size_t)g->d.NH_l * (size_t)g->d.seq * (size_t)g->d.seq;
+    size_t att = att_numel(g, B);
     size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
+    b->attn_in += (Nl * C + N * 3 * C_l) * sizeof(uint16_t);
+    b->mlp_in += (Nl * C + 2 * N * F_l) * sizeof(uint16_t);
     s->ln1 = takeh(b, Nl * C);
     s->ln1_mean = takef(b, Nl);
     s->ln1_rstd = takef(b, Nl);
@@ -170,7 +187,7 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
     size_t Nl = (size_t)rows_local(&g->d, B);
-    size_t att = (size_t)B * (size_t)g->d.NH_l * (size_t)g->d.seq * (size_t)g->d.seq;
+    size_t att = att_numel(g, B);
     size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
     int nb = g->nb;
 
@@ -180,7 +197,7 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     }
     a->dres = takef(b, Nl * C);
     /* selective: one [B, NH_l, seq, seq] for all blocks instead of one each */
-    a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE ? takef(b, att) : NULL;
+    a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE && !g->cp ? takef(b, att) : NULL;
     /* the set a block computes in when its micro-batch does not keep an fp32 one */
     a->work_blk_on = nb > 0 && (g->rc == RECOMPUTE_BLOCK || g->bf16);
     if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, !g->bf16 || g->rc == RECOMPUTE_BLOCK);
@@ -192,7 +209,8 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
     a->bs.dA = nb > 0 ? takef(b, N * max_sz(F_l, 3 * C_l)) : NULL;
     a->bs.dB = nb > 0 ? takef(b, N * max_sz(F_l, C_l)) : NULL;
-    a->bs.att_scratch = nb > 0 ? takef(b, att) : NULL;
+    /* context parallelism: the ring's own buffers (cp.c), no [T, T] */
+    a->bs.att_scratch = nb > 0 && !g->cp ? takef(b, att) : NULL;
     /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
      * sums, the embedding's output before it is cut into rows, the ViT head's
      * class tokens (the GPT head gathers into lnf); layernorm gradients of the
@@ -206,6 +224,7 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
          * gradient needs [seq, V_l], not another [N, V_l] */
         a->dlogits = g->has_head ? takef(b, (size_t)g->d.seq * V_l) : NULL;
         a->tied_dwte = g->has_emb && g->has_head ? takef(b, V_l * C) : NULL;
+        a->wpe_l = g->has_emb && g->cp ? takef(b, (size_t)g->d.seq * C) : NULL;
     } else {
         size_t K = (size_t)g->spec->n_classes, Bs = (size_t)B;
         a->patch_out = g->has_emb ? takef(b, Bs * (size_t)g->d.NP * C) : NULL;
@@ -250,7 +269,7 @@ static void layout_wkeep(const shape *g, int B, model_acts *a, bump *b)
 size_t model_acts_wkeep_bytes(const job_model *spec, const model_shard *shard, int B, const model_precision *prec)
 {
     shape g = shape_of(spec, shard, RECOMPUTE_NONE, prec);
-    bump b = {NULL, 0};
+    bump b = {.base = NULL};
     layout_wkeep(&g, B, NULL, &b);
     return b.off;
 }
@@ -285,7 +304,7 @@ model_acts *model_acts_create_split(model *m, int B)
         model_acts_destroy(a);
         return NULL;
     }
-    bump b = {a->wk_mem, 0};
+    bump b = {.base = a->wk_mem};
     layout_wkeep(&g, B, a, &b);
     return a;
 }
@@ -296,7 +315,7 @@ model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard
     shape g = shape_of(spec, shard, recompute, prec);
     model_acts sizing;
     memset(&sizing, 0, sizeof sizing);
-    bump st = {NULL, 0}, wk = {NULL, 0};
+    bump st = {NULL, 0, 0, 0}, wk = {NULL, 0, 0, 0};
     layout_work(&g, B, &sizing, &wk);
     layout_stash(&g, B, &sizing, &st);
     return (model_acts_size){st.off, wk.off};
@@ -322,7 +341,7 @@ static void point_work(model *m)
 {
     shape g = shape_of(&m->spec, &m->shard, m->recompute, &m->prec);
     for (model_acts *x = m->acts_list; x; x = x->next) {
-        bump b = {m->work_mem, 0};
+        bump b = {m->work_mem, 0, 0, 0};
         layout_work(&g, m->work_B, x, &b);
     }
 }
@@ -357,7 +376,9 @@ model_acts *model_acts_create(model *m, int B)
     shape g = shape_of(&m->spec, &m->shard, m->recompute, &m->prec);
     model_acts_size z = model_acts_sizes(&m->spec, &m->shard, B, m->recompute, &m->prec);
     a->bytes = z.stash;
-    size_t N = (size_t)B * (size_t)m->d.seq;
+    /* whole samples' rows, as model_acts_host_bytes counts them (context
+     * parallelism uses its 1 / cp of them) */
+    size_t N = (size_t)B * (size_t)model_seq_len(&m->spec);
     int sets = blk_sets(m->n_blocks, m->recompute);
     if (sets && g.bf16) a->blk16 = calloc((size_t)sets, sizeof(block_stash16));
     else if (sets) a->blk = calloc((size_t)sets, sizeof(block_acts));
@@ -379,9 +400,17 @@ model_acts *model_acts_create(model *m, int B)
     a->next = m->acts_list;
     m->acts_list = a;
     point_work(m); /* this one's, and the others' when the set grew */
-    bump b = {a->mem, 0};
+    bump b = {a->mem, 0, 0, 0};
     layout_stash(&g, B, a, &b);
+    a->kept_attn_in = b.attn_in;
+    a->kept_mlp_in = b.mlp_in;
     return a;
+}
+
+void model_acts_kept(const model_acts *a, size_t *attn_in, size_t *mlp_in)
+{
+    *attn_in = a->kept_attn_in;
+    *mlp_in = a->kept_mlp_in;
 }
 
 void model_acts_destroy(model_acts *a)

@@ -53,7 +53,7 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
     if (r16) ops->round_bf16(a->ln1, NlC);
     L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l);
     if (r16) ops->round_bf16(a->qkv, NC3);
-    ops->attention_forward(a->atty, a->att, a->qkv, B, T, d->C_l, d->NH_l, causal);
+    m->attn.forward(m->attn.ctx, a->atty, a->att, a->qkv, B, T, d->C_l, d->NH_l, causal);
     if (r16) ops->round_bf16(a->att, att), ops->round_bf16(a->atty, NCl);
     L->row_forward(L->ctx, a->r2, s->full, a->atty, bp.p[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C);
     ops->residual_forward(a->r2, a->r2, x, NlC);
@@ -114,7 +114,7 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     if (keep) ops->copy(keep->dr2, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dres, s->full, a->atty,
                     bp.p[BLK_PROJ_W], N, d->C_l, C);
-    if (m->recompute == RECOMPUTE_SELECTIVE) {
+    if (s->att_shared) { /* selective recompute (none under context parallelism: no probabilities kept) */
         /* att_shared holds whichever block's probabilities were computed last:
          * rebuild this block's from its kept qkv (same kernel, same inputs, so
          * the same bits as its forward's). The attention output is not needed
@@ -123,8 +123,8 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
         if (m->prec.bf16) ops->round_bf16(s->att_shared, (size_t)B * (size_t)d->NH_l * (size_t)T * (size_t)T);
     }
     ops->zero(dqkv, 3 * NCl * sizeof(float));
-    ops->attention_backward(dqkv, s->att_scratch, datty, a->qkv, a->att, B, T, d->C_l, d->NH_l,
-                            causal);
+    m->attn.backward(m->attn.ctx, dqkv, s->att_scratch, datty, a->qkv, a->atty, a->att, B, T, d->C_l, d->NH_l,
+                     causal);
     if (keep) ops->copy(keep->dqkv, dqkv, 3 * NCl * sizeof(float));
     /* s->full is free again: dr2 is used up */
     const float *dln1 = L->column_backward(L->ctx, s->dln, bp.g[BLK_QKV_W], bp.g[BLK_QKV_B], dqkv, a->ln1,

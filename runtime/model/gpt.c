@@ -10,17 +10,48 @@
  * Sequence parallelism (model.h): the embedding writes this rank's rows of the
  * stream. The head's final layernorm runs on the rank's rows, which the LM head
  * gathers into the whole lnf its logits need; backward hands back the rank's
- * rows of d(lnf), and the layernorm's weight gradients are summed over tp. */
+ * rows of d(lnf), and the layernorm's weight gradients are summed over tp.
+ *
+ * Context parallelism (model_shard.cp_*): the batch holds whole samples; this
+ * rank takes the tokens and targets of its two chunks (model_cp_chunk) and
+ * embeds them with their global positions, the wpe rows of those chunks. */
 #include "runtime/model/model_internal.h"
+
+/* The batch's [B, seq * cp] ids of this rank's rows into dst [B, seq] (device). */
+static void ids_from_host(model *m, int *dst, const int *ids, int B)
+{
+    const model_dims *d = &m->d;
+    if (d->cp_size == 1) {
+        m->ops->from_host(dst, ids, (size_t)B * (size_t)d->seq * sizeof(int));
+        return;
+    }
+    size_t Tc = (size_t)d->seq / 2;
+    for (size_t i = 0; i < (size_t)B * (size_t)d->seq; i += Tc)
+        m->ops->from_host(dst + i, ids + cp_global_row(d, i), Tc * sizeof(int));
+}
+
+/* The wpe rows of this rank's chunks, one after the other, as the position
+ * embedding of its local sequence: wpe itself without context parallelism. */
+static const float *local_wpe(model *m, model_acts *a)
+{
+    const model_dims *d = &m->d;
+    const float *wpe = unit_tensor(m, 0, GPT_EMB_WPE);
+    if (d->cp_size == 1) return wpe;
+    size_t TcC = (size_t)d->seq / 2 * (size_t)d->C;
+    for (int half = 0; half < 2; half++)
+        m->ops->copy(a->wpe_l + half * TcC, wpe + (size_t)model_cp_chunk(d->cp_rank, d->cp_size, half) * TcC,
+                     TcC * sizeof(float));
+    return a->wpe_l;
+}
 
 void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out)
 {
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
-    int B = batch->B, N = B * d->seq;
-    m->ops->from_host(a->tokens, batch->tokens, (size_t)N * sizeof(int));
-    L->embedding_forward(L->ctx, out, a->bs.full, a->tokens, unit_tensor(m, 0, GPT_EMB_WTE),
-                         unit_tensor(m, 0, GPT_EMB_WPE), d->v0, d->V_l, B, d->seq, d->C);
+    int B = batch->B;
+    ids_from_host(m, a->tokens, batch->tokens, B);
+    L->embedding_forward(L->ctx, out, a->bs.full, a->tokens, unit_tensor(m, 0, GPT_EMB_WTE), local_wpe(m, a),
+                         d->v0, d->V_l, B, d->seq, d->C);
 }
 
 void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B)
@@ -30,8 +61,17 @@ void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B)
     /* with the tied head in this object, the wte gradient collects in the
      * scratch that already holds the head's part (gpt_tied_grads_finish) */
     float *dwte = a->tied_dwte ? a->tied_dwte : unit_tensor_grad(m, 0, GPT_EMB_WTE);
-    L->embedding_backward(L->ctx, dwte, unit_tensor_grad(m, 0, GPT_EMB_WPE), dres, a->bs.full, a->tokens,
+    float *dwpe = unit_tensor_grad(m, 0, GPT_EMB_WPE);
+    if (d->cp_size > 1) m->ops->zero(a->wpe_l, (size_t)d->seq * (size_t)d->C * sizeof(float));
+    L->embedding_backward(L->ctx, dwte, d->cp_size > 1 ? a->wpe_l : dwpe, dres, a->bs.full, a->tokens,
                           d->v0, d->V_l, B, d->seq, d->C);
+    if (d->cp_size == 1) return;
+    /* this rank's positions' part: the other rows get theirs on the other cp ranks */
+    size_t TcC = (size_t)d->seq / 2 * (size_t)d->C;
+    for (int half = 0; half < 2; half++) {
+        float *g = dwpe + (size_t)model_cp_chunk(d->cp_rank, d->cp_size, half) * TcC;
+        m->ops->residual_forward(g, g, a->wpe_l + half * TcC, TcC);
+    }
 }
 
 void gpt_tied_grads_finish(model *m, model_acts *a)
@@ -65,7 +105,7 @@ double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const
     const model_dims *d = &m->d;
     int head = m->spec.n_layer + 1;
     int N = batch->B * d->seq, C = d->C, Nl = rows_local(d, batch->B);
-    ops->from_host(a->targets, batch->targets, (size_t)N * sizeof(int));
+    ids_from_host(m, a->targets, batch->targets, batch->B);
     /* this rank's rows of lnf; the head gathers every rank's (SP), in place */
     float *lnf_mine = a->lnf + rows_first(d, batch->B) * (size_t)C;
     ops->layernorm_forward(lnf_mine, a->lnf_mean, a->lnf_rstd, x, unit_tensor(m, head, GPT_HEAD_LNF_W),
@@ -87,7 +127,7 @@ void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const 
     const model_dims *d = &m->d;
     int head = m->spec.n_layer + 1;
     int N = batch->B * d->seq, C = d->C, Nl = rows_local(d, batch->B);
-    for (int i = 0; i < N; i++) a->host_dloss[i] = batch->targets[i] >= 0 ? loss_scale : 0.0f;
+    for (int i = 0; i < N; i++) a->host_dloss[i] = batch->targets[cp_global_row(d, (size_t)i)] >= 0 ? loss_scale : 0.0f;
     ops->from_host(a->dloss, a->host_dloss, (size_t)N * sizeof(float));
 
     float *dwte = unit_tensor_grad(m, head, GPT_HEAD_WTE);

@@ -7,7 +7,7 @@
 model_kv *model_kv_create(model *m, int T_max)
 {
     const model_dims *d = &m->d;
-    if (m->spec.kind != MODEL_GPT || !m->has_emb || !m->has_head || m->prec.bf16 || d->sp_size != 1 || T_max < 1 ||
+    if (m->spec.kind != MODEL_GPT || !m->has_emb || !m->has_head || m->prec.bf16 || d->sp_size != 1 || d->cp_size != 1 || T_max < 1 ||
         T_max > m->spec.seq_len)
         return NULL;
     model_kv *kv = calloc(1, sizeof *kv);

@@ -98,6 +98,24 @@ static void rows_grad_sum(void *ctx, float *buf, size_t n)
     (void)ctx, (void)buf, (void)n; /* one rank holds every row */
 }
 
+static void attention_forward(void *ctx, float *out, float *stat, const float *qkv, int B, int T, int C, int NH,
+                              int causal)
+{
+    ((const model *)ctx)->ops->attention_forward(out, stat, qkv, B, T, C, NH, causal);
+}
+
+static void attention_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                               const float *out, const float *stat, int B, int T, int C, int NH, int causal)
+{
+    (void)out;
+    ((const model *)ctx)->ops->attention_backward(dqkv, scratch, dout, qkv, stat, B, T, C, NH, causal);
+}
+
+void model_local_attention(model *m, model_attention *out)
+{
+    *out = (model_attention){.ctx = m, .forward = attention_forward, .backward = attention_backward};
+}
+
 void model_local_layers(model *m, model_layers *out)
 {
     *out = (model_layers){.ctx = m,

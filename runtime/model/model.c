@@ -40,8 +40,15 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
                 sh->tp_rank, sh->tp_size, spec->n_head);
         return NULL;
     }
+    int cp = sh->cp_size > 1 ? sh->cp_size : 1;
+    if (cp > 1 && (spec->kind != MODEL_GPT || model_seq_len(spec) % (2 * cp) != 0 || sh->cp_rank < 0 ||
+                   sh->cp_rank >= cp || (prec && prec->bf16))) {
+        fprintf(stderr, "dtrun: model: context parallelism %d needs a GPT in fp32 whose %d tokens split into %d "
+                        "chunks (cp rank %d)\n", cp, model_seq_len(spec), 2 * cp, sh->cp_rank);
+        return NULL;
+    }
     /* every micro-batch, down to one sample, must split into equal row parts */
-    if (sh->sp && model_seq_len(spec) % sh->tp_size != 0) {
+    if (sh->sp && model_seq_len(spec) / cp % sh->tp_size != 0) {
         fprintf(stderr, "dtrun: model: sequence parallelism splits each sample's %d tokens over tp %d, "
                         "which does not divide them\n", model_seq_len(spec), sh->tp_size);
         return NULL;
@@ -54,6 +61,7 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     if (prec) m->prec = *prec;
     m->prec.grad_bf16 = m->prec.bf16 && m->prec.grad_bf16;
     model_local_layers(m, &m->layers);
+    model_local_attention(m, &m->attn);
     m->recompute = recompute;
     model_dims_of(spec, sh, &m->d);
     m->n_held = sh->unit_end - sh->unit_begin;
@@ -248,10 +256,21 @@ void model_set_layers(model *m, const model_layers *layers)
     else model_local_layers(m, &m->layers);
 }
 
+void model_set_attention(model *m, const model_attention *attention)
+{
+    m->attn_set = attention != NULL;
+    if (attention) m->attn = *attention;
+    else model_local_attention(m, &m->attn);
+}
+
 /* Split shards computed through the local layers would be silently wrong: a
  * programming error in the strategy, not a user error, so stop loudly. */
 static void check_layers(const model *m)
 {
+    if (m->d.cp_size > 1 && !m->attn_set) {
+        fprintf(stderr, "dtrun: model: cp_size %d but no context-parallel attention is set\n", m->d.cp_size);
+        abort();
+    }
     if (m->shard.tp_size == 1 || m->layers_set) return;
     fprintf(stderr, "dtrun: model: tp_size %d but no tensor-parallel layers are set\n", m->shard.tp_size);
     abort();
@@ -326,7 +345,7 @@ static block_acts acts_of_block(model_acts *a, int k)
 {
     if (!a->work_blk_on) {
         block_acts w = a->blk[k];
-        if (a->m->recompute == RECOMPUTE_SELECTIVE) w.att = a->bs.att_shared; /* it may have moved */
+        if (a->bs.att_shared) w.att = a->bs.att_shared; /* selective: it may have moved (none under cp) */
         return w;
     }
     block_acts w = a->work_blk;

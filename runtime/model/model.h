@@ -95,7 +95,21 @@ typedef struct {
     int unit_begin, unit_end; /* [begin, end) of 0..L+1 */
     int sp;                   /* 1: sequence parallel over the tp group (no-op with tp 1);
                                  needs seq (model_seq_len) divisible by tp_size */
+    int cp_rank, cp_size;     /* context parallelism (GPT): this rank holds the tokens of
+                                 chunks model_cp_chunk(cp_rank, cp_size, 0 and 1) of every
+                                 sample (cp_size 0 or 1: all of them); needs seq divisible
+                                 by 2 * cp_size (and seq / cp_size by tp_size with sp) */
 } model_shard;
+
+/* Context parallelism's causal load balancing (Megatron-Core, torchtitan):
+ * each sample's seq tokens are cut into 2 cp chunks of seq / (2 cp); cp rank
+ * r holds chunk r as the first half of its local sequence and chunk
+ * 2cp - 1 - r as the second, so every rank has the same share of the causal
+ * mask's work. */
+static inline int model_cp_chunk(int cp_rank, int cp_size, int half)
+{
+    return half ? 2 * cp_size - 1 - cp_rank : cp_rank;
+}
 
 /* Host memory; the model copies it into device buffers of its activations. */
 typedef struct {
@@ -192,6 +206,25 @@ typedef struct {
      * this rank's rows, n floats, summed over the group in place. */
     void (*rows_grad_sum)(void *ctx, float *buf, size_t n);
 } model_layers;
+
+/* The attention core of every block (qkv in, the heads' outputs out), through
+ * which the model computes it: by default ops->attention_forward / _backward
+ * on this rank's tokens; a context-parallel strategy sets its own
+ * (runtime/parallel/cp.c), which runs the ring over its cp group so that the
+ * local queries see every rank's keys. qkv [B, T, 3C], out [B, T, C] with T
+ * the local sequence (model_dims' seq), C and NH this tp rank's.
+ * stat is what forward keeps for backward: the softmax probabilities [B, NH,
+ * T, T] by default, the rows' log-sum-exp [B, NH, T] under context
+ * parallelism (model_shard.cp_size > 1). scratch: [B, NH, T, T] floats by
+ * default, NULL under context parallelism (the ring brings its own). */
+typedef struct {
+    void *ctx;
+    void (*forward)(void *ctx, float *out, float *stat, const float *qkv, int B, int T, int C, int NH,
+                    int causal);
+    /* dqkv += */
+    void (*backward)(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                     const float *out, const float *stat, int B, int T, int C, int NH, int causal);
+} model_attention;
 
 /* What the model computes in (train.precision, train.grad_dtype). fp32: every
  * tensor fp32. bf16 (mixed precision): compute weights and the activations kept
@@ -304,6 +337,9 @@ void model_set_hooks(model *m, const model_hooks *hooks);
 /* The layers tensor parallelism splits (NULL: the plain local ones, the
  * default). A model with tp_size > 1 must be given them before it computes. */
 void model_set_layers(model *m, const model_layers *layers);
+/* The attention core (NULL: the local one, the default). A model with
+ * cp_size > 1 must be given a context-parallel one before it computes. */
+void model_set_attention(model *m, const model_attention *attention);
 
 /* ---- activations of one micro-batch ---- */
 model_acts *model_acts_create(model *m, int B);
@@ -319,6 +355,12 @@ void *model_acts_output(model_acts *a);
 void *model_acts_dinput(model_acts *a);
 void *model_acts_doutput(model_acts *a);
 size_t model_acts_io_numel(const model *m, int B);
+/* Bytes of the stash this micro-batch's blocks keep as inputs of attention
+ * (the ln1 output and qkv) and of the MLP (the ln2 output, fc's output before
+ * and after GELU), as allocated: what context parallelism (1 / cp of them) and
+ * sequence parallelism (the layernorm outputs' 1 / tp) cut. 0 and 0 when the
+ * blocks keep no set (block recompute). */
+void model_acts_kept(const model_acts *a, size_t *attn_in, size_t *mlp_in);
 /* Bytes per element of those four: 4 (fp32), or 2 under bf16 (COMM_BF16 on the wire). */
 size_t model_acts_io_elem_size(const model *m);
 /* Bytes of the working set the model's activations share (0 before the first
@@ -374,7 +416,7 @@ void model_backward_weight(model *m, model_acts *a, const model_batch *batch);
  * laid out as attention_forward's qkv), so a new token costs one row through
  * every matmul and one query over the cached keys (ops->attention_decode)
  * instead of the whole prefix again. For a GPT model object holding every
- * unit (no pipeline), fp32, without sequence parallelism; tensor parallelism
+ * unit (no pipeline), fp32, without sequence or context parallelism; tensor parallelism
  * works through the model's layers as in training (a vocab-parallel
  * embedding, column/row-parallel blocks), each rank computing the logits of
  * its vocabulary rows. */

@@ -32,7 +32,20 @@ typedef struct {
     int sp_size;    /* the residual stream's rows are split in this many parts: tp with
                        sequence parallelism, else 1 */
     int sp_rank;    /* which part this rank holds (its tp rank, or 0) */
+    int cp_size;    /* context parallelism: seq is the local sequence, 1 / cp_size of the
+                       sample's, two chunks of seq / 2 (model_cp_chunk); else 1 */
+    int cp_rank;
 } model_dims;
+
+/* Context parallelism: where local row i of a [B, seq] batch (this rank's
+ * tokens) sits in the batch of whole samples [B, seq * cp_size]. */
+static inline size_t cp_global_row(const model_dims *d, size_t i)
+{
+    if (d->cp_size == 1) return i;
+    size_t T = (size_t)d->seq, Tc = T / 2, b = i / T, t = i % T;
+    int half = t >= Tc;
+    return b * T * (size_t)d->cp_size + (size_t)model_cp_chunk(d->cp_rank, d->cp_size, half) * Tc + t % Tc;
+}
 
 /* Rows of the [B*seq, C] residual stream this rank holds, and where they start
  * in the whole: all of them, or with sequence parallelism its 1/tp. */
@@ -56,6 +69,8 @@ struct model {
     model_precision prec;
     model_hooks hooks;
     model_layers layers;   /* the tp layers, or the plain local ones (local_layers.c) */
+    model_attention attn;  /* the cp ring, or the local attention (local_layers.c) */
+    int attn_set;
     int layers_set;        /* a strategy gave them (model_set_layers) */
     model_dims d;
     int n_held;            /* unit_end - unit_begin */
@@ -105,6 +120,8 @@ static inline float model_norm_eps(const model *m) { return (float)job_model_nor
 
 /* The plain local layers (no tensor parallelism), computing on m->ops. */
 void model_local_layers(model *m, model_layers *out);
+/* The local attention (no context parallelism): ops->attention_*. */
+void model_local_attention(model *m, model_attention *out);
 void model_hook_before(model *m, int unit, model_phase phase);
 void model_hook_after(model *m, int unit, model_phase phase);
 
@@ -114,7 +131,8 @@ typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* [N_l,C], [N_l], [N_l] */
     float *qkv;                       /* [N, 3*C_l] */
     float *att;                       /* [B, NH_l, seq, seq] softmax probabilities
-                                         (selective recompute: block_scratch.att_shared) */
+                                         (selective recompute: block_scratch.att_shared;
+                                         context parallelism: [B, NH_l, seq] log-sum-exp) */
     float *atty;                      /* [N, C_l] attention output, before proj */
     float *r2;                        /* [N_l,C] x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* [N_l,C], [N_l], [N_l] */
@@ -181,6 +199,7 @@ struct model_acts {
     int B;              /* capacity: batches of up to B samples */
     void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash */
     size_t bytes;
+    size_t kept_attn_in, kept_mlp_in; /* model_acts_kept */
     /* ---- stash, fp32 ---- */
     float *stream;      /* [N_l,C] entering each block held, then (with the head) the head */
     block_acts *blk;    /* one set per block held (none with block recompute) */
@@ -212,6 +231,8 @@ struct model_acts {
     float *rowmax, *sumexp, *target, *loss, *dloss; /* [N] (ViT: [B]) */
     float *dlogits;     /* GPT: [seq, V_l] one sample at a time; ViT: [B, n_classes] */
     float *tied_dwte;   /* [V_l, C] when one object holds wte and its tied copy */
+    float *wpe_l;       /* context parallelism: [seq, C] the wpe rows of this rank's
+                           chunks (forward), their gradient (backward) */
     /* ViT embedding */
     float *images;      /* [B, ch, S, S] */
     float *patch_out;   /* [B, NP, C] patch projections; in backward their gradient */

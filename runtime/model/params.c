@@ -37,6 +37,9 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
     }
     d->sp_size = sh->sp && tp_size > 1 ? tp_size : 1;
     d->sp_rank = d->sp_size > 1 ? tp_rank : 0;
+    d->cp_size = sh->cp_size > 1 ? sh->cp_size : 1;
+    d->cp_rank = d->cp_size > 1 ? sh->cp_rank : 0;
+    d->seq /= d->cp_size;
 }
 
 int model_unit_param_count(const job_model *spec, int unit)

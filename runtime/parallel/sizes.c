@@ -101,9 +101,20 @@ static double min3(double a, double b, double c)
 void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp,
                         double elem_bytes, sizes_unit_work *w)
 {
+    sizes_unit_work_cp(m, unit, rc, micro_batch, tp, sp, 1, elem_bytes, w);
+}
+
+void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
+                        double elem_bytes, sizes_unit_work *w)
+{
     memset(w, 0, sizeof *w);
     double C = m->d_model, F = m->d_ff, seq = model_seq_len(m), B = micro_batch, t = tp;
-    double rows = B * seq;
+    if (cp < 1) cp = 1;
+    /* context parallelism: this rank's tokens; its share of the causal attention
+     * is 1/cp of the whole (load balanced), in blocks of seq / (2 cp) keys, and
+     * nothing is left for selective recompute to redo (no probabilities kept) */
+    if (cp > 1 && rc == RECOMPUTE_SELECTIVE) rc = RECOMPUTE_NONE;
+    double rows = B * seq / cp, att_share = 1.0 / cp, kblock = cp > 1 ? seq / (2.0 * cp) : seq;
     int L = m->n_layer;
     if (unit == 0) {
         if (m->kind == MODEL_GPT) { /* a lookup: read the rows, write them */
@@ -119,16 +130,16 @@ void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int mic
         double blk = rc == RECOMPUTE_BLOCK ? 1.0 : 0.0;
         double qkv = 2.0 * rows * C * 3.0 * C / t, proj = 2.0 * rows * C * C / t;
         double fc1 = 2.0 * rows * C * F / t, fc2 = 2.0 * rows * F * C / t;
-        double core = 4.0 * B * seq * seq * C / t;
+        double core = 4.0 * B * seq * seq * C / t * att_share;
         double hd = C / (m->n_head > 0 ? m->n_head : 1);
         add_gemm(w, qkv, (2.0 + blk) * qkv, min3(rows, C, 3.0 * C / t), qkv);
         add_gemm(w, proj, (2.0 + blk) * proj, min3(rows, C / t, C), proj);
         add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, F / t), fc1);
         add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C), fc2);
-        add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < seq ? hd : seq, 0);
+        add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, 0);
         double heads = (double)m->n_head / t;
         double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + 2.0 * rows * F / t;
-        double soft = 2.0 * heads * B * seq * seq;
+        double soft = 2.0 * heads * B * seq * seq * att_share;
         w->fwd_bytes = (rep + split + soft) * elem_bytes;
         w->bwd_bytes = 2.0 * w->fwd_bytes + (rc == RECOMPUTE_BLOCK ? w->fwd_bytes
                                              : rc == RECOMPUTE_SELECTIVE ? soft * elem_bytes : 0.0);
@@ -337,10 +348,12 @@ size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank)
     return s->numel_head[tp_rank];
 }
 
+int sizes_grad_dp(const sizes *s) { return s->job.parallel.dp * s->job.parallel.cp; }
+
 int sizes_shard_group(const sizes *s, sizes_shard_of what)
 {
     shard_mode mode = s->job.parallel.mode;
-    int dp = s->job.parallel.dp;
+    int dp = sizes_grad_dp(s);
     if (mode == SHARD_HSDP) return s->hsdp_group;
     switch (what) {
     case SHARD_OF_PARAM: return mode == SHARD_FSDP ? dp : 1;
@@ -457,7 +470,7 @@ int sizes_gather_buffers(const sizes *s) { (void)s; return 2; }
 
 size_t sizes_reduce_numel(const sizes *s, sizes_at at)
 {
-    if (s->job.parallel.mode != SHARD_ZERO2 || s->job.parallel.dp == 1) return 0;
+    if (s->job.parallel.mode != SHARD_ZERO2 || sizes_grad_dp(s) == 1) return 0;
     return largest_held_unit(s, at);
 }
 
@@ -466,7 +479,7 @@ int sizes_reduce_buffers(const sizes *s) { (void)s; return 2; }
 size_t sizes_bucket_numel(const sizes *s, sizes_at at)
 {
     shard_mode mode = s->job.parallel.mode;
-    if ((mode != SHARD_NONE && mode != SHARD_ZERO1) || s->job.parallel.dp == 1) return 0;
+    if ((mode != SHARD_NONE && mode != SHARD_ZERO1) || sizes_grad_dp(s) == 1) return 0;
     size_t bucket = (size_t)s->job.parallel.bucket_mb * MIB / sizes_reduce_elem_bytes(s);
     size_t grads = held(s, at).numel;
     return bucket < grads ? bucket : grads;
@@ -493,7 +506,8 @@ static int seq_parallel(const sizes *s)
 
 static model_shard chunk_shard(const sizes *s, int chunk, int tp_rank)
 {
-    model_shard sh = {.tp_rank = tp_rank, .tp_size = s->job.parallel.tp, .sp = seq_parallel(s)};
+    model_shard sh = {.tp_rank = tp_rank, .tp_size = s->job.parallel.tp, .sp = seq_parallel(s),
+                      .cp_rank = 0, .cp_size = s->job.parallel.cp};
     chunk_units(s, chunk, &sh.unit_begin, &sh.unit_end);
     return sh;
 }
@@ -545,7 +559,8 @@ static size_t head_extra_bytes(const sizes *s, int tp_rank)
     model_precision prec = job_precision(s);
     size_t a = model_acts_sizes(&s->job.model, &with, B, rc, &prec).stash;
     size_t b = model_acts_sizes(&s->job.model, &without, B, rc, &prec).stash;
-    size_t rows = (size_t)B * (size_t)model_seq_len(&s->job.model) / (seq_parallel(s) ? (size_t)s->job.parallel.tp : 1);
+    size_t rows = (size_t)B * (size_t)model_seq_len(&s->job.model) / (size_t)s->job.parallel.cp /
+                  (seq_parallel(s) ? (size_t)s->job.parallel.tp : 1);
     size_t io = rows * (size_t)s->job.model.d_model * (prec.bf16 ? 2 : sizeof(float));
     b += io;
     return a > b ? a - b : 0;
@@ -587,6 +602,16 @@ size_t sizes_tp_stage_numel(const sizes *s)
     return (size_t)j->train.micro_batch * (size_t)model_seq_len(&j->model) * (size_t)j->model.d_model;
 }
 
+size_t sizes_cp_ring_numel(const sizes *s)
+{
+    const job_spec *j = &s->job;
+    int cp = j->parallel.cp, tp = j->parallel.tp;
+    if (cp < 2) return 0;
+    size_t rows = (size_t)j->train.micro_batch * (size_t)(j->model.seq_len / cp);
+    size_t Cl = (size_t)(j->model.d_model / tp), NHl = (size_t)(j->model.n_head / tp);
+    return 2 * rows * 4 * Cl + rows * Cl + rows * NHl;
+}
+
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
 {
     memset(out, 0, sizeof *out);
@@ -614,7 +639,7 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge + twin) +
                              sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * (ge + twin) +
                              sizes_bucket_numel(s, at) * re + sizes_tied_scratch_numel(s, at) * ge +
-                             sizes_tp_stage_numel(s) * 2;
+                             sizes_tp_stage_numel(s) * 2 + sizes_cp_ring_numel(s) * sizeof(float);
     /* a grad pool (ZeRO-2's, FSDP's) with bf16 reductions widens the reduced
      * chunks through min(its buffers' numel, OPTIM_SCRATCH_NUMEL) floats
      * (grad_pool_wide_numel) */

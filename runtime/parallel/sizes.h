@@ -150,6 +150,11 @@ typedef struct {
  * sequence parallelism (the replicated norms and residual adds run on 1/tp). */
 void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp,
                         double elem_bytes, sizes_unit_work *out);
+/* The same on one of cp context-parallel ranks: its 1/cp of the tokens, its
+ * 1/cp share of the (load-balanced) causal attention in key blocks of
+ * seq / (2 cp), no selective recompute (nothing kept to redo). */
+void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
+                        double elem_bytes, sizes_unit_work *out);
 
 /* Parameters of the whole model (tp = 1): every unit's, the head's own copy of
  * the tied wte included (it is allocated, reduced and updated like any other);
@@ -211,6 +216,15 @@ size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at);
  * tp collectives of activations stage through (tp.h): one micro-batch's
  * [B, seq, d_model]; 0 with tp 1 or in fp32. */
 size_t sizes_tp_stage_numel(const sizes *s);
+
+/* Context parallelism: floats of the ring's buffers (cp.c), in this order: two
+ * [micro_batch x seq / cp, 4 C / tp] payloads (k, v and their gradient; one is
+ * sent while the other receives), a block's partial output [micro_batch x
+ * seq / cp, C / tp] and its log-sum-exp [micro_batch x n_head / tp x seq /
+ * cp]. 0 with cp 1. */
+size_t sizes_cp_ring_numel(const sizes *s);
+/* The gradient-reduction group's size: dp, or dp x cp (cp folds into it). */
+int sizes_grad_dp(const sizes *s);
 
 /* ---- the whole rank ---- */
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);

@@ -29,6 +29,8 @@
 #include "runtime/parallel/sizes.h"
 #include "runtime/parallel/tp.h"
 
+typedef struct cp_ring cp_ring; /* cp.c's state */
+
 typedef struct {
     /* fixed at setup */
     const job_spec *job;
@@ -38,11 +40,15 @@ typedef struct {
     int rank;               /* world rank, for messages */
     int n_units;            /* L + 2 */
     model **unit_model;     /* [n_units]: the chunk holding unit u on this rank, or NULL */
-    comm *dp;               /* the data-parallel group (ranks sharing this rank's pp and tp) */
+    comm *dp;               /* the gradient-reduction group: the data-parallel ranks sharing this
+                               rank's pp and tp, with context parallelism every dp x cp of them
+                               (at.dp is then this rank's place in it) */
     comm *shard;            /* FSDP / HSDP: the ranks a unit is sharded over (= dp for FSDP) */
     comm *replica;          /* HSDP: the ranks holding the same shard (NULL otherwise) */
     comm *tp;               /* tensor-parallel group */
     tp_group tpg;           /* the model's tp layers' view of it (tp_apply) */
+    comm *cp;               /* context-parallel group (NULL with cp = 1) */
+    cp_ring *cpr;           /* its ring (cp_apply) */
     account *acct;
     /* element bytes (sizes.h): parameters (4, or 2 = bf16 under mixed precision),
      * gradients (train.grad_dtype), the gradient collectives (parallel.reduce_dtype) */
@@ -146,6 +152,14 @@ extern const strat_ops strat_fsdp;  /* fsdp.c: + parameters sharded (HSDP: ctx->
  * tp_release frees it (a no-op without one). */
 int tp_apply(strat_ctx *x, int sp, model *const *chunks, int n_chunks);
 void tp_release(strat_ctx *x);
+
+/* ---- context parallel (cp.c, cp.h) ---- */
+
+/* Applies context parallelism to the model: every chunk computes attention
+ * through the ring over x->cp (model_set_attention), with buffers of
+ * sizes_cp_ring_numel floats; -1: out of memory. cp_release frees them. */
+int cp_apply(strat_ctx *x, model *const *chunks, int n_chunks);
+void cp_release(strat_ctx *x);
 
 /* ---- DDP's gradient buckets (ddp.c), also ZeRO-1's ---- */
 

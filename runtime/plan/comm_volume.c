@@ -23,6 +23,12 @@
  *        chunk boundary (with sequence parallelism the tp rank's 1/tp of it)
  *   embed GPT with pp > 1: the tied wte gradient, all-reduced between the first
  *        and the last stage once per step
+ *   cp   context parallel's ring (cp.c), per block and microbatch: forward sends
+ *        this rank's k and v on cp - 1 times ([B, T/cp, 2C/tp]), backward the
+ *        same again (cp - 1) plus their gradient cp times (and block recompute
+ *        the forward's once more). With cp the rank's activations are 1/cp of
+ *        the samples' tokens: tp and pp volumes shrink with them, and dp's
+ *        gradient reduction runs over dp x cp ranks.
  * Activations and their gradients travel at the working precision (bf16 under
  * mixed precision: tp.h), the head's statistics and layernorm gradients fp32;
  * gradients at parallel.reduce_dtype (fp32 with train.grad_dtype fp32 unless it
@@ -85,8 +91,9 @@ static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     int m = par->microbatches;
     plan_comm *c = &st->comm[GROUP_DP];
     int n = sizes_shard_group(e->sizes, SHARD_OF_OPTIM);
-    if (par->mode == SHARD_NONE) n = par->dp;
+    if (par->mode == SHARD_NONE) n = sizes_grad_dp(e->sizes);
     c->size = n;
+    mesh_dim dpg = par->cp > 1 ? MESH_DP_CP : MESH_DP; /* cp folds into the gradient reduction */
     if (n > 1) {
         double f = (double)(n - 1) / n;
         long buckets = sizes_bucket_count(e->sizes, (sizes_at){0, p, st->tp_rank});
@@ -95,25 +102,28 @@ static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
             c->op = "all-reduce (grads)";
             c->bytes = 2 * f * sh->grads;
             c->calls = buckets;
-            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_DP), 2.0 * (n - 1));
+            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), dpg), 2.0 * (n - 1));
             break;
         case SHARD_ZERO1:
             c->op = "reduce-scatter (grads) + all-gather (params)";
             c->bytes = f * (sh->grads + sh->params);
             c->calls = buckets + sh->units;
-            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_DP), n - 1);
+            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), dpg), n - 1);
             break;
         case SHARD_ZERO2:
             c->op = "reduce-scatter (grads, every microbatch) + all-gather (params)";
             c->bytes = f * (m * sh->grads + sh->params);
             c->calls = (long)(m + 1) * sh->units;
-            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_DP), n - 1);
+            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), dpg), n - 1);
             break;
         default: /* fsdp, hsdp's shard group */
             c->op = "all-gather (params, forward + backward) + reduce-scatter (grads), every microbatch";
             c->bytes = m * f * (2 * sh->params + sh->grads);
             c->calls = 3L * m * sh->units;
-            finish(e, c, crosses(e, rank_at(e, p, 0, 0), rank_at(e, p, n - 1, par->tp - 1)), n - 1);
+            finish(e, c,
+                   par->cp > 1 ? plan_group_crosses(e, rank_at(e, p, 0, 0), dpg)
+                               : crosses(e, rank_at(e, p, 0, 0), rank_at(e, p, n - 1, par->tp - 1)),
+                   n - 1);
             break;
         }
     }
@@ -136,9 +146,9 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     c->size = t;
     if (t < 2) return;
     const job_model *md = &e->job.model;
-    double act = (double)e->job.train.micro_batch * model_seq_len(md) * md->d_model *
+    double act = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * md->d_model *
                  (double)sizes_param_elem_bytes(e->sizes);
-    double small = (double)e->job.train.micro_batch * model_seq_len(md) * 4.0;
+    double small = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * 4.0;
     int per_block = 4 + (e->job.train.recompute == RECOMPUTE_BLOCK ? 2 : 0);
     double big = (double)per_block * sh->blocks, tiny = 0;
     if (md->kind == MODEL_GPT) {
@@ -174,7 +184,7 @@ static void pp_volume(const plan_estimate *e, int p, plan_stage *st)
     c->size = par->pp;
     if (par->pp < 2) return;
     const job_model *md = &e->job.model;
-    double act = (double)e->job.train.micro_batch * model_seq_len(md) * md->d_model *
+    double act = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * md->d_model *
                  (double)sizes_param_elem_bytes(e->sizes);
     if (par->sequence_parallel) act /= par->tp;
     int chunks = sizes_chunks(e->sizes), msgs = 0;
@@ -204,6 +214,29 @@ static void embed_volume(const plan_estimate *e, int p, int tp_rank, plan_stage 
     finish(e, c, crosses(e, rank_at(e, 0, 0, 0), rank_at(e, par->pp - 1, 0, 0)), 2.0);
 }
 
+/* Bytes of this rank's k and v of one micro-batch (what one ring step sends). */
+double plan_cp_kv_bytes(const plan_estimate *e)
+{
+    const job_spec *j = &e->job;
+    return (double)j->train.micro_batch * (j->model.seq_len / j->parallel.cp) * 2.0 *
+           (j->model.d_model / j->parallel.tp) * (double)sizes_param_elem_bytes(e->sizes);
+}
+
+static void cp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
+{
+    const job_parallel *par = &e->job.parallel;
+    int cp = par->cp;
+    plan_comm *c = &st->comm[GROUP_CP];
+    c->size = cp;
+    if (cp < 2) return;
+    int rc = e->job.train.recompute == RECOMPUTE_BLOCK;
+    double sends = (double)(cp - 1) * (rc ? 3 : 2) + cp; /* kv forward (+ again), kv + dkv backward */
+    c->op = "send/recv ring (k, v forward; k, v and their gradients backward)";
+    c->bytes = par->microbatches * sh->blocks * sends * plan_cp_kv_bytes(e);
+    c->calls = (long)(par->microbatches * sh->blocks * sends);
+    finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_CP), 1.0);
+}
+
 void plan_comm_volume(plan_estimate *e)
 {
     for (int p = 0; p < e->n_stages; p++) {
@@ -214,5 +247,6 @@ void plan_comm_volume(plan_estimate *e)
         tp_volume(e, p, &sh, st);
         pp_volume(e, p, st);
         embed_volume(e, p, st->tp_rank, st);
+        cp_volume(e, p, &sh, st);
     }
 }

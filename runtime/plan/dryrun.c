@@ -10,7 +10,7 @@
 
 const char *plan_group_name(plan_group g)
 {
-    static const char *const names[GROUP_COUNT] = {"dp", "dp-replica", "tp", "pp", "embed"};
+    static const char *const names[GROUP_COUNT] = {"dp", "dp-replica", "tp", "pp", "embed", "cp"};
     return g >= 0 && g < GROUP_COUNT ? names[g] : "?";
 }
 
@@ -52,8 +52,10 @@ static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *o
             !e->mixed                                    ? "fp32"
             : sizes_grad_elem_bytes(e->sizes) == 4 ? "bf16 mixed precision (fp32 master weights, fp32 gradients)"
                                                    : "bf16 mixed precision (fp32 master weights)");
-    fprintf(out, "layout     dp %d x tp %d x pp %d = %d ranks on %d node%s x %d; mode %s; ", par->dp, par->tp, par->pp,
-            e->world, e->nnodes, e->nnodes == 1 ? "" : "s", e->ranks_per_node, job_shard_mode_name(par->mode));
+    char cp[48] = "";
+    if (par->cp > 1) snprintf(cp, sizeof cp, " x cp %d (%s)", par->cp, job_cp_mode_name(par->cp_mode));
+    fprintf(out, "layout     dp %d x tp %d x pp %d%s = %d ranks on %d node%s x %d; mode %s; ", par->dp, par->tp, par->pp,
+            cp, e->world, e->nnodes, e->nnodes == 1 ? "" : "s", e->ranks_per_node, job_shard_mode_name(par->mode));
     if (par->pp > 1) fprintf(out, "schedule %s", job_pp_schedule_name(par->pp_schedule));
     if (par->virtual_stages > 1) fprintf(out, " x %d virtual stages", par->virtual_stages);
     fprintf(out, "%srecompute %s%s\n", par->pp > 1 ? "; " : "", job_recompute_name(job->train.recompute),
@@ -76,12 +78,19 @@ static void range_text(char *out, size_t n, int lo, int hi)
 static void print_mesh(const plan_estimate *e, FILE *out)
 {
     const mesh *m = &e->mesh;
-    fprintf(out, "\nmesh: rank = (pp_i x dp + dp_i) x tp + tp_i (tp fastest); node = rank / %d\n", e->ranks_per_node);
+    int cp = m->cp > 1;
+    if (cp)
+        fprintf(out, "\nmesh: rank = ((pp_i x dp + dp_i) x cp + cp_i) x tp + tp_i (tp fastest, then cp); node = rank / %d\n",
+                e->ranks_per_node);
+    else
+        fprintf(out, "\nmesh: rank = (pp_i x dp + dp_i) x tp + tp_i (tp fastest); node = rank / %d\n", e->ranks_per_node);
     if (e->world <= 16) {
         for (int r = 0; r < e->world; r++) {
             mesh_coord c = mesh_coords(m, r);
-            fprintf(out, "  rank %-3d node %-3d local %-3d  dp %-3d pp %-3d tp %d\n", r, plan_node_of(e, r),
-                    r % e->ranks_per_node, c.dp, c.pp, c.tp);
+            char cpc[16] = "";
+            if (cp) snprintf(cpc, sizeof cpc, "cp %-3d ", c.cp);
+            fprintf(out, "  rank %-3d node %-3d local %-3d  dp %-3d %spp %-3d tp %d\n", r, plan_node_of(e, r),
+                    r % e->ranks_per_node, c.dp, cpc, c.pp, c.tp);
         }
         return;
     }

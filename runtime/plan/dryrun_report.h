@@ -9,7 +9,7 @@
 #include "runtime/plan/estimate.h"
 #include "runtime/plan/machine.h"
 
-const char *plan_group_name(plan_group g); /* "dp", "dp-replica", "tp", "pp", "embed" */
+const char *plan_group_name(plan_group g); /* "dp", "dp-replica", "tp", "pp", "embed", "cp" */
 /* "0-20", or with virtual stages "0-10,41-50": the units pp rank p holds. */
 void plan_stage_units(const plan_estimate *e, int p, char *out, size_t n);
 void plan_print_warnings(const plan_estimate *e, FILE *out);

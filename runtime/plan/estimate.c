@@ -32,6 +32,8 @@ int plan_group_crosses(const plan_estimate *e, int rank, mesh_dim dim)
     case MESH_DP: lo.dp = 0, hi.dp = m->dp - 1; break;
     case MESH_PP: lo.pp = 0, hi.pp = m->pp - 1; break;
     case MESH_DP_TP: lo.dp = 0, lo.tp = 0, hi.dp = m->dp - 1, hi.tp = m->tp - 1; break;
+    case MESH_CP: lo.cp = 0, hi.cp = m->cp - 1; break;
+    case MESH_DP_CP: lo.dp = 0, lo.cp = 0, hi.dp = m->dp - 1, hi.cp = m->cp - 1; break;
     }
     return plan_node_of(e, mesh_rank(m, lo)) != plan_node_of(e, mesh_rank(m, hi));
 }
@@ -74,14 +76,14 @@ int plan_estimate_memory_reusing(plan_estimate *e, const job_spec *job, const hw
     e->job = *job;
     e->hw = *hw;
     const job_parallel *par = &job->parallel;
-    if (mesh_init(&e->mesh, par->dp, par->pp, par->tp, err, errlen)) return -1;
+    if (mesh_from_parallel(&e->mesh, par, err, errlen)) return -1;
     e->world = e->mesh.world;
     e->ranks_per_node = ranks_per_node >= 1 ? ranks_per_node : e->world;
     e->nnodes = nnodes >= 1 ? nnodes : (e->world + e->ranks_per_node - 1) / e->ranks_per_node;
     if (e->nnodes * e->ranks_per_node != e->world)
-        plan_warn(e, "world %d (dp %d x tp %d x pp %d) != nnodes %d x nproc_per_node %d = %d: the run would not "
+        plan_warn(e, "world %d (dp %d x tp %d x pp %d x cp %d) != nnodes %d x nproc_per_node %d = %d: the run would not "
                      "start",
-                  e->world, par->dp, par->tp, par->pp, e->nnodes, e->ranks_per_node,
+                  e->world, par->dp, par->tp, par->pp, par->cp, e->nnodes, e->ranks_per_node,
                   e->nnodes * e->ranks_per_node);
     sizes_env env = {hw->gpu, e->ranks_per_node, slots_only};
     e->sizes = sizes_create_reusing(job, &env, donor, err, errlen);

@@ -32,6 +32,7 @@ typedef enum {
     GROUP_TP,
     GROUP_PP,
     GROUP_EMBED,
+    GROUP_CP,      /* context parallel's ring (parallel.cp) */
     GROUP_COUNT
 } plan_group;
 
@@ -123,6 +124,9 @@ void plan_warn(plan_estimate *e, const char *fmt, ...) __attribute__((format(pri
 void plan_memory(plan_estimate *e);
 /* Per stage communication volume, link and time (exposure is step_time's). */
 void plan_comm_volume(plan_estimate *e);
+/* Context parallelism: bytes of one rank's k and v of a micro-batch, what one
+ * step of the ring sends (comm_volume.c). */
+double plan_cp_kv_bytes(const plan_estimate *e);
 /* Chunk costs, the pipeline simulation (or with simulate = 0 its lower bound),
  * exposure, step time, MFU. */
 int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen);

@@ -33,7 +33,7 @@ int plan_machine_resolve(plan_machine *pm, const job_spec *job, const dryrun_opt
     }
     if (hw_load(&pm->hw, hw, err, errlen)) return -1;
     const job_parallel *par = &job->parallel;
-    int world = par->dp * par->tp * par->pp;
+    int world = par->dp * par->tp * par->pp * par->cp;
     pm->ranks_per_node = o->nproc_per_node > 0 ? o->nproc_per_node : positive(job->launch.nproc_per_node);
     if (pm->ranks_per_node == 0) {
         pm->ranks_per_node = pm->hw.gpus_per_node > 0 ? pm->hw.gpus_per_node : 1;

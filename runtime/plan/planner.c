@@ -5,7 +5,9 @@
  * that means something for that dp (hsdp only when a node holds some but not all
  * of the data-parallel ranks), micro_batch among the divisors of global_batch / dp
  * up to 64, every pipeline schedule (interleaved with 2 chunks per rank),
- * recompute none, selective and block, and with tp > 1 sequence parallelism off and on; a layout
+ * recompute none, selective and block, and with tp > 1 sequence parallelism off and on,
+ * and for a GPT in fp32 context parallelism cp (a divisor of the ranks left after tp
+ * and pp, with seq_len divisible by 2 cp; dp = the rest); a layout
  * that does not fit is tried again with the optimizer offloaded to host memory
  * (train.offload: optimizer, when the hardware profile says how fast the host
  * is), and an FSDP / HSDP one that still does not fit with the parameter
@@ -41,6 +43,7 @@
 
 typedef struct {
     int dp, tp, pp, micro_batch, microbatches, v;
+    int cp;          /* context parallelism (parallel.cp), 1 without */
     int sp;          /* sequence parallelism (tp > 1 only) */
     shard_mode mode;
     pp_schedule_kind schedule;
@@ -116,7 +119,7 @@ static job_spec candidate_job(const job_spec *base, const candidate *c)
 {
     job_spec job = *base;
     job_parallel *par = &job.parallel;
-    par->dp = c->dp, par->tp = c->tp, par->pp = c->pp;
+    par->dp = c->dp, par->tp = c->tp, par->pp = c->pp, par->cp = c->cp;
     par->mode = c->mode;
     par->pp_schedule = c->schedule;
     par->virtual_stages = c->v;
@@ -239,9 +242,16 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
              * job_validate refuses it): one candidate, 1F1B's single chunk */
             if (pp == 1 && sched != PP_1F1B) continue;
             for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
-                for (int tp = 1; tp <= G && tp <= W / pp; tp++) {
-                    if (G % tp || (W / pp) % tp) continue;
-                    int dp = W / tp / pp;
+                for (int tp = 1; tp <= G && tp <= W / pp; tp++)
+                for (int cp = 1; cp <= W / pp / tp; cp++) {
+                    if (G % tp || (W / pp) % tp || (W / pp / tp) % cp) continue;
+                    /* context parallelism: a GPT in fp32 whose sequence splits into 2 cp chunks */
+                    if (cp > 1 && (job->model.kind != MODEL_GPT || job->train.precision != PREC_FP32 ||
+                                   job->model.seq_len % (2 * cp)))
+                        continue;
+                    /* selective recompute keeps what none keeps under cp (no probabilities): the same layout */
+                    if (cp > 1 && rc == RECOMPUTE_SELECTIVE) continue;
+                    int dp = W / tp / pp / cp;
                     if (job->train.global_batch % dp) continue;
                     int per_dp = job->train.global_batch / dp;
                     int shard_in_node = (int)gcd_l(dp, G / tp > 0 ? G / tp : 1);
@@ -253,7 +263,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                             if (dp == 1 && mode != SHARD_NONE) continue;
                             if (mode == SHARD_HSDP && (shard_in_node == 1 || shard_in_node == dp)) continue;
                             /* sequence parallelism where the tokens of a sample split over tp */
-                            int max_sp = tp > 1 && model_seq_len(&job->model) % tp == 0;
+                            int max_sp = tp > 1 && model_seq_len(&job->model) / cp % tp == 0;
                             for (int sp = 0; sp <= max_sp; sp++) {
                                 /* zb-h1 only where its B / W split runs (the job checks' rule) */
                                 job_parallel zp = {.dp = dp, .tp = tp, .pp = pp, .mode = (shard_mode)mode,
@@ -266,7 +276,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                                     continue;
                                 candidate c;
                                 memset(&c, 0, sizeof c);
-                                c.dp = dp, c.tp = tp, c.pp = pp, c.micro_batch = mb, c.microbatches = m;
+                                c.dp = dp, c.tp = tp, c.pp = pp, c.cp = cp, c.micro_batch = mb, c.microbatches = m;
                                 c.mode = (shard_mode)mode;
                                 c.schedule = (pp_schedule_kind)sched;
                                 c.v = sched == PP_INTERLEAVED ? 2 : 1;
@@ -290,7 +300,7 @@ static int schedule_order(const void *a, const void *b)
     const candidate *x = a, *y = b;
     int k[][2] = {{x->pp, y->pp}, {(int)x->schedule, (int)y->schedule}, {x->microbatches, y->microbatches},
                   {(int)x->recompute, (int)y->recompute}, {x->tp, y->tp}, {x->micro_batch, y->micro_batch},
-                  {(int)x->mode, (int)y->mode}, {x->sp, y->sp}};
+                  {(int)x->mode, (int)y->mode}, {x->sp, y->sp}, {x->cp, y->cp}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i][0] != k[i][1]) return k[i][0] < k[i][1] ? -1 : 1;
     return 0;
@@ -417,7 +427,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
     fprintf(out, "(%ld pipelines simulated; every other layout's step time was bounded below by more than the "
                  "top %d's)\n\n",
             cs->simulated, top);
-    fprintf(out, "  %2s %4s %5s %3s %-6s %3s %4s %-13s %-14s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
+    fprintf(out, "  %2s %7s %5s %3s %-6s %3s %4s %-13s %-14s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
             "m", "schedule", "rc", "step", m->kind == MODEL_GPT ? "tokens/s" : "images/s", "MFU", "mem/rank", "why");
     for (int i = 0; i < top && i < cs->n; i++) {
         const candidate *c = &cs->c[i];
@@ -425,12 +435,14 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
         if (c->pp == 1) snprintf(sched, sizeof sched, "-");
         else if (c->v > 1) snprintf(sched, sizeof sched, "%s/%d", pp_schedule_kind_name(c->schedule), c->v);
         else snprintf(sched, sizeof sched, "%s", pp_schedule_kind_name(c->schedule));
-        char tp[16];
+        char tp[16], dp[24];
         snprintf(tp, sizeof tp, "%d%s", c->tp, c->sp ? "+sp" : "");
+        if (c->cp > 1) snprintf(dp, sizeof dp, "%dxcp%d", c->dp, c->cp);
+        else snprintf(dp, sizeof dp, "%d", c->dp);
         char rc[24];
         snprintf(rc, sizeof rc, "%s%s", job_recompute_name(c->recompute),
                  c->offload & OFFLOAD_PARAMS ? "+offp" : c->offload ? "+off" : "");
-        fprintf(out, "  %2d %4d %5s %3d %-6s %3d %4d %-13s %-14s %9s %9s %5.1f%% %9s  %s\n", i + 1, c->dp, tp, c->pp,
+        fprintf(out, "  %2d %7s %5s %3d %-6s %3d %4d %-13s %-14s %9s %9s %5.1f%% %9s  %s\n", i + 1, dp, tp, c->pp,
                 job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, rc,
                 fmt_seconds(a, c->step), fmt_count(b, m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s),
                 100 * c->mfu, fmt_bytes((char[FMT_LEN]){0}, c->max_total), c->reason);
@@ -466,6 +478,7 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddNumberToObject(o, "dp", c->dp);
         cJSON_AddNumberToObject(o, "tp", c->tp);
         cJSON_AddBoolToObject(o, "sequence_parallel", c->sp);
+        cJSON_AddNumberToObject(o, "cp", c->cp);
         cJSON_AddNumberToObject(o, "pp", c->pp);
         cJSON_AddStringToObject(o, "mode", job_shard_mode_name(c->mode));
         cJSON_AddNumberToObject(o, "micro_batch", c->micro_batch);

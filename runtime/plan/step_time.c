@@ -34,7 +34,14 @@
  * parameters stay on the host (the step writes them there) and each unit's
  * shard crosses the host link before its gather instead, in forward and again
  * in backward: fsdp.c copies it before it starts the gather, so the chunk's
- * compute waits for it. */
+ * compute waits for it.
+ *
+ * Context parallelism (cp ranks): every rank computes 1/cp of each micro-batch's
+ * work (its tokens' matmuls, its share of the load-balanced causal attention),
+ * its tp traffic is that of its tokens, and per block its ring sends k and v
+ * cp - 1 times in forward, overlapped with that block's compute (exposed: what
+ * exceeds it), and in backward k and v again (overlapped) plus their gradient
+ * cp times after each step's compute (exposed, as cp.c waits for it). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,6 +67,7 @@ typedef struct {
     double fwd_flop, bwd_flop; /* s: compute alone (GEMMs + memory-bound ops) */
     double fwd_count, bwd_count; /* FLOPs executed (this tp rank) */
     double tp, shard;          /* of which tp all-reduces, exposed FSDP / ZeRO-2 traffic */
+    double cp;                 /* exposed context-parallel ring traffic */
     double params, grads;      /* bytes of the tp-local chunk */
     int units;
 } chunk_cost;
@@ -126,7 +134,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     double elem = (double)sizes_param_elem_bytes(e->sizes);
     for (int u = first[c]; u < first[c + 1]; u++) {
         sizes_unit_work w;
-        sizes_unit_work_of(md, u, job->train.recompute, (int)B, par->tp, sp, elem, &w);
+        sizes_unit_work_cp(md, u, job->train.recompute, (int)B, par->tp, sp, par->cp, elem, &w);
         work_time(e, &w, &k.fwd_flop, &k.bwd_flop, &k.fwd_count, &k.bwd_count, &k.bwd_w);
         double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
@@ -136,14 +144,27 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
         else if (u <= L) blocks++;
         else head = 1;
     }
+    int cp = par->cp;
     k.fwd = k.fwd_flop;
     k.bwd = k.bwd_flop;
+    if (cp > 1 && blocks > 0) {
+        const plan_comm *cc = &st->comm[GROUP_CP];
+        double kv = ring_time(plan_cp_kv_bytes(e), cc->bandwidth, link_latency(e, cc), 1);
+        double per_f = k.fwd_flop / k.units, per_b = k.bwd_flop / k.units; /* one unit's compute, about a block's */
+        double rf = fmax(0.0, (cp - 1) * kv - per_f);
+        double rb = fmax(0.0, (cp - 1) * kv - per_b) + cp * kv;
+        if (job->train.recompute == RECOMPUTE_BLOCK) rb += rf;
+        k.fwd += blocks * rf;
+        k.bwd += blocks * rb;
+        k.cp = blocks * (rf + rb);
+    }
 
     if (par->tp > 1) {
         const plan_comm *tc = &st->comm[GROUP_TP];
         int t = par->tp, gpt = md->kind == MODEL_GPT;
-        double act = B * model_seq_len(md) * md->d_model * (double)sizes_param_elem_bytes(e->sizes);
-        double small = B * model_seq_len(md) * 4.0, f = 2.0 * (t - 1) / t, lat = link_latency(e, tc);
+        double tokens = B * model_seq_len(md) / par->cp; /* this rank's */
+        double act = tokens * md->d_model * (double)sizes_param_elem_bytes(e->sizes);
+        double small = tokens * 4.0, f = 2.0 * (t - 1) / t, lat = link_latency(e, tc);
         double big_f = 2.0 * blocks + (gpt ? emb : 0);
         double big_b = (2.0 + (job->train.recompute == RECOMPUTE_BLOCK ? 2.0 : 0.0)) * blocks + (gpt ? head : 0);
         double tiny_f = gpt ? 3.0 * head : 0;
@@ -287,9 +308,9 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
         bwd_b[c] = bwd[c] - bwd_w[c];
     }
     const job_model *md = &job->model;
-    double act = (double)job->train.micro_batch * model_seq_len(md) * md->d_model *
+    double act = (double)job->train.micro_batch * model_seq_len(md) / par->cp * md->d_model *
                  (double)sizes_param_elem_bytes(e->sizes);
-    if (par->sequence_parallel) act /= par->tp; /* a stage sends its tp rank's rows */
+    if (par->sequence_parallel) act /= par->tp; /* a stage sends its tp rank's rows (of its cp rank's tokens) */
     e->p2p = 0;
     int rc = 0;
     if (par->pp > 1) {
@@ -329,6 +350,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
             flops += m * (k[c].fwd_count + k[c].bwd_count);
             st->comm[GROUP_TP].exposed += m * k[c].tp;
             st->comm[GROUP_DP].exposed += m * k[c].shard;
+            st->comm[GROUP_CP].exposed += m * k[c].cp;
         }
         st->flops = flops;
         if (compute > 0 && flops / compute > eff_rate) eff_rate = flops / compute;
@@ -344,7 +366,8 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
     if (rc) return -1;
     double G = job->train.global_batch;
     e->model_flops = model_flops_per_sample(md, RECOMPUTE_NONE) * G;
-    e->exec_flops = model_flops_per_sample(md, job->train.recompute) * G;
+    e->exec_flops = model_flops_per_sample(md, par->cp > 1 && job->train.recompute == RECOMPUTE_SELECTIVE
+                                                   ? RECOMPUTE_NONE : job->train.recompute) * G;
     e->step_time = e->makespan + tail;
     e->compute_eff = e->peak > 0 ? eff_rate / e->peak : 0;
     double capacity = e->step_time * e->world * e->peak;

@@ -194,8 +194,10 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
         for (int i = 0; i < in->n_loss; i++) train_progress_add_loss(p, in->loss_tail[i]);
         *resumed = 1;
         if (engine_rank(e) == 0) {
-            fprintf(stderr, "dtrun: %s %s: step %ld (saved under dp=%d tp=%d pp=%d %s; now %s)\n",
-                    train ? "resuming from" : "weights from", ckpt_path(ck), in->step, in->dp, in->tp, in->pp,
+            char cp[24] = "";
+            if (in->cp > 1) snprintf(cp, sizeof cp, " cp=%d", in->cp);
+            fprintf(stderr, "dtrun: %s %s: step %ld (saved under dp=%d%s tp=%d pp=%d %s; now %s)\n",
+                    train ? "resuming from" : "weights from", ckpt_path(ck), in->step, in->dp, cp, in->tp, in->pp,
                     in->mode, engine_layout(e));
             if (train && in->seed != job->train.seed)
                 fprintf(stderr, "dtrun: note: the checkpoint was trained with seed %llu, this job uses %llu "

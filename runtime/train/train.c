@@ -11,12 +11,14 @@
  *    "time":{"wall":s,"compute":s,"comm":s,"idle":s},
  *    "bubble":f,"bubble_ideal":f,            (pipelines only)
  *    "mem_peak":{"params":B,"grads":B,"optimizer":B,"activations":B,"buffers":B,"total":B},
- *    "rss_peak":B}
+ *    "acts_kept":{"attn_in":B,"mlp_in":B},"rss_peak":B}
  * time: where the step's wall time went (engine_times); bubble: the pipeline's
  * measured idle fraction of the step, next to the schedule's ideal
  * (p-1)/(v*m+p-1); mem_peak: the largest
  * bytes held per category since training started (account.h), total = the largest
- * sum at one moment; rss_peak: the process's peak resident set (getrusage).
+ * sum at one moment; acts_kept: of the activations, the bytes one micro-batch's
+ * blocks keep as inputs of attention and of the MLP (model_acts_kept; 0 in a
+ * pipeline); rss_peak: the process's peak resident set (getrusage).
  *
  * Checkpoints, resume and stop signals: checkpoint.h. A resumed run appends to
  * the metrics files. Non-finite loss: the run stops (exit 5) with a line naming
@@ -80,8 +82,11 @@ static void rank_log_step(FILE *f, metrics *met, engine *e, int step)
     for (int c = 0; c < ACCT_COUNT; c++)
         fprintf(f, "\"%s\":%zu,", acct_category_name((acct_category)c), acct_peak(a, (acct_category)c));
     engine_comm_bytes sent = engine_bytes_sent(e);
-    fprintf(f, "\"total\":%zu},\"rss_peak\":%ld,\"bytes_sent\":{\"tp\":%llu,\"dp\":%llu,\"pp\":%llu}}\n",
-            acct_peak_total(a), (long)ru.ru_maxrss * 1024L, sent.tp, sent.dp, sent.pp);
+    size_t attn_in, mlp_in;
+    engine_acts_kept(e, &attn_in, &mlp_in);
+    fprintf(f, "\"total\":%zu},\"acts_kept\":{\"attn_in\":%zu,\"mlp_in\":%zu},\"rss_peak\":%ld,"
+               "\"bytes_sent\":{\"tp\":%llu,\"dp\":%llu,\"pp\":%llu,\"cp\":%llu}}\n",
+            acct_peak_total(a), attn_in, mlp_in, (long)ru.ru_maxrss * 1024L, sent.tp, sent.dp, sent.pp, sent.cp);
     fflush(f);
 }
 

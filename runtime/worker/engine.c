@@ -144,7 +144,7 @@ static int pp_batch(void *ctx, int mb, model_batch *out, char *err, size_t errle
  * one-rank nodes) is the same run without the machinery. */
 static const strat_ops *pick_strategy(const job_spec *job, const sizes *sz)
 {
-    int dp = job->parallel.dp;
+    int dp = sizes_grad_dp(sz); /* context parallelism folds into the gradient reduction */
     switch (job->parallel.mode) {
     case SHARD_ZERO1: return dp > 1 ? &strat_zero1 : &strat_ddp;
     case SHARD_ZERO2: return dp > 1 ? &strat_zero2 : &strat_ddp;
@@ -156,12 +156,16 @@ static const strat_ops *pick_strategy(const job_spec *job, const sizes *sz)
     }
 }
 
+/* The group gradients are reduced over: dp, or dp x cp (Megatron's
+ * data-parallel-with-context-parallel group). */
+static comm *grad_group(const engine *e) { return e->mc.dp_cp ? e->mc.dp_cp : e->mc.dp; }
+
 /* FSDP: the shard group is the dp group. HSDP: runs of S consecutive dp ranks
  * (one node's) shard, ranks with the same position in their run replicate. */
 static int make_shard_groups(engine *e, comm **shard, comm **replica, char *err, size_t errlen)
 {
-    int S = sizes_shard_group(e->sz, SHARD_OF_PARAM), dp = e->job.parallel.dp;
-    *shard = e->mc.dp;
+    int S = sizes_shard_group(e->sz, SHARD_OF_PARAM), dp = sizes_grad_dp(e->sz);
+    *shard = grad_group(e);
     *replica = NULL;
     if (S == dp) return COMM_OK;
     int d = e->mc.me.dp, *members = malloc((size_t)dp * sizeof(int)), n = 0;
@@ -188,8 +192,8 @@ static int make_emb_group(engine *e, char *err, size_t errlen)
     int pp = e->job.parallel.pp;
     mesh_coord me = e->mc.me;
     if (e->job.model.kind != MODEL_GPT || pp == 1 || (me.pp != 0 && me.pp != pp - 1)) return COMM_OK;
-    int members[2] = {mesh_rank(&e->mesh, (mesh_coord){.dp = me.dp, .pp = 0, .tp = me.tp}),
-                      mesh_rank(&e->mesh, (mesh_coord){.dp = me.dp, .pp = pp - 1, .tp = me.tp})};
+    int members[2] = {mesh_rank(&e->mesh, (mesh_coord){.dp = me.dp, .cp = me.cp, .pp = 0, .tp = me.tp}),
+                      mesh_rank(&e->mesh, (mesh_coord){.dp = me.dp, .cp = me.cp, .pp = pp - 1, .tp = me.tp})};
     return comm_group(e->world, members, 2, &e->emb_group, err, errlen);
 }
 
@@ -238,7 +242,8 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
         int c = pp_chunk_id(e->mc.me.pp, l, pp);
         model_shard sh = {.tp_rank = e->mc.me.tp, .tp_size = job->parallel.tp,
                           .unit_begin = pp > 1 ? first[c] : 0, .unit_end = pp > 1 ? first[c + 1] : n_units,
-                          .sp = job->parallel.sequence_parallel && job->parallel.tp > 1};
+                          .sp = job->parallel.sequence_parallel && job->parallel.tp > 1,
+                          .cp_rank = e->mc.me.cp, .cp_size = job->parallel.cp};
         if (!(e->chunk[l] = model_create_prec(&job->model, &sh, e->ops, job->train.recompute, &prec))) {
             snprintf(err, errlen, "rank %d: cannot create the model chunk of units [%d, %d)", e->rank,
                      sh.unit_begin, sh.unit_end);
@@ -405,15 +410,17 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         goto fail;
     }
     e->so = pick_strategy(job, e->sz);
-    comm *shard = e->mc.dp, *replica = NULL;
+    comm *shard = grad_group(e), *replica = NULL;
     if (e->so == &strat_fsdp && make_shard_groups(e, &shard, &replica, why, sizeof why) != COMM_OK) {
         snprintf(err, errlen, "rank %d: cannot build the HSDP groups: %s", rank, why);
         *exit_code = DT_EXIT_COMM;
         goto fail;
     }
-    e->x = (strat_ctx){.job = &e->job, .ops = e->ops, .sz = e->sz, .at = {me.dp, me.pp, me.tp},
-                       .rank = rank, .n_units = n_units, .unit_model = e->unit_model, .dp = e->mc.dp,
-                       .shard = shard, .replica = replica, .tp = e->mc.tp, .acct = e->acct,
+    /* under context parallelism the strategy's "dp" is dp x cp: at.dp its place there */
+    int grad_rank = comm_rank(grad_group(e));
+    e->x = (strat_ctx){.job = &e->job, .ops = e->ops, .sz = e->sz, .at = {grad_rank, me.pp, me.tp},
+                       .rank = rank, .n_units = n_units, .unit_model = e->unit_model, .dp = grad_group(e),
+                       .shard = shard, .replica = replica, .tp = e->mc.tp, .cp = e->mc.cp, .acct = e->acct,
                        .pe = sizes_param_elem_bytes(e->sz), .ge = sizes_grad_elem_bytes(e->sz),
                        .re = sizes_reduce_elem_bytes(e->sz)};
     if (setup_chunks(e, err, errlen) != 0 || setup_acts(e, err, errlen) != 0) goto fail;
@@ -425,6 +432,10 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     for (int l = 0; l < e->n_chunks; l++) model_set_hooks(e->chunk[l], &hooks);
     if (par->tp > 1 && tp_apply(&e->x, sp, e->chunk, e->n_chunks) != 0) {
         snprintf(err, errlen, "rank %d: out of memory for the tensor-parallel bf16 staging", rank);
+        goto fail;
+    }
+    if (par->cp > 1 && cp_apply(&e->x, e->chunk, e->n_chunks) != 0) {
+        snprintf(err, errlen, "rank %d: out of memory for the context-parallel ring's buffers", rank);
         goto fail;
     }
     if (setup_optim(e) != 0) {
@@ -441,7 +452,9 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     e->per_sample = job->model.kind == MODEL_GPT ? job->model.seq_len : 1;
     /* the head's rank computes the loss; every tp rank of it the same one */
     e->counts_loss = me.tp == 0 && e->unit_model[n_units - 1];
-    snprintf(e->layout, sizeof e->layout, "dp=%d tp=%d%s pp=%d %s%s%s", par->dp, par->tp, sp ? "+sp" : "", par->pp,
+    char cp_part[32] = "";
+    if (par->cp > 1) snprintf(cp_part, sizeof cp_part, " cp=%d", par->cp);
+    snprintf(e->layout, sizeof e->layout, "dp=%d%s tp=%d%s pp=%d %s%s%s", par->dp, cp_part, par->tp, sp ? "+sp" : "", par->pp,
              par->mode == SHARD_HSDP && e->so == &strat_fsdp ? "hsdp" : e->so->name, par->pp > 1 ? " " : "",
              par->pp > 1 ? pp_schedule_kind_name(par->pp_schedule) : "");
     if (!e->ops->host_memory) { /* say where it runs and how it talks (CPU runs: as before) */
@@ -463,6 +476,7 @@ void engine_destroy(engine *e)
     /* the strategy's buffers are bound into the chunks: strategy first */
     if (e->ds) e->so->destroy(e->ds);
     tp_release(&e->x);
+    cp_release(&e->x);
     pp_exec_destroy(e->ex);
     model_acts_destroy(e->acts);
     for (int l = 0; l < e->n_chunks; l++) {
@@ -493,12 +507,18 @@ const char *engine_device_name(const engine *e) { return e->ops->device_name(); 
 const char *engine_layout(const engine *e) { return e->layout; }
 const account *engine_account(const engine *e) { return e->acct; }
 
+void engine_acts_kept(const engine *e, size_t *attn_in, size_t *mlp_in)
+{
+    *attn_in = *mlp_in = 0;
+    if (e->acts) model_acts_kept(e->acts, attn_in, mlp_in);
+}
+
 static unsigned long long sent_on(const comm *c) { return c ? (unsigned long long)comm_bytes_sent(c) : 0; }
 
 engine_comm_bytes engine_bytes_sent(const engine *e)
 {
-    if (!e->have_mc) return (engine_comm_bytes){0, 0, 0};
-    return (engine_comm_bytes){sent_on(e->mc.tp), sent_on(e->mc.dp), sent_on(e->mc.pp)};
+    if (!e->have_mc) return (engine_comm_bytes){0, 0, 0, 0};
+    return (engine_comm_bytes){sent_on(e->mc.tp), sent_on(grad_group(e)), sent_on(e->mc.pp), sent_on(e->mc.cp)};
 }
 void engine_begin_training(engine *e)
 {

@@ -110,9 +110,13 @@ void engine_take_times(engine *e, engine_times *t);
 /* Memory this rank holds, by category (account.h); peaks restart at
  * engine_begin_training, so setup transients are not training peaks. */
 const account *engine_account(const engine *e);
+/* One micro-batch's kept attention and MLP inputs (model_acts_kept), bytes;
+ * 0 and 0 in a pipeline (its slots hold several). */
+void engine_acts_kept(const engine *e, size_t *attn_in, size_t *mlp_in);
 /* Bytes this rank has sent so far on its tensor-, data- and pipeline-parallel
- * groups (comm_bytes_sent; 0 for a group of one). */
-typedef struct { unsigned long long tp, dp, pp; } engine_comm_bytes;
+ * groups and its context-parallel ring (comm_bytes_sent; 0 for a group of
+ * one). dp: the gradient-reduction group, dp x cp ranks under cp. */
+typedef struct { unsigned long long tp, dp, pp, cp; } engine_comm_bytes;
 engine_comm_bytes engine_bytes_sent(const engine *e);
 /* Peaks restart; with a trace asked for (DTRUN_TRACE or log.trace: trace.h) the
  * rank starts recording its spans. */

@@ -83,6 +83,7 @@ void engine_ckpt_meta_layout(const engine *e, ckpt_meta *meta)
     meta->dp = par->dp;
     meta->tp = par->tp;
     meta->pp = par->pp;
+    meta->cp = par->cp;
     meta->world = e->world_size;
     meta->mode = job_shard_mode_name(par->mode);
 }

@@ -90,7 +90,7 @@ int engine_dump_params(engine *e, const char *path, char *err, size_t errlen)
     }
     if (rc != DT_EXIT_OK) snprintf(err, errlen, "rank %d: out of memory dumping parameters", e->rank);
     /* 2. dp rank 0 of every (pp, tp) sends its units to rank 0, in unit order */
-    if (rc == DT_EXIT_OK && e->rank != 0 && e->mc.me.dp == 0) {
+    if (rc == DT_EXIT_OK && e->rank != 0 && e->mc.me.dp == 0 && e->mc.me.cp == 0) {
         for (int u = 0; u < n_units && !x->failed; u++)
             if (e->unit_model[u])
                 strat_fail(x, e->world,

@@ -390,6 +390,46 @@ static void test_attention(int B, int T, int C, int NH, int causal) {
     free(qkv); free(out); free(att); free(g); free(gq); free(scratch);
 }
 
+/* Blockwise attention (context parallelism's ring): a block of Tq queries
+ * against Tk keys inside samples of Ts rows, the partial merged into a
+ * result, and the backward from it; the CUDA twin against the CPU's. */
+static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift) {
+    char what[200];
+    size_t nq = (size_t)B * Ts * 3 * C, nkv = (size_t)B * Ts * 2 * C, no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
+    float *q = hrand(nq, 1.0f), *kv = hrand(nkv, 1.0f), *out = hrand(no, 1.0f), *lse = hrand(nl, 1.0f);
+    float *pout = hrand(no, 1.0f), *plse = hrand(nl, 1.0f);
+    dbuf dq = dup_f(q, nq, 0), dkv = dup_f(kv, nkv, 0), dout = dup_f(out, no, 0), dlse = dup_f(lse, nl, 0);
+    dbuf dpout = dup_f(pout, no, 0), dplse = dup_f(plse, nl, 0);
+    /* a first block into (out, lse), a second (shifted one block on) merged into it */
+    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift);
+    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift);
+    cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift + Tk);
+    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift + Tk);
+    snprintf(what, sizeof what, "attention_block_forward B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d %s shift %d", B, Ts, Tq,
+             Tk, C, NH, causal ? "causal" : "full", shift);
+    expect(what, &dpout, pout, no, TOL_GEMM);
+    cpu->attention_block_merge(out, lse, pout, plse, B, Ts, Tq, C, NH);
+    gpu->attention_block_merge(dout.p, dlse.p, dpout.p, dplse.p, B, Ts, Tq, C, NH);
+    snprintf(what, sizeof what, "attention_block_merge B=%d Tq=%d C=%d NH=%d", B, Tq, C, NH);
+    expect(what, &dout, out, no, TOL_GEMM);
+    float *g = hrand(no, 1.0f), *gq = hrand(nq, 1.0f), *gkv = hrand(nkv, 1.0f);
+    dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
+    cpu->attention_block_backward(gq, gkv, g, out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift);
+    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal,
+                                  shift);
+    snprintf(what, sizeof what, "attention_block_backward dq B=%d Tq=%d Tk=%d %s (accumulates)", B, Tq, Tk,
+             causal ? "causal" : "full");
+    expect(what, &dgq, gq, nq, TOL_GEMM);
+    snprintf(what, sizeof what, "attention_block_backward dkv B=%d Tq=%d Tk=%d %s (accumulates)", B, Tq, Tk,
+             causal ? "causal" : "full");
+    expect(what, &dgkv, gkv, nkv, TOL_GEMM);
+    cpu->rows_copy(gq + C, 3 * C, gkv, 2 * C, B * Ts, 2 * C, 1);
+    gpu->rows_copy(dgq.p + C, 3 * C, dgkv.p, 2 * C, B * Ts, 2 * C, 1);
+    expect("rows_copy (accumulate into the k, v columns of dqkv)", &dgq, gq, nq, TOL_ELEM);
+    drop(&dq); drop(&dkv); drop(&dout); drop(&dlse); drop(&dpout); drop(&dplse); drop(&dg); drop(&dgq); drop(&dgkv);
+    free(q); free(kv); free(out); free(lse); free(pout); free(plse); free(g); free(gq); free(gkv);
+}
+
 /* ---------------------------------------------------------------- elementwise */
 
 static void test_elementwise(size_t n) {
@@ -716,6 +756,9 @@ int main(void) {
     test_attention(2, 65, 192, 3, 0); /* ViT-like: 64 patches + class token */
     test_attention_decode(1, 8, 2);
     test_attention_decode(300, 64, 4); /* more keys than the kernel's threads */
+    test_attention_block(2, 16, 8, 8, 16, 2, 1, 0);     /* the diagonal block, then a whole one */
+    test_attention_block(1, 40, 20, 20, 24, 3, 0, 0);   /* full attention */
+    test_attention_block(1, 2600, 1300, 1300, 64, 2, 1, 0); /* more keys than a shared-memory tile */
 
     test_elementwise(1000003);
     test_elementwise(7);

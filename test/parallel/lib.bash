@@ -1,7 +1,8 @@
 # lib.bash — shared by test/integration/parallel_*.sh (not a test itself).
 #
-# A layout is a word list "dp=2 tp=2 pp=2 mode=fsdp sched=1f1b accum=2 nodes=2
-# recompute=block bucket_mb=1 sp=1 prec=bf16 grad=fp32 reduce=bf16 offload=1":
+# A layout is a word list "dp=2 tp=2 pp=2 cp=2 mode=fsdp sched=1f1b accum=2 nodes=2
+# recompute=block bucket_mb=1 sp=1 prec=bf16 grad=fp32 reduce=bf16 offload=1"
+# (cp: parallel.cp, context parallel ranks, each holding 1 / cp of every sample):
 # missing keys mean dp/tp/pp 1, mode none, sched gpipe, no accumulation, one
 # node, no recomputation, the default bucket, no sequence parallelism, fp32
 # (prec: the train.precision; grad, reduce: train.grad_dtype and
@@ -87,6 +88,7 @@ layout_job() {
   printf '  metrics: %s\nparallel:\n  dp: %s\n  tp: %s\n  pp: %s\n  mode: %s\n' "$met" "$dp" "$tp" "$pp" "$mode" >>"$out"
   [ "$pp" -gt 1 ] && printf '  pp_schedule: %s\n' "$sched" >>"$out"
   [ "$(lget "$lay" sp 0)" = 1 ] && printf '  sequence_parallel: true\n' >>"$out"
+  [ "$(lget "$lay" cp 1)" != 1 ] && printf '  cp: %s\n' "$(lget "$lay" cp 1)" >>"$out"
   local bucket; bucket=$(lget "$lay" bucket_mb "")
   [ -n "$bucket" ] && printf '  bucket_mb: %s\n' "$bucket" >>"$out"
   local reduce; reduce=$(lget "$lay" reduce auto)
@@ -124,7 +126,7 @@ run_layout() {
   L=$(layout_layers "$lay"); reference "$model" "$L" "$pw"
   ref=$T/ref-$model-$L; [ -n "$pw" ] && ref=$ref-$(layout_name "$pw")
   dp=$(lget "$lay" dp 1); tp=$(lget "$lay" tp 1); pp=$(lget "$lay" pp 1); nodes=$(lget "$lay" nodes 1)
-  world=$((dp * tp * pp))
+  world=$((dp * tp * pp * $(lget "$lay" cp 1)))
   name=$model-$(layout_name "$lay"); d=$T/$name
   layout_job "$model" "$lay" "$d.yaml" "$d.jsonl"
   if [ "$nodes" -gt 1 ]; then

@@ -121,5 +121,22 @@ int main(void)
     job_parallel par = {.dp = 4, .tp = 2, .pp = 1};
     CHECK(mesh_from_parallel(&m, &par, err, sizeof err) == 0 && m.world == 8 && m.dp == 4,
           "mesh from the job's parallel section");
+
+    /* context parallelism: tp fastest, then cp, then dp, then pp (Megatron-Core) */
+    CHECK(mesh_init_cp(&m, 2, 2, 2, 2, err, sizeof err) == 0 && m.world == 16, "mesh dp2 x cp2 x pp2 x tp2");
+    int ok_cp = 1;
+    for (int r = 0; r < m.world; r++) {
+        mesh_coord q = mesh_coords(&m, r);
+        ok_cp = ok_cp && mesh_rank(&m, q) == r && q.tp == r % 2 && q.cp == r / 2 % 2 && q.dp == r / 4 % 2 &&
+                q.pp == r / 8;
+    }
+    CHECK(ok_cp, "cp mesh: rank = ((pp * dp + dp_i) * cp + cp_i) * tp + tp_i, round trip");
+    n = mesh_group(&m, 5, MESH_CP, g);
+    CHECK(n == 2 && g[0] == 5 && g[1] == 7, "rank 5's cp group is {5, 7}");
+    n = mesh_group(&m, 5, MESH_DP_CP, g);
+    CHECK(n == 4 && g[0] == 1 && g[1] == 3 && g[2] == 5 && g[3] == 7,
+          "rank 5's dp x cp group (the gradient reduction) is {1, 3, 5, 7} in (dp, cp) order");
+    n = mesh_group(&m, 5, MESH_DP, g);
+    CHECK(n == 2 && g[0] == 1 && g[1] == 5, "rank 5's dp group keeps its cp rank: {1, 5}");
     CHECK_DONE();
 }

@@ -1,0 +1,190 @@
+/* attention_block.c — blockwise attention with the online softmax (ops.h:
+ * attention_block_forward / _merge / _backward), the compute of context
+ * parallelism's ring: a block of queries against one block of keys and
+ * values, flash-attention-2's recurrence in fp32.
+ *
+ * For one (sample, head) and a tile of query rows [r0, r1):
+ *     S = Q K^T / sqrt(hs)            [nr, nk]  (keys [0, nk): those the tile may see)
+ *     m = rowmax(S), l = rowsum(e^(S-m)), lse = m + log l
+ *     P = e^(S - lse) (masked: 0),  out = P V
+ * backward, with the final lse and D = rowsum(dO * O):
+ *     P = e^(S - lse), dP = dO V^T, dS = P * (dP - D)
+ *     dQ += dS K / sqrt(hs), dK += dS^T Q / sqrt(hs), dV += P^T dO
+ * Only a tile of ATT_TILE rows of S lives at a time (a thread's own buffer),
+ * so memory grows with the block's keys, never with T^2.
+ *
+ * Threads: OpenMP over (b, h); each head's GEMMs single-threaded cblas_sgemm,
+ * as attention.c. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu.h"
+
+#define ATT_TILE 64
+
+/* Keys query row i sees (of Tk). */
+static inline int keys_seen(int i, int Tk, int causal, int shift)
+{
+    if (!causal) return Tk;
+    long v = (long)i + shift + 1;
+    return v < 0 ? 0 : v > Tk ? Tk : (int)v;
+}
+
+static void head_forward(float *out, float *lse, float *s, const float *q, const float *k, const float *v,
+                         int Tq, int Tk, int C, int hs, int causal, int shift)
+{
+    int C3 = 3 * C, C2 = 2 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int r0 = 0; r0 < Tq; r0 += ATT_TILE) {
+        int r1 = r0 + ATT_TILE < Tq ? r0 + ATT_TILE : Tq, nr = r1 - r0;
+        int nk = keys_seen(r1 - 1, Tk, causal, shift);
+        if (nk > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * C3, C3, k,
+                        C2, 0.0f, s, nk);
+        for (int i = r0; i < r1; i++) {
+            float *row = s + (size_t)(i - r0) * (nk > 0 ? nk : 1);
+            int valid = keys_seen(i, Tk, causal, shift);
+            if (valid == 0) {
+                lse[i] = -INFINITY;
+                for (int j = 0; j < nk; j++) row[j] = 0.0f;
+                continue;
+            }
+            float mx = -INFINITY;
+            for (int j = 0; j < valid; j++) mx = row[j] > mx ? row[j] : mx;
+            float sum = 0.0f;
+            #pragma omp simd reduction(+:sum)
+            for (int j = 0; j < valid; j++) {
+                float e = expf(row[j] - mx);
+                row[j] = e;
+                sum += e;
+            }
+            float inv = 1.0f / sum;
+            #pragma omp simd
+            for (int j = 0; j < valid; j++) row[j] *= inv;
+            for (int j = valid; j < nk; j++) row[j] = 0.0f;
+            lse[i] = mx + logf(sum);
+        }
+        if (nk > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, s, nk, v, C2, 0.0f,
+                        out + (size_t)r0 * C, C);
+        else
+            for (int i = r0; i < r1; i++) memset(out + (size_t)i * C, 0, (size_t)hs * sizeof(float));
+    }
+}
+
+void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kv, int B, int Ts, int Tq,
+                                 int Tk, int C, int NH, int causal, int shift)
+{
+    if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0) return;
+    int hs = C / NH;
+    if (hs <= 0) return;
+    cpu_blas_single_threaded();
+    #pragma omp parallel
+    {
+        float *s = malloc((size_t)ATT_TILE * (size_t)(Tk > 0 ? Tk : 1) * sizeof(float));
+        #pragma omp for collapse(2) schedule(dynamic)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                if (!s) continue; /* out of memory: nothing sane to do in a kernel */
+                const float *kb = kv + (size_t)b * Ts * 2 * C + (size_t)h * hs;
+                head_forward(out + (size_t)b * Ts * C + (size_t)h * hs, lse + ((size_t)b * NH + h) * Ts, s,
+                             q + (size_t)b * Ts * 3 * C + (size_t)h * hs, kb, kb + C, Tq, Tk, C, hs, causal, shift);
+            }
+        free(s);
+    }
+}
+
+void cpu_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts, int Tq,
+                               int C, int NH)
+{
+    if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0) return;
+    int hs = C / NH;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            float *l = lse + ((size_t)b * NH + h) * Ts;
+            const float *pl = plse + ((size_t)b * NH + h) * Ts;
+            for (int i = 0; i < Tq; i++) {
+                float a = l[i], p = pl[i];
+                if (p == -INFINITY) continue;
+                float *o = out + ((size_t)b * Ts + i) * C + (size_t)h * hs;
+                const float *po = pout + ((size_t)b * Ts + i) * C + (size_t)h * hs;
+                if (a == -INFINITY) {
+                    memcpy(o, po, (size_t)hs * sizeof(float));
+                    l[i] = p;
+                    continue;
+                }
+                float mx = a > p ? a : p;
+                float lnew = mx + logf(expf(a - mx) + expf(p - mx));
+                float wa = expf(a - lnew), wp = expf(p - lnew);
+                for (int c = 0; c < hs; c++) o[c] = o[c] * wa + po[c] * wp;
+                l[i] = lnew;
+            }
+        }
+}
+
+/* One head's backward; s and dp: a tile's [ATT_TILE, Tk] each. */
+static void head_backward(float *dq, float *dk, float *dv, float *s, float *dp, const float *dout, const float *out,
+                          const float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int C,
+                          int hs, int causal, int shift)
+{
+    int C3 = 3 * C, C2 = 2 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int r0 = 0; r0 < Tq; r0 += ATT_TILE) {
+        int r1 = r0 + ATT_TILE < Tq ? r0 + ATT_TILE : Tq, nr = r1 - r0;
+        int nk = keys_seen(r1 - 1, Tk, causal, shift);
+        if (nk <= 0) continue; /* later tiles see at least as many keys: maybe some */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * C3, C3, k, C2,
+                    0.0f, s, nk);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, 1.0f, dout + (size_t)r0 * C, C, v, C2,
+                    0.0f, dp, nk);
+        for (int i = r0; i < r1; i++) {
+            float *srow = s + (size_t)(i - r0) * nk, *drow = dp + (size_t)(i - r0) * nk;
+            int valid = keys_seen(i, Tk, causal, shift);
+            const float *o = out + (size_t)i * C, *g = dout + (size_t)i * C;
+            float D = 0.0f;
+            for (int c = 0; c < hs; c++) D += g[c] * o[c];
+            float l = lse[i];
+            #pragma omp simd
+            for (int j = 0; j < valid; j++) {
+                float p = expf(srow[j] - l);
+                srow[j] = p;
+                drow[j] = p * (drow[j] - D);
+            }
+            for (int j = valid; j < nk; j++) srow[j] = 0.0f, drow[j] = 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, scale, dp, nk, k, C2, 1.0f,
+                    dq + (size_t)r0 * C3, C3);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, scale, dp, nk, q + (size_t)r0 * C3, C3,
+                    1.0f, dk, C2);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, s, nk, dout + (size_t)r0 * C, C,
+                    1.0f, dv, C2);
+    }
+}
+
+void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const float *out, const float *lse,
+                                  const float *q, const float *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
+                                  int causal, int shift)
+{
+    if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0) return;
+    int hs = C / NH;
+    if (hs <= 0) return;
+    cpu_blas_single_threaded();
+    #pragma omp parallel
+    {
+        float *s = malloc(2 * (size_t)ATT_TILE * (size_t)Tk * sizeof(float));
+        #pragma omp for collapse(2) schedule(dynamic)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++) {
+                if (!s) continue;
+                size_t qo = (size_t)b * Ts * 3 * C + (size_t)h * hs, ko = (size_t)b * Ts * 2 * C + (size_t)h * hs;
+                size_t oo = (size_t)b * Ts * C + (size_t)h * hs;
+                head_backward(dq + qo, dkv + ko, dkv + ko + C, s, s + (size_t)ATT_TILE * Tk, dout + oo, out + oo,
+                              lse + ((size_t)b * NH + h) * Ts, q + qo, kv + ko, kv + ko + C, Tq, Tk, C, hs, causal,
+                              shift);
+            }
+        free(s);
+    }
+}

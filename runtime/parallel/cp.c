@@ -1,0 +1,211 @@
+/* cp.c — context parallelism in ring mode (cp.h): the model's attention core
+ * (model_attention) over the cp group.
+ *
+ * Forward, on cp rank r of cp, for the local queries q (its two chunks):
+ *   kv <- this rank's k and v (packed out of qkv)
+ *   for i = 0 .. cp-1:             (kv now holds rank s = r - i's)
+ *       send kv to rank r+1 and receive rank s-1's from rank r-1, meanwhile
+ *       compute the blocks cp_blocks(r, s): each a partial (out, lse) merged
+ *       into the result (ops->attention_block_*), the self block first
+ * Backward, from the final out and lse (kept by the model as the block's
+ * stat), with dq local and each kv travelling with its gradient dkv:
+ *   for i = 0 .. cp-1:
+ *       start passing kv on (not at the last step); compute the blocks into
+ *       dq and the travelling dkv; pass dkv on
+ *   after cp steps every dkv is back with its owner: added into dqkv.
+ * Every message goes to the next rank of the ring and comes from the previous
+ * one; send and receive buffers alternate (two of them), so a transfer never
+ * touches what is being computed on.
+ *
+ * The buffers are sized by sizes_cp_ring_numel (one source of truth with the
+ * dry-run) and accounted as comm buffers. */
+#include "runtime/parallel/cp.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "runtime/parallel/strategy.h"
+
+int cp_blocks(int r, int s, int cp, int Tl, int causal, cp_block *out)
+{
+    if (!causal) {
+        out[0] = (cp_block){.q_row = 0, .q_rows = Tl, .k_row = 0, .k_rows = Tl, .causal = 0, .shift = 0};
+        return 1;
+    }
+    int Tc = Tl / 2, n = 0;
+    /* the self block's diagonal first: it initializes the result rows of the
+     * first chunk, and (qb, ka) those of the second */
+    static const int order[4][2] = {{0, 0}, {1, 0}, {1, 1}, {0, 1}};
+    for (int o = 0; o < 4; o++) {
+        int qh = order[o][0], kh = order[o][1];
+        int qc = model_cp_chunk(r, cp, qh), kc = model_cp_chunk(s, cp, kh);
+        if (kc > qc) continue; /* all masked */
+        out[n++] = (cp_block){.q_row = qh * Tc, .q_rows = Tc, .k_row = kh * Tc, .k_rows = Tc,
+                              .causal = kc == qc, .shift = 0};
+    }
+    return n;
+}
+
+struct cp_ring {
+    strat_ctx *x;
+    const dt_ops *ops;
+    comm *c;
+    int rank, size, next, prev;
+    size_t cap_rows;  /* rows (B * T_local) the buffers hold */
+    size_t cap_cols;  /* C_l */
+    size_t cap_lse;   /* B * NH_l * T_local */
+    float *mem;
+    float *buf[2];    /* [cap_rows, 4 C_l]: kv (2 C_l per row) then dkv (2 C_l per row) */
+    float *pout;      /* [cap_rows, C_l] a block's partial output */
+    float *plse;      /* [cap_lse] its log-sum-exp */
+};
+
+/* ---- the ring's transfers over x->cp, timed and checked like tp's ---- */
+
+typedef struct {
+    comm_req *send, *recv;
+} cp_xfer;
+
+static cp_xfer xfer_start(cp_ring *g, const float *send, float *recv, size_t n, const char *what)
+{
+    cp_xfer t = {NULL, NULL};
+    strat_ctx *x = g->x;
+    if (x->failed) return t;
+    int rc = comm_recv_async(g->c, recv, n, COMM_F32, g->prev, &t.recv);
+    if (rc == COMM_OK) rc = comm_send_async(g->c, send, n, COMM_F32, g->next, &t.send);
+    strat_fail(x, g->c, rc, what);
+    return t;
+}
+
+static void xfer_wait(cp_ring *g, cp_xfer *t, const char *what)
+{
+    strat_wait(g->x, g->c, t->send, what);
+    strat_wait(g->x, g->c, t->recv, what);
+    t->send = t->recv = NULL;
+}
+
+/* A micro-batch larger than the buffers were sized for is a sizing bug: stop. */
+static void check_fits(const cp_ring *g, int B, int T, int C, int NH)
+{
+    size_t rows = (size_t)B * (size_t)T, lse = rows * (size_t)NH;
+    if (rows <= g->cap_rows && (size_t)C <= g->cap_cols && lse <= g->cap_lse) return;
+    fprintf(stderr, "dtrun: cp: a micro-batch of %d x %d rows x %d channels, buffers for %zu x %zu\n", B, T, C,
+            g->cap_rows, g->cap_cols);
+    abort();
+}
+
+static void ring_forward(void *ctx, float *out, float *lse, const float *qkv, int B, int T, int C, int NH,
+                         int causal)
+{
+    cp_ring *g = ctx;
+    const dt_ops *ops = g->ops;
+    check_fits(g, B, T, C, NH);
+    int N = B * T, C2 = 2 * C, C3 = 3 * C;
+    float *cur = g->buf[0], *nxt = g->buf[1];
+    ops->rows_copy(cur, C2, qkv + C, C3, N, C2, 0);
+    int init[2] = {0, 0}; /* the result rows of each local chunk hold a first block */
+    for (int i = 0; i < g->size; i++) {
+        int s = (g->rank - i + g->size) % g->size;
+        cp_xfer t = {NULL, NULL};
+        if (i < g->size - 1) t = xfer_start(g, cur, nxt, (size_t)N * C2, "cp ring: kv");
+        cp_block blk[4];
+        int nb = cp_blocks(g->rank, s, g->size, T, causal, blk);
+        for (int k = 0; k < nb; k++) {
+            const cp_block *b = &blk[k];
+            int h = b->q_row == 0 ? 0 : 1;
+            const float *q = qkv + (size_t)b->q_row * C3, *kv = cur + (size_t)b->k_row * C2;
+            if (!init[h]) {
+                ops->attention_block_forward(out + (size_t)b->q_row * C, lse + b->q_row, q, kv, B, T, b->q_rows,
+                                             b->k_rows, C, NH, b->causal, b->shift);
+                init[h] = 1;
+                if (b->q_rows == T) init[1] = 1;
+                continue;
+            }
+            ops->attention_block_forward(g->pout + (size_t)b->q_row * C, g->plse + b->q_row, q, kv, B, T,
+                                         b->q_rows, b->k_rows, C, NH, b->causal, b->shift);
+            ops->attention_block_merge(out + (size_t)b->q_row * C, lse + b->q_row, g->pout + (size_t)b->q_row * C,
+                                       g->plse + b->q_row, B, T, b->q_rows, C, NH);
+        }
+        xfer_wait(g, &t, "cp ring: kv");
+        float *tmp = cur;
+        cur = nxt, nxt = tmp;
+    }
+}
+
+static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                          const float *out, const float *lse, int B, int T, int C, int NH, int causal)
+{
+    cp_ring *g = ctx;
+    const dt_ops *ops = g->ops;
+    (void)scratch;
+    check_fits(g, B, T, C, NH);
+    size_t N = (size_t)B * (size_t)T, C2 = 2 * (size_t)C, C3 = 3 * (size_t)C, half = g->cap_rows * C2;
+    float *cur = g->buf[0], *nxt = g->buf[1];
+    ops->rows_copy(cur, (int)C2, qkv + C, (int)C3, (int)N, (int)C2, 0);
+    ops->zero(cur + half, N * C2 * sizeof(float));
+    for (int i = 0; i < g->size; i++) {
+        int s = (g->rank - i + g->size) % g->size;
+        cp_xfer t = {NULL, NULL};
+        if (i < g->size - 1) t = xfer_start(g, cur, nxt, N * C2, "cp ring: kv (backward)");
+        cp_block blk[4];
+        int nb = cp_blocks(g->rank, s, g->size, T, causal, blk);
+        for (int k = 0; k < nb; k++) {
+            const cp_block *b = &blk[k];
+            ops->attention_block_backward(dqkv + (size_t)b->q_row * C3, cur + half + (size_t)b->k_row * C2,
+                                          dout + (size_t)b->q_row * C, out + (size_t)b->q_row * C, lse + b->q_row,
+                                          qkv + (size_t)b->q_row * C3, cur + (size_t)b->k_row * C2, B, T, b->q_rows,
+                                          b->k_rows, C, NH, b->causal, b->shift);
+        }
+        xfer_wait(g, &t, "cp ring: kv (backward)");
+        /* this kv's gradient goes on with it; after the last step it reaches its owner */
+        t = xfer_start(g, cur + half, nxt + half, N * C2, "cp ring: dkv");
+        xfer_wait(g, &t, "cp ring: dkv");
+        float *tmp = cur;
+        cur = nxt, nxt = tmp;
+    }
+    ops->rows_copy(dqkv + C, (int)C3, cur + half, (int)C2, (int)N, (int)C2, 1);
+}
+
+int cp_apply(strat_ctx *x, model *const *chunks, int n_chunks)
+{
+    const job_spec *job = x->job;
+    int cp = job->parallel.cp, tp = job->parallel.tp;
+    cp_ring *g = calloc(1, sizeof *g);
+    if (!g) return -1;
+    size_t numel = sizes_cp_ring_numel(x->sz);
+    g->x = x;
+    g->ops = x->ops;
+    g->c = x->cp;
+    g->rank = comm_rank(x->cp);
+    g->size = cp;
+    g->next = (g->rank + 1) % cp;
+    g->prev = (g->rank + cp - 1) % cp;
+    g->cap_rows = (size_t)job->train.micro_batch * (size_t)(job->model.seq_len / cp);
+    g->cap_cols = (size_t)(job->model.d_model / tp);
+    g->cap_lse = g->cap_rows * (size_t)(job->model.n_head / tp);
+    if (!(g->mem = x->ops->alloc(numel * sizeof(float)))) {
+        free(g);
+        return -1;
+    }
+    /* the order sizes_cp_ring_numel counts them in */
+    g->buf[0] = g->mem;
+    g->buf[1] = g->buf[0] + g->cap_rows * 4 * g->cap_cols;
+    g->pout = g->buf[1] + g->cap_rows * 4 * g->cap_cols;
+    g->plse = g->pout + g->cap_rows * g->cap_cols;
+    acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * sizeof(float)));
+    x->cpr = g;
+    model_attention att = {.ctx = g, .forward = ring_forward, .backward = ring_backward};
+    for (int i = 0; i < n_chunks; i++) model_set_attention(chunks[i], &att);
+    return 0;
+}
+
+void cp_release(strat_ctx *x)
+{
+    cp_ring *g = x->cpr;
+    if (!g) return;
+    acct_add(x->acct, ACCT_BUFFERS, -(long long)(sizes_cp_ring_numel(x->sz) * sizeof(float)));
+    x->ops->free(g->mem);
+    free(g);
+    x->cpr = NULL;
+}
