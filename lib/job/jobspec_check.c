@@ -214,9 +214,10 @@ static int check_batch(const job_spec *job, verdict *v)
 static int check_parallel(const job_spec *job, verdict *v)
 {
     const job_parallel *par = &job->parallel;
-    if (job->train.offload & OFFLOAD_ACTIVATIONS)
-        return fail(v, BLAME(FID_OFFLOAD), "train.offload: activations cannot be offloaded yet (optimizer and "
-                                           "params can)");
+    if ((job->train.offload & OFFLOAD_ACTIVATIONS) && job->train.recompute != RECOMPUTE_BLOCK)
+        return fail(v, BLAME(FID_OFFLOAD, FID_RECOMPUTE),
+                    "train.offload: activations moves the block inputs that train.recompute: block keeps (DeepSpeed's "
+                    "cpu_checkpointing); set train.recompute: block, not %s", job_recompute_name(job->train.recompute));
     if ((job->train.offload & OFFLOAD_PARAMS) && par->mode != SHARD_FSDP && par->mode != SHARD_HSDP)
         return fail(v, BLAME(FID_OFFLOAD, FID_MODE),
                     "train.offload: params needs parallel.mode fsdp or hsdp (the parameters come to the device "

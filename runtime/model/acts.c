@@ -45,6 +45,7 @@ typedef struct {
     int bf16;
     model_dims d;
     int has_emb, has_head, nb, sp, gpt, cp;
+    int off; /* the stream entering blocks 1 .. nb-1 in host memory (acts_on_host) */
 } shape;
 
 /* The attention statistics one block keeps: its softmax probabilities [B,
@@ -69,6 +70,7 @@ static shape shape_of(const job_model *spec, const model_shard *sh, recompute_ki
     g.sp = g.d.sp_size > 1;
     g.gpt = spec->kind == MODEL_GPT;
     g.cp = g.d.cp_size > 1;
+    g.off = prec && prec->acts_on_host && rc == RECOMPUTE_BLOCK && g.nb > 1;
     return g;
 }
 
@@ -130,14 +132,14 @@ static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
     size_t Nl = (size_t)rows_local(&g->d, B);
-    int nb = g->nb, kept = nb + g->has_head;
+    int nb = g->nb, ins = g->off ? 1 : nb, kept = ins + g->has_head; /* offloaded: entry 0 stays */
     if (g->bf16) {
         a->stream16 = takeh(b, (size_t)kept * Nl * C);
-        if (g->has_head) a->out16 = a->stream16 ? a->stream16 + (size_t)nb * Nl * C : NULL;
+        if (g->has_head) a->out16 = a->stream16 ? a->stream16 + (size_t)ins * Nl * C : NULL;
         for (int k = 0; k < blk_sets(nb, g->rc); k++) take_block16(b, g, B, a->blk16 ? &a->blk16[k] : &(block_stash16){0});
     } else {
         a->stream = takef(b, (size_t)kept * Nl * C);
-        if (g->has_head) a->out = a->stream ? a->stream + (size_t)nb * Nl * C : NULL;
+        if (g->has_head) a->out = a->stream ? a->stream + (size_t)ins * Nl * C : NULL;
         for (int k = 0; k < blk_sets(nb, g->rc); k++)
             take_block(b, g, B, a->blk ? &a->blk[k] : &(block_acts){0}, a->bs.att_shared, 1);
     }
@@ -177,6 +179,16 @@ static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
     }
 }
 
+/* train.offload: activations: the stream entering blocks 1 .. nb-1, in host
+ * memory (the stash's part that leaves the device). */
+static void layout_host(const shape *g, int B, model_acts *a, bump *b)
+{
+    if (!g->off) return;
+    size_t n = (size_t)(g->nb - 1) * (size_t)rows_local(&g->d, B) * (size_t)g->d.C;
+    if (g->bf16) a->hstream16 = takeh(b, n);
+    else a->hstream = takef(b, n);
+}
+
 /* The one working set a model object shares among all its micro-batches: a
  * stage's output and the output gradient it receives (without the head), the
  * residual gradient, backward scratch, the block set a recompute rebuilds (and,
@@ -201,11 +213,12 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     /* the set a block computes in when its micro-batch does not keep an fp32 one */
     a->work_blk_on = nb > 0 && (g->rc == RECOMPUTE_BLOCK || g->bf16);
     if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, !g->bf16 || g->rc == RECOMPUTE_BLOCK);
-    if (g->bf16) {
+    if (g->bf16 || g->off) { /* offloaded fp32 blocks compute between these two as well */
         a->xin = takef(b, Nl * C);
         a->xout = takef(b, Nl * C);
-        a->dinput16 = g->has_emb ? NULL : takeh(b, Nl * C);
     }
+    if (g->bf16) a->dinput16 = g->has_emb ? NULL : takeh(b, Nl * C);
+    a->stage16 = g->bf16 && g->off ? takeh(b, Nl * C) : NULL;
     a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
     a->bs.dA = nb > 0 ? takef(b, N * max_sz(F_l, 3 * C_l)) : NULL;
     a->bs.dB = nb > 0 ? takef(b, N * max_sz(F_l, C_l)) : NULL;
@@ -315,10 +328,11 @@ model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard
     shape g = shape_of(spec, shard, recompute, prec);
     model_acts sizing;
     memset(&sizing, 0, sizeof sizing);
-    bump st = {NULL, 0, 0, 0}, wk = {NULL, 0, 0, 0};
+    bump st = {.base = NULL}, wk = {.base = NULL}, ho = {.base = NULL};
     layout_work(&g, B, &sizing, &wk);
     layout_stash(&g, B, &sizing, &st);
-    return (model_acts_size){st.off, wk.off};
+    layout_host(&g, B, &sizing, &ho);
+    return (model_acts_size){st.off, wk.off, ho.off};
 }
 
 size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
@@ -383,11 +397,12 @@ model_acts *model_acts_create(model *m, int B)
     if (sets && g.bf16) a->blk16 = calloc((size_t)sets, sizeof(block_stash16));
     else if (sets) a->blk = calloc((size_t)sets, sizeof(block_acts));
     a->mem = m->ops->alloc(a->bytes ? a->bytes : 1);
+    if (z.host) a->host_mem = m->ops->host_alloc(z.host);
     a->host_loss = malloc(N * sizeof(float));
     a->host_dloss = malloc(N * sizeof(float));
     if (m->spec.kind == MODEL_VIT)
         a->host_logits = malloc((size_t)B * (size_t)m->spec.n_classes * sizeof(float));
-    if (!a->mem || (sets && !a->blk && !a->blk16) || !a->host_loss || !a->host_dloss ||
+    if (!a->mem || (z.host && !a->host_mem) || (sets && !a->blk && !a->blk16) || !a->host_loss || !a->host_dloss ||
         (m->spec.kind == MODEL_VIT && !a->host_logits)) {
         fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activations\n", a->bytes);
         model_acts_destroy(a);
@@ -400,8 +415,9 @@ model_acts *model_acts_create(model *m, int B)
     a->next = m->acts_list;
     m->acts_list = a;
     point_work(m); /* this one's, and the others' when the set grew */
-    bump b = {a->mem, 0, 0, 0};
+    bump b = {a->mem, 0, 0, 0}, hb = {.base = a->host_mem};
     layout_stash(&g, B, a, &b);
+    layout_host(&g, B, a, &hb);
     a->kept_attn_in = b.attn_in;
     a->kept_mlp_in = b.mlp_in;
     return a;
@@ -423,6 +439,7 @@ void model_acts_destroy(model_acts *a)
             break;
         }
     if (a->mem) m->ops->free(a->mem);
+    if (a->host_mem) m->ops->host_free(a->host_mem);
     if (a->wk_mem) m->ops->free(a->wk_mem);
     free(a->wk);
     free(a->blk);

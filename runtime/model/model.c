@@ -339,6 +339,42 @@ static float *stream_at(model_acts *a, int k)
     return a->stream + (size_t)k * model_acts_io_numel(a->m, a->B);
 }
 
+/* train.offload: activations (model_precision.acts_on_host): the stream
+ * entering blocks 1 .. n-1 lives in host memory; blocks compute between the
+ * working set's xin and xout, each entry crossing to the host after the block
+ * that wrote it and back before the block that reads it recomputes. */
+static int stream_offloaded(const model_acts *a, int k)
+{
+    return (a->hstream || a->hstream16) && k > 0 && k < a->m->n_blocks;
+}
+
+static size_t host_entry(const model_acts *a, int k)
+{
+    return (size_t)(k - 1) * model_acts_io_numel(a->m, a->B);
+}
+
+/* fp32: where the block before entry k writes it: the stash, or (offloaded) the
+ * working buffer that is not its input x. */
+static float *stream_dst(model_acts *a, int k, const float *x)
+{
+    if (!stream_offloaded(a, k)) return stream_at(a, k);
+    return x == a->xin ? a->xout : a->xin;
+}
+
+/* fp32: entry k, just written at y (n floats), to the host when it lives there. */
+static void stream_keep(model_acts *a, int k, const float *y, size_t n)
+{
+    if (stream_offloaded(a, k)) a->m->ops->to_host(a->hstream + host_entry(a, k), y, n * sizeof(float));
+}
+
+/* fp32: entry k for its block's backward: the stash's, or brought back into xin. */
+static const float *stream_get(model_acts *a, int k, size_t n)
+{
+    if (!stream_offloaded(a, k)) return stream_at(a, k);
+    a->m->ops->from_host(a->xin, a->hstream + host_entry(a, k), n * sizeof(float));
+    return a->xin;
+}
+
 /* The set block k computes in: its own kept one (fp32), or the shared working
  * set (block recompute; bf16, where the statistics stay in the stash). */
 static block_acts acts_of_block(model_acts *a, int k)
@@ -402,6 +438,31 @@ static uint16_t *stream16_at(model_acts *a, int k)
 {
     if (k == a->m->n_blocks) return a->out16;
     return a->stream16 + (size_t)k * model_acts_io_numel(a->m, a->B);
+}
+
+/* bf16: entry k from y (n floats), rounded into the stash, or (offloaded)
+ * rounded on the device and sent to the host. */
+static void stream16_put(model_acts *a, int k, const float *y, size_t n)
+{
+    const dt_ops *ops = a->m->ops;
+    if (!stream_offloaded(a, k)) {
+        ops->to_bf16(stream16_at(a, k), y, n);
+        return;
+    }
+    ops->to_bf16(a->stage16, y, n);
+    ops->to_host(a->hstream16 + host_entry(a, k), a->stage16, n * sizeof(uint16_t));
+}
+
+/* bf16: entry k widened into x (n floats), from the stash or the host. */
+static void stream16_get(model_acts *a, int k, float *x, size_t n)
+{
+    const dt_ops *ops = a->m->ops;
+    if (!stream_offloaded(a, k)) {
+        ops->from_bf16(x, stream16_at(a, k), n);
+        return;
+    }
+    ops->from_host(a->stage16, a->hstream16 + host_entry(a, k), n * sizeof(uint16_t));
+    ops->from_bf16(x, a->stage16, n);
 }
 
 static int batch_size(const model_acts *a, const model_batch *batch)
@@ -468,7 +529,7 @@ static double forward_bf16(model *m, model_acts *a, const model_batch *batch, in
         unit_begin(m, u, PHASE_FORWARD);
         block_forward(m, u, x, y, &w, &a->bs, B, 0);
         ops->round_bf16(y, n);
-        ops->to_bf16(stream16_at(a, k + 1), y, n);
+        stream16_put(a, k + 1, y, n);
         if (m->recompute != RECOMPUTE_BLOCK) block_stash(m, a, k, &w);
         model_hook_after(m, u, PHASE_FORWARD);
         float *t = x;
@@ -507,7 +568,7 @@ static void backward_bf16(model *m, model_acts *a, const model_batch *batch, flo
         block_acts w = acts_of_block(a, k);
         model_hook_before(m, u, PHASE_BACKWARD);
         unit_begin(m, u, PHASE_BACKWARD);
-        ops->from_bf16(x, stream16_at(a, k), n);
+        stream16_get(a, k, x, n);
         if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &w, &a->bs, B, 1);
         else block_unstash(m, a, k, &w);
         block_backward(m, u, a->dres, x, &w, &a->bs, B, split ? &a->wk[k] : NULL);
@@ -536,19 +597,21 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
         else vit_embedding_forward(m, a, batch, stream_at(a, 0));
         model_hook_after(m, 0, PHASE_FORWARD);
     }
+    size_t io = model_acts_io_numel(m, B);
+    const float *x = stream_at(a, 0);
     for (int k = 0; k < m->n_blocks; k++) {
         int u = m->first_block + k;
         model_hook_before(m, u, PHASE_FORWARD);
         unit_begin(m, u, PHASE_FORWARD);
         block_acts w = acts_of_block(a, k);
-        block_forward(m, u, stream_at(a, k), stream_at(a, k + 1), &w, &a->bs, B, 0);
+        float *y = stream_dst(a, k + 1, x);
+        block_forward(m, u, x, y, &w, &a->bs, B, 0);
+        stream_keep(a, k + 1, y, io);
         model_hook_after(m, u, PHASE_FORWARD);
+        x = y;
     }
     double loss = 0;
-    if (m->has_head) {
-        const float *x = stream_at(a, m->n_blocks);
-        loss = head_forward(m, a, batch, x, correct);
-    }
+    if (m->has_head) loss = head_forward(m, a, batch, stream_at(a, m->n_blocks), correct);
     return loss;
 }
 
@@ -579,10 +642,10 @@ static void backward_fp32(model *m, model_acts *a, const model_batch *batch, flo
     }
     for (int k = m->n_blocks - 1; k >= 0; k--) {
         int u = m->first_block + k;
-        const float *x = stream_at(a, k);
         block_acts ba = acts_of_block(a, k);
         model_hook_before(m, u, PHASE_BACKWARD);
         unit_begin(m, u, PHASE_BACKWARD);
+        const float *x = stream_get(a, k, io);
         if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &ba, &a->bs, B, 1);
         block_backward(m, u, a->dres, x, &ba, &a->bs, B, split ? &a->wk[k] : NULL);
         unit_grads_end(m, u);

@@ -245,6 +245,13 @@ typedef struct {
 typedef struct {
     int bf16;      /* 1: mixed precision */
     int grad_bf16; /* 1: gradients accumulate in bf16 (needs bf16) */
+    /* 1: train.offload: activations (with block recompute): the stream entering
+     * blocks 1 .. n-1 of the object, what block recompute keeps of them, lives
+     * in host memory (ops->host_alloc). Each block's output crosses to the
+     * host after its forward and back before its backward's recompute; the
+     * object's input (a pipeline receives it) and output stay. Same values,
+     * so the same run. */
+    int acts_on_host;
 } model_precision;
 
 typedef struct model model;
@@ -272,7 +279,8 @@ size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
  * all its micro-batches (backward scratch, recompute buffers, sequence-parallel
  * gathers), allocated with its first model_acts. prec NULL: fp32. Under bf16
  * the stash's tensors are 2 bytes per element (statistics, logits and losses 4). */
-typedef struct { size_t stash, work; } model_acts_size;
+typedef struct { size_t stash, work, host; } model_acts_size; /* host: the stash's part in host
+                                                                  memory (acts_on_host) */
 model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard, int B,
                                  recompute_kind recompute, const model_precision *prec);
 /* Host bytes model_acts_create mallocs next to those (per-token loss and its

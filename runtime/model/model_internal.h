@@ -206,6 +206,13 @@ struct model_acts {
     /* ---- stash, bf16 (model_precision.bf16; then the fp32 two above are NULL) ---- */
     uint16_t *stream16;
     block_stash16 *blk16;
+    /* ---- stash in host memory (model_precision.acts_on_host): the stream
+     * entering blocks 1 .. n-1 (stream / stream16 then hold entry 0 only) ---- */
+    void *host_mem;     /* one ops->host_alloc of model_acts_sizes().host */
+    float *hstream;
+    uint16_t *hstream16;
+    uint16_t *stage16;  /* bf16: [N_l,C] in the working set, where an entry is
+                           rounded before it crosses (and widened after) */
     /* The stream leaving the shard: with the head the stash's last entry (the
      * head's input), without it the working set's (sent, or copied by the next
      * chunk, before the chunk's next forward). */

@@ -515,7 +515,8 @@ static model_shard chunk_shard(const sizes *s, int chunk, int tp_rank)
 static model_precision job_precision(const sizes *s)
 {
     return (model_precision){.bf16 = s->job.train.precision == PREC_BF16,
-                             .grad_bf16 = s->job.train.grad_dtype == DTYPE_BF16};
+                             .grad_bf16 = s->job.train.grad_dtype == DTYPE_BF16,
+                             .acts_on_host = (s->job.train.offload & OFFLOAD_ACTIVATIONS) != 0};
 }
 
 model_acts_size sizes_chunk_acts(const sizes *s, int chunk, int tp_rank)
@@ -651,18 +652,22 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
      * more than the peak of their sum when chunks peak at different times
      * (interleaved schedules); plus one working set per chunk. */
     int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
-    size_t acts = 0, live = 0;
+    size_t acts = 0, live = 0, acts_host = 0; /* train.offload: activations: the stashes' host part */
     if (!s->sched) {
-        acts = sizes_chunk_acts_bytes(s, 0, at.tp);
+        model_acts_size z = sizes_chunk_acts(s, 0, at.tp);
+        acts = z.stash + z.work;
+        acts_host = z.host;
         live = 1;
     } else {
         for (int local = 0; local < v; local++) {
             int c = pp_chunk_id(at.pp, local, pp), slots = sizes_acts_slots(s, c);
             model_acts_size z = sizes_chunk_acts(s, c, at.tp);
             acts += (size_t)slots * z.stash + z.work;
+            acts_host += (size_t)slots * z.host;
             live += (size_t)slots;
         }
     }
+    out->host += acts_host;
     size_t logits = 0;
     if (pp_chunk_rank(s->chunks - 1, pp) == at.pp)
         logits = head_extra_bytes(s, at.tp) * (size_t)sizes_acts_slots(s, s->chunks - 1);

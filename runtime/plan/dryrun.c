@@ -138,15 +138,17 @@ static void print_memory(const plan_estimate *e, FILE *out)
         fprintf(out, " %9s", fmt_bytes(v, st->total));
         fprintf(out, " %9s%s\n", fmt_bytes(v, st->device), st->oom ? "  OOM" : "");
     }
-    if (e->job.train.offload & OFFLOAD_OPTIMIZER) {
+    if (e->job.train.offload) {
         size_t most = 0;
         for (int p = 0; p < e->n_stages; p++)
             if (e->stage[p].mem.host > most) most = e->stage[p].mem.host;
-        fprintf(out, "  offloaded (train.offload: %s): AdamW m, v and the fp32 master%s in host memory, "
-                     "up to %s per rank, not in total\n",
-                e->job.train.offload & OFFLOAD_PARAMS ? "optimizer, params" : "optimizer",
-                e->job.train.offload & OFFLOAD_PARAMS ? " and the parameter shards (each unit crosses the host "
-                                                        "link before its gather)" : "",
+        int off = e->job.train.offload;
+        char what[256] = "";
+        if (off & OFFLOAD_OPTIMIZER) strcat(what, "AdamW m, v and the fp32 master");
+        if (off & OFFLOAD_PARAMS) strcat(what, ", the parameter shards (each unit crosses the host link before its gather)");
+        if (off & OFFLOAD_ACTIVATIONS)
+            strcat(what, *what ? ", the block inputs block recompute keeps" : "the block inputs block recompute keeps");
+        fprintf(out, "  offloaded (train.offload): %s in host memory, up to %s per rank, not in total\n", what,
                 fmt_bytes(v, (double)most));
     }
     if (e->job.parallel.tp > 1) fprintf(out, "  (the tp rank with the most memory is shown)\n");

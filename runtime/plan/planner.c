@@ -10,9 +10,11 @@
  * and pp, with seq_len divisible by 2 cp; dp = the rest); a layout
  * that does not fit is tried again with the optimizer offloaded to host memory
  * (train.offload: optimizer, when the hardware profile says how fast the host
- * is), and an FSDP / HSDP one that still does not fit with the parameter
- * shards too (train.offload: [optimizer, params]): offload only costs time, so
- * it is worth trying only where it makes a layout fit. Each candidate is a job_spec that must pass job_validate
+ * is), an FSDP / HSDP one that still does not fit with the parameter shards
+ * too (train.offload: [optimizer, params]), and one with block recompute that
+ * still does not fit with its block inputs too (activations): offload only
+ * costs time, so it is worth trying only where it makes a layout fit. The rc
+ * column says +off, +offp, and a trailing "a" for activations. Each candidate is a job_spec that must pass job_validate
  * (the same rules a job file obeys); its estimate is the dry-run's, memory first
  * so that what does not fit is dropped before its pipeline is simulated.
  *
@@ -182,10 +184,13 @@ static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm
     c->exact = simulate || c->pp == 1;
     int rc = plan_estimate_memory_reusing(&e, &job, &pm->hw, pm->nnodes, pm->ranks_per_node, pick_donor(cs, c),
                                           !c->exact, err, sizeof err);
-    /* does it fit with the optimizer in host memory? with the parameter shards too? */
-    const int tries[2] = {OFFLOAD_OPTIMIZER, OFFLOAD_OPTIMIZER | OFFLOAD_PARAMS};
-    int sharded = c->mode == SHARD_FSDP || c->mode == SHARD_HSDP;
-    for (int t = 0; t < (sharded ? 2 : 1); t++) {
+    /* does it fit with the optimizer in host memory? with the parameter shards
+     * too (FSDP / HSDP)? with the block inputs as well (block recompute)? */
+    int tries[3], n_tries = 0, sharded = c->mode == SHARD_FSDP || c->mode == SHARD_HSDP;
+    tries[n_tries++] = OFFLOAD_OPTIMIZER;
+    if (sharded) tries[n_tries++] = OFFLOAD_OPTIMIZER | OFFLOAD_PARAMS;
+    if (c->recompute == RECOMPUTE_BLOCK) tries[n_tries] = tries[n_tries - 1] | OFFLOAD_ACTIVATIONS, n_tries++;
+    for (int t = 0; t < n_tries; t++) {
         if (rc || e.fits || c->offload || !pm->hw.gpu || !(pm->hw.host_link_bw > 0 && pm->hw.host_memory_bw > 0))
             break;
         plan_estimate_free(&e);
@@ -440,8 +445,9 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
         if (c->cp > 1) snprintf(dp, sizeof dp, "%dxcp%d", c->dp, c->cp);
         else snprintf(dp, sizeof dp, "%d", c->dp);
         char rc[24];
-        snprintf(rc, sizeof rc, "%s%s", job_recompute_name(c->recompute),
-                 c->offload & OFFLOAD_PARAMS ? "+offp" : c->offload ? "+off" : "");
+        snprintf(rc, sizeof rc, "%s%s%s", job_recompute_name(c->recompute),
+                 c->offload & OFFLOAD_PARAMS ? "+offp" : c->offload ? "+off" : "",
+                 c->offload & OFFLOAD_ACTIVATIONS ? "a" : "");
         fprintf(out, "  %2d %7s %5s %3d %-6s %3d %4d %-13s %-14s %9s %9s %5.1f%% %9s  %s\n", i + 1, dp, tp, c->pp,
                 job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, rc,
                 fmt_seconds(a, c->step), fmt_count(b, m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s),
@@ -488,6 +494,7 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddStringToObject(o, "recompute", job_recompute_name(c->recompute));
         cJSON_AddBoolToObject(o, "offload_optimizer", (c->offload & OFFLOAD_OPTIMIZER) != 0);
         cJSON_AddBoolToObject(o, "offload_params", (c->offload & OFFLOAD_PARAMS) != 0);
+        cJSON_AddBoolToObject(o, "offload_activations", (c->offload & OFFLOAD_ACTIVATIONS) != 0);
         cJSON_AddNumberToObject(o, "step_s", c->step);
         cJSON_AddNumberToObject(o, "samples_per_s", c->samples_per_s);
         cJSON_AddNumberToObject(o, "tokens_per_s", c->tokens_per_s);

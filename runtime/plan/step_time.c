@@ -34,7 +34,9 @@
  * parameters stay on the host (the step writes them there) and each unit's
  * shard crosses the host link before its gather instead, in forward and again
  * in backward: fsdp.c copies it before it starts the gather, so the chunk's
- * compute waits for it.
+ * compute waits for it. With train.offload: activations the block inputs a
+ * micro-batch keeps cross the host link the same way, out in forward and back
+ * in backward.
  *
  * Context parallelism (cp ranks): every rank computes 1/cp of each micro-batch's
  * work (its tokens' matmuls, its share of the load-balanced causal attention),
@@ -212,6 +214,13 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
         k.fwd += h2d;
         k.bwd += h2d;
     }
+    if (job->train.offload & OFFLOAD_ACTIVATIONS) {
+        /* the block inputs a micro-batch keeps cross to the host after their
+         * blocks' forward and back before the recompute, synchronously */
+        double moved = (double)sizes_chunk_acts(e->sizes, c, st->tp_rank).host / per_rank(e, e->hw.host_link_bw);
+        k.fwd += moved;
+        k.bwd += moved;
+    }
     return k;
 }
 
@@ -285,7 +294,7 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
         snprintf(err, errlen, "hardware %s: no peak FLOP/s for %s compute", e->hw.name, e->mixed ? "bf16" : "fp32");
         return -1;
     }
-    if ((job->train.offload & OFFLOAD_OPTIMIZER) && !(e->hw.host_link_bw > 0 && e->hw.host_memory_bw > 0)) {
+    if (job->train.offload && !(e->hw.host_link_bw > 0 && e->hw.host_memory_bw > 0)) {
         snprintf(err, errlen, "hardware %s: train.offload needs host_link_gbs and host_memory_gbs in the profile "
                               "(%s)", e->hw.name, e->hw.source);
         return -1;

@@ -237,7 +237,8 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
     }
     /* mixed precision: bf16 weights, gradients of train.grad_dtype (model.h) */
     model_precision prec = {.bf16 = job->train.precision == PREC_BF16,
-                            .grad_bf16 = job->train.precision == PREC_BF16 && job->train.grad_dtype == DTYPE_BF16};
+                            .grad_bf16 = job->train.precision == PREC_BF16 && job->train.grad_dtype == DTYPE_BF16,
+                            .acts_on_host = (job->train.offload & OFFLOAD_ACTIVATIONS) != 0};
     for (int l = 0; l < e->n_chunks; l++) {
         int c = pp_chunk_id(e->mc.me.pp, l, pp);
         model_shard sh = {.tp_rank = e->mc.me.tp, .tp_size = job->parallel.tp,
@@ -288,7 +289,9 @@ static int setup_acts(engine *e, char *err, size_t errlen)
             snprintf(err, errlen, "rank %d: out of memory for the activations", e->rank);
             return -1;
         }
-        acct_add(e->acct, ACCT_ACTS, (long long)(chunk_acts(e, e->chunk[0], mb).stash + model_acts_work_bytes(e->chunk[0]) + host));
+        model_acts_size z = chunk_acts(e, e->chunk[0], mb);
+        acct_add(e->acct, ACCT_ACTS, (long long)(z.stash + model_acts_work_bytes(e->chunk[0]) + host));
+        acct_add(e->acct, ACCT_HOST, (long long)z.host); /* train.offload: activations */
     } else {
         char why[512];
         pp_exec_config cfg = {.sched = sizes_schedule(e->sz), .rank = e->mc.me.pp, .pp = e->mc.pp,
@@ -300,10 +303,13 @@ static int setup_acts(engine *e, char *err, size_t errlen)
         pp_exec_hooks h = {.ctx = e, .before_backward = pp_before_backward, .span = engine_trace_pp_span,
                            .send_wait = engine_trace_send_wait};
         pp_exec_set_hooks(e->ex, &h);
-        for (int l = 0; l < e->n_chunks; l++)
+        for (int l = 0; l < e->n_chunks; l++) {
+            model_acts_size z = chunk_acts(e, e->chunk[l], mb);
             acct_add(e->acct, ACCT_ACTS,
-                     (long long)pp_exec_slots(e->ex, l) * (long long)(chunk_acts(e, e->chunk[l], mb).stash + host) +
+                     (long long)pp_exec_slots(e->ex, l) * (long long)(z.stash + host) +
                          (long long)model_acts_work_bytes(e->chunk[l]));
+            acct_add(e->acct, ACCT_HOST, (long long)pp_exec_slots(e->ex, l) * (long long)z.host);
+        }
         e->micro_per_step = job->parallel.microbatches;
     }
     cap = sizes_batch_samples(e->sz);

@@ -33,7 +33,7 @@ ckpt_reference() {
 # layout has ranks; returns dtrun's status.
 ckpt_run() {
   local lay=$1 job=$2 log=$3 world; shift 3
-  world=$(( $(lget "$lay" dp 1) * $(lget "$lay" tp 1) * $(lget "$lay" pp 1) ))
+  world=$(( $(lget "$lay" dp 1) * $(lget "$lay" tp 1) * $(lget "$lay" pp 1) * $(lget "$lay" cp 1) ))
   env "$@" timeout -k 5 120 "$DTRUN" --nproc-per-node=$world "$job" >"$log" 2>&1
 }
 

@@ -7,7 +7,8 @@
 # node, no recomputation, the default bucket, no sequence parallelism, fp32
 # (prec: the train.precision; grad, reduce: train.grad_dtype and
 # parallel.reduce_dtype, auto when absent), no offload (offload=1:
-# train.offload: [optimizer]; offload=2: [optimizer, params]). layout_job writes the job file for one tiny
+# train.offload: [optimizer]; offload=2: [optimizer, params]; offload=3:
+# [activations]; offload=4: all three). layout_job writes the job file for one tiny
 # model under that layout;
 # run_layout trains it through bin/dtrun (the launcher, N workers) with
 # DTRUN_DUMP_PARAMS and compares every step's loss and the final parameters with
@@ -84,6 +85,8 @@ layout_job() {
   case $(lget "$lay" offload 0) in
     1) sed -i -e "s/^  global_batch: .*/&\n  offload: [optimizer]/" "$out" ;;
     2) sed -i -e "s/^  global_batch: .*/&\n  offload: [optimizer, params]/" "$out" ;;
+    3) sed -i -e "s/^  global_batch: .*/&\n  offload: [activations]/" "$out" ;;
+    4) sed -i -e "s/^  global_batch: .*/&\n  offload: [optimizer, params, activations]/" "$out" ;;
   esac
   printf '  metrics: %s\nparallel:\n  dp: %s\n  tp: %s\n  pp: %s\n  mode: %s\n' "$met" "$dp" "$tp" "$pp" "$mode" >>"$out"
   [ "$pp" -gt 1 ] && printf '  pp_schedule: %s\n' "$sched" >>"$out"

@@ -785,7 +785,7 @@ static int recompute_of(const char *name)
  * costs time. Counts the proposals and those offloading the optimizer and the
  * parameters; -1 when a proposal breaks the rule. */
 static int plan_offload_needed(const job_spec *job, const char *hwname, int nnodes, int per_node, int *n_opt,
-                               int *n_params)
+                               int *n_params, int *n_act)
 {
     char *buf = plan_json(job, hwname, nnodes, per_node, 0);
     cJSON *root = buf ? cJSON_Parse(buf) : NULL, *top = root ? cJSON_GetObjectItem(root, "top") : NULL;
@@ -793,7 +793,7 @@ static int plan_offload_needed(const job_spec *job, const char *hwname, int nnod
     hw_profile hw;
     char err[512];
     ok &= hw_load(&hw, hwname, err, sizeof err) == 0;
-    *n_opt = *n_params = 0;
+    *n_opt = *n_params = *n_act = 0;
     for (int i = 0; i < n && ok; i++) {
         cJSON *c = cJSON_GetArrayItem(top, i);
         int opt = cJSON_IsTrue(cJSON_GetObjectItem(c, "offload_optimizer"));
@@ -811,8 +811,18 @@ static int plan_offload_needed(const job_spec *job, const char *hwname, int nnod
         j.train.micro_batch = (int)cJSON_GetObjectItem(c, "micro_batch")->valuedouble;
         j.train.grad_accum = j.parallel.microbatches;
         j.train.recompute = (recompute_kind)recompute_of(cJSON_GetObjectItem(c, "recompute")->valuestring);
-        const int levels[3] = {0, OFFLOAD_OPTIMIZER, OFFLOAD_OPTIMIZER | OFFLOAD_PARAMS};
-        int chosen = par ? 2 : opt ? 1 : 0;
+        /* the planner's chain: nothing, optimizer, + params (FSDP / HSDP), + activations (block recompute) */
+        int act = cJSON_IsTrue(cJSON_GetObjectItem(c, "offload_activations")), levels[4], n_levels = 0, chosen = -1;
+        levels[n_levels++] = 0;
+        levels[n_levels++] = OFFLOAD_OPTIMIZER;
+        if (j.parallel.mode == SHARD_FSDP || j.parallel.mode == SHARD_HSDP)
+            levels[n_levels++] = OFFLOAD_OPTIMIZER | OFFLOAD_PARAMS;
+        if (j.train.recompute == RECOMPUTE_BLOCK) levels[n_levels] = levels[n_levels - 1] | OFFLOAD_ACTIVATIONS, n_levels++;
+        int want = (opt ? OFFLOAD_OPTIMIZER : 0) | (par ? OFFLOAD_PARAMS : 0) | (act ? OFFLOAD_ACTIVATIONS : 0);
+        for (int l = 0; l < n_levels; l++)
+            if (levels[l] == want) chosen = l;
+        ok &= chosen >= 0;
+        *n_act += act;
         for (int l = 0; l <= chosen; l++) {
             j.train.offload = levels[l];
             plan_estimate e;
@@ -837,19 +847,19 @@ static void test_planner_offload(void)
     if (load_job(&job, "model:\n  preset: gpt-70b\ntrain:\n  global_batch: 1024\n  micro_batch: 1\n"
                        "  precision: bf16\n"))
         return;
-    int opt, par, n = plan_offload_needed(&job, "h100-sxm", 1, 8, &opt, &par);
+    int opt, par, act, n = plan_offload_needed(&job, "h100-sxm", 1, 8, &opt, &par, &act);
     CHECK(n > 0 && opt == n && par == 0,
           "plan gpt-70b on 8 H100: %d layouts, each with the optimizer offloaded (%d), none with params (%d), none "
           "fitting with less, each fitting with it (device and the node's host memory)", n, opt, par);
-    n = plan_offload_needed(&job, "a100-40g", 1, 8, &opt, &par);
-    CHECK(n > 0 && opt == n && par > 0,
+    n = plan_offload_needed(&job, "a100-40g", 1, 8, &opt, &par, &act);
+    CHECK(n > 0 && opt == n && par > 0 && act > 0,
           "plan gpt-70b on 8 A100 40 GB: %d layouts, all offload the optimizer, %d the FSDP parameter shards too, "
-          "each fitting with what it offloads and not with less", n, par);
+          "%d the block inputs too, each fitting with what it offloads and not with less", n, par, act);
     if (load_job(&job, "model:\n  preset: gpt-13b\ntrain:\n  global_batch: 256\n  micro_batch: 1\n"
                        "  precision: bf16\n"))
         return;
-    n = plan_offload_needed(&job, "h100-sxm", 8, 8, &opt, &par);
-    CHECK(n > 0 && opt == 0 && par == 0, "plan gpt-13b on 64 H100: %d layouts, none offloads (they fit without)", n);
+    n = plan_offload_needed(&job, "h100-sxm", 8, 8, &opt, &par, &act);
+    CHECK(n > 0 && opt == 0 && par == 0 && act == 0, "plan gpt-13b on 64 H100: %d layouts, none offloads (they fit without)", n);
 }
 
 static void test_planner_bound(void)
