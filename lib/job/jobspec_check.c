@@ -103,7 +103,7 @@ static long tokens_per_sample(const job_model *m)
 }
 
 /* Context parallelism: GPT's causal attention over a sequence cut into 2 cp
- * chunks (cp.h), in fp32 for now. */
+ * chunks (cp.h). */
 static int check_cp(const job_spec *job, verdict *v)
 {
     const job_model *m = &job->model;
@@ -123,10 +123,6 @@ static int check_cp(const job_spec *job, verdict *v)
                     "parallel.sequence_parallel splits each cp rank's %d tokens (seq_len %d / cp %d) across tp %d, "
                     "which does not divide them",
                     m->seq_len / par->cp, m->seq_len, par->cp, par->tp);
-    if (job->train.precision != PREC_FP32)
-        return fail(v, BLAME(FID_CP, FID_PRECISION),
-                    "parallel.cp %d needs train.precision: fp32 for now (the ring's bf16 rounding points are not "
-                    "done yet)", par->cp);
     if (par->mode == SHARD_HSDP)
         return fail(v, BLAME(FID_CP, FID_MODE),
                     "parallel.cp %d with parallel.mode hsdp is not supported yet; use fsdp (sharded over dp x cp)",

@@ -107,7 +107,8 @@ static void take_block16(bump *b, const shape *g, int B, block_stash16 *s)
     s->ln1_mean = takef(b, Nl);
     s->ln1_rstd = takef(b, Nl);
     s->qkv = takeh(b, N * 3 * C_l);
-    s->att = g->rc == RECOMPUTE_SELECTIVE ? NULL : takeh(b, att);
+    s->att = g->rc == RECOMPUTE_SELECTIVE || g->cp ? NULL : takeh(b, att);
+    s->lse = g->cp ? takef(b, att) : NULL;
     s->atty = takeh(b, N * C_l);
     s->r2 = takeh(b, Nl * C);
     s->ln2 = takeh(b, Nl * C);

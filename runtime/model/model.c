@@ -42,8 +42,8 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     }
     int cp = sh->cp_size > 1 ? sh->cp_size : 1;
     if (cp > 1 && (spec->kind != MODEL_GPT || model_seq_len(spec) % (2 * cp) != 0 || sh->cp_rank < 0 ||
-                   sh->cp_rank >= cp || (prec && prec->bf16))) {
-        fprintf(stderr, "dtrun: model: context parallelism %d needs a GPT in fp32 whose %d tokens split into %d "
+                   sh->cp_rank >= cp)) {
+        fprintf(stderr, "dtrun: model: context parallelism %d needs a GPT whose %d tokens split into %d "
                         "chunks (cp rank %d)\n", cp, model_seq_len(spec), 2 * cp, sh->cp_rank);
         return NULL;
     }
@@ -389,6 +389,7 @@ static block_acts acts_of_block(model_acts *a, int k)
         const block_stash16 *s = &a->blk16[k];
         w.ln1_mean = s->ln1_mean, w.ln1_rstd = s->ln1_rstd;
         w.ln2_mean = s->ln2_mean, w.ln2_rstd = s->ln2_rstd;
+        if (s->lse) w.att = s->lse; /* context parallelism: the statistic, kept fp32 */
     }
     return w;
 }

@@ -141,10 +141,13 @@ typedef struct {
 
 /* A block's tensors as a bf16 micro-batch keeps them (model_precision.bf16):
  * the same as block_acts, rounded to bf16, statistics fp32. att is NULL under
- * selective recompute. */
+ * selective recompute and under context parallelism, where the rows'
+ * log-sum-exp is a statistic: lse, fp32, which the block writes and reads in
+ * place. */
 typedef struct {
     uint16_t *ln1, *qkv, *att, *atty, *r2, *ln2, *fch, *fchg;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
+    float *lse;
 } block_stash16;
 
 /* What a block's weight gradients need besides the inputs its micro-batch keeps

@@ -218,8 +218,9 @@ static void embed_volume(const plan_estimate *e, int p, int tp_rank, plan_stage 
 double plan_cp_kv_bytes(const plan_estimate *e)
 {
     const job_spec *j = &e->job;
+    /* fp32 on the wire, also under bf16 (cp.c's ring buffers are fp32) */
     return (double)j->train.micro_batch * (j->model.seq_len / j->parallel.cp) * 2.0 *
-           (j->model.d_model / j->parallel.tp) * (double)sizes_param_elem_bytes(e->sizes);
+           (j->model.d_model / j->parallel.tp) * sizeof(float);
 }
 
 static void cp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)

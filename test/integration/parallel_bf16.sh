@@ -73,6 +73,14 @@ done
 # over tp, which vit-tiny's 5 do not (vit-sp has 10)
 run_layout gpt-tiny "tp=2 sp=1 prec=bf16"
 run_layout vit-sp "tp=2 sp=1 prec=bf16"
+# context parallelism (GPT, with an AdamW eps above the key bias's noise:
+# gpt-cp16.yaml): the rows' log-sum-exp stays fp32 like the other
+# statistics; the ring carries fp32 k and v (bf16 values) and their gradients
+run_layout gpt-cp16 "cp=2 prec=bf16"
+run_layout gpt-cp16 "cp=4 prec=bf16"
+run_layout gpt-cp16 "cp=2 tp=2 sp=1 prec=bf16"
+run_layout gpt-cp16 "cp=2 dp=2 mode=fsdp prec=bf16 grad=fp32"
+run_layout gpt-cp16 "cp=2 pp=2 sched=1f1b recompute=selective prec=bf16"
 # HSDP across two agents as two nodes of one rank each: shard groups of one,
 # so DDP over the replicas, fp32 gradients through its bucket buffer in bf16
 run_layout gpt-tiny "dp=2 mode=hsdp nodes=2 prec=bf16 grad=fp32 reduce=bf16"
