@@ -49,6 +49,15 @@ typedef struct dt_ops {
      * the host on purpose (train.offload). */
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);
+    /* Copies that overlap compute (train.offload). copy_start: bytes from src
+     * to dst, one of them host_alloc's memory, queued behind every op issued
+     * so far on a copy queue of its own (cuda: a second stream, ordered by an
+     * event), so the ops issued next run beside it; returns a handle, or NULL
+     * when the copy is done already (cpu: a plain copy). copy_finish(h): the
+     * ops issued after it wait for the copy, and so does the host (before it
+     * reads what came down or reuses what went up). NULL: nothing to do. */
+    void *(*copy_start)(void *dst, const void *src, size_t bytes);
+    void (*copy_finish)(void *handle);
 
     /* ---- token embedding (vocab-parallel ready) ----
      * Rows [v0, v0+vn) of the global table live here as wte[vn, C].

@@ -42,6 +42,8 @@ void *cpu_alloc(size_t bytes);
 void cpu_free(void *p);
 void cpu_zero(void *p, size_t bytes);
 void cpu_copy(void *dst, const void *src, size_t bytes);
+void *cpu_copy_start(void *dst, const void *src, size_t bytes);
+void cpu_copy_finish(void *handle);
 
 /* embedding.c */
 void cpu_embedding_forward(float *out, const int *tok, const float *wte,

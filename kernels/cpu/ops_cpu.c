@@ -21,6 +21,8 @@ const dt_ops dt_ops_cpu = {
     .from_host = cpu_copy,
     .host_alloc = cpu_alloc,
     .host_free = cpu_free,
+    .copy_start = cpu_copy_start,
+    .copy_finish = cpu_copy_finish,
 
     .embedding_forward = cpu_embedding_forward,
     .embedding_backward = cpu_embedding_backward,

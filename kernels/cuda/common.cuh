@@ -48,6 +48,7 @@ struct dtc_state {
     int tf32;                  /* 1: GEMMs may use TF32 tensor cores */
     int num_sms;
     cudaStream_t stream;
+    cudaStream_t copy_stream;  /* copy_start's: host transfers beside compute */
     cublasHandle_t blas;       /* strided-batched GEMMs of attention */
     cublasLtHandle_t lt;       /* every other GEMM */
     void *lt_workspace;
@@ -189,6 +190,8 @@ void cuda_to_host(void *dst_host, const void *src, size_t bytes);
 void cuda_from_host(void *dst, const void *src_host, size_t bytes);
 void *cuda_host_alloc(size_t bytes);
 void cuda_host_free(void *p);
+void *cuda_copy_start(void *dst, const void *src, size_t bytes);
+void cuda_copy_finish(void *handle);
 /* embedding.cu */
 void cuda_embedding_forward(float *out, const int *tok, const float *wte, int v0, int vn,
                             int N, int C);

@@ -63,6 +63,30 @@ void cuda_to_host(void *dst_host, const void *src, size_t bytes) {
     DTC_CHECK(cudaStreamSynchronize(dtc.stream));
 }
 
+/* On the copy stream, after everything queued on the compute stream so far
+ * (an event between them); the handle is the event that marks its end. The
+ * direction comes from the pointers (unified addressing). */
+void *cuda_copy_start(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return nullptr;
+    cudaEvent_t after, done;
+    DTC_CHECK(cudaEventCreateWithFlags(&after, cudaEventDisableTiming));
+    DTC_CHECK(cudaEventRecord(after, dtc.stream));
+    DTC_CHECK(cudaStreamWaitEvent(dtc.copy_stream, after, 0));
+    DTC_CHECK(cudaEventDestroy(after)); /* released once the wait is done */
+    DTC_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, dtc.copy_stream));
+    DTC_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    DTC_CHECK(cudaEventRecord(done, dtc.copy_stream));
+    return (void *)done;
+}
+
+void cuda_copy_finish(void *handle) {
+    if (!handle) return;
+    cudaEvent_t done = (cudaEvent_t)handle;
+    DTC_CHECK(cudaStreamWaitEvent(dtc.stream, done, 0));
+    DTC_CHECK(cudaEventSynchronize(done));
+    DTC_CHECK(cudaEventDestroy(done));
+}
+
 void cuda_from_host(void *dst, const void *src_host, size_t bytes) {
     if (!bytes) return;
     DTC_CHECK(cudaMemcpyAsync(dst, src_host, bytes, cudaMemcpyHostToDevice, dtc.stream));

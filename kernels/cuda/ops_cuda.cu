@@ -65,6 +65,8 @@ static void fill_table(void) {
     table.from_host = cuda_from_host;
     table.host_alloc = cuda_host_alloc;
     table.host_free = cuda_host_free;
+    table.copy_start = cuda_copy_start;
+    table.copy_finish = cuda_copy_finish;
     table.embedding_forward = cuda_embedding_forward;
     table.embedding_backward = cuda_embedding_backward;
     table.posadd_forward = cuda_posadd_forward;
@@ -107,6 +109,7 @@ static void teardown(void) {
     if (dtc.lt_workspace) cudaFree(dtc.lt_workspace);
     if (dtc.lt) dtc_blas.lt_destroy(dtc.lt);
     if (dtc.blas) dtc_blas.destroy(dtc.blas);
+    if (dtc.copy_stream) cudaStreamDestroy(dtc.copy_stream);
     if (dtc.stream) cudaStreamDestroy(dtc.stream);
     int tf32 = dtc.tf32;
     memset(&dtc, 0, sizeof dtc);
@@ -129,6 +132,10 @@ static int setup(void) {
     dtc.device = dev;
     dtc.num_sms = prop.multiProcessorCount;
     if (cudaStreamCreate(&dtc.stream) != cudaSuccess) { teardown(); return -1; }
+    if (cudaStreamCreateWithFlags(&dtc.copy_stream, cudaStreamNonBlocking) != cudaSuccess) {
+        teardown();
+        return -1;
+    }
     /* only now, with a device in hand, map cuBLAS (blas.cu) */
     if (dtc_blas_load() != 0) { teardown(); return -1; }
     if (dtc_blas.create(&dtc.blas) != CUBLAS_STATUS_SUCCESS) { teardown(); return -1; }

@@ -219,7 +219,8 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
         a->xout = takef(b, Nl * C);
     }
     if (g->bf16) a->dinput16 = g->has_emb ? NULL : takeh(b, Nl * C);
-    a->stage16 = g->bf16 && g->off ? takeh(b, Nl * C) : NULL;
+    /* two, so that one entry crosses while the next block computes */
+    for (int i = 0; i < 2; i++) a->stage16[i] = g->bf16 && g->off ? takeh(b, Nl * C) : NULL;
     a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
     a->bs.dA = nb > 0 ? takef(b, N * max_sz(F_l, 3 * C_l)) : NULL;
     a->bs.dB = nb > 0 ? takef(b, N * max_sz(F_l, C_l)) : NULL;

@@ -340,9 +340,12 @@ static float *stream_at(model_acts *a, int k)
 }
 
 /* train.offload: activations (model_precision.acts_on_host): the stream
- * entering blocks 1 .. n-1 lives in host memory; blocks compute between the
- * working set's xin and xout, each entry crossing to the host after the block
- * that wrote it and back before the block that reads it recomputes. */
+ * entering blocks 1 .. n-1 lives in host memory. Entry k passes through
+ * working buffer k % 2 (fp32: xin / xout, where the blocks compute; bf16: a
+ * bf16 stage) and crosses on the copy queue (ops->copy_start), so that it
+ * travels while the next block computes: down after the block that wrote it,
+ * and up again (prefetched one block ahead) before the recompute of the block
+ * that reads it. A buffer is reused only once its last copy has finished. */
 static int stream_offloaded(const model_acts *a, int k)
 {
     return (a->hstream || a->hstream16) && k > 0 && k < a->m->n_blocks;
@@ -353,26 +356,56 @@ static size_t host_entry(const model_acts *a, int k)
     return (size_t)(k - 1) * model_acts_io_numel(a->m, a->B);
 }
 
-/* fp32: where the block before entry k writes it: the stash, or (offloaded) the
- * working buffer that is not its input x. */
-static float *stream_dst(model_acts *a, int k, const float *x)
+/* Working buffer k % 2, once no copy uses it any more. */
+static void *work_buffer(model_acts *a, int k)
 {
-    if (!stream_offloaded(a, k)) return stream_at(a, k);
-    return x == a->xin ? a->xout : a->xin;
+    int i = k % 2;
+    a->m->ops->copy_finish(a->pend[i]);
+    a->pend[i] = NULL;
+    if (a->hstream16) return a->stage16[i];
+    return i ? a->xout : a->xin;
 }
 
-/* fp32: entry k, just written at y (n floats), to the host when it lives there. */
+/* Every copy done (the end of a forward: the host then holds every entry). */
+static void copies_finish(model_acts *a)
+{
+    for (int i = 0; i < 2; i++) {
+        a->m->ops->copy_finish(a->pend[i]);
+        a->pend[i] = NULL;
+    }
+}
+
+/* Entry k (n elements) starts up from the host into its working buffer. */
+static void stream_prefetch(model_acts *a, int k, size_t n)
+{
+    if (!stream_offloaded(a, k)) return;
+    size_t e = a->hstream16 ? sizeof(uint16_t) : sizeof(float);
+    void *dst = work_buffer(a, k);
+    const void *src = a->hstream16 ? (const void *)(a->hstream16 + host_entry(a, k))
+                                   : (const void *)(a->hstream + host_entry(a, k));
+    a->pend[k % 2] = a->m->ops->copy_start(dst, src, n * e);
+}
+
+/* fp32: where the block before entry k writes it: the stash, or (offloaded)
+ * its working buffer. */
+static float *stream_dst(model_acts *a, int k)
+{
+    return stream_offloaded(a, k) ? work_buffer(a, k) : stream_at(a, k);
+}
+
+/* fp32: entry k, just written at y (n floats), starts down to the host when
+ * it lives there. */
 static void stream_keep(model_acts *a, int k, const float *y, size_t n)
 {
-    if (stream_offloaded(a, k)) a->m->ops->to_host(a->hstream + host_entry(a, k), y, n * sizeof(float));
+    if (stream_offloaded(a, k))
+        a->pend[k % 2] = a->m->ops->copy_start(a->hstream + host_entry(a, k), y, n * sizeof(float));
 }
 
-/* fp32: entry k for its block's backward: the stash's, or brought back into xin. */
-static const float *stream_get(model_acts *a, int k, size_t n)
+/* fp32: entry k for its block's backward: the stash's, or its working buffer
+ * once the prefetch has landed. */
+static const float *stream_get(model_acts *a, int k)
 {
-    if (!stream_offloaded(a, k)) return stream_at(a, k);
-    a->m->ops->from_host(a->xin, a->hstream + host_entry(a, k), n * sizeof(float));
-    return a->xin;
+    return stream_offloaded(a, k) ? work_buffer(a, k) : stream_at(a, k);
 }
 
 /* The set block k computes in: its own kept one (fp32), or the shared working
@@ -442,7 +475,7 @@ static uint16_t *stream16_at(model_acts *a, int k)
 }
 
 /* bf16: entry k from y (n floats), rounded into the stash, or (offloaded)
- * rounded on the device and sent to the host. */
+ * rounded into its stage and started down to the host. */
 static void stream16_put(model_acts *a, int k, const float *y, size_t n)
 {
     const dt_ops *ops = a->m->ops;
@@ -450,11 +483,13 @@ static void stream16_put(model_acts *a, int k, const float *y, size_t n)
         ops->to_bf16(stream16_at(a, k), y, n);
         return;
     }
-    ops->to_bf16(a->stage16, y, n);
-    ops->to_host(a->hstream16 + host_entry(a, k), a->stage16, n * sizeof(uint16_t));
+    uint16_t *stage = work_buffer(a, k);
+    ops->to_bf16(stage, y, n);
+    a->pend[k % 2] = ops->copy_start(a->hstream16 + host_entry(a, k), stage, n * sizeof(uint16_t));
 }
 
-/* bf16: entry k widened into x (n floats), from the stash or the host. */
+/* bf16: entry k widened into x (n floats), from the stash or (offloaded) its
+ * stage once the prefetch has landed. */
 static void stream16_get(model_acts *a, int k, float *x, size_t n)
 {
     const dt_ops *ops = a->m->ops;
@@ -462,8 +497,7 @@ static void stream16_get(model_acts *a, int k, float *x, size_t n)
         ops->from_bf16(x, stream16_at(a, k), n);
         return;
     }
-    ops->from_host(a->stage16, a->hstream16 + host_entry(a, k), n * sizeof(uint16_t));
-    ops->from_bf16(x, a->stage16, n);
+    ops->from_bf16(x, work_buffer(a, k), n);
 }
 
 static int batch_size(const model_acts *a, const model_batch *batch)
@@ -536,6 +570,7 @@ static double forward_bf16(model *m, model_acts *a, const model_batch *batch, in
         float *t = x;
         x = y, y = t;
     }
+    copies_finish(a);
     double loss = 0;
     if (m->has_head) {
         loss = head_forward(m, a, batch, x, correct);
@@ -552,6 +587,7 @@ static void backward_bf16(model *m, model_acts *a, const model_batch *batch, flo
     size_t n = model_acts_io_numel(m, B);
     int tied_here = a->tied_dwte != NULL;
     float *x = a->xin;
+    stream_prefetch(a, m->n_blocks - 1, n); /* travels during the head's backward */
     if (m->has_head) {
         model_hook_before(m, L + 1, PHASE_BACKWARD);
         unit_begin(m, L + 1, PHASE_BACKWARD);
@@ -570,6 +606,7 @@ static void backward_bf16(model *m, model_acts *a, const model_batch *batch, flo
         model_hook_before(m, u, PHASE_BACKWARD);
         unit_begin(m, u, PHASE_BACKWARD);
         stream16_get(a, k, x, n);
+        stream_prefetch(a, k - 1, n); /* travels during this block's backward */
         if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &w, &a->bs, B, 1);
         else block_unstash(m, a, k, &w);
         block_backward(m, u, a->dres, x, &w, &a->bs, B, split ? &a->wk[k] : NULL);
@@ -605,12 +642,13 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
         model_hook_before(m, u, PHASE_FORWARD);
         unit_begin(m, u, PHASE_FORWARD);
         block_acts w = acts_of_block(a, k);
-        float *y = stream_dst(a, k + 1, x);
+        float *y = stream_dst(a, k + 1);
         block_forward(m, u, x, y, &w, &a->bs, B, 0);
         stream_keep(a, k + 1, y, io);
         model_hook_after(m, u, PHASE_FORWARD);
         x = y;
     }
+    copies_finish(a);
     double loss = 0;
     if (m->has_head) loss = head_forward(m, a, batch, stream_at(a, m->n_blocks), correct);
     return loss;
@@ -628,6 +666,7 @@ static void backward_fp32(model *m, model_acts *a, const model_batch *batch, flo
     int B = batch->B, L = m->spec.n_layer;
     size_t io = model_acts_io_numel(m, B);
     int tied_here = a->tied_dwte != NULL;
+    stream_prefetch(a, m->n_blocks - 1, io); /* travels during the head's backward */
     if (m->has_head) {
         model_hook_before(m, L + 1, PHASE_BACKWARD);
         unit_begin(m, L + 1, PHASE_BACKWARD);
@@ -646,7 +685,8 @@ static void backward_fp32(model *m, model_acts *a, const model_batch *batch, flo
         block_acts ba = acts_of_block(a, k);
         model_hook_before(m, u, PHASE_BACKWARD);
         unit_begin(m, u, PHASE_BACKWARD);
-        const float *x = stream_get(a, k, io);
+        const float *x = stream_get(a, k);
+        stream_prefetch(a, k - 1, io); /* travels during this block's backward */
         if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &ba, &a->bs, B, 1);
         block_backward(m, u, a->dres, x, &ba, &a->bs, B, split ? &a->wk[k] : NULL);
         unit_grads_end(m, u);

@@ -214,8 +214,10 @@ struct model_acts {
     void *host_mem;     /* one ops->host_alloc of model_acts_sizes().host */
     float *hstream;
     uint16_t *hstream16;
-    uint16_t *stage16;  /* bf16: [N_l,C] in the working set, where an entry is
-                           rounded before it crosses (and widened after) */
+    uint16_t *stage16[2]; /* bf16: [N_l,C] in the working set, where an entry
+                             is rounded before it crosses (and widened after) */
+    void *pend[2];      /* the copy (ops->copy_start) still using working buffer
+                           k % 2: xin / xout (fp32) or stage16 (bf16) */
     /* The stream leaving the shard: with the head the stash's last entry (the
      * head's input), without it the working set's (sent, or copied by the next
      * chunk, before the chunk's next forward). */

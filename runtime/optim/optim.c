@@ -25,11 +25,13 @@ struct optim {
     size_t ge;            /* gradient element bytes */
     float *scratch;       /* mixed: OPTIM_SCRATCH_NUMEL widened gradients */
     size_t scratch_numel;
-    /* offload: the host's ops, the state's allocator; a chunk of widened
-     * gradients and one of gradients or parameters in transit (host memory) */
+    /* offload: the host's ops, the state's allocator; two chunks of gradients
+     * coming down and (bf16) two of parameters going up, so that one crosses
+     * while the host steps the other, and (bf16 gradients) a chunk of them
+     * widened (host memory; optim_host_scratch_bytes) */
     const dt_ops *host;
     float *hscratch;
-    void *hstage;
+    void *gin[2], *pout[2];
     size_t pe;            /* parameter element bytes */
 };
 
@@ -105,8 +107,14 @@ optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, con
         optim_destroy(o);
         return NULL;
     }
-    if (o->host && (!(o->hscratch = state_alloc(o, o->scratch_numel * sizeof(float))) ||
-                    !(o->hstage = state_alloc(o, o->scratch_numel * sizeof(float))))) {
+    for (int i = 0; o->host && i < 2; i++) {
+        if (!(o->gin[i] = state_alloc(o, o->scratch_numel * o->ge)) ||
+            (o->pe == 2 && !(o->pout[i] = state_alloc(o, o->scratch_numel * 2)))) {
+            optim_destroy(o);
+            return NULL;
+        }
+    }
+    if (o->host && o->ge == 2 && !(o->hscratch = state_alloc(o, o->scratch_numel * sizeof(float)))) {
         optim_destroy(o);
         return NULL;
     }
@@ -123,7 +131,7 @@ void optim_destroy(optim *o)
     }
     if (o->scratch) o->ops->free(o->scratch);
     state_free(o, o->hscratch);
-    state_free(o, o->hstage);
+    for (int i = 0; i < 2; i++) state_free(o, o->gin[i]), state_free(o, o->pout[i]);
     free(o->s);
     free(o);
 }
@@ -153,8 +161,8 @@ static void put_params(optim *o, void *p, const float *master, size_t at, size_t
     int on_host = (o->t.offload & OFFLOAD_PARAMS) != 0;
     if (o->pe == 2) {
         uint16_t *dst = (uint16_t *)p + at;
-        h->to_bf16(on_host ? dst : o->hstage, master, k);
-        if (!on_host) o->ops->from_host(dst, o->hstage, k * 2);
+        h->to_bf16(on_host ? dst : o->pout[0], master, k);
+        if (!on_host) o->ops->from_host(dst, o->pout[0], k * 2);
     } else if (on_host) {
         memcpy((float *)p + at, master, k * sizeof(float));
     } else {
@@ -163,24 +171,45 @@ static void put_params(optim *o, void *p, const float *master, size_t at, size_t
 }
 
 /* Offload: the same as step_mixed (or fp32's scale + AdamW) with the state
- * on the host: gradients in, parameters out, a chunk at a time. */
+ * on the host, a chunk at a time: chunk c + 1's gradients come down on the
+ * copy queue (ops->copy_start) while the host steps chunk c, and chunk c's
+ * parameters go up while it steps chunk c + 1. Every copy has finished when
+ * this returns. The same arithmetic in the same order as without the queue. */
 static void step_offload(optim *o, optim_slice *s, size_t off, size_t n, void *p, const void *g,
                          float grad_scale, double lr, int t, float wd)
 {
-    const dt_ops *h = o->host;
-    for (size_t c = 0; c < n; c += o->scratch_numel) {
-        size_t k = n - c < o->scratch_numel ? n - c : o->scratch_numel, at = off + c;
-        if (o->ge == 2) {
-            o->ops->to_host(o->hstage, (const uint16_t *)g + at, k * 2);
-            h->from_bf16(o->hscratch, o->hstage, k);
-        } else {
-            o->ops->to_host(o->hscratch, (const float *)g + at, k * sizeof(float));
+    const dt_ops *h = o->host, *d = o->ops;
+    const size_t S = o->scratch_numel;
+    const int params_on_host = (o->t.offload & OFFLOAD_PARAMS) != 0;
+    void *down[2] = {NULL, NULL}, *up[2] = {NULL, NULL};
+    if (n) down[0] = d->copy_start(o->gin[0], (const char *)g + off * o->ge, (n < S ? n : S) * o->ge);
+    for (size_t c = 0, i = 0; c < n; c += S, i ^= 1) {
+        size_t k = n - c < S ? n - c : S, at = off + c;
+        if (c + S < n) {
+            size_t k1 = n - c - S < S ? n - c - S : S;
+            down[i ^ 1] = d->copy_start(o->gin[i ^ 1], (const char *)g + (at + S) * o->ge, k1 * o->ge);
         }
-        if (grad_scale != 1.0f) h->scale(o->hscratch, grad_scale, k);
-        h->adamw(s->master + at, o->hscratch, s->m + at, s->v + at, k, (float)lr, (float)o->t.beta1,
+        d->copy_finish(down[i]);
+        down[i] = NULL;
+        float *grad = o->gin[i];
+        if (o->ge == 2) h->from_bf16(grad = o->hscratch, o->gin[i], k);
+        if (grad_scale != 1.0f) h->scale(grad, grad_scale, k);
+        h->adamw(s->master + at, grad, s->m + at, s->v + at, k, (float)lr, (float)o->t.beta1,
                  (float)o->t.beta2, (float)o->t.eps, wd, t);
-        put_params(o, p, s->master + at, at, k);
+        if (params_on_host) {
+            put_params(o, p, s->master + at, at, k);
+            continue;
+        }
+        d->copy_finish(up[i]); /* pout[i] is free again */
+        if (o->pe == 2) {
+            h->to_bf16(o->pout[i], s->master + at, k);
+            up[i] = d->copy_start((uint16_t *)p + at, o->pout[i], k * 2);
+        } else { /* straight from the master: nothing writes it before the next step */
+            up[i] = d->copy_start((float *)p + at, s->master + at, k * sizeof(float));
+        }
     }
+    d->copy_finish(up[0]);
+    d->copy_finish(up[1]);
 }
 
 void optim_step(optim *o, double lr, int t, void *const *params, void *const *grads, float grad_scale)
@@ -273,4 +302,8 @@ size_t optim_master_bytes(const optim *o)
 
 size_t optim_scratch_bytes(const optim *o) { return o->scratch ? o->scratch_numel * sizeof(float) : 0; }
 
-size_t optim_host_scratch_bytes(const optim *o) { return o->host ? 2 * o->scratch_numel * sizeof(float) : 0; }
+size_t optim_host_scratch_bytes(const optim *o)
+{
+    if (!o->host) return 0;
+    return o->scratch_numel * (2 * o->ge + (o->pe == 2 ? 2 * 2 : 0) + (o->ge == 2 ? sizeof(float) : 0));
+}

@@ -223,7 +223,9 @@ static const void *gather_input(dp_strategy *s, int unit, void *buf)
     strat_ctx *x = s->x;
     if (!s->on_host) return s->pshard[unit];
     void *mine = strat_at(buf, s->lo[unit], x->pe);
-    x->ops->from_host(mine, s->pshard[unit], s->len[unit] * x->pe);
+    /* on the copy queue: the compute already queued (the unit before) goes on
+     * beside it; the gather, ordered after the compute stream, sees it */
+    x->ops->copy_finish(x->ops->copy_start(mine, s->pshard[unit], s->len[unit] * x->pe));
     return mine;
 }
 

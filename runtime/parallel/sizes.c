@@ -444,15 +444,17 @@ size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at)
     return bytes;
 }
 
-/* train.offload: optimizer: per chunk the step's host staging, two chunks of
- * floats (widened gradients; gradients or parameters in transit). */
+/* train.offload: optimizer: per chunk the step's host staging
+ * (optim_host_scratch_bytes): two chunks of gradients in transit, with bf16
+ * parameters two chunks of them, with bf16 gradients one chunk widened. */
 static size_t offload_staging_bytes(const sizes *s, sizes_at at)
 {
-    size_t bytes = 0;
+    size_t bytes = 0, ge = sizes_grad_elem_bytes(s), pe = sizes_param_elem_bytes(s);
+    size_t per = 2 * ge + (pe == 2 ? 2 * 2 : 0) + (ge == 2 ? sizeof(float) : 0);
     for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
         size_t largest, scratch;
         chunk_widths(s, at, local, &largest, &scratch);
-        bytes += 2 * scratch * sizeof(float);
+        bytes += scratch * per;
     }
     return bytes;
 }
