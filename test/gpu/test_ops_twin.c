@@ -157,6 +157,28 @@ static void test_memory(void) {
         ok &= h[i] == want;
     }
     CHECK(ok, "memory: from_host, copy (offset), zero (range), to_host round trip");
+
+    /* the copy queue (train.offload): a copy starts behind the compute queued
+     * before it, and what is queued after copy_finish sees it */
+    float *pin = gpu->host_alloc(n * sizeof(float)), *back_h = gpu->host_alloc(n * sizeof(float));
+    gpu->zero(y, n * sizeof(float));
+    gpu->copy(y, z, n * sizeof(float));                        /* compute-queue work ... */
+    void *down = gpu->copy_start(pin, y, n * sizeof(float));   /* ... that the copy follows */
+    gpu->copy_finish(down);
+    int same = 1;
+    for (size_t i = 0; i < n; i++) same &= pin[i] == src[i];
+    CHECK(same, "memory: copy_start device to pinned host after queued compute, copy_finish waits for it");
+    for (size_t i = 0; i < n; i++) pin[i] = (float)i;
+    void *up = gpu->copy_start(y, pin, n * sizeof(float));
+    gpu->copy_finish(up);
+    gpu->scale(y, 2.0f, n);                                    /* compute after the copy */
+    gpu->to_host(back_h, y, n * sizeof(float));
+    same = 1;
+    for (size_t i = 0; i < n; i++) same &= back_h[i] == 2.0f * (float)i;
+    CHECK(same, "memory: copy_start pinned host to device, compute queued after copy_finish sees it");
+    gpu->copy_finish(NULL);
+    gpu->host_free(pin);
+    gpu->host_free(back_h);
     gpu->free(z);
     gpu->free(y);
     free(h);
