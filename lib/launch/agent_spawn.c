@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "lib/launch/agent_env.h"
+#include "lib/util/shm_name.h"
 
 extern char **environ;
 
@@ -107,6 +108,8 @@ static void on_exit_cb(uv_process_t *p, int64_t exit_status, int term_signal)
     drain_and_close(w, AGENT_STDERR);
     agent_output_flush(w->out);
     uv_close((uv_handle_t *)p, on_proc_closed);
+    /* shared memory it made and was killed before naming away (shm_name.h) */
+    shm_name_sweep(w->pid);
     agent_worker_exited(w, exit_status, term_signal);
 }
 

@@ -59,6 +59,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/util/shm_name.h"
 #include "runtime/env.h"
 #include "runtime/comm/comm_internal.h"
 
@@ -832,8 +833,7 @@ static int shm_create(comm *c)
     if (me == 0) {
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
-        snprintf(name, sizeof name, "/dtrun.%d.%u.%lx", (int)getpid(),
-                 atomic_fetch_add(&counter, 1), (unsigned long)t.tv_nsec);
+        shm_name_format(name, sizeof name, getpid(), atomic_fetch_add(&counter, 1), (unsigned long)t.tv_nsec);
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
         if (fd < 0)
             return comm_fail(c, COMM_ESYS, "%s: shm_open %s: %s", c->name, name, strerror(errno));

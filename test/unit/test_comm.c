@@ -392,11 +392,28 @@ static int all_ready(const char *dir, int n, int except)
 
 /* Runs body on n processes; returns how many survivors failed (-1 = hung and
  * killed past the deadline). */
+/* The dtrun.* segments in /dev/shm now (up to 64), so that a world is not
+ * blamed for one an earlier process left behind whose pid it reuses. */
+static int shm_before(char names[64][256])
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    int n = 0;
+    while (d && (e = readdir(d)) && n < 64)
+        if (!strncmp(e->d_name, "dtrun.", 6))
+            snprintf(names[n++], 256, "%s", e->d_name);
+    if (d)
+        closedir(d);
+    return n;
+}
+
 static int run_world(int n, const world_opts *o, body_fn body, void *arg)
 {
     char dir[] = "/tmp/dtrun-test-comm.XXXXXX";
     if (!mkdtemp(dir))
         return -1;
+    static char old[64][256];
+    int n_old = shm_before(old);
     pid_t pids[16];
     fflush(NULL);
     for (int r = 0; r < n; r++) {
@@ -447,8 +464,12 @@ static int run_world(int n, const world_opts *o, body_fn body, void *arg)
     DIR *shm = opendir("/dev/shm");
     struct dirent *e;
     while (shm && (e = readdir(shm))) {
-        int pid;
+        int pid, seen = 0;
         if (sscanf(e->d_name, "dtrun.%d.", &pid) != 1)
+            continue;
+        for (int i = 0; i < n_old && !seen; i++)
+            seen = !strcmp(old[i], e->d_name);
+        if (seen)
             continue;
         for (int r = 0; r < n; r++)
             if (pid == pids[r]) {
