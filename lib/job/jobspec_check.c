@@ -247,7 +247,7 @@ static int check_parallel(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_MICROBATCHES, FID_PP_SCHEDULE, FID_PP, FID_GLOBAL_BATCH), "%s", why);
     int zb_blame;
     if (par->pp_schedule == PP_ZB_H1 && par->pp > 1 &&
-        job_layout_check_zero_bubble(par, job->train.recompute, job->train.grad_dtype, &zb_blame, why, sizeof why))
+        job_layout_check_zero_bubble(par, job->train.recompute, &zb_blame, why, sizeof why))
         return fail(v, BLAME(zb_blame, FID_PP_SCHEDULE), "%s", why);
     if (par->mode == SHARD_HSDP && par->dp == 1 && !par->dp_auto)
         return fail(v, BLAME(FID_MODE, FID_DP),

@@ -39,7 +39,7 @@ int job_layout_check_pipeline(pp_schedule_kind kind, int p, int m, int v, char *
     return 0;
 }
 
-int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, dtype_kind grad_dtype, int *blame,
+int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, int *blame,
                                  char *msg, size_t n)
 {
     const char *pre = "parallel.pp_schedule zb-h1 does not work with";
@@ -53,13 +53,6 @@ int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, dty
         *blame = FID_RECOMPUTE;
         snprintf(msg, n, "%s train.recompute: block (its W pass would need each block's activations, rebuilt for B, "
                          "a second time); use recompute: selective or none", pre);
-        return -1;
-    }
-    if (grad_dtype == DTYPE_BF16) {
-        *blame = FID_GRAD_DTYPE;
-        snprintf(msg, n, "%s train.grad_dtype bf16 (its fp32 working gradient is shared by all units, while B and W "
-                         "passes of different micro-batches interleave); set train.grad_dtype: fp32",
-                 pre);
         return -1;
     }
     int sharded = par->mode == SHARD_ZERO2 || par->mode == SHARD_FSDP || par->mode == SHARD_HSDP;

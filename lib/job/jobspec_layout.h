@@ -23,11 +23,11 @@
 int job_layout_check_pipeline(pp_schedule_kind kind, int pp, int m, int v, char *msg, size_t n);
 
 /* What pp_schedule zb-h1 can run with (its B / W split of the backward, model.h):
- * no sequence parallelism, no block recompute, fp32 gradients, and no sharding
+ * no sequence parallelism, no block recompute, and no sharding
  * strategy that binds a unit's gradient buffer from one backward's before() to its
  * after() (ZeRO-2, FSDP, HSDP over dp > 1). 0, or -1 with one line in msg naming
  * the key that stands in the way (*blame: a FID_* of jobspec_fields.h) and why. */
-int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, dtype_kind grad_dtype, int *blame,
+int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, int *blame,
                                  char *msg, size_t n);
 
 /* The mesh against the processes started: dp x tp x pp must equal `world`.

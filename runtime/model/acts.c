@@ -295,9 +295,6 @@ const char *model_split_unsupported(const model_shard *shard, recompute_kind rec
         return "sequence parallelism (the W pass would have to gather each layer's input rows again)";
     if (recompute == RECOMPUTE_BLOCK)
         return "recompute: block (the W pass would need each block's activations, rebuilt in B, a second time)";
-    if (prec && prec->grad_bf16)
-        return "bf16 gradients (the micro-batch's fp32 working gradient is shared by all units, and B and W of "
-               "different micro-batches interleave)";
     return NULL;
 }
 

@@ -302,6 +302,16 @@ void model_hook_before(model *m, int unit, model_phase phase)
 /* Before a unit computes (after its before() hook, which may have rebound it):
  * under bf16 its parameters widened into the working copy, and in backward with
  * bf16 gradients the working gradient zeroed. fp32: nothing. */
+/* bf16 gradients: the unit's fp32 working gradient, zeroed, for one
+ * micro-batch's backward (or a zero-bubble pipeline's B or W pass of it). */
+static void unit_grads_begin(model *m, int unit)
+{
+    if (!m->prec.grad_bf16) return;
+    int k = unit - m->shard.unit_begin;
+    m->ops->zero(m->wgrad, m->unit_numel[k] * sizeof(float));
+    m->wg_unit = unit;
+}
+
 static void unit_begin(model *m, int unit, model_phase phase)
 {
     int k = unit - m->shard.unit_begin;
@@ -309,14 +319,14 @@ static void unit_begin(model *m, int unit, model_phase phase)
         m->ops->from_bf16(m->wparam, m->params[k], m->unit_numel[k]);
         m->w_unit = unit;
     }
-    if (phase == PHASE_BACKWARD && m->prec.grad_bf16) {
-        m->ops->zero(m->wgrad, m->unit_numel[k] * sizeof(float));
-        m->wg_unit = unit;
-    }
+    if (phase == PHASE_BACKWARD) unit_grads_begin(m, unit);
 }
 
 /* After a unit's backward, before its after(BACKWARD) hook: bf16 gradients take
- * the micro-batch's fp32 gradient with one rounding. */
+ * the micro-batch's fp32 gradient with one rounding. A split backward does it
+ * after B and again after W: each element is written by one of the two (B: the
+ * layernorms', W: the matmuls'), and adding the other pass's zero to a bf16
+ * value is exact, so every element still takes its one rounding. */
 static void unit_grads_end(model *m, int unit)
 {
     if (!m->prec.grad_bf16) return;
@@ -734,7 +744,9 @@ void model_backward_weight(model *m, model_acts *a, const model_batch *batch)
         int u = m->first_block + k;
         block_acts w = acts_of_block(a, k);
         if (a->blk16) block_unstash(m, a, k, &w); /* the kept inputs, widened again */
+        unit_grads_begin(m, u);
         block_backward_weight(m, u, &w, &a->wk[k], B);
+        unit_grads_end(m, u);
         model_hook_after(m, u, PHASE_BACKWARD);
     }
     if (m->has_emb) model_hook_after(m, 0, PHASE_BACKWARD);

@@ -276,7 +276,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                                 char why[256];
                                 int blame;
                                 if (sched == PP_ZB_H1 &&
-                                    job_layout_check_zero_bubble(&zp, (recompute_kind)rc, job->train.grad_dtype, &blame,
+                                    job_layout_check_zero_bubble(&zp, (recompute_kind)rc, &blame,
                                                                  why, sizeof why))
                                     continue;
                                 candidate c;

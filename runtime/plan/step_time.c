@@ -265,19 +265,23 @@ static double exposed_once(const plan_estimate *e, plan_stage *st, double params
  * (each hop a p2p), and after its last backward (of a chunk >= r) the backward
  * must still run down through chunks r-1..0 (ZB-H1: their B's). So makespan >=
  * fill_r + busy_r + drain_r for every rank; with equal chunks and one chunk per rank (GPipe,
- * 1F1B) that is the simulated makespan itself. */
+ * 1F1B) that is the simulated makespan itself. ZB-H1's W passes (deferred[c],
+ * NULL for the others) need not come before the drain: the drain then follows
+ * only the rest of the rank's work, and fill_r + busy_r bounds it too. */
 static double makespan_bound(const job_parallel *par, const double *fwd, const double *bwd, const double *drain_bwd,
-                             double p2p)
+                             const double *deferred, double p2p)
 {
     int pp = par->pp, v = par->virtual_stages, m = par->microbatches;
     double fill = 0, drain = 0, bound = 0;
     for (int r = 0; r < pp; r++) {
-        double busy = 0;
+        double busy = 0, later = 0;
         for (int local = 0; local < v; local++) {
             int c = pp_chunk_id(r, local, pp);
             busy += m * (fwd[c] + bwd[c]);
+            if (deferred) later += m * deferred[c];
         }
-        if (fill + busy + drain > bound) bound = fill + busy + drain;
+        double t = fill + busy > fill + busy - later + drain ? fill + busy : fill + busy - later + drain;
+        if (t > bound) bound = t;
         fill += fwd[r] + p2p;
         drain += drain_bwd[r] + p2p;
     }
@@ -339,7 +343,8 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
             }
         } else {
             /* ZB-H1: only the B's carry the gradient down */
-            e->makespan = makespan_bound(par, fwd, bwd, par->pp_schedule == PP_ZB_H1 ? bwd_b : bwd, e->p2p * MS) / MS;
+            int zb = par->pp_schedule == PP_ZB_H1;
+            e->makespan = makespan_bound(par, fwd, bwd, zb ? bwd_b : bwd, zb ? bwd_w : NULL, e->p2p * MS) / MS;
             e->bubble = 0; /* unknown: only the simulation tells */
         }
     } else {

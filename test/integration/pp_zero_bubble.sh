@@ -46,6 +46,11 @@ same_as_1f1b vit-tiny "pp=2 dp=2 mode=zero1"
 same_as_1f1b gpt-tiny "pp=2 tp=2"
 same_as_1f1b gpt-tiny "pp=2 recompute=selective"
 same_as_1f1b gpt-tiny "pp=2 prec=bf16 grad=fp32"
+# bf16 gradients: B and W each add their own elements into the bf16 gradient
+# (the other pass adds an exact zero), so every element still takes one rounding
+same_as_1f1b gpt-tiny "pp=2 prec=bf16"
+same_as_1f1b vit-tiny "pp=4 prec=bf16"
+same_as_1f1b gpt-tiny "pp=2 dp=2 mode=zero1 prec=bf16"
 
 # 2. refusals: one line, exit 2, at the key that stands in the way
 refused() { # LAYOUT EXTRA-YAML-LINE WORDS...
@@ -61,7 +66,6 @@ refused() { # LAYOUT EXTRA-YAML-LINE WORDS...
 }
 refused "pp=2 tp=2 sp=1" "" "bad.yaml:" "sequence_parallel" "zb-h1"
 refused "pp=2 recompute=block" "" "recompute: block" "W pass"
-refused "pp=2 prec=bf16" "" "grad_dtype bf16" "grad_dtype: fp32"
 refused "pp=2 dp=2 mode=zero2" "" "mode zero2" "zero1"
 refused "pp=2 dp=2 mode=fsdp" "" "mode fsdp"
 refused "pp=2" "  virtual_stages: 2" "virtual_stages 2" "interleaved"

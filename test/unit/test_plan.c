@@ -940,7 +940,12 @@ static void test_planner_bound(void)
                 if (rc == 0) rc = plan_estimate_time(&x, err, sizeof err);
                 if (rc == 0) {
                     tried++;
-                    ok &= b.step_time <= x.step_time * (1 + 1e-12) && b.max_total == x.max_total;
+                    int good = b.step_time <= x.step_time * (1 + 1e-12) && b.max_total == x.max_total;
+                    if (!good)
+                        printf("# pp %d %s mode %d: bound %.6g s vs simulated %.6g s, memory %.0f vs %.0f\n", pp,
+                               pp_schedule_kind_name(kinds[k]), mode, b.step_time, x.step_time, b.max_total,
+                               x.max_total);
+                    ok &= good;
                     if (b.step_time / x.step_time < worst) worst = b.step_time / x.step_time;
                 } else {
                     printf("# %s\n", err);
