@@ -123,10 +123,6 @@ static int check_cp(const job_spec *job, verdict *v)
                     "parallel.sequence_parallel splits each cp rank's %d tokens (seq_len %d / cp %d) across tp %d, "
                     "which does not divide them",
                     m->seq_len / par->cp, m->seq_len, par->cp, par->tp);
-    if (par->mode == SHARD_HSDP)
-        return fail(v, BLAME(FID_CP, FID_MODE),
-                    "parallel.cp %d with parallel.mode hsdp is not supported yet; use fsdp (sharded over dp x cp)",
-                    par->cp);
     return 0;
 }
 

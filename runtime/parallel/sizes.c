@@ -298,8 +298,10 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
         s->numel_head[r] = same_numel ? donor->numel_head[r] : model_unit_numel(&job->model, n_units - 1, r, tp);
     }
     int per_node = env->ranks_per_node >= 1 ? env->ranks_per_node : par->dp * par->pp * tp;
+    /* the gradient group's (dp x cp) positions one node holds: tp varies
+     * fastest, then cp, then dp, so they are consecutive */
     int dp_in_node = per_node / tp > 0 ? per_node / tp : 1;
-    s->hsdp_group = (int)gcd_l(par->dp, dp_in_node);
+    s->hsdp_group = (int)gcd_l((long)par->dp * par->cp, dp_in_node);
     return s;
 }
 
@@ -362,8 +364,9 @@ int sizes_shard_group(const sizes *s, sizes_shard_of what)
     }
 }
 
-/* HSDP's shard groups are runs of consecutive dp ranks, which sit in one node
- * because tp varies fastest and dp next in the mesh. */
+/* HSDP's shard groups are runs of consecutive ranks of the gradient group (dp,
+ * or dp x cp), which sit in one node because tp varies fastest, then cp, then
+ * dp in the mesh. */
 int sizes_shard_rank(const sizes *s, sizes_shard_of what, int dp_rank)
 {
     return dp_rank % sizes_shard_group(s, what);

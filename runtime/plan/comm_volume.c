@@ -71,6 +71,13 @@ static int rank_at(const plan_estimate *e, int pp, int dp, int tp)
     return mesh_rank(&e->mesh, (mesh_coord){.dp = dp, .pp = pp, .tp = tp});
 }
 
+/* The rank at position g of the gradient group (dp x cp: g = dp * cp + cp rank). */
+static int rank_at_g(const plan_estimate *e, int pp, int g, int tp)
+{
+    int cp = e->job.parallel.cp;
+    return mesh_rank(&e->mesh, (mesh_coord){.dp = g / cp, .cp = g % cp, .pp = pp, .tp = tp});
+}
+
 static int crosses(const plan_estimate *e, int rank_a, int rank_b)
 {
     return plan_node_of(e, rank_a) != plan_node_of(e, rank_b);
@@ -120,22 +127,19 @@ static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
             c->op = "all-gather (params, forward + backward) + reduce-scatter (grads), every microbatch";
             c->bytes = m * f * (2 * sh->params + sh->grads);
             c->calls = 3L * m * sh->units;
-            finish(e, c,
-                   par->cp > 1 ? plan_group_crosses(e, rank_at(e, p, 0, 0), dpg)
-                               : crosses(e, rank_at(e, p, 0, 0), rank_at(e, p, n - 1, par->tp - 1)),
-                   n - 1);
+            finish(e, c, crosses(e, rank_at_g(e, p, 0, 0), rank_at_g(e, p, n - 1, par->tp - 1)), n - 1);
             break;
         }
     }
     if (par->mode != SHARD_HSDP) return;
     plan_comm *r = &st->comm[GROUP_DP_REPLICA];
-    int R = par->dp / n;
+    int R = sizes_grad_dp(e->sizes) / n;
     r->size = R;
     if (R < 2) return;
     r->op = "all-reduce (grad shard)";
     r->bytes = 2.0 * (R - 1) / R * sh->grads / n;
     r->calls = sh->units;
-    finish(e, r, crosses(e, rank_at(e, p, 0, 0), rank_at(e, p, (R - 1) * n, 0)), 2.0 * (R - 1));
+    finish(e, r, crosses(e, rank_at_g(e, p, 0, 0), rank_at_g(e, p, (R - 1) * n, 0)), 2.0 * (R - 1));
 }
 
 static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)

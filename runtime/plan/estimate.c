@@ -56,8 +56,8 @@ static void layout_warnings(plan_estimate *e)
     if (per_step != e->job.train.global_batch)
         plan_warn(e, "global_batch %d is not micro_batch %d x dp %d x microbatches %d: the batch does not divide",
                   e->job.train.global_batch, e->job.train.micro_batch, par->dp, par->microbatches);
-    if (par->mode == SHARD_HSDP && sizes_shard_group(e->sizes, SHARD_OF_OPTIM) == par->dp)
-        plan_warn(e, "hsdp: all %d data-parallel ranks share a node, so it is plain fsdp", par->dp);
+    if (par->mode == SHARD_HSDP && sizes_shard_group(e->sizes, SHARD_OF_OPTIM) == sizes_grad_dp(e->sizes))
+        plan_warn(e, "hsdp: all %d data-parallel ranks share a node, so it is plain fsdp", sizes_grad_dp(e->sizes));
     if (par->mode == SHARD_HSDP && sizes_shard_group(e->sizes, SHARD_OF_OPTIM) == 1)
         plan_warn(e, "hsdp: no two data-parallel ranks share a node, so nothing is sharded (it is plain DDP)");
 }

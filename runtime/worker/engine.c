@@ -160,24 +160,26 @@ static const strat_ops *pick_strategy(const job_spec *job, const sizes *sz)
  * data-parallel-with-context-parallel group). */
 static comm *grad_group(const engine *e) { return e->mc.dp_cp ? e->mc.dp_cp : e->mc.dp; }
 
-/* FSDP: the shard group is the dp group. HSDP: runs of S consecutive dp ranks
- * (one node's) shard, ranks with the same position in their run replicate. */
+/* FSDP: the shard group is the gradient group (dp, or dp x cp). HSDP: runs of S
+ * consecutive ranks of it (one node's) shard, ranks with the same position in
+ * their run replicate. */
 static int make_shard_groups(engine *e, comm **shard, comm **replica, char *err, size_t errlen)
 {
     int S = sizes_shard_group(e->sz, SHARD_OF_PARAM), dp = sizes_grad_dp(e->sz);
     *shard = grad_group(e);
     *replica = NULL;
     if (S == dp) return COMM_OK;
-    int d = e->mc.me.dp, *members = malloc((size_t)dp * sizeof(int)), n = 0;
+    comm *g = grad_group(e);
+    int d = comm_rank(g), *members = malloc((size_t)dp * sizeof(int)), n = 0;
     if (!members) {
         snprintf(err, errlen, "out of memory");
         return COMM_ESYS;
     }
     for (int i = d / S * S; i < d / S * S + S; i++) members[n++] = i;
-    int rc = comm_group(e->mc.dp, members, n, &e->shard_own, err, errlen);
+    int rc = comm_group(g, members, n, &e->shard_own, err, errlen);
     n = 0;
     for (int i = d % S; i < dp; i += S) members[n++] = i;
-    if (rc == COMM_OK) rc = comm_group(e->mc.dp, members, n, &e->replica_own, err, errlen);
+    if (rc == COMM_OK) rc = comm_group(g, members, n, &e->replica_own, err, errlen);
     free(members);
     *shard = e->shard_own;
     *replica = e->replica_own;

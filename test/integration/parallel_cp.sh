@@ -33,10 +33,35 @@ LAYOUTS=(
   "cp=2 recompute=block"
   "cp=2 recompute=selective"
   "cp=4 tp=2"
+  "dp=2 cp=2 mode=hsdp nodes=2"
+  "dp=4 cp=2 mode=hsdp nodes=2"
 )
 for lay in "${LAYOUTS[@]}"; do run_layout gpt-tiny "$lay"; done
 summary
 [ $FAILS -eq 0 ] || fail "$FAILS context-parallel layouts differ from one process"
+
+# HSDP over dp x cp: a node's dp x cp ranks shard, the nodes replicate; every
+# rank's memory is what the dry-run of the same two nodes says
+for lay in "dp=2 cp=2 mode=hsdp nodes=2" "dp=4 cp=2 mode=hsdp nodes=2"; do
+  d=$T/gpt-tiny-$(layout_name "$lay")
+  per=$(( $(lget "$lay" dp 1) * $(lget "$lay" cp 1) / 2 ))
+  "$DTRUN" --dry-run --hardware cpu --nnodes 2 --nproc-per-node "$per" --format=json "$d.yaml" >"$d.dry.json" 2>&1 ||
+    { cat "$d.dry.json"; fail "[$lay]: dry-run failed"; }
+  python3 - "$d" "$lay" <<'PY' || fail "[$lay]: memory is not what the dry-run says"
+import glob, json, sys
+d, lay = sys.argv[1:3]
+dry = json.load(open(f"{d}.dry.json"))
+want = dry["stages"][0]["memory_by_tp_rank"][0]["allocated"]
+ok = True
+for f in sorted(glob.glob(f"{d}.rank*.jsonl")):
+    got = [json.loads(l) for l in open(f) if l.strip()][-1]["mem_peak"]["total"]
+    ok &= got == want
+    print(("ok  " if got == want else "FAIL") + f" [{lay}] {f.split('.')[-2]}: {got} bytes, dry-run {want}")
+groups = {c["group"]: c["size"] for c in dry["stages"][0]["comm"]}
+print(f"     dry-run groups: {groups}")
+sys.exit(0 if ok else 1)
+PY
+done
 
 # ---- bad layouts: one line, exit 2 ----
 refuse() { # NAME EXPECTED-REGEX YAML-EDIT NPROC
