@@ -22,30 +22,13 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/softmax_row.h"
 
 /* Query rows per causal block: 64 measured best at T=256 (32: +10%, 128: +15%). */
 #define ATT_BLOCK 64
 
 /* Keys that query row t may see. */
 static inline int keys_visible(int t, int T, int causal) { return causal ? t + 1 : T; }
-
-/* In place: row[0..valid) <- softmax(row[0..valid)), row[valid..T) <- 0. */
-static void softmax_row(float *row, int valid, int T) {
-    float mx = -INFINITY;
-    #pragma omp simd reduction(max:mx)
-    for (int j = 0; j < valid; j++) mx = row[j] > mx ? row[j] : mx; /* not fmaxf: a libm call */
-    float sum = 0.0f;
-    #pragma omp simd reduction(+:sum)
-    for (int j = 0; j < valid; j++) {
-        float e = expf(row[j] - mx);
-        row[j] = e;
-        sum += e;
-    }
-    float inv = 1.0f / sum;
-    #pragma omp simd
-    for (int j = 0; j < valid; j++) row[j] *= inv;
-    if (valid < T) memset(row + valid, 0, (size_t)(T - valid) * sizeof(float));
-}
 
 /* One head: q, k, v point at the head's first row (stride 3C); out at its
  * first output row (stride C); att at its [T,T] block. */
@@ -60,7 +43,7 @@ static void head_forward(float *out, float *att, const float *q, const float *k,
         float *a = att + (size_t)r0 * T;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs,
                     scale, q + (size_t)r0 * C3, C3, k, C3, 0.0f, a, T);
-        for (int t = r0; t < r1; t++) softmax_row(att + (size_t)t * T, keys_visible(t, T, causal), T);
+        for (int t = r0; t < r1; t++) cpu_softmax_row(att + (size_t)t * T, keys_visible(t, T, causal), T, NULL);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk,
                     1.0f, a, T, v, C3, 0.0f, out + (size_t)r0 * C, C);
     }

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/softmax_row.h"
 
 #define ATT_TILE 64
 
@@ -45,26 +46,7 @@ static void head_forward(float *out, float *lse, float *s, const float *q, const
                         C2, 0.0f, s, nk);
         for (int i = r0; i < r1; i++) {
             float *row = s + (size_t)(i - r0) * (nk > 0 ? nk : 1);
-            int valid = keys_seen(i, Tk, causal, shift);
-            if (valid == 0) {
-                lse[i] = -INFINITY;
-                for (int j = 0; j < nk; j++) row[j] = 0.0f;
-                continue;
-            }
-            float mx = -INFINITY;
-            for (int j = 0; j < valid; j++) mx = row[j] > mx ? row[j] : mx;
-            float sum = 0.0f;
-            #pragma omp simd reduction(+:sum)
-            for (int j = 0; j < valid; j++) {
-                float e = expf(row[j] - mx);
-                row[j] = e;
-                sum += e;
-            }
-            float inv = 1.0f / sum;
-            #pragma omp simd
-            for (int j = 0; j < valid; j++) row[j] *= inv;
-            for (int j = valid; j < nk; j++) row[j] = 0.0f;
-            lse[i] = mx + logf(sum);
+            cpu_softmax_row(row, keys_seen(i, Tk, causal, shift), nk, &lse[i]);
         }
         if (nk > 0)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, 1.0f, s, nk, v, C2, 0.0f,

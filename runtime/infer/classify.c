@@ -40,18 +40,6 @@ static int usage_error(const char *fmt, const char *a)
     return DT_EXIT_USAGE;
 }
 
-static int int_opt(const char *opt, const char *v, int lo, int hi, int *out)
-{
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (end == v || *end || n < lo || n > hi) {
-        fprintf(stderr, "dtrun: classify: %s '%s': want an integer in [%d, %d]\n", opt, v, lo, hi);
-        return -1;
-    }
-    *out = (int)n;
-    return 0;
-}
-
 static int parse_opts(int argc, char **argv, classify_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -76,8 +64,8 @@ static int parse_opts(int argc, char **argv, classify_opts *o)
         else return usage_error("%s needs a value", a);
         if (!strncmp(a, "--data", n)) o->data = v;
         else if (!strncmp(a, "--labels", n)) o->labels = v;
-        else if (!strncmp(a, "--top-k", n) ? int_opt("--top-k", v, 1, 1 << 24, &o->top_k)
-                                            : int_opt("--batch", v, 1, 4096, &o->batch))
+        else if (!strncmp(a, "--top-k", n) ? infer_int_opt("classify", "--top-k", v, 1, 1 << 24, &o->top_k)
+                                            : infer_int_opt("classify", "--batch", v, 1, 4096, &o->batch))
             return DT_EXIT_USAGE;
     }
     if (!o->src) return usage_error("%s", "no model: give a checkpoint or a Hugging Face folder");

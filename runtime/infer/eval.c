@@ -17,18 +17,6 @@ typedef struct {
     const char *job;
 } eval_opts;
 
-static int int_opt(const char *opt, const char *v, int lo, int hi, int *out)
-{
-    char *end;
-    long n = strtol(v, &end, 10);
-    if (end == v || *end || n < lo || n > hi) {
-        fprintf(stderr, "dtrun: eval: %s '%s': want an integer in [%d, %d]\n", opt, v, lo, hi);
-        return -1;
-    }
-    *out = (int)n;
-    return 0;
-}
-
 static int parse_opts(int argc, char **argv, eval_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -62,11 +50,11 @@ static int parse_opts(int argc, char **argv, eval_opts *o)
         if (!strncmp(a, "--worker", n)) o->job = v;
         else if (!strncmp(a, "--data", n)) o->s.data = v;
         else if (!strncmp(a, "--mode", n)) o->s.mode = v;
-        else if (!strncmp(a, "--dp", n)) bad = int_opt("--dp", v, 1, 256, &o->s.dp);
-        else if (!strncmp(a, "--tp", n)) bad = int_opt("--tp", v, 1, 256, &o->s.tp);
-        else if (!strncmp(a, "--pp", n)) bad = int_opt("--pp", v, 1, 256, &o->s.pp);
-        else if (!strncmp(a, "--batch", n)) bad = int_opt("--batch", v, 1, 1 << 20, &o->s.global_batch);
-        else bad = int_opt("--seq-len", v, 1, 1 << 24, &o->s.seq_len);
+        else if (!strncmp(a, "--dp", n)) bad = infer_int_opt("eval", "--dp", v, 1, 256, &o->s.dp);
+        else if (!strncmp(a, "--tp", n)) bad = infer_int_opt("eval", "--tp", v, 1, 256, &o->s.tp);
+        else if (!strncmp(a, "--pp", n)) bad = infer_int_opt("eval", "--pp", v, 1, 256, &o->s.pp);
+        else if (!strncmp(a, "--batch", n)) bad = infer_int_opt("eval", "--batch", v, 1, 1 << 20, &o->s.global_batch);
+        else bad = infer_int_opt("eval", "--seq-len", v, 1, 1 << 24, &o->s.seq_len);
         if (bad) return DT_EXIT_USAGE;
     }
     if (!o->job && !o->s.src) {

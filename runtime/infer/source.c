@@ -205,3 +205,15 @@ int infer_run(const char *subcommand, const char *yaml, int nproc, int argc, cha
     unlink(job_path);
     return rc;
 }
+
+int infer_int_opt(const char *subcommand, const char *opt, const char *v, int lo, int hi, int *out)
+{
+    char *end;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end || n < lo || n > hi) {
+        fprintf(stderr, "dtrun: %s: %s '%s': want an integer in [%d, %d]\n", subcommand, opt, v, lo, hi);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}

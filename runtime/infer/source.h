@@ -40,4 +40,8 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
 typedef int (*infer_worker_fn)(const char *job_path, int argc, char **argv);
 int infer_run(const char *subcommand, const char *yaml, int nproc, int argc, char **argv, infer_worker_fn worker);
 
+/* A subcommand's integer option: 0 with *out, or -1 after one line
+ * "dtrun SUBCOMMAND: OPT 'V': want an integer in [LO, HI]". */
+int infer_int_opt(const char *subcommand, const char *opt, const char *v, int lo, int hi, int *out);
+
 #endif

@@ -58,6 +58,36 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
+def write_weights(d, sd, shards):
+    """sd into folder d: model.safetensors, or (shards > 1) that many files and
+    the index naming each tensor's file, as Hugging Face shards a model."""
+    if shards <= 1:
+        write_safetensors(os.path.join(d, "model.safetensors"), sd)
+        return
+    names, weight_map = list(sd), {}
+    per = -(-len(names) // shards)
+    for s in range(shards):
+        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: sd[n] for n in names[s * per:(s + 1) * per]}
+        write_safetensors(os.path.join(d, fname), part)
+        weight_map.update({n: fname for n in part})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(t.numel() * 4 for t in sd.values())}, "weight_map": weight_map}, f,
+                  indent=2)
+
+
+def read_weights(d):
+    """Every tensor of folder d, from model.safetensors or its shards."""
+    files = [os.path.join(d, "model.safetensors")]
+    idx = os.path.join(d, "model.safetensors.index.json")
+    if os.path.exists(idx):
+        files = sorted({os.path.join(d, f) for f in json.load(open(idx))["weight_map"].values()})
+    sd = {}
+    for f in files:
+        sd.update(read_safetensors(f))
+    return sd
+
+
 def make(a):
     torch.manual_seed(a.seed)
     m = GPT2(a.vocab, a.n_positions, a.n_embd, a.n_layer, a.n_head, 4 * a.n_embd)
@@ -85,32 +115,11 @@ def make(a):
            "bos_token_id": a.vocab - 1, "eos_token_id": a.vocab - 1, "tie_word_embeddings": True}
     with open(os.path.join(a.dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
-    names = list(sd)
-    if a.shards <= 1:
-        write_safetensors(os.path.join(a.dir, "model.safetensors"), sd)
-        return
-    weight_map = {}
-    per = -(-len(names) // a.shards)
-    for s in range(a.shards):
-        fname = f"model-{s + 1:05d}-of-{a.shards:05d}.safetensors"
-        part = {n: sd[n] for n in names[s * per:(s + 1) * per]}
-        write_safetensors(os.path.join(a.dir, fname), part)
-        weight_map.update({n: fname for n in part})
-    with open(os.path.join(a.dir, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": sum(t.numel() * 4 for t in sd.values())}, "weight_map": weight_map}, f,
-                  indent=2)
-
+    write_weights(a.dir, sd, a.shards)
 
 def load(d):
     cfg = json.load(open(os.path.join(d, "config.json")))
-    files = [os.path.join(d, "model.safetensors")]
-    idx = os.path.join(d, "model.safetensors.index.json")
-    if os.path.exists(idx):
-        files = sorted({os.path.join(d, f) for f in json.load(open(idx))["weight_map"].values()})
-    sd = {}
-    for f in files:
-        sd.update(read_safetensors(f))
-    sd = {k: v for k, v in sd.items() if not k.endswith(".attn.bias")}
+    sd = {k: v for k, v in read_weights(d).items() if not k.endswith(".attn.bias")}
     n_inner = cfg.get("n_inner") or 4 * cfg["n_embd"]
     m = GPT2(cfg["vocab_size"], cfg["n_positions"], cfg["n_embd"], cfg["n_layer"], cfg["n_head"], n_inner)
     m.load_state_dict(sd, strict=True)

@@ -44,10 +44,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hf_gpt2 import write_safetensors  # noqa: E402
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from export_check import read_safetensors  # noqa: E402
+from hf_gpt2 import read_weights, write_weights  # noqa: E402
 
 DTRUN_MEAN, DTRUN_STD = 0.2860, 0.3530
 
@@ -164,8 +161,6 @@ def make(a):
                 p.copy_(0.2 * torch.randn_like(p))
             else:
                 p.copy_(torch.randn_like(p) / p[0].numel() ** 0.5)
-    if a.no_labels:  # dtrun's export writes LABEL_k names; keep them, but with the same count
-        pass
     os.makedirs(a.dir, exist_ok=True)
     with open(os.path.join(a.dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
@@ -176,32 +171,12 @@ def make(a):
            "size": {"height": a.image, "width": a.image}}
     with open(os.path.join(a.dir, "preprocessor_config.json"), "w") as f:
         json.dump(pre, f, indent=2)
-    sd = dict(m.state_dict())
-    if a.shards <= 1:
-        write_safetensors(os.path.join(a.dir, "model.safetensors"), sd)
-        return
-    names, weight_map = list(sd), {}
-    per = -(-len(names) // a.shards)
-    for s in range(a.shards):
-        fname = f"model-{s + 1:05d}-of-{a.shards:05d}.safetensors"
-        part = {n: sd[n] for n in names[s * per:(s + 1) * per]}
-        write_safetensors(os.path.join(a.dir, fname), part)
-        weight_map.update({n: fname for n in part})
-    with open(os.path.join(a.dir, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {"total_size": sum(t.numel() * 4 for t in sd.values())}, "weight_map": weight_map}, f)
-
+    write_weights(a.dir, dict(m.state_dict()), a.shards)
 
 def load(d):
     cfg = json.load(open(os.path.join(d, "config.json")))
-    files = [os.path.join(d, "model.safetensors")]
-    idx = os.path.join(d, "model.safetensors.index.json")
-    if os.path.exists(idx):
-        files = sorted({os.path.join(d, f) for f in json.load(open(idx))["weight_map"].values()})
-    sd = {}
-    for f in files:
-        sd.update(read_safetensors(f))
     m = ViTForImageClassification(cfg)
-    m.load_state_dict(sd, strict=True)
+    m.load_state_dict(read_weights(d), strict=True)
     m.eval()
     return m, cfg
 

@@ -40,13 +40,7 @@ grep -q "^dtrun: weights from $T/ck" "$T/ck.err" && ! grep -q "resuming" "$T/ck.
   { cat "$T/ck.err"; fail "eval of a checkpoint does not say where its weights come from"; }
 echo "ok: a checkpoint and its exported folder: ${a#* on *: }"
 
-expect() { # STATUS WHAT ARGS...
-  local want=$1 what=$2; shift 2
-  "$DTRUN" eval "$@" >/dev/null 2>"$T/err"; local rc=$?
-  [ $rc = "$want" ] || { cat "$T/err"; fail "$what: exit $rc, want $want"; }
-  [ "$(wc -l <"$T/err")" = 1 ] || { cat "$T/err"; fail "$what: not one line"; }
-  echo "ok: $what: exit $rc: $(cat "$T/err")"
-}
+expect() { one_line_exit "$1" "$2" eval "${@:3}"; } # STATUS WHAT ARGS...
 expect 2 "no --data" "$HF"
 expect 3 "a missing data file" "$HF" --data "$T/none"
 expect 6 "a missing model" "$T/none" --data "$T/text"

@@ -33,13 +33,7 @@ want=$("$PY" "$ROOT/test/helpers/hf_gpt2.py" greedy "$HF" --prompt-ids 72,105 --
 echo "ok: --prompt text on a byte-level model streams bytes"
 
 # bad input: one line, documented status
-expect() { # STATUS WHAT ARGS...
-  local want=$1 what=$2; shift 2
-  "$DTRUN" generate "$@" >/dev/null 2>"$T/err"; local rc=$?
-  [ $rc = "$want" ] || { cat "$T/err"; fail "$what: exit $rc, want $want"; }
-  [ "$(wc -l <"$T/err")" = 1 ] || { cat "$T/err"; fail "$what: not one line"; }
-  echo "ok: $what: exit $rc: $(cat "$T/err")"
-}
+expect() { one_line_exit "$1" "$2" generate "${@:3}"; } # STATUS WHAT ARGS...
 expect 6 "a missing source" "$T/nothing" --prompt-ids 1
 expect 2 "no prompt" "$HF"
 expect 2 "a prompt id past the vocabulary" "$HF" --prompt-ids 1,256

@@ -16,6 +16,7 @@
 #    bit for bit, and that PyTorch's model loads (same loss as dtrun's eval).
 # Needs Debian's torch (/usr/bin/python3); skips (77) without it.
 source "$(dirname "$0")/../parallel/lib.bash"
+source "$ROOT/test/helpers/init_from.bash"
 PY=/usr/bin/python3
 "$PY" -c 'import torch' 2>/dev/null || { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
 HF=$T/hf-vit
@@ -48,23 +49,7 @@ ref_bytes=$(sed -n 's/.*read \([0-9]*\) tensor bytes.*/\1/p' "$T/ref.log")
 [ -n "$ref_bytes" ] || { cat "$T/ref.log"; fail "no 'read N tensor bytes' line"; }
 same_as_torch ref
 
-for lay in "tp=2" "pp=2" "dp=2 mode=fsdp"; do
-  name=$(layout_name "$lay")
-  vit_job "$lay" "$name"
-  DTRUN_DUMP_PARAMS=$T/$name.bin timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/$name.yaml" >"$T/$name.log" 2>&1 ||
-    { tail "$T/$name.log"; fail "$lay: run from init_from"; }
-  same_as_torch "$name"
-  out=$(python3 "$ROOT/test/parallel/compare.py" "$T/ref.jsonl" "$T/ref.bin" "$T/$name.jsonl" "$T/$name.bin" 1e-5 1e-4) ||
-    { echo "$out"; fail "$lay: one fine-tuning step differs from one process"; }
-  echo "ok: $lay: one step as one process: ${out##*$'\n'}"
-  n=0
-  while read -r b; do
-    [ "$b" -lt "$ref_bytes" ] || fail "$lay: a rank read $b tensor bytes, not fewer than one process's $ref_bytes"
-    n=$((n + 1))
-  done < <(sed -n 's/.*read \([0-9]*\) tensor bytes.*/\1/p' "$T/$name.log")
-  [ $n = 2 ] || { cat "$T/$name.log"; fail "$lay: $n ranks said what they read, want 2"; }
-  echo "ok: $lay: each rank read only its slices: $(sed -n 's/.*read \([0-9]*\) tensor bytes.*/\1/p' "$T/$name.log" | tr '\n' ' ')of one process's $ref_bytes bytes"
-done
+init_from_layouts vit_job
 
 # a sharded folder: the same weights in 3 files + index
 "$PY" "$ROOT/test/helpers/hf_vit.py" make "$T/hf-sharded" --shards 3 || fail "hf_vit.py make --shards 3"

@@ -42,6 +42,16 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
+# one_line_exit STATUS WHAT ARGS...: `dtrun ARGS` (bad input to a
+# subcommand) exits STATUS with exactly one line on stderr.
+one_line_exit() {
+  local want=$1 what=$2; shift 2
+  "$DTRUN" "$@" >/dev/null 2>"$T/err"; local rc=$?
+  [ $rc = "$want" ] || { cat "$T/err"; fail "$what: exit $rc, want $want"; }
+  [ "$(wc -l <"$T/err")" = 1 ] || { cat "$T/err"; fail "$what: not one line"; }
+  echo "ok: $what: exit $rc: $(cat "$T/err")"
+}
+
 # lget LAYOUT KEY DEFAULT
 lget() {
   local w
