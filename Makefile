@@ -142,8 +142,10 @@ deps:
 
 # make test: deps, the normal build, the sanitizer build of the unit tests, then
 # every unit and integration test. The last line is "N passed, N failed".
+# The GPU tests and benchmarks are built too (not run): a machine without a
+# GPU still keeps them compiling for the one that has one.
 test: deps
-	@$(MAKE) --no-print-directory $(JOBS) all tests-bin
+	@$(MAKE) --no-print-directory $(JOBS) all tests-bin gpu-tests-bin gpu-bench-bin
 	@$(MAKE) --no-print-directory $(JOBS) SAN=1 tests-bin bin/dtrun-san
 	@test/run.sh
 

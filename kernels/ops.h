@@ -207,6 +207,17 @@ typedef struct dt_ops {
     /* acc[i] = bf16(acc[i] + add[i]), the sum formed in fp32: bf16 gradient
      * accumulation (train.grad_dtype: bf16) */
     void (*acc_bf16)(uint16_t *acc, const float *add, size_t n);
+
+    /* ---- the arithmetic of the products (matmul, attention) ----
+     * on 1: the run is bf16 mixed precision, whose weights and matmul inputs
+     * are stored rounded to bf16. A backend with bf16 tensor cores (cuda)
+     * then narrows every product's operands to bf16 — exact for those values,
+     * a rounding for the gradients flowing back, as torch's autocast does —
+     * and accumulates in fp32; the results stay fp32. The CPU multiplies the
+     * same values in fp32 either way (the products of two bf16 values are
+     * exact in fp32), so it ignores the switch. 0 (the default): fp32. Call
+     * before the first op of a run. */
+    void (*set_bf16_products)(int on);
 } dt_ops;
 
 /* The CPU backend (always present). */

@@ -6,6 +6,8 @@
 /* Ops run on the caller's thread: no queue to order after. */
 static void *cpu_stream(void) { return NULL; }
 static const char *cpu_device_name(void) { return "cpu"; }
+/* fp32 products of bf16 values are exact: nothing to switch (ops.h) */
+static void cpu_set_bf16_products(int on) { (void)on; }
 
 const dt_ops dt_ops_cpu = {
     .name = "cpu",
@@ -62,4 +64,5 @@ const dt_ops dt_ops_cpu = {
     .from_bf16 = cpu_from_bf16,
     .round_bf16 = cpu_round_bf16,
     .acc_bf16 = cpu_acc_bf16,
+    .set_bf16_products = cpu_set_bf16_products,
 };

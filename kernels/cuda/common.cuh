@@ -10,7 +10,9 @@
  * Precision: every kernel here is the fp32 twin of kernels/cpu — fp32 in,
  * fp32 out, fp32 arithmetic (double where the CPU uses double), and GEMMs in
  * true fp32 (CUBLAS_COMPUTE_32F, no TF32) unless TF32 is switched on with
- * dt_ops_cuda_set_tf32(). No bf16 path exists yet (issue 7, step 2).
+ * dt_ops_cuda_set_tf32(), or on bf16 tensor cores (operands narrowed to bf16,
+ * fp32 accumulation) when the run is bf16 mixed precision
+ * (dt_ops_cuda_set_bf16, the table's set_bf16_products).
  *
  * Streams: every op is queued on dtc.stream, in call order, so ops need no
  * synchronisation among themselves; only to_host (and sumsq, which returns
@@ -46,6 +48,7 @@ struct dtc_state {
     int ready;                 /* 1 once the probe set everything up */
     int device;
     int tf32;                  /* 1: GEMMs may use TF32 tensor cores */
+    int bf16;                  /* 1: products on bf16 tensor cores (ops.h set_bf16_products) */
     int num_sms;
     cudaStream_t stream;
     cudaStream_t copy_stream;  /* copy_start's: host transfers beside compute */
@@ -55,6 +58,8 @@ struct dtc_state {
     size_t lt_workspace_bytes;
     void *scratch;             /* see dtc_scratch */
     size_t scratch_bytes;
+    void *operands16;          /* a GEMM's operands narrowed to bf16 (matmul.cu) */
+    size_t operands16_bytes;
 };
 extern dtc_state dtc;
 

@@ -13,11 +13,21 @@
  * Precision: fp32 inputs, fp32 outputs, CUBLAS_COMPUTE_32F (no TF32) unless
  * dt_ops_cuda_set_tf32(1); accumulation order differs from OpenBLAS, hence
  * the twin test's GEMM tolerance (relative 1e-4 of the terms' size).
+ * Under bf16 mixed precision (dtc.bf16, ops.h set_bf16_products) both
+ * operands are first narrowed to bf16 into one packed buffer (exact for the
+ * weights and activations mixed precision rounds where it stores them; the
+ * gradients flowing back are rounded here, as autocast rounds them), and
+ * cuBLASLt multiplies them on the tensor cores with fp32 accumulation and
+ * an fp32 result: A/B CUDA_R_16BF, C/D CUDA_R_32F, CUBLAS_COMPUTE_32F, one
+ * of the combinations cublasLtMatmul supports. The narrowing is a pass over
+ * both operands per call (the model's tensors are fp32 arrays of bf16
+ * values); keeping them in bf16 end to end is the step after this one.
  *
  * Bias gradient: cuBLASLt's BGRAD epilogues overwrite the bias gradient, but
  * the contract accumulates, so the column sums are a kernel of our own
  * (deterministic: each thread owns a column and adds the rows in order). */
 #include <cstdint>
+#include <cuda_bf16.h>
 
 #include "kernels/cuda/common.cuh"
 
@@ -55,13 +65,49 @@ __global__ void scale_block_kernel(float *C, float beta, int m, int n, int ldc) 
     }
 }
 
-/* Plain cuBLAS, for the rare shape where cuBLASLt's heuristic offers nothing. */
-static void gemm_fallback(bool ta, bool tb, int m, int n, int k, float alpha, const float *A,
-                          int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+/* dst = src narrowed to bf16 (round to nearest even; NaN stays NaN), a
+ * column-major rows x cols block of leading dimension ld packed into
+ * leading dimension rows. */
+__global__ void narrow_bf16_kernel(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld) {
+    size_t total = (size_t)rows * cols;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t col = i / (size_t)rows, row = i % (size_t)rows;
+        dst[i] = __float2bfloat16_rn(src[col * (size_t)ld + row]);
+    }
+}
+
+/* The operands' bf16 buffer, at least `bytes`: owned by the GEMM being
+ * issued (ops run one after another on the one stream). Grows as
+ * dtc_scratch does: cudaFree waits for the device, so no queued GEMM still
+ * reads the old one; sizes repeat after the first step. */
+static void *operands16(size_t bytes) {
+    if (bytes <= dtc.operands16_bytes) return dtc.operands16;
+    if (dtc.operands16) DTC_CHECK(cudaFree(dtc.operands16));
+    dtc.operands16 = nullptr;
+    dtc.operands16_bytes = 0;
+    DTC_CHECK(cudaMalloc(&dtc.operands16, bytes));
+    dtc.operands16_bytes = bytes;
+    return dtc.operands16;
+}
+
+/* A stored rows x cols block (leading dimension ld) narrowed into dst,
+ * packed: its leading dimension becomes rows. */
+static void narrow(__nv_bfloat16 *dst, const float *src, int rows, int cols, int ld) {
+    size_t total = (size_t)rows * cols;
+    narrow_bf16_kernel<<<dtc_blocks(total, 256), 256, 0, dtc.stream>>>(dst, src, rows, cols, ld);
+    DTC_LAUNCHED();
+}
+
+/* Plain cuBLAS, for the rare shape where cuBLASLt's heuristic offers nothing.
+ * ab: the operands' type (CUDA_R_32F, or CUDA_R_16BF when narrowed); C is fp32. */
+static void gemm_fallback(bool ta, bool tb, int m, int n, int k, float alpha, const void *A,
+                          int lda, const void *B, int ldb, float beta, float *C, int ldc,
+                          cudaDataType ab) {
+    cublasComputeType_t ct = ab == CUDA_R_16BF ? CUBLAS_COMPUTE_32F : dtc_compute_type();
     DTC_BLAS(dtc_blas.gemm_ex(dtc.blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_32F, lda,
-                              B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F, ldc, dtc_compute_type(),
-                              CUBLAS_GEMM_DEFAULT));
+                              tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, ab, lda,
+                              B, ab, ldb, &beta, C, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
 }
 
 void dtc_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *A,
@@ -85,10 +131,31 @@ void dtc_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
         return;
     }
 
+    /* stored shapes: op(A) is m x k, so A is stored k x m when transposed */
+    int a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+    int b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+    cudaDataType ab = CUDA_R_32F;
+    cublasComputeType_t ct = dtc_compute_type();
+    const void *Ap = A, *Bp = B;
+    if (dtc.bf16) {
+        /* both operands packed in one buffer, B at a 256-byte boundary */
+        size_t a_bytes = ((size_t)a_rows * a_cols * sizeof(__nv_bfloat16) + 255) & ~(size_t)255;
+        size_t b_bytes = (size_t)b_rows * b_cols * sizeof(__nv_bfloat16);
+        char *buf = (char *)operands16(a_bytes + b_bytes);
+        narrow((__nv_bfloat16 *)buf, A, a_rows, a_cols, lda);
+        narrow((__nv_bfloat16 *)(buf + a_bytes), B, b_rows, b_cols, ldb);
+        Ap = buf;
+        Bp = buf + a_bytes;
+        lda = a_rows;
+        ldb = b_rows;
+        ab = CUDA_R_16BF;
+        ct = CUBLAS_COMPUTE_32F;
+    }
+
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulPreference_t pref;
-    DTC_BLAS(dtc_blas.lt_desc_create(&desc, dtc_compute_type(), CUDA_R_32F));
+    DTC_BLAS(dtc_blas.lt_desc_create(&desc, ct, CUDA_R_32F));
     cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
@@ -98,13 +165,12 @@ void dtc_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
         DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
-    /* stored shapes: op(A) is m x k, so A is stored k x m when transposed */
-    DTC_BLAS(dtc_blas.lt_layout_create(&la, CUDA_R_32F, trans_a ? k : m, trans_a ? m : k, lda));
-    DTC_BLAS(dtc_blas.lt_layout_create(&lb, CUDA_R_32F, trans_b ? n : k, trans_b ? k : n, ldb));
+    DTC_BLAS(dtc_blas.lt_layout_create(&la, ab, a_rows, a_cols, lda));
+    DTC_BLAS(dtc_blas.lt_layout_create(&lb, ab, b_rows, b_cols, ldb));
     DTC_BLAS(dtc_blas.lt_layout_create(&lc, CUDA_R_32F, m, n, ldc));
     DTC_BLAS(dtc_blas.lt_pref_create(&pref));
     uint64_t ws = dtc.lt_workspace_bytes;
-    uint32_t al[4] = {alignment_of(A), alignment_of(B), alignment_of(C), alignment_of(C)};
+    uint32_t al[4] = {alignment_of(Ap), alignment_of(Bp), alignment_of(C), alignment_of(C)};
     const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -115,17 +181,17 @@ void dtc_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
     int found = 0;
     cublasStatus_t st = dtc_blas.lt_heuristic(dtc.lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
     if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-        DTC_BLAS(dtc_blas.lt_matmul(dtc.lt, desc, &alpha, A, la, B, lb, &beta, C, lc, C, lc,
+        DTC_BLAS(dtc_blas.lt_matmul(dtc.lt, desc, &alpha, Ap, la, Bp, lb, &beta, C, lc, C, lc,
                                     &heur.algo, dtc.lt_workspace, dtc.lt_workspace_bytes,
                                     dtc.stream));
     } else if (!bias) {
-        gemm_fallback(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+        gemm_fallback(trans_a, trans_b, m, n, k, alpha, Ap, lda, Bp, ldb, beta, C, ldc, ab);
     } else {
         /* no fused-bias algorithm for this shape: seed the bias, then plain */
         size_t total = (size_t)m * n;
         bias_seed_kernel<<<dtc_blocks(total, 256), 256, 0, dtc.stream>>>(C, bias, m, n, ldc);
         DTC_LAUNCHED();
-        gemm_fallback(trans_a, trans_b, m, n, k, alpha, A, lda, B, ldb, 1.0f, C, ldc);
+        gemm_fallback(trans_a, trans_b, m, n, k, alpha, Ap, lda, Bp, ldb, 1.0f, C, ldc, ab);
     }
     dtc_blas.lt_pref_destroy(pref);
     dtc_blas.lt_layout_destroy(lc);

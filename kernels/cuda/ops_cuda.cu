@@ -7,8 +7,8 @@
  * the backend's stream, cuBLAS and cuBLASLt handles and the cuBLASLt workspace
  * once, and returns the table.
  *
- * What the table computes: the fp32 twin of kernels/cpu (see common.cuh).
- * bf16 mixed precision is NOT implemented yet: every op here is fp32-only. */
+ * What the table computes: the fp32 twin of kernels/cpu (see common.cuh);
+ * with set_bf16_products(1) the GEMMs run on bf16 tensor cores (matmul.cu). */
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -102,6 +102,7 @@ static void fill_table(void) {
     table.from_bf16 = cuda_from_bf16;
     table.round_bf16 = cuda_round_bf16;
     table.acc_bf16 = cuda_acc_bf16;
+    table.set_bf16_products = dt_ops_cuda_set_bf16;
 }
 
 /* Undo a partial set-up so that the probe can answer NULL cleanly. */
@@ -111,9 +112,11 @@ static void teardown(void) {
     if (dtc.blas) dtc_blas.destroy(dtc.blas);
     if (dtc.copy_stream) cudaStreamDestroy(dtc.copy_stream);
     if (dtc.stream) cudaStreamDestroy(dtc.stream);
-    int tf32 = dtc.tf32;
+    if (dtc.operands16) cudaFree(dtc.operands16);
+    int tf32 = dtc.tf32, bf16 = dtc.bf16;
     memset(&dtc, 0, sizeof dtc);
     dtc.tf32 = tf32;
+    dtc.bf16 = bf16;
     cudaGetLastError(); /* clear the sticky error of the failed call */
 }
 
@@ -179,6 +182,8 @@ extern "C" int dt_ops_cuda_use_device(int device) {
 }
 
 extern "C" void dt_ops_cuda_set_tf32(int on) { dtc.tf32 = on ? 1 : 0; }
+
+extern "C" void dt_ops_cuda_set_bf16(int on) { dtc.bf16 = on ? 1 : 0; }
 
 extern "C" void *dt_ops_cuda_stream(void) { return dtc.ready ? (void *)dtc.stream : nullptr; }
 

@@ -28,6 +28,11 @@ int dt_ops_cuda_use_device(int device);
  * relative error per product). A caller may switch it on for speed. */
 void dt_ops_cuda_set_tf32(int on);
 
+/* bf16 tensor cores for the products (the table's set_bf16_products; see
+ * kernels/ops.h): operands narrowed to bf16, fp32 accumulation and results.
+ * Takes precedence over TF32. Off by default. */
+void dt_ops_cuda_set_bf16(int on);
+
 /* The stream every op is queued on (a cudaStream_t), for communication code
  * that must order itself after compute (events) — NULL before set-up. */
 void *dt_ops_cuda_stream(void);

@@ -406,6 +406,8 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         goto fail;
     }
     e->ops = ops;
+    /* bf16 mixed precision: the products may run on bf16 tensor cores (ops.h) */
+    ops->set_bf16_products(job->train.precision == PREC_BF16);
 
     *exit_code = DT_EXIT_COMM;
     if (setup_comms(e, err, errlen) != 0) goto fail;

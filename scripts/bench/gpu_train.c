@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
         model_zero_grads(m);
         loss = model_forward(m, a, &mb, NULL) / (double)N;
         model_backward(m, a, &mb, 1.0f / (float)N);
-        optim_step(o, 3e-4, k + 1, NULL, NULL);
+        optim_step(o, 3e-4, k + 1, NULL, NULL, 1.0f);
         dt_ops_cuda_synchronize();
         if (k >= warmup) dt[k - warmup] = now_s() - t0;
     }

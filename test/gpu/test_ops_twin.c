@@ -22,6 +22,12 @@
  *                   OpenBLAS sum K products in different orders; the error
  *                   grows like sqrt(K) ulp of the terms
  *   TOL_TF32  5e-3  one matmul with TF32 switched on (10-bit mantissa)
+ *   bf16 products (set_bf16_products, mixed precision's GEMMs on bf16
+ *   tensor cores): with every operand a bf16 value, as mixed precision
+ *   stores them, narrowing is exact and each product of two 8-bit mantissas
+ *   is exact in fp32, so the fp32 accumulation leaves TOL_GEMM; with fp32
+ *   operands (a gradient flowing back) each is rounded once, a relative
+ *   2^-9 per element, 2^-8 per product at worst: TOL_BF16 8e-3
  *   TOL_SUMSQ 1e-12 sum of squares in double on both sides
  *   TOL_STEP1 1e-4  the first step's loss (same initial weights, no update
  *                   yet: the whole forward through every op)
@@ -48,6 +54,7 @@
 #define TOL_ELEM 1e-5
 #define TOL_GEMM 1e-4
 #define TOL_TF32 5e-3
+#define TOL_BF16 8e-3
 #define TOL_SUMSQ 1e-12
 #define TOL_STEP1 1e-4
 #define TOL_TRAIN 5e-3
@@ -77,9 +84,13 @@ static float frand(void) { /* uniform in [-1, 1), xorshift64* */
     return (float)((r >> 40) * (1.0 / (1ull << 24))) * 2.0f - 1.0f;
 }
 
+/* 1: random inputs are bf16 values (what mixed precision stores) */
+static int bf16_values;
+
 static float *hrand(size_t n, float scale) {
     float *p = malloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) p[i] = frand() * scale;
+    if (bf16_values) cpu->round_bf16(p, n);
     return p;
 }
 
@@ -770,6 +781,14 @@ int main(void) {
     set_tf32(1);
     test_matmul(256, 768, 768, 1, 0, TOL_TF32);
     set_tf32(0);
+    gpu->set_bf16_products(1);
+    bf16_values = 1; /* exact narrowing: only the summation order differs */
+    test_matmul(256, 768, 2304, 1, 0, TOL_GEMM);
+    test_matmul(37, 33, 17, 1, 1, TOL_GEMM);
+    test_matmul(5, 1, 3, 0, 0, TOL_GEMM);
+    bf16_values = 0; /* fp32 operands: rounded once on the way in */
+    test_matmul(256, 3072, 768, 1, 0, TOL_BF16);
+    gpu->set_bf16_products(0);
 
     test_attention(2, 17, 12, 3, 1);
     test_attention(2, 17, 12, 3, 0);
