@@ -105,6 +105,14 @@ typedef struct dt_ops {
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
                             const float *inp, const float *w, int N, int IC, int OC);
 
+    /* ---- the MLP's first layer and its activation, fused ----
+     * pre = inp @ w^T + bias (matmul_forward's) and out = GELU, tanh
+     * approximation, of pre (gelu_forward's); both overwritten, backward
+     * needs pre. cuda: one GEMM whose epilogue writes both; cpu: the two ops,
+     * the same bits as calling them. */
+    void (*matmul_gelu_forward)(float *out, float *pre, const float *inp, const float *w,
+                                const float *bias, int N, int IC, int OC);
+
     /* ---- multi-head attention ----
      * qkv[B,T,3*C] with q = [..., 0:C), k = [C:2C), v = [2C:3C); NH heads of
      * hs = C/NH each (head h uses columns h*hs..h*hs+hs of q, k and v).

@@ -55,3 +55,12 @@ void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout
     if (dw) cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (dbias) cpu_colsum_accumulate(dbias, dout, N, OC);
 }
+
+/* The fused layer's twin (ops.h matmul_gelu_forward): the two ops in turn,
+ * so the model's results are the same bits whichever way it calls them. */
+void cpu_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
+                             const float *bias, int N, int IC, int OC)
+{
+    cpu_matmul_forward(pre, inp, w, bias, N, IC, OC);
+    cpu_gelu_forward(out, pre, (size_t)N * (size_t)OC);
+}

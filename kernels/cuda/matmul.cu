@@ -110,6 +110,91 @@ static void gemm_fallback(bool ta, bool tb, int m, int n, int k, float alpha, co
                               B, ab, ldb, &beta, C, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
 }
 
+/* A GEMM's operands as cuBLAS gets them: the caller's fp32 arrays, or under
+ * bf16 products both narrowed into one packed buffer (B at a 256-byte
+ * boundary; leading dimensions become the stored row counts). */
+struct gemm_operands {
+    const void *A, *B;
+    int lda, ldb;
+    int a_rows, a_cols, b_rows, b_cols; /* as stored: op(A) is m x k */
+    cudaDataType type;
+    cublasComputeType_t compute;
+};
+
+static gemm_operands operands_for(bool trans_a, bool trans_b, int m, int n, int k, const float *A,
+                                  int lda, const float *B, int ldb) {
+    gemm_operands o = {A, B, lda, ldb, trans_a ? k : m, trans_a ? m : k, trans_b ? n : k,
+                       trans_b ? k : n, CUDA_R_32F, dtc_compute_type()};
+    if (!dtc.bf16) return o;
+    size_t a_bytes = ((size_t)o.a_rows * o.a_cols * sizeof(__nv_bfloat16) + 255) & ~(size_t)255;
+    size_t b_bytes = (size_t)o.b_rows * o.b_cols * sizeof(__nv_bfloat16);
+    char *buf = (char *)operands16(a_bytes + b_bytes);
+    narrow((__nv_bfloat16 *)buf, A, o.a_rows, o.a_cols, lda);
+    narrow((__nv_bfloat16 *)(buf + a_bytes), B, o.b_rows, o.b_cols, ldb);
+    o.A = buf;
+    o.B = buf + a_bytes;
+    o.lda = o.a_rows;
+    o.ldb = o.b_rows;
+    o.type = CUDA_R_16BF;
+    o.compute = CUBLAS_COMPUTE_32F;
+    return o;
+}
+
+/* One cuBLASLt matmul, C[m,n] = alpha op(A) op(B) + beta C, with the
+ * epilogue BIAS when bias != NULL, or GELU_AUX(_BIAS) when pre != NULL:
+ * C = gelu_tanh(product [+ bias]) and pre (leading dimension ldc) = the
+ * product [+ bias], the pre-activation backward needs. False when the
+ * heuristic offers no algorithm for this case: then nothing was queued. */
+static bool lt_matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                      const gemm_operands *o, float beta, float *C, int ldc, const float *bias,
+                      float *pre) {
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulPreference_t pref;
+    DTC_BLAS(dtc_blas.lt_desc_create(&desc, o->compute, CUDA_R_32F));
+    cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
+    DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    cublasLtEpilogue_t epi = pre ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                             : bias ? CUBLASLT_EPILOGUE_BIAS
+                                    : CUBLASLT_EPILOGUE_DEFAULT;
+    DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (bias)
+        DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (pre) {
+        int64_t ld = ldc;
+        DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre));
+        DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+    DTC_BLAS(dtc_blas.lt_layout_create(&la, o->type, o->a_rows, o->a_cols, o->lda));
+    DTC_BLAS(dtc_blas.lt_layout_create(&lb, o->type, o->b_rows, o->b_cols, o->ldb));
+    DTC_BLAS(dtc_blas.lt_layout_create(&lc, CUDA_R_32F, m, n, ldc));
+    DTC_BLAS(dtc_blas.lt_pref_create(&pref));
+    uint64_t ws = dtc.lt_workspace_bytes;
+    uint32_t al[4] = {alignment_of(o->A), alignment_of(o->B), alignment_of(C), alignment_of(C)};
+    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    DTC_BLAS(dtc_blas.lt_pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    for (int i = 0; i < 4; i++)
+        DTC_BLAS(dtc_blas.lt_pref_set(pref, al_attr[i], &al[i], sizeof al[i]));
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t st = dtc_blas.lt_heuristic(dtc.lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
+    bool ok = st == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (ok)
+        DTC_BLAS(dtc_blas.lt_matmul(dtc.lt, desc, &alpha, o->A, la, o->B, lb, &beta, C, lc, C, lc,
+                                    &heur.algo, dtc.lt_workspace, dtc.lt_workspace_bytes,
+                                    dtc.stream));
+    dtc_blas.lt_pref_destroy(pref);
+    dtc_blas.lt_layout_destroy(lc);
+    dtc_blas.lt_layout_destroy(lb);
+    dtc_blas.lt_layout_destroy(la);
+    dtc_blas.lt_desc_destroy(desc);
+    return ok;
+}
+
 void dtc_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *A,
               int lda, const float *B, int ldb, float beta, float *C, int ldc,
               const float *bias) {
@@ -130,74 +215,16 @@ void dtc_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
         }
         return;
     }
-
-    /* stored shapes: op(A) is m x k, so A is stored k x m when transposed */
-    int a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
-    int b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
-    cudaDataType ab = CUDA_R_32F;
-    cublasComputeType_t ct = dtc_compute_type();
-    const void *Ap = A, *Bp = B;
-    if (dtc.bf16) {
-        /* both operands packed in one buffer, B at a 256-byte boundary */
-        size_t a_bytes = ((size_t)a_rows * a_cols * sizeof(__nv_bfloat16) + 255) & ~(size_t)255;
-        size_t b_bytes = (size_t)b_rows * b_cols * sizeof(__nv_bfloat16);
-        char *buf = (char *)operands16(a_bytes + b_bytes);
-        narrow((__nv_bfloat16 *)buf, A, a_rows, a_cols, lda);
-        narrow((__nv_bfloat16 *)(buf + a_bytes), B, b_rows, b_cols, ldb);
-        Ap = buf;
-        Bp = buf + a_bytes;
-        lda = a_rows;
-        ldb = b_rows;
-        ab = CUDA_R_16BF;
-        ct = CUBLAS_COMPUTE_32F;
-    }
-
-    cublasLtMatmulDesc_t desc;
-    cublasLtMatrixLayout_t la, lb, lc;
-    cublasLtMatmulPreference_t pref;
-    DTC_BLAS(dtc_blas.lt_desc_create(&desc, ct, CUDA_R_32F));
-    cublasOperation_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
-    DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
+    gemm_operands o = operands_for(trans_a, trans_b, m, n, k, A, lda, B, ldb);
+    if (lt_matmul(trans_a, trans_b, m, n, k, alpha, &o, beta, C, ldc, bias, nullptr)) return;
     if (bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    }
-    DTC_BLAS(dtc_blas.lt_layout_create(&la, ab, a_rows, a_cols, lda));
-    DTC_BLAS(dtc_blas.lt_layout_create(&lb, ab, b_rows, b_cols, ldb));
-    DTC_BLAS(dtc_blas.lt_layout_create(&lc, CUDA_R_32F, m, n, ldc));
-    DTC_BLAS(dtc_blas.lt_pref_create(&pref));
-    uint64_t ws = dtc.lt_workspace_bytes;
-    uint32_t al[4] = {alignment_of(Ap), alignment_of(Bp), alignment_of(C), alignment_of(C)};
-    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    DTC_BLAS(dtc_blas.lt_pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    for (int i = 0; i < 4; i++)
-        DTC_BLAS(dtc_blas.lt_pref_set(pref, al_attr[i], &al[i], sizeof al[i]));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasStatus_t st = dtc_blas.lt_heuristic(dtc.lt, desc, la, lb, lc, lc, pref, 1, &heur, &found);
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
-        DTC_BLAS(dtc_blas.lt_matmul(dtc.lt, desc, &alpha, Ap, la, Bp, lb, &beta, C, lc, C, lc,
-                                    &heur.algo, dtc.lt_workspace, dtc.lt_workspace_bytes,
-                                    dtc.stream));
-    } else if (!bias) {
-        gemm_fallback(trans_a, trans_b, m, n, k, alpha, Ap, lda, Bp, ldb, beta, C, ldc, ab);
-    } else {
         /* no fused-bias algorithm for this shape: seed the bias, then plain */
         size_t total = (size_t)m * n;
         bias_seed_kernel<<<dtc_blocks(total, 256), 256, 0, dtc.stream>>>(C, bias, m, n, ldc);
         DTC_LAUNCHED();
-        gemm_fallback(trans_a, trans_b, m, n, k, alpha, Ap, lda, Bp, ldb, 1.0f, C, ldc, ab);
+        beta = 1.0f;
     }
-    dtc_blas.lt_pref_destroy(pref);
-    dtc_blas.lt_layout_destroy(lc);
-    dtc_blas.lt_layout_destroy(lb);
-    dtc_blas.lt_layout_destroy(la);
-    dtc_blas.lt_desc_destroy(desc);
+    gemm_fallback(trans_a, trans_b, m, n, k, alpha, o.A, o.lda, o.B, o.ldb, beta, C, ldc, o.type);
 }
 
 /* dbias[o] += sum_i dout[i,o]. Block = 32 columns x 8 row-lanes: lane y sums
@@ -246,4 +273,26 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
     if (dinp) dtc_gemm(false, false, IC, N, OC, 1.0f, w, IC, dout, OC, 1.0f, dinp, IC, nullptr);
     if (dw) dtc_gemm(false, true, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, IC, nullptr);
     if (dbias) cuda_colsum_accumulate(dbias, dout, N, OC);
+}
+
+/* The MLP's first layer and its GELU in one cuBLASLt call (ops.h
+ * matmul_gelu_forward): GELU_AUX_BIAS writes out = gelu_tanh(pre) and the
+ * pre-activation pre, which backward needs, in the GEMM's epilogue, sparing
+ * the separate GELU's read and write of [N, OC] (as big as the GEMM's own
+ * traffic at GPT-2's sizes). cuBLASLt's GELU is the tanh approximation,
+ * GPT-2's; the twin test holds it to the CPU's gelu_forward. The epilogue's
+ * auxiliary output wants a leading dimension that is a multiple of 8 and
+ * 16-byte aligned pointers: otherwise, or when the heuristic offers no
+ * algorithm, the two ops run one after the other. */
+void cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
+                              const float *bias, int N, int IC, int OC) {
+    if (N <= 0 || OC <= 0) return;
+    bool fusable = IC > 0 && OC % 8 == 0 && alignment_of(out) >= 16 && alignment_of(pre) >= 16 &&
+                   (!bias || alignment_of(bias) >= 16);
+    if (fusable) {
+        gemm_operands o = operands_for(true, false, OC, N, IC, w, IC, inp, IC);
+        if (lt_matmul(true, false, OC, N, IC, 1.0f, &o, 0.0f, out, OC, bias, pre)) return;
+    }
+    cuda_matmul_forward(pre, inp, w, bias, N, IC, OC);
+    cuda_gelu_forward(out, pre, (size_t)N * OC);
 }

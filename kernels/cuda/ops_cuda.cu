@@ -77,6 +77,7 @@ static void fill_table(void) {
     table.layernorm_backward = cuda_layernorm_backward;
     table.matmul_forward = cuda_matmul_forward;
     table.matmul_backward = cuda_matmul_backward;
+    table.matmul_gelu_forward = cuda_matmul_gelu_forward;
     table.attention_forward = cuda_attention_forward;
     table.attention_decode = cuda_attention_decode;
     table.attention_backward = cuda_attention_backward;

@@ -14,6 +14,14 @@ static void column_forward(void *ctx, float *out, const float *in_rows, float *f
     m->ops->matmul_forward(out, in_rows, w, b, N, IC, OC);
 }
 
+static void column_gelu_forward(void *ctx, float *act, float *out, const float *in_rows, float *full,
+                                const float *w, const float *b, int N, int IC, int OC)
+{
+    const model *m = ctx;
+    (void)full;
+    m->ops->matmul_gelu_forward(act, out, in_rows, w, b, N, IC, OC);
+}
+
 static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
                                     const float *in_rows, float *full, const float *w, int N, int IC,
                                     int OC)
@@ -120,6 +128,7 @@ void model_local_layers(model *m, model_layers *out)
 {
     *out = (model_layers){.ctx = m,
                           .column_forward = column_forward,
+                          .column_gelu_forward = column_gelu_forward,
                           .column_backward = column_backward,
                           .row_forward = row_forward,
                           .row_backward = row_backward,

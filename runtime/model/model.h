@@ -175,6 +175,10 @@ typedef struct {
      * in_rows, out local. */
     void (*column_forward)(void *ctx, float *out, const float *in_rows, float *full, const float *w,
                            const float *b, int N, int IC, int OC);
+    /* column_forward, then act = GELU (tanh approximation) of out, fused
+     * where the backend fuses them (ops->matmul_gelu_forward). */
+    void (*column_gelu_forward)(void *ctx, float *act, float *out, const float *in_rows, float *full,
+                                const float *w, const float *b, int N, int IC, int OC);
     /* din [N, IC] is zeroed and receives the input gradient summed over the tp
      * group; returns this rank's rows of it (din itself without SP). in_rows are
      * gathered into full again when they are rows. */

@@ -104,6 +104,14 @@ static void column_forward(void *ctx, float *out, const float *in_rows, float *f
     g->ops->matmul_forward(out, in, w, b, N, IC, OC);
 }
 
+static void column_gelu_forward(void *ctx, float *act, float *out, const float *in_rows, float *full,
+                                const float *w, const float *b, int N, int IC, int OC)
+{
+    const tp_group *g = ctx;
+    const float *in = gather_rows(g, in_rows, full, (size_t)N * (size_t)IC);
+    g->ops->matmul_gelu_forward(act, out, in, w, b, N, IC, OC);
+}
+
 /* The input gradient is this rank's output features' share: summed over the
  * group (copy_to_tensor_model_parallel_region's backward). */
 static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
@@ -235,6 +243,7 @@ void tp_layers(tp_group *g, model_layers *out)
 {
     *out = (model_layers){.ctx = g,
                           .column_forward = column_forward,
+                          .column_gelu_forward = column_gelu_forward,
                           .column_backward = column_backward,
                           .row_forward = row_forward,
                           .row_backward = row_backward,

@@ -365,6 +365,27 @@ static void test_matmul(int N, int IC, int OC, int with_bias, int pad, double to
     free(inp); free(w); free(bias); free(out); free(g); free(gi); free(gw); free(gb);
 }
 
+/* The fused first MLP layer (GELU in the GEMM's epilogue on cuda) against
+ * the CPU's matmul then gelu: pre within the GEMM tolerance, the GELU of it
+ * adds one elementwise function. */
+static void test_matmul_gelu(int N, int IC, int OC, int with_bias, int pad) {
+    char what[160];
+    float *inp = hrand((size_t)N * IC, 1.0f), *w = hrand((size_t)OC * IC, 1.0f), *bias = hrand((size_t)OC, 1.0f);
+    float *out = hrand((size_t)N * OC, 1.0f), *pre = hrand((size_t)N * OC, 1.0f);
+    dbuf di = dup_f(inp, (size_t)N * IC, pad), dw = dup_f(w, (size_t)OC * IC, pad), db = dup_f(bias, (size_t)OC, pad);
+    dbuf dout = dup_f(out, (size_t)N * OC, pad), dpre = dup_f(pre, (size_t)N * OC, pad);
+    cpu->matmul_gelu_forward(out, pre, inp, w, with_bias ? bias : NULL, N, IC, OC);
+    gpu->matmul_gelu_forward(dout.p, dpre.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC);
+    snprintf(what, sizeof what, "matmul_gelu_forward pre N=%d IC=%d OC=%d%s%s", N, IC, OC, with_bias ? " +bias" : "",
+             pad ? " unaligned (two ops)" : "");
+    expect(what, &dpre, pre, (size_t)N * OC, TOL_GEMM);
+    snprintf(what, sizeof what, "matmul_gelu_forward out N=%d IC=%d OC=%d%s%s", N, IC, OC, with_bias ? " +bias" : "",
+             pad ? " unaligned (two ops)" : "");
+    expect(what, &dout, out, (size_t)N * OC, TOL_GEMM);
+    drop(&di); drop(&dw); drop(&db); drop(&dout); drop(&dpre);
+    free(inp); free(w); free(bias); free(out); free(pre);
+}
+
 /* ---------------------------------------------------------------- attention */
 
 /* decoding's one query over a cache; also the CPU's own check that it is the
@@ -778,6 +799,10 @@ int main(void) {
     test_matmul(5, 1, 3, 1, 0, TOL_GEMM);
     test_matmul(256, 768, 2304, 1, 0, TOL_GEMM);
     test_matmul(256, 3072, 768, 1, 1, TOL_GEMM);
+    test_matmul_gelu(256, 768, 3072, 1, 0); /* GPT-2's fc: the epilogue */
+    test_matmul_gelu(64, 64, 256, 0, 0);
+    test_matmul_gelu(37, 33, 20, 1, 1);     /* unaligned: the two ops */
+    test_matmul_gelu(9, 16, 12, 1, 0);      /* OC not a multiple of 8: the two ops */
     set_tf32(1);
     test_matmul(256, 768, 768, 1, 0, TOL_TF32);
     set_tf32(0);
