@@ -22,6 +22,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* One tensor of a multi-tensor AdamW step (dt_ops.adamw_multi). */
+typedef struct {
+    float *p;
+    const float *g;
+    float *m, *v;
+    size_t n;
+    float weight_decay;
+} dt_adamw_tensor;
+
 typedef struct dt_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -200,6 +209,12 @@ typedef struct dt_ops {
      * step t >= 1 (bias correction); weight_decay applied decoupled: p -= lr*wd*p. */
     void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int t);
+    /* adamw on each tensor of the list, with its own weight decay: the same
+     * arithmetic per element, so the same bits as calling adamw on each.
+     * cuda: one launch for the whole list, whose device copy is kept and
+     * sent again only when the list changes (a step sends nothing). */
+    void (*adamw_multi)(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2,
+                        float eps, int t);
     /* p *= s (for gradient clipping and averaging) */
     void (*scale)(float *p, float s, size_t n);
     /* sum of squares in double (for the global gradient norm) */

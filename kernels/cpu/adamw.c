@@ -23,3 +23,11 @@ void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * p[i]);
     }
 }
+
+/* The multi-tensor step: one tensor after the other (ops.h adamw_multi). */
+void cpu_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2, float eps,
+                     int t) {
+    for (int k = 0; k < count; k++)
+        cpu_adamw(list[k].p, list[k].g, list[k].m, list[k].v, list[k].n, lr, beta1, beta2, eps,
+                  list[k].weight_decay, t);
+}

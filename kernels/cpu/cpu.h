@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/ops.h"
+
 /* Vector math from glibc's libmvec. GCC vectorizes expf/tanhf inside
  * `omp simd` loops only when it knows SIMD variants exist; math.h says so only
  * under -ffast-math, which we do not want elsewhere. Declaring them here lets
@@ -123,6 +125,8 @@ void cpu_xent_backward(float *dlogits, const float *logits, const float *rowmax,
 /* adamw.c */
 void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
                float beta1, float beta2, float eps, float weight_decay, int t);
+void cpu_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2, float eps,
+                     int t);
 
 /* reduce.c */
 void cpu_scale(float *p, float s, size_t n);

@@ -58,6 +58,7 @@ const dt_ops dt_ops_cpu = {
     .xent_backward = cpu_xent_backward,
 
     .adamw = cpu_adamw,
+    .adamw_multi = cpu_adamw_multi,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
 

@@ -261,6 +261,8 @@ void cuda_xent_backward(float *dlogits, const float *logits, const float *rowmax
 /* adamw.cu */
 void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, int t);
+void cuda_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2,
+                      float eps, int t);
 /* reduce.cu */
 void cuda_scale(float *p, float s, size_t n);
 /* bf16.cu */

@@ -33,6 +33,8 @@ struct optim {
     float *hscratch;
     void *gin[2], *pout[2];
     size_t pe;            /* parameter element bytes */
+    dt_adamw_tensor *list; /* fp32 on the device: a step's tensors, one adamw_multi */
+    int list_cap;
 };
 
 /* The state's memory: the device's, or under offload the host memory the
@@ -100,6 +102,12 @@ optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, con
             return NULL;
         }
     }
+    /* at most one tensor per (slice, parameter) */
+    o->list_cap = o->n * model_param_count(m);
+    if (!(o->list = malloc((size_t)(o->list_cap ? o->list_cap : 1) * sizeof *o->list))) {
+        optim_destroy(o);
+        return NULL;
+    }
     if (o->mixed || o->host)
         o->scratch_numel = widest < OPTIM_SCRATCH_NUMEL ? (widest ? widest : 1) : OPTIM_SCRATCH_NUMEL;
     /* the device's, for the gradient norm of bf16 gradients */
@@ -132,6 +140,7 @@ void optim_destroy(optim *o)
     if (o->scratch) o->ops->free(o->scratch);
     state_free(o, o->hscratch);
     for (int i = 0; i < 2; i++) state_free(o, o->gin[i]), state_free(o, o->pout[i]);
+    free(o->list);
     free(o->s);
     free(o);
 }
@@ -216,6 +225,7 @@ void optim_step(optim *o, double lr, int t, void *const *params, void *const *gr
 {
     int np = model_param_count(o->mdl);
     size_t pe = model_param_elem_bytes(o->mdl);
+    int count = 0; /* o->list's tensors (fp32, not offloaded) */
     for (int i = 0; i < o->n; i++) {
         optim_slice *s = &o->s[i];
         void *p = params ? params[i] : (char *)model_unit_params(o->mdl, s->unit) + s->lo * pe;
@@ -238,10 +248,12 @@ void optim_step(optim *o, double lr, int t, void *const *params, void *const *gr
                 step_mixed(o, s, off, b - a, p, g, grad_scale, lr, t, wd);
                 continue;
             }
-            o->ops->adamw((float *)p + off, (float *)g + off, s->m + off, s->v + off, b - a, (float)lr,
-                          (float)o->t.beta1, (float)o->t.beta2, (float)o->t.eps, wd, t);
+            o->list[count++] = (dt_adamw_tensor){(float *)p + off, (float *)g + off, s->m + off, s->v + off,
+                                                 b - a, wd};
         }
     }
+    /* fp32 on the device: every tensor of the step in one pass (one launch on cuda) */
+    o->ops->adamw_multi(o->list, count, (float)lr, (float)o->t.beta1, (float)o->t.beta2, (float)o->t.eps, t);
 }
 
 double optim_grad_sumsq(optim *o, const void *grad, size_t n)

@@ -554,6 +554,53 @@ static void test_adamw(size_t n) {
     free(p); free(g); free(m); free(v);
 }
 
+/* Several tensors of odd sizes (one empty) in one adamw_multi: within
+ * TOL_ELEM of the CPU's, and bitwise the device's adamw per tensor (the same
+ * arithmetic); a second list (other decay) makes it send the list again. */
+static void test_adamw_multi(void) {
+    enum { K = 5 };
+    const size_t sizes[K] = {1000003, 7, 0, 4096, 33};
+    dt_adamw_tensor hl[K], dl[K];
+    float *h[K][4], *ref[K];
+    dbuf d[K][4], one[K][4];
+    for (int k = 0; k < K; k++) {
+        size_t n = sizes[k];
+        for (int j = 0; j < 4; j++) {
+            h[k][j] = hrand(n, j >= 2 ? 0.1f : 1.0f);
+            if (j == 3) for (size_t i = 0; i < n; i++) h[k][3][i] = fabsf(h[k][3][i]);
+            d[k][j] = dup_f(h[k][j], n, 0);
+            one[k][j] = dup_f(h[k][j], n, 0);
+        }
+    }
+    for (int round = 0; round < 2; round++) {
+        for (int k = 0; k < K; k++) {
+            float wd = round == 0 ? 0.1f * (float)(k % 2) : 0.05f;
+            hl[k] = (dt_adamw_tensor){h[k][0], h[k][1], h[k][2], h[k][3], sizes[k], wd};
+            dl[k] = (dt_adamw_tensor){d[k][0].p, d[k][1].p, d[k][2].p, d[k][3].p, sizes[k], wd};
+        }
+        for (int t = 1; t <= 2; t++) {
+            cpu->adamw_multi(hl, K, 1e-3f, 0.9f, 0.95f, 1e-8f, t);
+            gpu->adamw_multi(dl, K, 1e-3f, 0.9f, 0.95f, 1e-8f, t);
+            for (int k = 0; k < K; k++)
+                gpu->adamw(one[k][0].p, one[k][1].p, one[k][2].p, one[k][3].p, sizes[k], 1e-3f, 0.9f, 0.95f, 1e-8f,
+                           hl[k].weight_decay, t);
+        }
+    }
+    int same = 1;
+    for (int k = 0; k < K; k++) {
+        char what[96];
+        snprintf(what, sizeof what, "adamw_multi tensor %d (n=%zu) p after 4 steps", k, sizes[k]);
+        if (sizes[k]) expect(what, &d[k][0], h[k][0], sizes[k], TOL_ELEM);
+        ref[k] = back(&one[k][0], sizes[k]);
+        float *got = back(&d[k][0], sizes[k]);
+        same &= memcmp(ref[k], got, sizes[k] * sizeof(float)) == 0;
+        free(got);
+        free(ref[k]);
+        for (int j = 0; j < 4; j++) drop(&d[k][j]), drop(&one[k][j]), free(h[k][j]);
+    }
+    CHECK(same, "adamw_multi: bitwise the device's adamw on each tensor");
+}
+
 /* ---------------------------------------------------------------- bf16 */
 
 /* The conversions must agree bit for bit (the CUDA kernels do the CPU's bit
@@ -829,6 +876,7 @@ int main(void) {
     test_elementwise(1000003);
     test_elementwise(7);
     test_adamw(100003);
+    test_adamw_multi();
     test_bf16(1000003);
     test_bf16(29);
 
