@@ -23,9 +23,16 @@
 #     says what the machine has (GPU, driver, nvcc, NCCL, cuBLAS, PyTorch),
 #     builds with DEPS_PREFIX=build/device-deps (NCCL and cuBLAS from the CUDA
 #     toolkit, or else from PyTorch's nvidia-* pip packages through a shim
-#     folder), then runs `make test-gpu` (--tests) and scripts/bench/gpu.sh
-#     (--bench); both by default. Logs and a summary go to $OUT when it is set
-#     (the device tool brings $OUT back), else to build/device-check/.
+#     folder), then runs `make test-gpu` (--tests: the CUDA ops against
+#     their CPU twins, NCCL, and test/gpu/share_gpu.sh: dp2, tp2 and pp2 runs
+#     of two ranks on the one GPU over the CPU transport against one process)
+#     and scripts/bench/gpu.sh (--bench: dtrun, PyTorch and llm.c side by
+#     side, with the dry-run's memory against the driver's); both by default.
+#     BUDGET_S (default 570): the seconds the whole command may take, so that
+#     it ends inside the device tool's 10 minutes; the bench skips the rows
+#     that would start too late (each says so). Logs and a summary go to $OUT
+#     when it is set (the device tool brings $OUT back, at most 8 files: this
+#     writes 7), else to build/device-check/.
 # Exit status: 0 when every step that ran passed.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
@@ -183,7 +190,11 @@ doctor() {
 }
 
 device_run() {
-  local tests=$1 bench=$2
+  local tests=$1 bench=$2 t0; t0=$(date +%s)
+  # the whole command ends inside the device tool's 10 minutes: the bench skips
+  # rows that would start too late (BENCH_DEADLINE), the tests get what the
+  # build left them minus two minutes for the bench's first rows
+  export BENCH_DEADLINE=${BENCH_DEADLINE:-$((t0 + ${BUDGET_S:-570}))}
   mkdir -p "$out"
   : >"$out/summary.txt"
   if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
@@ -208,23 +219,31 @@ device_run() {
     say "FAIL: build (log: $out/build.log)"
     return 1
   fi
-  say "build: ok ($(grep -c 'nvcc' "$out/build.log") nvcc compiles)"
+  say "build: ok ($(grep -c 'nvcc' "$out/build.log") nvcc compiles, $(($(date +%s) - t0)) s)"
   if [ "$tests" = 1 ]; then
-    make --no-print-directory "${mk[@]}" test-gpu 2>&1 | tee "$out/test-gpu.log"
+    local ts; ts=$(date +%s)
+    local tlimit=$((BENCH_DEADLINE - ts - (bench ? 120 : 10)))
+    [ $tlimit -lt 60 ] && tlimit=60
+    timeout -k 10 "$tlimit" make --no-print-directory "${mk[@]}" test-gpu 2>&1 | tee "$out/test-gpu.log"
     local rc=${PIPESTATUS[0]} last; last=$(tail -1 "$out/test-gpu.log")
+    [ "$rc" = 124 ] && last="stopped after ${tlimit}s (BUDGET_S): $last"
+    # the two-ranks-on-one-GPU runs (test/gpu/share_gpu.sh), one line each
+    grep -E '^(ok|not ok) - share_gpu' "$out/test-gpu.log" | sed 's/^/  /' >>"$out/summary.txt"
     if [ "$rc" -ne 0 ] || ! grep -qE '^[1-9][0-9]* passed, 0 failed$' <<<"$last"; then
       step_rc=1; say "FAIL: make test-gpu: $last"
     else
       say "make test-gpu: $last"
     fi
+    say "make test-gpu took $(($(date +%s) - ts)) s"
   fi
   if [ "$bench" = 1 ]; then
     # shellcheck disable=SC2046
     env "${mk[@]}" OUT="$out" scripts/bench/gpu.sh 2>&1 | tee "$out/bench.log"
     if [ "${PIPESTATUS[0]}" -ne 0 ]; then step_rc=1; say "FAIL: scripts/bench/gpu.sh (log: $out/bench.log)"
     else say "bench: $(grep -c '^ratio' "$out/bench.log") ratio lines (table: $out/bench-gpu.txt)"; fi
+    grep -E '^(ratio|memory) ' "$out/bench.log" | sed 's/^/  /' >>"$out/summary.txt"
   fi
-  say "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), date: $(date -u +%F)"
+  say "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), date: $(date -u +%F), $(($(date +%s) - t0)) s in all"
   return $step_rc
 }
 
@@ -233,6 +252,6 @@ case "${1:-}" in
   --tests) device_run 1 0 ;;
   --bench) device_run 0 1 ;;
   ""|--all) device_run 1 1 ;;
-  -h|--help) sed -n '2,27p' "$0" ;;
+  -h|--help) sed -n '2,/^# Exit status/p' "$0" ;;
   *) echo "usage: scripts/device-check.sh [--prepare|--tests|--bench|--all]" >&2; exit 2 ;;
 esac

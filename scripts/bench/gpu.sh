@@ -7,8 +7,8 @@
 #            as `dtrun job.yaml` runs it in one process, synthetic data;
 #            train.precision fp32 (TF32 off; DTRUN_TF32=1: on) and bf16
 #   pytorch  scripts/bench/gpu_torch.py: the same models, torch.compile, bf16
-#            autocast + flash attention (the goal's peer), and fp32 with TF32
-#            off (the same-arithmetic peer) unless TORCH_FP32=0
+#            autocast + flash attention (the goal's peer), and with
+#            TORCH_FP32=1 also fp32 with TF32 off (the same-arithmetic peer)
 #   llm.c    karpathy/llm.c's train_gpt2cu (bf16, its defaults), GPT models
 #            only, built here with nvcc from build/device-deps/llm.c (put
 #            there by scripts/device-check.sh --prepare; LLMC_DIR= another
@@ -27,7 +27,13 @@
 # the same job (gpu_train writes it to $BUILD/bench/jobs/job-MODEL-PREC.yaml;
 # `bin/dtrun --dry-run` of that file prints the same), "meas/pred" the ratio.
 #   MODELS="gpt2-124m gpt2-350m vit-b16" B124=16 B350=8 BVIT=64 STEPS=10 WARMUP=3 \
-#   DTRUN_PRECISIONS="fp32 bf16" TORCH_FP32=1 LLMC=1 ROW_TIMEOUT=300 scripts/bench/gpu.sh
+#   DTRUN_PRECISIONS="bf16 fp32" TORCH_FP32=0 LLMC=1 ROW_TIMEOUT=300 scripts/bench/gpu.sh
+# Rows of a model run in this order: dtrun bf16, pytorch bf16, llm.c, dtrun
+# fp32, pytorch fp32 (TORCH_FP32=1; each torch.compile costs about a minute).
+# BENCH_DEADLINE (seconds since the epoch; device-check.sh sets it so that its
+# one command ends inside the device tool's 10 minutes): a row that would start
+# with less than 30 s left is a failed row "skipped: out of time", and a row's
+# time limit never passes the deadline.
 #   DEPS_PREFIX=build/device-deps ...  (a bare machine: scripts/device-check.sh)
 # Results: stdout; with OUT set, also $OUT/bench-gpu.jsonl (written row by row,
 # so a run stopped at a time limit still leaves its rows) and $OUT/bench-gpu.txt.
@@ -39,7 +45,7 @@ export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
 models=${MODELS:-gpt2-124m gpt2-350m vit-b16}
 steps=${STEPS:-10}
 warmup=${WARMUP:-3}
-precisions=${DTRUN_PRECISIONS:-fp32 bf16}
+precisions=${DTRUN_PRECISIONS:-bf16 fp32}
 row_timeout=${ROW_TIMEOUT:-300}
 py=${PYTHON:-python3}
 build=${BUILD:-build}
@@ -93,9 +99,19 @@ failed() {
 # added; a failure (exit status, time limit, no JSON) becomes a failed row
 row() {
   local label=$1 model=$2 prec=$3; shift 3
+  local limit=$row_timeout
+  if [ -n "${BENCH_DEADLINE:-}" ]; then
+    local left=$((BENCH_DEADLINE - $(date +%s) - 10))
+    if [ $left -lt 30 ]; then
+      echo "# $label $model $prec: skipped, out of time" >&2
+      failed "$label" "$model" "$prec" "skipped: out of time (BENCH_DEADLINE)"
+      return 1
+    fi
+    [ $left -lt "$limit" ] && limit=$left
+  fi
   echo "# $label $model $prec: $*" >&2
   smi_start
-  timeout -k 10 "$row_timeout" "$@" >"$tmp/one.out" 2>"$tmp/one.err"; local rc=$?
+  timeout -k 10 "$limit" "$@" >"$tmp/one.out" 2>"$tmp/one.err"; local rc=$?
   local smi; smi=$(smi_stop)
   cat "$tmp/one.err" >&2  # the row's own log: device-check.sh keeps it in bench.log
   local line; line=$(grep '^{' "$tmp/one.out" | tail -1)
@@ -105,7 +121,7 @@ row() {
     return 0
   fi
   local why
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then why="timed out after ${row_timeout}s"
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then why="timed out after ${limit}s"
   else why="exit $rc: $(grep -v '^#' "$tmp/one.err" | grep . | tail -1 | cut -c1-200)"; fi
   echo "# $label $model $prec FAILED: $why" >&2
   failed "$label" "$model" "$prec" "$why"
@@ -158,6 +174,21 @@ if [ "${LLMC:-1}" = 1 ]; then
   if llmc_build; then llmc_ok=1; else echo "# llm.c: $llmc_why" >&2; fi
 fi
 
+# one row of model $m at batch $B: dtrun / PyTorch in precision $1
+dtrun_row() {
+  local tf=(); [ "$1" = fp32 ] && [ "${DTRUN_TF32:-0}" = 1 ] && tf=(--tf32)
+  row dtrun "$m" "$1" "$build/bench/gpu_train" --model "$m" --batch "$B" --steps "$steps" --warmup "$warmup" \
+    --precision "$1" --job "$jobs/job-$m-$1.yaml" ${tf[@]+"${tf[@]}"} || dtrun_failed=1
+}
+torch_row() {
+  if [ $have_torch = 1 ]; then
+    row pytorch+compile "$m" "$1" "$py" scripts/bench/gpu_torch.py --model "$m" --batch "$B" --steps "$steps" \
+      --precision "$1"
+  else
+    failed pytorch+compile "$m" "$1" "no PyTorch with CUDA in $py"
+  fi
+}
+
 for m in $models; do
   case $m in
     gpt2-124m|124m) m=gpt2-124m; B=${B124:-16} ;;
@@ -165,20 +196,8 @@ for m in $models; do
     vit-b16) B=${BVIT:-64} ;;
     *) die "unknown model $m (gpt2-124m, gpt2-350m, vit-b16)" ;;
   esac
-  for p in $precisions; do
-    tf=(); [ "$p" = fp32 ] && [ "${DTRUN_TF32:-0}" = 1 ] && tf=(--tf32)
-    row dtrun "$m" "$p" "$build/bench/gpu_train" --model "$m" --batch "$B" --steps "$steps" --warmup "$warmup" \
-      --precision "$p" --job "$jobs/job-$m-$p.yaml" ${tf[@]+"${tf[@]}"} || dtrun_failed=1
-  done
-  tp=(bf16); [ "${TORCH_FP32:-1}" = 1 ] && tp+=(fp32)
-  for p in "${tp[@]}"; do
-    if [ $have_torch = 1 ]; then
-      row pytorch+compile "$m" "$p" "$py" scripts/bench/gpu_torch.py --model "$m" --batch "$B" --steps "$steps" \
-        --precision "$p"
-    else
-      failed pytorch+compile "$m" "$p" "no PyTorch with CUDA in $py"
-    fi
-  done
+  for p in $precisions; do [ "$p" = bf16 ] && dtrun_row bf16; done
+  torch_row bf16
   if [ "${LLMC:-1}" = 1 ] && [ "${m%%-*}" = gpt2 ]; then
     if [ $llmc_ok = 1 ]; then
       row llm.c "$m" bf16 "$py" scripts/bench/llmc_run.py --bin "$llmc_bin" --model "$m" --batch "$B" \
@@ -187,6 +206,8 @@ for m in $models; do
       failed llm.c "$m" bf16 "$llmc_why"
     fi
   fi
+  for p in $precisions; do [ "$p" != bf16 ] && dtrun_row "$p"; done
+  [ "${TORCH_FP32:-0}" = 1 ] && torch_row fp32
 done
 
 "$py" scripts/bench/gpu_table.py "$jsonl" "$peak" "$gpu" | tee "$tmp/bench.txt"
