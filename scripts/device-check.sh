@@ -241,6 +241,7 @@ device_run() {
     env "${mk[@]}" OUT="$out" scripts/bench/gpu.sh 2>&1 | tee "$out/bench.log"
     if [ "${PIPESTATUS[0]}" -ne 0 ]; then step_rc=1; say "FAIL: scripts/bench/gpu.sh (log: $out/bench.log)"
     else say "bench: $(grep -c '^ratio' "$out/bench.log") ratio lines (table: $out/bench-gpu.txt)"; fi
+    say "bench rows: $(grep -c . "$out/bench-gpu.jsonl" 2>/dev/null) in all, $(grep -c '"failed": true' "$out/bench-gpu.jsonl" 2>/dev/null) failed, of which $(grep -c 'skipped: out of time' "$out/bench-gpu.jsonl" 2>/dev/null) skipped for the time budget"
     grep -E '^(ratio|memory) ' "$out/bench.log" | sed 's/^/  /' >>"$out/summary.txt"
   fi
   say "device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), date: $(date -u +%F), $(($(date +%s) - t0)) s in all"

@@ -38,7 +38,8 @@
 # Results: stdout; with OUT set, also $OUT/bench-gpu.jsonl (written row by row,
 # so a run stopped at a time limit still leaves its rows) and $OUT/bench-gpu.txt.
 # Runs only on a GPU machine: without one it says so and exits 1. Exit 1 also
-# when a dtrun row failed (PyTorch and llm.c rows are peers: they never fail it).
+# when a dtrun row failed (PyTorch and llm.c rows are peers: they never fail
+# it; nor does a row skipped for the time budget).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
@@ -97,6 +98,7 @@ failed() {
 
 # row LABEL MODEL PREC COMMAND...: one JSON line into $jsonl, the smi peak
 # added; a failure (exit status, time limit, no JSON) becomes a failed row
+# (returns 1), a row skipped for BENCH_DEADLINE too (returns 2)
 row() {
   local label=$1 model=$2 prec=$3; shift 3
   local limit=$row_timeout
@@ -105,7 +107,7 @@ row() {
     if [ $left -lt 30 ]; then
       echo "# $label $model $prec: skipped, out of time" >&2
       failed "$label" "$model" "$prec" "skipped: out of time (BENCH_DEADLINE)"
-      return 1
+      return 2
     fi
     [ $left -lt "$limit" ] && limit=$left
   fi
@@ -178,7 +180,8 @@ fi
 dtrun_row() {
   local tf=(); [ "$1" = fp32 ] && [ "${DTRUN_TF32:-0}" = 1 ] && tf=(--tf32)
   row dtrun "$m" "$1" "$build/bench/gpu_train" --model "$m" --batch "$B" --steps "$steps" --warmup "$warmup" \
-    --precision "$1" --job "$jobs/job-$m-$1.yaml" ${tf[@]+"${tf[@]}"} || dtrun_failed=1
+    --precision "$1" --job "$jobs/job-$m-$1.yaml" ${tf[@]+"${tf[@]}"}
+  [ $? = 1 ] && dtrun_failed=1
 }
 torch_row() {
   if [ $have_torch = 1 ]; then
