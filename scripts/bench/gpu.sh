@@ -26,7 +26,7 @@
 # sampled every 100 ms during the row; "dry-run GiB" dtrun's prediction for
 # the same job (gpu_train writes it to $BUILD/bench/jobs/job-MODEL-PREC.yaml;
 # `bin/dtrun --dry-run` of that file prints the same), "meas/pred" the ratio.
-#   MODELS="gpt2-124m gpt2-350m vit-b16" B124=16 B350=8 BVIT=64 STEPS=10 WARMUP=3 \
+#   MODELS="gpt2-124m vit-b16 gpt2-350m" B124=16 B350=8 BVIT=64 STEPS=10 WARMUP=3 \
 #   DTRUN_PRECISIONS="bf16 fp32" TORCH_FP32=0 LLMC=1 ROW_TIMEOUT=300 scripts/bench/gpu.sh
 # Rows of a model run in this order: dtrun bf16, pytorch bf16, llm.c, dtrun
 # fp32, pytorch fp32 (TORCH_FP32=1; each torch.compile costs about a minute).
@@ -43,7 +43,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
-models=${MODELS:-gpt2-124m gpt2-350m vit-b16}
+models=${MODELS:-gpt2-124m vit-b16 gpt2-350m}
 steps=${STEPS:-10}
 warmup=${WARMUP:-3}
 precisions=${DTRUN_PRECISIONS:-bf16 fp32}
