@@ -7,7 +7,7 @@
 # the table use); bad input is one line and a documented status; llm.c's step
 # lines parse into the row; the table turns rows into MFU, ratios and memory.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} OMP_NUM_THREADS=1
 T=$(mktemp -d /tmp/dtrun-gpu-bench-cpu.XXXXXX)
 trap 'rm -rf "$T"' EXIT
@@ -48,12 +48,15 @@ EOF
 grep -q 'precision: bf16' "$T/vit.yaml" || fail "the ViT job file does not say precision bf16"
 
 # bad input: one line, exit 1 (usage) or 2 (no CUDA device: make test hides GPUs)
-"$G" --precision fp16 >/dev/null 2>"$T/err"; rc=$?
-[ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] || { cat "$T/err"; fail "--precision fp16: exit $rc"; }
-"$G" --model no-such >/dev/null 2>"$T/err"; rc=$?
-[ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "no-such" "$T/err" || { cat "$T/err"; fail "--model no-such: exit $rc"; }
-CUDA_VISIBLE_DEVICES= "$G" --model gpt-tiny >/dev/null 2>"$T/err"; rc=$?
-[ $rc = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] || { cat "$T/err"; fail "no GPU: exit $rc, want 2"; }
+one_line() { # WANT_STATUS WHAT ARGS...: gpu_train ARGS exits WANT_STATUS with one line on stderr
+  local want=$1 what=$2; shift 2
+  "$G" "$@" >/dev/null 2>"$T/err"; local rc=$?
+  if [ $rc != "$want" ] || [ "$(wc -l <"$T/err")" != 1 ]; then cat "$T/err"; fail "$what: exit $rc, want $want"; fi
+}
+one_line 1 "--precision fp16" --precision fp16
+one_line 1 "--model no-such" --model no-such
+grep -q "no-such" "$T/err" || fail "--model no-such: the line does not name it"
+CUDA_VISIBLE_DEVICES='' one_line 2 "no GPU" --model gpt-tiny
 echo "ok: bad input: one line, exit 1; no GPU: exit 2"
 
 # llm.c's output, as its train_gpt2.cu prints it
