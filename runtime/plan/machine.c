@@ -28,7 +28,11 @@ int plan_machine_resolve(plan_machine *pm, const job_spec *job, const dryrun_opt
     const char *hw = o->hardware;
     if (!hw || !*hw) {
         pm->hw_defaulted = 1;
-        int cpu = strcmp(job->launch.nproc_per_node, "cpu") == 0 || job->train.precision == PREC_FP32;
+        /* train.device says where the run computes; auto (no device named)
+         * guesses from what the job asks: fp32 is the CPU backend's */
+        int cpu = job->train.device == DEVICE_CPU ||
+                  (job->train.device == DEVICE_AUTO && (strcmp(job->launch.nproc_per_node, "cpu") == 0 ||
+                                                        job->train.precision == PREC_FP32));
         hw = cpu ? "cpu" : "h100-sxm";
     }
     if (hw_load(&pm->hw, hw, err, errlen)) return -1;

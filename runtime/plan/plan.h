@@ -10,8 +10,10 @@
  * schedules the workers use (runtime/parallel/sizes.h, pp_schedule.h).
  *
  * Which machine, when a flag is missing:
- *   hardware        cpu when launch.nproc_per_node is "cpu" or train.precision is
- *                   fp32 (the CPU backend's precision), else h100-sxm
+ *   hardware        cpu when train.device is cpu; h100-sxm when it is cuda; with
+ *                   device auto, cpu when launch.nproc_per_node is "cpu" or
+ *                   train.precision is fp32 (the CPU backend's precision), else
+ *                   h100-sxm
  *   nproc_per_node  launch.nproc_per_node when it is a number, else the profile's
  *                   gpus_per_node (dry-run: never more than the job's world)
  *   nnodes          launch.nnodes when it is a number (N:M takes M), else

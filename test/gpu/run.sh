@@ -3,7 +3,9 @@
 # runs on the CUDA backend against the CPU's (test/gpu/test_ops_twin.c); the
 # communication layer on the GPU: NCCL on one rank, timeout and abort, 2 and 3
 # ranks sharing the GPU over shm with device buffers staged, NCCL's refusal of
-# two ranks on one GPU (test/gpu/test_nccl.c). Every build/test-gpu/* runs.
+# two ranks on one GPU (test/gpu/test_nccl.c); whole training runs of two
+# ranks sharing the GPU through the launcher, dp2, tp2 and pp2, against one
+# process (test/gpu/share_gpu.sh). Every build/test-gpu/* and test/gpu/*.sh runs.
 #   - no GPU (no nvidia-smi, it lists no device, or cudaGetDeviceCount finds
 #     none): one line "test-gpu: no CUDA device: skipped", exit 0;
 #   - a GPU but no CUDA backend in the build (no nvcc or NCCL, or CUDA=0):
@@ -35,8 +37,9 @@ fi
 
 pass=0 fail=0
 log=$(mktemp -d "${TMPDIR:-/tmp}/dtrun-test-gpu.XXXXXX")
-for bin in "$BUILD"/test-gpu/*; do
+for bin in "$BUILD"/test-gpu/* test/gpu/*.sh; do
   [ -x "$bin" ] || continue
+  [ "$bin" = test/gpu/run.sh ] && continue
   name=$(basename "$bin")
   out="$log/$name.log"
   timeout -k 5 "${DTRUN_TEST_TIMEOUT:-600}" "$bin" >"$out" 2>&1; rc=$?

@@ -22,6 +22,7 @@
 #include "runtime/parallel/sizes.h"
 #include "runtime/plan/estimate.h"
 #include "runtime/plan/hardware.h"
+#include "runtime/plan/machine.h"
 #include "runtime/plan/plan.h"
 #include "test/unit/check.h"
 
@@ -665,6 +666,21 @@ static void test_hardware(void)
     FILE *devnull = fopen("/dev/null", "w");
     CHECK(dryrun_run(&job, &o, devnull, err, sizeof err) == DT_EXIT_USAGE, "dry-run with an unknown profile exits 2");
     fclose(devnull);
+    /* without --hardware: train.device first, then (auto) the precision */
+    const struct { const char *train, *profile; } by_device[] = {
+        {"{precision: fp32}", "cpu"}, {"{precision: bf16}", "h100-sxm"},
+        {"{precision: fp32, device: cuda}", "h100-sxm"}, {"{precision: bf16, device: cpu}", "cpu"},
+        {"{precision: bf16, device: cuda}", "h100-sxm"}};
+    for (size_t i = 0; i < sizeof by_device / sizeof by_device[0]; i++) {
+        char yaml[256];
+        snprintf(yaml, sizeof yaml, "train: %s\n", by_device[i].train);
+        plan_machine pm;
+        dryrun_opts none = {0};
+        int loaded = load_job(&job, yaml) == 0 && plan_machine_resolve(&pm, &job, &none, 0, err, sizeof err) == 0;
+        CHECK(loaded && pm.hw_defaulted && !strcmp(pm.hw.name, by_device[i].profile),
+              "train: %s: the dry-run's default profile is %s (got %s)", by_device[i].train, by_device[i].profile,
+              loaded ? pm.hw.name : err);
+    }
 }
 
 /* ---- the planner ---- */
