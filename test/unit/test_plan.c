@@ -266,6 +266,28 @@ static void test_unit_flops_and_numel(void)
         }
         /* what a step executes beyond the model FLOPs without recompute: the GPT
          * head's logits GEMM once more in backward (2 seq V C), nothing for ViT */
+        /* the step-time model's GEMMs (sizes_unit_work_of) are the GPT's FLOPs,
+         * unit by unit, on each of tp 2 ranks (the ViT's replicated classifier
+         * runs whole on each); the GPT head's backward holds the recompute of
+         * its logits: 3 forwards' worth instead of 2 */
+        int works_add_up = 1;
+        double head_fwd = 0, head_bwd = 0;
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
+            for (int u = 0; u < model_n_units(m); u++) {
+                sizes_unit_work w;
+                sizes_unit_work_of(m, u, (recompute_kind)rc, 4, 2, 0, 2.0, &w);
+                double f = 0;
+                for (int i = 0; i < w.n_gemm; i++) f += w.gemm[i].fwd_flops + w.gemm[i].bwd_flops;
+                if (k == 0)
+                    works_add_up &= fabs(2.0 * f - 4.0 * sizes_unit_flops(m, u, (recompute_kind)rc)) <=
+                                    1e-9 * (f + 1.0);
+                if (u == model_n_units(m) - 1 && rc == RECOMPUTE_NONE)
+                    head_fwd = w.gemm[0].fwd_flops, head_bwd = w.gemm[0].bwd_flops;
+            }
+        CHECK(works_add_up && fabs(head_bwd - (k == 0 ? 3.0 : 2.0) * head_fwd) <= 1e-9 * head_bwd,
+              "%s: the step time's GEMMs x tp = sizes_unit_flops x micro_batch, unit by unit (GPT); the head's "
+              "backward GEMMs are %.0f x its forward's (%s)", job_model_kind_name(m->kind), head_bwd / head_fwd,
+              k == 0 ? "the chunked LM head computes its logits again" : "no recompute");
         double extra = model_exec_flops_per_sample(m, RECOMPUTE_NONE) - none;
         double head = k == 0 ? 2.0 * seq * m->vocab_size * m->d_model : 0.0;
         CHECK(fabs(extra - head) < 1, "%s: executed - model FLOPs per sample = %.6g (the LM head's recompute: %.6g)",
