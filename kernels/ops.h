@@ -200,7 +200,9 @@ typedef struct dt_ops {
     /* loss[i] = log(sumexp[i]) + rowmax[i] - target[i]  (0 for ignored rows) */
     void (*xent_loss)(float *loss, const float *rowmax, const float *sumexp,
                       const float *target, const int *targets, int N);
-    /* dlogits = (softmax(logits) - onehot(targets)) * dloss[i]  (overwrites, Vl columns) */
+    /* dlogits = (softmax(logits) - onehot(targets)) * dloss[i]  (overwrites, Vl columns).
+     * dlogits may be logits itself (in place: each element is read before it
+     * is written, by the same thread): the chunked LM head keeps one buffer. */
     void (*xent_backward)(float *dlogits, const float *logits, const float *rowmax,
                           const float *sumexp, const int *targets, const float *dloss,
                           int v0, int N, int Vl);

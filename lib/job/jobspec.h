@@ -45,6 +45,10 @@ typedef struct {
      * default: read it through job_model_norm_eps. */
     activation_kind activation;
     double norm_eps;
+    /* GPT: rows of logits the LM head computes at a time (model.head_chunk_rows;
+     * 0 = auto, model_head_chunk_rows). Memory and time only: the loss is the
+     * same within fp32 rounding whatever it is. */
+    int head_chunk_rows;
     /* model.init_from: a Hugging Face folder (config.json + model.safetensors or
      * a sharded index) whose weights the run starts from; "" = none. Its
      * config.json fills the shape keys (jobspec_init_from.c). */

@@ -96,6 +96,9 @@ const field_def job_fields[FID_COUNT] = {
     [FID_INIT_FROM] = STR(SEC_MODEL, "init_from", FT_STR, model.init_from,
                           "pretrained,from_pretrained,load_from,pretrained_path,init,weights,"
                           "model_name_or_path"),
+    [FID_HEAD_CHUNK_ROWS] = NUM(SEC_MODEL, "head_chunk_rows", FT_INT, model.head_chunk_rows, 0, 1 << 24,
+                                "loss_chunk_size,logits_chunk_size,lm_head_chunk_size,head_chunk_size,"
+                                "cross_entropy_chunk_size,head_chunk"),
 
     [FID_DATA_KIND] = ENUM(SEC_DATA, "kind", data.kind, data_kinds, data_kind_aliases,
                            "type,format,source,dataset"),
@@ -217,7 +220,7 @@ const field_def job_fields[FID_COUNT] = {
 static field_only field_only_of(int fid)
 {
     switch (fid) {
-    case FID_VOCAB_SIZE: case FID_SEQ_LEN: return ONLY_GPT;
+    case FID_VOCAB_SIZE: case FID_SEQ_LEN: case FID_HEAD_CHUNK_ROWS: return ONLY_GPT;
     case FID_IMAGE_SIZE: case FID_PATCH_SIZE: case FID_CHANNELS: case FID_N_CLASSES: return ONLY_VIT;
     default: return ONLY_ANY;
     }

@@ -19,7 +19,7 @@ typedef enum {
 typedef enum {
     FID_MODEL_KIND = 0, FID_MODEL_PRESET, FID_N_LAYER, FID_N_HEAD, FID_D_MODEL, FID_D_FF,
     FID_VOCAB_SIZE, FID_SEQ_LEN, FID_IMAGE_SIZE, FID_PATCH_SIZE, FID_CHANNELS, FID_N_CLASSES,
-    FID_ACTIVATION, FID_NORM_EPS, FID_INIT_FROM,
+    FID_ACTIVATION, FID_NORM_EPS, FID_INIT_FROM, FID_HEAD_CHUNK_ROWS,
     FID_DATA_KIND, FID_DATA_TRAIN, FID_DATA_TRAIN_LABELS, FID_DATA_VAL, FID_DATA_VAL_LABELS,
     FID_VAL_FRACTION, FID_SYNTHETIC_SIZE,
     FID_STEPS, FID_GLOBAL_BATCH, FID_MICRO_BATCH, FID_LR, FID_MIN_LR, FID_WARMUP, FID_SCHEDULE,
@@ -81,8 +81,8 @@ int job_section_find(const char *name, size_t len);
 void *job_field_ptr(job_spec *job, int fid);
 const void *job_field_cptr(const job_spec *job, int fid);
 
-/* Whether the field means anything for this job: vocab_size and seq_len are
- * GPT-only, image_size, patch_size, channels and n_classes ViT-only. */
+/* Whether the field means anything for this job: vocab_size, seq_len and
+ * head_chunk_rows are GPT-only, image_size, patch_size, channels and n_classes ViT-only. */
 int job_field_applies(const job_spec *job, int fid);
 
 /* Whether the field holds its "not set" value: launch keys are -1 or "" until

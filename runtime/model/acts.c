@@ -74,6 +74,13 @@ static shape shape_of(const job_model *spec, const model_shard *sh, recompute_ki
     return g;
 }
 
+/* The GPT head's chunk of logits: [min(rows, N), V_l] fp32 (model_vocab_head). */
+static size_t head_chunk_numel(const shape *g, int B)
+{
+    size_t N = (size_t)B * (size_t)g->d.seq, rows = (size_t)model_head_chunk_rows(g->spec);
+    return (rows < N ? rows : N) * (size_t)g->d.V_l;
+}
+
 /* One block's fp32 tensors; with `stats` its layernorm statistics too (a bf16
  * working set borrows them from the micro-batch's stash instead). */
 static void take_block(bump *b, const shape *g, int B, block_acts *s, float *att_shared, int stats)
@@ -123,8 +130,10 @@ static void take_block16(bump *b, const shape *g, int B, block_stash16 *s)
  * entering every block (block recompute restarts each block from its input)
  * and, with the head, entering the head; each block's tensors (none with block
  * recompute; no attention probabilities with selective), the batch's device
- * copy and the head's logits and loss statistics. Elements are bf16 under
- * mixed precision, except statistics, logits and losses (fp32). Not kept: a
+ * copy and the head's input (the final layernorm's output) and loss
+ * statistics, not its logits (the chunked head computes them again in
+ * backward). Elements are bf16 under mixed precision, except statistics,
+ * logits and losses (fp32). Not kept: a
  * stage's output without the head and the output gradient it receives (the
  * working set holds them: output only until it is sent, the gradient only
  * until the micro-batch's backward reads it), so a 1-layer chunk under full
@@ -145,14 +154,12 @@ static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
             take_block(b, g, B, a->blk ? &a->blk[k] : &(block_acts){0}, a->bs.att_shared, 1);
     }
     if (g->gpt) {
-        size_t V_l = (size_t)g->d.V_l;
         if (g->has_emb) a->tokens = takei(b, N);
         if (g->has_head) {
             a->targets = takei(b, N);
             a->lnf = takef(b, N * C);
             a->lnf_mean = takef(b, Nl);
             a->lnf_rstd = takef(b, Nl);
-            a->logits = takef(b, N * V_l);
             a->rowmax = takef(b, N);
             a->sumexp = takef(b, N);
             a->target = takef(b, N);
@@ -194,8 +201,9 @@ static void layout_host(const shape *g, int B, model_acts *a, bump *b)
  * stage's output and the output gradient it receives (without the head), the
  * residual gradient, backward scratch, the block set a recompute rebuilds (and,
  * in bf16, the fp32 set a block computes in before its tensors are rounded
- * into the stash), gathers of sequence parallelism, the head's logit
- * gradient. Micro-batches never compute at the same time, so one serves all. */
+ * into the stash), gathers of sequence parallelism, the GPT head's chunk of
+ * logits (and their gradient). Micro-batches never compute at the same time,
+ * so one serves all. */
 static void layout_work(const shape *g, int B, model_acts *a, bump *b)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
@@ -235,9 +243,10 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     a->bs.ln_grads = g->sp && (nb > 0 || (g->has_head && g->gpt)) ? takef(b, 4 * C) : NULL;
     if (g->gpt) {
         size_t V_l = (size_t)g->d.V_l;
-        /* the head's backward walks one sample at a time, so the logits'
-         * gradient needs [seq, V_l], not another [N, V_l] */
-        a->dlogits = g->has_head ? takef(b, (size_t)g->d.seq * V_l) : NULL;
+        /* the chunked head (model_vocab_head): one chunk of logits, which its
+         * backward also turns into their gradient in place; no [N, V_l] */
+        a->logits = g->has_head ? takef(b, head_chunk_numel(g, B)) : NULL;
+        a->dlogits = NULL;
         a->tied_dwte = g->has_emb && g->has_head ? takef(b, V_l * C) : NULL;
         a->wpe_l = g->has_emb && g->cp ? takef(b, (size_t)g->d.seq * C) : NULL;
     } else {
@@ -339,6 +348,15 @@ size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
 {
     model_acts_size z = model_acts_sizes(spec, shard, B, recompute, NULL);
     return z.stash + z.work;
+}
+
+size_t model_acts_head_chunk_bytes(const job_model *spec, const model_shard *shard, int B)
+{
+    shape g = shape_of(spec, shard, RECOMPUTE_NONE, NULL);
+    if (!g.gpt || !g.has_head) return 0;
+    bump b = {.base = NULL};
+    takef(&b, head_chunk_numel(&g, B));
+    return b.off;
 }
 
 size_t model_acts_host_bytes(const job_model *spec, int B)

@@ -4,8 +4,10 @@
  * Vocab parallelism: tp rank r holds wte rows [v0, v0 + V_l). The embedding and
  * the LM head with its loss are the model's layers (model_layers: the vocab-
  * parallel ones of a tp strategy, or the plain local ones), which never need a
- * full [N, V] row on one rank. Batch arrays (tokens, targets) are host memory;
- * they are copied into the activations' device buffers here.
+ * full [N, V] row on one rank, nor the head its [N, V_l] logits at once: it
+ * computes them in chunks of rows (model_vocab_head, lm_head.c). Batch arrays
+ * (tokens, targets) are host memory; they are copied into the activations'
+ * device buffers here.
  *
  * Sequence parallelism (model.h): the embedding writes this rank's rows of the
  * stream. The head's final layernorm runs on the rank's rows, which the LM head
@@ -85,17 +87,20 @@ void gpt_tied_grads_finish(model *m, model_acts *a)
 }
 
 /* The LM head's tensors of this micro-batch (wte, dwte: the unit's current
- * buffers, or dwte the tied scratch). */
+ * buffers, or dwte the tied scratch). The logits are one chunk's, in the
+ * working set the micro-batches share: forward drops each chunk once its rows'
+ * statistics are out, backward computes it again (model_vocab_head). */
 static model_vocab_head vocab_head(model *m, model_acts *a, int B, float *dwte)
 {
     const model_dims *d = &m->d;
     int head = m->spec.n_layer + 1;
     return (model_vocab_head){.B = B, .T = d->seq, .C = d->C, .v0 = d->v0, .V_l = d->V_l,
+                              .rows = model_head_chunk_rows(&m->spec),
                               .wte = unit_tensor(m, head, GPT_HEAD_WTE), .dwte = dwte,
                               .x_rows = a->lnf + rows_first(d, B) * (size_t)d->C, .x = a->lnf,
                               .targets = a->targets, .logits = a->logits, .rowmax = a->rowmax,
                               .sumexp = a->sumexp, .target = a->target, .loss = a->loss,
-                              .dloss = a->dloss, .dlogits = a->dlogits, .dx = a->bs.dln};
+                              .dloss = a->dloss, .dx = a->bs.dln};
 }
 
 double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const float *x)

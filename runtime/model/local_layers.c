@@ -68,30 +68,25 @@ static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float 
     m->ops->posadd_backward(dwpe, dout_rows, B, T, C);
 }
 
+/* Chunk by chunk (model_vocab_head): each chunk's logits, reduced to its rows'
+ * statistics, then dropped; the loss from the statistics of every row. */
 static void head_forward(void *ctx, const model_vocab_head *h)
 {
     const dt_ops *ops = ((const model *)ctx)->ops;
-    int N = h->B * h->T;
-    ops->matmul_forward(h->logits, h->x, h->wte, NULL, N, h->C, h->V_l);
-    ops->xent_rowmax(h->rowmax, h->logits, N, h->V_l);
-    ops->xent_sumexp(h->sumexp, h->logits, h->rowmax, N, h->V_l);
-    ops->xent_target(h->target, h->logits, h->targets, h->v0, N, h->V_l);
+    int N = h->B * h->T, Vl = h->V_l;
+    for (int r0 = 0; r0 < N; r0 += h->rows) {
+        int n = N - r0 < h->rows ? N - r0 : h->rows;
+        model_vocab_head_logits(ops, h, r0, n);
+        ops->xent_rowmax(h->rowmax + r0, h->logits, n, Vl);
+        ops->xent_sumexp(h->sumexp + r0, h->logits, h->rowmax + r0, n, Vl);
+        ops->xent_target(h->target + r0, h->logits, h->targets + r0, h->v0, n, Vl);
+    }
     ops->xent_loss(h->loss, h->rowmax, h->sumexp, h->target, h->targets, N);
 }
 
 static const float *head_backward(void *ctx, const model_vocab_head *h)
 {
-    const dt_ops *ops = ((const model *)ctx)->ops;
-    int T = h->T, C = h->C, Vl = h->V_l;
-    ops->zero(h->dx, (size_t)h->B * (size_t)T * (size_t)C * sizeof(float));
-    /* one sample at a time: the logits' gradient never needs a second [N, V_l] */
-    for (int b = 0; b < h->B; b++) {
-        size_t r = (size_t)b * (size_t)T;
-        ops->xent_backward(h->dlogits, h->logits + r * (size_t)Vl, h->rowmax + r, h->sumexp + r,
-                           h->targets + r, h->dloss + r, h->v0, T, Vl);
-        ops->matmul_backward(h->dx + r * (size_t)C, h->dwte, NULL, h->dlogits, h->x + r * (size_t)C,
-                             h->wte, T, C, Vl);
-    }
+    model_vocab_head_backward_local(((const model *)ctx)->ops, h);
     return h->dx;
 }
 

@@ -139,22 +139,57 @@ typedef struct {
 } model_hooks;
 
 /* The vocabulary-split LM head with its cross-entropy, on one micro-batch of
- * N = B * T token rows (the buffers are the model's activations). */
+ * N = B * T token rows (the buffers are the model's activations).
+ *
+ * Chunked (llm.c's fused classifier, Liger's fused linear cross-entropy): the
+ * [N, V_l] logits never exist at once. Forward computes them `rows` rows at a
+ * time into one chunk buffer, reduces each chunk to its rows' statistics
+ * (rowmax, sumexp, target: all the loss and its gradient need) and drops it.
+ * Backward computes each chunk's logits again (model_vocab_head_logits: the
+ * same GEMM on the same rows, so the same values the statistics came from),
+ * turns them into their gradient in place and accumulates d(x) and d(wte)
+ * from it, chunk by chunk. So the head keeps [N] statistics and one
+ * [rows, V_l] chunk instead of [N, V_l] logits, for one more forward GEMM of
+ * the head in backward (2 N C V_l FLOPs: model_exec_flops_per_sample).
+ *
+ * Why recompute and not the gradient in forward (Liger's way, which skips
+ * the second GEMM): the gradient's scale (model_backward's loss_scale, 1 /
+ * the global count of tokens) arrives only with backward, weight gradients
+ * may only be written between a unit's before(BACKWARD) and after(BACKWARD)
+ * hooks (FSDP and ZeRO-2 bind the gradient buffers there), a pipeline runs
+ * other micro-batches' forwards before this one's backward, and eval and
+ * generation run the forward alone: a gradient made in forward would need its
+ * own [V_l, C] and [N, C] per micro-batch in flight, or be wasted. */
 typedef struct {
     int B, T, C;
     int v0, V_l;            /* this rank's vocabulary rows [v0, v0 + V_l) of wte */
+    int rows;               /* rows per chunk (model_head_chunk_rows); the last may be short */
     const float *wte;       /* [V_l, C] */
     float *dwte;            /* [V_l, C] backward: accumulates */
     const float *x_rows;    /* the final layernorm's output: this rank's rows of x */
     float *x;               /* [N, C] all of it (forward fills it from x_rows; x_rows
                                is x itself, or its part, without sequence parallelism) */
     const int *targets;     /* [N] (< 0: no loss) */
-    float *logits;          /* [N, V_l] */
+    float *logits;          /* [min(rows, N), V_l] one chunk's logits; in backward,
+                               in place, their gradient */
     float *rowmax, *sumexp, *target, *loss; /* [N] */
     const float *dloss;     /* [N] backward: dL/d(loss) per token */
-    float *dlogits;         /* [T, V_l] backward: one sample's at a time */
     float *dx;              /* [N, C] backward: d(x) (zeroed first) */
 } model_vocab_head;
+
+/* Rows of logits the GPT head computes at a time: model.head_chunk_rows, or
+ * by default MODEL_HEAD_CHUNK_ROWS. The same on every tp rank and in every
+ * layout (it depends on neither V_l nor the batch): the ranks of a tp group
+ * reduce the same chunks, and every layout sums d(wte) in the same groups. */
+#define MODEL_HEAD_CHUNK_ROWS 1024
+int model_head_chunk_rows(const job_model *spec);
+/* Logits rows [r0, r0 + n) of the head into h->logits ([n, V_l]): the one GEMM
+ * the forward and the backward's recompute share. */
+void model_vocab_head_logits(const dt_ops *ops, const model_vocab_head *h, int r0, int n);
+/* The head's backward on this rank's vocabulary columns, chunk by chunk: h->dx
+ * zeroed, then d(x) (this rank's part of the sum over the vocabulary) into it
+ * and d(wte) into h->dwte. A tensor-parallel head sums h->dx over its group. */
+void model_vocab_head_backward_local(const dt_ops *ops, const model_vocab_head *h);
 
 /* The layers tensor parallelism splits (Megatron-LM's ColumnParallelLinear,
  * RowParallelLinear, VocabParallelEmbedding and vocab-parallel cross-entropy),
@@ -199,7 +234,8 @@ typedef struct {
                               const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C);
     void (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
                                float *full, const int *tokens, int v0, int V_l, int B, int T, int C);
-    /* The LM head's logits and the cross-entropy's per-token loss (h->loss). */
+    /* The LM head's logits and the cross-entropy's per-token loss (h->loss),
+     * chunk by chunk (model_vocab_head), keeping the rows' statistics. */
     void (*head_forward)(void *ctx, const model_vocab_head *h);
     /* d(x) summed over the group into h->dx; returns this rank's rows of it. */
     const float *(*head_backward)(void *ctx, const model_vocab_head *h);
@@ -287,6 +323,9 @@ typedef struct { size_t stash, work, host; } model_acts_size; /* host: the stash
                                                                   memory (acts_on_host) */
 model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard, int B,
                                  recompute_kind recompute, const model_precision *prec);
+/* Of the work bytes, the GPT head's chunk of logits (model_vocab_head), as
+ * allocated: 0 on a shard without the GPT head. */
+size_t model_acts_head_chunk_bytes(const job_model *spec, const model_shard *shard, int B);
 /* Host bytes model_acts_create mallocs next to those (per-token loss and its
  * gradient; ViT: the logits too): host memory on a GPU, the same memory on the
  * CPU backend. */
@@ -296,6 +335,11 @@ size_t model_acts_host_bytes(const job_model *spec, int B);
  * block recompute adds the blocks' forward up to the MLP projection, selective
  * their attention core (4 * L * seq^2 * d_model). Details: params.c. */
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute);
+/* What a step executes per sample: model_flops_per_sample plus, for a GPT, the
+ * LM head's forward GEMM once more in backward (the chunked head recomputes
+ * its logits whatever train.recompute says): 2 * seq * V * d_model. The
+ * model FLOPs of MFU leave it out, as they leave out every recompute. */
+double model_exec_flops_per_sample(const job_model *spec, recompute_kind recompute);
 /* Global index of local element i of a parameter (for init, gathers, checkpoints). */
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i);
 
@@ -402,9 +446,11 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
  *     activations until W: in fp32 mostly in place of stash tensors B is done
  *     with, model_acts_wkeep_bytes (prec NULL: fp32) more per micro-batch. The
  *     layernorms' weight gradients stay in B (they come out of the pass that makes
- *     the input gradient); so do the head's (its LM-head weight gradient would need
- *     the [N, V] logit gradient kept) and the embedding's (the first chunk's B
- *     sends nothing, so nobody waits for it).
+ *     the input gradient); so do the head's (the chunked head makes its LM-head
+ *     weight gradient from each chunk's logit gradient as it goes: deferring it
+ *     would recompute every chunk's logits a second time, or keep the [N, V]
+ *     gradient the chunks exist to avoid) and the embedding's (the first
+ *     chunk's B sends nothing, so nobody waits for it).
  *  W  (model_backward_weight): those matmul gradients, block by block.
  * Hooks: B calls before(u, BACKWARD) for each unit as it starts; W calls every
  * after(u, BACKWARD), in model_backward's order, so after(BACKWARD) still means

@@ -239,9 +239,10 @@ struct model_acts {
     /* GPT head */
     int *targets;       /* [N] */
     float *lnf, *lnf_mean, *lnf_rstd;   /* [N,C] (ViT: [B,C]), [N_l], [N_l] (ViT: [B]) */
-    float *logits;      /* [N, V_l] (ViT: [B, n_classes]) */
+    float *logits;      /* GPT: [min(head rows, N), V_l] one chunk, in the working set
+                           (model_vocab_head); ViT: [B, n_classes] in the stash */
     float *rowmax, *sumexp, *target, *loss, *dloss; /* [N] (ViT: [B]) */
-    float *dlogits;     /* GPT: [seq, V_l] one sample at a time; ViT: [B, n_classes] */
+    float *dlogits;     /* ViT: [B, n_classes]; GPT: NULL (in place in logits) */
     float *tied_dwte;   /* [V_l, C] when one object holds wte and its tied copy */
     float *wpe_l;       /* context parallelism: [seq, C] the wpe rows of this rank's
                            chunks (forward), their gradient (backward) */

@@ -219,3 +219,10 @@ double model_flops_per_sample(const job_model *spec, recompute_kind recompute)
         f += 4.0 * L * seq * seq * C;
     return f;
 }
+
+double model_exec_flops_per_sample(const job_model *spec, recompute_kind recompute)
+{
+    double f = model_flops_per_sample(spec, recompute);
+    if (spec->kind == MODEL_GPT) f += 2.0 * spec->vocab_size * (double)spec->d_model * model_seq_len(spec);
+    return f;
+}

@@ -70,7 +70,8 @@ double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
         else if (rc == RECOMPUTE_SELECTIVE) f += 4.0 * seq * seq * C; /* the attention core */
         return f;
     }
-    if (m->kind == MODEL_GPT) return 6.0 * m->vocab_size * C * seq;
+    /* the chunked LM head computes its logits again in backward: 2 more */
+    if (m->kind == MODEL_GPT) return 8.0 * m->vocab_size * C * seq;
     return 6.0 * m->n_classes * C;
 }
 
@@ -146,10 +147,13 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
         return;
     }
     if (m->kind == MODEL_GPT) { /* final norm + vocab-parallel head with its cross-entropy */
+        /* chunked (model_vocab_head): backward computes the logits again (f),
+         * then their input and weight gradients (2 f), and writes the
+         * recomputed logits once more (rows x V / t) */
         double V = m->vocab_size, f = 2.0 * rows * C * V / t;
-        add_gemm(w, f, 2.0 * f, min3(rows, C, V / t), 0);
+        add_gemm(w, f, 3.0 * f, min3(rows, C, V / t), 0);
         w->fwd_bytes = (2.0 * rows * C / (sp ? t : 1) + 2.0 * rows * V / t) * elem_bytes;
-        w->bwd_bytes = 2.0 * w->fwd_bytes;
+        w->bwd_bytes = 2.0 * w->fwd_bytes + rows * V / t * elem_bytes;
         return;
     }
     double f = 2.0 * B * C * m->n_classes;
@@ -548,7 +552,7 @@ int sizes_acts_slots(const sizes *s, int chunk)
     return s->sched->slots[chunk];
 }
 
-/* What the head adds to each micro-batch's stash on the last chunk (its logits
+/* What the head adds to each micro-batch's stash on the last chunk (its input
  * and loss statistics): the difference to the same units without the head, so
  * the model's layout stays its own. Without the head the stash also lacks the
  * stream entering the head ([B, seq, C] elements, or its 1/tp with sequence
@@ -674,8 +678,13 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     }
     out->host += acts_host;
     size_t logits = 0;
-    if (pp_chunk_rank(s->chunks - 1, pp) == at.pp)
-        logits = head_extra_bytes(s, at.tp) * (size_t)sizes_acts_slots(s, s->chunks - 1);
+    if (pp_chunk_rank(s->chunks - 1, pp) == at.pp) {
+        /* the head's stash per micro-batch in flight, and its chunk of logits
+         * in the last chunk's working set (once) */
+        model_shard last = chunk_shard(s, s->chunks - 1, at.tp);
+        logits = head_extra_bytes(s, at.tp) * (size_t)sizes_acts_slots(s, s->chunks - 1) +
+                 model_acts_head_chunk_bytes(&s->job.model, &last, s->job.train.micro_batch);
+    }
     if (logits > acts) logits = acts;
     out->bytes[SIZES_ACTS] = acts - logits;
     out->bytes[SIZES_LOGITS] = logits;

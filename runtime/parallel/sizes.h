@@ -77,7 +77,9 @@ typedef enum {
     SIZES_GRADS,      /* gradients, working precision */
     SIZES_OPTIM,      /* Adam m and v, fp32 */
     SIZES_ACTS,       /* activations kept for backward + the model's scratch, all in-flight microbatches */
-    SIZES_LOGITS,     /* what the head adds over a stage without it: logits, their gradient, loss */
+    SIZES_LOGITS,     /* what the head adds over a stage without it: its input and loss
+                         statistics per micro-batch in flight, and (GPT) its one chunk of
+                         logits (and their gradient) in the shared working set */
     SIZES_COMM,       /* DDP/ZeRO-1 bucket, ZeRO-2 reduce buffers, FSDP gather buffers, tied wte scratch */
     SIZES_WORKSPACE,  /* host loss buffers of every model_acts + the host batch buffers
                          (the same memory as the rest on the CPU backend; 0 on a GPU) */
@@ -123,15 +125,17 @@ size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at);
 int sizes_chunks(const sizes *s);                /* pp * virtual_stages */
 const int *sizes_first_unit(const sizes *s);     /* [chunks + 1], as pp_partition */
 const pp_schedule *sizes_schedule(const sizes *s); /* NULL when pp = 1 or slots_only */
-/* FLOPs of one sample through `unit`, forward + backward (+ recompute's forward):
- * the terms of model_flops_per_sample, unit by unit (they add up to it exactly). */
+/* FLOPs of one sample through `unit`, forward + backward (+ recompute's forward,
+ * and the GPT head's logits computed again in its backward): the terms of
+ * model_exec_flops_per_sample, unit by unit (they add up to it exactly). */
 double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc);
 
 /* The work of one micro-batch through `unit` on one tp rank, for the step-time
  * model: its GEMMs by shape (each with its smallest dimension, which decides how
  * close to peak it runs) and the bytes its memory-bound ops move (layer norms,
  * softmax, GELU, residual adds, the head's cross-entropy). Forward and backward
- * apart; backward includes what recompute re-runs. The FLOPs of all the GEMMs of
+ * apart; backward includes what recompute re-runs (the chunked GPT head's
+ * logits always). The FLOPs of all the GEMMs of
  * a unit, times tp, are sizes_unit_flops x micro_batch exactly. */
 #define SIZES_GEMM_MAX 6
 typedef struct {

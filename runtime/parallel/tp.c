@@ -186,22 +186,33 @@ static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float 
 /* ---- the vocab-parallel LM head (column-parallel over the vocabulary, output
  * kept split) and vocab_parallel_cross_entropy ---- */
 
-/* No rank ever holds a full [N, V] row: the row max (MAX), the sum of
- * exponentials and the target's logit (SUM) are reduced over the group. */
+/* No rank ever holds a full [N, V] row, nor (chunked, model.h's
+ * model_vocab_head) its [N, V_l] part: chunk by chunk, the rows' max is
+ * reduced (MAX) over the group before the chunk's sum of exponentials needs
+ * it. The sums of exponentials and the target logits (SUM) need nothing more
+ * from their chunk's logits, so each is reduced once, over all N rows, after
+ * the last chunk: one small collective per chunk plus two, the same sums as
+ * reducing all three per chunk. Every rank of the group runs the same chunks
+ * (model_head_chunk_rows depends on neither V_l nor the rank). */
 static void head_forward(void *ctx, const model_vocab_head *h)
 {
     const tp_group *g = ctx;
     const dt_ops *ops = g->ops;
-    int N = h->B * h->T;
-    size_t n = (size_t)N;
-    const float *x = gather_rows(g, h->x_rows, h->x, n * (size_t)h->C);
-    ops->matmul_forward(h->logits, x, h->wte, NULL, N, h->C, h->V_l);
-    ops->xent_rowmax(h->rowmax, h->logits, N, h->V_l);
-    g->all_reduce(g->ctx, h->rowmax, n, TP_MAX);
-    ops->xent_sumexp(h->sumexp, h->logits, h->rowmax, N, h->V_l);
-    g->all_reduce(g->ctx, h->sumexp, n, TP_SUM);
-    ops->xent_target(h->target, h->logits, h->targets, h->v0, N, h->V_l);
-    g->all_reduce(g->ctx, h->target, n, TP_SUM);
+    int N = h->B * h->T, Vl = h->V_l;
+    size_t n_all = (size_t)N;
+    /* all of x into h->x (without SP x_rows is h->x already), where the
+     * chunks' GEMMs and the backward read it */
+    gather_rows(g, h->x_rows, h->x, n_all * (size_t)h->C);
+    for (int r0 = 0; r0 < N; r0 += h->rows) {
+        int n = N - r0 < h->rows ? N - r0 : h->rows;
+        model_vocab_head_logits(ops, h, r0, n);
+        ops->xent_rowmax(h->rowmax + r0, h->logits, n, Vl);
+        g->all_reduce(g->ctx, h->rowmax + r0, (size_t)n, TP_MAX);
+        ops->xent_sumexp(h->sumexp + r0, h->logits, h->rowmax + r0, n, Vl);
+        ops->xent_target(h->target + r0, h->logits, h->targets + r0, h->v0, n, Vl);
+    }
+    g->all_reduce(g->ctx, h->sumexp, n_all, TP_SUM);
+    g->all_reduce(g->ctx, h->target, n_all, TP_SUM);
     ops->xent_loss(h->loss, h->rowmax, h->sumexp, h->target, h->targets, N);
 }
 
@@ -210,19 +221,8 @@ static void head_forward(void *ctx, const model_vocab_head *h)
 static const float *head_backward(void *ctx, const model_vocab_head *h)
 {
     const tp_group *g = ctx;
-    const dt_ops *ops = g->ops;
-    int T = h->T, C = h->C, Vl = h->V_l;
-    size_t nc = (size_t)h->B * (size_t)T * (size_t)C;
-    ops->zero(h->dx, nc * sizeof(float));
-    /* one sample at a time: the logits' gradient never needs a second [N, V_l] */
-    for (int b = 0; b < h->B; b++) {
-        size_t r = (size_t)b * (size_t)T;
-        ops->xent_backward(h->dlogits, h->logits + r * (size_t)Vl, h->rowmax + r, h->sumexp + r,
-                           h->targets + r, h->dloss + r, h->v0, T, Vl);
-        ops->matmul_backward(h->dx + r * (size_t)C, h->dwte, NULL, h->dlogits, h->x + r * (size_t)C,
-                             h->wte, T, C, Vl);
-    }
-    return reduce_rows_in_place(g, h->dx, nc);
+    model_vocab_head_backward_local(g->ops, h);
+    return reduce_rows_in_place(g, h->dx, (size_t)h->B * (size_t)h->T * (size_t)h->C);
 }
 
 /* ---- sequence parallelism's own needs ---- */

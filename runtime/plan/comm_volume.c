@@ -13,7 +13,8 @@
  *   tp   per block and microbatch 2 all-reduces forward + 2 backward of the
  *        [B, T, C] activations (+2 when block recompute re-runs the forward;
  *        selective recompute re-runs only the attention core, tp-local); GPT's
- *        vocab-parallel embedding and head add one each and three small ones.
+ *        vocab-parallel embedding and head add one each and three small ones
+ *        (of [N] floats; the head's max in one call per chunk of rows).
  *        Sequence parallel: all-gathers and reduce-scatters of [B, T, C] instead,
  *        per block 4 forward, 6 backward (the layernorm outputs are gathered
  *        again), 3 more with recompute; GPT's embedding and head one each way,
@@ -154,10 +155,17 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
                  (double)sizes_param_elem_bytes(e->sizes);
     double small = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * 4.0;
     int per_block = 4 + (e->job.train.recompute == RECOMPUTE_BLOCK ? 2 : 0);
-    double big = (double)per_block * sh->blocks, tiny = 0;
+    double big = (double)per_block * sh->blocks, tiny = 0, tiny_calls = 0;
     if (md->kind == MODEL_GPT) {
         big += sh->has_emb + sh->has_head; /* embedding forward, head's input gradient */
-        if (sh->has_head) tiny = 3;         /* max, sum of exp, target logit */
+        if (sh->has_head) {
+            /* max, sum of exp, target logit: [N] floats each, the max one chunk
+             * of rows at a time (tp.c's chunked head) */
+            long long rows = (long long)e->job.train.micro_batch * model_seq_len(md) / par->cp;
+            long long chunk = model_head_chunk_rows(md);
+            tiny = 3;
+            tiny_calls = (double)((rows + chunk - 1) / chunk) + 2;
+        }
     }
     double f = 2.0 * (t - 1) / t;
     int crosses_tp = plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_TP);
@@ -169,15 +177,15 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
         double ln = (4.0 * sh->blocks + (gpt ? 2.0 * sh->has_head : 0)) * md->d_model * 4.0;
         c->op = "all-gather + reduce-scatter (activations)";
         c->bytes = par->microbatches * (f / 2 * halves * act + f * (tiny * small + ln));
-        c->calls = (long)par->microbatches * (long)(halves + tiny + ln_calls);
+        c->calls = (long)par->microbatches * (long)(halves + tiny_calls + ln_calls);
         /* a ring all-gather or reduce-scatter takes t - 1 steps, an all-reduce 2(t - 1) */
-        double steps = (halves * (t - 1) + (tiny + ln_calls) * 2.0 * (t - 1)) / (halves + tiny + ln_calls);
+        double steps = (halves * (t - 1) + (tiny_calls + ln_calls) * 2.0 * (t - 1)) / (halves + tiny_calls + ln_calls);
         finish(e, c, crosses_tp, steps);
         return;
     }
     c->op = "all-reduce (activations)";
     c->bytes = par->microbatches * f * (big * act + tiny * small);
-    c->calls = (long)par->microbatches * (long)(big + tiny);
+    c->calls = (long)par->microbatches * (long)(big + tiny_calls);
     finish(e, c, crosses_tp, 2.0 * (t - 1));
 }
 

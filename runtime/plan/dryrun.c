@@ -161,7 +161,10 @@ static void print_compute_comm(const plan_estimate *e, FILE *out)
 {
     char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN];
     fprintf(out, "\ncompute per step: %s FLOPs model (6N + attention), %s executed%s\n", fmt_count(a, e->model_flops),
-            fmt_count(b, e->exec_flops), e->job.train.recompute != RECOMPUTE_NONE ? " (recompute counted)" : "");
+            fmt_count(b, e->exec_flops),
+            e->job.model.kind != MODEL_GPT ? (e->job.train.recompute != RECOMPUTE_NONE ? " (recompute counted)" : "")
+            : e->job.train.recompute != RECOMPUTE_NONE ? " (recompute and the LM head's logits again in backward)"
+                                                       : " (the LM head's logits again in backward)");
     for (int p = 0; p < e->n_stages; p++)
         fprintf(out, "  pp %-3d %s FLOPs per rank, %s of compute\n", p, fmt_count(a, e->stage[p].flops),
                 fmt_seconds(b, e->stage[p].compute));

@@ -80,7 +80,8 @@ typedef struct {
     int timed;
     double peak;             /* FLOP/s per rank */
     double model_flops;      /* per step, whole job: model_flops_per_sample(none) x global_batch */
-    double exec_flops;       /* the same with recompute */
+    double exec_flops;       /* what runs: with recompute, and the chunked GPT head's
+                                second logits GEMM (model_exec_flops_per_sample) */
     double makespan;         /* s: the pipeline (or the micro-batch loop) */
     double bubble;           /* idle / makespan, mean over pp ranks (0 with pp = 1) */
     double p2p;              /* s per pipeline message */

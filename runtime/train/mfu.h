@@ -1,6 +1,7 @@
 /* mfu.h — model FLOPs utilisation (PaLM's MFU, as llm.c and Megatron print it):
  * the FLOPs the model needs per step (forward and backward, recompute not
- * counted: model_flops_per_sample) per second, over the peak of every device
+ * counted, nor the chunked LM head's second logits GEMM: model_flops_per_sample,
+ * not model_exec_flops_per_sample) per second, over the peak of every device
  * of the run in the job's precision.
  *
  * The peak comes from a hardware profile (configs/hardware): the one

@@ -718,6 +718,10 @@ static void test_xent(int N, int Vl, int v0, int V) {
     gpu->xent_backward(ddlg.p, dl.p, drm.p, dse.p, dtg, ddlo.p, v0, N, Vl);
     snprintf(what, sizeof what, "xent_backward N=%d Vl=%d v0=%d (overwrites)", N, Vl, v0);
     expect(what, &ddlg, dlg, n, TOL_ELEM);
+    /* in place, as the chunked LM head calls it (ops.h): the logits become their gradient */
+    gpu->xent_backward(dl.p, dl.p, drm.p, dse.p, dtg, ddlo.p, v0, N, Vl);
+    snprintf(what, sizeof what, "xent_backward N=%d Vl=%d v0=%d in place (dlogits = logits)", N, Vl, v0);
+    expect(what, &dl, dlg, n, TOL_ELEM);
     drop(&dl); drop(&drm); drop(&dse); drop(&dta); drop(&dlos); drop(&ddlo); drop(&ddlg);
     gpu->free(dtg);
     free(l); free(tg); free(rm); free(se); free(ta); free(lo); free(dlo); free(dlg);

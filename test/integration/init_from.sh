@@ -3,7 +3,8 @@
 # weights, 2 layers, n_embd 64, 4 heads, vocab 256, 64 positions, saved as
 # Hugging Face saves it) loads under dp1, tp2, pp2 and fsdp2:
 #  - the loaded weights' validation loss (step 0) equals PyTorch's on the same
-#    samples (DTRUN_DUMP_VAL) within 1e-5 relative, under every layout;
+#    samples (DTRUN_DUMP_VAL) within 1e-5 relative, under every layout, and
+#    with the LM head in chunks of 7 rows (one process and tp 2);
 #  - one fine-tuning step gives the one-process loss and parameters
 #    (compare.py: loss 1e-5 relative, parameters 1e-4, as every layout test);
 #  - every rank of a split layout reads fewer tensor bytes than one process;
@@ -39,6 +40,17 @@ same_as_torch() {
   echo "ok: $1: loss of the loaded weights $v, PyTorch $torch_loss ($(cat "$T/$1.rel"))"
 }
 same_as_torch ref
+
+# the LM head in chunks of 7 rows (model.head_chunk_rows; 8 x 32 tokens make 37
+# chunks) on one process and over tp 2: PyTorch's loss just the same
+for lay in "" "tp=2"; do
+  name=chunked${lay:+-$(layout_name "$lay")}
+  hf_job "$lay" "$name"
+  sed -i -e 's/^model:$/model:\n  head_chunk_rows: 7/' "$T/$name.yaml"
+  timeout -k 5 120 "$DTRUN" --nproc-per-node=$(lget "$lay" tp 1) "$T/$name.yaml" >"$T/$name.log" 2>&1 ||
+    { tail "$T/$name.log"; fail "${lay:-one process}: head in chunks of 7 rows"; }
+  same_as_torch "$name"
+done
 
 init_from_layouts hf_job
 

@@ -476,7 +476,7 @@ static void test_man_page(void)
                           "skip_nonfinite", "dp", "tp", "pp", "mode", "pp_schedule", "microbatches",
                           "virtual_stages", "sequence_parallel", "bucket_mb", "dir", "every", "keep", "resume",
                           "metrics", "progress", "trace", "nproc_per_node", "nnodes", "rdzv_endpoint", "rdzv_id",
-                          "max_restarts", "log_dir"};
+                          "max_restarts", "log_dir", "head_chunk_rows"};
     int missing = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char needle[64];

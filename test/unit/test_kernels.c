@@ -741,6 +741,14 @@ static void test_xent(void) {
             for (int j = 0; j < vls[r]; j++)
                 ed = fmax(ed, rel_err(dsh[r][i * vls[r] + j], dfull[i * V + v0s[r] + j], REF_FLOOR));
     CHECK(ed < 1e-6, "xent vocab-parallel dlogits concatenate to unsplit: max rel err %.1e (tol 1e-6)", ed);
+    /* in place (ops.h; the chunked LM head turns a chunk's logits into their
+     * gradient in one buffer): bitwise the separate buffer's gradient */
+    float *inplace = malloc(N * V * sizeof(float));
+    memcpy(inplace, x.logits, N * V * sizeof(float));
+    ops->xent_backward(inplace, inplace, x.rowmax, x.sumexp, targets, x.R, 0, N, V);
+    CHECK(!memcmp(inplace, dfull, N * V * sizeof(float)), "xent_backward in place (dlogits = logits) writes the "
+          "same bits as into another buffer");
+    free(inplace);
     free(dfull), free(dlogits), free(x.logits), free(x.R), free(x.loss), free(x.rowmax), free(x.sumexp), free(x.target);
 }
 

@@ -369,7 +369,7 @@ static void *tp_thread(void *arg)
 
 /* tp = 2 against tp = 1 on a batch of B samples; sp: with sequence parallelism
  * (and rc: recompute), where B = 1 splits a sample between the two ranks. */
-static void tp_equivalence_with(const job_model *s, int B, int sp, recompute_kind rc, const char *what)
+static long tp_equivalence_with(const job_model *s, int B, int sp, recompute_kind rc, const char *what)
 {
     test_batch tb;
     make_batch(&tb, s, 5);
@@ -429,6 +429,7 @@ static void tp_equivalence_with(const job_model *s, int B, int sp, recompute_kin
     }
     run_free(&rr);
     model_destroy(ref);
+    return w[0].reduces;
 }
 
 static void tp_equivalence(const job_model *s, const char *what)
@@ -465,6 +466,147 @@ static void vocab_split(void)
     }
     CHECK(ok && uneven == 4, "vocab 50257 over tp 2, 3, 4, 8: ranks hold contiguous rows differing by at most one, "
                              "wte and its tied copy alike, no padding");
+}
+
+/* ---------- 3b. the chunked LM head ---------- */
+
+/* The head (final layernorm, LM head tied to wte, cross-entropy) of a B-sample
+ * micro-batch computed once with the ops directly, the whole [N, V] logits at
+ * once: the unchunked computation the model's chunked head must reproduce. */
+typedef struct {
+    double loss;
+    float *dx, *dlnw, *dlnb, *dwte; /* [N, C], [C], [C], [V, C] */
+} head_ref;
+
+static head_ref head_direct(const job_model *s, const float *x, const float *lnw, const float *lnb,
+                            const float *wte, const int *targets, int N, float scale)
+{
+    int C = s->d_model, V = s->vocab_size;
+    size_t NC = (size_t)N * C, NV = (size_t)N * V;
+    float *lnf = malloc(NC * sizeof(float)), *mean = malloc(N * sizeof(float)), *rstd = malloc(N * sizeof(float));
+    float *logits = malloc(NV * sizeof(float)), *dlogits = malloc(NV * sizeof(float));
+    float *rowmax = malloc(N * sizeof(float)), *sumexp = malloc(N * sizeof(float)), *target = malloc(N * sizeof(float));
+    float *loss = malloc(N * sizeof(float)), *dloss = malloc(N * sizeof(float)), *dlnf = calloc(NC, sizeof(float));
+    head_ref r = {.dx = calloc(NC, sizeof(float)), .dlnw = calloc((size_t)C, sizeof(float)),
+                  .dlnb = calloc((size_t)C, sizeof(float)), .dwte = calloc((size_t)V * C, sizeof(float))};
+    ops->layernorm_forward(lnf, mean, rstd, x, lnw, lnb, N, C, (float)job_model_norm_eps(s));
+    ops->matmul_forward(logits, lnf, wte, NULL, N, C, V);
+    ops->xent_rowmax(rowmax, logits, N, V);
+    ops->xent_sumexp(sumexp, logits, rowmax, N, V);
+    ops->xent_target(target, logits, targets, 0, N, V);
+    ops->xent_loss(loss, rowmax, sumexp, target, targets, N);
+    for (int i = 0; i < N; i++) {
+        r.loss += loss[i];
+        dloss[i] = targets[i] >= 0 ? scale : 0.0f;
+    }
+    ops->xent_backward(dlogits, logits, rowmax, sumexp, targets, dloss, 0, N, V);
+    ops->matmul_backward(dlnf, r.dwte, NULL, dlogits, lnf, wte, N, C, V);
+    ops->layernorm_backward(r.dx, r.dlnw, r.dlnb, dlnf, x, lnw, mean, rstd, N, C);
+    free(lnf), free(mean), free(rstd), free(logits), free(dlogits), free(rowmax), free(sumexp), free(target);
+    free(loss), free(dloss), free(dlnf);
+    return r;
+}
+
+/* A head-only model (unit L+1) whose logits come in chunks of `rows` rows (0:
+ * the default, here one chunk) against head_direct on the same input: the
+ * loss, the input gradient and the three weight gradients. Tolerance: the
+ * chunks change only the GEMMs' row counts and how d(wte)'s sum over the rows
+ * is grouped (one GEMM per chunk), fp32 rounding: 1e-6 of each tensor's
+ * largest element (a missed or doubled chunk, a wrong row offset or a stale
+ * chunk moves them by far more). */
+static void chunked_head(int rows, int B, const char *what)
+{
+    job_model s = tiny_gpt_spec();
+    s.head_chunk_rows = rows;
+    int L = s.n_layer, N = B * s.seq_len, C = s.d_model, V = s.vocab_size;
+    model *m = make_model(&s, 0, 1, L + 1, L + 2, RECOMPUTE_NONE);
+    test_init(m, 11);
+    model_acts *a = model_acts_create(m, B);
+    uint64_t k = rng_key(3, "chunked-head");
+    int *tokens = malloc((size_t)N * sizeof(int)), *targets = malloc((size_t)N * sizeof(int));
+    float *x = model_acts_input(a), *x0 = malloc((size_t)N * C * sizeof(float));
+    for (int i = 0; i < N; i++) {
+        tokens[i] = (int)rng_below(k, (uint64_t)i, (uint64_t)V);
+        targets[i] = i % 7 == 3 ? -1 : (int)rng_below(k, 100000 + (uint64_t)i, (uint64_t)V); /* some ignored */
+    }
+    for (size_t i = 0; i < (size_t)N * C; i++) x0[i] = x[i] = rng_normal(k, 200000 + i);
+    model_batch mb = {.B = B, .tokens = tokens, .targets = targets};
+    const float scale = 1.0f / (float)N;
+    model_zero_grads(m);
+    double loss = model_forward(m, a, &mb, NULL);
+    model_backward(m, a, &mb, scale);
+    int iw = find_param(m, L + 1, "lnf.w"), ib = find_param(m, L + 1, "lnf.b"), ie = find_param(m, L + 1, "wte");
+    head_ref r = head_direct(&s, x0, model_param_data(m, iw), model_param_data(m, ib), model_param_data(m, ie),
+                             targets, N, scale);
+    double e_loss = fabs(loss - r.loss) / fabs(r.loss);
+    double e_dx = tensor_rel_err(model_acts_dinput(a), r.dx, (size_t)N * C);
+    double e_w = fmax(tensor_rel_err(model_param_grad(m, iw), r.dlnw, (size_t)C),
+                      tensor_rel_err(model_param_grad(m, ib), r.dlnb, (size_t)C));
+    double e_wte = tensor_rel_err(model_param_grad(m, ie), r.dwte, (size_t)V * C);
+    int n_rows = model_head_chunk_rows(&s), chunks = (N + n_rows - 1) / n_rows;
+    CHECK(e_loss < 1e-6 && e_dx < 1e-6 && e_w < 1e-6 && e_wte < 1e-6,
+          "%s: the head in %d chunk(s) of %d row(s) (N %d) = the whole [N, V] head by the ops: loss %.7g vs %.7g "
+          "(rel %.1e), d(x) %.1e, d(lnf) %.1e, d(wte) %.1e (< 1e-6)",
+          what, chunks, n_rows, N, loss, r.loss, e_loss, e_dx, e_w, e_wte);
+    free(r.dx), free(r.dlnw), free(r.dlnb), free(r.dwte);
+    free(tokens), free(targets), free(x0);
+    model_acts_destroy(a);
+    model_destroy(m);
+}
+
+/* The head's activation bytes, from the layout the allocation uses: a
+ * head-only shard of B samples keeps [N] targets, lnf [N, C] and its two [N]
+ * statistics, five [N] loss statistics and the [N, C] stream entering it, and
+ * works in the residual gradient and d(lnf) ([N, C] each) and one chunk of
+ * logits, [min(rows, N), V] (sizes chosen so that every buffer is whole cache
+ * lines: the alignment adds nothing). The unchunked head kept [N, V] logits in
+ * the stash and [seq, V] of their gradient in the working set instead. */
+static void head_chunk_bytes(void)
+{
+    job_model s = tiny_gpt_spec();
+    int L = s.n_layer, B = 4;
+    size_t N = (size_t)B * s.seq_len, C = (size_t)s.d_model, V = (size_t)s.vocab_size, T = (size_t)s.seq_len;
+    model_shard head = {.tp_size = 1, .unit_begin = L + 1, .unit_end = L + 2};
+    size_t fixed = 4 * (N + 2 * N + 5 * N + 4 * N * C);
+    size_t old = fixed + 4 * (N * V + T * V);
+    int ok = 1, drops = 1;
+    const int rows[] = {0, 1, 5, 16, (int)N, 1000};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        s.head_chunk_rows = rows[i];
+        size_t r = (size_t)model_head_chunk_rows(&s), chunk = (r < N ? r : N) * V * 4;
+        model_acts_size z = model_acts_sizes(&s, &head, B, RECOMPUTE_NONE, NULL);
+        ok &= z.stash + z.work == fixed + chunk && model_acts_head_chunk_bytes(&s, &head, B) == chunk &&
+              model_acts_bytes(&s, &head, B, RECOMPUTE_NONE) == z.stash + z.work;
+        drops &= old - (z.stash + z.work) == 4 * (N * V + T * V) - chunk;
+        printf("# head_chunk_rows %d (%zu rows): %zu bytes, %zu less than the unchunked head's %zu\n", rows[i],
+               r < N ? r : N, z.stash + z.work, old - (z.stash + z.work), old);
+    }
+    CHECK(ok && drops, "a head-only shard (N %zu, V %zu) holds one chunk of logits, [min(rows, N), V] fp32, in "
+          "place of the [N, V] logits and [seq, V] gradient (the stash keeps no logits)", N, V);
+    /* the shared working set holds the chunk once, however many micro-batches
+     * a pipeline stage keeps in flight: the stash of the last stage has no V */
+    s.head_chunk_rows = 5;
+    model_acts_size z5 = model_acts_sizes(&s, &head, B, RECOMPUTE_NONE, NULL);
+    s.vocab_size = 64;
+    model_acts_size z64 = model_acts_sizes(&s, &head, B, RECOMPUTE_NONE, NULL);
+    CHECK(z5.stash == z64.stash && z64.work - z5.work == 5 * 32 * 4,
+          "the head's stash does not grow with the vocabulary; its working set by one chunk's columns "
+          "(%zu bytes for 32 more)", z64.work - z5.work);
+}
+
+/* tp = 2 with the head in chunks: the same loss and gradients as tp = 1, and
+ * the row max all-reduced once per chunk (the sums once per micro-batch). */
+static void chunked_head_tp(void)
+{
+    job_model g = tiny_gpt_spec(), g3 = tiny_gpt_spec(), g33 = tiny_gpt_spec();
+    g3.head_chunk_rows = 3;    /* N = 16: chunks of 3, 3, 3, 3, 3, 1 */
+    g33.vocab_size = 33;       /* 16 + 17 vocabulary rows */
+    g33.head_chunk_rows = 5;
+    long one = tp_equivalence_with(&g, TB, 0, RECOMPUTE_NONE, "gpt, head in one chunk");
+    long six = tp_equivalence_with(&g3, TB, 0, RECOMPUTE_NONE, "gpt, head in chunks of 3 rows");
+    tp_equivalence_with(&g33, TB, 1, RECOMPUTE_NONE, "gpt V=33 sp, head in chunks of 5 rows");
+    CHECK(six - one == 5, "the tp head all-reduces the row max once per chunk: %ld collectives with 6 chunks, %ld "
+          "with 1", six, one);
 }
 
 /* ---------- 4. pipeline splits ---------- */
@@ -875,11 +1017,12 @@ static void acts_sizes(void)
     counting = dt_ops_cpu;
     counting.alloc = count_alloc;
     counting.free = count_free;
-    job_model specs[4] = {tiny_gpt_spec(), tiny_vit_spec(), tiny_vit_spec(), tiny_gpt_spec()};
+    job_model specs[5] = {tiny_gpt_spec(), tiny_vit_spec(), tiny_vit_spec(), tiny_gpt_spec(), tiny_gpt_spec()};
     specs[2].image_size = 12; /* 10 tokens: sequence parallel over 2 */
     specs[3].vocab_size = 33; /* tp 2's ranks hold 16 and 17 vocab rows */
+    specs[4].head_chunk_rows = 5; /* the head's logits in chunks of 5 of the 24 rows */
     int all_equal = 1, cases = 0, bf16_smaller = 1;
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         int L = specs[k].n_layer;
         int shards[5][2] = {{0, L + 2}, {0, 2}, {2, L + 2}, {1, 2}, {L + 1, L + 2}};
         for (int j = 0; j < 5; j++)
@@ -1104,6 +1247,12 @@ int main(void)
     hooks_and_rebind(&v, "vit");
     split_backward_all(&g, "gpt");
     split_backward_all(&v, "vit");
+    chunked_head(0, TB, "default rows");
+    chunked_head(5, TB, "5 rows");
+    chunked_head(16, 3, "16 rows, 3 samples");
+    chunked_head(1, 1, "1 row");
+    chunked_head_tp();
+    head_chunk_bytes();
     acts_sizes();
     preset_counts();
     smaller_batch(&g, "gpt");

@@ -260,10 +260,39 @@ static void test_unit_flops_and_numel(void)
         for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++) {
             double sum = 0;
             for (int u = 0; u < model_n_units(m); u++) sum += sizes_unit_flops(m, u, (recompute_kind)rc);
-            double want = model_flops_per_sample(m, (recompute_kind)rc);
-            CHECK(fabs(sum / want - 1) < 1e-12, "%s, recompute %s: per-unit FLOPs add up to model_flops_per_sample "
-                  "(%.6g vs %.6g)", job_model_kind_name(m->kind), job_recompute_name((recompute_kind)rc), sum, want);
+            double want = model_exec_flops_per_sample(m, (recompute_kind)rc);
+            CHECK(fabs(sum / want - 1) < 1e-12, "%s, recompute %s: per-unit FLOPs add up to "
+                  "model_exec_flops_per_sample (%.6g vs %.6g)", job_model_kind_name(m->kind),
+                  job_recompute_name((recompute_kind)rc), sum, want);
         }
+        /* what a step executes beyond the model FLOPs without recompute: the GPT
+         * head's logits GEMM once more in backward (2 seq V C), nothing for ViT */
+        /* the step-time model's GEMMs (sizes_unit_work_of) are the GPT's FLOPs,
+         * unit by unit, on each of tp 2 ranks (the ViT's replicated classifier
+         * runs whole on each); the GPT head's backward holds the recompute of
+         * its logits: 3 forwards' worth instead of 2 */
+        int works_add_up = 1;
+        double head_fwd = 0, head_bwd = 0;
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
+            for (int u = 0; u < model_n_units(m); u++) {
+                sizes_unit_work w;
+                sizes_unit_work_of(m, u, (recompute_kind)rc, 4, 2, 0, 2.0, &w);
+                double f = 0;
+                for (int i = 0; i < w.n_gemm; i++) f += w.gemm[i].fwd_flops + w.gemm[i].bwd_flops;
+                if (k == 0)
+                    works_add_up &= fabs(2.0 * f - 4.0 * sizes_unit_flops(m, u, (recompute_kind)rc)) <=
+                                    1e-9 * (f + 1.0);
+                if (u == model_n_units(m) - 1 && rc == RECOMPUTE_NONE)
+                    head_fwd = w.gemm[0].fwd_flops, head_bwd = w.gemm[0].bwd_flops;
+            }
+        CHECK(works_add_up && fabs(head_bwd - (k == 0 ? 3.0 : 2.0) * head_fwd) <= 1e-9 * head_bwd,
+              "%s: the step time's GEMMs x tp = sizes_unit_flops x micro_batch, unit by unit (GPT); the head's "
+              "backward GEMMs are %.0f x its forward's (%s)", job_model_kind_name(m->kind), head_bwd / head_fwd,
+              k == 0 ? "the chunked LM head computes its logits again" : "no recompute");
+        double extra = model_exec_flops_per_sample(m, RECOMPUTE_NONE) - none;
+        double head = k == 0 ? 2.0 * seq * m->vocab_size * m->d_model : 0.0;
+        CHECK(fabs(extra - head) < 1, "%s: executed - model FLOPs per sample = %.6g (the LM head's recompute: %.6g)",
+              job_model_kind_name(m->kind), extra, head);
     }
     /* sizes' unit table (blocks assumed alike) against model_unit_numel, tp 4 */
     gpt.parallel.tp = 4;
@@ -509,10 +538,14 @@ static void test_comm_volume(void)
                        "  precision: bf16\n"))
         return;
     if (estimate(&e, &one, "h100-sxm", 1, 1)) return;
-    CHECK(e.mfu <= e.compute_eff && e.mfu > 0.9 * e.compute_eff && e.compute_eff < e.hw.achievable && e.bubble == 0,
+    /* MFU counts model FLOPs only: not the chunked LM head's second logits
+     * GEMM, which the compute's efficiency (executed FLOPs) includes */
+    double useful = e.model_flops / e.exec_flops;
+    CHECK(useful < 1 && e.mfu <= e.compute_eff * useful && e.mfu > 0.9 * e.compute_eff * useful &&
+              e.compute_eff < e.hw.achievable && e.bubble == 0,
           "one rank: MFU %.1f %% = the compute's efficiency %.1f %% (GEMMs by shape + memory-bound ops, below the "
-          "largest GEMMs' %.0f %%) less the optimizer step",
-          100 * e.mfu, 100 * e.compute_eff, 100 * e.hw.achievable);
+          "largest GEMMs' %.0f %%) x model / executed FLOPs %.3f (the LM head's recompute) less the optimizer step",
+          100 * e.mfu, 100 * e.compute_eff, 100 * e.hw.achievable, useful);
     plan_estimate_free(&e);
 }
 
