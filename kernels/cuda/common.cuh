@@ -10,7 +10,10 @@
  * Precision: every kernel here is the fp32 twin of kernels/cpu — fp32 in,
  * fp32 out, fp32 arithmetic (double where the CPU uses double), and GEMMs in
  * true fp32 (CUBLAS_COMPUTE_32F, no TF32) unless TF32 is switched on with
- * dt_ops_cuda_set_tf32(). No bf16 path exists yet (issue 7, step 2).
+ * dt_ops_cuda_set_tf32(). dt_ops_cuda_set_bf16(1) says that the tensors the
+ * model rounds to bf16 (matmul and attention inputs) hold bf16 values: kernels
+ * may then compute on bf16 tensor cores with fp32 accumulation (today the
+ * blockwise attention, attention_block*.cu).
  *
  * Streams: every op is queued on dtc.stream, in call order, so ops need no
  * synchronisation among themselves; only to_host (and sumsq, which returns
@@ -46,6 +49,7 @@ struct dtc_state {
     int ready;                 /* 1 once the probe set everything up */
     int device;
     int tf32;                  /* 1: GEMMs may use TF32 tensor cores */
+    int bf16_inputs;           /* 1: rounded inputs hold bf16 values (dt_ops_cuda_set_bf16) */
     int num_sms;
     cudaStream_t stream;
     cudaStream_t copy_stream;  /* copy_start's: host transfers beside compute */

@@ -111,9 +111,10 @@ static void teardown(void) {
     if (dtc.blas) dtc_blas.destroy(dtc.blas);
     if (dtc.copy_stream) cudaStreamDestroy(dtc.copy_stream);
     if (dtc.stream) cudaStreamDestroy(dtc.stream);
-    int tf32 = dtc.tf32;
+    int tf32 = dtc.tf32, bf16_inputs = dtc.bf16_inputs;
     memset(&dtc, 0, sizeof dtc);
     dtc.tf32 = tf32;
+    dtc.bf16_inputs = bf16_inputs;
     cudaGetLastError(); /* clear the sticky error of the failed call */
 }
 
@@ -179,6 +180,8 @@ extern "C" int dt_ops_cuda_use_device(int device) {
 }
 
 extern "C" void dt_ops_cuda_set_tf32(int on) { dtc.tf32 = on ? 1 : 0; }
+
+extern "C" void dt_ops_cuda_set_bf16(int on) { dtc.bf16_inputs = on ? 1 : 0; }
 
 extern "C" void *dt_ops_cuda_stream(void) { return dtc.ready ? (void *)dtc.stream : nullptr; }
 

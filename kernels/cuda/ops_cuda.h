@@ -28,6 +28,14 @@ int dt_ops_cuda_use_device(int device);
  * relative error per product). A caller may switch it on for speed. */
 void dt_ops_cuda_set_tf32(int on);
 
+/* bf16 inputs: on says that the tensors a bf16 model rounds where it stores
+ * them (qkv, the matmul inputs) hold bf16 values, so kernels may feed them to
+ * bf16 tensor cores (fp32 accumulation) at no loss on the inputs themselves.
+ * Off by default (fp32 arithmetic, the CPU twin's). Today the blockwise
+ * attention uses it: with it on, P, dO and dS are rounded to bf16 for their
+ * products, as flash attention does (kernels/cuda/attention_block_bf16.cu). */
+void dt_ops_cuda_set_bf16(int on);
+
 /* The stream every op is queued on (a cudaStream_t), for communication code
  * that must order itself after compute (events) — NULL before set-up. */
 void *dt_ops_cuda_stream(void);
