@@ -18,7 +18,8 @@
  * query row adds its dq, a block per key row its dk and dv, each from a tile
  * of probabilities its threads computed; every output element is summed by
  * one thread in a fixed order (no atomics). Slow (one row a block), correct
- * for any hs. */
+ * for any hs whose accumulators fit the 48 KiB of shared memory a block gets
+ * without asking (2 hs floats beside 4 KiB: hs up to about 5,600). */
 #include <cstring>
 
 #include "kernels/cuda/attention_block.cuh"

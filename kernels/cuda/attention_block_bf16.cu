@@ -282,7 +282,7 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dkv_ker
     const float *kb = a.kv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *vb = kb + C;
     const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     const float *lb = a.lse + (size_t)bh * a.Ts, *db = a.D + (size_t)bh * a.Tq;
-    int ka = k0 + 16 * warp + g, kb8 = ka + 8; /* this lane's two keys */
+    int key_a = k0 + 16 * warp + g, key_b = key_a + 8; /* this lane's two keys */
     bf_load_rows<HS, BM>(Ks, LDW, kb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
     bf_load_rows<HS, BM>(Vs, LDW, vb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
 
@@ -327,7 +327,7 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dkv_ker
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int ql = 8 * n + 2 * t + (e & 1), key = e < 2 ? ka : kb8;
+                int ql = 8 * n + 2 * t + (e & 1), key = e < 2 ? key_a : key_b;
                 float l2 = Ls[ql];
                 bool vis = (full || key < abk_seen(q0 + ql, a)) && l2 != -INFINITY;
                 float p = vis ? exp2f(s[n][e] * a.scale_log2 - l2) : 0.0f;
@@ -352,7 +352,7 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dkv_ker
     float *dkb = a.dkv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *dvb = dkb + C;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
-        int key = r ? kb8 : ka;
+        int key = r ? key_b : key_a;
         if (key >= a.Tk) continue;
 #pragma unroll
         for (int d = 0; d < DT; d++)

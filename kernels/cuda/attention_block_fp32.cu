@@ -19,7 +19,8 @@
  * The products are register-tiled: 128 threads as 16 x 8; thread (ty, tx)
  * holds rows ty + 16 i of a tile's result and 4 or 8 columns, and each step
  * reads float4's from shared memory, 32 multiply-adds for 3 loads (for a
- * 64 x 64 tile), so the FMA units, not shared memory, bound the loop. Every
+ * 64 x 64 tile), so that the FMA units rather than shared memory should bound
+ * the loop (by that count; not yet measured). Every
  * operand is used in its natural row-major layout (no transposes):
  *   mt_nk: C[m][n] += sum_k A[m][k] B[n][k]   (S = Q K^T, dP = dO V^T)
  *   mt_kn: C[m][n] += sum_k A[m][k] B[k][n]   (O = P V, dV = P^T dO, ...)

@@ -8,7 +8,8 @@
  * once, and returns the table.
  *
  * What the table computes: the fp32 twin of kernels/cpu (see common.cuh).
- * bf16 mixed precision is NOT implemented yet: every op here is fp32-only. */
+ * bf16: only the blockwise attention has a bf16 path (tensor cores, after
+ * dt_ops_cuda_set_bf16(1)); every other op computes in fp32. */
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
