@@ -184,6 +184,16 @@ $(BUILD)/bench/bf16_gemm: scripts/bench/bf16_gemm.c $(BUILD)/libdtrun.a
 
 gpu-bench-bin: $(BUILD)/bench/gpu_train $(BUILD)/bench/comm_bench
 
+# scripts/bench/gpu_attention.c: the blockwise attention kernels alone, fp32 and
+# bf16, at GPT-2 124M's shapes (one JSON line); part of gpu-bench-bin in a CUDA
+# build only, since it times the CUDA table.
+$(BUILD)/bench/gpu_attention: scripts/bench/gpu_attention.c $(BUILD)/libdtrun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdtrun.a -o $@ $(LDLIBS)
+ifeq ($(CUDA_ON),1)
+gpu-bench-bin: $(BUILD)/bench/gpu_attention
+endif
+
 test-gpu:
 	@$(if $(DEPS_PREFIX),true,scripts/deps.sh)
 	@BUILD=$(BUILD) CUDA_ON=$(CUDA_ON) MAKE="$(MAKE)" test/gpu/run.sh

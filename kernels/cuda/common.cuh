@@ -10,9 +10,12 @@
  * Precision: every kernel here is the fp32 twin of kernels/cpu — fp32 in,
  * fp32 out, fp32 arithmetic (double where the CPU uses double), and GEMMs in
  * true fp32 (CUBLAS_COMPUTE_32F, no TF32) unless TF32 is switched on with
- * dt_ops_cuda_set_tf32(), or on bf16 tensor cores (operands narrowed to bf16,
- * fp32 accumulation) when the run is bf16 mixed precision
- * (dt_ops_cuda_set_bf16, the table's set_bf16_products).
+ * dt_ops_cuda_set_tf32(), or on bf16 tensor cores with fp32 accumulation when
+ * the run is bf16 mixed precision (dt_ops_cuda_set_bf16, the table's
+ * set_bf16_products): the tensors the model rounds to bf16 (matmul and
+ * attention inputs) hold bf16 values then; the GEMMs narrow their operands
+ * (matmul.cu), the blockwise attention computes on mma tiles
+ * (attention_block_bf16.cu).
  *
  * Streams: every op is queued on dtc.stream, in call order, so ops need no
  * synchronisation among themselves; only to_host (and sumsq, which returns

@@ -8,7 +8,8 @@
  * once, and returns the table.
  *
  * What the table computes: the fp32 twin of kernels/cpu (see common.cuh);
- * with set_bf16_products(1) the GEMMs run on bf16 tensor cores (matmul.cu). */
+ * with set_bf16_products(1) the GEMMs and the blockwise attention run on
+ * bf16 tensor cores (matmul.cu, attention_block_bf16.cu), the rest in fp32. */
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -28,9 +28,14 @@ int dt_ops_cuda_use_device(int device);
  * relative error per product). A caller may switch it on for speed. */
 void dt_ops_cuda_set_tf32(int on);
 
-/* bf16 tensor cores for the products (the table's set_bf16_products; see
- * kernels/ops.h): operands narrowed to bf16, fp32 accumulation and results.
- * Takes precedence over TF32. Off by default. */
+/* bf16 tensor cores (the table's set_bf16_products; see kernels/ops.h): on
+ * says that the tensors a bf16 model rounds where it stores them (qkv, the
+ * matmul inputs) hold bf16 values. The GEMMs then narrow both operands to
+ * bf16 (exact for those; the gradients flowing back are rounded) with fp32
+ * accumulation and results, taking precedence over TF32; the blockwise
+ * attention rounds P, dO and dS to bf16 for their products, as flash
+ * attention does (kernels/cuda/attention_block_bf16.cu). Off by default
+ * (fp32 arithmetic, the CPU twin's). */
 void dt_ops_cuda_set_bf16(int on);
 
 /* The stream every op is queued on (a cudaStream_t), for communication code

@@ -28,6 +28,19 @@
  *   is exact in fp32, so the fp32 accumulation leaves TOL_GEMM; with fp32
  *   operands (a gradient flowing back) each is rounded once, a relative
  *   2^-9 per element, 2^-8 per product at worst: TOL_BF16 8e-3
+ *   TOL_ATT_BF16 2e-2  blockwise attention on bf16 tensor cores
+ *                   (dt_ops_cuda_set_bf16) against the CPU's fp32, on
+ *                   bf16-valued q, k, v: Q K^T is exact, but P, dO and dS are
+ *                   rounded to bf16 (8 significant bits: unit roundoff
+ *                   u = 2^-8 = 3.9e-3) before the products P V, dO V^T,
+ *                   P^T dO, dS K and dS^T Q. Each output is a sum whose terms
+ *                   carry one or two such independent roundings, so its error
+ *                   is about u times the size of the sum; relative to the
+ *                   tensor's largest value it stays near u (an emulation of
+ *                   these kernels on the CPU gave at most 3.5e-3 on these
+ *                   shapes). 2e-2 is 5u; a wrong mask, tile or index moves
+ *                   outputs by O(1). The row log-sum-exps are fp32 sums of
+ *                   exact scores in both modes: TOL_GEMM.
  *   TOL_SUMSQ 1e-12 sum of squares in double on both sides
  *   TOL_STEP1 1e-4  the first step's loss (same initial weights, no update
  *                   yet: the whole forward through every op)
@@ -55,6 +68,7 @@
 #define TOL_GEMM 1e-4
 #define TOL_TF32 5e-3
 #define TOL_BF16 8e-3
+#define TOL_ATT_BF16 2e-2
 #define TOL_SUMSQ 1e-12
 #define TOL_STEP1 1e-4
 #define TOL_TRAIN 5e-3
@@ -66,9 +80,11 @@ static const dt_ops *gpu;
  * it dt_ops_cuda() is NULL and main() skips before any of these runs. */
 #ifdef DTRUN_CUDA
 static void set_tf32(int on) { dt_ops_cuda_set_tf32(on); }
+static void set_bf16(int on) { dt_ops_cuda_set_bf16(on); }
 static const char *device_name(void) { return dt_ops_cuda_device_name(); }
 #else
 static void set_tf32(int on) { (void)on; }
+static void set_bf16(int on) { (void)on; }
 static const char *device_name(void) { return ""; }
 #endif
 
@@ -444,14 +460,61 @@ static void test_attention(int B, int T, int C, int NH, int causal) {
     free(qkv); free(out); free(att); free(g); free(gq); free(scratch);
 }
 
-/* Blockwise attention (context parallelism's ring): a block of Tq queries
- * against Tk keys inside samples of Ts rows, the partial merged into a
- * result, and the backward from it; the CUDA twin against the CPU's. */
-static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift) {
-    char what[200];
+/* |gpu - ref| / max |ref| over the part an accumulating op ADDED (both
+ * sides minus the common random start), so a small gradient is not hidden
+ * under the start's values. */
+static void expect_added(const char *what, const dbuf *d, const float *start, const float *ref, size_t n, double tol) {
+    float *h = back(d, n), *r = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        h[i] -= start[i];
+        r[i] = ref[i] - start[i];
+    }
+    double e = rel_err(h, r, n);
+    CHECK(e <= tol, "%s: max rel err %.2e <= %.0e", what, e, tol);
+    free(h); free(r);
+}
+
+/* Row log-sum-exps: -inf (a row that sees no key) must match exactly, a
+ * finite one within tol * max(1, |ref|). */
+static void expect_lse(const char *what, const dbuf *d, const float *ref, size_t n, double tol) {
+    float *h = back(d, n);
+    double worst = 0;
+    size_t inf_bad = 0, ninf = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(ref[i]) || isinf(h[i])) {
+            ninf += isinf(ref[i]) != 0;
+            inf_bad += h[i] != ref[i];
+            continue;
+        }
+        double e = fabs((double)h[i] - ref[i]) / fmax(1.0, fabs(ref[i]));
+        if (!(e <= worst)) worst = e; /* NaN sticks */
+    }
+    CHECK(inf_bad == 0 && worst <= tol, "%s: max err %.2e <= %.0e, %zu rows -inf, %zu disagree on -inf", what, worst,
+          tol, ninf, inf_bad);
+    free(h);
+}
+
+/* Blockwise attention (ops.h attention_block_*: the model's attention and
+ * context parallelism's ring): a block of Tq queries against Tk keys inside
+ * samples of Ts rows, a second block (the keys one block on, shift + Tk)
+ * merged into it, and the backward from the merged result; the CUDA twin
+ * against the CPU's. bf16: the backend is told its inputs are bf16
+ * (dt_ops_cuda_set_bf16) and q, kv are rounded to bf16 values on both sides
+ * (as the bf16 model stores qkv); the CPU still computes in fp32, so the
+ * difference is the tensor-core path's own rounding (TOL_ATT_BF16). */
+static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift, int bf16) {
+    char what[240], shape[160];
+    double tol = bf16 ? TOL_ATT_BF16 : TOL_GEMM;
+    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d (hs %d) %s shift %d %s", B, Ts, Tq, Tk, C, NH,
+             C / NH, causal ? "causal" : "full", shift, bf16 ? "bf16" : "fp32");
     size_t nq = (size_t)B * Ts * 3 * C, nkv = (size_t)B * Ts * 2 * C, no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
     float *q = hrand(nq, 1.0f), *kv = hrand(nkv, 1.0f), *out = hrand(no, 1.0f), *lse = hrand(nl, 1.0f);
     float *pout = hrand(no, 1.0f), *plse = hrand(nl, 1.0f);
+    if (bf16) {
+        cpu->round_bf16(q, nq);
+        cpu->round_bf16(kv, nkv);
+    }
+    set_bf16(bf16);
     dbuf dq = dup_f(q, nq, 0), dkv = dup_f(kv, nkv, 0), dout = dup_f(out, no, 0), dlse = dup_f(lse, nl, 0);
     dbuf dpout = dup_f(pout, no, 0), dplse = dup_f(plse, nl, 0);
     /* a first block into (out, lse), a second (shifted one block on) merged into it */
@@ -459,29 +522,52 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift);
     cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift + Tk);
     gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift + Tk);
-    snprintf(what, sizeof what, "attention_block_forward B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d %s shift %d", B, Ts, Tq,
-             Tk, C, NH, causal ? "causal" : "full", shift);
-    expect(what, &dpout, pout, no, TOL_GEMM);
+    snprintf(what, sizeof what, "attention_block_forward out %s", shape);
+    expect(what, &dout, out, no, tol);
+    snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
+    expect_lse(what, &dlse, lse, nl, TOL_GEMM);
+    snprintf(what, sizeof what, "attention_block_forward out, second block (shift %d) %s", shift + Tk, shape);
+    expect(what, &dpout, pout, no, tol);
+    snprintf(what, sizeof what, "attention_block_forward lse, second block %s", shape);
+    expect_lse(what, &dplse, plse, nl, TOL_GEMM);
     cpu->attention_block_merge(out, lse, pout, plse, B, Ts, Tq, C, NH);
     gpu->attention_block_merge(dout.p, dlse.p, dpout.p, dplse.p, B, Ts, Tq, C, NH);
-    snprintf(what, sizeof what, "attention_block_merge B=%d Tq=%d C=%d NH=%d", B, Tq, C, NH);
-    expect(what, &dout, out, no, TOL_GEMM);
+    snprintf(what, sizeof what, "attention_block_merge out %s", shape);
+    expect(what, &dout, out, no, tol);
+    snprintf(what, sizeof what, "attention_block_merge lse %s", shape);
+    expect_lse(what, &dlse, lse, nl, TOL_GEMM);
+
+    /* backward alone: both sides from the CPU's merged out and lse */
+    gpu->from_host(dout.p, out, no * sizeof(float));
+    gpu->from_host(dlse.p, lse, nl * sizeof(float));
     float *g = hrand(no, 1.0f), *gq = hrand(nq, 1.0f), *gkv = hrand(nkv, 1.0f);
+    float *gq0 = malloc(nq * sizeof(float)), *gkv0 = malloc(nkv * sizeof(float));
+    memcpy(gq0, gq, nq * sizeof(float));
+    memcpy(gkv0, gkv, nkv * sizeof(float));
     dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
+    dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
     cpu->attention_block_backward(gq, gkv, g, out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift);
     gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal,
                                   shift);
-    snprintf(what, sizeof what, "attention_block_backward dq B=%d Tq=%d Tk=%d %s (accumulates)", B, Tq, Tk,
-             causal ? "causal" : "full");
-    expect(what, &dgq, gq, nq, TOL_GEMM);
-    snprintf(what, sizeof what, "attention_block_backward dkv B=%d Tq=%d Tk=%d %s (accumulates)", B, Tq, Tk,
-             causal ? "causal" : "full");
-    expect(what, &dgkv, gkv, nkv, TOL_GEMM);
+    snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
+    expect_added(what, &dgq, gq0, gq, nq, tol);
+    snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
+    expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
+    /* deterministic: a second call from the same start writes the same bits */
+    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal,
+                                  shift);
+    float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
+    CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
+          "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
+    free(r1); free(r2); free(s1); free(s2);
+    set_bf16(0);
     cpu->rows_copy(gq + C, 3 * C, gkv, 2 * C, B * Ts, 2 * C, 1);
     gpu->rows_copy(dgq.p + C, 3 * C, dgkv.p, 2 * C, B * Ts, 2 * C, 1);
-    expect("rows_copy (accumulate into the k, v columns of dqkv)", &dgq, gq, nq, TOL_ELEM);
+    /* both sides already differ by the backward's rounding: its tolerance */
+    expect("rows_copy (accumulate into the k, v columns of dqkv)", &dgq, gq, nq, tol);
     drop(&dq); drop(&dkv); drop(&dout); drop(&dlse); drop(&dpout); drop(&dplse); drop(&dg); drop(&dgq); drop(&dgkv);
-    free(q); free(kv); free(out); free(lse); free(pout); free(plse); free(g); free(gq); free(gkv);
+    drop(&dgq2); drop(&dgkv2);
+    free(q); free(kv); free(out); free(lse); free(pout); free(plse); free(g); free(gq); free(gkv); free(gq0); free(gkv0);
 }
 
 /* ---------------------------------------------------------------- elementwise */
@@ -873,9 +959,23 @@ int main(void) {
     test_attention(2, 65, 192, 3, 0); /* ViT-like: 64 patches + class token */
     test_attention_decode(1, 8, 2);
     test_attention_decode(300, 64, 4); /* more keys than the kernel's threads */
-    test_attention_block(2, 16, 8, 8, 16, 2, 1, 0);     /* the diagonal block, then a whole one */
-    test_attention_block(1, 40, 20, 20, 24, 3, 0, 0);   /* full attention */
-    test_attention_block(1, 2600, 1300, 1300, 64, 2, 1, 0); /* more keys than a shared-memory tile */
+    /* blockwise attention, each shape in fp32 and in bf16: tiles of 64 rows
+     * and keys (32 for some hs 128 passes), so the sizes below leave ragged
+     * tiles; hs 8, 32, 48 (padded to 64) and 128 take the tiled kernels, 160
+     * the simple ones */
+    for (int bf = 0; bf <= 1; bf++) {
+        test_attention_block(2, 16, 8, 8, 16, 2, 1, 0, bf);         /* the diagonal block, then a whole one */
+        test_attention_block(1, 40, 20, 20, 24, 3, 0, 0, bf);       /* full attention */
+        test_attention_block(1, 2600, 1300, 1300, 64, 2, 1, 0, bf); /* more keys than a simple kernel's tile */
+        test_attention_block(2, 300, 200, 150, 256, 4, 1, 37, bf);  /* hs 64, Tq != Tk, a cp block's shift */
+        test_attention_block(2, 300, 130, 257, 128, 4, 0, 0, bf);   /* hs 32, full, more keys than queries */
+        test_attention_block(1, 200, 100, 180, 128, 2, 1, -50, bf); /* rows 0..49 see no key: out 0, lse -inf */
+        test_attention_block(1, 150, 150, 150, 256, 2, 1, 0, bf);   /* hs 128 */
+        test_attention_block(1, 100, 100, 100, 96, 2, 1, 0, bf);    /* hs 48 */
+        test_attention_block(1, 70, 70, 70, 320, 2, 1, 0, bf);      /* hs 160: the simple kernels */
+        test_attention_block(2, 1024, 1024, 1024, 768, 12, 1, 0, bf); /* GPT-2 124M's attention, one block */
+        test_attention_block(4, 197, 197, 197, 768, 12, 0, 0, bf);  /* ViT-B/16's: 196 patches + class token */
+    }
 
     test_elementwise(1000003);
     test_elementwise(7);
