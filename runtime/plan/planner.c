@@ -254,8 +254,9 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                     if (cp > 1 && (job->model.kind != MODEL_GPT || job->train.precision != PREC_FP32 ||
                                    job->model.seq_len % (2 * cp)))
                         continue;
-                    /* selective recompute keeps what none keeps under cp (no probabilities): the same layout */
-                    if (cp > 1 && rc == RECOMPUTE_SELECTIVE) continue;
+                    /* selective recompute keeps what none keeps where the attention keeps only
+                     * lse (fused, or cp: no probabilities): the same layout */
+                    if (rc == RECOMPUTE_SELECTIVE && model_attention_lse(&job->model, cp)) continue;
                     int dp = W / tp / pp / cp;
                     if (job->train.global_batch % dp) continue;
                     int per_dp = job->train.global_batch / dp;
