@@ -14,7 +14,7 @@
 #    rounds its probabilities to bf16 where it keeps them and fused has none to
 #    round: the two then differ by that rounding, within the bf16 layout
 #    tolerances of parallel_bf16.sh (loss 1e-3 relative, parameters 1.6e-2, one
-#    bf16 ulp at 4). The GPT runs as gpt-cp16 (gpt-tiny with AdamW eps 1e-5,
+#    bf16 ulp at 4). The GPT runs as gpt-bf16 (gpt-tiny with AdamW eps 1e-5,
 #    see there): its key bias has no true gradient, only rounding noise, which
 #    the default eps turns into +-lr steps whose sign follows the noise, and
 #    the two attentions round differently.
@@ -40,7 +40,7 @@ same_run() { # MODEL WORDS LOSS_RTOL PARAM_ATOL
 }
 same_run gpt-tiny "" 1e-5 1e-4
 same_run vit-tiny "" 1e-5 1e-4
-same_run gpt-cp16 "prec=bf16" 1e-3 1.6e-2
+same_run gpt-bf16 "prec=bf16" 1e-3 1.6e-2
 same_run vit-tiny "prec=bf16" 1e-3 1.6e-2
 
 BUSY=1 # memory only: no bubble is judged here
