@@ -5,7 +5,8 @@
  * that means something for that dp (hsdp only when a node holds some but not all
  * of the data-parallel ranks), micro_batch among the divisors of global_batch / dp
  * up to 64, every pipeline schedule (interleaved with 2 chunks per rank),
- * recompute none, selective and block, and with tp > 1 sequence parallelism off and on,
+ * recompute none, selective (only with naive attention and no cp: elsewhere it keeps
+ * what none keeps) and block, and with tp > 1 sequence parallelism off and on,
  * and for a GPT in fp32 context parallelism cp (a divisor of the ranks left after tp
  * and pp, with seq_len divisible by 2 cp; dp = the rest); a layout
  * that does not fit is tried again with the optimizer offloaded to host memory
