@@ -282,9 +282,8 @@ int model_seq_len(const job_model *spec);
 /* Bytes of activations one micro-batch of B samples keeps between forward and
  * backward on this shard (with recompute = block only block inputs; with
  * selective and naive attention one set of attention probabilities for all
- * blocks), plus the
- * scratch it needs; model_acts_create allocates exactly this, in one ops->alloc
- * (besides a few host floats per token for the loss). */
+ * blocks), plus the scratch it needs; model_acts_create allocates exactly
+ * this, in one ops->alloc (besides a few host floats per token for the loss). */
 size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
                         recompute_kind recompute);
 /* The two parts of those bytes. stash: what one micro-batch keeps from its
