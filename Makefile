@@ -182,6 +182,11 @@ $(BUILD)/bench/bf16_gemm: scripts/bench/bf16_gemm.c $(BUILD)/libdtrun.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $< $(BUILD)/libdtrun.a -o $@ $(LDLIBS)
 
+# scripts/bench/attention-train.sh: the attention core, fused against naive.
+$(BUILD)/bench/attention_bench: scripts/bench/attention_bench.c $(BUILD)/libdtrun.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $< $(BUILD)/libdtrun.a -o $@ $(LDLIBS)
+
 gpu-bench-bin: $(BUILD)/bench/gpu_train $(BUILD)/bench/comm_bench
 
 # scripts/bench/gpu_attention.c: the blockwise attention kernels alone, fp32 and

@@ -22,6 +22,14 @@ typedef enum { MODEL_GPT = 0, MODEL_VIT = 1 } model_kind;
  * or the exact erf one (Hugging Face's "gelu": BERT, ViT). */
 typedef enum { ACT_GELU_TANH = 0, ACT_GELU = 1 } activation_kind;
 #define JOB_NORM_EPS_DEFAULT 1e-5 /* GPT-2's layernorm eps */
+/* How a block computes its attention core (model.attention). fused: flash-
+ * attention style, the online softmax over blocks of keys, keeping each row's
+ * log-sum-exp for backward (no [seq, seq] matrix in memory); naive: the
+ * softmax probabilities [heads, seq, seq] materialised and kept, as Megatron
+ * before flash attention (Korthikanti et al.'s activation counts model it).
+ * The same function: a checkpoint of either loads under the other. fused is
+ * 0, so a job_model not made by the loader computes fused. */
+typedef enum { ATTN_FUSED = 0, ATTN_NAIVE = 1 } attention_kind;
 
 typedef struct {
     model_kind kind;
@@ -49,6 +57,7 @@ typedef struct {
      * 0 = auto, model_head_chunk_rows). Memory and time only: the loss is the
      * same within fp32 rounding whatever it is. */
     int head_chunk_rows;
+    attention_kind attention; /* model.attention: fused (default) or naive */
     /* model.init_from: a Hugging Face folder (config.json + model.safetensors or
      * a sharded index) whose weights the run starts from; "" = none. Its
      * config.json fills the shape keys (jobspec_init_from.c). */
@@ -255,6 +264,8 @@ void job_print(const job_spec *job, FILE *out);
 const char *job_model_kind_name(model_kind k);
 /* "gelu_tanh" or "gelu". */
 const char *job_activation_name(activation_kind a);
+/* "fused" or "naive". */
+const char *job_attention_name(attention_kind a);
 /* m->norm_eps, or JOB_NORM_EPS_DEFAULT when it is 0 (not set). */
 double job_model_norm_eps(const job_model *m);
 const char *job_data_kind_name(data_kind k);

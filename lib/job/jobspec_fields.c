@@ -21,6 +21,9 @@ static const char *const model_kind_aliases[] = {"gpt2,llm,lm,transformer", "vis
 static const char *const activations[] = {"gelu_tanh", "gelu", NULL};
 static const char *const activation_aliases[] = {"gelu_new,gelu_pytorch_tanh,tanh,approximate,gelu_approx",
                                                  "gelu_erf,erf,exact,gelu_exact", NULL};
+static const char *const attentions[] = {"fused", "naive", NULL};
+static const char *const attention_aliases[] = {"flash,flash_attention,flash_attn,sdpa,online_softmax,memory_efficient",
+                                                "eager,math,materialized,materialised,standard,vanilla,unfused", NULL};
 static const char *const data_kinds[] = {"synthetic", "text", "tokens", "idx", NULL};
 static const char *const data_kind_aliases[] = {"random,fake,dummy,synth", "txt,bytes,file",
                                                 "bin,llmc,token,shards", "mnist,fashion_mnist,fmnist",
@@ -93,6 +96,8 @@ const field_def job_fields[FID_COUNT] = {
     [FID_NORM_EPS] = {.section = SEC_MODEL, .key = "norm_eps", .type = FT_DOUBLE, .offset = OFF(model.norm_eps),
                       .lo = 0, .lo_open = 1, .hi = 1, .aliases = "layer_norm_eps,layer_norm_epsilon,ln_eps,norm_epsilon,"
                                                                  "eps_norm"},
+    [FID_ATTENTION] = ENUM(SEC_MODEL, "attention", model.attention, attentions, attention_aliases,
+                           "attn_implementation,attention_impl,attn_impl,use_flash_attn,flash_attn,attention_kind"),
     [FID_INIT_FROM] = STR(SEC_MODEL, "init_from", FT_STR, model.init_from,
                           "pretrained,from_pretrained,load_from,pretrained_path,init,weights,"
                           "model_name_or_path"),
@@ -399,6 +404,7 @@ static const char *name_of(const char *const *names, int v)
 
 const char *job_model_kind_name(model_kind k) { return name_of(model_kinds, (int)k); }
 const char *job_activation_name(activation_kind a) { return name_of(activations, (int)a); }
+const char *job_attention_name(attention_kind a) { return name_of(attentions, (int)a); }
 double job_model_norm_eps(const job_model *m) { return m->norm_eps > 0 ? m->norm_eps : JOB_NORM_EPS_DEFAULT; }
 const char *job_data_kind_name(data_kind k) { return name_of(data_kinds, (int)k); }
 const char *job_lr_schedule_name(lr_schedule s) { return name_of(schedules, (int)s); }

@@ -45,16 +45,29 @@ typedef struct {
     int bf16;
     model_dims d;
     int has_emb, has_head, nb, sp, gpt, cp;
+    int lse; /* the attention keeps each row's log-sum-exp (model_attention_lse) */
     int off; /* the stream entering blocks 1 .. nb-1 in host memory (acts_on_host) */
 } shape;
 
 /* The attention statistics one block keeps: its softmax probabilities [B,
- * NH_l, seq, seq], or under context parallelism its rows' log-sum-exp [B,
- * NH_l, seq] (the ring recomputes the probabilities block by block). */
+ * NH_l, seq, seq] (naive), or its rows' log-sum-exp [B, NH_l, seq] (fused,
+ * context parallelism: the blockwise backward recomputes the probabilities
+ * block by block). */
 static size_t att_numel(const shape *g, int B)
 {
     size_t n = (size_t)B * (size_t)g->d.NH_l * (size_t)g->d.seq;
-    return g->cp ? n : n * (size_t)g->d.seq;
+    return g->lse ? n : n * (size_t)g->d.seq;
+}
+
+/* The attention's scratch in the working set (model_attention): naive, the
+ * backward's [B, NH_l, seq, seq]; fused without cp, k and v packed for the
+ * blockwise ops and then their gradient, [N, 4 C_l]; under cp none (the
+ * ring's own buffers, cp.c). */
+static size_t att_scratch_numel(const shape *g, int B)
+{
+    if (g->cp) return 0;
+    if (g->lse) return (size_t)B * (size_t)g->d.seq * 4 * (size_t)g->d.C_l;
+    return att_numel(g, B);
 }
 
 static shape shape_of(const job_model *spec, const model_shard *sh, recompute_kind rc, const model_precision *prec)
@@ -70,6 +83,7 @@ static shape shape_of(const job_model *spec, const model_shard *sh, recompute_ki
     g.sp = g.d.sp_size > 1;
     g.gpt = spec->kind == MODEL_GPT;
     g.cp = g.d.cp_size > 1;
+    g.lse = model_attention_lse(spec, g.d.cp_size);
     g.off = prec && prec->acts_on_host && rc == RECOMPUTE_BLOCK && g.nb > 1;
     return g;
 }
@@ -81,8 +95,9 @@ static size_t head_chunk_numel(const shape *g, int B)
     return (rows < N ? rows : N) * (size_t)g->d.V_l;
 }
 
-/* One block's fp32 tensors; with `stats` its layernorm statistics too (a bf16
- * working set borrows them from the micro-batch's stash instead). */
+/* One block's fp32 tensors; with `stats` its layernorm statistics and
+ * attention log-sum-exp too (a bf16 working set borrows them from the
+ * micro-batch's stash instead). */
 static void take_block(bump *b, const shape *g, int B, block_acts *s, float *att_shared, int stats)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
@@ -93,7 +108,8 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, float *att
     s->qkv = takef(b, N * 3 * C_l);
     b->attn_in += (Nl * C + N * 3 * C_l) * sizeof(float);
     b->mlp_in += (Nl * C + 2 * N * F_l) * sizeof(float);
-    s->att = g->rc == RECOMPUTE_SELECTIVE && !g->cp ? att_shared : takef(b, att);
+    if (g->lse) s->att = stats ? takef(b, att) : NULL; /* the statistic */
+    else s->att = g->rc == RECOMPUTE_SELECTIVE ? att_shared : takef(b, att);
     s->atty = takef(b, N * C_l);
     s->r2 = takef(b, Nl * C);
     s->ln2 = takef(b, Nl * C);
@@ -114,8 +130,8 @@ static void take_block16(bump *b, const shape *g, int B, block_stash16 *s)
     s->ln1_mean = takef(b, Nl);
     s->ln1_rstd = takef(b, Nl);
     s->qkv = takeh(b, N * 3 * C_l);
-    s->att = g->rc == RECOMPUTE_SELECTIVE || g->cp ? NULL : takeh(b, att);
-    s->lse = g->cp ? takef(b, att) : NULL;
+    s->att = g->rc == RECOMPUTE_SELECTIVE || g->lse ? NULL : takeh(b, att);
+    s->lse = g->lse ? takef(b, att) : NULL;
     s->atty = takeh(b, N * C_l);
     s->r2 = takeh(b, Nl * C);
     s->ln2 = takeh(b, Nl * C);
@@ -217,8 +233,9 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
         else a->out = takef(b, Nl * C), a->doutput = takef(b, Nl * C);
     }
     a->dres = takef(b, Nl * C);
-    /* selective: one [B, NH_l, seq, seq] for all blocks instead of one each */
-    a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE && !g->cp ? takef(b, att) : NULL;
+    /* selective (naive attention): one [B, NH_l, seq, seq] for all blocks
+     * instead of one each; with the lse kinds there is nothing to share */
+    a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE && !g->lse ? takef(b, att) : NULL;
     /* the set a block computes in when its micro-batch does not keep an fp32 one */
     a->work_blk_on = nb > 0 && (g->rc == RECOMPUTE_BLOCK || g->bf16);
     if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, !g->bf16 || g->rc == RECOMPUTE_BLOCK);
@@ -232,8 +249,8 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
     a->bs.dA = nb > 0 ? takef(b, N * max_sz(F_l, 3 * C_l)) : NULL;
     a->bs.dB = nb > 0 ? takef(b, N * max_sz(F_l, C_l)) : NULL;
-    /* context parallelism: the ring's own buffers (cp.c), no [T, T] */
-    a->bs.att_scratch = nb > 0 && !g->cp ? takef(b, att) : NULL;
+    size_t att_scr = att_scratch_numel(g, B);
+    a->bs.att_scratch = nb > 0 && att_scr ? takef(b, att_scr) : NULL;
     /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
      * sums, the embedding's output before it is cut into rows, the ViT head's
      * class tokens (the GPT head gathers into lnf); layernorm gradients of the

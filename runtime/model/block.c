@@ -47,15 +47,16 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
      * the stash keeps; statistics stay fp32 */
     int r16 = m->prec.bf16;
     size_t NC3 = (size_t)N * 3 * (size_t)d->C_l, NCl = (size_t)N * (size_t)d->C_l, NF = (size_t)N * (size_t)d->F_l;
-    /* the probabilities are rounded like the tensors; under context parallelism
-     * att is the rows' log-sum-exp, a statistic, and stays fp32 */
-    size_t att = d->cp_size > 1 ? 0 : (size_t)B * (size_t)d->NH_l * (size_t)T * (size_t)T;
+    /* naive attention's probabilities are rounded like the tensors; with fused
+     * attention and under context parallelism att is the rows' log-sum-exp, a
+     * statistic, and stays fp32 */
+    size_t att = model_attention_lse(&m->spec, d->cp_size) ? 0 : (size_t)B * (size_t)d->NH_l * (size_t)T * (size_t)T;
     ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C,
                            model_norm_eps(m));
     if (r16) ops->round_bf16(a->ln1, NlC);
     L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l);
     if (r16) ops->round_bf16(a->qkv, NC3);
-    m->attn.forward(m->attn.ctx, a->atty, a->att, a->qkv, B, T, d->C_l, d->NH_l, causal);
+    m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, B, T, d->C_l, d->NH_l, causal);
     if (r16 && att) ops->round_bf16(a->att, att);
     if (r16) ops->round_bf16(a->atty, NCl);
     L->row_forward(L->ctx, a->r2, s->full, a->atty, bp.p[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C);
@@ -130,7 +131,7 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     if (keep) ops->copy(keep->dr2, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dres, s->full, a->atty,
                     bp.p[BLK_PROJ_W], N, d->C_l, C);
-    if (s->att_shared) { /* selective recompute (none under context parallelism: no probabilities kept) */
+    if (s->att_shared) { /* selective recompute, naive attention (the lse kinds keep no probabilities) */
         /* att_shared holds whichever block's probabilities were computed last:
          * rebuild this block's from its kept qkv (same kernel, same inputs, so
          * the same bits as its forward's). The attention output is not needed

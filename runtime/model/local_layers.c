@@ -3,7 +3,9 @@
  * is no one to talk to. The model computes through these unless a strategy sets
  * its tensor-parallel ones (model_set_layers; runtime/parallel/tp.c), which run
  * the same ops in the same order plus their collectives, so one process and
- * every tp layout share their arithmetic. */
+ * every tp layout share their arithmetic. The local attention core is here
+ * too (model.attention fused or naive), the one a context-parallel ring
+ * replaces (model_set_attention; runtime/parallel/cp.c). */
 #include "runtime/model/model_internal.h"
 
 static void column_forward(void *ctx, float *out, const float *in_rows, float *full, const float *w,
@@ -101,22 +103,55 @@ static void rows_grad_sum(void *ctx, float *buf, size_t n)
     (void)ctx, (void)buf, (void)n; /* one rank holds every row */
 }
 
-static void attention_forward(void *ctx, float *out, float *stat, const float *qkv, int B, int T, int C, int NH,
-                              int causal)
+/* naive (model.attention): the softmax probabilities materialised and kept
+ * as the stat, [B, NH, T, T]; scratch another such for backward. */
+static void naive_forward(void *ctx, float *out, float *stat, float *scratch, const float *qkv, int B, int T, int C,
+                          int NH, int causal)
 {
+    (void)scratch;
     ((const model *)ctx)->ops->attention_forward(out, stat, qkv, B, T, C, NH, causal);
 }
 
-static void attention_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *out, const float *stat, int B, int T, int C, int NH, int causal)
+static void naive_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *out, const float *stat, int B, int T, int C, int NH, int causal)
 {
     (void)out;
     ((const model *)ctx)->ops->attention_backward(dqkv, scratch, dout, qkv, stat, B, T, C, NH, causal);
 }
 
+/* fused: the blockwise ops context parallelism's ring uses, with one block of
+ * every query against every key (Tq = Tk = T, shift 0: causal is the plain
+ * mask), so the online softmax runs over the key tiles of one kernel and the
+ * stat is each row's log-sum-exp [B, NH, T]. The ops read k and v packed
+ * ([rows, 2C], kv_pack's layout), so scratch ([B * T, 4C]) holds them, then
+ * their gradient, which goes back into dqkv's k and v columns. */
+static void fused_forward(void *ctx, float *out, float *stat, float *scratch, const float *qkv, int B, int T, int C,
+                          int NH, int causal)
+{
+    const dt_ops *ops = ((const model *)ctx)->ops;
+    int N = B * T, C2 = 2 * C, C3 = 3 * C;
+    ops->rows_copy(scratch, C2, qkv + C, C3, N, C2, 0);
+    ops->attention_block_forward(out, stat, qkv, scratch, B, T, T, T, C, NH, causal, 0);
+}
+
+static void fused_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                           const float *out, const float *stat, int B, int T, int C, int NH, int causal)
+{
+    const dt_ops *ops = ((const model *)ctx)->ops;
+    int N = B * T, C2 = 2 * C, C3 = 3 * C;
+    float *kv = scratch, *dkv = scratch + (size_t)N * (size_t)C2;
+    ops->rows_copy(kv, C2, qkv + C, C3, N, C2, 0);
+    ops->zero(dkv, (size_t)N * (size_t)C2 * sizeof(float));
+    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, B, T, T, T, C, NH, causal, 0);
+    ops->rows_copy(dqkv + C, C3, dkv, C2, N, C2, 1);
+}
+
 void model_local_attention(model *m, model_attention *out)
 {
-    *out = (model_attention){.ctx = m, .forward = attention_forward, .backward = attention_backward};
+    if (m->spec.attention == ATTN_NAIVE)
+        *out = (model_attention){.ctx = m, .forward = naive_forward, .backward = naive_backward};
+    else
+        *out = (model_attention){.ctx = m, .forward = fused_forward, .backward = fused_backward};
 }
 
 void model_local_layers(model *m, model_layers *out)

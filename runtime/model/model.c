@@ -424,7 +424,7 @@ static block_acts acts_of_block(model_acts *a, int k)
 {
     if (!a->work_blk_on) {
         block_acts w = a->blk[k];
-        if (a->bs.att_shared) w.att = a->bs.att_shared; /* selective: it may have moved (none under cp) */
+        if (a->bs.att_shared) w.att = a->bs.att_shared; /* selective: it may have moved (naive only) */
         return w;
     }
     block_acts w = a->work_blk;
@@ -432,7 +432,7 @@ static block_acts acts_of_block(model_acts *a, int k)
         const block_stash16 *s = &a->blk16[k];
         w.ln1_mean = s->ln1_mean, w.ln1_rstd = s->ln1_rstd;
         w.ln2_mean = s->ln2_mean, w.ln2_rstd = s->ln2_rstd;
-        if (s->lse) w.att = s->lse; /* context parallelism: the statistic, kept fp32 */
+        if (s->lse) w.att = s->lse; /* fused attention, context parallelism: the statistic, kept fp32 */
     }
     return w;
 }

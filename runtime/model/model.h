@@ -248,19 +248,23 @@ typedef struct {
 } model_layers;
 
 /* The attention core of every block (qkv in, the heads' outputs out), through
- * which the model computes it: by default ops->attention_forward / _backward
- * on this rank's tokens; a context-parallel strategy sets its own
- * (runtime/parallel/cp.c), which runs the ring over its cp group so that the
- * local queries see every rank's keys. qkv [B, T, 3C], out [B, T, C] with T
- * the local sequence (model_dims' seq), C and NH this tp rank's.
- * stat is what forward keeps for backward: the softmax probabilities [B, NH,
- * T, T] by default, the rows' log-sum-exp [B, NH, T] under context
- * parallelism (model_shard.cp_size > 1). scratch: [B, NH, T, T] floats by
- * default, NULL under context parallelism (the ring brings its own). */
+ * which the model computes it: by default the local one on this rank's tokens
+ * (local_layers.c: model.attention fused, the blockwise ops->attention_block_*
+ * over one block of every key, or naive, ops->attention_forward / _backward);
+ * a context-parallel strategy sets its own (runtime/parallel/cp.c), which
+ * runs the ring over its cp group so that the local queries see every rank's
+ * keys. qkv [B, T, 3C], out [B, T, C] with T the local sequence (model_dims'
+ * seq), C and NH this tp rank's.
+ * stat is what forward keeps for backward: the rows' log-sum-exp [B, NH, T]
+ * when model_attention_lse (fused, or context parallelism), else the softmax
+ * probabilities [B, NH, T, T]. scratch (forward and backward, shared by all
+ * blocks): fused without cp [B * T, 4C] floats (k and v packed for the
+ * blockwise ops, then their gradient), naive [B, NH, T, T] (backward only),
+ * NULL under context parallelism (the ring brings its own). */
 typedef struct {
     void *ctx;
-    void (*forward)(void *ctx, float *out, float *stat, const float *qkv, int B, int T, int C, int NH,
-                    int causal);
+    void (*forward)(void *ctx, float *out, float *stat, float *scratch, const float *qkv, int B, int T, int C,
+                    int NH, int causal);
     /* dqkv += */
     void (*backward)(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
                      const float *out, const float *stat, int B, int T, int C, int NH, int causal);
@@ -299,6 +303,15 @@ typedef struct model_acts model_acts;
 
 /* ---- sizes: the one source of truth for the runtime and --dry-run ---- */
 int model_n_units(const job_model *spec);                    /* L + 2 */
+/* 1 when the attention core keeps each row's log-sum-exp instead of the
+ * softmax probabilities: model.attention fused, or context parallelism
+ * (cp_size > 1: the ring is blockwise whatever the key says). Then no [seq,
+ * seq] matrix is kept or used as scratch, and selective recompute has nothing
+ * to drop or redo (it is the same as none). */
+static inline int model_attention_lse(const job_model *spec, int cp_size)
+{
+    return spec->attention == ATTN_FUSED || cp_size > 1;
+}
 /* Number of parameter tensors of a unit, and their specs for a tp rank. */
 int model_unit_param_count(const job_model *spec, int unit);
 void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
@@ -308,9 +321,9 @@ size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_siz
 int model_seq_len(const job_model *spec);
 /* Bytes of activations one micro-batch of B samples keeps between forward and
  * backward on this shard (with recompute = block only block inputs; with
- * selective one set of attention probabilities for all blocks), plus the
- * scratch it needs; model_acts_create allocates exactly this, in one ops->alloc
- * (besides a few host floats per token for the loss). */
+ * selective and naive attention one set of attention probabilities for all
+ * blocks), plus the scratch it needs; model_acts_create allocates exactly
+ * this, in one ops->alloc (besides a few host floats per token for the loss). */
 size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
                         recompute_kind recompute);
 /* The two parts of those bytes. stash: what one micro-batch keeps from its
@@ -333,7 +346,8 @@ size_t model_acts_host_bytes(const job_model *spec, int B);
 /* FLOPs of forward + backward for one sample on the whole model:
  * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention);
  * block recompute adds the blocks' forward up to the MLP projection, selective
- * their attention core (4 * L * seq^2 * d_model). Details: params.c. */
+ * with naive attention their attention core (4 * L * seq^2 * d_model; with
+ * fused attention nothing). Details: params.c. */
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute);
 /* What a step executes per sample: model_flops_per_sample plus, for a GPT, the
  * LM head's forward GEMM once more in backward (the chunked head recomputes

@@ -120,7 +120,9 @@ static inline float model_norm_eps(const model *m) { return (float)job_model_nor
 
 /* The plain local layers (no tensor parallelism), computing on m->ops. */
 void model_local_layers(model *m, model_layers *out);
-/* The local attention (no context parallelism): ops->attention_*. */
+/* The local attention (no context parallelism), as model.attention says:
+ * fused, the blockwise ops (ops->attention_block_*) over one block; naive,
+ * ops->attention_forward / _backward. */
 void model_local_attention(model *m, model_attention *out);
 void model_hook_before(model *m, int unit, model_phase phase);
 void model_hook_after(model *m, int unit, model_phase phase);
@@ -130,9 +132,10 @@ void model_hook_after(model *m, int unit, model_phase phase);
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd; /* [N_l,C], [N_l], [N_l] */
     float *qkv;                       /* [N, 3*C_l] */
-    float *att;                       /* [B, NH_l, seq, seq] softmax probabilities
-                                         (selective recompute: block_scratch.att_shared;
-                                         context parallelism: [B, NH_l, seq] log-sum-exp) */
+    float *att;                       /* the attention's stat (model_attention): naive,
+                                         [B, NH_l, seq, seq] softmax probabilities (selective
+                                         recompute: block_scratch.att_shared); fused or
+                                         context parallelism, [B, NH_l, seq] log-sum-exp */
     float *atty;                      /* [N, C_l] attention output, before proj */
     float *r2;                        /* [N_l,C] x + attention branch */
     float *ln2, *ln2_mean, *ln2_rstd; /* [N_l,C], [N_l], [N_l] */
@@ -140,10 +143,10 @@ typedef struct {
 } block_acts;
 
 /* A block's tensors as a bf16 micro-batch keeps them (model_precision.bf16):
- * the same as block_acts, rounded to bf16, statistics fp32. att is NULL under
- * selective recompute and under context parallelism, where the rows'
- * log-sum-exp is a statistic: lse, fp32, which the block writes and reads in
- * place. */
+ * the same as block_acts, rounded to bf16, statistics fp32. att (naive
+ * attention's probabilities) is NULL under selective recompute and where the
+ * attention keeps the rows' log-sum-exp (fused, context parallelism): a
+ * statistic, lse, fp32, which the block writes and reads in place. */
 typedef struct {
     uint16_t *ln1, *qkv, *att, *atty, *r2, *ln2, *fch, *fchg;
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
@@ -171,8 +174,10 @@ typedef struct {
     float *dln;         /* [N,C]  d(ln1 or ln2 output), also the head's d(lnf) */
     float *dA;          /* [N, max(F_l, 3*C_l)] */
     float *dB;          /* [N, max(F_l, C_l)] */
-    float *att_scratch; /* [B, NH_l, seq, seq] */
-    /* selective recompute only (else NULL): [B, NH_l, seq, seq] the softmax
+    float *att_scratch; /* the attention's (model_attention): naive [B, NH_l, seq, seq],
+                           fused [N, 4 C_l] (k, v packed, then their gradient),
+                           NULL under context parallelism */
+    /* selective recompute with naive attention only (else NULL): [B, NH_l, seq, seq] the softmax
      * probabilities of every block, each block_acts.att pointing here. A block's
      * forward writes them and the next block's overwrites them, so its backward
      * recomputes them from its kept qkv before the attention backward. */

@@ -201,7 +201,10 @@ size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t 
  * Recompute re-runs each block's forward up to its MLP projection (its output is not needed):
  *   + 2 * seq * L * (4C^2 + C*F) + 4 * L * seq^2 * C.
  * Selective recompute re-runs only each block's attention core (QK^T and AV):
- *   + 4 * L * seq^2 * C. */
+ *   + 4 * L * seq^2 * C, with naive attention; fused attention keeps no
+ *   probabilities, so selective re-runs nothing (the blockwise backward's own
+ *   recomputation of QK^T is part of the attention it runs, not counted, as
+ *   neither PaLM's MFU nor Megatron's count it). */
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute)
 {
     double C = spec->d_model, F = spec->d_ff, L = spec->n_layer, seq = model_seq_len(spec);
@@ -215,7 +218,7 @@ double model_flops_per_sample(const job_model *spec, recompute_kind recompute)
     }
     if (recompute == RECOMPUTE_BLOCK)
         f += 2.0 * seq * L * (4.0 * C * C + C * F) + 4.0 * L * seq * seq * C;
-    else if (recompute == RECOMPUTE_SELECTIVE)
+    else if (recompute == RECOMPUTE_SELECTIVE && !model_attention_lse(spec, 1))
         f += 4.0 * L * seq * seq * C;
     return f;
 }

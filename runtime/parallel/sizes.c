@@ -67,7 +67,8 @@ double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
     if (unit <= L) {
         double f = 6.0 * seq * (4.0 * C * C + 2.0 * C * F) + 12.0 * seq * seq * C;
         if (rc == RECOMPUTE_BLOCK) f += 2.0 * seq * (4.0 * C * C + C * F) + 4.0 * seq * seq * C;
-        else if (rc == RECOMPUTE_SELECTIVE) f += 4.0 * seq * seq * C; /* the attention core */
+        else if (rc == RECOMPUTE_SELECTIVE && !model_attention_lse(m, 1))
+            f += 4.0 * seq * seq * C; /* the attention core (fused attention keeps nothing to redo) */
         return f;
     }
     /* the chunked LM head computes its logits again in backward: 2 more */
@@ -93,12 +94,15 @@ static double min3(double a, double b, double c)
  * row-parallel: forward 2 x rows x in x out, backward twice that) and its
  * attention core (QK^T and AV per head: 4 x seq^2 x C forward, their smallest
  * dimension the head size); block recompute re-runs qkv, proj, fc1 and the core
- * (fc2's input is kept), selective recompute the core only. Memory-bound bytes:
- * per forward, the norms and residual adds read and write 10 [rows, C] tensors
- * (replicated over tp unless sequence parallel), the attention's head split and
- * merge 8 [rows, C/tp], GELU 2 [rows, F/tp], softmax 2 [heads/tp, seq, seq] per
- * sample; backward moves twice what forward does (the saved input and the
- * incoming gradient in, the gradient out). */
+ * (fc2's input is kept), selective recompute the core only (with naive
+ * attention: the fused kind and context parallelism keep no probabilities, so
+ * there is nothing to redo). Memory-bound bytes: per forward, the norms and
+ * residual adds read and write 10 [rows, C] tensors (replicated over tp unless
+ * sequence parallel), the attention's head split and merge 8 [rows, C/tp],
+ * GELU 2 [rows, F/tp], the naive attention's softmax 2 [heads/tp, seq, seq]
+ * per sample (a blockwise kernel, fused or the ring's, keeps a tile of scores
+ * on chip and writes none); backward moves twice what forward does (the saved
+ * input and the incoming gradient in, the gradient out). */
 void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp,
                         double elem_bytes, sizes_unit_work *w)
 {
@@ -112,9 +116,11 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
     double C = m->d_model, F = m->d_ff, seq = model_seq_len(m), B = micro_batch, t = tp;
     if (cp < 1) cp = 1;
     /* context parallelism: this rank's tokens; its share of the causal attention
-     * is 1/cp of the whole (load balanced), in blocks of seq / (2 cp) keys, and
-     * nothing is left for selective recompute to redo (no probabilities kept) */
-    if (cp > 1 && rc == RECOMPUTE_SELECTIVE) rc = RECOMPUTE_NONE;
+     * is 1/cp of the whole (load balanced), in blocks of seq / (2 cp) keys.
+     * There and with fused attention nothing is left for selective recompute
+     * to redo (no probabilities kept) */
+    int lse = model_attention_lse(m, cp);
+    if (lse && rc == RECOMPUTE_SELECTIVE) rc = RECOMPUTE_NONE;
     double rows = B * seq / cp, att_share = 1.0 / cp, kblock = cp > 1 ? seq / (2.0 * cp) : seq;
     int L = m->n_layer;
     if (unit == 0) {
@@ -140,7 +146,7 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
         add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, 0);
         double heads = (double)m->n_head / t;
         double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + 2.0 * rows * F / t;
-        double soft = 2.0 * heads * B * seq * seq * att_share;
+        double soft = lse ? 0.0 : 2.0 * heads * B * seq * seq * att_share;
         w->fwd_bytes = (rep + split + soft) * elem_bytes;
         w->bwd_bytes = 2.0 * w->fwd_bytes + (rc == RECOMPUTE_BLOCK ? w->fwd_bytes
                                              : rc == RECOMPUTE_SELECTIVE ? soft * elem_bytes : 0.0);

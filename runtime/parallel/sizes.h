@@ -156,7 +156,8 @@ void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int mic
                         double elem_bytes, sizes_unit_work *out);
 /* The same on one of cp context-parallel ranks: its 1/cp of the tokens, its
  * 1/cp share of the (load-balanced) causal attention in key blocks of
- * seq / (2 cp), no selective recompute (nothing kept to redo). */
+ * seq / (2 cp), no selective recompute (nothing kept to redo, as with fused
+ * attention, model_attention_lse). */
 void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
                         double elem_bytes, sizes_unit_work *out);
 

@@ -5,7 +5,8 @@
  * that means something for that dp (hsdp only when a node holds some but not all
  * of the data-parallel ranks), micro_batch among the divisors of global_batch / dp
  * up to 64, every pipeline schedule (interleaved with 2 chunks per rank),
- * recompute none, selective and block, and with tp > 1 sequence parallelism off and on,
+ * recompute none, selective (only with naive attention and no cp: elsewhere it keeps
+ * what none keeps) and block, and with tp > 1 sequence parallelism off and on,
  * and for a GPT in fp32 context parallelism cp (a divisor of the ranks left after tp
  * and pp, with seq_len divisible by 2 cp; dp = the rest); a layout
  * that does not fit is tried again with the optimizer offloaded to host memory
@@ -254,8 +255,9 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                     if (cp > 1 && (job->model.kind != MODEL_GPT || job->train.precision != PREC_FP32 ||
                                    job->model.seq_len % (2 * cp)))
                         continue;
-                    /* selective recompute keeps what none keeps under cp (no probabilities): the same layout */
-                    if (cp > 1 && rc == RECOMPUTE_SELECTIVE) continue;
+                    /* selective recompute keeps what none keeps where the attention keeps only
+                     * lse (fused, or cp: no probabilities): the same layout */
+                    if (rc == RECOMPUTE_SELECTIVE && model_attention_lse(&job->model, cp)) continue;
                     int dp = W / tp / pp / cp;
                     if (job->train.global_batch % dp) continue;
                     int per_dp = job->train.global_batch / dp;

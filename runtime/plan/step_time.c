@@ -380,8 +380,10 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
     if (rc) return -1;
     double G = job->train.global_batch;
     e->model_flops = model_flops_per_sample(md, RECOMPUTE_NONE) * G;
-    /* executed: recompute counted, the chunked GPT head's second logits GEMM too */
-    e->exec_flops = model_exec_flops_per_sample(md, par->cp > 1 && job->train.recompute == RECOMPUTE_SELECTIVE
+    /* executed: recompute counted, the chunked GPT head's second logits GEMM
+     * too; selective recompute redoes nothing where the attention keeps only lse */
+    e->exec_flops = model_exec_flops_per_sample(md, model_attention_lse(md, par->cp) &&
+                                                            job->train.recompute == RECOMPUTE_SELECTIVE
                                                         ? RECOMPUTE_NONE : job->train.recompute) * G;
     e->step_time = e->makespan + tail;
     e->compute_eff = e->peak > 0 ? eff_rate / e->peak : 0;

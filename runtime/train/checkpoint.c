@@ -90,6 +90,8 @@ static int same_model(const ckpt *ck, const job_model *m, char *err, size_t errl
                  ckpt_path(ck), dims[i].name, dims[i].saved, dims[i].now);
         return -1;
     }
+    /* model.attention is not compared (nor recorded beside these): fused and
+     * naive compute the same function of the same weights */
     if (c->activation != m->activation || job_model_norm_eps(c) != job_model_norm_eps(m)) {
         snprintf(err, errlen, "%s: the checkpoint's model computes activation %s, norm_eps %g but the job's %s, %g "
                  "(set model.activation and model.norm_eps as it was trained)", ckpt_path(ck),

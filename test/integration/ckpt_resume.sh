@@ -12,7 +12,8 @@
 # from A's checkpoint (checkpoint.resume: A's directory); the whole run must be
 # the single-process run within the layout tolerance (lib.bash: loss relative
 # 1e-5 at every step, parameters 1e-4). Two pairs use gpt-odd-vocab, whose
-# 67 vocabulary rows tp 2 and tp 4 split unevenly.
+# 67 vocabulary rows tp 2 and tp 4 split unevenly; two change model.attention
+# between the halves (naive to fused, fused to naive).
 source "$(dirname "$0")/../parallel/ckpt.bash"
 
 
@@ -46,4 +47,8 @@ reshard vit-tiny "dp=2 tp=2 mode=fsdp" "pp=2 sched=1f1b dp=2"
 # rank's 67, and 16 + 17 + 17 + 17 to a pipeline's two tied copies of 33 + 34
 reshard gpt-odd-vocab "tp=2" "dp=2"
 reshard gpt-odd-vocab "tp=4" "pp=2 sched=1f1b tp=2"
-echo "ok: exact resume (3 layouts), resharding (7 layout pairs)"
+# model.attention changes no weight: a checkpoint of naive attention resumes
+# under fused and back (the same function, within the layout tolerance)
+reshard gpt-tiny "attn=naive" "tp=2"
+reshard vit-tiny "dp=2" "dp=2 attn=naive"
+echo "ok: exact resume (3 layouts), resharding (7 layout pairs), across attention kinds (2 pairs)"

@@ -8,7 +8,9 @@
 #    fp32 gradients reduced in bf16 (ZeRO-2; HSDP of one-rank nodes), a 2-stage
 #    1F1B pipeline, tp 2 with and without sequence parallelism and dp 2 x tp 2
 #    x pp 2 reproduce the one-process bf16 run: every step's loss within a
-#    relative 1e-3, the final parameters within 1.6e-2.
+#    relative 1e-3, the final parameters within 1.6e-2. The GPT runs with
+#    fused attention (gpt-bf16: AdamW eps 1e-5, see there) and with naive
+#    attention (gpt-tiny, attn=naive).
 #
 #    Why these tolerances. The runs differ only in where gradient sums are
 #    rounded to bf16 (u = 2^-9, round to nearest even): one process rounds the
@@ -66,29 +68,35 @@ LAYOUTS=(
   "tp=2 prec=bf16"
   "dp=2 tp=2 pp=2 sched=1f1b prec=bf16"
 )
-for model in gpt-tiny vit-tiny; do
+# The GPT with fused attention (the default) as gpt-bf16: gpt-tiny with an
+# AdamW eps above its key bias's bf16-sized noise (see there); and gpt-tiny
+# itself with naive attention (attn=naive), whose noise the default eps
+# tolerates.
+for model in gpt-bf16 vit-tiny; do
   for lay in "${LAYOUTS[@]}"; do run_layout "$model" "$lay"; done
 done
+for lay in "${LAYOUTS[@]}"; do run_layout gpt-tiny "$lay attn=naive"; done
 # sequence parallelism: the ViT's tokens (patches + class token) must split
 # over tp, which vit-tiny's 5 do not (vit-sp has 10)
-run_layout gpt-tiny "tp=2 sp=1 prec=bf16"
+run_layout gpt-bf16 "tp=2 sp=1 prec=bf16"
+run_layout gpt-tiny "tp=2 sp=1 prec=bf16 attn=naive"
 run_layout vit-sp "tp=2 sp=1 prec=bf16"
 # context parallelism (GPT, with an AdamW eps above the key bias's noise:
-# gpt-cp16.yaml): the rows' log-sum-exp stays fp32 like the other
+# gpt-bf16.yaml): the rows' log-sum-exp stays fp32 like the other
 # statistics; the ring carries fp32 k and v (bf16 values) and their gradients
-run_layout gpt-cp16 "cp=2 prec=bf16"
-run_layout gpt-cp16 "cp=4 prec=bf16"
-run_layout gpt-cp16 "cp=2 tp=2 sp=1 prec=bf16"
-run_layout gpt-cp16 "cp=2 dp=2 mode=fsdp prec=bf16 grad=fp32"
-run_layout gpt-cp16 "cp=2 pp=2 sched=1f1b recompute=selective prec=bf16"
+run_layout gpt-bf16 "cp=2 prec=bf16"
+run_layout gpt-bf16 "cp=4 prec=bf16"
+run_layout gpt-bf16 "cp=2 tp=2 sp=1 prec=bf16"
+run_layout gpt-bf16 "cp=2 dp=2 mode=fsdp prec=bf16 grad=fp32"
+run_layout gpt-bf16 "cp=2 pp=2 sched=1f1b recompute=selective prec=bf16"
 # HSDP across two agents as two nodes of one rank each: shard groups of one,
 # so DDP over the replicas, fp32 gradients through its bucket buffer in bf16
-run_layout gpt-tiny "dp=2 mode=hsdp nodes=2 prec=bf16 grad=fp32 reduce=bf16"
+run_layout gpt-bf16 "dp=2 mode=hsdp nodes=2 prec=bf16 grad=fp32 reduce=bf16"
 [ "$FAILS" -eq 0 ] || fail "$FAILS bf16 layouts differ from one process beyond the bf16 tolerance"
 summary
 
 # 2. the same rounding points, the same bits
-for model in gpt-tiny vit-tiny; do
+for model in gpt-bf16 vit-tiny; do
   ddp=$T/$model-$(layout_name "dp=2 prec=bf16")
   for lay in "dp=2 mode=zero1 prec=bf16" "dp=2 mode=fsdp prec=bf16"; do
     d=$T/$model-$(layout_name "$lay")

@@ -79,10 +79,11 @@ refuse vit "parallel.cp 2 needs model.kind gpt" 's/^  kind: gpt/  kind: vit\n  i
 refuse world "x cp 2 = 2 workers, but 4" 's/^  cp: .*/  cp: 2/' 4
 # ---- the planner searches cp and picks it where it is best by its own estimate ----
 # A 7B GPT (32 blocks, d_model 4096, 32 heads) at 32k tokens in fp32 on one node
-# of 8 H100s: without cp every layout keeps [seq, seq] attention probabilities
-# (32 heads x 32k^2 x 4 B = 137 GB a block, over tp); with cp none.
+# of 8 H100s, with naive attention: without cp every layout keeps [seq, seq]
+# attention probabilities (32 heads x 32k^2 x 4 B = 137 GB a block, over tp);
+# with cp none (the ring is blockwise whatever model.attention says).
 cat >"$T/gpt7b-32k.yaml" <<'YAML'
-model: {kind: gpt, n_layer: 32, n_head: 32, d_model: 4096, vocab_size: 50304, seq_len: 32768}
+model: {kind: gpt, n_layer: 32, n_head: 32, d_model: 4096, vocab_size: 50304, seq_len: 32768, attention: naive}
 data: {kind: synthetic}
 train: {steps: 10, global_batch: 8, lr: 3.0e-4, precision: fp32}
 YAML
@@ -95,10 +96,23 @@ top = p["top"][0]
 print(f"plan: searched {p['searched']}, best dp {top['dp']} x cp {top['cp']} x tp {top['tp']} x pp {top['pp']} "
       f"mode {top['mode']} recompute {top['recompute']}: step {top['step_s']:.1f} s" if "step_s" in top else
       f"plan: searched {p['searched']}, best {top}")
-sys.exit(0 if top["cp"] > 1 else 1)
+sys.exit(0 if top["cp"] > 1 and all(t["cp"] > 1 for t in p["top"]) else 1)
+PY
+# fused attention (the default) keeps no [seq, seq] either way: layouts
+# without cp fit at 32k too and stand among the ten best
+sed -e 's/, attention: naive}/}/' "$T/gpt7b-32k.yaml" >"$T/gpt7b-32k-fused.yaml"
+"$DTRUN" --dry-run --plan --format=json --hardware "$ROOT/configs/hardware/h100-sxm.yaml" --nproc-per-node 8 \
+  "$T/gpt7b-32k-fused.yaml" >"$T/plan-fused.json" 2>"$T/plan.err" || { cat "$T/plan.err"; fail "--plan (fused) failed"; }
+python3 - "$T/plan-fused.json" <<'PY' || fail "--plan finds no layout without cp for the fused 7B GPT at 32k"
+import json, sys
+top = json.load(open(sys.argv[1]))["top"]
+nocp = [t for t in top if t["cp"] == 1]
+print(f"plan, fused attention: best cp {top[0]['cp']} at {top[0]['step_s']:.1f} s; best without cp: "
+      + (f"dp {nocp[0]['dp']} x tp {nocp[0]['tp']} at {nocp[0]['step_s']:.1f} s" if nocp else "none in the top 10"))
+sys.exit(0 if nocp else 1)
 PY
 # a short sequence gains nothing from the ring: the planner does not pick cp there
-sed -e 's/seq_len: 32768/seq_len: 1024/' "$T/gpt7b-32k.yaml" >"$T/gpt7b-1k.yaml"
+sed -e 's/seq_len: 32768/seq_len: 1024/' "$T/gpt7b-32k-fused.yaml" >"$T/gpt7b-1k.yaml"
 "$DTRUN" --dry-run --plan --format=json --hardware "$ROOT/configs/hardware/h100-sxm.yaml" --nproc-per-node 8 \
   "$T/gpt7b-1k.yaml" >"$T/plan1k.json" 2>"$T/plan.err" || { cat "$T/plan.err"; fail "--plan (1k) failed"; }
 python3 -c 'import json,sys; t=json.load(open(sys.argv[1]))["top"][0]; print("plan at 1k tokens: best cp", t["cp"]); sys.exit(t["cp"] != 1)' \

@@ -20,9 +20,12 @@
 # GPT and for a ViT whose 10 tokens an image split over tp 2 (vit-sp: vit-tiny's
 # 5 do not).
 #
-# Selective recompute (the attention probabilities rebuilt in backward): one
-# process, bitwise equal to the reference; FSDP, a tp 2 x pp 2 1F1B pipeline and
-# tp 2 with sequence parallelism, within the tolerances above.
+# Selective recompute (the attention probabilities rebuilt in backward) drops
+# what naive attention keeps (model.attention: naive, attn=naive: compared with
+# a naive single process): one process, bitwise equal to that reference; FSDP,
+# a tp 2 x pp 2 1F1B pipeline and tp 2 with sequence parallelism, within the
+# tolerances above. With fused attention (the default) there is nothing to
+# drop: selective is none, bitwise.
 #
 # A vocabulary that tp does not divide (gpt-odd-vocab: 67 rows, 33 + 34 over tp
 # 2, 16 + 17 + 17 + 17 over tp 4): the embedding lookup, the vocab-parallel
@@ -53,8 +56,9 @@ LAYOUTS=(
   "pp=2 sched=interleaved dp=2 tp=2 mode=zero1"
   "dp=2 mode=fsdp recompute=block"
   "pp=2 sched=1f1b tp=2 recompute=block"
-  "dp=2 mode=fsdp recompute=selective"
-  "pp=2 sched=1f1b tp=2 recompute=selective"
+  "dp=2 mode=fsdp recompute=selective attn=naive"
+  "pp=2 sched=1f1b tp=2 recompute=selective attn=naive"
+  "tp=2 attn=naive"
 )
 SP_LAYOUTS=(
   "tp=2 sp=1"
@@ -62,12 +66,13 @@ SP_LAYOUTS=(
   "dp=2 tp=2 mode=fsdp sp=1"
   "pp=2 sched=1f1b tp=2 sp=1"
   "pp=2 sched=1f1b tp=2 recompute=block sp=1"
-  "tp=2 sp=1 recompute=selective"
+  "tp=2 sp=1 recompute=selective attn=naive"
 )
 for model in gpt-tiny vit-tiny; do
   # Selective recompute on one process re-runs the same attention kernel on the
   # same qkv, so its probabilities, and the whole run, are bit for bit the
-  # reference's (recompute none): no tolerance at all.
+  # reference's (recompute none): no tolerance at all. Fused: nothing rerun.
+  LOSS_RTOL=0 PARAM_ATOL=0 run_layout "$model" "recompute=selective attn=naive"
   LOSS_RTOL=0 PARAM_ATOL=0 run_layout "$model" "recompute=selective"
   for lay in "${LAYOUTS[@]}"; do run_layout "$model" "$lay"; done
 done

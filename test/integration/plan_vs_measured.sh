@@ -20,7 +20,11 @@ measure dp2-zero2-accum2   "dp=2 mode=zero2 m=2"
 measure dp4-fsdp           "dp=4 mode=fsdp"
 measure dp2-fsdp-recompute "dp=2 mode=fsdp recompute=block"
 measure tp2                "tp=2"
-measure tp2-selective      "tp=2 recompute=selective"
+# selective recompute drops the probabilities naive attention keeps; fused
+# keeps none, so its selective run is its none run
+measure tp2-naive          "tp=2 attn=naive"
+measure tp2-selective      "tp=2 recompute=selective attn=naive"
+measure tp2-selective-fused "tp=2 recompute=selective"
 measure dp2-tp2            "dp=2 tp=2"
 measure tp2-sp             "tp=2 sp=1"
 measure tp2-pp2-sp         "tp=2 pp=2 m=2 sp=1"
@@ -42,22 +46,35 @@ measure pp2-gpipe-bubble       "$BUBBLE sched=gpipe"
 measure pp2-interleaved-bubble "$BUBBLE sched=interleaved"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(getconf _NPROCESSORS_ONLN) cores"
 python3 "$ROOT/test/parallel/plan_compare.py" --busy "$BUSY" "$T" "${NAMES[@]}"; rc=$?
-# Selective recompute against none on the same layout, measured: one set of
-# attention probabilities [mb, heads / tp, seq, seq] for the 4 blocks instead of
-# one each, so 3 x 2 x 2 x 32 x 32 floats fewer activations on every rank.
+# Selective recompute against none on the same layout, measured. Naive
+# attention: one set of attention probabilities [mb, heads / tp, seq, seq] for
+# the 4 blocks instead of one each, so 3 x 2 x 2 x 32 x 32 floats fewer
+# activations on every rank. Fused: nothing kept to drop, the same bytes.
+# Fused against naive: each block keeps [mb, heads / tp, seq] lse instead of
+# the probabilities, and the working set a [mb x seq, 4 d / tp] kv scratch
+# instead of a [mb, heads / tp, seq, seq] backward scratch.
 python3 - "$T" <<'EOF_PY' || rc=1
 import json, sys
 d = sys.argv[1]
 def acts(name, r):
     rows = [json.loads(l) for l in open(f"{d}/{name}.rank{r}.jsonl") if l.strip()]
     return rows[-1]["mem_peak"]["activations"]
-want = 3 * 2 * 2 * 32 * 32 * 4
+tt, lse, kv = 2 * 2 * 32 * 32 * 4, 2 * 2 * 32 * 4, 2 * 32 * 4 * 32 * 4
+want = 3 * tt
 for r in range(2):
-    none, sel = acts("tp2", r), acts("tp2-selective", r)
-    print(f"tp2 rank {r} activations: none {none / 1024:.1f} KiB, selective {sel / 1024:.1f} KiB "
-          f"(saves {(none - sel) / 1024:.1f} KiB, expected {want / 1024:.1f})")
+    none, sel = acts("tp2-naive", r), acts("tp2-selective", r)
+    fused, fsel = acts("tp2", r), acts("tp2-selective-fused", r)
+    print(f"tp2 rank {r} activations, naive attention: none {none / 1024:.1f} KiB, selective {sel / 1024:.1f} KiB "
+          f"(saves {(none - sel) / 1024:.1f} KiB, expected {want / 1024:.1f}); fused {fused / 1024:.1f} KiB, "
+          f"selective {fsel / 1024:.1f} KiB")
     if none - sel != want:
         print("FAIL: selective recompute does not save one attention buffer per block but one")
+        sys.exit(1)
+    if fsel != fused:
+        print("FAIL: with fused attention selective recompute keeps other bytes than none")
+        sys.exit(1)
+    if none - fused != 4 * (tt - lse) + tt - kv:
+        print(f"FAIL: naive - fused = {none - fused} bytes, not 4 x ([T,T] - lse) + [T,T] - kv = {4 * (tt - lse) + tt - kv}")
         sys.exit(1)
 EOF_PY
 [ $rc -eq 77 ] && { echo "memory as predicted; the bubble could not be measured: other processes kept taking the cores"; exit 77; }

@@ -6,7 +6,8 @@
 #    with the same kernels on the same data, so its parameters after 20 steps are
 #    BITWISE 1F1B's (tolerance 0), for the GPT and the ViT, over 2 and 4 stages,
 #    with DDP and ZeRO-1 over dp 2 (their buckets fire after the W), tensor
-#    parallelism, selective recompute and bf16 activations (fp32 gradients).
+#    parallelism, selective recompute (naive attention: model.attention) and bf16
+#    activations (fp32 gradients).
 # 2. What it cannot run is refused before anything starts, in one line, exit 2:
 #    sequence parallelism, block recompute, bf16 gradients, ZeRO-2 / FSDP over
 #    dp > 1, virtual stages.
@@ -45,6 +46,7 @@ same_as_1f1b gpt-tiny "pp=2 dp=2"
 same_as_1f1b vit-tiny "pp=2 dp=2 mode=zero1"
 same_as_1f1b gpt-tiny "pp=2 tp=2"
 same_as_1f1b gpt-tiny "pp=2 recompute=selective"
+same_as_1f1b gpt-tiny "pp=2 recompute=selective attn=naive"
 same_as_1f1b gpt-tiny "pp=2 prec=bf16 grad=fp32"
 # bf16 gradients: B and W each add their own elements into the bf16 gradient
 # (the other pass adds an exact zero), so every element still takes one rounding

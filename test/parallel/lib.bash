@@ -1,8 +1,9 @@
 # lib.bash — shared by test/integration/parallel_*.sh (not a test itself).
 #
 # A layout is a word list "dp=2 tp=2 pp=2 cp=2 mode=fsdp sched=1f1b accum=2 nodes=2
-# recompute=block bucket_mb=1 sp=1 prec=bf16 grad=fp32 reduce=bf16 offload=1"
-# (cp: parallel.cp, context parallel ranks, each holding 1 / cp of every sample):
+# recompute=block bucket_mb=1 sp=1 prec=bf16 grad=fp32 reduce=bf16 offload=1
+# attn=naive" (cp: parallel.cp, context parallel ranks, each holding 1 / cp of
+# every sample; attn: model.attention, fused when absent):
 # missing keys mean dp/tp/pp 1, mode none, sched gpipe, no accumulation, one
 # node, no recomputation, the default bucket, no sequence parallelism, fp32
 # (prec: the train.precision; grad, reduce: train.grad_dtype and
@@ -12,7 +13,8 @@
 # model under that layout;
 # run_layout trains it through bin/dtrun (the launcher, N workers) with
 # DTRUN_DUMP_PARAMS and compares every step's loss and the final parameters with
-# the single-process reference of the same model (compare.py).
+# the single-process reference of the same model (compare.py), computing the
+# same function: its precision, gradient type and attention kind (ref_words).
 #
 # Micro-batches. The global batch (8) is the same everywhere; only its split
 # changes: with pp = 1, micro_batch = 8 / dp (or 8 / (dp * accum)); with pp > 1,
@@ -86,6 +88,8 @@ layout_job() {
     mb=$((gb / dp / accum))
   fi
   sed -e "s/^  n_layer: .*/  n_layer: $L/" "$ROOT/test/parallel/$model.yaml" >"$out"
+  local attn; attn=$(lget "$lay" attn fused)
+  [ "$attn" != fused ] && sed -i -e "s/^  n_layer: .*/&\n  attention: $attn/" "$out"
   sed -i -e "s/^  global_batch: .*/  global_batch: $gb\n  micro_batch: $mb/" "$out"
   local rc_kind; rc_kind=$(lget "$lay" recompute none)
   [ "$rc_kind" != none ] && sed -i -e "s/^  global_batch: .*/&\n  recompute: $rc_kind/" "$out"
@@ -122,11 +126,12 @@ reference() {
     { cat "$d.log"; fail "$model reference (n_layer $L) did not train"; }
 }
 
-# The words of a layout its single-process reference shares: precision and
-# gradient type ("" for fp32 layouts, so their references keep their names).
+# The words of a layout its single-process reference shares: precision,
+# gradient type and attention kind ("" for fp32 fused layouts, so their
+# references keep their names).
 ref_words() {
   local w out=""
-  for w in $1; do case ${w%%=*} in prec | grad) out="$out${out:+ }$w" ;; esac; done
+  for w in $1; do case ${w%%=*} in prec | grad | attn) out="$out${out:+ }$w" ;; esac; done
   echo "$out"
 }
 

@@ -7,7 +7,8 @@
 # kind=gpt|vit dp tp pp mode sched m (pipeline micro-batches, or gradient
 # accumulation with pp = 1: global_batch = mb x dp x m) mb (samples per micro-batch) steps recompute,
 # d (d_model) seq (GPT sequence length) sp (1: sequence parallel) vocab (GPT
-# vocab_size, default 64; 67 splits unevenly over tp, so the tp ranks differ).
+# vocab_size, default 64; 67 splits unevenly over tp, so the tp ranks differ)
+# attn (model.attention, default fused).
 pvm_job() {
   local name=$1 lay=$2 kind dp tp pp mode sched m mb steps rc d seq vocab
   kind=$(lget "$lay" kind gpt); dp=$(lget "$lay" dp 1); tp=$(lget "$lay" tp 1); pp=$(lget "$lay" pp 1)
@@ -16,6 +17,7 @@ pvm_job() {
   d=$(lget "$lay" d 64); seq=$(lget "$lay" seq 32); vocab=$(lget "$lay" vocab 64)
   {
     printf 'model:\n  kind: %s\n  n_layer: 4\n  n_head: 4\n  d_model: %s\n' "$kind" "$d"
+    printf '  attention: %s\n' "$(lget "$lay" attn fused)"
     if [ "$kind" = gpt ]; then printf '  vocab_size: %s\n  seq_len: %s\n' "$vocab" "$seq"
     else printf '  image_size: 16\n  patch_size: 4\n  channels: 1\n  n_classes: 10\n'; fi
     printf 'data:\n  kind: synthetic\n'

@@ -54,6 +54,8 @@ static void test_defaults(void)
               ref.model.d_model == 32 && ref.model.d_ff == 128 && ref.model.vocab_size == 256 &&
               ref.model.seq_len == 32 && ref.model.preset[0] == 0,
           "default model is the tiny GPT");
+    CHECK(ref.model.attention == ATTN_FUSED && !strcmp(job_attention_name(ref.model.attention), "fused"),
+          "default attention is fused");
     CHECK(ref.data.kind == DATA_SYNTHETIC && ref.data.synthetic_size > 33, "default data is synthetic");
     CHECK(ref.train.steps == 20 && ref.train.global_batch == 8 && ref.train.micro_batch == 8 &&
               ref.train.grad_accum == 1,
@@ -436,6 +438,7 @@ static void test_round_trip(void)
         /* characters libyaml folds or refuses when written raw: LS, NEL, C1, BOM, DEL */
         "checkpoint: {dir: \"a\\u2028b\\x85c\\u0080d\\ufeffe\\x7f\\U0001F600\"}\n",
         "train: {recompute: selective}\nparallel: {tp: 2, sequence_parallel: true}\n",
+        "model: {preset: gpt-tiny, attention: naive}\ntrain: {recompute: selective}\n",
         "model: {preset: gpt-70b}\nparallel: {tp: 8, pp: 8, pp_schedule: gpipe, mode: fsdp}\n"
         "train: {global_batch: 64, micro_batch: 1, lr: 0.1}\n",
     };
@@ -468,7 +471,7 @@ static void test_man_page(void)
     size_t n = fread(page, 1, sizeof page - 1, f);
     page[n] = 0;
     fclose(f);
-    const char *keys[] = {"kind", "preset", "n_layer", "n_head", "d_model", "d_ff", "vocab_size", "seq_len",
+    const char *keys[] = {"kind", "preset", "n_layer", "activation", "norm_eps", "attention", "init_from", "n_head", "d_model", "d_ff", "vocab_size", "seq_len",
                           "image_size", "patch_size", "channels", "n_classes", "train", "train_labels", "val",
                           "val_labels", "val_fraction", "synthetic_size", "steps", "global_batch", "micro_batch",
                           "lr", "min_lr", "warmup", "schedule", "weight_decay", "beta1", "beta2", "eps",

@@ -744,6 +744,45 @@ static void bf16_acts(const job_model *s, const char *what)
     for (int k = 0; k < 4; k++) run_free(&r[k]);
 }
 
+/* model.attention: fused (the blockwise ops, lse kept) and naive (the
+ * probabilities kept) compute the same function; only the order of the
+ * softmax's sums differs (the online softmax's running max and rescaling, the
+ * backward's recomputed probabilities), so fp32 loss and gradients agree to a
+ * few fp32 ulps: 1e-6 relative on the loss, 1e-5 relative L2 on the whole
+ * gradient. Under bf16 naive rounds its probabilities where it stores them and
+ * fused has none to round, so the two differ by the bf16 rounding of the
+ * probabilities: within the bf16 bound of bf16_acts (5e-2). */
+static void fused_vs_naive(const job_model *s, const char *what)
+{
+    test_batch tb;
+    make_batch(&tb, s, 5);
+    run_result r[4];
+    model_precision bf = {.bf16 = 1};
+    for (int k = 0; k < 4; k++) {
+        job_model sk = *s;
+        sk.attention = k % 2 ? ATTN_NAIVE : ATTN_FUSED;
+        model_shard sh = {.tp_rank = 0, .tp_size = 1, .unit_begin = 0, .unit_end = s->n_layer + 2};
+        model *m = model_create_prec(&sk, &sh, ops, RECOMPUTE_NONE, k < 2 ? NULL : &bf);
+        test_init(m, 11);
+        run_once(m, &tb, 1.0f, &r[k]);
+        model_destroy(m);
+    }
+    for (int p = 0; p < 2; p++) {
+        const run_result *f = &r[2 * p], *n = &r[2 * p + 1];
+        double d2 = 0, n2 = 0, lerr = fabs(f->loss - n->loss) / fabs(n->loss);
+        for (int i = 0; i < n->n; i++)
+            for (size_t j = 0; j < n->numel[i]; j++) {
+                double d = (double)f->grads[i][j] - n->grads[i][j];
+                d2 += d * d, n2 += (double)n->grads[i][j] * n->grads[i][j];
+            }
+        double err = sqrt(d2 / n2), ltol = p ? 1e-2 : 1e-6, gtol = p ? 5e-2 : 1e-5;
+        CHECK(lerr <= ltol && err <= gtol,
+              "%s %s: fused attention = naive: loss %.6f vs %.6f (rel %.1e <= %.0e), gradient rel L2 %.1e <= %.0e",
+              what, p ? "bf16" : "fp32", f->loss, n->loss, lerr, ltol, err, gtol);
+    }
+    for (int k = 0; k < 4; k++) run_free(&r[k]);
+}
+
 /* ---------- the backward in two passes (zero-bubble pipelines) ---------- */
 
 typedef struct {
@@ -1017,12 +1056,15 @@ static void acts_sizes(void)
     counting = dt_ops_cpu;
     counting.alloc = count_alloc;
     counting.free = count_free;
-    job_model specs[5] = {tiny_gpt_spec(), tiny_vit_spec(), tiny_vit_spec(), tiny_gpt_spec(), tiny_gpt_spec()};
+    /* each shape with fused attention (the default) and naive; the last also
+     * with the head's logits in chunks of 5 of the 24 rows */
+    job_model specs[10] = {tiny_gpt_spec(), tiny_vit_spec(), tiny_vit_spec(), tiny_gpt_spec(), tiny_gpt_spec()};
     specs[2].image_size = 12; /* 10 tokens: sequence parallel over 2 */
     specs[3].vocab_size = 33; /* tp 2's ranks hold 16 and 17 vocab rows */
-    specs[4].head_chunk_rows = 5; /* the head's logits in chunks of 5 of the 24 rows */
+    specs[4].head_chunk_rows = 5;
+    for (int k = 5; k < 10; k++) specs[k] = specs[k - 5], specs[k].attention = ATTN_NAIVE;
     int all_equal = 1, cases = 0, bf16_smaller = 1;
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < 10; k++) {
         int L = specs[k].n_layer;
         int shards[5][2] = {{0, L + 2}, {0, 2}, {2, L + 2}, {1, 2}, {L + 1, L + 2}};
         for (int j = 0; j < 5; j++)
@@ -1051,29 +1093,73 @@ static void acts_sizes(void)
     }
     CHECK(all_equal && live_bytes == 0,
           "model_acts_sizes (stash + work) == bytes model_acts_create allocates (%d shard/tp/sp/recompute/"
-          "precision cases)", cases);
+          "precision/attention cases)", cases);
     CHECK(bf16_smaller, "a bf16 micro-batch stashes fewer bytes than an fp32 one");
 
     /* recompute drops all but one block's saved tensors: with L = 4 the saving
-     * is 3 block sets, with L = 2 one set, and one set is what the block keeps */
-    job_model g2 = tiny_gpt_spec(), g4 = tiny_gpt_spec();
-    g4.n_layer = 4;
-    model_shard w2 = {0, 1, 0, 4, 0, 0, 1}, w4 = {0, 1, 0, 6, 0, 0, 1};
-    size_t s2 = model_acts_bytes(&g2, &w2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &w2, TB, RECOMPUTE_BLOCK);
-    size_t s4 = model_acts_bytes(&g4, &w4, TB, RECOMPUTE_NONE) - model_acts_bytes(&g4, &w4, TB, RECOMPUTE_BLOCK);
-    size_t N = TB * 8, C = 16, F = 64, att = TB * 2 * 8 * 8;
-    /* ln1, r2, ln2 [N,C]; qkv [N,3C]; atty [N,C]; 2 means + 2 rstds [N]; att; fc, gelu [N,F] */
-    size_t set_floats = 3 * N * C + 3 * N * C + N * C + 4 * N + att + 2 * N * F;
-    CHECK(s4 == 3 * s2 && s2 >= set_floats * 4 && s2 < set_floats * 4 + 12 * 64,
-          "recompute saves (L-1) block sets: %zu bytes at L=4 = 3 x %zu at L=2 (%zu floats per set)",
-          s4, s2, set_floats);
-    /* selective keeps one [B, heads, seq, seq] of probabilities for all blocks:
-     * exactly L-1 of them fewer than none (a multiple of the 64-byte alignment) */
-    size_t sel4 = model_acts_bytes(&g4, &w4, TB, RECOMPUTE_NONE) - model_acts_bytes(&g4, &w4, TB, RECOMPUTE_SELECTIVE);
-    size_t sel2 = model_acts_bytes(&g2, &w2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &w2, TB, RECOMPUTE_SELECTIVE);
-    CHECK(sel4 == 3 * att * 4 && sel2 == att * 4 && sel4 < s4,
-          "selective recompute saves (L-1) attention probabilities: %zu bytes at L=4, %zu at L=2 (%zu floats each)",
-          sel4, sel2, att);
+     * is 3 block sets, with L = 2 one set, and one set is what the block keeps;
+     * its attention stat is the probabilities [B, NH, T, T] (naive) or the
+     * rows' log-sum-exp [B, NH, T] (fused) */
+    for (int naive = 0; naive < 2; naive++) {
+        const char *kind = naive ? "naive" : "fused";
+        job_model g2 = tiny_gpt_spec(), g4 = tiny_gpt_spec();
+        g4.n_layer = 4;
+        g2.attention = g4.attention = naive ? ATTN_NAIVE : ATTN_FUSED;
+        model_shard w2 = {0, 1, 0, 4, 0, 0, 1}, w4 = {0, 1, 0, 6, 0, 0, 1};
+        size_t s2 = model_acts_bytes(&g2, &w2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &w2, TB, RECOMPUTE_BLOCK);
+        size_t s4 = model_acts_bytes(&g4, &w4, TB, RECOMPUTE_NONE) - model_acts_bytes(&g4, &w4, TB, RECOMPUTE_BLOCK);
+        size_t N = TB * 8, C = 16, F = 64, att = naive ? TB * 2 * 8 * 8 : TB * 2 * 8;
+        /* ln1, r2, ln2 [N,C]; qkv [N,3C]; atty [N,C]; 2 means + 2 rstds [N]; att; fc, gelu [N,F] */
+        size_t set_floats = 3 * N * C + 3 * N * C + N * C + 4 * N + att + 2 * N * F;
+        CHECK(s4 == 3 * s2 && s2 >= set_floats * 4 && s2 < set_floats * 4 + 12 * 64,
+              "%s attention: recompute saves (L-1) block sets: %zu bytes at L=4 = 3 x %zu at L=2 (%zu floats per "
+              "set)", kind, s4, s2, set_floats);
+        /* naive: selective keeps one [B, heads, seq, seq] of probabilities for
+         * all blocks, exactly L-1 of them fewer than none (a multiple of the
+         * 64-byte alignment); fused keeps no probabilities: selective = none */
+        size_t sel4 = model_acts_bytes(&g4, &w4, TB, RECOMPUTE_NONE) -
+                      model_acts_bytes(&g4, &w4, TB, RECOMPUTE_SELECTIVE);
+        size_t sel2 = model_acts_bytes(&g2, &w2, TB, RECOMPUTE_NONE) -
+                      model_acts_bytes(&g2, &w2, TB, RECOMPUTE_SELECTIVE);
+        if (naive)
+            CHECK(sel4 == 3 * att * 4 && sel2 == att * 4 && sel4 < s4,
+                  "naive attention: selective recompute saves (L-1) attention probabilities: %zu bytes at L=4, %zu "
+                  "at L=2 (%zu floats each)", sel4, sel2, att);
+        else
+            CHECK(sel4 == 0 && sel2 == 0, "fused attention: selective recompute keeps what none keeps (%zu, %zu "
+                  "bytes less at L=4, 2)", sel4, sel2);
+    }
+    /* fused against naive on a GPT of 64 tokens, whole model (L blocks): each
+     * block keeps lse [B, NH, T] instead of [B, NH, T, T], and the working set
+     * holds k, v and their gradient [N, 4 C_l] instead of a [B, NH, T, T]
+     * backward scratch (every size here a whole number of cache lines) */
+    for (int v = 0; v < 3; v++) { /* tp 1, tp 2, tp 2 + sp */
+        job_model lf = tiny_gpt_spec();
+        lf.seq_len = 64;
+        job_model ln = lf;
+        ln.attention = ATTN_NAIVE;
+        int tp = v ? 2 : 1;
+        model_shard wh = {.tp_rank = tp - 1, .tp_size = tp, .unit_begin = 0, .unit_end = lf.n_layer + 2, .sp = v == 2};
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++) {
+            long long Bn = TB, NHl = 2 / tp, T = 64, Cl = 16 / tp, L = lf.n_layer;
+            long long tt = Bn * NHl * T * T, lse = Bn * NHl * T, kv = Bn * T * 4 * Cl;
+            long long kept = rc == RECOMPUTE_BLOCK ? 1 : L; /* sets holding a stat (block: the working one) */
+            long long want = rc == RECOMPUTE_SELECTIVE ? tt - L * lse + tt - kv /* naive: one shared [T, T] */
+                                                       : kept * (tt - lse) + tt - kv;
+            long long got = (long long)model_acts_bytes(&ln, &wh, TB, (recompute_kind)rc) -
+                            (long long)model_acts_bytes(&lf, &wh, TB, (recompute_kind)rc);
+            CHECK(got == want * 4, "seq 64, tp %d%s, recompute %s: naive - fused attention = %lld bytes (want %lld: "
+                  "%s + a [T, T] backward scratch - the [N, 4 C_l] kv scratch)", tp, v == 2 ? " + sp" : "",
+                  job_recompute_name((recompute_kind)rc), got, want * 4,
+                  rc == RECOMPUTE_SELECTIVE ? "naive's one shared [T, T] - fused's L lse"
+                  : rc == RECOMPUTE_BLOCK   ? "the working set's [T, T] - its lse"
+                                            : "L x ([T, T] - lse)");
+        }
+    }
+    job_model g2 = tiny_gpt_spec();
+    size_t N = TB * 8, C = 16;
+    size_t s2 = model_acts_bytes(&g2, &(model_shard){0, 1, 0, 4, 0, 0, 1}, TB, RECOMPUTE_NONE) -
+                model_acts_bytes(&g2, &(model_shard){0, 1, 0, 4, 0, 0, 1}, TB, RECOMPUTE_BLOCK);
     /* one more block held = one more saved set + one more residual-stream buffer */
     model_shard b1 = {0, 1, 1, 2, 0, 0, 1}, b2 = {0, 1, 1, 3, 0, 0, 1};
     size_t d = model_acts_bytes(&g2, &b2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &b1, TB, RECOMPUTE_NONE);
@@ -1137,11 +1223,19 @@ static void preset_counts(void)
     double want = 6 * matmul_w * T + 12 * L * T * T * C;
     double want_rc = want + 2 * T * L * (4 * C * C + C * F) + 4 * L * T * T * C;
     double want_sel = want + 4 * L * T * T * C; /* QK^T and AV of every block again */
+    job_model gn = g;
+    gn.attention = ATTN_NAIVE;
+    CHECK(fabs(model_flops_per_sample(&gn, RECOMPUTE_NONE) - want) < 1 &&
+              fabs(model_flops_per_sample(&gn, RECOMPUTE_BLOCK) - want_rc) < 1 &&
+              fabs(model_flops_per_sample(&gn, RECOMPUTE_SELECTIVE) - want_sel) < 1,
+          "gpt2-124m, naive attention: %.4g FLOPs per sequence (%.4g with block recompute, %.4g with selective)",
+          want, want_rc, want_sel);
+    /* fused attention keeps no probabilities: selective recomputes nothing */
     CHECK(fabs(model_flops_per_sample(&g, RECOMPUTE_NONE) - want) < 1 &&
               fabs(model_flops_per_sample(&g, RECOMPUTE_BLOCK) - want_rc) < 1 &&
-              fabs(model_flops_per_sample(&g, RECOMPUTE_SELECTIVE) - want_sel) < 1,
-          "gpt2-124m: %.4g FLOPs per sequence (%.4g with block recompute, %.4g with selective)", want, want_rc,
-          want_sel);
+              fabs(model_flops_per_sample(&g, RECOMPUTE_SELECTIVE) - want) < 1,
+          "gpt2-124m, fused attention: %.4g FLOPs per sequence (%.4g with block recompute, the same with selective)",
+          want, want_rc);
 }
 
 /* ---------- training sanity ---------- */
@@ -1209,6 +1303,12 @@ int main(void)
     job_model g = tiny_gpt_spec(), v = tiny_vit_spec();
     grad_check(&g, "gpt");
     grad_check(&v, "vit");
+    job_model gn = g, vn = v; /* model.attention naive: the materialised softmax */
+    gn.attention = vn.attention = ATTN_NAIVE;
+    grad_check(&gn, "gpt, naive attention");
+    grad_check(&vn, "vit, naive attention");
+    fused_vs_naive(&g, "gpt");
+    fused_vs_naive(&v, "vit");
     /* Hugging Face ViT's function (model.activation gelu, model.norm_eps 1e-12) */
     job_model vh = tiny_vit_spec();
     vh.activation = ACT_GELU;
@@ -1241,8 +1341,13 @@ int main(void)
     pipeline_split(&v, three, 3, "vit [0,1)+[1,3)+[3,4)");
     recompute_same(&g, "gpt");
     recompute_same(&v, "vit");
+    recompute_same(&gn, "gpt, naive attention");
+    recompute_same(&vn, "vit, naive attention");
+    tp_equivalence_with(&gn, TB, 1, RECOMPUTE_SELECTIVE, "gpt sp, naive attention, selective recompute");
     bf16_acts(&g, "gpt");
     bf16_acts(&v, "vit");
+    bf16_acts(&gn, "gpt, naive attention");
+    bf16_acts(&vn, "vit, naive attention");
     hooks_and_rebind(&g, "gpt");
     hooks_and_rebind(&v, "vit");
     split_backward_all(&g, "gpt");

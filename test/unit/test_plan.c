@@ -247,16 +247,21 @@ static void test_unit_flops_and_numel(void)
     if (load_job(&gpt, "model:\n  preset: gpt2-124m\n") ||
         load_job(&vit, "model:\n  preset: vit-b16\ndata:\n  kind: synthetic\n"))
         return;
-    const job_model *models[2] = {&gpt.model, &vit.model};
-    for (int k = 0; k < 2; k++) {
+    job_model gn = gpt.model, vn = vit.model;
+    gn.attention = vn.attention = ATTN_NAIVE;
+    const job_model *models[4] = {&gpt.model, &vit.model, &gn, &vn};
+    for (int k = 0; k < 4; k++) {
         const job_model *m = models[k];
-        /* selective re-runs each block's QK^T and AV (2 x 2 x seq^2 x C), block the
-         * whole block up to its MLP projection, which includes them */
+        /* selective re-runs each block's QK^T and AV (2 x 2 x seq^2 x C) with
+         * naive attention, nothing with fused; block the whole block up to its
+         * MLP projection, which includes them */
         double none = model_flops_per_sample(m, RECOMPUTE_NONE), sel = model_flops_per_sample(m, RECOMPUTE_SELECTIVE),
                blk = model_flops_per_sample(m, RECOMPUTE_BLOCK), seq = model_seq_len(m);
-        CHECK(none < sel && sel < blk && fabs(sel - none - 4.0 * m->n_layer * seq * seq * m->d_model) < 1,
-              "%s FLOPs per sample: none %.6g < selective %.6g < block %.6g; selective adds 4 L seq^2 C",
-              job_model_kind_name(m->kind), none, sel, blk);
+        double adds = m->attention == ATTN_NAIVE ? 4.0 * m->n_layer * seq * seq * m->d_model : 0;
+        CHECK(none <= sel && sel < blk && fabs(sel - none - adds) < 1,
+              "%s, %s attention: FLOPs per sample: none %.6g, selective %.6g (%s), block %.6g",
+              job_model_kind_name(m->kind), job_attention_name(m->attention), none, sel,
+              adds > 0 ? "adds 4 L seq^2 C" : "the same", blk);
         for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++) {
             double sum = 0;
             for (int u = 0; u < model_n_units(m); u++) sum += sizes_unit_flops(m, u, (recompute_kind)rc);
@@ -279,18 +284,18 @@ static void test_unit_flops_and_numel(void)
                 sizes_unit_work_of(m, u, (recompute_kind)rc, 4, 2, 0, 2.0, &w);
                 double f = 0;
                 for (int i = 0; i < w.n_gemm; i++) f += w.gemm[i].fwd_flops + w.gemm[i].bwd_flops;
-                if (k == 0)
+                if (m->kind == MODEL_GPT)
                     works_add_up &= fabs(2.0 * f - 4.0 * sizes_unit_flops(m, u, (recompute_kind)rc)) <=
                                     1e-9 * (f + 1.0);
                 if (u == model_n_units(m) - 1 && rc == RECOMPUTE_NONE)
                     head_fwd = w.gemm[0].fwd_flops, head_bwd = w.gemm[0].bwd_flops;
             }
-        CHECK(works_add_up && fabs(head_bwd - (k == 0 ? 3.0 : 2.0) * head_fwd) <= 1e-9 * head_bwd,
+        CHECK(works_add_up && fabs(head_bwd - (m->kind == MODEL_GPT ? 3.0 : 2.0) * head_fwd) <= 1e-9 * head_bwd,
               "%s: the step time's GEMMs x tp = sizes_unit_flops x micro_batch, unit by unit (GPT); the head's "
               "backward GEMMs are %.0f x its forward's (%s)", job_model_kind_name(m->kind), head_bwd / head_fwd,
-              k == 0 ? "the chunked LM head computes its logits again" : "no recompute");
+              m->kind == MODEL_GPT ? "the chunked LM head computes its logits again" : "no recompute");
         double extra = model_exec_flops_per_sample(m, RECOMPUTE_NONE) - none;
-        double head = k == 0 ? 2.0 * seq * m->vocab_size * m->d_model : 0.0;
+        double head = m->kind == MODEL_GPT ? 2.0 * seq * m->vocab_size * m->d_model : 0.0;
         CHECK(fabs(extra - head) < 1, "%s: executed - model FLOPs per sample = %.6g (the LM head's recompute: %.6g)",
               job_model_kind_name(m->kind), extra, head);
     }
@@ -444,21 +449,40 @@ static void test_monotonic(void)
     job.train.micro_batch = 8;
     job.train.grad_accum = 1;
     job.parallel.microbatches = 1;
-    size_t a_none = rank0(&job, SIZES_ACTS, 0);
-    job.train.recompute = RECOMPUTE_BLOCK;
-    size_t a_rc = rank0(&job, SIZES_ACTS, 0);
-    CHECK(a_rc < a_none / 3, "recompute lowers activations: %.0f MB -> %.0f MB", a_none / 1e6, a_rc / 1e6);
-    job.train.recompute = RECOMPUTE_SELECTIVE;
-    size_t a_sel = rank0(&job, SIZES_ACTS, 0);
-    {
-        /* every block's stashed [B, heads, seq, seq] probabilities (bf16) are gone;
-         * the fp32 working set holds one set either way */
-        size_t seq = (size_t)model_seq_len(&job.model), L = (size_t)job.model.n_layer;
-        size_t probs = (size_t)job.train.micro_batch * (size_t)job.model.n_head * seq * seq * 2;
-        CHECK(a_rc < a_sel && a_sel < a_none && a_none - a_sel == L * probs,
-              "selective recompute: block %.0f MB < selective %.0f MB < none %.0f MB, %zu x %.0f MB of "
-              "bf16 probabilities fewer than none", a_rc / 1e6, a_sel / 1e6, a_none / 1e6, L, probs / 1e6);
+    size_t seq = (size_t)model_seq_len(&job.model), L = (size_t)job.model.n_layer, B = 8;
+    size_t heads = (size_t)job.model.n_head, C = (size_t)job.model.d_model;
+    size_t probs = B * heads * seq * seq * 2; /* a block's bf16 [B, heads, seq, seq] */
+    size_t a_none[2];
+    for (int naive = 1; naive >= 0; naive--) {
+        const char *kind = naive ? "naive" : "fused";
+        job.model.attention = naive ? ATTN_NAIVE : ATTN_FUSED;
+        job.train.recompute = RECOMPUTE_NONE;
+        a_none[naive] = rank0(&job, SIZES_ACTS, 0);
+        job.train.recompute = RECOMPUTE_BLOCK;
+        size_t a_rc = rank0(&job, SIZES_ACTS, 0);
+        /* the probabilities make most of naive's activations */
+        CHECK(a_rc < a_none[naive] / (naive ? 3 : 2), "%s attention: recompute lowers activations: %.0f MB -> %.0f MB",
+              kind, a_none[naive] / 1e6, a_rc / 1e6);
+        job.train.recompute = RECOMPUTE_SELECTIVE;
+        size_t a_sel = rank0(&job, SIZES_ACTS, 0);
+        if (naive) /* every block's stashed probabilities (bf16) are gone; the fp32 working set holds one set either way */
+            CHECK(a_rc < a_sel && a_sel < a_none[1] && a_none[1] - a_sel == L * probs,
+                  "naive attention, selective recompute: block %.0f MB < selective %.0f MB < none %.0f MB, %zu x %.0f "
+                  "MB of bf16 probabilities fewer than none", a_rc / 1e6, a_sel / 1e6, a_none[1] / 1e6, L, probs / 1e6);
+        else /* no probabilities kept: selective is none */
+            CHECK(a_sel == a_none[0], "fused attention, selective recompute keeps what none keeps (%.0f MB)",
+                  a_sel / 1e6);
     }
+    /* naive - fused: each block's bf16 probabilities for its fp32 [B, heads,
+     * seq] log-sum-exp; in the working set the fp32 block's probabilities and
+     * the backward's [B, heads, seq, seq] scratch for k, v and their gradient
+     * [B seq, 4 C] */
+    size_t lse = B * heads * seq * 4, tt32 = 2 * probs, kv = B * seq * 4 * C * 4;
+    CHECK(a_none[1] - a_none[0] == L * (probs - lse) + 2 * tt32 - kv,
+          "gpt2-124m bf16, micro-batch 8: fused attention keeps %.0f MB of activations, naive %.0f MB: %zu x (%.1f MB "
+          "of probabilities - %.2f MB of lse) + 2 x %.1f MB fp32 [T, T] - %.1f MB kv scratch",
+          a_none[0] / 1e6, a_none[1] / 1e6, L, probs / 1e6, lse / 1e6, tt32 / 1e6, kv / 1e6);
+    job.model.attention = ATTN_FUSED;
     job.train.recompute = RECOMPUTE_NONE;
 
     job_spec pj;

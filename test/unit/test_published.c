@@ -96,13 +96,15 @@ static int load_job(job_spec *job, const char *yaml)
 
 /* The row's layout as a dtrun job: dtrun's GPT block is Megatron's (d_ff = 4h,
  * learned positions, tied embedding; no dropout, no biases in its count of
- * FLOPs beyond Eq. (3)'s). */
+ * FLOPs beyond Eq. (3)'s), its attention the materialised softmax of 2021
+ * (model.attention naive). */
 static int n21_job(job_spec *job, const n21_row *r, const char *schedule)
 {
     char yaml[1024];
     int m = r->batch / r->d;
     snprintf(yaml, sizeof yaml,
              "model:\n  kind: gpt\n  n_layer: %d\n  n_head: %d\n  d_model: %d\n  vocab_size: %d\n  seq_len: %d\n"
+             "  attention: naive\n" /* Megatron 2021: the softmax materialised (no flash attention) */
              "train:\n  global_batch: %d\n  micro_batch: 1\n  precision: bf16\n  recompute: block\n"
              "parallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  microbatches: %d\n",
              r->layers, r->heads, r->hidden, N21_VOCAB, N21_SEQ, r->batch, r->d, r->t, r->p, m);
@@ -444,16 +446,16 @@ static void test_bubble(void)
  * selective recompute (32 s.b.h / t without dropout), and the first 1F1B stage
  * holding p micro-batches. Measured on dtrun's stash (the difference one more
  * block makes) of tp rank 0. */
-static double block_stash(const char *rc, int tp)
+static double block_stash_attn(const char *rc, int tp, const char *attention)
 {
     char yaml[640];
     double out[2];
     for (int k = 0; k < 2; k++) {
         snprintf(yaml, sizeof yaml,
                  "model:\n  kind: gpt\n  n_layer: %d\n  n_head: 16\n  d_model: 1024\n  vocab_size: 8192\n"
-                 "  seq_len: 1024\ntrain:\n  global_batch: 2\n  micro_batch: 2\n  precision: bf16\n  recompute: %s\n"
-                 "parallel:\n  tp: %d\n  sequence_parallel: %s\n",
-                 k + 1, rc, tp, tp > 1 ? "true" : "false");
+                 "  seq_len: 1024\n  attention: %s\ntrain:\n  global_batch: 2\n  micro_batch: 2\n  precision: bf16\n"
+                 "  recompute: %s\nparallel:\n  tp: %d\n  sequence_parallel: %s\n",
+                 k + 1, attention, rc, tp, tp > 1 ? "true" : "false");
         job_spec job;
         if (load_job(&job, yaml)) return -1;
         char err[512];
@@ -465,6 +467,9 @@ static double block_stash(const char *rc, int tp)
     }
     return out[1] - out[0];
 }
+
+/* [K22] models the materialised softmax: model.attention naive. */
+static double block_stash(const char *rc, int tp) { return block_stash_attn(rc, tp, "naive"); }
 
 static void test_korthikanti(void)
 {
@@ -495,6 +500,15 @@ static void test_korthikanti(void)
               "34 s.b.h / t (%.2f MB), %+.2f %% of 32 s.b.h / t",
               t, sp / 1e6, 100 * (sp / (34 * sbh / t) - 1), 34 * sbh / t / 1e6, 100 * (sp / (32 * sbh / t) - 1));
     }
+    /* fused attention (the default; flash attention in Megatron since [K22])
+     * keeps each row's log-sum-exp, a.s.b fp32, instead of the 2 a.s^2.b of
+     * probabilities: with no recompute a layer keeps [K22]'s selective count,
+     * and selective has nothing left to drop */
+    double fnone = block_stash_attn("none", 1, "fused"), fsel = block_stash_attn("selective", 1, "fused");
+    CHECK(fnone == fsel && fabs(fnone / (32 * sbh) - 1) <= 0.01 && fnone - none == -2 * a * s * s * b + 4 * a * s * b,
+          "fused attention, no recompute: %.2f MB per layer = selective's (%+.2f %% of the dropout-free 32 s.b.h): "
+          "naive's less 2 a s^2 b plus a s b fp32 log-sum-exp (%.0f bytes)",
+          fnone / 1e6, 100 * (fnone / (32 * sbh) - 1), fnone - none);
     /* the first 1F1B stage holds p micro-batches */
     job_spec job;
     if (load_job(&job, "model:\n  kind: gpt\n  n_layer: 8\n  n_head: 8\n  d_model: 256\n  vocab_size: 512\n"
