@@ -121,6 +121,15 @@ typedef struct dt_ops {
      * the same bits as calling them. */
     void (*matmul_gelu_forward)(float *out, float *pre, const float *inp, const float *w,
                                 const float *bias, int N, int IC, int OC);
+    /* Its mirror in backward, for the layer after the GELU: dpre[N, IC] =
+     * (dout[N, OC] @ w[OC, IC]) * gelu_tanh'(pre[N, IC]), OVERWRITTEN (the
+     * GELU's input gradient; the layer's dw, dbias come from matmul_backward
+     * with dinp NULL). cuda: one GEMM whose DGELU epilogue reads pre; cpu:
+     * the GEMM then gelu_backward, the same bits as matmul_backward into a
+     * zeroed buffer followed by gelu_backward into another. scratch: N * IC
+     * floats for the GEMM's result (overwritten; the cpu uses it). */
+    void (*matmul_dgelu_backward)(float *dpre, float *scratch, const float *dout, const float *w,
+                                  const float *pre, int N, int IC, int OC);
 
     /* ---- multi-head attention ----
      * qkv[B,T,3*C] with q = [..., 0:C), k = [C:2C), v = [2C:3C); NH heads of

@@ -77,6 +77,8 @@ void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout
                          const float *inp, const float *w, int N, int IC, int OC);
 void cpu_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
                              const float *bias, int N, int IC, int OC);
+void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w,
+                               const float *pre, int N, int IC, int OC);
 /* dbias[o] += sum_i dout[i,o] (shared by matmul and patch). */
 void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC);
 

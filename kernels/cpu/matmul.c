@@ -64,3 +64,16 @@ void cpu_matmul_gelu_forward(float *out, float *pre, const float *inp, const flo
     cpu_matmul_forward(pre, inp, w, bias, N, IC, OC);
     cpu_gelu_forward(out, pre, (size_t)N * (size_t)OC);
 }
+
+/* The backward mirror (ops.h matmul_dgelu_backward): the GEMM into the
+ * zeroed scratch, then the GELU's backward into the zeroed dpre — the
+ * sequence the model ran before the op existed, so the same bits. */
+void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w,
+                               const float *pre, int N, int IC, int OC)
+{
+    size_t n = (size_t)N * (size_t)IC;
+    cpu_zero(scratch, n * sizeof(float));
+    cpu_matmul_backward(scratch, NULL, NULL, dout, NULL, w, N, IC, OC);
+    cpu_zero(dpre, n * sizeof(float));
+    cpu_gelu_backward(dpre, pre, scratch, n);
+}

@@ -37,6 +37,7 @@ const dt_ops dt_ops_cpu = {
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
+    .matmul_dgelu_backward = cpu_matmul_dgelu_backward,
     .attention_forward = cpu_attention_forward,
     .attention_decode = cpu_attention_decode,
     .attention_backward = cpu_attention_backward,

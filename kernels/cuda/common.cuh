@@ -226,6 +226,8 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
                           const float *inp, const float *w, int N, int IC, int OC);
 void cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
                               const float *bias, int N, int IC, int OC);
+void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w,
+                                const float *pre, int N, int IC, int OC);
 /* attention.cu */
 void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
                             int NH, int causal);

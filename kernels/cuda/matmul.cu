@@ -140,14 +140,19 @@ static gemm_operands operands_for(bool trans_a, bool trans_b, int m, int n, int 
     return o;
 }
 
+/* The GELU epilogues (cuBLASLt's GELU is the tanh approximation, GPT-2's):
+ * GELU_AUX writes C = gelu(product [+ bias]) and the pre-activation into aux;
+ * DGELU reads the pre-activation from aux and writes C = product x gelu'(aux),
+ * the input gradient of the GELU behind a layer's input gradient. */
+enum gelu_epi { GELU_NONE, GELU_AUX_OUT, GELU_GRAD };
+
 /* One cuBLASLt matmul, C[m,n] = alpha op(A) op(B) + beta C, with the
- * epilogue BIAS when bias != NULL, or GELU_AUX(_BIAS) when pre != NULL:
- * C = gelu_tanh(product [+ bias]) and pre (leading dimension ldc) = the
- * product [+ bias], the pre-activation backward needs. False when the
- * heuristic offers no algorithm for this case: then nothing was queued. */
+ * epilogue BIAS when bias != NULL (and no GELU), or a GELU one (gelu_epi,
+ * aux of leading dimension ldc). False when the heuristic offers no
+ * algorithm for this case: then nothing was queued. */
 static bool lt_matmul(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
                       const gemm_operands *o, float beta, float *C, int ldc, const float *bias,
-                      float *pre) {
+                      gelu_epi gelu, const float *aux) {
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc;
     cublasLtMatmulPreference_t pref;
@@ -156,15 +161,17 @@ static bool lt_matmul(bool trans_a, bool trans_b, int m, int n, int k, float alp
     cublasOperation_t opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    cublasLtEpilogue_t epi = pre ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
-                             : bias ? CUBLASLT_EPILOGUE_BIAS
-                                    : CUBLASLT_EPILOGUE_DEFAULT;
+    cublasLtEpilogue_t epi = gelu == GELU_GRAD      ? CUBLASLT_EPILOGUE_DGELU
+                             : gelu == GELU_AUX_OUT ? (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                            : CUBLASLT_EPILOGUE_GELU_AUX)
+                             : bias                 ? CUBLASLT_EPILOGUE_BIAS
+                                                    : CUBLASLT_EPILOGUE_DEFAULT;
     DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (bias)
         DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    if (pre) {
+    if (gelu != GELU_NONE) {
         int64_t ld = ldc;
-        DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &pre, sizeof pre));
+        DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
         DTC_BLAS(dtc_blas.lt_desc_set(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     DTC_BLAS(dtc_blas.lt_layout_create(&la, o->type, o->a_rows, o->a_cols, o->lda));
@@ -216,7 +223,7 @@ void dtc_gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, cons
         return;
     }
     gemm_operands o = operands_for(trans_a, trans_b, m, n, k, A, lda, B, ldb);
-    if (lt_matmul(trans_a, trans_b, m, n, k, alpha, &o, beta, C, ldc, bias, nullptr)) return;
+    if (lt_matmul(trans_a, trans_b, m, n, k, alpha, &o, beta, C, ldc, bias, GELU_NONE, nullptr)) return;
     if (bias) {
         /* no fused-bias algorithm for this shape: seed the bias, then plain */
         size_t total = (size_t)m * n;
@@ -291,8 +298,29 @@ void cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const fl
                    (!bias || alignment_of(bias) >= 16);
     if (fusable) {
         gemm_operands o = operands_for(true, false, OC, N, IC, w, IC, inp, IC);
-        if (lt_matmul(true, false, OC, N, IC, 1.0f, &o, 0.0f, out, OC, bias, pre)) return;
+        if (lt_matmul(true, false, OC, N, IC, 1.0f, &o, 0.0f, out, OC, bias, GELU_AUX_OUT, pre)) return;
     }
     cuda_matmul_forward(pre, inp, w, bias, N, IC, OC);
     cuda_gelu_forward(out, pre, (size_t)N * OC);
+}
+
+/* The input gradient of a layer whose input is a GELU's output, through the
+ * GELU (ops.h matmul_dgelu_backward): dpre = (dout @ w) x gelu'(pre) in one
+ * cuBLASLt call whose DGELU epilogue reads pre, sparing the [N, IC] input
+ * gradient's write and read and the zeroing. The epilogue's rules are the
+ * forward's (aux ld a multiple of 8, 16-byte aligned pointers); otherwise,
+ * or without an algorithm, the GEMM into the caller's scratch, then the
+ * GELU's backward from it. */
+void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w,
+                                const float *pre, int N, int IC, int OC) {
+    if (N <= 0 || IC <= 0) return;
+    bool fusable = OC > 0 && IC % 8 == 0 && alignment_of(dpre) >= 16 && alignment_of(pre) >= 16;
+    if (fusable) {
+        gemm_operands o = operands_for(false, false, IC, N, OC, w, IC, dout, OC);
+        if (lt_matmul(false, false, IC, N, OC, 1.0f, &o, 0.0f, dpre, IC, nullptr, GELU_GRAD, pre)) return;
+    }
+    size_t n = (size_t)N * IC;
+    dtc_gemm(false, false, IC, N, OC, 1.0f, w, IC, dout, OC, 0.0f, scratch, IC, nullptr);
+    DTC_CHECK(cudaMemsetAsync(dpre, 0, n * sizeof(float), dtc.stream));
+    cuda_gelu_backward(dpre, pre, scratch, n);
 }

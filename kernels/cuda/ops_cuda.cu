@@ -79,6 +79,7 @@ static void fill_table(void) {
     table.matmul_forward = cuda_matmul_forward;
     table.matmul_backward = cuda_matmul_backward;
     table.matmul_gelu_forward = cuda_matmul_gelu_forward;
+    table.matmul_dgelu_backward = cuda_matmul_dgelu_backward;
     table.attention_forward = cuda_attention_forward;
     table.attention_decode = cuda_attention_decode;
     table.attention_backward = cuda_attention_backward;

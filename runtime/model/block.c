@@ -114,10 +114,19 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     float *dfchg = s->dA, *dfch = s->dB;
     /* (keep's tensors may be kept ones this block reads: each is written once dead) */
     if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
-    L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
-                    bp.p[BLK_MPROJ_W], N, d->F_l, C);
-    ops->zero(dfch, NF * sizeof(float));
-    model_gelu_backward(m, dfch, a->fch, dfchg, NF);
+    if (m->spec.activation == ACT_GELU) {
+        L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
+                        bp.p[BLK_MPROJ_W], N, d->F_l, C);
+        ops->zero(dfch, NF * sizeof(float));
+        model_gelu_backward(m, dfch, a->fch, dfchg, NF);
+    } else {
+        /* GPT-2's tanh GELU in the mlp projection's input-gradient GEMM (a
+         * DGELU epilogue on cuda; the same bits as the two steps on the CPU).
+         * It reads the kept pre-activation, rounded under bf16 as the GELU's
+         * backward always has, so both precisions take it. */
+        L->row_dgelu_backward(L->ctx, dfch, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
+                              bp.p[BLK_MPROJ_W], a->fch, N, d->F_l, C);
+    }
     if (keep) ops->copy(keep->dfch, dfch, NF * sizeof(float));
     /* s->full is free again: dy is used up */
     const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BLK_FC_W], bp.g[BLK_FC_B], dfch, a->ln2,

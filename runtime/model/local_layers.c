@@ -52,6 +52,16 @@ static void row_backward(void *ctx, float *din, float *dw, float *db, const floa
     m->ops->matmul_backward(din, dw, db, dout_rows, in, w, N, IC, OC);
 }
 
+static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db,
+                               const float *dout_rows, float *full, const float *in, const float *w,
+                               const float *pre, int N, int IC, int OC)
+{
+    const model *m = ctx;
+    (void)full;
+    m->ops->matmul_backward(NULL, dw, db, dout_rows, in, NULL, N, IC, OC);
+    m->ops->matmul_dgelu_backward(dpre, scratch, dout_rows, w, pre, N, IC, OC);
+}
+
 static void embedding_forward(void *ctx, float *out_rows, float *full, const int *tokens,
                               const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C)
 {
@@ -162,6 +172,7 @@ void model_local_layers(model *m, model_layers *out)
                           .column_backward = column_backward,
                           .row_forward = row_forward,
                           .row_backward = row_backward,
+                          .row_dgelu_backward = row_dgelu_backward,
                           .embedding_forward = embedding_forward,
                           .embedding_backward = embedding_backward,
                           .head_forward = head_forward,

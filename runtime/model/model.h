@@ -228,6 +228,13 @@ typedef struct {
      * and receives this rank's input gradient. */
     void (*row_backward)(void *ctx, float *din, float *dw, float *db, const float *dout_rows,
                          float *full, const float *in, const float *w, int N, int IC, int OC);
+    /* row_backward of a layer whose input is gelu_tanh(pre), its input
+     * gradient taken through the GELU: dpre [N, IC] = din * gelu'(pre)
+     * (overwritten), fused where the backend fuses them
+     * (ops->matmul_dgelu_backward); scratch: [N, IC] floats, overwritten. */
+    void (*row_dgelu_backward)(void *ctx, float *dpre, float *scratch, float *dw, float *db,
+                               const float *dout_rows, float *full, const float *in, const float *w,
+                               const float *pre, int N, int IC, int OC);
     /* Vocabulary-split token embedding plus position embedding wpe [T, C]:
      * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)). */
     void (*embedding_forward)(void *ctx, float *out_rows, float *full, const int *tokens,

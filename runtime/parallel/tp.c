@@ -148,6 +148,16 @@ static void row_backward(void *ctx, float *din, float *dw, float *db, const floa
     g->ops->matmul_backward(din, dw, db, dout, in, w, N, IC, OC);
 }
 
+static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db,
+                               const float *dout_rows, float *full, const float *in, const float *w,
+                               const float *pre, int N, int IC, int OC)
+{
+    const tp_group *g = ctx;
+    const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)OC);
+    g->ops->matmul_backward(NULL, dw, db, dout, in, NULL, N, IC, OC);
+    g->ops->matmul_dgelu_backward(dpre, scratch, dout, w, pre, N, IC, OC);
+}
+
 /* ---- VocabParallelEmbedding, with the position embedding ---- */
 
 /* Each token's row is non-zero on the rank holding it only: the lookup summed
@@ -247,6 +257,7 @@ void tp_layers(tp_group *g, model_layers *out)
                           .column_backward = column_backward,
                           .row_forward = row_forward,
                           .row_backward = row_backward,
+                          .row_dgelu_backward = row_dgelu_backward,
                           .embedding_forward = embedding_forward,
                           .embedding_backward = embedding_backward,
                           .head_forward = head_forward,

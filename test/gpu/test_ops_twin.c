@@ -402,6 +402,24 @@ static void test_matmul_gelu(int N, int IC, int OC, int with_bias, int pad) {
     free(inp); free(w); free(bias); free(out); free(pre);
 }
 
+/* Its backward mirror: dpre = (dout @ w) * gelu'(pre) through the DGELU
+ * epilogue (or the GEMM into the scratch and the GELU's backward): one GEMM
+ * and one elementwise function, TOL_GEMM. */
+static void test_matmul_dgelu(int N, int IC, int OC, int pad) {
+    char what[160];
+    float *dout = hrand((size_t)N * OC, 1.0f), *w = hrand((size_t)OC * IC, 1.0f), *pre = hrand((size_t)N * IC, 2.0f);
+    float *dpre = hrand((size_t)N * IC, 1.0f), *scr = hrand((size_t)N * IC, 1.0f);
+    dbuf dd = dup_f(dout, (size_t)N * OC, pad), dw = dup_f(w, (size_t)OC * IC, pad), dp = dup_f(pre, (size_t)N * IC, pad);
+    dbuf ddp = dup_f(dpre, (size_t)N * IC, pad), ds = dup_f(scr, (size_t)N * IC, pad);
+    cpu->matmul_dgelu_backward(dpre, scr, dout, w, pre, N, IC, OC);
+    gpu->matmul_dgelu_backward(ddp.p, ds.p, dd.p, dw.p, dp.p, N, IC, OC);
+    snprintf(what, sizeof what, "matmul_dgelu_backward N=%d IC=%d OC=%d%s", N, IC, OC,
+             pad || IC % 8 ? " (GEMM, then the GELU's backward)" : "");
+    expect(what, &ddp, dpre, (size_t)N * IC, TOL_GEMM);
+    drop(&dd); drop(&dw); drop(&dp); drop(&ddp); drop(&ds);
+    free(dout); free(w); free(pre); free(dpre); free(scr);
+}
+
 /* ---------------------------------------------------------------- attention */
 
 /* decoding's one query over a cache; also the CPU's own check that it is the
@@ -940,6 +958,9 @@ int main(void) {
     test_matmul_gelu(64, 64, 256, 0, 0);
     test_matmul_gelu(37, 33, 20, 1, 1);     /* unaligned: the two ops */
     test_matmul_gelu(9, 16, 12, 1, 0);      /* OC not a multiple of 8: the two ops */
+    test_matmul_dgelu(256, 3072, 768, 0);   /* GPT-2's mlp projection: the epilogue */
+    test_matmul_dgelu(37, 20, 33, 1);       /* unaligned: the two steps */
+    test_matmul_dgelu(9, 12, 16, 0);        /* IC not a multiple of 8: the two steps */
     set_tf32(1);
     test_matmul(256, 768, 768, 1, 0, TOL_TF32);
     set_tf32(0);
