@@ -78,6 +78,7 @@ void job_defaults(job_spec *job)
     p->microbatches = 1;
     p->virtual_stages = 1;
     p->sequence_parallel = 0;
+    p->tp_overlap = 1;
     p->bucket_mb = 25;
     p->reduce_dtype = DTYPE_FP32; /* follows train.grad_dtype unless given */
 

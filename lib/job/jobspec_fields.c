@@ -181,6 +181,8 @@ const field_def job_fields[FID_COUNT] = {
                                "virtual_pipeline_model_parallel_size,num_model_chunks,vpp"),
     [FID_SEQUENCE_PARALLEL] = NUM(SEC_PARALLEL, "sequence_parallel", FT_BOOL, parallel.sequence_parallel,
                                   0, 1, "sp,seq_parallel"),
+    [FID_TP_OVERLAP] = NUM(SEC_PARALLEL, "tp_overlap", FT_BOOL, parallel.tp_overlap, 0, 1,
+                           "tp_comm_overlap,overlap_tp_comm"),
     [FID_CP] = NUM(SEC_PARALLEL, "cp", FT_INT, parallel.cp, 1, 65536,
                    "context_parallel,context_parallel_size,cp_size,context_parallel_degree"),
     [FID_CP_MODE] = ENUM(SEC_PARALLEL, "cp_mode", parallel.cp_mode, cp_modes, cp_mode_aliases,

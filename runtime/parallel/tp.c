@@ -28,20 +28,32 @@ static uint16_t *stage_for(const tp_group *g, size_t nc)
 }
 
 /* gather_from_sequence_parallel_region: the whole tensor from this rank's rows,
- * gathered into full under SP; without SP the rows are the whole tensor. */
-static const float *gather_rows(const tp_group *g, const float *rows, float *full, size_t nc)
+ * gathered into full under SP; without SP the rows are the whole tensor.
+ * Started and finished apart where the group can (tp.h start): start returns
+ * the request to finish (NULL: done already, or nothing to gather). */
+static void *gather_rows_start(const tp_group *g, const float *rows, float *full, size_t nc)
+{
+    if (!g->sp) return NULL;
+    uint16_t *st = stage_for(g, nc);
+    if (st) g->ops->to_bf16(st + (size_t)g->rank * (nc / (size_t)g->size), rows, nc / (size_t)g->size);
+    if (g->start) return g->start(g->ctx, TP_START_ALL_GATHER, st != NULL, rows, st ? (void *)st : full, nc);
+    if (st) g->all_gather_bf16(g->ctx, st, nc);
+    else g->all_gather(g->ctx, rows, full, nc);
+    return NULL;
+}
+
+static const float *gather_rows_finish(const tp_group *g, void *req, const float *rows, float *full, size_t nc)
 {
     if (!g->sp) return rows;
     uint16_t *st = stage_for(g, nc);
-    if (!st) {
-        g->all_gather(g->ctx, rows, full, nc);
-        return full;
-    }
-    size_t part = nc / (size_t)g->size;
-    g->ops->to_bf16(st + (size_t)g->rank * part, rows, part);
-    g->all_gather_bf16(g->ctx, st, nc);
-    g->ops->from_bf16(full, st, nc);
+    if (req) g->wait(g->ctx, req, TP_START_ALL_GATHER, st != NULL);
+    if (st) g->ops->from_bf16(full, st, nc);
     return full;
+}
+
+static const float *gather_rows(const tp_group *g, const float *rows, float *full, size_t nc)
+{
+    return gather_rows_finish(g, gather_rows_start(g, rows, full, nc), rows, full, nc);
 }
 
 /* Where a partial sum over the group is written: the output itself (all-reduced
@@ -54,28 +66,33 @@ static float *partial_of(const tp_group *g, float *out_rows, float *full)
 /* reduce_from_tensor_model_parallel_region: the SUM over the group of the
  * nc-element partial (in place), or under SP
  * reduce_scatter_to_sequence_parallel_region: this rank's rows of it into
- * out (nc / size elements). */
-static void reduce_sum(const tp_group *g, const float *partial, float *out, size_t nc)
+ * out (nc / size elements). Started and finished apart as the gather. */
+static void *reduce_sum_start(const tp_group *g, const float *partial, float *out, size_t nc)
 {
     uint16_t *st = stage_for(g, nc);
-    if (!st) {
-        if (!g->sp) {
-            if (out != partial) g->ops->copy(out, partial, nc * sizeof(float));
-            g->all_reduce(g->ctx, out, nc, TP_SUM);
-        } else {
-            g->reduce_scatter(g->ctx, partial, out, nc);
-        }
-        return;
-    }
-    g->ops->to_bf16(st, partial, nc);
-    if (!g->sp) {
-        g->all_reduce_bf16(g->ctx, st, nc);
-        g->ops->from_bf16(out, st, nc);
-    } else {
-        size_t part = nc / (size_t)g->size;
-        g->reduce_scatter_bf16(g->ctx, st, nc);
-        g->ops->from_bf16(out, st + (size_t)g->rank * part, part);
-    }
+    if (st) g->ops->to_bf16(st, partial, nc);
+    else if (!g->sp && out != partial) g->ops->copy(out, partial, nc * sizeof(float));
+    tp_start_kind k = g->sp ? TP_START_REDUCE_SCATTER : TP_START_ALL_REDUCE;
+    if (g->start) return g->start(g->ctx, k, st != NULL, st ? (const void *)st : g->sp ? partial : out,
+                                  st ? (void *)st : out, nc);
+    if (st) (g->sp ? g->reduce_scatter_bf16 : g->all_reduce_bf16)(g->ctx, st, nc);
+    else if (g->sp) g->reduce_scatter(g->ctx, partial, out, nc);
+    else g->all_reduce(g->ctx, out, nc, TP_SUM);
+    return NULL;
+}
+
+static void reduce_sum_finish(const tp_group *g, void *req, float *out, size_t nc)
+{
+    uint16_t *st = stage_for(g, nc);
+    if (req) g->wait(g->ctx, req, g->sp ? TP_START_REDUCE_SCATTER : TP_START_ALL_REDUCE, st != NULL);
+    if (!st) return;
+    if (!g->sp) g->ops->from_bf16(out, st, nc);
+    else g->ops->from_bf16(out, st + (size_t)g->rank * (nc / (size_t)g->size), nc / (size_t)g->size);
+}
+
+static void reduce_sum(const tp_group *g, const float *partial, float *out, size_t nc)
+{
+    reduce_sum_finish(g, reduce_sum_start(g, partial, out, nc), out, nc);
 }
 
 /* The row-parallel output: out_rows = the sum of the partials in
@@ -87,9 +104,14 @@ static void reduce_rows(const tp_group *g, float *out_rows, float *full, size_t 
 
 /* The same on a [N, C] buffer of partial sums, in place: returns where this
  * rank's rows of the sum start (buf itself without SP). */
+static float *rows_mine(const tp_group *g, float *buf, size_t nc)
+{
+    return g->sp ? buf + (size_t)g->rank * (nc / (size_t)g->size) : buf;
+}
+
 static float *reduce_rows_in_place(const tp_group *g, float *buf, size_t nc)
 {
-    float *mine = g->sp ? buf + (size_t)g->rank * (nc / (size_t)g->size) : buf;
+    float *mine = rows_mine(g, buf, nc);
     reduce_sum(g, buf, mine, nc);
     return mine;
 }
@@ -113,17 +135,27 @@ static void column_gelu_forward(void *ctx, float *act, float *out, const float *
 }
 
 /* The input gradient is this rank's output features' share: summed over the
- * group (copy_to_tensor_model_parallel_region's backward). */
+ * group (copy_to_tensor_model_parallel_region's backward). Overlapped where
+ * the group starts collectives apart (tp.h): under SP the input gathers
+ * while the input gradient, which does not read it, computes; then the input
+ * gradient's sum travels while the weight gradient computes. The same ops on
+ * the same values as one after the other (matmul_backward's parts are
+ * independent, ops.h), so the same bits. */
 static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
                                     const float *in_rows, float *full, const float *w, int N, int IC,
                                     int OC)
 {
     const tp_group *g = ctx;
     size_t nc = (size_t)N * (size_t)IC;
-    const float *in = gather_rows(g, in_rows, full, nc);
+    void *gathering = dw ? gather_rows_start(g, in_rows, full, nc) : NULL;
     g->ops->zero(din, nc * sizeof(float));
-    g->ops->matmul_backward(din, dw, db, dout, in, w, N, IC, OC);
-    return reduce_rows_in_place(g, din, nc);
+    g->ops->matmul_backward(din, NULL, NULL, dout, NULL, w, N, IC, OC);
+    const float *in = dw ? gather_rows_finish(g, gathering, in_rows, full, nc) : NULL;
+    float *mine = rows_mine(g, din, nc);
+    void *summing = reduce_sum_start(g, din, mine, nc);
+    if (dw || db) g->ops->matmul_backward(NULL, dw, db, dout, in, NULL, N, IC, OC);
+    reduce_sum_finish(g, summing, mine, nc);
+    return mine;
 }
 
 /* ---- RowParallelLinear: input features split; output a sum over the group ---- */
@@ -324,12 +356,48 @@ static void comm_tp_reduce_scatter_bf16(void *ctx, uint16_t *full, size_t full_c
                   COMM_SUM, "tp reduce_scatter (bf16)");
 }
 
+/* Started apart (tp.h start / wait): the same collectives, asynchronous; the
+ * wait is what the step's communication time and trace count (the part
+ * that was not hidden behind compute). */
+static const char *start_label(tp_start_kind k, int bf16)
+{
+    static const char *const names[2][3] = {
+        {"tp all_reduce", "tp all_gather", "tp reduce_scatter"},
+        {"tp all_reduce (bf16)", "tp all_gather (bf16)", "tp reduce_scatter (bf16)"}};
+    return names[bf16 != 0][k];
+}
+
+static void *comm_tp_start(void *ctx, tp_start_kind k, int bf16, const void *send, void *recv, size_t n)
+{
+    strat_ctx *x = ctx;
+    if (x->failed) return NULL;
+    comm_dtype dt = bf16 ? COMM_BF16 : COMM_F32;
+    if (bf16) { /* in place on recv, as the blocking _bf16 collectives */
+        uint16_t *full = recv;
+        send = k == TP_START_ALL_GATHER ? (const void *)(full + own_part(x, n)) : (const void *)full;
+        if (k == TP_START_REDUCE_SCATTER) recv = full + own_part(x, n);
+    }
+    comm_req *req = NULL;
+    int rc = k == TP_START_ALL_REDUCE   ? comm_all_reduce_async(x->tp, send, recv, n, dt, COMM_SUM, &req)
+             : k == TP_START_ALL_GATHER ? comm_all_gather_async(x->tp, send, recv, n, dt, &req)
+                                        : comm_reduce_scatter_async(x->tp, send, recv, n, dt, COMM_SUM, &req);
+    strat_fail(x, x->tp, rc, start_label(k, bf16));
+    return req;
+}
+
+static void comm_tp_wait(void *ctx, void *req, tp_start_kind k, int bf16)
+{
+    strat_ctx *x = ctx;
+    strat_wait(x, x->tp, req, start_label(k, bf16));
+}
+
 int tp_apply(strat_ctx *x, int sp, model *const *chunks, int n_chunks)
 {
     /* the model shards' tp rank: the mesh makes it this rank's place in x->tp */
     x->tpg = (tp_group){.ops = x->ops, .rank = x->at.tp, .size = x->job->parallel.tp, .sp = sp,
                         .ctx = x, .all_reduce = comm_tp_all_reduce,
                         .all_gather = comm_tp_all_gather, .reduce_scatter = comm_tp_reduce_scatter};
+    if (x->job->parallel.tp_overlap) x->tpg.start = comm_tp_start, x->tpg.wait = comm_tp_wait;
     size_t stage = sizes_tp_stage_numel(x->sz);
     if (stage) {
         if (!(x->tpg.stage = x->ops->alloc(stage * sizeof(uint16_t)))) return -1;

@@ -38,6 +38,8 @@
 #include "runtime/model/model.h"
 
 typedef enum { TP_SUM = 0, TP_MAX } tp_op;
+/* The collectives a layer may start and finish apart (tp_group.start). */
+typedef enum { TP_START_ALL_REDUCE, TP_START_ALL_GATHER, TP_START_REDUCE_SCATTER } tp_start_kind;
 
 typedef struct {
     const dt_ops *ops;
@@ -61,6 +63,17 @@ typedef struct {
     void (*all_reduce_bf16)(void *ctx, uint16_t *buf, size_t n);
     void (*all_gather_bf16)(void *ctx, uint16_t *full, size_t full_count);
     void (*reduce_scatter_bf16)(void *ctx, uint16_t *full, size_t full_count);
+    /* Optional (NULL: every collective blocks): the SUM all-reduce, the
+     * all-gather and the reduce-scatter above started and finished apart, so
+     * a layer computes beside them (Megatron's overlap of the column layer's
+     * backward: the input gathers while the input gradient computes, and
+     * the input gradient's sum travels while the weight gradient computes).
+     * fp32: the arguments of all_reduce / all_gather / reduce_scatter (send =
+     * recv = buf for the all-reduce); bf16 (staged): in place on `recv` as
+     * the _bf16 ones, send unused. Returns a request for wait, NULL when
+     * there is nothing to wait for (a failed group). */
+    void *(*start)(void *ctx, tp_start_kind k, int bf16, const void *send, void *recv, size_t full_count);
+    void (*wait)(void *ctx, void *req, tp_start_kind k, int bf16);
 } tp_group;
 
 /* The model's layers over group g (their ctx: g, which must outlive their use). */

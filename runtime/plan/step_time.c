@@ -14,8 +14,13 @@
  * The makespan is pp_sim_run on the very schedule the engine executes, with each
  * chunk's forward and backward cost (ZB-H1: the backward's B and W, W being the
  * blocks' weight-gradient GEMMs) = its compute + its tensor-parallel
- * collectives (synchronous, as the tp layers issue them: on the critical path,
- * not overlapped) + the part of FSDP's gathers / ZeRO-2's reduce-scatters that
+ * collectives (on the critical path as the tp layers issue them, but for the
+ * column layers' backward, runtime/parallel/tp.c: there the input's gather
+ * (SP) runs beside the input-gradient GEMM and the input gradient's sum beside
+ * the weight-gradient GEMM, so each costs only what its GEMM does not cover;
+ * not with parallel.tp_overlap off, nor under ZB-H1, whose B pass has no
+ * weight gradient to hide behind)
+ * + the part of FSDP's gathers / ZeRO-2's reduce-scatters that
  * the unit's compute cannot hide (at least one unit's worth: the first gather has
  * nothing to overlap with); pipeline sends cost a p2p message between dependent
  * actions. Its idle share is the bubble ((p - 1) / (m v) with equal chunks and no
@@ -134,10 +139,14 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     int blocks = 0, emb = 0, head = 0;
     int sp = par->sequence_parallel && par->tp > 1;
     double elem = (double)sizes_param_elem_bytes(e->sizes);
+    double col_gemm[2] = {0, 0}; /* a block's qkv and fc GEMM, one pass (what a column backward hides behind) */
     for (int u = first[c]; u < first[c + 1]; u++) {
         sizes_unit_work w;
         sizes_unit_work_cp(md, u, job->train.recompute, (int)B, par->tp, sp, par->cp, elem, &w);
         work_time(e, &w, &k.fwd_flop, &k.bwd_flop, &k.fwd_count, &k.bwd_count, &k.bwd_w);
+        if (u >= 1 && u <= L && w.n_gemm >= 3) /* sizes.c's block order: qkv, proj, fc, mproj, core */
+            for (int i = 0; i < 2; i++)
+                col_gemm[i] = w.gemm[2 * i].fwd_flops / (e->peak * hw_gemm_efficiency(&e->hw, w.gemm[2 * i].dim));
         double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
         k.grads += n * (double)sizes_reduce_elem_bytes(e->sizes);
@@ -186,6 +195,15 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
             tb = half_b * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +
                  ln_b * ring_time(f * ln_bytes, tc->bandwidth, lat, 2 * (t - 1));
         }
+        /* the column layers' backward collectives, overlapped (tp.c) */
+        double hidden = 0;
+        if (par->tp_overlap && par->pp_schedule != PP_ZB_H1) {
+            double whole = ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1));
+            double half = ring_time(f / 2 * act, tc->bandwidth, lat, t - 1);
+            for (int i = 0; i < 2; i++)
+                hidden += sp ? fmin(half, col_gemm[i]) + fmin(half, col_gemm[i]) : fmin(whole, col_gemm[i]);
+        }
+        tb -= blocks * hidden;
         k.fwd += tf;
         k.bwd += tb;
         k.tp = tf + tb;

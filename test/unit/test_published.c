@@ -97,7 +97,8 @@ static int load_job(job_spec *job, const char *yaml)
 /* The row's layout as a dtrun job: dtrun's GPT block is Megatron's (d_ff = 4h,
  * learned positions, tied embedding; no dropout, no biases in its count of
  * FLOPs beyond Eq. (3)'s), its attention the materialised softmax of 2021
- * (model.attention naive). */
+ * (model.attention naive), its tp collectives issued in line
+ * (parallel.tp_overlap false). */
 static int n21_job(job_spec *job, const n21_row *r, const char *schedule)
 {
     char yaml[1024];
@@ -106,7 +107,8 @@ static int n21_job(job_spec *job, const n21_row *r, const char *schedule)
              "model:\n  kind: gpt\n  n_layer: %d\n  n_head: %d\n  d_model: %d\n  vocab_size: %d\n  seq_len: %d\n"
              "  attention: naive\n" /* Megatron 2021: the softmax materialised (no flash attention) */
              "train:\n  global_batch: %d\n  micro_batch: 1\n  precision: bf16\n  recompute: block\n"
-             "parallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  microbatches: %d\n",
+             "parallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  microbatches: %d\n"
+             "  tp_overlap: false\n", /* Megatron 2021: the tp collectives issued in line */
              r->layers, r->heads, r->hidden, N21_VOCAB, N21_SEQ, r->batch, r->d, r->t, r->p, m);
     if (r->p > 1) {
         size_t at = strlen(yaml);
