@@ -153,8 +153,10 @@ static void print_memory(const plan_estimate *e, FILE *out)
     }
     if (e->job.parallel.tp > 1) fprintf(out, "  (the tp rank with the most memory is shown)\n");
     if (e->hw.gpu)
-        fprintf(out, "  fixed = CUDA context %s + NCCL %s + cuBLAS workspace %s\n", fmt_bytes(v, e->hw.cuda_context),
-                fmt_bytes((char[FMT_LEN]){0}, e->hw.nccl), fmt_bytes((char[FMT_LEN]){0}, e->hw.cublas_workspace));
+        fprintf(out, "  fixed = CUDA context %s + NCCL %s + cuBLAS workspace %s + the backend's buffers %s\n",
+                fmt_bytes(v, e->hw.cuda_context), e->world > 1 ? fmt_bytes((char[FMT_LEN]){0}, e->hw.nccl) : "none (one process)",
+                fmt_bytes((char[FMT_LEN]){0}, e->hw.cublas_workspace),
+                fmt_bytes((char[FMT_LEN]){0}, e->stage[0].fixed - hw_fixed_overhead(&e->hw, e->world)));
 }
 
 static void print_compute_comm(const plan_estimate *e, FILE *out)

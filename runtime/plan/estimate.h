@@ -51,7 +51,8 @@ typedef struct {
     int pp_rank;
     int tp_rank;          /* the tp rank reported: the one with the most memory */
     sizes_memory mem;     /* sizes_rank_memory at (dp 0, pp_rank, tp_rank) */
-    double fixed;         /* CUDA context + NCCL + cuBLAS workspace */
+    double fixed;         /* CUDA context + NCCL (world > 1) + cuBLAS workspace + the backend's scratch
+                             and (bf16) GEMM operand buffers: plan_memory */
     double total;         /* mem.total + fixed */
     double device;        /* memory one rank may use */
     int oom;              /* total > device */

@@ -382,9 +382,10 @@ int hw_load(hw_profile *hw, const char *what, char *err, size_t errlen)
     return -1;
 }
 
-double hw_fixed_overhead(const hw_profile *hw)
+double hw_fixed_overhead(const hw_profile *hw, int world)
 {
-    return hw->cuda_context + hw->nccl + hw->cublas_workspace;
+    /* one process makes no communicator: no NCCL buffers */
+    return hw->cuda_context + (world > 1 ? hw->nccl : 0) + hw->cublas_workspace;
 }
 
 double hw_gemm_efficiency(const hw_profile *hw, double dim)

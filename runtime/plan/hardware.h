@@ -82,7 +82,7 @@ int hw_load(hw_profile *hw, const char *what, char *err, size_t errlen);
 const char *hw_profile_for_device(const char *device_name);
 
 /* Fixed bytes every worker pays besides what sizes.h counts. */
-double hw_fixed_overhead(const hw_profile *hw);
+double hw_fixed_overhead(const hw_profile *hw, int world);
 
 /* Achieved fraction of peak of a GEMM whose smallest dimension is dim. */
 double hw_gemm_efficiency(const hw_profile *hw, double dim);

@@ -1,5 +1,6 @@
 /* memory.c — per pipeline stage: what sizes.h says the worker allocates, plus the
  * fixed overheads a GPU process pays, against the memory one rank may use. */
+#include <math.h>
 #include <stdio.h>
 
 #include "runtime/plan/estimate.h"
@@ -33,6 +34,63 @@ static void check_host_memory(plan_estimate *e, double host_max)
                   fmt_bytes(a, need));
 }
 
+/* Under bf16 mixed precision the CUDA backend narrows each GEMM's two
+ * operands into one buffer it keeps (kernels/cuda/matmul.cu, operands16):
+ * the largest pair of any GEMM a rank runs, the first padded to 256 bytes.
+ * Outside the runtime's accounting, like the cuBLAS workspace, so it is
+ * counted with the fixed bytes. Rows: a micro-batch's tokens on this rank
+ * (whole under sequence parallelism: the column layers gather them); the
+ * GPT head's GEMMs take one chunk of rows. */
+static double bf16_operands_bytes(const plan_estimate *e)
+{
+    const job_model *m = &e->job.model;
+    const job_parallel *par = &e->job.parallel;
+    double t = par->tp, C = m->d_model, F = m->d_ff / t, C3 = 3.0 * C / t, Cl = C / t;
+    double N = (double)e->job.train.micro_batch * model_seq_len(m) / par->cp;
+    double pad = 256.0 / 2; /* elements */
+    /* (a, b): the stored operands of each GEMM, forward and both backward ones */
+    double pairs[][2] = {
+        {C3 * C, N * C}, {C3 * C, N * C3}, {N * C, N * C3},     /* qkv */
+        {C * Cl, N * Cl}, {C * Cl, N * C},  {N * Cl, N * C},    /* proj */
+        {F * C, N * C},   {F * C, N * F},   {N * C, N * F},     /* fc */
+        {C * F, N * F},   {C * F, N * C},   {N * F, N * C},     /* mlp projection */
+        {0, 0},           {0, 0},           {0, 0},             /* the head, below */
+    };
+    int n = (int)(sizeof pairs / sizeof pairs[0]);
+    if (m->kind == MODEL_GPT) {
+        double R = model_head_chunk_rows(m), V = ceil((double)m->vocab_size / t);
+        if (R > N) R = N;
+        pairs[n - 3][0] = V * C, pairs[n - 3][1] = R * C;
+        pairs[n - 2][0] = V * C, pairs[n - 2][1] = R * V;
+        pairs[n - 1][0] = R * V, pairs[n - 1][1] = R * C;
+    } else {
+        double P = (double)m->channels * m->patch_size * m->patch_size, np = model_seq_len(m) - 1.0;
+        double B = e->job.train.micro_batch;
+        pairs[n - 3][0] = Cl * P, pairs[n - 3][1] = B * np * P; /* the patch embedding */
+        pairs[n - 2][0] = m->n_classes * C, pairs[n - 2][1] = B * C;
+    }
+    double most = 0;
+    for (int i = 0; i < n; i++) {
+        double a = ceil(pairs[i][0] / pad) * pad, both = a + pairs[i][1];
+        if (both > most) most = both;
+    }
+    return 2.0 * most;
+}
+
+/* The CUDA backend's one growable scratch (kernels/cuda dtc_scratch), kept
+ * at its largest use: the patch embedding's im2col matrix (ViT, fp32) or
+ * the fused attention's backward row statistic D ([B, heads / tp, seq]
+ * fp32); the small reductions' partial sums never exceed these. */
+static double cuda_scratch_bytes(const plan_estimate *e)
+{
+    const job_model *m = &e->job.model;
+    double B = e->job.train.micro_batch, seq = model_seq_len(m);
+    double d = 4.0 * B * ((double)m->n_head / e->job.parallel.tp) * seq / e->job.parallel.cp;
+    if (m->kind == MODEL_GPT) return d;
+    double patches = 4.0 * B * (seq - 1.0) * (double)m->channels * m->patch_size * m->patch_size;
+    return patches > d ? patches : d;
+}
+
 void plan_memory(plan_estimate *e)
 {
     e->fits = 1;
@@ -43,7 +101,9 @@ void plan_memory(plan_estimate *e)
         st->pp_rank = p;
         st->tp_rank = sizes_worst_tp_rank(e->sizes, p);
         sizes_rank_memory(e->sizes, (sizes_at){0, p, st->tp_rank}, &st->mem);
-        st->fixed = e->hw.gpu ? hw_fixed_overhead(&e->hw) : 0;
+        st->fixed = e->hw.gpu ? hw_fixed_overhead(&e->hw, e->world) : 0;
+        if (e->hw.gpu) st->fixed += cuda_scratch_bytes(e);
+        if (e->hw.gpu && e->job.train.precision == PREC_BF16) st->fixed += bf16_operands_bytes(e);
         st->total = (double)st->mem.total + st->fixed + (e->hw.gpu ? 0 : (double)st->mem.host);
         if ((double)st->mem.host > host_max) host_max = (double)st->mem.host;
         st->device = device;

@@ -1032,6 +1032,46 @@ static void test_planner_bound(void)
           tried, worst);
 }
 
+/* The fixed bytes beside the accounted ones on a GPU (memory.c): NCCL's
+ * buffers only where there is a communicator (world > 1); under bf16 the
+ * CUDA backend's GEMM operand buffer, the largest pair narrowed (GPT-2 124M
+ * at micro_batch 16 x 1024: the head's input-gradient GEMM, wte [50257, 768]
+ * and one chunk of dlogits [1024, 50257], 180,121,088 bytes). */
+static void test_fixed_bytes(void)
+{
+    hw_profile hw;
+    char err[512];
+    if (hw_load(&hw, "h100-sxm", err, sizeof err)) {
+        CHECK(0, "h100-sxm profile: %s", err);
+        return;
+    }
+    double fixed[3];
+    const char *jobs[3] = {
+        "model:\n  preset: gpt2-124m\ndata:\n  kind: synthetic\ntrain:\n  global_batch: 16\n  micro_batch: 16\n",
+        "model:\n  preset: gpt2-124m\ndata:\n  kind: synthetic\ntrain:\n  global_batch: 32\n  micro_batch: 16\n"
+        "parallel:\n  dp: 2\n",
+        "model:\n  preset: gpt2-124m\ndata:\n  kind: synthetic\ntrain:\n  global_batch: 16\n  micro_batch: 16\n"
+        "  precision: bf16\n"};
+    for (int i = 0; i < 3; i++) {
+        job_spec job;
+        plan_estimate e;
+        fixed[i] = -1;
+        if (load_job(&job, jobs[i])) return;
+        if (plan_estimate_memory(&e, &job, &hw, 1, i == 1 ? 2 : 1, err, sizeof err) == 0) {
+            fixed[i] = e.stage[0].fixed;
+            plan_estimate_free(&e);
+        }
+    }
+    double scratch = 4.0 * 16 * 12 * 1024; /* the fused attention's D, [B, heads, seq] fp32 */
+    double one = hw.cuda_context + hw.cublas_workspace + scratch;
+    CHECK(fabs(fixed[0] - one) < 1 && fabs(fixed[1] - one - hw.nccl) < 1,
+          "fixed bytes on h100: one process %.0f (context + cuBLAS workspace + scratch, no NCCL), two %.0f (+ NCCL "
+          "%.0f)", fixed[0], fixed[1], hw.nccl);
+    CHECK(fabs(fixed[2] - fixed[0] - 180121088.0) < 1,
+          "bf16 adds the GEMM operand buffer: %.0f bytes (want 180121088: wte and a dlogits chunk in bf16)",
+          fixed[2] - fixed[0]);
+}
+
 int main(void)
 {
     test_bytes_per_param();
@@ -1050,5 +1090,6 @@ int main(void)
     test_planner();
     test_planner_bound();
     test_planner_offload();
+    test_fixed_bytes();
     CHECK_DONE();
 }
