@@ -86,7 +86,7 @@ static void master_init(const job_model *s, const char *what)
 }
 
 /* 2. a mixed step against the fp32 kernels applied by hand */
-static void mixed_step(int grad_bf16, int sliced, const char *what)
+static void mixed_step(int grad_bf16, int sliced, float scale, const char *what)
 {
     job_model s = tiny_gpt_spec();
     job_train t = train_cfg();
@@ -115,7 +115,13 @@ static void mixed_step(int grad_bf16, int sliced, const char *what)
     float *g = NULL;
     size_t gcap = 0;
     int master_ok = 1, params_ok = 1, outside_ok = 1;
-    const float scale = 0.37f;
+    /* the scratch widens bf16 gradients for the norm; the step needs none */
+    size_t widest = 0;
+    for (int u = 0; u < nu; u++)
+        if (hi[u] - lo[u] > widest) widest = hi[u] - lo[u];
+    size_t want_scratch = grad_bf16 ? (widest < OPTIM_SCRATCH_NUMEL ? widest : OPTIM_SCRATCH_NUMEL) * 4 : 0;
+    CHECK(optim_scratch_bytes(o) == want_scratch, "%s: optimizer scratch %zu B (want %zu: %s)", what,
+          optim_scratch_bytes(o), want_scratch, grad_bf16 ? "the widest slice's floats" : "none");
     for (int step = 1; step <= 3; step++) {
         for (int u = 0; u < nu; u++) { /* gradients of the model's type, some tiny, some large */
             size_t n = model_unit_local_numel(mb, u);
@@ -127,7 +133,7 @@ static void mixed_step(int grad_bf16, int sliced, const char *what)
             else memcpy(model_unit_grads(mb, u), g, n * sizeof(float));
             /* the reference widens what is stored, scales, AdamW per tensor (decay or not) */
             if (grad_bf16) ops->from_bf16(g, model_unit_grads(mb, u), n);
-            for (size_t i = 0; i < n; i++) g[i] *= scale;
+            if (scale != 1.0f) ops->scale(g, scale, n);
             for (int pi = 0; pi < model_param_count(mb); pi++) {
                 const param_spec *p = model_param(mb, pi);
                 if (p->unit != u) continue;
@@ -150,7 +156,7 @@ static void mixed_step(int grad_bf16, int sliced, const char *what)
                 if (i < lo[u] || i >= hi[u]) outside_ok &= pb[i] == before[u][i];
         }
     }
-    CHECK(master_ok, "%s: 3 steps: the master is AdamW of the widened gradients x 0.37, bitwise", what);
+    CHECK(master_ok, "%s: 3 steps: the master is AdamW of the widened gradients x %g, bitwise", what, scale);
     CHECK(params_ok, "%s: the bf16 parameters are the master rounded to nearest even", what);
     CHECK(outside_ok, "%s: elements outside the slice are untouched", what);
     for (int u = 0; u < nu; u++) free(ref[u]), free(rm[u]), free(rv[u]), free(before[u]);
@@ -367,9 +373,11 @@ int main(void)
     job_model g = tiny_gpt_spec(), v = tiny_vit_spec();
     master_init(&g, "gpt");
     master_init(&v, "vit");
-    mixed_step(1, 0, "bf16 grads, whole units");
-    mixed_step(1, 1, "bf16 grads, a ZeRO slice");
-    mixed_step(0, 1, "fp32 grads, a ZeRO slice");
+    mixed_step(1, 0, 0.37f, "bf16 grads, whole units");
+    mixed_step(1, 1, 0.37f, "bf16 grads, a ZeRO slice");
+    mixed_step(0, 1, 0.37f, "fp32 grads, a ZeRO slice");
+    mixed_step(1, 1, 1.0f, "bf16 grads, a ZeRO slice, unscaled");
+    mixed_step(0, 0, 1.0f, "fp32 grads, whole units, unscaled");
     for (int threads = 1; threads <= 2; threads++)
         for (int grad_bf16 = 0; grad_bf16 <= 1; grad_bf16++) {
             fused_kernel(grad_bf16, 1.0f, threads);
