@@ -31,6 +31,19 @@ typedef struct {
     float weight_decay;
 } dt_adamw_tensor;
 
+/* One tensor of a mixed-precision multi-tensor AdamW step
+ * (dt_ops.adamw_mixed_multi): the fp32 master and its moments, the gradient
+ * (bf16 as uint16_t, or fp32: the call says which) and the bf16 parameters
+ * the step writes, all n elements. */
+typedef struct {
+    float *master;
+    const void *g;
+    float *m, *v;
+    uint16_t *p;
+    size_t n;
+    float weight_decay;
+} dt_adamw_mixed_tensor;
+
 typedef struct dt_ops {
     const char *name; /* "cpu", "cuda" */
 
@@ -226,6 +239,15 @@ typedef struct dt_ops {
      * sent again only when the list changes (a step sends nothing). */
     void (*adamw_multi)(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2,
                         float eps, int t);
+    /* bf16 mixed precision's step, one pass per element of every tensor of
+     * the list: g = the gradient widened to fp32 (grad_bf16: 1 when the list's
+     * gradients are bf16, 0 when fp32), times grad_scale when grad_scale != 1;
+     * adamw's arithmetic on the master with that g; then p = bf16(master),
+     * rounded as to_bf16. So the same bits as from_bf16 (or a copy), scale,
+     * adamw and to_bf16 one after the other, on the same backend; tensors are
+     * disjoint. cuda: one launch, the list's device copy kept as adamw_multi's. */
+    void (*adamw_mixed_multi)(const dt_adamw_mixed_tensor *list, int count, int grad_bf16,
+                              float grad_scale, float lr, float beta1, float beta2, float eps, int t);
     /* p *= s (for gradient clipping and averaging) */
     void (*scale)(float *p, float s, size_t n);
     /* sum of squares in double (for the global gradient norm) */

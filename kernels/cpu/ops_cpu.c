@@ -60,6 +60,7 @@ const dt_ops dt_ops_cpu = {
 
     .adamw = cpu_adamw,
     .adamw_multi = cpu_adamw_multi,
+    .adamw_mixed_multi = cpu_adamw_mixed_multi,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
 

@@ -13,25 +13,32 @@
  * differs from the one sent; a grid-stride loop runs over the concatenated
  * elements, each finding its tensor by binary search over those indices
  * (a warp's elements nearly always share one). The per-element arithmetic
- * is adamw_kernel's, in the same order. */
+ * is adamw_kernel's, in the same order (adamw_elem).
+ *
+ * adamw_mixed_multi: bf16 mixed precision's step the same way, one launch
+ * and its own kept list: each element's gradient is widened (bf16) or read
+ * (fp32) and scaled in a register, adamw_elem updates the fp32 master, and
+ * the bf16 parameter is written as bf16.cuh rounds it — one pass over memory
+ * where from_bf16, scale, adamw and to_bf16 made four, with the same
+ * arithmetic (the scaled gradient is a rounded product either way, and only
+ * multiplies after, so no FMA can take it in). */
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/common.cuh"
 
-__device__ __forceinline__ void adamw_one(float *__restrict__ p, const float *__restrict__ g,
-                                          float *__restrict__ m, float *__restrict__ v, size_t i,
-                                          float lr, float beta1, float beta2, float eps, float wd,
-                                          float corr1, float corr2) {
-    float gi = g[i];
-    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
+/* One element: updates *m and *v from gradient gi, returns the new parameter. */
+__device__ __forceinline__ float adamw_elem(float pi, float gi, float *__restrict__ m, float *__restrict__ v,
+                                            float lr, float beta1, float beta2, float eps, float wd,
+                                            float corr1, float corr2) {
+    float mi = beta1 * *m + (1.0f - beta1) * gi;
+    float vi = beta2 * *v + (1.0f - beta2) * gi * gi;
+    *m = mi;
+    *v = vi;
     float mhat = mi / corr1, vhat = vi / corr2;
-    float pi = p[i];
-    p[i] = pi - lr * (mhat / (sqrtf(vhat) + eps) + wd * pi);
+    return pi - lr * (mhat / (sqrtf(vhat) + eps) + wd * pi);
 }
 
 __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
@@ -40,7 +47,18 @@ __global__ void adamw_kernel(float *__restrict__ p, const float *__restrict__ g,
                              float corr2) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        adamw_one(p, g, m, v, i, lr, beta1, beta2, eps, wd, corr1, corr2);
+        p[i] = adamw_elem(p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, wd, corr1, corr2);
+}
+
+/* The tensor holding flat element i: the last k with first[k] <= i. */
+__device__ __forceinline__ int tensor_of(const size_t *__restrict__ first, int count, size_t i) {
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
 }
 
 /* first[k]: the flat index of tensor k's element 0; first[count] = total */
@@ -50,30 +68,52 @@ __global__ void adamw_multi_kernel(const dt_adamw_tensor *__restrict__ list,
     size_t total = first[count];
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
-        int lo = 0, hi = count - 1; /* the last k with first[k] <= i */
-        while (lo < hi) {
-            int mid = (lo + hi + 1) / 2;
-            if (first[mid] <= i) lo = mid;
-            else hi = mid - 1;
-        }
-        const dt_adamw_tensor *t = &list[lo];
-        adamw_one(t->p, t->g, t->m, t->v, i - first[lo], lr, beta1, beta2, eps, t->weight_decay,
-                  corr1, corr2);
+        int k = tensor_of(first, count, i);
+        const dt_adamw_tensor *t = &list[k];
+        size_t j = i - first[k];
+        t->p[j] = adamw_elem(t->p[j], t->g[j], &t->m[j], &t->v[j], lr, beta1, beta2, eps, t->weight_decay,
+                             corr1, corr2);
     }
 }
 
-/* The list as last sent: host copy to compare with, device copies to read. */
-static struct {
-    dt_adamw_tensor *host, *dev;
+/* GRAD_BF16: the list's gradients are bf16 (uint16_t), else fp32 */
+template <bool GRAD_BF16>
+__global__ void adamw_mixed_multi_kernel(const dt_adamw_mixed_tensor *__restrict__ list,
+                                         const size_t *__restrict__ first, int count, float grad_scale,
+                                         float lr, float beta1, float beta2, float eps, float corr1,
+                                         float corr2) {
+    size_t total = first[count];
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int k = tensor_of(first, count, i);
+        const dt_adamw_mixed_tensor *t = &list[k];
+        size_t j = i - first[k];
+        float gi = GRAD_BF16 ? dtc_bf16_to_f32(((const uint16_t *)t->g)[j]) : ((const float *)t->g)[j];
+        if (grad_scale != 1.0f) gi *= grad_scale; /* as scale: only when it scales */
+        float w = adamw_elem(t->master[j], gi, &t->m[j], &t->v[j], lr, beta1, beta2, eps, t->weight_decay,
+                             corr1, corr2);
+        t->master[j] = w;
+        t->p[j] = dtc_f32_to_bf16(w);
+    }
+}
+
+/* A list as last sent: host copy to compare with, device copies to read. */
+template <typename T>
+struct sent_list {
+    T *host, *dev;
     size_t *first;
     int count, cap;
-} sent;
+};
+static sent_list<dt_adamw_tensor> sent_fp32;
+static sent_list<dt_adamw_mixed_tensor> sent_mixed;
 
-static void send_list(const dt_adamw_tensor *list, int count, size_t *total) {
-    size_t sum = 0;
-    for (int k = 0; k < count; k++) sum += list[k].n;
-    *total = sum;
-    if (count == sent.count && memcmp(list, sent.host, (size_t)count * sizeof *list) == 0) return;
+/* Makes `sent` hold `list` on the device (a no-op when it already does);
+ * returns the list's total element count. */
+template <typename T>
+static size_t send_list(sent_list<T> &sent, const T *list, int count) {
+    size_t total = 0;
+    for (int k = 0; k < count; k++) total += list[k].n;
+    if (count == sent.count && memcmp(list, sent.host, (size_t)count * sizeof *list) == 0) return total;
     if (count > sent.cap) {
         /* cudaFree waits for the device: no queued step still reads them */
         if (sent.dev) DTC_CHECK(cudaFree(sent.dev));
@@ -81,7 +121,7 @@ static void send_list(const dt_adamw_tensor *list, int count, size_t *total) {
         free(sent.host);
         sent.dev = nullptr;
         sent.first = nullptr;
-        sent.host = (dt_adamw_tensor *)malloc((size_t)count * sizeof *list);
+        sent.host = (T *)malloc((size_t)count * sizeof *list);
         if (!sent.host) dtc_fatal(__FILE__, __LINE__, "malloc", "out of host memory");
         DTC_CHECK(cudaMalloc(&sent.dev, (size_t)count * sizeof *list));
         DTC_CHECK(cudaMalloc(&sent.first, (size_t)(count + 1) * sizeof(size_t)));
@@ -98,26 +138,48 @@ static void send_list(const dt_adamw_tensor *list, int count, size_t *total) {
     free(first);
     memcpy(sent.host, list, (size_t)count * sizeof *list);
     sent.count = count;
+    return total;
+}
+
+static void corrections(float beta1, float beta2, int t, float *corr1, float *corr2) {
+    *corr1 = (float)(1.0 - pow((double)beta1, t));
+    *corr2 = (float)(1.0 - pow((double)beta2, t));
 }
 
 void cuda_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2,
                       float eps, int t) {
     if (count <= 0) return;
-    size_t total;
-    send_list(list, count, &total);
+    size_t total = send_list(sent_fp32, list, count);
     if (!total) return;
-    float corr1 = (float)(1.0 - pow((double)beta1, t));
-    float corr2 = (float)(1.0 - pow((double)beta2, t));
-    adamw_multi_kernel<<<dtc_blocks(total, 256), 256, 0, dtc.stream>>>(sent.dev, sent.first, count, lr,
-                                                                      beta1, beta2, eps, corr1, corr2);
+    float corr1, corr2;
+    corrections(beta1, beta2, t, &corr1, &corr2);
+    adamw_multi_kernel<<<dtc_blocks(total, 256), 256, 0, dtc.stream>>>(sent_fp32.dev, sent_fp32.first, count,
+                                                                      lr, beta1, beta2, eps, corr1, corr2);
+    DTC_LAUNCHED();
+}
+
+void cuda_adamw_mixed_multi(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, float grad_scale,
+                            float lr, float beta1, float beta2, float eps, int t) {
+    if (count <= 0) return;
+    size_t total = send_list(sent_mixed, list, count);
+    if (!total) return;
+    float corr1, corr2;
+    corrections(beta1, beta2, t, &corr1, &corr2);
+    unsigned blocks = dtc_blocks(total, 256);
+    if (grad_bf16)
+        adamw_mixed_multi_kernel<true><<<blocks, 256, 0, dtc.stream>>>(
+            sent_mixed.dev, sent_mixed.first, count, grad_scale, lr, beta1, beta2, eps, corr1, corr2);
+    else
+        adamw_mixed_multi_kernel<false><<<blocks, 256, 0, dtc.stream>>>(
+            sent_mixed.dev, sent_mixed.first, count, grad_scale, lr, beta1, beta2, eps, corr1, corr2);
     DTC_LAUNCHED();
 }
 
 void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, int t) {
     if (!n) return;
-    float corr1 = (float)(1.0 - pow((double)beta1, t));
-    float corr2 = (float)(1.0 - pow((double)beta2, t));
+    float corr1, corr2;
+    corrections(beta1, beta2, t, &corr1, &corr2);
     adamw_kernel<<<dtc_blocks(n, 256), 256, 0, dtc.stream>>>(p, g, m, v, n, lr, beta1, beta2,
                                                              eps, weight_decay, corr1, corr2);
     DTC_LAUNCHED();

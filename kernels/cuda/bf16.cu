@@ -1,20 +1,11 @@
 /* bf16.cu — fp32 <-> bfloat16 conversions (twin of kernels/cpu/bf16.c):
- * round to nearest, ties to even; NaN stays a quiet NaN, overflow gives Inf.
- * The bit arithmetic is the CPU's, written out rather than __float2bfloat16_rn,
- * so the two backends agree bit for bit on every input, NaN payloads included.
+ * round to nearest, ties to even; NaN stays a quiet NaN, overflow gives Inf,
+ * one element at a time as bf16.cuh rounds (the CPU's bit arithmetic).
  * Grid-stride loops, so any n works. */
 #include <cstdint>
 
+#include "kernels/cuda/bf16.cuh"
 #include "kernels/cuda/common.cuh"
-
-__device__ __forceinline__ uint16_t dtc_f32_to_bf16(float f) {
-    uint32_t u = __float_as_uint(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-__device__ __forceinline__ float dtc_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
 #define GRID_STRIDE(i, n) \
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)

@@ -268,6 +268,8 @@ void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr
                 float beta2, float eps, float weight_decay, int t);
 void cuda_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2,
                       float eps, int t);
+void cuda_adamw_mixed_multi(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, float grad_scale,
+                            float lr, float beta1, float beta2, float eps, int t);
 /* reduce.cu */
 void cuda_scale(float *p, float s, size_t n);
 /* bf16.cu */

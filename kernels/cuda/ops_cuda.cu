@@ -100,6 +100,7 @@ static void fill_table(void) {
     table.xent_backward = cuda_xent_backward;
     table.adamw = cuda_adamw;
     table.adamw_multi = cuda_adamw_multi;
+    table.adamw_mixed_multi = cuda_adamw_mixed_multi;
     table.scale = cuda_scale;
     table.sumsq = cuda_sumsq;
     table.to_bf16 = cuda_to_bf16;

@@ -23,8 +23,8 @@ struct optim {
     optim_slice *s;
     int mixed;            /* bf16 parameters with an fp32 master */
     size_t ge;            /* gradient element bytes */
-    float *scratch;       /* mixed: OPTIM_SCRATCH_NUMEL widened gradients */
-    size_t scratch_numel;
+    float *scratch;       /* bf16 gradients: scratch_numel of them widened, for the norm */
+    size_t scratch_numel; /* mixed or offload: the chunk of the norm and of offload's step */
     /* offload: the host's ops, the state's allocator; two chunks of gradients
      * coming down and (bf16) two of parameters going up, so that one crosses
      * while the host steps the other, and (bf16 gradients) a chunk of them
@@ -34,6 +34,7 @@ struct optim {
     void *gin[2], *pout[2];
     size_t pe;            /* parameter element bytes */
     dt_adamw_tensor *list; /* fp32 on the device: a step's tensors, one adamw_multi */
+    dt_adamw_mixed_tensor *mlist; /* mixed on the device: one adamw_mixed_multi */
     int list_cap;
 };
 
@@ -104,14 +105,16 @@ optim *optim_create_offload(model *m, const dt_ops *ops, const dt_ops *host, con
     }
     /* at most one tensor per (slice, parameter) */
     o->list_cap = o->n * model_param_count(m);
-    if (!(o->list = malloc((size_t)(o->list_cap ? o->list_cap : 1) * sizeof *o->list))) {
+    size_t cap = (size_t)(o->list_cap ? o->list_cap : 1);
+    if (!(o->list = malloc(cap * sizeof *o->list)) || !(o->mlist = malloc(cap * sizeof *o->mlist))) {
         optim_destroy(o);
         return NULL;
     }
     if (o->mixed || o->host)
         o->scratch_numel = widest < OPTIM_SCRATCH_NUMEL ? (widest ? widest : 1) : OPTIM_SCRATCH_NUMEL;
-    /* the device's, for the gradient norm of bf16 gradients */
-    if (o->mixed && !(o->scratch = ops->alloc(o->scratch_numel * sizeof(float)))) {
+    /* the device's, for the gradient norm of bf16 gradients (the step reads
+     * them where they are: adamw_mixed_multi widens each in a register) */
+    if (o->mixed && o->ge == 2 && !(o->scratch = ops->alloc(o->scratch_numel * sizeof(float)))) {
         optim_destroy(o);
         return NULL;
     }
@@ -141,24 +144,9 @@ void optim_destroy(optim *o)
     state_free(o, o->hscratch);
     for (int i = 0; i < 2; i++) state_free(o, o->gin[i]), state_free(o, o->pout[i]);
     free(o->list);
+    free(o->mlist);
     free(o->s);
     free(o);
-}
-
-/* Mixed precision: AdamW on elements [a, a + n) of the slice's master (off = a -
- * lo), from gradients of the model's type, then the bf16 parameters. */
-static void step_mixed(optim *o, optim_slice *s, size_t off, size_t n, uint16_t *p, const void *g,
-                       float grad_scale, double lr, int t, float wd)
-{
-    for (size_t c = 0; c < n; c += o->scratch_numel) {
-        size_t k = n - c < o->scratch_numel ? n - c : o->scratch_numel, at = off + c;
-        if (o->ge == 2) o->ops->from_bf16(o->scratch, (const uint16_t *)g + at, k);
-        else o->ops->copy(o->scratch, (const float *)g + at, k * sizeof(float));
-        if (grad_scale != 1.0f) o->ops->scale(o->scratch, grad_scale, k);
-        o->ops->adamw(s->master + at, o->scratch, s->m + at, s->v + at, k, (float)lr, (float)o->t.beta1,
-                      (float)o->t.beta2, (float)o->t.eps, wd, t);
-        o->ops->to_bf16(p + at, s->master + at, k);
-    }
 }
 
 /* Offload: k parameters (the model's type) from the host's master + at into
@@ -179,8 +167,9 @@ static void put_params(optim *o, void *p, const float *master, size_t at, size_t
     }
 }
 
-/* Offload: the same as step_mixed (or fp32's scale + AdamW) with the state
- * on the host, a chunk at a time: chunk c + 1's gradients come down on the
+/* Offload: the same as the mixed step (adamw_mixed_multi: widen, scale,
+ * AdamW, round; or fp32's scale + AdamW) with the state on the host, in
+ * separate ops a chunk at a time: chunk c + 1's gradients come down on the
  * copy queue (ops->copy_start) while the host steps chunk c, and chunk c's
  * parameters go up while it steps chunk c + 1. Every copy has finished when
  * this returns. The same arithmetic in the same order as without the queue. */
@@ -225,7 +214,7 @@ void optim_step(optim *o, double lr, int t, void *const *params, void *const *gr
 {
     int np = model_param_count(o->mdl);
     size_t pe = model_param_elem_bytes(o->mdl);
-    int count = 0; /* o->list's tensors (fp32, not offloaded) */
+    int count = 0; /* o->list's (fp32) or o->mlist's (mixed) tensors, not offloaded */
     for (int i = 0; i < o->n; i++) {
         optim_slice *s = &o->s[i];
         void *p = params ? params[i] : (char *)model_unit_params(o->mdl, s->unit) + s->lo * pe;
@@ -245,15 +234,21 @@ void optim_step(optim *o, double lr, int t, void *const *params, void *const *gr
                 continue;
             }
             if (o->mixed) {
-                step_mixed(o, s, off, b - a, p, g, grad_scale, lr, t, wd);
+                o->mlist[count++] = (dt_adamw_mixed_tensor){s->master + off, (const char *)g + off * o->ge,
+                                                            s->m + off, s->v + off, (uint16_t *)p + off, b - a, wd};
                 continue;
             }
             o->list[count++] = (dt_adamw_tensor){(float *)p + off, (float *)g + off, s->m + off, s->v + off,
                                                  b - a, wd};
         }
     }
-    /* fp32 on the device: every tensor of the step in one pass (one launch on cuda) */
-    o->ops->adamw_multi(o->list, count, (float)lr, (float)o->t.beta1, (float)o->t.beta2, (float)o->t.eps, t);
+    /* on the device: every tensor of the step in one pass (one launch on cuda);
+     * mixed: the gradients widened and scaled, the master stepped and the bf16
+     * parameters written in that pass */
+    if (o->host) return;
+    float b1 = (float)o->t.beta1, b2 = (float)o->t.beta2, eps = (float)o->t.eps;
+    if (o->mixed) o->ops->adamw_mixed_multi(o->mlist, count, o->ge == 2, grad_scale, (float)lr, b1, b2, eps, t);
+    else o->ops->adamw_multi(o->list, count, (float)lr, b1, b2, eps, t);
 }
 
 double optim_grad_sumsq(optim *o, const void *grad, size_t n)

@@ -8,10 +8,12 @@
  * Mixed precision (model_precision.bf16): the optimizer also holds the fp32
  * master weights of its slices, drawn at creation from (seed, name, global
  * index) exactly as the fp32 model draws them (the model's bf16 parameters are
- * their rounding). A step widens the gradients (bf16 or fp32, the model's
- * gradient type) chunk by chunk into an fp32 scratch, scales them, applies AdamW
- * to the master, and writes the parameters as the master rounded to bf16. So
- * 2 (bf16 param) + grad (2 or 4) + 4 (master) + 8 (m, v) bytes per parameter. */
+ * their rounding). A step is one ops->adamw_mixed_multi over every tensor of
+ * the slices: each gradient element (bf16 or fp32, the model's gradient type)
+ * widened and scaled in a register, AdamW on the master, and the parameter
+ * written as the master rounded to bf16 — one pass, one launch on cuda, the
+ * same bits as those four steps one op at a time. So 2 (bf16 param) + grad
+ * (2 or 4) + 4 (master) + 8 (m, v) bytes per parameter. */
 /* Offload (train.offload: optimizer, ZeRO-Offload): m, v and an fp32 master
  * (in fp32 training too: the host's copy of the parameters) live in host
  * memory and the host computes the step: each chunk of gradients is copied
@@ -27,8 +29,9 @@
 
 typedef struct optim optim;
 
-/* Mixed precision: the step widens gradients this many at a time, in a scratch
- * of min(this, the widest slice) floats (sizes_mixed_work_bytes counts it). */
+/* Mixed precision with bf16 gradients: the gradient norm widens them this many
+ * at a time, in a device scratch of min(this, the widest slice) floats
+ * (sizes_mixed_work_bytes counts it); offload steps chunks of this size. */
 #define OPTIM_SCRATCH_NUMEL ((size_t)1 << 16)
 
 /* State for elements [lo[u], hi[u]) of each held unit u (NULL lo/hi: whole units). */
@@ -60,11 +63,12 @@ float *optim_slice_master(optim *o, int i);
  * checkpoint. No-op without a master. */
 void optim_master_to_params(optim *o, int i, void *param);
 /* Sum of squares (double) of n gradient elements of the model's type, for the
- * global norm: fp32 directly, bf16 widened through the step's scratch. */
+ * global norm: fp32 directly, bf16 widened through the optimizer's scratch. */
 double optim_grad_sumsq(optim *o, const void *grad, size_t n);
 /* Bytes of optimizer state held (AdamW m and v; for metrics and the dry-run check). */
 size_t optim_state_bytes(const optim *o);
-/* Bytes of fp32 master weights held (0 in fp32), and of the step's fp32 scratch. */
+/* Bytes of fp32 master weights held (0 in fp32), and of the fp32 scratch that
+ * widens bf16 gradients for the norm (0 unless the gradients are bf16). */
 size_t optim_master_bytes(const optim *o);
 size_t optim_scratch_bytes(const optim *o);
 /* Offload: bytes of the step's host staging (0 without offload). */

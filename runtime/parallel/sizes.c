@@ -428,8 +428,9 @@ static size_t largest_held_unit(const sizes *s, sizes_at at)
     return held(s, at).largest;
 }
 
-/* Local chunk `local`'s largest unit and the optimizer's step chunk (min of
- * its widest slice and OPTIM_SCRATCH_NUMEL, as optim.c sizes its scratch). */
+/* Local chunk `local`'s largest unit and the optimizer's chunk (min of its
+ * widest slice and OPTIM_SCRATCH_NUMEL, as optim.c sizes its scratch and
+ * offload's staging). */
 static void chunk_widths(const sizes *s, sizes_at at, int local, size_t *largest, size_t *scratch)
 {
     int b, e;
@@ -452,7 +453,9 @@ size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at)
     for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
         size_t largest, scratch;
         chunk_widths(s, at, local, &largest, &scratch);
-        bytes += ((size_t)(1 + grad_bf16) * largest + scratch) * sizeof(float);
+        /* the optimizer's scratch widens bf16 gradients for the norm only
+         * (optim.c: the step widens them in adamw_mixed_multi's registers) */
+        bytes += ((size_t)(1 + grad_bf16) * largest + (size_t)grad_bf16 * scratch) * sizeof(float);
     }
     return bytes;
 }

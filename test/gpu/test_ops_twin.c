@@ -705,6 +705,107 @@ static void test_adamw_multi(void) {
     CHECK(same, "adamw_multi: bitwise the device's adamw on each tensor");
 }
 
+/* bf16 mixed precision's step, adamw_mixed_multi, on several tensors of odd
+ * sizes (one empty), bf16 and fp32 gradients, scaled and not, 3 steps (the
+ * third with other weight decays: the list is sent again):
+ * - bitwise the device's own op-by-op sequence (from_bf16 or copy, scale,
+ *   adamw, to_bf16: the same per-element arithmetic, ops.h);
+ * - the master, m and v within TOL_ELEM of the CPU twin's (AdamW's tolerance:
+ *   sqrtf and nvcc's FMA contraction of b*m + (1-b)*g against the CPU's
+ *   separate roundings);
+ * - the bf16 parameters bitwise the device's master rounded as the CPU
+ *   rounds (to_bf16 is bitwise across backends), hence at most one bf16 ulp
+ *   from the CPU's: a master a few fp32 ulps from the CPU's rounds to the
+ *   neighbouring bf16 value only when the two straddle a rounding boundary
+ *   (a half-way point between bf16 values); the count of such is printed. */
+static int bf16_ordered(uint16_t h) { return h & 0x8000u ? -(int)(h & 0x7fffu) : (int)h; }
+
+static void test_adamw_mixed_multi(int grad_bf16, float grad_scale) {
+    enum { K = 5 };
+    const size_t sizes[K] = {1000003, 7, 0, 4096, 33};
+    const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    dt_adamw_mixed_tensor hl[K], dl[K];
+    float *h[K][4];        /* host: master, g (fp32), m, v */
+    uint16_t *hg16[K], *hp[K];
+    dbuf d[K][4], old[K][4]; /* device: the fused op's and the op-by-op sequence's */
+    uint16_t *dg16[K], *dp[K], *oldp[K];
+    size_t widest = 0;
+    for (int k = 0; k < K; k++) {
+        size_t n = sizes[k];
+        if (n > widest) widest = n;
+        for (int j = 0; j < 4; j++) {
+            h[k][j] = hrand(n, j >= 2 ? 0.1f : 1.0f);
+            if (j == 3) for (size_t i = 0; i < n; i++) h[k][3][i] = fabsf(h[k][3][i]);
+            d[k][j] = dup_f(h[k][j], n, 0);
+            old[k][j] = dup_f(h[k][j], n, 0);
+        }
+        hg16[k] = malloc((n ? n : 1) * 2), hp[k] = malloc((n ? n : 1) * 2);
+        cpu->to_bf16(hg16[k], h[k][1], n);
+        dg16[k] = gpu->alloc((n ? n : 1) * 2), dp[k] = gpu->alloc((n ? n : 1) * 2), oldp[k] = gpu->alloc((n ? n : 1) * 2);
+        if (n) gpu->from_host(dg16[k], hg16[k], n * 2);
+    }
+    float *scratch = gpu->alloc(widest * sizeof(float));
+    for (int t = 1; t <= 3; t++) {
+        for (int k = 0; k < K; k++) {
+            float wd = t < 3 ? 0.1f * (float)(k % 2) : 0.05f;
+            hl[k] = (dt_adamw_mixed_tensor){h[k][0], grad_bf16 ? (const void *)hg16[k] : (const void *)h[k][1],
+                                            h[k][2], h[k][3], hp[k], sizes[k], wd};
+            dl[k] = (dt_adamw_mixed_tensor){d[k][0].p, grad_bf16 ? (const void *)dg16[k] : (const void *)d[k][1].p,
+                                            d[k][2].p, d[k][3].p, dp[k], sizes[k], wd};
+            if (grad_bf16) gpu->from_bf16(scratch, dg16[k], sizes[k]);
+            else gpu->copy(scratch, old[k][1].p, sizes[k] * sizeof(float));
+            if (grad_scale != 1.0f) gpu->scale(scratch, grad_scale, sizes[k]);
+            gpu->adamw(old[k][0].p, scratch, old[k][2].p, old[k][3].p, sizes[k], lr, b1, b2, eps, wd, t);
+            gpu->to_bf16(oldp[k], old[k][0].p, sizes[k]);
+        }
+        cpu->adamw_mixed_multi(hl, K, grad_bf16, grad_scale, lr, b1, b2, eps, t);
+        gpu->adamw_mixed_multi(dl, K, grad_bf16, grad_scale, lr, b1, b2, eps, t);
+    }
+    int same = 1, rounded = 1;
+    size_t ulp1 = 0, far = 0, total = 0;
+    const char *name[4] = {"master", "g", "m", "v"};
+    for (int k = 0; k < K; k++) {
+        size_t n = sizes[k];
+        total += n;
+        for (int j = 0; j < 4; j++) {
+            char what[128];
+            snprintf(what, sizeof what, "adamw_mixed_multi %s grads x %g, tensor %d (n=%zu) %s after 3 steps",
+                     grad_bf16 ? "bf16" : "fp32", grad_scale, k, n, name[j]);
+            if (j != 1 && n) expect(what, &d[k][j], h[k][j], n, TOL_ELEM);
+            float *a = back(&d[k][j], n), *b = back(&old[k][j], n);
+            same &= memcmp(a, b, n * sizeof(float)) == 0;
+            if (j == 0) { /* the device's parameters: its master rounded, bitwise */
+                uint16_t *gp = malloc((n ? n : 1) * 2), *want = malloc((n ? n : 1) * 2);
+                uint16_t *op = malloc((n ? n : 1) * 2);
+                if (n) gpu->to_host(gp, dp[k], n * 2), gpu->to_host(op, oldp[k], n * 2);
+                cpu->to_bf16(want, a, n);
+                rounded &= memcmp(gp, want, n * 2) == 0;
+                same &= memcmp(gp, op, n * 2) == 0;
+                for (size_t i = 0; i < n; i++) {
+                    int dlt = abs(bf16_ordered(gp[i]) - bf16_ordered(hp[k][i]));
+                    ulp1 += dlt == 1;
+                    far += dlt > 1;
+                }
+                free(gp), free(want), free(op);
+            }
+            free(a), free(b);
+        }
+    }
+    CHECK(same, "adamw_mixed_multi %s grads x %g: bitwise the device's from_bf16/copy, scale, adamw, to_bf16",
+          grad_bf16 ? "bf16" : "fp32", grad_scale);
+    CHECK(rounded, "adamw_mixed_multi %s grads x %g: bf16 params = the device's master rounded to nearest even, "
+          "bitwise", grad_bf16 ? "bf16" : "fp32", grad_scale);
+    CHECK(far == 0, "adamw_mixed_multi %s grads x %g: bf16 params within one bf16 ulp of the CPU twin's "
+          "(%zu of %zu one ulp apart where the masters straddle a rounding boundary, %zu further)",
+          grad_bf16 ? "bf16" : "fp32", grad_scale, ulp1, total, far);
+    gpu->free(scratch);
+    for (int k = 0; k < K; k++) {
+        for (int j = 0; j < 4; j++) drop(&d[k][j]), drop(&old[k][j]), free(h[k][j]);
+        free(hg16[k]), free(hp[k]);
+        gpu->free(dg16[k]), gpu->free(dp[k]), gpu->free(oldp[k]);
+    }
+}
+
 /* ---------------------------------------------------------------- bf16 */
 
 /* The conversions must agree bit for bit (the CUDA kernels do the CPU's bit
@@ -1002,6 +1103,10 @@ int main(void) {
     test_elementwise(7);
     test_adamw(100003);
     test_adamw_multi();
+    for (int gb = 0; gb <= 1; gb++) {
+        test_adamw_mixed_multi(gb, 1.0f);
+        test_adamw_mixed_multi(gb, 0.37f);
+    }
     test_bf16(1000003);
     test_bf16(29);
 

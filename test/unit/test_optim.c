@@ -3,7 +3,8 @@
  * initial values and the bf16 parameters are their rounding; a mixed step is
  * AdamW on the master from the widened, scaled gradients, then the parameters
  * rounded to nearest even — bitwise what the fp32 kernels compute — on whole
- * units and on a ZeRO slice; a bf16 model computes from its widened bf16
+ * units and on a ZeRO slice, and the fused op that does it
+ * (adamw_mixed_multi) is bitwise those kernels one after the other; a bf16 model computes from its widened bf16
  * parameters exactly what an fp32 model holding those values computes, and
  * rounds the gradient where it is stored (bf16 gradients: once per
  * micro-batch, accumulating in bf16; fp32 gradients: not at all), the tied GPT
@@ -85,7 +86,7 @@ static void master_init(const job_model *s, const char *what)
 }
 
 /* 2. a mixed step against the fp32 kernels applied by hand */
-static void mixed_step(int grad_bf16, int sliced, const char *what)
+static void mixed_step(int grad_bf16, int sliced, float scale, const char *what)
 {
     job_model s = tiny_gpt_spec();
     job_train t = train_cfg();
@@ -114,7 +115,13 @@ static void mixed_step(int grad_bf16, int sliced, const char *what)
     float *g = NULL;
     size_t gcap = 0;
     int master_ok = 1, params_ok = 1, outside_ok = 1;
-    const float scale = 0.37f;
+    /* the scratch widens bf16 gradients for the norm; the step needs none */
+    size_t widest = 0;
+    for (int u = 0; u < nu; u++)
+        if (hi[u] - lo[u] > widest) widest = hi[u] - lo[u];
+    size_t want_scratch = grad_bf16 ? (widest < OPTIM_SCRATCH_NUMEL ? widest : OPTIM_SCRATCH_NUMEL) * 4 : 0;
+    CHECK(optim_scratch_bytes(o) == want_scratch, "%s: optimizer scratch %zu B (want %zu: %s)", what,
+          optim_scratch_bytes(o), want_scratch, grad_bf16 ? "the widest slice's floats" : "none");
     for (int step = 1; step <= 3; step++) {
         for (int u = 0; u < nu; u++) { /* gradients of the model's type, some tiny, some large */
             size_t n = model_unit_local_numel(mb, u);
@@ -126,7 +133,7 @@ static void mixed_step(int grad_bf16, int sliced, const char *what)
             else memcpy(model_unit_grads(mb, u), g, n * sizeof(float));
             /* the reference widens what is stored, scales, AdamW per tensor (decay or not) */
             if (grad_bf16) ops->from_bf16(g, model_unit_grads(mb, u), n);
-            for (size_t i = 0; i < n; i++) g[i] *= scale;
+            if (scale != 1.0f) ops->scale(g, scale, n);
             for (int pi = 0; pi < model_param_count(mb); pi++) {
                 const param_spec *p = model_param(mb, pi);
                 if (p->unit != u) continue;
@@ -149,13 +156,75 @@ static void mixed_step(int grad_bf16, int sliced, const char *what)
                 if (i < lo[u] || i >= hi[u]) outside_ok &= pb[i] == before[u][i];
         }
     }
-    CHECK(master_ok, "%s: 3 steps: the master is AdamW of the widened gradients x 0.37, bitwise", what);
+    CHECK(master_ok, "%s: 3 steps: the master is AdamW of the widened gradients x %g, bitwise", what, scale);
     CHECK(params_ok, "%s: the bf16 parameters are the master rounded to nearest even", what);
     CHECK(outside_ok, "%s: elements outside the slice are untouched", what);
     for (int u = 0; u < nu; u++) free(ref[u]), free(rm[u]), free(rv[u]), free(before[u]);
     free(ref), free(rm), free(rv), free(before), free(g), free(lo), free(hi);
     optim_destroy(o);
     model_destroy(mb);
+}
+
+/* 2b. the op itself: adamw_mixed_multi over several tensors of odd sizes (one
+ * empty, one past the CPU's threading threshold) against the sequence it
+ * replaces — the gradient widened (from_bf16) or copied, scaled (scale, only
+ * when the scale is not 1), adamw on the master, to_bf16 — bitwise in the
+ * master, m, v and the bf16 parameters, over 3 steps. */
+static void fused_kernel(int grad_bf16, float grad_scale, int threads)
+{
+    enum { K = 5 };
+    const size_t n[K] = {17, 0, 1, 40009, 4099};
+    const float wd[K] = {0.1f, 0.1f, 0.0f, 0.1f, 0.0f};
+    const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+    dt_ops_set_threads(threads);
+    float *w[K], *m[K], *v[K], *rw[K], *rm[K], *rv[K], *gf[K], *wide[K];
+    uint16_t *p[K], *rp[K], *gh[K];
+    dt_adamw_mixed_tensor list[K];
+    uint64_t key = rng_key(7, "fused-adamw");
+    for (int k = 0; k < K; k++) {
+        size_t b = (n[k] ? n[k] : 1) * sizeof(float);
+        w[k] = malloc(b), m[k] = calloc(1, b), v[k] = calloc(1, b), gf[k] = malloc(b), wide[k] = malloc(b);
+        rw[k] = malloc(b), rm[k] = calloc(1, b), rv[k] = calloc(1, b);
+        p[k] = malloc(b / 2), rp[k] = malloc(b / 2), gh[k] = malloc(b / 2);
+        for (size_t i = 0; i < n[k]; i++) w[k][i] = rng_normal(key, (uint64_t)k << 32 | i) * 0.05f;
+        memcpy(rw[k], w[k], n[k] * sizeof(float));
+        list[k] = (dt_adamw_mixed_tensor){w[k], grad_bf16 ? (const void *)gh[k] : (const void *)gf[k], m[k],
+                                          v[k], p[k], n[k], wd[k]};
+    }
+    int ok_w = 1, ok_m = 1, ok_v = 1, ok_p = 1;
+    for (int t = 1; t <= 3; t++) {
+        uint64_t gk = rng_key((uint64_t)t, "fused-adamw-grads");
+        for (int k = 0; k < K; k++) {
+            for (size_t i = 0; i < n[k]; i++) /* some tiny (the update's eps matters), most unit-sized */
+                gf[k][i] = rng_normal(gk, (uint64_t)k << 32 | i) * (i % 5 == 0 ? 1e-7f : 1.0f);
+            ops->to_bf16(gh[k], gf[k], n[k]);
+            /* the old sequence, op by op (runtime/optim before adamw_mixed_multi) */
+            if (grad_bf16) ops->from_bf16(wide[k], gh[k], n[k]);
+            else ops->copy(wide[k], gf[k], n[k] * sizeof(float));
+            if (grad_scale != 1.0f) ops->scale(wide[k], grad_scale, n[k]);
+            ops->adamw(rw[k], wide[k], rm[k], rv[k], n[k], lr, b1, b2, eps, wd[k], t);
+            ops->to_bf16(rp[k], rw[k], n[k]);
+        }
+        ops->adamw_mixed_multi(list, K, grad_bf16, grad_scale, lr, b1, b2, eps, t);
+        for (int k = 0; k < K; k++) {
+            ok_w &= !memcmp(w[k], rw[k], n[k] * sizeof(float));
+            ok_m &= !memcmp(m[k], rm[k], n[k] * sizeof(float));
+            ok_v &= !memcmp(v[k], rv[k], n[k] * sizeof(float));
+            ok_p &= !memcmp(p[k], rp[k], n[k] * 2);
+        }
+    }
+    size_t moved = 0, total = 0; /* bf16 parameters the 3 steps moved off their start */
+    for (int k = 0; k < K; k++)
+        for (size_t i = 0; i < n[k]; i++, total++)
+            moved += p[k][i] != bf16_of(rng_normal(key, (uint64_t)k << 32 | i) * 0.05f);
+    CHECK(ok_w && ok_m && ok_v && ok_p && moved > 0,
+          "adamw_mixed_multi, %s gradients x %g, %d thread%s, 5 tensors (n 17, 0, 1, 40009, 4099), 3 steps: "
+          "bitwise the op-by-op sequence (master %s, m %s, v %s, bf16 params %s; %zu of %zu params moved)",
+          grad_bf16 ? "bf16" : "fp32", grad_scale, threads, threads > 1 ? "s" : "", ok_w ? "=" : "DIFFERS",
+          ok_m ? "=" : "DIFFERS", ok_v ? "=" : "DIFFERS", ok_p ? "=" : "DIFFERS", moved, total);
+    for (int k = 0; k < K; k++)
+        free(w[k]), free(m[k]), free(v[k]), free(rw[k]), free(rm[k]), free(rv[k]), free(gf[k]), free(wide[k]),
+            free(p[k]), free(rp[k]), free(gh[k]);
 }
 
 /* 3. rounding of master -> params: to nearest, ties to even */
@@ -304,9 +373,17 @@ int main(void)
     job_model g = tiny_gpt_spec(), v = tiny_vit_spec();
     master_init(&g, "gpt");
     master_init(&v, "vit");
-    mixed_step(1, 0, "bf16 grads, whole units");
-    mixed_step(1, 1, "bf16 grads, a ZeRO slice");
-    mixed_step(0, 1, "fp32 grads, a ZeRO slice");
+    mixed_step(1, 0, 0.37f, "bf16 grads, whole units");
+    mixed_step(1, 1, 0.37f, "bf16 grads, a ZeRO slice");
+    mixed_step(0, 1, 0.37f, "fp32 grads, a ZeRO slice");
+    mixed_step(1, 1, 1.0f, "bf16 grads, a ZeRO slice, unscaled");
+    mixed_step(0, 0, 1.0f, "fp32 grads, whole units, unscaled");
+    for (int threads = 1; threads <= 2; threads++)
+        for (int grad_bf16 = 0; grad_bf16 <= 1; grad_bf16++) {
+            fused_kernel(grad_bf16, 1.0f, threads);
+            fused_kernel(grad_bf16, 0.37f, threads);
+        }
+    dt_ops_set_threads(1);
     rounding();
     model_mixed(&g, RECOMPUTE_NONE, "gpt");
     model_mixed(&g, RECOMPUTE_BLOCK, "gpt, block recompute");
