@@ -210,15 +210,26 @@ typedef struct dt_ops {
     void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
 
     /* ---- softmax cross-entropy, vocab-parallel ready ----
-     * logits[N,Vl] hold columns [v0, v0+Vl) of the global vocab. With tensor
-     * parallelism the caller all-reduces `rowmax` (max), `sumexp` (sum) and
-     * `target` (sum) across the tp group between these calls; with one rank the
-     * calls simply follow each other. targets < 0 are ignored (loss 0). */
-    void (*xent_rowmax)(float *rowmax, const float *logits, int N, int Vl);
-    void (*xent_sumexp)(float *sumexp, const float *logits, const float *rowmax, int N, int Vl);
-    /* target[i] = logits[i, targets[i]-v0] when that column lives here, else 0. */
-    void (*xent_target)(float *target, const float *logits, const int *targets,
-                        int v0, int N, int Vl);
+     * logits[N,Vl] hold columns [v0, v0+Vl) of the global vocab. targets < 0
+     * are ignored (loss 0).
+     * xent_stats reads each row once: its max, the sum of exp(l - max) over
+     * the row (online: a running max, the sum rescaled by exp(old - new)
+     * whenever the max grows) and target[i] = logits[i, targets[i]-v0] when
+     * that column lives here, else 0. Vl = 0 gives (-inf, 0, 0). It agrees
+     * with the two-pass sum (max first, then the exps) within fp32 rounding,
+     * not bit for bit: each rescale rounds once more.
+     * With tensor parallelism every rank has its columns' (max_r, sum_r); the
+     * row's pair is max = max_r max_r, sum = sum_r sum_r exp(max_r - max): the
+     * caller all-reduces rowmax (max), rescales its sums to the global max
+     * (xent_rescale), then all-reduces sumexp and target (sum). With one rank
+     * the stats are the row's already. */
+    void (*xent_stats)(float *rowmax, float *sumexp, float *target, const float *logits,
+                       const int *targets, int v0, int N, int Vl);
+    /* sumexp[i] *= exp(from_max[i] - to_max[i]): sums of exps relative to
+     * from_max, made relative to to_max (>= from_max). Exactly sumexp[i]
+     * where the two maxima are equal (-inf included), 0 where from_max is -inf
+     * and to_max is not. sumexp may not alias the maxima. */
+    void (*xent_rescale)(float *sumexp, const float *from_max, const float *to_max, int N);
     /* loss[i] = log(sumexp[i]) + rowmax[i] - target[i]  (0 for ignored rows) */
     void (*xent_loss)(float *loss, const float *rowmax, const float *sumexp,
                       const float *target, const int *targets, int N);

@@ -114,10 +114,9 @@ void cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
 void cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* xent.c */
-void cpu_xent_rowmax(float *rowmax, const float *logits, int N, int Vl);
-void cpu_xent_sumexp(float *sumexp, const float *logits, const float *rowmax, int N, int Vl);
-void cpu_xent_target(float *target, const float *logits, const int *targets,
-                     int v0, int N, int Vl);
+void cpu_xent_stats(float *rowmax, float *sumexp, float *target, const float *logits,
+                    const int *targets, int v0, int N, int Vl);
+void cpu_xent_rescale(float *sumexp, const float *from_max, const float *to_max, int N);
 void cpu_xent_loss(float *loss, const float *rowmax, const float *sumexp,
                    const float *target, const int *targets, int N);
 void cpu_xent_backward(float *dlogits, const float *logits, const float *rowmax,

@@ -52,9 +52,8 @@ const dt_ops dt_ops_cpu = {
     .residual_forward = cpu_residual_forward,
     .residual_backward = cpu_residual_backward,
 
-    .xent_rowmax = cpu_xent_rowmax,
-    .xent_sumexp = cpu_xent_sumexp,
-    .xent_target = cpu_xent_target,
+    .xent_stats = cpu_xent_stats,
+    .xent_rescale = cpu_xent_rescale,
     .xent_loss = cpu_xent_loss,
     .xent_backward = cpu_xent_backward,
 

@@ -93,9 +93,8 @@ static void fill_table(void) {
     table.gelu_erf_backward = cuda_gelu_erf_backward;
     table.residual_forward = cuda_residual_forward;
     table.residual_backward = cuda_residual_backward;
-    table.xent_rowmax = cuda_xent_rowmax;
-    table.xent_sumexp = cuda_xent_sumexp;
-    table.xent_target = cuda_xent_target;
+    table.xent_stats = cuda_xent_stats;
+    table.xent_rescale = cuda_xent_rescale;
     table.xent_loss = cuda_xent_loss;
     table.xent_backward = cuda_xent_backward;
     table.adamw = cuda_adamw;

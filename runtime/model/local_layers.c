@@ -81,7 +81,8 @@ static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float 
 }
 
 /* Chunk by chunk (model_vocab_head): each chunk's logits, reduced to its rows'
- * statistics, then dropped; the loss from the statistics of every row. */
+ * statistics in one read (xent_stats), then dropped; the loss from the
+ * statistics of every row. */
 static void head_forward(void *ctx, const model_vocab_head *h)
 {
     const dt_ops *ops = ((const model *)ctx)->ops;
@@ -89,9 +90,7 @@ static void head_forward(void *ctx, const model_vocab_head *h)
     for (int r0 = 0; r0 < N; r0 += h->rows) {
         int n = N - r0 < h->rows ? N - r0 : h->rows;
         model_vocab_head_logits(ops, h, r0, n);
-        ops->xent_rowmax(h->rowmax + r0, h->logits, n, Vl);
-        ops->xent_sumexp(h->sumexp + r0, h->logits, h->rowmax + r0, n, Vl);
-        ops->xent_target(h->target + r0, h->logits, h->targets + r0, h->v0, n, Vl);
+        ops->xent_stats(h->rowmax + r0, h->sumexp + r0, h->target + r0, h->logits, h->targets + r0, h->v0, n, Vl);
     }
     ops->xent_loss(h->loss, h->rowmax, h->sumexp, h->target, h->targets, N);
 }

@@ -144,7 +144,8 @@ typedef struct {
  * Chunked (llm.c's fused classifier, Liger's fused linear cross-entropy): the
  * [N, V_l] logits never exist at once. Forward computes them `rows` rows at a
  * time into one chunk buffer, reduces each chunk to its rows' statistics
- * (rowmax, sumexp, target: all the loss and its gradient need) and drops it.
+ * (rowmax, sumexp, target: all the loss and its gradient need) in one read of
+ * it (ops->xent_stats, an online softmax sum) and drops it.
  * Backward computes each chunk's logits again (model_vocab_head_logits: the
  * same GEMM on the same rows, so the same values the statistics came from),
  * turns them into their gradient in place and accumulates d(x) and d(wte)
@@ -172,7 +173,8 @@ typedef struct {
     const int *targets;     /* [N] (< 0: no loss) */
     float *logits;          /* [min(rows, N), V_l] one chunk's logits; in backward,
                                in place, their gradient */
-    float *rowmax, *sumexp, *target, *loss; /* [N] */
+    float *rowmax, *sumexp, *target, *loss; /* [N]; loss is written last (a tp
+                               head keeps its ranks' own maxima there until then) */
     const float *dloss;     /* [N] backward: dL/d(loss) per token */
     float *dx;              /* [N, C] backward: d(x) (zeroed first) */
 } model_vocab_head;

@@ -86,9 +86,7 @@ double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const
     ops->matmul_forward(a->logits, a->lnf, unit_tensor(m, head, VIT_HEAD_W),
                         unit_tensor(m, head, VIT_HEAD_B), B, C, K);
     /* the classifier is replicated: no tp reductions between these */
-    ops->xent_rowmax(a->rowmax, a->logits, B, K);
-    ops->xent_sumexp(a->sumexp, a->logits, a->rowmax, B, K);
-    ops->xent_target(a->target, a->logits, a->labels, 0, B, K);
+    ops->xent_stats(a->rowmax, a->sumexp, a->target, a->logits, a->labels, 0, B, K);
     ops->xent_loss(a->loss, a->rowmax, a->sumexp, a->target, a->labels, B);
     ops->to_host(a->host_loss, a->loss, (size_t)B * sizeof(float));
     double sum = 0;

@@ -229,13 +229,17 @@ static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float 
  * kept split) and vocab_parallel_cross_entropy ---- */
 
 /* No rank ever holds a full [N, V] row, nor (chunked, model.h's
- * model_vocab_head) its [N, V_l] part: chunk by chunk, the rows' max is
- * reduced (MAX) over the group before the chunk's sum of exponentials needs
- * it. The sums of exponentials and the target logits (SUM) need nothing more
- * from their chunk's logits, so each is reduced once, over all N rows, after
- * the last chunk: one small collective per chunk plus two, the same sums as
- * reducing all three per chunk. Every rank of the group runs the same chunks
- * (model_head_chunk_rows depends on neither V_l nor the rank). */
+ * model_vocab_head) its [N, V_l] part: chunk by chunk, each row's statistics
+ * over this rank's columns come out of one read of the chunk (xent_stats: the
+ * row's local max m_r, the sum of exps s_r relative to it, the target logit
+ * if its column is here). Nothing about a chunk needs another rank, so there
+ * is no collective per chunk: after the last one the pairs of all N rows
+ * combine by the online softmax's rule, max = max_r m_r and sum = sum_r s_r
+ * exp(m_r - max): one MAX all-reduce of the maxima, each rank rescales its
+ * sums to the global max (xent_rescale; the local maxima wait in h->loss,
+ * which xent_loss writes last), then the sums and the target logits are
+ * all-reduced (SUM): three collectives per micro-batch, however many chunks.
+ * The backward's recompute reads the global rowmax and sumexp these leave. */
 static void head_forward(void *ctx, const model_vocab_head *h)
 {
     const tp_group *g = ctx;
@@ -248,11 +252,12 @@ static void head_forward(void *ctx, const model_vocab_head *h)
     for (int r0 = 0; r0 < N; r0 += h->rows) {
         int n = N - r0 < h->rows ? N - r0 : h->rows;
         model_vocab_head_logits(ops, h, r0, n);
-        ops->xent_rowmax(h->rowmax + r0, h->logits, n, Vl);
-        g->all_reduce(g->ctx, h->rowmax + r0, (size_t)n, TP_MAX);
-        ops->xent_sumexp(h->sumexp + r0, h->logits, h->rowmax + r0, n, Vl);
-        ops->xent_target(h->target + r0, h->logits, h->targets + r0, h->v0, n, Vl);
+        ops->xent_stats(h->rowmax + r0, h->sumexp + r0, h->target + r0, h->logits, h->targets + r0, h->v0, n, Vl);
     }
+    float *local_max = h->loss;
+    ops->copy(local_max, h->rowmax, n_all * sizeof(float));
+    g->all_reduce(g->ctx, h->rowmax, n_all, TP_MAX);
+    ops->xent_rescale(h->sumexp, local_max, h->rowmax, N);
     g->all_reduce(g->ctx, h->sumexp, n_all, TP_SUM);
     g->all_reduce(g->ctx, h->target, n_all, TP_SUM);
     ops->xent_loss(h->loss, h->rowmax, h->sumexp, h->target, h->targets, N);

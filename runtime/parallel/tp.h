@@ -10,7 +10,8 @@
  *   embedding    all-reduce out (SP: r-scatter)  identity (SP: all-gather d(out))
  *   head + loss  (SP: all-gather in) and the     all-reduce d(in) (SP: reduce-scatter)
  *                row max (MAX), sum of exps and
- *                target logit (SUM) all-reduced
+ *                target logit (SUM) all-reduced,
+ *                once after the head's chunks
  *
  * A row-parallel layer's bias is added on tp rank 0 only, before the sum, so it
  * is added once. With sequence parallelism (SP) the residual stream's rows are

@@ -14,7 +14,8 @@
  *        [B, T, C] activations (+2 when block recompute re-runs the forward;
  *        selective recompute re-runs only the attention core, tp-local); GPT's
  *        vocab-parallel embedding and head add one each and three small ones
- *        (of [N] floats; the head's max in one call per chunk of rows).
+ *        (of [N] floats, once per microbatch however many chunks of rows the
+ *        head computes: tp.c).
  *        Sequence parallel: all-gathers and reduce-scatters of [B, T, C] instead,
  *        per block 4 forward, 6 backward (the layernorm outputs are gathered
  *        again), 3 more with recompute; GPT's embedding and head one each way,
@@ -159,12 +160,11 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     if (md->kind == MODEL_GPT) {
         big += sh->has_emb + sh->has_head; /* embedding forward, head's input gradient */
         if (sh->has_head) {
-            /* max, sum of exp, target logit: [N] floats each, the max one chunk
-             * of rows at a time (tp.c's chunked head) */
-            long long rows = (long long)e->job.train.micro_batch * model_seq_len(md) / par->cp;
-            long long chunk = model_head_chunk_rows(md);
+            /* max, sum of exp, target logit: [N] floats each, one call each
+             * after the last chunk of rows (tp.c's chunked head combines its
+             * chunks' local statistics by the online softmax's rule) */
             tiny = 3;
-            tiny_calls = (double)((rows + chunk - 1) / chunk) + 2;
+            tiny_calls = 3;
         }
     }
     double f = 2.0 * (t - 1) / t;

@@ -899,18 +899,47 @@ static void test_xent(int N, int Vl, int v0, int V) {
     for (int i = 0; i < N; i++) dlo[i] = 0.5f + 0.25f * dlo[i];
     dbuf drm = dup_f(rm, (size_t)N, 0), dse = dup_f(se, (size_t)N, 0), dta = dup_f(ta, (size_t)N, 0);
     dbuf dlos = dup_f(lo, (size_t)N, 0), ddlo = dup_f(dlo, (size_t)N, 0);
-    cpu->xent_rowmax(rm, l, N, Vl);
-    gpu->xent_rowmax(drm.p, dl.p, N, Vl);
-    snprintf(what, sizeof what, "xent_rowmax N=%d Vl=%d", N, Vl);
-    expect(what, &drm, rm, (size_t)N, TOL_EXACT);
-    cpu->xent_sumexp(se, l, rm, N, Vl);
-    gpu->xent_sumexp(dse.p, dl.p, drm.p, N, Vl);
-    snprintf(what, sizeof what, "xent_sumexp N=%d Vl=%d", N, Vl);
+    /* xent_stats: the max and the target logit are values of the row, the
+     * same in any order: bit for bit. The sum of exps (relative to that same
+     * max): TOL_ELEM. Both sides sum in fp32 in another order with other
+     * rescaling points (the CPU in blocks of 1024 columns, the GPU one strided
+     * pair per thread, then a shuffle tree), each exp within 2 ulp: random
+     * rounding leaves ~u sqrt(longest chain) = 6e-8 sqrt(1024 + 50) = 2e-6 on
+     * a 50257-wide row, 1e-5 is 5x that. (A C emulation of the kernel's order,
+     * with the host's expf, differed from the CPU twin by at most 8e-7 on
+     * rows of 101 to 50257 logits of spread 2 to 30; the old two-pass CPU
+     * sum, one sequential chain of 50257 terms, was itself 5e-5 off the
+     * double sum.) A missed or inverted rescale moves the sum by a factor
+     * e^(max step), O(1). */
+    cpu->xent_stats(rm, se, ta, l, tg, v0, N, Vl);
+    gpu->xent_stats(drm.p, dse.p, dta.p, dl.p, dtg, v0, N, Vl);
+    float *grm = back(&drm, (size_t)N), *gse = back(&dse, (size_t)N), *gta = back(&dta, (size_t)N);
+    CHECK(!memcmp(grm, rm, (size_t)N * sizeof(float)) && !memcmp(gta, ta, (size_t)N * sizeof(float)),
+          "xent_stats N=%d Vl=%d v0=%d: row max and target logit bit for bit (targets elsewhere, ignored: 0)",
+          N, Vl, v0);
+    snprintf(what, sizeof what, "xent_stats N=%d Vl=%d sum of exps (online)", N, Vl);
     expect(what, &dse, se, (size_t)N, TOL_ELEM);
-    cpu->xent_target(ta, l, tg, v0, N, Vl);
-    gpu->xent_target(dta.p, dl.p, dtg, v0, N, Vl);
-    snprintf(what, sizeof what, "xent_target N=%d Vl=%d v0=%d (targets elsewhere, ignored)", N, Vl, v0);
-    expect(what, &dta, ta, (size_t)N, TOL_EXACT);
+    /* one block per row, a fixed shuffle tree: the same bits again */
+    gpu->xent_stats(drm.p, dse.p, dta.p, dl.p, dtg, v0, N, Vl);
+    float *gse2 = back(&dse, (size_t)N);
+    CHECK(!memcmp(gse, gse2, (size_t)N * sizeof(float)), "xent_stats N=%d Vl=%d: deterministic (twice, same bits)",
+          N, Vl);
+    free(grm); free(gse); free(gta); free(gse2);
+    /* xent_rescale (tensor parallelism's combine): to a larger max, an equal
+     * one (exact), and from an empty shard's -inf (0) */
+    float *from = hrand((size_t)N, 1.0f), *to = malloc((size_t)N * sizeof(float)), *rs = malloc((size_t)N * sizeof(float));
+    for (int i = 0; i < N; i++) {
+        to[i] = from[i] + (i % 3 == 0 ? 0.0f : 1.5f + from[i]);
+        if (i % 7 == 5) from[i] = -INFINITY;
+        rs[i] = se[i];
+    }
+    dbuf dfrom = dup_f(from, (size_t)N, 0), dto = dup_f(to, (size_t)N, 0), drs = dup_f(rs, (size_t)N, 0);
+    cpu->xent_rescale(rs, from, to, N);
+    gpu->xent_rescale(drs.p, dfrom.p, dto.p, N);
+    snprintf(what, sizeof what, "xent_rescale N=%d", N);
+    expect(what, &drs, rs, (size_t)N, TOL_ELEM);
+    drop(&dfrom); drop(&dto); drop(&drs);
+    free(from); free(to); free(rs);
     /* loss and backward from the CPU's row statistics: each op alone */
     gpu->from_host(dse.p, se, (size_t)N * sizeof(float));
     cpu->xent_loss(lo, rm, se, ta, tg, N);
@@ -1112,6 +1141,7 @@ int main(void) {
 
     test_xent(37, 101, 50, 300); /* vocab shard [50, 151) of 300 */
     test_xent(4, 50257, 0, 50257);
+    test_xent(5, 25128, 25129, 50257); /* GPT-2's second tp-2 shard */
     test_xent(3, 1, 0, 1);
 
     train_case gpt = {.B = 4, .steps = 20, .lr = 3e-3f};

@@ -12,9 +12,10 @@
 #    parameter tolerance is the layout tests' (Adam turns the noise of
 #    elements whose true gradient is zero into lr-sized steps: compare.py).
 # 2. With the chunks, every layout that runs the head differently reproduces
-#    that single process (lib.bash's tolerances): tp 2 and 4 (the row max
-#    all-reduced per chunk over an unevenly split vocabulary, 33 + 34 and 16 +
-#    17 + 17 + 17 rows), tp 2 with sequence parallelism (the head gathers its
+#    that single process (lib.bash's tolerances): tp 2 and 4 (each rank's
+#    per-chunk row statistics, max and sum of exps, combined over the group
+#    once after the chunks, over an unevenly split vocabulary, 33 + 34 and
+#    16 + 17 + 17 + 17 rows), tp 2 with sequence parallelism (the head gathers its
 #    rows first), FSDP (the head's wte gathered again for the backward's
 #    recompute), a 1F1B pipeline over tp 2 (chunks of 2-sample micro-batches:
 #    24 + 8), ZeRO-2 with accumulation; and ZB-H1 stays bitwise 1F1B.

@@ -669,12 +669,10 @@ static void test_patch(void) {
 
 /* ------------------------------------------------------------------ xent */
 
-/* The one-rank chain: rowmax -> sumexp -> target -> loss. */
+/* The one-rank chain: the row statistics in one read, then the loss. */
 static void xent_chain(float *loss, float *rowmax, float *sumexp, float *target,
                        const float *logits, const int *targets, int N, int V) {
-    ops->xent_rowmax(rowmax, logits, N, V);
-    ops->xent_sumexp(sumexp, logits, rowmax, N, V);
-    ops->xent_target(target, logits, targets, 0, N, V);
+    ops->xent_stats(rowmax, sumexp, target, logits, targets, 0, N, V);
     ops->xent_loss(loss, rowmax, sumexp, target, targets, N);
 }
 
@@ -684,6 +682,71 @@ static double xent_obj(void *c) {
     xent_ctx *x = c;
     xent_chain(x->loss, x->rowmax, x->sumexp, x->target, x->logits, x->targets, x->N, x->V);
     return dot_r(x->loss, x->R, x->N);
+}
+
+/* xent_stats' online sum on rows wider than its blocks of columns (the CPU
+ * twin's grain is 1024), where the running max grows and the sum is rescaled,
+ * against the double-precision two-pass sum. The max is a plain max: exact.
+ * Tolerance of the sum: each exp is within 1 ulp, the block sums and the
+ * running sum add at most W + W / 1024 + 1 terms in sequence (Higham's bound
+ * for a sum of positive terms: that many units of roundoff, u = 2^-24), and
+ * every rescale rounds twice more (its exp and its product): with W = 5000 at
+ * most (1024 + 5 + 2 * 5 + 2) u = 6.2e-5 relative, below REF_TOL (1e-4). A
+ * sum rescaled the wrong way, or not at all, is off by a factor e^|delta max|
+ * (O(1) here). Rows: the max in the first block, in the last, a ramp (the max
+ * grows in every block: a rescale each time), a first block of -inf (exps of
+ * 0, no NaN from -inf - -inf), all -inf (-inf, 0), a NaN (reaches the sum). */
+static void test_xent_online(void) {
+    enum { N = 6, W = 5000 };
+    float *l = rand_buf((size_t)N * W, 4.0f), *rm = zero_buf(N), *se = zero_buf(N), *tg = zero_buf(N);
+    const int targets[N] = {0, W - 1, 2500, 1500, -1, 7};
+    l[0 * W + 3] = 30.0f;                                          /* max in the first block */
+    l[1 * W + W - 2] = 30.0f;                                      /* max in the last */
+    for (int j = 0; j < W; j++) l[2 * W + j] = -10.0f + 20.0f * j / W + 0.1f * l[2 * W + j]; /* ramp */
+    for (int j = 0; j < 1200; j++) l[3 * W + j] = -INFINITY;       /* a first block of -inf */
+    for (int j = 0; j < W; j++) l[4 * W + j] = -INFINITY;          /* all -inf */
+    l[5 * W + 4321] = NAN;
+    ops->xent_stats(rm, se, tg, l, targets, 0, N, W);
+    double worst = 0.0;
+    int max_exact = 1, tgt_exact = 1;
+    for (int i = 0; i < 4; i++) {
+        double mx = -INFINITY, s = 0.0;
+        for (int j = 0; j < W; j++) mx = fmax(mx, l[i * W + j]);
+        for (int j = 0; j < W; j++) s += exp((double)l[i * W + j] - mx);
+        max_exact &= rm[i] == (float)mx;
+        tgt_exact &= tg[i] == l[i * W + targets[i]];
+        worst = fmax(worst, fabs(se[i] - s) / s);
+    }
+    CHECK(max_exact && tgt_exact && worst < REF_TOL,
+          "xent_stats on %d-wide rows (max first, last, growing in every block, after -inf): exact max and "
+          "target, sum of exps vs double two-pass: max rel err %.1e (tol %.0e)", W, worst, REF_TOL);
+    CHECK(rm[4] == -INFINITY && se[4] == 0.0f && tg[4] == 0.0f && isnan(se[5]),
+          "xent_stats: a row of -inf gives (-inf, 0, 0) (ignored target); a NaN reaches the sum (%g, %g, %g; %g)",
+          rm[4], se[4], tg[4], se[5]);
+    free(l), free(rm), free(se), free(tg);
+}
+
+/* Vocab-parallel over fake ranks, as tp.c's head: each rank's xent_stats
+ * over its columns, the maxima all-reduced (max), each rank's sums rescaled
+ * to the global max (xent_rescale), sums and targets all-reduced (sum). */
+static void xent_split(const float *logits, const int *targets, int N, int V, int ranks, const int *v0s,
+                       const int *vls, float *gmax, float *gsum, float *gtgt) {
+    for (int i = 0; i < N; i++) gmax[i] = -INFINITY, gsum[i] = 0.0f, gtgt[i] = 0.0f;
+    float *rmax = malloc((size_t)ranks * N * sizeof(float)), *sexp = malloc((size_t)ranks * N * sizeof(float));
+    float *tgt = malloc((size_t)ranks * N * sizeof(float));
+    for (int r = 0; r < ranks; r++) {
+        float *sh = malloc(((size_t)N * vls[r] + 1) * sizeof(float));
+        for (int i = 0; i < N; i++)
+            memcpy(sh + (size_t)i * vls[r], logits + (size_t)i * V + v0s[r], (size_t)vls[r] * sizeof(float));
+        ops->xent_stats(rmax + r * N, sexp + r * N, tgt + r * N, sh, targets, v0s[r], N, vls[r]);
+        for (int i = 0; i < N; i++) gmax[i] = fmaxf(gmax[i], rmax[r * N + i]); /* all-reduce max */
+        free(sh);
+    }
+    for (int r = 0; r < ranks; r++) {
+        ops->xent_rescale(sexp + r * N, rmax + r * N, gmax, N);
+        for (int i = 0; i < N; i++) gsum[i] += sexp[r * N + i], gtgt[i] += tgt[r * N + i]; /* all-reduce sum */
+    }
+    free(rmax), free(sexp), free(tgt);
 }
 
 static void test_xent(void) {
@@ -714,33 +777,41 @@ static void test_xent(void) {
     for (int j = 0; j < V; j++) zero_row &= dlogits[2 * V + j] == 0.0f;
     CHECK(zero_row, "xent_backward: ignored row has zero gradient");
 
-    /* vocab-parallel over 2 fake ranks: columns [0,V0) and [V0,V) */
+    /* vocab-parallel over 2 fake ranks, columns [0,V0) and [V0,V), and over 3
+     * with an empty one (V_l = 0: (-inf, 0) rescales to 0). The rank whose
+     * max is the row's keeps its sum's bits (xent_rescale by 0 is exact); the
+     * other's sum takes two roundings more (an exp, a product), the loss one
+     * more addition: 1e-6 relative, a few units of roundoff. */
     xent_obj(&x);
-    float sh[2][N * V], rmax[2][N], sexp[2][N], tgt[2][N], dsh[2][N * V];
-    int v0s[2] = {0, V0}, vls[2] = {V0, V - V0};
-    for (int r = 0; r < 2; r++)
-        for (int i = 0; i < N; i++)
-            memcpy(sh[r] + i * vls[r], x.logits + i * V + v0s[r], vls[r] * sizeof(float));
-    float gmax[N], gsum[N], gtgt[N], gloss[N];
-    for (int r = 0; r < 2; r++) ops->xent_rowmax(rmax[r], sh[r], N, vls[r]);
-    for (int i = 0; i < N; i++) gmax[i] = fmaxf(rmax[0][i], rmax[1][i]);           /* all-reduce max */
-    for (int r = 0; r < 2; r++) ops->xent_sumexp(sexp[r], sh[r], gmax, N, vls[r]);
-    for (int i = 0; i < N; i++) gsum[i] = sexp[0][i] + sexp[1][i];                  /* all-reduce sum */
-    for (int r = 0; r < 2; r++) ops->xent_target(tgt[r], sh[r], targets, v0s[r], N, vls[r]);
-    for (int i = 0; i < N; i++) gtgt[i] = tgt[0][i] + tgt[1][i];                    /* all-reduce sum */
-    ops->xent_loss(gloss, gmax, gsum, gtgt, targets, N);
-    double el = max_rel_err_f(gloss, x.loss, N, REF_FLOOR);
-    CHECK(el < 1e-6, "xent vocab-parallel (2 shards) loss equals unsplit: max rel err %.1e (tol 1e-6)", el);
-    for (int r = 0; r < 2; r++)
-        ops->xent_backward(dsh[r], sh[r], gmax, gsum, targets, x.R, v0s[r], N, vls[r]);
+    float gmax[N], gsum[N], gtgt[N], gloss[N], dsh[2][N * V];
+    int v0s[3] = {0, V0, V}, vls[3] = {V0, V - V0, 0};
+    for (int ranks = 2; ranks <= 3; ranks++) {
+        xent_split(x.logits, targets, N, V, ranks, v0s, vls, gmax, gsum, gtgt);
+        ops->xent_loss(gloss, gmax, gsum, gtgt, targets, N);
+        double el = max_rel_err_f(gloss, x.loss, N, REF_FLOOR), es = max_rel_err_f(gsum, x.sumexp, N, 0.0);
+        CHECK(el < 1e-6 && es < 1e-6 && !memcmp(gmax, x.rowmax, sizeof gmax) && !memcmp(gtgt, x.target, sizeof gtgt),
+              "xent vocab-parallel (%d shards%s) equals unsplit: the same max and target, sum of exps within "
+              "%.1e, loss %.1e (tol 1e-6)", ranks, ranks == 3 ? ", one empty" : "", es, el);
+    }
     float *dfull = zero_buf(N * V);
     ops->xent_backward(dfull, x.logits, x.rowmax, x.sumexp, targets, x.R, 0, N, V);
+    for (int r = 0; r < 2; r++) {
+        float sh[N * V];
+        for (int i = 0; i < N; i++) memcpy(sh + i * vls[r], x.logits + i * V + v0s[r], vls[r] * sizeof(float));
+        ops->xent_backward(dsh[r], sh, gmax, gsum, targets, x.R, v0s[r], N, vls[r]);
+    }
     double ed = 0.0;
     for (int r = 0; r < 2; r++)
         for (int i = 0; i < N; i++)
             for (int j = 0; j < vls[r]; j++)
                 ed = fmax(ed, rel_err(dsh[r][i * vls[r] + j], dfull[i * V + v0s[r] + j], REF_FLOOR));
     CHECK(ed < 1e-6, "xent vocab-parallel dlogits concatenate to unsplit: max rel err %.1e (tol 1e-6)", ed);
+    /* xent_rescale: exact where the maxima are equal (-inf included), 0 from -inf */
+    float s3[3] = {1.5f, 0.0f, 2.0f}, from[3] = {2.0f, -INFINITY, -INFINITY}, to[3] = {2.0f, -INFINITY, 1.0f};
+    ops->xent_rescale(s3, from, to, 3);
+    CHECK(s3[0] == 1.5f && s3[1] == 0.0f && s3[2] == 0.0f,
+          "xent_rescale: the same max keeps the sum's bits, -inf to -inf stays 0, -inf to 1 gives 0 (%g %g %g)",
+          s3[0], s3[1], s3[2]);
     /* in place (ops.h; the chunked LM head turns a chunk's logits into their
      * gradient in one buffer): bitwise the separate buffer's gradient */
     float *inplace = malloc(N * V * sizeof(float));
@@ -750,6 +821,7 @@ static void test_xent(void) {
           "same bits as into another buffer");
     free(inplace);
     free(dfull), free(dlogits), free(x.logits), free(x.R), free(x.loss), free(x.rowmax), free(x.sumexp), free(x.target);
+    test_xent_online();
 }
 
 /* ------------------------------------------------------ optimizer helpers */
@@ -1068,9 +1140,8 @@ static void test_empty(void) {
     ops->gelu_erf_backward(NULL, NULL, NULL, 0);
     ops->residual_forward(NULL, NULL, NULL, 0);
     ops->residual_backward(NULL, NULL, NULL, 0);
-    ops->xent_rowmax(NULL, NULL, 0, 5);
-    ops->xent_sumexp(NULL, NULL, NULL, 0, 5);
-    ops->xent_target(NULL, NULL, NULL, 0, 0, 5);
+    ops->xent_stats(NULL, NULL, NULL, NULL, NULL, 0, 0, 5);
+    ops->xent_rescale(NULL, NULL, NULL, 0);
     ops->xent_loss(NULL, NULL, NULL, NULL, NULL, 0);
     ops->xent_backward(NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 5);
     ops->adamw(NULL, NULL, NULL, NULL, 0, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 1);
