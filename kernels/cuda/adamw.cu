@@ -9,8 +9,8 @@
  * adamw_multi: every tensor of a step in one launch (a GPT-2 step has ~150
  * parameter tensors, each a launch otherwise). The list (pointers, sizes,
  * weight decay) is the same every step, so its device copy, with the
- * tensors' first flat indices, is kept and sent again only when the list
- * differs from the one sent; a grid-stride loop runs over the concatenated
+ * tensors' first flat indices, is kept (a few lists: one per pipeline
+ * chunk) and sent only for a list not kept; a grid-stride loop runs over the concatenated
  * elements, each finding its tensor by binary search over those indices
  * (a warp's elements nearly always share one). The per-element arithmetic
  * is adamw_kernel's, in the same order (adamw_elem).
@@ -97,23 +97,39 @@ __global__ void adamw_mixed_multi_kernel(const dt_adamw_mixed_tensor *__restrict
     }
 }
 
-/* A list as last sent: host copy to compare with, device copies to read. */
+/* A list as sent: host copy to compare with, device copies to read. */
 template <typename T>
 struct sent_list {
     T *host, *dev;
     size_t *first;
     int count, cap;
 };
-static sent_list<dt_adamw_tensor> sent_fp32;
-static sent_list<dt_adamw_mixed_tensor> sent_mixed;
-
-/* Makes `sent` hold `list` on the device (a no-op when it already does);
- * returns the list's total element count. */
+/* The lists sent, a few per type: a rank with several pipeline chunks
+ * (virtual stages) has one optimizer, so one list, per chunk, and steps
+ * them in turn; each keeps its slot, and nothing is sent again in a step.
+ * More lists than slots take the slots round robin (sent again: correct,
+ * only slower). */
+#define SENT_SLOTS 8
 template <typename T>
-static size_t send_list(sent_list<T> &sent, const T *list, int count) {
-    size_t total = 0;
-    for (int k = 0; k < count; k++) total += list[k].n;
-    if (count == sent.count && memcmp(list, sent.host, (size_t)count * sizeof *list) == 0) return total;
+struct sent_cache {
+    sent_list<T> slot[SENT_SLOTS];
+    int next;
+};
+static sent_cache<dt_adamw_tensor> sent_fp32;
+static sent_cache<dt_adamw_mixed_tensor> sent_mixed;
+
+/* The slot that holds `list` on the device, sending it when none does;
+ * *total: the list's element count. */
+template <typename T>
+static const sent_list<T> *send_list(sent_cache<T> &cache, const T *list, int count, size_t *total) {
+    *total = 0;
+    for (int k = 0; k < count; k++) *total += list[k].n;
+    for (int i = 0; i < SENT_SLOTS; i++) {
+        const sent_list<T> &s = cache.slot[i];
+        if (s.count == count && memcmp(list, s.host, (size_t)count * sizeof *list) == 0) return &s;
+    }
+    sent_list<T> &sent = cache.slot[cache.next];
+    cache.next = (cache.next + 1) % SENT_SLOTS;
     if (count > sent.cap) {
         /* cudaFree waits for the device: no queued step still reads them */
         if (sent.dev) DTC_CHECK(cudaFree(sent.dev));
@@ -132,13 +148,14 @@ static size_t send_list(sent_list<T> &sent, const T *list, int count) {
     first[0] = 0;
     for (int k = 0; k < count; k++) first[k + 1] = first[k] + list[k].n;
     /* synchronous copies, ordered after the stream's queued work (a blocking
-     * stream, common.cuh): once per list, not per step */
+     * stream, common.cuh), so a queued step still reading this slot's old
+     * list has finished: once per list, not per step */
     DTC_CHECK(cudaMemcpy(sent.dev, list, (size_t)count * sizeof *list, cudaMemcpyHostToDevice));
     DTC_CHECK(cudaMemcpy(sent.first, first, (size_t)(count + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
     free(first);
     memcpy(sent.host, list, (size_t)count * sizeof *list);
     sent.count = count;
-    return total;
+    return &sent;
 }
 
 static void corrections(float beta1, float beta2, int t, float *corr1, float *corr2) {
@@ -149,29 +166,31 @@ static void corrections(float beta1, float beta2, int t, float *corr1, float *co
 void cuda_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2,
                       float eps, int t) {
     if (count <= 0) return;
-    size_t total = send_list(sent_fp32, list, count);
+    size_t total;
+    const sent_list<dt_adamw_tensor> *sent = send_list(sent_fp32, list, count, &total);
     if (!total) return;
     float corr1, corr2;
     corrections(beta1, beta2, t, &corr1, &corr2);
-    adamw_multi_kernel<<<dtc_blocks(total, 256), 256, 0, dtc.stream>>>(sent_fp32.dev, sent_fp32.first, count,
-                                                                      lr, beta1, beta2, eps, corr1, corr2);
+    adamw_multi_kernel<<<dtc_blocks(total, 256), 256, 0, dtc.stream>>>(sent->dev, sent->first, count, lr, beta1,
+                                                                      beta2, eps, corr1, corr2);
     DTC_LAUNCHED();
 }
 
 void cuda_adamw_mixed_multi(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, float grad_scale,
                             float lr, float beta1, float beta2, float eps, int t) {
     if (count <= 0) return;
-    size_t total = send_list(sent_mixed, list, count);
+    size_t total;
+    const sent_list<dt_adamw_mixed_tensor> *sent = send_list(sent_mixed, list, count, &total);
     if (!total) return;
     float corr1, corr2;
     corrections(beta1, beta2, t, &corr1, &corr2);
     unsigned blocks = dtc_blocks(total, 256);
     if (grad_bf16)
         adamw_mixed_multi_kernel<true><<<blocks, 256, 0, dtc.stream>>>(
-            sent_mixed.dev, sent_mixed.first, count, grad_scale, lr, beta1, beta2, eps, corr1, corr2);
+            sent->dev, sent->first, count, grad_scale, lr, beta1, beta2, eps, corr1, corr2);
     else
         adamw_mixed_multi_kernel<false><<<blocks, 256, 0, dtc.stream>>>(
-            sent_mixed.dev, sent_mixed.first, count, grad_scale, lr, beta1, beta2, eps, corr1, corr2);
+            sent->dev, sent->first, count, grad_scale, lr, beta1, beta2, eps, corr1, corr2);
     DTC_LAUNCHED();
 }
 
