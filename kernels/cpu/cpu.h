@@ -128,8 +128,24 @@ void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
 void cpu_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2, float eps,
                      int t);
 
+/* adamw_dev.c */
+void cpu_adamw_dev(float *p, const float *g, float *m, float *v, size_t n, const dt_adamw_hyper *h, float beta1,
+                   float beta2, float eps, float weight_decay);
+void cpu_adamw_multi_dev(const dt_adamw_tensor *list, int count, const dt_adamw_hyper *h, float beta1, float beta2,
+                         float eps);
+
 /* reduce.c */
 void cpu_scale(float *p, float s, size_t n);
+
+/* loss_dev.c */
+void cpu_loss_sum_add(double *acc, const float *loss, int N);
+void cpu_loss_seed(float *dloss, const int *targets, float scale, int N);
+
+/* norm_dev.c */
+void cpu_sumsq_add(double *acc, const float *p, size_t n);
+void cpu_scalar_add(double *acc, const double *x);
+void cpu_clip_scale(float *s, const double *sumsq, double clip);
+void cpu_scale_dev(float *p, const float *s, size_t n);
 
 /* bf16.c */
 void cpu_to_bf16(uint16_t *dst, const float *src, size_t n);
