@@ -75,10 +75,11 @@ int job_layout_check_graphs(const job_spec *job, int *blame, char *msg, size_t n
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
         if (dims[i].value == 1) continue;
         *blame = dims[i].fid;
+        int automatic = dims[i].fid == FID_DP && par->dp_auto;
         snprintf(msg, n, "%s, but parallel.%s is %d%s (recording the step's communication, NCCL's or the CPU "
-                         "transports', is not written); set train.cuda_graphs: false or parallel.%s: 1",
-                 pre, dims[i].key, dims[i].value, dims[i].fid == FID_DP && par->dp_auto ? " (auto)" : "",
-                 dims[i].key);
+                         "transports', is not written); set train.cuda_graphs: false or %s%s%s",
+                 pre, dims[i].key, dims[i].value, automatic ? " (auto: the workers started)" : "",
+                 automatic ? "start one worker" : "parallel.", automatic ? "" : dims[i].key, automatic ? "" : ": 1");
         return -1;
     }
     if (job->train.offload) {
