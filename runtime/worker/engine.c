@@ -453,10 +453,8 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         goto fail;
     }
     /* train.cuda_graphs: the step on device scalars, replayed as graphs on CUDA */
-    if (job->train.cuda_graphs && engine_graph_create(e, err, errlen) != 0) {
-        *exit_code = e->graph ? DT_EXIT_FAIL : DT_EXIT_USAGE;
-        goto fail;
-    }
+    if (job->train.cuda_graphs && (*exit_code = engine_graph_create(e, err, errlen)) != DT_EXIT_OK) goto fail;
+    *exit_code = DT_EXIT_FAIL;
 
     *exit_code = DT_EXIT_DATA;
     if (!(e->train = data_open(job, DATA_TRAIN, why, sizeof why)) ||

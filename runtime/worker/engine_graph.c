@@ -100,7 +100,7 @@ int engine_graph_create(engine *e, char *err, size_t errlen)
         /* the job checks said so already (jobspec_layout.h): a job built by hand */
         snprintf(err, errlen, "rank %d: %s: %s", e->rank, e->job.path,
                  e->ex || e->world_size != 1 ? "train.cuda_graphs replays the step of one process" : why);
-        return -1;
+        return DT_EXIT_USAGE;
     }
     engine_graph *g = calloc(1, sizeof *g);
     e->graph = g;
@@ -114,11 +114,11 @@ int engine_graph_create(engine *e, char *err, size_t errlen)
     }
     if (!g || !g->dev || !g->in || !g->params || !g->slices) {
         snprintf(err, errlen, "rank %d: out of memory for train.cuda_graphs' step buffers", e->rank);
-        return -1;
+        return DT_EXIT_FAIL;
     }
     /* device memory on either backend: sizes_graph_bytes, a workspace of the activations' */
     acct_add(e->acct, ACCT_ACTS, (long long)(g->in_bytes + scalars));
-    return 0;
+    return DT_EXIT_OK;
 }
 
 void engine_graph_destroy(engine *e)

@@ -81,8 +81,9 @@ double engine_local_grad_sumsq(engine *e, double *acc, double *tmp);
 void engine_chunk_slices(engine *e, int l, void **params, void **grads);
 
 /* engine_graph.c: the step of train.cuda_graphs (one process). create: its
- * device buffers (accounted as activations, as sizes_graph_bytes says), or
- * -1 with one line in err; destroy: frees them and the graphs (NULL graph:
+ * device buffers (accounted as activations, as sizes_graph_bytes says):
+ * DT_EXIT_OK, or DT_EXIT_USAGE (a job it cannot replay) / DT_EXIT_FAIL (out
+ * of memory) with one line in err; destroy: frees them and the graphs (none:
  * nothing). grads and update stand in for engine_grads and engine_update. */
 int engine_graph_create(engine *e, char *err, size_t errlen);
 void engine_graph_destroy(engine *e);
