@@ -68,7 +68,7 @@ struct engine_graph {
     char *in;               /* every micro-batch's inputs, ops memory (sizes_graph_input_bytes) */
     size_t in_bytes;
     void *grads, *update;   /* the recorded phases (NULL: not yet, or nothing recorded: cpu) */
-    int grads_issued, update_issued; /* times each phase ran as issued (warm-up) */
+    int grads_issued, update_issued; /* each phase ran (as issued or recorded) before: warm */
     void **params, **slices; /* engine_chunk_slices' arrays, [n_units] each */
 };
 
@@ -153,7 +153,7 @@ static void run_phase(engine *e, void **graph, int *issued, void (*issue)(engine
         *graph = NULL;
         issue(e, arg);
     }
-    (*issued)++;
+    if (*issued < 2) (*issued)++; /* once is what counts */
 }
 
 /* The gradients: zeroed, every micro-batch's forward and backward, the
