@@ -23,9 +23,11 @@
  * update: train.skip_nonfinite; a data file that changed stops it) and logs
  * the norm. One graph for the whole step would need that decision on the
  * device (an update that skips itself when the loss is not finite): not
- * written. Per step the host then synchronises three times (the inputs go
- * up, the loss and norm come down, the learning rate goes up) instead of at
- * every micro-batch's loss and every gradient tensor's sum of squares.
+ * written. Per step the host then waits for the device 2 A + 2 times (A
+ * micro-batches: each one's two input arrays go up, from_host; the loss and
+ * norm come down; the learning rate goes up), each on an idle stream,
+ * instead of at every micro-batch's loss and seed and every gradient
+ * tensor's sum of squares, with the kernels of the step in between.
  *
  * Warm-up. A phase is recorded only after it ran once as issued in this
  * process (the first step: the scratch grows to its size, cuBLASLt picks its
