@@ -798,9 +798,11 @@ static void test_device_scalars(void) {
     CHECK(memcmp(pa, pb, na * sizeof(float)) == 0, "adamw_dev n=%zu, 3 steps: adamw's bits", na);
     expect("adamw_dev p after 3 steps: the cpu's", &b[0], p, na, TOL_ELEM);
     free(pa), free(pb);
-    /* adamw_multi_dev: adamw_multi's bits */
-    dt_adamw_tensor la[2] = {{a[0].p, a[1].p, a[2].p, a[3].p, na, 0.1f}, {a[2].p, a[1].p, a[0].p, a[3].p, 7, 0.0f}};
-    dt_adamw_tensor lb[2] = {{b[0].p, b[1].p, b[2].p, b[3].p, na, 0.1f}, {b[2].p, b[1].p, b[0].p, b[3].p, 7, 0.0f}};
+    /* adamw_multi_dev: adamw_multi's bits (a second tensor of 7 of its own, no decay) */
+    dbuf a7[4], b7[4];
+    for (int j = 0; j < 4; j++) a7[j] = dup_f(j == 3 ? v : p, 7, 0), b7[j] = dup_f(j == 3 ? v : p, 7, 0);
+    dt_adamw_tensor la[2] = {{a[0].p, a[1].p, a[2].p, a[3].p, na, 0.1f}, {a7[0].p, a7[1].p, a7[2].p, a7[3].p, 7, 0.0f}};
+    dt_adamw_tensor lb[2] = {{b[0].p, b[1].p, b[2].p, b[3].p, na, 0.1f}, {b7[0].p, b7[1].p, b7[2].p, b7[3].p, 7, 0.0f}};
     for (int t = 4; t <= 5; t++) {
         dt_adamw_hyper h = dt_adamw_hyper_of(2e-3f, 0.9f, 0.95f, t);
         gpu->from_host(dh, &h, sizeof h);
@@ -812,10 +814,13 @@ static void test_device_scalars(void) {
         pa = back(&a[j], na), pb = back(&b[j], na);
         same &= memcmp(pa, pb, na * sizeof(float)) == 0;
         free(pa), free(pb);
+        pa = back(&a7[j], 7), pb = back(&b7[j], 7);
+        same &= memcmp(pa, pb, 7 * sizeof(float)) == 0;
+        free(pa), free(pb);
     }
     CHECK(same, "adamw_multi_dev, 2 tensors, 2 steps: adamw_multi's bits");
 
-    for (int j = 0; j < 4; j++) drop(&a[j]), drop(&b[j]);
+    for (int j = 0; j < 4; j++) drop(&a[j]), drop(&b[j]), drop(&a7[j]), drop(&b7[j]);
     gpu->free(dh), gpu->free(ds1), gpu->free(dacc), gpu->free(dtg);
     drop(&dl), drop(&ds), drop(&dx), drop(&dy), drop(&dz);
     free(loss), free(tg), free(seed), free(hseed), free(x), free(p), free(g), free(m), free(v);
