@@ -19,8 +19,28 @@
 #ifndef DTRUN_OPS_H
 #define DTRUN_OPS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* AdamW's per-step scalars where ops read them at run time (adamw_multi_dev,
+ * adamw_mixed_multi_dev: device memory on cuda, host memory on cpu), so that a
+ * step replayed as a graph takes a new learning rate without being recorded
+ * again. lr and t as adamw takes them; corr1 = 1 - beta1^t and corr2 = 1 -
+ * beta2^t in double, rounded to float, the bias corrections adamw computes
+ * from t (dt_adamw_hyper_of fills them the same way; cuda's kernels read
+ * them, cpu's recompute them from t: the same bits). */
+typedef struct {
+    float lr;
+    int t;
+    float corr1, corr2;
+} dt_adamw_hyper;
+
+static inline dt_adamw_hyper dt_adamw_hyper_of(float lr, float beta1, float beta2, int t)
+{
+    dt_adamw_hyper h = {lr, t, (float)(1.0 - pow((double)beta1, t)), (float)(1.0 - pow((double)beta2, t))};
+    return h;
+}
 
 /* One tensor of a multi-tensor AdamW step (dt_ops.adamw_multi). */
 typedef struct {
@@ -263,6 +283,62 @@ typedef struct dt_ops {
     void (*scale)(float *p, float s, size_t n);
     /* sum of squares in double (for the global gradient norm) */
     double (*sumsq)(const float *p, size_t n);
+
+    /* ---- the step without the host: device scalars (train.cuda_graphs) ----
+     * A step recorded as a graph (graph_begin) can neither read a value back
+     * in the middle nor take one from the host: the loss, the squared
+     * gradient norm, the clipping factor and AdamW's lr and t stay where the
+     * ops read and write them, "device scalars" (device memory on cuda, host
+     * memory on cpu). Each op below is the host code it replaces, run where
+     * the data is: cpu's are that code, so a run with them gives the same
+     * bits as one without; cuda's compute the same IEEE operations in the
+     * same order (loss_sum_add sums serially for that reason). */
+    /* *acc += the sum of loss[0..N) in double, in index order from 0 (one
+     * chain of adds: the host loop's order, so the host loop's bits). */
+    void (*loss_sum_add)(double *acc, const float *loss, int N);
+    /* The backward's seed of the loss: dloss[i] = targets[i] >= 0 ? scale :
+     * 0 (overwrites; targets < 0 are ignored samples, as in xent_loss). */
+    void (*loss_seed)(float *dloss, const int *targets, float scale, int N);
+    /* *acc += sumsq(p, n): the value sumsq returns, added once */
+    void (*sumsq_add)(double *acc, const float *p, size_t n);
+    /* *acc += *x */
+    void (*scalar_add)(double *acc, const double *x);
+    /* Gradient clipping's factor from the squared global norm: with norm =
+     * sqrt(*sumsq), *s = (float)(clip / (norm + 1e-6)) when clip > 0 and
+     * norm > clip, else 1. */
+    void (*clip_scale)(float *s, const double *sumsq, double clip);
+    /* p *= *s; nothing when *s is 1 (scale's arithmetic) */
+    void (*scale_dev)(float *p, const float *s, size_t n);
+    /* adamw_multi and adamw_mixed_multi with lr and t (and the bias
+     * corrections) read from *h, and the mixed step's gradient scale from
+     * *grad_scale (NULL: 1), when the op runs, not when it is issued. cuda
+     * keeps the lists as adamw_multi does; a graph records the step only
+     * after one step ran as issued (graph_begin), so recording sends
+     * nothing. */
+    void (*adamw_multi_dev)(const dt_adamw_tensor *list, int count, const dt_adamw_hyper *h, float beta1,
+                            float beta2, float eps);
+    void (*adamw_mixed_multi_dev)(const dt_adamw_mixed_tensor *list, int count, int grad_bf16,
+                                  const float *grad_scale, const dt_adamw_hyper *h, float beta1, float beta2,
+                                  float eps);
+
+    /* ---- graphs: ops recorded once and replayed (train.cuda_graphs) ----
+     * graph_begin: the ops issued from now until graph_end are recorded,
+     * not run (cuda: stream capture of the backend's stream). Nothing issued
+     * in between may synchronise with the host (to_host, from_host, sumsq,
+     * free) or allocate, and every op must find its scratch already as large
+     * as it needs: record a sequence of ops only after it ran once as issued.
+     * graph_end: the recorded ops ready to launch, or NULL when the backend
+     * records nothing: cpu, where begin and end are no-ops and the ops ran
+     * as they were issued. A capture that fails stops the process with one
+     * line naming the call (common.cuh, Errors), as a failed op does.
+     * graph_launch: queues the recorded ops once, as one op; returns 0, or
+     * -1 without launching when a buffer the backend lent the recorded ops
+     * (its scratch) has moved since: the caller destroys the graph and
+     * records it again. graph_destroy: frees one (NULL: nothing). */
+    void (*graph_begin)(void);
+    void *(*graph_end)(void);
+    int (*graph_launch)(void *graph);
+    void (*graph_destroy)(void *graph);
 
     /* ---- bfloat16, the rounding points of mixed precision ----
      * A bf16 is the top 16 bits of an fp32, held as uint16_t. Narrowing rounds

@@ -131,8 +131,24 @@ void cpu_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float bet
 void cpu_adamw_mixed_multi(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, float grad_scale,
                            float lr, float beta1, float beta2, float eps, int t);
 
+/* adamw_dev.c */
+void cpu_adamw_multi_dev(const dt_adamw_tensor *list, int count, const dt_adamw_hyper *h, float beta1, float beta2,
+                         float eps);
+void cpu_adamw_mixed_multi_dev(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, const float *grad_scale,
+                               const dt_adamw_hyper *h, float beta1, float beta2, float eps);
+
 /* reduce.c */
 void cpu_scale(float *p, float s, size_t n);
+
+/* loss_dev.c */
+void cpu_loss_sum_add(double *acc, const float *loss, int N);
+void cpu_loss_seed(float *dloss, const int *targets, float scale, int N);
+
+/* norm_dev.c */
+void cpu_sumsq_add(double *acc, const float *p, size_t n);
+void cpu_scalar_add(double *acc, const double *x);
+void cpu_clip_scale(float *s, const double *sumsq, double clip);
+void cpu_scale_dev(float *p, const float *s, size_t n);
 
 /* bf16.c */
 void cpu_to_bf16(uint16_t *dst, const float *src, size_t n);

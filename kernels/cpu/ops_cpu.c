@@ -9,6 +9,14 @@ static const char *cpu_device_name(void) { return "cpu"; }
 /* fp32 products of bf16 values are exact: nothing to switch (ops.h) */
 static void cpu_set_bf16_products(int on) { (void)on; }
 
+/* Graphs: nothing is recorded, the ops run as they are issued (ops.h), so a
+ * step "replayed" on the CPU is the step issued again, through the same
+ * device-scalar ops a CUDA graph replays. */
+static void cpu_graph_begin(void) {}
+static void *cpu_graph_end(void) { return NULL; }
+static int cpu_graph_launch(void *graph) { return graph ? 0 : -1; }
+static void cpu_graph_destroy(void *graph) { (void)graph; }
+
 const dt_ops dt_ops_cpu = {
     .name = "cpu",
     .host_memory = 1,
@@ -62,6 +70,20 @@ const dt_ops dt_ops_cpu = {
     .adamw_mixed_multi = cpu_adamw_mixed_multi,
     .scale = cpu_scale,
     .sumsq = cpu_sumsq,
+
+    .loss_sum_add = cpu_loss_sum_add,
+    .loss_seed = cpu_loss_seed,
+    .sumsq_add = cpu_sumsq_add,
+    .scalar_add = cpu_scalar_add,
+    .clip_scale = cpu_clip_scale,
+    .scale_dev = cpu_scale_dev,
+    .adamw_multi_dev = cpu_adamw_multi_dev,
+    .adamw_mixed_multi_dev = cpu_adamw_mixed_multi_dev,
+
+    .graph_begin = cpu_graph_begin,
+    .graph_end = cpu_graph_end,
+    .graph_launch = cpu_graph_launch,
+    .graph_destroy = cpu_graph_destroy,
 
     .to_bf16 = cpu_to_bf16,
     .from_bf16 = cpu_from_bf16,

@@ -4,7 +4,10 @@
  *     mhat = m / (1-b1^t),        vhat = v / (1-b2^t)
  *     p -= lr (mhat / (sqrt(vhat) + eps) + wd p)
  * The bias corrections are computed on the host in double exactly as the CPU
- * does (1 - b2^t is tiny for small t) and passed in as floats.
+ * does (1 - b2^t is tiny for small t: dt_adamw_hyper_of) and passed in as
+ * floats. The multi-tensor steps take them, with lr, by value or (the _dev
+ * entries, for a step replayed as a CUDA graph) read them from device memory
+ * when the kernel runs: one kernel either way, so the same bits.
  *
  * adamw_multi: every tensor of a step in one launch (a GPT-2 step has ~150
  * parameter tensors, each a launch otherwise). The list (pointers, sizes,
@@ -61,27 +64,38 @@ __device__ __forceinline__ int tensor_of(const size_t *__restrict__ first, int c
     return lo;
 }
 
+/* A step's scalars: given at issue (hv), or read where the kernel runs (hp,
+ * when not NULL: a graph replays the step with each step's values; ops.h
+ * adamw_multi_dev). Both ways the same arithmetic on the same values. */
+__device__ __forceinline__ dt_adamw_hyper hyper_of(const dt_adamw_hyper &hv, const dt_adamw_hyper *hp) {
+    return hp ? *hp : hv;
+}
+
 /* first[k]: the flat index of tensor k's element 0; first[count] = total */
 __global__ void adamw_multi_kernel(const dt_adamw_tensor *__restrict__ list,
-                                   const size_t *__restrict__ first, int count, float lr,
-                                   float beta1, float beta2, float eps, float corr1, float corr2) {
+                                   const size_t *__restrict__ first, int count, dt_adamw_hyper hv,
+                                   const dt_adamw_hyper *hp, float beta1, float beta2, float eps) {
+    dt_adamw_hyper h = hyper_of(hv, hp);
     size_t total = first[count];
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
         int k = tensor_of(first, count, i);
         const dt_adamw_tensor *t = &list[k];
         size_t j = i - first[k];
-        t->p[j] = adamw_elem(t->p[j], t->g[j], &t->m[j], &t->v[j], lr, beta1, beta2, eps, t->weight_decay,
-                             corr1, corr2);
+        t->p[j] = adamw_elem(t->p[j], t->g[j], &t->m[j], &t->v[j], h.lr, beta1, beta2, eps, t->weight_decay,
+                             h.corr1, h.corr2);
     }
 }
 
-/* GRAD_BF16: the list's gradients are bf16 (uint16_t), else fp32 */
+/* GRAD_BF16: the list's gradients are bf16 (uint16_t), else fp32. The
+ * gradient scale: gs, or *gsp when gsp is not NULL. */
 template <bool GRAD_BF16>
 __global__ void adamw_mixed_multi_kernel(const dt_adamw_mixed_tensor *__restrict__ list,
-                                         const size_t *__restrict__ first, int count, float grad_scale,
-                                         float lr, float beta1, float beta2, float eps, float corr1,
-                                         float corr2) {
+                                         const size_t *__restrict__ first, int count, float gs,
+                                         const float *gsp, dt_adamw_hyper hv, const dt_adamw_hyper *hp,
+                                         float beta1, float beta2, float eps) {
+    dt_adamw_hyper h = hyper_of(hv, hp);
+    float grad_scale = gsp ? *gsp : gs;
     size_t total = first[count];
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -90,8 +104,8 @@ __global__ void adamw_mixed_multi_kernel(const dt_adamw_mixed_tensor *__restrict
         size_t j = i - first[k];
         float gi = GRAD_BF16 ? dtc_bf16_to_f32(((const uint16_t *)t->g)[j]) : ((const float *)t->g)[j];
         if (grad_scale != 1.0f) gi *= grad_scale; /* as scale: only when it scales */
-        float w = adamw_elem(t->master[j], gi, &t->m[j], &t->v[j], lr, beta1, beta2, eps, t->weight_decay,
-                             corr1, corr2);
+        float w = adamw_elem(t->master[j], gi, &t->m[j], &t->v[j], h.lr, beta1, beta2, eps, t->weight_decay,
+                             h.corr1, h.corr2);
         t->master[j] = w;
         t->p[j] = dtc_f32_to_bf16(w);
     }
@@ -128,6 +142,10 @@ static const sent_list<T> *send_list(sent_cache<T> &cache, const T *list, int co
         const sent_list<T> &s = cache.slot[i];
         if (s.count == count && memcmp(list, s.host, (size_t)count * sizeof *list) == 0) return &s;
     }
+    if (dtc.capturing)
+        dtc_fatal(__FILE__, __LINE__, "adamw (multi-tensor)",
+                  "the tensor list changed while a CUDA graph was being recorded (record a step only after it "
+                  "ran once as issued)");
     sent_list<T> &sent = cache.slot[cache.next];
     cache.next = (cache.next + 1) % SENT_SLOTS;
     if (count > sent.cap) {
@@ -158,48 +176,61 @@ static const sent_list<T> *send_list(sent_cache<T> &cache, const T *list, int co
     return &sent;
 }
 
-static void corrections(float beta1, float beta2, int t, float *corr1, float *corr2) {
-    *corr1 = (float)(1.0 - pow((double)beta1, t));
-    *corr2 = (float)(1.0 - pow((double)beta2, t));
-}
-
-void cuda_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2,
-                      float eps, int t) {
+/* The host-side entries: scalars by value (hp NULL) or read on the device. */
+static void multi(const dt_adamw_tensor *list, int count, dt_adamw_hyper hv, const dt_adamw_hyper *hp,
+                  float beta1, float beta2, float eps) {
     if (count <= 0) return;
     size_t total;
     const sent_list<dt_adamw_tensor> *sent = send_list(sent_fp32, list, count, &total);
     if (!total) return;
-    float corr1, corr2;
-    corrections(beta1, beta2, t, &corr1, &corr2);
-    adamw_multi_kernel<<<dtc_blocks(total, 256), 256, 0, dtc.stream>>>(sent->dev, sent->first, count, lr, beta1,
-                                                                      beta2, eps, corr1, corr2);
+    adamw_multi_kernel<<<dtc_blocks(total, 256), 256, 0, dtc.stream>>>(sent->dev, sent->first, count, hv, hp,
+                                                                      beta1, beta2, eps);
     DTC_LAUNCHED();
 }
 
-void cuda_adamw_mixed_multi(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, float grad_scale,
-                            float lr, float beta1, float beta2, float eps, int t) {
+static void mixed_multi(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, float gs, const float *gsp,
+                        dt_adamw_hyper hv, const dt_adamw_hyper *hp, float beta1, float beta2, float eps) {
     if (count <= 0) return;
     size_t total;
     const sent_list<dt_adamw_mixed_tensor> *sent = send_list(sent_mixed, list, count, &total);
     if (!total) return;
-    float corr1, corr2;
-    corrections(beta1, beta2, t, &corr1, &corr2);
     unsigned blocks = dtc_blocks(total, 256);
     if (grad_bf16)
-        adamw_mixed_multi_kernel<true><<<blocks, 256, 0, dtc.stream>>>(
-            sent->dev, sent->first, count, grad_scale, lr, beta1, beta2, eps, corr1, corr2);
+        adamw_mixed_multi_kernel<true><<<blocks, 256, 0, dtc.stream>>>(sent->dev, sent->first, count, gs, gsp, hv,
+                                                                       hp, beta1, beta2, eps);
     else
-        adamw_mixed_multi_kernel<false><<<blocks, 256, 0, dtc.stream>>>(
-            sent->dev, sent->first, count, grad_scale, lr, beta1, beta2, eps, corr1, corr2);
+        adamw_mixed_multi_kernel<false><<<blocks, 256, 0, dtc.stream>>>(sent->dev, sent->first, count, gs, gsp, hv,
+                                                                        hp, beta1, beta2, eps);
     DTC_LAUNCHED();
+}
+
+void cuda_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float beta1, float beta2,
+                      float eps, int t) {
+    multi(list, count, dt_adamw_hyper_of(lr, beta1, beta2, t), nullptr, beta1, beta2, eps);
+}
+
+void cuda_adamw_multi_dev(const dt_adamw_tensor *list, int count, const dt_adamw_hyper *h, float beta1,
+                          float beta2, float eps) {
+    multi(list, count, dt_adamw_hyper{}, h, beta1, beta2, eps);
+}
+
+void cuda_adamw_mixed_multi(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, float grad_scale,
+                            float lr, float beta1, float beta2, float eps, int t) {
+    mixed_multi(list, count, grad_bf16, grad_scale, nullptr, dt_adamw_hyper_of(lr, beta1, beta2, t), nullptr, beta1,
+                beta2, eps);
+}
+
+void cuda_adamw_mixed_multi_dev(const dt_adamw_mixed_tensor *list, int count, int grad_bf16,
+                                const float *grad_scale, const dt_adamw_hyper *h, float beta1, float beta2,
+                                float eps) {
+    mixed_multi(list, count, grad_bf16, 1.0f, grad_scale, dt_adamw_hyper{}, h, beta1, beta2, eps);
 }
 
 void cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                 float beta2, float eps, float weight_decay, int t) {
     if (!n) return;
-    float corr1, corr2;
-    corrections(beta1, beta2, t, &corr1, &corr2);
+    dt_adamw_hyper h = dt_adamw_hyper_of(lr, beta1, beta2, t);
     adamw_kernel<<<dtc_blocks(n, 256), 256, 0, dtc.stream>>>(p, g, m, v, n, lr, beta1, beta2,
-                                                             eps, weight_decay, corr1, corr2);
+                                                             eps, weight_decay, h.corr1, h.corr2);
     DTC_LAUNCHED();
 }

@@ -46,6 +46,7 @@ int dtc_blas_load(void) {
               resolve(bl, "cublasDestroy_v2", dtc_blas.destroy) &&
               resolve(bl, "cublasSetStream_v2", dtc_blas.set_stream) &&
               resolve(bl, "cublasSetMathMode", dtc_blas.set_math_mode) &&
+              resolve(bl, "cublasSetWorkspace_v2", dtc_blas.set_workspace) &&
               resolve(bl, "cublasGemmEx", dtc_blas.gemm_ex) &&
               resolve(bl, "cublasGemmStridedBatchedEx", dtc_blas.gemm_strided_batched_ex) &&
               resolve(bl, "cublasGetStatusString", dtc_blas.status_string) &&

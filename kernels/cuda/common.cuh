@@ -63,6 +63,7 @@ struct dtc_state {
     size_t scratch_bytes;
     void *operands16;          /* a GEMM's operands narrowed to bf16 (matmul.cu) */
     size_t operands16_bytes;
+    int capturing;             /* 1 between graph_begin and graph_end (graph.cu) */
 };
 extern dtc_state dtc;
 
@@ -74,6 +75,7 @@ struct dtc_blas_api {
     decltype(&::cublasDestroy_v2) destroy;
     decltype(&::cublasSetStream_v2) set_stream;
     decltype(&::cublasSetMathMode) set_math_mode;
+    decltype(&::cublasSetWorkspace_v2) set_workspace;
     /* C++ overloads these two (a cudaDataType compute-type shim): spell the
      * exported C signatures out */
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
@@ -129,7 +131,9 @@ const char *dtc_blas_status(cublasStatus_t st);
  * that asks owns it until it returns; ops run one after another on the one
  * stream). Grows by freeing and reallocating: cudaFree waits for the device,
  * so no queued kernel still reads the old buffer. Growth happens in the first
- * steps only; sizes then repeat. */
+ * steps only; sizes then repeat. While a graph is being recorded it cannot
+ * grow (graph.cu): a request larger than it is then stops the process with
+ * one line. */
 void *dtc_scratch(size_t bytes);
 
 /* ---- launch helpers ---- */
@@ -269,6 +273,24 @@ void cuda_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float be
                       float eps, int t);
 void cuda_adamw_mixed_multi(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, float grad_scale,
                             float lr, float beta1, float beta2, float eps, int t);
+void cuda_adamw_multi_dev(const dt_adamw_tensor *list, int count, const dt_adamw_hyper *h, float beta1,
+                          float beta2, float eps);
+void cuda_adamw_mixed_multi_dev(const dt_adamw_mixed_tensor *list, int count, int grad_bf16,
+                                const float *grad_scale, const dt_adamw_hyper *h, float beta1, float beta2,
+                                float eps);
+/* loss_dev.cu */
+void cuda_loss_sum_add(double *acc, const float *loss, int N);
+void cuda_loss_seed(float *dloss, const int *targets, float scale, int N);
+/* norm_dev.cu */
+void cuda_sumsq_add(double *acc, const float *p, size_t n);
+void cuda_scalar_add(double *acc, const double *x);
+void cuda_clip_scale(float *s, const double *sumsq, double clip);
+void cuda_scale_dev(float *p, const float *s, size_t n);
+/* graph.cu */
+void cuda_graph_begin(void);
+void *cuda_graph_end(void);
+int cuda_graph_launch(void *graph);
+void cuda_graph_destroy(void *graph);
 /* reduce.cu */
 void cuda_scale(float *p, float s, size_t n);
 /* bf16.cu */
@@ -280,5 +302,10 @@ double cuda_sumsq(const float *p, size_t n);
 /* matmul.cu: dbias[o] += sum_i dout[i,o] (shared by matmul and patch) */
 void cuda_colsum_accumulate(float *dbias, const float *dout, int N, int OC);
 }
+
+/* reduce.cu: the sum of squares of p[0..n) (n > 0) in double into *out on
+ * the device (*out += it when accumulate), by sumsq's kernels: sumsq and
+ * sumsq_add share them, so both give the same total. */
+void dtc_sumsq_into(double *out, const float *p, size_t n, int accumulate);
 
 #endif

@@ -83,6 +83,10 @@ __global__ void narrow_bf16_kernel(__nv_bfloat16 *dst, const float *src, int row
  * reads the old one; sizes repeat after the first step. */
 static void *operands16(size_t bytes) {
     if (bytes <= dtc.operands16_bytes) return dtc.operands16;
+    if (dtc.capturing) /* cudaFree and cudaMalloc cannot be recorded (graph.cu) */
+        dtc_fatal(__FILE__, __LINE__, "operands16",
+                  "a GEMM recorded into a CUDA graph wants a larger bf16 operand buffer than it had (record ops "
+                  "only after they ran once as issued)");
     if (dtc.operands16) DTC_CHECK(cudaFree(dtc.operands16));
     dtc.operands16 = nullptr;
     dtc.operands16_bytes = 0;

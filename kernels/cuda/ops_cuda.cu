@@ -37,6 +37,13 @@ void dtc_fatal(const char *file, int line, const char *call, const char *why) {
 
 void *dtc_scratch(size_t bytes) {
     if (bytes <= dtc.scratch_bytes) return dtc.scratch;
+    if (dtc.capturing) {
+        /* cudaFree and cudaMalloc cannot be recorded (graph.cu) */
+        char why[192];
+        snprintf(why, sizeof why, "an op recorded into a CUDA graph wants %zu bytes of scratch, more than the %zu it "
+                                  "had (record ops only after they ran once as issued)", bytes, dtc.scratch_bytes);
+        dtc_fatal(__FILE__, __LINE__, "dtc_scratch", why);
+    }
     if (dtc.scratch) DTC_CHECK(cudaFree(dtc.scratch));
     dtc.scratch = nullptr;
     dtc.scratch_bytes = 0;
@@ -102,6 +109,18 @@ static void fill_table(void) {
     table.adamw_mixed_multi = cuda_adamw_mixed_multi;
     table.scale = cuda_scale;
     table.sumsq = cuda_sumsq;
+    table.loss_sum_add = cuda_loss_sum_add;
+    table.loss_seed = cuda_loss_seed;
+    table.sumsq_add = cuda_sumsq_add;
+    table.scalar_add = cuda_scalar_add;
+    table.clip_scale = cuda_clip_scale;
+    table.scale_dev = cuda_scale_dev;
+    table.adamw_multi_dev = cuda_adamw_multi_dev;
+    table.adamw_mixed_multi_dev = cuda_adamw_mixed_multi_dev;
+    table.graph_begin = cuda_graph_begin;
+    table.graph_end = cuda_graph_end;
+    table.graph_launch = cuda_graph_launch;
+    table.graph_destroy = cuda_graph_destroy;
     table.to_bf16 = cuda_to_bf16;
     table.from_bf16 = cuda_from_bf16;
     table.round_bf16 = cuda_round_bf16;
@@ -159,6 +178,14 @@ static int setup(void) {
     if (dtc_blas.lt_create(&dtc.lt) != CUBLAS_STATUS_SUCCESS) { teardown(); return -1; }
     if (cudaMalloc(&dtc.lt_workspace, DTC_LT_WORKSPACE) != cudaSuccess) { teardown(); return -1; }
     dtc.lt_workspace_bytes = DTC_LT_WORKSPACE;
+    /* cuBLAS gets the same workspace (after set_stream, which resets it):
+     * its calls and cuBLASLt's run one after another on the one stream, and
+     * with a workspace of its own cuBLAS allocates nothing while a graph is
+     * recorded (graph.cu); 32 MiB is also its own default size on Hopper */
+    if (dtc_blas.set_workspace(dtc.blas, dtc.lt_workspace, DTC_LT_WORKSPACE) != CUBLAS_STATUS_SUCCESS) {
+        teardown();
+        return -1;
+    }
     fill_table();
     dtc.ready = 1;
     return 0;

@@ -69,6 +69,7 @@ void job_defaults(job_spec *job)
     t->eval_batches = 4;
     t->threads = 0;
     t->skip_nonfinite = 0;
+    t->cuda_graphs = 0;
 
     job_parallel *p = &job->parallel;
     p->dp = p->tp = p->pp = p->cp = 1;

@@ -119,6 +119,7 @@ typedef struct {
     int threads;           /* 0 = OMP_NUM_THREADS or all cores */
     int skip_nonfinite;    /* 1: skip a step whose loss is not finite instead of stopping */
     int offload;           /* OFFLOAD_* bits: what lives in host memory (train.offload) */
+    int cuda_graphs;       /* 1: the step runs on device scalars and, on CUDA, is replayed as graphs */
 } job_train;
 
 /* train.offload: a list of what moves from the device to host memory.

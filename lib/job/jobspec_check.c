@@ -245,6 +245,9 @@ static int check_parallel(const job_spec *job, verdict *v)
     if (par->pp_schedule == PP_ZB_H1 && par->pp > 1 &&
         job_layout_check_zero_bubble(par, job->train.recompute, &zb_blame, why, sizeof why))
         return fail(v, BLAME(zb_blame, FID_PP_SCHEDULE), "%s", why);
+    int graphs_blame;
+    if (job_layout_check_graphs(job, &graphs_blame, why, sizeof why))
+        return fail(v, BLAME(graphs_blame, FID_CUDA_GRAPHS), "%s", why);
     if (par->mode == SHARD_HSDP && par->dp == 1 && !par->dp_auto)
         return fail(v, BLAME(FID_MODE, FID_DP),
                     "parallel.mode hsdp needs parallel.dp > 1 (it shards and replicates across data-parallel ranks)");

@@ -164,6 +164,8 @@ const field_def job_fields[FID_COUNT] = {
     [FID_OFFLOAD] = {.section = SEC_TRAIN, .key = "offload", .type = FT_FLAGS, .offset = OFF(train.offload),
                      .names = offload_parts, .value_aliases = offload_aliases,
                      .aliases = "cpu_offload,offload_optimizer,zero_offload,offload_param"},
+    [FID_CUDA_GRAPHS] = NUM(SEC_TRAIN, "cuda_graphs", FT_BOOL, train.cuda_graphs, 0, 1,
+                            "cuda_graph,enable_cuda_graph,use_cuda_graph,external_cuda_graph,cudagraphs"),
 
     [FID_DP] = NUM(SEC_PARALLEL, "dp", FT_INT, parallel.dp, 1, 65536,
                    "data_parallel,data_parallel_size,dp_size"),

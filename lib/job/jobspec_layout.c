@@ -65,6 +65,32 @@ int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, int
     return 0;
 }
 
+int job_layout_check_graphs(const job_spec *job, int *blame, char *msg, size_t n)
+{
+    const job_parallel *par = &job->parallel;
+    if (!job->train.cuda_graphs) return 0;
+    const char *pre = "train.cuda_graphs replays the step of one process";
+    const struct { const char *key; int value, fid; } dims[] = {
+        {"dp", par->dp, FID_DP}, {"tp", par->tp, FID_TP}, {"pp", par->pp, FID_PP}, {"cp", par->cp, FID_CP}};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        if (dims[i].value == 1) continue;
+        *blame = dims[i].fid;
+        int automatic = dims[i].fid == FID_DP && par->dp_auto;
+        snprintf(msg, n, "%s, but parallel.%s is %d%s (recording the step's communication, NCCL's or the CPU "
+                         "transports', is not written); set train.cuda_graphs: false or %s%s%s",
+                 pre, dims[i].key, dims[i].value, automatic ? " (auto: the workers started)" : "",
+                 automatic ? "start one worker" : "parallel.", automatic ? "" : dims[i].key, automatic ? "" : ": 1");
+        return -1;
+    }
+    if (job->train.offload) {
+        *blame = FID_OFFLOAD;
+        snprintf(msg, n, "train.cuda_graphs does not work with train.offload (the offloaded update runs on the host "
+                         "between copies, which a recorded step cannot hold); turn one of them off");
+        return -1;
+    }
+    return 0;
+}
+
 int job_layout_check_world(const job_parallel *par, int world, const char *world_from, char *msg, size_t n)
 {
     long long need = (long long)par->dp * par->tp * par->pp * par->cp;

@@ -30,6 +30,14 @@ int job_layout_check_pipeline(pp_schedule_kind kind, int pp, int m, int v, char 
 int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, int *blame,
                                  char *msg, size_t n);
 
+/* What train.cuda_graphs can replay: one process's step (parallel.dp, tp,
+ * pp and cp all 1: recording NCCL's collectives or the CPU transports is not
+ * written) without train.offload (the offloaded update runs on the host
+ * between copies). 0, or -1 with one line in msg and *blame the key (a
+ * FID_* of jobspec_fields.h) that stands in the way. dp: auto passes until
+ * the world resolves it (job_resolve_world checks again). */
+int job_layout_check_graphs(const job_spec *job, int *blame, char *msg, size_t n);
+
 /* The mesh against the processes started: dp x tp x pp must equal `world`.
  * `world_from` says what set world ("--nproc-per-node 2 x --nnodes 1",
  * "WORLD_SIZE"); the message names it and the parallel keys. */

@@ -6,8 +6,8 @@
  * parallel ones of a tp strategy, or the plain local ones), which never need a
  * full [N, V] row on one rank, nor the head its [N, V_l] logits at once: it
  * computes them in chunks of rows (model_vocab_head, lm_head.c). Batch arrays
- * (tokens, targets) are host memory; they are copied into the activations'
- * device buffers here.
+ * (tokens, targets) are host memory, or device memory (model_batch.on_device);
+ * they are copied into the activations' device buffers here.
  *
  * Sequence parallelism (model.h): the embedding writes this rank's rows of the
  * stream. The head's final layernorm runs on the rank's rows, which the LM head
@@ -19,17 +19,19 @@
  * embeds them with their global positions, the wpe rows of those chunks. */
 #include "runtime/model/model_internal.h"
 
-/* The batch's [B, seq * cp] ids of this rank's rows into dst [B, seq] (device). */
-static void ids_from_host(model *m, int *dst, const int *ids, int B)
+/* The batch's [B, seq * cp] ids of this rank's rows into dst [B, seq]
+ * (device), from the host or (model_batch.on_device) from device memory. */
+static void ids_from_batch(model *m, int *dst, const int *ids, int B, int on_device)
 {
     const model_dims *d = &m->d;
+    void (*put)(void *, const void *, size_t) = on_device ? m->ops->copy : m->ops->from_host;
     if (d->cp_size == 1) {
-        m->ops->from_host(dst, ids, (size_t)B * (size_t)d->seq * sizeof(int));
+        put(dst, ids, (size_t)B * (size_t)d->seq * sizeof(int));
         return;
     }
     size_t Tc = (size_t)d->seq / 2;
     for (size_t i = 0; i < (size_t)B * (size_t)d->seq; i += Tc)
-        m->ops->from_host(dst + i, ids + cp_global_row(d, i), Tc * sizeof(int));
+        put(dst + i, ids + cp_global_row(d, i), Tc * sizeof(int));
 }
 
 /* The wpe rows of this rank's chunks, one after the other, as the position
@@ -51,7 +53,7 @@ void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, fl
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
     int B = batch->B;
-    ids_from_host(m, a->tokens, batch->tokens, B);
+    ids_from_batch(m, a->tokens, batch->tokens, B, batch->on_device);
     L->embedding_forward(L->ctx, out, a->bs.full, a->tokens, unit_tensor(m, 0, GPT_EMB_WTE), local_wpe(m, a),
                          d->v0, d->V_l, B, d->seq, d->C);
 }
@@ -110,7 +112,7 @@ double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const
     const model_dims *d = &m->d;
     int head = m->spec.n_layer + 1;
     int N = batch->B * d->seq, C = d->C, Nl = rows_local(d, batch->B);
-    ids_from_host(m, a->targets, batch->targets, batch->B);
+    ids_from_batch(m, a->targets, batch->targets, batch->B, batch->on_device);
     /* this rank's rows of lnf; the head gathers every rank's (SP), in place */
     float *lnf_mine = a->lnf + rows_first(d, batch->B) * (size_t)C;
     ops->layernorm_forward(lnf_mine, a->lnf_mean, a->lnf_rstd, x, unit_tensor(m, head, GPT_HEAD_LNF_W),
@@ -118,6 +120,10 @@ double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const
     if (m->prec.bf16) ops->round_bf16(lnf_mine, (size_t)Nl * (size_t)C); /* the LM head's matmul input */
     model_vocab_head h = vocab_head(m, a, batch->B, NULL);
     L->head_forward(L->ctx, &h);
+    if (batch->loss_sum) { /* kept on the device: the host loop below, there */
+        ops->loss_sum_add(batch->loss_sum, a->loss, N);
+        return 0;
+    }
     ops->to_host(a->host_loss, a->loss, (size_t)N * sizeof(float));
     double sum = 0;
     for (int i = 0; i < N; i++) sum += a->host_loss[i];
@@ -132,8 +138,13 @@ void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const 
     const model_dims *d = &m->d;
     int head = m->spec.n_layer + 1;
     int N = batch->B * d->seq, C = d->C, Nl = rows_local(d, batch->B);
-    for (int i = 0; i < N; i++) a->host_dloss[i] = batch->targets[cp_global_row(d, (size_t)i)] >= 0 ? loss_scale : 0.0f;
-    ops->from_host(a->dloss, a->host_dloss, (size_t)N * sizeof(float));
+    if (batch->on_device) { /* from the targets the forward put on the device: the same rows */
+        ops->loss_seed(a->dloss, a->targets, loss_scale, N);
+    } else {
+        for (int i = 0; i < N; i++)
+            a->host_dloss[i] = batch->targets[cp_global_row(d, (size_t)i)] >= 0 ? loss_scale : 0.0f;
+        ops->from_host(a->dloss, a->host_dloss, (size_t)N * sizeof(float));
+    }
 
     float *dwte = unit_tensor_grad(m, head, GPT_HEAD_WTE);
     if (a->tied_dwte) {

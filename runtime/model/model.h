@@ -111,13 +111,27 @@ static inline int model_cp_chunk(int cp_rank, int cp_size, int half)
     return half ? 2 * cp_size - 1 - cp_rank : cp_rank;
 }
 
-/* Host memory; the model copies it into device buffers of its activations. */
+/* Host memory; the model copies it into device buffers of its activations.
+ *
+ * A step replayed as a graph (train.cuda_graphs, ops.h graph_begin) can
+ * neither take the inputs from the host nor give the loss back in the
+ * middle: with on_device the arrays are device memory (ops->alloc), copied
+ * with ops->copy, and the backward's seed is made by ops->loss_seed from the
+ * targets (labels) already on the device; with loss_sum (device memory) the
+ * head adds the micro-batch's summed loss there (ops->loss_sum_add, the same
+ * sum) and model_forward returns 0. Then a forward and backward read nothing
+ * back to the host and take nothing from it. The pipeline executor's
+ * micro-batches keep host arrays (a backward there may run after other
+ * micro-batches' forwards overwrote the targets on the device). */
 typedef struct {
     int B;                 /* samples in this micro-batch (<= the acts' capacity) */
     const int *tokens;     /* GPT: [B,T] inputs */
     const int *targets;    /* GPT: [B,T] next tokens */
     const float *images;   /* ViT: [B,ch,S,S] */
     const int *labels;     /* ViT: [B] */
+    int on_device;         /* 1: the arrays above are device memory */
+    double *loss_sum;      /* device memory, or NULL: the loss comes back from model_forward
+                              (with it, a ViT's correct count is not taken: it stays 0) */
 } model_batch;
 
 typedef enum { PHASE_FORWARD = 0, PHASE_BACKWARD } model_phase;

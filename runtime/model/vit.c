@@ -40,7 +40,8 @@ void vit_embedding_forward(model *m, model_acts *a, const model_batch *batch, fl
     size_t img = (size_t)B * s->channels * s->image_size * s->image_size;
     /* the whole stream: out itself, or (SP) the scratch this rank's rows come from */
     float *whole = d->sp_size > 1 ? a->bs.full : out;
-    ops->from_host(a->images, batch->images, img * sizeof(float));
+    if (batch->on_device) ops->copy(a->images, batch->images, img * sizeof(float));
+    else ops->from_host(a->images, batch->images, img * sizeof(float));
     ops->patch_forward(a->patch_out, a->images, unit_tensor(m, 0, VIT_EMB_PATCH_W),
                        unit_tensor(m, 0, VIT_EMB_PATCH_B), B, s->channels, s->image_size,
                        s->patch_size, C);
@@ -76,7 +77,8 @@ double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const
     const dt_ops *ops = m->ops;
     int head = m->spec.n_layer + 1;
     int B = batch->B, C = m->d.C, K = m->spec.n_classes;
-    ops->from_host(a->labels, batch->labels, (size_t)B * sizeof(int));
+    if (batch->on_device) ops->copy(a->labels, batch->labels, (size_t)B * sizeof(int));
+    else ops->from_host(a->labels, batch->labels, (size_t)B * sizeof(int));
     x = m->layers.rows_gather(m->layers.ctx, x, a->bs.full, (size_t)B * (size_t)m->d.seq * (size_t)C);
     gather_positions(ops, a->cls_x, x, B, m->d.seq, 0, 1, C);
     ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->cls_x,
@@ -88,6 +90,10 @@ double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const
     /* the classifier is replicated: no tp reductions between these */
     ops->xent_stats(a->rowmax, a->sumexp, a->target, a->logits, a->labels, 0, B, K);
     ops->xent_loss(a->loss, a->rowmax, a->sumexp, a->target, a->labels, B);
+    if (batch->loss_sum) { /* kept on the device (model_batch): the loop below, there; no accuracy */
+        ops->loss_sum_add(batch->loss_sum, a->loss, B);
+        return 0;
+    }
     ops->to_host(a->host_loss, a->loss, (size_t)B * sizeof(float));
     double sum = 0;
     for (int b = 0; b < B; b++) sum += a->host_loss[b];
@@ -114,8 +120,12 @@ void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const 
     int B = batch->B, C = m->d.C, K = m->spec.n_classes;
     size_t BC = (size_t)B * (size_t)C;
     (void)x; /* the head's input rows were gathered into cls_x in the forward */
-    for (int b = 0; b < B; b++) a->host_dloss[b] = batch->labels[b] >= 0 ? loss_scale : 0.0f;
-    ops->from_host(a->dloss, a->host_dloss, (size_t)B * sizeof(float));
+    if (batch->on_device) { /* from the labels the forward put on the device */
+        ops->loss_seed(a->dloss, a->labels, loss_scale, B);
+    } else {
+        for (int b = 0; b < B; b++) a->host_dloss[b] = batch->labels[b] >= 0 ? loss_scale : 0.0f;
+        ops->from_host(a->dloss, a->host_dloss, (size_t)B * sizeof(float));
+    }
     ops->xent_backward(a->dlogits, a->logits, a->rowmax, a->sumexp, a->labels, a->dloss, 0, B, K);
     float *dlnf = a->bs.dln;
     ops->zero(dlnf, BC * sizeof(float));

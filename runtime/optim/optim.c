@@ -149,6 +149,23 @@ void optim_destroy(optim *o)
     free(o);
 }
 
+/* A step's scalars: from the host (optim_step), or where the ops read them
+ * at run time (optim_step_dev: dev and scale_dev set). */
+typedef struct {
+    double lr;
+    int t;
+    float grad_scale;
+    const dt_adamw_hyper *dev;
+    const float *scale_dev;
+} step_scalars;
+
+/* g *= the gradient scale: the host's when it is not 1, or the device's */
+static void scale_grads(optim *o, const step_scalars *sc, float *g, size_t n)
+{
+    if (sc->scale_dev) o->ops->scale_dev(g, sc->scale_dev, n);
+    else if (sc->grad_scale != 1.0f) o->ops->scale(g, sc->grad_scale, n);
+}
+
 /* Offload: k parameters (the model's type) from the host's master + at into
  * p + at: rounded to bf16 when they are, then sent to the device, or written
  * in place when the parameters live on the host too (train.offload: params). */
@@ -210,8 +227,11 @@ static void step_offload(optim *o, optim_slice *s, size_t off, size_t n, void *p
     d->copy_finish(up[1]);
 }
 
-void optim_step(optim *o, double lr, int t, void *const *params, void *const *grads, float grad_scale)
+static void step(optim *o, const step_scalars *sc, void *const *params, void *const *grads)
 {
+    double lr = sc->lr;
+    int t = sc->t;
+    float grad_scale = sc->grad_scale;
     int np = model_param_count(o->mdl);
     size_t pe = model_param_elem_bytes(o->mdl);
     int count = 0; /* o->list's (fp32) or o->mlist's (mixed) tensors, not offloaded */
@@ -219,7 +239,7 @@ void optim_step(optim *o, double lr, int t, void *const *params, void *const *gr
         optim_slice *s = &o->s[i];
         void *p = params ? params[i] : (char *)model_unit_params(o->mdl, s->unit) + s->lo * pe;
         void *g = grads ? grads[i] : (char *)model_unit_grads(o->mdl, s->unit) + s->lo * o->ge;
-        if (!o->mixed && !o->host && grad_scale != 1.0f) o->ops->scale(g, grad_scale, s->hi - s->lo);
+        if (!o->mixed && !o->host) scale_grads(o, sc, g, s->hi - s->lo);
         for (int k = 0; k < np; k++) {
             const param_spec *ps = model_param(o->mdl, k);
             if (ps->unit != s->unit) continue;
@@ -244,11 +264,38 @@ void optim_step(optim *o, double lr, int t, void *const *params, void *const *gr
     }
     /* on the device: every tensor of the step in one pass (one launch on cuda);
      * mixed: the gradients widened and scaled, the master stepped and the bf16
-     * parameters written in that pass */
+     * parameters written in that pass; the scalars from the host, or (dev)
+     * read by the op where it runs */
     if (o->host) return;
     float b1 = (float)o->t.beta1, b2 = (float)o->t.beta2, eps = (float)o->t.eps;
-    if (o->mixed) o->ops->adamw_mixed_multi(o->mlist, count, o->ge == 2, grad_scale, (float)lr, b1, b2, eps, t);
-    else o->ops->adamw_multi(o->list, count, (float)lr, b1, b2, eps, t);
+    if (o->mixed && sc->dev)
+        o->ops->adamw_mixed_multi_dev(o->mlist, count, o->ge == 2, sc->scale_dev, sc->dev, b1, b2, eps);
+    else if (o->mixed)
+        o->ops->adamw_mixed_multi(o->mlist, count, o->ge == 2, grad_scale, (float)lr, b1, b2, eps, t);
+    else if (sc->dev)
+        o->ops->adamw_multi_dev(o->list, count, sc->dev, b1, b2, eps);
+    else
+        o->ops->adamw_multi(o->list, count, (float)lr, b1, b2, eps, t);
+}
+
+void optim_step(optim *o, double lr, int t, void *const *params, void *const *grads, float grad_scale)
+{
+    step_scalars sc = {.lr = lr, .t = t, .grad_scale = grad_scale};
+    step(o, &sc, params, grads);
+}
+
+dt_adamw_hyper optim_hyper(const optim *o, double lr, int t)
+{
+    return dt_adamw_hyper_of((float)lr, (float)o->t.beta1, (float)o->t.beta2, t);
+}
+
+int optim_step_dev(optim *o, const dt_adamw_hyper *hyper, void *const *params, void *const *grads,
+                   const float *grad_scale)
+{
+    if (o->host) return -1; /* the host steps offloaded state: no device scalars there */
+    step_scalars sc = {.grad_scale = 1.0f, .dev = hyper, .scale_dev = grad_scale};
+    step(o, &sc, params, grads);
+    return 0;
 }
 
 double optim_grad_sumsq(optim *o, const void *grad, size_t n)
@@ -261,6 +308,22 @@ double optim_grad_sumsq(optim *o, const void *grad, size_t n)
         sq += o->ops->sumsq(o->scratch, k);
     }
     return sq;
+}
+
+void optim_grad_sumsq_dev(optim *o, const void *grad, size_t n, double *acc, double *tmp)
+{
+    if (o->ge != 2) {
+        o->ops->sumsq_add(acc, grad, n);
+        return;
+    }
+    /* optim_grad_sumsq's chunks summed apart, then added: the same association */
+    o->ops->zero(tmp, sizeof *tmp);
+    for (size_t c = 0; c < n; c += o->scratch_numel) {
+        size_t k = n - c < o->scratch_numel ? n - c : o->scratch_numel;
+        o->ops->from_bf16(o->scratch, (const uint16_t *)grad + c, k);
+        o->ops->sumsq_add(tmp, o->scratch, k);
+    }
+    o->ops->scalar_add(acc, tmp);
 }
 
 int optim_slice_count(const optim *o) { return o->n; }

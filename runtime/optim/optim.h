@@ -50,6 +50,16 @@ int optim_state_on_host(const optim *o);
  * likewise (the model's parameter type); NULL arrays mean the model's own unit
  * buffers. fp32 scales the gradients in place first. */
 void optim_step(optim *o, double lr, int t, void *const *params, void *const *grads, float grad_scale);
+/* The same step with its scalars where the ops read them when they run
+ * (ops.h, "the step without the host": device memory on cuda), so that it can
+ * be recorded as a graph and replayed (train.cuda_graphs): *hyper holds lr and
+ * t (optim_hyper fills one, to be copied there), *grad_scale the clipping
+ * factor (ops->clip_scale). The same arithmetic as optim_step with those
+ * values, so the same bits. -1 (nothing done) for offloaded state, which the
+ * host steps. */
+int optim_step_dev(optim *o, const dt_adamw_hyper *hyper, void *const *params, void *const *grads,
+                   const float *grad_scale);
+dt_adamw_hyper optim_hyper(const optim *o, double lr, int t);
 /* Slice i (0 .. count-1, the held units in order) and its AdamW moments m and v
  * (hi - lo elements each, device memory): what a checkpoint saves and loads. */
 int optim_slice_count(const optim *o);
@@ -65,6 +75,10 @@ void optim_master_to_params(optim *o, int i, void *param);
 /* Sum of squares (double) of n gradient elements of the model's type, for the
  * global norm: fp32 directly, bf16 widened through the optimizer's scratch. */
 double optim_grad_sumsq(optim *o, const void *grad, size_t n);
+/* The same sum added into *acc where the ops keep it (ops->sumsq_add; tmp: one
+ * more double there, for bf16 gradients' chunks): *acc += optim_grad_sumsq's
+ * value, the same bits, nothing read back. */
+void optim_grad_sumsq_dev(optim *o, const void *grad, size_t n, double *acc, double *tmp);
 /* Bytes of optimizer state held (AdamW m and v; for metrics and the dry-run check). */
 size_t optim_state_bytes(const optim *o);
 /* Bytes of fp32 master weights held (0 in fp32), and of the fp32 scratch that

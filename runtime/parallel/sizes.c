@@ -605,6 +605,21 @@ size_t sizes_batch_bytes(const sizes *s)
            n * sizeof(int);
 }
 
+size_t sizes_graph_input_bytes(const sizes *s)
+{
+    const job_spec *j = &s->job;
+    if (!j->train.cuda_graphs) return 0;
+    const job_model *m = &j->model;
+    size_t n = (size_t)j->train.micro_batch * (size_t)j->train.grad_accum; /* one process: pp 1 */
+    if (m->kind == MODEL_GPT) return 2 * n * (size_t)m->seq_len * sizeof(int);
+    return n * (size_t)m->channels * (size_t)m->image_size * (size_t)m->image_size * sizeof(float) + n * sizeof(int);
+}
+
+size_t sizes_graph_bytes(const sizes *s)
+{
+    return s->job.train.cuda_graphs ? sizes_graph_input_bytes(s) + SIZES_GRAPH_SCALARS_BYTES : 0;
+}
+
 size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at)
 {
     int pp = s->job.parallel.pp, L = s->job.model.n_layer;
@@ -699,7 +714,7 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_LOGITS] = logits;
     /* on a GPU the host buffers are host memory, not device memory */
     out->bytes[SIZES_WORKSPACE] = s->env.gpu ? 0 : sizes_acts_host_bytes(s) * live + sizes_batch_bytes(s);
-    out->bytes[SIZES_WORKSPACE] += sizes_mixed_work_bytes(s, at);
+    out->bytes[SIZES_WORKSPACE] += sizes_mixed_work_bytes(s, at) + sizes_graph_bytes(s);
     for (int c = 0; c < SIZES_COUNT; c++) out->total += out->bytes[c];
 }
 

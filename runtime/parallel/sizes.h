@@ -21,6 +21,7 @@
  *                                 fixed pool of that many per local chunk
  *   model_acts host loss buffers  sizes_acts_host_bytes       (per model_acts)
  *   engine's host batch buffers   sizes_batch_samples         (sizes_batch_bytes)
+ *   train.cuda_graphs' inputs and scalars (device)  sizes_graph_bytes
  *   tied wte scratch (GPT, pp>1)  sizes_tied_scratch_numel
  *   tp bf16 staging (tp>1, bf16)  sizes_tp_stage_numel
  *
@@ -214,6 +215,15 @@ size_t sizes_acts_host_bytes(const sizes *s);
  * ViT: images and labels). */
 int sizes_batch_samples(const sizes *s);
 size_t sizes_batch_bytes(const sizes *s);
+/* train.cuda_graphs (runtime/worker/engine_graph.c): the device buffers a
+ * replayed step reads its inputs from, every micro-batch of the step (GPT:
+ * tokens and targets; ViT: images and labels), sizes_graph_input_bytes, and
+ * its scalars (loss, norm, clipping factor, AdamW's lr and t),
+ * SIZES_GRAPH_SCALARS_BYTES; both device memory on either backend, counted
+ * as workspace. 0 without train.cuda_graphs. */
+#define SIZES_GRAPH_SCALARS_BYTES 64
+size_t sizes_graph_input_bytes(const sizes *s);
+size_t sizes_graph_bytes(const sizes *s);
 /* GPT split over pipeline stages: elements of the scratch buffer the first and
  * the last stage use to sum the tied wte gradient (their whole unit 0 / head, so
  * a sharded gradient can be gathered into it); 0 on other ranks and layouts. */

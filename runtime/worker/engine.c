@@ -56,7 +56,7 @@ static void batch_free(batch_buf *b)
 }
 
 /* `B` samples from sample `at` of the buffer. */
-static model_batch batch_at(const engine *e, int at, int B)
+model_batch engine_batch_at(const engine *e, int at, int B)
 {
     const job_model *spec = &e->job.model;
     const batch_buf *b = &e->buf;
@@ -74,10 +74,10 @@ static model_batch batch_at(const engine *e, int at, int B)
 
 /* Samples [begin, begin + count) of the global batch of `step` into the buffer
  * from sample `at` on. */
-static void batch_fill(engine *e, data_loader *d, long step, long begin, int count, int at)
+void engine_batch_fill(engine *e, data_loader *d, long step, long begin, int count, int at)
 {
     if (count <= 0) return;
-    model_batch mb = batch_at(e, at, count);
+    model_batch mb = engine_batch_at(e, at, count);
     data_batch(d, step, (int)begin, count, (int *)mb.tokens, (int *)mb.targets, (float *)mb.images,
                (int *)mb.labels);
 }
@@ -88,7 +88,7 @@ static void batch_pad(engine *e, int at, int count)
 {
     const job_model *spec = &e->job.model;
     if (count <= 0) return;
-    model_batch mb = batch_at(e, at, count);
+    model_batch mb = engine_batch_at(e, at, count);
     if (spec->kind == MODEL_GPT) {
         size_t n = (size_t)count * spec->seq_len;
         memset((int *)mb.tokens, 0, n * sizeof(int));
@@ -133,7 +133,7 @@ static int pp_batch(void *ctx, int mb, model_batch *out, char *err, size_t errle
 {
     engine *e = ctx;
     (void)err, (void)errlen;
-    *out = batch_at(e, mb * e->batch_B, e->batch_B);
+    *out = engine_batch_at(e, mb * e->batch_B, e->batch_B);
     return 0;
 }
 
@@ -452,6 +452,9 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         snprintf(err, errlen, "rank %d: out of memory for the optimizer state", rank);
         goto fail;
     }
+    /* train.cuda_graphs: the step on device scalars, replayed as graphs on CUDA */
+    if (job->train.cuda_graphs && (*exit_code = engine_graph_create(e, err, errlen)) != DT_EXIT_OK) goto fail;
+    *exit_code = DT_EXIT_FAIL;
 
     *exit_code = DT_EXIT_DATA;
     if (!(e->train = data_open(job, DATA_TRAIN, why, sizeof why)) ||
@@ -483,6 +486,7 @@ void engine_destroy(engine *e)
 {
     if (!e) return;
     engine_decode_end(e);
+    engine_graph_destroy(e);
     /* the strategy's buffers are bound into the chunks: strategy first */
     if (e->ds) e->so->destroy(e->ds);
     tp_release(&e->x);
@@ -613,8 +617,10 @@ static int world_sum(engine *e, const double *v, int n, double *out)
  * model once. Within its slices a rank counts a tensor's elements unless the
  * tensor is the head's tied copy of wte (unit 0 counts it), or is replicated
  * across tp and this is not tp rank 0; replicated slices (DDP, HSDP replicas)
- * count on one data-parallel rank only. */
-static double local_grad_sumsq(engine *e)
+ * count on one data-parallel rank only. With acc (train.cuda_graphs) the same
+ * sums go into *acc where the ops keep it (optim_grad_sumsq_dev; tmp: one more
+ * double there) and 0 is returned. */
+double engine_local_grad_sumsq(engine *e, double *acc, double *tmp)
 {
     if (!e->so->counts_norm(e->ds)) return 0;
     double sq = 0;
@@ -629,7 +635,10 @@ static double local_grad_sumsq(engine *e)
             size_t a = p->offset, b = p->offset + p->local_numel;
             if (a < sl.lo) a = sl.lo;
             if (b > sl.lo + sl.len) b = sl.lo + sl.len;
-            if (a < b) sq += optim_grad_sumsq(e->opt[l], strat_at(sl.grad, a - sl.lo, e->x.ge), b - a);
+            if (a >= b) continue;
+            const void *g = strat_at(sl.grad, a - sl.lo, e->x.ge);
+            if (acc) optim_grad_sumsq_dev(e->opt[l], g, b - a, acc, tmp);
+            else sq += optim_grad_sumsq(e->opt[l], g, b - a);
         }
     }
     return sq;
@@ -685,7 +694,7 @@ static int pp_grads(engine *e, int step, long first, float loss_scale, double *l
                     size_t errlen)
 {
     int mb = e->job.train.micro_batch, m = e->micro_per_step, n_units = e->x.n_units;
-    if (e->unit_model[0] || e->unit_model[n_units - 1]) batch_fill(e, e->train, step, first, m * mb, 0);
+    if (e->unit_model[0] || e->unit_model[n_units - 1]) engine_batch_fill(e, e->train, step, first, m * mb, 0);
     e->batch_B = mb;
     e->x.last_micro = 0;
     pp_exec_step_args args = {.step = step + 1, .B = mb, .loss_scale = loss_scale, .batch = pp_batch,
@@ -700,6 +709,7 @@ static int pp_grads(engine *e, int step, long first, float loss_scale, double *l
 
 int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
 {
+    if (e->graph) return engine_graph_grads(e, step, loss, err, errlen); /* train.cuda_graphs */
     strat_ctx *x = &e->x;
     const job_train *t = &e->job.train;
     int mb = t->micro_batch, A = e->ex ? e->micro_per_step : t->grad_accum;
@@ -717,8 +727,8 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     } else {
         for (int j = 0; j < A && !x->failed; j++) {
             x->last_micro = j == A - 1;
-            batch_fill(e, e->train, step, first + (long)j * mb, mb, 0);
-            model_batch in = batch_at(e, 0, mb);
+            engine_batch_fill(e, e->train, step, first + (long)j * mb, mb, 0);
+            model_batch in = engine_batch_at(e, 0, mb);
             loss_sum += model_forward(e->chunk[0], e->acts, &in, NULL);
             if (x->failed) break;
             model_backward(e->chunk[0], e->acts, &in, loss_scale);
@@ -728,15 +738,27 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     tied_wte_sum(e);
     if (x->failed) return engine_comm_failed(e, err, errlen);
     e->local_loss = e->counts_loss ? loss_sum : 0.0; /* engine_local_loss: who went non-finite */
-    double mine[2] = {e->counts_loss ? loss_sum : 0.0, local_grad_sumsq(e)}, sum[2];
+    double mine[2] = {e->counts_loss ? loss_sum : 0.0, engine_local_grad_sumsq(e, NULL, NULL)}, sum[2];
     if (world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
     *loss = sum[0] / per_step;
     e->grad_sumsq = sum[1];
     return DT_EXIT_OK;
 }
 
+void engine_chunk_slices(engine *e, int l, void **params, void **grads)
+{
+    const model_shard *sh = model_get_shard(e->chunk[l]);
+    for (int i = 0; i < sh->unit_end - sh->unit_begin; i++) {
+        strat_slice sl;
+        e->so->slice(e->ds, sh->unit_begin + i, &sl);
+        params[i] = sl.param;
+        grads[i] = sl.grad;
+    }
+}
+
 int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, size_t errlen)
 {
+    if (e->graph) return engine_graph_update(e, step, lr, grad_norm, err, errlen); /* train.cuda_graphs */
     strat_ctx *x = &e->x;
     double norm = sqrt(e->grad_sumsq), clip = e->job.train.grad_clip;
     *grad_norm = norm;
@@ -751,12 +773,7 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
             snprintf(err, errlen, "rank %d: step %d: out of memory", e->rank, step + 1);
             return DT_EXIT_FAIL;
         }
-        for (int i = 0; i < n; i++) {
-            strat_slice sl;
-            e->so->slice(e->ds, sh->unit_begin + i, &sl);
-            params[i] = sl.param;
-            grads[i] = sl.grad;
-        }
+        engine_chunk_slices(e, l, params, grads);
         optim_step(e->opt[l], lr, step + 1, params, grads, s); /* clipping: the gradients times s */
         free(params), free(grads);
     }
@@ -778,7 +795,7 @@ static int pp_evaluate_slice(engine *e, long vstep, long lo, long hi, long steps
         long start = lo + s * per;
         int count = (int)(hi - start < per ? (hi - start > 0 ? hi - start : 0) : per);
         if (ends) {
-            batch_fill(e, e->val, vstep, start, count, 0);
+            engine_batch_fill(e, e->val, vstep, start, count, 0);
             batch_pad(e, count, per - count);
         }
         e->batch_B = mb;
@@ -832,8 +849,8 @@ int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t 
                 long b0 = lo + k * mb;
                 int B = (int)(hi - b0 < mb ? hi - b0 : mb), pad = B <= 0;
                 if (pad) b0 = 0, B = 1;
-                batch_fill(e, e->val, vstep, b0, B, 0);
-                model_batch in = batch_at(e, 0, B);
+                engine_batch_fill(e, e->val, vstep, b0, B, 0);
+                model_batch in = engine_batch_at(e, 0, B);
                 int c = 0;
                 double l = model_forward(e->chunk[0], e->acts, &in, vit ? &c : NULL);
                 if (!pad) loss += l, correct += c;

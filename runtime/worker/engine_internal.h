@@ -24,6 +24,8 @@ typedef struct {
     size_t bytes;
 } batch_buf;
 
+typedef struct engine_graph engine_graph; /* engine_graph.c */
+
 struct engine {
     job_spec job;
     const dt_ops *ops;
@@ -62,7 +64,31 @@ struct engine {
     model_kv *kv;
     float *dec_logits, *dec_gather;
     int dec_vmax;
+    engine_graph *graph;           /* train.cuda_graphs: the step's device scalars and graphs, else NULL */
 };
+
+/* engine.c: `B` samples from sample `at` of the host batch buffer; samples
+ * [begin, begin + count) of the global batch of `step` into it from sample
+ * `at` on. */
+model_batch engine_batch_at(const engine *e, int at, int B);
+void engine_batch_fill(engine *e, data_loader *d, long step, long begin, int count, int at);
+/* engine.c: this rank's share of the squared global gradient norm; with acc,
+ * added into *acc where the ops keep it (tmp: one more double there) and 0
+ * returned. */
+double engine_local_grad_sumsq(engine *e, double *acc, double *tmp);
+/* engine.c: the parameter and gradient buffers of local chunk l's slices,
+ * unit by unit (the strategy's; valid until its next hook). */
+void engine_chunk_slices(engine *e, int l, void **params, void **grads);
+
+/* engine_graph.c: the step of train.cuda_graphs (one process). create: its
+ * device buffers (accounted as activations, as sizes_graph_bytes says):
+ * DT_EXIT_OK, or DT_EXIT_USAGE (a job it cannot replay) / DT_EXIT_FAIL (out
+ * of memory) with one line in err; destroy: frees them and the graphs (none:
+ * nothing). grads and update stand in for engine_grads and engine_update. */
+int engine_graph_create(engine *e, char *err, size_t errlen);
+void engine_graph_destroy(engine *e);
+int engine_graph_grads(engine *e, int step, double *loss, char *err, size_t errlen);
+int engine_graph_update(engine *e, int step, double lr, double *grad_norm, char *err, size_t errlen);
 
 /* engine_decode.c: frees what engine_decode_begin allocated (no-op without). */
 void engine_decode_end(engine *e);

@@ -5,7 +5,11 @@
 # measured for the same job.
 #   dtrun    build/bench/gpu_train (scripts/bench/gpu_train.c): the worker engine
 #            as `dtrun job.yaml` runs it in one process, synthetic data;
-#            train.precision fp32 (TF32 off; DTRUN_TF32=1: on) and bf16
+#            train.precision fp32 (TF32 off; DTRUN_TF32=1: on) and bf16;
+#            DTRUN_CUDA_GRAPHS=1 adds a "dtrun+graphs" row after each dtrun
+#            row: the same job with train.cuda_graphs (the step replayed as
+#            CUDA graphs), which never fails the script (a new path, not yet
+#            run on a GPU: its failure is a FAILED row with the reason)
 #   pytorch  scripts/bench/gpu_torch.py: the same models, torch.compile, bf16
 #            autocast + flash attention (the goal's peer), and with
 #            TORCH_FP32=1 also fp32 with TF32 off (the same-arithmetic peer)
@@ -182,6 +186,11 @@ dtrun_row() {
   row dtrun "$m" "$1" "$build/bench/gpu_train" --model "$m" --batch "$B" --steps "$steps" --warmup "$warmup" \
     --precision "$1" --job "$jobs/job-$m-$1.yaml" ${tf[@]+"${tf[@]}"}
   [ $? = 1 ] && dtrun_failed=1
+  if [ "${DTRUN_CUDA_GRAPHS:-0}" = 1 ]; then
+    row dtrun+graphs "$m" "$1" "$build/bench/gpu_train" --model "$m" --batch "$B" --steps "$steps" \
+      --warmup "$warmup" --precision "$1" --cuda-graphs ${tf[@]+"${tf[@]}"}
+  fi
+  return 0
 }
 torch_row() {
   if [ $have_torch = 1 ]; then

@@ -5,7 +5,7 @@
  *
  *   gpu_train --model PRESET [--batch B] [--steps N] [--warmup W]
  *             [--precision fp32|bf16] [--tf32] [--recompute none|block|selective]
- *             [--device cuda|cpu] [--hardware NAME|PATH] [--job OUT.yaml]
+ *             [--cuda-graphs] [--device cuda|cpu] [--hardware NAME|PATH] [--job OUT.yaml]
  *
  * PRESET: any model preset (dtrun-job(5)): gpt2-124m, gpt2-350m, vit-b16 (224 x
  * 224, patch 16, 1000 classes), ...; 124m and 350m stand for the GPT-2 ones.
@@ -14,7 +14,9 @@
  * The job is built in memory (model.preset, data synthetic, global_batch =
  * micro_batch = B, dp 1, constant lr) and loaded by the job loader, so it is
  * exactly a job file's; --job writes it (job_print) so that `dtrun --dry-run
- * OUT.yaml` and `dtrun OUT.yaml` reproduce both sides.
+ * OUT.yaml` and `dtrun OUT.yaml` reproduce both sides. --cuda-graphs sets
+ * train.cuda_graphs (the step replayed as CUDA graphs from the second step
+ * on; the row's impl is then "dtrun+graphs").
  *
  * Prints one JSON line on stdout (everything else goes to stderr):
  *   throughput  items_per_s (tokens for a GPT, images for a ViT; "unit"),
@@ -81,7 +83,7 @@ static double median(double *v, int n)
 static void usage(void)
 {
     fprintf(stderr, "usage: gpu_train --model PRESET [--batch B] [--steps N] [--warmup W] "
-                    "[--precision fp32|bf16] [--tf32] [--recompute none|block|selective] "
+                    "[--precision fp32|bf16] [--tf32] [--recompute none|block|selective] [--cuda-graphs] "
                     "[--device cuda|cpu] [--hardware NAME|PATH] [--job OUT.yaml]\n");
     exit(1);
 }
@@ -201,10 +203,11 @@ int main(int argc, char **argv)
 {
     const char *name = "gpt2-124m", *prec = "fp32", *recompute = "none", *device = "cuda";
     const char *hardware = NULL, *job_out = NULL;
-    int B = 0, steps = 10, warmup = 3, tf32 = 0;
+    int B = 0, steps = 10, warmup = 3, tf32 = 0, graphs = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--tf32")) { tf32 = 1; continue; }
+        if (!strcmp(a, "--cuda-graphs")) { graphs = 1; continue; }
         if (!v) usage();
         if (!strcmp(a, "--model")) name = v;
         else if (!strcmp(a, "--batch")) B = atoi(v);
@@ -237,10 +240,10 @@ int main(int argc, char **argv)
              "data: {kind: synthetic}\n"
              "train: {steps: %d, global_batch: %d, micro_batch: %d, lr: 3.0e-4, schedule: constant,\n"
              "        warmup: 0, weight_decay: 0.1, grad_clip: 1.0, precision: %s, recompute: %s,\n"
-             "        device: %s, seed: 42}\n"
+             "        device: %s, seed: 42, cuda_graphs: %s}\n"
              "parallel: {dp: 1}\n"
              "log: {progress: off}\n",
-             name, warmup + steps, B, B, prec, recompute, device);
+             name, warmup + steps, B, B, prec, recompute, device, graphs ? "true" : "false");
     job_spec job;
     char err[1024];
     if (job_load_string(&job, text, strlen(text), "gpu_train", err, sizeof err) != 0) {
@@ -311,10 +314,10 @@ int main(int argc, char **argv)
     double dms = data_ms(&job, B, 3);
     const char *prec_used = tf32 ? "tf32" : prec;
 
-    printf("{\"impl\":\"dtrun\",\"model\":\"%s\",\"kind\":\"%s\",\"B\":%d,\"T\":%d,\"precision\":\"%s\","
+    printf("{\"impl\":\"%s\",\"model\":\"%s\",\"kind\":\"%s\",\"B\":%d,\"T\":%d,\"precision\":\"%s\","
            "\"device\":\"%s\",\"step_ms\":%.3f,\"items_per_s\":%.1f,\"unit\":\"%s\",\"flops_per_item\":%.6e,"
            "\"loss\":%.4f,\"data_ms\":%.2f,",
-           name, gpt ? "gpt" : "vit", B, seq, prec_used, dev_name, med * 1e3, B * per_sample / med,
+           graphs ? "dtrun+graphs" : "dtrun", name, gpt ? "gpt" : "vit", B, seq, prec_used, dev_name, med * 1e3, B * per_sample / med,
            gpt ? "tok" : "img", model_flops_per_sample(spec, RECOMPUTE_NONE) / per_sample, loss, dms);
     /* memory in bytes: the table turns them into GiB */
     if (on_gpu && peak_used > 0)

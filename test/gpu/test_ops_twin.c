@@ -42,6 +42,10 @@
  *                   outputs by O(1). The row log-sum-exps are fp32 sums of
  *                   exact scores in both modes: TOL_GEMM.
  *   TOL_SUMSQ 1e-12 sum of squares in double on both sides
+ * The device-scalar ops of train.cuda_graphs (loss_sum_add, loss_seed,
+ * sumsq_add, scalar_add, clip_scale, scale_dev, adamw_multi_dev, adamw_mixed_multi_dev)
+ * are host code or host-scalar ops done on the device: bit for bit against
+ * those; a recorded graph against the same ops issued: bit for bit.
  *   TOL_STEP1 1e-4  the first step's loss (same initial weights, no update
  *                   yet: the whole forward through every op)
  *   TOL_TRAIN 5e-3  per-step loss, relative, over 20 AdamW steps (rounding
@@ -122,6 +126,14 @@ static dbuf dup_f(const float *h, size_t n, int pad) {
     d.base = gpu->alloc((n + (size_t)pad) * sizeof(float));
     d.p = (float *)d.base + pad;
     if (n) gpu->from_host(d.p, h, n * sizeof(float));
+    return d;
+}
+
+/* n zeroed device floats (alloc zeroes). */
+static dbuf zeros_f(size_t n) {
+    dbuf d;
+    d.base = gpu->alloc((n ? n : 1) * sizeof(float));
+    d.p = (float *)d.base;
     return d;
 }
 
@@ -806,6 +818,245 @@ static void test_adamw_mixed_multi(int grad_bf16, float grad_scale) {
     }
 }
 
+/* ------------------------------------------- device scalars, graphs */
+
+/* The step on device scalars (ops.h, train.cuda_graphs): each op is host
+ * code done on the device, so against that host code (and the device's own
+ * host-scalar ops) it must agree bit for bit. */
+static void test_device_scalars(void) {
+    const int N = 4099;
+    float *loss = hrand((size_t)N, 5.0f);
+    for (int i = 0; i < N; i++) loss[i] = fabsf(loss[i]);
+    dbuf dl = dup_f(loss, (size_t)N, 0);
+    double *dacc = gpu->alloc(2 * sizeof(double)), acc[2] = {0.25, 0}, want = 0;
+    for (int i = 0; i < N; i++) want += loss[i]; /* the model's host loop */
+    want += 0.25;
+    gpu->from_host(dacc, acc, sizeof acc);
+    gpu->loss_sum_add(dacc, dl.p, N);
+    gpu->to_host(acc, dacc, sizeof acc);
+    CHECK(memcmp(&acc[0], &want, sizeof want) == 0, "loss_sum_add N=%d: the host loop's sum bit for bit (%.17g vs %.17g)",
+          N, acc[0], want);
+
+    int *tg = malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) tg[i] = i % 5 == 0 ? -1 : i % 97;
+    int *dtg = dup_i(tg, (size_t)N);
+    float *seed = malloc((size_t)N * sizeof(float)), *hseed = malloc((size_t)N * sizeof(float));
+    dbuf ds = dup_f(loss, (size_t)N, 0);
+    cpu->loss_seed(seed, tg, 1.0f / 3.0f, N);
+    gpu->loss_seed(ds.p, dtg, 1.0f / 3.0f, N);
+    gpu->to_host(hseed, ds.p, (size_t)N * sizeof(float));
+    CHECK(memcmp(seed, hseed, (size_t)N * sizeof(float)) == 0, "loss_seed N=%d (every fifth target ignored): bit for bit",
+          N);
+
+    /* sumsq_add: acc + sumsq's own total, one add */
+    size_t n = 1000003;
+    float *x = hrand(n, 2.0f);
+    dbuf dx = dup_f(x, n, 0);
+    double total = gpu->sumsq(dx.p, n), got;
+    acc[0] = 1.5;
+    gpu->from_host(dacc, acc, sizeof(double));
+    gpu->sumsq_add(dacc, dx.p, n);
+    gpu->to_host(&got, dacc, sizeof got);
+    want = 1.5 + total;
+    CHECK(memcmp(&got, &want, sizeof got) == 0, "sumsq_add n=%zu: 1.5 + sumsq's total bit for bit", n);
+    double sc = 1.5 + cpu->sumsq(x, n);
+    CHECK(fabs(got - sc) / sc <= TOL_SUMSQ, "sumsq_add n=%zu: within %.0e of the cpu's", n, TOL_SUMSQ);
+    acc[0] = 2.0, acc[1] = 0.125;
+    gpu->from_host(dacc, acc, sizeof acc);
+    gpu->scalar_add(dacc, dacc + 1);
+    gpu->to_host(&got, dacc, sizeof got);
+    CHECK(got == 2.125, "scalar_add: 2 + 0.125 = %.17g", got);
+
+    /* clip_scale: off, below, above, and at the edge, against the host's formula */
+    const double sqs[] = {0.0, 0.81, 1.0, 1.0000001, 2.25, 1e6, 3.3e-9};
+    const double clips[] = {1.0, 0.0, 0.3};
+    float *ds1 = gpu->alloc(sizeof(float));
+    int clip_same = 1;
+    for (size_t c = 0; c < sizeof clips / sizeof clips[0]; c++)
+        for (size_t k = 0; k < sizeof sqs / sizeof sqs[0]; k++) {
+            float hs, gs;
+            cpu->clip_scale(&hs, &sqs[k], clips[c]);
+            gpu->from_host(dacc, &sqs[k], sizeof(double));
+            gpu->clip_scale(ds1, dacc, clips[c]);
+            gpu->to_host(&gs, ds1, sizeof gs);
+            clip_same &= memcmp(&hs, &gs, sizeof hs) == 0;
+        }
+    CHECK(clip_same, "clip_scale: the cpu's factor bit for bit (21 norms and limits)");
+
+    /* scale_dev: nothing at 1, scale's bits otherwise */
+    float one = 1.0f, s = 0.37f;
+    dbuf dy = dup_f(x, n, 0), dz = dup_f(x, n, 0);
+    gpu->from_host(ds1, &one, sizeof one);
+    gpu->scale_dev(dy.p, ds1, n);
+    float *hy = back(&dy, n);
+    CHECK(memcmp(hy, x, n * sizeof(float)) == 0, "scale_dev by 1: untouched");
+    free(hy);
+    gpu->from_host(ds1, &s, sizeof s);
+    gpu->scale_dev(dy.p, ds1, n);
+    gpu->scale(dz.p, s, n);
+    float *hz = back(&dz, n);
+    hy = back(&dy, n);
+    CHECK(memcmp(hy, hz, n * sizeof(float)) == 0, "scale_dev by 0.37: scale's bits");
+    free(hy), free(hz);
+
+    /* adamw_multi_dev on one tensor: adamw's bits with lr and t from device memory */
+    size_t na = 100003;
+    float *p = hrand(na, 1.0f), *g = hrand(na, 1.0f), *m = hrand(na, 0.1f), *v = hrand(na, 0.1f);
+    for (size_t i = 0; i < na; i++) v[i] = fabsf(v[i]);
+    dbuf a[4] = {dup_f(p, na, 0), dup_f(g, na, 0), dup_f(m, na, 0), dup_f(v, na, 0)};
+    dbuf b[4] = {dup_f(p, na, 0), dup_f(g, na, 0), dup_f(m, na, 0), dup_f(v, na, 0)};
+    dt_adamw_hyper *dh = gpu->alloc(sizeof *dh);
+    for (int t = 1; t <= 3; t++) {
+        dt_adamw_hyper h = dt_adamw_hyper_of(1e-3f * (float)t, 0.9f, 0.95f, t);
+        dt_adamw_tensor one_b = {b[0].p, b[1].p, b[2].p, b[3].p, na, 0.1f}, one_h = {p, g, m, v, na, 0.1f};
+        gpu->from_host(dh, &h, sizeof h);
+        gpu->adamw(a[0].p, a[1].p, a[2].p, a[3].p, na, 1e-3f * (float)t, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        gpu->adamw_multi_dev(&one_b, 1, dh, 0.9f, 0.95f, 1e-8f);
+        cpu->adamw_multi_dev(&one_h, 1, &h, 0.9f, 0.95f, 1e-8f);
+    }
+    float *pa = back(&a[0], na), *pb = back(&b[0], na);
+    CHECK(memcmp(pa, pb, na * sizeof(float)) == 0, "adamw_multi_dev, one tensor n=%zu, 3 steps: adamw's bits", na);
+    expect("adamw_multi_dev p after 3 steps: the cpu's", &b[0], p, na, TOL_ELEM);
+    free(pa), free(pb);
+    /* adamw_mixed_multi_dev: adamw_mixed_multi's bits (fp32 gradients scaled by 0.37 from device memory) */
+    {
+        float gs = 0.37f;
+        float *dgs = gpu->alloc(sizeof gs);
+        gpu->from_host(dgs, &gs, sizeof gs);
+        dbuf ma[3] = {dup_f(p, na, 0), dup_f(m, na, 0), dup_f(v, na, 0)};
+        dbuf mb[3] = {dup_f(p, na, 0), dup_f(m, na, 0), dup_f(v, na, 0)};
+        uint16_t *qa = gpu->alloc(na * 2), *qb = gpu->alloc(na * 2);
+        dt_adamw_mixed_tensor la1 = {ma[0].p, a[1].p, ma[1].p, ma[2].p, qa, na, 0.1f};
+        dt_adamw_mixed_tensor lb1 = {mb[0].p, a[1].p, mb[1].p, mb[2].p, qb, na, 0.1f};
+        for (int t = 1; t <= 2; t++) {
+            dt_adamw_hyper h = dt_adamw_hyper_of(1e-3f, 0.9f, 0.95f, t);
+            gpu->from_host(dh, &h, sizeof h);
+            gpu->adamw_mixed_multi(&la1, 1, 0, gs, 1e-3f, 0.9f, 0.95f, 1e-8f, t);
+            gpu->adamw_mixed_multi_dev(&lb1, 1, 0, dgs, dh, 0.9f, 0.95f, 1e-8f);
+        }
+        float *xa = back(&ma[0], na), *xb = back(&mb[0], na);
+        uint16_t *ya = malloc(na * 2), *yb = malloc(na * 2);
+        gpu->to_host(ya, qa, na * 2), gpu->to_host(yb, qb, na * 2);
+        CHECK(memcmp(xa, xb, na * sizeof(float)) == 0 && memcmp(ya, yb, na * 2) == 0,
+              "adamw_mixed_multi_dev, 2 steps: adamw_mixed_multi's master and bf16 parameters bit for bit");
+        free(xa), free(xb), free(ya), free(yb);
+        for (int j = 0; j < 3; j++) drop(&ma[j]), drop(&mb[j]);
+        gpu->free(qa), gpu->free(qb), gpu->free(dgs);
+    }
+    /* adamw_multi_dev: adamw_multi's bits (a second tensor of 7 of its own, no decay) */
+    dbuf a7[4], b7[4];
+    for (int j = 0; j < 4; j++) a7[j] = dup_f(j == 3 ? v : p, 7, 0), b7[j] = dup_f(j == 3 ? v : p, 7, 0);
+    dt_adamw_tensor la[2] = {{a[0].p, a[1].p, a[2].p, a[3].p, na, 0.1f}, {a7[0].p, a7[1].p, a7[2].p, a7[3].p, 7, 0.0f}};
+    dt_adamw_tensor lb[2] = {{b[0].p, b[1].p, b[2].p, b[3].p, na, 0.1f}, {b7[0].p, b7[1].p, b7[2].p, b7[3].p, 7, 0.0f}};
+    for (int t = 4; t <= 5; t++) {
+        dt_adamw_hyper h = dt_adamw_hyper_of(2e-3f, 0.9f, 0.95f, t);
+        gpu->from_host(dh, &h, sizeof h);
+        gpu->adamw_multi(la, 2, 2e-3f, 0.9f, 0.95f, 1e-8f, t);
+        gpu->adamw_multi_dev(lb, 2, dh, 0.9f, 0.95f, 1e-8f);
+    }
+    int same = 1;
+    for (int j = 0; j < 4; j++) {
+        pa = back(&a[j], na), pb = back(&b[j], na);
+        same &= memcmp(pa, pb, na * sizeof(float)) == 0;
+        free(pa), free(pb);
+        pa = back(&a7[j], 7), pb = back(&b7[j], 7);
+        same &= memcmp(pa, pb, 7 * sizeof(float)) == 0;
+        free(pa), free(pb);
+    }
+    CHECK(same, "adamw_multi_dev, 2 tensors, 2 steps: adamw_multi's bits");
+
+    for (int j = 0; j < 4; j++) drop(&a[j]), drop(&b[j]), drop(&a7[j]), drop(&b7[j]);
+    gpu->free(dh), gpu->free(ds1), gpu->free(dacc), gpu->free(dtg);
+    drop(&dl), drop(&ds), drop(&dx), drop(&dy), drop(&dz);
+    free(loss), free(tg), free(seed), free(hseed), free(x), free(p), free(g), free(m), free(v);
+}
+
+/* Ops recorded as a graph (graph_begin .. graph_end) and launched: a launch
+ * computes what issuing the ops computes, reading its inputs and device
+ * scalars when it runs (new inputs and a new lr between launches); after the
+ * backend's scratch moved, graph_launch answers -1. */
+static void test_graph(void) {
+    const int N = 64, C = 96;
+    size_t nc = (size_t)N * C;
+    float *inp = hrand(nc, 1.0f), *w = hrand((size_t)C, 1.0f), *dout = hrand(nc, 1.0f);
+    float *mean = malloc((size_t)N * sizeof(float)), *rstd = malloc((size_t)N * sizeof(float));
+    float *out = malloc(nc * sizeof(float));
+    cpu->layernorm_forward(out, mean, rstd, inp, w, w, N, C, 1e-5f);
+    dbuf di = dup_f(inp, nc, 0), dw = dup_f(w, (size_t)C, 0), dd = dup_f(dout, nc, 0), dm = dup_f(mean, (size_t)N, 0),
+         dr = dup_f(rstd, (size_t)N, 0);
+    dbuf e[3] = {zeros_f(nc), zeros_f((size_t)C), zeros_f((size_t)C)};
+    dbuf r[3] = {zeros_f(nc), zeros_f((size_t)C), zeros_f((size_t)C)};
+    double *sq = gpu->alloc(2 * sizeof(double));
+    float *p0 = hrand(nc, 1.0f);
+    dbuf pe = dup_f(p0, nc, 0), pr = dup_f(p0, nc, 0), me = zeros_f(nc), mr = zeros_f(nc),
+         ve = zeros_f(nc), vr = zeros_f(nc);
+    dt_adamw_hyper *dh = gpu->alloc(sizeof *dh);
+    dt_adamw_tensor lt = {pr.p, r[0].p, mr.p, vr.p, nc, 0.1f};
+    /* issue once (the warm-up: scratch, adamw_multi_dev's list), then record;
+     * the warm-up's update is mirrored on the reference parameters */
+    dt_adamw_hyper h0 = dt_adamw_hyper_of(1e-3f, 0.9f, 0.95f, 1);
+    gpu->from_host(dh, &h0, sizeof h0);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) gpu->adamw(pe.p, r[0].p, me.p, ve.p, nc, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1);
+        if (pass) gpu->graph_begin();
+        gpu->zero(sq, 2 * sizeof(double));
+        for (int k = 0; k < 3; k++) gpu->zero(r[k].p, (k ? (size_t)C : nc) * sizeof(float));
+        gpu->layernorm_backward(r[0].p, r[1].p, r[2].p, dd.p, di.p, dw.p, dm.p, dr.p, N, C);
+        gpu->sumsq_add(sq, r[0].p, nc);
+        gpu->loss_sum_add(sq + 1, r[1].p, C);
+        gpu->adamw_multi_dev(&lt, 1, dh, 0.9f, 0.95f, 1e-8f);
+    }
+    void *graph = gpu->graph_end();
+    CHECK(graph != NULL, "graph: layernorm_backward, sumsq_add, loss_sum_add, adamw_multi_dev recorded");
+    int same = 1;
+    for (int launch = 1; launch <= 3 && graph; launch++) {
+        /* new inputs and a new lr: the graph reads them when it runs */
+        for (size_t i = 0; i < nc; i++) dout[i] = frand();
+        gpu->from_host(dd.p, dout, nc * sizeof(float));
+        dt_adamw_hyper h = dt_adamw_hyper_of(1e-3f * (float)launch, 0.9f, 0.95f, launch + 1);
+        gpu->from_host(dh, &h, sizeof h);
+        CHECK(gpu->graph_launch(graph) == 0, "graph: launch %d", launch);
+        for (int k = 0; k < 3; k++) gpu->zero(e[k].p, (k ? (size_t)C : nc) * sizeof(float));
+        gpu->layernorm_backward(e[0].p, e[1].p, e[2].p, dd.p, di.p, dw.p, dm.p, dr.p, N, C);
+        double se = gpu->sumsq(e[0].p, nc), sg[2];
+        float *hb = back(&e[1], (size_t)C);
+        double le = 0;
+        for (int i = 0; i < C; i++) le += hb[i];
+        free(hb);
+        gpu->adamw(pe.p, e[0].p, me.p, ve.p, nc, 1e-3f * (float)launch, 0.9f, 0.95f, 1e-8f, 0.1f, launch + 1);
+        gpu->to_host(sg, sq, sizeof sg);
+        same &= sg[0] == se && sg[1] == le;
+        for (int k = 0; k < 3; k++) {
+            size_t cnt = k ? (size_t)C : nc;
+            float *a = back(&e[k], cnt), *b = back(&r[k], cnt);
+            same &= memcmp(a, b, cnt * sizeof(float)) == 0;
+            free(a), free(b);
+        }
+        float *a = back(&pe, nc), *b = back(&pr, nc);
+        same &= memcmp(a, b, nc * sizeof(float)) == 0;
+        free(a), free(b);
+    }
+    CHECK(same, "graph: 3 launches with new inputs and lr compute what the ops issued compute, bit for bit");
+    /* layernorm backwards of ever wider rows grow the scratch (8 C bytes for one row) until it
+     * moves: the graph is then stale (while cudaMalloc hands back the same address, it is not) */
+    int stale = 0;
+    size_t c2 = (size_t)1 << 20;
+    for (; c2 <= ((size_t)1 << 26) && graph && !stale; c2 *= 2) {
+        dbuf z[6] = {zeros_f(c2), zeros_f(c2), zeros_f(c2), zeros_f(c2), zeros_f(c2), zeros_f(c2)}, st = zeros_f(2);
+        gpu->layernorm_backward(z[0].p, z[1].p, z[2].p, z[3].p, z[4].p, z[5].p, st.p, st.p + 1, 1, (int)c2);
+        stale = gpu->graph_launch(graph) == -1;
+        for (int k = 0; k < 6; k++) drop(&z[k]);
+        drop(&st);
+    }
+    CHECK(stale, "graph: once the scratch moved (a row of %zu), graph_launch answers -1", c2 / 2);
+    gpu->graph_destroy(graph);
+    for (int k = 0; k < 3; k++) drop(&e[k]), drop(&r[k]);
+    drop(&di), drop(&dw), drop(&dd), drop(&dm), drop(&dr), drop(&pe), drop(&pr), drop(&me), drop(&mr), drop(&ve),
+        drop(&vr);
+    gpu->free(sq), gpu->free(dh);
+    free(inp), free(w), free(dout), free(mean), free(rstd), free(out), free(p0);
+}
+
 /* ---------------------------------------------------------------- bf16 */
 
 /* The conversions must agree bit for bit (the CUDA kernels do the CPU's bit
@@ -1136,6 +1387,8 @@ int main(void) {
         test_adamw_mixed_multi(gb, 1.0f);
         test_adamw_mixed_multi(gb, 0.37f);
     }
+    test_device_scalars();
+    test_graph();
     test_bf16(1000003);
     test_bf16(29);
 

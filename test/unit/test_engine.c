@@ -11,7 +11,10 @@
  *    tp = 2 and pp = 2 give the single-process losses within 1e-5 relative and
  *    every rank the same loss; engine_dump_params writes the same parameters.
  *    Under the sanitizer build this also runs the strategies under ASan.
- * 3. The memory account: FSDP over 2 ranks holds half the parameter shards. */
+ * 3. The memory account: FSDP over 2 ranks holds half the parameter shards.
+ * 4. train.cuda_graphs (engine_graph.c): the step on device scalars, which the
+ *    CPU backend issues every step, reproduces the same plain loop bit for
+ *    bit, GPT and ViT with accumulation and clipping. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,10 +156,15 @@ static float *read_floats(const char *path, size_t *n)
     return p;
 }
 
-static void test_single(const char *name, const char *yaml)
+static void test_single(const char *name, const char *yaml, int graphs)
 {
     job_spec job;
-    if (load_job(&job, yaml, NULL) != 0) {
+    char text[2048];
+    snprintf(text, sizeof text, "%s", yaml);
+    char *at = strstr(text, "threads: 1}");
+    if (graphs && at) snprintf(at, sizeof text - (size_t)(at - text), "threads: 1, cuda_graphs: true}%s",
+                               strstr(yaml, "threads: 1}") + strlen("threads: 1}"));
+    if (load_job(&job, text, NULL) != 0 || job.train.cuda_graphs != graphs) {
         CHECK(0, "%s: job loads", name);
         return;
     }
@@ -296,8 +304,10 @@ static void test_fsdp_memory(void)
 int main(void)
 {
     setenv("OPENBLAS_CORETYPE", "Haswell", 0);
-    test_single("gpt", gpt_yaml);
-    test_single("vit", vit_yaml);
+    test_single("gpt", gpt_yaml, 0);
+    test_single("vit", vit_yaml, 0);
+    test_single("gpt cuda_graphs", gpt_yaml, 1);
+    test_single("vit cuda_graphs", vit_yaml, 1);
     test_layout("gpt dp=2 ddp", gpt_yaml, "parallel: {dp: 2}\n", 2);
     test_layout("gpt dp=2 zero1", gpt_yaml, "parallel: {dp: 2, mode: zero1}\n", 2);
     test_layout("gpt dp=2 zero2", gpt_yaml, "parallel: {dp: 2, mode: zero2, bucket_mb: 1}\n", 2);

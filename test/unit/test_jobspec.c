@@ -476,7 +476,7 @@ static void test_man_page(void)
                           "val_labels", "val_fraction", "synthetic_size", "steps", "global_batch", "micro_batch",
                           "lr", "min_lr", "warmup", "schedule", "weight_decay", "beta1", "beta2", "eps",
                           "grad_clip", "precision", "device", "seed", "recompute", "eval_every", "eval_batches", "threads",
-                          "skip_nonfinite", "dp", "tp", "pp", "mode", "pp_schedule", "microbatches",
+                          "skip_nonfinite", "cuda_graphs", "dp", "tp", "pp", "mode", "pp_schedule", "microbatches",
                           "virtual_stages", "sequence_parallel", "bucket_mb", "dir", "every", "keep", "resume",
                           "metrics", "progress", "trace", "nproc_per_node", "nnodes", "rdzv_endpoint", "rdzv_id",
                           "max_restarts", "log_dir", "head_chunk_rows"};

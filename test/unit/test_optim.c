@@ -227,6 +227,104 @@ static void fused_kernel(int grad_bf16, float grad_scale, int threads)
             free(p[k]), free(rp[k]), free(gh[k]);
 }
 
+/* 2c. The step on device scalars (train.cuda_graphs, optim_step_dev): two
+ * copies of one model, the same gradients, one stepped with host scalars
+ * (optim_step, the norm by optim_grad_sumsq, the clipping factor by the
+ * engine's formula), the other with the scalars in ops memory (the norm by
+ * optim_grad_sumsq_dev, the factor by ops->clip_scale, lr and t from a
+ * dt_adamw_hyper): the norms, the factors and the parameters (and the fp32
+ * master) agree bit for bit over 3 steps, with clipping on and off. The GPT's
+ * vocabulary of 1100 x d 64 makes wte a tensor of 70400 elements: a bf16
+ * gradient's norm is summed in two chunks (OPTIM_SCRATCH_NUMEL), whose
+ * association the device version must keep. */
+static void device_scalars(int bf16, int grad_bf16, const char *what)
+{
+    job_model s = tiny_gpt_spec();
+    s.vocab_size = 1100;
+    s.d_model = 64;
+    s.d_ff = 128;
+    job_train t = train_cfg();
+    model *mh = make(&s, bf16, grad_bf16), *md = make(&s, bf16, grad_bf16);
+    optim *oh = optim_create(mh, ops, &t, NULL, NULL), *od = optim_create(md, ops, &t, NULL, NULL);
+    int nu = model_n_units(&s);
+    size_t ge = model_grad_elem_bytes(mh), pe = model_param_elem_bytes(mh), widest = 0;
+    for (int u = 0; u < nu; u++)
+        if (model_unit_local_numel(mh, u) > widest) widest = model_unit_local_numel(mh, u);
+    CHECK(widest > OPTIM_SCRATCH_NUMEL, "%s: a unit of %zu elements spans more than one optimizer chunk", what,
+          widest);
+    float *g = malloc(widest * sizeof(float));
+    /* the device scalars: ops memory (host memory on the CPU backend) */
+    double *dev = ops->alloc(2 * sizeof(double));
+    float *clip = ops->alloc(sizeof(float));
+    dt_adamw_hyper *hyper = ops->alloc(sizeof *hyper);
+    int norm_ok = 1, scale_ok = 1, params_ok = 1, clipped = 0, unclipped = 0;
+    for (int step = 1; step <= 3; step++) {
+        for (int u = 0; u < nu; u++) {
+            size_t n = model_unit_local_numel(mh, u);
+            uint64_t k = rng_key((uint64_t)step, "device-scalar-grads");
+            for (size_t i = 0; i < n; i++) g[i] = rng_normal(k, (uint64_t)u * 1000000 + i) * (step == 2 ? 1e-3f : 0.5f);
+            if (ge == 2) ops->to_bf16(model_unit_grads(mh, u), g, n);
+            else memcpy(model_unit_grads(mh, u), g, n * sizeof(float));
+            memcpy(model_unit_grads(md, u), model_unit_grads(mh, u), n * ge);
+        }
+        /* the engine's host arithmetic: the norm tensor by tensor (tied wte once), the factor */
+        double sq = 0;
+        ops->zero(dev, 2 * sizeof(double));
+        for (int i = 0; i < model_param_count(mh); i++) {
+            const param_spec *p = model_param(mh, i);
+            if (p->tied) continue;
+            size_t off = p->offset * ge;
+            sq += optim_grad_sumsq(oh, (const char *)model_unit_grads(mh, p->unit) + off, p->local_numel);
+            optim_grad_sumsq_dev(od, (const char *)model_unit_grads(md, p->unit) + off, p->local_numel, &dev[0],
+                                 &dev[1]);
+        }
+        norm_ok &= memcmp(&sq, &dev[0], sizeof sq) == 0;
+        double norm = sqrt(sq), max_norm = 1.0;
+        float sh = norm > max_norm ? (float)(max_norm / (norm + 1e-6)) : 1.0f;
+        ops->clip_scale(clip, &dev[0], max_norm);
+        scale_ok &= memcmp(&sh, clip, sizeof sh) == 0;
+        clipped += sh != 1.0f, unclipped += sh == 1.0f;
+        double lr = 1e-3 * step;
+        *hyper = optim_hyper(od, lr, step);
+        optim_step(oh, lr, step, NULL, NULL, sh);
+        CHECK(optim_step_dev(od, hyper, NULL, NULL, clip) == 0, "%s: step %d on device scalars", what, step);
+        for (int u = 0; u < nu; u++) {
+            size_t n = model_unit_local_numel(mh, u);
+            params_ok &= !memcmp(model_unit_params(mh, u), model_unit_params(md, u), n * pe);
+            if (bf16) params_ok &= !memcmp(optim_slice_master(oh, u), optim_slice_master(od, u), n * sizeof(float));
+        }
+    }
+    CHECK(norm_ok, "%s: the squared norm summed on device scalars equals the host's bit for bit", what);
+    CHECK(scale_ok && clipped && unclipped, "%s: clip_scale gives the engine's factor bit for bit (%d steps clipped, "
+          "%d not)", what, clipped, unclipped);
+    CHECK(params_ok, "%s: 3 steps of optim_step_dev give optim_step's parameters%s bit for bit", what,
+          bf16 ? " and master" : "");
+    if (grad_bf16) {
+        /* the association, where it shows: each of two chunks sums to 0.625 ulp(1) (squares of 2^-27 and
+         * 2^-28); the host adds their sum, 1.25 ulp, to 1 (-> 1 + ulp), adding them one by one would
+         * give 1 + 2 ulp */
+        size_t n = OPTIM_SCRATCH_NUMEL + 8;
+        uint16_t *b16 = calloc(n, sizeof *b16);
+        const size_t at[2] = {0, OPTIM_SCRATCH_NUMEL};
+        for (int c = 0; c < 2; c++) {
+            b16[at[c]] = b16[at[c] + 1] = bf16_of(ldexpf(1.0f, -27));
+            b16[at[c] + 2] = b16[at[c] + 3] = bf16_of(ldexpf(1.0f, -28));
+        }
+        double host = 1.0;
+        host += optim_grad_sumsq(oh, b16, n);
+        dev[0] = 1.0;
+        optim_grad_sumsq_dev(od, b16, n, &dev[0], &dev[1]);
+        CHECK(host == 1.0 + ldexp(1.0, -52) && memcmp(&host, &dev[0], sizeof host) == 0,
+              "%s: two chunks' sums are added as one, as the host does (1 + %.3g ulp, host 1 + %.3g ulp)", what,
+              (dev[0] - 1.0) / ldexp(1.0, -52), (host - 1.0) / ldexp(1.0, -52));
+        free(b16);
+    }
+    ops->free(dev), ops->free(clip), ops->free(hyper);
+    free(g);
+    optim_destroy(oh), optim_destroy(od);
+    model_destroy(mh), model_destroy(md);
+}
+
 /* 3. rounding of master -> params: to nearest, ties to even */
 static void rounding(void)
 {
@@ -384,6 +482,9 @@ int main(void)
             fused_kernel(grad_bf16, 0.37f, threads);
         }
     dt_ops_set_threads(1);
+    device_scalars(0, 0, "device scalars, fp32");
+    device_scalars(1, 0, "device scalars, bf16 with fp32 grads");
+    device_scalars(1, 1, "device scalars, bf16 with bf16 grads");
     rounding();
     model_mixed(&g, RECOMPUTE_NONE, "gpt");
     model_mixed(&g, RECOMPUTE_BLOCK, "gpt, block recompute");

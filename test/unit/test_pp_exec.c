@@ -109,11 +109,8 @@ static void make_data(test_data *t, const job_model *s, int B, int m)
 static void fill_batch(const test_data *t, int mb, model_batch *out)
 {
     const mb_data *d = &t->d[mb];
-    out->B = t->B;
-    out->tokens = d->tokens;
-    out->targets = d->targets;
-    out->images = d->images;
-    out->labels = d->labels;
+    *out = (model_batch){.B = t->B, .tokens = d->tokens, .targets = d->targets, .images = d->images,
+                         .labels = d->labels};
 }
 
 static int provide(void *ctx, int mb, model_batch *out, char *err, size_t errlen)
