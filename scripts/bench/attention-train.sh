@@ -20,29 +20,9 @@ for kind in fused naive; do
   grep -q "attention: $kind" "$tmp/$kind.yaml" || { echo "attention-train.sh: cannot set model.attention" >&2; exit 1; }
 done
 echo "# $(date -u +%F) on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cpus"
-load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for t in 1 2; do
   OMP_NUM_THREADS=$t build/bench/attention_bench --B 4 --T 256 --C 256 --NH 4 --causal 1 --reps "${REPS:-20}" |
     sed "s/^/threads $t: /"
 done
-for ((r = 1; r <= rounds; r++)); do
-  for kind in fused naive; do
-    OMP_NUM_THREADS=2 bin/dtrun "$tmp/$kind.yaml" >/dev/null 2>&1
-    python3 - "$tmp/$kind.jsonl" "$kind" >>"$tmp/rows" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-print(sys.argv[2], statistics.median(r["tokens_per_s"] for r in rows[5:]))
-PY
-    rm -f "$tmp/$kind.jsonl"
-  done
-done
-echo "rounds: $rounds  load: $load0 -> $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$tmp/rows" <<'PY'
-import sys
-best = {}
-for line in open(sys.argv[1]):
-    k, v = line.split()
-    print(f"  {k} {float(v):.0f} tok/s")
-    best[k] = max(best.get(k, 0.0), float(v))
-print(f"cpu-train tok/s  naive {best['naive']:9.1f}  fused {best['fused']:9.1f}  fused/naive {best['fused'] / best['naive']:.3f}")
-PY
+source scripts/bench/interleaved.bash
+interleaved_rounds "$rounds" "$tmp" naive fused

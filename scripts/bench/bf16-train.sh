@@ -17,23 +17,5 @@ for prec in fp32 bf16; do
   sed -e "s|metrics: runs/bench-cpu-train.jsonl|metrics: $tmp/$prec.jsonl|" \
       -e "s|train: {|train: {precision: $prec, |" scripts/bench/configs/cpu-train.yaml >"$tmp/$prec.yaml"
 done
-load0=$(cut -d' ' -f1-3 /proc/loadavg)
-for ((r = 1; r <= rounds; r++)); do
-  for prec in fp32 bf16; do
-    OMP_NUM_THREADS=2 bin/dtrun "$tmp/$prec.yaml" >/dev/null 2>&1
-    python3 - "$tmp/$prec.jsonl" "$prec" >>"$tmp/rows" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-print(sys.argv[2], statistics.median(r["tokens_per_s"] for r in rows[5:]))
-PY
-  done
-done
-echo "rounds: $rounds  load: $load0 -> $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$tmp/rows" <<'PY'
-import sys
-best = {}
-for line in open(sys.argv[1]):
-    k, v = line.split()
-    best[k] = max(best.get(k, 0.0), float(v))
-print(f"cpu-train tok/s  fp32 {best['fp32']:9.1f}  bf16 {best['bf16']:9.1f}  bf16/fp32 {best['bf16'] / best['fp32']:.3f}")
-PY
+source scripts/bench/interleaved.bash
+interleaved_rounds "$rounds" "$tmp" fp32 bf16
