@@ -14,13 +14,6 @@
 #include "kernels/cpu/bf16.h"
 #include "kernels/cpu/cpu.h"
 
-/* bias corrections in double: 1 - b2^t is tiny for small t */
-static void corrections(float beta1, float beta2, int t, float *corr1, float *corr2)
-{
-    *corr1 = (float)(1.0 - pow(beta1, t));
-    *corr2 = (float)(1.0 - pow(beta2, t));
-}
-
 /* One element: updates *m and *v from gradient gi, returns the new parameter. */
 static inline float adamw_elem(float pi, float gi, float *m, float *v, float lr, float beta1, float beta2,
                                float eps, float weight_decay, float corr1, float corr2)
@@ -35,8 +28,9 @@ static inline float adamw_elem(float pi, float gi, float *m, float *v, float lr,
 
 void cpu_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
                float beta1, float beta2, float eps, float weight_decay, int t) {
-    float corr1, corr2;
-    corrections(beta1, beta2, t, &corr1, &corr2);
+    /* bias corrections in double (1 - b2^t is tiny for small t), as cuda's */
+    dt_adamw_hyper h = dt_adamw_hyper_of(lr, beta1, beta2, t);
+    const float corr1 = h.corr1, corr2 = h.corr2;
     #pragma omp parallel for simd if (n > CPU_PAR_MIN)
     for (size_t i = 0; i < n; i++)
         p[i] = adamw_elem(p[i], g[i], &m[i], &v[i], lr, beta1, beta2, eps, weight_decay, corr1, corr2);
@@ -56,8 +50,8 @@ void cpu_adamw_multi(const dt_adamw_tensor *list, int count, float lr, float bet
  * the master, the master rounded as to_bf16 into the parameters. */
 void cpu_adamw_mixed_multi(const dt_adamw_mixed_tensor *list, int count, int grad_bf16, float grad_scale,
                            float lr, float beta1, float beta2, float eps, int t) {
-    float corr1, corr2;
-    corrections(beta1, beta2, t, &corr1, &corr2);
+    dt_adamw_hyper h = dt_adamw_hyper_of(lr, beta1, beta2, t);
+    const float corr1 = h.corr1, corr2 = h.corr2;
     const int scaled = grad_scale != 1.0f;
     for (int k = 0; k < count; k++) {
         float *w = list[k].master, *m = list[k].m, *v = list[k].v, wd = list[k].weight_decay;

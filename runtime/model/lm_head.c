@@ -27,6 +27,17 @@ void model_vocab_head_logits(const dt_ops *ops, const model_vocab_head *h, int r
     ops->matmul_forward(h->logits, h->x + (size_t)r0 * (size_t)h->C, h->wte, NULL, n, h->C, h->V_l);
 }
 
+void model_vocab_head_stats_local(const dt_ops *ops, const model_vocab_head *h)
+{
+    int N = h->B * h->T;
+    for (int r0 = 0; r0 < N; r0 += h->rows) {
+        int n = N - r0 < h->rows ? N - r0 : h->rows;
+        model_vocab_head_logits(ops, h, r0, n);
+        ops->xent_stats(h->rowmax + r0, h->sumexp + r0, h->target + r0, h->logits, h->targets + r0, h->v0, n,
+                        h->V_l);
+    }
+}
+
 void model_vocab_head_backward_local(const dt_ops *ops, const model_vocab_head *h)
 {
     int N = h->B * h->T, C = h->C, Vl = h->V_l;

@@ -86,13 +86,8 @@ static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float 
 static void head_forward(void *ctx, const model_vocab_head *h)
 {
     const dt_ops *ops = ((const model *)ctx)->ops;
-    int N = h->B * h->T, Vl = h->V_l;
-    for (int r0 = 0; r0 < N; r0 += h->rows) {
-        int n = N - r0 < h->rows ? N - r0 : h->rows;
-        model_vocab_head_logits(ops, h, r0, n);
-        ops->xent_stats(h->rowmax + r0, h->sumexp + r0, h->target + r0, h->logits, h->targets + r0, h->v0, n, Vl);
-    }
-    ops->xent_loss(h->loss, h->rowmax, h->sumexp, h->target, h->targets, N);
+    model_vocab_head_stats_local(ops, h);
+    ops->xent_loss(h->loss, h->rowmax, h->sumexp, h->target, h->targets, h->B * h->T);
 }
 
 static const float *head_backward(void *ctx, const model_vocab_head *h)

@@ -202,6 +202,11 @@ int model_head_chunk_rows(const job_model *spec);
 /* Logits rows [r0, r0 + n) of the head into h->logits ([n, V_l]): the one GEMM
  * the forward and the backward's recompute share. */
 void model_vocab_head_logits(const dt_ops *ops, const model_vocab_head *h, int r0, int n);
+/* The forward on this rank's vocabulary columns, chunk by chunk: each row's
+ * max, sum of exponentials and target logit into h->rowmax, h->sumexp,
+ * h->target (xent_stats). A tensor-parallel head combines them over its
+ * group; one rank computes the loss from them directly. */
+void model_vocab_head_stats_local(const dt_ops *ops, const model_vocab_head *h);
 /* The head's backward on this rank's vocabulary columns, chunk by chunk: h->dx
  * zeroed, then d(x) (this rank's part of the sum over the vocabulary) into it
  * and d(wte) into h->dwte. A tensor-parallel head sums h->dx over its group. */

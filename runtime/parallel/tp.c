@@ -244,16 +244,12 @@ static void head_forward(void *ctx, const model_vocab_head *h)
 {
     const tp_group *g = ctx;
     const dt_ops *ops = g->ops;
-    int N = h->B * h->T, Vl = h->V_l;
+    int N = h->B * h->T;
     size_t n_all = (size_t)N;
     /* all of x into h->x (without SP x_rows is h->x already), where the
      * chunks' GEMMs and the backward read it */
     gather_rows(g, h->x_rows, h->x, n_all * (size_t)h->C);
-    for (int r0 = 0; r0 < N; r0 += h->rows) {
-        int n = N - r0 < h->rows ? N - r0 : h->rows;
-        model_vocab_head_logits(ops, h, r0, n);
-        ops->xent_stats(h->rowmax + r0, h->sumexp + r0, h->target + r0, h->logits, h->targets + r0, h->v0, n, Vl);
-    }
+    model_vocab_head_stats_local(ops, h);
     float *local_max = h->loss;
     ops->copy(local_max, h->rowmax, n_all * sizeof(float));
     g->all_reduce(g->ctx, h->rowmax, n_all, TP_MAX);
@@ -322,20 +318,31 @@ static void tp_collective(strat_ctx *x, tp_coll k, const void *send, void *recv,
     strat_fail(x, x->tp, rc, what);
 }
 
+/* The collectives' names in errors and the trace, blocking or started apart. */
+static const char *start_label(tp_start_kind k, int bf16)
+{
+    static const char *const names[2][3] = {
+        {"tp all_reduce", "tp all_gather", "tp reduce_scatter"},
+        {"tp all_reduce (bf16)", "tp all_gather (bf16)", "tp reduce_scatter (bf16)"}};
+    return names[bf16 != 0][k];
+}
+
 static void comm_tp_all_reduce(void *ctx, float *buf, size_t n, tp_op op)
 {
     tp_collective(ctx, TP_COLL_ALL_REDUCE, buf, buf, n, COMM_F32, op == TP_MAX ? COMM_MAX : COMM_SUM,
-                  op == TP_MAX ? "tp all_reduce (max)" : "tp all_reduce");
+                  op == TP_MAX ? "tp all_reduce (max)" : start_label(TP_START_ALL_REDUCE, 0));
 }
 
 static void comm_tp_all_gather(void *ctx, const float *local, float *full, size_t full_count)
 {
-    tp_collective(ctx, TP_COLL_ALL_GATHER, local, full, full_count, COMM_F32, COMM_SUM, "tp all_gather");
+    tp_collective(ctx, TP_COLL_ALL_GATHER, local, full, full_count, COMM_F32, COMM_SUM,
+                  start_label(TP_START_ALL_GATHER, 0));
 }
 
 static void comm_tp_reduce_scatter(void *ctx, const float *full, float *local, size_t full_count)
 {
-    tp_collective(ctx, TP_COLL_REDUCE_SCATTER, full, local, full_count, COMM_F32, COMM_SUM, "tp reduce_scatter");
+    tp_collective(ctx, TP_COLL_REDUCE_SCATTER, full, local, full_count, COMM_F32, COMM_SUM,
+                  start_label(TP_START_REDUCE_SCATTER, 0));
 }
 
 /* bf16, in place (tp.h) */
@@ -346,32 +353,24 @@ static size_t own_part(const strat_ctx *x, size_t full_count)
 
 static void comm_tp_all_reduce_bf16(void *ctx, uint16_t *buf, size_t n)
 {
-    tp_collective(ctx, TP_COLL_ALL_REDUCE, buf, buf, n, COMM_BF16, COMM_SUM, "tp all_reduce (bf16)");
+    tp_collective(ctx, TP_COLL_ALL_REDUCE, buf, buf, n, COMM_BF16, COMM_SUM, start_label(TP_START_ALL_REDUCE, 1));
 }
 
 static void comm_tp_all_gather_bf16(void *ctx, uint16_t *full, size_t full_count)
 {
     tp_collective(ctx, TP_COLL_ALL_GATHER, full + own_part(ctx, full_count), full, full_count, COMM_BF16, COMM_SUM,
-                  "tp all_gather (bf16)");
+                  start_label(TP_START_ALL_GATHER, 1));
 }
 
 static void comm_tp_reduce_scatter_bf16(void *ctx, uint16_t *full, size_t full_count)
 {
     tp_collective(ctx, TP_COLL_REDUCE_SCATTER, full, full + own_part(ctx, full_count), full_count, COMM_BF16,
-                  COMM_SUM, "tp reduce_scatter (bf16)");
+                  COMM_SUM, start_label(TP_START_REDUCE_SCATTER, 1));
 }
 
 /* Started apart (tp.h start / wait): the same collectives, asynchronous; the
  * wait is what the step's communication time and trace count (the part
  * that was not hidden behind compute). */
-static const char *start_label(tp_start_kind k, int bf16)
-{
-    static const char *const names[2][3] = {
-        {"tp all_reduce", "tp all_gather", "tp reduce_scatter"},
-        {"tp all_reduce (bf16)", "tp all_gather (bf16)", "tp reduce_scatter (bf16)"}};
-    return names[bf16 != 0][k];
-}
-
 static void *comm_tp_start(void *ctx, tp_start_kind k, int bf16, const void *send, void *recv, size_t n)
 {
     strat_ctx *x = ctx;
