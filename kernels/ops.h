@@ -6,8 +6,16 @@
  * compares them on random inputs.
  *
  * Conventions (all ops):
- * - Row-major, fp32 (the CUDA backend keeps fp32 master weights and computes in
- *   bf16 internally; its contract at this table is the same).
+ * - Row-major, fp32, except the activations: the tensors a model keeps from
+ *   its forward for its backward (layernorm outputs, qkv, attention output,
+ *   fc output and GELU, the residual stream) are stored in the run's
+ *   activation type (dt_dtype: fp32, or bf16 under mixed precision). Ops
+ *   that read or write them take `void *` there and say the type with a
+ *   dt_dtype argument; every other pointer (gradients, statistics, weights,
+ *   logits) is fp32. An op computes in fp32 either way: it widens a bf16
+ *   operand when it reads it (exact) and rounds a bf16 result once, when it
+ *   stores it (to nearest, ties to even, as to_bf16), so a bf16 run rounds
+ *   where an fp32 run with round_bf16 after each such op would.
  * - N = number of rows (tokens or patches), C = channels.
  * - Backward functions ACCUMULATE (+=) into every gradient they write (dinp, dw,
  *   db, ...), so gradient accumulation over micro-steps and the sum of a residual
@@ -22,6 +30,12 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* How a tensor's elements are stored (the activations' type, above). */
+typedef enum { DT_F32 = 0, DT_BF16 = 1 } dt_dtype;
+
+/* Bytes of one element. */
+static inline size_t dt_dtype_size(dt_dtype t) { return t == DT_BF16 ? 2 : 4; }
 
 /* AdamW's per-step scalars where ops read them at run time (adamw_multi_dev,
  * adamw_mixed_multi_dev: device memory on cuda, host memory on cpu), so that a
@@ -128,58 +142,66 @@ typedef struct dt_ops {
     /* ---- layernorm over the last dim: rstd = 1 / sqrt(var + eps) ----
      * out[N,C]; mean[N], rstd[N] saved for backward (overwrites). eps is the
      * model's (model.norm_eps: GPT-2's 1e-5, Hugging Face ViT's 1e-12); the
-     * backward needs only the saved rstd. */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *b, int N, int C, float eps);
-    /* dinp += , dw += , db += */
+     * backward needs only the saved rstd. inp and out: activations of type t. */
+    void (*layernorm_forward)(void *out, float *mean, float *rstd, const void *inp,
+                              const float *w, const float *b, int N, int C, float eps, dt_dtype t);
+    /* dinp += , dw += , db += ; inp of type t */
     void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
-                               const float *inp, const float *w, const float *mean,
-                               const float *rstd, int N, int C);
+                               const void *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C, dt_dtype t);
 
-    /* ---- matmul: out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC] (bias may be NULL) ---- */
-    void (*matmul_forward)(float *out, const float *inp, const float *w, const float *bias,
-                           int N, int IC, int OC);
+    /* ---- matmul: out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC] (bias may be NULL) ----
+     * inp is an activation of type t; out of type out_t: t where the product
+     * is one too (a column-parallel layer's), fp32 where it is summed on
+     * before it is kept (a row-parallel layer's partial sums, logits). */
+    void (*matmul_forward)(void *out, const void *inp, const float *w, const float *bias,
+                           int N, int IC, int OC, dt_dtype t, dt_dtype out_t);
     /* dinp += dout @ w; dw += dout^T @ inp; dbias += colsum(dout). Any of dinp,
      * dw, dbias may be NULL (not needed; w is not read without dinp, inp not
      * without dw). Each is computed on its own, so a call for some of them
      * writes the same bits as the call for all (a zero-bubble pipeline computes
-     * dinp in its B pass and dw, dbias in its W pass). */
+     * dinp in its B pass and dw, dbias in its W pass). inp of type t. */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int IC, int OC);
+                            const void *inp, const float *w, int N, int IC, int OC, dt_dtype t);
 
     /* ---- the MLP's first layer and its activation, fused ----
      * pre = inp @ w^T + bias (matmul_forward's) and out = GELU, tanh
      * approximation, of pre (gelu_forward's); both overwritten, backward
      * needs pre. cuda: one GEMM whose epilogue writes both; cpu: the two ops,
-     * the same bits as calling them. */
-    void (*matmul_gelu_forward)(float *out, float *pre, const float *inp, const float *w,
-                                const float *bias, int N, int IC, int OC);
+     * the same bits as calling them. out, pre, inp of type t; bf16: the GELU
+     * reads the fp32 pre-activation, and both are rounded when stored (as an
+     * epilogue does). */
+    void (*matmul_gelu_forward)(void *out, void *pre, const void *inp, const float *w,
+                                const float *bias, int N, int IC, int OC, dt_dtype t);
     /* Its mirror in backward, for the layer after the GELU: dpre[N, IC] =
      * (dout[N, OC] @ w[OC, IC]) * gelu_tanh'(pre[N, IC]), OVERWRITTEN (the
      * GELU's input gradient; the layer's dw, dbias come from matmul_backward
      * with dinp NULL). cuda: one GEMM whose DGELU epilogue reads pre; cpu:
      * the GEMM then gelu_backward, the same bits as matmul_backward into a
      * zeroed buffer followed by gelu_backward into another. scratch: N * IC
-     * floats for the GEMM's result (overwritten; the cpu uses it). */
+     * floats for the GEMM's result (overwritten; the cpu uses it). pre of
+     * type t. */
     void (*matmul_dgelu_backward)(float *dpre, float *scratch, const float *dout, const float *w,
-                                  const float *pre, int N, int IC, int OC);
+                                  const void *pre, int N, int IC, int OC, dt_dtype t);
 
     /* ---- multi-head attention ----
      * qkv[B,T,3*C] with q = [..., 0:C), k = [C:2C), v = [2C:3C); NH heads of
      * hs = C/NH each (head h uses columns h*hs..h*hs+hs of q, k and v).
      * out[B,T,C] = softmax(q k^T / sqrt(hs) [+ causal mask]) v, heads concatenated.
-     * att[B,NH,T,T] keeps the softmax probabilities for backward. */
-    void (*attention_forward)(float *out, float *att, const float *qkv,
-                              int B, int T, int C, int NH, int causal);
+     * att[B,NH,T,T] keeps the softmax probabilities for backward. out, att
+     * and qkv of type t. */
+    void (*attention_forward)(void *out, void *att, const void *qkv,
+                              int B, int T, int C, int NH, int causal, dt_dtype t);
     /* One new query over a KV cache (decoding): cache[T, 3C] holds q, k, v
      * of positions 0..T-1 laid out as qkv above, the last row the new token;
      * out[C] = the causal attention_forward's row T-1 (the query sees all T
      * keys). scratch: NH * T floats (overwritten). */
     void (*attention_decode)(float *out, float *scratch, const float *cache, int T, int C, int NH);
-    /* dqkv += ; scratch holds at least B*NH*T*T floats (overwritten). */
+    /* dqkv += ; scratch holds at least B*NH*T*T floats (overwritten); qkv
+     * and att of type t. */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
-                               const float *qkv, const float *att,
-                               int B, int T, int C, int NH, int causal);
+                               const void *qkv, const void *att,
+                               int B, int T, int C, int NH, int causal, dt_dtype t);
 
     /* ---- blockwise attention: context parallelism's ring (flash-attention-2
      * style). A block of queries against one block of keys and values; the
@@ -195,10 +217,14 @@ typedef struct dt_ops {
      *   lse  [B, NH, Ts] (sample b, head h at (b*NH + h)*Ts), rows [0, Tq).
      * Mask: query row i sees key row j when !causal or j <= i + shift (shift:
      * the query block's first position minus the key block's). A row that
-     * sees no key gets out 0 and lse -inf.
-     * Forward overwrites out and lse with this block's partial result. */
-    void (*attention_block_forward)(float *out, float *lse, const float *q, const float *kv,
-                                    int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift);
+     * sees no key gets out 0 and lse -inf. q and kv are of type t, out of
+     * type out_t (t when it is the final result, fp32 for a partial that
+     * merges follow; attention_block_merge is fp32).
+     * Forward overwrites out and lse with this block's partial result; the
+     * rows of out it does not compute (Tq..Ts of a sample) stay as they are. */
+    void (*attention_block_forward)(void *out, float *lse, const void *q, const void *kv,
+                                    int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift,
+                                    dt_dtype t, dt_dtype out_t);
     /* (out, lse) <- the softmax over the union of their keys and the
      * partial's (pout, plse; same layout): lse' = log(e^lse + e^plse),
      * out' = out e^(lse - lse') + pout e^(plse - lse'). Rows with plse -inf
@@ -208,24 +234,28 @@ typedef struct dt_ops {
     /* Backward of one block, from the FINAL out and lse of its query rows
      * (merged over every key block) and their gradient dout (layout of out):
      * dq += (layout of q: the q columns of a dqkv buffer), dkv += (layout of
-     * kv). The probabilities are recomputed as exp(q k^T / sqrt(hs) - lse). */
-    void (*attention_block_backward)(float *dq, float *dkv, const float *dout, const float *out,
-                                     const float *lse, const float *q, const float *kv, int B, int Ts,
-                                     int Tq, int Tk, int C, int NH, int causal, int shift);
+     * kv). The probabilities are recomputed as exp(q k^T / sqrt(hs) - lse).
+     * out, q and kv of type t. */
+    void (*attention_block_backward)(float *dq, float *dkv, const float *dout, const void *out,
+                                     const float *lse, const void *q, const void *kv, int B, int Ts,
+                                     int Tq, int Tk, int C, int NH, int causal, int shift, dt_dtype t);
     /* Strided rows: dst[n, 0:W] = src[n, 0:W] (accumulate: +=), rows n < N of
-     * row strides ldd and lds. Packs k and v out of a qkv buffer for the ring
-     * and adds their gradient back into dqkv. */
-    void (*rows_copy)(float *dst, int ldd, const float *src, int lds, int N, int W, int accumulate);
+     * row strides ldd and lds (elements), both of type t (accumulate: fp32
+     * only). Packs k and v out of a qkv buffer for the ring and adds their
+     * gradient back into dqkv. */
+    void (*rows_copy)(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
 
-    /* ---- GELU, tanh approximation (GPT-2's) ---- */
-    void (*gelu_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* ---- GELU, tanh approximation (GPT-2's); out and inp of type t ---- */
+    void (*gelu_forward)(void *out, const void *inp, size_t n, dt_dtype t);
+    void (*gelu_backward)(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);
     /* ---- GELU, exact: 0.5 x (1 + erf(x / sqrt(2))) (BERT's, HF ViT's "gelu") ---- */
-    void (*gelu_erf_forward)(float *out, const float *inp, size_t n);
-    void (*gelu_erf_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_erf_forward)(void *out, const void *inp, size_t n, dt_dtype t);
+    void (*gelu_erf_backward)(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);
 
-    /* ---- residual: out = a + b (out may alias a) ---- */
-    void (*residual_forward)(float *out, const float *a, const float *b, size_t n);
+    /* ---- residual: out = a + b, a fp32 (a branch's output), b and out of
+     * type t (the stream); out may alias a when t is fp32 (then it is also
+     * the plain fp32 sum of two tensors) ---- */
+    void (*residual_forward)(void *out, const float *a, const void *b, size_t n, dt_dtype t);
     /* da += dout; db += dout */
     void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
 

@@ -49,8 +49,8 @@ static void head_forward(float *out, float *att, const float *q, const float *k,
     }
 }
 
-void cpu_attention_forward(float *out, float *att, const float *qkv,
-                           int B, int T, int C, int NH, int causal) {
+static void attention_forward_f32(float *out, float *att, const float *qkv,
+                                  int B, int T, int C, int NH, int causal) {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     int hs = C / NH, C3 = 3 * C;
     if (hs <= 0) return;
@@ -114,9 +114,9 @@ static void head_backward(float *dq, float *dk, float *dv, float *dsc, const flo
     }
 }
 
-void cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
-                            const float *qkv, const float *att,
-                            int B, int T, int C, int NH, int causal) {
+static void attention_backward_f32(float *dqkv, float *scratch, const float *dout,
+                                   const float *qkv, const float *att,
+                                   int B, int T, int C, int NH, int causal) {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
     int hs = C / NH, C3 = 3 * C;
     if (hs <= 0) return;
@@ -133,4 +133,25 @@ void cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
                           T, C, hs, causal);
         }
     }
+}
+
+/* The activations (qkv, out, att) in the run's type (act.c). */
+void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,
+                           dt_dtype t)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    size_t N = (size_t)B * (size_t)T, na = N * (size_t)NH * (size_t)T;
+    float *o = cpu_act_out(0, out, N * (size_t)C, t), *a = cpu_act_out(1, att, na, t);
+    attention_forward_f32(o, a, cpu_act_in(2, qkv, N * 3 * (size_t)C, t), B, T, C, NH, causal);
+    cpu_act_store(out, o, N * (size_t)C, t);
+    cpu_act_store(att, a, na, t);
+}
+
+void cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const void *qkv, const void *att, int B,
+                            int T, int C, int NH, int causal, dt_dtype t)
+{
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    size_t N = (size_t)B * (size_t)T;
+    attention_backward_f32(dqkv, scratch, dout, cpu_act_in(0, qkv, N * 3 * (size_t)C, t),
+                           cpu_act_in(1, att, N * (size_t)NH * (size_t)T, t), B, T, C, NH, causal);
 }

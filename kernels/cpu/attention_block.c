@@ -56,8 +56,8 @@ static void head_forward(float *out, float *lse, float *s, const float *q, const
     }
 }
 
-void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kv, int B, int Ts, int Tq,
-                                 int Tk, int C, int NH, int causal, int shift)
+static void block_forward_f32(float *out, float *lse, const float *q, const float *kv, int B, int Ts, int Tq,
+                              int Tk, int C, int NH, int causal, int shift)
 {
     if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0) return;
     int hs = C / NH;
@@ -146,9 +146,9 @@ static void head_backward(float *dq, float *dk, float *dv, float *s, float *dp, 
     }
 }
 
-void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const float *out, const float *lse,
-                                  const float *q, const float *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                  int causal, int shift)
+static void block_backward_f32(float *dq, float *dkv, const float *dout, const float *out, const float *lse,
+                              const float *q, const float *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
+                              int causal, int shift)
 {
     if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0) return;
     int hs = C / NH;
@@ -169,4 +169,37 @@ void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, cons
             }
         free(s);
     }
+}
+
+/* Elements from a strided operand's pointer to the last one the op reads:
+ * rows [0, rows) of each of B samples of Ts rows, `width` of each row of
+ * `stride` (ops.h's layouts). */
+static size_t span(int B, int Ts, int rows, int stride, int width)
+{
+    if (B <= 0 || rows <= 0) return 0;
+    return ((size_t)(B - 1) * (size_t)Ts + (size_t)(rows - 1)) * (size_t)stride + (size_t)width;
+}
+
+/* The activations (q, kv, out) in the run's type (act.c): q and kv of t,
+ * out of out_t. out's rows past Tq keep their values (widened and rounded
+ * back unchanged). */
+void cpu_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
+                                 int C, int NH, int causal, int shift, dt_dtype t, dt_dtype out_t)
+{
+    if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0) return;
+    size_t no = span(B, Ts, Tq, C, C);
+    float *o = cpu_act_inout(0, out, no, out_t);
+    block_forward_f32(o, lse, cpu_act_in(1, q, span(B, Ts, Tq, 3 * C, C), t),
+                      cpu_act_in(2, kv, span(B, Ts, Tk, 2 * C, 2 * C), t), B, Ts, Tq, Tk, C, NH, causal, shift);
+    cpu_act_store(out, o, no, out_t);
+}
+
+void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
+                                  const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
+                                  int causal, int shift, dt_dtype t)
+{
+    if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0) return;
+    block_backward_f32(dq, dkv, dout, cpu_act_in(0, out, span(B, Ts, Tq, C, C), t), lse,
+                       cpu_act_in(1, q, span(B, Ts, Tq, 3 * C, C), t), cpu_act_in(2, kv, span(B, Ts, Tk, 2 * C, 2 * C), t),
+                       B, Ts, Tq, Tk, C, NH, causal, shift);
 }

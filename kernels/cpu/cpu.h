@@ -1,7 +1,8 @@
 /* cpu.h — the CPU backend's kernels, one op per file (private to kernels/).
  *
  * Each function has exactly the contract of the matching dt_ops entry in
- * kernels/ops.h (fp32, row-major, backward accumulates with +=); ops_cpu.c puts
+ * kernels/ops.h (row-major, backward accumulates with +=; activations of
+ * either type through act.c, the kernels in fp32); ops_cpu.c puts
  * them in the table. Parallelism: OpenMP only (thread count set by
  * dt_ops_set_threads); matrix products are single-threaded OpenBLAS
  * cblas_sgemm calls, split across the OpenMP threads by gemm.c. */
@@ -39,6 +40,23 @@ void cpu_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
 /* Keeps OpenBLAS at one thread (see gemm.c for why). */
 void cpu_blas_single_threaded(void);
 
+/* act.c: an op's activation operand of type t as fp32 (ops.h, dt_dtype).
+ * k: the operand's slot (0..3, one per operand of one op call). in: p itself
+ * (fp32) or its n elements widened into slot k's buffer. out: p itself, or
+ * slot k's buffer to compute into; inout: out, holding p's values (for a
+ * strided result whose gaps must come back unchanged); store: slot k's
+ * buffer f rounded into p (nothing for fp32). The buffer stays valid until
+ * the slot's next use. */
+const float *cpu_act_in(int k, const void *p, size_t n, dt_dtype t);
+float *cpu_act_out(int k, void *p, size_t n, dt_dtype t);
+float *cpu_act_inout(int k, void *p, size_t n, dt_dtype t);
+void cpu_act_store(void *p, const float *f, size_t n, dt_dtype t);
+/* An elementwise op f (fp32) on activations of type t: out = f(inp), and its
+ * backward dinp += f'(inp) dout (fp32 gradients). */
+void cpu_act_map(void (*f)(float *, const float *, size_t), void *out, const void *inp, size_t n, dt_dtype t);
+void cpu_act_map_backward(void (*f)(float *, const float *, const float *, size_t), float *dinp, const void *inp,
+                          const float *dout, size_t n, dt_dtype t);
+
 /* memory.c */
 void *cpu_alloc(size_t bytes);
 void cpu_free(void *p);
@@ -64,53 +82,51 @@ void cpu_patch_backward(float *dw, float *db, const float *dout, const float *im
                         int B, int ch, int S, int P, int C);
 
 /* layernorm.c */
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *b, int N, int C, float eps);
-void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, const float *mean,
-                            const float *rstd, int N, int C);
+void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b,
+                           int N, int C, float eps, dt_dtype t);
+void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w,
+                            const float *mean, const float *rstd, int N, int C, dt_dtype t);
 
 /* matmul.c */
-void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                        int N, int IC, int OC);
-void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                         const float *inp, const float *w, int N, int IC, int OC);
-void cpu_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
-                             const float *bias, int N, int IC, int OC);
-void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w,
-                               const float *pre, int N, int IC, int OC);
+void cpu_matmul_forward(void *out, const void *inp, const float *w, const float *bias, int N, int IC, int OC,
+                        dt_dtype t, dt_dtype out_t);
+void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const float *w,
+                         int N, int IC, int OC, dt_dtype t);
+void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const float *w, const float *bias, int N,
+                             int IC, int OC, dt_dtype t);
+void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w, const void *pre,
+                               int N, int IC, int OC, dt_dtype t);
 /* dbias[o] += sum_i dout[i,o] (shared by matmul and patch). */
 void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC);
 
 /* attention.c */
-void cpu_attention_forward(float *out, float *att, const float *qkv,
-                           int B, int T, int C, int NH, int causal);
+void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,
+                           dt_dtype t);
 void cpu_attention_decode(float *out, float *scratch, const float *cache, int T, int C, int NH);
-void cpu_attention_backward(float *dqkv, float *scratch, const float *dout,
-                            const float *qkv, const float *att,
-                            int B, int T, int C, int NH, int causal);
+void cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const void *qkv, const void *att, int B,
+                            int T, int C, int NH, int causal, dt_dtype t);
 
 /* attention_block.c */
-void cpu_attention_block_forward(float *out, float *lse, const float *q, const float *kv, int B, int Ts, int Tq,
-                                 int Tk, int C, int NH, int causal, int shift);
+void cpu_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
+                                 int C, int NH, int causal, int shift, dt_dtype t, dt_dtype out_t);
 void cpu_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts, int Tq,
                                int C, int NH);
-void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const float *out, const float *lse,
-                                  const float *q, const float *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                  int causal, int shift);
+void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
+                                  const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
+                                  int causal, int shift, dt_dtype t);
 /* rows_copy.c */
-void cpu_rows_copy(float *dst, int ldd, const float *src, int lds, int N, int W, int accumulate);
+void cpu_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
 
 /* gelu.c */
-void cpu_gelu_forward(float *out, const float *inp, size_t n);
-void cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cpu_gelu_forward(void *out, const void *inp, size_t n, dt_dtype t);
+void cpu_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);
 
 /* gelu_erf.c */
-void cpu_gelu_erf_forward(float *out, const float *inp, size_t n);
-void cpu_gelu_erf_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cpu_gelu_erf_forward(void *out, const void *inp, size_t n, dt_dtype t);
+void cpu_gelu_erf_backward(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);
 
 /* residual.c */
-void cpu_residual_forward(float *out, const float *a, const float *b, size_t n);
+void cpu_residual_forward(void *out, const float *a, const void *b, size_t n, dt_dtype t);
 void cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* xent.c */

@@ -12,8 +12,8 @@
 
 #include "kernels/cpu/cpu.h"
 
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *b, int N, int C, float eps) {
+static void layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp,
+                                  const float *w, const float *b, int N, int C, float eps) {
     if (C <= 0) return;
     #pragma omp parallel for if ((size_t)N * C > CPU_PAR_MIN)
     for (int i = 0; i < N; i++) {
@@ -43,9 +43,9 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
  * dx rows are independent; dw and db sum over rows, so each thread sums its
  * rows into a private buffer and the buffers are added in thread order, which
  * keeps the result deterministic for a given thread count. */
-void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                            const float *inp, const float *w, const float *mean,
-                            const float *rstd, int N, int C) {
+static void layernorm_backward_f32(float *dinp, float *dw, float *db, const float *dout,
+                                   const float *inp, const float *w, const float *mean,
+                                   const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     int nthreads = (size_t)N * C > CPU_PAR_MIN ? omp_get_max_threads() : 1;
     float *partial = calloc((size_t)nthreads * 2 * C, sizeof(float));
@@ -88,4 +88,21 @@ void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
         for (int c = 0; c < C; c++) { dw[c] += pdw[c]; db[c] += pdb[c]; }
     }
     free(partial);
+}
+
+/* The activations (inp, out) in the run's type (act.c). */
+void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b,
+                           int N, int C, float eps, dt_dtype t)
+{
+    size_t n = (size_t)N * (size_t)C;
+    float *o = cpu_act_out(0, out, n, t);
+    layernorm_forward_f32(o, mean, rstd, cpu_act_in(1, inp, n, t), w, b, N, C, eps);
+    cpu_act_store(out, o, n, t);
+}
+
+void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w,
+                            const float *mean, const float *rstd, int N, int C, dt_dtype t)
+{
+    size_t n = (size_t)N * (size_t)C;
+    layernorm_backward_f32(dinp, dw, db, dout, cpu_act_in(0, inp, n, t), w, mean, rstd, N, C);
 }

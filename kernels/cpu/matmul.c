@@ -7,8 +7,8 @@
 
 #include "kernels/cpu/cpu.h"
 
-void cpu_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                        int N, int IC, int OC) {
+static void matmul_forward_f32(float *out, const float *inp, const float *w, const float *bias,
+                              int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
     /* Seed out with the bias and let the GEMM add onto it (beta = 1): one
      * pass over out instead of a GEMM pass plus a bias pass. Without a bias,
@@ -48,32 +48,56 @@ void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC) {
  * beta = 1 makes the GEMMs accumulate, as the ops contract requires. Each
  * product is its own GEMM, so asking for some of them (a zero-bubble pipeline's
  * B without dw, its W without dinp) gives the same bits as asking for all. */
-void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                         const float *inp, const float *w, int N, int IC, int OC) {
+static void matmul_backward_f32(float *dinp, float *dw, float *dbias, const float *dout,
+                                const float *inp, const float *w, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
     if (dinp) cpu_sgemm(0, 0, N, IC, OC, 1.0f, dout, OC, w, IC, 1.0f, dinp, IC);
     if (dw) cpu_sgemm(1, 0, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dw, IC);
     if (dbias) cpu_colsum_accumulate(dbias, dout, N, OC);
 }
 
-/* The fused layer's twin (ops.h matmul_gelu_forward): the two ops in turn,
- * so the model's results are the same bits whichever way it calls them. */
-void cpu_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
-                             const float *bias, int N, int IC, int OC)
+/* The activations in the run's type (act.c): inp of type t, out of out_t. */
+void cpu_matmul_forward(void *out, const void *inp, const float *w, const float *bias, int N, int IC, int OC,
+                        dt_dtype t, dt_dtype out_t)
 {
-    cpu_matmul_forward(pre, inp, w, bias, N, IC, OC);
-    cpu_gelu_forward(out, pre, (size_t)N * (size_t)OC);
+    size_t no = (size_t)N * (size_t)OC;
+    float *o = cpu_act_out(0, out, no, out_t);
+    matmul_forward_f32(o, cpu_act_in(1, inp, (size_t)N * (size_t)IC, t), w, bias, N, IC, OC);
+    cpu_act_store(out, o, no, out_t);
+}
+
+/* inp (read for dw only) of type t */
+void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const float *w,
+                         int N, int IC, int OC, dt_dtype t)
+{
+    const float *x = dw ? cpu_act_in(0, inp, (size_t)N * (size_t)IC, t) : NULL;
+    matmul_backward_f32(dinp, dw, dbias, dout, x, w, N, IC, OC);
+}
+
+/* The fused layer's twin (ops.h matmul_gelu_forward): the two ops in turn
+ * on fp32, so the model's results are the same bits whichever way it calls
+ * them in fp32; in bf16 the GELU reads the unrounded pre-activation and both
+ * are rounded when stored, as a GEMM epilogue does. */
+void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const float *w, const float *bias, int N,
+                             int IC, int OC, dt_dtype t)
+{
+    size_t no = (size_t)N * (size_t)OC;
+    float *o = cpu_act_out(0, out, no, t), *p = cpu_act_out(1, pre, no, t);
+    matmul_forward_f32(p, cpu_act_in(2, inp, (size_t)N * (size_t)IC, t), w, bias, N, IC, OC);
+    cpu_gelu_forward(o, p, no, DT_F32);
+    cpu_act_store(out, o, no, t);
+    cpu_act_store(pre, p, no, t);
 }
 
 /* The backward mirror (ops.h matmul_dgelu_backward): the GEMM into the
  * zeroed scratch, then the GELU's backward into the zeroed dpre — the
  * sequence the model ran before the op existed, so the same bits. */
-void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w,
-                               const float *pre, int N, int IC, int OC)
+void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w, const void *pre,
+                               int N, int IC, int OC, dt_dtype t)
 {
     size_t n = (size_t)N * (size_t)IC;
     cpu_zero(scratch, n * sizeof(float));
-    cpu_matmul_backward(scratch, NULL, NULL, dout, NULL, w, N, IC, OC);
+    matmul_backward_f32(scratch, NULL, NULL, dout, NULL, w, N, IC, OC);
     cpu_zero(dpre, n * sizeof(float));
-    cpu_gelu_backward(dpre, pre, scratch, n);
+    cpu_gelu_backward(dpre, pre, scratch, n, t);
 }

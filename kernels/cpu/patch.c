@@ -46,7 +46,7 @@ void cpu_patch_forward(float *out, const float *img, const float *w, const float
     int G = S / P;
     float *patches = patches_of(img, B, ch, S, P);
     if (!patches) return;
-    cpu_matmul_forward(out, patches, w, b, B * G * G, ch * P * P, C);
+    cpu_matmul_forward(out, patches, w, b, B * G * G, ch * P * P, C, DT_F32, DT_F32);
     free(patches);
 }
 
@@ -56,6 +56,6 @@ void cpu_patch_backward(float *dw, float *db, const float *dout, const float *im
     int G = S / P;
     float *patches = patches_of(img, B, ch, S, P);
     if (!patches) return;
-    cpu_matmul_backward(NULL, dw, db, dout, patches, NULL, B * G * G, ch * P * P, C);
+    cpu_matmul_backward(NULL, dw, db, dout, patches, NULL, B * G * G, ch * P * P, C, DT_F32);
     free(patches);
 }

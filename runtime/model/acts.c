@@ -29,7 +29,6 @@ static void *take(bump *b, size_t bytes)
 }
 
 static float *takef(bump *b, size_t n) { return take(b, n * sizeof(float)); }
-static uint16_t *takeh(bump *b, size_t n) { return take(b, n * sizeof(uint16_t)); }
 static int *takei(bump *b, size_t n) { return take(b, n * sizeof(int)); }
 
 static size_t max_sz(size_t x, size_t y) { return x > y ? x : y; }
@@ -43,6 +42,7 @@ typedef struct {
     const model_shard *sh;
     recompute_kind rc;
     int bf16;
+    size_t e; /* bytes of an activation's element (model.act) */
     model_dims d;
     int has_emb, has_head, nb, sp, gpt, cp;
     int lse; /* the attention keeps each row's log-sum-exp (model_attention_lse) */
@@ -73,6 +73,7 @@ static size_t att_scratch_numel(const shape *g, int B)
 static shape shape_of(const job_model *spec, const model_shard *sh, recompute_kind rc, const model_precision *prec)
 {
     shape g = {.spec = spec, .sh = sh, .rc = rc, .bf16 = prec && prec->bf16};
+    g.e = g.bf16 ? sizeof(uint16_t) : sizeof(float);
     model_dims_of(spec, sh, &g.d);
     int L = spec->n_layer;
     g.has_emb = sh->unit_begin == 0;
@@ -95,50 +96,28 @@ static size_t head_chunk_numel(const shape *g, int B)
     return (rows < N ? rows : N) * (size_t)g->d.V_l;
 }
 
-/* One block's fp32 tensors; with `stats` its layernorm statistics and
- * attention log-sum-exp too (a bf16 working set borrows them from the
- * micro-batch's stash instead). */
-static void take_block(bump *b, const shape *g, int B, block_acts *s, float *att_shared, int stats)
+/* One block's tensors (elements of e bytes: the activations' type) and, with
+ * `stats`, its layernorm statistics and attention log-sum-exp (fp32); a
+ * recompute working set without them borrows the stash's (bf16 keeps the
+ * statistics in the stash: they are cheap). */
+static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_shared, int stats)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
-    size_t att = att_numel(g, B);
+    size_t att = att_numel(g, B), e = g->e;
     size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
-    s->ln1 = takef(b, Nl * C);
+    s->ln1 = take(b, Nl * C * e);
     if (stats) s->ln1_mean = takef(b, Nl), s->ln1_rstd = takef(b, Nl);
-    s->qkv = takef(b, N * 3 * C_l);
-    b->attn_in += (Nl * C + N * 3 * C_l) * sizeof(float);
-    b->mlp_in += (Nl * C + 2 * N * F_l) * sizeof(float);
+    s->qkv = take(b, N * 3 * C_l * e);
+    b->attn_in += (Nl * C + N * 3 * C_l) * e;
+    b->mlp_in += (Nl * C + 2 * N * F_l) * e;
     if (g->lse) s->att = stats ? takef(b, att) : NULL; /* the statistic */
-    else s->att = g->rc == RECOMPUTE_SELECTIVE ? att_shared : takef(b, att);
-    s->atty = takef(b, N * C_l);
-    s->r2 = takef(b, Nl * C);
-    s->ln2 = takef(b, Nl * C);
+    else s->att = g->rc == RECOMPUTE_SELECTIVE ? att_shared : take(b, att * e);
+    s->atty = take(b, N * C_l * e);
+    s->r2 = take(b, Nl * C * e);
+    s->ln2 = take(b, Nl * C * e);
     if (stats) s->ln2_mean = takef(b, Nl), s->ln2_rstd = takef(b, Nl);
-    s->fch = takef(b, N * F_l);
-    s->fchg = takef(b, N * F_l);
-}
-
-/* The same tensors in bf16 (statistics fp32), what a bf16 micro-batch keeps. */
-static void take_block16(bump *b, const shape *g, int B, block_stash16 *s)
-{
-    size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
-    size_t att = att_numel(g, B);
-    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
-    b->attn_in += (Nl * C + N * 3 * C_l) * sizeof(uint16_t);
-    b->mlp_in += (Nl * C + 2 * N * F_l) * sizeof(uint16_t);
-    s->ln1 = takeh(b, Nl * C);
-    s->ln1_mean = takef(b, Nl);
-    s->ln1_rstd = takef(b, Nl);
-    s->qkv = takeh(b, N * 3 * C_l);
-    s->att = g->rc == RECOMPUTE_SELECTIVE || g->lse ? NULL : takeh(b, att);
-    s->lse = g->lse ? takef(b, att) : NULL;
-    s->atty = takeh(b, N * C_l);
-    s->r2 = takeh(b, Nl * C);
-    s->ln2 = takeh(b, Nl * C);
-    s->ln2_mean = takef(b, Nl);
-    s->ln2_rstd = takef(b, Nl);
-    s->fch = takeh(b, N * F_l);
-    s->fchg = takeh(b, N * F_l);
+    s->fch = take(b, N * F_l * e);
+    s->fchg = take(b, N * F_l * e);
 }
 
 /* What one micro-batch keeps from its forward for its backward (the stash: a
@@ -157,23 +136,17 @@ static void take_block16(bump *b, const shape *g, int B, block_stash16 *s)
 static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
-    size_t Nl = (size_t)rows_local(&g->d, B);
+    size_t Nl = (size_t)rows_local(&g->d, B), e = g->e;
     int nb = g->nb, ins = g->off ? 1 : nb, kept = ins + g->has_head; /* offloaded: entry 0 stays */
-    if (g->bf16) {
-        a->stream16 = takeh(b, (size_t)kept * Nl * C);
-        if (g->has_head) a->out16 = a->stream16 ? a->stream16 + (size_t)ins * Nl * C : NULL;
-        for (int k = 0; k < blk_sets(nb, g->rc); k++) take_block16(b, g, B, a->blk16 ? &a->blk16[k] : &(block_stash16){0});
-    } else {
-        a->stream = takef(b, (size_t)kept * Nl * C);
-        if (g->has_head) a->out = a->stream ? a->stream + (size_t)ins * Nl * C : NULL;
-        for (int k = 0; k < blk_sets(nb, g->rc); k++)
-            take_block(b, g, B, a->blk ? &a->blk[k] : &(block_acts){0}, a->bs.att_shared, 1);
-    }
+    a->stream = take(b, (size_t)kept * Nl * C * e);
+    if (g->has_head) a->out = a->stream ? (char *)a->stream + (size_t)ins * Nl * C * e : NULL;
+    for (int k = 0; k < blk_sets(nb, g->rc); k++)
+        take_block(b, g, B, a->blk ? &a->blk[k] : &(block_acts){0}, a->bs.att_shared, 1);
     if (g->gpt) {
         if (g->has_emb) a->tokens = takei(b, N);
         if (g->has_head) {
             a->targets = takei(b, N);
-            a->lnf = takef(b, N * C);
+            a->lnf = take(b, N * C * e);
             a->lnf_mean = takef(b, Nl);
             a->lnf_rstd = takef(b, Nl);
             a->rowmax = takef(b, N);
@@ -189,8 +162,8 @@ static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
                                      (size_t)g->spec->image_size);
         if (g->has_head) {
             a->labels = takei(b, Bs);
-            a->cls_x = takef(b, Bs * C);
-            a->lnf = takef(b, Bs * C);
+            a->cls_x = take(b, Bs * C * e);
+            a->lnf = take(b, Bs * C * e);
             a->lnf_mean = takef(b, Bs);
             a->lnf_rstd = takef(b, Bs);
             a->logits = takef(b, Bs * K);
@@ -209,43 +182,34 @@ static void layout_host(const shape *g, int B, model_acts *a, bump *b)
 {
     if (!g->off) return;
     size_t n = (size_t)(g->nb - 1) * (size_t)rows_local(&g->d, B) * (size_t)g->d.C;
-    if (g->bf16) a->hstream16 = takeh(b, n);
-    else a->hstream = takef(b, n);
+    a->hstream = take(b, n * g->e);
 }
 
 /* The one working set a model object shares among all its micro-batches: a
  * stage's output and the output gradient it receives (without the head), the
- * residual gradient, backward scratch, the block set a recompute rebuilds (and,
- * in bf16, the fp32 set a block computes in before its tensors are rounded
- * into the stash), gathers of sequence parallelism, the GPT head's chunk of
- * logits (and their gradient). Micro-batches never compute at the same time,
- * so one serves all. */
+ * residual gradient, backward scratch, the block set a recompute rebuilds,
+ * gathers of sequence parallelism, the GPT head's chunk of logits (and their
+ * gradient). Micro-batches never compute at the same time, so one serves
+ * all. */
 static void layout_work(const shape *g, int B, model_acts *a, bump *b)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
     size_t Nl = (size_t)rows_local(&g->d, B);
     size_t att = att_numel(g, B);
-    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
+    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l, e = g->e;
     int nb = g->nb;
 
-    if (!g->has_head) {
-        if (g->bf16) a->out16 = takeh(b, Nl * C), a->doutput16 = takeh(b, Nl * C);
-        else a->out = takef(b, Nl * C), a->doutput = takef(b, Nl * C);
-    }
+    if (!g->has_head) a->out = take(b, Nl * C * e), a->doutput = take(b, Nl * C * e);
     a->dres = takef(b, Nl * C);
     /* selective (naive attention): one [B, NH_l, seq, seq] for all blocks
      * instead of one each; with the lse kinds there is nothing to share */
-    a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE && !g->lse ? takef(b, att) : NULL;
-    /* the set a block computes in when its micro-batch does not keep an fp32 one */
-    a->work_blk_on = nb > 0 && (g->rc == RECOMPUTE_BLOCK || g->bf16);
-    if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, !g->bf16 || g->rc == RECOMPUTE_BLOCK);
-    if (g->bf16 || g->off) { /* offloaded fp32 blocks compute between these two as well */
-        a->xin = takef(b, Nl * C);
-        a->xout = takef(b, Nl * C);
-    }
-    if (g->bf16) a->dinput16 = g->has_emb ? NULL : takeh(b, Nl * C);
-    /* two, so that one entry crosses while the next block computes */
-    for (int i = 0; i < 2; i++) a->stage16[i] = g->bf16 && g->off ? takeh(b, Nl * C) : NULL;
+    a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE && !g->lse ? take(b, att * e) : NULL;
+    /* the set a block recomputes into (block recompute keeps none per block) */
+    a->work_blk_on = nb > 0 && g->rc == RECOMPUTE_BLOCK;
+    if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, 1);
+    /* offloaded entries: two, so that one crosses while the next block computes */
+    for (int i = 0; i < 2; i++) a->xbuf[i] = g->off ? take(b, Nl * C * e) : NULL;
+    a->dinput = g->bf16 && !g->has_emb ? take(b, Nl * C * e) : NULL;
     a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
     a->bs.dA = nb > 0 ? takef(b, N * max_sz(F_l, 3 * C_l)) : NULL;
     a->bs.dB = nb > 0 ? takef(b, N * max_sz(F_l, C_l)) : NULL;
@@ -301,7 +265,7 @@ static void layout_wkeep(const shape *g, int B, model_acts *a, bump *b)
         }
         if (a) {
             w->dfch = a->blk[k].fch, w->dqkv = a->blk[k].qkv, w->dr2 = a->blk[k].r2;
-            w->dy = k + 1 < g->nb ? a->stream + (size_t)(k + 1) * N * C : a->out;
+            w->dy = k + 1 < g->nb ? (float *)a->stream + (size_t)(k + 1) * N * C : a->out;
         }
         if (k + 1 == g->nb && !g->has_head) w->dy = takef(b, N * C);
     }
@@ -428,15 +392,14 @@ model_acts *model_acts_create(model *m, int B)
      * parallelism uses its 1 / cp of them) */
     size_t N = (size_t)B * (size_t)model_seq_len(&m->spec);
     int sets = blk_sets(m->n_blocks, m->recompute);
-    if (sets && g.bf16) a->blk16 = calloc((size_t)sets, sizeof(block_stash16));
-    else if (sets) a->blk = calloc((size_t)sets, sizeof(block_acts));
+    if (sets) a->blk = calloc((size_t)sets, sizeof(block_acts));
     a->mem = m->ops->alloc(a->bytes ? a->bytes : 1);
     if (z.host) a->host_mem = m->ops->host_alloc(z.host);
     a->host_loss = malloc(N * sizeof(float));
     a->host_dloss = malloc(N * sizeof(float));
     if (m->spec.kind == MODEL_VIT)
         a->host_logits = malloc((size_t)B * (size_t)m->spec.n_classes * sizeof(float));
-    if (!a->mem || (z.host && !a->host_mem) || (sets && !a->blk && !a->blk16) || !a->host_loss || !a->host_dloss ||
+    if (!a->mem || (z.host && !a->host_mem) || (sets && !a->blk) || !a->host_loss || !a->host_dloss ||
         (m->spec.kind == MODEL_VIT && !a->host_logits)) {
         fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activations\n", a->bytes);
         model_acts_destroy(a);
@@ -477,7 +440,6 @@ void model_acts_destroy(model_acts *a)
     if (a->wk_mem) m->ops->free(a->wk_mem);
     free(a->wk);
     free(a->blk);
-    free(a->blk16);
     free(a->host_loss);
     free(a->host_dloss);
     free(a->host_logits);
@@ -489,15 +451,15 @@ void model_acts_destroy(model_acts *a)
 void *model_acts_input(model_acts *a)
 {
     if (a->m->n_blocks == 0 && !a->m->has_head) return model_acts_output(a);
-    return a->m->prec.bf16 ? (void *)a->stream16 : (void *)a->stream;
+    return a->stream;
 }
 
-void *model_acts_output(model_acts *a) { return a->m->prec.bf16 ? (void *)a->out16 : (void *)a->out; }
+void *model_acts_output(model_acts *a) { return a->out; }
 
-void *model_acts_dinput(model_acts *a) { return a->m->prec.bf16 ? (void *)a->dinput16 : (void *)a->dres; }
-void *model_acts_doutput(model_acts *a) { return a->m->prec.bf16 ? (void *)a->doutput16 : (void *)a->doutput; }
+void *model_acts_dinput(model_acts *a) { return a->dinput ? a->dinput : (void *)a->dres; }
+void *model_acts_doutput(model_acts *a) { return a->doutput; }
 
-size_t model_acts_io_elem_size(const model *m) { return m->prec.bf16 ? sizeof(uint16_t) : sizeof(float); }
+size_t model_acts_io_elem_size(const model *m) { return dt_dtype_size(m->act); }
 
 size_t model_acts_io_numel(const model *m, int B)
 {

@@ -30,7 +30,7 @@ static void bind_params(model *m, int unit, block_params *bp, int with_grads)
     }
 }
 
-void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
+void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
                    const block_scratch *s, int B, int recomputing)
 {
     const dt_ops *ops = m->ops;
@@ -38,35 +38,28 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
     const model_dims *d = &m->d;
     int N = B * d->seq, C = d->C, T = d->seq, Nl = rows_local(d, B);
     int causal = m->spec.kind == MODEL_GPT;
-    size_t NlC = (size_t)Nl * (size_t)C;
+    size_t NlC = (size_t)Nl * (size_t)C, NF = (size_t)N * (size_t)d->F_l;
+    dt_dtype t = m->act;
     block_params bp;
     bind_params(m, unit, &bp, 0);
 
-    /* bf16: every tensor backward reads is rounded where it is written, so
-     * matmuls see bf16 inputs (accumulating in fp32) and backward sees what
-     * the stash keeps; statistics stay fp32 */
-    int r16 = m->prec.bf16;
-    size_t NC3 = (size_t)N * 3 * (size_t)d->C_l, NCl = (size_t)N * (size_t)d->C_l, NF = (size_t)N * (size_t)d->F_l;
-    /* naive attention's probabilities are rounded like the tensors; with fused
-     * attention and under context parallelism att is the rows' log-sum-exp, a
-     * statistic, and stays fp32 */
-    size_t att = model_attention_lse(&m->spec, d->cp_size) ? 0 : (size_t)B * (size_t)d->NH_l * (size_t)T * (size_t)T;
+    /* Every tensor the backward reads is written in the activations' type
+     * (bf16: rounded once, where it is written, so the matmuls read bf16
+     * inputs and the backward what the stash keeps); statistics are fp32.
+     * The row layers' output is fp32 (summed over the group first): in fp32
+     * it is written in place of its residual sum, in bf16 into the scratch,
+     * and the residual add rounds the sum. */
     ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C,
-                           model_norm_eps(m));
-    if (r16) ops->round_bf16(a->ln1, NlC);
-    L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l);
-    if (r16) ops->round_bf16(a->qkv, NC3);
-    m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, B, T, d->C_l, d->NH_l, causal);
-    if (r16 && att) ops->round_bf16(a->att, att);
-    if (r16) ops->round_bf16(a->atty, NCl);
-    L->row_forward(L->ctx, a->r2, s->full, a->atty, bp.p[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C);
-    ops->residual_forward(a->r2, a->r2, x, NlC);
-    if (r16) ops->round_bf16(a->r2, NlC);
+                           model_norm_eps(m), t);
+    L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l, t);
+    m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, B, T, d->C_l, d->NH_l, causal, t);
+    float *branch = t == DT_F32 ? (float *)a->r2 : s->dln;
+    L->row_forward(L->ctx, branch, s->full, a->atty, bp.p[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C, t);
+    ops->residual_forward(a->r2, branch, x, NlC, t);
 
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BLK_LN2_W], bp.p[BLK_LN2_B], Nl, C,
-                           model_norm_eps(m));
-    if (r16) ops->round_bf16(a->ln2, NlC);
-    if (m->spec.activation == ACT_GELU || r16) {
+                           model_norm_eps(m), t);
+    if (m->spec.activation == ACT_GELU || t == DT_BF16) {
         /* The exact GELU: no GEMM epilogue computes it. bf16: the GELU reads
          * the pre-activation as kept, rounded, which an epilogue (reading the
          * fp32 accumulator) cannot; fusing there changed the quickstart's
@@ -74,23 +67,23 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
          * with seed 99 both ways are 14-15 % off: a change of trajectory,
          * not of accuracy), so bf16 keeps the two ops until that test
          * compares curves robustly. */
-        L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l);
-        if (r16) ops->round_bf16(a->fch, NF);
+        L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l, t);
         model_gelu_forward(m, a->fchg, a->fch, NF);
     } else {
         /* GPT-2's tanh GELU in the fc GEMM's epilogue (same bits on the CPU) */
         L->column_gelu_forward(L->ctx, a->fchg, a->fch, a->ln2, s->full, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C,
-                               d->F_l);
+                               d->F_l, t);
     }
-    if (r16) ops->round_bf16(a->fchg, NF);
     if (recomputing) return; /* the backward reads nothing past this point */
-    L->row_forward(L->ctx, y, s->full, a->fchg, bp.p[BLK_MPROJ_W], bp.p[BLK_MPROJ_B], N, d->F_l, C);
-    ops->residual_forward(y, y, a->r2, NlC);
+    branch = t == DT_F32 ? (float *)y : s->dln;
+    L->row_forward(L->ctx, branch, s->full, a->fchg, bp.p[BLK_MPROJ_W], bp.p[BLK_MPROJ_B], N, d->F_l, C, t);
+    ops->residual_forward(y, branch, a->r2, NlC, t);
 }
 
-void block_backward(model *m, int unit, float *dres, const float *x, const block_acts *a,
+void block_backward(model *m, int unit, float *dres, const void *x, const block_acts *a,
                     const block_scratch *s, int B, const block_wkeep *keep)
 {
+    dt_dtype t = m->act;
     const dt_ops *ops = m->ops;
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
@@ -116,7 +109,7 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
     if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
     if (m->spec.activation == ACT_GELU) {
         L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
-                        bp.p[BLK_MPROJ_W], N, d->F_l, C);
+                        bp.p[BLK_MPROJ_W], N, d->F_l, C, t);
         ops->zero(dfch, NF * sizeof(float));
         model_gelu_backward(m, dfch, a->fch, dfchg, NF);
     } else {
@@ -125,38 +118,37 @@ void block_backward(model *m, int unit, float *dres, const float *x, const block
          * It reads the kept pre-activation, rounded under bf16 as the GELU's
          * backward always has, so both precisions take it. */
         L->row_dgelu_backward(L->ctx, dfch, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
-                              bp.p[BLK_MPROJ_W], a->fch, N, d->F_l, C);
+                              bp.p[BLK_MPROJ_W], a->fch, N, d->F_l, C, t);
     }
     if (keep) ops->copy(keep->dfch, dfch, NF * sizeof(float));
     /* s->full is free again: dy is used up */
     const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BLK_FC_W], bp.g[BLK_FC_B], dfch, a->ln2,
-                                           s->full, bp.p[BLK_FC_W], N, C, d->F_l);
+                                           s->full, bp.p[BLK_FC_W], N, C, d->F_l, t);
     ops->layernorm_backward(dres, ln2_dw, ln2_db, dln2, a->r2, bp.p[BLK_LN2_W], a->ln2_mean,
-                            a->ln2_rstd, Nl, C);
+                            a->ln2_rstd, Nl, C, t);
 
     /* dres = dL/dr2. r2 = x + attn(x): same pattern. */
     float *datty = s->dB, *dqkv = s->dA;
     size_t NCl = (size_t)N * (size_t)d->C_l;
     if (keep) ops->copy(keep->dr2, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dres, s->full, a->atty,
-                    bp.p[BLK_PROJ_W], N, d->C_l, C);
+                    bp.p[BLK_PROJ_W], N, d->C_l, C, t);
     if (s->att_shared) { /* selective recompute, naive attention (the lse kinds keep no probabilities) */
         /* att_shared holds whichever block's probabilities were computed last:
          * rebuild this block's from its kept qkv (same kernel, same inputs, so
          * the same bits as its forward's). The attention output is not needed
          * again (atty is kept); dA, free until it becomes dqkv below, takes it. */
-        ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, causal);
-        if (m->prec.bf16) ops->round_bf16(s->att_shared, (size_t)B * (size_t)d->NH_l * (size_t)T * (size_t)T);
+        ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, causal, t);
     }
     ops->zero(dqkv, 3 * NCl * sizeof(float));
     m->attn.backward(m->attn.ctx, dqkv, s->att_scratch, datty, a->qkv, a->atty, a->att, B, T, d->C_l, d->NH_l,
-                     causal);
+                     causal, t);
     if (keep) ops->copy(keep->dqkv, dqkv, 3 * NCl * sizeof(float));
     /* s->full is free again: dr2 is used up */
     const float *dln1 = L->column_backward(L->ctx, s->dln, bp.g[BLK_QKV_W], bp.g[BLK_QKV_B], dqkv, a->ln1,
-                                           s->full, bp.p[BLK_QKV_W], N, C, 3 * d->C_l);
+                                           s->full, bp.p[BLK_QKV_W], N, C, 3 * d->C_l, t);
     ops->layernorm_backward(dres, ln1_dw, ln1_db, dln1, x, bp.p[BLK_LN1_W], a->ln1_mean,
-                            a->ln1_rstd, Nl, C);
+                            a->ln1_rstd, Nl, C, t);
     /* before after(BACKWARD): the strategies take the unit's gradients as final there */
     model_ln_grads_finish(m, s, ln_dst, 4);
 }

@@ -17,11 +17,11 @@ void block_backward_weight(model *m, int unit, const block_acts *a, const block_
     const model_dims *d = &m->d;
     int N = B * d->seq, C = d->C;
     ops->matmul_backward(NULL, unit_tensor_grad(m, unit, BLK_MPROJ_W), unit_tensor_grad(m, unit, BLK_MPROJ_B),
-                         k->dy, a->fchg, NULL, N, d->F_l, C);
+                         k->dy, a->fchg, NULL, N, d->F_l, C, m->act);
     ops->matmul_backward(NULL, unit_tensor_grad(m, unit, BLK_FC_W), unit_tensor_grad(m, unit, BLK_FC_B), k->dfch,
-                         a->ln2, NULL, N, C, d->F_l);
+                         a->ln2, NULL, N, C, d->F_l, m->act);
     ops->matmul_backward(NULL, unit_tensor_grad(m, unit, BLK_PROJ_W), unit_tensor_grad(m, unit, BLK_PROJ_B),
-                         k->dr2, a->atty, NULL, N, d->C_l, C);
+                         k->dr2, a->atty, NULL, N, d->C_l, C, m->act);
     ops->matmul_backward(NULL, unit_tensor_grad(m, unit, BLK_QKV_W), unit_tensor_grad(m, unit, BLK_QKV_B),
-                         k->dqkv, a->ln1, NULL, N, C, 3 * d->C_l);
+                         k->dqkv, a->ln1, NULL, N, C, 3 * d->C_l, m->act);
 }

@@ -24,21 +24,21 @@ static void block_step(model *m, model_kv *kv, int b, int pos)
     model_hook_before(m, unit, PHASE_FORWARD);
     const float *ln1w = unit_tensor(m, unit, BLK_LN1_W), *ln1b = unit_tensor(m, unit, BLK_LN1_B);
     float *row = kv->cache[b] + (size_t)pos * 3 * (size_t)d->C_l; /* this position's q, k, v */
-    ops->layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, ln1w, ln1b, 1, C, model_norm_eps(m));
+    ops->layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, ln1w, ln1b, 1, C, model_norm_eps(m), DT_F32);
     L->column_forward(L->ctx, row, kv->ln, NULL, unit_tensor(m, unit, BLK_QKV_W), unit_tensor(m, unit, BLK_QKV_B), 1,
-                      C, 3 * d->C_l);
+                      C, 3 * d->C_l, DT_F32);
     ops->attention_decode(kv->atty, kv->scratch, kv->cache[b], pos + 1, d->C_l, d->NH_l);
     L->row_forward(L->ctx, kv->r2, NULL, kv->atty, unit_tensor(m, unit, BLK_PROJ_W), unit_tensor(m, unit, BLK_PROJ_B),
-                   1, d->C_l, C);
-    ops->residual_forward(kv->r2, kv->r2, kv->x, (size_t)C);
+                   1, d->C_l, C, DT_F32);
+    ops->residual_forward(kv->r2, kv->r2, kv->x, (size_t)C, DT_F32);
     ops->layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->r2, unit_tensor(m, unit, BLK_LN2_W),
-                           unit_tensor(m, unit, BLK_LN2_B), 1, C, model_norm_eps(m));
+                           unit_tensor(m, unit, BLK_LN2_B), 1, C, model_norm_eps(m), DT_F32);
     L->column_forward(L->ctx, kv->fch, kv->ln, NULL, unit_tensor(m, unit, BLK_FC_W), unit_tensor(m, unit, BLK_FC_B), 1,
-                      C, d->F_l);
+                      C, d->F_l, DT_F32);
     model_gelu_forward(m, kv->fchg, kv->fch, (size_t)d->F_l);
     L->row_forward(L->ctx, kv->y, NULL, kv->fchg, unit_tensor(m, unit, BLK_MPROJ_W),
-                   unit_tensor(m, unit, BLK_MPROJ_B), 1, d->F_l, C);
-    ops->residual_forward(kv->y, kv->y, kv->r2, (size_t)C);
+                   unit_tensor(m, unit, BLK_MPROJ_B), 1, d->F_l, C, DT_F32);
+    ops->residual_forward(kv->y, kv->y, kv->r2, (size_t)C, DT_F32);
     model_hook_after(m, unit, PHASE_FORWARD);
     float *t = kv->x; /* the block's output is the next one's input */
     kv->x = kv->y;
@@ -62,8 +62,8 @@ int model_decode_step(model *m, model_kv *kv, int token, float *logits)
     for (int b = 0; b < m->n_blocks; b++) block_step(m, kv, b, pos);
     model_hook_before(m, head, PHASE_FORWARD);
     ops->layernorm_forward(kv->lnf, kv->mean, kv->rstd, kv->x, unit_tensor(m, head, GPT_HEAD_LNF_W),
-                           unit_tensor(m, head, GPT_HEAD_LNF_B), 1, C, model_norm_eps(m));
-    ops->matmul_forward(logits, kv->lnf, unit_tensor(m, head, GPT_HEAD_WTE), NULL, 1, C, d->V_l);
+                           unit_tensor(m, head, GPT_HEAD_LNF_B), 1, C, model_norm_eps(m), DT_F32);
+    ops->matmul_forward(logits, kv->lnf, unit_tensor(m, head, GPT_HEAD_WTE), NULL, 1, C, d->V_l, DT_F32, DT_F32);
     model_hook_after(m, head, PHASE_FORWARD);
     kv->len++;
     return 0;

@@ -74,7 +74,7 @@ void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B)
     size_t TcC = (size_t)d->seq / 2 * (size_t)d->C;
     for (int half = 0; half < 2; half++) {
         float *g = dwpe + (size_t)model_cp_chunk(d->cp_rank, d->cp_size, half) * TcC;
-        m->ops->residual_forward(g, g, a->wpe_l + half * TcC, TcC);
+        m->ops->residual_forward(g, g, a->wpe_l + half * TcC, TcC, DT_F32);
     }
 }
 
@@ -99,13 +99,13 @@ static model_vocab_head vocab_head(model *m, model_acts *a, int B, float *dwte)
     return (model_vocab_head){.B = B, .T = d->seq, .C = d->C, .v0 = d->v0, .V_l = d->V_l,
                               .rows = model_head_chunk_rows(&m->spec),
                               .wte = unit_tensor(m, head, GPT_HEAD_WTE), .dwte = dwte,
-                              .x_rows = a->lnf + rows_first(d, B) * (size_t)d->C, .x = a->lnf,
+                              .t = m->act, .x_rows = act_at(m, a->lnf, rows_first(d, B) * (size_t)d->C), .x = a->lnf,
                               .targets = a->targets, .logits = a->logits, .rowmax = a->rowmax,
                               .sumexp = a->sumexp, .target = a->target, .loss = a->loss,
                               .dloss = a->dloss, .dx = a->bs.dln};
 }
 
-double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const float *x)
+double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const void *x)
 {
     const dt_ops *ops = m->ops;
     const model_layers *L = &m->layers;
@@ -114,10 +114,9 @@ double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const
     int N = batch->B * d->seq, C = d->C, Nl = rows_local(d, batch->B);
     ids_from_batch(m, a->targets, batch->targets, batch->B, batch->on_device);
     /* this rank's rows of lnf; the head gathers every rank's (SP), in place */
-    float *lnf_mine = a->lnf + rows_first(d, batch->B) * (size_t)C;
+    void *lnf_mine = act_at(m, a->lnf, rows_first(d, batch->B) * (size_t)C);
     ops->layernorm_forward(lnf_mine, a->lnf_mean, a->lnf_rstd, x, unit_tensor(m, head, GPT_HEAD_LNF_W),
-                           unit_tensor(m, head, GPT_HEAD_LNF_B), Nl, C, model_norm_eps(m));
-    if (m->prec.bf16) ops->round_bf16(lnf_mine, (size_t)Nl * (size_t)C); /* the LM head's matmul input */
+                           unit_tensor(m, head, GPT_HEAD_LNF_B), Nl, C, model_norm_eps(m), m->act);
     model_vocab_head h = vocab_head(m, a, batch->B, NULL);
     L->head_forward(L->ctx, &h);
     if (batch->loss_sum) { /* kept on the device: the host loop below, there */
@@ -130,7 +129,7 @@ double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const
     return sum;
 }
 
-void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const float *x,
+void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const void *x,
                        float *dres, float loss_scale)
 {
     const dt_ops *ops = m->ops;
@@ -158,6 +157,6 @@ void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const 
     float *ln_dst[2] = {unit_tensor_grad(m, head, GPT_HEAD_LNF_W), unit_tensor_grad(m, head, GPT_HEAD_LNF_B)};
     ops->zero(dres, (size_t)Nl * (size_t)C * sizeof(float));
     ops->layernorm_backward(dres, lng ? lng : ln_dst[0], lng ? lng + C : ln_dst[1], dlnf_mine, x,
-                            unit_tensor(m, head, GPT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, Nl, C);
+                            unit_tensor(m, head, GPT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, Nl, C, m->act);
     model_ln_grads_finish(m, &a->bs, ln_dst, 2);
 }

@@ -8,61 +8,61 @@
  * replaces (model_set_attention; runtime/parallel/cp.c). */
 #include "runtime/model/model_internal.h"
 
-static void column_forward(void *ctx, float *out, const float *in_rows, float *full, const float *w,
-                           const float *b, int N, int IC, int OC)
+static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const float *w, const float *b,
+                           int N, int IC, int OC, dt_dtype t)
 {
     const model *m = ctx;
     (void)full;
-    m->ops->matmul_forward(out, in_rows, w, b, N, IC, OC);
+    m->ops->matmul_forward(out, in_rows, w, b, N, IC, OC, t, t);
 }
 
-static void column_gelu_forward(void *ctx, float *act, float *out, const float *in_rows, float *full,
-                                const float *w, const float *b, int N, int IC, int OC)
+static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_rows, void *full, const float *w,
+                                const float *b, int N, int IC, int OC, dt_dtype t)
 {
     const model *m = ctx;
     (void)full;
-    m->ops->matmul_gelu_forward(act, out, in_rows, w, b, N, IC, OC);
+    m->ops->matmul_gelu_forward(act, out, in_rows, w, b, N, IC, OC, t);
 }
 
 static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
-                                    const float *in_rows, float *full, const float *w, int N, int IC,
-                                    int OC)
+                                    const void *in_rows, void *full, const float *w, int N, int IC, int OC,
+                                    dt_dtype t)
 {
     const model *m = ctx;
     (void)full;
     m->ops->zero(din, (size_t)N * (size_t)IC * sizeof(float));
-    m->ops->matmul_backward(din, dw, db, dout, in_rows, w, N, IC, OC);
+    m->ops->matmul_backward(din, dw, db, dout, in_rows, w, N, IC, OC, t);
     return din;
 }
 
-static void row_forward(void *ctx, float *out_rows, float *full, const float *in, const float *w,
-                        const float *b, int N, int IC, int OC)
+static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const float *w, const float *b,
+                        int N, int IC, int OC, dt_dtype t)
 {
     const model *m = ctx;
     (void)full;
-    m->ops->matmul_forward(out_rows, in, w, b, N, IC, OC);
+    m->ops->matmul_forward(out_rows, in, w, b, N, IC, OC, t, DT_F32);
 }
 
-static void row_backward(void *ctx, float *din, float *dw, float *db, const float *dout_rows,
-                         float *full, const float *in, const float *w, int N, int IC, int OC)
+static void row_backward(void *ctx, float *din, float *dw, float *db, const float *dout_rows, void *full,
+                         const void *in, const float *w, int N, int IC, int OC, dt_dtype t)
 {
     const model *m = ctx;
     (void)full;
     m->ops->zero(din, (size_t)N * (size_t)IC * sizeof(float));
-    m->ops->matmul_backward(din, dw, db, dout_rows, in, w, N, IC, OC);
+    m->ops->matmul_backward(din, dw, db, dout_rows, in, w, N, IC, OC, t);
 }
 
-static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db,
-                               const float *dout_rows, float *full, const float *in, const float *w,
-                               const float *pre, int N, int IC, int OC)
+static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db, const float *dout_rows,
+                               void *full, const void *in, const float *w, const void *pre, int N, int IC, int OC,
+                               dt_dtype t)
 {
     const model *m = ctx;
     (void)full;
-    m->ops->matmul_backward(NULL, dw, db, dout_rows, in, NULL, N, IC, OC);
-    m->ops->matmul_dgelu_backward(dpre, scratch, dout_rows, w, pre, N, IC, OC);
+    m->ops->matmul_backward(NULL, dw, db, dout_rows, in, NULL, N, IC, OC, t);
+    m->ops->matmul_dgelu_backward(dpre, scratch, dout_rows, w, pre, N, IC, OC, t);
 }
 
-static void embedding_forward(void *ctx, float *out_rows, float *full, const int *tokens,
+static void embedding_forward(void *ctx, float *out_rows, void *full, const int *tokens,
                               const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C)
 {
     const model *m = ctx;
@@ -72,7 +72,7 @@ static void embedding_forward(void *ctx, float *out_rows, float *full, const int
 }
 
 static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
-                               float *full, const int *tokens, int v0, int V_l, int B, int T, int C)
+                               void *full, const int *tokens, int v0, int V_l, int B, int T, int C)
 {
     const model *m = ctx;
     (void)full;
@@ -96,9 +96,9 @@ static const float *head_backward(void *ctx, const model_vocab_head *h)
     return h->dx;
 }
 
-static const float *rows_gather(void *ctx, const float *rows, float *full, size_t NC)
+static const void *rows_gather(void *ctx, const void *rows, void *full, size_t NC, dt_dtype t)
 {
-    (void)ctx, (void)full, (void)NC;
+    (void)ctx, (void)full, (void)NC, (void)t;
     return rows;
 }
 
@@ -109,45 +109,47 @@ static void rows_grad_sum(void *ctx, float *buf, size_t n)
 
 /* naive (model.attention): the softmax probabilities materialised and kept
  * as the stat, [B, NH, T, T]; scratch another such for backward. */
-static void naive_forward(void *ctx, float *out, float *stat, float *scratch, const float *qkv, int B, int T, int C,
-                          int NH, int causal)
+static void naive_forward(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
+                          int NH, int causal, dt_dtype t)
 {
     (void)scratch;
-    ((const model *)ctx)->ops->attention_forward(out, stat, qkv, B, T, C, NH, causal);
+    ((const model *)ctx)->ops->attention_forward(out, stat, qkv, B, T, C, NH, causal, t);
 }
 
-static void naive_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *out, const float *stat, int B, int T, int C, int NH, int causal)
+static void naive_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
+                           const void *out, const void *stat, int B, int T, int C, int NH, int causal, dt_dtype t)
 {
     (void)out;
-    ((const model *)ctx)->ops->attention_backward(dqkv, scratch, dout, qkv, stat, B, T, C, NH, causal);
+    ((const model *)ctx)->ops->attention_backward(dqkv, scratch, dout, qkv, stat, B, T, C, NH, causal, t);
 }
 
 /* fused: the blockwise ops context parallelism's ring uses, with one block of
  * every query against every key (Tq = Tk = T, shift 0: causal is the plain
  * mask), so the online softmax runs over the key tiles of one kernel and the
- * stat is each row's log-sum-exp [B, NH, T]. The ops read k and v packed
- * ([rows, 2C], kv_pack's layout), so scratch ([B * T, 4C]) holds them, then
- * their gradient, which goes back into dqkv's k and v columns. */
-static void fused_forward(void *ctx, float *out, float *stat, float *scratch, const float *qkv, int B, int T, int C,
-                          int NH, int causal)
+ * stat is each row's log-sum-exp [B, NH, T] (fp32). The ops read k and v
+ * packed ([rows, 2C], kv_pack's layout, of the activations' type), so scratch
+ * ([B * T, 4C] floats) holds them, then their gradient (fp32, from float
+ * 2 B T C on), which goes back into dqkv's k and v columns. */
+static void fused_forward(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
+                          int NH, int causal, dt_dtype t)
 {
-    const dt_ops *ops = ((const model *)ctx)->ops;
+    const model *m = ctx;
     int N = B * T, C2 = 2 * C, C3 = 3 * C;
-    ops->rows_copy(scratch, C2, qkv + C, C3, N, C2, 0);
-    ops->attention_block_forward(out, stat, qkv, scratch, B, T, T, T, C, NH, causal, 0);
+    m->ops->rows_copy(scratch, C2, act_at(m, qkv, (size_t)C), C3, N, C2, 0, t);
+    m->ops->attention_block_forward(out, stat, qkv, scratch, B, T, T, T, C, NH, causal, 0, t, t);
 }
 
-static void fused_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                           const float *out, const float *stat, int B, int T, int C, int NH, int causal)
+static void fused_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
+                           const void *out, const void *stat, int B, int T, int C, int NH, int causal, dt_dtype t)
 {
-    const dt_ops *ops = ((const model *)ctx)->ops;
+    const model *m = ctx;
+    const dt_ops *ops = m->ops;
     int N = B * T, C2 = 2 * C, C3 = 3 * C;
     float *kv = scratch, *dkv = scratch + (size_t)N * (size_t)C2;
-    ops->rows_copy(kv, C2, qkv + C, C3, N, C2, 0);
+    ops->rows_copy(kv, C2, act_at(m, qkv, (size_t)C), C3, N, C2, 0, t);
     ops->zero(dkv, (size_t)N * (size_t)C2 * sizeof(float));
-    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, B, T, T, T, C, NH, causal, 0);
-    ops->rows_copy(dqkv + C, C3, dkv, C2, N, C2, 1);
+    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, B, T, T, T, C, NH, causal, 0, t);
+    ops->rows_copy(dqkv + C, C3, dkv, C2, N, C2, 1, DT_F32);
 }
 
 void model_local_attention(model *m, model_attention *out)

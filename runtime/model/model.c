@@ -60,6 +60,7 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     m->ops = ops;
     if (prec) m->prec = *prec;
     m->prec.grad_bf16 = m->prec.bf16 && m->prec.grad_bf16;
+    m->act = m->prec.bf16 ? DT_BF16 : DT_F32;
     model_local_layers(m, &m->layers);
     model_local_attention(m, &m->attn);
     m->recompute = recompute;
@@ -230,7 +231,7 @@ void unit_grad_add(model *m, int unit, int i, const float *src, size_t n)
 {
     if (!m->prec.grad_bf16 || unit == m->wg_unit) {
         float *g = unit_tensor_grad(m, unit, i);
-        m->ops->residual_forward(g, g, src, n);
+        m->ops->residual_forward(g, g, src, n, DT_F32);
         return;
     }
     int k = unit - m->shard.unit_begin;
@@ -291,7 +292,7 @@ void model_ln_grads_finish(model *m, const block_scratch *s, float *const *dst, 
     if (m->d.sp_size == 1) return;
     size_t C = (size_t)m->d.C;
     m->layers.rows_grad_sum(m->layers.ctx, s->ln_grads, (size_t)n * C);
-    for (int i = 0; i < n; i++) m->ops->residual_forward(dst[i], dst[i], s->ln_grads + (size_t)i * C, C);
+    for (int i = 0; i < n; i++) m->ops->residual_forward(dst[i], dst[i], s->ln_grads + (size_t)i * C, C, DT_F32);
 }
 
 void model_hook_before(model *m, int unit, model_phase phase)
@@ -341,29 +342,30 @@ void model_hook_after(model *m, int unit, model_phase phase)
 }
 
 /* The residual stream entering the k-th block held (k = n_blocks: leaving the
- * last). Strided by the capacity, not the batch: model_acts_output must not move
- * when a smaller batch (the last of an evaluation) passes through. */
-static float *stream_at(model_acts *a, int k)
+ * last), of the activations' type. Strided by the capacity, not the batch:
+ * model_acts_output must not move when a smaller batch (the last of an
+ * evaluation) passes through. */
+static void *stream_at(model_acts *a, int k)
 {
     if (k == a->m->n_blocks) return a->out;
-    return a->stream + (size_t)k * model_acts_io_numel(a->m, a->B);
+    return act_at(a->m, a->stream, (size_t)k * model_acts_io_numel(a->m, a->B));
 }
 
 /* train.offload: activations (model_precision.acts_on_host): the stream
  * entering blocks 1 .. n-1 lives in host memory. Entry k passes through
- * working buffer k % 2 (fp32: xin / xout, where the blocks compute; bf16: a
- * bf16 stage) and crosses on the copy queue (ops->copy_start), so that it
- * travels while the next block computes: down after the block that wrote it,
- * and up again (prefetched one block ahead) before the recompute of the block
- * that reads it. A buffer is reused only once its last copy has finished. */
+ * working buffer xbuf[k % 2] and crosses on the copy queue (ops->copy_start),
+ * so that it travels while the next block computes: down after the block that
+ * wrote it, and up again (prefetched one block ahead) before the recompute of
+ * the block that reads it. A buffer is reused only once its last copy has
+ * finished. */
 static int stream_offloaded(const model_acts *a, int k)
 {
-    return (a->hstream || a->hstream16) && k > 0 && k < a->m->n_blocks;
+    return a->hstream && k > 0 && k < a->m->n_blocks;
 }
 
-static size_t host_entry(const model_acts *a, int k)
+static void *host_entry(const model_acts *a, int k)
 {
-    return (size_t)(k - 1) * model_acts_io_numel(a->m, a->B);
+    return act_at(a->m, a->hstream, (size_t)(k - 1) * model_acts_io_numel(a->m, a->B));
 }
 
 /* Working buffer k % 2, once no copy uses it any more. */
@@ -372,8 +374,7 @@ static void *work_buffer(model_acts *a, int k)
     int i = k % 2;
     a->m->ops->copy_finish(a->pend[i]);
     a->pend[i] = NULL;
-    if (a->hstream16) return a->stage16[i];
-    return i ? a->xout : a->xin;
+    return a->xbuf[i];
 }
 
 /* Every copy done (the end of a forward: the host then holds every entry). */
@@ -389,37 +390,34 @@ static void copies_finish(model_acts *a)
 static void stream_prefetch(model_acts *a, int k, size_t n)
 {
     if (!stream_offloaded(a, k)) return;
-    size_t e = a->hstream16 ? sizeof(uint16_t) : sizeof(float);
     void *dst = work_buffer(a, k);
-    const void *src = a->hstream16 ? (const void *)(a->hstream16 + host_entry(a, k))
-                                   : (const void *)(a->hstream + host_entry(a, k));
-    a->pend[k % 2] = a->m->ops->copy_start(dst, src, n * e);
+    a->pend[k % 2] = a->m->ops->copy_start(dst, host_entry(a, k), n * dt_dtype_size(a->m->act));
 }
 
-/* fp32: where the block before entry k writes it: the stash, or (offloaded)
- * its working buffer. */
-static float *stream_dst(model_acts *a, int k)
+/* Where the block before entry k writes it: the stash, or (offloaded) its
+ * working buffer. */
+static void *stream_dst(model_acts *a, int k)
 {
     return stream_offloaded(a, k) ? work_buffer(a, k) : stream_at(a, k);
 }
 
-/* fp32: entry k, just written at y (n floats), starts down to the host when
- * it lives there. */
-static void stream_keep(model_acts *a, int k, const float *y, size_t n)
+/* Entry k, just written at y (n elements), starts down to the host when it
+ * lives there. */
+static void stream_keep(model_acts *a, int k, const void *y, size_t n)
 {
     if (stream_offloaded(a, k))
-        a->pend[k % 2] = a->m->ops->copy_start(a->hstream + host_entry(a, k), y, n * sizeof(float));
+        a->pend[k % 2] = a->m->ops->copy_start(host_entry(a, k), y, n * dt_dtype_size(a->m->act));
 }
 
-/* fp32: entry k for its block's backward: the stash's, or its working buffer
- * once the prefetch has landed. */
-static const float *stream_get(model_acts *a, int k)
+/* Entry k for its block's backward: the stash's, or its working buffer once
+ * the prefetch has landed. */
+static const void *stream_get(model_acts *a, int k)
 {
     return stream_offloaded(a, k) ? work_buffer(a, k) : stream_at(a, k);
 }
 
-/* The set block k computes in: its own kept one (fp32), or the shared working
- * set (block recompute; bf16, where the statistics stay in the stash). */
+/* The set block k computes in: its own kept one, or the shared working set
+ * (block recompute, which rebuilds it from the block's input). */
 static block_acts acts_of_block(model_acts *a, int k)
 {
     if (!a->work_blk_on) {
@@ -427,87 +425,7 @@ static block_acts acts_of_block(model_acts *a, int k)
         if (a->bs.att_shared) w.att = a->bs.att_shared; /* selective: it may have moved (naive only) */
         return w;
     }
-    block_acts w = a->work_blk;
-    if (a->blk16) {
-        const block_stash16 *s = &a->blk16[k];
-        w.ln1_mean = s->ln1_mean, w.ln1_rstd = s->ln1_rstd;
-        w.ln2_mean = s->ln2_mean, w.ln2_rstd = s->ln2_rstd;
-        if (s->lse) w.att = s->lse; /* fused attention, context parallelism: the statistic, kept fp32 */
-    }
-    return w;
-}
-
-/* bf16: block k's rounded tensors into the stash after its forward (exact:
- * block_forward rounded them already), and back before its backward. */
-typedef struct {
-    float *f;
-    uint16_t *h;
-    size_t n;
-} act_pair;
-
-static int block_pairs(model *m, model_acts *a, int k, const block_acts *w, act_pair *out)
-{
-    const model_dims *d = &m->d;
-    const block_stash16 *s = &a->blk16[k];
-    size_t B = (size_t)a->B, N = B * (size_t)d->seq, C = (size_t)d->C, Nl = (size_t)rows_local(d, a->B);
-    size_t att = B * (size_t)d->NH_l * (size_t)d->seq * (size_t)d->seq;
-    int n = 0;
-    out[n++] = (act_pair){w->ln1, s->ln1, Nl * C};
-    out[n++] = (act_pair){w->qkv, s->qkv, N * 3 * (size_t)d->C_l};
-    if (s->att) out[n++] = (act_pair){w->att, s->att, att};
-    out[n++] = (act_pair){w->atty, s->atty, N * (size_t)d->C_l};
-    out[n++] = (act_pair){w->r2, s->r2, Nl * C};
-    out[n++] = (act_pair){w->ln2, s->ln2, Nl * C};
-    out[n++] = (act_pair){w->fch, s->fch, N * (size_t)d->F_l};
-    out[n++] = (act_pair){w->fchg, s->fchg, N * (size_t)d->F_l};
-    return n;
-}
-
-static void block_stash(model *m, model_acts *a, int k, const block_acts *w)
-{
-    act_pair p[8];
-    int n = block_pairs(m, a, k, w, p);
-    for (int i = 0; i < n; i++) m->ops->to_bf16(p[i].h, p[i].f, p[i].n);
-}
-
-static void block_unstash(model *m, model_acts *a, int k, const block_acts *w)
-{
-    act_pair p[8];
-    int n = block_pairs(m, a, k, w, p);
-    for (int i = 0; i < n; i++) m->ops->from_bf16(p[i].f, p[i].h, p[i].n);
-}
-
-/* bf16: stream entry k of the stash (strided by the capacity, as stream_at). */
-static uint16_t *stream16_at(model_acts *a, int k)
-{
-    if (k == a->m->n_blocks) return a->out16;
-    return a->stream16 + (size_t)k * model_acts_io_numel(a->m, a->B);
-}
-
-/* bf16: entry k from y (n floats), rounded into the stash, or (offloaded)
- * rounded into its stage and started down to the host. */
-static void stream16_put(model_acts *a, int k, const float *y, size_t n)
-{
-    const dt_ops *ops = a->m->ops;
-    if (!stream_offloaded(a, k)) {
-        ops->to_bf16(stream16_at(a, k), y, n);
-        return;
-    }
-    uint16_t *stage = work_buffer(a, k);
-    ops->to_bf16(stage, y, n);
-    a->pend[k % 2] = ops->copy_start(a->hstream16 + host_entry(a, k), stage, n * sizeof(uint16_t));
-}
-
-/* bf16: entry k widened into x (n floats), from the stash or (offloaded) its
- * stage once the prefetch has landed. */
-static void stream16_get(model_acts *a, int k, float *x, size_t n)
-{
-    const dt_ops *ops = a->m->ops;
-    if (!stream_offloaded(a, k)) {
-        ops->from_bf16(x, stream16_at(a, k), n);
-        return;
-    }
-    ops->from_bf16(x, work_buffer(a, k), n);
+    return a->work_blk;
 }
 
 static int batch_size(const model_acts *a, const model_batch *batch)
@@ -546,113 +464,34 @@ static double head_forward(model *m, model_acts *a, const model_batch *batch, co
     return loss;
 }
 
-/* Mixed precision: every block computes in fp32 on the working set; what it
- * keeps is rounded to bf16 where it is written (block.c) and stored in the
- * stash; the residual stream is rounded at every block boundary and kept in
- * bf16. */
-static double forward_bf16(model *m, model_acts *a, const model_batch *batch, int *correct)
-{
-    const dt_ops *ops = m->ops;
-    int B = batch->B;
-    size_t n = model_acts_io_numel(m, B);
-    float *x = a->xin, *y = a->xout;
-    if (m->has_emb) {
-        model_hook_before(m, 0, PHASE_FORWARD);
-        unit_begin(m, 0, PHASE_FORWARD);
-        if (m->spec.kind == MODEL_GPT) gpt_embedding_forward(m, a, batch, x);
-        else vit_embedding_forward(m, a, batch, x);
-        ops->round_bf16(x, n);
-        ops->to_bf16(stream16_at(a, 0), x, n);
-        model_hook_after(m, 0, PHASE_FORWARD);
-    } else {
-        ops->from_bf16(x, stream16_at(a, 0), n);
-    }
-    for (int k = 0; k < m->n_blocks; k++) {
-        int u = m->first_block + k;
-        block_acts w = acts_of_block(a, k);
-        model_hook_before(m, u, PHASE_FORWARD);
-        unit_begin(m, u, PHASE_FORWARD);
-        block_forward(m, u, x, y, &w, &a->bs, B, 0);
-        ops->round_bf16(y, n);
-        stream16_put(a, k + 1, y, n);
-        if (m->recompute != RECOMPUTE_BLOCK) block_stash(m, a, k, &w);
-        model_hook_after(m, u, PHASE_FORWARD);
-        float *t = x;
-        x = y, y = t;
-    }
-    copies_finish(a);
-    double loss = 0;
-    if (m->has_head) {
-        loss = head_forward(m, a, batch, x, correct);
-    }
-    return loss;
-}
-
-/* The mirror image: the residual gradient is fp32 in the working set, rounded
- * to bf16 at every block boundary (what a pipeline stage sends). */
-static void backward_bf16(model *m, model_acts *a, const model_batch *batch, float loss_scale, int split)
-{
-    const dt_ops *ops = m->ops;
-    int B = batch->B, L = m->spec.n_layer;
-    size_t n = model_acts_io_numel(m, B);
-    int tied_here = a->tied_dwte != NULL;
-    float *x = a->xin;
-    stream_prefetch(a, m->n_blocks - 1, n); /* travels during the head's backward */
-    if (m->has_head) {
-        model_hook_before(m, L + 1, PHASE_BACKWARD);
-        unit_begin(m, L + 1, PHASE_BACKWARD);
-        ops->from_bf16(x, stream16_at(a, m->n_blocks), n);
-        if (m->spec.kind == MODEL_GPT) gpt_head_backward(m, a, batch, x, a->dres, loss_scale);
-        else vit_head_backward(m, a, batch, x, a->dres, loss_scale);
-        ops->round_bf16(a->dres, n);
-        unit_grads_end(m, L + 1);
-        if (!tied_here && !split) model_hook_after(m, L + 1, PHASE_BACKWARD);
-    } else {
-        ops->from_bf16(a->dres, a->doutput16, n);
-    }
-    for (int k = m->n_blocks - 1; k >= 0; k--) {
-        int u = m->first_block + k;
-        block_acts w = acts_of_block(a, k);
-        model_hook_before(m, u, PHASE_BACKWARD);
-        unit_begin(m, u, PHASE_BACKWARD);
-        stream16_get(a, k, x, n);
-        stream_prefetch(a, k - 1, n); /* travels during this block's backward */
-        if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &w, &a->bs, B, 1);
-        else block_unstash(m, a, k, &w);
-        block_backward(m, u, a->dres, x, &w, &a->bs, B, split ? &a->wk[k] : NULL);
-        ops->round_bf16(a->dres, n);
-        unit_grads_end(m, u);
-        if (!split) model_hook_after(m, u, PHASE_BACKWARD);
-    }
-    if (m->has_emb) {
-        embedding_backward(m, a, B, tied_here, split);
-    } else {
-        ops->to_bf16(a->dinput16, a->dres, n);
-    }
-    if (tied_here && !split) model_hook_after(m, L + 1, PHASE_BACKWARD);
-}
-
+/* Mixed precision needs no path of its own: every tensor is written in the
+ * activations' type (model.act), so under bf16 each is rounded once where it
+ * is written (the ops round what they store, block.c) and the blocks read the
+ * stash directly. The embedding computes in fp32 (into dres, free in
+ * forward) and is rounded into the stream; the residual gradient is fp32,
+ * rounded to bf16 at every block boundary (what a pipeline stage sends). */
 double model_forward(model *m, model_acts *a, const model_batch *batch, int *correct)
 {
     int B = batch_size(a, batch);
     check_layers(m);
     if (correct) *correct = 0;
-    if (m->prec.bf16) return forward_bf16(m, a, batch, correct);
+    size_t io = model_acts_io_numel(m, B);
     if (m->has_emb) {
         model_hook_before(m, 0, PHASE_FORWARD);
         unit_begin(m, 0, PHASE_FORWARD);
-        if (m->spec.kind == MODEL_GPT) gpt_embedding_forward(m, a, batch, stream_at(a, 0));
-        else vit_embedding_forward(m, a, batch, stream_at(a, 0));
+        float *e = m->act == DT_F32 ? stream_at(a, 0) : a->dres;
+        if (m->spec.kind == MODEL_GPT) gpt_embedding_forward(m, a, batch, e);
+        else vit_embedding_forward(m, a, batch, e);
+        if (m->act != DT_F32) m->ops->to_bf16(stream_at(a, 0), e, io);
         model_hook_after(m, 0, PHASE_FORWARD);
     }
-    size_t io = model_acts_io_numel(m, B);
-    const float *x = stream_at(a, 0);
+    const void *x = stream_at(a, 0);
     for (int k = 0; k < m->n_blocks; k++) {
         int u = m->first_block + k;
         model_hook_before(m, u, PHASE_FORWARD);
         unit_begin(m, u, PHASE_FORWARD);
         block_acts w = acts_of_block(a, k);
-        float *y = stream_dst(a, k + 1);
+        void *y = stream_dst(a, k + 1);
         block_forward(m, u, x, y, &w, &a->bs, B, 0);
         stream_keep(a, k + 1, y, io);
         model_hook_after(m, u, PHASE_FORWARD);
@@ -671,40 +510,44 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
  * too (and the head's part to unit 0's): both copies then carry the full tied
  * gradient every micro-batch, and the optimizer keeps them equal. The hooks stay
  * nested: before(L+1) ... before(0) after(0) after(L+1). */
-static void backward_fp32(model *m, model_acts *a, const model_batch *batch, float loss_scale, int split)
+static void backward(model *m, model_acts *a, const model_batch *batch, float loss_scale, int split)
 {
-    int B = batch->B, L = m->spec.n_layer;
+    const dt_ops *ops = m->ops;
+    int B = batch->B, L = m->spec.n_layer, r16 = m->act == DT_BF16;
     size_t io = model_acts_io_numel(m, B);
     int tied_here = a->tied_dwte != NULL;
     stream_prefetch(a, m->n_blocks - 1, io); /* travels during the head's backward */
     if (m->has_head) {
         model_hook_before(m, L + 1, PHASE_BACKWARD);
         unit_begin(m, L + 1, PHASE_BACKWARD);
-        const float *x = stream_at(a, m->n_blocks);
+        const void *x = stream_at(a, m->n_blocks);
         if (m->spec.kind == MODEL_GPT) gpt_head_backward(m, a, batch, x, a->dres, loss_scale);
         else vit_head_backward(m, a, batch, x, a->dres, loss_scale);
+        if (r16) ops->round_bf16(a->dres, io);
         /* tied: the embedding adds to the head's wte later, straight into its
          * gradients (gpt_tied_grads_finish) */
         unit_grads_end(m, L + 1);
         if (!tied_here && !split) model_hook_after(m, L + 1, PHASE_BACKWARD);
+    } else if (r16) {
+        ops->from_bf16(a->dres, a->doutput, io);
     } else {
-        m->ops->copy(a->dres, a->doutput, io * sizeof(float));
+        ops->copy(a->dres, a->doutput, io * sizeof(float));
     }
     for (int k = m->n_blocks - 1; k >= 0; k--) {
         int u = m->first_block + k;
         block_acts ba = acts_of_block(a, k);
         model_hook_before(m, u, PHASE_BACKWARD);
         unit_begin(m, u, PHASE_BACKWARD);
-        const float *x = stream_get(a, k);
+        const void *x = stream_get(a, k);
         stream_prefetch(a, k - 1, io); /* travels during this block's backward */
         if (m->recompute == RECOMPUTE_BLOCK) block_forward(m, u, x, NULL, &ba, &a->bs, B, 1);
         block_backward(m, u, a->dres, x, &ba, &a->bs, B, split ? &a->wk[k] : NULL);
+        if (r16) ops->round_bf16(a->dres, io);
         unit_grads_end(m, u);
         if (!split) model_hook_after(m, u, PHASE_BACKWARD);
     }
-    if (m->has_emb) {
-        embedding_backward(m, a, B, tied_here, split);
-    }
+    if (m->has_emb) embedding_backward(m, a, B, tied_here, split);
+    else if (r16) ops->to_bf16(a->dinput, a->dres, io);
     if (tied_here && !split) model_hook_after(m, L + 1, PHASE_BACKWARD);
 }
 
@@ -712,8 +555,7 @@ void model_backward(model *m, model_acts *a, const model_batch *batch, float los
 {
     batch_size(a, batch);
     check_layers(m);
-    if (m->prec.bf16) backward_bf16(m, a, batch, loss_scale, 0);
-    else backward_fp32(m, a, batch, loss_scale, 0);
+    backward(m, a, batch, loss_scale, 0);
 }
 
 static void check_split(const model_acts *a, const char *what)
@@ -728,8 +570,7 @@ void model_backward_input(model *m, model_acts *a, const model_batch *batch, flo
     batch_size(a, batch);
     check_layers(m);
     check_split(a, "model_backward_input");
-    if (m->prec.bf16) backward_bf16(m, a, batch, loss_scale, 1);
-    else backward_fp32(m, a, batch, loss_scale, 1);
+    backward(m, a, batch, loss_scale, 1);
 }
 
 /* The hooks' order is model_backward's: head (unless tied here), blocks
@@ -743,7 +584,6 @@ void model_backward_weight(model *m, model_acts *a, const model_batch *batch)
     for (int k = m->n_blocks - 1; k >= 0; k--) {
         int u = m->first_block + k;
         block_acts w = acts_of_block(a, k);
-        if (a->blk16) block_unstash(m, a, k, &w); /* the kept inputs, widened again */
         unit_grads_begin(m, u);
         block_backward_weight(m, u, &w, &a->wk[k], B);
         unit_grads_end(m, u);

@@ -181,8 +181,9 @@ typedef struct {
     int rows;               /* rows per chunk (model_head_chunk_rows); the last may be short */
     const float *wte;       /* [V_l, C] */
     float *dwte;            /* [V_l, C] backward: accumulates */
-    const float *x_rows;    /* the final layernorm's output: this rank's rows of x */
-    float *x;               /* [N, C] all of it (forward fills it from x_rows; x_rows
+    dt_dtype t;             /* x's type (the run's activations) */
+    const void *x_rows;     /* the final layernorm's output: this rank's rows of x */
+    void *x;                /* [N, C] all of it (forward fills it from x_rows; x_rows
                                is x itself, or its part, without sequence parallelism) */
     const int *targets;     /* [N] (< 0: no loss) */
     float *logits;          /* [min(rows, N), V_l] one chunk's logits; in backward,
@@ -224,52 +225,56 @@ void model_vocab_head_backward_local(const dt_ops *ops, const model_vocab_head *
  * rows_local of the N) and passes `full`, a [N, C] scratch a layer gathers into
  * or reduces from; without it `*_rows` are all N rows and `full` may be NULL.
  * Linear layers compute out[N, OC] = in[N, IC] w^T + b (ops->matmul_forward)
- * with this rank's w [OC, IC] and b [OC]; backward accumulates dw, db. */
+ * with this rank's w [OC, IC] and b [OC]; backward accumulates dw, db.
+ * Types (ops.h): the activations (the layers' inputs, a column layer's
+ * output and GELU) are of type t, the run's; gradients and a row layer's
+ * output (summed over the group before anything keeps it) are fp32. `full`
+ * holds whichever its use gathers or sums (t or fp32: sized for fp32). */
 typedef struct {
     void *ctx;
     /* Column-parallel (OC: this rank's output features): in gathered from
      * in_rows, out local. */
-    void (*column_forward)(void *ctx, float *out, const float *in_rows, float *full, const float *w,
-                           const float *b, int N, int IC, int OC);
+    void (*column_forward)(void *ctx, void *out, const void *in_rows, void *full, const float *w,
+                           const float *b, int N, int IC, int OC, dt_dtype t);
     /* column_forward, then act = GELU (tanh approximation) of out, fused
      * where the backend fuses them (ops->matmul_gelu_forward). */
-    void (*column_gelu_forward)(void *ctx, float *act, float *out, const float *in_rows, float *full,
-                                const float *w, const float *b, int N, int IC, int OC);
+    void (*column_gelu_forward)(void *ctx, void *act, void *out, const void *in_rows, void *full,
+                                const float *w, const float *b, int N, int IC, int OC, dt_dtype t);
     /* din [N, IC] is zeroed and receives the input gradient summed over the tp
      * group; returns this rank's rows of it (din itself without SP). in_rows are
      * gathered into full again when they are rows. */
     const float *(*column_backward)(void *ctx, float *din, float *dw, float *db, const float *dout,
-                                    const float *in_rows, float *full, const float *w, int N, int IC,
-                                    int OC);
+                                    const void *in_rows, void *full, const float *w, int N, int IC,
+                                    int OC, dt_dtype t);
     /* Row-parallel (IC: this rank's input features): the sum over the group of
      * the local products, b added once, into this rank's rows out_rows. */
-    void (*row_forward)(void *ctx, float *out_rows, float *full, const float *in, const float *w,
-                        const float *b, int N, int IC, int OC);
+    void (*row_forward)(void *ctx, float *out_rows, void *full, const void *in, const float *w,
+                        const float *b, int N, int IC, int OC, dt_dtype t);
     /* dout_rows gathered (into full) when they are rows; din [N, IC] is zeroed
      * and receives this rank's input gradient. */
     void (*row_backward)(void *ctx, float *din, float *dw, float *db, const float *dout_rows,
-                         float *full, const float *in, const float *w, int N, int IC, int OC);
+                         void *full, const void *in, const float *w, int N, int IC, int OC, dt_dtype t);
     /* row_backward of a layer whose input is gelu_tanh(pre), its input
      * gradient taken through the GELU: dpre [N, IC] = din * gelu'(pre)
      * (overwritten), fused where the backend fuses them
      * (ops->matmul_dgelu_backward); scratch: [N, IC] floats, overwritten. */
     void (*row_dgelu_backward)(void *ctx, float *dpre, float *scratch, float *dw, float *db,
-                               const float *dout_rows, float *full, const float *in, const float *w,
-                               const float *pre, int N, int IC, int OC);
+                               const float *dout_rows, void *full, const void *in, const float *w,
+                               const void *pre, int N, int IC, int OC, dt_dtype t);
     /* Vocabulary-split token embedding plus position embedding wpe [T, C]:
      * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)). */
-    void (*embedding_forward)(void *ctx, float *out_rows, float *full, const int *tokens,
+    void (*embedding_forward)(void *ctx, float *out_rows, void *full, const int *tokens,
                               const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C);
     void (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
-                               float *full, const int *tokens, int v0, int V_l, int B, int T, int C);
+                               void *full, const int *tokens, int v0, int V_l, int B, int T, int C);
     /* The LM head's logits and the cross-entropy's per-token loss (h->loss),
      * chunk by chunk (model_vocab_head), keeping the rows' statistics. */
     void (*head_forward)(void *ctx, const model_vocab_head *h);
     /* d(x) summed over the group into h->dx; returns this rank's rows of it. */
     const float *(*head_backward)(void *ctx, const model_vocab_head *h);
-    /* The whole [N, C] tensor from this rank's rows: rows itself, or gathered
-     * into full (returned) under sequence parallelism. */
-    const float *(*rows_gather)(void *ctx, const float *rows, float *full, size_t NC);
+    /* The whole [N, C] tensor of type t from this rank's rows: rows itself,
+     * or gathered into full (returned) under sequence parallelism. */
+    const void *(*rows_gather)(void *ctx, const void *rows, void *full, size_t NC, dt_dtype t);
     /* Sequence parallelism only: a replicated tensor's gradient computed from
      * this rank's rows, n floats, summed over the group in place. */
     void (*rows_grad_sum)(void *ctx, float *buf, size_t n);
@@ -288,14 +293,16 @@ typedef struct {
  * probabilities [B, NH, T, T]. scratch (forward and backward, shared by all
  * blocks): fused without cp [B * T, 4C] floats (k and v packed for the
  * blockwise ops, then their gradient), naive [B, NH, T, T] (backward only),
- * NULL under context parallelism (the ring brings its own). */
+ * NULL under context parallelism (the ring brings its own).
+ * qkv and out are activations of type t (ops.h); so are naive's
+ * probabilities; the log-sum-exp is fp32. */
 typedef struct {
     void *ctx;
-    void (*forward)(void *ctx, float *out, float *stat, float *scratch, const float *qkv, int B, int T, int C,
-                    int NH, int causal);
+    void (*forward)(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
+                    int NH, int causal, dt_dtype t);
     /* dqkv += */
-    void (*backward)(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                     const float *out, const float *stat, int B, int T, int C, int NH, int causal);
+    void (*backward)(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
+                     const void *out, const void *stat, int B, int T, int C, int NH, int causal, dt_dtype t);
 } model_attention;
 
 /* What the model computes in (train.precision, train.grad_dtype). fp32: every

@@ -67,6 +67,7 @@ struct model {
     const dt_ops *ops;
     recompute_kind recompute;
     model_precision prec;
+    dt_dtype act;          /* the activations' type (ops.h): bf16 under mixed precision */
     model_hooks hooks;
     model_layers layers;   /* the tp layers, or the plain local ones (local_layers.c) */
     model_attention attn;  /* the cp ring, or the local attention (local_layers.c) */
@@ -108,13 +109,19 @@ void unit_grad_add(model *m, int unit, int i, const float *src, size_t n);
 
 /* The MLP's GELU (model.activation: tanh, or exact erf) and the layernorms'
  * eps (model.norm_eps), as the job says. */
-static inline void model_gelu_forward(const model *m, float *out, const float *inp, size_t n)
+static inline void model_gelu_forward(const model *m, void *out, const void *inp, size_t n)
 {
-    (m->spec.activation == ACT_GELU ? m->ops->gelu_erf_forward : m->ops->gelu_forward)(out, inp, n);
+    (m->spec.activation == ACT_GELU ? m->ops->gelu_erf_forward : m->ops->gelu_forward)(out, inp, n, m->act);
 }
-static inline void model_gelu_backward(const model *m, float *dinp, const float *inp, const float *dout, size_t n)
+static inline void model_gelu_backward(const model *m, float *dinp, const void *inp, const float *dout, size_t n)
 {
-    (m->spec.activation == ACT_GELU ? m->ops->gelu_erf_backward : m->ops->gelu_backward)(dinp, inp, dout, n);
+    (m->spec.activation == ACT_GELU ? m->ops->gelu_erf_backward : m->ops->gelu_backward)(dinp, inp, dout, n,
+                                                                                           m->act);
+}
+/* p advanced by n elements of the activations' type */
+static inline void *act_at(const model *m, const void *p, size_t n)
+{
+    return p ? (char *)p + n * dt_dtype_size(m->act) : NULL;
 }
 static inline float model_norm_eps(const model *m) { return (float)job_model_norm_eps(&m->spec); }
 
@@ -128,30 +135,25 @@ void model_hook_before(model *m, int unit, model_phase phase);
 void model_hook_after(model *m, int unit, model_phase phase);
 
 /* What one transformer block keeps from its forward for its backward. N_l:
- * the rows this rank holds (rows_local: N, or N / tp with sequence parallelism). */
+ * the rows this rank holds (rows_local: N, or N / tp with sequence parallelism).
+ * The tensors are activations of the model's type (model.act: fp32, or bf16
+ * under mixed precision, each rounded once where it is written); the
+ * statistics are fp32. */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd; /* [N_l,C], [N_l], [N_l] */
-    float *qkv;                       /* [N, 3*C_l] */
-    float *att;                       /* the attention's stat (model_attention): naive,
-                                         [B, NH_l, seq, seq] softmax probabilities (selective
-                                         recompute: block_scratch.att_shared); fused or
-                                         context parallelism, [B, NH_l, seq] log-sum-exp */
-    float *atty;                      /* [N, C_l] attention output, before proj */
-    float *r2;                        /* [N_l,C] x + attention branch */
-    float *ln2, *ln2_mean, *ln2_rstd; /* [N_l,C], [N_l], [N_l] */
-    float *fch, *fchg;                /* [N, F_l] fc output, after GELU */
+    void *ln1;                        /* [N_l,C] */
+    float *ln1_mean, *ln1_rstd;       /* [N_l], [N_l] */
+    void *qkv;                        /* [N, 3*C_l] */
+    void *att;                        /* the attention's stat (model_attention): naive,
+                                         [B, NH_l, seq, seq] softmax probabilities, of the
+                                         activations' type (selective recompute:
+                                         block_scratch.att_shared); fused or context
+                                         parallelism, [B, NH_l, seq] log-sum-exp, fp32 */
+    void *atty;                       /* [N, C_l] attention output, before proj */
+    void *r2;                         /* [N_l,C] x + attention branch */
+    void *ln2;                        /* [N_l,C] */
+    float *ln2_mean, *ln2_rstd;       /* [N_l], [N_l] */
+    void *fch, *fchg;                 /* [N, F_l] fc output, after GELU */
 } block_acts;
-
-/* A block's tensors as a bf16 micro-batch keeps them (model_precision.bf16):
- * the same as block_acts, rounded to bf16, statistics fp32. att (naive
- * attention's probabilities) is NULL under selective recompute and where the
- * attention keeps the rows' log-sum-exp (fused, context parallelism): a
- * statistic, lse, fp32, which the block writes and reads in place. */
-typedef struct {
-    uint16_t *ln1, *qkv, *att, *atty, *r2, *ln2, *fch, *fchg;
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd;
-    float *lse;
-} block_stash16;
 
 /* What a block's weight gradients need besides the inputs its micro-batch keeps
  * anyway (ln1, atty, ln2, fchg): its four matmuls' output gradients, kept from
@@ -171,19 +173,23 @@ typedef struct {
  * do not overlap: dA holds d(gelu out) and later d(qkv); dB holds d(fc out)
  * and later d(attention out). */
 typedef struct {
-    float *dln;         /* [N,C]  d(ln1 or ln2 output), also the head's d(lnf) */
+    float *dln;         /* [N,C]  d(ln1 or ln2 output), also the head's d(lnf); in
+                           forward the row layers' fp32 output before the residual
+                           add (the branch, [N_l, C]) */
     float *dA;          /* [N, max(F_l, 3*C_l)] */
     float *dB;          /* [N, max(F_l, C_l)] */
     float *att_scratch; /* the attention's (model_attention): naive [B, NH_l, seq, seq],
-                           fused [N, 4 C_l] (k, v packed, then their gradient),
+                           fused [N, 4 C_l] floats (k, v packed in the activations'
+                           type, then their gradient, fp32, from float 2 N C_l on),
                            NULL under context parallelism */
     /* selective recompute with naive attention only (else NULL): [B, NH_l, seq, seq] the softmax
      * probabilities of every block, each block_acts.att pointing here. A block's
      * forward writes them and the next block's overwrites them, so its backward
-     * recomputes them from its kept qkv before the attention backward. */
-    float *att_shared;
+     * recomputes them from its kept qkv before the attention backward. Of
+     * the activations' type. */
+    void *att_shared;
     /* sequence parallelism only (else NULL): */
-    float *full;        /* [N,C] gathered rows (layernorm outputs, the stream's
+    void *full;         /* [N,C] floats: gathered rows (layernorm outputs, the stream's
                            gradient) and row-parallel partial sums; the embedding's
                            and the ViT head's whole stream */
     float *ln_grads;    /* [4*C] a unit's layernorm gradients of one micro-batch
@@ -208,42 +214,36 @@ struct model_acts {
     void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash */
     size_t bytes;
     size_t kept_attn_in, kept_mlp_in; /* model_acts_kept */
-    /* ---- stash, fp32 ---- */
-    float *stream;      /* [N_l,C] entering each block held, then (with the head) the head */
+    /* ---- stash (tensors of the activations' type, model.act) ---- */
+    void *stream;       /* [N_l,C] entering each block held, then (with the head) the head */
     block_acts *blk;    /* one set per block held (none with block recompute) */
-    /* ---- stash, bf16 (model_precision.bf16; then the fp32 two above are NULL) ---- */
-    uint16_t *stream16;
-    block_stash16 *blk16;
     /* ---- stash in host memory (model_precision.acts_on_host): the stream
-     * entering blocks 1 .. n-1 (stream / stream16 then hold entry 0 only) ---- */
+     * entering blocks 1 .. n-1 (stream then holds entry 0 only) ---- */
     void *host_mem;     /* one ops->host_alloc of model_acts_sizes().host */
-    float *hstream;
-    uint16_t *hstream16;
-    uint16_t *stage16[2]; /* bf16: [N_l,C] in the working set, where an entry
-                             is rounded before it crosses (and widened after) */
-    void *pend[2];      /* the copy (ops->copy_start) still using working buffer
-                           k % 2: xin / xout (fp32) or stage16 (bf16) */
+    void *hstream;
+    void *xbuf[2];      /* [N_l,C] in the working set: where an offloaded entry
+                           is written before it crosses down, and lands when it
+                           comes back up */
+    void *pend[2];      /* the copy (ops->copy_start) still using xbuf[k % 2] */
     /* The stream leaving the shard: with the head the stash's last entry (the
      * head's input), without it the working set's (sent, or copied by the next
      * chunk, before the chunk's next forward). */
-    float *out;
-    uint16_t *out16;
+    void *out;
     /* ---- working set (shared) ---- */
-    float *doutput;     /* [N_l,C] received from the next stage (NULL with the head) */
-    uint16_t *doutput16;
-    float *dres;        /* [N_l,C] the residual gradient, propagated in place (fp32: dinput) */
-    block_acts work_blk; /* the set a block computes in: block recompute, or bf16 (whose
-                            tensors are rounded into blk16 after forward and widened
-                            back before backward) */
+    void *doutput;      /* [N_l,C] received from the next stage (NULL with the head) */
+    float *dres;        /* [N_l,C] the residual gradient, fp32, propagated in place (the
+                           input gradient a stage sends in fp32); in bf16 also the
+                           embedding's fp32 output before it is rounded into the stream */
+    void *dinput;       /* bf16: [N_l,C] the input gradient a stage sends, rounded */
+    block_acts work_blk; /* the set a block computes in under block recompute */
     int work_blk_on;
-    float *xin, *xout;  /* bf16: [N_l,C] a block's input and output in fp32 */
-    uint16_t *dinput16; /* bf16: [N_l,C] the input gradient a stage sends */
     block_scratch bs;
     /* GPT embedding */
     int *tokens;        /* [N] device copy of the batch's tokens */
     /* GPT head */
     int *targets;       /* [N] */
-    float *lnf, *lnf_mean, *lnf_rstd;   /* [N,C] (ViT: [B,C]), [N_l], [N_l] (ViT: [B]) */
+    void *lnf;          /* [N,C] (ViT: [B,C]), activations' type */
+    float *lnf_mean, *lnf_rstd;         /* [N_l], [N_l] (ViT: [B]) */
     float *logits;      /* GPT: [min(head rows, N), V_l] one chunk, in the working set
                            (model_vocab_head); ViT: [B, n_classes] in the stash */
     float *rowmax, *sumexp, *target, *loss, *dloss; /* [N] (ViT: [B]) */
@@ -257,7 +257,7 @@ struct model_acts {
     float *cls_tmp;     /* [B, C] class-token rows (embedding backward) */
     /* ViT head */
     int *labels;        /* [B] */
-    float *cls_x;       /* [B, C] the class-token rows of the last stream */
+    void *cls_x;        /* [B, C] the class-token rows of the last stream (activations' type) */
     float *dcls_x;      /* [B, C] */
     /* host mirrors (malloc, not device memory) */
     float *host_loss;   /* [N] */
@@ -271,7 +271,7 @@ struct model_acts {
 
 /* Block forward: y = block(x). With `recomputing` it stops once the tensors its
  * backward reads exist (the MLP projection's output y is not needed then). */
-void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
+void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
                    const block_scratch *s, int B, int recomputing);
 /* Block backward: dres holds dL/dy on entry and dL/dx on return (in place).
  * keep NULL: everything, weight gradients included. Else the B pass of a
@@ -279,7 +279,7 @@ void block_forward(model *m, int unit, const float *x, float *y, block_acts *a,
  * whose output gradients go to keep for block_backward_weight (the layernorms'
  * weight gradients stay here: they come out of the pass that makes the input
  * gradient, and deferring them would keep two more [N, C] per block). */
-void block_backward(model *m, int unit, float *dres, const float *x, const block_acts *a,
+void block_backward(model *m, int unit, float *dres, const void *x, const block_acts *a,
                     const block_scratch *s, int B, const block_wkeep *keep);
 /* The W pass: the four matmuls' weight and bias gradients from keep and the
  * block's kept inputs (block_weight.c). Local on every layer without sequence
@@ -289,8 +289,8 @@ void block_backward_weight(model *m, int unit, const block_acts *a, const block_
 /* GPT unit 0 and head (gpt.c). */
 void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out);
 void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B);
-double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const float *x);
-void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const float *x,
+double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const void *x);
+void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const void *x,
                        float *dres, float loss_scale);
 /* With the embedding and the tied head in one object: both wte copies get the
  * micro-batch's whole wte gradient (see model_backward). */
@@ -299,9 +299,9 @@ void gpt_tied_grads_finish(model *m, model_acts *a);
 /* ViT unit 0 and head (vit.c). */
 void vit_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out);
 void vit_embedding_backward(model *m, model_acts *a, const float *dres, int B);
-double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const float *x,
+double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const void *x,
                         int *correct);
-void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const float *x,
+void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const void *x,
                        float *dres, float loss_scale);
 
 #endif

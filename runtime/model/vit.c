@@ -14,13 +14,14 @@
  * rows only) is cut to the rank's rows. So both compute what they compute without SP, on every rank. */
 #include "runtime/model/model_internal.h"
 
-/* rows[b, :] <-> stream[b, pos, :] for b < B (rows are [B, n*C], n positions) */
-static void gather_positions(const dt_ops *ops, float *rows, const float *stream, int B, int seq,
-                             int pos, int n, int C)
+/* rows[b, :] <-> stream[b, pos, :] for b < B (rows are [B, n*C], n
+ * positions), elements of e bytes */
+static void gather_positions(const dt_ops *ops, void *rows, const void *stream, int B, int seq, int pos, int n,
+                             int C, size_t e)
 {
     for (int b = 0; b < B; b++)
-        ops->copy(rows + (size_t)b * n * C, stream + ((size_t)b * seq + pos) * C,
-                  (size_t)n * C * sizeof(float));
+        ops->copy((char *)rows + (size_t)b * n * C * e, (const char *)stream + ((size_t)b * seq + pos) * C * e,
+                  (size_t)n * C * e);
 }
 
 static void scatter_positions(const dt_ops *ops, float *stream, const float *rows, int B, int seq,
@@ -60,18 +61,18 @@ void vit_embedding_backward(model *m, model_acts *a, const float *dres, int B)
     const job_model *s = &m->spec;
     const model_dims *d = &m->d;
     int C = d->C;
-    dres = m->layers.rows_gather(m->layers.ctx, dres, a->bs.full, (size_t)B * (size_t)d->seq * (size_t)C);
+    dres = m->layers.rows_gather(m->layers.ctx, dres, a->bs.full, (size_t)B * (size_t)d->seq * (size_t)C, DT_F32);
     ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_POS), dres, B, d->seq, C);
     /* patch_out is free after the forward: reuse it for the patches' gradient */
-    gather_positions(ops, a->patch_out, dres, B, d->seq, 1, d->NP, C);
+    gather_positions(ops, a->patch_out, dres, B, d->seq, 1, d->NP, C, sizeof(float));
     ops->patch_backward(unit_tensor_grad(m, 0, VIT_EMB_PATCH_W), unit_tensor_grad(m, 0, VIT_EMB_PATCH_B),
                         a->patch_out, a->images, B, s->channels, s->image_size, s->patch_size, C);
     /* dcls = sum over samples of the class-token rows: posadd_backward with T = 1 */
-    gather_positions(ops, a->cls_tmp, dres, B, d->seq, 0, 1, C);
+    gather_positions(ops, a->cls_tmp, dres, B, d->seq, 0, 1, C, sizeof(float));
     ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_CLS), a->cls_tmp, B, 1, C);
 }
 
-double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const float *x,
+double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const void *x,
                         int *correct)
 {
     const dt_ops *ops = m->ops;
@@ -79,14 +80,13 @@ double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const
     int B = batch->B, C = m->d.C, K = m->spec.n_classes;
     if (batch->on_device) ops->copy(a->labels, batch->labels, (size_t)B * sizeof(int));
     else ops->from_host(a->labels, batch->labels, (size_t)B * sizeof(int));
-    x = m->layers.rows_gather(m->layers.ctx, x, a->bs.full, (size_t)B * (size_t)m->d.seq * (size_t)C);
-    gather_positions(ops, a->cls_x, x, B, m->d.seq, 0, 1, C);
+    x = m->layers.rows_gather(m->layers.ctx, x, a->bs.full, (size_t)B * (size_t)m->d.seq * (size_t)C, m->act);
+    gather_positions(ops, a->cls_x, x, B, m->d.seq, 0, 1, C, dt_dtype_size(m->act));
     ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->cls_x,
                            unit_tensor(m, head, VIT_HEAD_LNF_W), unit_tensor(m, head, VIT_HEAD_LNF_B),
-                           B, C, model_norm_eps(m));
-    if (m->prec.bf16) ops->round_bf16(a->lnf, (size_t)B * (size_t)C); /* the classifier's matmul input */
+                           B, C, model_norm_eps(m), m->act);
     ops->matmul_forward(a->logits, a->lnf, unit_tensor(m, head, VIT_HEAD_W),
-                        unit_tensor(m, head, VIT_HEAD_B), B, C, K);
+                        unit_tensor(m, head, VIT_HEAD_B), B, C, K, m->act, DT_F32);
     /* the classifier is replicated: no tp reductions between these */
     ops->xent_stats(a->rowmax, a->sumexp, a->target, a->logits, a->labels, 0, B, K);
     ops->xent_loss(a->loss, a->rowmax, a->sumexp, a->target, a->labels, B);
@@ -112,7 +112,7 @@ double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const
     return sum;
 }
 
-void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const float *x,
+void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const void *x,
                        float *dres, float loss_scale)
 {
     const dt_ops *ops = m->ops;
@@ -130,11 +130,11 @@ void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const 
     float *dlnf = a->bs.dln;
     ops->zero(dlnf, BC * sizeof(float));
     ops->matmul_backward(dlnf, unit_tensor_grad(m, head, VIT_HEAD_W), unit_tensor_grad(m, head, VIT_HEAD_B),
-                         a->dlogits, a->lnf, unit_tensor(m, head, VIT_HEAD_W), B, C, K);
+                         a->dlogits, a->lnf, unit_tensor(m, head, VIT_HEAD_W), B, C, K, m->act);
     ops->zero(a->dcls_x, BC * sizeof(float));
     ops->layernorm_backward(a->dcls_x, unit_tensor_grad(m, head, VIT_HEAD_LNF_W),
                             unit_tensor_grad(m, head, VIT_HEAD_LNF_B), dlnf, a->cls_x,
-                            unit_tensor(m, head, VIT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, B, C);
+                            unit_tensor(m, head, VIT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, B, C, m->act);
     /* only the class tokens feed the head: every other position's gradient is 0;
      * of the class-token rows, those among this rank's rows (all without SP) */
     const model_dims *d = &m->d;

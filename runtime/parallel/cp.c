@@ -56,7 +56,8 @@ struct cp_ring {
     size_t cap_cols;  /* C_l */
     size_t cap_lse;   /* B * NH_l * T_local */
     float *mem;
-    float *buf[2];    /* [cap_rows, 4 C_l]: kv (2 C_l per row) then dkv (2 C_l per row) */
+    float *buf[2];    /* [cap_rows, 4 C_l] floats: kv (2 C_l per row, the activations'
+                         type) then dkv (2 C_l fp32 per row) */
     float *pout;      /* [cap_rows, C_l] a block's partial output */
     float *plse;      /* [cap_lse] its log-sum-exp */
 };
@@ -67,15 +68,16 @@ typedef struct {
     comm_req *send, *recv;
 } cp_xfer;
 
-static cp_xfer xfer_start(cp_ring *g, const float *send, float *recv, size_t n, const char *what)
+static cp_xfer xfer_start(cp_ring *g, const void *send, void *recv, size_t n, dt_dtype t, const char *what)
 {
-    cp_xfer t = {NULL, NULL};
-    strat_ctx *x = g->x;
-    if (x->failed) return t;
-    int rc = comm_recv_async(g->c, recv, n, COMM_F32, g->prev, &t.recv);
-    if (rc == COMM_OK) rc = comm_send_async(g->c, send, n, COMM_F32, g->next, &t.send);
-    strat_fail(x, g->c, rc, what);
-    return t;
+    cp_xfer x = {NULL, NULL};
+    strat_ctx *s = g->x;
+    if (s->failed) return x;
+    comm_dtype dt = t == DT_BF16 ? COMM_BF16 : COMM_F32;
+    int rc = comm_recv_async(g->c, recv, n, dt, g->prev, &x.recv);
+    if (rc == COMM_OK) rc = comm_send_async(g->c, send, n, dt, g->next, &x.send);
+    strat_fail(s, g->c, rc, what);
+    return x;
 }
 
 static void xfer_wait(cp_ring *g, cp_xfer *t, const char *what)
@@ -95,77 +97,89 @@ static void check_fits(const cp_ring *g, int B, int T, int C, int NH)
     abort();
 }
 
-static void ring_forward(void *ctx, float *out, float *lse, float *scratch, const float *qkv, int B, int T, int C,
-                         int NH, int causal)
+/* p advanced by n elements of type t */
+static const void *at(const void *p, size_t n, dt_dtype t) { return (const char *)p + n * dt_dtype_size(t); }
+
+/* kv (the activations' type t) travels in the first half of a buffer; the
+ * second half (fp32) carries its gradient in backward, and in forward under
+ * bf16 the result's fp32 accumulator (buf[0]'s: it stays put while the
+ * buffers swap), rounded into out once every block is merged. */
+static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, const void *qkv, int B, int T, int C,
+                         int NH, int causal, dt_dtype t)
 {
     cp_ring *g = ctx;
     (void)scratch; /* NULL: the ring's own buffers */
     const dt_ops *ops = g->ops;
     check_fits(g, B, T, C, NH);
     int N = B * T, C2 = 2 * C, C3 = 3 * C;
+    size_t half = g->cap_rows * 2 * g->cap_cols;
+    float *lse = lse_v, *out = t == DT_F32 ? (float *)out_t : g->buf[0] + half;
     float *cur = g->buf[0], *nxt = g->buf[1];
-    ops->rows_copy(cur, C2, qkv + C, C3, N, C2, 0);
+    ops->rows_copy(cur, C2, at(qkv, (size_t)C, t), C3, N, C2, 0, t);
     int init[2] = {0, 0}; /* the result rows of each local chunk hold a first block */
     for (int i = 0; i < g->size; i++) {
         int s = (g->rank - i + g->size) % g->size;
-        cp_xfer t = {NULL, NULL};
-        if (i < g->size - 1) t = xfer_start(g, cur, nxt, (size_t)N * C2, "cp ring: kv");
+        cp_xfer x = {NULL, NULL};
+        if (i < g->size - 1) x = xfer_start(g, cur, nxt, (size_t)N * C2, t, "cp ring: kv");
         cp_block blk[4];
         int nb = cp_blocks(g->rank, s, g->size, T, causal, blk);
         for (int k = 0; k < nb; k++) {
             const cp_block *b = &blk[k];
             int h = b->q_row == 0 ? 0 : 1;
-            const float *q = qkv + (size_t)b->q_row * C3, *kv = cur + (size_t)b->k_row * C2;
+            const void *q = at(qkv, (size_t)b->q_row * C3, t), *kv = at(cur, (size_t)b->k_row * C2, t);
             if (!init[h]) {
                 ops->attention_block_forward(out + (size_t)b->q_row * C, lse + b->q_row, q, kv, B, T, b->q_rows,
-                                             b->k_rows, C, NH, b->causal, b->shift);
+                                             b->k_rows, C, NH, b->causal, b->shift, t, DT_F32);
                 init[h] = 1;
                 if (b->q_rows == T) init[1] = 1;
                 continue;
             }
             ops->attention_block_forward(g->pout + (size_t)b->q_row * C, g->plse + b->q_row, q, kv, B, T,
-                                         b->q_rows, b->k_rows, C, NH, b->causal, b->shift);
+                                         b->q_rows, b->k_rows, C, NH, b->causal, b->shift, t, DT_F32);
             ops->attention_block_merge(out + (size_t)b->q_row * C, lse + b->q_row, g->pout + (size_t)b->q_row * C,
                                        g->plse + b->q_row, B, T, b->q_rows, C, NH);
         }
-        xfer_wait(g, &t, "cp ring: kv");
+        xfer_wait(g, &x, "cp ring: kv");
         float *tmp = cur;
         cur = nxt, nxt = tmp;
     }
+    if (t != DT_F32) ops->to_bf16(out_t, out, (size_t)N * (size_t)C);
 }
 
-static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                          const float *out, const float *lse, int B, int T, int C, int NH, int causal)
+static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
+                          const void *out, const void *lse_v, int B, int T, int C, int NH, int causal, dt_dtype t)
 {
     cp_ring *g = ctx;
     const dt_ops *ops = g->ops;
     (void)scratch;
     check_fits(g, B, T, C, NH);
+    const float *lse = lse_v;
     size_t N = (size_t)B * (size_t)T, C2 = 2 * (size_t)C, C3 = 3 * (size_t)C, half = g->cap_rows * C2;
     float *cur = g->buf[0], *nxt = g->buf[1];
-    ops->rows_copy(cur, (int)C2, qkv + C, (int)C3, (int)N, (int)C2, 0);
+    ops->rows_copy(cur, (int)C2, at(qkv, (size_t)C, t), (int)C3, (int)N, (int)C2, 0, t);
     ops->zero(cur + half, N * C2 * sizeof(float));
     for (int i = 0; i < g->size; i++) {
         int s = (g->rank - i + g->size) % g->size;
-        cp_xfer t = {NULL, NULL};
-        if (i < g->size - 1) t = xfer_start(g, cur, nxt, N * C2, "cp ring: kv (backward)");
+        cp_xfer x = {NULL, NULL};
+        if (i < g->size - 1) x = xfer_start(g, cur, nxt, N * C2, t, "cp ring: kv (backward)");
         cp_block blk[4];
         int nb = cp_blocks(g->rank, s, g->size, T, causal, blk);
         for (int k = 0; k < nb; k++) {
             const cp_block *b = &blk[k];
             ops->attention_block_backward(dqkv + (size_t)b->q_row * C3, cur + half + (size_t)b->k_row * C2,
-                                          dout + (size_t)b->q_row * C, out + (size_t)b->q_row * C, lse + b->q_row,
-                                          qkv + (size_t)b->q_row * C3, cur + (size_t)b->k_row * C2, B, T, b->q_rows,
-                                          b->k_rows, C, NH, b->causal, b->shift);
+                                          dout + (size_t)b->q_row * C, at(out, (size_t)b->q_row * C, t),
+                                          lse + b->q_row, at(qkv, (size_t)b->q_row * C3, t),
+                                          at(cur, (size_t)b->k_row * C2, t), B, T, b->q_rows, b->k_rows, C, NH,
+                                          b->causal, b->shift, t);
         }
-        xfer_wait(g, &t, "cp ring: kv (backward)");
+        xfer_wait(g, &x, "cp ring: kv (backward)");
         /* this kv's gradient goes on with it; after the last step it reaches its owner */
-        t = xfer_start(g, cur + half, nxt + half, N * C2, "cp ring: dkv");
-        xfer_wait(g, &t, "cp ring: dkv");
+        x = xfer_start(g, cur + half, nxt + half, N * C2, DT_F32, "cp ring: dkv");
+        xfer_wait(g, &x, "cp ring: dkv");
         float *tmp = cur;
         cur = nxt, nxt = tmp;
     }
-    ops->rows_copy(dqkv + C, (int)C3, cur + half, (int)C2, (int)N, (int)C2, 1);
+    ops->rows_copy(dqkv + C, (int)C3, cur + half, (int)C2, (int)N, (int)C2, 1, DT_F32);
 }
 
 int cp_apply(strat_ctx *x, model *const *chunks, int n_chunks)

@@ -623,7 +623,7 @@ int pp_exec_sum_tied(pp_exec *ex, float *first, float *last, float *scratch, siz
         return -1;
     }
     if (holds_first && holds_last) {
-        ex->ops->residual_forward(first, first, last, n);
+        ex->ops->residual_forward(first, first, last, n, DT_F32);
         ex->ops->copy(last, first, n * sizeof(float));
         return 0;
     }
@@ -640,6 +640,6 @@ int pp_exec_sum_tied(pp_exec *ex, float *first, float *last, float *scratch, siz
                  peer, line && *line ? line : "communication error");
         return -1;
     }
-    ex->ops->residual_forward(mine, mine, scratch, n);
+    ex->ops->residual_forward(mine, mine, scratch, n, DT_F32);
     return 0;
 }

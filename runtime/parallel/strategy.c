@@ -69,14 +69,14 @@ void strat_accumulate(strat_ctx *x, void *acc, size_t ae, const void *add, size_
                       size_t wide_numel)
 {
     if (adde == 4) {
-        if (ae == 4) x->ops->residual_forward(acc, acc, add, n);
+        if (ae == 4) x->ops->residual_forward(acc, acc, add, n, DT_F32);
         else x->ops->acc_bf16(acc, add, n);
         return;
     }
     for (size_t c = 0; c < n; c += wide_numel) {
         size_t k = n - c < wide_numel ? n - c : wide_numel;
         x->ops->from_bf16(wide, (const uint16_t *)add + c, k);
-        if (ae == 4) x->ops->residual_forward((float *)acc + c, (float *)acc + c, wide, k);
+        if (ae == 4) x->ops->residual_forward((float *)acc + c, (float *)acc + c, wide, k, DT_F32);
         else x->ops->acc_bf16((uint16_t *)acc + c, wide, k);
     }
 }

@@ -30,10 +30,20 @@ static uint16_t *stage_for(const tp_group *g, size_t nc)
 /* gather_from_sequence_parallel_region: the whole tensor from this rank's rows,
  * gathered into full under SP; without SP the rows are the whole tensor.
  * Started and finished apart where the group can (tp.h start): start returns
- * the request to finish (NULL: done already, or nothing to gather). */
-static void *gather_rows_start(const tp_group *g, const float *rows, float *full, size_t nc)
+ * the request to finish (NULL: done already, or nothing to gather). Rows of
+ * type t: activations are gathered as they are stored (bf16: in place in
+ * full, this rank's part copied there first); fp32 ones (gradients) travel
+ * through the bf16 stage when the run communicates in bf16. */
+static void *gather_rows_start(const tp_group *g, const void *rows, void *full, size_t nc, dt_dtype t)
 {
     if (!g->sp) return NULL;
+    if (t == DT_BF16) {
+        size_t part = nc / (size_t)g->size;
+        g->ops->copy((uint16_t *)full + (size_t)g->rank * part, rows, part * sizeof(uint16_t));
+        if (g->start) return g->start(g->ctx, TP_START_ALL_GATHER, 1, NULL, full, nc);
+        g->all_gather_bf16(g->ctx, full, nc);
+        return NULL;
+    }
     uint16_t *st = stage_for(g, nc);
     if (st) g->ops->to_bf16(st + (size_t)g->rank * (nc / (size_t)g->size), rows, nc / (size_t)g->size);
     if (g->start) return g->start(g->ctx, TP_START_ALL_GATHER, st != NULL, rows, st ? (void *)st : full, nc);
@@ -42,23 +52,24 @@ static void *gather_rows_start(const tp_group *g, const float *rows, float *full
     return NULL;
 }
 
-static const float *gather_rows_finish(const tp_group *g, void *req, const float *rows, float *full, size_t nc)
+static const void *gather_rows_finish(const tp_group *g, void *req, const void *rows, void *full, size_t nc,
+                                      dt_dtype t)
 {
     if (!g->sp) return rows;
-    uint16_t *st = stage_for(g, nc);
-    if (req) g->wait(g->ctx, req, TP_START_ALL_GATHER, st != NULL);
+    uint16_t *st = t == DT_BF16 ? NULL : stage_for(g, nc);
+    if (req) g->wait(g->ctx, req, TP_START_ALL_GATHER, t == DT_BF16 || st != NULL);
     if (st) g->ops->from_bf16(full, st, nc);
     return full;
 }
 
-static const float *gather_rows(const tp_group *g, const float *rows, float *full, size_t nc)
+static const void *gather_rows(const tp_group *g, const void *rows, void *full, size_t nc, dt_dtype t)
 {
-    return gather_rows_finish(g, gather_rows_start(g, rows, full, nc), rows, full, nc);
+    return gather_rows_finish(g, gather_rows_start(g, rows, full, nc, t), rows, full, nc, t);
 }
 
 /* Where a partial sum over the group is written: the output itself (all-reduced
  * in place), or under SP the [N, C] scratch it is reduce-scattered from. */
-static float *partial_of(const tp_group *g, float *out_rows, float *full)
+static float *partial_of(const tp_group *g, float *out_rows, void *full)
 {
     return g->sp ? full : out_rows;
 }
@@ -97,7 +108,7 @@ static void reduce_sum(const tp_group *g, const float *partial, float *out, size
 
 /* The row-parallel output: out_rows = the sum of the partials in
  * partial_of(out_rows, full). */
-static void reduce_rows(const tp_group *g, float *out_rows, float *full, size_t nc)
+static void reduce_rows(const tp_group *g, float *out_rows, void *full, size_t nc)
 {
     reduce_sum(g, partial_of(g, out_rows, full), out_rows, nc);
 }
@@ -118,20 +129,20 @@ static float *reduce_rows_in_place(const tp_group *g, float *buf, size_t nc)
 
 /* ---- ColumnParallelLinear: output features split; input whole ---- */
 
-static void column_forward(void *ctx, float *out, const float *in_rows, float *full, const float *w,
-                           const float *b, int N, int IC, int OC)
+static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const float *w, const float *b,
+                           int N, int IC, int OC, dt_dtype t)
 {
     const tp_group *g = ctx;
-    const float *in = gather_rows(g, in_rows, full, (size_t)N * (size_t)IC);
-    g->ops->matmul_forward(out, in, w, b, N, IC, OC);
+    const void *in = gather_rows(g, in_rows, full, (size_t)N * (size_t)IC, t);
+    g->ops->matmul_forward(out, in, w, b, N, IC, OC, t, t);
 }
 
-static void column_gelu_forward(void *ctx, float *act, float *out, const float *in_rows, float *full,
-                                const float *w, const float *b, int N, int IC, int OC)
+static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_rows, void *full, const float *w,
+                                const float *b, int N, int IC, int OC, dt_dtype t)
 {
     const tp_group *g = ctx;
-    const float *in = gather_rows(g, in_rows, full, (size_t)N * (size_t)IC);
-    g->ops->matmul_gelu_forward(act, out, in, w, b, N, IC, OC);
+    const void *in = gather_rows(g, in_rows, full, (size_t)N * (size_t)IC, t);
+    g->ops->matmul_gelu_forward(act, out, in, w, b, N, IC, OC, t);
 }
 
 /* The input gradient is this rank's output features' share: summed over the
@@ -142,52 +153,52 @@ static void column_gelu_forward(void *ctx, float *act, float *out, const float *
  * the same values as one after the other (matmul_backward's parts are
  * independent, ops.h), so the same bits. */
 static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
-                                    const float *in_rows, float *full, const float *w, int N, int IC,
-                                    int OC)
+                                    const void *in_rows, void *full, const float *w, int N, int IC, int OC,
+                                    dt_dtype t)
 {
     const tp_group *g = ctx;
     size_t nc = (size_t)N * (size_t)IC;
-    void *gathering = dw ? gather_rows_start(g, in_rows, full, nc) : NULL;
+    void *gathering = dw ? gather_rows_start(g, in_rows, full, nc, t) : NULL;
     g->ops->zero(din, nc * sizeof(float));
-    g->ops->matmul_backward(din, NULL, NULL, dout, NULL, w, N, IC, OC);
-    const float *in = dw ? gather_rows_finish(g, gathering, in_rows, full, nc) : NULL;
+    g->ops->matmul_backward(din, NULL, NULL, dout, NULL, w, N, IC, OC, t);
+    const void *in = dw ? gather_rows_finish(g, gathering, in_rows, full, nc, t) : NULL;
     float *mine = rows_mine(g, din, nc);
     void *summing = reduce_sum_start(g, din, mine, nc);
-    if (dw || db) g->ops->matmul_backward(NULL, dw, db, dout, in, NULL, N, IC, OC);
+    if (dw || db) g->ops->matmul_backward(NULL, dw, db, dout, in, NULL, N, IC, OC, t);
     reduce_sum_finish(g, summing, mine, nc);
     return mine;
 }
 
 /* ---- RowParallelLinear: input features split; output a sum over the group ---- */
 
-static void row_forward(void *ctx, float *out_rows, float *full, const float *in, const float *w,
-                        const float *b, int N, int IC, int OC)
+static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const float *w, const float *b,
+                        int N, int IC, int OC, dt_dtype t)
 {
     const tp_group *g = ctx;
     /* the bias is replicated: on rank 0 only, so the sum adds it once */
-    g->ops->matmul_forward(partial_of(g, out_rows, full), in, w, g->rank == 0 ? b : NULL, N, IC, OC);
+    g->ops->matmul_forward(partial_of(g, out_rows, full), in, w, g->rank == 0 ? b : NULL, N, IC, OC, t, DT_F32);
     reduce_rows(g, out_rows, full, (size_t)N * (size_t)OC);
 }
 
 /* d(out) is whole on every rank (SP: gathered), so the bias gradient sums all
  * N rows and comes out complete and identical on every rank. */
-static void row_backward(void *ctx, float *din, float *dw, float *db, const float *dout_rows,
-                         float *full, const float *in, const float *w, int N, int IC, int OC)
+static void row_backward(void *ctx, float *din, float *dw, float *db, const float *dout_rows, void *full,
+                         const void *in, const float *w, int N, int IC, int OC, dt_dtype t)
 {
     const tp_group *g = ctx;
-    const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)OC);
+    const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)OC, DT_F32);
     g->ops->zero(din, (size_t)N * (size_t)IC * sizeof(float));
-    g->ops->matmul_backward(din, dw, db, dout, in, w, N, IC, OC);
+    g->ops->matmul_backward(din, dw, db, dout, in, w, N, IC, OC, t);
 }
 
-static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db,
-                               const float *dout_rows, float *full, const float *in, const float *w,
-                               const float *pre, int N, int IC, int OC)
+static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db, const float *dout_rows,
+                               void *full, const void *in, const float *w, const void *pre, int N, int IC, int OC,
+                               dt_dtype t)
 {
     const tp_group *g = ctx;
-    const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)OC);
-    g->ops->matmul_backward(NULL, dw, db, dout, in, NULL, N, IC, OC);
-    g->ops->matmul_dgelu_backward(dpre, scratch, dout, w, pre, N, IC, OC);
+    const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)OC, DT_F32);
+    g->ops->matmul_backward(NULL, dw, db, dout, in, NULL, N, IC, OC, t);
+    g->ops->matmul_dgelu_backward(dpre, scratch, dout, w, pre, N, IC, OC, t);
 }
 
 /* ---- VocabParallelEmbedding, with the position embedding ---- */
@@ -196,7 +207,7 @@ static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw
  * over the group is the embedding. Under SP, adding wpe on rank 0 before the
  * sum gives the same bits as adding it after: (e + wpe) + 0 or (0 + wpe) + e;
  * this rank receives its rows of that sum. */
-static void embedding_forward(void *ctx, float *out_rows, float *full, const int *tokens,
+static void embedding_forward(void *ctx, float *out_rows, void *full, const int *tokens,
                               const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C)
 {
     const tp_group *g = ctx;
@@ -216,11 +227,11 @@ static void embedding_forward(void *ctx, float *out_rows, float *full, const int
 
 /* Every token's gradient is needed: its wte row may live on this rank. */
 static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
-                               float *full, const int *tokens, int v0, int V_l, int B, int T, int C)
+                               void *full, const int *tokens, int v0, int V_l, int B, int T, int C)
 {
     const tp_group *g = ctx;
     int N = B * T;
-    const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)C);
+    const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)C, DT_F32);
     g->ops->embedding_backward(dwte, dout, tokens, v0, V_l, N, C);
     g->ops->posadd_backward(dwpe, dout, B, T, C);
 }
@@ -248,7 +259,7 @@ static void head_forward(void *ctx, const model_vocab_head *h)
     size_t n_all = (size_t)N;
     /* all of x into h->x (without SP x_rows is h->x already), where the
      * chunks' GEMMs and the backward read it */
-    gather_rows(g, h->x_rows, h->x, n_all * (size_t)h->C);
+    gather_rows(g, h->x_rows, h->x, n_all * (size_t)h->C, h->t);
     model_vocab_head_stats_local(ops, h);
     float *local_max = h->loss;
     ops->copy(local_max, h->rowmax, n_all * sizeof(float));
@@ -270,9 +281,9 @@ static const float *head_backward(void *ctx, const model_vocab_head *h)
 
 /* ---- sequence parallelism's own needs ---- */
 
-static const float *rows_gather(void *ctx, const float *rows, float *full, size_t NC)
+static const void *rows_gather(void *ctx, const void *rows, void *full, size_t NC, dt_dtype t)
 {
-    return gather_rows(ctx, rows, full, NC);
+    return gather_rows(ctx, rows, full, NC, t);
 }
 
 /* Megatron sums a sequence-parallel layernorm's gradients over the tp group. */

@@ -75,18 +75,18 @@ enum { PASS_FWD, PASS_BWD };
 static void run_block(const bench *b, int pass) {
     const dt_ops *ops = b->ops;
     if (pass == PASS_FWD)
-        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T, b->T, b->C, b->NH, 1, 0);
+        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T, b->T, b->C, b->NH, 1, 0, DT_F32, DT_F32);
     else
         ops->attention_block_backward(b->dqkv, b->dkv, b->dout, b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T,
-                                      b->T, b->C, b->NH, 1, 0);
+                                      b->T, b->C, b->NH, 1, 0, DT_F32);
 }
 
 static void run_full(const bench *b, int pass) {
     const dt_ops *ops = b->ops;
     if (pass == PASS_FWD)
-        ops->attention_forward(b->out, b->att, b->qkv, b->B, b->T, b->C, b->NH, 1);
+        ops->attention_forward(b->out, b->att, b->qkv, b->B, b->T, b->C, b->NH, 1, DT_F32);
     else
-        ops->attention_backward(b->dqkv, b->scratch, b->dout, b->qkv, b->att, b->B, b->T, b->C, b->NH, 1);
+        ops->attention_backward(b->dqkv, b->scratch, b->dout, b->qkv, b->att, b->B, b->T, b->C, b->NH, 1, DT_F32);
 }
 
 /* Median seconds of one call of `pass`. */
@@ -146,7 +146,7 @@ int main(int argc, char **argv) {
     /* bf16 values, so both modes see the same inputs (the bf16 model stores
      * qkv rounded), then k and v packed as the contract wants them */
     ops->round_bf16(b.qkv, N * 3 * C);
-    ops->rows_copy(b.kv, 2 * C, b.qkv + C, 3 * C, (int)N, 2 * C, 0);
+    ops->rows_copy(b.kv, 2 * C, b.qkv + C, 3 * C, (int)N, 2 * C, 0, DT_F32);
 
     double causal_frac = 0.5;
     double ffwd = 4.0 * B * NH * (double)T * T * hs * causal_frac, fbwd = 2.5 * ffwd;

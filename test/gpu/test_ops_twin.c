@@ -306,8 +306,8 @@ static void test_layernorm(int N, int C) {
     dbuf dx = dup_f(x, n, 0), dw = dup_f(w, (size_t)C, 0), db = dup_f(b, (size_t)C, 0);
     dbuf dout = dup_f(out, n, 0), dmean = dup_f(mean, (size_t)N, 0), drstd = dup_f(rstd, (size_t)N, 0);
     float eps = N % 2 ? 1e-12f : 1e-5f; /* HF ViT's and GPT-2's */
-    cpu->layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
-    gpu->layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C, eps);
+    cpu->layernorm_forward(out, mean, rstd, x, w, b, N, C, eps, DT_F32);
+    gpu->layernorm_forward(dout.p, dmean.p, drstd.p, dx.p, dw.p, db.p, N, C, eps, DT_F32);
     snprintf(what, sizeof what, "layernorm_forward out N=%d C=%d eps %g", N, C, eps);
     expect(what, &dout, out, n, TOL_ELEM);
     snprintf(what, sizeof what, "layernorm_forward mean, rstd N=%d C=%d", N, C);
@@ -323,8 +323,8 @@ static void test_layernorm(int N, int C) {
     /* both sides from the CPU's mean and rstd, so backward is tested alone */
     gpu->from_host(dmean.p, mean, (size_t)N * sizeof(float));
     gpu->from_host(drstd.p, rstd, (size_t)N * sizeof(float));
-    cpu->layernorm_backward(dxi, gw, gb, g, x, w, mean, rstd, N, C);
-    gpu->layernorm_backward(ddx.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, dmean.p, drstd.p, N, C);
+    cpu->layernorm_backward(dxi, gw, gb, g, x, w, mean, rstd, N, C, DT_F32);
+    gpu->layernorm_backward(ddx.p, dgw.p, dgb.p, dg.p, dx.p, dw.p, dmean.p, drstd.p, N, C, DT_F32);
     snprintf(what, sizeof what, "layernorm_backward dinp N=%d C=%d (accumulates)", N, C);
     expect(what, &ddx, dxi, n, TOL_ELEM);
     snprintf(what, sizeof what, "layernorm_backward dw N=%d C=%d", N, C);
@@ -347,8 +347,8 @@ static void test_matmul(int N, int IC, int OC, int with_bias, int pad, double to
     float *bias = hrand((size_t)OC, 1.0f), *out = hrand((size_t)N * OC, 1.0f);
     dbuf di = dup_f(inp, (size_t)N * IC, pad), dw = dup_f(w, (size_t)OC * IC, pad);
     dbuf db = dup_f(bias, (size_t)OC, pad), dout = dup_f(out, (size_t)N * OC, pad);
-    cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC);
-    gpu->matmul_forward(dout.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC);
+    cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC, DT_F32, DT_F32);
+    gpu->matmul_forward(dout.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC, DT_F32, DT_F32);
     snprintf(what, sizeof what, "matmul_forward N=%d IC=%d OC=%d%s%s", N, IC, OC,
              with_bias ? " +bias" : "", tag);
     expect(what, &dout, out, (size_t)N * OC, tol);
@@ -358,9 +358,9 @@ static void test_matmul(int N, int IC, int OC, int with_bias, int pad, double to
     dbuf dg = dup_f(g, (size_t)N * OC, pad), dgi = dup_f(gi, (size_t)N * IC, pad);
     dbuf dgw = dup_f(gw, (size_t)OC * IC, pad), dgb = dup_f(gb, (size_t)OC, pad);
     /* with_bias also picks whether dinp and dbias are wanted (both NULL-able) */
-    cpu->matmul_backward(with_bias ? gi : NULL, gw, with_bias ? gb : NULL, g, inp, w, N, IC, OC);
+    cpu->matmul_backward(with_bias ? gi : NULL, gw, with_bias ? gb : NULL, g, inp, w, N, IC, OC, DT_F32);
     gpu->matmul_backward(with_bias ? dgi.p : NULL, dgw.p, with_bias ? dgb.p : NULL, dg.p, di.p,
-                         dw.p, N, IC, OC);
+                         dw.p, N, IC, OC, DT_F32);
     if (with_bias) {
         snprintf(what, sizeof what, "matmul_backward dinp N=%d IC=%d OC=%d%s", N, IC, OC, tag);
         expect(what, &dgi, gi, (size_t)N * IC, tol);
@@ -376,9 +376,9 @@ static void test_matmul(int N, int IC, int OC, int with_bias, int pad, double to
         float *h_gi = hrand((size_t)N * IC, 1.0f), *h_gw = hrand((size_t)OC * IC, 1.0f), *h_gb = hrand((size_t)OC, 1.0f);
         dbuf a_gi = dup_f(h_gi, (size_t)N * IC, pad), a_gw = dup_f(h_gw, (size_t)OC * IC, pad), a_gb = dup_f(h_gb, (size_t)OC, pad);
         dbuf s_gi = dup_f(h_gi, (size_t)N * IC, pad), s_gw = dup_f(h_gw, (size_t)OC * IC, pad), s_gb = dup_f(h_gb, (size_t)OC, pad);
-        gpu->matmul_backward(a_gi.p, a_gw.p, a_gb.p, dg.p, di.p, dw.p, N, IC, OC);
-        gpu->matmul_backward(s_gi.p, NULL, NULL, dg.p, NULL, dw.p, N, IC, OC);
-        gpu->matmul_backward(NULL, s_gw.p, s_gb.p, dg.p, di.p, NULL, N, IC, OC);
+        gpu->matmul_backward(a_gi.p, a_gw.p, a_gb.p, dg.p, di.p, dw.p, N, IC, OC, DT_F32);
+        gpu->matmul_backward(s_gi.p, NULL, NULL, dg.p, NULL, dw.p, N, IC, OC, DT_F32);
+        gpu->matmul_backward(NULL, s_gw.p, s_gb.p, dg.p, di.p, NULL, N, IC, OC, DT_F32);
         float *r[6] = {back(&a_gi, (size_t)N * IC), back(&a_gw, (size_t)OC * IC), back(&a_gb, (size_t)OC),
                        back(&s_gi, (size_t)N * IC), back(&s_gw, (size_t)OC * IC), back(&s_gb, (size_t)OC)};
         snprintf(what, sizeof what, "matmul_backward N=%d IC=%d OC=%d%s split into dinp alone, then dw + dbias", N, IC, OC, tag);
@@ -402,8 +402,8 @@ static void test_matmul_gelu(int N, int IC, int OC, int with_bias, int pad) {
     float *out = hrand((size_t)N * OC, 1.0f), *pre = hrand((size_t)N * OC, 1.0f);
     dbuf di = dup_f(inp, (size_t)N * IC, pad), dw = dup_f(w, (size_t)OC * IC, pad), db = dup_f(bias, (size_t)OC, pad);
     dbuf dout = dup_f(out, (size_t)N * OC, pad), dpre = dup_f(pre, (size_t)N * OC, pad);
-    cpu->matmul_gelu_forward(out, pre, inp, w, with_bias ? bias : NULL, N, IC, OC);
-    gpu->matmul_gelu_forward(dout.p, dpre.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC);
+    cpu->matmul_gelu_forward(out, pre, inp, w, with_bias ? bias : NULL, N, IC, OC, DT_F32);
+    gpu->matmul_gelu_forward(dout.p, dpre.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC, DT_F32);
     snprintf(what, sizeof what, "matmul_gelu_forward pre N=%d IC=%d OC=%d%s%s", N, IC, OC, with_bias ? " +bias" : "",
              pad ? " unaligned (two ops)" : "");
     expect(what, &dpre, pre, (size_t)N * OC, TOL_GEMM);
@@ -423,8 +423,8 @@ static void test_matmul_dgelu(int N, int IC, int OC, int pad) {
     float *dpre = hrand((size_t)N * IC, 1.0f), *scr = hrand((size_t)N * IC, 1.0f);
     dbuf dd = dup_f(dout, (size_t)N * OC, pad), dw = dup_f(w, (size_t)OC * IC, pad), dp = dup_f(pre, (size_t)N * IC, pad);
     dbuf ddp = dup_f(dpre, (size_t)N * IC, pad), ds = dup_f(scr, (size_t)N * IC, pad);
-    cpu->matmul_dgelu_backward(dpre, scr, dout, w, pre, N, IC, OC);
-    gpu->matmul_dgelu_backward(ddp.p, ds.p, dd.p, dw.p, dp.p, N, IC, OC);
+    cpu->matmul_dgelu_backward(dpre, scr, dout, w, pre, N, IC, OC, DT_F32);
+    gpu->matmul_dgelu_backward(ddp.p, ds.p, dd.p, dw.p, dp.p, N, IC, OC, DT_F32);
     snprintf(what, sizeof what, "matmul_dgelu_backward N=%d IC=%d OC=%d%s", N, IC, OC,
              pad || IC % 8 ? " (GEMM, then the GELU's backward)" : "");
     expect(what, &ddp, dpre, (size_t)N * IC, TOL_GEMM);
@@ -444,7 +444,7 @@ static void test_attention_decode(int T, int C, int NH) {
     dbuf dcache = dup_f(cache, ncache, 0), dout = dup_f(out, (size_t)C, 0);
     float *dscratch = gpu->alloc((size_t)NH * T * sizeof(float));
     cpu->attention_decode(out, scratch, cache, T, C, NH);
-    cpu->attention_forward(full, att, cache, 1, T, C, NH, 1);
+    cpu->attention_forward(full, att, cache, 1, T, C, NH, 1, DT_F32);
     double worst = 0;
     for (int i = 0; i < C; i++) {
         double d = fabs((double)out[i] - full[(size_t)(T - 1) * C + i]);
@@ -465,8 +465,8 @@ static void test_attention(int B, int T, int C, int NH, int causal) {
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     float *qkv = hrand(nqkv, 1.0f), *out = hrand(nout, 1.0f), *att = hrand(natt, 1.0f);
     dbuf dqkv = dup_f(qkv, nqkv, 0), dout = dup_f(out, nout, 0), datt = dup_f(att, natt, 0);
-    cpu->attention_forward(out, att, qkv, B, T, C, NH, causal);
-    gpu->attention_forward(dout.p, datt.p, dqkv.p, B, T, C, NH, causal);
+    cpu->attention_forward(out, att, qkv, B, T, C, NH, causal, DT_F32);
+    gpu->attention_forward(dout.p, datt.p, dqkv.p, B, T, C, NH, causal, DT_F32);
     snprintf(what, sizeof what, "attention_forward out B=%d T=%d C=%d NH=%d %s", B, T, C, NH,
              causal ? "causal" : "full");
     expect(what, &dout, out, nout, TOL_GEMM);
@@ -480,8 +480,8 @@ static void test_attention(int B, int T, int C, int NH, int causal) {
     float *dscratch = gpu->alloc(natt * sizeof(float));
     /* both sides from the CPU's probabilities, so backward is tested alone */
     gpu->from_host(datt.p, att, natt * sizeof(float));
-    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, causal);
-    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv.p, datt.p, B, T, C, NH, causal);
+    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, causal, DT_F32);
+    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv.p, datt.p, B, T, C, NH, causal, DT_F32);
     snprintf(what, sizeof what, "attention_backward dqkv B=%d T=%d C=%d NH=%d %s (accumulates)",
              B, T, C, NH, causal ? "causal" : "full");
     expect(what, &dgq, gq, nqkv, TOL_GEMM);
@@ -548,10 +548,10 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     dbuf dq = dup_f(q, nq, 0), dkv = dup_f(kv, nkv, 0), dout = dup_f(out, no, 0), dlse = dup_f(lse, nl, 0);
     dbuf dpout = dup_f(pout, no, 0), dplse = dup_f(plse, nl, 0);
     /* a first block into (out, lse), a second (shifted one block on) merged into it */
-    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift);
-    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift);
-    cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift + Tk);
-    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift + Tk);
+    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_F32, DT_F32);
+    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift, DT_F32, DT_F32);
+    cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift + Tk, DT_F32, DT_F32);
+    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift + Tk, DT_F32, DT_F32);
     snprintf(what, sizeof what, "attention_block_forward out %s", shape);
     expect(what, &dout, out, no, tol);
     snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
@@ -576,23 +576,23 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     memcpy(gkv0, gkv, nkv * sizeof(float));
     dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
     dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
-    cpu->attention_block_backward(gq, gkv, g, out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift);
+    cpu->attention_block_backward(gq, gkv, g, out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_F32);
     gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal,
-                                  shift);
+                                  shift, DT_F32);
     snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
     expect_added(what, &dgq, gq0, gq, nq, tol);
     snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
     expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
     /* deterministic: a second call from the same start writes the same bits */
     gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal,
-                                  shift);
+                                  shift, DT_F32);
     float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
     CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
           "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
     free(r1); free(r2); free(s1); free(s2);
     set_bf16(0);
-    cpu->rows_copy(gq + C, 3 * C, gkv, 2 * C, B * Ts, 2 * C, 1);
-    gpu->rows_copy(dgq.p + C, 3 * C, dgkv.p, 2 * C, B * Ts, 2 * C, 1);
+    cpu->rows_copy(gq + C, 3 * C, gkv, 2 * C, B * Ts, 2 * C, 1, DT_F32);
+    gpu->rows_copy(dgq.p + C, 3 * C, dgkv.p, 2 * C, B * Ts, 2 * C, 1, DT_F32);
     /* both sides already differ by the backward's rounding: its tolerance */
     expect("rows_copy (accumulate into the k, v columns of dqkv)", &dgq, gq, nq, tol);
     drop(&dq); drop(&dkv); drop(&dout); drop(&dlse); drop(&dpout); drop(&dplse); drop(&dg); drop(&dgq); drop(&dgkv);
@@ -606,29 +606,29 @@ static void test_elementwise(size_t n) {
     char what[128];
     float *x = hrand(n, 4.0f), *out = hrand(n, 1.0f);
     dbuf dx = dup_f(x, n, 0), dout = dup_f(out, n, 0);
-    cpu->gelu_forward(out, x, n);
-    gpu->gelu_forward(dout.p, dx.p, n);
+    cpu->gelu_forward(out, x, n, DT_F32);
+    gpu->gelu_forward(dout.p, dx.p, n, DT_F32);
     snprintf(what, sizeof what, "gelu_forward n=%zu", n);
     expect(what, &dout, out, n, TOL_ELEM);
     float *g = hrand(n, 1.0f), *gi = hrand(n, 1.0f);
     dbuf dg = dup_f(g, n, 0), dgi = dup_f(gi, n, 0);
-    cpu->gelu_backward(gi, x, g, n);
-    gpu->gelu_backward(dgi.p, dx.p, dg.p, n);
+    cpu->gelu_backward(gi, x, g, n, DT_F32);
+    gpu->gelu_backward(dgi.p, dx.p, dg.p, n, DT_F32);
     snprintf(what, sizeof what, "gelu_backward n=%zu (accumulates)", n);
     expect(what, &dgi, gi, n, TOL_ELEM);
     /* the exact (erf) GELU, model.activation gelu */
-    cpu->gelu_erf_forward(out, x, n);
-    gpu->gelu_erf_forward(dout.p, dx.p, n);
+    cpu->gelu_erf_forward(out, x, n, DT_F32);
+    gpu->gelu_erf_forward(dout.p, dx.p, n, DT_F32);
     snprintf(what, sizeof what, "gelu_erf_forward n=%zu", n);
     expect(what, &dout, out, n, TOL_ELEM);
-    cpu->gelu_erf_backward(gi, x, g, n);
-    gpu->gelu_erf_backward(dgi.p, dx.p, dg.p, n);
+    cpu->gelu_erf_backward(gi, x, g, n, DT_F32);
+    gpu->gelu_erf_backward(dgi.p, dx.p, dg.p, n, DT_F32);
     snprintf(what, sizeof what, "gelu_erf_backward n=%zu (accumulates)", n);
     expect(what, &dgi, gi, n, TOL_ELEM);
 
     /* residual, with out aliasing a as the model calls it */
-    cpu->residual_forward(out, out, x, n);
-    gpu->residual_forward(dout.p, dout.p, dx.p, n);
+    cpu->residual_forward(out, out, x, n, DT_F32);
+    gpu->residual_forward(dout.p, dout.p, dx.p, n, DT_F32);
     snprintf(what, sizeof what, "residual_forward n=%zu (out aliases a)", n);
     expect(what, &dout, out, n, TOL_EXACT);
     cpu->residual_backward(gi, x, g, n);
@@ -981,7 +981,7 @@ static void test_graph(void) {
     float *inp = hrand(nc, 1.0f), *w = hrand((size_t)C, 1.0f), *dout = hrand(nc, 1.0f);
     float *mean = malloc((size_t)N * sizeof(float)), *rstd = malloc((size_t)N * sizeof(float));
     float *out = malloc(nc * sizeof(float));
-    cpu->layernorm_forward(out, mean, rstd, inp, w, w, N, C, 1e-5f);
+    cpu->layernorm_forward(out, mean, rstd, inp, w, w, N, C, 1e-5f, DT_F32);
     dbuf di = dup_f(inp, nc, 0), dw = dup_f(w, (size_t)C, 0), dd = dup_f(dout, nc, 0), dm = dup_f(mean, (size_t)N, 0),
          dr = dup_f(rstd, (size_t)N, 0);
     dbuf e[3] = {zeros_f(nc), zeros_f((size_t)C), zeros_f((size_t)C)};
@@ -1001,7 +1001,7 @@ static void test_graph(void) {
         if (pass) gpu->graph_begin();
         gpu->zero(sq, 2 * sizeof(double));
         for (int k = 0; k < 3; k++) gpu->zero(r[k].p, (k ? (size_t)C : nc) * sizeof(float));
-        gpu->layernorm_backward(r[0].p, r[1].p, r[2].p, dd.p, di.p, dw.p, dm.p, dr.p, N, C);
+        gpu->layernorm_backward(r[0].p, r[1].p, r[2].p, dd.p, di.p, dw.p, dm.p, dr.p, N, C, DT_F32);
         gpu->sumsq_add(sq, r[0].p, nc);
         gpu->loss_sum_add(sq + 1, r[1].p, C);
         gpu->adamw_multi_dev(&lt, 1, dh, 0.9f, 0.95f, 1e-8f);
@@ -1017,7 +1017,7 @@ static void test_graph(void) {
         gpu->from_host(dh, &h, sizeof h);
         CHECK(gpu->graph_launch(graph) == 0, "graph: launch %d", launch);
         for (int k = 0; k < 3; k++) gpu->zero(e[k].p, (k ? (size_t)C : nc) * sizeof(float));
-        gpu->layernorm_backward(e[0].p, e[1].p, e[2].p, dd.p, di.p, dw.p, dm.p, dr.p, N, C);
+        gpu->layernorm_backward(e[0].p, e[1].p, e[2].p, dd.p, di.p, dw.p, dm.p, dr.p, N, C, DT_F32);
         double se = gpu->sumsq(e[0].p, nc), sg[2];
         float *hb = back(&e[1], (size_t)C);
         double le = 0;
@@ -1043,7 +1043,7 @@ static void test_graph(void) {
     size_t c2 = (size_t)1 << 20;
     for (; c2 <= ((size_t)1 << 26) && graph && !stale; c2 *= 2) {
         dbuf z[6] = {zeros_f(c2), zeros_f(c2), zeros_f(c2), zeros_f(c2), zeros_f(c2), zeros_f(c2)}, st = zeros_f(2);
-        gpu->layernorm_backward(z[0].p, z[1].p, z[2].p, z[3].p, z[4].p, z[5].p, st.p, st.p + 1, 1, (int)c2);
+        gpu->layernorm_backward(z[0].p, z[1].p, z[2].p, z[3].p, z[4].p, z[5].p, st.p, st.p + 1, 1, (int)c2, DT_F32);
         stale = gpu->graph_launch(graph) == -1;
         for (int k = 0; k < 6; k++) drop(&z[k]);
         drop(&st);

@@ -60,8 +60,8 @@ static ref_case ref_make(int B, int T, int C, int NH, int causal)
     r.out = calloc(N * C, sizeof(float));
     r.dqkv = calloc(N * 3 * C, sizeof(float));
     float *att = calloc((size_t)B * NH * T * T, sizeof(float)), *scr = calloc((size_t)B * NH * T * T, sizeof(float));
-    ops->attention_forward(r.out, att, r.qkv, B, T, C, NH, causal);
-    ops->attention_backward(r.dqkv, scr, r.dout, r.qkv, att, B, T, C, NH, causal);
+    ops->attention_forward(r.out, att, r.qkv, B, T, C, NH, causal, DT_F32);
+    ops->attention_backward(r.dqkv, scr, r.dout, r.qkv, att, B, T, C, NH, causal, DT_F32);
     free(att), free(scr);
     return r;
 }
@@ -77,14 +77,14 @@ static void test_contiguous(int B, int T, int C, int NH, int causal, int Tb)
     float *kv = calloc(N * C2, sizeof(float)), *out = calloc(N * C, sizeof(float));
     float *lse = calloc((size_t)B * NH * T, sizeof(float)), *pout = calloc(N * C, sizeof(float));
     float *plse = calloc((size_t)B * NH * T, sizeof(float));
-    ops->rows_copy(kv, C2, r.qkv + C, C3, (int)N, C2, 0);
+    ops->rows_copy(kv, C2, r.qkv + C, C3, (int)N, C2, 0, DT_F32);
     for (int qi = 0; qi < nb; qi++)
         for (int kj = 0; kj < nb; kj++) {
             if (causal && kj > qi) continue;
             int q0 = qi * Tb, k0 = kj * Tb;
             float *o = kj == 0 ? out : pout, *l = kj == 0 ? lse : plse;
             ops->attention_block_forward(o + (size_t)q0 * C, l + q0, r.qkv + (size_t)q0 * C3, kv + (size_t)k0 * C2,
-                                         B, T, Tb, Tb, C, NH, causal, q0 - k0);
+                                         B, T, Tb, Tb, C, NH, causal, q0 - k0, DT_F32, DT_F32);
             if (kj > 0)
                 ops->attention_block_merge(out + (size_t)q0 * C, lse + q0, pout + (size_t)q0 * C, plse + q0, B, T,
                                            Tb, C, NH);
@@ -100,9 +100,9 @@ static void test_contiguous(int B, int T, int C, int NH, int causal, int Tb)
             int q0 = qi * Tb, k0 = kj * Tb;
             ops->attention_block_backward(dqkv + (size_t)q0 * C3, dkv + (size_t)k0 * C2, r.dout + (size_t)q0 * C,
                                           out + (size_t)q0 * C, lse + q0, r.qkv + (size_t)q0 * C3,
-                                          kv + (size_t)k0 * C2, B, T, Tb, Tb, C, NH, causal, q0 - k0);
+                                          kv + (size_t)k0 * C2, B, T, Tb, Tb, C, NH, causal, q0 - k0, DT_F32);
         }
-    ops->rows_copy(dqkv + C, C3, dkv, C2, (int)N, C2, 1);
+    ops->rows_copy(dqkv + C, C3, dkv, C2, (int)N, C2, 1, DT_F32);
     double eb = max_rel(dqkv, r.dqkv, N * C3, 1e-2);
     CHECK(eb < 1e-4, "attention_block_backward B=%d T=%d C=%d NH=%d %s in blocks of %d = attention_backward: %.1e",
           B, T, C, NH, causal ? "causal" : "full", Tb, eb);
@@ -129,7 +129,7 @@ static void test_load_balanced(int B, int cp, int Tc, int C, int NH)
                 memcpy(lq[k] + ((size_t)b * Tl + (size_t)h * Tc) * C3,
                        r.qkv + ((size_t)b * T + (size_t)model_cp_chunk(k, cp, h) * Tc) * C3,
                        (size_t)Tc * C3 * sizeof(float));
-        ops->rows_copy(lkv[k], C2, lq[k] + C, C3, (int)Nl, C2, 0);
+        ops->rows_copy(lkv[k], C2, lq[k] + C, C3, (int)Nl, C2, 0, DT_F32);
     }
     double ef = 0, eb = 0;
     float *out = calloc(Nl * C, sizeof(float)), *lse = calloc((size_t)B * NH * Tl, sizeof(float));
@@ -147,7 +147,7 @@ static void test_load_balanced(int B, int cp, int Tc, int C, int NH)
                 float *o = init[h] ? pout : out, *l = init[h] ? plse : lse;
                 ops->attention_block_forward(o + (size_t)bl->q_row * C, l + bl->q_row, lq[rk] + (size_t)bl->q_row * C3,
                                              lkv[s] + (size_t)bl->k_row * C2, B, Tl, bl->q_rows, bl->k_rows, C, NH,
-                                             bl->causal, bl->shift);
+                                             bl->causal, bl->shift, DT_F32, DT_F32);
                 if (init[h])
                     ops->attention_block_merge(out + (size_t)bl->q_row * C, lse + bl->q_row,
                                                pout + (size_t)bl->q_row * C, plse + bl->q_row, B, Tl, bl->q_rows, C,
@@ -174,13 +174,13 @@ static void test_load_balanced(int B, int cp, int Tc, int C, int NH)
                                               dout + (size_t)bl->q_row * C, out + (size_t)bl->q_row * C,
                                               lse + bl->q_row, lq[rk] + (size_t)bl->q_row * C3,
                                               lkv[s] + (size_t)bl->k_row * C2, B, Tl, bl->q_rows, bl->k_rows, C, NH,
-                                              bl->causal, bl->shift);
+                                              bl->causal, bl->shift, DT_F32);
             }
         }
     }
     float *want = calloc(Nl * C3, sizeof(float));
     for (int k = 0; k < cp; k++) {
-        ops->rows_copy(ldq[k] + C, C3, ldkv[k], C2, (int)Nl, C2, 1);
+        ops->rows_copy(ldq[k] + C, C3, ldkv[k], C2, (int)Nl, C2, 1, DT_F32);
         for (int b = 0; b < B; b++)
             for (int h = 0; h < 2; h++)
                 memcpy(want + ((size_t)b * Tl + (size_t)h * Tc) * C3,
@@ -219,8 +219,8 @@ static void test_empty_rows(void)
     int B = 1, T = 4, C = 4, NH = 1;
     float *qkv = rbuf((size_t)T * 3 * C, 1), *kv = calloc((size_t)T * 2 * C, sizeof(float));
     float out[16], lse[4], keep[16], keep_lse[4];
-    ops->rows_copy(kv, 2 * C, qkv + C, 3 * C, T, 2 * C, 0);
-    ops->attention_block_forward(out, lse, qkv, kv, B, T, T, T, C, NH, 1, -2); /* rows 0, 1 see nothing */
+    ops->rows_copy(kv, 2 * C, qkv + C, 3 * C, T, 2 * C, 0, DT_F32);
+    ops->attention_block_forward(out, lse, qkv, kv, B, T, T, T, C, NH, 1, -2, DT_F32, DT_F32); /* rows 0, 1 see nothing */
     int ok = isinf(lse[0]) && lse[0] < 0 && isinf(lse[1]) && !isinf(lse[2]) && out[0] == 0 && out[4] == 0;
     memcpy(keep, out, sizeof out), memcpy(keep_lse, lse, sizeof lse);
     float part[16] = {0}, plse[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};

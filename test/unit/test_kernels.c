@@ -127,7 +127,7 @@ typedef struct { float *out, *inp, *w, *b, *R; int N, IC, OC; } matmul_ctx;
 
 static double matmul_obj(void *c) {
     matmul_ctx *m = c;
-    ops->matmul_forward(m->out, m->inp, m->w, m->b, m->N, m->IC, m->OC);
+    ops->matmul_forward(m->out, m->inp, m->w, m->b, m->N, m->IC, m->OC, DT_F32, DT_F32);
     return dot_r(m->out, m->R, (size_t)m->N * m->OC);
 }
 
@@ -142,7 +142,7 @@ static void test_matmul(void) {
             float *b = with_bias ? rand_buf(OC, 1) : NULL;
             float *out = rand_buf((size_t)N * OC, 1); /* garbage: forward overwrites */
             double *ref = malloc((size_t)N * OC * sizeof(double));
-            ops->matmul_forward(out, inp, w, b, N, IC, OC);
+            ops->matmul_forward(out, inp, w, b, N, IC, OC, DT_F32, DT_F32);
             ref_matmul(ref, inp, w, b, N, IC, OC);
             double e = max_rel_err_d(out, ref, (size_t)N * OC, GEMM_FLOOR);
             CHECK(e < REF_TOL, "matmul_forward N=%d IC=%d OC=%d bias=%d vs naive: max rel err %.1e (tol %.0e)",
@@ -159,7 +159,7 @@ static void test_matmul(void) {
         float *inp = rand_buf((size_t)N * IC, 1), *w = rand_buf((size_t)OC * IC, 1);
         float *dout = rand_buf((size_t)N * OC, 1);
         float *dinp = zero_buf((size_t)N * IC), *dw = zero_buf((size_t)OC * IC), *db = zero_buf(OC);
-        ops->matmul_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
+        ops->matmul_backward(dinp, dw, db, dout, inp, w, N, IC, OC, DT_F32);
         double *rdinp = calloc((size_t)N * IC, sizeof(double)), *rdw = calloc((size_t)OC * IC, sizeof(double));
         double *rdb = calloc(OC, sizeof(double));
         for (int i = 0; i < N; i++)
@@ -185,7 +185,7 @@ static void test_matmul(void) {
     matmul_ctx m = {zero_buf((size_t)N * OC), rand_buf((size_t)N * IC, 1), rand_buf((size_t)OC * IC, 1),
                     rand_buf(OC, 1), rand_buf((size_t)N * OC, 1), N, IC, OC};
     float *dinp = zero_buf((size_t)N * IC), *dw = zero_buf((size_t)OC * IC), *db = zero_buf(OC);
-    ops->matmul_backward(dinp, dw, db, m.R, m.inp, m.w, N, IC, OC);
+    ops->matmul_backward(dinp, dw, db, m.R, m.inp, m.w, N, IC, OC, DT_F32);
     double e_in = fd_check(matmul_obj, &m, m.inp, dinp, (size_t)N * IC);
     double e_w = fd_check(matmul_obj, &m, m.w, dw, (size_t)OC * IC);
     double e_b = fd_check(matmul_obj, &m, m.b, db, OC);
@@ -194,20 +194,20 @@ static void test_matmul(void) {
     CHECK(e_b < FD_TOL, "matmul_backward dbias vs finite differences: max rel err %.1e (tol %.0e)", e_b, FD_TOL);
 
     float *dinp2 = zero_buf((size_t)N * IC), *dw2 = zero_buf((size_t)OC * IC), *db2 = zero_buf(OC);
-    ops->matmul_backward(dinp2, dw2, db2, m.R, m.inp, m.w, N, IC, OC);
-    ops->matmul_backward(dinp2, dw2, db2, m.R, m.inp, m.w, N, IC, OC);
+    ops->matmul_backward(dinp2, dw2, db2, m.R, m.inp, m.w, N, IC, OC, DT_F32);
+    ops->matmul_backward(dinp2, dw2, db2, m.R, m.inp, m.w, N, IC, OC, DT_F32);
     double a = fmax(accumulate_err(dinp, dinp2, (size_t)N * IC),
                     fmax(accumulate_err(dw, dw2, (size_t)OC * IC), accumulate_err(db, db2, OC)));
     CHECK(a < ACC_TOL, "matmul_backward accumulates (twice = 2x once): err %.1e", a);
 
     float *dw3 = zero_buf((size_t)OC * IC);
-    ops->matmul_backward(NULL, dw3, NULL, m.R, m.inp, m.w, N, IC, OC);
+    ops->matmul_backward(NULL, dw3, NULL, m.R, m.inp, m.w, N, IC, OC, DT_F32);
     CHECK(max_rel_err_f(dw3, dw, (size_t)OC * IC, 0) == 0.0, "matmul_backward with dinp = dbias = NULL gives the same dw");
     /* a zero-bubble pipeline's B (dinp alone, dw NULL) then W (dw, dbias): the
      * same bits as the one call, with w unread in W and inp unread in B */
     float *dinp4 = zero_buf((size_t)N * IC), *dw4 = zero_buf((size_t)OC * IC), *db4 = zero_buf(OC);
-    ops->matmul_backward(dinp4, NULL, NULL, m.R, NULL, m.w, N, IC, OC);
-    ops->matmul_backward(NULL, dw4, db4, m.R, m.inp, NULL, N, IC, OC);
+    ops->matmul_backward(dinp4, NULL, NULL, m.R, NULL, m.w, N, IC, OC, DT_F32);
+    ops->matmul_backward(NULL, dw4, db4, m.R, m.inp, NULL, N, IC, OC, DT_F32);
     CHECK(memcmp(dinp4, dinp, (size_t)N * IC * sizeof(float)) == 0 && memcmp(dw4, dw, (size_t)OC * IC * sizeof(float)) == 0 &&
               memcmp(db4, db, (size_t)OC * sizeof(float)) == 0,
           "matmul_backward split in dinp alone and dw + dbias alone is bitwise the combined call");
@@ -292,7 +292,7 @@ typedef struct { float *out, *att, *qkv, *R; int B, T, C, NH, causal; } attn_ctx
 
 static double attn_obj(void *c) {
     attn_ctx *a = c;
-    ops->attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->causal);
+    ops->attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->causal, DT_F32);
     return dot_r(a->out, a->R, (size_t)a->B * a->T * a->C);
 }
 
@@ -304,7 +304,7 @@ static void test_attention(void) {
             size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
             float *qkv = rand_buf(nqkv, 1.5f), *out = rand_buf(nout, 1), *att = rand_buf(natt, 1);
             double *rout = malloc(nout * sizeof(double)), *ratt = malloc(natt * sizeof(double));
-            ops->attention_forward(out, att, qkv, B, T, C, NH, causal);
+            ops->attention_forward(out, att, qkv, B, T, C, NH, causal, DT_F32);
             ref_attention_forward(rout, ratt, qkv, B, T, C, NH, causal);
             double eo = max_rel_err_d(out, rout, nout, REF_FLOOR);
             double ea = max_rel_err_d(att, ratt, natt, REF_FLOOR);
@@ -314,7 +314,7 @@ static void test_attention(void) {
 
             float *dout = rand_buf(nout, 1), *dqkv = zero_buf(nqkv), *scratch = rand_buf(natt, 1);
             double *rdqkv = calloc(nqkv, sizeof(double));
-            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, causal);
+            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, causal, DT_F32);
             ref_attention_backward(rdqkv, dout, qkv, ratt, B, T, C, NH);
             double eb = max_rel_err_d(dqkv, rdqkv, nqkv, REF_FLOOR);
             CHECK(eb < 10 * REF_TOL, "attention_backward B=%d T=%d C=%d NH=%d %s vs naive: dqkv %.1e (tol %.0e)",
@@ -332,15 +332,15 @@ static void test_attention(void) {
             attn_ctx a = {zero_buf(nout), zero_buf(natt), rand_buf(nqkv, 1.5f), rand_buf(nout, 1), B, T, C, NH, causal};
             float *dqkv = zero_buf(nqkv), *scratch = zero_buf(natt);
             attn_obj(&a);
-            ops->attention_backward(dqkv, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal);
+            ops->attention_backward(dqkv, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal, DT_F32);
             double e = fd_check(attn_obj, &a, a.qkv, dqkv, nqkv);
             CHECK(e < FD_TOL, "attention_backward B=%d T=%d C=%d NH=%d %s dqkv vs finite differences: max rel err %.1e (tol %.0e)",
                   B, T, C, NH, causal ? "causal" : "full", e, FD_TOL);
             if (s == 0) {
                 float *dqkv2 = zero_buf(nqkv);
                 attn_obj(&a);
-                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal);
-                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal);
+                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal, DT_F32);
+                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal, DT_F32);
                 double ae = accumulate_err(dqkv, dqkv2, nqkv);
                 CHECK(ae < ACC_TOL, "attention_backward %s accumulates (twice = 2x once): err %.1e",
                       causal ? "causal" : "full", ae);
@@ -357,7 +357,7 @@ typedef struct { float *out, *mean, *rstd, *inp, *w, *b, *R; int N, C; } ln_ctx;
 
 static double ln_obj(void *c) {
     ln_ctx *l = c;
-    ops->layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, l->N, l->C, 1e-5f);
+    ops->layernorm_forward(l->out, l->mean, l->rstd, l->inp, l->w, l->b, l->N, l->C, 1e-5f, DT_F32);
     return dot_r(l->out, l->R, (size_t)l->N * l->C);
 }
 
@@ -387,7 +387,7 @@ static void test_layernorm(void) {
     ln_obj(&l);
 
     float *dinp = zero_buf((size_t)N * C), *dw = zero_buf(C), *db = zero_buf(C);
-    ops->layernorm_backward(dinp, dw, db, l.R, l.inp, l.w, l.mean, l.rstd, N, C);
+    ops->layernorm_backward(dinp, dw, db, l.R, l.inp, l.w, l.mean, l.rstd, N, C, DT_F32);
     double e_in = fd_check(ln_obj, &l, l.inp, dinp, (size_t)N * C);
     double e_w = fd_check(ln_obj, &l, l.w, dw, C);
     double e_b = fd_check(ln_obj, &l, l.b, db, C);
@@ -397,8 +397,8 @@ static void test_layernorm(void) {
 
     ln_obj(&l);
     float *dinp2 = zero_buf((size_t)N * C), *dw2 = zero_buf(C), *db2 = zero_buf(C);
-    ops->layernorm_backward(dinp2, dw2, db2, l.R, l.inp, l.w, l.mean, l.rstd, N, C);
-    ops->layernorm_backward(dinp2, dw2, db2, l.R, l.inp, l.w, l.mean, l.rstd, N, C);
+    ops->layernorm_backward(dinp2, dw2, db2, l.R, l.inp, l.w, l.mean, l.rstd, N, C, DT_F32);
+    ops->layernorm_backward(dinp2, dw2, db2, l.R, l.inp, l.w, l.mean, l.rstd, N, C, DT_F32);
     double a = fmax(accumulate_err(dinp, dinp2, (size_t)N * C), fmax(accumulate_err(dw, dw2, C), accumulate_err(db, db2, C)));
     CHECK(a < ACC_TOL, "layernorm_backward accumulates (twice = 2x once): err %.1e", a);
 
@@ -407,8 +407,8 @@ static void test_layernorm(void) {
     float *x = rand_buf((size_t)N2 * C2, 1), *w = rand_buf(C2, 1), *b = rand_buf(C2, 1), *d = rand_buf((size_t)N2 * C2, 1);
     float *o = zero_buf((size_t)N2 * C2), *mu = zero_buf(N2), *rs = zero_buf(N2);
     float *gx = zero_buf((size_t)N2 * C2), *gw = zero_buf(C2), *gb = zero_buf(C2);
-    ops->layernorm_forward(o, mu, rs, x, w, b, N2, C2, 1e-5f);
-    ops->layernorm_backward(gx, gw, gb, d, x, w, mu, rs, N2, C2);
+    ops->layernorm_forward(o, mu, rs, x, w, b, N2, C2, 1e-5f, DT_F32);
+    ops->layernorm_backward(gx, gw, gb, d, x, w, mu, rs, N2, C2, DT_F32);
     double *rw = calloc(C2, sizeof(double)), *rb = calloc(C2, sizeof(double));
     for (int i = 0; i < N2; i++)
         for (int c = 0; c < C2; c++) {
@@ -428,7 +428,7 @@ static void test_layernorm(void) {
     double worst_eps = 0.0;
     for (int k = 0; k < 2; k++) {
         float eps = k ? 1e-12f : 1e-5f;
-        ops->layernorm_forward(to, &tm, &tr, tiny, one, zero8, 1, 8, eps);
+        ops->layernorm_forward(to, &tm, &tr, tiny, one, zero8, 1, 8, eps, DT_F32);
         double m = 0, v = 0;
         for (int c = 0; c < 8; c++) m += tiny[c];
         m /= 8;
@@ -448,7 +448,7 @@ typedef struct { float *out, *inp, *R; size_t n; } gelu_erf_ctx;
 
 static double gelu_erf_obj(void *c) {
     gelu_erf_ctx *g = c;
-    ops->gelu_erf_forward(g->out, g->inp, g->n);
+    ops->gelu_erf_forward(g->out, g->inp, g->n, DT_F32);
     return dot_r(g->out, g->R, g->n);
 }
 
@@ -465,15 +465,15 @@ static void test_gelu_erf(void) {
     }
     CHECK(worst < REF_TOL, "gelu_erf_forward vs double erf formula: max rel err %.1e (tol %.0e)", worst, REF_TOL);
     float *dinp = zero_buf(n), *dinp2 = zero_buf(n);
-    ops->gelu_erf_backward(dinp, g.inp, g.R, n);
+    ops->gelu_erf_backward(dinp, g.inp, g.R, n, DT_F32);
     double e = fd_check(gelu_erf_obj, &g, g.inp, dinp, n);
     CHECK(e < FD_TOL, "gelu_erf_backward dinp vs finite differences: max rel err %.1e (tol %.0e)", e, FD_TOL);
-    ops->gelu_erf_backward(dinp2, g.inp, g.R, n);
-    ops->gelu_erf_backward(dinp2, g.inp, g.R, n);
+    ops->gelu_erf_backward(dinp2, g.inp, g.R, n, DT_F32);
+    ops->gelu_erf_backward(dinp2, g.inp, g.R, n, DT_F32);
     CHECK(accumulate_err(dinp, dinp2, n) < ACC_TOL, "gelu_erf_backward accumulates (twice = 2x once)");
     size_t big = 100000;
     float *x = rand_buf(big, 12), *y = zero_buf(big);
-    ops->gelu_erf_forward(y, x, big);
+    ops->gelu_erf_forward(y, x, big, DT_F32);
     double w2 = 0.0;
     for (size_t i = 0; i < big; i++) {
         double xd = x[i];
@@ -487,7 +487,7 @@ typedef struct { float *out, *inp, *R; size_t n; } gelu_ctx;
 
 static double gelu_obj(void *c) {
     gelu_ctx *g = c;
-    ops->gelu_forward(g->out, g->inp, g->n);
+    ops->gelu_forward(g->out, g->inp, g->n, DT_F32);
     return dot_r(g->out, g->R, g->n);
 }
 
@@ -503,17 +503,17 @@ static void test_gelu(void) {
     }
     CHECK(worst < REF_TOL, "gelu_forward vs double tanh formula: max rel err %.1e (tol %.0e)", worst, REF_TOL);
     float *dinp = zero_buf(n), *dinp2 = zero_buf(n);
-    ops->gelu_backward(dinp, g.inp, g.R, n);
+    ops->gelu_backward(dinp, g.inp, g.R, n, DT_F32);
     double e = fd_check(gelu_obj, &g, g.inp, dinp, n);
     CHECK(e < FD_TOL, "gelu_backward dinp vs finite differences: max rel err %.1e (tol %.0e)", e, FD_TOL);
-    ops->gelu_backward(dinp2, g.inp, g.R, n);
-    ops->gelu_backward(dinp2, g.inp, g.R, n);
+    ops->gelu_backward(dinp2, g.inp, g.R, n, DT_F32);
+    ops->gelu_backward(dinp2, g.inp, g.R, n, DT_F32);
     CHECK(accumulate_err(dinp, dinp2, n) < ACC_TOL, "gelu_backward accumulates (twice = 2x once)");
 
     /* threaded size and the large-|x| tails (tanh saturates, no NaN) */
     size_t big = 100000;
     float *x = rand_buf(big, 12), *y = zero_buf(big);
-    ops->gelu_forward(y, x, big);
+    ops->gelu_forward(y, x, big, DT_F32);
     double w2 = 0.0;
     for (size_t i = 0; i < big; i++) {
         double xd = x[i];
@@ -528,7 +528,7 @@ typedef struct { float *out, *a, *b, *R; size_t n; } res_ctx;
 
 static double res_obj(void *c) {
     res_ctx *r = c;
-    ops->residual_forward(r->out, r->a, r->b, r->n);
+    ops->residual_forward(r->out, r->a, r->b, r->n, DT_F32);
     return dot_r(r->out, r->R, r->n);
 }
 
@@ -546,7 +546,7 @@ static void test_residual(void) {
     /* out aliasing a is allowed */
     float *a2 = malloc(n * sizeof(float));
     memcpy(a2, r.a, n * sizeof(float));
-    ops->residual_forward(a2, a2, r.b, n);
+    ops->residual_forward(a2, a2, r.b, n, DT_F32);
     ok = 1;
     for (size_t i = 0; i < n; i++) ok &= a2[i] == r.a[i] + r.b[i];
     CHECK(ok, "residual_forward with out aliasing a");
@@ -1128,17 +1128,17 @@ static void test_empty(void) {
     ops->posadd_backward(w, NULL, 0, 3, 4);
     ops->patch_forward(NULL, NULL, w, b, 0, 3, 2, 2, 1);
     ops->patch_backward(w, b, NULL, NULL, 0, 3, 2, 2, 1);
-    ops->layernorm_forward(NULL, NULL, NULL, NULL, w, b, 0, 4, 1e-5f);
-    ops->layernorm_backward(NULL, w, b, NULL, NULL, w, NULL, NULL, 0, 4);
-    ops->matmul_forward(NULL, NULL, w, b, 0, 3, 4);
-    ops->matmul_backward(NULL, w, b, NULL, NULL, w, 0, 3, 4);
-    ops->attention_forward(NULL, NULL, NULL, 0, 4, 8, 2, 1);
-    ops->attention_backward(NULL, NULL, NULL, NULL, NULL, 0, 4, 8, 2, 1);
-    ops->gelu_forward(NULL, NULL, 0);
-    ops->gelu_backward(NULL, NULL, NULL, 0);
-    ops->gelu_erf_forward(NULL, NULL, 0);
-    ops->gelu_erf_backward(NULL, NULL, NULL, 0);
-    ops->residual_forward(NULL, NULL, NULL, 0);
+    ops->layernorm_forward(NULL, NULL, NULL, NULL, w, b, 0, 4, 1e-5f, DT_F32);
+    ops->layernorm_backward(NULL, w, b, NULL, NULL, w, NULL, NULL, 0, 4, DT_F32);
+    ops->matmul_forward(NULL, NULL, w, b, 0, 3, 4, DT_F32, DT_F32);
+    ops->matmul_backward(NULL, w, b, NULL, NULL, w, 0, 3, 4, DT_F32);
+    ops->attention_forward(NULL, NULL, NULL, 0, 4, 8, 2, 1, DT_F32);
+    ops->attention_backward(NULL, NULL, NULL, NULL, NULL, 0, 4, 8, 2, 1, DT_F32);
+    ops->gelu_forward(NULL, NULL, 0, DT_F32);
+    ops->gelu_backward(NULL, NULL, NULL, 0, DT_F32);
+    ops->gelu_erf_forward(NULL, NULL, 0, DT_F32);
+    ops->gelu_erf_backward(NULL, NULL, NULL, 0, DT_F32);
+    ops->residual_forward(NULL, NULL, NULL, 0, DT_F32);
     ops->residual_backward(NULL, NULL, NULL, 0);
     ops->xent_stats(NULL, NULL, NULL, NULL, NULL, 0, 0, 5);
     ops->xent_rescale(NULL, NULL, NULL, 0);
@@ -1173,9 +1173,9 @@ static void bench(void) {
     double tf = 1e9, tb = 1e9;
     for (int r = 0; r < BENCH_REPS; r++) {
         double t0 = now_s();
-        ops->matmul_forward(out, inp, w, b, N, IC, OC);
+        ops->matmul_forward(out, inp, w, b, N, IC, OC, DT_F32, DT_F32);
         double t1 = now_s();
-        ops->matmul_backward(dinp, dw, db, out, inp, w, N, IC, OC);
+        ops->matmul_backward(dinp, dw, db, out, inp, w, N, IC, OC, DT_F32);
         double t2 = now_s();
         tf = fmin(tf, t1 - t0), tb = fmin(tb, t2 - t1);
     }
@@ -1192,9 +1192,9 @@ static void bench(void) {
         tf = 1e9, tb = 1e9;
         for (int r = 0; r < BENCH_REPS; r++) {
             double t0 = now_s();
-            ops->attention_forward(o, att, qkv, B, T, C, NH, causal);
+            ops->attention_forward(o, att, qkv, B, T, C, NH, causal, DT_F32);
             double t1 = now_s();
-            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, causal);
+            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, causal, DT_F32);
             double t2 = now_s();
             tf = fmin(tf, t1 - t0), tb = fmin(tb, t2 - t1);
         }

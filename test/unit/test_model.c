@@ -495,8 +495,8 @@ static head_ref head_direct(const job_model *s, const float *x, const float *lnw
     float *loss = malloc(N * sizeof(float)), *dloss = malloc(N * sizeof(float)), *dlnf = calloc(NC, sizeof(float));
     head_ref r = {.dx = calloc(NC, sizeof(float)), .dlnw = calloc((size_t)C, sizeof(float)),
                   .dlnb = calloc((size_t)C, sizeof(float)), .dwte = calloc((size_t)V * C, sizeof(float))};
-    ops->layernorm_forward(lnf, mean, rstd, x, lnw, lnb, N, C, (float)job_model_norm_eps(s));
-    ops->matmul_forward(logits, lnf, wte, NULL, N, C, V);
+    ops->layernorm_forward(lnf, mean, rstd, x, lnw, lnb, N, C, (float)job_model_norm_eps(s), DT_F32);
+    ops->matmul_forward(logits, lnf, wte, NULL, N, C, V, DT_F32, DT_F32);
     ops->xent_stats(rowmax, sumexp, target, logits, targets, 0, N, V);
     ops->xent_loss(loss, rowmax, sumexp, target, targets, N);
     for (int i = 0; i < N; i++) {
@@ -504,8 +504,8 @@ static head_ref head_direct(const job_model *s, const float *x, const float *lnw
         dloss[i] = targets[i] >= 0 ? scale : 0.0f;
     }
     ops->xent_backward(dlogits, logits, rowmax, sumexp, targets, dloss, 0, N, V);
-    ops->matmul_backward(dlnf, r.dwte, NULL, dlogits, lnf, wte, N, C, V);
-    ops->layernorm_backward(r.dx, r.dlnw, r.dlnb, dlnf, x, lnw, mean, rstd, N, C);
+    ops->matmul_backward(dlnf, r.dwte, NULL, dlogits, lnf, wte, N, C, V, DT_F32);
+    ops->layernorm_backward(r.dx, r.dlnw, r.dlnb, dlnf, x, lnw, mean, rstd, N, C, DT_F32);
     free(lnf), free(mean), free(rstd), free(logits), free(dlogits), free(rowmax), free(sumexp), free(target);
     free(loss), free(dloss), free(dlnf);
     return r;
