@@ -185,9 +185,12 @@ __global__ void rowdot_kernel(float *D, abk_args a, long rows) {
 
 /* ---------------------------------------------------------------- the ops */
 
-void cuda_attention_block_forward(float *out, float *lse, const float *q, const float *kv, int B, int Ts, int Tq,
-                                  int Tk, int C, int NH, int causal, int shift) {
+void cuda_attention_block_forward(void *out_, float *lse, const void *q_, const void *kv_, int B, int Ts, int Tq,
+                                  int Tk, int C, int NH, int causal, int shift, dt_dtype t, dt_dtype out_t) {
     if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0 || C / NH <= 0) return;
+    if (t != DT_F32 || out_t != DT_F32) dtc_fatal(__FILE__, __LINE__, "attention_block_forward", "bf16 activations: not yet on cuda (TODO)");
+    float *out = (float *)out_;
+    const float *q = (const float *)q_, *kv = (const float *)kv_;
     abk_args a = make_args(NH, Ts, Tq, Tk, C, causal, shift);
     a.out = out;
     a.lse = lse;
@@ -239,10 +242,12 @@ void cuda_attention_block_merge(float *out, float *lse, const float *pout, const
     DTC_LAUNCHED();
 }
 
-void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const float *out, const float *lse,
-                                   const float *q, const float *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                   int causal, int shift) {
+void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out_, const float *lse,
+                                   const void *q_, const void *kv_, int B, int Ts, int Tq, int Tk, int C, int NH,
+                                   int causal, int shift, dt_dtype t) {
     if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0 || C / NH <= 0) return;
+    if (t != DT_F32) dtc_fatal(__FILE__, __LINE__, "attention_block_backward", "bf16 activations: not yet on cuda (TODO)");
+    const float *out = (const float *)out_, *q = (const float *)q_, *kv = (const float *)kv_;
     abk_args a = make_args(NH, Ts, Tq, Tk, C, causal, shift);
     a.dq = dq;
     a.dkv = dkv;

@@ -218,44 +218,43 @@ void cuda_patch_forward(float *out, const float *img, const float *w, const floa
 void cuda_patch_backward(float *dw, float *db, const float *dout, const float *img,
                          int B, int ch, int S, int P, int C);
 /* layernorm.cu */
-void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                            const float *w, const float *b, int N, int C, float eps);
-void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, const float *mean,
-                             const float *rstd, int N, int C);
+void cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b,
+                            int N, int C, float eps, dt_dtype t);
+void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w,
+                             const float *mean, const float *rstd, int N, int C, dt_dtype t);
 /* matmul.cu */
-void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                         int N, int IC, int OC);
-void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                          const float *inp, const float *w, int N, int IC, int OC);
-void cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
-                              const float *bias, int N, int IC, int OC);
-void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w,
-                                const float *pre, int N, int IC, int OC);
+void cuda_matmul_forward(void *out, const void *inp, const float *w, const float *bias, int N, int IC, int OC,
+                         dt_dtype t, dt_dtype out_t);
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const float *w,
+                          int N, int IC, int OC, dt_dtype t);
+void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const float *w, const float *bias, int N,
+                              int IC, int OC, dt_dtype t);
+void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w, const void *pre,
+                                int N, int IC, int OC, dt_dtype t);
 /* attention.cu */
-void cuda_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C,
-                            int NH, int causal);
+void cuda_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,
+                            dt_dtype t);
 void cuda_attention_decode(float *out, float *scratch, const float *cache, int T, int C, int NH);
-void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *att, int B, int T, int C, int NH, int causal);
+void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const void *qkv, const void *att, int B,
+                             int T, int C, int NH, int causal, dt_dtype t);
 /* attention_block.cu */
-void cuda_attention_block_forward(float *out, float *lse, const float *q, const float *kv, int B, int Ts, int Tq,
-                                  int Tk, int C, int NH, int causal, int shift);
+void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
+                                  int C, int NH, int causal, int shift, dt_dtype t, dt_dtype out_t);
 void cuda_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts,
                                 int Tq, int C, int NH);
-void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const float *out, const float *lse,
-                                   const float *q, const float *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                   int causal, int shift);
+void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
+                                   const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
+                                   int causal, int shift, dt_dtype t);
 /* rows_copy.cu */
-void cuda_rows_copy(float *dst, int ldd, const float *src, int lds, int N, int W, int accumulate);
+void cuda_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
 /* gelu.cu */
-void cuda_gelu_forward(float *out, const float *inp, size_t n);
-void cuda_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cuda_gelu_forward(void *out, const void *inp, size_t n, dt_dtype t);
+void cuda_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);
 /* gelu_erf.cu */
-void cuda_gelu_erf_forward(float *out, const float *inp, size_t n);
-void cuda_gelu_erf_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void cuda_gelu_erf_forward(void *out, const void *inp, size_t n, dt_dtype t);
+void cuda_gelu_erf_backward(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);
 /* residual.cu */
-void cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
+void cuda_residual_forward(void *out, const float *a, const void *b, size_t n, dt_dtype t);
 void cuda_residual_backward(float *da, float *db, const float *dout, size_t n);
 /* xent.cu */
 void cuda_xent_stats(float *rowmax, float *sumexp, float *target, const float *logits,

@@ -1,5 +1,6 @@
 /* layernorm.cu — LayerNorm over the last dimension, eps given (twin of
- * kernels/cpu/layernorm.c), fp32.
+ * kernels/cpu/layernorm.c), fp32 arithmetic; the input and output are
+ * activations of either type (act.cuh), the statistics and gradients fp32.
  *
  * Forward: one warp per row, two passes over the row as on the CPU (mean,
  * then squared deviations: no cancellation when the mean is large), saving
@@ -11,6 +12,7 @@
  * The column sums are deterministic (no atomics): blocks of 32 columns x 8
  * row-lanes each sum a chunk of LN_CHUNK rows into a partial in the backend
  * scratch, and a last kernel adds the chunks' partials in order into dw, db. */
+#include "kernels/cuda/act.cuh"
 #include "kernels/cuda/common.cuh"
 
 #define LN_ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
@@ -18,49 +20,50 @@
 #define LN_COLS 32
 #define LN_LANES 8
 
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *w, const float *b, int N, int C, float eps) {
+template <typename T>
+__global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, const T *inp, const float *w,
+                                         const float *b, int N, int C, float eps) {
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
-    float *o = out + (size_t)row * C;
+    const T *x = inp + (size_t)row * C;
+    T *o = out + (size_t)row * C;
     float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += x[c];
+    for (int c = lane; c < C; c += 32) sum += act_load(x, c);
     float m = dtc_warp_sum(sum) / C;
     float sq = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float d = x[c] - m;
+        float d = act_load(x, c) - m;
         sq += d * d;
     }
     float s = 1.0f / sqrtf(dtc_warp_sum(sq) / C + eps);
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * s * w[c] + b[c];
+    for (int c = lane; c < C; c += 32) act_store(o, c, (act_load(x, c) - m) * s * w[c] + b[c]);
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = s;
     }
 }
 
-__global__ void layernorm_backward_dx_kernel(float *dinp, const float *dout, const float *inp,
-                                             const float *w, const float *mean, const float *rstd,
-                                             int N, int C) {
+template <typename T>
+__global__ void layernorm_backward_dx_kernel(float *dinp, const float *dout, const T *inp, const float *w,
+                                             const float *mean, const float *rstd, int N, int C) {
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
+    const T *x = inp + (size_t)row * C;
     const float *d = dout + (size_t)row * C;
     float *dx = dinp + (size_t)row * C;
     float m = mean[row], s = rstd[row];
     float g_sum = 0.0f, gn_sum = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float n = (x[c] - m) * s;
+        float n = (act_load(x, c) - m) * s;
         float g = w[c] * d[c];
         g_sum += g;
         gn_sum += g * n;
     }
     float g_mean = dtc_warp_sum(g_sum) / C, gn_mean = dtc_warp_sum(gn_sum) / C;
     for (int c = lane; c < C; c += 32) {
-        float n = (x[c] - m) * s;
+        float n = (act_load(x, c) - m) * s;
         float g = w[c] * d[c];
         dx[c] += s * (g - g_mean - n * gn_mean);
     }
@@ -68,9 +71,9 @@ __global__ void layernorm_backward_dx_kernel(float *dinp, const float *dout, con
 
 /* grid (column slabs, row chunks); partial[chunk][0..C) = dw part,
  * partial[chunk][C..2C) = db part */
-__global__ void layernorm_backward_dwdb_kernel(float *partial, const float *dout, const float *inp,
-                                               const float *mean, const float *rstd, int N, int C,
-                                               int chunk) {
+template <typename T>
+__global__ void layernorm_backward_dwdb_kernel(float *partial, const float *dout, const T *inp, const float *mean,
+                                               const float *rstd, int N, int C, int chunk) {
     __shared__ float sw[LN_LANES][LN_COLS], sb[LN_LANES][LN_COLS];
     int col = blockIdx.x * LN_COLS + threadIdx.x;
     int r0 = blockIdx.y * chunk, r1 = min(r0 + chunk, N);
@@ -78,7 +81,7 @@ __global__ void layernorm_backward_dwdb_kernel(float *partial, const float *dout
     if (col < C) {
         for (int i = r0 + threadIdx.y; i < r1; i += LN_LANES) {
             float d = dout[(size_t)i * C + col];
-            float n = (inp[(size_t)i * C + col] - mean[i]) * rstd[i];
+            float n = (act_load(inp, (size_t)i * C + col) - mean[i]) * rstd[i];
             aw += d * n;
             ab += d;
         }
@@ -111,22 +114,23 @@ __global__ void layernorm_backward_finish_kernel(float *dw, float *db, const flo
     db[col] += tb;
 }
 
-void cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                            const float *w, const float *b, int N, int C, float eps) {
+void cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp, const float *w, const float *b,
+                            int N, int C, float eps, dt_dtype t) {
     if (N <= 0 || C <= 0) return;
     unsigned grid = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
-    layernorm_forward_kernel<<<grid, 32 * LN_ROWS_PER_BLOCK, 0, dtc.stream>>>(out, mean, rstd, inp,
-                                                                             w, b, N, C, eps);
+    ACT_LAUNCH(t, T,
+               layernorm_forward_kernel<T><<<grid, 32 * LN_ROWS_PER_BLOCK, 0, dtc.stream>>>(
+                   (T *)out, mean, rstd, (const T *)inp, w, b, N, C, eps));
     DTC_LAUNCHED();
 }
 
-void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
-                             const float *inp, const float *w, const float *mean,
-                             const float *rstd, int N, int C) {
+void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w,
+                             const float *mean, const float *rstd, int N, int C, dt_dtype t) {
     if (N <= 0 || C <= 0) return;
     unsigned grid = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
-    layernorm_backward_dx_kernel<<<grid, 32 * LN_ROWS_PER_BLOCK, 0, dtc.stream>>>(
-        dinp, dout, inp, w, mean, rstd, N, C);
+    ACT_LAUNCH(t, T,
+               layernorm_backward_dx_kernel<T><<<grid, 32 * LN_ROWS_PER_BLOCK, 0, dtc.stream>>>(
+                   dinp, dout, (const T *)inp, w, mean, rstd, N, C));
     DTC_LAUNCHED();
     /* gridDim.y stops at 65535: longer inputs get longer chunks */
     int chunk = LN_CHUNK;
@@ -134,8 +138,9 @@ void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dou
     int chunks = (N + chunk - 1) / chunk;
     float *partial = (float *)dtc_scratch((size_t)chunks * 2 * C * sizeof(float));
     dim3 g2((unsigned)((C + LN_COLS - 1) / LN_COLS), (unsigned)chunks);
-    layernorm_backward_dwdb_kernel<<<g2, dim3(LN_COLS, LN_LANES), 0, dtc.stream>>>(
-        partial, dout, inp, mean, rstd, N, C, chunk);
+    ACT_LAUNCH(t, T,
+               layernorm_backward_dwdb_kernel<T><<<g2, dim3(LN_COLS, LN_LANES), 0, dtc.stream>>>(
+                   partial, dout, (const T *)inp, mean, rstd, N, C, chunk));
     DTC_LAUNCHED();
     layernorm_backward_finish_kernel<<<(unsigned)((C + 255) / 256), 256, 0, dtc.stream>>>(
         dw, db, partial, chunks, C);

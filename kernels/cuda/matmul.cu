@@ -267,9 +267,12 @@ void cuda_colsum_accumulate(float *dbias, const float *dout, int N, int OC) {
     DTC_LAUNCHED();
 }
 
-void cuda_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
-                         int IC, int OC) {
+void cuda_matmul_forward(void *out_, const void *inp_, const float *w, const float *bias, int N, int IC, int OC,
+                         dt_dtype t, dt_dtype out_t) {
     if (N <= 0 || OC <= 0) return;
+    if (t != DT_F32 || out_t != DT_F32) dtc_fatal(__FILE__, __LINE__, "matmul_forward", "bf16 activations: not yet on cuda (TODO)");
+    float *out = (float *)out_;
+    const float *inp = (const float *)inp_;
     dtc_gemm(true, false, OC, N, IC, 1.0f, w, IC, inp, IC, 0.0f, out, OC, bias);
 }
 
@@ -278,9 +281,11 @@ void cuda_matmul_forward(float *out, const float *inp, const float *w, const flo
  *   dw^T  [IC,OC] += inp^T [IC,N] x (dout^T [OC,N])^T           (B transposed)
  *   db += colsum(dout)
  * beta = 1: the contract accumulates. */
-void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout,
-                          const float *inp, const float *w, int N, int IC, int OC) {
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp_, const float *w,
+                          int N, int IC, int OC, dt_dtype t) {
     if (N <= 0 || OC <= 0) return;
+    if (t != DT_F32 && dw) dtc_fatal(__FILE__, __LINE__, "matmul_backward", "bf16 activations: not yet on cuda (TODO)");
+    const float *inp = (const float *)inp_;
     if (dinp) dtc_gemm(false, false, IC, N, OC, 1.0f, w, IC, dout, OC, 1.0f, dinp, IC, nullptr);
     if (dw) dtc_gemm(false, true, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, dw, IC, nullptr);
     if (dbias) cuda_colsum_accumulate(dbias, dout, N, OC);
@@ -295,17 +300,20 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
  * auxiliary output wants a leading dimension that is a multiple of 8 and
  * 16-byte aligned pointers: otherwise, or when the heuristic offers no
  * algorithm, the two ops run one after the other. */
-void cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
-                              const float *bias, int N, int IC, int OC) {
+void cuda_matmul_gelu_forward(void *out_, void *pre_, const void *inp_, const float *w, const float *bias, int N,
+                              int IC, int OC, dt_dtype t) {
     if (N <= 0 || OC <= 0) return;
+    if (t != DT_F32) dtc_fatal(__FILE__, __LINE__, "matmul_gelu_forward", "bf16 activations: not yet on cuda (TODO)");
+    float *out = (float *)out_, *pre = (float *)pre_;
+    const float *inp = (const float *)inp_;
     bool fusable = IC > 0 && OC % 8 == 0 && alignment_of(out) >= 16 && alignment_of(pre) >= 16 &&
                    (!bias || alignment_of(bias) >= 16);
     if (fusable) {
         gemm_operands o = operands_for(true, false, OC, N, IC, w, IC, inp, IC);
         if (lt_matmul(true, false, OC, N, IC, 1.0f, &o, 0.0f, out, OC, bias, GELU_AUX_OUT, pre)) return;
     }
-    cuda_matmul_forward(pre, inp, w, bias, N, IC, OC);
-    cuda_gelu_forward(out, pre, (size_t)N * OC);
+    cuda_matmul_forward(pre, inp, w, bias, N, IC, OC, DT_F32, DT_F32);
+    cuda_gelu_forward(out, pre, (size_t)N * OC, DT_F32);
 }
 
 /* The input gradient of a layer whose input is a GELU's output, through the
@@ -315,9 +323,11 @@ void cuda_matmul_gelu_forward(float *out, float *pre, const float *inp, const fl
  * forward's (aux ld a multiple of 8, 16-byte aligned pointers); otherwise,
  * or without an algorithm, the GEMM into the caller's scratch, then the
  * GELU's backward from it. */
-void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w,
-                                const float *pre, int N, int IC, int OC) {
+void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w, const void *pre_,
+                                int N, int IC, int OC, dt_dtype t) {
     if (N <= 0 || IC <= 0) return;
+    if (t != DT_F32) dtc_fatal(__FILE__, __LINE__, "matmul_dgelu_backward", "bf16 activations: not yet on cuda (TODO)");
+    const float *pre = (const float *)pre_;
     bool fusable = OC > 0 && IC % 8 == 0 && alignment_of(dpre) >= 16 && alignment_of(pre) >= 16;
     if (fusable) {
         gemm_operands o = operands_for(false, false, IC, N, OC, w, IC, dout, OC);
@@ -326,5 +336,5 @@ void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, 
     size_t n = (size_t)N * IC;
     dtc_gemm(false, false, IC, N, OC, 1.0f, w, IC, dout, OC, 0.0f, scratch, IC, nullptr);
     DTC_CHECK(cudaMemsetAsync(dpre, 0, n * sizeof(float), dtc.stream));
-    cuda_gelu_backward(dpre, pre, scratch, n);
+    cuda_gelu_backward(dpre, pre, scratch, n, DT_F32);
 }

@@ -42,7 +42,7 @@ void cuda_patch_forward(float *out, const float *img, const float *w, const floa
     float *patches = patches_of(img, B, ch, S, P);
     if (!patches) return;
     int G = S / P;
-    cuda_matmul_forward(out, patches, w, b, B * G * G, ch * P * P, C);
+    cuda_matmul_forward(out, patches, w, b, B * G * G, ch * P * P, C, DT_F32, DT_F32);
 }
 
 void cuda_patch_backward(float *dw, float *db, const float *dout, const float *img, int B, int ch,
@@ -50,5 +50,5 @@ void cuda_patch_backward(float *dw, float *db, const float *dout, const float *i
     float *patches = patches_of(img, B, ch, S, P);
     if (!patches) return;
     int G = S / P;
-    cuda_matmul_backward(nullptr, dw, db, dout, patches, nullptr, B * G * G, ch * P * P, C);
+    cuda_matmul_backward(nullptr, dw, db, dout, patches, nullptr, B * G * G, ch * P * P, C, DT_F32);
 }

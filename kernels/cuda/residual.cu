@@ -1,13 +1,14 @@
 /* residual.cu — the residual stream's sum (twin of kernels/cpu/residual.c):
- * out = a + b, out may alias a (each element is read before it is written by
- * the same thread, so aliasing is safe); backward passes dout to both
- * branches, accumulating. */
+ * out = a + b, a fp32, b and out of the activations' type; out may alias a
+ * in fp32 (each element is read before it is written by the same thread, so
+ * aliasing is safe); backward passes dout to both branches, accumulating. */
+#include "kernels/cuda/act.cuh"
 #include "kernels/cuda/common.cuh"
 
-__global__ void residual_forward_kernel(float *out, const float *a, const float *b, size_t n) {
+template <typename T> __global__ void residual_forward_kernel(T *out, const float *a, const T *b, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] = a[i] + b[i];
+        act_store(out, i, a[i] + act_load(b, i));
 }
 
 __global__ void residual_backward_kernel(float *__restrict__ da, float *__restrict__ db,
@@ -20,9 +21,9 @@ __global__ void residual_backward_kernel(float *__restrict__ da, float *__restri
     }
 }
 
-void cuda_residual_forward(float *out, const float *a, const float *b, size_t n) {
+void cuda_residual_forward(void *out, const float *a, const void *b, size_t n, dt_dtype t) {
     if (!n) return;
-    residual_forward_kernel<<<dtc_blocks(n, 256), 256, 0, dtc.stream>>>(out, a, b, n);
+    ACT_LAUNCH(t, T, residual_forward_kernel<T><<<dtc_blocks(n, 256), 256, 0, dtc.stream>>>((T *)out, a, (const T *)b, n));
     DTC_LAUNCHED();
 }
 
