@@ -91,6 +91,26 @@ static double cuda_scratch_bytes(const plan_estimate *e)
     return patches > d ? patches : d;
 }
 
+/* The CPU backend under bf16: its kernels compute in fp32, so they widen
+ * each bf16 operand into an fp32 buffer they keep, one per operand slot at
+ * its largest use (kernels/cpu/act.c); a device would read bf16 directly.
+ * Slot 0 is an op's result (or a backward's bf16 input), slot 1 its input,
+ * slot 2 a third operand: the largest of each over the ops a rank runs. N:
+ * a micro-batch's tokens on this rank (whole under sequence parallelism, as
+ * the layers gather them). */
+static double cpu_bf16_staging_bytes(const plan_estimate *e)
+{
+    const job_model *m = &e->job.model;
+    const job_parallel *par = &e->job.parallel;
+    double t = par->tp, C = m->d_model, F = m->d_ff / t, C3 = 3.0 * C / t, Cl = C / t;
+    double T = (double)model_seq_len(m) / par->cp, B = e->job.train.micro_batch, N = B * T;
+    int naive = m->attention == ATTN_NAIVE && par->cp == 1;
+    double probs = naive ? B * ((double)m->n_head / t) * T * T : 0;
+    double big = fmax(N * C, fmax(N * C3, N * F));
+    double slot0 = big, slot1 = fmax(big, probs), slot2 = fmax(N * C, naive ? N * C3 : 2.0 * N * Cl);
+    return 4.0 * (slot0 + slot1 + slot2);
+}
+
 void plan_memory(plan_estimate *e)
 {
     e->fits = 1;
@@ -104,6 +124,7 @@ void plan_memory(plan_estimate *e)
         st->fixed = e->hw.gpu ? hw_fixed_overhead(&e->hw, e->world) : 0;
         if (e->hw.gpu) st->fixed += cuda_scratch_bytes(e);
         if (e->hw.gpu && e->job.train.precision == PREC_BF16) st->fixed += bf16_operands_bytes(e);
+        if (!e->hw.gpu && e->job.train.precision == PREC_BF16) st->fixed += cpu_bf16_staging_bytes(e);
         st->total = (double)st->mem.total + st->fixed + (e->hw.gpu ? 0 : (double)st->mem.host);
         if ((double)st->mem.host > host_max) host_max = (double)st->mem.host;
         st->device = device;
