@@ -24,11 +24,12 @@
 #    dry-run's, category by category; and the dry-run's logits column of the
 #    chunked head is smaller than the one-chunk head's by exactly the rows it
 #    does not hold, (N - 24) x V_l fp32 (64-byte aligned) on each tp rank.
-# 4. GPT-2 124M at micro_batch 16 x 1024 tokens (dry-run): the logits column is
-#    what the head keeps per micro-batch (targets, lnf, its two statistics and
-#    five loss statistics: N x (C + 8) floats) plus one chunk of 1024 x V
-#    floats: 257 MB where the unchunked head held N x V floats, 3.34 GB; under
-#    tp 2 the chunk halves with V_l.
+# 4. GPT-2 124M in bf16 at micro_batch 16 x 1024 tokens (dry-run): the
+#    logits column is what the head keeps per micro-batch (lnf, an activation,
+#    in bf16: N x C / 2 floats; targets, lnf's two statistics and five loss
+#    statistics: N x 8 floats) plus one chunk of 1024 x V floats: 232 MB
+#    where the unchunked head held N x V floats, 3.34 GB; under tp 2 the
+#    chunk halves with V_l.
 # 5. Bad values: one line, exit 2.
 source "$(dirname "$0")/../parallel/lib.bash"
 
@@ -127,12 +128,12 @@ for tp in (1, 2):
     for t, m in enumerate(d["stages"][0]["memory_by_tp_rank"]):
         Vl = V * (t + 1) // tp - V * t // tp
         # every term is a whole number of 64-byte lines here
-        want = 4 * (N * (C + 8) + 1024 * Vl)
-        old = 4 * (N * (C + 8) + N * Vl)
+        want = 4 * (N * (C // 2 + 8) + 1024 * Vl)
+        old = 4 * (N * (C // 2 + 8) + N * Vl)
         good = m["logits"] == want
         ok &= good
         print(("ok   " if good else "FAIL ") + f"gpt2-124m micro_batch 16 x 1024, tp {tp} rank {t}: logits column "
-              f"{m['logits'] / 1e6:.1f} MB (want {want / 1e6:.1f}: N x (C + 8) + 1024 x {Vl} floats); the "
+              f"{m['logits'] / 1e6:.1f} MB (want {want / 1e6:.1f}: N x (C / 2 + 8) + 1024 x {Vl} floats); the "
               f"unchunked head's {old / 1e9:.2f} GB")
 sys.exit(0 if ok else 1)
 PY
