@@ -30,9 +30,12 @@ void dt_ops_cuda_set_tf32(int on);
 
 /* bf16 tensor cores (the table's set_bf16_products; see kernels/ops.h): on
  * says that the tensors a bf16 model rounds where it stores them (qkv, the
- * matmul inputs) hold bf16 values. The GEMMs then narrow both operands to
- * bf16 (exact for those; the gradients flowing back are rounded) with fp32
- * accumulation and results, taking precedence over TF32; the blockwise
+ * matmul inputs) hold bf16 values. The GEMMs then narrow their fp32
+ * operands to bf16 (exact for those; the gradients flowing back are
+ * rounded; an activation stored in bf16 goes in as stored, and makes its
+ * GEMM a bf16 one with the switch off too) with fp32 accumulation and fp32
+ * results (bf16 where an op stores a bf16 activation, rounded once),
+ * taking precedence over TF32 (kernels/cuda/matmul.cu); the blockwise
  * attention rounds P, dO and dS to bf16 for their products, as flash
  * attention does (kernels/cuda/attention_block_bf16.cu). Off by default
  * (fp32 arithmetic, the CPU twin's). */

@@ -432,6 +432,194 @@ static void test_matmul_dgelu(int N, int IC, int OC, int pad) {
     free(dout); free(w); free(pre); free(dpre); free(scr);
 }
 
+/* ---- matmul on activations stored in bf16 (ops.h dt_dtype DT_BF16) ----
+ * The CPU twin widens a bf16 operand (exact), computes in fp32 and rounds a
+ * bf16 result once when it stores it; cuda multiplies the bf16 operand as
+ * stored on the tensor cores (fp32 accumulation) and rounds once into a
+ * bf16 D (or, where cuBLASLt refuses a case, rounds its fp32 product with a
+ * kernel: the same rounding point). Inputs here are bf16 values (weights and
+ * gradients too, as mixed precision keeps its weights), so every product is
+ * exact in fp32 on both sides and only the summation order differs: fp32
+ * results within TOL_GEMM. A bf16 result is the rounding of an fp32 value
+ * that is itself within TOL_GEMM x max|ref| of the CPU's; where the two fp32
+ * values straddle a rounding boundary they round to neighbouring bf16
+ * values, one ulp apart, and a bf16 ulp is at most 2^-7 of the value (8
+ * significant bits: 2^-8 at the top of a binade, 2^-7 at its bottom), so
+ * |gpu - cpu| <= TOL_GEMM max|ref| + 2^-7 max|ref|. A wrong operand type,
+ * a lost bias or a wrong GELU moves outputs by O(1) of their size. */
+#define TOL_ACT_BF16 (TOL_GEMM + 1.0 / 128)
+
+/* set_bf16_products for the cases below, remembered for their names */
+static int act16_b16;
+static void act16_products(int on) {
+    gpu->set_bf16_products(on);
+    act16_b16 = on;
+}
+
+/* n bf16 values (random fp32 rounded as the CPU rounds) */
+static uint16_t *hrand16(size_t n, float scale) {
+    float *f = hrand(n, scale);
+    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+    cpu->to_bf16(h, f, n);
+    free(f);
+    return h;
+}
+
+/* A device copy of a bf16 array, `pad` spare elements in front (pad = 1: a
+ * pointer only 2-byte aligned). */
+typedef struct {
+    void *base;
+    uint16_t *p;
+} dbuf16;
+
+static dbuf16 dup_h(const uint16_t *h, size_t n, int pad) {
+    dbuf16 d;
+    d.base = gpu->alloc((n + (size_t)pad) * sizeof(uint16_t));
+    d.p = (uint16_t *)d.base + pad;
+    if (n) gpu->from_host(d.p, h, n * sizeof(uint16_t));
+    return d;
+}
+
+/* Compares device bf16 tensor d with the CPU's bf16 ref, both widened. */
+static void expect16(const char *what, const dbuf16 *d, const uint16_t *ref, size_t n, double tol) {
+    uint16_t *h = calloc(n ? n : 1, sizeof(uint16_t));
+    float *a = malloc((n ? n : 1) * sizeof(float)), *r = malloc((n ? n : 1) * sizeof(float));
+    if (n) gpu->to_host(h, d->p, n * sizeof(uint16_t));
+    cpu->from_bf16(a, h, n);
+    cpu->from_bf16(r, ref, n);
+    double e = rel_err(a, r, n);
+    CHECK(e <= tol, "%s: max rel err %.2e <= %.1e", what, e, tol);
+    free(h); free(a); free(r);
+}
+
+static void drop16(dbuf16 *d) { gpu->free(d->base); }
+
+/* matmul_forward with inp bf16 (out bf16 or fp32), then matmul_backward with
+ * inp bf16 (dinp, dw, dbias from random starts: "+="). pad = 1 offsets every
+ * device pointer by one element (bf16 ones 2-byte aligned, fp32 4-byte). */
+static void test_matmul_act16(int N, int IC, int OC, int with_bias, int pad, dt_dtype out_t) {
+    char what[200];
+    const char *tag = pad ? " unaligned" : "";
+    const char *mode = act16_b16 ? "bf16 products" : "fp32 products";
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    int saved = bf16_values;
+    bf16_values = 1;
+    uint16_t *inp = hrand16(ni, 1.0f);
+    float *w = hrand(nw, 1.0f), *bias = hrand((size_t)OC, 1.0f);
+    dbuf16 di = dup_h(inp, ni, pad);
+    dbuf dw = dup_f(w, nw, pad), db = dup_f(bias, (size_t)OC, pad);
+    if (out_t == DT_BF16) {
+        uint16_t *out = hrand16(no, 1.0f);
+        dbuf16 dout = dup_h(out, no, pad);
+        cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC, DT_BF16, DT_BF16);
+        gpu->matmul_forward(dout.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC, DT_BF16, DT_BF16);
+        snprintf(what, sizeof what, "matmul_forward bf16 -> bf16 N=%d IC=%d OC=%d%s%s (%s)", N, IC, OC,
+                 with_bias ? " +bias" : "", tag, mode);
+        expect16(what, &dout, out, no, TOL_ACT_BF16);
+        drop16(&dout);
+        free(out);
+    } else {
+        float *out = hrand(no, 1.0f);
+        dbuf dout = dup_f(out, no, pad);
+        cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC, DT_BF16, DT_F32);
+        gpu->matmul_forward(dout.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC, DT_BF16, DT_F32);
+        snprintf(what, sizeof what, "matmul_forward bf16 -> fp32 N=%d IC=%d OC=%d%s%s (%s)", N, IC, OC,
+                 with_bias ? " +bias" : "", tag, mode);
+        expect(what, &dout, out, no, TOL_GEMM);
+        drop(&dout);
+        free(out);
+    }
+
+    float *g = hrand(no, 1.0f), *gi = hrand(ni, 1.0f), *gw = hrand(nw, 1.0f), *gb = hrand((size_t)OC, 1.0f);
+    dbuf dg = dup_f(g, no, pad), dgi = dup_f(gi, ni, pad), dgw = dup_f(gw, nw, pad), dgb = dup_f(gb, (size_t)OC, pad);
+    cpu->matmul_backward(gi, gw, with_bias ? gb : NULL, g, inp, w, N, IC, OC, DT_BF16);
+    gpu->matmul_backward(dgi.p, dgw.p, with_bias ? dgb.p : NULL, dg.p, di.p, dw.p, N, IC, OC, DT_BF16);
+    snprintf(what, sizeof what, "matmul_backward inp bf16 dinp N=%d IC=%d OC=%d%s (%s)", N, IC, OC, tag, mode);
+    expect(what, &dgi, gi, ni, TOL_GEMM);
+    snprintf(what, sizeof what, "matmul_backward inp bf16 dw N=%d IC=%d OC=%d%s (%s)", N, IC, OC, tag, mode);
+    expect(what, &dgw, gw, nw, TOL_GEMM);
+    if (with_bias) {
+        snprintf(what, sizeof what, "matmul_backward inp bf16 dbias N=%d IC=%d OC=%d%s (%s)", N, IC, OC, tag, mode);
+        expect(what, &dgb, gb, (size_t)OC, TOL_ELEM * 10);
+    }
+    drop16(&di); drop(&dw); drop(&db); drop(&dg); drop(&dgi); drop(&dgw); drop(&dgb);
+    free(inp); free(w); free(bias); free(g); free(gi); free(gw); free(gb);
+    bf16_values = saved;
+}
+
+/* matmul_forward with an fp32 input and a bf16 result (the contract allows
+ * it; no model layer does it): bf16 of the fp32 op's result. fp32 inputs,
+ * so with bf16 products the operands are rounded on the way in: TOL_BF16
+ * plus the result's one ulp; with fp32 products TOL_ACT_BF16. */
+static void test_matmul_f32_to_act16(int N, int IC, int OC) {
+    char what[200];
+    int b16 = act16_b16;
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *inp = hrand(ni, 1.0f), *w = hrand(nw, 1.0f), *bias = hrand((size_t)OC, 1.0f);
+    uint16_t *out = hrand16(no, 1.0f);
+    dbuf di = dup_f(inp, ni, 0), dw = dup_f(w, nw, 0), db = dup_f(bias, (size_t)OC, 0);
+    dbuf16 dout = dup_h(out, no, 0);
+    cpu->matmul_forward(out, inp, w, bias, N, IC, OC, DT_F32, DT_BF16);
+    gpu->matmul_forward(dout.p, di.p, dw.p, db.p, N, IC, OC, DT_F32, DT_BF16);
+    snprintf(what, sizeof what, "matmul_forward fp32 -> bf16 N=%d IC=%d OC=%d +bias (%s products)", N, IC, OC,
+             b16 ? "bf16" : "fp32");
+    expect16(what, &dout, out, no, b16 ? TOL_BF16 + 1.0 / 128 : TOL_ACT_BF16);
+    drop(&di); drop(&dw); drop(&db); drop16(&dout);
+    free(inp); free(w); free(bias); free(out);
+}
+
+/* The fused first MLP layer on bf16 activations: pre = bf16(inp @ w^T +
+ * bias), out = bf16(gelu of the unrounded value), both TOL_ACT_BF16 (the
+ * GELU adds a TOL_ELEM-sized error, and the GELU's slope is at most 1.13, so
+ * a TOL_GEMM difference in its input stays one in its output). */
+static void test_matmul_gelu_act16(int N, int IC, int OC, int with_bias, int pad) {
+    char what[200];
+    const char *tag = pad ? " unaligned" : "";
+    const char *mode = act16_b16 ? "bf16 products" : "fp32 products";
+    size_t ni = (size_t)N * IC, no = (size_t)N * OC, nw = (size_t)OC * IC;
+    int saved = bf16_values;
+    bf16_values = 1;
+    uint16_t *inp = hrand16(ni, 1.0f), *out = hrand16(no, 1.0f), *pre = hrand16(no, 1.0f);
+    float *w = hrand(nw, 1.0f), *bias = hrand((size_t)OC, 1.0f);
+    dbuf16 di = dup_h(inp, ni, pad), dout = dup_h(out, no, pad), dpre = dup_h(pre, no, pad);
+    dbuf dw = dup_f(w, nw, pad), db = dup_f(bias, (size_t)OC, pad);
+    cpu->matmul_gelu_forward(out, pre, inp, w, with_bias ? bias : NULL, N, IC, OC, DT_BF16);
+    gpu->matmul_gelu_forward(dout.p, dpre.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC, DT_BF16);
+    snprintf(what, sizeof what, "matmul_gelu_forward bf16 pre N=%d IC=%d OC=%d%s%s (%s)", N, IC, OC,
+             with_bias ? " +bias" : "", tag, mode);
+    expect16(what, &dpre, pre, no, TOL_ACT_BF16);
+    snprintf(what, sizeof what, "matmul_gelu_forward bf16 out N=%d IC=%d OC=%d%s%s (%s)", N, IC, OC,
+             with_bias ? " +bias" : "", tag, mode);
+    expect16(what, &dout, out, no, TOL_ACT_BF16);
+    drop16(&di); drop16(&dout); drop16(&dpre); drop(&dw); drop(&db);
+    free(inp); free(out); free(pre); free(w); free(bias);
+    bf16_values = saved;
+}
+
+/* Its backward mirror with pre stored in bf16: dpre (fp32) = (dout @ w) x
+ * gelu'(pre widened); the DGELU epilogue reading a bf16 aux, or the GEMM
+ * then the GELU's backward: one GEMM of bf16 values and one elementwise
+ * function, TOL_GEMM as in fp32. */
+static void test_matmul_dgelu_act16(int N, int IC, int OC, int pad) {
+    char what[200];
+    const char *mode = act16_b16 ? "bf16 products" : "fp32 products";
+    size_t nd = (size_t)N * OC, np = (size_t)N * IC, nw = (size_t)OC * IC;
+    int saved = bf16_values;
+    bf16_values = 1;
+    float *dout = hrand(nd, 1.0f), *w = hrand(nw, 1.0f), *dpre = hrand(np, 1.0f), *scr = hrand(np, 1.0f);
+    uint16_t *pre = hrand16(np, 2.0f);
+    dbuf dd = dup_f(dout, nd, pad), dw = dup_f(w, nw, pad), ddp = dup_f(dpre, np, pad), ds = dup_f(scr, np, pad);
+    dbuf16 dp = dup_h(pre, np, pad);
+    cpu->matmul_dgelu_backward(dpre, scr, dout, w, pre, N, IC, OC, DT_BF16);
+    gpu->matmul_dgelu_backward(ddp.p, ds.p, dd.p, dw.p, dp.p, N, IC, OC, DT_BF16);
+    snprintf(what, sizeof what, "matmul_dgelu_backward pre bf16 N=%d IC=%d OC=%d%s (%s)", N, IC, OC,
+             pad || IC % 8 ? " (GEMM, then the GELU's backward)" : "", mode);
+    expect(what, &ddp, dpre, np, TOL_GEMM);
+    drop(&dd); drop(&dw); drop(&ddp); drop(&ds); drop16(&dp);
+    free(dout); free(w); free(dpre); free(scr); free(pre);
+    bf16_values = saved;
+}
+
 /* ---------------------------------------------------------------- attention */
 
 /* decoding's one query over a cache; also the CPU's own check that it is the
@@ -1353,6 +1541,26 @@ int main(void) {
     bf16_values = 0; /* fp32 operands: rounded once on the way in */
     test_matmul(256, 3072, 768, 1, 0, TOL_BF16);
     gpu->set_bf16_products(0);
+    /* activations stored in bf16: with the run's bf16 products (mixed
+     * precision) and without them (a bf16 input still makes a bf16 product) */
+    for (int b16 = 1; b16 >= 0; b16--) {
+        act16_products(b16);
+        test_matmul_act16(256, 768, 2304, 1, 0, DT_BF16); /* GPT-2's qkv: the bias into a bf16 D */
+        test_matmul_act16(256, 3072, 768, 1, 0, DT_F32);  /* a row-parallel layer: fp32 partial sums */
+        test_matmul_act16(37, 33, 17, 1, 1, DT_BF16);     /* unaligned: the bias seeded into fp32 rows */
+        test_matmul_act16(37, 33, 17, 0, 0, DT_BF16);     /* no bias: straight into the bf16 D */
+        test_matmul_act16(37, 33, 17, 1, 1, DT_F32);
+        test_matmul_act16(5, 1, 3, 1, 0, DT_BF16);        /* fewer than two rows' worth: rows one at a time */
+        test_matmul_f32_to_act16(37, 33, 17);
+        test_matmul_gelu_act16(256, 768, 3072, 1, 0);     /* GPT-2's fc: GELU_AUX_BIAS, bf16 D and aux */
+        test_matmul_gelu_act16(64, 64, 256, 0, 0);        /* GELU_AUX, no bias */
+        test_matmul_gelu_act16(37, 33, 20, 1, 1);         /* unaligned: fp32 rows, both rounded in one pass */
+        test_matmul_gelu_act16(9, 16, 12, 1, 0);          /* OC not a multiple of 8: the same */
+        test_matmul_dgelu_act16(256, 3072, 768, 0);       /* GPT-2's mlp projection: DGELU with a bf16 aux */
+        test_matmul_dgelu_act16(37, 20, 33, 1);           /* unaligned: the two steps */
+        test_matmul_dgelu_act16(9, 12, 16, 0);            /* IC not a multiple of 8: the two steps */
+    }
+    act16_products(0);
 
     test_attention(2, 17, 12, 3, 1);
     test_attention(2, 17, 12, 3, 0);
