@@ -23,7 +23,27 @@
  *     dQ += scale dS K    ->  dQ^T += K^T dS^T     (A = k op N, B = dS op N)
  *     dK += scale dS^T Q  ->  dK^T += Q^T dS       (A = q op N, B = dS op T)
  *     dV += A^T dO        ->  dV^T += dO^T A       (A = dO op N, B = att op T)
- * Masked entries have A = 0, hence dS = 0: the mask needs no other handling. */
+ * Masked entries have A = 0, hence dS = 0: the mask needs no other handling.
+ *
+ * bf16 activations (t = DT_BF16: qkv, out and att stored as bf16). The
+ * scores S cannot be kept in fp32 where att is (half its bytes) and the op
+ * has no scratch, so forward goes through the blockwise kernels
+ * (attention_block.cuh abk_attention_probs_forward): out from the online
+ * softmax over the k and v columns of qkv in place, each row's log-sum-exp
+ * (the backend's scratch, B NH T floats: what the dry-run counts for the
+ * blockwise backward's D), then att = e^(S - lse) from a second pass of
+ * Q K^T, rounded once as it is stored. Backward keeps the GEMMs above, on
+ * bf16 operands read where they are stored (cuBLAS bf16 x bf16 with fp32
+ * accumulation): q, k, v and att as they are, and dO and dS, which are
+ * fp32, rounded to bf16 for their products (bf16 activations come with bf16
+ * products, ops.h; the blockwise bf16 kernels round the same two). dA stays
+ * fp32, so D = rowsum(A dA) and dS are formed in fp32. The work goes by
+ * sample and by chunk of query rows, as many as the caller's scratch holds
+ * (its B NH T^2 floats: per row NH T floats of dA, NH T bf16 of dS, C bf16
+ * of dO); a [T, T] scratch too small for one row (T of a few rows) borrows
+ * the backend's scratch instead. */
+#include "kernels/cuda/act.cuh"
+#include "kernels/cuda/attention_block.cuh"
 #include "kernels/cuda/common.cuh"
 
 #define ATT_ROWS_PER_BLOCK 8 /* one warp per row */
@@ -36,6 +56,16 @@ static void head_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const 
         dtc.blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha,
         A, CUDA_R_32F, lda, sa, B, CUDA_R_32F, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch,
         dtc_compute_type(), CUBLAS_GEMM_DEFAULT));
+}
+
+/* The same over bf16 operands A and B (as stored; C fp32), fp32 accumulation. */
+static void head_gemm16(bool ta, bool tb, int m, int n, int k, float alpha, const uint16_t *A, int lda,
+                        long long sa, const uint16_t *B, int ldb, long long sb, float beta, float *C, int ldc,
+                        long long sc, int batch) {
+    DTC_BLAS(dtc_blas.gemm_strided_batched_ex(
+        dtc.blas, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A, CUDA_R_16BF,
+        lda, sa, B, CUDA_R_16BF, ldb, sb, &beta, C, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F,
+        CUBLAS_GEMM_DEFAULT));
 }
 
 /* In place over rows of att (row r is query t = r % T of some (b,h)):
@@ -74,10 +104,80 @@ __global__ void softmax_backward_rows_kernel(float *ds, const float *att, size_t
     for (int j = lane; j < T; j += 32) d[j] = j < valid ? a[j] * (d[j] - dot) : 0.0f;
 }
 
+/* bf16 backward's softmax step over one chunk of R query rows [r0, r0 + R)
+ * of a sample, all NH heads (row x = h R + i): ds[x][j] = bf16(A (dA -
+ * sum_j A dA)) for the keys j < nk the chunk's GEMMs read, 0 where masked.
+ * att: the sample's [NH, T, T] probabilities (bf16); da, ds: [NH R][T]. */
+__global__ void softmax_backward_chunk_kernel(uint16_t *ds, const float *da, const uint16_t *att, int NH, int R,
+                                              int T, int r0, int nk, int causal) {
+    size_t x = (size_t)blockIdx.x * ATT_ROWS_PER_BLOCK + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (x >= (size_t)NH * R) return;
+    int h = (int)(x / R), i = r0 + (int)(x % R);
+    const uint16_t *a = att + ((size_t)h * T + i) * T;
+    const float *d = da + x * T;
+    uint16_t *s = ds + x * T;
+    int valid = causal ? i + 1 : T;
+    float dot = 0.0f;
+    for (int j = lane; j < valid; j += 32) dot += act_load(a, j) * d[j];
+    dot = dtc_warp_sum(dot);
+    for (int j = lane; j < nk; j += 32) act_store(s, j, j < valid ? act_load(a, j) * (d[j] - dot) : 0.0f);
+}
+
+/* Bytes rounded up to 256 (cuBLAS's preferred operand alignment). */
+static size_t align256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* Bytes one chunk of R rows takes: dA, dS, dO (see the file's comment). */
+static size_t chunk_bytes(int R, int T, int C, int NH) {
+    size_t rt = (size_t)R * NH * T;
+    return align256(rt * sizeof(float)) + align256(rt * sizeof(uint16_t)) + (size_t)R * C * sizeof(uint16_t);
+}
+
+static void attention_backward_bf16(float *dqkv, float *scratch, const float *dout, const uint16_t *qkv,
+                                    const uint16_t *att, int B, int T, int C, int NH, int causal) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long TT = (long long)T * T;
+    size_t have = (size_t)B * NH * TT * sizeof(float);
+    char *buf = (char *)scratch;
+    int R = T;
+    while (R > 1 && chunk_bytes(R, T, C, NH) > have) R = R / 2;
+    if (chunk_bytes(R, T, C, NH) > have) buf = (char *)dtc_scratch(chunk_bytes(R, T, C, NH));
+    for (int b = 0; b < B; b++) {
+        const uint16_t *q = qkv + (size_t)b * T * C3, *k = q + C, *v = q + 2 * C;
+        const uint16_t *ab = att + (size_t)b * NH * TT;
+        float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
+        for (int r0 = 0; r0 < T; r0 += R) {
+            int n = T - r0 < R ? T - r0 : R, nk = causal ? r0 + n : T; /* rows; keys they see */
+            size_t rt = (size_t)n * NH * T;
+            float *da = (float *)buf;
+            uint16_t *ds = (uint16_t *)(buf + align256(rt * sizeof(float)));
+            uint16_t *dO = (uint16_t *)((char *)ds + align256(rt * sizeof(uint16_t)));
+            cuda_to_bf16(dO, dout + ((size_t)b * T + r0) * C, (size_t)n * C);
+            /* dA^T = V dO^T: head h's [n][T] (keys < nk) at da + h n T */
+            head_gemm16(true, false, nk, n, hs, 1.0f, v, C3, hs, dO, C, hs, 0.0f, da, T, (long long)n * T, NH);
+            size_t rows = (size_t)NH * n;
+            unsigned grid = (unsigned)((rows + ATT_ROWS_PER_BLOCK - 1) / ATT_ROWS_PER_BLOCK);
+            softmax_backward_chunk_kernel<<<grid, 32 * ATT_ROWS_PER_BLOCK, 0, dtc.stream>>>(ds, da, ab, NH, n, T, r0,
+                                                                                            nk, causal);
+            DTC_LAUNCHED();
+            /* dQ rows [r0, r0 + n) += scale dS K; dK, dV keys < nk += scale dS^T Q, A^T dO */
+            head_gemm16(false, false, hs, n, nk, scale, k, C3, hs, ds, T, (long long)n * T, 1.0f,
+                        dq + (size_t)r0 * C3, C3, hs, NH);
+            head_gemm16(false, true, hs, nk, n, scale, q + (size_t)r0 * C3, C3, hs, ds, T, (long long)n * T, 1.0f, dk,
+                        C3, hs, NH);
+            head_gemm16(false, true, hs, nk, n, 1.0f, dO, C, hs, ab + (size_t)r0 * T, T, TT, 1.0f, dv, C3, hs, NH);
+        }
+    }
+}
+
 void cuda_attention_forward(void *out_, void *att_, const void *qkv_, int B, int T, int C, int NH, int causal,
                             dt_dtype t) {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    if (t != DT_F32) dtc_fatal(__FILE__, __LINE__, "attention_forward", "bf16 activations: not yet on cuda (TODO)");
+    if (t == DT_BF16) {
+        if (C / NH > 0) abk_attention_probs_forward(out_, att_, qkv_, B, T, C, NH, causal, t);
+        return;
+    }
     float *out = (float *)out_, *att = (float *)att_;
     const float *qkv = (const float *)qkv_;
     int hs = C / NH, C3 = 3 * C;
@@ -103,7 +203,12 @@ void cuda_attention_forward(void *out_, void *att_, const void *qkv_, int B, int
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const void *qkv_, const void *att_, int B,
                              int T, int C, int NH, int causal, dt_dtype t) {
     if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
-    if (t != DT_F32) dtc_fatal(__FILE__, __LINE__, "attention_backward", "bf16 activations: not yet on cuda (TODO)");
+    if (t == DT_BF16) {
+        if (C / NH > 0)
+            attention_backward_bf16(dqkv, scratch, dout, (const uint16_t *)qkv_, (const uint16_t *)att_, B, T, C, NH,
+                                    causal);
+        return;
+    }
     const float *qkv = (const float *)qkv_, *att = (const float *)att_;
     int hs = C / NH, C3 = 3 * C;
     if (hs <= 0) return;

@@ -3,10 +3,14 @@
  * attention and the compute of context parallelism's ring.
  *
  * The ops pick a path by head size and arithmetic (attention_block.cuh):
- *   hs <= 128, fp32 inputs        flash tiles on CUDA cores (attention_block_fp32.cu)
- *   hs <= 128, bf16 inputs        flash tiles on tensor cores (attention_block_bf16.cu),
+ *   hs <= 128, fp32 arithmetic    flash tiles on CUDA cores (attention_block_fp32.cu)
+ *   hs <= 128, bf16 products      flash tiles on tensor cores (attention_block_bf16.cu),
  *                                 when dt_ops_cuda_set_bf16(1) was called
  *   hs > 128                      the simple kernels below, fp32
+ * whatever the activations' type (t, out_t): every kernel reads q, kv and
+ * out as they are stored (bf16 or fp32) and writes out in out_t, so bf16
+ * activations under fp32 arithmetic (a test's case, not a run's: mixed
+ * precision switches both) take the CUDA-core tiles, widening as they load.
  * Backward first computes D = rowsum(dO * O) per (sample, head, row) once,
  * into the backend's scratch (B NH Tq floats): both backward kernels read it
  * for every tile instead of recomputing it.
@@ -38,6 +42,7 @@ static abk_args make_args(int NH, int Ts, int Tq, int Tk, int C, int causal, int
     a.hs = C / NH;
     a.causal = causal;
     a.shift = shift;
+    a.ldkv = 2 * C;
     a.scale = 1.0f / sqrtf((float)a.hs);
     a.scale_log2 = a.scale * ABK_LOG2E;
     return a;
@@ -45,15 +50,15 @@ static abk_args make_args(int NH, int Ts, int Tq, int Tk, int C, int causal, int
 
 /* ---------------------------------------------------------------- simple forward */
 
-__global__ void simple_forward_kernel(abk_args a) {
+template <typename T, typename OT> __global__ void simple_forward_kernel(abk_args a) {
     __shared__ float sh[32];
     __shared__ float s[SIMPLE_TILE];
     extern __shared__ float acc[]; /* hs */
     int i = blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
-    size_t C = (size_t)a.C;
-    const float *qi = a.q + ((size_t)b * a.Ts + i) * 3 * C + (size_t)h * a.hs;
-    const float *kb = a.kv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs;
-    float *oi = a.out + ((size_t)b * a.Ts + i) * C + (size_t)h * a.hs;
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * 3 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs;
+    OT *oi = static_cast<OT *>(a.out) + ((size_t)b * a.Ts + i) * C + (size_t)h * a.hs;
     int valid = abk_seen(i, a);
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) acc[c] = 0.0f;
     float m = -INFINITY, l = 0.0f;
@@ -61,9 +66,9 @@ __global__ void simple_forward_kernel(abk_args a) {
         int nk = min(valid - k0, SIMPLE_TILE);
         float mx = -INFINITY;
         for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-            const float *kj = kb + (size_t)(k0 + j) * 2 * C;
+            const T *kj = kb + (size_t)(k0 + j) * ldkv;
             float dot = 0.0f;
-            for (int c = 0; c < a.hs; c++) dot += qi[c] * kj[c];
+            for (int c = 0; c < a.hs; c++) dot += act_load(qi, c) * act_load(kj, c);
             s[j] = dot * a.scale;
             mx = fmaxf(mx, s[j]);
         }
@@ -78,7 +83,7 @@ __global__ void simple_forward_kernel(abk_args a) {
         float corr = expf(m - mnew);
         for (int c = threadIdx.x; c < a.hs; c += blockDim.x) {
             float v = acc[c] * corr;
-            for (int j = 0; j < nk; j++) v += s[j] * kb[(size_t)(k0 + j) * 2 * C + C + c];
+            for (int j = 0; j < nk; j++) v += s[j] * act_load(kb, (size_t)(k0 + j) * ldkv + C + c);
             acc[c] = v;
         }
         l = l * corr + sum;
@@ -86,7 +91,7 @@ __global__ void simple_forward_kernel(abk_args a) {
         __syncthreads(); /* the tile's scores are used up */
     }
     float inv = valid > 0 ? 1.0f / l : 0.0f;
-    for (int c = threadIdx.x; c < a.hs; c += blockDim.x) oi[c] = acc[c] * inv;
+    for (int c = threadIdx.x; c < a.hs; c += blockDim.x) act_store(oi, c, acc[c] * inv);
     if (threadIdx.x == 0) a.lse[(size_t)bh * a.Ts + i] = valid > 0 ? m + logf(l) : -INFINITY;
 }
 
@@ -94,14 +99,14 @@ __global__ void simple_forward_kernel(abk_args a) {
 
 /* dq of one query row: the tile's dS in shared memory, then each thread sums
  * its columns over the tile. */
-__global__ void simple_dq_kernel(abk_args a) {
+template <typename T> __global__ void simple_dq_kernel(abk_args a) {
     __shared__ float ds[SIMPLE_TILE];
     extern __shared__ float dqa[]; /* hs */
     int i = blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
-    size_t C = (size_t)a.C;
-    const float *qi = a.q + ((size_t)b * a.Ts + i) * 3 * C + (size_t)h * a.hs;
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * 3 * C + (size_t)h * a.hs;
     const float *gi = a.dout + ((size_t)b * a.Ts + i) * C + (size_t)h * a.hs;
-    const float *kb = a.kv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs;
     float li = a.lse[(size_t)bh * a.Ts + i], Di = a.D[(size_t)bh * a.Tq + i];
     int valid = li == -INFINITY ? 0 : abk_seen(i, a);
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) dqa[c] = 0.0f;
@@ -109,15 +114,15 @@ __global__ void simple_dq_kernel(abk_args a) {
         int nk = min(valid - k0, SIMPLE_TILE);
         __syncthreads(); /* the last tile's dS are used up */
         for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-            const float *kj = kb + (size_t)(k0 + j) * 2 * C, *vj = kj + C;
+            const T *kj = kb + (size_t)(k0 + j) * ldkv, *vj = kj + C;
             float s = 0.0f, dp = 0.0f;
-            for (int c = 0; c < a.hs; c++) s += qi[c] * kj[c], dp += gi[c] * vj[c];
+            for (int c = 0; c < a.hs; c++) s += act_load(qi, c) * act_load(kj, c), dp += gi[c] * act_load(vj, c);
             ds[j] = expf(s * a.scale - li) * (dp - Di);
         }
         __syncthreads();
         for (int c = threadIdx.x; c < a.hs; c += blockDim.x) {
             float v = dqa[c];
-            for (int j = 0; j < nk; j++) v += ds[j] * kb[(size_t)(k0 + j) * 2 * C + c];
+            for (int j = 0; j < nk; j++) v += ds[j] * act_load(kb, (size_t)(k0 + j) * ldkv + c);
             dqa[c] = v;
         }
     }
@@ -126,14 +131,14 @@ __global__ void simple_dq_kernel(abk_args a) {
 }
 
 /* dk and dv of one key row, over the query rows that see it. */
-__global__ void simple_dkv_kernel(abk_args a) {
+template <typename T> __global__ void simple_dkv_kernel(abk_args a) {
     __shared__ float ps[SIMPLE_TILE / 2], ds[SIMPLE_TILE / 2];
     extern __shared__ float dka[]; /* 2 hs: dk, then dv */
     float *dva = dka + a.hs;
     int j = blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     size_t C = (size_t)a.C;
-    const float *kj = a.kv + ((size_t)b * a.Ts + j) * 2 * C + (size_t)h * a.hs, *vj = kj + C;
-    const float *qb = a.q + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    const T *kj = static_cast<const T *>(a.kv) + ((size_t)b * a.Ts + j) * a.ldkv + (size_t)h * a.hs, *vj = kj + C;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
     const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     const float *lb = a.lse + (size_t)bh * a.Ts, *db = a.D + (size_t)bh * a.Tq;
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) dka[c] = dva[c] = 0.0f;
@@ -143,9 +148,10 @@ __global__ void simple_dkv_kernel(abk_args a) {
         __syncthreads(); /* the last tile's P and dS are used up */
         for (int x = threadIdx.x; x < ni; x += blockDim.x) {
             long i = i0 + x;
-            const float *qi = qb + (size_t)i * 3 * C, *gi = gb + (size_t)i * C;
+            const T *qi = qb + (size_t)i * 3 * C;
+            const float *gi = gb + (size_t)i * C;
             float s = 0.0f, dp = 0.0f;
-            for (int c = 0; c < a.hs; c++) s += qi[c] * kj[c], dp += gi[c] * vj[c];
+            for (int c = 0; c < a.hs; c++) s += act_load(qi, c) * act_load(kj, c), dp += gi[c] * act_load(vj, c);
             float li = lb[i], p = li == -INFINITY ? 0.0f : expf(s * a.scale - li);
             ps[x] = p;
             ds[x] = p * (dp - db[i]);
@@ -154,7 +160,7 @@ __global__ void simple_dkv_kernel(abk_args a) {
         for (int c = threadIdx.x; c < a.hs; c += blockDim.x) {
             float vk = dka[c], vv = dva[c];
             for (int x = 0; x < ni; x++) {
-                vk += ds[x] * qb[(size_t)(i0 + x) * 3 * C + c];
+                vk += ds[x] * act_load(qb, (size_t)(i0 + x) * 3 * C + c);
                 vv += ps[x] * gb[(size_t)(i0 + x) * C + c];
             }
             dka[c] = vk;
@@ -170,40 +176,93 @@ __global__ void simple_dkv_kernel(abk_args a) {
 
 /* ---------------------------------------------------------------- D = rowsum(dO * O) */
 
-/* One warp per (sample, head, row), into D[(b NH + h) Tq + i]. */
-__global__ void rowdot_kernel(float *D, abk_args a, long rows) {
+/* One warp per (sample, head, row), into D[(b NH + h) Tq + i]; out of type T. */
+template <typename T> __global__ void rowdot_kernel(float *D, abk_args a, long rows) {
     long r = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int lane = threadIdx.x & 31;
     if (r >= rows) return;
     int i = (int)(r % a.Tq), bh = (int)(r / a.Tq), b = bh / a.NH, h = bh % a.NH;
     size_t off = ((size_t)b * a.Ts + i) * a.C + (size_t)h * a.hs;
     float v = 0.0f;
-    for (int c = lane; c < a.hs; c += 32) v += a.dout[off + c] * a.o[off + c];
+    const T *o = static_cast<const T *>(a.o);
+    for (int c = lane; c < a.hs; c += 32) v += a.dout[off + c] * act_load(o, off + c);
     v = dtc_warp_sum(v);
     if (lane == 0) D[r] = v;
 }
 
 /* ---------------------------------------------------------------- the ops */
 
-void cuda_attention_block_forward(void *out_, float *lse, const void *q_, const void *kv_, int B, int Ts, int Tq,
+/* The forward of one call whose a is filled (out, lse, q, kv, ldkv). */
+static void block_forward(const abk_args &a, int B, dt_dtype t, dt_dtype out_t) {
+    int HS = abk_tiled_hs(a.hs);
+    if (HS && dtc.bf16) {
+        abk_bf16_forward(a, B, HS, t, out_t);
+    } else if (HS) {
+        abk_f32_forward(a, B, HS, t, out_t);
+    } else {
+        dim3 grid((unsigned)a.Tq, (unsigned)(B * a.NH));
+        ABK_LAUNCH2(t, T, out_t, OT,
+                    simple_forward_kernel<T, OT>
+                    <<<grid, SIMPLE_THREADS, (size_t)a.hs * sizeof(float), dtc.stream>>>(a));
+        DTC_LAUNCHED();
+    }
+}
+
+void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq,
                                   int Tk, int C, int NH, int causal, int shift, dt_dtype t, dt_dtype out_t) {
     if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0 || C / NH <= 0) return;
-    if (t != DT_F32 || out_t != DT_F32) dtc_fatal(__FILE__, __LINE__, "attention_block_forward", "bf16 activations: not yet on cuda (TODO)");
-    float *out = (float *)out_;
-    const float *q = (const float *)q_, *kv = (const float *)kv_;
     abk_args a = make_args(NH, Ts, Tq, Tk, C, causal, shift);
     a.out = out;
     a.lse = lse;
     a.q = q;
     a.kv = kv;
+    block_forward(a, B, t, out_t);
+}
+
+/* ---------------------------------------------------------------- attention_forward's probabilities */
+
+/* att row i of (sample, head) blockIdx.y for hs > 128 (the tiled kernel's
+ * twin, as the simple kernels are the tiled ones'): the row's q in shared
+ * memory, a thread a key. */
+template <typename T> __global__ void simple_probs_kernel(abk_args a, T *att) {
+    extern __shared__ float qs[]; /* hs */
+    int i = blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * 3 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs;
+    T *ai = att + ((size_t)bh * a.Tq + i) * a.Tk;
+    for (int c = threadIdx.x; c < a.hs; c += blockDim.x) qs[c] = act_load(qi, c);
+    __syncthreads();
+    float li = a.lse[(size_t)bh * a.Ts + i];
+    int valid = li == -INFINITY ? 0 : abk_seen(i, a);
+    for (int j = threadIdx.x; j < a.Tk; j += blockDim.x) {
+        float p = 0.0f;
+        if (j < valid) {
+            const T *kj = kb + (size_t)j * ldkv;
+            float dot = 0.0f;
+            for (int c = 0; c < a.hs; c++) dot += qs[c] * act_load(kj, c);
+            p = expf(dot * a.scale - li);
+        }
+        act_store(ai, j, p);
+    }
+}
+
+void abk_attention_probs_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,
+                                 dt_dtype t) {
+    abk_args a = make_args(NH, T, T, T, C, causal, 0);
+    a.out = out;
+    a.lse = (float *)dtc_scratch((size_t)B * NH * T * sizeof(float));
+    a.q = qkv;
+    a.kv = (const char *)qkv + (size_t)C * dt_dtype_size(t); /* k at column C, v at 2C: kv's layout, stride 3C */
+    a.ldkv = 3 * C;
+    block_forward(a, B, t, t);
     int HS = abk_tiled_hs(a.hs);
-    if (HS && dtc.bf16) {
-        abk_bf16_forward(a, B, HS);
-    } else if (HS) {
-        abk_f32_forward(a, B, HS);
+    if (HS) {
+        abk_f32_probs(a, att, B, HS, t);
     } else {
-        dim3 grid((unsigned)Tq, (unsigned)(B * NH));
-        simple_forward_kernel<<<grid, SIMPLE_THREADS, (size_t)a.hs * sizeof(float), dtc.stream>>>(a);
+        dim3 grid((unsigned)T, (unsigned)(B * NH));
+        ACT_LAUNCH(t, E, simple_probs_kernel<E>
+                   <<<grid, SIMPLE_THREADS, (size_t)a.hs * sizeof(float), dtc.stream>>>(a, (E *)att));
         DTC_LAUNCHED();
     }
 }
@@ -242,12 +301,10 @@ void cuda_attention_block_merge(float *out, float *lse, const float *pout, const
     DTC_LAUNCHED();
 }
 
-void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out_, const float *lse,
-                                   const void *q_, const void *kv_, int B, int Ts, int Tq, int Tk, int C, int NH,
+void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
+                                   const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
                                    int causal, int shift, dt_dtype t) {
     if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0 || C / NH <= 0) return;
-    if (t != DT_F32) dtc_fatal(__FILE__, __LINE__, "attention_block_backward", "bf16 activations: not yet on cuda (TODO)");
-    const float *out = (const float *)out_, *q = (const float *)q_, *kv = (const float *)kv_;
     abk_args a = make_args(NH, Ts, Tq, Tk, C, causal, shift);
     a.dq = dq;
     a.dkv = dkv;
@@ -259,18 +316,20 @@ void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, con
     long rows = (long)B * NH * Tq;
     float *D = (float *)dtc_scratch((size_t)rows * sizeof(float));
     a.D = D;
-    rowdot_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, dtc.stream>>>(D, a, rows);
+    ACT_LAUNCH(t, T, rowdot_kernel<T><<<(unsigned)((rows + 7) / 8), 256, 0, dtc.stream>>>(D, a, rows));
     DTC_LAUNCHED();
     int HS = abk_tiled_hs(a.hs);
     if (HS && dtc.bf16) {
-        abk_bf16_backward(a, B, HS);
+        abk_bf16_backward(a, B, HS, t);
     } else if (HS) {
-        abk_f32_backward(a, B, HS);
+        abk_f32_backward(a, B, HS, t);
     } else {
         dim3 gk((unsigned)Tk, (unsigned)(B * NH)), gq((unsigned)Tq, (unsigned)(B * NH));
-        simple_dkv_kernel<<<gk, SIMPLE_THREADS, 2 * (size_t)a.hs * sizeof(float), dtc.stream>>>(a);
-        DTC_LAUNCHED();
-        simple_dq_kernel<<<gq, SIMPLE_THREADS, (size_t)a.hs * sizeof(float), dtc.stream>>>(a);
-        DTC_LAUNCHED();
+        ACT_LAUNCH(t, T, {
+            simple_dkv_kernel<T><<<gk, SIMPLE_THREADS, 2 * (size_t)a.hs * sizeof(float), dtc.stream>>>(a);
+            DTC_LAUNCHED();
+            simple_dq_kernel<T><<<gq, SIMPLE_THREADS, (size_t)a.hs * sizeof(float), dtc.stream>>>(a);
+            DTC_LAUNCHED();
+        });
     }
 }

@@ -1,6 +1,7 @@
 /* attention_block.cuh — what the three files of the blockwise attention share
- * (private to attention_block*.cu): the arguments of every kernel, the mask,
- * and the launchers of the tiled kernels.
+ * (private to attention_block*.cu, and to attention.cu, whose bf16 path
+ * computes through them): the arguments of every kernel, the mask, and the
+ * launchers of the tiled kernels.
  *
  *   attention_block.cu       the ops (forward, merge, backward): picks a path,
  *                            D = rowsum(dO * O), the merge, and the simple
@@ -16,20 +17,36 @@
  * computed as one of HS = 32, 64 or 128 columns, the missing ones read as zero
  * (GPT-2, ViT-B and GPT-2 350M have hs = 64). Both backward paths are
  * deterministic: every element of dq and dkv is added by one thread, in a
- * fixed order (no float atomics), so a step repeats bit for bit. */
+ * fixed order (no float atomics), so a step repeats bit for bit.
+ *
+ * Storage (ops.h dt_dtype) and arithmetic are independent: every kernel is
+ * a template on the element type T of q, kv (and, backward, of the final
+ * out) and, forward, OT of out — float, or uint16_t for bf16 (act.cuh). The
+ * path (CUDA cores or tensor cores) follows set_bf16_products alone; either
+ * reads bf16 operands as they are stored (the tensor-core path loads them
+ * into its bf16 tiles without a conversion, the CUDA-core path widens them,
+ * exactly) and rounds a bf16 out once, where it stores it (act_store, the
+ * CPU's to_bf16). dout, lse, D, dq and dkv are fp32 in every case. */
 #ifndef DTRUN_KERNELS_CUDA_ATTENTION_BLOCK_CUH
 #define DTRUN_KERNELS_CUDA_ATTENTION_BLOCK_CUH
 
+#include "kernels/cuda/act.cuh"
 #include "kernels/cuda/common.cuh"
 
-/* One call's operands and shape; the layout is ops.h's (attention_block_*). */
+/* One call's operands and shape; the layout is ops.h's (attention_block_*).
+ * The activations are untyped here: a kernel casts them to its T (q, kv, o)
+ * and OT (out). */
 struct abk_args {
-    float *out, *lse;              /* forward's results */
-    const float *q, *kv;           /* q: row stride 3C; kv: k then v, row stride 2C */
-    const float *dout, *o;         /* backward: dO and the final out (layout of out) */
+    void *out;                     /* forward's result, OT */
+    float *lse;                    /* forward's result; backward reads it */
+    const void *q, *kv;            /* T. q: row stride 3C; kv: k then v, row stride ldkv */
+    const float *dout;             /* backward: dO (layout of out) */
+    const void *o;                 /* backward: the final out (layout of out), T */
     const float *D;                /* backward: rowsum(dO * O) per (b, h, row), [B*NH][Tq] */
-    float *dq, *dkv;               /* backward: accumulated into */
+    float *dq, *dkv;               /* backward: accumulated into (dkv: row stride 2C) */
     int NH, Ts, Tq, Tk, C, hs, causal, shift;
+    int ldkv;                      /* kv's row stride: 2C (ops.h, packed); forward also
+                                      takes 3C, kv being a qkv buffer's k columns (attention.cu) */
     float scale;                   /* 1 / sqrt(hs) */
     float scale_log2;              /* scale * log2(e): softmax in base 2 (exp2f is one instruction) */
 };
@@ -57,11 +74,29 @@ __device__ __forceinline__ long abk_first_query(int k, const abk_args &a) {
 /* The tiled kernels' head size for hs, or 0 when hs needs the simple kernels. */
 static inline int abk_tiled_hs(int hs) { return hs <= 32 ? 32 : hs <= 64 ? 64 : hs <= 128 ? 128 : 0; }
 
-/* Launchers (B samples; a.D set for backward). HS: abk_tiled_hs(a.hs). */
-void abk_f32_forward(const abk_args &a, int B, int HS);
-void abk_f32_backward(const abk_args &a, int B, int HS);
-void abk_bf16_forward(const abk_args &a, int B, int HS);
-void abk_bf16_backward(const abk_args &a, int B, int HS);
+/* Launchers (B samples; a.D set for backward). HS: abk_tiled_hs(a.hs); t:
+ * the type of q, kv (and o), out_t: of out. */
+void abk_f32_forward(const abk_args &a, int B, int HS, dt_dtype t, dt_dtype out_t);
+void abk_f32_backward(const abk_args &a, int B, int HS, dt_dtype t);
+void abk_bf16_forward(const abk_args &a, int B, int HS, dt_dtype t, dt_dtype out_t);
+void abk_bf16_backward(const abk_args &a, int B, int HS, dt_dtype t);
+
+/* The probabilities P = e^(q k^T / sqrt(hs) - lse) of a forward's call (its
+ * final a.lse, Tq = Tk: one block of every query against every key) into
+ * att[B, NH, Tq, Tk] of type t, masked entries 0, rounded once if bf16. On
+ * CUDA cores in fp32, tiled for HS = abk_tiled_hs(a.hs) (attention_block_fp32.cu). */
+void abk_f32_probs(const abk_args &a, void *att, int B, int HS, dt_dtype t);
+
+/* attention_forward (ops.h) for bf16 activations (attention.cu): out from
+ * the blockwise forward over the k and v columns of qkv itself (a.ldkv =
+ * 3C), the row log-sum-exps in the backend's scratch (B NH T floats, what
+ * the backward's D takes), then att from them (abk_f32_probs, or a simple
+ * kernel for hs > 128). attention_block.cu. */
+void abk_attention_probs_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,
+                                 dt_dtype t);
+
+/* ACT_LAUNCH twice: T the type t names, OT the type out_t names. */
+#define ABK_LAUNCH2(t, T, out_t, OT, ...) ACT_LAUNCH(t, T, ACT_LAUNCH(out_t, OT, __VA_ARGS__))
 
 /* Raises a kernel's dynamic shared memory limit above the default 48 KiB once
  * (H100: up to 227 KiB a block). */

@@ -1,9 +1,12 @@
 /* attention_block_bf16.cu — blockwise attention as flash-attention-2 tiles on
  * tensor cores: bf16 operands, fp32 accumulation, fp32 softmax statistics.
  * Used when dt_ops_cuda_set_bf16(1) says q, k and v hold bf16 values (the
- * model rounds qkv where it stores it): their conversion to bf16 in shared
- * memory is then exact, and so are the products Q K^T (bf16 x bf16 is exact
- * in fp32). What is rounded is what FA2 rounds: P before P V, dO before
+ * model rounds qkv where it stores it): stored as bf16 (T = uint16_t, the
+ * model's activations under mixed precision) they go into the shared tiles
+ * as they are, two to a word, with no conversion; stored as fp32 values of
+ * bf16 numbers they are narrowed on the way, exactly. The products Q K^T are
+ * exact in fp32 either way (bf16 x bf16). A bf16 out (OT) is rounded once,
+ * as it is stored. What is rounded is what FA2 rounds: P before P V, dO before
  * dO V^T and P^T dO, dS before dS K and dS^T Q (relative 2^-9 each); the
  * running max, the sums, lse, D and every accumulator stay fp32.
  *
@@ -82,36 +85,57 @@ __device__ __forceinline__ void bf_acc_to_a(uint32_t (&f)[4], const float (&lo)[
     f[3] = bf_pack(hi[2], hi[3]);
 }
 
+/* Two elements as one word of bf16 pairs, the first in the low half:
+ * fp32 ones narrowed (bf_pack), bf16 ones as they are. */
+__device__ __forceinline__ uint32_t bf_word(float lo, float hi) { return bf_pack(lo, hi); }
+__device__ __forceinline__ uint32_t bf_word(uint16_t lo, uint16_t hi) { return (uint32_t)lo | ((uint32_t)hi << 16); }
+
+/* 16-byte loads of 8 bf16 straight into the tile: only for bf16 storage
+ * whose rows allow them (the tile side: rows of ldw words, a multiple of 4
+ * for every tile here, at 16-byte multiples of column). */
+template <typename T> __device__ __forceinline__ bool bf_vec8(const T *src, size_t lds, int hs) {
+    return sizeof(T) == 2 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 && lds % 8 == 0 && hs % 8 == 0;
+}
+
 /* X[r][c] = bf16(src[r * lds + c]) as pairs, R x HS (row stride ldw words);
  * rows >= nrows and columns >= hs read as 0. */
-template <int HS, int R>
-__device__ __forceinline__ void bf_load_rows(uint32_t *X, int ldw, const float *src, size_t lds, int nrows, int hs) {
+template <int HS, int R, typename T>
+__device__ __forceinline__ void bf_load_rows(uint32_t *X, int ldw, const T *src, size_t lds, int nrows, int hs) {
+    if (bf_vec8(src, lds, hs)) {
+        for (int x = threadIdx.x; x < R * HS / 8; x += BF_THREADS) {
+            int r = x / (HS / 8), c = (x % (HS / 8)) * 8;
+            uint4 v = make_uint4(0u, 0u, 0u, 0u);
+            if (r < nrows && c < hs) v = *reinterpret_cast<const uint4 *>(src + (size_t)r * lds + c);
+            *reinterpret_cast<uint4 *>(X + r * ldw + c / 2) = v;
+        }
+        return;
+    }
     for (int x = threadIdx.x; x < R * HS / 2; x += BF_THREADS) {
         int r = x / (HS / 2), c = (x % (HS / 2)) * 2;
-        float v0 = 0.0f, v1 = 0.0f;
+        T v0 = T(0), v1 = T(0);
         if (r < nrows) {
-            const float *s = src + (size_t)r * lds + c;
+            const T *s = src + (size_t)r * lds + c;
             if (c < hs) v0 = s[0];
             if (c + 1 < hs) v1 = s[1];
         }
-        X[r * ldw + c / 2] = bf_pack(v0, v1);
+        X[r * ldw + c / 2] = bf_word(v0, v1);
     }
 }
 
 /* Xt[c][r] = bf16(src[r * lds + c]): the R x HS tile transposed (HS rows of
  * R bf16, row stride ldw words), same zero fill. A warp covers 8 columns x 4
- * row pairs: its 32 stores hit 32 banks, its loads 8 floats of 8 rows. */
-template <int HS, int R>
-__device__ __forceinline__ void bf_load_cols(uint32_t *Xt, int ldw, const float *src, size_t lds, int nrows, int hs) {
+ * row pairs: its 32 stores hit 32 banks, its loads 8 elements of 8 rows. */
+template <int HS, int R, typename T>
+__device__ __forceinline__ void bf_load_cols(uint32_t *Xt, int ldw, const T *src, size_t lds, int nrows, int hs) {
     for (int x = threadIdx.x; x < HS * R / 2; x += BF_THREADS) {
         int hi = x >> 5, lane = x & 31;
         int c = (hi % (HS / 8)) * 8 + (lane >> 2), rp = (hi / (HS / 8)) * 4 + (lane & 3), r = 2 * rp;
-        float v0 = 0.0f, v1 = 0.0f;
+        T v0 = T(0), v1 = T(0);
         if (c < hs) {
             if (r < nrows) v0 = src[(size_t)r * lds + c];
             if (r + 1 < nrows) v1 = src[(size_t)(r + 1) * lds + c];
         }
-        Xt[c * ldw + rp] = bf_pack(v0, v1);
+        Xt[c * ldw + rp] = bf_word(v0, v1);
     }
 }
 
@@ -122,19 +146,20 @@ template <int HS> struct bf_fwd {
     static constexpr size_t smem = ((size_t)2 * BF_TILE * LDW + (size_t)HS * LDT) * sizeof(uint32_t);
 };
 
-template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_forward_kernel(abk_args a) {
+template <int HS, typename T, typename OT>
+__global__ void __launch_bounds__(BF_THREADS) abk_bf16_forward_kernel(abk_args a) {
     constexpr int BM = BF_TILE, BN = BF_TILE, LDW = bf_fwd<HS>::LDW, LDT = bf_fwd<HS>::LDT;
     constexpr int KC = HS / 16, NT = BN / 8, DT = HS / 8;
-    extern __shared__ uint32_t abk_bf_smem[];
+    extern __shared__ __align__(16) uint32_t abk_bf_smem[];
     uint32_t *Qs = abk_bf_smem;   /* [BM][LDW] */
     uint32_t *Ks = Qs + BM * LDW; /* [BN][LDW] */
     uint32_t *Vt = Ks + BN * LDW; /* [HS][LDT]  V transposed */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int r0 = (gridDim.x - 1 - blockIdx.x) * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     int rows = min(BM, a.Tq - r0);
-    size_t C = (size_t)a.C;
-    const float *qb = a.q + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const float *kb = a.kv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *vb = kb + C;
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
     int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
     int ra = r0 + 16 * warp + g, rb = ra + 8; /* this lane's two rows */
     int sa = abk_seen(ra, a), sb = abk_seen(rb, a);
@@ -150,8 +175,8 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_forward
     for (int k0 = 0; k0 < nk; k0 += BN) {
         __syncthreads(); /* the last tile's K and V are used up */
         int kn = min(BN, nk - k0);
-        bf_load_rows<HS, BN>(Ks, LDW, kb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
-        bf_load_cols<HS, BN>(Vt, LDT, vb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
+        bf_load_rows<HS, BN>(Ks, LDW, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
+        bf_load_cols<HS, BN>(Vt, LDT, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
         __syncthreads();
         float s[NT][4];
 #pragma unroll
@@ -215,7 +240,7 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_forward
             }
         }
     }
-    float *ob = a.out + (size_t)b * a.Ts * C + (size_t)h * a.hs;
+    OT *ob = static_cast<OT *>(a.out) + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     float *lb = a.lse + (size_t)bh * a.Ts;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -227,25 +252,29 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_forward
 #pragma unroll
         for (int d = 0; d < DT; d++) {
             int c = 8 * d + 2 * t;
-            if (c < a.hs) ob[(size_t)row * C + c] = o[d][2 * r] * inv;
-            if (c + 1 < a.hs) ob[(size_t)row * C + c + 1] = o[d][2 * r + 1] * inv;
+            if (c < a.hs) act_store(ob, (size_t)row * C + c, o[d][2 * r] * inv);
+            if (c + 1 < a.hs) act_store(ob, (size_t)row * C + c + 1, o[d][2 * r + 1] * inv);
         }
         if (t == 0) lb[row] = l[r] > 0.0f ? m[r] * ABK_LN2 + logf(l[r]) : -INFINITY;
     }
 }
 
-void abk_bf16_forward(const abk_args &a, int B, int HS) {
+template <typename T, typename OT> static void bf16_forward(const abk_args &a, int B, int HS) {
     dim3 grid((unsigned)((a.Tq + BF_TILE - 1) / BF_TILE), (unsigned)(B * a.NH));
     if (HS == 32) {
-        abk_bf16_forward_kernel<32><<<grid, BF_THREADS, bf_fwd<32>::smem, dtc.stream>>>(a);
+        abk_bf16_forward_kernel<32, T, OT><<<grid, BF_THREADS, bf_fwd<32>::smem, dtc.stream>>>(a);
     } else if (HS == 64) {
-        abk_bf16_forward_kernel<64><<<grid, BF_THREADS, bf_fwd<64>::smem, dtc.stream>>>(a);
+        abk_bf16_forward_kernel<64, T, OT><<<grid, BF_THREADS, bf_fwd<64>::smem, dtc.stream>>>(a);
     } else {
         static int limit_set;
-        abk_smem_limit(abk_bf16_forward_kernel<128>, bf_fwd<128>::smem, &limit_set);
-        abk_bf16_forward_kernel<128><<<grid, BF_THREADS, bf_fwd<128>::smem, dtc.stream>>>(a);
+        abk_smem_limit(abk_bf16_forward_kernel<128, T, OT>, bf_fwd<128>::smem, &limit_set);
+        abk_bf16_forward_kernel<128, T, OT><<<grid, BF_THREADS, bf_fwd<128>::smem, dtc.stream>>>(a);
     }
     DTC_LAUNCHED();
+}
+
+void abk_bf16_forward(const abk_args &a, int B, int HS, dt_dtype t, dt_dtype out_t) {
+    ABK_LAUNCH2(t, T, out_t, OT, bf16_forward<T, OT>(a, B, HS));
 }
 
 /* ---------------------------------------------------------------- backward: dK, dV */
@@ -260,10 +289,10 @@ template <int HS> struct bf_dkv {
         ((size_t)(2 * BF_TILE + 2 * BN) * LDW + (size_t)2 * HS * LDT + (size_t)2 * BN) * sizeof(uint32_t);
 };
 
-template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dkv_kernel(abk_args a) {
+template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dkv_kernel(abk_args a) {
     constexpr int BM = BF_TILE, BN = bf_dkv<HS>::BN, LDW = bf_dkv<HS>::LDW, LDT = bf_dkv<HS>::LDT;
     constexpr int KC = HS / 16, NT = BN / 8, DT = HS / 8;
-    extern __shared__ uint32_t abk_bf_smem[];
+    extern __shared__ __align__(16) uint32_t abk_bf_smem[];
     uint32_t *Ks = abk_bf_smem;   /* [BM][LDW] */
     uint32_t *Vs = Ks + BM * LDW; /* [BM][LDW] */
     uint32_t *Qs = Vs + BM * LDW; /* [BN][LDW] */
@@ -277,14 +306,14 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dkv_ker
     long first = abk_first_query(k0, a);
     if (first >= a.Tq) return; /* no query sees these keys */
     int q_begin = (int)first / BN * BN, kn = min(BM, a.Tk - k0);
-    size_t C = (size_t)a.C;
-    const float *qb = a.q + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const float *kb = a.kv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *vb = kb + C;
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
     const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     const float *lb = a.lse + (size_t)bh * a.Ts, *db = a.D + (size_t)bh * a.Tq;
     int key_a = k0 + 16 * warp + g, key_b = key_a + 8; /* this lane's two keys */
-    bf_load_rows<HS, BM>(Ks, LDW, kb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
-    bf_load_rows<HS, BM>(Vs, LDW, vb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
+    bf_load_rows<HS, BM>(Ks, LDW, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
+    bf_load_rows<HS, BM>(Vs, LDW, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
 
     float dk[DT][4], dv[DT][4];
 #pragma unroll
@@ -373,10 +402,10 @@ template <int HS> struct bf_dq {
     static constexpr size_t smem = ((size_t)4 * BF_TILE * LDW + (size_t)HS * LDT) * sizeof(uint32_t);
 };
 
-template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dq_kernel(abk_args a) {
+template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dq_kernel(abk_args a) {
     constexpr int BM = BF_TILE, BN = BF_TILE, LDW = bf_dq<HS>::LDW, LDT = bf_dq<HS>::LDT;
     constexpr int KC = HS / 16, NT = BN / 8, DT = HS / 8;
-    extern __shared__ uint32_t abk_bf_smem[];
+    extern __shared__ __align__(16) uint32_t abk_bf_smem[];
     uint32_t *Qs = abk_bf_smem;   /* [BM][LDW] */
     uint32_t *Gs = Qs + BM * LDW; /* [BM][LDW]  dO */
     uint32_t *Ks = Gs + BM * LDW; /* [BN][LDW] */
@@ -387,9 +416,9 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dq_kern
     int rows = min(BM, a.Tq - r0);
     int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
     if (nk <= 0) return; /* no row of the tile sees a key: dq += 0 */
-    size_t C = (size_t)a.C;
-    const float *qb = a.q + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const float *kb = a.kv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *vb = kb + C;
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
     const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     int ra = r0 + 16 * warp + g, rb = ra + 8;
     int sr[2] = {abk_seen(ra, a), abk_seen(rb, a)};
@@ -409,9 +438,9 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dq_kern
     for (int k0 = 0; k0 < nk; k0 += BN) {
         __syncthreads(); /* the last tile's K, V are used up */
         int kn = min(BN, nk - k0);
-        bf_load_rows<HS, BN>(Ks, LDW, kb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
-        bf_load_rows<HS, BN>(Vs, LDW, vb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
-        bf_load_cols<HS, BN>(Kt, LDT, kb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
+        bf_load_rows<HS, BN>(Ks, LDW, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
+        bf_load_rows<HS, BN>(Vs, LDW, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
+        bf_load_cols<HS, BN>(Kt, LDT, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
         __syncthreads();
         float s[NT][4], dp[NT][4];
 #pragma unroll
@@ -469,20 +498,22 @@ template <int HS> __global__ void __launch_bounds__(BF_THREADS) abk_bf16_dq_kern
     }
 }
 
-template <int HS> static void bf16_backward(const abk_args &a, int B) {
+template <int HS, typename T> static void bf16_backward(const abk_args &a, int B) {
     static int dkv_set, dq_set;
-    abk_smem_limit(abk_bf16_dkv_kernel<HS>, bf_dkv<HS>::smem, &dkv_set);
-    abk_smem_limit(abk_bf16_dq_kernel<HS>, bf_dq<HS>::smem, &dq_set);
+    abk_smem_limit(abk_bf16_dkv_kernel<HS, T>, bf_dkv<HS>::smem, &dkv_set);
+    abk_smem_limit(abk_bf16_dq_kernel<HS, T>, bf_dq<HS>::smem, &dq_set);
     dim3 g1((unsigned)((a.Tk + BF_TILE - 1) / BF_TILE), (unsigned)(B * a.NH));
-    abk_bf16_dkv_kernel<HS><<<g1, BF_THREADS, bf_dkv<HS>::smem, dtc.stream>>>(a);
+    abk_bf16_dkv_kernel<HS, T><<<g1, BF_THREADS, bf_dkv<HS>::smem, dtc.stream>>>(a);
     DTC_LAUNCHED();
     dim3 g2((unsigned)((a.Tq + BF_TILE - 1) / BF_TILE), (unsigned)(B * a.NH));
-    abk_bf16_dq_kernel<HS><<<g2, BF_THREADS, bf_dq<HS>::smem, dtc.stream>>>(a);
+    abk_bf16_dq_kernel<HS, T><<<g2, BF_THREADS, bf_dq<HS>::smem, dtc.stream>>>(a);
     DTC_LAUNCHED();
 }
 
-void abk_bf16_backward(const abk_args &a, int B, int HS) {
-    if (HS == 32) bf16_backward<32>(a, B);
-    else if (HS == 64) bf16_backward<64>(a, B);
-    else bf16_backward<128>(a, B);
+void abk_bf16_backward(const abk_args &a, int B, int HS, dt_dtype t) {
+    ACT_LAUNCH(t, T, {
+        if (HS == 32) bf16_backward<32, T>(a, B);
+        else if (HS == 64) bf16_backward<64, T>(a, B);
+        else bf16_backward<128, T>(a, B);
+    });
 }

@@ -27,6 +27,10 @@
  * Shared rows are padded to HS + 4 floats (a row stride of 4 mod 32 words):
  * the 4 rows a warp reads at once then fall in disjoint bank groups.
  *
+ * Operands stored as bf16 (T = uint16_t) are widened as a tile is loaded
+ * into shared memory (exact), so the tiles, the products and every sum are
+ * the fp32 path's; a bf16 out (OT) is rounded once, as it is stored.
+ *
  * Tile sizes and the shared-memory budget (H100: 227 KiB a block, 228 a
  * SM): BM = BN = 64 for HS <= 64: forward 70 KiB, backward 105 (dK dV) and 87
  * (dQ) KiB, two or three blocks a SM; HS = 128 halves the key (or query)
@@ -96,23 +100,33 @@ __device__ __forceinline__ void mt_kn(float (&acc)[TM][TN], const float *A, int 
     }
 }
 
-/* dst[r][c] = src[r * lds + c] for r < nrows, c < hs; 0 elsewhere in the
- * R x HS tile (padding columns and missing rows read as zero, so they add
- * nothing and never turn into NaN). float4 reads when the rows allow. */
-template <int HS, int R>
-__device__ __forceinline__ void load_tile(float *dst, int ld, const float *src, size_t lds, int nrows, int hs) {
-    bool vec = ((reinterpret_cast<uintptr_t>(src) & 15) == 0) && (lds % 4 == 0) && (hs % 4 == 0);
+/* Four consecutive elements, widened: one 16-byte (fp32) or 8-byte (bf16)
+ * load from an address aligned to that size. */
+__device__ __forceinline__ float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ float4 load4(const uint16_t *p) {
+    uint2 u = *reinterpret_cast<const uint2 *>(p); /* element 0 in the low half of .x (little-endian) */
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+}
+
+/* dst[r][c] = src[r * lds + c] (widened to fp32) for r < nrows, c < hs; 0
+ * elsewhere in the R x HS tile (padding columns and missing rows read as
+ * zero, so they add nothing and never turn into NaN). Four elements a load
+ * when the rows allow. */
+template <int HS, int R, typename T>
+__device__ __forceinline__ void load_tile(float *dst, int ld, const T *src, size_t lds, int nrows, int hs) {
+    bool vec = ((reinterpret_cast<uintptr_t>(src) % (4 * sizeof(T))) == 0) && (lds % 4 == 0) && (hs % 4 == 0);
     if (vec) {
         for (int x = threadIdx.x; x < R * HS / 4; x += F32_THREADS) {
             int r = x / (HS / 4), c = (x % (HS / 4)) * 4;
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r < nrows && c < hs) v = *reinterpret_cast<const float4 *>(src + (size_t)r * lds + c);
+            if (r < nrows && c < hs) v = load4(src + (size_t)r * lds + c);
             *reinterpret_cast<float4 *>(dst + r * ld + c) = v;
         }
     } else {
         for (int x = threadIdx.x; x < R * HS; x += F32_THREADS) {
             int r = x / HS, c = x % HS;
-            dst[r * ld + c] = (r < nrows && c < hs) ? src[(size_t)r * lds + c] : 0.0f;
+            dst[r * ld + c] = (r < nrows && c < hs) ? act_load(src, (size_t)r * lds + c) : 0.0f;
         }
     }
 }
@@ -124,7 +138,7 @@ template <int HS, int BM, int BN> struct f32_fwd {
     static constexpr size_t smem = ((size_t)(BM + 2 * BN) * LDH + (size_t)BM * LDP) * sizeof(float);
 };
 
-template <int HS, int BM, int BN>
+template <int HS, int BM, int BN, typename T, typename OT>
 __global__ void __launch_bounds__(F32_THREADS) abk_f32_forward_kernel(abk_args a) {
     constexpr int LDH = HS + 4, LDP = BN + 4, TM = BM / 16, TS = BN / 8, TO = HS / 8;
     extern __shared__ float4 abk_f32_smem[];
@@ -136,9 +150,9 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_forward_kernel(abk_args a
     /* causal: the last query tiles see the most keys; start them first */
     int r0 = (gridDim.x - 1 - blockIdx.x) * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     int rows = min(BM, a.Tq - r0);
-    size_t C = (size_t)a.C;
-    const float *qb = a.q + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const float *kb = a.kv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *vb = kb + C;
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
     int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
     load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * 3 * C, 3 * C, rows, a.hs);
 
@@ -155,8 +169,8 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_forward_kernel(abk_args a
     for (int k0 = 0; k0 < nk; k0 += BN) {
         __syncthreads(); /* the last tile's K, V and P are used up (first pass: nothing) */
         int kn = min(BN, nk - k0);
-        load_tile<HS, BN>(Ks, LDH, kb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
-        load_tile<HS, BN>(Vs, LDH, vb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
+        load_tile<HS, BN>(Ks, LDH, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
+        load_tile<HS, BN>(Vs, LDH, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
         __syncthreads();
         float s[TM][TS];
 #pragma unroll
@@ -197,7 +211,7 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_forward_kernel(abk_args a
         __syncthreads();
         mt_kn<TM, TO, BN>(o, Ps, LDP, Vs, LDH, ty, tx);
     }
-    float *ob = a.out + (size_t)b * a.Ts * C + (size_t)h * a.hs;
+    OT *ob = static_cast<OT *>(a.out) + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     float *lb = a.lse + (size_t)bh * a.Ts;
 #pragma unroll
     for (int i = 0; i < TM; i++) {
@@ -212,25 +226,27 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_forward_kernel(abk_args a
 #pragma unroll
         for (int j = 0; j < TO; j++) {
             int c = kn_col(j, tx);
-            if (c < a.hs) ob[(size_t)r * C + c] = o[i][j] * inv;
+            if (c < a.hs) act_store(ob, (size_t)r * C + c, o[i][j] * inv);
         }
         if (tx == 0) lb[r] = li > 0.0f ? m[i] * ABK_LN2 + logf(li) : -INFINITY;
     }
 }
 
-template <int HS, int BM, int BN> static void f32_forward(const abk_args &a, int B) {
+template <int HS, int BM, int BN, typename T, typename OT> static void f32_forward(const abk_args &a, int B) {
     static int limit_set;
     size_t smem = f32_fwd<HS, BM, BN>::smem;
-    abk_smem_limit(abk_f32_forward_kernel<HS, BM, BN>, smem, &limit_set);
+    abk_smem_limit(abk_f32_forward_kernel<HS, BM, BN, T, OT>, smem, &limit_set);
     dim3 grid((unsigned)((a.Tq + BM - 1) / BM), (unsigned)(B * a.NH));
-    abk_f32_forward_kernel<HS, BM, BN><<<grid, F32_THREADS, smem, dtc.stream>>>(a);
+    abk_f32_forward_kernel<HS, BM, BN, T, OT><<<grid, F32_THREADS, smem, dtc.stream>>>(a);
     DTC_LAUNCHED();
 }
 
-void abk_f32_forward(const abk_args &a, int B, int HS) {
-    if (HS == 32) f32_forward<32, 64, 64>(a, B);
-    else if (HS == 64) f32_forward<64, 64, 64>(a, B);
-    else f32_forward<128, 64, 32>(a, B);
+void abk_f32_forward(const abk_args &a, int B, int HS, dt_dtype t, dt_dtype out_t) {
+    ABK_LAUNCH2(t, T, out_t, OT, {
+        if (HS == 32) f32_forward<32, 64, 64, T, OT>(a, B);
+        else if (HS == 64) f32_forward<64, 64, 64, T, OT>(a, B);
+        else f32_forward<128, 64, 32, T, OT>(a, B);
+    });
 }
 
 /* ---------------------------------------------------------------- backward: dK, dV */
@@ -244,7 +260,7 @@ template <int HS, int BM, int BN> struct f32_dkv {
         ((size_t)(2 * BM + 2 * BN) * LDH + 2 * (size_t)BM * LDP + 2 * (size_t)BN) * sizeof(float);
 };
 
-template <int HS, int BM, int BN>
+template <int HS, int BM, int BN, typename T>
 __global__ void __launch_bounds__(F32_THREADS) abk_f32_dkv_kernel(abk_args a) {
     constexpr int LDH = HS + 4, LDP = BN + 4, TM = BM / 16, TS = BN / 8, TO = HS / 8;
     extern __shared__ float4 abk_f32_smem[];
@@ -261,13 +277,13 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dkv_kernel(abk_args a) {
     long first = abk_first_query(k0, a);
     if (first >= a.Tq) return; /* no query of this block sees these keys */
     int q_begin = (int)first / BN * BN, kn = min(BM, a.Tk - k0);
-    size_t C = (size_t)a.C;
-    const float *qb = a.q + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const float *kb = a.kv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *vb = kb + C;
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
     const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     const float *lb = a.lse + (size_t)bh * a.Ts, *db = a.D + (size_t)bh * a.Tq;
-    load_tile<HS, BM>(Ks, LDH, kb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
-    load_tile<HS, BM>(Vs, LDH, vb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
+    load_tile<HS, BM>(Ks, LDH, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
+    load_tile<HS, BM>(Vs, LDH, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
 
     float dk[TM][TO], dv[TM][TO];
 #pragma unroll
@@ -332,7 +348,7 @@ template <int HS, int BM, int BN> struct f32_dq {
     static constexpr size_t smem = ((size_t)(2 * BM + 2 * BN) * LDH + (size_t)BM * LDP) * sizeof(float);
 };
 
-template <int HS, int BM, int BN>
+template <int HS, int BM, int BN, typename T>
 __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
     constexpr int LDH = HS + 4, LDP = BN + 4, TM = BM / 16, TS = BN / 8, TO = HS / 8;
     extern __shared__ float4 abk_f32_smem[];
@@ -346,9 +362,9 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
     int rows = min(BM, a.Tq - r0);
     int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
     if (nk <= 0) return; /* no row of the tile sees a key: dq += 0 */
-    size_t C = (size_t)a.C;
-    const float *qb = a.q + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const float *kb = a.kv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *vb = kb + C;
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
     const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * 3 * C, 3 * C, rows, a.hs);
     load_tile<HS, BM>(Gs, LDH, gb + (size_t)r0 * C, C, rows, a.hs);
@@ -366,8 +382,8 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
     for (int k0 = 0; k0 < nk; k0 += BN) {
         __syncthreads(); /* the last tile's K and dS are used up */
         int kn = min(BN, nk - k0);
-        load_tile<HS, BN>(Ks, LDH, kb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
-        load_tile<HS, BN>(Vs, LDH, vb + (size_t)k0 * 2 * C, 2 * C, kn, a.hs);
+        load_tile<HS, BN>(Ks, LDH, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
+        load_tile<HS, BN>(Vs, LDH, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
         __syncthreads();
         float s[TM][TS], dp[TM][TS];
 #pragma unroll
@@ -401,22 +417,107 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
     }
 }
 
-template <int HS, int KM, int KN, int QM, int QN> static void f32_backward(const abk_args &a, int B) {
+template <int HS, int KM, int KN, int QM, int QN, typename T> static void f32_backward(const abk_args &a, int B) {
     static int dkv_set, dq_set;
     size_t s1 = f32_dkv<HS, KM, KN>::smem, s2 = f32_dq<HS, QM, QN>::smem;
-    abk_smem_limit(abk_f32_dkv_kernel<HS, KM, KN>, s1, &dkv_set);
-    abk_smem_limit(abk_f32_dq_kernel<HS, QM, QN>, s2, &dq_set);
+    abk_smem_limit(abk_f32_dkv_kernel<HS, KM, KN, T>, s1, &dkv_set);
+    abk_smem_limit(abk_f32_dq_kernel<HS, QM, QN, T>, s2, &dq_set);
     dim3 g1((unsigned)((a.Tk + KM - 1) / KM), (unsigned)(B * a.NH));
-    abk_f32_dkv_kernel<HS, KM, KN><<<g1, F32_THREADS, s1, dtc.stream>>>(a);
+    abk_f32_dkv_kernel<HS, KM, KN, T><<<g1, F32_THREADS, s1, dtc.stream>>>(a);
     DTC_LAUNCHED();
     dim3 g2((unsigned)((a.Tq + QM - 1) / QM), (unsigned)(B * a.NH));
-    abk_f32_dq_kernel<HS, QM, QN><<<g2, F32_THREADS, s2, dtc.stream>>>(a);
+    abk_f32_dq_kernel<HS, QM, QN, T><<<g2, F32_THREADS, s2, dtc.stream>>>(a);
     DTC_LAUNCHED();
 }
 
-void abk_f32_backward(const abk_args &a, int B, int HS) {
+void abk_f32_backward(const abk_args &a, int B, int HS, dt_dtype t) {
     /* <HS, dK dV: keys a block, queries a step; dQ: queries a block, keys a step> */
-    if (HS == 32) f32_backward<32, 64, 64, 64, 64>(a, B);
-    else if (HS == 64) f32_backward<64, 64, 64, 64, 64>(a, B);
-    else f32_backward<128, 32, 32, 64, 32>(a, B);
+    ACT_LAUNCH(t, T, {
+        if (HS == 32) f32_backward<32, 64, 64, 64, 64, T>(a, B);
+        else if (HS == 64) f32_backward<64, 64, 64, 64, 64, T>(a, B);
+        else f32_backward<128, 32, 32, 64, 32, T>(a, B);
+    });
+}
+
+/* ---------------------------------------------------------------- the probabilities (naive attention) */
+
+/* att[bh][r][k] = e^(S - lse) for every key k of [0, Tk), 0 where masked: a
+ * block per (tile of BM query rows, sample x head) walks all key tiles; S
+ * as the forward computes it (the same products, summed in the same order:
+ * mt_nk), P staged in shared memory so that rows of att are written
+ * contiguously (BN elements a row a tile). Tiles past the last key the
+ * block's rows see are zeros, written without a product. */
+template <int HS, int BM, int BN> struct f32_probs {
+    static constexpr int LDH = HS + 4, LDP = BN + 4;
+    static constexpr size_t smem = ((size_t)(BM + BN) * LDH + (size_t)BM * LDP) * sizeof(float);
+};
+
+template <int HS, int BM, int BN, typename T>
+__global__ void __launch_bounds__(F32_THREADS) abk_f32_probs_kernel(abk_args a, T *att) {
+    constexpr int LDH = HS + 4, LDP = BN + 4, TM = BM / 16, TS = BN / 8;
+    extern __shared__ float4 abk_f32_smem[];
+    float *Qs = reinterpret_cast<float *>(abk_f32_smem); /* [BM][LDH] */
+    float *Ks = Qs + BM * LDH;                            /* [BN][LDH] */
+    float *Ps = Ks + BN * LDH;                            /* [BM][LDP] */
+    int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
+    int r0 = blockIdx.x * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+    int rows = min(BM, a.Tq - r0);
+    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs;
+    T *ab = att + (size_t)bh * a.Tq * a.Tk;
+    int nk = abk_seen(r0 + rows - 1, a);
+    load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * 3 * C, 3 * C, rows, a.hs);
+    float l2[TM];
+    int seen[TM];
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+        int r = r0 + ty + 16 * i;
+        l2[i] = r < a.Tq ? a.lse[(size_t)bh * a.Ts + r] * ABK_LOG2E : -INFINITY;
+        seen[i] = abk_seen(r, a);
+    }
+    for (int k0 = 0; k0 < a.Tk; k0 += BN) {
+        __syncthreads(); /* the last tile's K and P are used up */
+        bool any = k0 < nk; /* the same for the whole block */
+        if (any) {
+            load_tile<HS, BN>(Ks, LDH, kb + (size_t)k0 * ldkv, ldkv, min(BN, nk - k0), a.hs);
+            __syncthreads();
+            float s[TM][TS];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TS; j++) s[i][j] = 0.0f;
+            mt_nk<TM, TS, HS>(s, Qs, LDH, Ks, LDH, ty, tx);
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TS; j++) {
+                    bool vis = k0 + tx + 8 * j < seen[i] && l2[i] != -INFINITY;
+                    Ps[(ty + 16 * i) * LDP + tx + 8 * j] = vis ? exp2f(s[i][j] * a.scale_log2 - l2[i]) : 0.0f;
+                }
+            __syncthreads();
+        }
+        int kn = min(BN, a.Tk - k0);
+        for (int x = threadIdx.x; x < rows * BN; x += F32_THREADS) {
+            int r = x / BN, c = x % BN;
+            if (c < kn) act_store(ab, (size_t)(r0 + r) * a.Tk + k0 + c, any ? Ps[r * LDP + c] : 0.0f);
+        }
+    }
+}
+
+template <int HS, int BM, int BN, typename T> static void f32_probs_launch(const abk_args &a, T *att, int B) {
+    static int limit_set;
+    size_t smem = f32_probs<HS, BM, BN>::smem;
+    abk_smem_limit(abk_f32_probs_kernel<HS, BM, BN, T>, smem, &limit_set);
+    dim3 grid((unsigned)((a.Tq + BM - 1) / BM), (unsigned)(B * a.NH));
+    abk_f32_probs_kernel<HS, BM, BN, T><<<grid, F32_THREADS, smem, dtc.stream>>>(a, att);
+    DTC_LAUNCHED();
+}
+
+void abk_f32_probs(const abk_args &a, void *att, int B, int HS, dt_dtype t) {
+    ACT_LAUNCH(t, T, {
+        if (HS == 32) f32_probs_launch<32, 64, 64, T>(a, (T *)att, B);
+        else if (HS == 64) f32_probs_launch<64, 64, 64, T>(a, (T *)att, B);
+        else f32_probs_launch<128, 64, 32, T>(a, (T *)att, B);
+    });
 }

@@ -5,9 +5,14 @@
  * in both arithmetic modes:
  *   fp32   CUDA cores, fp32 throughout (the CPU twin's arithmetic)
  *   bf16   tensor cores, bf16 operands and fp32 accumulation
- *          (dt_ops_cuda_set_bf16(1); q, k, v rounded to bf16 first)
+ *          (dt_ops_cuda_set_bf16(1); q, k, v rounded to bf16 first, stored
+ *          as fp32)
+ *   bf16_act  the same with the activations stored as bf16 (t = DT_BF16:
+ *          q, kv and out bf16, as a mixed-precision model keeps them): half
+ *          the bytes read and written, no narrowing on load
  * and, for reference, the full attention (attention_forward/_backward: cuBLAS
- * GEMMs in fp32 with the [B, NH, T, T] probabilities in memory).
+ * GEMMs in fp32 with the [B, NH, T, T] probabilities in memory; full_bf16_act:
+ * its bf16-activation path, attention.cu).
  *
  *   gpu_attention [--batch B] [--seq T] [--heads NH] [--hs HS] [--full 0|1]
  *                 [--iters N] [--warmup W]
@@ -67,7 +72,9 @@ static float *dev_random(const dt_ops *ops, size_t n, uint64_t seed) {
 typedef struct {
     int B, T, NH, C;
     const dt_ops *ops;
-    float *qkv, *kv, *out, *lse, *dout, *dqkv, *dkv, *att, *scratch;
+    dt_dtype t; /* the activations' type: qkv, kv, out, att */
+    void *qkv, *kv, *out, *att;
+    float *lse, *dout, *dqkv, *dkv, *scratch;
 } bench;
 
 enum { PASS_FWD, PASS_BWD };
@@ -75,18 +82,19 @@ enum { PASS_FWD, PASS_BWD };
 static void run_block(const bench *b, int pass) {
     const dt_ops *ops = b->ops;
     if (pass == PASS_FWD)
-        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T, b->T, b->C, b->NH, 1, 0, DT_F32, DT_F32);
+        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T, b->T, b->C, b->NH, 1, 0, b->t,
+                                     b->t);
     else
         ops->attention_block_backward(b->dqkv, b->dkv, b->dout, b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T,
-                                      b->T, b->C, b->NH, 1, 0, DT_F32);
+                                      b->T, b->C, b->NH, 1, 0, b->t);
 }
 
 static void run_full(const bench *b, int pass) {
     const dt_ops *ops = b->ops;
     if (pass == PASS_FWD)
-        ops->attention_forward(b->out, b->att, b->qkv, b->B, b->T, b->C, b->NH, 1, DT_F32);
+        ops->attention_forward(b->out, b->att, b->qkv, b->B, b->T, b->C, b->NH, 1, b->t);
     else
-        ops->attention_backward(b->dqkv, b->scratch, b->dout, b->qkv, b->att, b->B, b->T, b->C, b->NH, 1, DT_F32);
+        ops->attention_backward(b->dqkv, b->scratch, b->dout, b->qkv, b->att, b->B, b->T, b->C, b->NH, 1, b->t);
 }
 
 /* Median seconds of one call of `pass`. */
@@ -131,7 +139,7 @@ int main(int argc, char **argv) {
     }
     int C = NH * hs;
     size_t N = (size_t)B * T;
-    bench b = {.B = B, .T = T, .NH = NH, .C = C, .ops = ops};
+    bench b = {.B = B, .T = T, .NH = NH, .C = C, .ops = ops, .t = DT_F32};
     b.qkv = dev_random(ops, N * 3 * C, 1);
     b.dout = dev_random(ops, N * C, 2);
     b.kv = ops->alloc(N * 2 * C * sizeof(float));
@@ -146,25 +154,46 @@ int main(int argc, char **argv) {
     /* bf16 values, so both modes see the same inputs (the bf16 model stores
      * qkv rounded), then k and v packed as the contract wants them */
     ops->round_bf16(b.qkv, N * 3 * C);
-    ops->rows_copy(b.kv, 2 * C, b.qkv + C, 3 * C, (int)N, 2 * C, 0, DT_F32);
+    ops->rows_copy(b.kv, 2 * C, (float *)b.qkv + C, 3 * C, (int)N, 2 * C, 0, DT_F32);
+    /* the same values stored as bf16 (exact), for the bf16_act modes */
+    bench h = b;
+    h.t = DT_BF16;
+    h.qkv = ops->alloc(N * 3 * C * sizeof(uint16_t));
+    h.kv = ops->alloc(N * 2 * C * sizeof(uint16_t));
+    h.out = ops->alloc(N * C * sizeof(uint16_t));
+    if (!h.qkv || !h.kv || !h.out) {
+        fprintf(stderr, "gpu_attention: out of device memory at B=%d T=%d C=%d\n", B, T, C);
+        return 3;
+    }
+    ops->to_bf16(h.qkv, b.qkv, N * 3 * C);
+    ops->to_bf16(h.kv, b.kv, N * 2 * C);
 
     double causal_frac = 0.5;
     double ffwd = 4.0 * B * NH * (double)T * T * hs * causal_frac, fbwd = 2.5 * ffwd;
-    double t[3][2] = {{0}};
+    double t[5][2] = {{0}};
     dt_ops_cuda_set_tf32(0);
     for (int mode = 0; mode < 2; mode++) {
         dt_ops_cuda_set_bf16(mode);
         t[mode][0] = time_pass(&b, run_block, PASS_FWD, iters, warmup);
         t[mode][1] = time_pass(&b, run_block, PASS_BWD, iters, warmup);
     }
+    /* bf16_act: bf16 products, as a mixed-precision run has them */
+    t[2][0] = time_pass(&h, run_block, PASS_FWD, iters, warmup);
+    t[2][1] = time_pass(&h, run_block, PASS_BWD, iters, warmup);
     dt_ops_cuda_set_bf16(0);
     if (full) {
         size_t natt = (size_t)B * NH * T * T;
         b.att = ops->alloc(natt * sizeof(float));
         b.scratch = ops->alloc(natt * sizeof(float));
         if (b.att && b.scratch) {
-            t[2][0] = time_pass(&b, run_full, PASS_FWD, iters, warmup);
-            t[2][1] = time_pass(&b, run_full, PASS_BWD, iters, warmup);
+            t[3][0] = time_pass(&b, run_full, PASS_FWD, iters, warmup);
+            t[3][1] = time_pass(&b, run_full, PASS_BWD, iters, warmup);
+            h.att = b.att; /* bf16: half of it */
+            h.scratch = b.scratch;
+            dt_ops_cuda_set_bf16(1);
+            t[4][0] = time_pass(&h, run_full, PASS_FWD, iters, warmup);
+            t[4][1] = time_pass(&h, run_full, PASS_BWD, iters, warmup);
+            dt_ops_cuda_set_bf16(0);
         } else {
             full = 0; /* the T x T probabilities do not fit: say so by leaving the mode out */
         }
@@ -173,11 +202,16 @@ int main(int argc, char **argv) {
            "\"fwd_gflop\":%.3f,\"bwd_gflop\":%.3f,",
            dt_ops_cuda_device_name(), B, T, NH, hs, ffwd / 1e9, fbwd / 1e9);
     print_mode("fp32", t[0][0], t[0][1], ffwd, fbwd, 0);
-    print_mode("bf16", t[1][0], t[1][1], ffwd, fbwd, !full);
-    if (full) print_mode("full_fp32", t[2][0], t[2][1], ffwd, fbwd, 1);
+    print_mode("bf16", t[1][0], t[1][1], ffwd, fbwd, 0);
+    print_mode("bf16_act", t[2][0], t[2][1], ffwd, fbwd, !full);
+    if (full) {
+        print_mode("full_fp32", t[3][0], t[3][1], ffwd, fbwd, 0);
+        print_mode("full_bf16_act", t[4][0], t[4][1], ffwd, fbwd, 1);
+    }
     printf("}\n");
     if (b.att) ops->free(b.att);
     if (b.scratch) ops->free(b.scratch);
+    ops->free(h.qkv); ops->free(h.kv); ops->free(h.out);
     ops->free(b.qkv); ops->free(b.dout); ops->free(b.kv); ops->free(b.out); ops->free(b.lse);
     ops->free(b.dqkv); ops->free(b.dkv);
     return 0;

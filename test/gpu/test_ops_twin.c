@@ -788,6 +788,172 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     free(q); free(kv); free(out); free(lse); free(pout); free(plse); free(g); free(gq); free(gkv); free(gq0); free(gkv0);
 }
 
+/* ---------------------------------------------------------------- attention, bf16 activations */
+
+/* The attention ops with their activations stored as bf16 (t = DT_BF16, what
+ * a mixed-precision model keeps: qkv, out, att): inputs are bf16 arrays on
+ * both sides (random values rounded by the CPU's to_bf16), both backends are
+ * called with the same types, and bf16 results are widened (from_bf16,
+ * exact) and measured as the fp32 tests measure. Tolerances:
+ * - tol, the arithmetic's: TOL_GEMM under fp32 arithmetic (products off:
+ *   the CUDA-core kernels widen bf16 operands exactly as they load them, so
+ *   only the summation order differs from the CPU's); TOL_ATT_BF16 under
+ *   bf16 products (the tensor-core kernels' roundings of P, dO and dS, see
+ *   the top of the file). The naive attention's bf16 backward rounds dO and
+ *   dS to bf16 for its cuBLAS GEMMs in either mode (attention.cu): the same
+ *   roundings, TOL_ATT_BF16; its probabilities are computed on CUDA cores in
+ *   fp32 in either mode: TOL_GEMM before they are stored.
+ * - fp32 results (lse, dq, dkv, dqkv): tol (the inputs are the same values
+ *   on both sides).
+ * - results rounded to bf16 where they are stored (out, att): each side
+ *   rounds its own fp32 value, and the two fp32 values are within tol of
+ *   each other; two roundings to nearest of nearly equal values land on the
+ *   same bf16 number or, straddling a rounding boundary, on neighbours, one
+ *   ulp apart. One bf16 ulp is at most 2^-7 of the value (8 significant
+ *   bits: a value in [2^e, 2^(e+1)) has ulp 2^(e-7)), hence of the tensor's
+ *   largest element: tol + TOL_ULP16. A wrong mask, index or type moves
+ *   outputs by O(1). */
+#define TOL_ULP16 7.9e-3 /* 2^-7 = 7.8125e-3 */
+
+static uint16_t *host16(const float *h, size_t n) {
+    uint16_t *p = malloc((n ? n : 1) * sizeof(uint16_t));
+    cpu->to_bf16(p, h, n);
+    return p;
+}
+
+static void *dup_bytes(const void *h, size_t bytes) {
+    void *d = gpu->alloc(bytes ? bytes : 1);
+    if (bytes) gpu->from_host(d, h, bytes);
+    return d;
+}
+
+/* Device tensor d of n elements of type t against host ref (same type),
+ * both widened to fp32. */
+static void expect_typed(const char *what, const void *d, const void *ref, size_t n, dt_dtype t, double tol) {
+    float *a = malloc((n ? n : 1) * sizeof(float)), *r = malloc((n ? n : 1) * sizeof(float));
+    if (t == DT_BF16) {
+        uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+        if (n) gpu->to_host(h, d, n * sizeof(uint16_t));
+        cpu->from_bf16(a, h, n);
+        cpu->from_bf16(r, ref, n);
+        free(h);
+    } else {
+        if (n) gpu->to_host(a, d, n * sizeof(float));
+        memcpy(r, ref, n * sizeof(float));
+    }
+    double e = rel_err(a, r, n);
+    CHECK(e <= tol, "%s: max rel err %.2e <= %.1e", what, e, tol);
+    free(a); free(r);
+}
+
+/* attention_block_forward (out of type out_t: bf16, the model's final
+ * result, or fp32, a context-parallel partial) and attention_block_backward
+ * on bf16 q, kv and out. The rows of out past Tq must keep their bits. */
+static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift, int bf16,
+                                      dt_dtype out_t) {
+    char what[280], shape[200];
+    double tol = bf16 ? TOL_ATT_BF16 : TOL_GEMM, tol_out = tol + (out_t == DT_BF16 ? TOL_ULP16 : 0.0);
+    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d (hs %d) %s shift %d, bf16 q kv, %s out, %s "
+             "products", B, Ts, Tq, Tk, C, NH, C / NH, causal ? "causal" : "full", shift,
+             out_t == DT_BF16 ? "bf16" : "fp32", bf16 ? "bf16" : "fp32");
+    size_t nq = (size_t)B * Ts * 3 * C, nkv = (size_t)B * Ts * 2 * C, no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
+    size_t osz = dt_dtype_size(out_t);
+    float *qf = hrand(nq, 1.0f), *kvf = hrand(nkv, 1.0f), *of = hrand(no, 1.0f), *lse = hrand(nl, 1.0f);
+    uint16_t *q = host16(qf, nq), *kv = host16(kvf, nkv);
+    void *out = malloc(no * osz), *out0 = malloc(no * osz);
+    if (out_t == DT_BF16) cpu->to_bf16(out, of, no);
+    else memcpy(out, of, no * sizeof(float));
+    memcpy(out0, out, no * osz);
+    void *dq = dup_bytes(q, nq * 2), *dkv = dup_bytes(kv, nkv * 2), *dout = dup_bytes(out, no * osz);
+    dbuf dlse = dup_f(lse, nl, 0);
+    set_bf16(bf16);
+    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_BF16, out_t);
+    gpu->attention_block_forward(dout, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_BF16, out_t);
+    snprintf(what, sizeof what, "attention_block_forward out %s", shape);
+    expect_typed(what, dout, out, no, out_t, tol_out);
+    snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
+    expect_lse(what, &dlse, lse, nl, TOL_GEMM);
+    /* rows Tq..Ts of every sample: not the op's, left as they were */
+    char *got = malloc(no * osz);
+    gpu->to_host(got, dout, no * osz);
+    size_t row = (size_t)C * osz, kept_bad = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = Tq; i < Ts; i++) {
+            size_t off = ((size_t)b * Ts + i) * row;
+            kept_bad += memcmp(got + off, (char *)out0 + off, row) != 0;
+        }
+    CHECK(kept_bad == 0, "attention_block_forward %s: rows past Tq keep their bits (%zu rows differ)", shape,
+          kept_bad);
+    free(got);
+
+    /* backward alone, from the CPU's final out (of type t: rounded when the
+     * forward gave fp32) and lse */
+    uint16_t *o16 = out_t == DT_BF16 ? (uint16_t *)out : host16(out, no);
+    void *do16 = dup_bytes(o16, no * 2);
+    gpu->from_host(dlse.p, lse, nl * sizeof(float));
+    float *g = hrand(no, 1.0f), *gq = hrand(nq, 1.0f), *gkv = hrand(nkv, 1.0f);
+    float *gq0 = malloc(nq * sizeof(float)), *gkv0 = malloc(nkv * sizeof(float));
+    memcpy(gq0, gq, nq * sizeof(float));
+    memcpy(gkv0, gkv, nkv * sizeof(float));
+    dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
+    dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
+    cpu->attention_block_backward(gq, gkv, g, o16, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_BF16);
+    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, do16, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift,
+                                  DT_BF16);
+    snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
+    expect_added(what, &dgq, gq0, gq, nq, tol);
+    snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
+    expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
+    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, do16, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift,
+                                  DT_BF16);
+    float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
+    CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
+          "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
+    free(r1); free(r2); free(s1); free(s2);
+    set_bf16(0);
+    gpu->free(dq); gpu->free(dkv); gpu->free(dout); gpu->free(do16);
+    drop(&dlse); drop(&dg); drop(&dgq); drop(&dgkv); drop(&dgq2); drop(&dgkv2);
+    if (o16 != out) free(o16);
+    free(qf); free(kvf); free(of); free(lse); free(q); free(kv); free(out); free(out0);
+    free(g); free(gq); free(gkv); free(gq0); free(gkv0);
+}
+
+/* attention_forward / attention_backward (the naive attention) on bf16
+ * qkv, out and att. */
+static void test_attention_bf16(int B, int T, int C, int NH, int causal, int bf16) {
+    char what[240], shape[160];
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d %s, bf16 activations, %s products", B, T, C, NH,
+             causal ? "causal" : "full", bf16 ? "bf16" : "fp32");
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *qkvf = hrand(nqkv, 1.0f), *outf = hrand(nout, 1.0f), *attf = hrand(natt, 1.0f);
+    uint16_t *qkv = host16(qkvf, nqkv), *out = host16(outf, nout), *att = host16(attf, natt);
+    void *dqkv = dup_bytes(qkv, nqkv * 2), *dout = dup_bytes(out, nout * 2), *datt = dup_bytes(att, natt * 2);
+    set_bf16(bf16);
+    cpu->attention_forward(out, att, qkv, B, T, C, NH, causal, DT_BF16);
+    gpu->attention_forward(dout, datt, dqkv, B, T, C, NH, causal, DT_BF16);
+    snprintf(what, sizeof what, "attention_forward out %s", shape);
+    expect_typed(what, dout, out, nout, DT_BF16, (bf16 ? TOL_ATT_BF16 : TOL_GEMM) + TOL_ULP16);
+    snprintf(what, sizeof what, "attention_forward att %s", shape);
+    expect_typed(what, datt, att, natt, DT_BF16, TOL_GEMM + TOL_ULP16);
+
+    /* backward alone, both sides from the CPU's probabilities */
+    float *g = hrand(nout, 1.0f), *gq = hrand(nqkv, 1.0f), *gq0 = malloc(nqkv * sizeof(float));
+    memcpy(gq0, gq, nqkv * sizeof(float));
+    float *scratch = malloc(natt * sizeof(float));
+    dbuf dg = dup_f(g, nout, 0), dgq = dup_f(gq, nqkv, 0);
+    float *dscratch = gpu->alloc(natt * sizeof(float));
+    gpu->from_host(datt, att, natt * 2);
+    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, causal, DT_BF16);
+    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv, datt, B, T, C, NH, causal, DT_BF16);
+    snprintf(what, sizeof what, "attention_backward dqkv (accumulates) %s", shape);
+    expect_added(what, &dgq, gq0, gq, nqkv, TOL_ATT_BF16);
+    set_bf16(0);
+    gpu->free(dqkv); gpu->free(dout); gpu->free(datt); gpu->free(dscratch);
+    drop(&dg); drop(&dgq);
+    free(qkvf); free(outf); free(attf); free(qkv); free(out); free(att);
+    free(g); free(gq); free(gq0); free(scratch);
+}
+
 /* ---------------------------------------------------------------- elementwise */
 
 static void test_elementwise(size_t n) {
@@ -1585,6 +1751,31 @@ int main(void) {
         test_attention_block(1, 70, 70, 70, 320, 2, 1, 0, bf);      /* hs 160: the simple kernels */
         test_attention_block(2, 1024, 1024, 1024, 768, 12, 1, 0, bf); /* GPT-2 124M's attention, one block */
         test_attention_block(4, 197, 197, 197, 768, 12, 0, 0, bf);  /* ViT-B/16's: 196 patches + class token */
+    }
+    /* the same with bf16 activations (t = DT_BF16), in both arithmetic
+     * modes. Naive: B 2 runs the backward a sample at a time, B 1 by chunks
+     * of rows (its [T, T] scratch holds fewer), T 1 borrows the backend's
+     * scratch; hs 160 takes the simple kernels. */
+    for (int bf = 0; bf <= 1; bf++) {
+        test_attention_bf16(2, 17, 12, 3, 1, bf);
+        test_attention_bf16(2, 17, 12, 3, 0, bf);
+        test_attention_bf16(1, 1, 8, 2, 1, bf);
+        test_attention_bf16(1, 128, 64, 4, 1, bf);
+        test_attention_bf16(2, 65, 192, 3, 0, bf); /* ViT-like; the last chunk of rows is one row */
+        test_attention_bf16(1, 40, 320, 2, 1, bf);
+        for (int ob = 0; ob <= 1; ob++) {
+            dt_dtype ot = ob ? DT_BF16 : DT_F32; /* fp32: a cp partial's out */
+            test_attention_block_bf16(2, 16, 8, 8, 16, 2, 1, 0, bf, ot);         /* rows Tq..Ts kept */
+            test_attention_block_bf16(1, 30, 30, 30, 21, 3, 1, 0, bf, ot);       /* hs 7: element-wise loads */
+            test_attention_block_bf16(2, 300, 200, 150, 256, 4, 1, 37, bf, ot);  /* hs 64, a cp block's shift */
+            test_attention_block_bf16(1, 200, 100, 180, 128, 2, 1, -50, bf, ot); /* rows that see no key */
+            test_attention_block_bf16(1, 70, 70, 70, 320, 2, 1, 0, bf, ot);      /* hs 160: the simple kernels */
+        }
+        test_attention_block_bf16(1, 40, 20, 20, 24, 3, 0, 0, bf, DT_BF16);     /* hs 8, full */
+        test_attention_block_bf16(1, 150, 150, 150, 256, 2, 1, 0, bf, DT_BF16); /* hs 128 */
+        test_attention_block_bf16(1, 100, 100, 100, 96, 2, 1, 0, bf, DT_BF16);  /* hs 48: padded to 64 */
+        test_attention_block_bf16(2, 1024, 1024, 1024, 768, 12, 1, 0, bf, DT_BF16); /* GPT-2 124M's */
+        test_attention_block_bf16(4, 197, 197, 197, 768, 12, 0, 0, bf, DT_BF16);   /* ViT-B/16's */
     }
 
     test_elementwise(1000003);
