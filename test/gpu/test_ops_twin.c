@@ -447,7 +447,41 @@ static void test_matmul_dgelu(int N, int IC, int OC, int pad) {
  * significant bits: 2^-8 at the top of a binade, 2^-7 at its bottom), so
  * |gpu - cpu| <= TOL_GEMM max|ref| + 2^-7 max|ref|. A wrong operand type,
  * a lost bias or a wrong GELU moves outputs by O(1) of their size. */
-#define TOL_ACT_BF16 (TOL_GEMM + 1.0 / 128)
+/* One bf16 ulp relative to a tensor's largest element (the reasoning above). */
+#define TOL_ULP16 7.9e-3 /* 2^-7 = 7.8125e-3 */
+
+static uint16_t *host16(const float *h, size_t n) {
+    uint16_t *p = malloc((n ? n : 1) * sizeof(uint16_t));
+    cpu->to_bf16(p, h, n);
+    return p;
+}
+
+static void *dup_bytes(const void *h, size_t bytes) {
+    void *d = gpu->alloc(bytes ? bytes : 1);
+    if (bytes) gpu->from_host(d, h, bytes);
+    return d;
+}
+
+/* Device tensor d of n elements of type t against host ref (same type),
+ * both widened to fp32. */
+static void expect_typed(const char *what, const void *d, const void *ref, size_t n, dt_dtype t, double tol) {
+    float *a = malloc((n ? n : 1) * sizeof(float)), *r = malloc((n ? n : 1) * sizeof(float));
+    if (t == DT_BF16) {
+        uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+        if (n) gpu->to_host(h, d, n * sizeof(uint16_t));
+        cpu->from_bf16(a, h, n);
+        cpu->from_bf16(r, ref, n);
+        free(h);
+    } else {
+        if (n) gpu->to_host(a, d, n * sizeof(float));
+        memcpy(r, ref, n * sizeof(float));
+    }
+    double e = rel_err(a, r, n);
+    CHECK(e <= tol, "%s: max rel err %.2e <= %.1e", what, e, tol);
+    free(a); free(r);
+}
+
+#define TOL_ACT_BF16 (TOL_GEMM + TOL_ULP16)
 
 /* set_bf16_products for the cases below, remembered for their names */
 static int act16_b16;
@@ -459,8 +493,7 @@ static void act16_products(int on) {
 /* n bf16 values (random fp32 rounded as the CPU rounds) */
 static uint16_t *hrand16(size_t n, float scale) {
     float *f = hrand(n, scale);
-    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
-    cpu->to_bf16(h, f, n);
+    uint16_t *h = host16(f, n);
     free(f);
     return h;
 }
@@ -482,14 +515,7 @@ static dbuf16 dup_h(const uint16_t *h, size_t n, int pad) {
 
 /* Compares device bf16 tensor d with the CPU's bf16 ref, both widened. */
 static void expect16(const char *what, const dbuf16 *d, const uint16_t *ref, size_t n, double tol) {
-    uint16_t *h = calloc(n ? n : 1, sizeof(uint16_t));
-    float *a = malloc((n ? n : 1) * sizeof(float)), *r = malloc((n ? n : 1) * sizeof(float));
-    if (n) gpu->to_host(h, d->p, n * sizeof(uint16_t));
-    cpu->from_bf16(a, h, n);
-    cpu->from_bf16(r, ref, n);
-    double e = rel_err(a, r, n);
-    CHECK(e <= tol, "%s: max rel err %.2e <= %.1e", what, e, tol);
-    free(h); free(a); free(r);
+    expect_typed(what, d->p, ref, n, DT_BF16, tol);
 }
 
 static void drop16(dbuf16 *d) { gpu->free(d->base); }
@@ -813,39 +839,6 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
  *   bits: a value in [2^e, 2^(e+1)) has ulp 2^(e-7)), hence of the tensor's
  *   largest element: tol + TOL_ULP16. A wrong mask, index or type moves
  *   outputs by O(1). */
-#define TOL_ULP16 7.9e-3 /* 2^-7 = 7.8125e-3 */
-
-static uint16_t *host16(const float *h, size_t n) {
-    uint16_t *p = malloc((n ? n : 1) * sizeof(uint16_t));
-    cpu->to_bf16(p, h, n);
-    return p;
-}
-
-static void *dup_bytes(const void *h, size_t bytes) {
-    void *d = gpu->alloc(bytes ? bytes : 1);
-    if (bytes) gpu->from_host(d, h, bytes);
-    return d;
-}
-
-/* Device tensor d of n elements of type t against host ref (same type),
- * both widened to fp32. */
-static void expect_typed(const char *what, const void *d, const void *ref, size_t n, dt_dtype t, double tol) {
-    float *a = malloc((n ? n : 1) * sizeof(float)), *r = malloc((n ? n : 1) * sizeof(float));
-    if (t == DT_BF16) {
-        uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
-        if (n) gpu->to_host(h, d, n * sizeof(uint16_t));
-        cpu->from_bf16(a, h, n);
-        cpu->from_bf16(r, ref, n);
-        free(h);
-    } else {
-        if (n) gpu->to_host(a, d, n * sizeof(float));
-        memcpy(r, ref, n * sizeof(float));
-    }
-    double e = rel_err(a, r, n);
-    CHECK(e <= tol, "%s: max rel err %.2e <= %.1e", what, e, tol);
-    free(a); free(r);
-}
-
 /* attention_block_forward (out of type out_t: bf16, the model's final
  * result, or fp32, a context-parallel partial) and attention_block_backward
  * on bf16 q, kv and out. The rows of out past Tq must keep their bits. */
@@ -1003,6 +996,90 @@ static void test_elementwise(size_t n) {
           TOL_SUMSQ);
     drop(&dx); drop(&dout); drop(&dg); drop(&dgi);
     free(x); free(out); free(g); free(gi);
+}
+
+/* The elementwise ops and the layernorm on bf16 activations (ops.h: inp
+ * and out of type t, gradients fp32). Inputs are bf16 values on both sides;
+ * fp32 results (the backward's) within the fp32 ops' TOL_ELEM; a result
+ * rounded where it is stored (GELU's, layernorm's out) is each side's fp32
+ * value, within TOL_ELEM of the other, rounded once: TOL_ELEM + TOL_ULP16
+ * (one ulp where the two straddle a rounding boundary). The residual add is
+ * one IEEE addition then one rounding on both sides, and rows_copy copies
+ * the bits: exact. */
+static void test_elementwise_act16(size_t n) {
+    char what[128];
+    float *xf = hrand(n, 4.0f), *af = hrand(n, 1.0f);
+    uint16_t *x = host16(xf, n), *out = calloc(n ? n : 1, sizeof(uint16_t));
+    void *dx = dup_bytes(x, n * 2), *dout = dup_bytes(out, n * 2);
+    struct {
+        const char *name;
+        void (*cf)(void *, const void *, size_t, dt_dtype), (*gf)(void *, const void *, size_t, dt_dtype);
+        void (*cb)(float *, const void *, const float *, size_t, dt_dtype);
+        void (*gb)(float *, const void *, const float *, size_t, dt_dtype);
+    } kinds[2] = {{"gelu", cpu->gelu_forward, gpu->gelu_forward, cpu->gelu_backward, gpu->gelu_backward},
+                  {"gelu_erf", cpu->gelu_erf_forward, gpu->gelu_erf_forward, cpu->gelu_erf_backward,
+                   gpu->gelu_erf_backward}};
+    float *g = hrand(n, 1.0f), *gi = hrand(n, 1.0f);
+    dbuf dg = dup_f(g, n, 0), dgi = dup_f(gi, n, 0);
+    for (int k = 0; k < 2; k++) {
+        kinds[k].cf(out, x, n, DT_BF16);
+        kinds[k].gf(dout, dx, n, DT_BF16);
+        snprintf(what, sizeof what, "%s_forward bf16 n=%zu", kinds[k].name, n);
+        expect_typed(what, dout, out, n, DT_BF16, TOL_ELEM + TOL_ULP16);
+        kinds[k].cb(gi, x, g, n, DT_BF16);
+        kinds[k].gb(dgi.p, dx, dg.p, n, DT_BF16);
+        snprintf(what, sizeof what, "%s_backward bf16 input n=%zu (accumulates)", kinds[k].name, n);
+        expect(what, &dgi, gi, n, TOL_ELEM);
+    }
+    dbuf da = dup_f(af, n, 0);
+    cpu->residual_forward(out, af, x, n, DT_BF16);
+    gpu->residual_forward(dout, da.p, dx, n, DT_BF16);
+    snprintf(what, sizeof what, "residual_forward bf16 out = bf16(a + b) n=%zu", n);
+    expect_typed(what, dout, out, n, DT_BF16, TOL_EXACT);
+    /* rows_copy: the odd columns of x as rows of 3 out of rows of 4 */
+    int N = (int)(n / 4), W = 3;
+    if (N > 0) {
+        cpu->rows_copy(out, W, x + 1, 4, N, W, 0, DT_BF16);
+        gpu->rows_copy(dout, W, (uint16_t *)dx + 1, 4, N, W, 0, DT_BF16);
+        snprintf(what, sizeof what, "rows_copy bf16 N=%d W=%d", N, W);
+        expect_typed(what, dout, out, (size_t)N * W, DT_BF16, TOL_EXACT);
+    }
+    gpu->free(dx); gpu->free(dout); drop(&dg); drop(&dgi); drop(&da);
+    free(xf); free(af); free(x); free(out); free(g); free(gi);
+}
+
+static void test_layernorm_act16(int N, int C) {
+    char what[128];
+    size_t n = (size_t)N * C;
+    float *xf = hrand(n, 2.0f), *w = hrand((size_t)C, 1.0f), *b = hrand((size_t)C, 1.0f);
+    for (int i = 0; i < N; i++) xf[(size_t)i * C] += 3.0f;
+    uint16_t *x = host16(xf, n), *out = calloc(n ? n : 1, sizeof(uint16_t));
+    float *mean = hrand((size_t)N, 1.0f), *rstd = hrand((size_t)N, 1.0f);
+    void *dx = dup_bytes(x, n * 2), *dout = dup_bytes(out, n * 2);
+    dbuf dw = dup_f(w, (size_t)C, 0), db = dup_f(b, (size_t)C, 0);
+    dbuf dmean = dup_f(mean, (size_t)N, 0), drstd = dup_f(rstd, (size_t)N, 0);
+    cpu->layernorm_forward(out, mean, rstd, x, w, b, N, C, 1e-5f, DT_BF16);
+    gpu->layernorm_forward(dout, dmean.p, drstd.p, dx, dw.p, db.p, N, C, 1e-5f, DT_BF16);
+    snprintf(what, sizeof what, "layernorm_forward bf16 N=%d C=%d", N, C);
+    expect_typed(what, dout, out, n, DT_BF16, TOL_ELEM + TOL_ULP16);
+    snprintf(what, sizeof what, "layernorm_forward bf16 input: mean N=%d C=%d", N, C);
+    expect(what, &dmean, mean, (size_t)N, TOL_ELEM);
+    snprintf(what, sizeof what, "layernorm_forward bf16 input: rstd N=%d C=%d", N, C);
+    expect(what, &drstd, rstd, (size_t)N, TOL_ELEM);
+    float *g = hrand(n, 1.0f), *dxi = hrand(n, 1.0f), *gw = hrand((size_t)C, 1.0f), *gb = hrand((size_t)C, 1.0f);
+    dbuf dg = dup_f(g, n, 0), ddx = dup_f(dxi, n, 0), dgw = dup_f(gw, (size_t)C, 0), dgb = dup_f(gb, (size_t)C, 0);
+    gpu->from_host(dmean.p, mean, (size_t)N * sizeof(float));
+    gpu->from_host(drstd.p, rstd, (size_t)N * sizeof(float));
+    cpu->layernorm_backward(dxi, gw, gb, g, x, w, mean, rstd, N, C, DT_BF16);
+    gpu->layernorm_backward(ddx.p, dgw.p, dgb.p, dg.p, dx, dw.p, dmean.p, drstd.p, N, C, DT_BF16);
+    snprintf(what, sizeof what, "layernorm_backward bf16 input dinp N=%d C=%d", N, C);
+    expect(what, &ddx, dxi, n, TOL_ELEM);
+    snprintf(what, sizeof what, "layernorm_backward bf16 input dw, db N=%d C=%d", N, C);
+    expect(what, &dgw, gw, (size_t)C, TOL_ELEM);
+    expect(what, &dgb, gb, (size_t)C, TOL_ELEM);
+    gpu->free(dx); gpu->free(dout);
+    drop(&dw); drop(&db); drop(&dmean); drop(&drstd); drop(&dg); drop(&ddx); drop(&dgw); drop(&dgb);
+    free(xf); free(w); free(b); free(x); free(out); free(mean); free(rstd); free(g); free(dxi); free(gw); free(gb);
 }
 
 static void test_adamw(size_t n) {
@@ -1780,6 +1857,10 @@ int main(void) {
 
     test_elementwise(1000003);
     test_elementwise(7);
+    test_elementwise_act16(1000003);
+    test_elementwise_act16(7);
+    test_layernorm_act16(64, 768);
+    test_layernorm_act16(5, 37);
     test_adamw(100003);
     test_adamw_multi();
     for (int gb = 0; gb <= 1; gb++) {

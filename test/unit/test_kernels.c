@@ -1206,6 +1206,122 @@ static void bench(void) {
     free(qkv), free(o), free(att), free(dout), free(dqkv), free(scratch);
 }
 
+/* The activations' type (ops.h dt_dtype): an op on bf16 activations is the
+ * fp32 op on their widened values with its stored results rounded once, bit
+ * for bit — the contract the CUDA kernels are held to and the reason a bf16
+ * model gives the same bits whether its tensors are stored as bf16 or as
+ * fp32 arrays of bf16 values. */
+static uint16_t *bf16_of(const float *f, size_t n) {
+    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+    ops->to_bf16(h, f, n);
+    return h;
+}
+
+static float *widened(const uint16_t *h, size_t n) {
+    float *f = malloc((n ? n : 1) * sizeof(float));
+    ops->from_bf16(f, h, n);
+    return f;
+}
+
+/* bf16 result h (n) == round_bf16 of the fp32 result f */
+static int same_rounded(const uint16_t *h, float *f, size_t n) {
+    ops->round_bf16(f, n);
+    float *w = widened(h, n);
+    int same = memcmp(w, f, n * sizeof(float)) == 0;
+    free(w);
+    return same;
+}
+
+static void test_act_bf16(void) {
+    int N = 6, C = 32, F = 64, NH = 4, T = 3, B = 2; /* N = B T */
+    size_t nc = (size_t)N * C, nf = (size_t)N * F, n3 = 3 * nc;
+    float *xs = rand_buf(nc, 2.0f), *w = rand_buf((size_t)F * C, 0.5f), *bias = rand_buf((size_t)F, 0.5f);
+    float *lw = rand_buf((size_t)C, 1.0f), *lb = rand_buf((size_t)C, 1.0f);
+    uint16_t *x16 = bf16_of(xs, nc);
+    float *x = widened(x16, nc); /* the same values in fp32 */
+    float *mean = zero_buf((size_t)N), *rstd = zero_buf((size_t)N), *m2 = zero_buf((size_t)N), *r2 = zero_buf((size_t)N);
+    float *o32 = zero_buf(nf), *p32 = zero_buf(nf);
+    uint16_t *o16 = calloc(nf, 2), *p16 = calloc(nf, 2);
+
+    ops->layernorm_forward(o32, mean, rstd, x, lw, lb, N, C, 1e-5f, DT_F32);
+    ops->layernorm_forward(o16, m2, r2, x16, lw, lb, N, C, 1e-5f, DT_BF16);
+    CHECK(same_rounded(o16, o32, nc) && !memcmp(mean, m2, N * 4) && !memcmp(rstd, r2, N * 4),
+          "layernorm_forward on bf16 = the fp32 op on the widened input, out rounded once (statistics equal)");
+    float *g = rand_buf(nc, 1.0f), *d32 = zero_buf(nc), *d16 = zero_buf(nc);
+    float *gw = zero_buf((size_t)C), *gb = zero_buf((size_t)C), *gw2 = zero_buf((size_t)C), *gb2 = zero_buf((size_t)C);
+    ops->layernorm_backward(d32, gw, gb, g, x, lw, mean, rstd, N, C, DT_F32);
+    ops->layernorm_backward(d16, gw2, gb2, g, x16, lw, mean, rstd, N, C, DT_BF16);
+    CHECK(!memcmp(d32, d16, nc * 4) && !memcmp(gw, gw2, C * 4) && !memcmp(gb, gb2, C * 4),
+          "layernorm_backward reading a bf16 input = reading its widened values");
+
+    ops->matmul_forward(o32, x, w, bias, N, C, F, DT_F32, DT_F32);
+    ops->matmul_forward(o16, x16, w, bias, N, C, F, DT_BF16, DT_BF16);
+    ops->matmul_forward(p32, x16, w, bias, N, C, F, DT_BF16, DT_F32);
+    CHECK(!memcmp(p32, o32, nf * 4) && same_rounded(o16, o32, nf),
+          "matmul_forward bf16 input: an fp32 result equal to the fp32 op's, a bf16 one its rounding");
+    ops->matmul_gelu_forward(o16, p16, x16, w, bias, N, C, F, DT_BF16);
+    ops->matmul_forward(p32, x, w, bias, N, C, F, DT_F32, DT_F32);
+    ops->gelu_forward(o32, p32, nf, DT_F32);
+    CHECK(same_rounded(o16, o32, nf) && same_rounded(p16, p32, nf),
+          "matmul_gelu_forward bf16: GELU of the unrounded pre-activation, both rounded once (an epilogue's)");
+    float *dy = rand_buf(nf, 1.0f), *dw32 = zero_buf((size_t)F * C), *dw16 = zero_buf((size_t)F * C);
+    ops->matmul_backward(NULL, dw32, NULL, dy, x, NULL, N, C, F, DT_F32);
+    ops->matmul_backward(NULL, dw16, NULL, dy, x16, NULL, N, C, F, DT_BF16);
+    CHECK(!memcmp(dw32, dw16, (size_t)F * C * 4), "matmul_backward dw from a bf16 input = from its widened values");
+
+    uint16_t *pre16 = bf16_of(p32, nf);
+    float *pre = widened(pre16, nf), *sc = zero_buf(nf), *e32 = zero_buf(nf), *e16 = zero_buf(nf);
+    float *wt = rand_buf((size_t)C * F, 0.5f); /* [C, F]: the layer after the GELU */
+    float *dyc = rand_buf(nc, 1.0f);
+    ops->matmul_dgelu_backward(e32, sc, dyc, wt, pre, N, F, C, DT_F32);
+    ops->matmul_dgelu_backward(e16, sc, dyc, wt, pre16, N, F, C, DT_BF16);
+    CHECK(!memcmp(e32, e16, nf * 4), "matmul_dgelu_backward reading a bf16 pre-activation = its widened values");
+    ops->gelu_erf_forward(o16, pre16, nf, DT_BF16);
+    ops->gelu_erf_forward(o32, pre, nf, DT_F32);
+    CHECK(same_rounded(o16, o32, nf), "gelu_erf_forward bf16 = fp32 op, rounded once");
+
+    float *a = rand_buf(nc, 1.0f);
+    ops->residual_forward(o16, a, x16, nc, DT_BF16);
+    ops->residual_forward(o32, a, x, nc, DT_F32);
+    CHECK(same_rounded(o16, o32, nc), "residual_forward bf16: bf16(a + b), the sum formed in fp32");
+
+    /* attention over qkv [B, T, 3C]: naive (probabilities stored too) and blockwise */
+    float *qf = rand_buf(n3, 1.0f);
+    uint16_t *qkv16 = bf16_of(qf, n3);
+    float *qkv = widened(qkv16, n3);
+    size_t na = (size_t)B * NH * T * T;
+    float *att32 = zero_buf(na);
+    uint16_t *att16 = calloc(na, 2);
+    ops->attention_forward(o32, att32, qkv, B, T, C, NH, 1, DT_F32);
+    ops->attention_forward(o16, att16, qkv16, B, T, C, NH, 1, DT_BF16);
+    int ok = same_rounded(o16, o32, nc) && same_rounded(att16, att32, na);
+    CHECK(ok, "attention_forward bf16: out and probabilities the fp32 op's, rounded once");
+    float *kv = zero_buf(2 * nc), *lse = zero_buf((size_t)B * NH * T), *lse2 = zero_buf((size_t)B * NH * T);
+    uint16_t *kv16 = calloc(2 * nc, 2);
+    ops->rows_copy(kv, 2 * C, qkv + C, 3 * C, N, 2 * C, 0, DT_F32);
+    ops->rows_copy(kv16, 2 * C, qkv16 + C, 3 * C, N, 2 * C, 0, DT_BF16);
+    float *kvw = widened(kv16, 2 * nc);
+    CHECK(!memcmp(kvw, kv, 2 * nc * 4), "rows_copy bf16 copies the stored values");
+    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o16, lse2, qkv16, kv16, B, T, T, T, C, NH, 1, 0, DT_BF16, DT_BF16);
+    CHECK(same_rounded(o16, o32, nc) && !memcmp(lse, lse2, (size_t)B * NH * T * 4),
+          "attention_block_forward bf16 q, kv -> bf16 out: the fp32 op's out rounded once, lse equal");
+    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, 1, 0, DT_F32, DT_F32);
+    uint16_t *out16 = bf16_of(o32, nc);
+    float *outw = widened(out16, nc), *dq = zero_buf(n3), *dkv = zero_buf(2 * nc), *dq2 = zero_buf(n3),
+          *dkv2 = zero_buf(2 * nc), *dout = rand_buf(nc, 1.0f);
+    ops->attention_block_backward(dq, dkv, dout, outw, lse, qkv, kv, B, T, T, T, C, NH, 1, 0, DT_F32);
+    ops->attention_block_backward(dq2, dkv2, dout, out16, lse, qkv16, kv16, B, T, T, T, C, NH, 1, 0, DT_BF16);
+    CHECK(!memcmp(dq, dq2, n3 * 4) && !memcmp(dkv, dkv2, 2 * nc * 4),
+          "attention_block_backward reading bf16 out, q, kv = reading their widened values");
+
+    free(xs); free(w); free(bias); free(lw); free(lb); free(x16); free(x); free(mean); free(rstd); free(m2); free(r2);
+    free(o32); free(p32); free(o16); free(p16); free(g); free(d32); free(d16); free(gw); free(gb); free(gw2); free(gb2);
+    free(dy); free(dw32); free(dw16); free(pre16); free(pre); free(sc); free(e32); free(e16); free(wt); free(dyc);
+    free(a); free(qf); free(qkv16); free(qkv); free(att32); free(att16); free(kv); free(lse); free(lse2); free(kv16);
+    free(kvw); free(out16); free(outw); free(dq); free(dkv); free(dq2); free(dkv2); free(dout);
+}
+
 int main(void) {
     test_memory();
     test_matmul();
@@ -1221,6 +1337,7 @@ int main(void) {
     test_adamw();
     test_reduce();
     test_bf16();
+    test_act_bf16();
     test_empty();
     bench();
     CHECK_DONE();
