@@ -382,14 +382,15 @@ typedef struct dt_ops {
     void (*acc_bf16)(uint16_t *acc, const float *add, size_t n);
 
     /* ---- the arithmetic of the products (matmul, attention) ----
-     * on 1: the run is bf16 mixed precision, whose weights and matmul inputs
-     * are stored rounded to bf16. A backend with bf16 tensor cores (cuda)
-     * then narrows every product's operands to bf16 — exact for those values,
-     * a rounding for the gradients flowing back, as torch's autocast does —
-     * and accumulates in fp32; the results stay fp32. The CPU multiplies the
-     * same values in fp32 either way (the products of two bf16 values are
-     * exact in fp32), so it ignores the switch. 0 (the default): fp32. Call
-     * before the first op of a run. */
+     * on 1: the run is bf16 mixed precision, whose weights and activations
+     * are bf16 values. A backend with bf16 tensor cores (cuda) then multiplies
+     * in bf16 with fp32 accumulation: bf16 activations as they are stored,
+     * fp32 operands (the unit's widened weights, the gradients flowing back)
+     * narrowed first — exact for the weights, a rounding for the gradients,
+     * as torch's autocast does. A product with a bf16 activation operand is
+     * a bf16 one either way. The CPU multiplies the same values in fp32 (the
+     * products of two bf16 values are exact in fp32), so it ignores the
+     * switch. 0 (the default): fp32. Call before the first op of a run. */
     void (*set_bf16_products)(int on);
 } dt_ops;
 

@@ -34,9 +34,14 @@ static void check_host_memory(plan_estimate *e, double host_max)
                   fmt_bytes(a, need));
 }
 
-/* Under bf16 mixed precision the CUDA backend narrows each GEMM's two
+/* Under bf16 mixed precision the CUDA backend narrows a GEMM's fp32
  * operands into one buffer it keeps (kernels/cuda/matmul.cu, operands16):
- * the largest pair of any GEMM a rank runs, the first padded to 256 bytes.
+ * sized here for the largest pair of any GEMM a rank runs, the first padded
+ * to 256 bytes. Activations are bf16 already and go to cuBLASLt as they
+ * are, but a bf16 output without an epilogue the library accepts borrows
+ * their room for its fp32 rows (matmul.cu), so the pair stays the bound; for
+ * GPT the largest is the head's input-gradient GEMM, whose two operands
+ * (wte, a chunk of dlogits) are both fp32.
  * Outside the runtime's accounting, like the cuBLAS workspace, so it is
  * counted with the fixed bytes. Rows: a micro-batch's tokens on this rank
  * (whole under sequence parallelism: the column layers gather them); the
