@@ -610,6 +610,16 @@ static void *stage_in(const void *host, size_t bytes, int fill, cudaError_t *e)
     return d;
 }
 
+/* Recording, an operation whose stream joined the capture failed after
+ * that: the stream joins the compute stream back all the same, so that the
+ * capture can end (the caller launches nothing it recorded after a failure). */
+static void rejoin_recording(cudaStream_t stream, cudaEvent_t ev)
+{
+    if (cudaEventRecord(ev, stream) == cudaSuccess)
+        cudaStreamWaitEvent(compute_stream(), ev, 0);
+    cudaGetLastError();
+}
+
 /* Queues r after its operation (on `stream`), in the pending list (a
  * recorded one stays out of it: nothing runs until the graph is launched).
  * reg_mu held. */
@@ -755,6 +765,8 @@ static int nccl_coll_start(comm *c, const coll_args *a, int blocking, comm_req *
         }
         if (rc == COMM_OK)
             rc = finish_issue_locked(s, r, s->stream, rec);
+        if (rc != COMM_OK && rec)
+            rejoin_recording(s->stream, r->done);
     }
     pthread_mutex_unlock(&reg_mu);
     if (rc != COMM_OK)
@@ -875,6 +887,8 @@ static int nccl_p2p_start(comm *c, int is_send, void *buf, size_t count, comm_dt
         }
         if (rc == COMM_OK)
             rc = finish_issue_locked(s, r, l->stream, rec);
+        if (rc != COMM_OK && rec)
+            rejoin_recording(l->stream, r->done);
     }
     pthread_mutex_unlock(&reg_mu);
     if (rc != COMM_OK)
