@@ -907,7 +907,7 @@ static int nccl_device_wait(comm *c, const char *what)
 {
     nc_state *s = c->be_state;
     char label[160];
-    snprintf(label, sizeof label, "%s (waiting for the device, %s)", what, c->name);
+    snprintf(label, sizeof label, "%s in %s", what, c->name);
     nc_req *r = req_new(s, label);
     if (!r)
         return comm_fail(c, COMM_ESYS, "%s: cannot create a CUDA event", label);

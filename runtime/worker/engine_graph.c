@@ -328,14 +328,14 @@ static int phase_done(engine *e, const char *phase, char *err, size_t errlen)
 {
     if (e->x.failed) return engine_comm_failed(e, err, errlen);
     if (e->world_size == 1) return DT_EXIT_OK;
-    char what[160];
-    snprintf(what, sizeof what, "train.cuda_graphs: the %s, within DTRUN_COMM_TIMEOUT of its launch", phase);
+    char what[128];
+    snprintf(what, sizeof what, "the %s on the device (within DTRUN_COMM_TIMEOUT of its launch)", phase);
     double t0 = clock_now_s();
     int rc = comm_wait_device(e->world, what);
     double t1 = clock_now_s();
     e->idle_s += t1 - t0;
     trace_span(TRACE_IDLE, t0, t1, "wait: %s", phase);
-    if (strat_fail(&e->x, e->world, rc, what) != COMM_OK) return engine_comm_failed(e, err, errlen);
+    if (strat_fail(&e->x, e->world, rc, "train.cuda_graphs") != COMM_OK) return engine_comm_failed(e, err, errlen);
     return DT_EXIT_OK;
 }
 
