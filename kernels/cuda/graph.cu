@@ -21,8 +21,10 @@
  * (to_host, sumsq) — fails at the call, which DTC_CHECK turns into one line
  * naming it, instead of running once at record time and missing from every
  * replay as cudaStreamCaptureModeRelaxed would let it. Global would also
- * police other threads' calls (a profiler's, NCCL's proxy thread), none of
- * which touch what we record: the one-process step has no communication.
+ * police other threads' calls (a profiler's, NCCL's proxy thread, the comm
+ * layer's NCCL watchdog polling its events), none of which touch what we
+ * record: with several ranks the recorded NCCL operations are queued by this
+ * thread, and the comm layer keeps them away from its watchdog (comm.h).
  *
  * Buffers lent to the recorded ops. A graph holds the addresses its kernels
  * were given, so every buffer it touches must stay where it was: the model's

@@ -69,17 +69,11 @@ int job_layout_check_graphs(const job_spec *job, int *blame, char *msg, size_t n
 {
     const job_parallel *par = &job->parallel;
     if (!job->train.cuda_graphs) return 0;
-    const char *pre = "train.cuda_graphs replays the step of one process";
-    const struct { const char *key; int value, fid; } dims[] = {
-        {"dp", par->dp, FID_DP}, {"tp", par->tp, FID_TP}, {"pp", par->pp, FID_PP}, {"cp", par->cp, FID_CP}};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
-        if (dims[i].value == 1) continue;
-        *blame = dims[i].fid;
-        int automatic = dims[i].fid == FID_DP && par->dp_auto;
-        snprintf(msg, n, "%s, but parallel.%s is %d%s (recording the step's communication, NCCL's or the CPU "
-                         "transports', is not written); set train.cuda_graphs: false or %s%s%s",
-                 pre, dims[i].key, dims[i].value, automatic ? " (auto: the workers started)" : "",
-                 automatic ? "start one worker" : "parallel.", automatic ? "" : dims[i].key, automatic ? "" : ": 1");
+    if (par->pp > 1) {
+        *blame = FID_PP;
+        snprintf(msg, n, "train.cuda_graphs does not work with parallel.pp %d (the pipeline executor takes each "
+                         "micro-batch's inputs from the host and reads its loss back as its schedule goes); set "
+                         "parallel.pp: 1 (dp, tp or cp instead) or train.cuda_graphs: false", par->pp);
         return -1;
     }
     if (job->train.offload) {

@@ -30,12 +30,15 @@ int job_layout_check_pipeline(pp_schedule_kind kind, int pp, int m, int v, char 
 int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, int *blame,
                                  char *msg, size_t n);
 
-/* What train.cuda_graphs can replay: one process's step (parallel.dp, tp,
- * pp and cp all 1: recording NCCL's collectives or the CPU transports is not
- * written) without train.offload (the offloaded update runs on the host
- * between copies). 0, or -1 with one line in msg and *blame the key (a
- * FID_* of jobspec_fields.h) that stands in the way. dp: auto passes until
- * the world resolves it (job_resolve_world checks again). */
+/* What train.cuda_graphs can replay, whatever the backend: a step without a
+ * pipeline (parallel.pp 1: the executor takes its micro-batches' inputs from
+ * the host and reads their losses back as it goes) and without train.offload
+ * (the offloaded update runs on the host between copies). dp, tp and cp may
+ * be anything: their collectives are recorded with the step where the
+ * communication can be (NCCL); what the worker finds at set-up (the CPU
+ * transport under the cuda backend, HSDP's per-step copies) it refuses
+ * itself (runtime/worker/engine_graph.c). 0, or -1 with one line in msg and
+ * *blame the key (a FID_* of jobspec_fields.h) that stands in the way. */
 int job_layout_check_graphs(const job_spec *job, int *blame, char *msg, size_t n);
 
 /* The mesh against the processes started: dp x tp x pp must equal `world`.

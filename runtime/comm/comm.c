@@ -485,12 +485,32 @@ static int check_args(comm *c, const coll_args *a)
     return COMM_OK;
 }
 
+/* While the compute stream is recorded into a CUDA graph (comm.h): the
+ * buffers must be device memory and the transport one that runs on the
+ * device (NCCL), or a group of one (its device copy is recorded). */
+static int check_recordable(comm *c, const char *what, const void *const *bufs, int nbuf)
+{
+    if (!comm_dev_capturing())
+        return COMM_OK;
+    for (int i = 0; i < nbuf; i++)
+        if (bufs[i] && comm_dev_is_host(bufs[i]))
+            return comm_fail(c, COMM_EINVAL, "%s in %s: a host buffer while the step is recorded into a CUDA graph "
+                             "(train.cuda_graphs): a replay would not read or write it", what, c->name);
+    if (c->be->memory == COMM_MEM_HOST && c->size > 1)
+        return comm_fail(c, COMM_EINVAL, "%s in %s: the %s transport runs collectives on the host, which a CUDA "
+                         "graph (train.cuda_graphs) cannot record; only NCCL can", what, c->name, c->be->name);
+    return COMM_OK;
+}
+
 static int coll(comm *c, coll_args a, comm_req **req)
 {
     if (req)
         *req = NULL;
     int rc = check_args(c, &a);
     if (rc != COMM_OK)
+        return rc;
+    const void *bufs[2] = {a.count > 0 ? a.send : NULL, a.count > 0 ? a.recv : NULL};
+    if ((rc = check_recordable(c, comm_coll_name(a.kind), bufs, 2)) != COMM_OK)
         return rc;
     comm_req *r = NULL;
     if (c->be->memory == COMM_MEM_HOST && a.count > 0 && comm_dev_active() &&
@@ -580,8 +600,11 @@ static int p2p(comm *c, int is_send, const void *buf, size_t count, comm_dtype d
                          peer, c->name, c->rank, c->size);
     if (count > 0 && !buf)
         return comm_fail(c, COMM_EINVAL, "%s: NULL buffer", what);
+    const void *bufs[1] = {count > 0 ? buf : NULL};
+    int rc = check_recordable(c, what, bufs, 1);
+    if (rc != COMM_OK)
+        return rc;
     comm_req *r = NULL;
-    int rc;
     if (c->be->memory == COMM_MEM_HOST && count > 0 && comm_dev_is_device(buf))
         rc = comm_stage_p2p(c, is_send, (void *)buf, count, dt, peer, !req, &r);
     else
@@ -614,6 +637,15 @@ int comm_send_async(comm *c, const void *buf, size_t count, comm_dtype dt, int p
 int comm_recv_async(comm *c, void *buf, size_t count, comm_dtype dt, int peer, comm_req **req)
 {
     return p2p(c, 0, buf, count, dt, peer, req);
+}
+
+int comm_wait_device(comm *c, const char *what)
+{
+    if (!c)
+        return COMM_EINVAL;
+    if (atomic_load(&c->status) != COMM_OK)
+        return COMM_EBROKEN;
+    return c->be->device_wait(c, what);
 }
 
 int comm_wait(comm_req *req)

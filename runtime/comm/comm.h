@@ -198,4 +198,26 @@ int comm_recv_async(comm *c, void *buf, size_t count, comm_dtype dt, int peer,
  * returns its status. NULL is COMM_OK (what a failed submission leaves). */
 int comm_wait(comm_req *req);
 
+/* ---- recorded into a CUDA graph (train.cuda_graphs) ----
+ *
+ * While the compute stream is being recorded (ops.h graph_begin), NCCL's
+ * operations are recorded with it: started as usual, and their comm_wait
+ * orders the compute stream after them (cudaStreamWaitEvent) instead of
+ * waiting on the host, so every launch of the graph runs them again, in the
+ * same order, on every rank (NCCL's rule: a recorded operation is recorded
+ * on every member). While recording, every buffer must be device memory, and
+ * a request must be waited for before the recording ends. The CPU transports
+ * cannot be recorded (their collectives run on the host): a collective on
+ * one of them while recording fails (COMM_EINVAL, one line), except a group
+ * of one with device buffers (a device copy, recorded).
+ *
+ * comm_wait_device then bounds the launches: it waits until the device ran
+ * everything queued so far on the compute stream (a launched graph and the
+ * collectives recorded in it), at most c's timeout counted from this call,
+ * watched like c's own operations: a dead peer or an NCCL error aborts NCCL
+ * and is returned with one line naming `what` (comm_last_error), a timeout
+ * likewise. COMM_OK at once on the CPU transports (their collectives finished
+ * on the host). */
+int comm_wait_device(comm *c, const char *what);
+
 #endif

@@ -111,6 +111,12 @@ typedef struct comm_backend {
     /* Completes a request (bounded by the communicator's timeout), frees it
      * and returns its status. */
     int (*wait)(comm_req *req);
+    /* comm_wait_device: waits until the device ran what the compute stream
+     * holds so far, watched like one of the backend's operations (NCCL: an
+     * event on the compute stream, polled against the timeout and the
+     * communicators' asynchronous errors). The CPU transports answer COMM_OK:
+     * nothing of theirs is queued on the device. */
+    int (*device_wait)(comm *c, const char *what);
 } comm_backend;
 
 extern const comm_backend comm_backend_self;
@@ -164,6 +170,7 @@ int comm_cpu_coll_start(comm *c, const coll_args *a, int blocking, comm_req **re
 int comm_cpu_p2p_start(comm *c, int is_send, void *buf, size_t count, comm_dtype dt, int peer,
                        int blocking, comm_req **req);
 int comm_cpu_wait(comm_req *req);
+int comm_cpu_device_wait(comm *c, const char *what);
 /* Stops the worker thread and the progress engine; first step of a CPU
  * backend's destroy. */
 void comm_cpu_stop(comm *c);
@@ -312,6 +319,13 @@ int comm_dev_is_device(const void *p);
 /* 1 when p is plain or pinned host memory (or memory CUDA does not know),
  * which a device backend must stage; 0 for device or managed memory and NULL. */
 int comm_dev_is_host(const void *p);
+/* 1 while the compute stream is being recorded into a CUDA graph (ops.h
+ * graph_begin; train.cuda_graphs), also when that recording already failed:
+ * an operation started now is recorded, not run, so it may neither touch
+ * host memory nor be waited for on the host (comm_nccl.c waits in stream
+ * order instead; comm.c refuses what cannot be recorded). 0 otherwise and
+ * without a device. */
+int comm_dev_capturing(void);
 /* A collective or a send / receive on a COMM_MEM_HOST backend with device
  * buffers: copies them through host memory (on the compute stream, which
  * never waits for unfinished communication, so each copy is bounded), around

@@ -10,7 +10,19 @@
  * makes each (short, non-blocking) NCCL call with reg_mu held, and the
  * watchdog aborts with reg_mu held, so an abort never frees a handle that a
  * call is using. Waits poll with the lock released between polls. Lock order:
- * reg_mu, then a comm's err_mu (comm_fail). */
+ * reg_mu, then a comm's err_mu (comm_fail).
+ *
+ * Recorded into a CUDA graph (train.cuda_graphs, comm.h): an operation
+ * started while the compute stream is captured is captured with it: its
+ * stream joins the capture through an event recorded on the compute stream
+ * (ready_rec: an event used only while recording, never queried on the host;
+ * CUDA refuses host queries of an event last recorded in a capture), and its
+ * request is a "recorded" one: not in the pending list (neither the watchdog
+ * nor a wait may query its event: it never happens until the graph is
+ * launched), its wait one cudaStreamWaitEvent that joins the captured stream
+ * back into the compute stream, which the capture needs before it ends. A
+ * launched graph's collectives are then bounded by comm_wait_device: an
+ * event on the compute stream after the launch, polled like a request. */
 #include "runtime/comm/comm_nccl.h"
 
 #include <stdio.h>
@@ -40,6 +52,7 @@ struct nc_state {
     ncclComm_t nc;               /* NULL once aborted or destroyed */
     cudaStream_t stream;         /* collectives, in issue order */
     cudaEvent_t ready;           /* the compute stream's progress, per call */
+    cudaEvent_t ready_rec;       /* the same while recording a graph (comm.h) */
     nc_lane **lanes;             /* [is_send * size + peer], made on first use */
     float *one;                  /* barrier's element on the device */
     nc_req *pending;             /* issued and not yet waited for */
@@ -54,6 +67,7 @@ struct nc_req {
     cudaStream_t stream;         /* the stream it runs on */
     double deadline;             /* issue time + the communicator's timeout */
     int complete;                /* done was seen reached */
+    int recorded;                /* started while recording a graph: done is a captured event */
     char label[160];
     /* host buffers staged through device memory: result back to host_dst */
     void *stage;                 /* device block, or NULL */
@@ -275,12 +289,38 @@ static void unlink_locked(nc_req *r)
         }
 }
 
+/* A recorded request's wait (comm.h): the compute stream, still being
+ * recorded, waits for the operation's stream in stream order, so the capture
+ * holds the operation and joins its stream back. The join is made even when
+ * the communicator broke meanwhile (the capture must end joined; the caller
+ * does not launch what it recorded after a failure). */
+static int recorded_wait(nc_req *r)
+{
+    nc_state *s = r->s;
+    int rc = atomic_load(&s->c->status);
+    cudaError_t e = cudaSuccess;
+    if (!comm_dev_capturing()) {
+        pthread_mutex_lock(&reg_mu);
+        rc = fail_locked(s, COMM_EINVAL, "%s: recorded into a CUDA graph and waited for after the recording "
+                         "ended (a request must be waited for before graph_end)", r->label);
+        pthread_mutex_unlock(&reg_mu);
+    } else if ((e = cudaStreamWaitEvent(compute_stream(), r->done, 0)) != cudaSuccess) {
+        pthread_mutex_lock(&reg_mu);
+        rc = fail_cuda_locked(s, e, r->label, "joining the recorded operation to the compute stream");
+        pthread_mutex_unlock(&reg_mu);
+    }
+    req_free(r);
+    return rc;
+}
+
 /* Waits for r (bounded by its deadline), joins the compute stream to it,
  * copies a staged result to the host, frees r. */
 static int req_wait(nc_req *r)
 {
     nc_state *s = r->s;
     int polls = 0, rc;
+    if (r->recorded)
+        return recorded_wait(r);
     for (;;) {
         pthread_mutex_lock(&reg_mu);
         rc = poll_req_locked(r, now_s());
@@ -474,8 +514,8 @@ static int nccl_create(comm *c)
         cudaGetLastError();
         return comm_fail(c, COMM_ESYS, "%s: cannot create a CUDA stream", label);
     }
-    if (cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming) != cudaSuccess) {
-        s->ready = NULL;
+    if (cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&s->ready_rec, cudaEventDisableTiming) != cudaSuccess) {
         cudaGetLastError();
         return comm_fail(c, COMM_ESYS, "%s: cannot create a CUDA event", label);
     }
@@ -537,6 +577,8 @@ static void nccl_destroy(comm *c)
         cudaFreeAsync(s->one, s->stream);
     if (s->ready)
         cudaEventDestroy(s->ready);
+    if (s->ready_rec)
+        cudaEventDestroy(s->ready_rec);
     if (s->stream)
         cudaStreamDestroy(s->stream);
     cudaGetLastError();
@@ -547,11 +589,13 @@ static void nccl_destroy(comm *c)
 
 /* ---- issuing ---- */
 
-/* Orders `stream` after everything queued on the compute stream so far. */
-static cudaError_t after_compute(nc_state *s, cudaStream_t stream)
+/* Orders `stream` after everything queued on the compute stream so far
+ * (recording a graph: `stream` joins the capture there). */
+static cudaError_t after_compute(nc_state *s, cudaStream_t stream, int recording)
 {
-    cudaError_t e = cudaEventRecord(s->ready, compute_stream());
-    return e == cudaSuccess ? cudaStreamWaitEvent(stream, s->ready, 0) : e;
+    cudaEvent_t ev = recording ? s->ready_rec : s->ready;
+    cudaError_t e = cudaEventRecord(ev, compute_stream());
+    return e == cudaSuccess ? cudaStreamWaitEvent(stream, ev, 0) : e;
 }
 
 /* Host buffers: a device block of `bytes`, filled from `host` when `fill`,
@@ -566,13 +610,28 @@ static void *stage_in(const void *host, size_t bytes, int fill, cudaError_t *e)
     return d;
 }
 
-/* Queues r after its operation (on `stream`), in the pending list. reg_mu held. */
-static int finish_issue_locked(nc_state *s, nc_req *r, cudaStream_t stream)
+/* Recording, an operation whose stream joined the capture failed after
+ * that: the stream joins the compute stream back all the same, so that the
+ * capture can end (the caller launches nothing it recorded after a failure). */
+static void rejoin_recording(cudaStream_t stream, cudaEvent_t ev)
+{
+    if (cudaEventRecord(ev, stream) == cudaSuccess)
+        cudaStreamWaitEvent(compute_stream(), ev, 0);
+    cudaGetLastError();
+}
+
+/* Queues r after its operation (on `stream`), in the pending list (a
+ * recorded one stays out of it: nothing runs until the graph is launched).
+ * reg_mu held. */
+static int finish_issue_locked(nc_state *s, nc_req *r, cudaStream_t stream, int recording)
 {
     r->stream = stream;
     cudaError_t e = cudaEventRecord(r->done, stream);
     if (e != cudaSuccess)
         return fail_cuda_locked(s, e, r->label, "cudaEventRecord");
+    r->recorded = recording;
+    if (recording)
+        return COMM_OK;
     nc_req **p = &s->pending;
     while (*p)
         p = &(*p)->next;
@@ -648,6 +707,7 @@ static int nccl_coll_start(comm *c, const coll_args *a, int blocking, comm_req *
     *req = NULL;
     if (atomic_load(&c->status) != COMM_OK)
         return COMM_EBROKEN;
+    int rec = comm_dev_capturing(); /* comm.c let only device buffers through then */
     char label[160];
     comm_coll_label(c, a->kind, label, sizeof label);
     if (a->count == 0 && a->kind != COLL_BARRIER)
@@ -692,7 +752,7 @@ static int nccl_coll_start(comm *c, const coll_args *a, int blocking, comm_req *
         rc = fail_cuda_locked(s, e, label, "staging host buffers");
     else if (!s->nc)
         rc = atomic_load(&c->status) != COMM_OK ? atomic_load(&c->status) : COMM_EBROKEN;
-    else if ((e = after_compute(s, s->stream)) != cudaSuccess)
+    else if ((e = after_compute(s, s->stream, rec)) != cudaSuccess)
         rc = fail_cuda_locked(s, e, label, "ordering after the compute stream");
     else {
         ncclResult_t nr_ = launch_locked(s, a, send, recv);
@@ -704,7 +764,9 @@ static int nccl_coll_start(comm *c, const coll_args *a, int blocking, comm_req *
             pthread_mutex_lock(&reg_mu);
         }
         if (rc == COMM_OK)
-            rc = finish_issue_locked(s, r, s->stream);
+            rc = finish_issue_locked(s, r, s->stream, rec);
+        if (rc != COMM_OK && rec)
+            rejoin_recording(s->stream, r->done);
     }
     pthread_mutex_unlock(&reg_mu);
     if (rc != COMM_OK)
@@ -778,6 +840,11 @@ static int nccl_p2p_start(comm *c, int is_send, void *buf, size_t count, comm_dt
              is_send ? "to" : "from", comm_peer_name(c, peer, who), c->name);
     if (count == 0)
         return COMM_OK;  /* nothing moves; both sides skip it alike */
+    int rec = comm_dev_capturing();
+    size_t n = (size_t)c->size;
+    if (rec && (!s->lanes[n + (size_t)peer] || !s->lanes[(size_t)peer]))
+        return comm_fail(c, COMM_EINVAL, "%s: the first exchange between two ranks makes their NCCL lanes, which "
+                         "cannot be recorded into a CUDA graph; it must run once before the recording", label);
     nc_lane *l = NULL;
     int rc = lane_get(s, is_send, peer, &l, label);
     if (rc != COMM_OK)
@@ -801,7 +868,7 @@ static int nccl_p2p_start(comm *c, int is_send, void *buf, size_t count, comm_dt
         rc = fail_cuda_locked(s, e, label, "staging a host buffer");
     else if (!l->nc)
         rc = atomic_load(&c->status) != COMM_OK ? atomic_load(&c->status) : COMM_EBROKEN;
-    else if ((e = after_compute(s, l->stream)) != cudaSuccess)
+    else if ((e = after_compute(s, l->stream, rec)) != cudaSuccess)
         rc = fail_cuda_locked(s, e, label, "ordering after the compute stream");
     else {
         ncclResult_t g = dt_nccl.group_start();
@@ -819,7 +886,9 @@ static int nccl_p2p_start(comm *c, int is_send, void *buf, size_t count, comm_dt
             pthread_mutex_lock(&reg_mu);
         }
         if (rc == COMM_OK)
-            rc = finish_issue_locked(s, r, l->stream);
+            rc = finish_issue_locked(s, r, l->stream, rec);
+        if (rc != COMM_OK && rec)
+            rejoin_recording(l->stream, r->done);
     }
     pthread_mutex_unlock(&reg_mu);
     if (rc != COMM_OK)
@@ -830,6 +899,29 @@ static int nccl_p2p_start(comm *c, int is_send, void *buf, size_t count, comm_dt
 static int nccl_wait(comm_req *q)
 {
     return req_wait((nc_req *)q);
+}
+
+/* comm_wait_device: an event on the compute stream, pending like a request,
+ * so that the watchdog and the wait bound it and see NCCL's errors. */
+static int nccl_device_wait(comm *c, const char *what)
+{
+    nc_state *s = c->be_state;
+    char label[160];
+    snprintf(label, sizeof label, "%s in %s", what, c->name);
+    nc_req *r = req_new(s, label);
+    if (!r)
+        return comm_fail(c, COMM_ESYS, "%s: cannot create a CUDA event", label);
+    pthread_mutex_lock(&reg_mu);
+    int rc = atomic_load(&c->status);
+    if (rc == COMM_OK && !s->nc)
+        rc = COMM_EBROKEN;
+    if (rc == COMM_OK)
+        rc = finish_issue_locked(s, r, compute_stream(), 0);
+    pthread_mutex_unlock(&reg_mu);
+    if (rc != COMM_OK)
+        return drop(r, rc);
+    r->base.c = c;
+    return req_wait(r);
 }
 
 static void *nccl_stream(const comm *c)
@@ -873,6 +965,12 @@ static int nccl_wait(comm_req *req)
 {
     (void)req;
     return COMM_EINVAL;  /* never reached: no start here makes a request */
+}
+
+static int nccl_device_wait(comm *c, const char *what)
+{
+    (void)what;
+    return comm_fail(c, COMM_EINVAL, "%s: no NCCL in this build", c->name);
 }
 
 static void *nccl_stream(const comm *c)
@@ -922,4 +1020,5 @@ const comm_backend comm_backend_nccl = {
     .coll_start = nccl_coll_start,
     .p2p_start = nccl_p2p_start,
     .wait = nccl_wait,
+    .device_wait = nccl_device_wait,
 };

@@ -95,4 +95,5 @@ const comm_backend comm_backend_self = {
     .coll_start = comm_cpu_coll_start,
     .p2p_start = comm_cpu_p2p_start,
     .wait = comm_cpu_wait,
+    .device_wait = comm_cpu_device_wait,
 };

@@ -17,7 +17,9 @@
  * comm_wait, so overlap is lost on this path: it is the correctness path for
  * one-GPU multi-rank runs and tests, not the fast one.
  *
- * A group of one ("self") with device buffers copies device to device.
+ * A group of one ("self") with device buffers copies device to device (in
+ * stream order, no host wait, while the step is recorded into a CUDA graph:
+ * comm.h).
  *
  * The ops table (comm_set_ops) says where compute runs: its stream is the
  * compute queue that copies and device backends order themselves after. */
@@ -82,14 +84,29 @@ int comm_dev_is_host(const void *p)
     return t == cudaMemoryTypeUnregistered || t == cudaMemoryTypeHost;
 }
 
-/* dst <- src (either side host or device), finished when it returns. */
+int comm_dev_capturing(void)
+{
+    cudaStream_t s = (cudaStream_t)comm_compute_stream();
+    enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    if (!s)
+        return 0;
+    if (cudaStreamIsCapturing(s, &st) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return st != cudaStreamCaptureStatusNone;
+}
+
+/* dst <- src (either side host or device), finished when it returns; while
+ * the compute stream is recorded (comm.c lets only a group of one's device
+ * buffers come here then) a device copy recorded in stream order. */
 static int copy(comm *c, void *dst, const void *src, size_t bytes, const char *what)
 {
     if (bytes == 0 || dst == src)
         return COMM_OK;
     cudaStream_t s = (cudaStream_t)comm_compute_stream();
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess && !comm_dev_capturing())
         e = cudaStreamSynchronize(s);
     if (e != cudaSuccess)
         return comm_fail(c, COMM_ESYS, "%s: staging %zu bytes %s: %s", c->name, bytes, what,
@@ -193,6 +210,7 @@ int comm_stage_finish(struct comm_stage *st, int status)
 #else /* no CUDA backend: no device memory, nothing is ever staged */
 
 int comm_dev_active(void) { return 0; }
+int comm_dev_capturing(void) { return 0; }
 int comm_dev_is_device(const void *p) { return 0; }
 int comm_dev_is_host(const void *p) { return p != NULL; }
 

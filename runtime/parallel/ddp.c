@@ -268,6 +268,9 @@ static int ddp_counts_norm(dp_strategy *s) { return comm_rank(s->x->dp) == 0; }
 
 static void ddp_after_update(dp_strategy *s) { (void)s; }
 
+/* Nothing remembered between steps (begin_step resets the buckets). */
+static void ddp_forget(dp_strategy *s) { (void)s; }
+
 static void *ddp_full_grad(dp_strategy *s, int unit, void *tmp)
 {
     (void)tmp;
@@ -292,6 +295,7 @@ const strat_ops strat_ddp = {
     .slice = ddp_slice,
     .counts_norm = ddp_counts_norm,
     .after_update = ddp_after_update,
+    .forget = ddp_forget,
     .full_grad = ddp_full_grad,
     .gather_unit = ddp_gather_unit,
 };

@@ -358,6 +358,9 @@ static void fsdp_after_update(dp_strategy *s)
     }
 }
 
+/* The same: no gather buffer is believed to hold a unit any more. */
+static void fsdp_forget(dp_strategy *s) { fsdp_after_update(s); }
+
 static void *fsdp_full_grad(dp_strategy *s, int unit, void *tmp)
 {
     strat_ctx *x = s->x;
@@ -401,6 +404,7 @@ const strat_ops strat_fsdp = {
     .slice = fsdp_slice,
     .counts_norm = fsdp_counts_norm,
     .after_update = fsdp_after_update,
+    .forget = fsdp_forget,
     .full_grad = fsdp_full_grad,
     .gather_unit = fsdp_gather_unit,
 };

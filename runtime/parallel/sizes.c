@@ -610,7 +610,7 @@ size_t sizes_graph_input_bytes(const sizes *s)
     const job_spec *j = &s->job;
     if (!j->train.cuda_graphs) return 0;
     const job_model *m = &j->model;
-    size_t n = (size_t)j->train.micro_batch * (size_t)j->train.grad_accum; /* one process: pp 1 */
+    size_t n = (size_t)j->train.micro_batch * (size_t)j->train.grad_accum; /* per rank: pp 1 */
     if (m->kind == MODEL_GPT) return 2 * n * (size_t)m->seq_len * sizeof(int);
     return n * (size_t)m->channels * (size_t)m->image_size * (size_t)m->image_size * sizeof(float) + n * sizeof(int);
 }

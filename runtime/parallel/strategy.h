@@ -125,6 +125,15 @@ typedef struct {
     /* After AdamW updated the slices: every rank sees the new parameters (ZeRO
      * all-gathers them; FSDP forgets cached gathers). */
     void (*after_update)(dp_strategy *s);
+    /* Forgets what the strategy remembers on the host between steps about
+     * what its device buffers hold (FSDP: which unit each gather buffer
+     * holds), without issuing anything: the state after_update leaves. For
+     * train.cuda_graphs: a step that the device replays runs none of the
+     * hooks on the host, so anything that ran between (an evaluation
+     * filling FSDP's gather buffers) must not be believed by the next step
+     * recorded or issued; every step then starts from this state, the one
+     * its graph was recorded from. */
+    void (*forget)(dp_strategy *s);
     /* The whole synchronized gradient of held unit `unit` (after finish_grads):
      * the strategy's own buffer when it keeps one (DDP, ZeRO-1), else gathered
      * from the shards into tmp (model_unit_local_numel gradient elements;

@@ -193,6 +193,10 @@ static void zero_after_update(dp_strategy *s)
     free(req);
 }
 
+/* Nothing remembered between steps: the parameters are whole after every
+ * update, the buckets and the grad pool start each step empty. */
+static void zero_forget(dp_strategy *s) { (void)s; }
+
 /* Stage 1 all-reduced whole gradients; stage 2 gathers its shards. */
 static void *zero_full_grad(dp_strategy *s, int unit, void *tmp)
 {
@@ -225,6 +229,7 @@ const strat_ops strat_zero1 = {
     .slice = zero_slice,
     .counts_norm = zero_counts_norm,
     .after_update = zero_after_update,
+    .forget = zero_forget,
     .full_grad = zero_full_grad,
     .gather_unit = zero_gather_unit,
 };
@@ -240,6 +245,7 @@ const strat_ops strat_zero2 = {
     .slice = zero_slice,
     .counts_norm = zero_counts_norm,
     .after_update = zero_after_update,
+    .forget = zero_forget,
     .full_grad = zero_full_grad,
     .gather_unit = zero_gather_unit,
 };

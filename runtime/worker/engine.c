@@ -581,7 +581,7 @@ static int pp_failed(engine *e, const char *why, char *err, size_t errlen)
  * travel as float pairs (hi + lo keeps ~48 bits) through one all-gather, and every
  * rank adds them up in rank order in double. Counted as idle: this is where a
  * rank waits for the slowest one. */
-static int world_sum(engine *e, const double *v, int n, double *out)
+int engine_world_sum(engine *e, const double *v, int n, double *out)
 {
     if (e->world_size == 1) {
         memcpy(out, v, (size_t)n * sizeof(double));
@@ -739,7 +739,7 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     if (x->failed) return engine_comm_failed(e, err, errlen);
     e->local_loss = e->counts_loss ? loss_sum : 0.0; /* engine_local_loss: who went non-finite */
     double mine[2] = {e->counts_loss ? loss_sum : 0.0, engine_local_grad_sumsq(e, NULL, NULL)}, sum[2];
-    if (world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
+    if (engine_world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
     *loss = sum[0] / per_step;
     e->grad_sumsq = sum[1];
     return DT_EXIT_OK;
@@ -828,6 +828,7 @@ long engine_val_samples(const engine *e)
  * loss ignores (pp > 1). */
 int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t errlen)
 {
+    engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     strat_ctx *x = &e->x;
     const job_train *t = &e->job.train;
     int vit = e->job.model.kind == MODEL_VIT, mb = t->micro_batch, gb = t->global_batch;
@@ -862,7 +863,7 @@ int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t 
     if (rc != DT_EXIT_OK) return rc;
     if (x->failed) return engine_comm_failed(e, err, errlen);
     double mine[2] = {e->counts_loss ? loss : 0.0, e->counts_loss ? (double)correct : 0.0}, sum[2];
-    if (world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
+    if (engine_world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
     *val_loss = sum[0] / ((double)total * e->per_sample);
     *acc = vit ? sum[1] / (double)total : -1.0;
     return DT_EXIT_OK;

@@ -192,6 +192,7 @@ static int save_failed(engine *e, int mine_failed, const char *why, long step, c
 int engine_save_checkpoint(engine *e, const char *dir, const ckpt_meta *meta, int keep, int delay_ms,
                            int *already, char *err, size_t errlen)
 {
+    engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     *already = 0;
     ckpt_piece *pieces = NULL;
     float **bufs = NULL;
@@ -296,12 +297,14 @@ static int load_slices(engine *e, const slice_source *src, char *err, size_t err
 
 int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
 {
+    engine_graph_outside(e);
     slice_source src = {.ck = ck, .path = ckpt_path(ck), .n_parts = N_PARTS};
     return load_slices(e, &src, err, errlen);
 }
 
 int engine_load_hf(engine *e, hf_weights *hf, char *err, size_t errlen)
 {
+    engine_graph_outside(e);
     slice_source src = {.hf = hf, .model = &e->job.model, .path = hf_weights_dir(hf), .n_parts = 1};
     return load_slices(e, &src, err, errlen);
 }

@@ -10,6 +10,7 @@
 
 int engine_classify(engine *e, const float *images, int B, float *logits, char *err, size_t errlen)
 {
+    engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     const job_spec *j = &e->job;
     if (j->model.kind != MODEL_VIT || e->world_size != 1 || e->ex) {
         snprintf(err, errlen, "cannot classify with this job: %s",

@@ -23,6 +23,7 @@ void engine_decode_end(engine *e)
 
 int engine_decode_begin(engine *e, int T_max, char *err, size_t errlen)
 {
+    engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     const job_spec *j = &e->job;
     const char *why = j->model.kind != MODEL_GPT                ? "it is a ViT (only a GPT generates text)"
                       : j->parallel.pp > 1                      ? "pipeline parallelism (pp > 1) is not supported"
@@ -51,6 +52,7 @@ int engine_decode_begin(engine *e, int T_max, char *err, size_t errlen)
 
 int engine_decode_step(engine *e, int token, float *logits, char *err, size_t errlen)
 {
+    engine_graph_outside(e);
     model *m = e->chunk[0];
     if (model_decode_step(m, e->kv, token, e->dec_logits) != 0) {
         snprintf(err, errlen, "rank %d: the KV cache is full (%d positions: model.seq_len)", e->rank,

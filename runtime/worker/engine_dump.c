@@ -68,6 +68,7 @@ static int write_unit(engine *e, FILE *f, int u, float *const *host, char *err, 
 
 int engine_dump_params(engine *e, const char *path, char *err, size_t errlen)
 {
+    engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     strat_ctx *x = &e->x;
     int n_units = x->n_units;
     /* 1. every rank: its tp-local units, whole (FSDP gathers them over dp) */

@@ -76,19 +76,45 @@ void engine_batch_fill(engine *e, data_loader *d, long step, long begin, int cou
  * added into *acc where the ops keep it (tmp: one more double there) and 0
  * returned. */
 double engine_local_grad_sumsq(engine *e, double *acc, double *tmp);
+/* engine.c: n doubles summed over the world, the same bits on every rank
+ * (float pairs through one all-gather, added in rank order; host memory;
+ * counted as idle). COMM_OK, or the error recorded in e->x (strat_fail). */
+int engine_world_sum(engine *e, const double *v, int n, double *out);
 /* engine.c: the parameter and gradient buffers of local chunk l's slices,
  * unit by unit (the strategy's; valid until its next hook). */
 void engine_chunk_slices(engine *e, int l, void **params, void **grads);
 
-/* engine_graph.c: the step of train.cuda_graphs (one process). create: its
- * device buffers (accounted as activations, as sizes_graph_bytes says):
- * DT_EXIT_OK, or DT_EXIT_USAGE (a job it cannot replay) / DT_EXIT_FAIL (out
- * of memory) with one line in err; destroy: frees them and the graphs (none:
- * nothing). grads and update stand in for engine_grads and engine_update. */
+/* engine_graph.c: the step of train.cuda_graphs. create: its device buffers
+ * (accounted as activations, as sizes_graph_bytes says): DT_EXIT_OK, or
+ * DT_EXIT_USAGE (a job or a run it cannot record: engine_graph_check) /
+ * DT_EXIT_FAIL (out of memory) with one line in err; destroy: frees them and
+ * the graphs (none: nothing). grads and update stand in for engine_grads and
+ * engine_update. outside: the engine ran ops outside the step (evaluation,
+ * checkpoints, dumps, decoding); with several processes the next step records
+ * its graphs again on every rank (a no-op without train.cuda_graphs). */
 int engine_graph_create(engine *e, char *err, size_t errlen);
 void engine_graph_destroy(engine *e);
 int engine_graph_grads(engine *e, int step, double *loss, char *err, size_t errlen);
 int engine_graph_update(engine *e, int step, double lr, double *grad_norm, char *err, size_t errlen);
+void engine_graph_outside(engine *e);
+
+/* What engine_graph_create checks beyond the job (jobspec_layout.h), as
+ * found at set-up. */
+typedef struct {
+    int world_size;
+    int records;             /* the backend records graphs: its memory is the device's (cuda) */
+    const char *transport;   /* the world's communication (comm_transport) */
+    int hsdp_replicas;       /* HSDP: ranks holding the same shard, across nodes (1: none) */
+    int hsdp_converts;       /* their all-reduce runs in another type than the gradients' */
+} engine_graph_facts;
+
+/* 0 when those runs can be recorded, else -1 with one line in why (what, why,
+ * what to set instead): several processes on a backend that records need
+ * NCCL (the CPU transports run collectives on the host, between the recorded
+ * kernels), and HSDP's cross-node all-reduce in another type than the
+ * gradients' allocates its copies at every step. Nothing is refused where
+ * nothing is recorded (the cpu backend). */
+int engine_graph_check(const engine_graph_facts *f, char *why, size_t n);
 
 /* engine_decode.c: frees what engine_decode_begin allocated (no-op without). */
 void engine_decode_end(engine *e);

@@ -12,6 +12,7 @@
 
 int engine_dump_val(engine *e, const char *path, char *err, size_t errlen)
 {
+    engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     const job_spec *job = &e->job;
     if (job->model.kind != MODEL_GPT) {
         snprintf(err, errlen, "%s: validation dumps are for GPT models only", path);

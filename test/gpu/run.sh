@@ -5,7 +5,9 @@
 # ranks sharing the GPU over shm with device buffers staged, NCCL's refusal of
 # two ranks on one GPU (test/gpu/test_nccl.c); whole training runs of two
 # ranks sharing the GPU through the launcher, dp2, tp2 and pp2, against one
-# process (test/gpu/share_gpu.sh); a short GPT and ViT run, fp32 and bf16,
+# process (test/gpu/share_gpu.sh); train.cuda_graphs on several ranks: two
+# sharing a GPU refused, two GPUs over NCCL graphs on against off
+# (test/gpu/graphs_ranks.sh); a short GPT and ViT run, fp32 and bf16,
 # under compute-sanitizer memcheck (test/gpu/sanitizer.sh). Every
 # build/test-gpu/* and test/gpu/*.sh runs.
 #   - no GPU (no nvidia-smi, it lists no device, or cudaGetDeviceCount finds
