@@ -77,12 +77,16 @@ static float *partial_of(const tp_group *g, float *out_rows, void *full)
 /* reduce_from_tensor_model_parallel_region: the SUM over the group of the
  * nc-element partial (in place), or under SP
  * reduce_scatter_to_sequence_parallel_region: this rank's rows of it into
- * out (nc / size elements). Started and finished apart as the gather. */
-static void *reduce_sum_start(const tp_group *g, const float *partial, float *out, size_t nc)
+ * out (nc / size elements). Started and finished apart as the gather. In
+ * bf16 it travels through the stage from element stage_at on, so several
+ * sums can travel at once, each in its own part (row_forward). */
+static void *reduce_sum_start_at(const tp_group *g, const float *partial, float *out, size_t nc, size_t stage_at)
 {
-    uint16_t *st = stage_for(g, nc);
-    if (st) g->ops->to_bf16(st, partial, nc);
-    else if (!g->sp && out != partial) g->ops->copy(out, partial, nc * sizeof(float));
+    uint16_t *st = stage_for(g, stage_at + nc);
+    if (st) {
+        st += stage_at;
+        g->ops->to_bf16(st, partial, nc);
+    } else if (!g->sp && out != partial) g->ops->copy(out, partial, nc * sizeof(float));
     tp_start_kind k = g->sp ? TP_START_REDUCE_SCATTER : TP_START_ALL_REDUCE;
     if (g->start) return g->start(g->ctx, k, st != NULL, st ? (const void *)st : g->sp ? partial : out,
                                   st ? (void *)st : out, nc);
@@ -92,13 +96,25 @@ static void *reduce_sum_start(const tp_group *g, const float *partial, float *ou
     return NULL;
 }
 
-static void reduce_sum_finish(const tp_group *g, void *req, float *out, size_t nc)
+static void reduce_sum_finish_at(const tp_group *g, void *req, float *out, size_t nc, size_t stage_at)
 {
-    uint16_t *st = stage_for(g, nc);
+    uint16_t *st = stage_for(g, stage_at + nc);
     if (req) g->wait(g->ctx, req, g->sp ? TP_START_REDUCE_SCATTER : TP_START_ALL_REDUCE, st != NULL);
     if (!st) return;
+    st += stage_at;
     if (!g->sp) g->ops->from_bf16(out, st, nc);
     else g->ops->from_bf16(out, st + (size_t)g->rank * (nc / (size_t)g->size), nc / (size_t)g->size);
+}
+
+/* One sum at a time: through the stage from its start. */
+static void *reduce_sum_start(const tp_group *g, const float *partial, float *out, size_t nc)
+{
+    return reduce_sum_start_at(g, partial, out, nc, 0);
+}
+
+static void reduce_sum_finish(const tp_group *g, void *req, float *out, size_t nc)
+{
+    reduce_sum_finish_at(g, req, out, nc, 0);
 }
 
 static void reduce_sum(const tp_group *g, const float *partial, float *out, size_t nc)
@@ -129,20 +145,64 @@ static float *reduce_rows_in_place(const tp_group *g, float *buf, size_t nc)
 
 /* ---- ColumnParallelLinear: output features split; input whole ---- */
 
+/* One product of the column layer on n rows from row r0: x holds those rows
+ * of the input; out (and act: matmul then GELU) are written from row r0 on;
+ * all of type t. */
+static void column_rows(const tp_group *g, void *act, void *out, const void *x, const float *w, const float *b,
+                        int r0, int n, int IC, int OC, dt_dtype t)
+{
+    if (n <= 0) return;
+    size_t o = (size_t)r0 * (size_t)OC * dt_dtype_size(t);
+    if (act) g->ops->matmul_gelu_forward((char *)act + o, (char *)out + o, x, w, b, n, IC, OC, t);
+    else g->ops->matmul_forward((char *)out + o, x, w, b, n, IC, OC, t, t);
+}
+
+/* Row r of an [N, C] tensor of type t. */
+static const void *row_at(const void *x, int r, int C, dt_dtype t)
+{
+    return (const char *)x + (size_t)r * (size_t)C * dt_dtype_size(t);
+}
+
+/* Under SP the input is gathered from every rank's rows, and the GEMM is
+ * split along them (Megatron / Transformer Engine's all-gather overlap):
+ * this rank's own rows, local already, multiply while the others' gather
+ * (where the group starts collectives apart, tp.h start), then the rows
+ * before and after them. The split is the same whether the gather is
+ * started apart or not: OpenBLAS does not give a block of rows the bits it
+ * gives them inside the whole product (its kernels' edge handling follows
+ * the row count), so both ways compute the same three blocks, and
+ * parallel.tp_overlap changes when the gather is waited for, not a bit of
+ * the result. The own rows are read from in_rows unless the gather rounds
+ * them (fp32 rows through the bf16 stage): then from the gathered input,
+ * after the wait. */
+static void column_any_forward(const tp_group *g, void *act, void *out, const void *in_rows, void *full,
+                               const float *w, const float *b, int N, int IC, int OC, dt_dtype t)
+{
+    if (!g->sp) {
+        column_rows(g, act, out, in_rows, w, b, 0, N, IC, OC, t);
+        return;
+    }
+    size_t nc = (size_t)N * (size_t)IC;
+    int R = N / g->size, r0 = g->rank * R, r1 = r0 + R;
+    int early = t == DT_BF16 || !g->stage;
+    void *gathering = gather_rows_start(g, in_rows, full, nc, t);
+    if (early) column_rows(g, act, out, in_rows, w, b, r0, R, IC, OC, t);
+    const void *in = gather_rows_finish(g, gathering, in_rows, full, nc, t);
+    if (!early) column_rows(g, act, out, row_at(in, r0, IC, t), w, b, r0, R, IC, OC, t);
+    column_rows(g, act, out, in, w, b, 0, r0, IC, OC, t);
+    column_rows(g, act, out, row_at(in, r1, IC, t), w, b, r1, N - r1, IC, OC, t);
+}
+
 static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const float *w, const float *b,
                            int N, int IC, int OC, dt_dtype t)
 {
-    const tp_group *g = ctx;
-    const void *in = gather_rows(g, in_rows, full, (size_t)N * (size_t)IC, t);
-    g->ops->matmul_forward(out, in, w, b, N, IC, OC, t, t);
+    column_any_forward(ctx, NULL, out, in_rows, full, w, b, N, IC, OC, t);
 }
 
 static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_rows, void *full, const float *w,
                                 const float *b, int N, int IC, int OC, dt_dtype t)
 {
-    const tp_group *g = ctx;
-    const void *in = gather_rows(g, in_rows, full, (size_t)N * (size_t)IC, t);
-    g->ops->matmul_gelu_forward(act, out, in, w, b, N, IC, OC, t);
+    column_any_forward(ctx, act, out, in_rows, full, w, b, N, IC, OC, t);
 }
 
 /* The input gradient is this rank's output features' share: summed over the
@@ -171,13 +231,63 @@ static const float *column_backward(void *ctx, float *din, float *dw, float *db,
 
 /* ---- RowParallelLinear: input features split; output a sum over the group ---- */
 
+/* Under SP the [N, OC] partial sums are reduce-scattered: rank j gets rows
+ * [j R, (j + 1) R), R = N / size. The GEMM is split so that they travel
+ * while it computes (Transformer Engine's pipelined reduce-scatter): in
+ * TP_ROW_STEPS steps, step s computes rows [s R / S, (s + 1) R / S) of
+ * every rank's part (one GEMM per rank) and, where the group starts
+ * collectives apart (tp.h start), starts their reduce-scatter, then goes
+ * on with step s + 1; the last step's sum is the one left exposed. Step
+ * s's pieces lie in the scratch one after the other, rank by rank, so its
+ * reduce-scatter hands each rank its piece (into its rows of out_rows) and
+ * each element is summed as in the whole reduce-scatter: it goes to the
+ * same rank and the comm layer's order of summation depends on that only
+ * (rank order on shm, and on tcp in bf16; the ring's order for that rank's
+ * part on tcp in fp32). In bf16 each step stages in its own part of the
+ * stage.
+ *
+ * The GEMM is split into the same blocks when the collectives block
+ * (OpenBLAS gives a block of rows other bits than the whole product:
+ * column_any_forward): the blocks then lie in the whole reduce-scatter's
+ * order, rank by rank, and one reduce-scatter sums them. So
+ * parallel.tp_overlap never changes a bit. */
+#define TP_ROW_STEPS 4
+
 static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const float *w, const float *b,
                         int N, int IC, int OC, dt_dtype t)
 {
     const tp_group *g = ctx;
     /* the bias is replicated: on rank 0 only, so the sum adds it once */
-    g->ops->matmul_forward(partial_of(g, out_rows, full), in, w, g->rank == 0 ? b : NULL, N, IC, OC, t, DT_F32);
-    reduce_rows(g, out_rows, full, (size_t)N * (size_t)OC);
+    const float *bias = g->rank == 0 ? b : NULL;
+    size_t nc = (size_t)N * (size_t)OC, oc = (size_t)OC;
+    if (!g->sp) {
+        g->ops->matmul_forward(out_rows, in, w, bias, N, IC, OC, t, DT_F32);
+        reduce_rows(g, out_rows, NULL, nc);
+        return;
+    }
+    float *partial = full;
+    int size = g->size, R = N / size, apart = g->start != NULL;
+    void *summing[TP_ROW_STEPS];
+    for (int s = 0; s < TP_ROW_STEPS; s++) {
+        int r0 = R * s / TP_ROW_STEPS, n = R * (s + 1) / TP_ROW_STEPS - r0;
+        size_t step_at = (size_t)size * (size_t)r0 * oc, step_nc = (size_t)size * (size_t)n * oc;
+        summing[s] = NULL;
+        if (n == 0) continue;
+        for (int j = 0; j < size; j++) {
+            size_t at = apart ? step_at + (size_t)j * (size_t)n * oc : ((size_t)j * (size_t)R + (size_t)r0) * oc;
+            g->ops->matmul_forward(partial + at, row_at(in, j * R + r0, IC, t), w, bias, n, IC, OC, t, DT_F32);
+        }
+        if (apart) summing[s] = reduce_sum_start_at(g, partial + step_at, out_rows + (size_t)r0 * oc, step_nc, step_at);
+    }
+    if (!apart) {
+        reduce_rows(g, out_rows, full, nc);
+        return;
+    }
+    for (int s = 0; s < TP_ROW_STEPS; s++) {
+        int r0 = R * s / TP_ROW_STEPS, n = R * (s + 1) / TP_ROW_STEPS - r0;
+        size_t step_at = (size_t)size * (size_t)r0 * oc, step_nc = (size_t)size * (size_t)n * oc;
+        if (n > 0) reduce_sum_finish_at(g, summing[s], out_rows + (size_t)r0 * oc, step_nc, step_at);
+    }
 }
 
 /* d(out) is whole on every rank (SP: gathered), so the bias gradient sums all

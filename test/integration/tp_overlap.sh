@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
 # parallel.tp_overlap: the column layers' backward collectives started beside
-# their GEMMs (runtime/parallel/tp.c) train bitwise the run that issues them in
-# line: tp 2 with and without sequence parallelism, fp32 and bf16, GPT and ViT
-# (the same ops on the same values, only the waits move). Every step's loss
+# their GEMMs, and under sequence parallelism the forward's too, beside the
+# GEMM split along the rows (the column layers' input gathers while their own
+# rows multiply; the row layers' partial sums are reduce-scattered step by
+# step while the next step's rows multiply) (runtime/parallel/tp.c), train
+# bitwise the run that issues them in line: tp 2 with and without sequence
+# parallelism, tp 4 with it, fp32 and bf16, GPT and ViT, the shm transport
+# and tcp (whose fp32 reduce-scatter is a ring: its order of summation
+# follows the destination rank only, which the split keeps) (the same ops on
+# the same values, only the waits move). Every step's loss
 # and grad norm in the JSONL and the final parameters (DTRUN_DUMP_PARAMS) are
 # compared byte for byte. And the dry-run: with overlap the tp collectives it
 # counts exposed drop by what the qkv and fc GEMMs cover, never below zero,
 # and by nothing under zb-h1.
 source "$(dirname "$0")/../parallel/lib.bash"
 
-run_pair() { # MODEL LAYOUT
-  local model=$1 lay=$2 name ov world
-  name=$model-$(layout_name "$lay")
+run_pair() { # MODEL LAYOUT [TRANSPORT]
+  local model=$1 lay=$2 transport=${3:-auto} name ov world
+  name=$model-$(layout_name "$lay")-$transport
   world=$(($(lget "$lay" dp 1) * $(lget "$lay" tp 1) * $(lget "$lay" pp 1)))
   for ov in true false; do
     layout_job "$model" "$lay" "$T/$name-$ov.yaml" "$T/$name-$ov.jsonl"
     printf '  tp_overlap: %s\n' "$ov" >>"$T/$name-$ov.yaml"
-    DTRUN_DUMP_PARAMS=$T/$name-$ov.bin timeout -k 5 120 "$DTRUN" --nproc-per-node=$world "$T/$name-$ov.yaml" \
+    DTRUN_COMM_TRANSPORT=$transport DTRUN_DUMP_PARAMS=$T/$name-$ov.bin timeout -k 5 120 "$DTRUN" --nproc-per-node=$world "$T/$name-$ov.yaml" \
       >"$T/$name-$ov.log" 2>&1 || { tail -n 8 "$T/$name-$ov.log"; fail "$model [$lay] tp_overlap $ov: did not train"; }
   done
   cmp -s "$T/$name-true.bin" "$T/$name-false.bin" || fail "$model [$lay]: parameters differ with tp_overlap"
@@ -27,13 +33,17 @@ def steps(p):
 a, b = steps(sys.argv[1]), steps(sys.argv[2])
 sys.exit(0 if a and a == b else 1)
 PY
-  echo "ok   $model [$lay]: tp_overlap true = false, bitwise ($(grep -c '"loss"' "$T/$name-true.jsonl") steps, parameters)"
+  echo "ok   $model [$lay] ($transport): tp_overlap true = false, bitwise ($(grep -c '"loss"' "$T/$name-true.jsonl") steps, parameters)"
 }
 
 run_pair gpt-tiny "tp=2"
 run_pair gpt-tiny "tp=2 sp=1"
 run_pair gpt-tiny "tp=2 sp=1 prec=bf16"
+run_pair gpt-tiny "tp=4 sp=1"
+run_pair gpt-tiny "tp=2 sp=1" tcp
 run_pair vit-tiny "tp=2"
+run_pair vit-sp "tp=2 sp=1"
+run_pair vit-sp "tp=2 sp=1 prec=bf16"
 run_pair gpt-tiny "dp=2 tp=2 pp=2 sched=1f1b"
 
 # the dry-run's exposed tp communication (h100 profile, a 1.3B GPT, tp 8 + SP)
