@@ -4,8 +4,11 @@
  * The layers are Megatron-LM's layers.py in C: a local matmul through the ops
  * table, then the collective of mappings.py its kind needs. Their order of ops
  * is the plain local layers' (runtime/model/local_layers.c), so tp = 1 and every
- * tp layout share their arithmetic. The collectives are blocking: the very
- * next op needs their result. */
+ * tp layout share their arithmetic. Where the group starts collectives apart
+ * (parallel.tp_overlap) the column layers' backward ones run beside their
+ * GEMMs, and under SP the forward's beside the GEMM split along the rows
+ * (column_any_forward, row_forward); the rest block: the very next op needs
+ * their result. */
 #include "runtime/parallel/tp.h"
 
 #include <stdio.h>
@@ -234,7 +237,7 @@ static const float *column_backward(void *ctx, float *din, float *dw, float *db,
 /* Under SP the [N, OC] partial sums are reduce-scattered: rank j gets rows
  * [j R, (j + 1) R), R = N / size. The GEMM is split so that they travel
  * while it computes (Transformer Engine's pipelined reduce-scatter): in
- * TP_ROW_STEPS steps, step s computes rows [s R / S, (s + 1) R / S) of
+ * S = TP_ROW_STEPS steps, step s computes rows [s R / S, (s + 1) R / S) of
  * every rank's part (one GEMM per rank) and, where the group starts
  * collectives apart (tp.h start), starts their reduce-scatter, then goes
  * on with step s + 1; the last step's sum is the one left exposed. Step
@@ -250,8 +253,7 @@ static const float *column_backward(void *ctx, float *din, float *dw, float *db,
  * (OpenBLAS gives a block of rows other bits than the whole product:
  * column_any_forward): the blocks then lie in the whole reduce-scatter's
  * order, rank by rank, and one reduce-scatter sums them. So
- * parallel.tp_overlap never changes a bit. */
-#define TP_ROW_STEPS 4
+ * parallel.tp_overlap never changes a bit. TP_ROW_STEPS: tp.h. */
 
 static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const float *w, const float *b,
                         int N, int IC, int OC, dt_dtype t)

@@ -39,6 +39,10 @@
 #include "runtime/model/model.h"
 
 typedef enum { TP_SUM = 0, TP_MAX } tp_op;
+/* Under SP a row-parallel layer's forward GEMM runs in this many steps of
+ * rows, each step's partial sums reduce-scattered while the next computes
+ * (tp.c row_forward; the dry-run's model of it: runtime/plan/step_time.c). */
+#define TP_ROW_STEPS 4
 /* The collectives a layer may start and finish apart (tp_group.start). */
 typedef enum { TP_START_ALL_REDUCE, TP_START_ALL_GATHER, TP_START_REDUCE_SCATTER } tp_start_kind;
 
@@ -68,7 +72,10 @@ typedef struct {
      * all-gather and the reduce-scatter above started and finished apart, so
      * a layer computes beside them (Megatron's overlap of the column layer's
      * backward: the input gathers while the input gradient computes, and
-     * the input gradient's sum travels while the weight gradient computes).
+     * the input gradient's sum travels while the weight gradient computes;
+     * under SP Transformer Engine's of the forward: a column layer's input
+     * gathers while its own rows multiply, a row layer's partial sums are
+     * reduce-scattered piece by piece while the next piece's rows multiply).
      * fp32: the arguments of all_reduce / all_gather / reduce_scatter (send =
      * recv = buf for the all-reduce); bf16 (staged): in place on `recv` as
      * the _bf16 ones, send unused. Returns a request for wait, NULL when

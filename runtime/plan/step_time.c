@@ -19,7 +19,11 @@
  * (SP) runs beside the input-gradient GEMM and the input gradient's sum beside
  * the weight-gradient GEMM, so each costs only what its GEMM does not cover;
  * not with parallel.tp_overlap off, nor under ZB-H1, whose B pass has no
- * weight gradient to hide behind)
+ * weight gradient to hide behind; and under SP for the forward's: a column
+ * layer's gather runs beside the GEMM of its own rows, 1/tp of the GEMM, and
+ * a row layer's reduce-scatter in TP_ROW_STEPS pieces, each beside the next
+ * piece's share of the GEMM, the last piece exposed and each piece paying
+ * the ring's latency again; the recompute's forward is counted in line)
  * + the part of FSDP's gathers / ZeRO-2's reduce-scatters that
  * the unit's compute cannot hide (at least one unit's worth: the first gather has
  * nothing to overlap with); pipeline sends cost a p2p message between dependent
@@ -55,6 +59,7 @@
 #include <string.h>
 
 #include "runtime/model/model.h"
+#include "runtime/parallel/tp.h"
 #include "runtime/plan/estimate.h"
 
 #define MS 1e3 /* the simulation runs in milliseconds so its picture reads in ms */
@@ -140,13 +145,17 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     int sp = par->sequence_parallel && par->tp > 1;
     double elem = (double)sizes_param_elem_bytes(e->sizes);
     double col_gemm[2] = {0, 0}; /* a block's qkv and fc GEMM, one pass (what a column backward hides behind) */
+    double row_gemm[2] = {0, 0}; /* its proj and mproj GEMM, one pass (what a row forward's pieces hide behind) */
     for (int u = first[c]; u < first[c + 1]; u++) {
         sizes_unit_work w;
         sizes_unit_work_cp(md, u, job->train.recompute, (int)B, par->tp, sp, par->cp, elem, &w);
         work_time(e, &w, &k.fwd_flop, &k.bwd_flop, &k.fwd_count, &k.bwd_count, &k.bwd_w);
         if (u >= 1 && u <= L && w.n_gemm >= 3) /* sizes.c's block order: qkv, proj, fc, mproj, core */
-            for (int i = 0; i < 2; i++)
+            for (int i = 0; i < 2; i++) {
                 col_gemm[i] = w.gemm[2 * i].fwd_flops / (e->peak * hw_gemm_efficiency(&e->hw, w.gemm[2 * i].dim));
+                row_gemm[i] = w.gemm[2 * i + 1].fwd_flops /
+                              (e->peak * hw_gemm_efficiency(&e->hw, w.gemm[2 * i + 1].dim));
+            }
         double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
         k.grads += n * (double)sizes_reduce_elem_bytes(e->sizes);
@@ -204,6 +213,19 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
                 hidden += sp ? fmin(half, col_gemm[i]) + fmin(half, col_gemm[i]) : fmin(whole, col_gemm[i]);
         }
         tb -= blocks * hidden;
+        /* the forward's under SP (tp.c column_any_forward, row_forward): the
+         * gather behind the own rows' GEMM; the reduce-scatter's S pieces
+         * queue one after the other, the first once the first piece's GEMM
+         * is done, so what is left after the GEMM is the last piece, or all
+         * pieces less the GEMM's later S - 1 shares when they take longer */
+        double hidden_f = 0;
+        if (par->tp_overlap && sp) {
+            double half = ring_time(f / 2 * act, tc->bandwidth, lat, t - 1), S = TP_ROW_STEPS;
+            double piece = ring_time(f / 2 * act / S, tc->bandwidth, lat, t - 1);
+            for (int i = 0; i < 2; i++)
+                hidden_f += fmin(half, col_gemm[i] / t) + half - (S * piece - (S - 1) * fmin(piece, row_gemm[i] / S));
+        }
+        tf -= blocks * hidden_f;
         k.fwd += tf;
         k.bwd += tb;
         k.tp = tf + tb;
