@@ -47,7 +47,8 @@
 #    steps), truncating instead of rounding the activations or the gradient
 #    accumulation (<= 1.05 %): none of them slows this run's learning.
 # One 200-step run takes 27-28 s on an idle core; the fp32 and bf16 runs of a
-# seed run side by side (one thread each): ~60 s in all on 2 idle cores.
+# seed run side by side (one thread each): ~60 s in all on 2 idle cores
+# (measured 73-98 s while other jobs kept the load at 1.5-5).
 set -u
 cd "$(dirname "$0")/../.."
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell} OMP_NUM_THREADS=1
