@@ -121,11 +121,18 @@ typedef struct {
     float *p;
 } dbuf;
 
+/* n elements of e bytes from host h into a new device buffer (*base), `pad`
+ * spare elements in front; returns where the copy starts. */
+static void *dup_padded(void **base, const void *h, size_t n, size_t e, int pad) {
+    *base = gpu->alloc((n + (size_t)pad) * e);
+    void *p = (char *)*base + (size_t)pad * e;
+    if (n) gpu->from_host(p, h, n * e);
+    return p;
+}
+
 static dbuf dup_f(const float *h, size_t n, int pad) {
     dbuf d;
-    d.base = gpu->alloc((n + (size_t)pad) * sizeof(float));
-    d.p = (float *)d.base + pad;
-    if (n) gpu->from_host(d.p, h, n * sizeof(float));
+    d.p = dup_padded(&d.base, h, n, sizeof(float), pad);
     return d;
 }
 
@@ -457,9 +464,8 @@ static uint16_t *host16(const float *h, size_t n) {
 }
 
 static void *dup_bytes(const void *h, size_t bytes) {
-    void *d = gpu->alloc(bytes ? bytes : 1);
-    if (bytes) gpu->from_host(d, h, bytes);
-    return d;
+    void *base;
+    return dup_padded(&base, h, bytes, 1, 0);
 }
 
 /* Device tensor d of n elements of type t against host ref (same type),
@@ -507,9 +513,7 @@ typedef struct {
 
 static dbuf16 dup_h(const uint16_t *h, size_t n, int pad) {
     dbuf16 d;
-    d.base = gpu->alloc((n + (size_t)pad) * sizeof(uint16_t));
-    d.p = (uint16_t *)d.base + pad;
-    if (n) gpu->from_host(d.p, h, n * sizeof(uint16_t));
+    d.p = dup_padded(&d.base, h, n, sizeof(uint16_t), pad);
     return d;
 }
 

@@ -76,12 +76,20 @@ same_run gpt-bf16 "prec=bf16 grad=fp32 accum=2"
 same_run gpt-tiny "recompute=block"
 
 # 2. a non-finite loss, skipped and not
-for g in off on; do
-  graphs_job gpt-tiny "" "nan-$g" $g
-  sed -i -e "s/^  global_batch: .*/&\n  skip_nonfinite: true/" "$T/nan-$g.yaml"
-  train "nan-$g" DTRUN_TEST_NAN_STEP=5 || { tail "$T/nan-$g.log"; fail "nan $g: did not train"; }
-  grep -q 'step 5: the loss is nan.*skipping the step' "$T/nan-$g.log" || { tail "$T/nan-$g.log"; fail "nan $g: step 5 not skipped"; }
-done
+# nan_pair NAME LAYOUT RUNNER...: graphs off and on, a NaN loss at step 5
+# with skip_nonfinite, run by RUNNER NAME-off|NAME-on; the step is skipped.
+nan_pair() {
+  local name=$1 lay=$2 g; shift 2
+  for g in off on; do
+    graphs_job gpt-tiny "$lay" "$name-$g" $g
+    sed -i -e "s/^  global_batch: .*/&\n  skip_nonfinite: true/" "$T/$name-$g.yaml"
+    "$@" "$name-$g" || { tail "$T/$name-$g.log"; fail "$name $g: did not train"; }
+    grep -q 'step 5: the loss is nan.*skipping the step' "$T/$name-$g.log" ||
+      { tail "$T/$name-$g.log"; fail "$name $g: step 5 not skipped"; }
+  done
+}
+nan_one() { train "$1" DTRUN_TEST_NAN_STEP=5; }
+nan_pair nan "" nan_one
 out=$(python3 "$ROOT/test/parallel/compare.py" "$T/nan-off.jsonl" "$T/nan-off.bin" "$T/nan-on.jsonl" "$T/nan-on.bin" 0 0 2>&1) ||
   { echo "$out"; fail "skip_nonfinite: cuda_graphs skips differently"; }
 echo "ok   a NaN loss at step 5 with skip_nonfinite: the same run with cuda_graphs: ${out##*$'\n'}"
@@ -222,12 +230,8 @@ ranks_same gpt-bf16 "dp=2 prec=bf16 reduce=bf16 accum=2"
 ranks_same gpt-bf16 "dp=2 mode=fsdp prec=bf16 grad=fp32 reduce=bf16"
 
 # a non-finite loss on 2 ranks: skipped alike (the update phase runs on no rank)
-for g in off on; do
-  graphs_job gpt-tiny "dp=2 mode=zero2" "rnan-$g" $g
-  sed -i -e "s/^  global_batch: .*/&\n  skip_nonfinite: true/" "$T/rnan-$g.yaml"
-  launch "rnan-$g" 2 1 DTRUN_TEST_NAN_STEP=5 || { tail "$T/rnan-$g.log"; fail "rnan $g: did not train"; }
-  grep -q 'step 5: the loss is nan.*skipping the step' "$T/rnan-$g.log" || { tail "$T/rnan-$g.log"; fail "rnan $g: step 5 not skipped"; }
-done
+nan_two() { launch "$1" 2 1 DTRUN_TEST_NAN_STEP=5; }
+nan_pair rnan "dp=2 mode=zero2" nan_two
 out=$(same_records "$T/rnan-off.jsonl" "$T/rnan-on.jsonl" 2>&1) || { echo "$out"; fail "zero2 skip_nonfinite: cuda_graphs skips differently"; }
 cmp -s "$T/rnan-off.bin" "$T/rnan-on.bin" || fail "zero2 skip_nonfinite: parameters differ"
 echo "ok   zero2 on 2 workers, a NaN loss at step 5 skipped: the same run with cuda_graphs: $out"
