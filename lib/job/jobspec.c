@@ -80,6 +80,7 @@ void job_defaults(job_spec *job)
     p->virtual_stages = 1;
     p->sequence_parallel = 0;
     p->tp_overlap = 1;
+    p->tp_split = 1;
     p->bucket_mb = 25;
     p->reduce_dtype = DTYPE_FP32; /* follows train.grad_dtype unless given */
 

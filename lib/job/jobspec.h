@@ -145,6 +145,8 @@ typedef struct {
     int virtual_stages;    /* chunks per pp rank for interleaved, default 2 there, else 1 */
     int sequence_parallel; /* 0/1, with tp > 1 */
     int tp_overlap;        /* 0/1: the column layers' backward collectives beside their GEMMs (default 1) */
+    int tp_split;          /* >= 1: under SP the forward's GEMMs in this many pieces of rows, their
+                              collectives beside the next piece (1, the default: whole GEMMs) */
     int cp;                /* context parallel: each sample's sequence split over cp ranks
                               (GPT, fp32); world = dp x cp x pp x tp */
     cp_mode_kind cp_mode;

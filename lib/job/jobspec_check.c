@@ -163,6 +163,11 @@ static int check_model(const job_spec *job, verdict *v)
     if (par->sequence_parallel && par->tp == 1)
         return fail(v, BLAME(FID_SEQUENCE_PARALLEL, FID_TP),
                     "parallel.sequence_parallel needs parallel.tp > 1 (it splits activations across the tp group)");
+    if (par->tp_split > 1 && !(par->sequence_parallel && par->tp > 1))
+        return fail(v, BLAME(FID_TP_SPLIT, FID_SEQUENCE_PARALLEL, FID_TP),
+                    "parallel.tp_split %d splits the forward's GEMMs along the rows sequence parallelism gathers "
+                    "and scatters: it needs parallel.tp > 1 and sequence_parallel: true",
+                    par->tp_split);
     if (par->sequence_parallel && tokens_per_sample(m) % par->tp) {
         if (m->kind == MODEL_GPT)
             return fail(v, BLAME(FID_SEQUENCE_PARALLEL, FID_TP, FID_SEQ_LEN),

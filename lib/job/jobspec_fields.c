@@ -185,6 +185,8 @@ const field_def job_fields[FID_COUNT] = {
                                   0, 1, "sp,seq_parallel"),
     [FID_TP_OVERLAP] = NUM(SEC_PARALLEL, "tp_overlap", FT_BOOL, parallel.tp_overlap, 0, 1,
                            "tp_comm_overlap,overlap_tp_comm"),
+    [FID_TP_SPLIT] = NUM(SEC_PARALLEL, "tp_split", FT_INT, parallel.tp_split, 1, 64,
+                         "tp_comm_split,tp_comm_splits,tp_overlap_splits"),
     [FID_CP] = NUM(SEC_PARALLEL, "cp", FT_INT, parallel.cp, 1, 65536,
                    "context_parallel,context_parallel_size,cp_size,context_parallel_degree"),
     [FID_CP_MODE] = ENUM(SEC_PARALLEL, "cp_mode", parallel.cp_mode, cp_modes, cp_mode_aliases,

@@ -166,8 +166,9 @@ static const void *row_at(const void *x, int r, int C, dt_dtype t)
     return (const char *)x + (size_t)r * (size_t)C * dt_dtype_size(t);
 }
 
-/* Under SP the input is gathered from every rank's rows, and the GEMM is
- * split along them (Megatron / Transformer Engine's all-gather overlap):
+/* Under SP with parallel.tp_split > 1 the input is gathered from every
+ * rank's rows and the GEMM is split along them (Megatron / Transformer
+ * Engine's all-gather overlap):
  * this rank's own rows, local already, multiply while the others' gather
  * (where the group starts collectives apart, tp.h start), then the rows
  * before and after them. The split is the same whether the gather is
@@ -181,8 +182,8 @@ static const void *row_at(const void *x, int r, int C, dt_dtype t)
 static void column_any_forward(const tp_group *g, void *act, void *out, const void *in_rows, void *full,
                                const float *w, const float *b, int N, int IC, int OC, dt_dtype t)
 {
-    if (!g->sp) {
-        column_rows(g, act, out, in_rows, w, b, 0, N, IC, OC, t);
+    if (!g->sp || g->split == 1) { /* whole: the gather, then one GEMM */
+        column_rows(g, act, out, gather_rows(g, in_rows, full, (size_t)N * (size_t)IC, t), w, b, 0, N, IC, OC, t);
         return;
     }
     size_t nc = (size_t)N * (size_t)IC;
@@ -237,7 +238,7 @@ static const float *column_backward(void *ctx, float *din, float *dw, float *db,
 /* Under SP the [N, OC] partial sums are reduce-scattered: rank j gets rows
  * [j R, (j + 1) R), R = N / size. The GEMM is split so that they travel
  * while it computes (Transformer Engine's pipelined reduce-scatter): in
- * S = TP_ROW_STEPS steps, step s computes rows [s R / S, (s + 1) R / S) of
+ * S = parallel.tp_split steps, step s computes rows [s R / S, (s + 1) R / S) of
  * every rank's part (one GEMM per rank) and, where the group starts
  * collectives apart (tp.h start), starts their reduce-scatter, then goes
  * on with step s + 1; the last step's sum is the one left exposed. Step
@@ -253,7 +254,8 @@ static const float *column_backward(void *ctx, float *din, float *dw, float *db,
  * (OpenBLAS gives a block of rows other bits than the whole product:
  * column_any_forward): the blocks then lie in the whole reduce-scatter's
  * order, rank by rank, and one reduce-scatter sums them. So
- * parallel.tp_overlap never changes a bit. TP_ROW_STEPS: tp.h. */
+ * parallel.tp_overlap never changes a bit. With tp_split 1 (the default) the
+ * GEMM is whole and its sum follows it in line. */
 
 static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const float *w, const float *b,
                         int N, int IC, int OC, dt_dtype t)
@@ -262,16 +264,16 @@ static void row_forward(void *ctx, float *out_rows, void *full, const void *in, 
     /* the bias is replicated: on rank 0 only, so the sum adds it once */
     const float *bias = g->rank == 0 ? b : NULL;
     size_t nc = (size_t)N * (size_t)OC, oc = (size_t)OC;
-    if (!g->sp) {
-        g->ops->matmul_forward(out_rows, in, w, bias, N, IC, OC, t, DT_F32);
-        reduce_rows(g, out_rows, NULL, nc);
+    if (!g->sp || g->split == 1) { /* whole: one GEMM, then the sum */
+        g->ops->matmul_forward(partial_of(g, out_rows, full), in, w, bias, N, IC, OC, t, DT_F32);
+        reduce_rows(g, out_rows, full, nc);
         return;
     }
     float *partial = full;
-    int size = g->size, R = N / size, apart = g->start != NULL;
-    void *summing[TP_ROW_STEPS];
-    for (int s = 0; s < TP_ROW_STEPS; s++) {
-        int r0 = R * s / TP_ROW_STEPS, n = R * (s + 1) / TP_ROW_STEPS - r0;
+    int size = g->size, R = N / size, apart = g->start != NULL, S = g->split;
+    void *summing[TP_SPLIT_MAX];
+    for (int s = 0; s < S; s++) {
+        int r0 = R * s / S, n = R * (s + 1) / S - r0;
         size_t step_at = (size_t)size * (size_t)r0 * oc, step_nc = (size_t)size * (size_t)n * oc;
         summing[s] = NULL;
         if (n == 0) continue;
@@ -285,8 +287,8 @@ static void row_forward(void *ctx, float *out_rows, void *full, const void *in, 
         reduce_rows(g, out_rows, full, nc);
         return;
     }
-    for (int s = 0; s < TP_ROW_STEPS; s++) {
-        int r0 = R * s / TP_ROW_STEPS, n = R * (s + 1) / TP_ROW_STEPS - r0;
+    for (int s = 0; s < S; s++) {
+        int r0 = R * s / S, n = R * (s + 1) / S - r0;
         size_t step_at = (size_t)size * (size_t)r0 * oc, step_nc = (size_t)size * (size_t)n * oc;
         if (n > 0) reduce_sum_finish_at(g, summing[s], out_rows + (size_t)r0 * oc, step_nc, step_at);
     }
@@ -525,6 +527,7 @@ int tp_apply(strat_ctx *x, int sp, model *const *chunks, int n_chunks)
                         .ctx = x, .all_reduce = comm_tp_all_reduce,
                         .all_gather = comm_tp_all_gather, .reduce_scatter = comm_tp_reduce_scatter};
     if (x->job->parallel.tp_overlap) x->tpg.start = comm_tp_start, x->tpg.wait = comm_tp_wait;
+    x->tpg.split = x->job->parallel.tp_split < TP_SPLIT_MAX ? x->job->parallel.tp_split : TP_SPLIT_MAX;
     size_t stage = sizes_tp_stage_numel(x->sz);
     if (stage) {
         if (!(x->tpg.stage = x->ops->alloc(stage * sizeof(uint16_t)))) return -1;

@@ -39,10 +39,8 @@
 #include "runtime/model/model.h"
 
 typedef enum { TP_SUM = 0, TP_MAX } tp_op;
-/* Under SP a row-parallel layer's forward GEMM runs in this many steps of
- * rows, each step's partial sums reduce-scattered while the next computes
- * (tp.c row_forward; the dry-run's model of it: runtime/plan/step_time.c). */
-#define TP_ROW_STEPS 4
+/* parallel.tp_split's largest value (the job spec's bound). */
+#define TP_SPLIT_MAX 64
 /* The collectives a layer may start and finish apart (tp_group.start). */
 typedef enum { TP_START_ALL_REDUCE, TP_START_ALL_GATHER, TP_START_REDUCE_SCATTER } tp_start_kind;
 
@@ -50,6 +48,9 @@ typedef struct {
     const dt_ops *ops;
     int rank, size;  /* this rank's place in the tensor-parallel group */
     int sp;          /* 1: sequence parallel (the stream's rows split over the group) */
+    int split;       /* parallel.tp_split: under SP, > 1 splits the forward's GEMMs along the
+                        rows (a column layer's own rows first, a row layer's in this many
+                        steps), so that their collectives can run beside them (tp.c) */
     void *ctx;       /* the collectives' */
     /* In place over the group. */
     void (*all_reduce)(void *ctx, float *buf, size_t n, tp_op op);

@@ -19,9 +19,10 @@
  * (SP) runs beside the input-gradient GEMM and the input gradient's sum beside
  * the weight-gradient GEMM, so each costs only what its GEMM does not cover;
  * not with parallel.tp_overlap off, nor under ZB-H1, whose B pass has no
- * weight gradient to hide behind; and under SP for the forward's: a column
+ * weight gradient to hide behind; and under SP with parallel.tp_split > 1
+ * for the forward's: a column
  * layer's gather runs beside the GEMM of its own rows, 1/tp of the GEMM, and
- * a row layer's reduce-scatter in TP_ROW_STEPS pieces, each beside the next
+ * a row layer's reduce-scatter in parallel.tp_split pieces, each beside the next
  * piece's share of the GEMM, the last piece exposed and each piece paying
  * the ring's latency again; the recompute's forward is counted in line)
  * + the part of FSDP's gathers / ZeRO-2's reduce-scatters that
@@ -59,7 +60,6 @@
 #include <string.h>
 
 #include "runtime/model/model.h"
-#include "runtime/parallel/tp.h"
 #include "runtime/plan/estimate.h"
 
 #define MS 1e3 /* the simulation runs in milliseconds so its picture reads in ms */
@@ -219,8 +219,8 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
          * is done, so what is left after the GEMM is the last piece, or all
          * pieces less the GEMM's later S - 1 shares when they take longer */
         double hidden_f = 0;
-        if (par->tp_overlap && sp) {
-            double half = ring_time(f / 2 * act, tc->bandwidth, lat, t - 1), S = TP_ROW_STEPS;
+        if (par->tp_overlap && sp && par->tp_split > 1) {
+            double half = ring_time(f / 2 * act, tc->bandwidth, lat, t - 1), S = par->tp_split;
             double piece = ring_time(f / 2 * act / S, tc->bandwidth, lat, t - 1);
             for (int i = 0; i < 2; i++)
                 hidden_f += fmin(half, col_gemm[i] / t) + half - (S * piece - (S - 1) * fmin(piece, row_gemm[i] / S));
