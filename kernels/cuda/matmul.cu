@@ -506,6 +506,17 @@ void cuda_matmul_forward(void *out, const void *inp, const float *w, const float
 void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const float *w,
                           int N, int IC, int OC, dt_dtype t) {
     if (N <= 0 || OC <= 0) return;
+    if (dinp && dw && IC > 0 && t == DT_BF16 && dtc.bf16) {
+        /* Both products read dout: narrowed once, for both (the input
+         * gradient's pair w, dout; the weight gradient's B is the same bf16
+         * dout beside inp as stored), instead of a pass per GEMM. */
+        gemm_operands o = operands_for(false, false, IC, N, OC, w, DT_F32, IC, dout, DT_F32, OC, 0);
+        gemm_run(false, false, IC, N, OC, 1.0f, &o, 1.0f, dinp, IC, nullptr);
+        gemm_operands o2 = {inp, o.B, IC, o.ldb, IC, N, OC, N, CUDA_R_16BF, CUBLAS_COMPUTE_32F, nullptr};
+        gemm_run(false, true, IC, OC, N, 1.0f, &o2, 1.0f, dw, IC, nullptr);
+        if (dbias) cuda_colsum_accumulate(dbias, dout, N, OC);
+        return;
+    }
     if (dinp) gemm_f32(false, false, IC, N, OC, 1.0f, w, DT_F32, IC, dout, DT_F32, OC, 1.0f, dinp, IC, nullptr);
     if (dw) gemm_f32(false, true, IC, OC, N, 1.0f, inp, t, IC, dout, DT_F32, OC, 1.0f, dw, IC, nullptr);
     if (dbias) cuda_colsum_accumulate(dbias, dout, N, OC);
