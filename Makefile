@@ -153,7 +153,7 @@ test-full: deps
 	@$(MAKE) --no-print-directory $(JOBS) all tests-bin
 	@DTRUN_TEST_FULL=1 test/run.sh
 
-# make test-gpu: the CUDA ops against their CPU twins and 20-step GPT and ViT
+# make test-gpu: the CUDA ops against their CPU twins and 50-step GPT and ViT (fp32, bf16)
 # runs on the CUDA backend (test/gpu/run.sh; one line and success without a
 # GPU). With DEPS_PREFIX (a bare GPU machine, scripts/device-check.sh) the
 # Debian packages are not looked for.

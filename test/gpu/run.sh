@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test-gpu: each CUDA op against its CPU twin and 20-step GPT and ViT
+# make test-gpu: each CUDA op against its CPU twin and 50-step GPT and ViT (fp32 and bf16)
 # runs on the CUDA backend against the CPU's (test/gpu/test_ops_twin.c); the
 # communication layer on the GPU: NCCL on one rank, timeout and abort, 2 and 3
 # ranks sharing the GPU over shm with device buffers staged, NCCL's refusal of
