@@ -182,7 +182,7 @@ static const void *row_at(const void *x, int r, int C, dt_dtype t)
 static void column_any_forward(const tp_group *g, void *act, void *out, const void *in_rows, void *full,
                                const void *w, const float *b, int N, int IC, int OC, dt_dtype t)
 {
-    if (!g->sp || g->split == 1) { /* whole: the gather, then one GEMM */
+    if (!g->sp || g->split <= 1) { /* whole: the gather, then one GEMM */
         column_rows(g, act, out, gather_rows(g, in_rows, full, (size_t)N * (size_t)IC, t), w, b, 0, N, IC, OC, t);
         return;
     }
@@ -264,7 +264,7 @@ static void row_forward(void *ctx, float *out_rows, void *full, const void *in, 
     /* the bias is replicated: on rank 0 only, so the sum adds it once */
     const float *bias = g->rank == 0 ? b : NULL;
     size_t nc = (size_t)N * (size_t)OC, oc = (size_t)OC;
-    if (!g->sp || g->split == 1) { /* whole: one GEMM, then the sum */
+    if (!g->sp || g->split <= 1) { /* whole: one GEMM, then the sum */
         g->ops->matmul_forward(partial_of(g, out_rows, full), in, w, bias, N, IC, OC, t, DT_F32);
         reduce_rows(g, out_rows, full, nc);
         return;

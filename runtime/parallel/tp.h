@@ -50,7 +50,8 @@ typedef struct {
     int sp;          /* 1: sequence parallel (the stream's rows split over the group) */
     int split;       /* parallel.tp_split: under SP, > 1 splits the forward's GEMMs along the
                         rows (a column layer's own rows first, a row layer's in this many
-                        steps), so that their collectives can run beside them (tp.c) */
+                        steps), so that their collectives can run beside them (tp.c);
+                        0 or 1: whole GEMMs (a group made without it, as the tests do) */
     void *ctx;       /* the collectives' */
     /* In place over the group. */
     void (*all_reduce)(void *ctx, float *buf, size_t n, tp_op op);
