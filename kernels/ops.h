@@ -15,7 +15,9 @@
  *   logits) is fp32. An op computes in fp32 either way: it widens a bf16
  *   operand when it reads it (exact) and rounds a bf16 result once, when it
  *   stores it (to nearest, ties to even, as to_bf16), so a bf16 run rounds
- *   where an fp32 run with round_bf16 after each such op would.
+ *   where an fp32 run with round_bf16 after each such op would. A matmul's
+ *   weight matrix is of that type too (a mixed-precision model's parameters
+ *   are bf16: the GEMMs read them as stored); biases are fp32.
  * - N = number of rows (tokens or patches), C = channels.
  * - Backward functions ACCUMULATE (+=) into every gradient they write (dinp, dw,
  *   db, ...), so gradient accumulation over micro-steps and the sum of a residual
@@ -151,27 +153,29 @@ typedef struct dt_ops {
                                const float *rstd, int N, int C, dt_dtype t);
 
     /* ---- matmul: out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC] (bias may be NULL) ----
-     * inp is an activation of type t; out of type out_t: t where the product
-     * is one too (a column-parallel layer's), fp32 where it is summed on
-     * before it is kept (a row-parallel layer's partial sums, logits). */
-    void (*matmul_forward)(void *out, const void *inp, const float *w, const float *bias,
+     * inp (an activation) and w of type t, bias fp32; out of type out_t: t
+     * where the product is an activation too (a column-parallel layer's),
+     * fp32 where it is summed on before it is kept (a row-parallel layer's
+     * partial sums, logits). */
+    void (*matmul_forward)(void *out, const void *inp, const void *w, const float *bias,
                            int N, int IC, int OC, dt_dtype t, dt_dtype out_t);
     /* dinp += dout @ w; dw += dout^T @ inp; dbias += colsum(dout). Any of dinp,
      * dw, dbias may be NULL (not needed; w is not read without dinp, inp not
      * without dw). Each is computed on its own, so a call for some of them
      * writes the same bits as the call for all (a zero-bubble pipeline computes
-     * dinp in its B pass and dw, dbias in its W pass). inp of type t. */
+     * dinp in its B pass and dw, dbias in its W pass). inp and w of type t;
+     * the gradients fp32. */
     void (*matmul_backward)(float *dinp, float *dw, float *dbias, const float *dout,
-                            const void *inp, const float *w, int N, int IC, int OC, dt_dtype t);
+                            const void *inp, const void *w, int N, int IC, int OC, dt_dtype t);
 
     /* ---- the MLP's first layer and its activation, fused ----
      * pre = inp @ w^T + bias (matmul_forward's) and out = GELU, tanh
      * approximation, of pre (gelu_forward's); both overwritten, backward
      * needs pre. cuda: one GEMM whose epilogue writes both; cpu: the two ops,
-     * the same bits as calling them. out, pre, inp of type t; bf16: the GELU
+     * the same bits as calling them. out, pre, inp, w of type t; bf16: the GELU
      * reads the fp32 pre-activation, and both are rounded when stored (as an
      * epilogue does). */
-    void (*matmul_gelu_forward)(void *out, void *pre, const void *inp, const float *w,
+    void (*matmul_gelu_forward)(void *out, void *pre, const void *inp, const void *w,
                                 const float *bias, int N, int IC, int OC, dt_dtype t);
     /* Its mirror in backward, for the layer after the GELU: dpre[N, IC] =
      * (dout[N, OC] @ w[OC, IC]) * gelu_tanh'(pre[N, IC]), OVERWRITTEN (the
@@ -179,9 +183,9 @@ typedef struct dt_ops {
      * with dinp NULL). cuda: one GEMM whose DGELU epilogue reads pre; cpu:
      * the GEMM then gelu_backward, the same bits as matmul_backward into a
      * zeroed buffer followed by gelu_backward into another. scratch: N * IC
-     * floats for the GEMM's result (overwritten; the cpu uses it). pre of
-     * type t. */
-    void (*matmul_dgelu_backward)(float *dpre, float *scratch, const float *dout, const float *w,
+     * floats for the GEMM's result (overwritten; the cpu uses it). w and pre
+     * of type t. */
+    void (*matmul_dgelu_backward)(float *dpre, float *scratch, const float *dout, const void *w,
                                   const void *pre, int N, int IC, int OC, dt_dtype t);
 
     /* ---- multi-head attention ----

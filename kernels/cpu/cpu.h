@@ -41,7 +41,8 @@ void cpu_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha,
 void cpu_blas_single_threaded(void);
 
 /* act.c: an op's activation operand of type t as fp32 (ops.h, dt_dtype).
- * k: the operand's slot (0..3, one per operand of one op call). in: p itself
+ * k: the operand's slot (0..3, one per operand of one op call; 3: a
+ * matmul's weight matrix). in: p itself
  * (fp32) or its n elements widened into slot k's buffer. out: p itself, or
  * slot k's buffer to compute into; inout: out, holding p's values (for a
  * strided result whose gaps must come back unchanged); store: slot k's
@@ -88,13 +89,13 @@ void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
                             const float *mean, const float *rstd, int N, int C, dt_dtype t);
 
 /* matmul.c */
-void cpu_matmul_forward(void *out, const void *inp, const float *w, const float *bias, int N, int IC, int OC,
+void cpu_matmul_forward(void *out, const void *inp, const void *w, const float *bias, int N, int IC, int OC,
                         dt_dtype t, dt_dtype out_t);
-void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const float *w,
+void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const void *w,
                          int N, int IC, int OC, dt_dtype t);
-void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const float *w, const float *bias, int N,
+void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w, const float *bias, int N,
                              int IC, int OC, dt_dtype t);
-void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w, const void *pre,
+void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const void *w, const void *pre,
                                int N, int IC, int OC, dt_dtype t);
 /* dbias[o] += sum_i dout[i,o] (shared by matmul and patch). */
 void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC);

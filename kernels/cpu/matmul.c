@@ -57,33 +57,39 @@ static void matmul_backward_f32(float *dinp, float *dw, float *dbias, const floa
 }
 
 /* The activations in the run's type (act.c): inp of type t, out of out_t. */
-void cpu_matmul_forward(void *out, const void *inp, const float *w, const float *bias, int N, int IC, int OC,
+/* The weight matrix w [OC, IC] of type t, widened in slot 3. */
+static const float *weight_in(const void *w, int IC, int OC, dt_dtype t)
+{
+    return cpu_act_in(3, w, (size_t)OC * (size_t)IC, t);
+}
+
+void cpu_matmul_forward(void *out, const void *inp, const void *w, const float *bias, int N, int IC, int OC,
                         dt_dtype t, dt_dtype out_t)
 {
     size_t no = (size_t)N * (size_t)OC;
     float *o = cpu_act_out(0, out, no, out_t);
-    matmul_forward_f32(o, cpu_act_in(1, inp, (size_t)N * (size_t)IC, t), w, bias, N, IC, OC);
+    matmul_forward_f32(o, cpu_act_in(1, inp, (size_t)N * (size_t)IC, t), weight_in(w, IC, OC, t), bias, N, IC, OC);
     cpu_act_store(out, o, no, out_t);
 }
 
-/* inp (read for dw only) of type t */
-void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const float *w,
+/* inp (read for dw only) and w (for dinp only) of type t */
+void cpu_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const void *w,
                          int N, int IC, int OC, dt_dtype t)
 {
     const float *x = dw ? cpu_act_in(0, inp, (size_t)N * (size_t)IC, t) : NULL;
-    matmul_backward_f32(dinp, dw, dbias, dout, x, w, N, IC, OC);
+    matmul_backward_f32(dinp, dw, dbias, dout, x, dinp ? weight_in(w, IC, OC, t) : NULL, N, IC, OC);
 }
 
 /* The fused layer's twin (ops.h matmul_gelu_forward): the two ops in turn
  * on fp32, so the model's results are the same bits whichever way it calls
  * them in fp32; in bf16 the GELU reads the unrounded pre-activation and both
  * are rounded when stored, as a GEMM epilogue does. */
-void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const float *w, const float *bias, int N,
+void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w, const float *bias, int N,
                              int IC, int OC, dt_dtype t)
 {
     size_t no = (size_t)N * (size_t)OC;
     float *o = cpu_act_out(0, out, no, t), *p = cpu_act_out(1, pre, no, t);
-    matmul_forward_f32(p, cpu_act_in(2, inp, (size_t)N * (size_t)IC, t), w, bias, N, IC, OC);
+    matmul_forward_f32(p, cpu_act_in(2, inp, (size_t)N * (size_t)IC, t), weight_in(w, IC, OC, t), bias, N, IC, OC);
     cpu_gelu_forward(o, p, no, DT_F32);
     cpu_act_store(out, o, no, t);
     cpu_act_store(pre, p, no, t);
@@ -92,12 +98,12 @@ void cpu_matmul_gelu_forward(void *out, void *pre, const void *inp, const float 
 /* The backward mirror (ops.h matmul_dgelu_backward): the GEMM into the
  * zeroed scratch, then the GELU's backward into the zeroed dpre — the
  * sequence the model ran before the op existed, so the same bits. */
-void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w, const void *pre,
+void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const void *w, const void *pre,
                                int N, int IC, int OC, dt_dtype t)
 {
     size_t n = (size_t)N * (size_t)IC;
     cpu_zero(scratch, n * sizeof(float));
-    matmul_backward_f32(scratch, NULL, NULL, dout, NULL, w, N, IC, OC);
+    matmul_backward_f32(scratch, NULL, NULL, dout, NULL, weight_in(w, IC, OC, t), N, IC, OC);
     cpu_zero(dpre, n * sizeof(float));
     cpu_gelu_backward(dpre, pre, scratch, n, t);
 }

@@ -223,13 +223,13 @@ void cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp
 void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w,
                              const float *mean, const float *rstd, int N, int C, dt_dtype t);
 /* matmul.cu */
-void cuda_matmul_forward(void *out, const void *inp, const float *w, const float *bias, int N, int IC, int OC,
+void cuda_matmul_forward(void *out, const void *inp, const void *w, const float *bias, int N, int IC, int OC,
                          dt_dtype t, dt_dtype out_t);
-void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const float *w,
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const void *w,
                           int N, int IC, int OC, dt_dtype t);
-void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const float *w, const float *bias, int N,
+void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w, const float *bias, int N,
                               int IC, int OC, dt_dtype t);
-void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w, const void *pre,
+void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const void *w, const void *pre,
                                 int N, int IC, int OC, dt_dtype t);
 /* attention.cu */
 void cuda_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,

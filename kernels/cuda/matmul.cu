@@ -441,8 +441,8 @@ void cuda_colsum_accumulate(float *dbias, const float *dout, int N, int OC) {
  * beyond, OC floats. The chunks depend on the shape alone (not on how large
  * the buffer happens to be), so a product's bits do not depend on what ran
  * before it (a resumed run computes what the uninterrupted one did). */
-static void forward_rows_bf16(uint16_t *out, uint16_t *act, const uint16_t *inp, const float *w, const float *bias,
-                              int N, int IC, int OC) {
+static void forward_rows_bf16(uint16_t *out, uint16_t *act, const uint16_t *inp, const uint16_t *w,
+                              const float *bias, int N, int IC, int OC) {
     if (IC <= 0) { /* an empty product: the bias, or 0 */
         store_rows_bf16(out, act, nullptr, bias, OC, (size_t)N * OC);
         return;
@@ -451,7 +451,7 @@ static void forward_rows_bf16(uint16_t *out, uint16_t *act, const uint16_t *inp,
     size_t rows = (size_t)N * IC * sizeof(uint16_t) / row_bytes;
     if (rows < 1) rows = 1;
     if (rows > (size_t)N) rows = (size_t)N;
-    gemm_operands all = operands_for(true, false, OC, N, IC, w, DT_F32, IC, inp, DT_BF16, IC, rows * row_bytes);
+    gemm_operands all = operands_for(true, false, OC, N, IC, w, DT_BF16, IC, inp, DT_BF16, IC, rows * row_bytes);
     float *part = (float *)all.extra;
     for (size_t r0 = 0; r0 < (size_t)N; r0 += rows) {
         int nr = (int)((size_t)N - r0 < rows ? (size_t)N - r0 : rows);
@@ -471,11 +471,11 @@ static void forward_rows_bf16(uint16_t *out, uint16_t *act, const uint16_t *inp,
  * into the bf16 out (compute 32F, one rounding). bf16 from fp32 (no model
  * layer does it, so the dry-run does not count its buffer): the fp32
  * product into the backend's scratch, then rounded. */
-void cuda_matmul_forward(void *out, const void *inp, const float *w, const float *bias, int N, int IC, int OC,
+void cuda_matmul_forward(void *out, const void *inp, const void *w, const float *bias, int N, int IC, int OC,
                          dt_dtype t, dt_dtype out_t) {
     if (N <= 0 || OC <= 0) return;
     if (out_t == DT_F32) {
-        gemm_f32(true, false, OC, N, IC, 1.0f, w, DT_F32, IC, inp, t, IC, 0.0f, (float *)out, OC, bias);
+        gemm_f32(true, false, OC, N, IC, 1.0f, w, t, IC, inp, t, IC, 0.0f, (float *)out, OC, bias);
         return;
     }
     if (t == DT_F32) {
@@ -485,7 +485,7 @@ void cuda_matmul_forward(void *out, const void *inp, const float *w, const float
         return;
     }
     if (IC > 0 && (!bias || alignment_of(bias) >= 16) && !lt_refuses(GELU_NONE, bias != nullptr)) {
-        gemm_operands o = operands_for(true, false, OC, N, IC, w, DT_F32, IC, inp, DT_BF16, IC, 0);
+        gemm_operands o = operands_for(true, false, OC, N, IC, w, DT_BF16, IC, inp, DT_BF16, IC, 0);
         if (lt_matmul(true, false, OC, N, IC, 1.0f, &o, 0.0f, out, CUDA_R_16BF, OC, bias, GELU_NONE, nullptr,
                       CUDA_R_16BF))
             return;
@@ -494,7 +494,7 @@ void cuda_matmul_forward(void *out, const void *inp, const float *w, const float
             return;
         }
     }
-    forward_rows_bf16((uint16_t *)out, nullptr, (const uint16_t *)inp, w, bias, N, IC, OC);
+    forward_rows_bf16((uint16_t *)out, nullptr, (const uint16_t *)inp, (const uint16_t *)w, bias, N, IC, OC);
 }
 
 /* With out = inp w^T + b (row-major), in column-major terms:
@@ -503,21 +503,21 @@ void cuda_matmul_forward(void *out, const void *inp, const float *w, const float
  *   db += colsum(dout)
  * beta = 1: the contract accumulates. inp of type t: in bf16 the dw GEMM is
  * a bf16 product, inp as stored and dout narrowed. */
-void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const float *w,
+void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const void *inp, const void *w,
                           int N, int IC, int OC, dt_dtype t) {
     if (N <= 0 || OC <= 0) return;
     if (dinp && dw && IC > 0 && t == DT_BF16 && dtc.bf16) {
         /* Both products read dout: narrowed once, for both (the input
          * gradient's pair w, dout; the weight gradient's B is the same bf16
          * dout beside inp as stored), instead of a pass per GEMM. */
-        gemm_operands o = operands_for(false, false, IC, N, OC, w, DT_F32, IC, dout, DT_F32, OC, 0);
+        gemm_operands o = operands_for(false, false, IC, N, OC, w, t, IC, dout, DT_F32, OC, 0);
         gemm_run(false, false, IC, N, OC, 1.0f, &o, 1.0f, dinp, IC, nullptr);
         gemm_operands o2 = {inp, o.B, IC, o.ldb, IC, N, OC, N, CUDA_R_16BF, CUBLAS_COMPUTE_32F, nullptr};
         gemm_run(false, true, IC, OC, N, 1.0f, &o2, 1.0f, dw, IC, nullptr);
         if (dbias) cuda_colsum_accumulate(dbias, dout, N, OC);
         return;
     }
-    if (dinp) gemm_f32(false, false, IC, N, OC, 1.0f, w, DT_F32, IC, dout, DT_F32, OC, 1.0f, dinp, IC, nullptr);
+    if (dinp) gemm_f32(false, false, IC, N, OC, 1.0f, w, t, IC, dout, DT_F32, OC, 1.0f, dinp, IC, nullptr);
     if (dw) gemm_f32(false, true, IC, OC, N, 1.0f, inp, t, IC, dout, DT_F32, OC, 1.0f, dw, IC, nullptr);
     if (dbias) cuda_colsum_accumulate(dbias, dout, N, OC);
 }
@@ -536,18 +536,19 @@ void cuda_matmul_backward(float *dinp, float *dw, float *dbias, const float *dou
  * bias, cuBLASLt refuses the fp32 bias beside a bf16 D), fp32 runs the two
  * ops one after the other, and bf16 forms the fp32 product and writes both
  * roundings in one pass (forward_rows_bf16), the same rounding points. */
-void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const float *w, const float *bias, int N,
+void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const void *w, const float *bias, int N,
                               int IC, int OC, dt_dtype t) {
     if (N <= 0 || OC <= 0) return;
     cudaDataType ct = t == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     bool fusable = IC > 0 && OC % 8 == 0 && alignment_of(out) >= 16 && alignment_of(pre) >= 16 &&
                    (!bias || alignment_of(bias) >= 16) && !lt_refuses(GELU_AUX_OUT, bias && t == DT_BF16);
     if (fusable) {
-        gemm_operands o = operands_for(true, false, OC, N, IC, w, DT_F32, IC, inp, t, IC, 0);
+        gemm_operands o = operands_for(true, false, OC, N, IC, w, t, IC, inp, t, IC, 0);
         if (lt_matmul(true, false, OC, N, IC, 1.0f, &o, 0.0f, out, ct, OC, bias, GELU_AUX_OUT, pre, ct)) return;
     }
     if (t == DT_BF16) {
-        forward_rows_bf16((uint16_t *)pre, (uint16_t *)out, (const uint16_t *)inp, w, bias, N, IC, OC);
+        forward_rows_bf16((uint16_t *)pre, (uint16_t *)out, (const uint16_t *)inp, (const uint16_t *)w, bias, N, IC,
+                          OC);
         return;
     }
     cuda_matmul_forward(pre, inp, w, bias, N, IC, OC, DT_F32, DT_F32);
@@ -564,13 +565,13 @@ void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const float
  * an algorithm, the GEMM into the caller's scratch (the operands narrowed
  * once for both tries), then the GELU's backward from it, which reads pre
  * in its type. */
-void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const float *w, const void *pre,
+void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const void *w, const void *pre,
                                 int N, int IC, int OC, dt_dtype t) {
     if (N <= 0 || IC <= 0) return;
     size_t n = (size_t)N * IC;
     if (OC > 0) {
         bool fusable = IC % 8 == 0 && alignment_of(dpre) >= 16 && alignment_of(pre) >= 16;
-        gemm_operands o = operands_for(false, false, IC, N, OC, w, DT_F32, IC, dout, DT_F32, OC, 0);
+        gemm_operands o = operands_for(false, false, IC, N, OC, w, t, IC, dout, DT_F32, OC, 0);
         if (fusable && lt_matmul(false, false, IC, N, OC, 1.0f, &o, 0.0f, dpre, CUDA_R_32F, IC, nullptr, GELU_GRAD,
                                  pre, t == DT_BF16 ? CUDA_R_16BF : CUDA_R_32F))
             return;

@@ -17,7 +17,8 @@
 #include "runtime/model/model_internal.h"
 
 typedef struct {
-    const float *p[BLK_COUNT]; /* tensors */
+    const float *p[BLK_COUNT]; /* tensors (fp32: the vectors are read so) */
+    const void *w[BLK_COUNT];  /* the weight matrices as the GEMMs read them (unit_weight) */
     float *g[BLK_COUNT];       /* their gradients */
 } block_params;
 
@@ -26,6 +27,7 @@ static void bind_params(model *m, int unit, block_params *bp, int with_grads)
 {
     for (int i = 0; i < BLK_COUNT; i++) {
         bp->p[i] = unit_tensor(m, unit, i);
+        bp->w[i] = unit_weight(m, unit, i);
         bp->g[i] = with_grads ? unit_tensor_grad(m, unit, i) : NULL;
     }
 }
@@ -51,17 +53,17 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
      * and the residual add rounds the sum. */
     ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C,
                            model_norm_eps(m), t);
-    L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.p[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l, t);
+    L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.w[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l, t);
     m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, B, T, d->C_l, d->NH_l, causal, t);
     float *branch = t == DT_F32 ? (float *)a->r2 : s->dln;
-    L->row_forward(L->ctx, branch, s->full, a->atty, bp.p[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C, t);
+    L->row_forward(L->ctx, branch, s->full, a->atty, bp.w[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C, t);
     ops->residual_forward(a->r2, branch, x, NlC, t);
 
     ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BLK_LN2_W], bp.p[BLK_LN2_B], Nl, C,
                            model_norm_eps(m), t);
     if (m->spec.activation == ACT_GELU) {
         /* The exact GELU: no GEMM epilogue computes it. */
-        L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l, t);
+        L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.w[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l, t);
         model_gelu_forward(m, a->fchg, a->fch, NF);
     } else {
         /* GPT-2's tanh GELU in the fc GEMM's epilogue (same bits on the CPU).
@@ -71,12 +73,12 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
          * the two ops', a different trajectory, not a different accuracy (the
          * quickstart_bf16 test compares smoothed curves against fp32's
          * seed-to-seed spread). */
-        L->column_gelu_forward(L->ctx, a->fchg, a->fch, a->ln2, s->full, bp.p[BLK_FC_W], bp.p[BLK_FC_B], N, C,
+        L->column_gelu_forward(L->ctx, a->fchg, a->fch, a->ln2, s->full, bp.w[BLK_FC_W], bp.p[BLK_FC_B], N, C,
                                d->F_l, t);
     }
     if (recomputing) return; /* the backward reads nothing past this point */
     branch = t == DT_F32 ? (float *)y : s->dln;
-    L->row_forward(L->ctx, branch, s->full, a->fchg, bp.p[BLK_MPROJ_W], bp.p[BLK_MPROJ_B], N, d->F_l, C, t);
+    L->row_forward(L->ctx, branch, s->full, a->fchg, bp.w[BLK_MPROJ_W], bp.p[BLK_MPROJ_B], N, d->F_l, C, t);
     ops->residual_forward(y, branch, a->r2, NlC, t);
 }
 
@@ -109,7 +111,7 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
     if (m->spec.activation == ACT_GELU) {
         L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
-                        bp.p[BLK_MPROJ_W], N, d->F_l, C, t);
+                        bp.w[BLK_MPROJ_W], N, d->F_l, C, t);
         ops->zero(dfch, NF * sizeof(float));
         model_gelu_backward(m, dfch, a->fch, dfchg, NF);
     } else {
@@ -118,12 +120,12 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
          * It reads the kept pre-activation, rounded under bf16 as the GELU's
          * backward always has, so both precisions take it. */
         L->row_dgelu_backward(L->ctx, dfch, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
-                              bp.p[BLK_MPROJ_W], a->fch, N, d->F_l, C, t);
+                              bp.w[BLK_MPROJ_W], a->fch, N, d->F_l, C, t);
     }
     if (keep) ops->copy(keep->dfch, dfch, NF * sizeof(float));
     /* s->full is free again: dy is used up */
     const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BLK_FC_W], bp.g[BLK_FC_B], dfch, a->ln2,
-                                           s->full, bp.p[BLK_FC_W], N, C, d->F_l, t);
+                                           s->full, bp.w[BLK_FC_W], N, C, d->F_l, t);
     ops->layernorm_backward(dres, ln2_dw, ln2_db, dln2, a->r2, bp.p[BLK_LN2_W], a->ln2_mean,
                             a->ln2_rstd, Nl, C, t);
 
@@ -132,7 +134,7 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     size_t NCl = (size_t)N * (size_t)d->C_l;
     if (keep) ops->copy(keep->dr2, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dres, s->full, a->atty,
-                    bp.p[BLK_PROJ_W], N, d->C_l, C, t);
+                    bp.w[BLK_PROJ_W], N, d->C_l, C, t);
     if (s->att_shared) { /* selective recompute, naive attention (the lse kinds keep no probabilities) */
         /* att_shared holds whichever block's probabilities were computed last:
          * rebuild this block's from its kept qkv (same kernel, same inputs, so
@@ -146,7 +148,7 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     if (keep) ops->copy(keep->dqkv, dqkv, 3 * NCl * sizeof(float));
     /* s->full is free again: dr2 is used up */
     const float *dln1 = L->column_backward(L->ctx, s->dln, bp.g[BLK_QKV_W], bp.g[BLK_QKV_B], dqkv, a->ln1,
-                                           s->full, bp.p[BLK_QKV_W], N, C, 3 * d->C_l, t);
+                                           s->full, bp.w[BLK_QKV_W], N, C, 3 * d->C_l, t);
     ops->layernorm_backward(dres, ln1_dw, ln1_db, dln1, x, bp.p[BLK_LN1_W], a->ln1_mean,
                             a->ln1_rstd, Nl, C, t);
     /* before after(BACKWARD): the strategies take the unit's gradients as final there */

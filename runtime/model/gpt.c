@@ -98,7 +98,7 @@ static model_vocab_head vocab_head(model *m, model_acts *a, int B, float *dwte)
     int head = m->spec.n_layer + 1;
     return (model_vocab_head){.B = B, .T = d->seq, .C = d->C, .v0 = d->v0, .V_l = d->V_l,
                               .rows = model_head_chunk_rows(&m->spec),
-                              .wte = unit_tensor(m, head, GPT_HEAD_WTE), .dwte = dwte,
+                              .wte = unit_weight(m, head, GPT_HEAD_WTE), .dwte = dwte,
                               .t = m->act, .x_rows = act_at(m, a->lnf, rows_first(d, B) * (size_t)d->C), .x = a->lnf,
                               .targets = a->targets, .logits = a->logits, .rowmax = a->rowmax,
                               .sumexp = a->sumexp, .target = a->target, .loss = a->loss,

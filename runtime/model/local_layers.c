@@ -8,7 +8,7 @@
  * replaces (model_set_attention; runtime/parallel/cp.c). */
 #include "runtime/model/model_internal.h"
 
-static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const float *w, const float *b,
+static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const void *w, const float *b,
                            int N, int IC, int OC, dt_dtype t)
 {
     const model *m = ctx;
@@ -16,7 +16,7 @@ static void column_forward(void *ctx, void *out, const void *in_rows, void *full
     m->ops->matmul_forward(out, in_rows, w, b, N, IC, OC, t, t);
 }
 
-static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_rows, void *full, const float *w,
+static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_rows, void *full, const void *w,
                                 const float *b, int N, int IC, int OC, dt_dtype t)
 {
     const model *m = ctx;
@@ -25,7 +25,7 @@ static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_
 }
 
 static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
-                                    const void *in_rows, void *full, const float *w, int N, int IC, int OC,
+                                    const void *in_rows, void *full, const void *w, int N, int IC, int OC,
                                     dt_dtype t)
 {
     const model *m = ctx;
@@ -35,7 +35,7 @@ static const float *column_backward(void *ctx, float *din, float *dw, float *db,
     return din;
 }
 
-static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const float *w, const float *b,
+static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const void *w, const float *b,
                         int N, int IC, int OC, dt_dtype t)
 {
     const model *m = ctx;
@@ -44,7 +44,7 @@ static void row_forward(void *ctx, float *out_rows, void *full, const void *in, 
 }
 
 static void row_backward(void *ctx, float *din, float *dw, float *db, const float *dout_rows, void *full,
-                         const void *in, const float *w, int N, int IC, int OC, dt_dtype t)
+                         const void *in, const void *w, int N, int IC, int OC, dt_dtype t)
 {
     const model *m = ctx;
     (void)full;
@@ -53,7 +53,7 @@ static void row_backward(void *ctx, float *din, float *dw, float *db, const floa
 }
 
 static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db, const float *dout_rows,
-                               void *full, const void *in, const float *w, const void *pre, int N, int IC, int OC,
+                               void *full, const void *in, const void *w, const void *pre, int N, int IC, int OC,
                                dt_dtype t)
 {
     const model *m = ctx;

@@ -218,6 +218,13 @@ float *unit_tensor(model *m, int unit, int i)
     return m->wparam + off;
 }
 
+const void *unit_weight(model *m, int unit, int i)
+{
+    if (!m->prec.bf16) return unit_tensor(m, unit, i);
+    int k = unit - m->shard.unit_begin;
+    return (const uint16_t *)m->params[k] + m->specs[m->unit_first_spec[k] + i].offset;
+}
+
 float *unit_tensor_grad(model *m, int unit, int i)
 {
     int k = unit - m->shard.unit_begin;

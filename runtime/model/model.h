@@ -179,7 +179,7 @@ typedef struct {
     int B, T, C;
     int v0, V_l;            /* this rank's vocabulary rows [v0, v0 + V_l) of wte */
     int rows;               /* rows per chunk (model_head_chunk_rows); the last may be short */
-    const float *wte;       /* [V_l, C] */
+    const void *wte;        /* [V_l, C] of type t (a weight matrix: ops.h) */
     float *dwte;            /* [V_l, C] backward: accumulates */
     dt_dtype t;             /* x's type (the run's activations) */
     const void *x_rows;     /* the final layernorm's output: this rank's rows of x */
@@ -229,37 +229,39 @@ void model_vocab_head_backward_local(const dt_ops *ops, const model_vocab_head *
  * Types (ops.h): the activations (the layers' inputs, a column layer's
  * output and GELU) are of type t, the run's; gradients and a row layer's
  * output (summed over the group before anything keeps it) are fp32. `full`
- * holds whichever its use gathers or sums (t or fp32: sized for fp32). */
+ * holds whichever its use gathers or sums (t or fp32: sized for fp32). The
+ * weight matrices w are of type t (the bf16 parameters under mixed
+ * precision), the biases fp32. */
 typedef struct {
     void *ctx;
     /* Column-parallel (OC: this rank's output features): in gathered from
      * in_rows, out local. */
-    void (*column_forward)(void *ctx, void *out, const void *in_rows, void *full, const float *w,
+    void (*column_forward)(void *ctx, void *out, const void *in_rows, void *full, const void *w,
                            const float *b, int N, int IC, int OC, dt_dtype t);
     /* column_forward, then act = GELU (tanh approximation) of out, fused
      * where the backend fuses them (ops->matmul_gelu_forward). */
     void (*column_gelu_forward)(void *ctx, void *act, void *out, const void *in_rows, void *full,
-                                const float *w, const float *b, int N, int IC, int OC, dt_dtype t);
+                                const void *w, const float *b, int N, int IC, int OC, dt_dtype t);
     /* din [N, IC] is zeroed and receives the input gradient summed over the tp
      * group; returns this rank's rows of it (din itself without SP). in_rows are
      * gathered into full again when they are rows. */
     const float *(*column_backward)(void *ctx, float *din, float *dw, float *db, const float *dout,
-                                    const void *in_rows, void *full, const float *w, int N, int IC,
+                                    const void *in_rows, void *full, const void *w, int N, int IC,
                                     int OC, dt_dtype t);
     /* Row-parallel (IC: this rank's input features): the sum over the group of
      * the local products, b added once, into this rank's rows out_rows. */
-    void (*row_forward)(void *ctx, float *out_rows, void *full, const void *in, const float *w,
+    void (*row_forward)(void *ctx, float *out_rows, void *full, const void *in, const void *w,
                         const float *b, int N, int IC, int OC, dt_dtype t);
     /* dout_rows gathered (into full) when they are rows; din [N, IC] is zeroed
      * and receives this rank's input gradient. */
     void (*row_backward)(void *ctx, float *din, float *dw, float *db, const float *dout_rows,
-                         void *full, const void *in, const float *w, int N, int IC, int OC, dt_dtype t);
+                         void *full, const void *in, const void *w, int N, int IC, int OC, dt_dtype t);
     /* row_backward of a layer whose input is gelu_tanh(pre), its input
      * gradient taken through the GELU: dpre [N, IC] = din * gelu'(pre)
      * (overwritten), fused where the backend fuses them
      * (ops->matmul_dgelu_backward); scratch: [N, IC] floats, overwritten. */
     void (*row_dgelu_backward)(void *ctx, float *dpre, float *scratch, float *dw, float *db,
-                               const float *dout_rows, void *full, const void *in, const float *w,
+                               const float *dout_rows, void *full, const void *in, const void *w,
                                const void *pre, int N, int IC, int OC, dt_dtype t);
     /* Vocabulary-split token embedding plus position embedding wpe [T, C]:
      * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)). */

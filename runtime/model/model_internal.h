@@ -101,6 +101,10 @@ struct model {
  * rebound them in a hook, so callers re-derive these per unit, never cache).
  * Always fp32: under bf16 the unit's working copies (the unit being computed). */
 float *unit_tensor(model *m, int unit, int i);
+/* A weight matrix as the GEMMs read it: of the activations' type (model.act),
+ * the unit's current bf16 parameters themselves under mixed precision (no
+ * widening: ops.h), else unit_tensor's. */
+const void *unit_weight(model *m, int unit, int i);
 float *unit_tensor_grad(model *m, int unit, int i);
 /* grad(tensor i of unit) += src (n floats), for a unit that need not be the one
  * being computed (the tied wte's head copy): into its fp32 gradients, its

@@ -85,7 +85,7 @@ double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const
     ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->cls_x,
                            unit_tensor(m, head, VIT_HEAD_LNF_W), unit_tensor(m, head, VIT_HEAD_LNF_B),
                            B, C, model_norm_eps(m), m->act);
-    ops->matmul_forward(a->logits, a->lnf, unit_tensor(m, head, VIT_HEAD_W),
+    ops->matmul_forward(a->logits, a->lnf, unit_weight(m, head, VIT_HEAD_W),
                         unit_tensor(m, head, VIT_HEAD_B), B, C, K, m->act, DT_F32);
     /* the classifier is replicated: no tp reductions between these */
     ops->xent_stats(a->rowmax, a->sumexp, a->target, a->logits, a->labels, 0, B, K);
@@ -130,7 +130,7 @@ void vit_head_backward(model *m, model_acts *a, const model_batch *batch, const 
     float *dlnf = a->bs.dln;
     ops->zero(dlnf, BC * sizeof(float));
     ops->matmul_backward(dlnf, unit_tensor_grad(m, head, VIT_HEAD_W), unit_tensor_grad(m, head, VIT_HEAD_B),
-                         a->dlogits, a->lnf, unit_tensor(m, head, VIT_HEAD_W), B, C, K, m->act);
+                         a->dlogits, a->lnf, unit_weight(m, head, VIT_HEAD_W), B, C, K, m->act);
     ops->zero(a->dcls_x, BC * sizeof(float));
     ops->layernorm_backward(a->dcls_x, unit_tensor_grad(m, head, VIT_HEAD_LNF_W),
                             unit_tensor_grad(m, head, VIT_HEAD_LNF_B), dlnf, a->cls_x,

@@ -151,7 +151,7 @@ static float *reduce_rows_in_place(const tp_group *g, float *buf, size_t nc)
 /* One product of the column layer on n rows from row r0: x holds those rows
  * of the input; out (and act: matmul then GELU) are written from row r0 on;
  * all of type t. */
-static void column_rows(const tp_group *g, void *act, void *out, const void *x, const float *w, const float *b,
+static void column_rows(const tp_group *g, void *act, void *out, const void *x, const void *w, const float *b,
                         int r0, int n, int IC, int OC, dt_dtype t)
 {
     if (n <= 0) return;
@@ -180,7 +180,7 @@ static const void *row_at(const void *x, int r, int C, dt_dtype t)
  * them (fp32 rows through the bf16 stage): then from the gathered input,
  * after the wait. */
 static void column_any_forward(const tp_group *g, void *act, void *out, const void *in_rows, void *full,
-                               const float *w, const float *b, int N, int IC, int OC, dt_dtype t)
+                               const void *w, const float *b, int N, int IC, int OC, dt_dtype t)
 {
     if (!g->sp || g->split <= 1) { /* whole: the gather, then one GEMM */
         column_rows(g, act, out, gather_rows(g, in_rows, full, (size_t)N * (size_t)IC, t), w, b, 0, N, IC, OC, t);
@@ -197,13 +197,13 @@ static void column_any_forward(const tp_group *g, void *act, void *out, const vo
     column_rows(g, act, out, row_at(in, r1, IC, t), w, b, r1, N - r1, IC, OC, t);
 }
 
-static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const float *w, const float *b,
+static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const void *w, const float *b,
                            int N, int IC, int OC, dt_dtype t)
 {
     column_any_forward(ctx, NULL, out, in_rows, full, w, b, N, IC, OC, t);
 }
 
-static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_rows, void *full, const float *w,
+static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_rows, void *full, const void *w,
                                 const float *b, int N, int IC, int OC, dt_dtype t)
 {
     column_any_forward(ctx, act, out, in_rows, full, w, b, N, IC, OC, t);
@@ -217,7 +217,7 @@ static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_
  * the same values as one after the other (matmul_backward's parts are
  * independent, ops.h), so the same bits. */
 static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
-                                    const void *in_rows, void *full, const float *w, int N, int IC, int OC,
+                                    const void *in_rows, void *full, const void *w, int N, int IC, int OC,
                                     dt_dtype t)
 {
     const tp_group *g = ctx;
@@ -257,7 +257,7 @@ static const float *column_backward(void *ctx, float *din, float *dw, float *db,
  * parallel.tp_overlap never changes a bit. With tp_split 1 (the default) the
  * GEMM is whole and its sum follows it in line. */
 
-static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const float *w, const float *b,
+static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const void *w, const float *b,
                         int N, int IC, int OC, dt_dtype t)
 {
     const tp_group *g = ctx;
@@ -297,7 +297,7 @@ static void row_forward(void *ctx, float *out_rows, void *full, const void *in, 
 /* d(out) is whole on every rank (SP: gathered), so the bias gradient sums all
  * N rows and comes out complete and identical on every rank. */
 static void row_backward(void *ctx, float *din, float *dw, float *db, const float *dout_rows, void *full,
-                         const void *in, const float *w, int N, int IC, int OC, dt_dtype t)
+                         const void *in, const void *w, int N, int IC, int OC, dt_dtype t)
 {
     const tp_group *g = ctx;
     const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)OC, DT_F32);
@@ -306,7 +306,7 @@ static void row_backward(void *ctx, float *din, float *dw, float *db, const floa
 }
 
 static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db, const float *dout_rows,
-                               void *full, const void *in, const float *w, const void *pre, int N, int IC, int OC,
+                               void *full, const void *in, const void *w, const void *pre, int N, int IC, int OC,
                                dt_dtype t)
 {
     const tp_group *g = ctx;

@@ -35,13 +35,14 @@ static void check_host_memory(plan_estimate *e, double host_max)
 }
 
 /* Under bf16 mixed precision the CUDA backend narrows a GEMM's fp32
- * operands into one buffer it keeps (kernels/cuda/matmul.cu, operands16):
- * sized here for the largest pair of any GEMM a rank runs, the first padded
- * to 256 bytes. Activations are bf16 already and go to cuBLASLt as they
- * are, but a bf16 output without an epilogue the library accepts borrows
- * their room for its fp32 rows (matmul.cu), so the pair stays the bound; for
- * GPT the largest is the head's input-gradient GEMM, whose two operands
- * (wte, a chunk of dlogits) are both fp32.
+ * operands into one buffer it keeps (kernels/cuda/matmul.cu, operands16),
+ * at its largest use. The activations and the weight matrices are bf16
+ * already and go to cuBLASLt as they are (ops.h): what is narrowed is the
+ * output gradient of every backward GEMM ([rows, OC], once for both of a
+ * layer's products) and, for the patch embedding (an fp32 op), its weight
+ * and its im2col matrix (the first padded to 256 bytes). A column layer's
+ * bf16 output with a bias cuBLASLt will not add in its epilogue borrows
+ * room of its input's size for its fp32 rows (matmul.cu forward_rows_bf16).
  * Outside the runtime's accounting, like the cuBLAS workspace, so it is
  * counted with the fixed bytes. Rows: a micro-batch's tokens on this rank
  * (whole under sequence parallelism: the column layers gather them); the
@@ -52,32 +53,17 @@ static double bf16_operands_bytes(const plan_estimate *e)
     const job_parallel *par = &e->job.parallel;
     double t = par->tp, C = m->d_model, F = m->d_ff / t, C3 = 3.0 * C / t, Cl = C / t;
     double N = (double)e->job.train.micro_batch * model_seq_len(m) / par->cp;
-    double pad = 256.0 / 2; /* elements */
-    /* (a, b): the stored operands of each GEMM, forward and both backward ones */
-    double pairs[][2] = {
-        {C3 * C, N * C}, {C3 * C, N * C3}, {N * C, N * C3},     /* qkv */
-        {C * Cl, N * Cl}, {C * Cl, N * C},  {N * Cl, N * C},    /* proj */
-        {F * C, N * C},   {F * C, N * F},   {N * C, N * F},     /* fc */
-        {C * F, N * F},   {C * F, N * C},   {N * F, N * C},     /* mlp projection */
-        {0, 0},           {0, 0},           {0, 0},             /* the head, below */
-    };
-    int n = (int)(sizeof pairs / sizeof pairs[0]);
+    /* elements narrowed (or borrowed) by one GEMM call, the largest of each kind */
+    double most = fmax(N * C, fmax(N * C3, fmax(N * Cl, N * F))); /* output gradients; a forward's borrowed rows */
     if (m->kind == MODEL_GPT) {
         double R = model_head_chunk_rows(m), V = ceil((double)m->vocab_size / t);
         if (R > N) R = N;
-        pairs[n - 3][0] = V * C, pairs[n - 3][1] = R * C;
-        pairs[n - 2][0] = V * C, pairs[n - 2][1] = R * V;
-        pairs[n - 1][0] = R * V, pairs[n - 1][1] = R * C;
+        most = fmax(most, R * V); /* a chunk of dlogits */
     } else {
         double P = (double)m->channels * m->patch_size * m->patch_size, np = model_seq_len(m) - 1.0;
-        double B = e->job.train.micro_batch;
-        pairs[n - 3][0] = Cl * P, pairs[n - 3][1] = B * np * P; /* the patch embedding */
-        pairs[n - 2][0] = m->n_classes * C, pairs[n - 2][1] = B * C;
-    }
-    double most = 0;
-    for (int i = 0; i < n; i++) {
-        double a = ceil(pairs[i][0] / pad) * pad, both = a + pairs[i][1];
-        if (both > most) most = both;
+        double B = e->job.train.micro_batch, pad = 256.0 / 2;
+        most = fmax(most, ceil(Cl * P / pad) * pad + B * np * P); /* the patch embedding's pair */
+        most = fmax(most, B * (double)m->n_classes);              /* the classifier's dlogits */
     }
     return 2.0 * most;
 }
@@ -100,7 +86,8 @@ static double cuda_scratch_bytes(const plan_estimate *e)
  * each bf16 operand into an fp32 buffer they keep, one per operand slot at
  * its largest use (kernels/cpu/act.c); a device would read bf16 directly.
  * Slot 0 is an op's result (or a backward's bf16 input), slot 1 its input,
- * slot 2 a third operand: the largest of each over the ops a rank runs. N:
+ * slot 2 a third operand, slot 3 a matmul's weight matrix (bf16 under
+ * mixed precision too): the largest of each over the ops a rank runs. N:
  * a micro-batch's tokens on this rank (whole under sequence parallelism, as
  * the layers gather them). */
 static double cpu_bf16_staging_bytes(const plan_estimate *e)
@@ -113,7 +100,11 @@ static double cpu_bf16_staging_bytes(const plan_estimate *e)
     double probs = naive ? B * ((double)m->n_head / t) * T * T : 0;
     double big = fmax(N * C, fmax(N * C3, N * F));
     double slot0 = big, slot1 = fmax(big, probs), slot2 = fmax(N * C, naive ? N * C3 : 2.0 * N * Cl);
-    return 4.0 * (slot0 + slot1 + slot2);
+    /* slot 3: a matmul's weight matrix, the largest (the GPT head's wte) */
+    double slot3 = fmax(C * C3, C * F);
+    if (m->kind == MODEL_GPT) slot3 = fmax(slot3, C * ceil((double)m->vocab_size / t));
+    else slot3 = fmax(slot3, C * (double)m->n_classes);
+    return 4.0 * (slot0 + slot1 + slot2 + slot3);
 }
 
 void plan_memory(plan_estimate *e)

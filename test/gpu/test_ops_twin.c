@@ -552,9 +552,11 @@ static void test_matmul_act16(int N, int IC, int OC, int with_bias, int pad, dt_
     int saved = bf16_values;
     bf16_values = 1;
     uint16_t *inp = hrand16(ni, 1.0f);
-    float *w = hrand(nw, 1.0f), *bias = hrand((size_t)OC, 1.0f);
+    uint16_t *w = hrand16(nw, 1.0f); /* the weights bf16 too (ops.h) */
+    float *bias = hrand((size_t)OC, 1.0f);
     dbuf16 di = dup_h(inp, ni, pad);
-    dbuf dw = dup_f(w, nw, pad), db = dup_f(bias, (size_t)OC, pad);
+    dbuf16 dw = dup_h(w, nw, pad);
+    dbuf db = dup_f(bias, (size_t)OC, pad);
     if (out_t == DT_BF16) {
         uint16_t *out = hrand16(no, 1.0f);
         dbuf16 dout = dup_h(out, no, pad);
@@ -589,7 +591,7 @@ static void test_matmul_act16(int N, int IC, int OC, int with_bias, int pad, dt_
         snprintf(what, sizeof what, "matmul_backward inp bf16 dbias N=%d IC=%d OC=%d%s (%s)", N, IC, OC, tag, mode);
         expect(what, &dgb, gb, (size_t)OC, TOL_ELEM * 10);
     }
-    drop16(&di); drop(&dw); drop(&db); drop(&dg); drop(&dgi); drop(&dgw); drop(&dgb);
+    drop16(&di); drop16(&dw); drop(&db); drop(&dg); drop(&dgi); drop(&dgw); drop(&dgb);
     free(inp); free(w); free(bias); free(g); free(gi); free(gw); free(gb);
     bf16_values = saved;
 }
@@ -627,9 +629,11 @@ static void test_matmul_gelu_act16(int N, int IC, int OC, int with_bias, int pad
     int saved = bf16_values;
     bf16_values = 1;
     uint16_t *inp = hrand16(ni, 1.0f), *out = hrand16(no, 1.0f), *pre = hrand16(no, 1.0f);
-    float *w = hrand(nw, 1.0f), *bias = hrand((size_t)OC, 1.0f);
+    uint16_t *w = hrand16(nw, 1.0f); /* the weights bf16 too (ops.h) */
+    float *bias = hrand((size_t)OC, 1.0f);
     dbuf16 di = dup_h(inp, ni, pad), dout = dup_h(out, no, pad), dpre = dup_h(pre, no, pad);
-    dbuf dw = dup_f(w, nw, pad), db = dup_f(bias, (size_t)OC, pad);
+    dbuf16 dw = dup_h(w, nw, pad);
+    dbuf db = dup_f(bias, (size_t)OC, pad);
     cpu->matmul_gelu_forward(out, pre, inp, w, with_bias ? bias : NULL, N, IC, OC, DT_BF16);
     gpu->matmul_gelu_forward(dout.p, dpre.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC, DT_BF16);
     snprintf(what, sizeof what, "matmul_gelu_forward bf16 pre N=%d IC=%d OC=%d%s%s (%s)", N, IC, OC,
@@ -638,7 +642,7 @@ static void test_matmul_gelu_act16(int N, int IC, int OC, int with_bias, int pad
     snprintf(what, sizeof what, "matmul_gelu_forward bf16 out N=%d IC=%d OC=%d%s%s (%s)", N, IC, OC,
              with_bias ? " +bias" : "", tag, mode);
     expect16(what, &dout, out, no, TOL_ACT_BF16);
-    drop16(&di); drop16(&dout); drop16(&dpre); drop(&dw); drop(&db);
+    drop16(&di); drop16(&dout); drop16(&dpre); drop16(&dw); drop(&db);
     free(inp); free(out); free(pre); free(w); free(bias);
     bf16_values = saved;
 }
@@ -653,16 +657,16 @@ static void test_matmul_dgelu_act16(int N, int IC, int OC, int pad) {
     size_t nd = (size_t)N * OC, np = (size_t)N * IC, nw = (size_t)OC * IC;
     int saved = bf16_values;
     bf16_values = 1;
-    float *dout = hrand(nd, 1.0f), *w = hrand(nw, 1.0f), *dpre = hrand(np, 1.0f), *scr = hrand(np, 1.0f);
-    uint16_t *pre = hrand16(np, 2.0f);
-    dbuf dd = dup_f(dout, nd, pad), dw = dup_f(w, nw, pad), ddp = dup_f(dpre, np, pad), ds = dup_f(scr, np, pad);
-    dbuf16 dp = dup_h(pre, np, pad);
+    float *dout = hrand(nd, 1.0f), *dpre = hrand(np, 1.0f), *scr = hrand(np, 1.0f);
+    uint16_t *pre = hrand16(np, 2.0f), *w = hrand16(nw, 1.0f); /* the weights bf16 too (ops.h) */
+    dbuf dd = dup_f(dout, nd, pad), ddp = dup_f(dpre, np, pad), ds = dup_f(scr, np, pad);
+    dbuf16 dp = dup_h(pre, np, pad), dw = dup_h(w, nw, pad);
     cpu->matmul_dgelu_backward(dpre, scr, dout, w, pre, N, IC, OC, DT_BF16);
     gpu->matmul_dgelu_backward(ddp.p, ds.p, dd.p, dw.p, dp.p, N, IC, OC, DT_BF16);
     snprintf(what, sizeof what, "matmul_dgelu_backward pre bf16 N=%d IC=%d OC=%d%s (%s)", N, IC, OC,
              pad || IC % 8 ? " (GEMM, then the GELU's backward)" : "", mode);
     expect(what, &ddp, dpre, np, TOL_GEMM);
-    drop(&dd); drop(&dw); drop(&ddp); drop(&ds); drop16(&dp);
+    drop(&dd); drop16(&dw); drop(&ddp); drop(&ds); drop16(&dp);
     free(dout); free(w); free(dpre); free(scr); free(pre);
     bf16_values = saved;
 }

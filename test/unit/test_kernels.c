@@ -1237,8 +1237,8 @@ static void test_act_bf16(void) {
     size_t nc = (size_t)N * C, nf = (size_t)N * F, n3 = 3 * nc;
     float *xs = rand_buf(nc, 2.0f), *w = rand_buf((size_t)F * C, 0.5f), *bias = rand_buf((size_t)F, 0.5f);
     float *lw = rand_buf((size_t)C, 1.0f), *lb = rand_buf((size_t)C, 1.0f);
-    uint16_t *x16 = bf16_of(xs, nc);
-    float *x = widened(x16, nc); /* the same values in fp32 */
+    uint16_t *x16 = bf16_of(xs, nc), *w16 = bf16_of(w, (size_t)F * C); /* weights are of the type too */
+    float *x = widened(x16, nc), *wf = widened(w16, (size_t)F * C); /* the same values in fp32 */
     float *mean = zero_buf((size_t)N), *rstd = zero_buf((size_t)N), *m2 = zero_buf((size_t)N), *r2 = zero_buf((size_t)N);
     float *o32 = zero_buf(nf), *p32 = zero_buf(nf);
     uint16_t *o16 = calloc(nf, 2), *p16 = calloc(nf, 2);
@@ -1254,13 +1254,13 @@ static void test_act_bf16(void) {
     CHECK(!memcmp(d32, d16, nc * 4) && !memcmp(gw, gw2, C * 4) && !memcmp(gb, gb2, C * 4),
           "layernorm_backward reading a bf16 input = reading its widened values");
 
-    ops->matmul_forward(o32, x, w, bias, N, C, F, DT_F32, DT_F32);
-    ops->matmul_forward(o16, x16, w, bias, N, C, F, DT_BF16, DT_BF16);
-    ops->matmul_forward(p32, x16, w, bias, N, C, F, DT_BF16, DT_F32);
+    ops->matmul_forward(o32, x, wf, bias, N, C, F, DT_F32, DT_F32);
+    ops->matmul_forward(o16, x16, w16, bias, N, C, F, DT_BF16, DT_BF16);
+    ops->matmul_forward(p32, x16, w16, bias, N, C, F, DT_BF16, DT_F32);
     CHECK(!memcmp(p32, o32, nf * 4) && same_rounded(o16, o32, nf),
           "matmul_forward bf16 input: an fp32 result equal to the fp32 op's, a bf16 one its rounding");
-    ops->matmul_gelu_forward(o16, p16, x16, w, bias, N, C, F, DT_BF16);
-    ops->matmul_forward(p32, x, w, bias, N, C, F, DT_F32, DT_F32);
+    ops->matmul_gelu_forward(o16, p16, x16, w16, bias, N, C, F, DT_BF16);
+    ops->matmul_forward(p32, x, wf, bias, N, C, F, DT_F32, DT_F32);
     ops->gelu_forward(o32, p32, nf, DT_F32);
     CHECK(same_rounded(o16, o32, nf) && same_rounded(p16, p32, nf),
           "matmul_gelu_forward bf16: GELU of the unrounded pre-activation, both rounded once (an epilogue's)");
@@ -1271,11 +1271,17 @@ static void test_act_bf16(void) {
 
     uint16_t *pre16 = bf16_of(p32, nf);
     float *pre = widened(pre16, nf), *sc = zero_buf(nf), *e32 = zero_buf(nf), *e16 = zero_buf(nf);
-    float *wt = rand_buf((size_t)C * F, 0.5f); /* [C, F]: the layer after the GELU */
+    float *wts = rand_buf((size_t)C * F, 0.5f); /* [C, F]: the layer after the GELU */
+    uint16_t *wt16 = bf16_of(wts, (size_t)C * F);
+    float *wt = widened(wt16, (size_t)C * F);
     float *dyc = rand_buf(nc, 1.0f);
     ops->matmul_dgelu_backward(e32, sc, dyc, wt, pre, N, F, C, DT_F32);
-    ops->matmul_dgelu_backward(e16, sc, dyc, wt, pre16, N, F, C, DT_BF16);
-    CHECK(!memcmp(e32, e16, nf * 4), "matmul_dgelu_backward reading a bf16 pre-activation = its widened values");
+    ops->matmul_dgelu_backward(e16, sc, dyc, wt16, pre16, N, F, C, DT_BF16);
+    CHECK(!memcmp(e32, e16, nf * 4), "matmul_dgelu_backward reading a bf16 pre-activation and weight = their widened values");
+    float *di32 = zero_buf(nf), *di16 = zero_buf(nf);
+    ops->matmul_backward(di32, NULL, NULL, dyc, NULL, wt, N, F, C, DT_F32);
+    ops->matmul_backward(di16, NULL, NULL, dyc, NULL, wt16, N, F, C, DT_BF16);
+    CHECK(!memcmp(di32, di16, nf * 4), "matmul_backward dinp from a bf16 weight = from its widened values");
     ops->gelu_erf_forward(o16, pre16, nf, DT_BF16);
     ops->gelu_erf_forward(o32, pre, nf, DT_F32);
     CHECK(same_rounded(o16, o32, nf), "gelu_erf_forward bf16 = fp32 op, rounded once");
@@ -1318,6 +1324,7 @@ static void test_act_bf16(void) {
     free(xs); free(w); free(bias); free(lw); free(lb); free(x16); free(x); free(mean); free(rstd); free(m2); free(r2);
     free(o32); free(p32); free(o16); free(p16); free(g); free(d32); free(d16); free(gw); free(gb); free(gw2); free(gb2);
     free(dy); free(dw32); free(dw16); free(pre16); free(pre); free(sc); free(e32); free(e16); free(wt); free(dyc);
+    free(w16); free(wf); free(wts); free(wt16); free(di32); free(di16);
     free(a); free(qf); free(qkv16); free(qkv); free(att32); free(att16); free(kv); free(lse); free(lse2); free(kv16);
     free(kvw); free(out16); free(outw); free(dq); free(dkv); free(dq2); free(dkv2); free(dout);
 }
