@@ -260,6 +260,14 @@ typedef struct dt_ops {
      * type t (the stream); out may alias a when t is fp32 (then it is also
      * the plain fp32 sum of two tensors) ---- */
     void (*residual_forward)(void *out, const float *a, const void *b, size_t n, dt_dtype t);
+    /* The residual add and the layernorm that reads its sum, fused (llm.c's
+     * fused residual forward): res[N,C] = a + b as residual_forward writes
+     * it, then out, mean, rstd = layernorm_forward of res as stored (in bf16
+     * the rounded sum). cuda: one pass over the rows; cpu: the two ops, the
+     * same bits as calling them. res may alias a when t is fp32. */
+    void (*residual_layernorm_forward)(void *res, void *out, float *mean, float *rstd, const float *a,
+                                       const void *b, const float *w, const float *bias, int N, int C, float eps,
+                                       dt_dtype t);
     /* da += dout; db += dout */
     void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
 

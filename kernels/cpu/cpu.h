@@ -128,6 +128,8 @@ void cpu_gelu_erf_backward(float *dinp, const void *inp, const float *dout, size
 
 /* residual.c */
 void cpu_residual_forward(void *out, const float *a, const void *b, size_t n, dt_dtype t);
+void cpu_residual_layernorm_forward(void *res, void *out, float *mean, float *rstd, const float *a, const void *b,
+                                    const float *w, const float *bias, int N, int C, float eps, dt_dtype t);
 void cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* xent.c */

@@ -58,6 +58,7 @@ const dt_ops dt_ops_cpu = {
     .gelu_erf_forward = cpu_gelu_erf_forward,
     .gelu_erf_backward = cpu_gelu_erf_backward,
     .residual_forward = cpu_residual_forward,
+    .residual_layernorm_forward = cpu_residual_layernorm_forward,
     .residual_backward = cpu_residual_backward,
 
     .xent_stats = cpu_xent_stats,

@@ -255,6 +255,9 @@ void cuda_gelu_erf_forward(void *out, const void *inp, size_t n, dt_dtype t);
 void cuda_gelu_erf_backward(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);
 /* residual.cu */
 void cuda_residual_forward(void *out, const float *a, const void *b, size_t n, dt_dtype t);
+/* residual_layernorm.cu */
+void cuda_residual_layernorm_forward(void *res, void *out, float *mean, float *rstd, const float *a, const void *b,
+                                     const float *w, const float *bias, int N, int C, float eps, dt_dtype t);
 void cuda_residual_backward(float *da, float *db, const float *dout, size_t n);
 /* xent.cu */
 void cuda_xent_stats(float *rowmax, float *sumexp, float *target, const float *logits,

@@ -99,6 +99,7 @@ static void fill_table(void) {
     table.gelu_erf_forward = cuda_gelu_erf_forward;
     table.gelu_erf_backward = cuda_gelu_erf_backward;
     table.residual_forward = cuda_residual_forward;
+    table.residual_layernorm_forward = cuda_residual_layernorm_forward;
     table.residual_backward = cuda_residual_backward;
     table.xent_stats = cuda_xent_stats;
     table.xent_rescale = cuda_xent_rescale;

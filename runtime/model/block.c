@@ -57,10 +57,10 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
     m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, B, T, d->C_l, d->NH_l, causal, t);
     float *branch = t == DT_F32 ? (float *)a->r2 : s->dln;
     L->row_forward(L->ctx, branch, s->full, a->atty, bp.w[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C, t);
-    ops->residual_forward(a->r2, branch, x, NlC, t);
-
-    ops->layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BLK_LN2_W], bp.p[BLK_LN2_B], Nl, C,
-                           model_norm_eps(m), t);
+    /* r2 = x + the attention branch, and ln2 of it, in one pass where the
+     * backend fuses them (the same bits as the two ops on the CPU) */
+    ops->residual_layernorm_forward(a->r2, a->ln2, a->ln2_mean, a->ln2_rstd, branch, x, bp.p[BLK_LN2_W],
+                                    bp.p[BLK_LN2_B], Nl, C, model_norm_eps(m), t);
     if (m->spec.activation == ACT_GELU) {
         /* The exact GELU: no GEMM epilogue computes it. */
         L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.w[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l, t);

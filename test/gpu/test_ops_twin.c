@@ -1107,6 +1107,38 @@ static void test_layernorm_act16(int N, int C) {
     free(xf); free(w); free(b); free(x); free(out); free(mean); free(rstd); free(g); free(dxi); free(gw); free(gb);
 }
 
+/* residual_layernorm_forward: the residual add and the layernorm of its sum
+ * in one pass on the device, the two ops on the CPU. res is the add, exact
+ * in fp32 and rounded once in bf16 on both sides (TOL_EXACT); out, mean,
+ * rstd the layernorm's of the stored sum (TOL_ELEM, and one bf16 ulp more
+ * for a bf16 out). */
+static void test_residual_layernorm(int N, int C, dt_dtype t) {
+    char what[160];
+    size_t n = (size_t)N * C, e = dt_dtype_size(t);
+    const char *ty = t == DT_BF16 ? "bf16" : "fp32";
+    float *af = hrand(n, 1.0f), *bf = hrand(n, 2.0f), *w = hrand((size_t)C, 1.0f), *bias = hrand((size_t)C, 1.0f);
+    for (int i = 0; i < N; i++) bf[(size_t)i * C] += 3.0f; /* a mean away from 0 */
+    void *b = t == DT_BF16 ? (void *)host16(bf, n) : (void *)bf;
+    void *res = calloc(n ? n : 1, e), *out = calloc(n ? n : 1, e);
+    float *mean = hrand((size_t)N, 1.0f), *rstd = hrand((size_t)N, 1.0f);
+    dbuf da = dup_f(af, n, 0), dw = dup_f(w, (size_t)C, 0), dbias = dup_f(bias, (size_t)C, 0);
+    dbuf dmean = dup_f(mean, (size_t)N, 0), drstd = dup_f(rstd, (size_t)N, 0);
+    void *db = dup_bytes(b, n * e), *dres = dup_bytes(res, n * e), *dout = dup_bytes(out, n * e);
+    cpu->residual_layernorm_forward(res, out, mean, rstd, af, b, w, bias, N, C, 1e-5f, t);
+    gpu->residual_layernorm_forward(dres, dout, dmean.p, drstd.p, da.p, db, dw.p, dbias.p, N, C, 1e-5f, t);
+    snprintf(what, sizeof what, "residual_layernorm_forward %s res N=%d C=%d", ty, N, C);
+    expect_typed(what, dres, res, n, t, TOL_EXACT);
+    snprintf(what, sizeof what, "residual_layernorm_forward %s out N=%d C=%d", ty, N, C);
+    expect_typed(what, dout, out, n, t, TOL_ELEM + (t == DT_BF16 ? TOL_ULP16 : 0.0));
+    snprintf(what, sizeof what, "residual_layernorm_forward %s mean, rstd N=%d C=%d", ty, N, C);
+    expect(what, &dmean, mean, (size_t)N, TOL_ELEM);
+    expect(what, &drstd, rstd, (size_t)N, TOL_ELEM);
+    drop(&da); drop(&dw); drop(&dbias); drop(&dmean); drop(&drstd);
+    gpu->free(db); gpu->free(dres); gpu->free(dout);
+    if (t == DT_BF16) free(b);
+    free(af); free(bf); free(w); free(bias); free(res); free(out); free(mean); free(rstd);
+}
+
 static void test_adamw(size_t n) {
     char what[128];
     float *p = hrand(n, 1.0f), *g = hrand(n, 1.0f), *m = hrand(n, 0.1f), *v = hrand(n, 0.1f);
@@ -1891,6 +1923,9 @@ int main(void) {
     test_elementwise_act16(7);
     test_layernorm_act16(64, 768);
     test_layernorm_act16(5, 37);
+    test_residual_layernorm(64, 768, DT_F32);
+    test_residual_layernorm(64, 768, DT_BF16);
+    test_residual_layernorm(5, 37, DT_BF16);
     test_adamw(100003);
     test_adamw_multi();
     for (int gb = 0; gb <= 1; gb++) {

@@ -1290,6 +1290,17 @@ static void test_act_bf16(void) {
     ops->residual_forward(o16, a, x16, nc, DT_BF16);
     ops->residual_forward(o32, a, x, nc, DT_F32);
     CHECK(same_rounded(o16, o32, nc), "residual_forward bf16: bf16(a + b), the sum formed in fp32");
+    {
+        uint16_t *r16 = calloc(nc, 2), *l16 = calloc(nc, 2), *r16b = calloc(nc, 2), *l16b = calloc(nc, 2);
+        float *ma = zero_buf((size_t)N), *ra = zero_buf((size_t)N), *mb = zero_buf((size_t)N), *rb = zero_buf((size_t)N);
+        ops->residual_layernorm_forward(r16, l16, ma, ra, a, x16, lw, lb, N, C, 1e-5f, DT_BF16);
+        ops->residual_forward(r16b, a, x16, nc, DT_BF16);
+        ops->layernorm_forward(l16b, mb, rb, r16b, lw, lb, N, C, 1e-5f, DT_BF16);
+        CHECK(!memcmp(r16, r16b, nc * 2) && !memcmp(l16, l16b, nc * 2) && !memcmp(ma, mb, N * 4) &&
+                  !memcmp(ra, rb, N * 4),
+              "residual_layernorm_forward bf16 = residual_forward then layernorm_forward of the stored sum");
+        free(r16); free(l16); free(r16b); free(l16b); free(ma); free(ra); free(mb); free(rb);
+    }
 
     /* attention over qkv [B, T, 3C]: naive (probabilities stored too) and blockwise */
     float *qf = rand_buf(n3, 1.0f);
