@@ -14,6 +14,7 @@
  * scratch, and a last kernel adds the chunks' partials in order into dw, db. */
 #include "kernels/cuda/act.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/layernorm_row.cuh"
 
 #define LN_ROWS_PER_BLOCK 8 /* warps per block in the row kernels */
 #define LN_CHUNK 256        /* rows per partial sum of dw, db (at least) */
@@ -24,24 +25,9 @@ template <typename T>
 __global__ void layernorm_forward_kernel(T *out, float *mean, float *rstd, const T *inp, const float *w,
                                          const float *b, int N, int C, float eps) {
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const T *x = inp + (size_t)row * C;
-    T *o = out + (size_t)row * C;
-    float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += act_load(x, c);
-    float m = dtc_warp_sum(sum) / C;
-    float sq = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = act_load(x, c) - m;
-        sq += d * d;
-    }
-    float s = 1.0f / sqrtf(dtc_warp_sum(sq) / C + eps);
-    for (int c = lane; c < C; c += 32) act_store(o, c, (act_load(x, c) - m) * s * w[c] + b[c]);
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = s;
-    }
+    size_t off = (size_t)row * C;
+    dtc_layernorm_row(out + off, mean + row, rstd + row, inp + off, w, b, C, eps, (int)(threadIdx.x & 31));
 }
 
 template <typename T>

@@ -3,13 +3,13 @@
  * which runs residual_forward then layernorm_forward; llm.c's fused residual
  * forward): one warp per row writes res = a + b, rounded to the stream's
  * type where it is stored, and normalises the stored values (as the CPU's
- * layernorm reads them), two passes over the row as layernorm.cu does (mean,
- * then squared deviations), reading back what the warp wrote (the row is
- * still in L1). Saves the separate layernorm's read of res from memory and a
+ * layernorm reads them) with layernorm.cu's row (layernorm_row.cuh), reading
+ * back what each lane wrote (the row is still in L1). Saves the separate layernorm's read of res from memory and a
  * launch. a fp32 (a branch's output), b, res and out of type t; res may
  * alias a in fp32 (each element is read before the same thread writes it). */
 #include "kernels/cuda/act.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/layernorm_row.cuh"
 
 #define RLN_ROWS_PER_BLOCK 8 /* warps per block */
 
@@ -20,26 +20,12 @@ __global__ void residual_layernorm_kernel(T *res, T *out, float *mean, float *rs
     int lane = threadIdx.x & 31;
     if (row >= N) return;
     size_t off = (size_t)row * C;
-    T *r = res + off, *o = out + off;
+    T *r = res + off;
     const float *ar = a + off;
     const T *br = b + off;
-    float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        act_store(r, c, ar[c] + act_load(br, c));
-        sum += act_load(r, c); /* the value as stored: rounded in bf16 */
-    }
-    float m = dtc_warp_sum(sum) / C;
-    float sq = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = act_load(r, c) - m;
-        sq += d * d;
-    }
-    float s = 1.0f / sqrtf(dtc_warp_sum(sq) / C + eps);
-    for (int c = lane; c < C; c += 32) act_store(o, c, (act_load(r, c) - m) * s * w[c] + bias[c]);
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = s;
-    }
+    for (int c = lane; c < C; c += 32) act_store(r, c, ar[c] + act_load(br, c));
+    /* the stored values (rounded in bf16), as the CPU's layernorm reads them */
+    dtc_layernorm_row(out + off, mean + row, rstd + row, (const T *)r, w, bias, C, eps, lane);
 }
 
 void cuda_residual_layernorm_forward(void *res, void *out, float *mean, float *rstd, const float *a, const void *b,

@@ -557,27 +557,17 @@ static void test_matmul_act16(int N, int IC, int OC, int with_bias, int pad, dt_
     dbuf16 di = dup_h(inp, ni, pad);
     dbuf16 dw = dup_h(w, nw, pad);
     dbuf db = dup_f(bias, (size_t)OC, pad);
-    if (out_t == DT_BF16) {
-        uint16_t *out = hrand16(no, 1.0f);
-        dbuf16 dout = dup_h(out, no, pad);
-        cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC, DT_BF16, DT_BF16);
-        gpu->matmul_forward(dout.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC, DT_BF16, DT_BF16);
-        snprintf(what, sizeof what, "matmul_forward bf16 -> bf16 N=%d IC=%d OC=%d%s%s (%s)", N, IC, OC,
-                 with_bias ? " +bias" : "", tag, mode);
-        expect16(what, &dout, out, no, TOL_ACT_BF16);
-        drop16(&dout);
-        free(out);
-    } else {
-        float *out = hrand(no, 1.0f);
-        dbuf dout = dup_f(out, no, pad);
-        cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC, DT_BF16, DT_F32);
-        gpu->matmul_forward(dout.p, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC, DT_BF16, DT_F32);
-        snprintf(what, sizeof what, "matmul_forward bf16 -> fp32 N=%d IC=%d OC=%d%s%s (%s)", N, IC, OC,
-                 with_bias ? " +bias" : "", tag, mode);
-        expect(what, &dout, out, no, TOL_GEMM);
-        drop(&dout);
-        free(out);
-    }
+    float *of = hrand(no, 1.0f);
+    void *out = out_t == DT_BF16 ? (void *)host16(of, no) : (void *)of, *obase;
+    void *dout = dup_padded(&obase, out, no, dt_dtype_size(out_t), pad);
+    cpu->matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC, DT_BF16, out_t);
+    gpu->matmul_forward(dout, di.p, dw.p, with_bias ? db.p : NULL, N, IC, OC, DT_BF16, out_t);
+    snprintf(what, sizeof what, "matmul_forward bf16 -> %s N=%d IC=%d OC=%d%s%s (%s)",
+             out_t == DT_BF16 ? "bf16" : "fp32", N, IC, OC, with_bias ? " +bias" : "", tag, mode);
+    expect_typed(what, dout, out, no, out_t, out_t == DT_BF16 ? TOL_ACT_BF16 : TOL_GEMM);
+    gpu->free(obase);
+    if (out != of) free(out);
+    free(of);
 
     float *g = hrand(no, 1.0f), *gi = hrand(ni, 1.0f), *gw = hrand(nw, 1.0f), *gb = hrand((size_t)OC, 1.0f);
     dbuf dg = dup_f(g, no, pad), dgi = dup_f(gi, ni, pad), dgw = dup_f(gw, nw, pad), dgb = dup_f(gb, (size_t)OC, pad);
