@@ -753,6 +753,47 @@ static void expect_lse(const char *what, const dbuf *d, const float *ref, size_t
     free(h);
 }
 
+/* attention_block_backward on both backends from the same final out, lse,
+ * q and kv (out, q, kv of type t: host hout, hq, hkv; device dout, dq, dkv;
+ * lse host and device), a random output gradient and random starts (it
+ * accumulates): dq and dkv within tol of the CPU's, and a second device call
+ * from the same starts giving the same bits (no atomics). The CPU's dq stays
+ * in *gq and the device's in *dgq (the caller drops them) for what follows. */
+static void block_backward_twin(const char *shape, double tol, const void *hout, const void *dout, const float *lse,
+                                const float *dlse, const void *hq, const void *hkv, const void *dq, const void *dkv,
+                                int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift, dt_dtype t,
+                                float **gq_out, dbuf *dgq_out) {
+    char what[280];
+    size_t no = (size_t)B * Ts * C, nq = (size_t)B * Ts * 3 * C, nkv = (size_t)B * Ts * 2 * C;
+    float *g = hrand(no, 1.0f), *gq = hrand(nq, 1.0f), *gkv = hrand(nkv, 1.0f);
+    float *gq0 = malloc(nq * sizeof(float)), *gkv0 = malloc(nkv * sizeof(float));
+    memcpy(gq0, gq, nq * sizeof(float));
+    memcpy(gkv0, gkv, nkv * sizeof(float));
+    dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
+    dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
+    cpu->attention_block_backward(gq, gkv, g, hout, lse, hq, hkv, B, Ts, Tq, Tk, C, NH, causal, shift, t);
+    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift, t);
+    snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
+    expect_added(what, &dgq, gq0, gq, nq, tol);
+    snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
+    expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
+    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift, t);
+    float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
+    CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
+          "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
+    free(r1); free(r2); free(s1); free(s2);
+    /* the k, v gradient added back into dqkv's columns, as the model does */
+    cpu->rows_copy(gq + C, 3 * C, gkv, 2 * C, B * Ts, 2 * C, 1, DT_F32);
+    gpu->rows_copy(dgq.p + C, 3 * C, dgkv.p, 2 * C, B * Ts, 2 * C, 1, DT_F32);
+    /* both sides already differ by the backward's rounding: its tolerance */
+    snprintf(what, sizeof what, "rows_copy (accumulate into the k, v columns of dqkv) %s", shape);
+    expect(what, &dgq, gq, nq, tol);
+    drop(&dg); drop(&dgkv); drop(&dgq2); drop(&dgkv2);
+    free(g); free(gkv); free(gq0); free(gkv0);
+    *gq_out = gq;
+    *dgq_out = dgq;
+}
+
 /* Blockwise attention (ops.h attention_block_*: the model's attention and
  * context parallelism's ring): a block of Tq queries against Tk keys inside
  * samples of Ts rows, a second block (the keys one block on, shift + Tk)
@@ -799,34 +840,13 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     /* backward alone: both sides from the CPU's merged out and lse */
     gpu->from_host(dout.p, out, no * sizeof(float));
     gpu->from_host(dlse.p, lse, nl * sizeof(float));
-    float *g = hrand(no, 1.0f), *gq = hrand(nq, 1.0f), *gkv = hrand(nkv, 1.0f);
-    float *gq0 = malloc(nq * sizeof(float)), *gkv0 = malloc(nkv * sizeof(float));
-    memcpy(gq0, gq, nq * sizeof(float));
-    memcpy(gkv0, gkv, nkv * sizeof(float));
-    dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
-    dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
-    cpu->attention_block_backward(gq, gkv, g, out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_F32);
-    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal,
-                                  shift, DT_F32);
-    snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
-    expect_added(what, &dgq, gq0, gq, nq, tol);
-    snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
-    expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
-    /* deterministic: a second call from the same start writes the same bits */
-    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal,
-                                  shift, DT_F32);
-    float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
-    CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
-          "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
-    free(r1); free(r2); free(s1); free(s2);
+    float *gq;
+    dbuf dgq;
+    block_backward_twin(shape, tol, out, dout.p, lse, dlse.p, q, kv, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift,
+                        DT_F32, &gq, &dgq);
     set_bf16(0);
-    cpu->rows_copy(gq + C, 3 * C, gkv, 2 * C, B * Ts, 2 * C, 1, DT_F32);
-    gpu->rows_copy(dgq.p + C, 3 * C, dgkv.p, 2 * C, B * Ts, 2 * C, 1, DT_F32);
-    /* both sides already differ by the backward's rounding: its tolerance */
-    expect("rows_copy (accumulate into the k, v columns of dqkv)", &dgq, gq, nq, tol);
-    drop(&dq); drop(&dkv); drop(&dout); drop(&dlse); drop(&dpout); drop(&dplse); drop(&dg); drop(&dgq); drop(&dgkv);
-    drop(&dgq2); drop(&dgkv2);
-    free(q); free(kv); free(out); free(lse); free(pout); free(plse); free(g); free(gq); free(gkv); free(gq0); free(gkv0);
+    drop(&dq); drop(&dkv); drop(&dout); drop(&dlse); drop(&dpout); drop(&dplse); drop(&dgq);
+    free(q); free(kv); free(out); free(lse); free(pout); free(plse); free(gq);
 }
 
 /* ---------------------------------------------------------------- attention, bf16 activations */
@@ -899,31 +919,15 @@ static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int 
     uint16_t *o16 = out_t == DT_BF16 ? (uint16_t *)out : host16(out, no);
     void *do16 = dup_bytes(o16, no * 2);
     gpu->from_host(dlse.p, lse, nl * sizeof(float));
-    float *g = hrand(no, 1.0f), *gq = hrand(nq, 1.0f), *gkv = hrand(nkv, 1.0f);
-    float *gq0 = malloc(nq * sizeof(float)), *gkv0 = malloc(nkv * sizeof(float));
-    memcpy(gq0, gq, nq * sizeof(float));
-    memcpy(gkv0, gkv, nkv * sizeof(float));
-    dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
-    dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
-    cpu->attention_block_backward(gq, gkv, g, o16, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_BF16);
-    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, do16, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift,
-                                  DT_BF16);
-    snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
-    expect_added(what, &dgq, gq0, gq, nq, tol);
-    snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
-    expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
-    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, do16, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift,
-                                  DT_BF16);
-    float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
-    CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
-          "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
-    free(r1); free(r2); free(s1); free(s2);
+    float *gq;
+    dbuf dgq;
+    block_backward_twin(shape, tol, o16, do16, lse, dlse.p, q, kv, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift,
+                        DT_BF16, &gq, &dgq);
     set_bf16(0);
     gpu->free(dq); gpu->free(dkv); gpu->free(dout); gpu->free(do16);
-    drop(&dlse); drop(&dg); drop(&dgq); drop(&dgkv); drop(&dgq2); drop(&dgkv2);
+    drop(&dlse); drop(&dgq);
     if (o16 != out) free(o16);
-    free(qf); free(kvf); free(of); free(lse); free(q); free(kv); free(out); free(out0);
-    free(g); free(gq); free(gkv); free(gq0); free(gkv0);
+    free(qf); free(kvf); free(of); free(lse); free(q); free(kv); free(out); free(out0); free(gq);
 }
 
 /* attention_forward / attention_backward (the naive attention) on bf16
