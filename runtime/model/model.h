@@ -316,8 +316,12 @@ typedef struct {
  * How the weights and gradients are held under bf16: each unit's parameter
  * buffer holds bf16 values. When the model computes a unit (after its
  * before() hook, so after any rebinding) it widens them into one fp32 working
- * copy the size of the largest unit, which the unit's tensors then point into;
- * the kernels compute in fp32 from exact bf16 values. With bf16 gradients the
+ * copy the size of the largest unit, which the unit's tensors then point into
+ * (the vectors and embeddings the ops read in fp32); the GEMMs read the weight
+ * matrices as the bf16 parameters themselves (model_internal.h unit_weight),
+ * and the activations are bf16 too (ops.h dt_dtype); the kernels compute in
+ * fp32 (or bf16 products with fp32 accumulation) from those exact bf16
+ * values. With bf16 gradients the
  * unit's backward accumulates its micro-batch gradient into an fp32 working
  * gradient (zeroed first), folded into the unit's bf16 gradients with one
  * rounding (acc_bf16) before its after(BACKWARD) hook: across micro-batches
