@@ -240,7 +240,11 @@ static void start_gather(dp_strategy *s, gather_slot *g, int unit)
     int rc = comm_all_gather_async(s->shard, gather_input(s, unit, g->buf), g->buf, unit_numel(s, unit),
                                    strat_dtype(x->pe), &g->req);
     strat_comm_done(x, t0, "fsdp all_gather of parameters (start)");
-    if (strat_fail(x, s->shard, rc, "fsdp all_gather of parameters") != COMM_OK) g->unit = -1;
+    /* a failed start leaves the slot holding `unit`, never valid: the unit's
+     * after() must still find it to unbind it (a slot bound to no unit would
+     * stay bound, and a later unit, the tied head's embedding in backward,
+     * would find every buffer taken) */
+    strat_fail(x, s->shard, rc, "fsdp all_gather of parameters");
 }
 
 /* The unit whose hooks come next in this phase on the same chunk, or -1. */
@@ -355,6 +359,7 @@ static void fsdp_after_update(dp_strategy *s)
         finish_gather(s, &s->slot[i]);
         s->slot[i].unit = -1;
         s->slot[i].valid = 0;
+        s->slot[i].bound = 0; /* between steps no unit computes */
     }
 }
 
