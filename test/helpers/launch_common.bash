@@ -28,8 +28,9 @@ build_kv_barrier() {
 
 # A TCP port free right now.
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 "$FREE_PORT_PY"
 }
+FREE_PORT_PY=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/free_port.py
 
 # wait_for COUNT_CMD WANT SECONDS: poll until the command prints WANT.
 wait_for() {

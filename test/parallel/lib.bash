@@ -41,8 +41,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # free_port: a TCP port free right now (for a second agent's rendezvous).
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+  python3 "$FREE_PORT_PY"
 }
+FREE_PORT_PY=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../helpers/free_port.py
 
 # one_line_exit STATUS WHAT ARGS...: `dtrun ARGS` (bad input to a
 # subcommand) exits STATUS with exactly one line on stderr.
