@@ -24,6 +24,7 @@
 #define EXIT_BARRIER "dtrun-agent-exit"
 #define EXIT_BARRIER_MS 300000   /* torchrun's exit_barrier_timeout */
 #define LEFT_KEY "dtrun-agent-left/"
+#define HOST_TRIES 20            /* binds of the endpoint port a local agent tries */
 
 static int ms(double seconds)
 {
@@ -56,6 +57,28 @@ static int host_is_local(const char *host, int *v6)
     }
     freeaddrinfo(res);
     return local;
+}
+
+/* Whether something listens on host:port now (a connection that is closed at
+ * once: the daemon drops it without a line). Only asked of a host of this
+ * machine, where a refusal comes at once. */
+static int someone_listens(const char *host, int port)
+{
+    struct addrinfo hints, *res = NULL;
+    char portstr[16];
+    memset(&hints, 0, sizeof hints);
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(portstr, sizeof portstr, "%d", port);
+    if (getaddrinfo(host, portstr, &hints, &res) != 0) return 0;
+    int up = 0;
+    for (struct addrinfo *a = res; a && !up; a = a->ai_next) {
+        int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        up = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    return up;
 }
 
 /* A port nobody listens on now, for MASTER_PORT: PyTorch's rank 0 creates its
@@ -133,7 +156,21 @@ int agent_rdzv_setup(agent *ag, char *err, size_t errlen)
              * wildcard, because the host's own name may resolve to 127.0.1.1
              * here while the other nodes reach it on its network address. */
             const char *listen = is_loopback_literal(o->rdzv_host) ? o->rdzv_host : v6 ? "::" : "0.0.0.0";
-            ag->server = start_server(ag, listen, o->rdzv_port, why, sizeof why);
+            /* Two agents of one machine may both bind the port before either
+             * listens, and then neither may listen: libuv binds with
+             * SO_REUSEADDR, and Linux refuses listen() while another socket
+             * holds the port that way (seen as both agents joining a daemon
+             * nobody ran). So on "in use" with nobody listening yet, try again
+             * after a random pause, which one of the two wins. */
+            for (int tries = 0;; tries++) {
+                ag->server = start_server(ag, listen, o->rdzv_port, why, sizeof why);
+                if (ag->server || !strstr(why, "in use") || tries == HOST_TRIES - 1 ||
+                    someone_listens(o->rdzv_host, o->rdzv_port))
+                    break;
+                uint32_t r = 0;
+                if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) r = (uint32_t)getpid() * 2654435761u;
+                usleep(20000 + r % 100000); /* 20-120 ms */
+            }
             if (!ag->server && want == 1) {
                 snprintf(err, errlen, "--rdzv-conf is_host=true: %s", why);
                 return -1;
