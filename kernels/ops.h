@@ -39,6 +39,12 @@ typedef enum { DT_F32 = 0, DT_BF16 = 1 } dt_dtype;
 /* Bytes of one element. */
 static inline size_t dt_dtype_size(dt_dtype t) { return t == DT_BF16 ? 2 : 4; }
 
+/* p advanced by n elements of type t (NULL stays NULL). */
+static inline void *dt_at(const void *p, size_t n, dt_dtype t)
+{
+    return p ? (char *)p + n * dt_dtype_size(t) : NULL;
+}
+
 /* AdamW's per-step scalars where ops read them at run time (adamw_multi_dev,
  * adamw_mixed_multi_dev: device memory on cuda, host memory on cpu), so that a
  * step replayed as a graph takes a new learning rate without being recorded

@@ -24,8 +24,8 @@ int model_head_chunk_rows(const job_model *spec)
 
 void model_vocab_head_logits(const dt_ops *ops, const model_vocab_head *h, int r0, int n)
 {
-    size_t at = (size_t)r0 * (size_t)h->C * dt_dtype_size(h->t);
-    ops->matmul_forward(h->logits, (const char *)h->x + at, h->wte, NULL, n, h->C, h->V_l, h->t, DT_F32);
+    ops->matmul_forward(h->logits, dt_at(h->x, (size_t)r0 * (size_t)h->C, h->t), h->wte, NULL, n, h->C, h->V_l,
+                        h->t, DT_F32);
 }
 
 void model_vocab_head_stats_local(const dt_ops *ops, const model_vocab_head *h)
@@ -51,7 +51,7 @@ void model_vocab_head_backward_local(const dt_ops *ops, const model_vocab_head *
         model_vocab_head_logits(ops, h, r0, n);
         ops->xent_backward(h->logits, h->logits, h->rowmax + r, h->sumexp + r, h->targets + r, h->dloss + r,
                            h->v0, n, Vl);
-        ops->matmul_backward(h->dx + r * (size_t)C, h->dwte, NULL, h->logits,
-                             (const char *)h->x + r * (size_t)C * dt_dtype_size(h->t), h->wte, n, C, Vl, h->t);
+        ops->matmul_backward(h->dx + r * (size_t)C, h->dwte, NULL, h->logits, dt_at(h->x, r * (size_t)C, h->t),
+                             h->wte, n, C, Vl, h->t);
     }
 }

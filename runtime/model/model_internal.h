@@ -123,10 +123,7 @@ static inline void model_gelu_backward(const model *m, float *dinp, const void *
                                                                                            m->act);
 }
 /* p advanced by n elements of the activations' type */
-static inline void *act_at(const model *m, const void *p, size_t n)
-{
-    return p ? (char *)p + n * dt_dtype_size(m->act) : NULL;
-}
+static inline void *act_at(const model *m, const void *p, size_t n) { return dt_at(p, n, m->act); }
 static inline float model_norm_eps(const model *m) { return (float)job_model_norm_eps(&m->spec); }
 
 /* The plain local layers (no tensor parallelism), computing on m->ops. */

@@ -97,9 +97,6 @@ static void check_fits(const cp_ring *g, int B, int T, int C, int NH)
     abort();
 }
 
-/* p advanced by n elements of type t */
-static const void *at(const void *p, size_t n, dt_dtype t) { return (const char *)p + n * dt_dtype_size(t); }
-
 /* kv (the activations' type t) travels in the first half of a buffer; the
  * second half (fp32) carries its gradient in backward, and in forward under
  * bf16 the result's fp32 accumulator (buf[0]'s: it stays put while the
@@ -115,7 +112,7 @@ static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, co
     size_t half = g->cap_rows * 2 * g->cap_cols;
     float *lse = lse_v, *out = t == DT_F32 ? (float *)out_t : g->buf[0] + half;
     float *cur = g->buf[0], *nxt = g->buf[1];
-    ops->rows_copy(cur, C2, at(qkv, (size_t)C, t), C3, N, C2, 0, t);
+    ops->rows_copy(cur, C2, dt_at(qkv, (size_t)C, t), C3, N, C2, 0, t);
     int init[2] = {0, 0}; /* the result rows of each local chunk hold a first block */
     for (int i = 0; i < g->size; i++) {
         int s = (g->rank - i + g->size) % g->size;
@@ -126,7 +123,7 @@ static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, co
         for (int k = 0; k < nb; k++) {
             const cp_block *b = &blk[k];
             int h = b->q_row == 0 ? 0 : 1;
-            const void *q = at(qkv, (size_t)b->q_row * C3, t), *kv = at(cur, (size_t)b->k_row * C2, t);
+            const void *q = dt_at(qkv, (size_t)b->q_row * C3, t), *kv = dt_at(cur, (size_t)b->k_row * C2, t);
             if (!init[h]) {
                 ops->attention_block_forward(out + (size_t)b->q_row * C, lse + b->q_row, q, kv, B, T, b->q_rows,
                                              b->k_rows, C, NH, b->causal, b->shift, t, DT_F32);
@@ -156,7 +153,7 @@ static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *d
     const float *lse = lse_v;
     size_t N = (size_t)B * (size_t)T, C2 = 2 * (size_t)C, C3 = 3 * (size_t)C, half = g->cap_rows * C2;
     float *cur = g->buf[0], *nxt = g->buf[1];
-    ops->rows_copy(cur, (int)C2, at(qkv, (size_t)C, t), (int)C3, (int)N, (int)C2, 0, t);
+    ops->rows_copy(cur, (int)C2, dt_at(qkv, (size_t)C, t), (int)C3, (int)N, (int)C2, 0, t);
     ops->zero(cur + half, N * C2 * sizeof(float));
     for (int i = 0; i < g->size; i++) {
         int s = (g->rank - i + g->size) % g->size;
@@ -167,9 +164,9 @@ static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *d
         for (int k = 0; k < nb; k++) {
             const cp_block *b = &blk[k];
             ops->attention_block_backward(dqkv + (size_t)b->q_row * C3, cur + half + (size_t)b->k_row * C2,
-                                          dout + (size_t)b->q_row * C, at(out, (size_t)b->q_row * C, t),
-                                          lse + b->q_row, at(qkv, (size_t)b->q_row * C3, t),
-                                          at(cur, (size_t)b->k_row * C2, t), B, T, b->q_rows, b->k_rows, C, NH,
+                                          dout + (size_t)b->q_row * C, dt_at(out, (size_t)b->q_row * C, t),
+                                          lse + b->q_row, dt_at(qkv, (size_t)b->q_row * C3, t),
+                                          dt_at(cur, (size_t)b->k_row * C2, t), B, T, b->q_rows, b->k_rows, C, NH,
                                           b->causal, b->shift, t);
         }
         xfer_wait(g, &x, "cp ring: kv (backward)");

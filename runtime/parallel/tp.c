@@ -155,15 +155,9 @@ static void column_rows(const tp_group *g, void *act, void *out, const void *x, 
                         int r0, int n, int IC, int OC, dt_dtype t)
 {
     if (n <= 0) return;
-    size_t o = (size_t)r0 * (size_t)OC * dt_dtype_size(t);
-    if (act) g->ops->matmul_gelu_forward((char *)act + o, (char *)out + o, x, w, b, n, IC, OC, t);
-    else g->ops->matmul_forward((char *)out + o, x, w, b, n, IC, OC, t, t);
-}
-
-/* Row r of an [N, C] tensor of type t. */
-static const void *row_at(const void *x, int r, int C, dt_dtype t)
-{
-    return (const char *)x + (size_t)r * (size_t)C * dt_dtype_size(t);
+    size_t o = (size_t)r0 * (size_t)OC;
+    if (act) g->ops->matmul_gelu_forward(dt_at(act, o, t), dt_at(out, o, t), x, w, b, n, IC, OC, t);
+    else g->ops->matmul_forward(dt_at(out, o, t), x, w, b, n, IC, OC, t, t);
 }
 
 /* Under SP with parallel.tp_split > 1 the input is gathered from every
@@ -192,9 +186,9 @@ static void column_any_forward(const tp_group *g, void *act, void *out, const vo
     void *gathering = gather_rows_start(g, in_rows, full, nc, t);
     if (early) column_rows(g, act, out, in_rows, w, b, r0, R, IC, OC, t);
     const void *in = gather_rows_finish(g, gathering, in_rows, full, nc, t);
-    if (!early) column_rows(g, act, out, row_at(in, r0, IC, t), w, b, r0, R, IC, OC, t);
+    if (!early) column_rows(g, act, out, dt_at(in, (size_t)r0 * (size_t)IC, t), w, b, r0, R, IC, OC, t);
     column_rows(g, act, out, in, w, b, 0, r0, IC, OC, t);
-    column_rows(g, act, out, row_at(in, r1, IC, t), w, b, r1, N - r1, IC, OC, t);
+    column_rows(g, act, out, dt_at(in, (size_t)r1 * (size_t)IC, t), w, b, r1, N - r1, IC, OC, t);
 }
 
 static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const void *w, const float *b,
@@ -279,7 +273,8 @@ static void row_forward(void *ctx, float *out_rows, void *full, const void *in, 
         if (n == 0) continue;
         for (int j = 0; j < size; j++) {
             size_t at = apart ? step_at + (size_t)j * (size_t)n * oc : ((size_t)j * (size_t)R + (size_t)r0) * oc;
-            g->ops->matmul_forward(partial + at, row_at(in, j * R + r0, IC, t), w, bias, n, IC, OC, t, DT_F32);
+            g->ops->matmul_forward(partial + at, dt_at(in, (size_t)(j * R + r0) * (size_t)IC, t), w, bias, n, IC, OC, t,
+                                   DT_F32);
         }
         if (apart) summing[s] = reduce_sum_start_at(g, partial + step_at, out_rows + (size_t)r0 * oc, step_nc, step_at);
     }
