@@ -39,8 +39,11 @@ void agent_rdzv_joined(agent *ag)
     ag->state = AGENT_RUNNING;
     agent_rdzv_watch(ag);
     char err[1024];
-    if (agent_spawn_workers(ag, err, sizeof err) != 0) {
+    /* A port taken before spawn: this node does not restart, so the others must not either. */
+    int port_taken = agent_check_master_port(ag, err, sizeof err) != 0;
+    if (port_taken || agent_spawn_workers(ag, err, sizeof err) != 0) {
         fprintf(stderr, "dtrun: %s\n", err);
+        if (port_taken) strncat(err, AGENT_NO_RESTART_MARK, sizeof err - strlen(err) - 1);
         if (ag->session) rdzv_session_report_failure(ag->session, err);
         ag->first_failed = -1;
         agent_stop_workers(ag, STOP_SPAWN_FAILED, SIGKILL);

@@ -122,6 +122,9 @@ void agent_rdzv_watch(agent *ag);         /* start polling the session's events 
 void agent_rdzv_unwatch(agent *ag);
 void agent_rdzv_exit_barrier_async(agent *ag); /* calls agent_finish when done */
 void agent_rdzv_teardown(agent *ag);
+/* A program launch on node 0: 0 when MASTER_PORT is free on this machine, else
+ * -1 with one line naming what listens there (before any worker starts). */
+int agent_check_master_port(agent *ag, char *err, size_t errlen);
 
 /* agent_spawn.c */
 int agent_spawn_workers(agent *ag, char *err, size_t errlen);
