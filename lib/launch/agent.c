@@ -127,6 +127,8 @@ void agent_round_maybe_over(agent *ag)
     case STOP_NONE:
         break;
     }
+    if (ag->stop_reason == STOP_WORKER_FAILED && ag->first_failed >= 0)
+        agent_error_file_to_parent(ag, &ag->workers[ag->first_failed], code);
     free_round(ag);
     agent_finish(ag, code);
 }
@@ -210,6 +212,7 @@ int agent_run(const launch_opts *o, const char *file, char *const *argv)
         uv_run(&ag->loop, UV_RUN_NOWAIT);
         uv_loop_close(&ag->loop);
     }
+    agent_error_files_remove(ag);
     agent_watchdog_finish(ag);
     free(ag);
     fflush(stdout);

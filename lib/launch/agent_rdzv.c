@@ -298,6 +298,7 @@ static void on_session_event(uv_poll_t *p, int status, int events)
             fprintf(stderr, "dtrun: workers on this node finished; then: %s\n", ev.message);
             fflush(NULL);
             agent_rdzv_teardown(ag);
+            agent_error_files_remove(ag);
             _exit(DT_EXIT_OK);
         }
         if (ag->state == AGENT_RUNNING) {
