@@ -96,6 +96,7 @@ struct agent {
     agent_state state;
     agent_stop_reason stop_reason;
     int stop_signal;           /* the signal that stopped dtrun, for STOP_SIGNAL */
+    int passed_signal;         /* the last SIGUSR1/SIGUSR2 passed on to the workers; 0 none */
     int stopped;               /* workers still running when the group was stopped */
     int first_failed;          /* index into workers, -1 none */
     int first_exit_status;     /* of the first worker seen failing (the peer of a hung one) */

@@ -118,6 +118,16 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
     ag->nrunning--;
     w->term_signal = term_signal;
     w->exit_status = term_signal ? 128 + term_signal : (int)(exit_status & 0xff);
+    if (term_signal && term_signal == ag->passed_signal && ag->state == AGENT_RUNNING) {
+        /* A program without a handler for the SIGUSR1 dtrun passed on (Slurm's
+         * warning before the time limit) dies of it: the workers were asked
+         * to stop, so stop them all, as for SIGTERM, and restart nothing. */
+        fprintf(stderr, "dtrun: rank %d died of %s, which dtrun passed on to the workers (it has no handler for "
+                "it): stopping the others; no restart\n", w->rank, agent_signal_name(term_signal));
+        ag->stop_signal = term_signal;
+        agent_stop_workers(ag, STOP_SIGNAL, SIGTERM);
+        return;
+    }
     if (w->exit_status != 0 && ag->first_failed < 0 && ag->state == AGENT_RUNNING) {
         /* The first failure while the group ran is the root cause; what dies
          * after we stopped the group only follows from it. */
@@ -228,6 +238,7 @@ static void on_signal(uv_signal_t *h, int sig)
     agent *ag = h->data;
     if (sig == SIGUSR1 || sig == SIGUSR2) {
         /* e.g. Slurm's --signal=USR1@60 before preemption: the workers decide. */
+        ag->passed_signal = sig;
         agent_kill_all(ag, sig);
         return;
     }
