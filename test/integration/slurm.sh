@@ -19,7 +19,11 @@
 #     alone, as B: does): the built-in trainer saves a checkpoint and stops,
 #     the script requeues the job, and its next run, the same command, resumes
 #     from the saved step and finishes: one job id, Restarts=1, COMPLETED 0:0,
-#     both runs in the one output file.
+#     both runs in the one output file;
+#  5. the same from Slurm itself: with --time=1 (SBATCH_TIMELIMIT=1) the
+#     script's --signal=B:USR1@60 comes within about 30 s, reaches the script
+#     and, through srun and the agents, 4 workers that trap it; the job is
+#     requeued.
 # Needs root (slurmd, munged). Adds "127.0.0.1 n1 n2" to /etc/hosts when those
 # names do not resolve; nothing else outside its temp dir is changed.
 source "$(dirname "$0")/../helpers/launch_common.bash"
@@ -219,4 +223,30 @@ steps = [r["step"] for r in rows if "loss" in r]
 assert steps[-1] == 120 and steps.index(saved + 1) > steps.index(saved), steps
 PY
 echo "ok: SIGUSR1 saved step $saved, the job was requeued, its second run resumed from step $saved and finished step 120"
+
+# 5. The script's own --signal=B:USR1@60 at a real time limit: with a limit of
+# one minute (SBATCH_TIMELIMIT=1, the override this case needs) Slurm sends it
+# within its check interval (about 30 s). Workers that trap SIGUSR1 and exit 0
+# get it through the script, srun and their agent, and the job is requeued.
+cat >"$T/usr1-worker.sh" <<'EOF'
+trap 'echo "got USR1"; exit 0' USR1
+echo ready
+sleep 300 &
+wait
+echo "wait returned"
+EOF
+s=$(date +%s%N)
+SBATCH_TIMELIMIT=1 submit -- sh "$T/usr1-worker.sh" $MARK
+out=$(out_of "$JOB")
+for i in $(seq 1 900); do
+  sl scontrol show job -o "$JOB" 2>/dev/null | grep -q ' Restarts=1 ' && break
+  sleep 0.1
+done
+sl scontrol show job -o "$JOB" 2>/dev/null | grep -q ' Restarts=1 ' || sfail "job $JOB (--time=1): not requeued within 90 s" "$JOB"
+secs=$(( $(ms $s) / 1000 ))
+sl scancel "$JOB" # its second run would be signalled and requeued again
+grep -q "^train.sbatch: SIGUSR1 (the time limit is near)" "$out" || sfail "the script did not get SIGUSR1 from Slurm" "$JOB"
+[ "$(grep -c '^\[default/[0-3]\]:got USR1$' "$out")" = 4 ] || sfail "not every worker got SIGUSR1" "$JOB"
+grep -q "^train.sbatch: requeueing job $JOB; " "$out" || sfail "the script did not requeue" "$JOB"
+echo "ok: Slurm's own SIGUSR1 (--signal=B:USR1@60, --time=1) reached the script and the 4 workers; requeued after $secs s"
 echo "($(ms $t0) ms in all)"
