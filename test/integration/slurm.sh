@@ -20,10 +20,14 @@
 #     the script requeues the job, and its next run, the same command, resumes
 #     from the saved step and finishes: one job id, Restarts=1, COMPLETED 0:0,
 #     both runs in the one output file;
-#  5. the same from Slurm itself: with --time=1 (SBATCH_TIMELIMIT=1) the
-#     script's --signal=B:USR1@60 comes within about 30 s, reaches the script
+#  5. the same from Slurm itself: with --time=2 (SBATCH_TIMELIMIT=2) the
+#     script's --signal=B:USR1@60 comes 60 to 90 s after the start (this job
+#     runs beside the others), reaches the script
 #     and, through srun and the agents, 4 workers that trap it; the job is
-#     requeued.
+#     requeued;
+#  6. a signal srun passes on reaches every process of the step (Slurm's
+#     process tracking), the workers' own children and dtrun's watchdogs too:
+#     the watchdogs outlive SIGUSR1, and the job goes on.
 # Needs root (slurmd, munged). Adds "127.0.0.1 n1 n2" to /etc/hosts when those
 # names do not resolve; nothing else outside its temp dir is changed.
 source "$(dirname "$0")/../helpers/launch_common.bash"
@@ -105,6 +109,21 @@ check_meta() {
     sfail "job $id: no rendezvous round of 2 nodes and world size 4" "$id"
 }
 
+# 5 (submitted first, checked after 4 and 6). The script's own
+# --signal=B:USR1@60 at a real time limit: with a limit of two minutes
+# (SBATCH_TIMELIMIT=2, the override this case needs) Slurm sends it 60 to 90 s
+# after the start (it looks every 30 s), when the workers are long up; they
+# trap SIGUSR1 and exit 0, and the script requeues. No $MARK on these workers:
+# the other cases count theirs meanwhile (the cluster's stop ends these).
+cat >"$T/usr1-worker.sh" <<'EOF'
+trap 'echo "got USR1"; exit 0' USR1
+echo ready
+while :; do sleep 0.1; done # Slurm signals the sleep too (case 6): the loop outlives it
+EOF
+s5=$(date +%s%N)
+SBATCH_TIMELIMIT=2 submit -- bash "$T/usr1-worker.sh"
+JOB5=$JOB
+
 # 1. Every rank prints what it was given, then all 4 meet at a KV barrier.
 s=$(date +%s%N)
 submit -- sh -c "echo rank=\$RANK world=\$WORLD_SIZE group=\$GROUP_RANK local=\$LOCAL_RANK node=\$SLURMD_NODENAME; exec $T/kv_barrier slurm 20 # $MARK"
@@ -112,7 +131,7 @@ wait_job "$JOB" 60
 out=$(out_of "$JOB")
 echo "job $JOB (2 nodes x 2 workers): $STATE, exit code $EXIT, $(ms $s) ms from sbatch to the end"
 [ -s "$out" ] || sfail "job $JOB wrote no $out (the script's --output=%x-%j.out in the submit directory)" "$JOB"
-[ "$(ls "$SUBMIT")" = "dtrun-$JOB.out" ] || sfail "the submit directory holds $(ls "$SUBMIT" | tr '\n' ' '), want dtrun-$JOB.out only" "$JOB"
+[ ! -e "$SUBMIT/runs" ] || sfail "a runs/ folder appeared in the submit directory" "$JOB"
 check_meta "$JOB"
 for r in 0 1 2 3; do
   g=$((r / 2)) l=$((r % 2))
@@ -224,29 +243,51 @@ assert steps[-1] == 120 and steps.index(saved + 1) > steps.index(saved), steps
 PY
 echo "ok: SIGUSR1 saved step $saved, the job was requeued, its second run resumed from step $saved and finished step 120"
 
-# 5. The script's own --signal=B:USR1@60 at a real time limit: with a limit of
-# one minute (SBATCH_TIMELIMIT=1, the override this case needs) Slurm sends it
-# within its check interval (about 30 s). Workers that trap SIGUSR1 and exit 0
-# get it through the script, srun and their agent, and the job is requeued.
-cat >"$T/usr1-worker.sh" <<'EOF'
-trap 'echo "got USR1"; exit 0' USR1
+# 6. What srun passes on, Slurm sends to every process of the step (its
+# process tracking), not only to the agents: a worker's child in a session of
+# its own gets SIGUSR1 too, and so does each agent's watchdog, which must
+# outlive it (it kills what the workers leave behind once the agent ends).
+# Here the workers trap SIGUSR1 and go on: the job goes on.
+cat >"$T/usr1-goes-on.sh" <<'EOF'
+trap 'echo "got USR1"' USR1
+setsid bash -c 'trap "echo child got USR1" USR1; while :; do sleep 0.1; done' &
 echo ready
-sleep 300 &
-wait
-echo "wait returned"
+while :; do sleep 0.1; done
 EOF
-s=$(date +%s%N)
-SBATCH_TIMELIMIT=1 submit -- sh "$T/usr1-worker.sh" $MARK
+watchdogs() { # JOB: the watchdogs of that job's agents
+  local p
+  for p in $(pgrep -f -- "--dtrun-watchdog"); do
+    grep -qzx "SLURM_CONF=$SLURM_CONF_FILE" "/proc/$p/environ" 2>/dev/null &&
+      grep -qzx "SLURM_JOB_ID=$1" "/proc/$p/environ" 2>/dev/null && echo "$p"
+  done
+}
+submit -- bash "$T/usr1-goes-on.sh" $MARK
 out=$(out_of "$JOB")
-for i in $(seq 1 900); do
-  sl scontrol show job -o "$JOB" 2>/dev/null | grep -q ' Restarts=1 ' && break
+for i in $(seq 1 300); do [ "$(grep -c '^\[default/[0-3]\]:ready$' "$out" 2>/dev/null)" = 4 ] && break; sleep 0.1; done
+[ "$(grep -c '^\[default/[0-3]\]:ready$' "$out")" = 4 ] || sfail "4 workers were not ready in 30 s" "$JOB"
+before=$(watchdogs "$JOB" | wc -l)
+[ "$before" = 2 ] || sfail "$before watchdogs, want 2 (one per agent)" "$JOB"
+sl scancel --signal=USR1 "$JOB" || sfail "scancel --signal=USR1 $JOB failed" "$JOB"
+for i in $(seq 1 100); do [ "$(grep -c '^\[default/[0-3]\]:child got USR1$' "$out")" = 4 ] && break; sleep 0.1; done
+[ "$(grep -c '^\[default/[0-3]\]:child got USR1$' "$out")" = 4 ] || sfail "Slurm did not signal the workers' own children" "$JOB"
+[ "$(grep -c '^\[default/[0-3]\]:got USR1$' "$out")" -ge 4 ] || sfail "not every worker got SIGUSR1" "$JOB"
+sleep 1
+after=$(watchdogs "$JOB" | wc -l)
+sl scontrol show job -o "$JOB" | grep -q 'JobState=RUNNING' || sfail "the job did not go on after SIGUSR1" "$JOB"
+sl scancel "$JOB"
+[ "$after" = 2 ] || sfail "$after of 2 watchdogs left after Slurm's SIGUSR1 reached every process" "$JOB"
+echo "ok: Slurm's SIGUSR1 reaches every process of the step; the job goes on and both watchdogs live"
+# 5, checked: the job submitted first got Slurm's SIGUSR1 and was requeued.
+out=$(out_of "$JOB5")
+for i in $(seq 1 1500); do
+  sl scontrol show job -o "$JOB5" 2>/dev/null | grep -q ' Restarts=1 ' && break
   sleep 0.1
 done
-sl scontrol show job -o "$JOB" 2>/dev/null | grep -q ' Restarts=1 ' || sfail "job $JOB (--time=1): not requeued within 90 s" "$JOB"
-secs=$(( $(ms $s) / 1000 ))
-sl scancel "$JOB" # its second run would be signalled and requeued again
-grep -q "^train.sbatch: SIGUSR1 (the time limit is near)" "$out" || sfail "the script did not get SIGUSR1 from Slurm" "$JOB"
-[ "$(grep -c '^\[default/[0-3]\]:got USR1$' "$out")" = 4 ] || sfail "not every worker got SIGUSR1" "$JOB"
-grep -q "^train.sbatch: requeueing job $JOB; " "$out" || sfail "the script did not requeue" "$JOB"
-echo "ok: Slurm's own SIGUSR1 (--signal=B:USR1@60, --time=1) reached the script and the 4 workers; requeued after $secs s"
+secs=$(( $(ms $s5) / 1000 ))
+sl scontrol show job -o "$JOB5" 2>/dev/null | grep -q ' Restarts=1 ' || sfail "job $JOB5 (--time=2): not requeued $secs s after sbatch" "$JOB5"
+sl scancel "$JOB5" # its second run would be signalled and requeued again
+grep -q "^train.sbatch: SIGUSR1 (the time limit is near)" "$out" || sfail "the script did not get SIGUSR1 from Slurm" "$JOB5"
+[ "$(grep -c '^\[default/[0-3]\]:got USR1$' "$out")" = 4 ] || sfail "not every worker got SIGUSR1" "$JOB5"
+grep -q "^train.sbatch: requeueing job $JOB5; " "$out" || sfail "the script did not requeue" "$JOB5"
+echo "ok: Slurm's own SIGUSR1 (--signal=B:USR1@60, --time=2) reached the script and the 4 workers; requeued $secs s after sbatch"
 echo "($(ms $t0) ms in all)"
