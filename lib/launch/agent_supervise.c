@@ -196,7 +196,10 @@ void agent_describe_root_cause(const agent *ag, char *buf, size_t n)
     }
     const agent_worker *w = &ag->workers[ag->first_failed];
     char how[320];
-    describe_exit(w, how, sizeof how);
+    if (w->hung) /* the agent's SIGKILL is not the cause: the rank had stopped answering */
+        snprintf(how, sizeof how, "stopped answering (its process was stopped) and dtrun killed it");
+    else
+        describe_exit(w, how, sizeof how);
     snprintf(buf, n, "rank %d %s", w->rank, how);
 }
 
