@@ -10,6 +10,7 @@
 #include "lib/launch/agent_impl.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -224,6 +225,34 @@ int agent_rdzv_setup(agent *ag, char *err, size_t errlen)
     return 0;
 }
 
+/* Whether port can be bound on every address, IPv4 and IPv6, with SO_REUSEADDR:
+ * false when some socket listens on it. */
+static int port_bindable(int port)
+{
+    struct sockaddr_in a4;
+    struct sockaddr_in6 a6;
+    memset(&a4, 0, sizeof a4);
+    memset(&a6, 0, sizeof a6);
+    a4.sin_family = AF_INET;
+    a4.sin_port = htons((uint16_t)port);
+    a6.sin6_family = AF_INET6;
+    a6.sin6_port = htons((uint16_t)port);
+    a6.sin6_addr = in6addr_any;
+    const struct sockaddr *addrs[2] = {(const struct sockaddr *)&a4, (const struct sockaddr *)&a6};
+    socklen_t lens[2] = {sizeof a4, sizeof a6};
+    for (int i = 0; i < 2; i++) {
+        int fd = socket(addrs[i]->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue; /* no IPv6 here */
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (i == 1) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        int busy = bind(fd, addrs[i], lens[i]) != 0 && errno == EADDRINUSE;
+        close(fd);
+        if (busy) return 0;
+    }
+    return 1;
+}
+
 int agent_check_master_port(agent *ag, char *err, size_t errlen)
 {
     const launch_opts *o = ag->o;
@@ -232,6 +261,9 @@ int agent_check_master_port(agent *ag, char *err, size_t errlen)
     if (o->job_path || ag->res.node_rank != 0 || (o->master_addr[0] && !host_is_local(o->master_addr, &v6)))
         return 0;
     int port = o->master_port ? o->master_port : ag->res.master_port;
+    /* Cheap first (a program launch's latency counts): a bind that a listener
+     * refuses even with SO_REUSEADDR, as PyTorch's store binds; /proc only then. */
+    if (port_bindable(port)) return 0;
     port_holder h;
     if (!port_holder_find(port, &h)) return 0;
     char holder[160];
