@@ -221,8 +221,8 @@ for i in $(seq 1 300); do
   sleep 0.1
 done
 sl scontrol show job -o "$JOB" 2>/dev/null | grep -q ' Restarts=1 ' || sfail "job $JOB was not requeued within 30 s of SIGUSR1" "$JOB"
-saved=$(sed -n 's/.*SIGUSR1: stopped at step \([0-9]*\) with a checkpoint in .*/\1/p' "$out" | head -1)
-[ -n "$saved" ] && [ "$saved" -ge 10 ] && [ "$saved" -lt 120 ] || sfail "no 'SIGUSR1: stopped at step N with a checkpoint' line (N >= 10)" "$JOB"
+saved=$(sed -n 's/^\[default\/0\]:dtrun: .*: stopped at step \([0-9]*\) with a checkpoint in .*/\1/p' "$out" | head -1)
+[ -n "$saved" ] && [ "$saved" -ge 10 ] && [ "$saved" -lt 120 ] || sfail "rank 0 printed no '...: stopped at step N with a checkpoint' line (N >= 10)" "$JOB"
 [ -d "$T/ck/step_$(printf %06d "$saved")" ] || sfail "no checkpoint of step $saved in $T/ck" "$JOB"
 grep -q "^train.sbatch: requeueing job $JOB; " "$out" || sfail "the script did not say it requeues" "$JOB"
 echo "job $JOB: SIGUSR1 -> checkpoint of step $saved, requeued ($(ms $s) ms since sbatch)"
