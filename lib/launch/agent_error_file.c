@@ -10,7 +10,7 @@
  *
  * The files live beside the worker's logs under --log-dir
  * (DIR/RUN_ID/attempt_N/RANK/error.json), else in a private directory under
- * $TMPDIR (the same layout) that the agent removes at its end. When dtrun itself
+ * $TMPDIR (attempt_N.rank_RANK.json) that the agent removes at its end. When dtrun itself
  * runs with TORCHELASTIC_ERROR_FILE set (under another elastic agent), the root
  * cause's file is copied there with its errorCode at the end of a failed job,
  * as torchrun's own @record does. The built-in trainer reports its errors in one
@@ -49,6 +49,13 @@ int agent_error_file_prepare(agent *ag, agent_worker *w, char *err, size_t errle
     if (!ag->error_root[0]) {
         if (ag->log_root[0]) snprintf(ag->error_root, sizeof ag->error_root, "%s", ag->log_root);
         else if (make_temp_root(ag, err, errlen) != 0) return -1;
+    }
+    if (ag->error_root_temp) {
+        /* One fresh directory, flat: no directory per worker to make and remove
+         * on every launch (a file system's metadata is slow on a busy machine). */
+        snprintf(w->error_file, sizeof w->error_file, "%s/attempt_%d.rank_%d.json", ag->error_root, ag->attempt,
+                 w->rank);
+        return 0;
     }
     char dir[AGENT_LOG_PATH_MAX];
     snprintf(dir, sizeof dir, "%s/attempt_%d/%d", ag->error_root, ag->attempt, w->rank);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # torchrun parity for programs (issue 25.11):
 #  - every worker of a program gets TORCHELASTIC_ERROR_FILE, a file of its own
-#    (DIR/RUN_ID/attempt_N/RANK/error.json under --log-dir, else a private temp
-#    dir that is gone when dtrun returns);
+#    (DIR/RUN_ID/attempt_N/RANK/error.json under --log-dir, else
+#    attempt_N.rank_RANK.json in a private temp dir gone when dtrun returns);
 #  - a worker that writes an error there in PyTorch's format (what @record
 #    writes) and fails: the root-cause line quotes the traceback's last line,
 #    and so do the restart reason and dtrun's own TORCHELASTIC_ERROR_FILE (with
@@ -19,7 +19,7 @@ export TMPDIR=$T/tmp
 # 1. One file per worker; none left in TMPDIR; beside the logs under --log-dir.
 "$DTRUN" --nproc-per-node=2 -- sh -c 'echo "ef=$TORCHELASTIC_ERROR_FILE"' $MARK >"$T/out" 2>"$T/err" || { cat "$T/err"; fail "run 1"; }
 for r in 0 1; do
-  grep -Eqx "\[default/$r\]:ef=$T/tmp/dtrun-errors-[A-Za-z0-9]{6}/attempt_0/$r/error.json" "$T/out" || { cat "$T/out"; fail "rank $r: TORCHELASTIC_ERROR_FILE"; }
+  grep -Eqx "\[default/$r\]:ef=$T/tmp/dtrun-errors-[A-Za-z0-9]{6}/attempt_0.rank_$r.json" "$T/out" || { cat "$T/out"; fail "rank $r: TORCHELASTIC_ERROR_FILE"; }
 done
 [ -z "$(ls -A "$T/tmp")" ] || fail "left in TMPDIR: $(ls "$T/tmp")"
 "$DTRUN" --nproc-per-node=1 --log-dir="$T/logs" --rdzv-id=myrun -- sh -c 'echo "ef=$TORCHELASTIC_ERROR_FILE"' $MARK >"$T/out" 2>"$T/err" || fail "run 1b"
