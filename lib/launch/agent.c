@@ -25,6 +25,7 @@ void agent_start_round(agent *ag)
     ag->stop_reason = STOP_NONE;
     ag->first_failed = -1;
     ag->stopped = 0;
+    ag->passed_signal = 0;
     ag->remote_reason[0] = 0;
     agent_rdzv_join_async(ag);
 }
