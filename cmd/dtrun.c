@@ -47,7 +47,7 @@ static int usage(void)
     fprintf(out,
             "usage: dtrun [options] job.yaml\n"
             "       dtrun [options] -- PROGRAM [ARGS...]\n"
-            "       dtrun [options] script.py [ARGS...]      (python3 script.py)\n"
+            "       dtrun [options] script.py [ARGS...]      (python3 -u script.py)\n"
             "       dtrun --print-config job.yaml\n"
             "       dtrun worker job.yaml\n"
             "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors|OUTDIR/   (CKPT: checkpoint dir or step dir;\n"
@@ -71,7 +71,7 @@ static int usage(void)
             "  --max-restarts N                  restart the group N times on failure\n"
             "  --monitor-interval S --term-timeout S --role NAME --local-addr A\n"
             "  --log-dir DIR  -r/--redirects STD  -t/--tee STD  --local-ranks-filter R,...\n"
-            "  --no-python  -m/--module  --print-config  --version  --help\n"
+            "  --no-python  -m/--module  --run-path  --print-config  --version  --help\n"
             "  --trace FILE                      merged Chrome trace of every rank (log.trace)\n"
             "  --no-fit-check                    start a job the dry-run says does not fit in memory\n"
             "  --strict-data                     resuming with data files changed since the checkpoint is an error\n"
@@ -206,8 +206,8 @@ static int launch(launch_opts *o)
     }
     if (in_slurm && o->nnodes_max > 1) fprintf(stderr, "dtrun: %s\n", note);
     if (o->python_path[0])
-        fprintf(stderr, "dtrun: running %s with %s (the first python3 on PATH)\n",
-                o->program[1], o->python_path);
+        fprintf(stderr, "dtrun: running %s with %s (%s)\n", o->python_target, o->python_path,
+                o->python_from_env ? "PYTHON_EXEC" : "the first python3 on PATH");
     /* --hardware reaches the workers as DTRUN_HARDWARE: the peak their MFU is measured against */
     if (o->hardware[0] && setenv("DTRUN_HARDWARE", o->hardware, 1) != 0) {
         fprintf(stderr, "dtrun: --hardware: cannot set DTRUN_HARDWARE\n");

@@ -149,6 +149,7 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
     output_cfg(ag, w, &cfg, paths);
     w->out = agent_output_open(&cfg, err, errlen);
     if (!w->out) return -1;
+    if (agent_error_file_prepare(ag, w, err, errlen) != 0) return -1;
     /* The built-in trainer notes each collective it enters on a page we can
      * read even when it stops answering (a worker of another program ignores it). */
     int beacon_fd = -1;
@@ -179,6 +180,7 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
         .omp_threads = ag->cores / (ag->nworkers > 0 ? ag->nworkers : 1),
         .agent_id = ag->agent_id,
         .beacon_fd = beacon_fd >= 0 ? 3 : 0, /* stdio[3] below */
+        .error_file = w->error_file[0] ? w->error_file : NULL,
     };
     char **env = agent_env_build(environ, &ei);
     if (!env) {

@@ -224,9 +224,16 @@ int agent_watchdog_main(int argc, char **argv)
     int fd = atoi(argv[2]);
     char entry[256];
     snprintf(entry, sizeof entry, "DTRUN_AGENT_ID=%s", argv[3]);
+    /* It ends when the agent does (its pipe), and only then has work to do.
+     * Slurm signals every process of a job step, this one included, when
+     * srun passes on a signal (SIGUSR1 before the time limit, SIGTERM at
+     * scancel): none of them may end it first. SIGKILL still does. */
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
     /* Nothing of ours to write to: the agent's console may be gone. */
     static group groups[WATCHDOG_MAX_GROUPS];
     int ngroups = 0;

@@ -130,8 +130,9 @@ static void show_progress(const tokenize_run *r, size_t total, double t0, long d
     for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '-';
     bar[20] = 0;
     int eta = rate > 0 ? (int)((double)(total - done) / rate + 0.5) : 0;
-    fprintf(stderr, "\r\033[Ktokenize [%s] %3.0f%% %.1f/%.1f MB | %.1f MB/s | %ld docs | ETA %dm%02ds%s", bar,
-            100 * frac, done / 1e6, total / 1e6, rate / 1e6, docs, eta / 60, eta % 60, final ? "\n" : "");
+    fprintf(stderr, "\r\033[Ktokenize [%s] %3.0f%% %.1f/%.1f MB | %.1f MB/s | %ld doc%s | ETA %dm%02ds%s", bar,
+            100 * frac, done / 1e6, total / 1e6, rate / 1e6, docs, docs == 1 ? "" : "s", eta / 60, eta % 60,
+            final ? "\n" : "");
     fflush(stderr);
 }
 
@@ -274,12 +275,14 @@ static void summary(const tokenize_opts *o, const split_writer *s, size_t bytes,
     char first[SHARD_PATH_MAX], last[SHARD_PATH_MAX];
     shard_writer_path(&s->train, 0, first, sizeof first);
     shard_writer_path(&s->train, s->train.n_shards - 1, last, sizeof last);
-    fprintf(stderr, "dtrun: tokenize: %d file%s, %ld documents (%ld val) -> %ld train tokens in %s%s%s", o->n_inputs,
-            o->n_inputs == 1 ? "" : "s", s->n_docs, s->val_docs, s->train.total, first,
+    fprintf(stderr, "dtrun: tokenize: %d file%s, %ld document%s (%ld val) -> %ld train token%s in %s%s%s", o->n_inputs,
+            o->n_inputs == 1 ? "" : "s", s->n_docs, s->n_docs == 1 ? "" : "s", s->val_docs, s->train.total,
+            s->train.total == 1 ? "" : "s", first,
             s->train.n_shards > 1 ? " .. " : "", s->train.n_shards > 1 ? last : "");
     if (s->has_val) {
         shard_writer_path(&s->val, 0, first, sizeof first);
-        fprintf(stderr, ", %ld val tokens in %s%s", s->val.total, first, s->val.n_shards > 1 ? " .." : "");
+        fprintf(stderr, ", %ld val token%s in %s%s", s->val.total, s->val.total == 1 ? "" : "s", first,
+                s->val.n_shards > 1 ? " .." : "");
     }
     fprintf(stderr, "; %.2f MB in %.2f s (%.1f MB/s, %d thread%s)\n", bytes / 1e6, secs,
             secs > 0 ? bytes / 1e6 / secs : 0.0, o->threads, o->threads == 1 ? "" : "s");

@@ -38,14 +38,14 @@ int comm_fail(comm *c, int code, const char *fmt, ...)
     return code;
 }
 
+/* A peer by its global rank (RANK), as every dtrun line names ranks; the
+ * communicator's name beside it lists its members by the same numbers. */
 const char *comm_peer_name(const comm *c, int r, char *buf)
 {
     if (r < 0 || r >= c->size)
         snprintf(buf, 64, "rank ?");
-    else if (c->world == c)
-        snprintf(buf, 64, "rank %d", r);
     else
-        snprintf(buf, 64, "rank %d (world %d)", r, c->world_ranks[r]);
+        snprintf(buf, 64, "rank %d", c->world_ranks[r]);
     return buf;
 }
 

@@ -175,7 +175,7 @@ static void sleep_on_bell(shm_state *s, uint32_t token, double seconds)
 /* ---- failures ---- */
 
 /* Turns the header's abort word into this rank's error; `what` names the
- * operation that noticed ("all_reduce #3 in world", "recv in group[0,1]"). */
+ * operation that noticed ("all_reduce #3 of world (rank 0's collective #5)", "recv in group[0,1]"). */
 static int shm_aborted(comm *c, shm_state *s, const char *what)
 {
     uint64_t w = atomic_load(&s->hdr->abort_word);

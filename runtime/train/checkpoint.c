@@ -14,6 +14,7 @@
 #include "runtime/env.h"
 #include "runtime/worker/engine_ckpt.h"
 #include "runtime/train/init_from.h"
+#include "runtime/train/resume_hint.h"
 #include "runtime/train/train.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -120,18 +121,29 @@ static int resume_source(const job_spec *job, const char **path, char *err, size
     return 0;
 }
 
+/* resume_hint's test: a step directory whose index opens and whose model is the job's. */
+static int holds_job_model(const char *step_dir, void *job)
+{
+    ckpt *ck = NULL;
+    char why[1024];
+    int ok = ckpt_open_index(step_dir, &ck, why, sizeof why) == 0 &&
+             same_model(ck, &((const job_spec *)job)->model, why, sizeof why) == 0;
+    ckpt_close(ck);
+    return ok;
+}
+
 int checkpoint_check_resume(const job_spec *job, char *err, size_t errlen)
 {
     const char *path = NULL;
-    char why[1024] = "";
+    char why[1024] = "", hint[JOB_PATH_MAX + 128];
     ckpt *ck = NULL;
     int rc = resume_source(job, &path, why, sizeof why);
     if (rc == 0 && ckpt_open_index(path, &ck, why, sizeof why) != 0) rc = -1;
     if (rc == 0 && same_model(ck, &job->model, why, sizeof why) != 0) rc = -1;
     ckpt_close(ck);
     if (rc >= 0) return DT_EXIT_OK;
-    snprintf(err, errlen, "%s: cannot resume: %s; to start otherwise, set checkpoint.resume to never or to an "
-                          "older step directory", job->path, why);
+    resume_hint(job, path, holds_job_model, (void *)job, hint, sizeof hint);
+    snprintf(err, errlen, "%s: cannot resume: %s; %s", job->path, why, hint);
     return DT_EXIT_CKPT;
 }
 
@@ -158,8 +170,9 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
         ckpt_close(ck);
         if (arc != DT_EXIT_OK) return arc;
         if (rc < 0 && train) {
-            snprintf(err, errlen, "rank %d: cannot resume: %s; to start otherwise, set checkpoint.resume to "
-                                  "never or to an older step directory", engine_rank(e), why);
+            char hint[JOB_PATH_MAX + 128];
+            resume_hint(job, path, holds_job_model, (void *)job, hint, sizeof hint);
+            snprintf(err, errlen, "rank %d: cannot resume: %s; %s", engine_rank(e), why, hint);
         } else if (rc < 0) {
             snprintf(err, errlen, "rank %d: cannot load the weights: %s", engine_rank(e), why);
         } else {
