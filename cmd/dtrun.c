@@ -187,6 +187,19 @@ static int launch(launch_opts *o)
             fprintf(stderr, "dtrun: %s\n", err);
             return DT_EXIT_USAGE;
         }
+        /* A launch's own numbers (--nproc-per-node N, --nnodes) must fit the job as
+         * the launch would require: a dry-run of what cannot start says so. */
+        if (nproc > 0 && nodes > 0 && ((cli_set & (LAUNCH_SET_NPROC | LAUNCH_SET_NNODES)) ||
+                                       job.launch.nproc_per_node[0] || job.launch.nnodes[0])) {
+            launch_opts w = *o;
+            w.nproc = nproc;
+            w.nnodes_max = nodes;
+            w.nnodes_min = colon ? atoi(job.launch.nnodes) : nodes;
+            if (launch_check_world(&w, cli_set, &job, err, sizeof err) != 0) {
+                fprintf(stderr, "dtrun: %s\n", err);
+                return DT_EXIT_USAGE;
+            }
+        }
         dryrun_opts d = {.hardware = o->hardware[0] ? o->hardware : NULL,
                          .format = o->format_json ? DRYRUN_JSON : DRYRUN_TEXT,
                          .top = o->top};
