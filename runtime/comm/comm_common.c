@@ -16,6 +16,7 @@ const char *comm_coll_name(coll_kind k)
     case COLL_ALL_GATHER: return "all_gather";
     case COLL_BROADCAST: return "broadcast";
     case COLL_BARRIER: return "barrier";
+    case COLL_ALL_TO_ALL: return "all_to_allv";
     }
     return "?";
 }
@@ -46,6 +47,11 @@ void comm_coll_extent(const comm *c, const coll_args *a, size_t *nsend, size_t *
     case COLL_REDUCE_SCATTER: *nsend = a->count, *nrecv = len; break;
     case COLL_ALL_GATHER: *nsend = len, *nrecv = a->count; break;
     case COLL_BROADCAST: *nsend = 0, *nrecv = a->count; break;
+    case COLL_ALL_TO_ALL:
+        *nsend = *nrecv = 0;
+        for (int r = 0; r < c->size; r++)
+            *nsend += a->send_counts[r], *nrecv += a->recv_counts[r];
+        break;
     default: *nsend = 0, *nrecv = 0; break;
     }
 }

@@ -42,7 +42,7 @@ typedef struct {
 /* ---- collectives, as data ---- */
 
 typedef enum { COLL_ALL_REDUCE, COLL_REDUCE_SCATTER, COLL_ALL_GATHER, COLL_BROADCAST,
-               COLL_BARRIER } coll_kind;
+               COLL_BARRIER, COLL_ALL_TO_ALL } coll_kind;
 
 typedef struct {
     coll_kind kind;
@@ -52,6 +52,9 @@ typedef struct {
     comm_dtype dt;
     comm_op op;
     int root;
+    /* COLL_ALL_TO_ALL: elements to and from each rank (size entries each);
+     * count is then the sum of send_counts */
+    const size_t *send_counts, *recv_counts;
 } coll_args;
 
 typedef struct comm_peer_info comm_peer_info;
