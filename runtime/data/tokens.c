@@ -1,5 +1,7 @@
-/* tokens.c — llm.c token shards: a 1024-byte header of 256 little-endian int32
- * (magic 20240520, version 1, token count), then `count` uint16 tokens. A glob
+/* tokens.c — llm.c token shards (lib/text/shard_format.h): a 1024-byte header
+ * of 256 little-endian int32 (magic, version, token count), then `count` ids,
+ * uint16 (gpt-2 shards, magic 20240520) or uint32 (llama-3 shards, magic
+ * 20240801); each shard of a glob may be of either kind. A glob
  * (data/fineweb_train_*.bin) concatenates its matches in sorted order into one
  * stream; windows may straddle two shards, as if the shards were one file.
  * Every shard is mmapped and checked in full at open, so a bad token is an
@@ -10,16 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* llm.c writes the host's (little-endian) integers; tokens are read in place. */
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token shards are little-endian");
-
-enum { SHARD_HEADER_BYTES = 1024, SHARD_MAGIC = 20240520, SHARD_VERSION = 1 };
+#include "lib/text/shard_format.h"
 
 typedef struct {
     token_source base;
     int n_shards;
     mapped_file *files;
-    const uint16_t **tokens; /* per shard, just past the header */
+    const unsigned char **tokens; /* per shard, just past the header */
+    int *id_bytes;                /* per shard: 2 or 4 */
     long *start;             /* first stream position of each shard; start[n_shards] = n */
 } shard_stream;
 
@@ -36,7 +36,7 @@ static void tokens_read(const token_source *s, long pos, int count, int *out)
         long at = pos + i - t->start[shard];
         long avail = t->start[shard + 1] - t->start[shard] - at;
         for (; i < count && avail > 0; i++, at++, avail--)
-            out[i] = t->tokens[shard][at];
+            out[i] = (int)shard_id_at(t->tokens[shard], t->id_bytes[shard], at);
     }
 }
 
@@ -47,59 +47,30 @@ static void tokens_close(token_source *s)
         mapped_file_close(&t->files[i]);
     free(t->files);
     free(t->tokens);
+    free(t->id_bytes);
     free(t->start);
     free(t);
 }
 
-static int32_t le32(const unsigned char *p)
-{
-    return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                     (uint32_t)p[3] << 24);
-}
-
 /* Check one mapped shard: header, exact size, token ids. Returns the token count
- * or -1 with err written. */
-static long check_shard(const mapped_file *f, const char *path, int vocab, char *err,
+ * (*id_bytes: its id width) or -1 with err written. */
+static long check_shard(const mapped_file *f, const char *path, int vocab, int *id_bytes, char *err,
                         size_t errlen)
 {
-    if (f->len == 0) {
-        data_fail(err, errlen, "%s: empty file (an llm.c token shard starts with a %d-byte header)",
-                  path, SHARD_HEADER_BYTES);
+    shard_header h;
+    char why[512];
+    if (shard_header_parse(f->bytes, f->len, f->len, &h, why, sizeof why) != 0) {
+        data_fail(err, errlen, "%s: %s", path, why);
         return -1;
     }
-    if (f->len < SHARD_HEADER_BYTES) {
-        data_fail(err, errlen, "%s: truncated (%zu bytes, shorter than the %d-byte header)", path,
-                  f->len, SHARD_HEADER_BYTES);
-        return -1;
-    }
-    int32_t magic = le32(f->bytes), version = le32(f->bytes + 4), count = le32(f->bytes + 8);
-    if (magic != SHARD_MAGIC) {
-        data_fail(err, errlen, "%s: wrong magic (%d, expected %d: not an llm.c token shard)", path,
-                  magic, SHARD_MAGIC);
-        return -1;
-    }
-    if (version != SHARD_VERSION) {
-        data_fail(err, errlen, "%s: unsupported version (%d, only version %d has uint16 tokens)",
-                  path, version, SHARD_VERSION);
-        return -1;
-    }
-    if (count < 0) {
-        data_fail(err, errlen, "%s: bad header (negative token count %d)", path, count);
-        return -1;
-    }
-    size_t want = SHARD_HEADER_BYTES + 2 * (size_t)count;
-    if (f->len != want) {
-        data_fail(err, errlen, "%s: %s (header says %d tokens = %zu bytes, file has %zu bytes)",
-                  path, f->len < want ? "truncated" : "longer than its header says", count, want,
-                  f->len);
-        return -1;
-    }
-    const uint16_t *tokens = (const uint16_t *)(f->bytes + SHARD_HEADER_BYTES);
-    for (long i = 0; vocab <= 65535 && i < count; i++) {
-        int tok = tokens[i];
-        if (tok >= vocab) {
+    *id_bytes = h.id_bytes;
+    int32_t count = h.count;
+    const unsigned char *tokens = f->bytes + SHARD_HEADER_BYTES;
+    for (long i = 0; (h.id_bytes == 4 || vocab <= 65535) && i < count; i++) {
+        uint32_t tok = shard_id_at(tokens, h.id_bytes, i);
+        if (tok >= (uint32_t)vocab) {
             data_fail(err, errlen,
-                      "%s: token id out of the model's vocabulary (token %d at position %ld "
+                      "%s: token id out of the model's vocabulary (token %u at position %ld "
                       ">= vocab_size %d)",
                       path, tok, i, vocab);
             return -1;
@@ -122,10 +93,11 @@ token_source *tokens_open(const char *pattern, int vocab, char *err, size_t errl
     if (t) {
         t->files = calloc(g.gl_pathc, sizeof *t->files);
         t->tokens = calloc(g.gl_pathc, sizeof *t->tokens);
+        t->id_bytes = calloc(g.gl_pathc, sizeof *t->id_bytes);
         t->start = calloc(g.gl_pathc + 1, sizeof *t->start);
     }
-    if (!t || !t->files || !t->tokens || !t->start) {
-        if (t) { free(t->files); free(t->tokens); free(t->start); free(t); }
+    if (!t || !t->files || !t->tokens || !t->id_bytes || !t->start) {
+        if (t) { free(t->files); free(t->tokens); free(t->id_bytes); free(t->start); free(t); }
         globfree(&g);
         return data_fail(err, errlen, "%s: out of memory", pattern);
     }
@@ -137,14 +109,14 @@ token_source *tokens_open(const char *pattern, int vocab, char *err, size_t errl
         long count = -1;
         if (mapped_file_open(&t->files[i], path, err, errlen) == 0) {
             t->n_shards++; /* mapped: close() now owns it */
-            count = check_shard(&t->files[i], path, vocab, err, errlen);
+            count = check_shard(&t->files[i], path, vocab, &t->id_bytes[i], err, errlen);
         }
         if (count < 0) {
             globfree(&g);
             tokens_close(&t->base);
             return NULL;
         }
-        t->tokens[i] = (const uint16_t *)(t->files[i].bytes + SHARD_HEADER_BYTES);
+        t->tokens[i] = t->files[i].bytes + SHARD_HEADER_BYTES;
         t->start[i] = total;
         total += count;
     }
