@@ -313,7 +313,7 @@ static int load_merges_json(bpe_vocab *v, const cJSON *merges, const char *where
             break;
         }
         if (merge_add(v, a, la, b, lb, byte_of_cp, buf, &what) != 0) {
-            rc = errline(err, errlen, "%s.merges[%d]: '%s' + '%s': %s%s", where, k, a, b, what,
+            rc = errline(err, errlen, "%s.merges[%d]: '%.*s' + '%s': %s%s", where, k, (int)la, a, b, what,
                          what[0] == 'a' ? "" : " is not in model.vocab");
             break;
         }

@@ -178,8 +178,9 @@ text_regex *text_regex_compile(const char *pattern, int literal, char *err, size
     }
     int code;
     PCRE2_SIZE at;
+    /* (PCRE2_LITERAL takes no PCRE2_UCP: a literal has no classes) */
     r->code = pcre2_compile((PCRE2_SPTR)pcre, PCRE2_ZERO_TERMINATED,
-                            PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &code, &at, NULL);
+                            PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP), &code, &at, NULL);
     free(pcre);
     if (!r->code) {
         PCRE2_UCHAR msg[256];

@@ -23,7 +23,7 @@ tokenizer *tokenizer_gpt2(char *err, size_t errlen)
     t->steps[t->n_steps++] = (pretok_step){.kind = STEP_GPT2};
     t->n_ids = bpe_vocab_size(t->bpe);
     t->byte_level_decoder = 1;
-    t->before[t->n_before++] = (uint32_t)bpe_vocab_eot(t->bpe); /* 50256 before each document, as llm.c */
+    t->eot[t->n_eot++] = (uint32_t)bpe_vocab_eot(t->bpe); /* 50256 */
     return t;
 }
 
@@ -43,13 +43,22 @@ void tokenizer_free(tokenizer *t)
 const char *tokenizer_name(const tokenizer *t) { return t->name; }
 long tokenizer_n_ids(const tokenizer *t) { return t->n_ids; }
 
-void tokenizer_frame(const tokenizer *t, const uint32_t **before, int *n_before, const uint32_t **after,
-                     int *n_after)
+void tokenizer_template(const tokenizer *t, const uint32_t **before, int *n_before, const uint32_t **after,
+                        int *n_after)
 {
     *before = t->before;
     *n_before = t->n_before;
     *after = t->after;
     *n_after = t->n_after;
+}
+
+void tokenizer_frame(const tokenizer *t, const uint32_t **before, int *n_before, const uint32_t **after,
+                     int *n_after)
+{
+    tokenizer_template(t, before, n_before, after, n_after);
+    if (*n_before || *n_after) return;
+    *before = t->eot; /* no template: <|endoftext|> before each document, as llm.c's GPT-2 shards */
+    *n_before = t->n_eot;
 }
 
 const char *tokenizer_token_bytes(const tokenizer *t, uint32_t id, size_t *len)

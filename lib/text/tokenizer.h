@@ -45,10 +45,14 @@ const char *tokenizer_name(const tokenizer *t);
 /* One past the largest id it gives (the vocabulary a model needs). */
 long tokenizer_n_ids(const tokenizer *t);
 
-/* The ids around each document: the post-processor's template for one
- * sequence (Llama 3.1: <|begin_of_text|> before). When the template adds
- * nothing (GPT-2, Llama 3.0, Qwen2) and the tokenizer has <|endoftext|>,
- * that token goes before each document, as llm.c's GPT-2 shards have it. */
+/* The ids the post-processor puts around one sequence (Hugging Face's
+ * add_special_tokens; Llama 3.1: <|begin_of_text|> before, nothing after;
+ * GPT-2, Llama 3.0, Qwen2: nothing). What a prompt gets. */
+void tokenizer_template(const tokenizer *t, const uint32_t **before, int *n_before, const uint32_t **after,
+                        int *n_after);
+/* The ids around each document of a corpus: the template's; when it adds
+ * nothing and the tokenizer has <|endoftext|>, that token before the
+ * document, as llm.c's GPT-2 shards have it (50256 for GPT-2). */
 void tokenizer_frame(const tokenizer *t, const uint32_t **before, int *n_before, const uint32_t **after,
                      int *n_after);
 

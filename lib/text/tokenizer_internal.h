@@ -46,8 +46,10 @@ struct tokenizer {
     int n_norm;
     pretok_step steps[TOK_MAX_STEPS];
     int n_steps;
-    uint32_t before[TOK_MAX_FRAME], after[TOK_MAX_FRAME];
+    uint32_t before[TOK_MAX_FRAME], after[TOK_MAX_FRAME]; /* the post-processor's, around one sequence */
     int n_before, n_after;
+    uint32_t eot[1]; /* <|endoftext|>, when there is one (n_eot 1) */
+    int n_eot;
     long n_ids;
     added_text *added; /* by id (n_ids of them; bytes NULL: not an added token) */
     int byte_level_decoder; /* the decoder is ByteLevel (else decoding is refused) */

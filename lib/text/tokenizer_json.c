@@ -456,10 +456,8 @@ tokenizer *tokenizer_load(const char *path, int *status, char *err, size_t errle
     }
     cJSON_Delete(root);
     free(text);
-    if (rc == 0 && !t->n_before && !t->n_after) { /* no template: <|endoftext|> before each document */
-        long eot = token_id(t, "<|endoftext|>");
-        if (eot >= 0) t->before[t->n_before++] = (uint32_t)eot;
-    }
+    long eot = rc == 0 ? token_id(t, "<|endoftext|>") : -1;
+    if (eot >= 0) t->eot[t->n_eot++] = (uint32_t)eot;
     if (rc != 0) {
         *status = l.status ? l.status : DT_EXIT_DATA;
         tokenizer_free(t);
