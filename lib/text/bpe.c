@@ -529,17 +529,24 @@ static int merge_piece(bpe_encoder *e, const unsigned char *p, size_t n, token_b
     return 0;
 }
 
+/* A piece's ids, uncached: the piece's own token with ignore_merges, else
+ * the merges'. */
+static int piece_ids(bpe_encoder *e, const unsigned char *u, size_t n, token_buf *out, size_t *first)
+{
+    if (e->v->ignore_merges) {
+        int id = bpe_token_id(e->v, (const char *)u, n);
+        if (id >= 0) return *first = out->n, token_buf_push(out, (uint32_t)id);
+    }
+    return merge_piece(e, u, n, out, first);
+}
+
 int bpe_encode_piece(bpe_encoder *e, const char *p, size_t n, token_buf *out)
 {
     const unsigned char *u = (const unsigned char *)p;
     if (n == 0) return 0;
     if (n == 1) return token_buf_push(out, e->v->byte_id[u[0]]);
-    if (e->v->ignore_merges) {
-        int id = bpe_token_id(e->v, p, n);
-        if (id >= 0) return token_buf_push(out, (uint32_t)id);
-    }
     size_t first;
-    if (n > CACHE_MAX_PIECE) return merge_piece(e, u, n, out, &first);
+    if (n > CACHE_MAX_PIECE) return piece_ids(e, u, n, out, &first);
     uint64_t h = XXH3_64bits(p, n), slot;
     const cache_slot *hit = cache_find(e, p, n, h, &slot);
     if (hit) {
@@ -547,7 +554,7 @@ int bpe_encode_piece(bpe_encoder *e, const char *p, size_t n, token_buf *out)
             if (token_buf_push(out, e->ids[hit->ids_at + i]) != 0) return -1;
         return 0;
     }
-    if (merge_piece(e, u, n, out, &first) != 0) return -1;
+    if (piece_ids(e, u, n, out, &first) != 0) return -1;
     size_t n_ids = out->n - first;
     if (e->used >= CACHE_MAX_ENTRIES) {
         cache_clear(e);
