@@ -70,7 +70,7 @@ static int translate(const char *p, char **out, char *err, size_t errlen)
                 i += 2;
                 continue;
             }
-            if (strchr("hHwWbBXRKyYOGgk", e)) {
+            if (strchr("hHwWbBXRKyYOGgkQ", e)) {
                 free(b.out);
                 return errline(err, errlen,
                                "\\%c (at offset %zu) is not implemented: Oniguruma (Hugging Face's regex library) "

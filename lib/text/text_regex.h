@@ -6,7 +6,7 @@
  *
  *   \s, \S   Oniguruma: U+0009-000D, U+0085 and the separators (Zs, Zl, Zp);
  *            PCRE2 adds U+180E: written out as [\t-\r\x{85}\p{Z}].
- *   \h \w \b ... differ between the two (\h is a hex digit in Oniguruma):
+ *   \h \w \b \X \R \K \Q ... differ (\h is a hex digit in Oniguruma):
  *            refused, as are ^ and $ (line anchors in Oniguruma) and the
  *            (?m) option (dot-all in Oniguruma).
  *

@@ -71,13 +71,18 @@ typedef struct {
     tokenize_run *run;
     tokenizer_encoder *enc;
     file_tokens *ft;
+    const char *path;
 } doc_ctx;
 
 static int encode_doc(const char *text, size_t len, void *arg)
 {
     doc_ctx *c = arg;
     file_tokens *ft = c->ft;
-    if (tokenizer_encode(c->enc, text, len, &ft->ids, ft->err, sizeof ft->err) != 0) return -1;
+    char why[512];
+    if (tokenizer_encode(c->enc, text, len, &ft->ids, why, sizeof why) != 0) {
+        snprintf(ft->err, sizeof ft->err, "%s: document %ld: %s", c->path, ft->n_docs + 1, why);
+        return -1;
+    }
     if (ft->n_docs == ft->cap_docs) {
         long cap = ft->cap_docs ? 2 * ft->cap_docs : 16;
         size_t *d = realloc(ft->doc_end, (size_t)cap * sizeof *d);
@@ -105,6 +110,7 @@ static void *worker(void *arg)
         int i = r->next++;
         pthread_mutex_unlock(&r->mu);
         c.ft = &r->out[i];
+        c.path = r->files[i].path;
         if (!c.enc) {
             snprintf(c.ft->err, sizeof c.ft->err, "out of memory");
             c.ft->failed = 1;

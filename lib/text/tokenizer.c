@@ -35,7 +35,10 @@ void tokenizer_free(tokenizer *t)
     added_tokens_free(t->normalized);
     for (int i = 0; i < t->n_steps; i++) text_regex_free(t->steps[i].re);
     if (t->added)
-        for (long i = 0; i < t->n_ids; i++) free(t->added[i].bytes);
+        for (long i = 0; i < t->added_cap; i++) {
+            free(t->added[i].bytes);
+            free(t->added[i].content);
+        }
     free(t->added);
     free(t);
 }
@@ -64,7 +67,7 @@ void tokenizer_frame(const tokenizer *t, const uint32_t **before, int *n_before,
 const char *tokenizer_token_bytes(const tokenizer *t, uint32_t id, size_t *len)
 {
     if ((long)id >= t->n_ids) return NULL;
-    if (t->added && t->added[id].bytes) {
+    if (t->added && (long)id < t->added_cap && t->added[id].content) {
         *len = t->added[id].len;
         return t->added[id].bytes;
     }

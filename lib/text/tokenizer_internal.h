@@ -30,11 +30,12 @@ typedef struct {
 /* utf8proc's normal forms, applied in order. */
 typedef enum { NORM_NFC, NORM_NFD, NORM_NFKC, NORM_NFKD } norm_form;
 
-/* An added token as decoding gives it back. */
+/* An added token: its content as the file writes it, and the bytes
+ * decoding gives back for it. */
 typedef struct {
     char *bytes;
     size_t len;
-    int special;
+    char *content;
 } added_text;
 
 struct tokenizer {
@@ -51,7 +52,8 @@ struct tokenizer {
     uint32_t eot[1]; /* <|endoftext|>, when there is one (n_eot 1) */
     int n_eot;
     long n_ids;
-    added_text *added; /* by id (n_ids of them; bytes NULL: not an added token) */
+    added_text *added; /* by id, added_cap of them (content NULL: not an added token) */
+    long added_cap;
     int byte_level_decoder; /* the decoder is ByteLevel (else decoding is refused) */
     char decoder_what[128]; /* the decoder dtrun cannot run, for the refusal */
 };

@@ -93,10 +93,9 @@ static int load_model(loader *l, const cJSON *model)
                                "a byte-level BPE has none");
         }
     }
-    char where[4200], why[2048];
-    snprintf(where, sizeof where, "model");
+    char why[2048];
     l->t->bpe = bpe_vocab_from_json(cJSON_GetObjectItemCaseSensitive(model, "vocab"), merges,
-                                    flag(model, "ignore_merges", 0), where, why, sizeof why);
+                                    flag(model, "ignore_merges", 0), "model", why, sizeof why);
     if (!l->t->bpe) return fail(l, DT_EXIT_DATA, "%s", why);
     l->t->n_ids = bpe_vocab_size(l->t->bpe);
     return 0;
@@ -228,79 +227,91 @@ static char *decoded(const char *s, size_t n, size_t *len)
     return b;
 }
 
-/* The id of the token written `name`: an added token's, else the model's;
- * -1 when neither has it. */
+/* Hugging Face's token_to_id: the added token whose content is `name`, else
+ * the model's token spelled `name`; -1 when neither. */
 static long token_id(const tokenizer *t, const char *name)
 {
-    size_t len;
-    char *b = decoded(name, strlen(name), &len);
-    long id = -1;
-    for (long i = 0; b && t->added && i < t->n_ids && id < 0; i++)
-        if (t->added[i].bytes && t->added[i].len == len && !memcmp(t->added[i].bytes, b, len)) id = i;
-    if (b && id < 0) id = bpe_token_id(t->bpe, b, len);
-    free(b);
+    for (long i = 0; t->added && i < t->added_cap; i++)
+        if (t->added[i].content && !strcmp(t->added[i].content, name)) return i;
+    size_t len = strlen(name);
+    char *raw = malloc(len + 1);
+    long n = raw ? bpe_unspell(name, len, raw) : -1;
+    long id = n >= 0 ? bpe_token_id(t->bpe, raw, (size_t)n) : -1;
+    free(raw);
     return id;
 }
 
 /* ---- added tokens ---- */
+
+/* The id Hugging Face gives an added token (tokenizers/src/tokenizer/
+ * added_vocabulary.rs, add_tokens, run over the file's list in order; the
+ * file's own "id" is only compared with it, and a warning logged): a content
+ * already added keeps its id; a token of the model (as model.vocab spells
+ * it) takes the model's id; any other the next id past the model's and the
+ * added ones. Real files agree with their "id"s; an edited one may not. */
+static long added_id(const tokenizer *t, const char *content, long model_n, long max_added)
+{
+    long id = token_id(t, content);
+    if (id >= 0) return id;
+    return max_added >= model_n ? max_added + 1 : model_n;
+}
 
 static int load_added(loader *l, const cJSON *list)
 {
     tokenizer *t = l->t;
     if (!list || cJSON_IsNull(list)) return 0;
     if (!cJSON_IsArray(list)) return fail(l, DT_EXIT_DATA, "added_tokens: not a JSON array");
-    const cJSON *it;
-    long max_id = t->n_ids - 1;
-    cJSON_ArrayForEach(it, list) {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
-        if (cJSON_IsNumber(id) && id->valuedouble > max_id && id->valuedouble < 1e9) max_id = (long)id->valuedouble;
-    }
-    t->n_ids = max_id + 1;
-    t->added = calloc((size_t)t->n_ids, sizeof *t->added);
+    long model_n = t->n_ids, max_added = -1;
+    t->added_cap = model_n + cJSON_GetArraySize(list);
+    t->added = calloc((size_t)t->added_cap, sizeof *t->added);
     t->raw = added_tokens_new();
     t->normalized = added_tokens_new();
     if (!t->added || !t->raw || !t->normalized) return fail(l, DT_EXIT_FAIL, "out of memory");
+    const cJSON *it;
     int i = 0;
     cJSON_ArrayForEach(it, list) {
         char field[64];
         snprintf(field, sizeof field, "added_tokens[%d]", i++);
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble != (long)id->valuedouble ||
-            id->valuedouble >= 1e9)
-            return fail(l, DT_EXIT_DATA, "%s.id: want an integer id", field);
-        if (!cJSON_IsString(content) || !content->valuestring[0])
-            return fail(l, DT_EXIT_DATA, "%s.content: want a string, not empty", field);
+        if (!cJSON_IsString(content)) return fail(l, DT_EXIT_DATA, "%s.content: want a string", field);
         const char *c = content->valuestring;
         size_t len = strlen(c);
+        if (!len) continue; /* Hugging Face skips an empty token */
         if (utf8_text_check(c, len) != len) return fail(l, DT_EXIT_DATA, "%s.content: not UTF-8", field);
         if (flag(it, "single_word", 0)) {
             char f[96];
             snprintf(f, sizeof f, "%s.single_word", field);
             return unsupported(l, f, "true", "a token matched only as a whole word");
         }
-        long tid = (long)id->valuedouble;
-        if (t->added[tid].bytes)
-            return fail(l, DT_EXIT_DATA, "%s.id: id %ld is given to two added tokens", field, tid);
+        long id = added_id(t, c, model_n, max_added);
+        if (id > max_added) max_added = id;
+        if (t->added[id].content) continue; /* the same content again: the first one's options */
         size_t blen;
-        char *bytes = decoded(c, len, &blen);
-        if (!bytes) return fail(l, DT_EXIT_FAIL, "out of memory");
-        t->added[tid] = (added_text){bytes, blen, flag(it, "special", 0)};
-        /* special tokens are not normalized unless they say so */
-        int normalized = flag(it, "normalized", !flag(it, "special", 0)) && t->n_norm > 0;
+        char *bytes = decoded(c, len, &blen), *copy = strdup(c);
+        if (!bytes || !copy) return free(bytes), free(copy), fail(l, DT_EXIT_FAIL, "out of memory");
+        t->added[id] = (added_text){bytes, blen, copy};
+        /* Hugging Face matches the tokens marked "normalized" in a second pass,
+         * over the text the first pass left, after the normalizer (which may
+         * be none): two passes even then, since they can differ from one
+         * (an unnormalized "ab" cuts "abc" before a normalized "abc" looks).
+         * Special tokens are not normalized unless they say so. */
+        int normalized = flag(it, "normalized", !flag(it, "special", 0));
         int lstrip = flag(it, "lstrip", 0), rstrip = flag(it, "rstrip", 0), rc;
-        if (normalized) { /* matched in normalized text: its content normalized the same way */
+        if (normalized && !t->n_norm) {
+            rc = added_tokens_add(t->normalized, c, len, (uint32_t)id, lstrip, rstrip);
+        } else if (normalized) { /* its content normalized the same way */
             char *norm;
             size_t nlen;
             if (tokenizer_normalize(t, c, len, &norm, &nlen) != 0)
                 return fail(l, DT_EXIT_DATA, "%s.content: cannot be normalized", field);
-            rc = nlen ? added_tokens_add(t->normalized, norm, nlen, (uint32_t)tid, lstrip, rstrip) : 0;
+            rc = nlen ? added_tokens_add(t->normalized, norm, nlen, (uint32_t)id, lstrip, rstrip) : 0;
             free(norm);
         } else {
-            rc = added_tokens_add(t->raw, c, len, (uint32_t)tid, lstrip, rstrip);
+            rc = added_tokens_add(t->raw, c, len, (uint32_t)id, lstrip, rstrip);
         }
         if (rc != 0) return fail(l, DT_EXIT_FAIL, "out of memory");
     }
+    if (max_added + 1 > t->n_ids) t->n_ids = max_added + 1;
     return 0;
 }
 

@@ -18,6 +18,9 @@ test/integration/tokenizer_json.sh to check against Hugging Face's library:
                          lstrip / rstrip, RobertaProcessing
   empty-matches          a Split whose regex matches only empty strings
                          (a lookahead), which still cut the text
+  two-pass-added         no normalizer, an unnormalized added token "the" and
+                         normalized ones " the", "there" that contain it: the
+                         unnormalized are cut out first, the rest after
 """
 import copy
 import json
@@ -84,3 +87,15 @@ t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
     {"type": "Split", "pattern": {"Regex": "(?=[A-Z])"}, "behavior": "Isolated", "invert": False},
     byte_level(regex=True)]}
 save("empty-matches", t)
+
+t = copy.deepcopy(gpt2)
+t["added_tokens"] += [
+    {"id": 50257, "content": "the", "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+     "special": False},
+    {"id": 50258, "content": " the", "single_word": False, "lstrip": False, "rstrip": False, "normalized": True,
+     "special": False},
+    {"id": 50259, "content": "there", "single_word": False, "lstrip": False, "rstrip": False, "normalized": True,
+     "special": False},
+    {"id": 50260, "content": "in", "single_word": False, "lstrip": False, "rstrip": False, "normalized": True,
+     "special": False}]
+save("two-pass-added", t)
