@@ -5,11 +5,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/text/token_shard.h"
 #include "lib/util/errline.h"
-
-enum { HEADER_INTS = 256, SHARD_MAGIC = 20240520, SHARD_VERSION = 1 };
-
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token shards are little-endian");
 
 void shard_writer_path(const shard_writer *w, int i, char *out, size_t cap)
 {
@@ -18,7 +15,7 @@ void shard_writer_path(const shard_writer *w, int i, char *out, size_t cap)
 
 static int write_header(shard_writer *w, int32_t count)
 {
-    int32_t h[HEADER_INTS] = {SHARD_MAGIC, SHARD_VERSION, count};
+    int32_t h[TOKEN_SHARD_HEADER_INTS] = {TOKEN_SHARD_MAGIC, TOKEN_SHARD_VERSION, count};
     return fseek(w->f, 0, SEEK_SET) == 0 && fwrite(h, sizeof h, 1, w->f) == 1 ? 0 : -1;
 }
 
