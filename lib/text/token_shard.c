@@ -46,20 +46,20 @@ int token_shard_check(const unsigned char *head, size_t have, unsigned long long
     if (size == 0)
         return errline(err, errlen, "%s: empty file (an llm.c token shard starts with a %d-byte header)", path,
                        TOKEN_SHARD_HEADER_BYTES);
+    int32_t magic = have >= 4 ? le32(head) : 0;
+    int known = -1, magic_known = 0;
+    for (int i = 0; i < N_FORMATS; i++) magic_known |= formats[i].magic == magic;
+    char magics[64];
+    known_magics(magics, sizeof magics);
+    if (have >= 4 && !magic_known) /* before its size: a short PNG is no shard, not a truncated one */
+        return errline(err, errlen, "%s: wrong magic (%d, expected %s: not an llm.c token shard)", path, magic,
+                       magics);
     if (size < TOKEN_SHARD_HEADER_BYTES || have < 12)
         return errline(err, errlen, "%s: truncated (%llu bytes, shorter than the %d-byte header)", path, size,
                        TOKEN_SHARD_HEADER_BYTES);
-    int32_t magic = le32(head), version = le32(head + 4), count = le32(head + 8);
-    int known = -1, magic_known = 0;
-    for (int i = 0; i < N_FORMATS; i++) {
-        magic_known |= formats[i].magic == magic;
+    int32_t version = le32(head + 4), count = le32(head + 8);
+    for (int i = 0; i < N_FORMATS; i++)
         if (formats[i].magic == magic && formats[i].version == version) known = i;
-    }
-    char magics[64];
-    known_magics(magics, sizeof magics);
-    if (!magic_known)
-        return errline(err, errlen, "%s: wrong magic (%d, expected %s: not an llm.c token shard)", path, magic,
-                       magics);
     if (known < 0) {
         char which[256] = "";
         size_t used = 0;

@@ -55,6 +55,17 @@ typedef struct {
 int data_idx_read(const char *images_path, const char *labels_path, data_idx *out, char *err, size_t errlen);
 void data_idx_free(data_idx *d);
 
+/* The job's data files by their headers only (cost independent of their size),
+ * before any worker starts (runtime/train/preflight.c), in the loader's words:
+ * tokens: every shard a path or glob names: magic, version, and a size of
+ * exactly header + count x token width; text: not empty; IDX: the images' and
+ * labels' magic, the image size against the model, as many labels as images.
+ * Token shards name no vocabulary: their ids are checked per batch (data_fault).
+ * 0, or -1 with one line "FILE:LINE:COL: data.train 'PATH': what (why)". What
+ * only reading the data finds (ids, labels, a split too short) stays the
+ * worker's. */
+int data_check_files(const job_spec *job, char *err, size_t errlen);
+
 typedef enum { DATA_TRAIN = 0, DATA_VAL = 1 } data_split;
 
 typedef struct data_loader data_loader;

@@ -87,6 +87,10 @@ token_source *tokens_open(const char *pattern, char *err, size_t errlen);
  * size, channels (1) and number of classes. */
 image_source *idx_open(const char *images_path, const char *labels_path,
                        const job_model *model, char *err, size_t errlen);
+/* The same checks of both headers only (magic, image size vs the model, label
+ * count): the images and labels are not read. */
+int idx_check_headers(const char *images_path, const char *labels_path, const job_model *model, char *err,
+                      size_t errlen);
 
 /* synthetic.c: learnable, deterministic data of job->data.synthetic_size tokens
  * (GPT) or images (ViT), keyed by job->train.seed. */

@@ -56,7 +56,7 @@ saved_step() {
 # 1. An id past the vocabulary at token 1100 of a 2000-token shard: the run
 #    trains until a batch reaches it (where, depends on the seed only).
 shard bad.bin 2000 1100
-job ids.yaml bad.bin 3000
+job ids.yaml bad.bin 400
 run_dtrun ids ids.yaml
 line=$(grep "^\[default/0\]:dtrun: rank 0: .*out of the model's vocabulary" ids.err)
 step=$(saved_step ids)

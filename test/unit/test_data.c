@@ -405,8 +405,11 @@ static void test_tokens(void)
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "truncated", "shard shorter than its count");
     bad = gpt_job(DATA_TOKENS, write_shard("long.bin", tok, 40, 20240520, 1, 39), T, V);
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "longer", "shard longer than its count");
-    bad = gpt_job(DATA_TOKENS, write_file("header.bin", tok, 100), T, V);
+    int32_t cut[25] = {20240520, 1, 40}; /* a header cut at 100 bytes */
+    bad = gpt_job(DATA_TOKENS, write_file("header.bin", cut, sizeof cut), T, V);
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "truncated", "shard shorter than the header");
+    bad = gpt_job(DATA_TOKENS, write_file("notshard.bin", tok, 100), T, V);
+    expect_error(&bad, DATA_TRAIN, bad.data.train_path, "wrong magic", "a short file that is no shard");
     bad = gpt_job(DATA_TOKENS, write_file("empty.bin", "", 0), T, V);
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "empty", "empty shard");
     bad = gpt_job(DATA_TOKENS, write_shard("zero.bin", tok, 0, 20240520, 1, 0), T, V);
@@ -735,6 +738,7 @@ static void in_child(void (*fn)(void), const char *what)
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
+        check_failed_count = 0; /* the child's own */
         fn();
         fflush(stdout);
         _exit(check_failed_count ? 1 : 0);
