@@ -1,5 +1,5 @@
 /* shard_writer.h — writes the token files dtrun's trainer reads (data.kind:
- * tokens, runtime/data/tokens.c): llm.c's shards (shard_format.h), a 1024-byte
+ * tokens, runtime/data/tokens.c): llm.c's shards (token_shard.h), a 1024-byte
  * header of 256 little-endian int32 (magic, version, token count) then the ids,
  * uint16 (gpt-2 shards) or, for a vocabulary above 65536 ids, uint32 (llama-3
  * shards). A stream of tokens is cut into shards of at most `shard_tokens`,
@@ -13,15 +13,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "lib/text/shard_format.h"
-
 enum { SHARD_PATH_MAX = 4096, SHARD_PREFIX_MAX = 4000 }; /* a prefix leaves room for "_train_000000.bin.tmp" */
 
 typedef struct {
     char prefix[SHARD_PREFIX_MAX];
     const char *split;   /* "train" or "val" */
     long shard_tokens;   /* tokens per shard at most */
-    shard_header kind;   /* magic, version and id width of every shard */
+    int32_t magic, version; /* every shard's (token_shard_format_for) */
+    int width;              /* bytes per id: 2 or 4 */
     int n_shards;        /* shards started so far */
     FILE *f;             /* the shard being written, NULL between shards */
     char tmp[SHARD_PATH_MAX + 8];
@@ -31,7 +30,7 @@ typedef struct {
 
 /* Starts shard 0 at once, so an unwritable output is found before any work.
  * n_ids: the vocabulary's ids (every id is below it), which picks the kind
- * (shard_header_for). 0, or -1 with err ("PATH: cannot write (why)"). */
+ * (token_shard_format_for). 0, or -1 with err ("PATH: cannot write (why)"). */
 int shard_writer_open(shard_writer *w, const char *prefix, const char *split, long shard_tokens, long n_ids,
                       char *err, size_t errlen);
 /* Appends ids (each below the n_ids given to open). 0, or -1 with err. */

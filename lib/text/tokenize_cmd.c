@@ -300,7 +300,7 @@ static void summary(const tokenize_opts *o, const split_writer *s, const tokeniz
         fprintf(stderr, ", %ld val tokens in %s%s", s->val.total, first, s->val.n_shards > 1 ? " .." : "");
     }
     fprintf(stderr, "; %s, %ld ids, %s shards%s; %.2f MB in %.2f s (%.1f MB/s, %d thread%s)\n",
-            tokenizer_name(tok), tokenizer_n_ids(tok), s->train.kind.id_bytes == 4 ? "llama-3 (uint32)" : "gpt-2 (uint16)",
+            tokenizer_name(tok), tokenizer_n_ids(tok), s->train.width == 4 ? "llama-3 (uint32)" : "gpt-2 (uint16)",
             s->n_before || s->n_after ? "" : ", documents not separated (no template, no <|endoftext|>)", bytes / 1e6,
             secs, secs > 0 ? bytes / 1e6 / secs : 0.0, o->threads, o->threads == 1 ? "" : "s");
 }

@@ -22,7 +22,7 @@
 
 #include "check.h"
 #include "lib/text/gpt2_data.h"
-#include "lib/text/shard_format.h"
+#include "lib/text/token_shard.h"
 #include "lib/text/shard_writer.h"
 #include "lib/text/tokenizer.h"
 #include "lib/text/utf8_text.h"
@@ -437,24 +437,29 @@ static void test_shards(void)
     snprintf(path, sizeof path, "%s_train_000000.bin", prefix);
     size_t len;
     unsigned char *bytes = (unsigned char *)read_all(path, &len);
-    shard_header h;
-    ok = bytes && shard_header_parse(bytes, len, len, &h, err, sizeof err) == 0;
-    CHECK(ok && h.magic == 20240801 && h.version == 7 && h.id_bytes == 4 && h.count == 300 && len == 1024 + 4 * 300,
+    token_shard_info info;
+    ok = bytes && token_shard_check(bytes, len, len, path, &info, err, sizeof err) == 0;
+    int32_t h3[3];
+    if (bytes) memcpy(h3, bytes, sizeof h3);
+    CHECK(ok && h3[0] == 20240801 && h3[1] == 7 && h3[2] == 300 && info.width == 4 && len == 1024 + 4 * 300,
           "llama-3 shard: magic 20240801, version 7, uint32 ids (%s)", ok ? "" : err);
-    CHECK(ok && shard_id_at(bytes + 1024, 4, 299) == ids[299], "ids stored as they are");
+    CHECK(ok && token_shard_id(bytes + 1024, 4, 299) == ids[299], "ids stored as they are");
     free(bytes);
-    /* the same header function refuses what it must */
+    /* the one header check refuses what it must */
     unsigned char hdr[1024] = {0};
-    shard_header gpt2 = {.magic = 20240520, .version = 1, .id_bytes = 2, .count = 10};
-    shard_header_write(&gpt2, hdr);
-    CHECK(shard_header_parse(hdr, 1024, 1024 + 20, &h, err, sizeof err) == 0 && h.id_bytes == 2,
+    int32_t gpt2[3] = {20240520, 1, 10};
+    memcpy(hdr, gpt2, sizeof gpt2);
+    CHECK(token_shard_check(hdr, 1024, 1024 + 20, "g.bin", &info, err, sizeof err) == 0 && info.width == 2,
           "gpt-2 shard: uint16 ids");
-    CHECK(shard_header_parse(hdr, 1024, 1024 + 40, &h, err, sizeof err) != 0 && strstr(err, "longer"),
+    CHECK(token_shard_check(hdr, 1024, 1024 + 40, "g.bin", &info, err, sizeof err) != 0 && strstr(err, "longer"),
           "a gpt-2 header over uint32's bytes: %s", err);
-    gpt2.magic = 20240801;
-    shard_header_write(&gpt2, hdr);
-    CHECK(shard_header_parse(hdr, 1024, 1024 + 40, &h, err, sizeof err) != 0 && strstr(err, "unsupported version (1"),
+    gpt2[0] = 20240801;
+    memcpy(hdr, gpt2, sizeof gpt2);
+    CHECK(token_shard_check(hdr, 1024, 1024 + 40, "l.bin", &info, err, sizeof err) != 0 &&
+              strstr(err, "unsupported version (1, only version 7 has uint32 tokens)"),
           "llama-3 magic with gpt-2's version: %s", err);
+    CHECK(token_shard_magic_known(hdr) && !token_shard_magic_known((const unsigned char *)"\x89PNG"),
+          "both magics known, PNG's not");
 
     /* data.kind tokens reads both kinds in one glob; ids past 65535 stay */
     snprintf(prefix, sizeof prefix, "%s/mixed", tmpdir);
@@ -480,12 +485,16 @@ static void test_shards(void)
     CHECK(same, "data.kind tokens: a gpt-2 and a llama-3 shard read as one stream, ids past 65535 intact (%s)",
           d ? "" : err);
     data_close(d);
+    /* ids are checked batch by batch against the model's vocabulary (data.c):
+     * the file and the position within it are named, whatever the width */
     job.model.vocab_size = 30000;
-    err[0] = 0;
     d = data_open(&job, DATA_VAL, err, sizeof err);
-    CHECK(!d && strstr(err, "mixed_b_000000.bin: token id out of the model's vocabulary (token 30121 at position 91 >= "
-                            "vocab_size 30000)"),
-          "a uint32 id past the vocabulary is refused at its position: %s", err);
+    if (d) data_batch(d, 0, 0, 1, x, y, NULL, NULL);
+    char msg[1024] = "";
+    int faulted = d && data_fault(msg, sizeof msg);
+    CHECK(faulted && strstr(msg, "mixed_b_000000.bin: token id 30121 at token 91 of the file is out of the model's "
+                                 "vocabulary (model.vocab_size 30000)"),
+          "a uint32 id past the vocabulary is refused at its position in its shard: %s", d ? msg : err);
     data_close(d);
 }
 
