@@ -2,7 +2,7 @@
  *
  * Sources: synthetic, byte-level text (any file), llm.c token shards (1024-byte
  * header of int32: magic, version, token count; then uint16 ids (gpt-2 shards)
- * or uint32 ids (llama-3 shards): lib/text/shard_format.h),
+ * or uint32 ids (llama-3 shards): lib/text/token_shard.h),
  * IDX images + labels (MNIST / Fashion-MNIST, plain or .gz).
  *
  * The global batch of step k is a pure function of (seed, k, split): sample j of
