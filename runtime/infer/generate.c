@@ -140,11 +140,12 @@ static int generate_worker(const char *job_path, int argc, char **argv)
         fprintf(stderr, "dtrun: generate: %s\n", err);
         return DT_EXIT_USAGE;
     }
-    int *ids = NULL, n_prompt = 0, V = job.model.vocab_size;
-    if ((rc = prompt_use_tokenizer(job.model.init_from, V, err, sizeof err))) {
+    /* an HF folder's tokenizer.json reads the prompt and writes the tokens */
+    if ((rc = prompt_use_tokenizer(job.model.init_from, job.model.vocab_size, err, sizeof err))) {
         fprintf(stderr, "dtrun: generate: %s\n", err);
         return rc;
     }
+    int *ids = NULL, n_prompt = 0, V = job.model.vocab_size;
     if ((rc = prompt_ids(&o, V, job.model.seq_len, &ids, &n_prompt))) return rc;
     engine *e = engine_create(&job, &rc, err, sizeof err);
     float *logits = malloc((size_t)V * sizeof(float));
@@ -208,14 +209,13 @@ int generate_command(int argc, char **argv)
         free(yaml);
         return DT_EXIT_USAGE;
     }
-    /* the prompt is checked before any worker starts (with the folder's
-     * tokenizer.json when it has one) */
-    int *ids = NULL, n = 0;
-    if ((rc = prompt_use_tokenizer(m.init_from, m.vocab_size, err, sizeof err))) {
+    if ((rc = prompt_use_tokenizer(m.init_from, m.vocab_size, err, sizeof err))) { /* an HF folder's tokenizer.json */
         fprintf(stderr, "dtrun: generate: %s\n", err);
         free(yaml);
         return rc;
     }
+    /* the prompt is checked before any worker starts */
+    int *ids = NULL, n = 0;
     if ((rc = prompt_ids(&o, m.vocab_size, m.seq_len, &ids, &n))) {
         free(yaml);
         return rc;
