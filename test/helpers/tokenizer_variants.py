@@ -1,12 +1,11 @@
 #!/usr/bin/env python3
 """tokenizer_variants.py LLAMA31.json GPT2.json OUT_DIR — tokenizer.json files
-made from the two real ones, each exercising what the real ones do not, for
+made from two real ones, each exercising what the real ones (those two, Llama
+3.0's and Qwen2.5's) do not, for
 test/integration/tokenizer_json.sh to check against Hugging Face's library:
 
   llama31-array-merges   Llama 3.1's merges as [first, second] arrays (the form
                          tokenizers >= 0.20 writes) instead of "first second"
-  qwen2-style            Qwen2's pre-tokenizer (its regex: single digits) and
-                         its NFC normalizer, on Llama 3.1's vocabulary
   smollm-style           SmolLM's pre-tokenizer (Digits, individual, then
                          ByteLevel with its regex) on GPT-2's vocabulary
   split-BEHAVIOR[-invert]  Split on punctuation runs or a whitespace character,
@@ -41,14 +40,6 @@ def byte_level(prefix=False, regex=False):
 t = copy.deepcopy(llama)
 t["model"]["merges"] = [m.split(" ") for m in t["model"]["merges"]]
 save("llama31-array-merges", t)
-
-t = copy.deepcopy(llama)
-t["normalizer"] = {"type": "NFC"}
-t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = (
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-    "\\s+(?!\\S)|\\s+")
-t["post_processor"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
-save("qwen2-style", t)
 
 t = copy.deepcopy(gpt2)
 t["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [{"type": "Digits", "individual_digits": True},
