@@ -10,7 +10,6 @@
 #include <xxhash.h>
 
 #include "lib/text/gpt2_data.h"
-#include "lib/text/pretokenize.h"
 #include "lib/util/errline.h"
 #include "lib/util/grow.h"
 
@@ -569,15 +568,5 @@ int bpe_encode_piece(bpe_encoder *e, const char *p, size_t n, token_buf *out)
     e->key_len += n;
     e->n_ids += n_ids;
     if (++e->used * 2 > e->mask + 1 && cache_grow(e) != 0) cache_clear(e);
-    return 0;
-}
-
-int bpe_encode(bpe_encoder *e, const char *text, size_t n, token_buf *out)
-{
-    for (size_t i = 0; i < n;) {
-        size_t end = gpt2_piece_end(text, n, i);
-        if (bpe_encode_piece(e, text + i, end - i, out) != 0) return -1;
-        i = end;
-    }
     return 0;
 }

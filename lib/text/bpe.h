@@ -67,9 +67,4 @@ void bpe_encoder_free(bpe_encoder *e);
  * out of memory. */
 int bpe_encode_piece(bpe_encoder *e, const char *p, size_t n, token_buf *out);
 
-/* GPT-2's encoder.py: text[0..n) cut by GPT-2's pre-tokenizer
- * (pretokenize.h), each piece encoded. The text must be valid UTF-8
- * (utf8_text_check). 0, or -1 when out of memory. */
-int bpe_encode(bpe_encoder *e, const char *text, size_t n, token_buf *out);
-
 #endif

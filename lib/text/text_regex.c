@@ -229,8 +229,10 @@ void text_regex_scratch_free(text_regex_scratch *s)
     free(s);
 }
 
-int text_regex_find(const text_regex *r, text_regex_scratch *sc, const char *s, size_t n, size_t from,
-                    size_t *start, size_t *end, char *err, size_t errlen)
+/* The first match in s[from..n): 1 with [*start, *end), 0 when none, -1
+ * with err on a matching error (e.g. the JIT stack limit). */
+static int text_regex_find(const text_regex *r, text_regex_scratch *sc, const char *s, size_t n, size_t from,
+                           size_t *start, size_t *end, char *err, size_t errlen)
 {
     int rc = r->jit ? pcre2_jit_match(r->code, (PCRE2_SPTR)s, n, from, 0, sc->md, sc->mc)
                     : pcre2_match(r->code, (PCRE2_SPTR)s, n, from, PCRE2_NO_UTF_CHECK, sc->md, sc->mc);

@@ -31,11 +31,6 @@ typedef struct text_regex_scratch text_regex_scratch;
 text_regex_scratch *text_regex_scratch_new(void);
 void text_regex_scratch_free(text_regex_scratch *s);
 
-/* The first match in s[from..n) (s valid UTF-8): 1 with [*start, *end), 0
- * when none, -1 with err on a matching error (e.g. the JIT stack limit). */
-int text_regex_find(const text_regex *r, text_regex_scratch *sc, const char *s, size_t n, size_t from,
-                    size_t *start, size_t *end, char *err, size_t errlen);
-
 /* Every match of r in s[0..n), as Oniguruma's find_iter gives them (which is
  * what Hugging Face's Split sees): left to right, not overlapping; an empty
  * match is taken unless it sits right where the previous match ended, and
