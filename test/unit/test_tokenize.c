@@ -9,26 +9,12 @@
 #include <string.h>
 
 #include "check.h"
+#include "read_all.h"
 #include "lib/text/bpe.h"
 #include "lib/text/pretokenize.h"
 #include "lib/text/tokenizer.h"
 #include "lib/text/unicode_class.h"
 #include "lib/text/utf8_text.h"
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-    buf[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
 
 /* The pieces of s joined by '|'. */
 static void pieces(const char *s, char *out, size_t cap)

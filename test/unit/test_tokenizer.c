@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "read_all.h"
 #include "lib/text/gpt2_data.h"
 #include "lib/text/token_shard.h"
 #include "lib/text/shard_writer.h"
@@ -117,21 +118,6 @@ static void expect_ids(const tokenizer *t, const char *s, const char *want, cons
 }
 
 /* ---- the same ids as the built-in GPT-2 ---- */
-
-static char *read_all(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-    buf[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
 
 static void test_gpt2_agrees(const tokenizer *json)
 {
