@@ -268,7 +268,6 @@ int main(int argc, char **argv)
     }
     const char *a = argv[1];
     if (!strcmp(a, AGENT_CHILD_GUARD_FLAG)) return agent_child_guard_main(argc, argv);
-    if (!strcmp(a, AGENT_WATCHDOG_FLAG)) return agent_watchdog_main(argc, argv);
     if (!strcmp(a, "worker")) {
         static job_spec job;
         if (argc != 3) {

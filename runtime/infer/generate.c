@@ -140,6 +140,11 @@ static int generate_worker(const char *job_path, int argc, char **argv)
         fprintf(stderr, "dtrun: generate: %s\n", err);
         return DT_EXIT_USAGE;
     }
+    /* an HF folder's tokenizer.json reads the prompt and writes the tokens */
+    if ((rc = prompt_use_tokenizer(job.model.init_from, job.model.vocab_size, err, sizeof err))) {
+        fprintf(stderr, "dtrun: generate: %s\n", err);
+        return rc;
+    }
     int *ids = NULL, n_prompt = 0, V = job.model.vocab_size;
     if ((rc = prompt_ids(&o, V, job.model.seq_len, &ids, &n_prompt))) return rc;
     engine *e = engine_create(&job, &rc, err, sizeof err);
@@ -203,6 +208,11 @@ int generate_command(int argc, char **argv)
                         "accuracy)\n", o.src);
         free(yaml);
         return DT_EXIT_USAGE;
+    }
+    if ((rc = prompt_use_tokenizer(m.init_from, m.vocab_size, err, sizeof err))) { /* an HF folder's tokenizer.json */
+        fprintf(stderr, "dtrun: generate: %s\n", err);
+        free(yaml);
+        return rc;
     }
     /* the prompt is checked before any worker starts */
     int *ids = NULL, n = 0;

@@ -10,6 +10,7 @@
 
 #include "lib/launch/agent.h"
 #include "lib/launch/launch_opts.h"
+#include "lib/text/token_shard.h"
 #include "lib/util/exit_codes.h"
 #include "runtime/ckpt/ckpt.h"
 #include "runtime/data/data.h"
@@ -31,13 +32,14 @@ static void put_quoted(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* llm.c's token files start with the int32 magic 20240520. */
+/* llm.c's token files start with one of their int32 magics (gpt-2's
+ * 20240520, llama-3's 20240801: lib/text/token_shard.h). */
 static int is_token_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
-    int32_t magic = 0;
-    int ok = fread(&magic, sizeof magic, 1, f) == 1 && magic == 20240520;
+    unsigned char magic[4];
+    int ok = fread(magic, sizeof magic, 1, f) == 1 && token_shard_magic_known(magic);
     fclose(f);
     return ok;
 }

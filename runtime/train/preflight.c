@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/ckpt/ckpt.h"
+#include "runtime/data/data.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/checkpoint.h"
 
@@ -51,6 +52,7 @@ int preflight_job(const job_spec *job, const preflight_opts *o, preflight_locks 
     memset(locks, 0, sizeof *locks);
     int code = DT_EXIT_OK;
     if (job_check_paths(job, &code, err, errlen) != 0) return code;
+    if (data_check_files(job, err, errlen) != 0) return DT_EXIT_DATA;
     if ((code = checkpoint_check_resume(job, err, errlen)) != DT_EXIT_OK) return code;
     if ((code = check_memory(job, o, err, errlen)) != DT_EXIT_OK) return code;
     if (o->take_locks && (code = take_locks(job, locks, err, errlen)) != DT_EXIT_OK) return code;

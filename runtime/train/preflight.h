@@ -3,6 +3,7 @@
  * line at once, with a documented exit status (dtrun(1)):
  *   paths       data files readable (3), the resume checkpoint present, the
  *               checkpoint directory and log files writable (6, 2);
+ *   data        each data file's header (3; data_check_files: headers only);
  *   resume      the checkpoint's model is the job's (6), from its index only;
  *   memory      the dry-run's verdict on this machine: a job it says does not
  *               fit is refused (2) unless check_fit is 0 (--no-fit-check);

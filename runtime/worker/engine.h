@@ -69,7 +69,9 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen);
  * learning rate lr, parameters made current on every rank. */
 int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, size_t errlen);
 /* Mean validation loss (and accuracy for ViT, else -1), split over the data-
- * parallel ranks; the same numbers as one process. */
+ * parallel ranks; the same numbers as one process. DT_EXIT_DATA on every rank
+ * when a data file changed under it on any rank (data_fault; err names it on
+ * the rank that saw it). */
 int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t errlen);
 
 /* Collective over the world: rank 0 writes the whole model's parameters, every
