@@ -81,6 +81,9 @@ void data_close(data_loader *d);
  * tokens - seq_len; GPT validation: non-overlapping windows,
  * (tokens - 1) / seq_len, so ceil(count / global_batch) batches cover it. */
 long data_count(const data_loader *d);
+/* The split's length: tokens (GPT; validation windows use count * seq_len + 1
+ * of them, the rest is a tail shorter than a window) or images (ViT). */
+long data_span(const data_loader *d);
 
 /* Fill samples [begin, begin + count) of the global batch of step `step`.
  * GPT: tokens and targets [count, seq_len]; ViT: images [count, ch, S, S]

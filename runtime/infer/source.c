@@ -113,8 +113,12 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
         const char *kind = idx ? "idx" : is_token_file(s->data) ? "tokens" : "text";
         fprintf(f, "data:\n  kind: %s\n  train: ", kind);
         put_quoted(f, s->data);
-        fprintf(f, "\n  val: ");
-        put_quoted(f, s->data);
+        if (s->val_split) { /* the split training validates on: the file's last val_fraction */
+            if (s->val_fraction > 0) fprintf(f, "\n  val_fraction: %.17g", s->val_fraction);
+        } else { /* the whole file */
+            fprintf(f, "\n  val: ");
+            put_quoted(f, s->data);
+        }
         fprintf(f, "\n");
         if (idx) {
             char labels[4096];
@@ -127,14 +131,16 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
             }
             fprintf(f, "  train_labels: ");
             put_quoted(f, labels);
-            fprintf(f, "\n  val_labels: ");
-            put_quoted(f, labels);
+            if (!s->val_split) {
+                fprintf(f, "\n  val_labels: ");
+                put_quoted(f, labels);
+            }
             fprintf(f, "\n");
         }
     }
     int gb = s->global_batch > 0 ? s->global_batch : 8;
     fprintf(f, "train:\n  steps: 1\n  global_batch: %d\n  eval_batches: 0\n", gb);
-    fprintf(f, "parallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  mode: %s\n", s->dp, s->tp, s->pp, s->mode ? s->mode : "none");
+    fprintf(f, "parallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  mode: %s\n", s->dp, s->tp, s->pp, s->mode ? s->mode : "ddp");
     if (s->pp > 1) fprintf(f, "  microbatches: %d\n", s->pp);
     if (!hf) {
         fprintf(f, "checkpoint:\n  resume: ");
@@ -213,7 +219,7 @@ int infer_int_opt(const char *subcommand, const char *opt, const char *v, int lo
     char *end;
     long n = strtol(v, &end, 10);
     if (end == v || *end || n < lo || n > hi) {
-        fprintf(stderr, "dtrun: %s: %s '%s': want an integer in [%d, %d]\n", subcommand, opt, v, lo, hi);
+        fprintf(stderr, "dtrun %s: %s '%s': want an integer in [%d, %d]\n", subcommand, opt, v, lo, hi);
         return -1;
     }
     *out = (int)n;
