@@ -58,7 +58,7 @@ static int usage(void)
             "       dtrun eval CKPT|HF_DIR --data FILE [--dp N --tp N --pp N --mode M --batch B --seq-len T]\n"
             "       dtrun classify CKPT|HF_DIR (IMAGE... | --data IDX_IMAGES [--labels FILE]) [--top-k K] [--batch B]\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
-            "       dtrun tokenize [options] FILE... -o PREFIX   (text to GPT-2 token shards)\n"
+            "       dtrun tokenize [--tokenizer tokenizer.json] FILE... -o PREFIX   (text to token shards)\n"
             "       dtrun plot RUN.jsonl... -o curves.svg          (loss, throughput, memory as SVG)\n"
             "       dtrun inspect CKPT                          (what produced a checkpoint)\n"
             "options (torchrun's names; '-' or '_', --opt=V or --opt V):\n"

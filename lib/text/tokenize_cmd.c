@@ -32,6 +32,7 @@
 #include "lib/text/shard_writer.h"
 #include "lib/text/tokenizer.h"
 #include "lib/util/clock.h"
+#include "lib/util/cmdline.h"
 #include "lib/util/exit_codes.h"
 
 typedef struct {
@@ -160,7 +161,7 @@ static const char USAGE[] =
     "  --threads N           files encoded at once (default: the CPUs)\n"
     "  --field NAME          the JSONL field that holds the text (default text)\n"
     "  --progress auto|on|off  the progress bar (auto: when stderr is a terminal)\n"
-    "see dtrun(1)\n";
+    "  -h, --help            this text; see dtrun(1)\n";
 
 static int bad_usage(const char *fmt, const char *a, const char *b)
 {
@@ -187,13 +188,13 @@ static int parse_opts(int argc, char **argv, tokenize_opts *o)
             continue;
         }
         if (!strcmp(a, "--")) { only_files = 1; continue; }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(USAGE, stdout); return -1; }
+        if (cmdline_is_help(a)) { fputs(USAGE, stdout); return -1; }
         char name[64];
         const char *eq = strchr(a, '=');
         snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(name, with_value[k]);
-        if (!known) return bad_usage("unknown option '%s'%s", a, "");
+        if (!known) return cmdline_unknown_option("tokenize", a, USAGE);
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
         else return bad_usage("%s needs a value%s", name, "");

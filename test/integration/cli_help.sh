@@ -40,6 +40,7 @@ typo "--dtype" export --dtpye bf16 ckpt out.safetensors
 typo "--top-k" classify ckpt img.png --topk 3
 typo "--output" plot run.jsonl --ouput x.svg
 typo "--listen" rdzv --lisen 127.0.0.1:0
+typo "--tokenizer" tokenize --tokenzier tok.json -o out in.txt
 typo "--nproc-per-node" --nproc-per-nod 2 job.yaml
 # a job file or program of that name is run, not corrected
 printf 'model: {kind: gpt}\n' >"$tmp/genrate"
