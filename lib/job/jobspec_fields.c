@@ -42,7 +42,8 @@ static const char *const recompute_aliases[] = {"off,false,no", "full,true,on,ye
 /* Plain data parallel is "ddp" everywhere dtrun prints it; "none" (its name
  * before) stays an alias, so old job files and checkpoints read the same. */
 static const char *const shard_modes[] = {"ddp", "zero1", "zero2", "fsdp", "hsdp", NULL};
-static const char *const shard_mode_aliases[] = {"none,off,zero0,zero_0,no_shard", "zero_1,os", "zero_2,os_g",
+static const char *const shard_mode_former[] = {"none", "", "", "", "", NULL};
+static const char *const shard_mode_aliases[] = {"off,zero0,zero_0,no_shard", "zero_1,os", "zero_2,os_g",
                                                  "zero3,zero_3,full_shard", "hybrid,hybrid_shard", NULL};
 static const char *const pp_schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1", NULL};
 static const char *const pp_schedule_aliases[] = {"fill_drain,fthenb", "one_f_one_b,pipedream",
@@ -175,8 +176,9 @@ const field_def job_fields[FID_COUNT] = {
                    "tensor_parallel,tensor_model_parallel_size,tensor_parallel_size,tp_size"),
     [FID_PP] = NUM(SEC_PARALLEL, "pp", FT_INT, parallel.pp, 1, 65536,
                    "pipeline_parallel,pipeline_model_parallel_size,pipeline_parallel_size,pp_size"),
-    [FID_MODE] = ENUM(SEC_PARALLEL, "mode", parallel.mode, shard_modes, shard_mode_aliases,
-                      "sharding,shard,zero,zero_stage,strategy,sharding_strategy"),
+    [FID_MODE] = {.section = SEC_PARALLEL, .key = "mode", .type = FT_ENUM, .offset = OFF(parallel.mode),
+                  .names = shard_modes, .value_aliases = shard_mode_aliases, .value_former = shard_mode_former,
+                  .aliases = "sharding,shard,zero,zero_stage,strategy,sharding_strategy"},
     [FID_PP_SCHEDULE] = ENUM(SEC_PARALLEL, "pp_schedule", parallel.pp_schedule, pp_schedules,
                              pp_schedule_aliases, "schedule,pipeline_schedule"),
     [FID_MICROBATCHES] = NUM(SEC_PARALLEL, "microbatches", FT_INT, parallel.microbatches, 1, NOMAX,

@@ -61,6 +61,8 @@ typedef struct {
     size_t size;               /* strings: buffer size */
     const char *const *names;  /* FT_ENUM: NULL-terminated, index = value; FT_FLAGS: index = bit */
     const char *const *value_aliases; /* FT_ENUM: per value, "a,b" suggesting it, or NULL */
+    const char *const *value_former;  /* FT_ENUM: per value, "a,b" it was called before, taken as
+                                       * it (old job files and checkpoints), or NULL */
     double lo, hi;             /* numeric range (inclusive unless *_open) */
     int lo_open, hi_open;
     const char *aliases;       /* comma-separated names suggesting this key */

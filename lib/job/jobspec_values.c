@@ -225,11 +225,22 @@ static int store_enum(loader *L, int fid, const char *name)
             *(int *)job_field_ptr(L->job, fid) = i;
             return 0;
         }
+    /* a value's former name is the value (parallel.mode none is ddp) */
+    for (int i = 0; f->value_former && f->names[i]; i++)
+        for (const char *p = f->value_former[i]; *p;) {
+            size_t n = strcspn(p, ",");
+            if (n == e->len && !strncmp(p, e->text, n)) {
+                *(int *)job_field_ptr(L->job, fid) = i;
+                return 0;
+            }
+            p += n + (p[n] == ',');
+        }
     suggest near;
     suggest_init(&near, e->text, e->len);
     for (int i = 0; f->names[i]; i++) {
         suggest_offer(&near, f->names[i], f->names[i]);
         if (f->value_aliases) suggest_offer_list(&near, f->value_aliases[i], f->names[i]);
+        if (f->value_former) suggest_offer_list(&near, f->value_former[i], f->names[i]);
     }
     if (suggest_best(&near))
         return loader_fail_value(L, fid, "%s: unknown value %s (expected %s); did you mean '%s'?", name,
