@@ -36,6 +36,7 @@ static const char *want_of(const field_def *f)
     case FT_BOOL: return "true or false";
     case FT_ENUM: return "a name";
     case FT_FLAGS: return "a list of names";
+    case FT_KEYS: return "a list of job keys";
     default: return "a string";
     }
 }

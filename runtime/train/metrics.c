@@ -48,8 +48,12 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
     m->attempt = dt_env_get()->attempt;
     m->steps = job->train.steps;
     m->unit = job->model.kind == MODEL_GPT ? "tok/s" : "img/s";
+    /* auto: live where the lines are read on a terminal. Through the agent
+     * this worker's stdout is a pipe; the agent says whether it shows it on a
+     * terminal (DTRUN_STDOUT_TTY), and redraws the line there. */
+    int tty = dt_env_get()->stdout_tty;
     m->live = job->log.progress == PROGRESS_ON ||
-              (job->log.progress == PROGRESS_AUTO && isatty(STDERR_FILENO));
+              (job->log.progress == PROGRESS_AUTO && (tty >= 0 ? tty : isatty(STDOUT_FILENO)));
     if (job->log.progress == PROGRESS_OFF) m->every = 0;
     if (rank == 0 && job->log.metrics[0]) {
         make_parents(job->log.metrics);
@@ -144,10 +148,9 @@ void metrics_log_step(metrics *m, const metrics_step *s)
     if (!last && s->step % m->every) return;
     char eta[32];
     fmt_eta(eta, sizeof eta, s->elapsed / (s->step - m->first_step + 1) * (m->steps - s->step));
-    fprintf(stderr, "%sstep %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f %s | ETA %s%s",
-            m->live ? "\r\033[K" : "", s->step, m->steps, s->loss, s->lr, s->grad_norm,
-            s->samples_per_s, m->unit, eta, m->live && !last ? "" : "\n");
-    fflush(stderr);
+    printf("%sstep %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f %s | ETA %s%s", m->live ? "\r\033[K" : "", s->step,
+           m->steps, s->loss, s->lr, s->grad_norm, s->samples_per_s, m->unit, eta, m->live && !last ? "" : "\n");
+    fflush(stdout);
 }
 
 void metrics_log_eval(metrics *m, int step, double val_loss, double acc)
@@ -166,17 +169,19 @@ void metrics_log_eval(metrics *m, int step, double val_loss, double acc)
             fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f,\"attempt\":%d}\n", step, val_loss, m->attempt);
         fflush(m->jsonl);
     }
-    if (m->live) fprintf(stderr, "\r\033[K");
-    if (acc >= 0) fprintf(stderr, "eval step %d | val_loss %.4f | val_acc %.2f%%\n", step, val_loss, 100 * acc);
-    else fprintf(stderr, "eval step %d | val_loss %.4f\n", step, val_loss);
+    if (m->live) printf("\r\033[K");
+    if (acc >= 0) printf("eval step %d | val_loss %.4f | val_acc %.2f%%\n", step, val_loss, 100 * acc);
+    else printf("eval step %d | val_loss %.4f\n", step, val_loss);
+    fflush(stdout);
 }
 
 void metrics_summary(metrics *m, int steps, double loss, double val_loss, double acc,
                      double elapsed, double samples)
 {
     if (m->rank != 0) return;
-    if (m->live) fprintf(stderr, "\r\033[K");
-    fprintf(stderr, "done: %d steps in %.1f s | loss %.4f | val_loss %.4f", steps, elapsed, loss, val_loss);
-    if (acc >= 0) fprintf(stderr, " | val_acc %.2f%%", 100 * acc);
-    fprintf(stderr, " | %.0f %s\n", elapsed > 0 ? samples / elapsed : 0.0, m->unit);
+    if (m->live) printf("\r\033[K");
+    printf("done: %d steps in %.1f s | loss %.4f | val_loss %.4f", steps, elapsed, loss, val_loss);
+    if (acc >= 0) printf(" | val_acc %.2f%%", 100 * acc);
+    printf(" | %.0f %s\n", elapsed > 0 ? samples / elapsed : 0.0, m->unit);
+    fflush(stdout);
 }

@@ -1,6 +1,8 @@
 /* metrics.h — what a run reports: one JSON object per logged step in the metrics
- * file (JSONL), a live progress line for rank 0 on a terminal (plain lines
- * otherwise), evaluation lines and a final summary; with log.tensorboard, the
+ * file (JSONL), and on stdout (rank 0) a live progress line when it is read on
+ * a terminal (log.progress auto: the worker's stdout, or through the agent
+ * DTRUN_STDOUT_TTY; plain lines otherwise), evaluation lines and a final
+ * summary; with log.tensorboard, the
  * same scalars as TensorBoard events (tfevents.h): rank 0 writes train/loss,
  * train/lr, train/grad_norm, perf/tokens_per_s (images_per_s for ViT),
  * perf/mfu_percent (when a hardware profile gives the device's peak),
