@@ -93,6 +93,7 @@ void job_print(const job_spec *job, FILE *out)
             if (job_fields[fid].section != (job_section)sec) continue;
             if (!job_field_applies(job, fid) || job_field_unset(job, fid)) continue;
             if (fid == FID_MODEL_PRESET && !job->model.preset[0]) continue;
+            if (fid == FID_CKPT_ALLOW_CHANGES && !job->checkpoint.allow_changes[0]) continue;
             /* derived from dp once it is known: printing it would pin it */
             if (fid == FID_MICROBATCHES && job->parallel.dp_auto) continue;
             if (!printed) fprintf(out, "%s:\n", job_section_names[sec]);

@@ -293,7 +293,8 @@ static int store_string(loader *L, int fid, const char *name)
     memset(dst, 0, f->size); /* whole buffer, so equal jobs compare equal bytewise */
     memcpy(dst, s, len);
     if (job_field_check_string(fid, dst, why, sizeof why))
-        return loader_fail_value(L, fid, "%s: %s, got %s", name, why, job_entry_got(e, got, sizeof got));
+        return f->type == FT_KEYS ? loader_fail_value(L, fid, "%s: %s", name, why) /* why quotes the name */
+                                  : loader_fail_value(L, fid, "%s: %s, got %s", name, why, job_entry_got(e, got, sizeof got));
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include "runtime/env.h"
 #include "runtime/worker/engine_ckpt.h"
 #include "runtime/train/init_from.h"
+#include "runtime/train/metrics.h"
 #include "runtime/train/train.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -388,6 +389,6 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
     }
     if (rc != DT_EXIT_OK) return rc;
     if (engine_rank(e) == 0 && !already)
-        printf("dtrun: checkpoint step %ld saved to %s (%.2f s)\n", p->step, dir, clock_now_s() - t0);
+        metrics_say("dtrun: checkpoint step %ld saved to %s (%.2f s)", p->step, dir, clock_now_s() - t0);
     return DT_EXIT_OK;
 }

@@ -3,6 +3,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,6 +25,28 @@ struct metrics {
     const char *unit; /* "tok/s" or "img/s" */
     tfevents *tb;     /* NULL when no log.tensorboard */
 };
+
+/* A live progress line is on stdout without its newline: the next line
+ * written there erases it first, or it would run on behind it. One per
+ * process: only rank 0 prints. */
+static int live_pending;
+
+static void end_live_line(void)
+{
+    if (live_pending) fputs("\r\033[K", stdout);
+    live_pending = 0;
+}
+
+void metrics_say(const char *fmt, ...)
+{
+    end_live_line();
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
 
 /* Create the directories leading to `path` (like mkdir -p of its dirname). */
 static void make_parents(const char *path)
@@ -150,6 +173,7 @@ void metrics_log_step(metrics *m, const metrics_step *s)
     fmt_eta(eta, sizeof eta, s->elapsed / (s->step - m->first_step + 1) * (m->steps - s->step));
     printf("%sstep %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f %s | ETA %s%s", m->live ? "\r\033[K" : "", s->step,
            m->steps, s->loss, s->lr, s->grad_norm, s->samples_per_s, m->unit, eta, m->live && !last ? "" : "\n");
+    live_pending = m->live && !last;
     fflush(stdout);
 }
 
@@ -169,7 +193,7 @@ void metrics_log_eval(metrics *m, int step, double val_loss, double acc)
             fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f,\"attempt\":%d}\n", step, val_loss, m->attempt);
         fflush(m->jsonl);
     }
-    if (m->live) printf("\r\033[K");
+    end_live_line();
     if (acc >= 0) printf("eval step %d | val_loss %.4f | val_acc %.2f%%\n", step, val_loss, 100 * acc);
     else printf("eval step %d | val_loss %.4f\n", step, val_loss);
     fflush(stdout);
@@ -179,7 +203,7 @@ void metrics_summary(metrics *m, int steps, double loss, double val_loss, double
                      double elapsed, double samples)
 {
     if (m->rank != 0) return;
-    if (m->live) printf("\r\033[K");
+    end_live_line();
     printf("done: %d steps in %.1f s | loss %.4f | val_loss %.4f", steps, elapsed, loss, val_loss);
     if (acc >= 0) printf(" | val_acc %.2f%%", 100 * acc);
     printf(" | %.0f %s\n", elapsed > 0 ? samples / elapsed : 0.0, m->unit);

@@ -38,6 +38,9 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
  * "attempt", so steps an attempt repeats after a restart stay told apart. */
 void metrics_log_attempt(metrics *m, long from_step);
 void metrics_close(metrics *m);
+/* One line of what the run does (resuming, a checkpoint saved, a stop) on
+ * stdout, a newline added; a live progress line is erased first. */
+void metrics_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void metrics_log_step(metrics *m, const metrics_step *s);
 /* This rank's peak memory after a step: accounted bytes (account.h) and the
  * process's peak RSS. Written to the rank's TensorBoard file only. */

@@ -151,8 +151,8 @@ static int stop_requested(engine *e, const job_spec *job, const train_progress *
     if (!any) return 0;
     if ((*rc = checkpoint_save(e, job, pg, err, errlen)) != DT_EXIT_OK) return 1;
     if (engine_rank(e) == 0) /* what the run did, as asked: stdout */
-        printf("dtrun: %s: stopped at step %ld with a checkpoint in %s; the same command resumes\n",
-               stop_signal_name(sig), pg->step, job->checkpoint.dir);
+        metrics_say("dtrun: %s: stopped at step %ld with a checkpoint in %s; the same command resumes",
+                    stop_signal_name(sig), pg->step, job->checkpoint.dir);
     return 1;
 }
 
