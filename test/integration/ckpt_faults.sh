@@ -121,7 +121,8 @@ shard="$T/bad.ck/step_000060/rank_00001.safetensors"
 size=$(stat -c %s "$shard")
 printf '\x5a' | dd of="$shard" bs=1 seek=$((size / 2)) conv=notrunc status=none
 job bad 0
-sed -i -e "s|^  dir: .*|  dir: $T/bad.ck|" "$T/bad.yaml"
+# more steps than the checkpoint holds: at its last step the run would be finished, nothing read
+sed -i -e "s|^  dir: .*|  dir: $T/bad.ck|" -e "s/^  steps: .*/  steps: $((STEPS + 10))/" "$T/bad.yaml"
 ckpt_run "$LAY" "$T/bad.yaml" "$T/bad.log"; rc=$?
 grep "dtrun: rank" "$T/bad.log" | head -2
 [ $rc = 6 ] || { tail "$T/bad.log"; fail "d: resuming from a corrupted shard exited $rc, want 6"; }
