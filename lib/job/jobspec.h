@@ -67,7 +67,7 @@ typedef struct {
 typedef enum {
     DATA_SYNTHETIC = 0, /* deterministic random tokens / images */
     DATA_TEXT,          /* any file, byte-level tokens */
-    DATA_TOKENS,        /* llm.c token shards: 1024-byte header, magic 20240520, uint16 */
+    DATA_TOKENS,        /* llm.c token shards: 1024-byte header, uint16 or uint32 ids (lib/text/token_shard.h) */
     DATA_IDX            /* IDX images + labels (MNIST / Fashion-MNIST), optionally .gz */
 } data_kind;
 

@@ -2,7 +2,7 @@
  * one key's value. Ranges keep every size inside int arithmetic downstream
  * (4 * d_model, dp * tp * pp, bucket_mb << 20). */
 #include "lib/job/jobspec_fields.h"
-#include "lib/job/jobspec_suggest.h"
+#include "lib/util/suggest.h"
 
 #include <limits.h>
 #include <math.h>
@@ -40,8 +40,10 @@ static const char *const device_aliases[] = {"default,any", "host", "gpu,nvidia"
 static const char *const recomputes[] = {"none", "block", "selective", NULL};
 static const char *const recompute_aliases[] = {"off,false,no", "full,true,on,yes", "attention,attn,core_attn",
                                                 NULL};
-static const char *const shard_modes[] = {"none", "zero1", "zero2", "fsdp", "hsdp", NULL};
-static const char *const shard_mode_aliases[] = {"ddp,off,zero0,zero_0", "zero_1,os", "zero_2,os_g",
+/* Plain data parallel is "ddp" everywhere dtrun prints it; "none" (its name
+ * before) stays an alias, so old job files and checkpoints read the same. */
+static const char *const shard_modes[] = {"ddp", "zero1", "zero2", "fsdp", "hsdp", NULL};
+static const char *const shard_mode_aliases[] = {"none,off,zero0,zero_0,no_shard", "zero_1,os", "zero_2,os_g",
                                                  "zero3,zero_3,full_shard", "hybrid,hybrid_shard", NULL};
 static const char *const pp_schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1", NULL};
 static const char *const pp_schedule_aliases[] = {"fill_drain,fthenb", "one_f_one_b,pipedream",

@@ -12,7 +12,7 @@
 #include <strings.h>
 
 #include "lib/job/jobspec_loader.h"
-#include "lib/job/jobspec_suggest.h"
+#include "lib/util/suggest.h"
 #include "lib/job/jobspec_utf8.h"
 
 /* ------------------------------------------------------------- values */

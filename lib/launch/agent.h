@@ -7,20 +7,20 @@
  * the group, prints the root cause and restarts it with a new rendezvous round
  * while --max-restarts allows. It returns dtrun's exit status.
  *
- * Workers die with their agent even when it is SIGKILLed: each starts as
- * `dtrun --dtrun-child-guard AGENT_PID FILE ARGV...` (agent_child_guard_main),
- * which sets PR_SET_PDEATHSIG(SIGKILL) and then execs the program — libuv's
- * uv_spawn has no hook between fork and exec, and the death signal survives exec.
- * What the workers start in turn is killed by the agent's watchdog
- * (`dtrun --dtrun-watchdog FD ID`, agent_watchdog_main, lib/launch/agent_watchdog.c)
- * when the agent ends, however it ends. */
+ * Workers, and what they start in turn, die with their agent even when it is
+ * SIGKILLed: the agent's watchdog (a process of its own, lib/launch/agent_watchdog.c)
+ * kills them when the agent ends, however it ends. Without a watchdog (it could
+ * not be started), or for a program that does not resolve to an executable file,
+ * each worker starts as `dtrun --dtrun-child-guard AGENT_PID FILE ARGV...`
+ * (agent_child_guard_main), which sets PR_SET_PDEATHSIG(SIGKILL) and then execs
+ * the program (libuv's uv_spawn has no hook between fork and exec, and the
+ * death signal survives exec), or says in one line why it cannot. */
 #ifndef DTRUN_AGENT_H
 #define DTRUN_AGENT_H
 
 #include "lib/launch/launch_opts.h"
 
 #define AGENT_CHILD_GUARD_FLAG "--dtrun-child-guard"
-#define AGENT_WATCHDOG_FLAG "--dtrun-watchdog"
 
 /* Exit statuses of the agent itself (a worker's own status passes through). */
 #include "lib/util/exit_codes.h"
@@ -33,9 +33,5 @@ int agent_run(const launch_opts *o, const char *file, char *const *argv);
 /* The child side of the guard: argv = {_, AGENT_CHILD_GUARD_FLAG, PID, FILE, ARGV...}.
  * Execs FILE, or returns 127 (not found) / 126 (not executable) after one line. */
 int agent_child_guard_main(int argc, char **argv);
-
-/* The watchdog process: argv = {_, AGENT_WATCHDOG_FLAG, FD, AGENT_ID}. Waits for
- * the end of the pipe FD, then kills every process of the agent's job. */
-int agent_watchdog_main(int argc, char **argv);
 
 #endif

@@ -1,5 +1,6 @@
-/* agent_spawn.c — start the node's workers: environment, pipes, uv_spawn through
- * the child guard that ties each worker's life to the agent's. */
+/* agent_spawn.c — start the node's workers: environment, pipes, uv_spawn of the
+ * program itself while the watchdog ties the workers' lives to the agent's
+ * (agent_watchdog.c), else through the child guard (agent.h). */
 #include "lib/launch/agent_impl.h"
 
 #include <errno.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lib/launch/agent_env.h"
@@ -36,6 +38,42 @@ int agent_child_guard_main(int argc, char **argv)
     int e = errno;
     fprintf(stderr, "dtrun: cannot run '%s': %s\n", file, strerror(e));
     return e == ENOENT ? 127 : 126;
+}
+
+/* An executable regular file (and, for a script, its #! interpreter). */
+static int runnable(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || access(path, X_OK) != 0) return 0;
+    char head[256];
+    FILE *f = fopen(path, "re");
+    size_t n = f ? fread(head, 1, sizeof head - 1, f) : 0;
+    if (f) fclose(f);
+    if (n < 2 || head[0] != '#' || head[1] != '!') return 1;
+    head[n] = 0;
+    char *interp = head + 2 + strspn(head + 2, " \t");
+    interp[strcspn(interp, " \t\r\n")] = 0;
+    return interp[0] && stat(interp, &st) == 0 && S_ISREG(st.st_mode) && access(interp, X_OK) == 0;
+}
+
+/* Whether execvp(file) will find something it can run, searching PATH as it
+ * does. Only then is a worker spawned directly: whatever would fail goes through
+ * the child guard, which says why in one line and exits 127 / 126. */
+static int program_resolves(const char *file)
+{
+    if (strchr(file, '/')) return runnable(file);
+    const char *path = getenv("PATH");
+    if (!path) path = "/bin:/usr/bin";
+    for (const char *p = path;; p++) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char full[4096];
+        if (snprintf(full, sizeof full, "%.*s%s%s", (int)len, p, len ? "/" : "", file) < (int)sizeof full &&
+            runnable(full))
+            return 1;
+        if (!end) return 0;
+        p = end;
+    }
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
@@ -140,7 +178,7 @@ static void output_cfg(const agent *ag, const agent_worker *w, agent_output_cfg 
     }
 }
 
-static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
+static int spawn_one(agent *ag, agent_worker *w, int direct, char *err, size_t errlen)
 {
     const launch_opts *o = ag->o;
     const rdzv_result *r = &ag->res;
@@ -149,6 +187,7 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
     output_cfg(ag, w, &cfg, paths);
     w->out = agent_output_open(&cfg, err, errlen);
     if (!w->out) return -1;
+    if (agent_error_file_prepare(ag, w, err, errlen) != 0) return -1;
     /* The built-in trainer notes each collective it enters on a page we can
      * read even when it stops answering (a worker of another program ignores it). */
     int beacon_fd = -1;
@@ -179,6 +218,7 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
         .omp_threads = ag->cores / (ag->nworkers > 0 ? ag->nworkers : 1),
         .agent_id = ag->agent_id,
         .beacon_fd = beacon_fd >= 0 ? 3 : 0, /* stdio[3] below */
+        .error_file = w->error_file[0] ? w->error_file : NULL,
         /* the terminal decision is the agent's: the worker's own stdout is our pipe */
         .stdout_tty = agent_output_console_is_terminal(w->out, AGENT_STDOUT),
     };
@@ -224,8 +264,8 @@ static int spawn_one(agent *ag, agent_worker *w, char *err, size_t errlen)
     }
     uv_process_options_t po;
     memset(&po, 0, sizeof po);
-    po.file = "/proc/self/exe";
-    po.args = args;
+    po.file = direct ? ag->file : "/proc/self/exe";
+    po.args = direct ? (char **)ag->argv : args;
     po.env = env;
     po.exit_cb = on_exit_cb;
     po.stdio = stdio;
@@ -269,7 +309,9 @@ int agent_spawn_workers(agent *ag, char *err, size_t errlen)
         w->local_rank = i;
         w->rank = ag->res.rank_offset + i;
     }
+    /* the guard's exec of dtrun costs each worker ~5 ms of CPU: only when needed */
+    int direct = ag->watchdog_pid > 0 && program_resolves(ag->file);
     for (int i = 0; i < ag->nworkers; i++)
-        if (spawn_one(ag, &ag->workers[i], err, errlen) != 0) return -1;
+        if (spawn_one(ag, &ag->workers[i], direct, err, errlen) != 0) return -1;
     return 0;
 }

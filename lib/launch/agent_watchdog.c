@@ -1,13 +1,9 @@
 /* agent_watchdog.c — nothing a worker started outlives the job.
  *
- * PR_SET_PDEATHSIG (the child guard, agent_spawn.c) kills the workers when the
- * agent dies, but not what they started: a data loader's child, a subprocess of
- * `dtrun -- python3 train.py`, is reparented to init and lives on. So the agent
- * starts one watchdog process (`dtrun --dtrun-watchdog FD ID`) in a session of
- * its own, before anything else, and holds the write end of a pipe to it. The
- * watchdog learns each worker's process group through that pipe; when the pipe
- * ends — the agent exited, or was killed with SIGKILL — it kills, until none is
- * left:
+ * The agent starts one watchdog process in a session of its own, before any
+ * worker, and holds the write end of a pipe to it. The watchdog learns each
+ * worker's process group through that pipe; when the pipe ends — the agent
+ * exited, or was killed with SIGKILL — it kills, until none is left:
  *   - every process that carries DTRUN_AGENT_ID=ID in its environment (every
  *     worker and everything a worker started, in whatever process group or
  *     session, unless it replaced its environment), and
@@ -15,8 +11,19 @@
  *     replaced their environment but stayed in the group). A group is only
  *     trusted while its leader is the worker the agent named (same start time)
  *     or gone: a pid reused by an unrelated session leader is never touched.
- * A normal exit waits (at most 2 s) for that sweep, so when dtrun returns,
- * nothing of its job runs. */
+ * So the workers die with their agent however it dies (they are spawned
+ * directly; agent_spawn.c), and what they started dies with them. A normal exit
+ * waits (at most 2 s) for that sweep, so when dtrun returns, nothing of its job
+ * runs.
+ *
+ * The watchdog is a fork of the agent that does not exec: an exec of dtrun
+ * would load its libraries again, and OpenBLAS's thread pool, started by its
+ * constructor, spins for ~0.1 s of a core — on a 2-core machine that alone made
+ * an 8-worker launch 40 % slower (issue 25.13). The fork runs only the loop
+ * below (glibc's fork leaves malloc usable in the child of a threaded process),
+ * shows itself in ps as "dtrun --dtrun-watchdog", and hides the agent's own
+ * DTRUN_AGENT_ID (a nested agent's outer watchdog must not kill this one before
+ * it has swept its own job). */
 #include "lib/launch/agent_impl.h"
 
 #include <ctype.h>
@@ -27,15 +34,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
-
 #define WATCHDOG_MAX_GROUPS 4096
 
 /* ---- the agent's side ---- */
+
+static int watchdog_run(int fd, const char *agent_id);
 
 void agent_watchdog_start(agent *ag)
 {
@@ -53,29 +63,12 @@ void agent_watchdog_start(agent *ag)
                         "agent\n", strerror(errno));
         return;
     }
-    /* Everything the child needs is built before fork: between fork and exec
-     * it only calls async-signal-safe functions (the agent may have threads). */
-    char fd_str[16];
-    snprintf(fd_str, sizeof fd_str, "%d", fds[0]);
-    char *argv[] = {"dtrun", AGENT_WATCHDOG_FLAG, fd_str, ag->agent_id, NULL};
-    size_t n = 0;
-    for (char **e = environ; *e; e++) n++;
-    char **env = calloc(n + 1, sizeof *env);
-    if (!env) { close(fds[0]); close(fds[1]); return; }
-    /* Without our id (a nested agent's outer watchdog must not kill this one
-     * before it has swept its own job). */
-    size_t k = 0;
-    for (char **e = environ; *e; e++)
-        if (strncmp(*e, "DTRUN_AGENT_ID=", 15) != 0) env[k++] = *e;
-    env[k] = NULL;
     pid_t pid = fork();
     if (pid == 0) {
-        setsid(); /* a terminal's SIGINT / SIGHUP to our group must not reach it */
-        fcntl(fds[0], F_SETFD, 0);
-        execve("/proc/self/exe", argv, env);
-        _exit(127);
+        close(fds[1]); /* or the pipe never ends */
+        setsid();      /* a terminal's SIGINT / SIGHUP to our group must not reach it */
+        _exit(watchdog_run(fds[0], ag->agent_id));
     }
-    free(env);
     close(fds[0]);
     if (pid < 0) {
         fprintf(stderr, "dtrun: warning: no watchdog (fork: %s): a worker's own children may outlive a killed "
@@ -101,6 +94,15 @@ void agent_watchdog_finish(agent *ag)
     if (ag->watchdog_fd < 0) return;
     close(ag->watchdog_fd);
     ag->watchdog_fd = -1;
+    /* woken the moment it exits (Linux 5.3+); else polled every 10 ms */
+    int pfd = (int)syscall(SYS_pidfd_open, ag->watchdog_pid, 0);
+    if (pfd >= 0) {
+        struct pollfd p = {.fd = pfd, .events = POLLIN};
+        while (poll(&p, 1, 2000) < 0 && errno == EINTR) {}
+        close(pfd);
+        waitpid(ag->watchdog_pid, NULL, WNOHANG);
+        return; /* still sweeping after 2 s: it goes on without us (init reaps it) */
+    }
     for (int i = 0; i < 200; i++) {
         pid_t r = waitpid(ag->watchdog_pid, NULL, WNOHANG);
         if (r == ag->watchdog_pid || (r < 0 && errno != EINTR)) return;
@@ -186,8 +188,11 @@ static int group_is_ours(const group *g)
     return g->start != 0 && start == g->start;
 }
 
-/* One pass over /proc: SIGKILL to every live process of the job. Returns how many. */
-static int sweep_once(const char *entry, const group *groups, int ngroups)
+/* One pass over /proc: SIGKILL to every live process of the job. Returns how many.
+ * A process of the job started after the watchdog (`since`, its own start
+ * time): older ones are not read further, so a sweep costs little however
+ * many processes the machine runs. */
+static int sweep_once(const char *entry, const group *groups, int ngroups, unsigned long long since)
 {
     int ours[WATCHDOG_MAX_GROUPS];
     for (int i = 0; i < ngroups; i++) ours[i] = group_is_ours(&groups[i]);
@@ -203,8 +208,10 @@ static int sweep_once(const char *entry, const group *groups, int ngroups)
         if (pid == self || pid <= 1) continue;
         char state;
         long pgrp, session;
-        if (read_stat(pid, &state, &pgrp, &session, NULL) != 0) continue;
+        unsigned long long start;
+        if (read_stat(pid, &state, &pgrp, &session, &start) != 0) continue;
         if (state == 'Z' || state == 'X') continue; /* dead already, waiting to be reaped */
+        if (start < since) continue;
         int hit = 0;
         for (int i = 0; i < ngroups && !hit; i++)
             hit = ours[i] && pgrp == groups[i].pgid && session == groups[i].pgid;
@@ -215,18 +222,56 @@ static int sweep_once(const char *entry, const group *groups, int ngroups)
     return killed;
 }
 
-int agent_watchdog_main(int argc, char **argv)
+/* What ps shows for the watchdog: the agent's command line (argv's bytes, from
+ * argv[0] on, /proc/self/cmdline long) rewritten in place, so a pgrep for the
+ * agent's arguments finds the agent only. */
+static void retitle(const char *title)
 {
-    if (argc != 4) {
-        fprintf(stderr, "dtrun: %s is internal to the agent\n", AGENT_WATCHDOG_FLAG);
-        return DT_EXIT_USAGE;
-    }
-    int fd = atoi(argv[2]);
+    char buf[4096];
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    ssize_t len = fd >= 0 ? read(fd, buf, sizeof buf) : -1;
+    if (fd >= 0) close(fd);
+    if (len <= 0 || (size_t)len >= sizeof buf) return; /* longer: left as it is */
+    extern char *program_invocation_name; /* glibc: argv[0] itself */
+    size_t n = strlen(title) < (size_t)len - 1 ? strlen(title) : (size_t)len - 1;
+    memset(program_invocation_name, 0, (size_t)len);
+    memcpy(program_invocation_name, title, n);
+    prctl(PR_SET_NAME, "dtrun-watchdog");
+}
+
+/* The agent's own DTRUN_AGENT_ID (when it runs inside another dtrun's job) is
+ * renamed in place: /proc/PID/environ shows the bytes the process started with. */
+static void hide_outer_id(void)
+{
+    static const char name[] = "DTRUN_AGENT_ID=";
+    char *v = getenv("DTRUN_AGENT_ID");
+    if (v && !strncmp(v - (sizeof name - 1), name, sizeof name - 1)) v[-(int)(sizeof name - 1)] = 'x';
+}
+
+/* The watchdog's life: every descriptor but the pipe closed, then wait for
+ * the pipe's end and sweep. */
+static int watchdog_run(int fd, const char *agent_id)
+{
+    if (fd > 3) close_range(3, (unsigned)fd - 1, 0);
+    close_range(fd >= 3 ? (unsigned)fd + 1 : 3, ~0U, 0);
+    retitle("dtrun --dtrun-watchdog");
+    hide_outer_id();
     char entry[256];
-    snprintf(entry, sizeof entry, "DTRUN_AGENT_ID=%s", argv[3]);
+    snprintf(entry, sizeof entry, "DTRUN_AGENT_ID=%s", agent_id);
+    /* It ends when the agent does (its pipe), and only then has work to do.
+     * Slurm signals every process of a job step, this one included, when
+     * srun passes on a signal (SIGUSR1 before the time limit, SIGTERM at
+     * scancel): none of them may end it first. SIGKILL still does. */
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
+    char my_state;
+    long my_pgrp, my_session;
+    unsigned long long since = 0;
+    if (read_stat(getpid(), &my_state, &my_pgrp, &my_session, &since) != 0) since = 0;
     /* Nothing of ours to write to: the agent's console may be gone. */
     static group groups[WATCHDOG_MAX_GROUPS];
     int ngroups = 0;
@@ -255,7 +300,7 @@ int agent_watchdog_main(int argc, char **argv)
     }
     /* Until a pass finds nothing alive (a process may fork while we look). */
     for (int round = 0; round < 500; round++) {
-        if (sweep_once(entry, groups, ngroups) == 0) break;
+        if (sweep_once(entry, groups, ngroups, since) == 0) break;
         struct timespec ts = {0, 5 * 1000000L};
         nanosleep(&ts, NULL);
     }

@@ -9,7 +9,11 @@
  * second run prints:
  *   checkpoint dir DIR: in use by another dtrun run (pid 123 on host vm; lock DIR/.dtrun.lock)
  * Lock files: DIR/.dtrun.lock for a checkpoint directory (created), and
- * .NAME.dtrun.lock beside a metrics file NAME. */
+ * .NAME.dtrun.lock beside a metrics file NAME, where DIR and NAME are the
+ * resolved paths (realpath(3): every symbolic link followed, also a dangling
+ * one to a file the worker will create), so two runs reaching one file through
+ * different names take one lock. Hard links and bind mounts of one file are
+ * distinct paths and are not recognised as one. */
 #ifndef DTRUN_RUN_LOCK_H
 #define DTRUN_RUN_LOCK_H
 

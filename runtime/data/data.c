@@ -21,6 +21,7 @@ struct data_loader {
     uint64_t seed;
     long global_batch;
     int seq_len;           /* GPT */
+    int vocab;             /* GPT: every token id of a batch is below it */
     token_source *tokens;  /* GPT, else NULL */
     image_source *images;  /* ViT, else NULL */
     long lo, hi;           /* the split's range of the source */
@@ -143,7 +144,7 @@ static int open_source(data_loader *d, const job_spec *job, data_split split, in
         d->tokens = text_open(*path, job->model.vocab_size, err, errlen);
         break;
     case DATA_TOKENS:
-        d->tokens = tokens_open(*path, job->model.vocab_size, err, errlen);
+        d->tokens = tokens_open(*path, err, errlen);
         break;
     case DATA_IDX: {
         char labels[JOB_PATH_MAX];
@@ -172,6 +173,7 @@ data_loader *data_open(const job_spec *job, data_split split, char *err, size_t 
     d->seed = job->train.seed;
     d->global_batch = job->train.global_batch;
     d->seq_len = job->model.seq_len;
+    d->vocab = job->model.vocab_size;
     int whole;
     const char *path;
     if (open_source(d, job, split, &whole, &path, err, errlen) != 0) {
@@ -231,6 +233,7 @@ void data_close(data_loader *d)
 }
 
 long data_count(const data_loader *d) { return d->count; }
+long data_span(const data_loader *d) { return d->hi - d->lo; }
 
 /* Sample j of step `step`, as an index into the split's windows or images. */
 static long sample_index(const data_loader *d, uint64_t train_key, long step, long j)
@@ -251,13 +254,46 @@ static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
 static char fault_msg[1200];
 static volatile int faulted;
 
+/* Keeps the first fault's line. */
+static void fault_record(const char *msg)
+{
+    pthread_mutex_lock(&fault_lock);
+    if (!faulted) snprintf(fault_msg, sizeof fault_msg, "%s", msg);
+    faulted = 1;
+    pthread_mutex_unlock(&fault_lock);
+}
+
 int data_fault(char *msg, size_t n)
 {
+    char changed[sizeof fault_msg];
+    if (!faulted && mapped_changed(changed, sizeof changed)) fault_record(changed);
     if (!faulted) return 0;
     pthread_mutex_lock(&fault_lock);
     snprintf(msg, n, "%s", fault_msg);
     pthread_mutex_unlock(&fault_lock);
     return 1;
+}
+
+long data_first_bad_id(const int *ids, long n, int vocab)
+{
+    for (long i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab) return i;
+    return -1;
+}
+
+/* The T ids read from stream position pos: all in the vocabulary, or the
+ * fault is recorded (file, position, id) and 0 returned. */
+static int ids_ok(const data_loader *d, long pos, const int *ids, int T)
+{
+    long bad = data_first_bad_id(ids, T, d->vocab);
+    if (bad < 0) return 1;
+    long at = pos + bad;
+    const char *path = d->tokens->locate ? d->tokens->locate(d->tokens, pos + bad, &at) : NULL;
+    char msg[sizeof fault_msg];
+    snprintf(msg, sizeof msg, "%.1000s: token id %d at token %ld of the file is out of the model's vocabulary "
+                              "(model.vocab_size %d)", path ? path : "the token data", ids[bad], at, d->vocab);
+    fault_record(msg);
+    return 0;
 }
 
 static void batch_fill(data_loader *d, long step, int begin, int count, int *tokens, int *targets, float *images,
@@ -273,10 +309,9 @@ void data_batch(data_loader *d, long step, int begin, int count,
     }
     /* a read faulted: record which file, leave harmless samples (the step's
      * update is not applied: train.c stops at this step with a checkpoint) */
-    pthread_mutex_lock(&fault_lock);
-    if (!faulted) mapped_guard_describe(fault_msg, sizeof fault_msg);
-    faulted = 1;
-    pthread_mutex_unlock(&fault_lock);
+    char msg[sizeof fault_msg];
+    mapped_guard_describe(msg, sizeof msg);
+    fault_record(msg);
     size_t T = d->tokens ? (size_t)d->seq_len : 0;
     if (tokens) memset(tokens, 0, (size_t)count * T * sizeof(int));
     if (targets)
@@ -296,10 +331,16 @@ static void batch_fill(data_loader *d, long step, int begin, int count, int *tok
         if (d->tokens) {
             int T = d->seq_len;
             long pos = d->lo + (d->split == DATA_VAL ? i * T : i);
-            if (tokens)
-                d->tokens->read(d->tokens, pos, T, tokens + (size_t)b * T);
-            if (targets)
-                d->tokens->read(d->tokens, pos + 1, T, targets + (size_t)b * T);
+            int *x = tokens ? tokens + (size_t)b * T : NULL, *y = targets ? targets + (size_t)b * T : NULL;
+            if (x) d->tokens->read(d->tokens, pos, T, x);
+            if (y) d->tokens->read(d->tokens, pos + 1, T, y);
+            /* an id past the embedding's table would be read outside it: the
+             * sample becomes one the loss ignores, and the step stops (data_fault) */
+            if ((x && !ids_ok(d, pos, x, T)) | (y && !ids_ok(d, pos + 1, y, T))) {
+                if (x) memset(x, 0, (size_t)T * sizeof *x);
+                if (y)
+                    for (int t = 0; t < T; t++) y[t] = -1;
+            }
         } else {
             size_t npix = (size_t)d->images->channels * d->images->size * d->images->size;
             d->images->read(d->images, d->lo + i, images ? images + (size_t)b * npix : NULL,

@@ -1,7 +1,8 @@
 /* data.h — training and validation data, layout-independent.
  *
  * Sources: synthetic, byte-level text (any file), llm.c token shards (1024-byte
- * header of int32: magic 20240520, version 1, token count; then uint16 tokens),
+ * header of int32: magic, version, token count; then uint16 ids (gpt-2 shards)
+ * or uint32 ids (llama-3 shards): lib/text/token_shard.h),
  * IDX images + labels (MNIST / Fashion-MNIST, plain or .gz).
  *
  * The global batch of step k is a pure function of (seed, k, split): sample j of
@@ -55,6 +56,17 @@ typedef struct {
 int data_idx_read(const char *images_path, const char *labels_path, data_idx *out, char *err, size_t errlen);
 void data_idx_free(data_idx *d);
 
+/* The job's data files by their headers only (cost independent of their size),
+ * before any worker starts (runtime/train/preflight.c), in the loader's words:
+ * tokens: every shard a path or glob names: magic, version, and a size of
+ * exactly header + count x token width; text: not empty; IDX: the images' and
+ * labels' magic, the image size against the model, as many labels as images.
+ * Token shards name no vocabulary: their ids are checked per batch (data_fault).
+ * 0, or -1 with one line "FILE:LINE:COL: data.train 'PATH': what (why)". What
+ * only reading the data finds (ids, labels, a split too short) stays the
+ * worker's. */
+int data_check_files(const job_spec *job, char *err, size_t errlen);
+
 typedef enum { DATA_TRAIN = 0, DATA_VAL = 1 } data_split;
 
 typedef struct data_loader data_loader;
@@ -69,6 +81,9 @@ void data_close(data_loader *d);
  * tokens - seq_len; GPT validation: non-overlapping windows,
  * (tokens - 1) / seq_len, so ceil(count / global_batch) batches cover it. */
 long data_count(const data_loader *d);
+/* The split's length: tokens (GPT; validation windows use count * seq_len + 1
+ * of them, the rest is a tail shorter than a window) or images (ViT). */
+long data_span(const data_loader *d);
 
 /* Fill samples [begin, begin + count) of the global batch of step `step`.
  * GPT: tokens and targets [count, seq_len]; ViT: images [count, ch, S, S]
@@ -77,11 +92,22 @@ long data_count(const data_loader *d);
 void data_batch(data_loader *d, long step, int begin, int count,
                 int *tokens, int *targets, float *images, int *labels);
 
-/* A data file truncated or rewritten in place while the run reads it: the read
- * that hits its lost pages (SIGBUS) is caught, the batch gets samples the loss
- * ignores, and from then on this returns 1 with one line in msg ("PATH: the
- * data file changed while the run read it: N bytes when opened, M now ...").
- * 0 while every read succeeded. */
+/* A data file that changed while the run reads it. Three checks, each ending
+ * in one line in msg and a 1 from here (sticky: the first fault's line), 0
+ * while nothing changed:
+ *  - a read that hits a truncated file's lost pages (SIGBUS) is caught: "PATH:
+ *    the data file changed while the run read it: N bytes when opened, M now ...";
+ *  - every token id a batch reads is checked against model.vocab_size where
+ *    the batch is made: "PATH: token id I at token P of the file is out of the
+ *    model's vocabulary (model.vocab_size V)" (P counts the file's tokens from
+ *    0, after a shard's header);
+ *  - each call stats every mapped file: the same inode with another size,
+ *    mtime or ctime was changed in place ("... rewritten in place ..."). A file
+ *    removed or replaced under its name (a new file renamed over it) is no
+ *    change: the run goes on reading the file it opened.
+ * Either way the batch gets samples the loss ignores instead of the bad ones.
+ * The trainer calls this after a step's batches were read and before its
+ * update (train.c), so a step whose data changed is not applied. */
 int data_fault(char *msg, size_t n);
 
 #endif

@@ -118,6 +118,57 @@ static int read_header(gzFile f, const char *path, unsigned char *h, size_t hlen
     return 0;
 }
 
+/* The images' header: magic, and a size the model takes (model NULL: any
+ * sane size). 0 with n, rows, cols, or -1 with err written. */
+static int images_header(gzFile f, const char *path, const job_model *model, uint32_t *n_out, uint32_t *rows_out,
+                         uint32_t *cols_out, char *err, size_t errlen)
+{
+    unsigned char h[16];
+    if (read_header(f, path, h, sizeof h, IDX_IMAGES_MAGIC, "images", err, errlen) != 0)
+        return -1;
+    uint32_t n = be32(h + 4), rows = be32(h + 8), cols = be32(h + 12);
+    if (!model && (rows < 1 || cols < 1 || rows > 65536 || cols > 65536 || (uint64_t)rows * cols > (1u << 28))) {
+        data_fail(err, errlen, "%s: unsupported image size %ux%u", path, rows, cols);
+        return -1;
+    }
+    if (model && (rows != (uint32_t)model->image_size || cols != (uint32_t)model->image_size)) {
+        data_fail(err, errlen,
+                  "%s: image size does not match the model (images are %ux%u, "
+                  "model.image_size is %d)",
+                  path, rows, cols, model->image_size);
+        return -1;
+    }
+    if (model && model->channels != 1) {
+        data_fail(err, errlen,
+                  "%s: channels do not match the model (IDX images have 1 channel, "
+                  "model.channels is %d)",
+                  path, model->channels);
+        return -1;
+    }
+    if (n == 0) {
+        data_fail(err, errlen, "%s: no images (the header says 0)", path);
+        return -1;
+    }
+    *n_out = n, *rows_out = rows, *cols_out = cols;
+    return 0;
+}
+
+/* The labels' header: magic, and as many labels as images. */
+static int labels_header(gzFile f, const char *path, const char *images_path, long n_images, char *err,
+                         size_t errlen)
+{
+    unsigned char h[8];
+    if (read_header(f, path, h, sizeof h, IDX_LABELS_MAGIC, "labels", err, errlen) != 0)
+        return -1;
+    uint32_t n = be32(h + 4);
+    if ((long)n != n_images) {
+        data_fail(err, errlen, "%s: label count does not match the images (%u labels, %ld images in %s)",
+                  path, n, n_images, images_path);
+        return -1;
+    }
+    return 0;
+}
+
 /* model NULL: any size (rows, cols into *rows_out, *cols_out when given). */
 static unsigned char *load_images(const char *path, const job_model *model, long *n_out,
                                   uint32_t *rows_out, uint32_t *cols_out, char *err, size_t errlen)
@@ -125,33 +176,10 @@ static unsigned char *load_images(const char *path, const job_model *model, long
     gzFile f = open_gz(path, err, errlen);
     if (!f)
         return NULL;
-    unsigned char h[16];
     unsigned char *pixels = NULL;
-    if (read_header(f, path, h, sizeof h, IDX_IMAGES_MAGIC, "images", err, errlen) != 0)
+    uint32_t n, rows, cols;
+    if (images_header(f, path, model, &n, &rows, &cols, err, errlen) != 0)
         goto fail;
-    uint32_t n = be32(h + 4), rows = be32(h + 8), cols = be32(h + 12);
-    if (!model && (rows < 1 || cols < 1 || rows > 65536 || cols > 65536 || (uint64_t)rows * cols > (1u << 28))) {
-        data_fail(err, errlen, "%s: unsupported image size %ux%u", path, rows, cols);
-        goto fail;
-    }
-    if (model && (rows != (uint32_t)model->image_size || cols != (uint32_t)model->image_size)) {
-        data_fail(err, errlen,
-                  "%s: image size does not match the model (images are %ux%u, "
-                  "model.image_size is %d)",
-                  path, rows, cols, model->image_size);
-        goto fail;
-    }
-    if (model && model->channels != 1) {
-        data_fail(err, errlen,
-                  "%s: channels do not match the model (IDX images have 1 channel, "
-                  "model.channels is %d)",
-                  path, model->channels);
-        goto fail;
-    }
-    if (n == 0) {
-        data_fail(err, errlen, "%s: no images (the header says 0)", path);
-        goto fail;
-    }
     size_t want = (size_t)n * rows * cols;
     pixels = malloc(want);
     if (!pixels) {
@@ -190,16 +218,10 @@ static unsigned char *load_labels(const char *path, const char *images_path, lon
     gzFile f = open_gz(path, err, errlen);
     if (!f)
         return NULL;
-    unsigned char h[8];
     unsigned char *labels = NULL;
-    if (read_header(f, path, h, sizeof h, IDX_LABELS_MAGIC, "labels", err, errlen) != 0)
+    if (labels_header(f, path, images_path, n_images, err, errlen) != 0)
         goto fail;
-    uint32_t n = be32(h + 4);
-    if ((long)n != n_images) {
-        data_fail(err, errlen, "%s: label count does not match the images (%u labels, %ld images in %s)",
-                  path, n, n_images, images_path);
-        goto fail;
-    }
+    uint32_t n = (uint32_t)n_images;
     labels = malloc(n);
     if (!labels) {
         data_fail(err, errlen, "%s: out of memory (%u labels)", path, n);
@@ -280,4 +302,19 @@ void data_idx_free(data_idx *d)
     free(d->pixels);
     free(d->labels);
     d->pixels = d->labels = NULL;
+}
+
+int idx_check_headers(const char *images_path, const char *labels_path, const job_model *model, char *err,
+                      size_t errlen)
+{
+    gzFile f = open_gz(images_path, err, errlen);
+    if (!f) return -1;
+    uint32_t n, rows, cols;
+    int rc = images_header(f, images_path, model, &n, &rows, &cols, err, errlen);
+    gzclose(f);
+    if (rc != 0) return -1;
+    if (!(f = open_gz(labels_path, err, errlen))) return -1;
+    rc = labels_header(f, labels_path, images_path, n, err, errlen);
+    gzclose(f);
+    return rc;
 }

@@ -11,9 +11,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-static void mapped_register(const unsigned char *bytes, size_t len, const char *path);
+static void mapped_register(const unsigned char *bytes, size_t len, const char *path, const struct stat *st);
 static void mapped_unregister(const unsigned char *bytes);
 
 int mapped_file_open(mapped_file *m, const char *path, char *err, size_t errlen)
@@ -50,7 +51,7 @@ int mapped_file_open(mapped_file *m, const char *path, char *err, size_t errlen)
     }
     m->bytes = map;
     m->len = (size_t)st.st_size;
-    mapped_register(m->bytes, m->len, path);
+    mapped_register(m->bytes, m->len, path, &st);
     return 0;
 }
 
@@ -68,12 +69,16 @@ void mapped_file_close(mapped_file *m)
 
 #define MAPPED_MAX 4096
 
-/* Every live mapping, so that a fault's address names its file. Written at
- * open and close (start-up, tear-down), read by the handler. */
+/* Every live mapping, so that a fault's address names its file, and the
+ * file's identity when it was mapped, for mapped_changed. Written at open and
+ * close (start-up, tear-down), read by the handler. */
 static struct {
     const unsigned char *bytes;
     size_t len;
     char path[1024];
+    dev_t dev;
+    ino_t ino;
+    struct timespec mtime, ctime;
 } mapped[MAPPED_MAX];
 static pthread_mutex_t mapped_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -113,13 +118,17 @@ void mapped_guard_arm(void)
 
 void mapped_guard_end(void) { guard_armed = 0; }
 
-static void mapped_register(const unsigned char *bytes, size_t len, const char *path)
+static void mapped_register(const unsigned char *bytes, size_t len, const char *path, const struct stat *st)
 {
     pthread_mutex_lock(&mapped_lock);
     for (int i = 0; i < MAPPED_MAX; i++)
         if (!mapped[i].bytes) {
             mapped[i].len = len;
             snprintf(mapped[i].path, sizeof mapped[i].path, "%s", path);
+            mapped[i].dev = st->st_dev;
+            mapped[i].ino = st->st_ino;
+            mapped[i].mtime = st->st_mtim;
+            mapped[i].ctime = st->st_ctim;
             mapped[i].bytes = bytes;
             break;
         }
@@ -149,4 +158,47 @@ void mapped_guard_describe(char *msg, size_t n)
         return;
     }
     snprintf(msg, n, "a data file changed while the run read it (a read past its end raised SIGBUS)");
+}
+
+/* ---- a file changed in place (source.h) ---- */
+
+static int same_time(struct timespec a, struct timespec b) { return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec; }
+
+static void when(struct timespec t, char *out, size_t n)
+{
+    struct tm tm;
+    time_t s = t.tv_sec;
+    if (!localtime_r(&s, &tm) || !strftime(out, n, "%Y-%m-%d %H:%M:%S", &tm)) snprintf(out, n, "%lld", (long long)s);
+}
+
+int mapped_changed(char *msg, size_t n)
+{
+    int changed = 0;
+    pthread_mutex_lock(&mapped_lock);
+    for (int i = 0; i < MAPPED_MAX && !changed; i++) {
+        struct stat st;
+        if (!mapped[i].bytes || stat(mapped[i].path, &st) != 0) continue; /* removed: the mapping keeps it */
+        if (st.st_dev != mapped[i].dev || st.st_ino != mapped[i].ino) continue; /* replaced: the same */
+        const char *path = mapped[i].path;
+        char then[32], now[32];
+        changed = 1;
+        if ((size_t)st.st_size != mapped[i].len) {
+            snprintf(msg, n, "%s: the data file changed while the run read it: %zu bytes when opened, %lld now "
+                             "(truncated or rewritten in place)", path, mapped[i].len, (long long)st.st_size);
+        } else if (!same_time(st.st_mtim, mapped[i].mtime)) {
+            when(mapped[i].mtime, then, sizeof then);
+            when(st.st_mtim, now, sizeof now);
+            snprintf(msg, n, "%s: the data file changed while the run read it: rewritten in place (%zu bytes, "
+                             "modified %s when opened, %s now)", path, mapped[i].len, then, now);
+        } else if (!same_time(st.st_ctim, mapped[i].ctime)) {
+            when(st.st_ctim, now, sizeof now);
+            snprintf(msg, n, "%s: the data file changed while the run read it: its inode changed at %s (same size "
+                             "and mtime: rewritten with its mtime restored, or its mode, owner or links changed)",
+                     path, now);
+        } else {
+            changed = 0;
+        }
+    }
+    pthread_mutex_unlock(&mapped_lock);
+    return changed;
 }

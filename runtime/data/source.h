@@ -22,6 +22,10 @@ struct token_source {
     long n; /* tokens in the stream */
     /* out[i] = token at pos + i for i < count; [pos, pos + count) within [0, n). */
     void (*read)(const token_source *s, long pos, int count, int *out);
+    /* The file that holds stream position pos, *at its token index in that file
+     * (from its first token, after any header), for messages; NULL when the
+     * source has no file. */
+    const char *(*locate)(const token_source *s, long pos, long *at);
     void (*close)(token_source *s);
 };
 
@@ -58,18 +62,35 @@ void mapped_guard_arm(void);
 void mapped_guard_end(void);
 void mapped_guard_describe(char *msg, size_t n);
 
+/* Whether a mapped file changed in place since it was mapped: the file at its
+ * path is the same inode (device + inode) and its size, mtime or ctime
+ * differ. Then 1, with one line in msg ("PATH: the data file changed while the
+ * run read it: ..."). A file removed or replaced under its name (renamed over)
+ * is no change: the mapping keeps reading the file it opened. One stat(2) per
+ * mapped file. */
+int mapped_changed(char *msg, size_t n);
+
+/* The first of ids[0..n) outside [0, vocab), or -1: every batch's tokens pass
+ * here where the loader makes them (data.c), whatever the width the file
+ * stores them in. */
+long data_first_bad_id(const int *ids, long n, int vocab);
+
 /* text.c: any file as bytes (token id = byte value), mmapped. Bytes >= vocab
  * are an error. */
 token_source *text_open(const char *path, int vocab, char *err, size_t errlen);
 
 /* tokens.c: llm.c shards; `pattern` may be a glob, its matches are concatenated
- * in sorted order. Token ids >= vocab are an error. */
-token_source *tokens_open(const char *pattern, int vocab, char *err, size_t errlen);
+ * in sorted order. Headers only: ids are checked per batch (data.c). */
+token_source *tokens_open(const char *pattern, char *err, size_t errlen);
 
 /* idx.c: IDX images + labels (plain or gzip), checked against the model's image
  * size, channels (1) and number of classes. */
 image_source *idx_open(const char *images_path, const char *labels_path,
                        const job_model *model, char *err, size_t errlen);
+/* The same checks of both headers only (magic, image size vs the model, label
+ * count): the images and labels are not read. */
+int idx_check_headers(const char *images_path, const char *labels_path, const job_model *model, char *err,
+                      size_t errlen);
 
 /* synthetic.c: learnable, deterministic data of job->data.synthetic_size tokens
  * (GPT) or images (ViT), keyed by job->train.seed. */

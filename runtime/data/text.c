@@ -1,11 +1,13 @@
 /* text.c — byte-level text: any file, token id = byte value, mmapped. */
 #include "runtime/data/source.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct {
     token_source base;
     mapped_file file;
+    char path[1024];
 } text_source;
 
 static void text_read(const token_source *s, long pos, int count, int *out)
@@ -13,6 +15,12 @@ static void text_read(const token_source *s, long pos, int count, int *out)
     const text_source *t = (const text_source *)s;
     for (int i = 0; i < count; i++)
         out[i] = t->file.bytes[pos + i];
+}
+
+static const char *text_locate(const token_source *s, long pos, long *at)
+{
+    *at = pos; /* a byte is a token */
+    return ((const text_source *)s)->path;
 }
 
 static void text_close(token_source *s)
@@ -47,6 +55,8 @@ token_source *text_open(const char *path, int vocab, char *err, size_t errlen)
     }
     t->base.n = (long)file.len;
     t->base.read = text_read;
+    t->base.locate = text_locate;
+    snprintf(t->path, sizeof t->path, "%s", path);
     t->base.close = text_close;
     t->file = file;
     return &t->base;

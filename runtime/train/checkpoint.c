@@ -17,6 +17,7 @@
 #include "runtime/worker/engine_ckpt.h"
 #include "runtime/train/init_from.h"
 #include "runtime/train/metrics.h"
+#include "runtime/train/resume_hint.h"
 #include "runtime/train/train.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -165,6 +166,17 @@ static int resume_source(const job_spec *job, resume_from *src, char *err, size_
     return 0;
 }
 
+/* resume_hint's test: a step directory whose index opens and whose model is the job's. */
+static int holds_job_model(const char *step_dir, void *job)
+{
+    ckpt *ck = NULL;
+    char why[1024];
+    int ok = ckpt_open_index(step_dir, &ck, why, sizeof why) == 0 &&
+             same_model(ck, &((const job_spec *)job)->model, why, sizeof why) == 0;
+    ckpt_close(ck);
+    return ok;
+}
+
 /* The run is finished when the checkpoint holds its last step: a line
  * saying so (for stdout) in out, else "". */
 static int finished_line(const job_spec *job, const ckpt *ck, char *out, size_t n)
@@ -216,8 +228,9 @@ int checkpoint_check_resume(const job_spec *job, const char *allow, char *finish
     }
     ckpt_close(ck);
     if (rc >= 0) return DT_EXIT_OK;
-    snprintf(err, errlen, "%s: cannot resume: %s; to start otherwise, set checkpoint.resume to never or to an "
-                          "older step directory", job->path, why);
+    char hint[JOB_PATH_MAX + 128];
+    resume_hint(job, src.path ? src.path : job->checkpoint.resume, holds_job_model, (void *)job, hint, sizeof hint);
+    snprintf(err, errlen, "%s: cannot resume: %s; %s", job->path, why, hint);
     return DT_EXIT_CKPT;
 }
 
@@ -270,8 +283,10 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
         if (refused) {
             snprintf(err, errlen, "rank %d: %s", engine_rank(e), why);
         } else if (rc < 0 && train) {
-            snprintf(err, errlen, "rank %d: cannot resume: %s; to start otherwise, set checkpoint.resume to "
-                                  "never or to an older step directory", engine_rank(e), why);
+            char hint[JOB_PATH_MAX + 128];
+            resume_hint(job, src.path ? src.path : job->checkpoint.resume, holds_job_model, (void *)job, hint,
+                        sizeof hint);
+            snprintf(err, errlen, "rank %d: cannot resume: %s; %s", engine_rank(e), why, hint);
         } else if (rc < 0) {
             snprintf(err, errlen, "rank %d: cannot load the weights: %s", engine_rank(e), why);
         } else {

@@ -3,6 +3,7 @@
  * line at once, with a documented exit status (dtrun(1)):
  *   paths       data files readable (3), the resume checkpoint present, the
  *               checkpoint directory and log files writable (6, 2);
+ *   data        each data file's header (3; data_check_files: headers only);
  *   resume      the checkpoint's model is the job's and the job changes nothing
  *               that makes another run (6), from its index only; a checkpoint
  *               at the last step means the run is finished;

@@ -175,8 +175,8 @@ int provenance_inspect(const char *path, FILE *out)
     const ckpt_info *in = ckpt_get_info(ck);
     fprintf(out, "checkpoint  %s\nstep        %ld (%ld optimizer updates), seed %llu\n", ckpt_path(ck), in->step,
             in->optim_step, in->seed);
-    fprintf(out, "layout      dp %d x tp %d x pp %d = %d ranks, mode %s\n", in->dp, in->tp, in->pp, in->world,
-            in->mode);
+    fprintf(out, "layout      dp %d x tp %d x pp %d = %d rank%s, mode %s\n", in->dp, in->tp, in->pp, in->world,
+            in->world == 1 ? "" : "s", in->mode);
     if (in->has_model)
         fprintf(out, "model       %s: %d layers, d_model %d, %d heads\n", in->model.kind == MODEL_VIT ? "vit" : "gpt",
                 in->model.n_layer, in->model.d_model, in->model.n_head);
@@ -206,9 +206,9 @@ int provenance_inspect(const char *path, FILE *out)
         fprintf(out, "%s\n", any ? "" : " (none that change results)");
         const cJSON *hw = cJSON_GetObjectItemCaseSensitive(o, "hardware"), *w = cJSON_GetObjectItemCaseSensitive(o, "world");
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(w, "ranks"), *rn = cJSON_GetObjectItemCaseSensitive(w, "ranks_per_node");
-        fprintf(out, "hardware    %s backend on %s (%s), %d ranks, %d per node\n", str_of(hw, "backend"),
-                str_of(hw, "host"), str_of(hw, "cpu"), cJSON_IsNumber(r) ? r->valueint : 0,
-                cJSON_IsNumber(rn) ? rn->valueint : 0);
+        int nr = cJSON_IsNumber(r) ? r->valueint : 0;
+        fprintf(out, "hardware    %s backend on %s (%s), %d rank%s, %d per node\n", str_of(hw, "backend"),
+                str_of(hw, "host"), str_of(hw, "cpu"), nr, nr == 1 ? "" : "s", cJSON_IsNumber(rn) ? rn->valueint : 0);
         const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
         int nd = cJSON_IsArray(data) ? cJSON_GetArraySize(data) : 0;
         if (!nd) fprintf(out, "data        none read from files (synthetic)\n");

@@ -156,10 +156,12 @@ static int stop_requested(engine *e, const job_spec *job, const train_progress *
     return 1;
 }
 
-/* After a step's batches were read, before its update: a data file that changed
- * under the run (data_fault) stops every rank at the step before, with a
- * checkpoint of that state when there is a place for one, and exit status 3.
- * One tiny collective per step, for file-backed data only. */
+/* After a step's batches were read, before its update (and after an evaluation
+ * that found one): a data file that changed under the run (data_fault: a lost
+ * page, a token id out of the vocabulary, a file modified in place) stops every
+ * rank at the step before, with a checkpoint of that state when there is a
+ * place for one, and exit status 3. One tiny collective per step, for
+ * file-backed data only. */
 static int data_changed(engine *e, const job_spec *job, const train_progress *pg, int *rc, char *err,
                         size_t errlen)
 {
@@ -322,6 +324,7 @@ static int train_job(const job_spec *job)
         if (stop_requested(e, job, &pg, &rc, err, sizeof err)) goto out;
         if (updated && job->train.eval_every > 0 && done % job->train.eval_every == 0 && done < job->train.steps) {
             rc = engine_evaluate(e, &val_loss, &acc, err, sizeof err);
+            if (rc == DT_EXIT_DATA) data_changed(e, job, &pg, &rc, err, sizeof err); /* saves the step */
             if (rc != DT_EXIT_OK) goto out;
             metrics_log_eval(met, done, val_loss, acc);
             engine_take_times(e, &setup); /* evaluation is not the next step's time */
@@ -330,6 +333,7 @@ static int train_job(const job_spec *job)
     /* the final checkpoint before anything else can fail */
     if (ck->dir[0] && (rc = checkpoint_save(e, job, &pg, err, sizeof err)) != DT_EXIT_OK) goto out;
     rc = engine_evaluate(e, &val_loss, &acc, err, sizeof err);
+    if (rc == DT_EXIT_DATA) data_changed(e, job, &pg, &rc, err, sizeof err);
     if (rc != DT_EXIT_OK) goto out;
     metrics_log_eval(met, done, val_loss, acc);
     metrics_summary(met, done, loss, val_loss, acc, clock_now_s() - t0, samples_per_step * (done - first));

@@ -826,14 +826,21 @@ long engine_val_samples(const engine *e)
  * micro-batches, so FSDP's gathers and tp's reductions stay in step: a rank whose
  * slice ran out runs one sample and ignores it (pp = 1) or pads with samples the
  * loss ignores (pp > 1). */
+long engine_val_windows(const engine *e) { return data_count(e->val); }
+long engine_val_span(const engine *e) { return data_span(e->val); }
+
 int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t errlen)
+{
+    return engine_evaluate_n(e, engine_val_samples(e), val_loss, acc, err, errlen);
+}
+
+int engine_evaluate_n(engine *e, long total, double *val_loss, double *acc, char *err, size_t errlen)
 {
     engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     strat_ctx *x = &e->x;
     const job_train *t = &e->job.train;
     int vit = e->job.model.kind == MODEL_VIT, mb = t->micro_batch, gb = t->global_batch;
     int dp = e->job.parallel.dp, d = e->mc.me.dp;
-    long total = engine_val_samples(e);
     x->training = 0;
     double loss = 0;
     long correct = 0, seen = 0;
@@ -862,8 +869,16 @@ int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t 
     x->training = 1;
     if (rc != DT_EXIT_OK) return rc;
     if (x->failed) return engine_comm_failed(e, err, errlen);
-    double mine[2] = {e->counts_loss ? loss : 0.0, e->counts_loss ? (double)correct : 0.0}, sum[2];
-    if (engine_world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
+    /* a data file that changed under the evaluation (data_fault) voids it, on every rank */
+    char why[1200];
+    int faulted = data_fault(why, sizeof why);
+    double mine[3] = {e->counts_loss ? loss : 0.0, e->counts_loss ? (double)correct : 0.0, faulted}, sum[3];
+    if (engine_world_sum(e, mine, 3, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
+    if (sum[2] > 0) {
+        if (faulted) snprintf(err, errlen, "rank %d: %s", engine_rank(e), why);
+        else snprintf(err, errlen, "rank %d: a data file changed on another rank (see its message)", engine_rank(e));
+        return DT_EXIT_DATA;
+    }
     *val_loss = sum[0] / ((double)total * e->per_sample);
     *acc = vit ? sum[1] / (double)total : -1.0;
     return DT_EXIT_OK;

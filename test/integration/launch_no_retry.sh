@@ -15,9 +15,10 @@ run() {
   echo "ok: $name -> exit $RC, $(grep "^dtrun: not restarting" "$T/$name.err")"
 }
 
-# a data file the launcher's checks pass (it exists, it is readable) but the
-# worker refuses: not a token shard
-head -c 4096 /dev/zero >"$T/notokens.bin"
+# a data file the launcher's checks pass (it exists, its header is a shard's)
+# but the worker refuses: 2 tokens, too short for one sequence
+python3 -c 'import struct, sys; open(sys.argv[1], "wb").write(struct.pack("<3i", 20240520, 1, 2) + bytes(1012 + 4))' \
+  "$T/notokens.bin"
 sed -e 's/^  kind: synthetic/  kind: tokens\n  train: '"${T//\//\\/}"'\/notokens.bin/' test/parallel/gpt-tiny.yaml >"$T/nodata.yaml"
 run 3 "bad data" --nproc-per-node=1 "$T/nodata.yaml"
 grep -q "rank 0 exited with status 3" "$T/bad data.err" || fail "the line does not name the rank and status"

@@ -5,7 +5,8 @@
 # once, before spawning: one line naming the path and the first run's pid and
 # host, exit 2. The first run is untouched and finishes; once it has ended the
 # directory is free again (flock dies with its holder, so a kill -9 leaves no
-# stale lock either).
+# stale lock either). A symbolic link to the same checkpoint directory or
+# metrics file is the same file: refused too.
 source "$(dirname "$0")/../helpers/preflight.bash"
 cd "$T" || exit 1
 
@@ -25,6 +26,18 @@ expect_one_line same 2 "dtrun: a.yaml: checkpoint.dir ck: in use by another dtru
 run_dtrun metrics b.yaml
 expect_one_line metrics 2 "dtrun: b.yaml: log.metrics runs/m.jsonl: in use by another dtrun run (pid $first on host"
 [ ! -e ck2/latest ] || fail "the refused run saved a checkpoint"
+# the same files through symbolic links (issue 26, item 5): locks follow the
+# resolved file, not the name (before: not refused, and the metrics wiped)
+ln -s runs/m.jsonl m-link.jsonl
+ln -s ck ck-link
+tiny_job c.yaml "checkpoint: {dir: ck3}" "log: {metrics: m-link.jsonl}"
+run_dtrun linkmetrics c.yaml
+expect_one_line linkmetrics 2 "dtrun: c.yaml: log.metrics m-link.jsonl: in use by another dtrun run (pid $first on host" \
+  "lock $T/runs/.m.jsonl.dtrun.lock"
+tiny_job d.yaml "checkpoint: {dir: ck-link}"
+run_dtrun linkdir d.yaml
+expect_one_line linkdir 2 "dtrun: d.yaml: checkpoint.dir ck-link: in use by another dtrun run (pid $first on host" \
+  "lock $T/ck/.dtrun.lock"
 
 wait "$first"; rc=$?
 [ "$rc" -eq 0 ] && grep -q "done: 40 steps" first.out && ok "the first run finished untouched" ||

@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -402,20 +405,17 @@ static void test_tokens(void)
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "truncated", "shard shorter than its count");
     bad = gpt_job(DATA_TOKENS, write_shard("long.bin", tok, 40, 20240520, 1, 39), T, V);
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "longer", "shard longer than its count");
-    bad = gpt_job(DATA_TOKENS, write_file("header.bin", tok, 100), T, V);
+    int32_t cut[25] = {20240520, 1, 40}; /* a header cut at 100 bytes */
+    bad = gpt_job(DATA_TOKENS, write_file("header.bin", cut, sizeof cut), T, V);
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "truncated", "shard shorter than the header");
+    bad = gpt_job(DATA_TOKENS, write_file("notshard.bin", tok, 100), T, V);
+    expect_error(&bad, DATA_TRAIN, bad.data.train_path, "wrong magic", "a short file that is no shard");
     bad = gpt_job(DATA_TOKENS, write_file("empty.bin", "", 0), T, V);
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "empty", "empty shard");
     bad = gpt_job(DATA_TOKENS, write_shard("zero.bin", tok, 0, 20240520, 1, 0), T, V);
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "no tokens", "shard of 0 tokens");
     bad = gpt_job(DATA_TOKENS, write_shard("few.bin", tok, T, 20240520, 1, T), T, V);
     expect_error(&bad, DATA_TRAIN, bad.data.train_path, "too short", "shard shorter than a sequence");
-    uint16_t big[40];
-    memcpy(big, tok, sizeof big);
-    big[23] = 1500;
-    bad = gpt_job(DATA_TOKENS, write_shard("vocab.bin", big, 40, 20240520, 1, 40), T, V);
-    expect_error(&bad, DATA_TRAIN, bad.data.train_path, "token 1500 at position 23",
-                 "token >= vocab_size names its position");
     bad = gpt_job(DATA_TOKENS, tmpdir, T, V);
     expect_error(&bad, DATA_TRAIN, tmpdir, "directory", "a directory as a shard");
     char none[300];
@@ -729,6 +729,139 @@ static void test_fashion_mnist(void)
     data_close(va);
 }
 
+/* ---- data that changes under the run (data_fault: sticky per process, so
+ * each case runs in a child of its own) ---- */
+
+/* Runs fn in a child; its checks print there, its failures count here. */
+static void in_child(void (*fn)(void), const char *what)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        check_failed_count = 0; /* the child's own */
+        fn();
+        fflush(stdout);
+        _exit(check_failed_count ? 1 : 0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: its child's checks passed", what);
+}
+
+enum { CT = 8, CN = 400, CV = 1000 };
+
+/* A shard of CN tokens t_p = p % 997 (all < CV). */
+static const char *changing_shard(const char *name)
+{
+    uint16_t tok[CN];
+    for (int p = 0; p < CN; p++) tok[p] = (uint16_t)(p % 997);
+    return write_shard(name, tok, CN, 20240520, 1, CN);
+}
+
+/* The first training step whose batch faults, or -1 in 200 steps. */
+static long first_faulting_step(data_loader *d, int *x, int *y, char *msg, size_t n)
+{
+    for (long step = 0; step < 200; step++) {
+        data_batch(d, step, 0, B, x, y, NULL, NULL);
+        if (data_fault(msg, n)) return step;
+    }
+    return -1;
+}
+
+static void case_id_out_of_range(void)
+{
+    /* token 123 is out of the vocabulary: opening reads headers only, the batch
+     * that reaches it says where, and its sample is one the loss ignores */
+    uint16_t tok[CN];
+    for (int p = 0; p < CN; p++) tok[p] = (uint16_t)(p % 997);
+    tok[123] = 1500;
+    const char *path = write_shard("bad_id.bin", tok, CN, 20240520, 1, CN);
+    job_spec job = gpt_job(DATA_TOKENS, path, CT, CV);
+    char err[512], msg[1200] = "";
+    data_loader *d = data_open(&job, DATA_TRAIN, err, sizeof err);
+    CHECK(d != NULL, "ids: a shard with an id past the vocabulary opens (headers only) (%s)", d ? "" : err);
+    if (!d) return;
+    int x[B * CT], y[B * CT];
+    long step = first_faulting_step(d, x, y, msg, sizeof msg);
+    char want[600];
+    snprintf(want, sizeof want, "%s: token id 1500 at token 123 of the file is out of the model's vocabulary "
+                                "(model.vocab_size 1000)", path);
+    CHECK(step >= 0 && !strcmp(msg, want), "ids: the batch of step %ld reaching it faults: \"%s\"", step, msg);
+    int in_vocab = 1, ignored = 0;
+    for (int i = 0; i < B * CT; i++) in_vocab &= x[i] >= 0 && x[i] < CV && y[i] < CV, ignored += y[i] == -1;
+    CHECK(in_vocab && ignored >= CT, "ids: the batch holds no id past the vocabulary (%d targets ignored)", ignored);
+    data_close(d);
+}
+
+static void case_rewritten_in_place(void)
+{
+    const char *path = changing_shard("rewritten.bin");
+    /* made long ago: the rewrite's mtime differs whatever the clock's granularity */
+    struct timespec old[2] = {{0, UTIME_OMIT}, {946684800, 0}};
+    utimensat(AT_FDCWD, path, old, 0);
+    job_spec job = gpt_job(DATA_TOKENS, path, CT, CV);
+    char err[512], msg[1200] = "";
+    data_loader *d = data_open(&job, DATA_TRAIN, err, sizeof err);
+    if (!d) { CHECK(0, "rewrite: open (%s)", err); return; }
+    int x[B * CT], y[B * CT];
+    data_batch(d, 0, 0, B, x, y, NULL, NULL);
+    CHECK(!data_fault(msg, sizeof msg), "rewrite: no fault before the file changes");
+    /* the same size, the same inode, other (valid) tokens */
+    FILE *f = fopen(path, "r+b");
+    uint16_t seven[CN];
+    for (int p = 0; p < CN; p++) seven[p] = 7;
+    int wrote = f && fseek(f, 1024, SEEK_SET) == 0 && fwrite(seven, 2, CN, f) == CN;
+    if (f) fclose(f);
+    CHECK(wrote && data_fault(msg, sizeof msg) && strstr(msg, path) && strstr(msg, "rewritten in place") &&
+              !strchr(msg, '\n'),
+          "rewrite: a same-size rewrite in place is seen at the next check: \"%s\"", msg);
+    data_close(d);
+}
+
+static void case_truncated(void)
+{
+    const char *path = changing_shard("truncated.bin");
+    job_spec job = gpt_job(DATA_TOKENS, path, CT, CV);
+    char err[512], msg[1200] = "";
+    data_loader *d = data_open(&job, DATA_TRAIN, err, sizeof err);
+    if (!d) { CHECK(0, "truncate: open (%s)", err); return; }
+    int trunc_ok = truncate(path, 1024 + 2 * 10) == 0;
+    char want[600];
+    snprintf(want, sizeof want, "%s: the data file changed while the run read it: %d bytes when opened, %d now", path,
+             1024 + 2 * CN, 1024 + 2 * 10);
+    CHECK(trunc_ok && data_fault(msg, sizeof msg) && !strncmp(msg, want, strlen(want)),
+          "truncate: seen at the next check even before a read faults: \"%s\"", msg);
+    data_close(d);
+}
+
+static void case_replaced(void)
+{
+    /* a new file renamed over the old name: the run keeps the file it opened */
+    const char *path = changing_shard("replaced.bin");
+    job_spec job = gpt_job(DATA_TOKENS, path, CT, CV);
+    char err[512], msg[1200] = "";
+    data_loader *d = data_open(&job, DATA_TRAIN, err, sizeof err);
+    if (!d) { CHECK(0, "replace: open (%s)", err); return; }
+    int x0[B * CT], y0[B * CT], x1[B * CT], y1[B * CT];
+    data_batch(d, 3, 0, B, x0, y0, NULL, NULL);
+    uint16_t other[CN];
+    for (int p = 0; p < CN; p++) other[p] = 5;
+    const char *tmp = write_shard("replaced.bin.new", other, CN, 20240520, 1, CN);
+    int renamed = rename(tmp, path) == 0;
+    data_batch(d, 3, 0, B, x1, y1, NULL, NULL);
+    CHECK(renamed && !data_fault(msg, sizeof msg) && !memcmp(x0, x1, sizeof x0) && !memcmp(y0, y1, sizeof y0),
+          "replace: a file renamed over it is no fault, and the run reads what it opened (%s)", msg);
+    data_close(d);
+}
+
+static void test_changes(void)
+{
+    in_child(case_id_out_of_range, "ids");
+    in_child(case_rewritten_in_place, "rewrite");
+    in_child(case_truncated, "truncate");
+    in_child(case_replaced, "replace");
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir)) {
@@ -742,6 +875,7 @@ int main(void)
     test_synthetic_gpt();
     test_synthetic_vit();
     test_fashion_mnist();
+    test_changes();
     remove_fixtures();
     CHECK_DONE();
 }
