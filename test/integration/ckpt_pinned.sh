@@ -43,7 +43,8 @@ kill_worker_after() {
   [ -n "$worker" ] || { fail "no worker to kill"; return 1; }
   kill -9 "$worker"
 }
-stop() { wait $agent; rc=$?; kill $watchdog 2>/dev/null; wait $watchdog 2>/dev/null; }
+# NAME.all: the run's lines (stdout; a dtrun before the streams split wrote them to stderr)
+stop() { wait $agent; rc=$?; kill $watchdog 2>/dev/null; wait $watchdog 2>/dev/null; cat "$T/$1.out" "$T/$1.err" >"$T/$1.all"; }
 
 # the pin: step 2 of a run stopped there
 tiny_job "$T/p0.yaml" "checkpoint: {dir: $T/pk, every: 1}"
@@ -55,17 +56,17 @@ tiny_job "$T/p.yaml" "checkpoint: {dir: $T/pk, every: 5, keep: 2, resume: $T/pk/
 sed -i 's/steps: 4/steps: 40/' "$T/p.yaml"
 DTRUN_TEST_STEP_DELAY_MS=60 start p1 --max-restarts=1 "$T/p.yaml"
 kill_worker_after "$T/p.jsonl" 17
-stop
+stop p1
 # the last save of the first attempt (before the second "resuming from")
-latest=$(awk '/resuming from/ { n++ } n == 1 && /checkpoint step [0-9]+ saved/ { s = $0 } END { print s }' "$T/p1.out" |
+latest=$(grep '^\[default/0\]:' "$T/p1.all" | awk '/resuming from/ { n++ } n == 1 && /checkpoint step [0-9]+ saved/ { s = $0 } END { print s }' |
   sed 's/.*checkpoint step \([0-9]*\) saved.*/\1/')
 latest=${latest:-0}
-resumes=$(grep -o 'resuming from [^:]*: step [0-9]*' "$T/p1.out" | sed 's/.*step //' | tr '\n' ' ')
+resumes=$(grep '^\[default/0\]:dtrun: resuming from' "$T/p1.all" | grep -o 'resuming from [^:]*: step [0-9]*' | sed 's/.*step //' | tr '\n' ' ')
 [ "$rc" -eq 0 ] || fail "pinned run with a kill: exit $rc: $(tail -3 "$T/p1.err")"
 [ "$latest" -ge 15 ] && [ "$resumes" = "2 $latest " ] &&
-  grep -q "step_$(printf %06d $latest): step $latest .*this run's latest, past its pin $T/pk/step_000002 (restart 1)" "$T/p1.out" &&
+  grep -q "step_$(printf %06d $latest): step $latest .*this run's latest, past its pin $T/pk/step_000002 (restart 1)" "$T/p1.all" &&
   ok "killed past step $latest (saved), the restart resumed from step $latest, not the pin (resumes: $resumes)" ||
-  fail "restart after a pinned resume: resumes from steps '$resumes', last save before the kill $latest: $(grep resuming "$T/p1.out")"
+  fail "restart after a pinned resume: resumes from steps '$resumes', last save before the kill $latest: $(grep resuming "$T/p1.all")"
 python3 - "$T/p.jsonl" "$latest" <<'PY' && ok "the metrics' second attempt starts at step $latest" || fail "metrics: $(grep attempt_start "$T/p.jsonl")"
 import json, sys
 starts = [r for r in map(json.loads, open(sys.argv[1])) if r.get("event") == "attempt_start"]
@@ -80,8 +81,8 @@ sed -i 's/every: 5/every: 1000/' "$T/p.yaml"
 rm -f "$T/p.jsonl"
 DTRUN_TEST_STEP_DELAY_MS=60 start p2 --max-restarts=1 "$T/p.yaml"
 kill_worker_after "$T/p.jsonl" 6
-stop
-resumes=$(grep -o 'resuming from [^:]*: step [0-9]*' "$T/p2.out" | sed 's/.*step //' | tr '\n' ' ')
+stop p2
+resumes=$(grep '^\[default/0\]:dtrun: resuming from' "$T/p2.all" | grep -o 'resuming from [^:]*: step [0-9]*' | sed 's/.*step //' | tr '\n' ' ')
 [ "$rc" -eq 0 ] && [ "$resumes" = "2 2 " ] && ok "a restart with no save of its own starts from the pin again, not from another run's step $(cat "$T/pk/latest")" ||
-  fail "second launch: exit $rc, resumes from '$resumes': $(grep resuming "$T/p2.out")"
+  fail "second launch: exit $rc, resumes from '$resumes': $(grep resuming "$T/p2.all")"
 finish
