@@ -131,7 +131,7 @@ static int own_latest_past_pin(const job_spec *job, const resume_from *src)
     const char *dir = job->checkpoint.dir;
     long latest;
     char why[512], id[256], from[JOB_PATH_MAX];
-    if (env->attempt <= 0 || !dir[0] || !env->run_id[0]) return 0;
+    if (!dir[0] || !env->run_id[0]) return 0;
     if (ckpt_latest_step(dir, &latest, why, sizeof why) != 0 || latest <= src->pin_step) return 0;
     ckpt *ck = NULL;
     if (ckpt_open_index(dir, &ck, why, sizeof why) != 0) return 0;
@@ -142,8 +142,10 @@ static int own_latest_past_pin(const job_spec *job, const resume_from *src)
 }
 
 /* What checkpoint.resume names: 0 with src->path (a checkpoint to load), 1
- * for a fresh start, -1 with err. */
-static int resume_source(const job_spec *job, resume_from *src, char *err, size_t errlen)
+ * for a fresh start, -1 with err. restart: this is a restart of the run (the
+ * agent's attempt > 0 on some rank: every rank must choose alike, and a node
+ * admitted later has an agent of its own, whose count starts at 0). */
+static int resume_source(const job_spec *job, int restart, resume_from *src, char *err, size_t errlen)
 {
     const job_checkpoint *c = &job->checkpoint;
     memset(src, 0, sizeof *src);
@@ -154,7 +156,7 @@ static int resume_source(const job_spec *job, resume_from *src, char *err, size_
         snprintf(src->pin, sizeof src->pin, "%s", ckpt_path(pin));
         src->pin_step = ckpt_get_info(pin)->step;
         ckpt_close(pin);
-        src->continued = own_latest_past_pin(job, src);
+        src->continued = restart && own_latest_past_pin(job, src);
         src->path = src->continued ? c->dir : c->resume;
         return 0;
     }
@@ -214,7 +216,7 @@ int checkpoint_check_resume(const job_spec *job, const char *allow, char *finish
     ckpt *ck = NULL;
     resume_diff d;
     finished[0] = 0;
-    int rc = resume_source(job, &src, why, sizeof why);
+    int rc = resume_source(job, 0, &src, why, sizeof why); /* a launch: no restart yet */
     if (rc == 0 && ckpt_open_index(src.path, &ck, why, sizeof why) != 0) rc = -1;
     if (rc == 0 && same_model(ck, &job->model, why, sizeof why) != 0) rc = -1;
     if (rc == 0 && finished_line(job, ck, finished, flen)) {
@@ -267,7 +269,9 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
     memset(&d, 0, sizeof d);
     char why[4096] = "";
     ckpt *ck = NULL;
-    int rc = resume_source(job, &src, why, sizeof why);
+    int restart = 0, arc = engine_any(e, dt_env_get()->attempt > 0, &restart, err, errlen);
+    if (arc != DT_EXIT_OK) return arc;
+    int rc = resume_source(job, restart, &src, why, sizeof why);
     if (rc == 0 && ckpt_open(src.path, &ck, why, sizeof why) != 0) rc = -1;
     if (rc == 0 && same_model(ck, &job->model, why, sizeof why) != 0) rc = -1;
     int refused = 0;
@@ -276,7 +280,8 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
         rc = -1, refused = 1;
     /* every rank reads the same files, but a rank could still fail alone
      * (memory, a flaky mount): agree before anyone loads */
-    int any = 0, arc = engine_any(e, rc < 0, &any, err, errlen);
+    int any = 0;
+    arc = engine_any(e, rc < 0, &any, err, errlen);
     if (arc != DT_EXIT_OK || any) {
         ckpt_close(ck);
         if (arc != DT_EXIT_OK) return arc;
@@ -302,7 +307,7 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
      * restart (attempt > 0) of a run that died after its last save still
      * evaluates and sums up, as the run it belongs to would have. */
     char done[2048];
-    if (train && dt_env_get()->attempt == 0 && finished_line(job, ck, done, sizeof done)) {
+    if (train && !restart && finished_line(job, ck, done, sizeof done)) {
         if (engine_rank(e) == 0) printf("dtrun: %s\n", done), fflush(stdout);
         p->step = ckpt_get_info(ck)->step;
         p->finished = 1;

@@ -48,7 +48,7 @@ cat "$T/n0.err" "$T/n1.err" >"$T/both.err"
 cat "$T/n0.out" "$T/n1.out" >"$T/both.out"
 grep -q "dead" "$T/both.err" || fail "nobody noticed the dead node"
 grep -q "restarting the workers (restart 1 of 2)" "$T/both.err" || fail "no restart"
-line=$(grep -o "resuming from $T/el.ck/step_[0-9]*: step [0-9]* (saved under dp=3 tp=1 pp=1 none; now dp=2 tp=1 pp=1 ddp)" "$T/both.out" | head -1)
+line=$(grep -o "resuming from $T/el.ck/step_[0-9]*: step [0-9]* (saved under dp=3 tp=1 pp=1 ddp; now dp=2 tp=1 pp=1 ddp)" "$T/both.out" | head -1)
 [ -n "$line" ] || { grep dtrun "$T/both.out" | tail; fail "no resume with dp 3 -> 2"; }
 grep -q "layout dp=2 tp=1 pp=1 ddp (world 2)" "$T/both.out" || fail "the second round is not 2 nodes"
 # the same global batch: accumulation went from 2 to 3 micro-batches
