@@ -409,17 +409,28 @@ int job_field_check_string(int fid, const char *s, char *why, size_t n)
 
 /* ---- lists of keys (checkpoint.allow_changes, --allow-changes) ---- */
 
-/* Calls fn on each trimmed, non-empty name of a comma list; stops at the
- * first non-zero answer and returns it. */
+int job_list_next(const char **s, const char *end, const char **a, const char **b)
+{
+    while (*s < end) {
+        const char *comma = memchr(*s, ',', (size_t)(end - *s)), *stop = comma ? comma : end;
+        *a = *s;
+        *b = stop;
+        while (*a < *b && (**a == ' ' || **a == '\t')) (*a)++;
+        while (*b > *a && ((*b)[-1] == ' ' || (*b)[-1] == '\t')) (*b)--;
+        *s = comma ? comma + 1 : end;
+        if (*a < *b) return 1;
+    }
+    return 0;
+}
+
+/* Calls fn on each name of a comma list; stops at the first non-zero answer
+ * and returns it. */
 static int each_listed(const char *list, int (*fn)(const char *name, size_t len, void *ctx), void *ctx)
 {
-    for (const char *s = list; *s;) {
-        const char *comma = strchr(s, ','), *stop = comma ? comma : s + strlen(s), *a = s, *b = stop;
-        while (a < b && (*a == ' ' || *a == '\t')) a++;
-        while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
-        int rc = a < b ? fn(a, (size_t)(b - a), ctx) : 0;
+    const char *s = list, *a, *b;
+    while (job_list_next(&s, list + strlen(list), &a, &b)) {
+        int rc = fn(a, (size_t)(b - a), ctx);
         if (rc) return rc;
-        s = comma ? comma + 1 : stop;
     }
     return 0;
 }

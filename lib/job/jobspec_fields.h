@@ -93,6 +93,11 @@ int job_field_applies(const job_spec *job, int fid);
  * the file sets them (the command line fills the rest). */
 int job_field_unset(const job_spec *job, int fid);
 
+/* The next name of a comma list [*s, end), spaces and tabs around it trimmed,
+ * empty names skipped: 1 with the name in [*a, *b) and *s past it; 0 at the
+ * end. (list-valued keys: FT_FLAGS, FT_KEYS) */
+int job_list_next(const char **s, const char *end, const char **a, const char **b);
+
 /* The field's value as the job file spells it (strings double-quoted), as
  * job_print writes it. */
 void job_field_print(FILE *out, const job_spec *job, int fid);

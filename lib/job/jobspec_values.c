@@ -248,13 +248,8 @@ static int store_flags(loader *L, int fid, const char *name)
     job_field_enum_list(fid, list, sizeof list);
     int bits = 0;
     const char *s = e->is_null ? "" : e->text, *end = s + (e->is_null ? 0 : e->len);
-    while (s < end) {
-        const char *comma = memchr(s, ',', (size_t)(end - s)), *stop = comma ? comma : end;
-        const char *a = s, *b = stop;
-        while (a < b && (*a == ' ' || *a == '\t')) a++;
-        while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
-        s = comma ? comma + 1 : end;
-        if (a == b) continue;
+    const char *a, *b;
+    while (job_list_next(&s, end, &a, &b)) {
         entry one = {.text = a, .len = (size_t)(b - a)};
         int i = 0;
         while (f->names[i] && !text_is(&one, f->names[i])) i++;
