@@ -76,6 +76,7 @@ static int usage(void)
             "  --trace FILE                      merged Chrome trace of every rank (log.trace)\n"
             "  --no-fit-check                    start a job the dry-run says does not fit in memory\n"
             "  --strict-data                     resuming with data files changed since the checkpoint is an error\n"
+            "  --allow-changes KEY,...|all       resume although the job changed these keys (e.g. train.lr)\n"
             "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K]\n"
             "see dtrun(1) and dtrun-job(5)\n");
     return 0;
@@ -253,15 +254,22 @@ static int launch(launch_opts *o)
                              .take_locks = o->nnodes_max == 1 || o->node_rank == 0,
                              .check_fit = !o->no_fit_check, .hardware = o->hardware[0] ? o->hardware : NULL,
                              .on_gpu = job.train.device == DEVICE_CUDA ||
-                                       (job.train.device == DEVICE_AUTO && launch_count_gpus() > 0)};
+                                       (job.train.device == DEVICE_AUTO && launch_count_gpus() > 0),
+                             .allow_changes = o->allow_changes};
         preflight_locks locks;
-        rc = preflight_job(&job, &po, &locks, err, sizeof err);
+        char finished[2048];
+        rc = preflight_job(&job, &po, &locks, finished, sizeof finished, err, sizeof err);
         if (rc != 0) {
             fprintf(stderr, "dtrun: %s\n", err);
             return rc;
         }
-        /* the workers inherit it (runtime/env.h) */
+        if (finished[0]) { /* what the run does: nothing (stdout), exit 0 */
+            printf("dtrun: %s\n", finished);
+            return 0;
+        }
+        /* the workers inherit them (runtime/env.h) */
         if (o->strict_data) setenv("DTRUN_STRICT_DATA", "1", 1);
+        if (o->allow_changes[0]) setenv("DTRUN_ALLOW_CHANGES", o->allow_changes, 1);
         /* The built-in trainer: this very binary, even if it is replaced on disk. */
         char *worker_argv[] = {"dtrun", "worker", (char *)o->job_path, NULL};
         rc = agent_run(o, "/proc/self/exe", worker_argv);

@@ -219,6 +219,8 @@ static int spawn_one(agent *ag, agent_worker *w, int direct, char *err, size_t e
         .agent_id = ag->agent_id,
         .beacon_fd = beacon_fd >= 0 ? 3 : 0, /* stdio[3] below */
         .error_file = w->error_file[0] ? w->error_file : NULL,
+        /* the terminal decision is the agent's: the worker's own stdout is our pipe */
+        .stdout_tty = agent_output_console_is_terminal(w->out, AGENT_STDOUT),
     };
     char **env = agent_env_build(environ, &ei);
     if (!env) {

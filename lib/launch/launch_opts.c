@@ -19,7 +19,7 @@ typedef enum {
     OPT_MONITOR_INTERVAL, OPT_TERM_TIMEOUT, OPT_LOG_DIR, OPT_REDIRECTS, OPT_TEE,
     OPT_RANKS_FILTER, OPT_ROLE, OPT_LOCAL_ADDR, OPT_NO_PYTHON, OPT_MODULE, OPT_RUN_PATH, OPT_DRY_RUN,
     OPT_PRINT_CONFIG, OPT_VERSION, OPT_HELP, OPT_PLAN, OPT_HARDWARE, OPT_FORMAT, OPT_TOP, OPT_TRACE,
-    OPT_NO_FIT_CHECK, OPT_STRICT_DATA
+    OPT_NO_FIT_CHECK, OPT_STRICT_DATA, OPT_ALLOW_CHANGES
 } opt_id;
 
 typedef struct {
@@ -60,6 +60,7 @@ static const opt_def OPTIONS[] = {
     {"trace", 0, 1, OPT_TRACE},
     {"no-fit-check", 0, 0, OPT_NO_FIT_CHECK},
     {"strict-data", 0, 0, OPT_STRICT_DATA},
+    {"allow-changes", 0, 1, OPT_ALLOW_CHANGES},
     {"print-config", 0, 0, OPT_PRINT_CONFIG},
     {"version", 0, 0, OPT_VERSION},
     {"help", 'h', 0, OPT_HELP},
@@ -241,6 +242,12 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
     case OPT_PLAN: o->plan = 1; return 0;
     case OPT_NO_FIT_CHECK: o->no_fit_check = 1; return 0;
     case OPT_STRICT_DATA: o->strict_data = 1; return 0;
+    case OPT_ALLOW_CHANGES:
+        if (!*v) return errline(err, errlen, "%s: empty list (job keys such as train.lr, or all)", shown);
+        if (strlen(v) >= sizeof o->allow_changes) return errline(err, errlen, "%s: too long", shown);
+        if (job_key_list_check(v, why, sizeof why)) return errline(err, errlen, "%s: %s", shown, why);
+        snprintf(o->allow_changes, sizeof o->allow_changes, "%s", v);
+        return 0;
     case OPT_HARDWARE:
         if (!*v) return errline(err, errlen, "%s: empty profile name", shown);
         if (strlen(v) >= sizeof o->hardware) return errline(err, errlen, "%s: too long", shown);

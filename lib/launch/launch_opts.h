@@ -111,6 +111,9 @@ typedef struct {
     int no_fit_check;          /* --no-fit-check: start a job the dry-run says does not fit */
     int strict_data;           /* --strict-data: resuming from a checkpoint whose data files
                                   changed is an error (DTRUN_STRICT_DATA=1 for the workers) */
+    char allow_changes[512];   /* --allow-changes KEYS: what a resume may change although it
+                                  makes another run ("train.lr,train.seed", all; "" none;
+                                  DTRUN_ALLOW_CHANGES for the workers) */
     unsigned set;              /* LAUNCH_SET_* */
 } launch_opts;
 

@@ -327,9 +327,8 @@ int classify_command(int argc, char **argv)
         goto out;
     }
     e = engine_create(&job, &rc, err, sizeof err);
-    train_progress pg;
-    int resumed = 0;
-    if (e && (rc = checkpoint_resume(e, &job, &pg, &resumed, err, sizeof err)) == DT_EXIT_OK &&
+    /* the weights only, as eval and generate: not a resume of the training */
+    if (e && (rc = checkpoint_load_weights(e, &job, err, sizeof err)) == DT_EXIT_OK &&
         (rc = engine_classify(e, x, n, logits, err, sizeof err)) == DT_EXIT_OK)
         report(&o, &m, &io, logits, y, n);
 out:
