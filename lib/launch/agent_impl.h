@@ -39,6 +39,7 @@ typedef struct {
     int running;               /* spawned, exit not yet seen */
     int exit_status;           /* as dtrun reports it: the code, or 128 + signal */
     int term_signal;           /* 0 when it exited */
+    unsigned signals_sent;     /* bit s: dtrun sent it signal s (this round) */
     void *beacon;              /* its beacon page (lib/util/beacon.h); NULL none */
     int hung;                  /* found stopped (state T) while its peers failed */
     char last_coll[BEACON_TEXT_MAX]; /* its beacon when found hung */

@@ -293,6 +293,7 @@ static int spawn_one(agent *ag, agent_worker *w, int direct, char *err, size_t e
     w->pid = w->proc.pid;
     agent_watchdog_tell_group(ag, w->pid); /* a session leader: its pid is its group's id */
     w->running = 1;
+    w->signals_sent = 0;
     ag->nrunning++;
     for (int s = 0; s < 2; s++) uv_read_start((uv_stream_t *)&w->pipes[s], on_alloc, on_read);
     return 0;

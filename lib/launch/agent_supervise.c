@@ -39,6 +39,7 @@ const char *agent_signal_name(int sig)
 static void signal_worker(agent_worker *w, int sig)
 {
     if (!w->running || w->pid <= 0) return;
+    if (sig > 0 && sig < 32) w->signals_sent |= 1u << sig;
     if (kill(-w->pid, sig) != 0 && errno == ESRCH) kill(w->pid, sig);
 }
 
@@ -127,6 +128,17 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
         ag->stop_signal = term_signal;
         agent_stop_workers(ag, STOP_SIGNAL, SIGTERM);
         return;
+    }
+    if (term_signal && term_signal < 32 && !(w->signals_sent & (1u << term_signal)) && ag->first_failed >= 0 &&
+        ag->state == AGENT_STOPPING && ag->stop_reason == STOP_WORKER_FAILED &&
+        !ag->workers[ag->first_failed].term_signal && !ag->workers[ag->first_failed].hung) {
+        /* Killed by a signal dtrun did not send, after a peer's exit was taken
+         * as the first failure: libuv reaps the exits of one pass in its own
+         * order, and when it reaped this one before that peer's callback ran,
+         * worker_killed_meanwhile could not see it. A signal from outside is
+         * the cause; the peer's exit (its collective failing) follows from it. */
+        ag->first_failed = (int)(w - ag->workers);
+        ag->first_exit_status = w->exit_status;
     }
     if (w->exit_status != 0 && ag->first_failed < 0 && ag->state == AGENT_RUNNING) {
         /* The first failure while the group ran is the root cause; what dies
