@@ -201,8 +201,9 @@ static int launch(launch_opts *o)
             return DT_EXIT_USAGE;
         }
         /* A launch's own numbers (--nproc-per-node N, --nnodes) must fit the job as
-         * the launch would require: a dry-run of what cannot start says so. */
-        if (nproc > 0 && nodes > 0 && ((cli_set & (LAUNCH_SET_NPROC | LAUNCH_SET_NNODES)) ||
+         * the launch would require: a dry-run of what cannot start says so. (The
+         * plan chooses the layout for them instead.) */
+        if (!o->plan && nproc > 0 && nodes > 0 && ((cli_set & (LAUNCH_SET_NPROC | LAUNCH_SET_NNODES)) ||
                                        job.launch.nproc_per_node[0] || job.launch.nnodes[0])) {
             launch_opts w = *o;
             w.nproc = nproc;
