@@ -169,14 +169,14 @@ const t = Tokenizer.fromFile(process.argv[3]);
 })();
 JS
 hf_prompt=$(node "$T/ids.js" "$PEER" "$HF/tokenizer.json" encode "$prompt")
-"$bin" generate "$HF" --prompt "$prompt" --max-new-tokens 8 --temperature 0 --ids >"$T/gen.ids" 2>"$T/gen.err" ||
+"$bin" generate "$HF" --prompt "$prompt" --max-new-tokens 8 --temperature 0 --ids --no-echo >"$T/gen.ids" 2>"$T/gen.err" ||
   { cat "$T/gen.err"; fail "generate with the folder's tokenizer.json"; }
 n_prompt=$(awk -F, '{print NF}' <<<"$hf_prompt")
 grep -q "after a $n_prompt-token prompt" "$T/gen.err" || { cat "$T/gen.err"; fail "the prompt is not tokenizers' $n_prompt ids ($hf_prompt)"; }
 got=$(head -1 "$T/gen.ids")
 want=$("$PY" test/helpers/hf_gpt2.py greedy "$HF" --prompt-ids "$hf_prompt" --n 8 2>/dev/null) || fail "pytorch greedy"
 [ "$got" = "$want" ] || fail "greedy tokens $got, PyTorch's from tokenizers' prompt ids $want"
-"$bin" generate "$HF" --prompt "$prompt" --max-new-tokens 8 --temperature 0 >"$T/gen.txt" 2>/dev/null || fail "generate text"
+"$bin" generate "$HF" --prompt "$prompt" --max-new-tokens 8 --temperature 0 --no-echo >"$T/gen.txt" 2>/dev/null || fail "generate text"
 node "$T/ids.js" "$PEER" "$HF/tokenizer.json" decode "$got" >"$T/want.txt"
 python3 - "$T/gen.txt" "$T/want.txt" <<'PY' || fail "the generated text is not tokenizers' decoding of the ids"
 import sys
