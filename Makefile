@@ -19,7 +19,7 @@ SAN      ?= 0
 # parallel inner builds of test, test-full and quickstart: one job per core
 JOBS     ?= -j$(shell nproc 2>/dev/null || echo 2)
 
-PKGS     := yaml-0.1 libuv openblas zlib libxxhash libcjson libpng
+PKGS     := yaml-0.1 libuv openblas zlib libxxhash libcjson libpng libpcre2-8 libutf8proc
 ifeq ($(DEPS_PREFIX),)
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -33,7 +33,7 @@ else
 DEPS_ABS   := $(abspath $(DEPS_PREFIX))
 PKG_CFLAGS := -I$(DEPS_ABS)/include
 PKG_LIBS   := -L$(DEPS_ABS)/lib -Wl,--disable-new-dtags,-rpath,$(DEPS_ABS)/lib -lyaml -luv -lpthread -ldl -lrt \
-              -lopenblas -lz -lxxhash -lcjson -lpng16
+              -lopenblas -lz -lxxhash -lcjson -lpng16 -lpcre2-8 -lutf8proc
 endif
 
 CFLAGS   := -std=c11 -D_GNU_SOURCE $(OPT) -g $(ARCH) -fopenmp -Wall -Wextra -Wshadow \

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "lib/util/build_info.h"
+#include "lib/util/cmdline.h"
 #include "runtime/train/provenance.h"
 #include "lib/launch/agent.h"
 #include "lib/launch/launch_check.h"
@@ -47,7 +48,7 @@ static int usage(void)
     fprintf(out,
             "usage: dtrun [options] job.yaml\n"
             "       dtrun [options] -- PROGRAM [ARGS...]\n"
-            "       dtrun [options] script.py [ARGS...]      (python3 script.py)\n"
+            "       dtrun [options] script.py [ARGS...]      (python3 -u script.py)\n"
             "       dtrun --print-config job.yaml\n"
             "       dtrun worker job.yaml\n"
             "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors|OUTDIR/   (CKPT: checkpoint dir or step dir;\n"
@@ -57,7 +58,7 @@ static int usage(void)
             "       dtrun eval CKPT|HF_DIR --data FILE [--dp N --tp N --pp N --mode M --batch B --seq-len T]\n"
             "       dtrun classify CKPT|HF_DIR (IMAGE... | --data IDX_IMAGES [--labels FILE]) [--top-k K] [--batch B]\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
-            "       dtrun tokenize [options] FILE... -o PREFIX   (text to GPT-2 token shards)\n"
+            "       dtrun tokenize [--tokenizer tokenizer.json] FILE... -o PREFIX   (text to token shards)\n"
             "       dtrun plot RUN.jsonl... -o curves.svg          (loss, throughput, memory as SVG)\n"
             "       dtrun inspect CKPT                          (what produced a checkpoint)\n"
             "options (torchrun's names; '-' or '_', --opt=V or --opt V):\n"
@@ -71,10 +72,11 @@ static int usage(void)
             "  --max-restarts N                  restart the group N times on failure\n"
             "  --monitor-interval S --term-timeout S --role NAME --local-addr A\n"
             "  --log-dir DIR  -r/--redirects STD  -t/--tee STD  --local-ranks-filter R,...\n"
-            "  --no-python  -m/--module  --print-config  --version  --help\n"
+            "  --no-python  -m/--module  --run-path  --print-config  --version  --help\n"
             "  --trace FILE                      merged Chrome trace of every rank (log.trace)\n"
             "  --no-fit-check                    start a job the dry-run says does not fit in memory\n"
             "  --strict-data                     resuming with data files changed since the checkpoint is an error\n"
+            "  --allow-changes KEY,...|all       resume although the job changed these keys (e.g. train.lr)\n"
             "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K]\n"
             "see dtrun(1) and dtrun-job(5)\n");
     return 0;
@@ -83,47 +85,58 @@ static int usage(void)
 /* dtrun export [--dtype fp32|bf16] CKPT OUT: the checkpoint (verified: checksums,
  * placements) as one safetensors file under Hugging Face GPT-2 / timm ViT names,
  * F32 (default) or BF16 (the fp32 parameters rounded to nearest even). */
+static const char EXPORT_USAGE[] =
+    "usage: dtrun export [--dtype fp32|bf16] CKPT out.safetensors\n"
+    "       dtrun export [--dtype fp32|bf16] CKPT OUTDIR/\n"
+    "  CKPT                   a checkpoint directory or one of its step directories\n"
+    "  out.safetensors        one file, Hugging Face names (GPT-2's, timm's ViT)\n"
+    "  OUTDIR/                a Hugging Face folder (a name ending in '/' or an existing directory):\n"
+    "                         config.json + model.safetensors, as model.init_from reads\n"
+    "  --dtype fp32|bf16      the tensors' type (default fp32; bf16 rounds to nearest even)\n"
+    "  -h, --help             this text\n";
+
 static int export_command(int argc, char **argv)
 {
-    const char *usage = "dtrun: usage: dtrun export [--dtype fp32|bf16] CKPT out.safetensors (CKPT: a checkpoint "
-                        "directory or one of its step directories)\n";
     const char *pos[2] = {NULL, NULL};
     int n_pos = 0, bf16 = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
+        if (cmdline_is_help(a)) {
+            fputs(EXPORT_USAGE, stdout);
+            return 0;
+        }
         if (!strcmp(a, "--dtype")) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "dtrun: export: --dtype needs a value: fp32 or bf16\n");
+                fprintf(stderr, "dtrun export: --dtype needs a value: fp32 or bf16\n");
                 return DT_EXIT_USAGE;
             }
             v = argv[++i];
         } else if (!strncmp(a, "--dtype=", 8)) {
             v = a + 8;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "dtrun: export: unknown option '%s'\n%s", a, usage);
-            return DT_EXIT_USAGE;
+            return cmdline_unknown_option("export", a, EXPORT_USAGE);
         } else if (n_pos < 2) {
             pos[n_pos++] = a;
             continue;
         } else {
-            fprintf(stderr, "%s", usage);
+            fprintf(stderr, "dtrun export: one checkpoint and one output, not '%s' too (dtrun export --help)\n", a);
             return DT_EXIT_USAGE;
         }
         if (!strcmp(v, "bf16") || !strcmp(v, "bfloat16")) bf16 = 1;
         else if (!strcmp(v, "fp32") || !strcmp(v, "float32")) bf16 = 0;
         else {
-            fprintf(stderr, "dtrun: export: --dtype '%s': want fp32 or bf16\n", v);
+            fprintf(stderr, "dtrun export: --dtype '%s': want fp32 or bf16\n", v);
             return DT_EXIT_USAGE;
         }
     }
     if (n_pos != 2) {
-        fprintf(stderr, "%s", usage);
+        fprintf(stderr, "dtrun export: give a checkpoint and an output (out.safetensors or OUTDIR/) (dtrun export --help)\n");
         return DT_EXIT_USAGE;
     }
     char err[2048];
     ckpt *ck;
     if (ckpt_open(pos[0], &ck, err, sizeof err) != 0) {
-        fprintf(stderr, "dtrun: export: %s\n", err);
+        fprintf(stderr, "dtrun export: %s\n", err);
         return DT_EXIT_CKPT;
     }
     /* OUT a folder (ends with '/' or exists): a Hugging Face folder, config.json included */
@@ -132,7 +145,7 @@ static int export_command(int argc, char **argv)
     int to_dir = (n_out && pos[1][n_out - 1] == '/') || (stat(pos[1], &st) == 0 && S_ISDIR(st.st_mode));
     int rc = to_dir ? ckpt_export_hf_dir(ck, pos[1], bf16, err, sizeof err)
                     : ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
-    if (rc != 0) fprintf(stderr, "dtrun: export: %s\n", err);
+    if (rc != 0) fprintf(stderr, "dtrun export: %s\n", err);
     else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, pos[1]);
     ckpt_close(ck);
     return rc != 0 ? DT_EXIT_CKPT : 0;
@@ -187,6 +200,20 @@ static int launch(launch_opts *o)
             fprintf(stderr, "dtrun: %s\n", err);
             return DT_EXIT_USAGE;
         }
+        /* A launch's own numbers (--nproc-per-node N, --nnodes) must fit the job as
+         * the launch would require: a dry-run of what cannot start says so. (The
+         * plan chooses the layout for them instead.) */
+        if (!o->plan && nproc > 0 && nodes > 0 && ((cli_set & (LAUNCH_SET_NPROC | LAUNCH_SET_NNODES)) ||
+                                       job.launch.nproc_per_node[0] || job.launch.nnodes[0])) {
+            launch_opts w = *o;
+            w.nproc = nproc;
+            w.nnodes_max = nodes;
+            w.nnodes_min = colon ? atoi(job.launch.nnodes) : nodes;
+            if (launch_check_world(&w, cli_set, &job, err, sizeof err) != 0) {
+                fprintf(stderr, "dtrun: %s\n", err);
+                return DT_EXIT_USAGE;
+            }
+        }
         dryrun_opts d = {.hardware = o->hardware[0] ? o->hardware : NULL,
                          .format = o->format_json ? DRYRUN_JSON : DRYRUN_TEXT,
                          .top = o->top};
@@ -206,8 +233,8 @@ static int launch(launch_opts *o)
     }
     if (in_slurm && o->nnodes_max > 1) fprintf(stderr, "dtrun: %s\n", note);
     if (o->python_path[0])
-        fprintf(stderr, "dtrun: running %s with %s (the first python3 on PATH)\n",
-                o->program[1], o->python_path);
+        fprintf(stderr, "dtrun: running %s with %s (%s)\n", o->python_target, o->python_path,
+                o->python_from_env ? "PYTHON_EXEC" : "the first python3 on PATH");
     /* --hardware reaches the workers as DTRUN_HARDWARE: the peak their MFU is measured against */
     if (o->hardware[0] && setenv("DTRUN_HARDWARE", o->hardware, 1) != 0) {
         fprintf(stderr, "dtrun: --hardware: cannot set DTRUN_HARDWARE\n");
@@ -228,15 +255,22 @@ static int launch(launch_opts *o)
                              .take_locks = o->nnodes_max == 1 || o->node_rank == 0,
                              .check_fit = !o->no_fit_check, .hardware = o->hardware[0] ? o->hardware : NULL,
                              .on_gpu = job.train.device == DEVICE_CUDA ||
-                                       (job.train.device == DEVICE_AUTO && launch_count_gpus() > 0)};
+                                       (job.train.device == DEVICE_AUTO && launch_count_gpus() > 0),
+                             .allow_changes = o->allow_changes};
         preflight_locks locks;
-        rc = preflight_job(&job, &po, &locks, err, sizeof err);
+        char finished[2048];
+        rc = preflight_job(&job, &po, &locks, finished, sizeof finished, err, sizeof err);
         if (rc != 0) {
             fprintf(stderr, "dtrun: %s\n", err);
             return rc;
         }
-        /* the workers inherit it (runtime/env.h) */
+        if (finished[0]) { /* what the run does: nothing (stdout), exit 0 */
+            printf("dtrun: %s\n", finished);
+            return 0;
+        }
+        /* the workers inherit them (runtime/env.h) */
         if (o->strict_data) setenv("DTRUN_STRICT_DATA", "1", 1);
+        if (o->allow_changes[0]) setenv("DTRUN_ALLOW_CHANGES", o->allow_changes, 1);
         /* The built-in trainer: this very binary, even if it is replaced on disk. */
         char *worker_argv[] = {"dtrun", "worker", (char *)o->job_path, NULL};
         rc = agent_run(o, "/proc/self/exe", worker_argv);
@@ -244,6 +278,37 @@ static int launch(launch_opts *o)
         return rc;
     }
     return agent_run(o, o->program[0], o->program);
+}
+
+static const char WORKER_USAGE[] =
+    "usage: dtrun worker job.yaml\n"
+    "  one training worker of the job, as the agent starts it (RANK, WORLD_SIZE, ... in the\n"
+    "  environment; alone it is a run of one process)\n"
+    "  -h, --help             this text\n";
+static const char INSPECT_USAGE[] =
+    "usage: dtrun inspect CKPT\n"
+    "  what produced a checkpoint (a checkpoint directory or one of its step directories): dtrun's\n"
+    "  version and commit, the launch command, the environment, layout and hardware, data hashes\n"
+    "  -h, --help             this text\n";
+
+/* The subcommands, for a did-you-mean when the first word is none of them. */
+static const char *const SUBCOMMANDS[] = {"worker", "export", "generate", "eval", "classify", "rdzv",
+                                          "tokenize", "plot", "inspect", NULL};
+
+/* A first word that names no file, looks like no job or script, and is a
+ * plausible misspelling of a subcommand ("genrate", "tokenise"): the
+ * did-you-mean, instead of a launch of a program that is not there. */
+static int misspelt_subcommand(const char *a)
+{
+    struct stat st;
+    size_t n = strlen(a);
+    if (a[0] == '-' || stat(a, &st) == 0 || strchr(a, '/') ||
+        (n > 5 && (!strcmp(a + n - 5, ".yaml") || !strcmp(a + n - 4, ".yml"))) || (n > 3 && !strcmp(a + n - 3, ".py")))
+        return 0;
+    const char *best = cmdline_suggest_command(a, SUBCOMMANDS);
+    if (!best) return 0;
+    fprintf(stderr, "dtrun: unknown command '%s'; did you mean 'dtrun %s'? (dtrun --help)\n", a, best);
+    return 1;
 }
 
 int main(int argc, char **argv)
@@ -257,6 +322,8 @@ int main(int argc, char **argv)
     if (!strcmp(a, AGENT_CHILD_GUARD_FLAG)) return agent_child_guard_main(argc, argv);
     if (!strcmp(a, "worker")) {
         static job_spec job;
+        if (argc == 3 && cmdline_is_help(argv[2])) return fputs(WORKER_USAGE, stdout), 0;
+        if (argc == 3 && argv[2][0] == '-') return cmdline_unknown_option("worker", argv[2], WORKER_USAGE);
         if (argc != 3) {
             fprintf(stderr, "dtrun: usage: dtrun worker job.yaml (the agent starts workers this way)\n");
             return DT_EXIT_USAGE;
@@ -269,6 +336,8 @@ int main(int argc, char **argv)
     if (!strcmp(a, "tokenize")) return tokenize_main(argc - 1, argv + 1);
     if (!strcmp(a, "plot")) return plot_main(argc - 1, argv + 1);
     if (!strcmp(a, "inspect")) {
+        if (argc == 3 && cmdline_is_help(argv[2])) return fputs(INSPECT_USAGE, stdout), 0;
+        if (argc == 3 && argv[2][0] == '-') return cmdline_unknown_option("inspect", argv[2], INSPECT_USAGE);
         if (argc != 3) {
             fprintf(stderr, "dtrun: usage: dtrun inspect CKPT (a checkpoint directory or one of its step directories)\n");
             return DT_EXIT_USAGE;
@@ -278,6 +347,7 @@ int main(int argc, char **argv)
     if (!strcmp(a, "generate")) return generate_command(argc - 1, argv + 1);
     if (!strcmp(a, "eval")) return eval_command(argc - 1, argv + 1);
     if (!strcmp(a, "classify")) return classify_command(argc - 1, argv + 1);
+    if (misspelt_subcommand(a)) return DT_EXIT_USAGE;
 
     static launch_opts o;
     char err[1024];

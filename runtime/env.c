@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/job/jobspec.h"
+
 /* The lines said so far: one per bad variable. */
 typedef struct {
     char *err;
@@ -122,6 +124,7 @@ static void load_torchrun(env_report *r, dt_env *e)
     env_int(r, "TORCHELASTIC_RESTART_COUNT", 0, "an integer >= 0", 0, &e->restart_count);
     env_int(r, "DTRUN_ATTEMPT", 0, "an integer >= 0", 0, &e->attempt);
     env_string(r, "DTRUN_RESTART_REASON", e->restart_reason, sizeof e->restart_reason);
+    env_string(r, "TORCHELASTIC_RUN_ID", e->run_id, sizeof e->run_id);
 }
 
 static void load_comm(env_report *r, dt_env *e)
@@ -189,6 +192,15 @@ static void load_trainer(env_report *r, dt_env *e)
     env_string(r, "DTRUN_DUMP_PARAMS", e->dump_params, sizeof e->dump_params);
     env_string(r, "DTRUN_DUMP_VAL", e->dump_val, sizeof e->dump_val);
     env_int(r, "DTRUN_STRICT_DATA", 0, "0 or 1", 0, &e->strict_data);
+    env_string(r, "DTRUN_ALLOW_CHANGES", e->allow_changes, sizeof e->allow_changes);
+    char why[256];
+    if (e->allow_changes[0] && job_key_list_check(e->allow_changes, why, sizeof why) != 0) {
+        env_bad(r, "DTRUN_ALLOW_CHANGES", e->allow_changes, why);
+        e->allow_changes[0] = '\0';
+    }
+    long tty;
+    env_long(r, "DTRUN_STDOUT_TTY", 0, 1, "0 or 1", -1, &tty);
+    e->stdout_tty = (int)tty;
     const char *c = env_value("DTRUN_CACHE_DIR"), *x = env_value("XDG_CACHE_HOME"), *h = env_value("HOME");
     if (c) snprintf(e->cache_dir, sizeof e->cache_dir, "%s", c);
     else if (x) snprintf(e->cache_dir, sizeof e->cache_dir, "%s/dtrun", x);

@@ -17,6 +17,8 @@
  *   MASTER_ADDR                 host of rank 0's store; the TCP transport routes from it ("")
  *   MASTER_PORT                 its port, 1-65535 (unset: 0)
  *   TORCHELASTIC_RESTART_COUNT  restarts so far, integer >= 0; keys the world's store prefix (0)
+ *   TORCHELASTIC_RUN_ID         the run (--rdzv-id), recorded in checkpoints: a restart
+ *                               knows its own ("")
  *
  * communication (runtime/comm):
  *   DTRUN_COMM_BACKEND    auto | cpu | nccl (auto)
@@ -44,6 +46,11 @@
  *   DTRUN_DUMP_VAL             rank 0 writes the last evaluation's samples there ("")
  *   DTRUN_STRICT_DATA          1: resuming with data files that changed since the
  *                              checkpoint is an error, not a warning (--strict-data) (0)
+ *   DTRUN_ALLOW_CHANGES        job keys a resume may change although they make another run,
+ *                              "train.lr,train.seed" or "all" (--allow-changes; "")
+ *   DTRUN_STDOUT_TTY           1: the agent shows this worker's stdout on a terminal, so
+ *                              log.progress auto draws the live line; 0: it does not
+ *                              (unset: -1, whether the worker's own stdout is a terminal)
  *   DTRUN_CACHE_DIR            where the data files' hashes are remembered (unset:
  *                              $XDG_CACHE_HOME/dtrun, else $HOME/.cache/dtrun, else none)
  *
@@ -78,6 +85,7 @@ typedef struct {
     int restart_count;
     int attempt;                   /* DTRUN_ATTEMPT: groups the agent started before this one (0) */
     char restart_reason[256];      /* DTRUN_RESTART_REASON: why the agent started this one ("") */
+    char run_id[256];              /* TORCHELASTIC_RUN_ID ("") */
     int rank_bad;                  /* RANK or WORLD_SIZE is not a number in range (rank/world_size hold the defaults) */
     /* communication */
     dt_env_backend comm_backend;
@@ -101,6 +109,8 @@ typedef struct {
     char dump_params[DT_ENV_PATH_MAX];
     char dump_val[DT_ENV_PATH_MAX];
     int strict_data;
+    char allow_changes[512];       /* "" when none */
+    int stdout_tty;                /* -1 when unset */
     char cache_dir[DT_ENV_PATH_MAX]; /* "" when there is none */
     /* tests */
     int beacon_fd;

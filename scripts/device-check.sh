@@ -50,10 +50,10 @@ prepare() {
     if [ -e "$1" ]; then cp -aL "$1" "$2/"; else missing+=("$1"); fi
   }
   # headers the C sources include (<yaml.h>, <uv.h>, <cblas.h>, <zlib.h>,
-  # <xxhash.h>, <cJSON.h>, <Random123/philox.h>, <png.h>)
+  # <xxhash.h>, <cJSON.h>, <Random123/philox.h>, <png.h>, <pcre2.h>, <utf8proc.h>)
   for h in /usr/include/yaml.h /usr/include/uv.h /usr/include/uv /usr/include/zlib.h \
            /usr/include/zconf.h /usr/include/xxhash.h /usr/include/xxh3.h /usr/include/cjson/cJSON.h \
-           /usr/include/Random123 /usr/include/png.h /usr/include/pngconf.h /usr/include/pnglibconf.h "$obinc/cblas.h" "$obinc/openblas_config.h" "$obinc/f77blas.h"; do
+           /usr/include/Random123 /usr/include/png.h /usr/include/pngconf.h /usr/include/pnglibconf.h /usr/include/pcre2.h /usr/include/utf8proc.h "$obinc/cblas.h" "$obinc/openblas_config.h" "$obinc/f77blas.h"; do
     cpy "$h" "$deps/include"
   done
   # shared libraries by soname, plus the unversioned name the linker wants;
@@ -71,6 +71,8 @@ prepare() {
   lib libxxhash.so "$multi/libxxhash.so.0"
   lib libcjson.so "$multi/libcjson.so.1"
   lib libpng16.so "$multi/libpng16.so.16"
+  lib libpcre2-8.so "$multi/libpcre2-8.so.0"
+  lib libutf8proc.so "$multi/libutf8proc.so.2"
   lib "" "$multi/libgfortran.so.5"
   lib "" "$multi/libquadmath.so.0"
   if [ ${#missing[@]} -gt 0 ]; then
@@ -204,7 +206,7 @@ device_run() {
   local mk=()
   if [ -d "$deps/lib" ]; then
     mk+=(DEPS_PREFIX="$deps")
-  elif ! pkg-config --exists yaml-0.1 libuv openblas zlib libxxhash libcjson 2>/dev/null; then
+  elif ! pkg-config --exists yaml-0.1 libuv openblas zlib libxxhash libcjson libpcre2-8 libutf8proc 2>/dev/null; then
     say "FAIL: no $deps and the system lacks the libraries: run scripts/device-check.sh --prepare on the build machine and carry $deps"
     return 1
   fi

@@ -67,7 +67,7 @@ typedef struct {
 typedef enum {
     DATA_SYNTHETIC = 0, /* deterministic random tokens / images */
     DATA_TEXT,          /* any file, byte-level tokens */
-    DATA_TOKENS,        /* llm.c token shards: 1024-byte header, magic 20240520, uint16 */
+    DATA_TOKENS,        /* llm.c token shards: 1024-byte header, uint16 or uint32 ids (lib/text/token_shard.h) */
     DATA_IDX            /* IDX images + labels (MNIST / Fashion-MNIST), optionally .gz */
 } data_kind;
 
@@ -159,6 +159,9 @@ typedef struct {
     int every;              /* steps; 0 = only at the end (when dir is set) */
     int keep;               /* last K kept, default 2 */
     char resume[JOB_PATH_MAX]; /* "auto", "never" or a path */
+    char allow_changes[512];   /* job keys a resume may change although they make another
+                                  run ("train.lr,train.seed"), or "all"; "" = none
+                                  (runtime/train/resume_diff.h) */
 } job_checkpoint;
 
 typedef enum { PROGRESS_AUTO = 0, PROGRESS_ON, PROGRESS_OFF } progress_mode;
@@ -260,6 +263,14 @@ int job_resolve_world(job_spec *job, int world, char *err, size_t errlen);
  * *exit_code and "FILE:LINE:COL: data.train 'x.bin': No such file or
  * directory (relative to /dir, the directory dtrun runs in)". */
 int job_check_paths(const job_spec *job, int *exit_code, char *err, size_t errlen);
+
+/* A list of job keys as checkpoint.allow_changes and --allow-changes take
+ * them: "section.key" names separated by commas (spaces around them are
+ * fine), or "all". 0, or -1 with why: "'train.lrr' is not a job key; did you
+ * mean 'train.lr'?". */
+int job_key_list_check(const char *list, char *why, size_t n);
+/* Whether such a list names `full` ("train.lr"); "all" names every key. */
+int job_key_list_has(const char *list, const char *full);
 
 /* Print the resolved job as YAML that job_load_string reads back to the same struct. */
 void job_print(const job_spec *job, FILE *out);

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "lib/job/jobspec_loader.h"
-#include "lib/job/jobspec_suggest.h"
+#include "lib/util/suggest.h"
 
 /* Other tools' names for sections: only for "did you mean". */
 static const char *const section_aliases[SEC_COUNT] = {

@@ -2,6 +2,7 @@
  * one key's value. Ranges keep every size inside int arithmetic downstream
  * (4 * d_model, dp * tp * pp, bucket_mb << 20). */
 #include "lib/job/jobspec_fields.h"
+#include "lib/util/suggest.h"
 
 #include <limits.h>
 #include <math.h>
@@ -39,8 +40,11 @@ static const char *const device_aliases[] = {"default,any", "host", "gpu,nvidia"
 static const char *const recomputes[] = {"none", "block", "selective", NULL};
 static const char *const recompute_aliases[] = {"off,false,no", "full,true,on,yes", "attention,attn,core_attn",
                                                 NULL};
-static const char *const shard_modes[] = {"none", "zero1", "zero2", "fsdp", "hsdp", NULL};
-static const char *const shard_mode_aliases[] = {"ddp,off,zero0,zero_0", "zero_1,os", "zero_2,os_g",
+/* Plain data parallel is "ddp" everywhere dtrun prints it; "none" (its name
+ * before) stays an alias, so old job files and checkpoints read the same. */
+static const char *const shard_modes[] = {"ddp", "zero1", "zero2", "fsdp", "hsdp", NULL};
+static const char *const shard_mode_former[] = {"none", "", "", "", "", NULL};
+static const char *const shard_mode_aliases[] = {"off,zero0,zero_0,no_shard", "zero_1,os", "zero_2,os_g",
                                                  "zero3,zero_3,full_shard", "hybrid,hybrid_shard", NULL};
 static const char *const pp_schedules[] = {"gpipe", "1f1b", "interleaved", "zb-h1", NULL};
 static const char *const pp_schedule_aliases[] = {"fill_drain,fthenb", "one_f_one_b,pipedream",
@@ -173,8 +177,9 @@ const field_def job_fields[FID_COUNT] = {
                    "tensor_parallel,tensor_model_parallel_size,tensor_parallel_size,tp_size"),
     [FID_PP] = NUM(SEC_PARALLEL, "pp", FT_INT, parallel.pp, 1, 65536,
                    "pipeline_parallel,pipeline_model_parallel_size,pipeline_parallel_size,pp_size"),
-    [FID_MODE] = ENUM(SEC_PARALLEL, "mode", parallel.mode, shard_modes, shard_mode_aliases,
-                      "sharding,shard,zero,zero_stage,strategy,sharding_strategy"),
+    [FID_MODE] = {.section = SEC_PARALLEL, .key = "mode", .type = FT_ENUM, .offset = OFF(parallel.mode),
+                  .names = shard_modes, .value_aliases = shard_mode_aliases, .value_former = shard_mode_former,
+                  .aliases = "sharding,shard,zero,zero_stage,strategy,sharding_strategy"},
     [FID_PP_SCHEDULE] = ENUM(SEC_PARALLEL, "pp_schedule", parallel.pp_schedule, pp_schedules,
                              pp_schedule_aliases, "schedule,pipeline_schedule"),
     [FID_MICROBATCHES] = NUM(SEC_PARALLEL, "microbatches", FT_INT, parallel.microbatches, 1, NOMAX,
@@ -205,6 +210,9 @@ const field_def job_fields[FID_COUNT] = {
                           "keep_last,max_keep,save_total_limit"),
     [FID_CKPT_RESUME] = STR(SEC_CHECKPOINT, "resume", FT_RESUME, checkpoint.resume,
                             "load,resume_from,resume_from_checkpoint"),
+    [FID_CKPT_ALLOW_CHANGES] = STR(SEC_CHECKPOINT, "allow_changes", FT_KEYS, checkpoint.allow_changes,
+                                   "allow_change,allowed_changes,override,overrides,exclude_from_loading,"
+                                   "override_opt_param_scheduler"),
 
     [FID_LOG_METRICS] = STR(SEC_LOG, "metrics", FT_STR, log.metrics, "metrics_file,jsonl,log_file,file"),
     [FID_LOG_EVERY] = NUM(SEC_LOG, "every", FT_INT, log.every, 1, NOMAX,
@@ -394,9 +402,94 @@ int job_field_check_string(int fid, const char *s, char *why, size_t n)
     }
     case FT_ENDPOINT:
         return s[0] == 0 ? 0 : check_endpoint(s, why, n);
+    case FT_KEYS:
+        return job_key_list_check(s, why, n);
     default:
         return 0;
     }
+}
+
+/* ---- lists of keys (checkpoint.allow_changes, --allow-changes) ---- */
+
+int job_list_next(const char **s, const char *end, const char **a, const char **b)
+{
+    while (*s < end) {
+        const char *comma = memchr(*s, ',', (size_t)(end - *s)), *stop = comma ? comma : end;
+        *a = *s;
+        *b = stop;
+        while (*a < *b && (**a == ' ' || **a == '\t')) (*a)++;
+        while (*b > *a && ((*b)[-1] == ' ' || (*b)[-1] == '\t')) (*b)--;
+        *s = comma ? comma + 1 : end;
+        if (*a < *b) return 1;
+    }
+    return 0;
+}
+
+/* Calls fn on each name of a comma list; stops at the first non-zero answer
+ * and returns it. */
+static int each_listed(const char *list, int (*fn)(const char *name, size_t len, void *ctx), void *ctx)
+{
+    const char *s = list, *a, *b;
+    while (job_list_next(&s, list + strlen(list), &a, &b)) {
+        int rc = fn(a, (size_t)(b - a), ctx);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* The field a "section.key" names, or -1. */
+static int field_of_full_name(const char *name, size_t len)
+{
+    const char *dot = memchr(name, '.', len);
+    if (!dot) return -1;
+    int sec = job_section_find(name, (size_t)(dot - name));
+    return sec < 0 ? -1 : job_field_find((job_section)sec, dot + 1, len - (size_t)(dot - name) - 1);
+}
+
+typedef struct {
+    char *why;
+    size_t n;
+} list_check;
+
+static int check_listed(const char *name, size_t len, void *ctx)
+{
+    list_check *c = ctx;
+    if ((len == 3 && !memcmp(name, "all", 3)) || field_of_full_name(name, len) >= 0) return 0;
+    suggest near;
+    suggest_init(&near, name, len);
+    char full[96], names[FID_COUNT][96]; /* suggest keeps a pointer to the best */
+    for (int f = 0; f < FID_COUNT; f++) {
+        job_field_full_name(f, names[f], sizeof names[f]);
+        suggest_offer(&near, names[f], names[f]);
+    }
+    snprintf(full, sizeof full, "%.*s", (int)(len < 80 ? len : 80), name);
+    if (suggest_best(&near))
+        snprintf(c->why, c->n, "'%s' is not a job key (section.key, or all); did you mean '%s'?", full, suggest_best(&near));
+    else
+        snprintf(c->why, c->n, "'%s' is not a job key (section.key, e.g. train.lr, or all)", full);
+    return -1;
+}
+
+int job_key_list_check(const char *list, char *why, size_t n)
+{
+    list_check c = {why, n};
+    return each_listed(list, check_listed, &c);
+}
+
+typedef struct {
+    const char *full;
+} list_find;
+
+static int find_listed(const char *name, size_t len, void *ctx)
+{
+    const list_find *f = ctx;
+    return (len == 3 && !memcmp(name, "all", 3)) || (strlen(f->full) == len && !memcmp(name, f->full, len));
+}
+
+int job_key_list_has(const char *list, const char *full)
+{
+    list_find f = {full};
+    return each_listed(list, find_listed, &f) > 0;
 }
 
 /* ---- enum names for the rest of the program (jobspec.h) ---- */

@@ -9,6 +9,7 @@
 #define DTRUN_JOBSPEC_FIELDS_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include "lib/job/jobspec.h"
 
 typedef enum {
@@ -28,7 +29,7 @@ typedef enum {
     FID_CUDA_GRAPHS,
     FID_DP, FID_TP, FID_PP, FID_MODE, FID_PP_SCHEDULE, FID_MICROBATCHES, FID_VIRTUAL_STAGES,
     FID_SEQUENCE_PARALLEL, FID_TP_OVERLAP, FID_TP_SPLIT, FID_CP, FID_CP_MODE, FID_BUCKET_MB, FID_REDUCE_DTYPE,
-    FID_CKPT_DIR, FID_CKPT_EVERY, FID_CKPT_KEEP, FID_CKPT_RESUME,
+    FID_CKPT_DIR, FID_CKPT_EVERY, FID_CKPT_KEEP, FID_CKPT_RESUME, FID_CKPT_ALLOW_CHANGES,
     FID_LOG_METRICS, FID_LOG_EVERY, FID_LOG_PROGRESS, FID_LOG_TRACE, FID_LOG_TENSORBOARD,
     FID_NPROC_PER_NODE, FID_NNODES, FID_RDZV_ENDPOINT, FID_RDZV_ID, FID_MAX_RESTARTS,
     FID_LOG_DIR,
@@ -48,7 +49,9 @@ typedef enum {
     FT_RESUME,   /* char[size]: auto | never | a path */
     FT_NPROC,    /* char[size]: N | cpu | gpu | auto */
     FT_NNODES,   /* char[size]: N | MIN:MAX */
-    FT_ENDPOINT  /* char[size]: host[:port] */
+    FT_ENDPOINT, /* char[size]: host[:port] */
+    FT_KEYS      /* char[size]: job keys "section.key" joined by commas (a YAML sequence
+                    arrives joined so), or "all" */
 } field_type;
 
 typedef enum { ONLY_ANY = 0, ONLY_GPT, ONLY_VIT } field_only;
@@ -61,6 +64,8 @@ typedef struct {
     size_t size;               /* strings: buffer size */
     const char *const *names;  /* FT_ENUM: NULL-terminated, index = value; FT_FLAGS: index = bit */
     const char *const *value_aliases; /* FT_ENUM: per value, "a,b" suggesting it, or NULL */
+    const char *const *value_former;  /* FT_ENUM: per value, "a,b" it was called before, taken as
+                                       * it (old job files and checkpoints), or NULL */
     double lo, hi;             /* numeric range (inclusive unless *_open) */
     int lo_open, hi_open;
     const char *aliases;       /* comma-separated names suggesting this key */
@@ -89,6 +94,15 @@ int job_field_applies(const job_spec *job, int fid);
 /* Whether the field holds its "not set" value: launch keys are -1 or "" until
  * the file sets them (the command line fills the rest). */
 int job_field_unset(const job_spec *job, int fid);
+
+/* The next name of a comma list [*s, end), spaces and tabs around it trimmed,
+ * empty names skipped: 1 with the name in [*a, *b) and *s past it; 0 at the
+ * end. (list-valued keys: FT_FLAGS, FT_KEYS) */
+int job_list_next(const char **s, const char *end, const char **a, const char **b);
+
+/* The field's value as the job file spells it (strings double-quoted), as
+ * job_print writes it. */
+void job_field_print(FILE *out, const job_spec *job, int fid);
 
 /* Describe the range, e.g. "must be >= 1" or "must be in [0, 1)". */
 void job_field_range_text(int fid, char *out, size_t n);

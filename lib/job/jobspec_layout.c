@@ -91,8 +91,8 @@ int job_layout_check_world(const job_parallel *par, int world, const char *world
     if (need == world) return 0;
     char cp[32] = "";
     if (par->cp > 1) snprintf(cp, sizeof cp, " x cp %d", par->cp);
-    snprintf(msg, n, "parallel.dp %d x tp %d x pp %d%s = %lld workers, but %d %s started (%s); make them equal%s",
-             par->dp, par->tp, par->pp, cp, need, world, world == 1 ? "is" : "are", world_from,
+    snprintf(msg, n, "parallel.dp %d x tp %d x pp %d%s = %lld worker%s, but %d %s started (%s); make them equal%s",
+             par->dp, par->tp, par->pp, cp, need, need == 1 ? "" : "s", world, world == 1 ? "is" : "are", world_from,
              par->dp_auto ? "" : ", or set parallel.dp: auto");
     return -1;
 }

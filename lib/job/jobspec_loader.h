@@ -32,7 +32,7 @@ typedef struct {
     int is_null;          /* plain empty, ~ or null */
     const char *shape;    /* NULL for a scalar, else "a mapping" / "a sequence" */
     const char *override; /* the "section.key=value" it came from, or NULL */
-    char joined[160];     /* FT_FLAGS given as a sequence: its items joined by ',' (text) */
+    char joined[320];     /* FT_FLAGS / FT_KEYS given as a sequence: its items joined by ',' (text) */
 } entry;
 
 typedef struct {

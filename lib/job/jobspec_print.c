@@ -55,7 +55,7 @@ static void print_string(FILE *out, const char *s, size_t size)
     fputc('"', out);
 }
 
-static void print_value(FILE *out, const job_spec *job, int fid)
+void job_field_print(FILE *out, const job_spec *job, int fid)
 {
     const field_def *f = &job_fields[fid];
     const void *p = job_field_cptr(job, fid);
@@ -93,13 +93,14 @@ void job_print(const job_spec *job, FILE *out)
             if (job_fields[fid].section != (job_section)sec) continue;
             if (!job_field_applies(job, fid) || job_field_unset(job, fid)) continue;
             if (fid == FID_MODEL_PRESET && !job->model.preset[0]) continue;
+            if (fid == FID_CKPT_ALLOW_CHANGES && !job->checkpoint.allow_changes[0]) continue;
             /* derived from dp once it is known: printing it would pin it */
             if (fid == FID_MICROBATCHES && job->parallel.dp_auto) continue;
             if (!printed) fprintf(out, "%s:\n", job_section_names[sec]);
             printed = 1;
             fprintf(out, "  %s: ", job_fields[fid].key);
             if (fid == FID_DP && job->parallel.dp_auto) fputs("auto", out); /* world / (tp x pp) at launch */
-            else print_value(out, job, fid);
+            else job_field_print(out, job, fid);
             fputc('\n', out);
             if (fid == FID_MICRO_BATCH)
                 fprintf(out, "  # grad_accum: %d (derived: global_batch / (micro_batch x dp))\n",

@@ -11,7 +11,7 @@
 #include "lib/job/jobspec_check.h"
 #include "lib/job/jobspec_loader.h"
 #include "lib/job/jobspec_presets.h"
-#include "lib/job/jobspec_suggest.h"
+#include "lib/util/suggest.h"
 
 /* ----------------------------------------------------------- resolving */
 

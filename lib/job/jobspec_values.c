@@ -12,7 +12,7 @@
 #include <strings.h>
 
 #include "lib/job/jobspec_loader.h"
-#include "lib/job/jobspec_suggest.h"
+#include "lib/util/suggest.h"
 #include "lib/job/jobspec_utf8.h"
 
 /* ------------------------------------------------------------- values */
@@ -36,6 +36,7 @@ static const char *want_of(const field_def *f)
     case FT_BOOL: return "true or false";
     case FT_ENUM: return "a name";
     case FT_FLAGS: return "a list of names";
+    case FT_KEYS: return "a list of job keys";
     default: return "a string";
     }
 }
@@ -225,11 +226,22 @@ static int store_enum(loader *L, int fid, const char *name)
             *(int *)job_field_ptr(L->job, fid) = i;
             return 0;
         }
+    /* a value's former name is the value (parallel.mode none is ddp) */
+    for (int i = 0; f->value_former && f->names[i]; i++)
+        for (const char *p = f->value_former[i]; *p;) {
+            size_t n = strcspn(p, ",");
+            if (n == e->len && !strncmp(p, e->text, n)) {
+                *(int *)job_field_ptr(L->job, fid) = i;
+                return 0;
+            }
+            p += n + (p[n] == ',');
+        }
     suggest near;
     suggest_init(&near, e->text, e->len);
     for (int i = 0; f->names[i]; i++) {
         suggest_offer(&near, f->names[i], f->names[i]);
         if (f->value_aliases) suggest_offer_list(&near, f->value_aliases[i], f->names[i]);
+        if (f->value_former) suggest_offer_list(&near, f->value_former[i], f->names[i]);
     }
     if (suggest_best(&near))
         return loader_fail_value(L, fid, "%s: unknown value %s (expected %s); did you mean '%s'?", name,
@@ -247,13 +259,8 @@ static int store_flags(loader *L, int fid, const char *name)
     job_field_enum_list(fid, list, sizeof list);
     int bits = 0;
     const char *s = e->is_null ? "" : e->text, *end = s + (e->is_null ? 0 : e->len);
-    while (s < end) {
-        const char *comma = memchr(s, ',', (size_t)(end - s)), *stop = comma ? comma : end;
-        const char *a = s, *b = stop;
-        while (a < b && (*a == ' ' || *a == '\t')) a++;
-        while (b > a && (b[-1] == ' ' || b[-1] == '\t')) b--;
-        s = comma ? comma + 1 : end;
-        if (a == b) continue;
+    const char *a, *b;
+    while (job_list_next(&s, end, &a, &b)) {
         entry one = {.text = a, .len = (size_t)(b - a)};
         int i = 0;
         while (f->names[i] && !text_is(&one, f->names[i])) i++;
@@ -292,7 +299,8 @@ static int store_string(loader *L, int fid, const char *name)
     memset(dst, 0, f->size); /* whole buffer, so equal jobs compare equal bytewise */
     memcpy(dst, s, len);
     if (job_field_check_string(fid, dst, why, sizeof why))
-        return loader_fail_value(L, fid, "%s: %s, got %s", name, why, job_entry_got(e, got, sizeof got));
+        return f->type == FT_KEYS ? loader_fail_value(L, fid, "%s: %s", name, why) /* why quotes the name */
+                                  : loader_fail_value(L, fid, "%s: %s, got %s", name, why, job_entry_got(e, got, sizeof got));
     return 0;
 }
 

@@ -87,7 +87,7 @@ static int record(loader *L, yaml_document_t *doc, int fid, pos key_at, const ya
     e->key_at = key_at;
     e->val_at = pos_of(v);
     e->shape = shape_of(v);
-    if (v->type == YAML_SEQUENCE_NODE && job_fields[fid].type == FT_FLAGS) {
+    if (v->type == YAML_SEQUENCE_NODE && (job_fields[fid].type == FT_FLAGS || job_fields[fid].type == FT_KEYS)) {
         L->order[L->n_order++] = fid;
         return join_sequence(L, doc, fid, e, v);
     }

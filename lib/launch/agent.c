@@ -25,6 +25,7 @@ void agent_start_round(agent *ag)
     ag->stop_reason = STOP_NONE;
     ag->first_failed = -1;
     ag->stopped = 0;
+    ag->passed_signal = 0;
     ag->remote_reason[0] = 0;
     agent_rdzv_join_async(ag);
 }
@@ -39,8 +40,11 @@ void agent_rdzv_joined(agent *ag)
     ag->state = AGENT_RUNNING;
     agent_rdzv_watch(ag);
     char err[1024];
-    if (agent_spawn_workers(ag, err, sizeof err) != 0) {
+    /* A port taken before spawn: this node does not restart, so the others must not either. */
+    int port_taken = agent_check_master_port(ag, err, sizeof err) != 0;
+    if (port_taken || agent_spawn_workers(ag, err, sizeof err) != 0) {
         fprintf(stderr, "dtrun: %s\n", err);
+        if (port_taken) strncat(err, AGENT_NO_RESTART_MARK, sizeof err - strlen(err) - 1);
         if (ag->session) rdzv_session_report_failure(ag->session, err);
         ag->first_failed = -1;
         agent_stop_workers(ag, STOP_SPAWN_FAILED, SIGKILL);
@@ -124,6 +128,8 @@ void agent_round_maybe_over(agent *ag)
     case STOP_NONE:
         break;
     }
+    if (ag->stop_reason == STOP_WORKER_FAILED && ag->first_failed >= 0)
+        agent_error_file_to_parent(ag, &ag->workers[ag->first_failed], code);
     free_round(ag);
     agent_finish(ag, code);
 }
@@ -207,6 +213,7 @@ int agent_run(const launch_opts *o, const char *file, char *const *argv)
         uv_run(&ag->loop, UV_RUN_NOWAIT);
         uv_loop_close(&ag->loop);
     }
+    agent_error_files_remove(ag);
     agent_watchdog_finish(ag);
     free(ag);
     fflush(stdout);

@@ -90,6 +90,8 @@ char **agent_env_build(char *const *base, const agent_env_info *in)
     add(&l, "DTRUN_KV_PREFIX", in->kv_prefix);
     if (in->agent_id) add(&l, "DTRUN_AGENT_ID", in->agent_id);
     if (in->beacon_fd > 0) add_int(&l, "DTRUN_BEACON_FD", in->beacon_fd);
+    add_int(&l, "DTRUN_STDOUT_TTY", in->stdout_tty != 0);
+    if (in->error_file) add(&l, "TORCHELASTIC_ERROR_FILE", in->error_file);
     if (!agent_env_get(base, "OMP_NUM_THREADS"))
         add_int(&l, "OMP_NUM_THREADS", in->omp_threads > 0 ? in->omp_threads : 1);
     /* Several workers share this node's cores: OpenMP's default spin-wait makes
@@ -108,6 +110,8 @@ char **agent_env_build(char *const *base, const agent_env_info *in)
     size_t k = 0;
     for (char *const *e = base; e && *e; e++) {
         if (has_name(l.vars, l.n, *e)) continue;
+        /* the agent's own error file (dtrun run by another elastic agent) is not a worker's */
+        if (!strncmp(*e, "TORCHELASTIC_ERROR_FILE=", 24)) continue;
         env[k] = strdup(*e);
         if (!env[k]) { agent_env_free(env); for (int i = 0; i < l.n; i++) free(l.vars[i]); return NULL; }
         k++;

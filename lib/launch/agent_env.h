@@ -8,7 +8,11 @@
  * DTRUN_RDZV_PORT, DTRUN_RDZV_TOKEN, DTRUN_KV_ENDPOINT, DTRUN_KV_PREFIX, see
  * lib/rdzv/kv.h), DTRUN_AGENT_ID (this agent's id, unique on the host; its
  * watchdog kills every process that carries it when the agent ends),
- * DTRUN_BEACON_FD (the built-in trainer's beacon page, lib/util/beacon.h). OMP_NUM_THREADS is set only when the agent's environment lacks it. */
+ * DTRUN_BEACON_FD (the built-in trainer's beacon page, lib/util/beacon.h),
+ * DTRUN_STDOUT_TTY (1 when the agent shows the worker's stdout on a terminal:
+ * the trainer's log.progress auto draws its live line then),
+ * TORCHELASTIC_ERROR_FILE (a program's worker: where PyTorch's @record writes
+ * an uncaught exception). OMP_NUM_THREADS is set only when the agent's environment lacks it. */
 #ifndef DTRUN_AGENT_ENV_H
 #define DTRUN_AGENT_ENV_H
 
@@ -31,6 +35,8 @@ typedef struct {
     int omp_threads;           /* OMP_NUM_THREADS unless the base environment has it */
     const char *agent_id;      /* DTRUN_AGENT_ID; NULL: not set */
     int beacon_fd;             /* DTRUN_BEACON_FD; 0: not set (0 is stdin, never a beacon) */
+    int stdout_tty;            /* DTRUN_STDOUT_TTY: 0 or 1 */
+    const char *error_file;    /* TORCHELASTIC_ERROR_FILE; NULL: not set (nor inherited) */
 } agent_env_info;
 
 /* A NULL-terminated array of "NAME=VALUE": `base` (e.g. environ) without the

@@ -6,6 +6,7 @@
  *   agent_supervise.c  worker exits, signals, stopping, the root-cause report
  *   agent_watchdog.c   the watchdog that kills the workers and what they left behind
  *   agent_retry.c      which failures a restart can fix
+ *   agent_error_file.c TORCHELASTIC_ERROR_FILE: each worker's, read for the report
  *
  * Everything runs on the agent's one libuv loop thread, except the blocking
  * rendezvous calls, which run on libuv's thread pool (uv_queue_work) so that
@@ -38,9 +39,12 @@ typedef struct {
     int running;               /* spawned, exit not yet seen */
     int exit_status;           /* as dtrun reports it: the code, or 128 + signal */
     int term_signal;           /* 0 when it exited */
+    unsigned signals_sent;     /* bit s: dtrun sent it signal s (this round) */
     void *beacon;              /* its beacon page (lib/util/beacon.h); NULL none */
     int hung;                  /* found stopped (state T) while its peers failed */
     char last_coll[BEACON_TEXT_MAX]; /* its beacon when found hung */
+    char error_file[AGENT_LOG_PATH_MAX + 16]; /* its TORCHELASTIC_ERROR_FILE; "" none */
+    char error_line[256];      /* the last line of the traceback it wrote there; "" none */
 } agent_worker;
 
 typedef enum {
@@ -93,12 +97,15 @@ struct agent {
     agent_state state;
     agent_stop_reason stop_reason;
     int stop_signal;           /* the signal that stopped dtrun, for STOP_SIGNAL */
+    int passed_signal;         /* the last SIGUSR1/SIGUSR2 passed on to the workers; 0 none */
     int stopped;               /* workers still running when the group was stopped */
     int first_failed;          /* index into workers, -1 none */
     int first_exit_status;     /* of the first worker seen failing (the peer of a hung one) */
     char remote_reason[512];
     char restart_reason[200];  /* why this attempt started ("" for the first): DTRUN_RESTART_REASON */
     char log_root[JOB_PATH_MAX + LAUNCH_ID_MAX + 8]; /* where --log-dir / -r / -t files go; "" none */
+    char error_root[JOB_PATH_MAX + LAUNCH_ID_MAX + 8]; /* the workers' error files: log_root or a temp dir */
+    int error_root_temp;       /* error_root is ours to remove at the end */
     int cores;
 
     /* the watchdog (agent_watchdog.c) */
@@ -122,6 +129,9 @@ void agent_rdzv_watch(agent *ag);         /* start polling the session's events 
 void agent_rdzv_unwatch(agent *ag);
 void agent_rdzv_exit_barrier_async(agent *ag); /* calls agent_finish when done */
 void agent_rdzv_teardown(agent *ag);
+/* A program launch on node 0: 0 when MASTER_PORT is free on this machine, else
+ * -1 with one line naming what listens there (before any worker starts). */
+int agent_check_master_port(agent *ag, char *err, size_t errlen);
 
 /* agent_spawn.c */
 int agent_spawn_workers(agent *ag, char *err, size_t errlen);
@@ -133,6 +143,17 @@ const char *agent_exit_deterministic(const agent *ag, int exit_status);
 /* Ends the failure reason a node sends to the others when its failure is
  * deterministic: their agents do not restart either. */
 #define AGENT_NO_RESTART_MARK " (a restart cannot change it)"
+
+/* agent_error_file.c (program launches only; no-ops for the built-in trainer) */
+/* Chooses w's error file (ATTEMPT/RANK/error.json under --log-dir, else a
+ * private temp dir) and removes an old one. 0, or -1 with one line in err. */
+int agent_error_file_prepare(agent *ag, agent_worker *w, char *err, size_t errlen);
+/* w->error_line: the last line of the traceback w wrote, "" when none. */
+void agent_error_file_read(agent_worker *w);
+/* At the end of a failed job: w's file to dtrun's own TORCHELASTIC_ERROR_FILE, if set. */
+void agent_error_file_to_parent(const agent *ag, const agent_worker *w, int exit_status);
+/* Removes the temp dir (nothing under --log-dir). */
+void agent_error_files_remove(agent *ag);
 
 /* agent_watchdog.c */
 void agent_watchdog_start(agent *ag);      /* first thing agent_run does */

@@ -14,6 +14,7 @@ typedef struct {
     char *buf;             /* the partial line */
     size_t len;
     int fd;                /* log file or -1 */
+    int rewritten;         /* a carriage return started the partial line over: a live line */
 } stream_state;
 
 struct agent_output {
@@ -92,10 +93,52 @@ static void write_all(int fd, const char *buf, size_t n)
     }
 }
 
+/* The console a worker's live line is drawn on (no newline yet), or NULL.
+ * One for the agent: any line printed to either console clears it first, so
+ * lines never land behind the progress text. */
+static FILE *live_console;
+
+static void clear_live_line(void)
+{
+    if (!live_console) return;
+    fputs("\r\033[K", live_console);
+    fflush(live_console);
+    live_console = NULL;
+}
+
+/* The text after the terminal's erase-line code a live line starts with. */
+static const char *after_erase(const char *line, size_t *n)
+{
+    if (*n >= 3 && !memcmp(line, "\033[K", 3)) {
+        *n -= 3;
+        return line + 3;
+    }
+    return line;
+}
+
+/* A live line (log.progress): rewritten in place on the console, as the
+ * worker would on its own terminal, behind the prefix. */
+static void draw_live_line(agent_output *o, int stream)
+{
+    FILE *con = o->cfg.console[stream];
+    stream_state *s = &o->s[stream];
+    if (!con || !s->rewritten || s->len == 0) return;
+    if (live_console && live_console != con) clear_live_line();
+    size_t n = s->len;
+    const char *text = after_erase(s->buf, &n);
+    fputs("\r\033[K", con);
+    fputs(o->cfg.prefix, con);
+    fwrite(text, 1, n, con);
+    live_console = con;
+}
+
 static void emit_line(agent_output *o, int stream, const char *line, size_t n)
 {
     FILE *con = o->cfg.console[stream];
+    line = after_erase(line, &n);
+    o->s[stream].rewritten = 0;
     if (con) {
+        clear_live_line();
         fputs(o->cfg.prefix, con);
         fwrite(line, 1, n, con);
         fputc('\n', con);
@@ -113,10 +156,18 @@ void agent_output_write(agent_output *o, int stream, const char *buf, size_t n)
     if (!o || (stream != AGENT_STDOUT && stream != AGENT_STDERR) || n == 0) return;
     stream_state *s = &o->s[stream];
     if (s->fd >= 0) write_all(s->fd, buf, n);
+    /* a carriage return that ended the last piece and is not a CRLF's */
+    if (s->len > 0 && s->buf[s->len - 1] == '\r' && buf[0] != '\n') {
+        s->len = 0;
+        s->rewritten = 1;
+    }
     size_t i = 0;
     while (i < n) {
-        const char *nl = memchr(buf + i, '\n', n - i);
-        size_t chunk = nl ? (size_t)(nl - (buf + i)) : n - i;
+        /* the next newline, or carriage return not followed by one: a worker
+         * redrawing its line (log.progress) starts it over */
+        size_t end = i;
+        while (end < n && buf[end] != '\n' && !(buf[end] == '\r' && end + 1 < n && buf[end + 1] != '\n')) end++;
+        size_t chunk = end - i;
         size_t room = AGENT_OUTPUT_LINE_MAX - s->len;
         if (chunk > room) {
             /* An endless line: emit what fits as a line of its own. */
@@ -129,15 +180,27 @@ void agent_output_write(agent_output *o, int stream, const char *buf, size_t n)
         memcpy(s->buf + s->len, buf + i, chunk);
         s->len += chunk;
         i += chunk;
-        if (nl) {
-            size_t len = s->len;
-            if (len > 0 && s->buf[len - 1] == '\r') len--;
-            emit_line(o, stream, s->buf, len);
+        if (end == n) break;
+        if (buf[end] == '\r') { /* the line so far is drawn over */
             s->len = 0;
+            s->rewritten = 1;
             i++;
+            continue;
         }
+        size_t len = s->len;
+        if (len > 0 && s->buf[len - 1] == '\r') len--;
+        emit_line(o, stream, s->buf, len);
+        s->len = 0;
+        i++;
     }
+    draw_live_line(o, stream);
     if (o->cfg.console[stream]) fflush(o->cfg.console[stream]);
+}
+
+int agent_output_console_is_terminal(const agent_output *o, int stream)
+{
+    FILE *con = o && (stream == AGENT_STDOUT || stream == AGENT_STDERR) ? o->cfg.console[stream] : NULL;
+    return con && isatty(fileno(con));
 }
 
 void agent_output_flush(agent_output *o)

@@ -5,7 +5,14 @@
  * behind the prefix "[role/RANK]:", unless the stream is redirected or the rank is
  * filtered out; to a log file verbatim when the stream is redirected or teed; and
  * into a small ring of the last lines, which the root-cause report prints when
- * the worker fails. No libuv here: the caller owns the pipes. */
+ * the worker fails. No libuv here: the caller owns the pipes.
+ *
+ * Live lines. A carriage return inside a line (not a CRLF) starts the line
+ * over, as on a terminal: what came before it is dropped, and the line so far
+ * is drawn on the console behind the prefix without a newline ("\r\033[K"
+ * first), redrawn at each carriage return, and cleared before any other line
+ * reaches either console. That is how a worker's progress line (log.progress)
+ * stays one line through the agent; the log files keep the bytes verbatim. */
 #ifndef DTRUN_AGENT_OUTPUT_H
 #define DTRUN_AGENT_OUTPUT_H
 
@@ -32,6 +39,11 @@ agent_output *agent_output_open(const agent_output_cfg *cfg, char *err, size_t e
 /* Bytes the worker wrote on `stream`. Complete lines are emitted now; a partial
  * line waits for its newline (or agent_output_flush). */
 void agent_output_write(agent_output *o, int stream, const char *buf, size_t n);
+
+/* Whether the console of `stream` is a terminal (isatty): the agent tells
+ * the worker (DTRUN_STDOUT_TTY), whose log.progress auto draws its live line
+ * then. 0 when the stream is not shown. */
+int agent_output_console_is_terminal(const agent_output *o, int stream);
 
 /* Emits partial lines (at the worker's exit), as if they ended with a newline. */
 void agent_output_flush(agent_output *o);

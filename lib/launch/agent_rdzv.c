@@ -10,6 +10,7 @@
 #include "lib/launch/agent_impl.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -19,12 +20,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "lib/launch/port_holder.h"
 #include "lib/rdzv/kv.h"
+#include "lib/rdzv/rdzv_probe.h"
+#include "lib/util/errline.h"
 
 #define EXIT_BARRIER "dtrun-agent-exit"
 #define EXIT_BARRIER_MS 300000   /* torchrun's exit_barrier_timeout */
 #define LEFT_KEY "dtrun-agent-left/"
 #define HOST_TRIES 20            /* binds of the endpoint port a local agent tries */
+#define LOCAL_PROBE_MS 2000      /* a daemon answers HELLO at once; anything else gets this long */
 
 static int ms(double seconds)
 {
@@ -128,11 +133,37 @@ static rdzv_server *start_server(agent *ag, const char *listen_host, int port, c
     return rdzv_server_start(&so, err, errlen);
 }
 
+/* The endpoint is on this machine and another process listens on its port:
+ * a dtrun daemon (another agent of the job hosts it, or `dtrun rdzv`) answers
+ * HELLO at once. Anything else holds the port for good, and no agent of this
+ * job can ever meet there: say who, now, instead of waiting for the join
+ * timeout. A dtrun that does not answer (stopped, or overloaded) is waited
+ * for, as a remote endpoint is (rdzv_join names the silence). */
+static int check_local_endpoint(agent *ag, char *err, size_t errlen)
+{
+    const launch_opts *o = ag->o;
+    if (!someone_listens(o->rdzv_host, o->rdzv_port)) return 0; /* a daemon may still come (is_host=false) */
+    char who[512];
+    int p = rdzv_probe(o->rdzv_host, o->rdzv_port, ag->token, LOCAL_PROBE_MS, who, sizeof who);
+    if (p == 1) return 0;
+    port_holder h;
+    char holder[160];
+    port_holder_find(o->rdzv_port, &h);
+    if (p < 0 && port_holder_is_dtrun(&h)) return 0;
+    port_holder_describe(&h, holder, sizeof holder);
+    if (p < 0)
+        snprintf(who, sizeof who, "nothing answered a dtrun HELLO in %.1f s", LOCAL_PROBE_MS / 1000.0);
+    return errline(err, errlen, "rendezvous at %s: %s; port %d of this machine is held by %s, not by a dtrun "
+                   "daemon: the agents cannot meet there: give --rdzv-endpoint a port that nothing else uses, "
+                   "or stop %s", ag->endpoint, who, o->rdzv_port, holder, holder);
+}
+
 int agent_rdzv_setup(agent *ag, char *err, size_t errlen)
 {
     const launch_opts *o = ag->o;
     const char *env_token = getenv("DTRUN_RDZV_TOKEN");
     char why[512];
+    int local_endpoint = 0;
     if (!o->rdzv_host[0]) {
         /* One node on its own: nobody else must find or join this daemon. */
         if (env_token && *env_token) snprintf(ag->token, sizeof ag->token, "%s", env_token);
@@ -151,7 +182,8 @@ int agent_rdzv_setup(agent *ag, char *err, size_t errlen)
         ag->rdzv_port = o->rdzv_port;
         int v6 = 0;
         int want = o->rdzv_conf.is_host;
-        if (want != 0 && (want == 1 || host_is_local(o->rdzv_host, &v6))) {
+        local_endpoint = host_is_local(o->rdzv_host, &v6);
+        if (want != 0 && (want == 1 || local_endpoint)) {
             /* A loopback endpoint stays on loopback; a real address gets the
              * wildcard, because the host's own name may resolve to 127.0.1.1
              * here while the other nodes reach it on its network address. */
@@ -183,6 +215,7 @@ int agent_rdzv_setup(agent *ag, char *err, size_t errlen)
     int v6 = strchr(ag->rdzv_host, ':') != NULL;
     snprintf(ag->endpoint, sizeof ag->endpoint, "%s%s%s:%d", v6 ? "[" : "", ag->rdzv_host,
              v6 ? "]" : "", ag->rdzv_port);
+    if (!ag->server && local_endpoint && check_local_endpoint(ag, err, errlen) != 0) return -1;
     if (o->local_addr[0]) ag->node_addr = o->local_addr;
     else if (ag->server && o->rdzv_host[0] && !is_loopback_literal(o->rdzv_host))
         /* The daemon would see us on a loopback address; the others reach this
@@ -190,6 +223,58 @@ int agent_rdzv_setup(agent *ag, char *err, size_t errlen)
         ag->node_addr = o->rdzv_host;
     else ag->node_addr = NULL;
     return 0;
+}
+
+/* Whether port can be bound on every address, IPv4 and IPv6, with SO_REUSEADDR:
+ * false when some socket listens on it. */
+static int port_bindable(int port)
+{
+    struct sockaddr_in a4;
+    struct sockaddr_in6 a6;
+    memset(&a4, 0, sizeof a4);
+    memset(&a6, 0, sizeof a6);
+    a4.sin_family = AF_INET;
+    a4.sin_port = htons((uint16_t)port);
+    a6.sin6_family = AF_INET6;
+    a6.sin6_port = htons((uint16_t)port);
+    a6.sin6_addr = in6addr_any;
+    const struct sockaddr *addrs[2] = {(const struct sockaddr *)&a4, (const struct sockaddr *)&a6};
+    socklen_t lens[2] = {sizeof a4, sizeof a6};
+    for (int i = 0; i < 2; i++) {
+        int fd = socket(addrs[i]->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue; /* no IPv6 here */
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (i == 1) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        int busy = bind(fd, addrs[i], lens[i]) != 0 && errno == EADDRINUSE;
+        close(fd);
+        if (busy) return 0;
+    }
+    return 1;
+}
+
+int agent_check_master_port(agent *ag, char *err, size_t errlen)
+{
+    const launch_opts *o = ag->o;
+    int v6 = 0;
+    /* Rank 0 (on node 0, at MASTER_ADDR) creates the store: only its agent can look. */
+    if (o->job_path || ag->res.node_rank != 0 || (o->master_addr[0] && !host_is_local(o->master_addr, &v6)))
+        return 0;
+    int port = o->master_port ? o->master_port : ag->res.master_port;
+    /* Cheap first (a program launch's latency counts): a bind that a listener
+     * refuses even with SO_REUSEADDR, as PyTorch's store binds; /proc only then. */
+    if (port_bindable(port)) return 0;
+    port_holder h;
+    if (!port_holder_find(port, &h)) return 0;
+    char holder[160];
+    port_holder_describe(&h, holder, sizeof holder);
+    if (o->master_port)
+        return errline(err, errlen, "--master-port %d: %s listens on that port of this node, where rank 0 of the "
+                       "program must create its store (MASTER_PORT; PyTorch's TCPStore for env://): give "
+                       "--master-port a free port, or leave it out and dtrun picks one", port, holder);
+    return errline(err, errlen, "MASTER_PORT %d, free when the rendezvous chose it, is now taken by %s on this "
+                   "node, where rank 0 of the program must create its store; start again (a new free port is "
+                   "chosen) or give --master-port a free port", port, holder);
 }
 
 static void join_work(uv_work_t *req)
@@ -245,6 +330,7 @@ static void on_session_event(uv_poll_t *p, int status, int events)
             fprintf(stderr, "dtrun: workers on this node finished; then: %s\n", ev.message);
             fflush(NULL);
             agent_rdzv_teardown(ag);
+            agent_error_files_remove(ag);
             _exit(DT_EXIT_OK);
         }
         if (ag->state == AGENT_RUNNING) {

@@ -187,6 +187,7 @@ static int spawn_one(agent *ag, agent_worker *w, int direct, char *err, size_t e
     output_cfg(ag, w, &cfg, paths);
     w->out = agent_output_open(&cfg, err, errlen);
     if (!w->out) return -1;
+    if (agent_error_file_prepare(ag, w, err, errlen) != 0) return -1;
     /* The built-in trainer notes each collective it enters on a page we can
      * read even when it stops answering (a worker of another program ignores it). */
     int beacon_fd = -1;
@@ -217,6 +218,9 @@ static int spawn_one(agent *ag, agent_worker *w, int direct, char *err, size_t e
         .omp_threads = ag->cores / (ag->nworkers > 0 ? ag->nworkers : 1),
         .agent_id = ag->agent_id,
         .beacon_fd = beacon_fd >= 0 ? 3 : 0, /* stdio[3] below */
+        .error_file = w->error_file[0] ? w->error_file : NULL,
+        /* the terminal decision is the agent's: the worker's own stdout is our pipe */
+        .stdout_tty = agent_output_console_is_terminal(w->out, AGENT_STDOUT),
     };
     char **env = agent_env_build(environ, &ei);
     if (!env) {
@@ -289,6 +293,7 @@ static int spawn_one(agent *ag, agent_worker *w, int direct, char *err, size_t e
     w->pid = w->proc.pid;
     agent_watchdog_tell_group(ag, w->pid); /* a session leader: its pid is its group's id */
     w->running = 1;
+    w->signals_sent = 0;
     ag->nrunning++;
     for (int s = 0; s < 2; s++) uv_read_start((uv_stream_t *)&w->pipes[s], on_alloc, on_read);
     return 0;

@@ -39,6 +39,7 @@ const char *agent_signal_name(int sig)
 static void signal_worker(agent_worker *w, int sig)
 {
     if (!w->running || w->pid <= 0) return;
+    if (sig > 0 && sig < 32) w->signals_sent |= 1u << sig;
     if (kill(-w->pid, sig) != 0 && errno == ESRCH) kill(w->pid, sig);
 }
 
@@ -118,6 +119,27 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
     ag->nrunning--;
     w->term_signal = term_signal;
     w->exit_status = term_signal ? 128 + term_signal : (int)(exit_status & 0xff);
+    if (term_signal && term_signal == ag->passed_signal && ag->state == AGENT_RUNNING) {
+        /* A program without a handler for the SIGUSR1 dtrun passed on (Slurm's
+         * warning before the time limit) dies of it: the workers were asked
+         * to stop, so stop them all, as for SIGTERM, and restart nothing. */
+        fprintf(stderr, "dtrun: rank %d died of %s, which dtrun passed on to the workers (it has no handler for "
+                "it): stopping the others; no restart\n", w->rank, agent_signal_name(term_signal));
+        ag->stop_signal = term_signal;
+        agent_stop_workers(ag, STOP_SIGNAL, SIGTERM);
+        return;
+    }
+    if (term_signal && term_signal < 32 && !(w->signals_sent & (1u << term_signal)) && ag->first_failed >= 0 &&
+        ag->state == AGENT_STOPPING && ag->stop_reason == STOP_WORKER_FAILED &&
+        !ag->workers[ag->first_failed].term_signal && !ag->workers[ag->first_failed].hung) {
+        /* Killed by a signal dtrun did not send, after a peer's exit was taken
+         * as the first failure: libuv reaps the exits of one pass in its own
+         * order, and when it reaped this one before that peer's callback ran,
+         * worker_killed_meanwhile could not see it. A signal from outside is
+         * the cause; the peer's exit (its collective failing) follows from it. */
+        ag->first_failed = (int)(w - ag->workers);
+        ag->first_exit_status = w->exit_status;
+    }
     if (w->exit_status != 0 && ag->first_failed < 0 && ag->state == AGENT_RUNNING) {
         /* The first failure while the group ran is the root cause; what dies
          * after we stopped the group only follows from it. */
@@ -146,6 +168,7 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
             /* A stopped process cannot act on SIGTERM: do not wait --term-timeout for it. */
             signal_worker(stopped, SIGKILL);
         }
+        agent_error_file_read(w);
         if (ag->session) {
             char reason[512];
             if (stopped)
@@ -155,8 +178,9 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
                 snprintf(reason, sizeof reason, "worker rank %d was killed by %s", w->rank,
                          agent_signal_name(term_signal));
             else
-                snprintf(reason, sizeof reason, "worker rank %d exited with status %d%s", w->rank,
-                         w->exit_status, agent_exit_deterministic(ag, w->exit_status) ? AGENT_NO_RESTART_MARK : "");
+                snprintf(reason, sizeof reason, "worker rank %d exited with status %d%s%s%s", w->rank,
+                         w->exit_status, w->error_line[0] ? ": " : "", w->error_line,
+                         agent_exit_deterministic(ag, w->exit_status) ? AGENT_NO_RESTART_MARK : "");
             rdzv_session_report_failure(ag->session, reason);
         }
         agent_stop_workers(ag, STOP_WORKER_FAILED, SIGTERM);
@@ -165,12 +189,15 @@ void agent_worker_exited(agent_worker *w, int64_t exit_status, int term_signal)
     agent_round_maybe_over(ag);
 }
 
+/* "exited with status 1: ValueError: boom" (the traceback's last line from its
+ * error file), "killed by SIGKILL (signal 9)". */
 static void describe_exit(const agent_worker *w, char *buf, size_t n)
 {
     if (w->term_signal)
         snprintf(buf, n, "killed by %s (signal %d)", agent_signal_name(w->term_signal), w->term_signal);
     else
-        snprintf(buf, n, "exited with status %d", w->exit_status);
+        snprintf(buf, n, "exited with status %d%s%s", w->exit_status, w->error_line[0] ? ": " : "",
+                 w->error_line);
 }
 
 void agent_describe_root_cause(const agent *ag, char *buf, size_t n)
@@ -180,8 +207,11 @@ void agent_describe_root_cause(const agent *ag, char *buf, size_t n)
         return;
     }
     const agent_worker *w = &ag->workers[ag->first_failed];
-    char how[96];
-    describe_exit(w, how, sizeof how);
+    char how[320];
+    if (w->hung) /* the agent's SIGKILL is not the cause: the rank had stopped answering */
+        snprintf(how, sizeof how, "stopped answering (its process was stopped) and dtrun killed it");
+    else
+        describe_exit(w, how, sizeof how);
     snprintf(buf, n, "rank %d %s", w->rank, how);
 }
 
@@ -191,7 +221,7 @@ void agent_print_root_cause(agent *ag)
     const agent_worker *w = &ag->workers[ag->first_failed];
     char host[256] = "";
     gethostname(host, sizeof host - 1);
-    char how[128 + BEACON_TEXT_MAX];
+    char how[320 + BEACON_TEXT_MAX];
     if (w->hung)
         snprintf(how, sizeof how, "stopped answering (its process was stopped: SIGSTOP or a debugger; killed); "
                  "the last collective it entered: %s", w->last_coll[0] ? w->last_coll : "none noted");
@@ -207,6 +237,8 @@ void agent_print_root_cause(agent *ag)
             "dtrun: ---- root cause (first observed failure) ----\n"
             "dtrun:   rank %d (local rank %d, node rank %d, host %s, pid %ld), attempt %d, %s: %s\n",
             w->rank, w->local_rank, ag->res.node_rank, host, (long)w->pid, ag->attempt, when, how);
+    /* kept under --log-dir only (a temp dir goes with the agent) */
+    if (w->error_line[0] && !ag->error_root_temp) fprintf(stderr, "dtrun:   error file: %s\n", w->error_file);
     if (ag->stopped > 0)
         fprintf(stderr, "dtrun:   %d other worker%s of this node %s stopped\n", ag->stopped,
                 ag->stopped == 1 ? "" : "s", ag->stopped == 1 ? "was" : "were");
@@ -221,6 +253,7 @@ static void on_signal(uv_signal_t *h, int sig)
     agent *ag = h->data;
     if (sig == SIGUSR1 || sig == SIGUSR2) {
         /* e.g. Slurm's --signal=USR1@60 before preemption: the workers decide. */
+        ag->passed_signal = sig;
         agent_kill_all(ag, sig);
         return;
     }
@@ -230,6 +263,7 @@ static void on_signal(uv_signal_t *h, int sig)
                 ag->state == AGENT_JOINING ? "waiting for the rendezvous" : "waiting for the other nodes");
         fflush(NULL);
         agent_rdzv_teardown(ag);
+        agent_error_files_remove(ag);
         _exit(128 + sig);
     }
     if (ag->state == AGENT_STOPPING && ag->stop_reason == STOP_SIGNAL) {

@@ -258,9 +258,16 @@ static int watchdog_run(int fd, const char *agent_id)
     hide_outer_id();
     char entry[256];
     snprintf(entry, sizeof entry, "DTRUN_AGENT_ID=%s", agent_id);
+    /* It ends when the agent does (its pipe), and only then has work to do.
+     * Slurm signals every process of a job step, this one included, when
+     * srun passes on a signal (SIGUSR1 before the time limit, SIGTERM at
+     * scancel): none of them may end it first. SIGKILL still does. */
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
     char my_state;
     long my_pgrp, my_session;
     unsigned long long since = 0;

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/job/jobspec_suggest.h"
+#include "lib/util/suggest.h"
 #include "lib/launch/launch_opts_internal.h"
 #include "lib/util/errline.h"
 #include "lib/util/range.h"
@@ -17,9 +17,9 @@ typedef enum {
     OPT_NPROC, OPT_NNODES, OPT_NODE_RANK, OPT_RDZV_ENDPOINT, OPT_RDZV_ID, OPT_RDZV_CONF,
     OPT_RDZV_BACKEND, OPT_STANDALONE, OPT_MASTER_ADDR, OPT_MASTER_PORT, OPT_MAX_RESTARTS,
     OPT_MONITOR_INTERVAL, OPT_TERM_TIMEOUT, OPT_LOG_DIR, OPT_REDIRECTS, OPT_TEE,
-    OPT_RANKS_FILTER, OPT_ROLE, OPT_LOCAL_ADDR, OPT_NO_PYTHON, OPT_MODULE, OPT_DRY_RUN,
+    OPT_RANKS_FILTER, OPT_ROLE, OPT_LOCAL_ADDR, OPT_NO_PYTHON, OPT_MODULE, OPT_RUN_PATH, OPT_DRY_RUN,
     OPT_PRINT_CONFIG, OPT_VERSION, OPT_HELP, OPT_PLAN, OPT_HARDWARE, OPT_FORMAT, OPT_TOP, OPT_TRACE,
-    OPT_NO_FIT_CHECK, OPT_STRICT_DATA
+    OPT_NO_FIT_CHECK, OPT_STRICT_DATA, OPT_ALLOW_CHANGES
 } opt_id;
 
 typedef struct {
@@ -51,6 +51,7 @@ static const opt_def OPTIONS[] = {
     {"local-addr", 0, 1, OPT_LOCAL_ADDR},
     {"no-python", 0, 0, OPT_NO_PYTHON},
     {"module", 'm', 0, OPT_MODULE},
+    {"run-path", 0, 0, OPT_RUN_PATH},
     {"dry-run", 0, 0, OPT_DRY_RUN},
     {"plan", 0, 0, OPT_PLAN},
     {"hardware", 0, 1, OPT_HARDWARE},
@@ -59,6 +60,7 @@ static const opt_def OPTIONS[] = {
     {"trace", 0, 1, OPT_TRACE},
     {"no-fit-check", 0, 0, OPT_NO_FIT_CHECK},
     {"strict-data", 0, 0, OPT_STRICT_DATA},
+    {"allow-changes", 0, 1, OPT_ALLOW_CHANGES},
     {"print-config", 0, 0, OPT_PRINT_CONFIG},
     {"version", 0, 0, OPT_VERSION},
     {"help", 'h', 0, OPT_HELP},
@@ -240,6 +242,12 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
     case OPT_PLAN: o->plan = 1; return 0;
     case OPT_NO_FIT_CHECK: o->no_fit_check = 1; return 0;
     case OPT_STRICT_DATA: o->strict_data = 1; return 0;
+    case OPT_ALLOW_CHANGES:
+        if (!*v) return errline(err, errlen, "%s: empty list (job keys such as train.lr, or all)", shown);
+        if (strlen(v) >= sizeof o->allow_changes) return errline(err, errlen, "%s: too long", shown);
+        if (job_key_list_check(v, why, sizeof why)) return errline(err, errlen, "%s: %s", shown, why);
+        snprintf(o->allow_changes, sizeof o->allow_changes, "%s", v);
+        return 0;
     case OPT_HARDWARE:
         if (!*v) return errline(err, errlen, "%s: empty profile name", shown);
         if (strlen(v) >= sizeof o->hardware) return errline(err, errlen, "%s: too long", shown);
@@ -264,7 +272,8 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
     case OPT_VERSION: o->version = 1; return 0;
     case OPT_HELP: o->help = 1; return 0;
     case OPT_NO_PYTHON:
-    case OPT_MODULE: return 0; /* handled by the caller: they shape the program */
+    case OPT_MODULE:
+    case OPT_RUN_PATH: return 0; /* handled by the caller: they shape the program */
     }
     return errline(err, errlen, "%s: not handled", shown);
 }
@@ -275,26 +284,48 @@ static int ends_with(const char *s, const char *suffix)
     return n >= m && !strcmp(s + n - m, suffix);
 }
 
-/* The program is argv[from..argc-1], with "python3" (and "-m") in front for a
- * torchrun-style script.py or --module. */
-static int set_program(launch_opts *o, int argc, char **argv, int from, int python, int module,
-                       char *err, size_t errlen)
+/* --run-path: torchrun runs the script with runpy.run_path inside a process of
+ * its own interpreter, its exceptions recorded in TORCHELASTIC_ERROR_FILE as
+ * torch's @record writes them. The same, without torch: python3 -c THIS
+ * SCRIPT ARGS (sys.argv becomes SCRIPT ARGS). */
+static char RUN_PATH_BOOT[] =
+    "import json, os, runpy, sys, time, traceback\n"
+    "sys.argv = sys.argv[1:]\n"
+    "try:\n"
+    "    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    "except Exception as e:\n"
+    "    f = os.environ.get('TORCHELASTIC_ERROR_FILE')\n"
+    "    if f:\n"
+    "        with open(f, 'w') as fp:\n"
+    "            json.dump({'message': {'message': f'{type(e).__name__}: {e}', 'extraInfo': {\n"
+    "                'py_callstack': traceback.format_exc(), 'timestamp': str(int(time.time()))}}}, fp)\n"
+    "    raise\n";
+
+typedef enum { RUN_AS_IS, RUN_SCRIPT, RUN_MODULE, RUN_PATH } run_form;
+
+/* The program is argv[from..argc-1], with torchrun's words in front for a
+ * script.py (python3 -u script.py), --module (python3 -u -m module) or
+ * --run-path (python3 -u -c RUN_PATH_BOOT script). */
+static int set_program(launch_opts *o, int argc, char **argv, int from, run_form form, char *err, size_t errlen)
 {
     int n = argc - from;
     if (n <= 0) return errline(err, errlen, "'--' must be followed by a program to run");
-    if (!python && !module) {
+    if (form == RUN_AS_IS) {
         o->program = argv + from;
         o->program_argc = n;
         return 0;
     }
-    int extra = module ? 2 : 1;
+    static char python3[] = "python3", dash_u[] = "-u", dash_m[] = "-m", dash_c[] = "-c";
+    char *words[4] = {python3, dash_u, NULL, NULL};
+    int extra = 2;
+    if (form == RUN_MODULE) words[extra++] = dash_m;
+    if (form == RUN_PATH) { words[extra++] = dash_c; words[extra++] = RUN_PATH_BOOT; }
     o->program_storage = calloc((size_t)(n + extra + 1), sizeof(char *));
     if (!o->program_storage) return errline(err, errlen, "out of memory");
-    static char python3[] = "python3", dash_m[] = "-m";
-    o->program_storage[0] = python3;
-    o->python_prepended = 1;
-    if (module) o->program_storage[1] = dash_m;
+    for (int i = 0; i < extra; i++) o->program_storage[i] = words[i];
     for (int i = 0; i < n; i++) o->program_storage[extra + i] = argv[from + i];
+    o->python_prepended = 1;
+    o->python_target = argv[from];
     o->program = o->program_storage;
     o->program_argc = n + extra;
     return 0;
@@ -302,23 +333,27 @@ static int set_program(launch_opts *o, int argc, char **argv, int from, int pyth
 
 int launch_opts_parse(launch_opts *o, int argc, char **argv, char *err, size_t errlen)
 {
-    int no_python = 0, module = 0;
+    int no_python = 0, module = 0, run_path = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) {
             if (o->job_path)
                 return errline(err, errlen, "give a job file or a program after '--', not both ('%s')",
                                o->job_path);
-            return set_program(o, argc, argv, i + 1, 0, 0, err, errlen);
+            return set_program(o, argc, argv, i + 1, RUN_AS_IS, err, errlen);
         }
         if (a[0] != '-' || !a[1]) {
             /* A positional word: a job file, or (torchrun's way) a script to run. */
-            if (module || no_python || ends_with(a, ".py")) {
+            if (module || no_python || run_path || ends_with(a, ".py")) {
                 if (o->job_path)
                     return errline(err, errlen, "give a job file or a program, not both ('%s', '%s')",
                                    o->job_path, a);
-                return set_program(o, argc, argv, i, !no_python && !module ? 1 : 0, module, err,
-                                   errlen);
+                /* torchrun's rules: --run-path wins over --no-python; -m with either is refused */
+                if (module && (no_python || run_path))
+                    return errline(err, errlen, "-m/--module runs a module with python3: it cannot go with %s",
+                                   run_path ? "--run-path (a script file)" : "--no-python");
+                run_form form = run_path ? RUN_PATH : module ? RUN_MODULE : no_python ? RUN_AS_IS : RUN_SCRIPT;
+                return set_program(o, argc, argv, i, form, err, errlen);
             }
             if (o->job_path)
                 return errline(err, errlen, "unexpected argument '%s' after the job file '%s'", a,
@@ -355,9 +390,11 @@ int launch_opts_parse(launch_opts *o, int argc, char **argv, char *err, size_t e
         }
         if (def->id == OPT_NO_PYTHON) no_python = 1;
         if (def->id == OPT_MODULE) module = 1;
+        if (def->id == OPT_RUN_PATH) run_path = 1;
         if (apply(o, def->id, value ? value : "", shown, err, errlen)) return -1;
     }
     if (module) return errline(err, errlen, "-m/--module needs a module name after it");
+    if (run_path) return errline(err, errlen, "--run-path needs a script after it");
     if (no_python) return errline(err, errlen, "--no-python needs a program after it");
     return 0;
 }

@@ -73,8 +73,11 @@ typedef struct {
                                   except the python3 words added for a script.py) */
     int program_argc;
     char **program_storage;    /* heap copy when "python3" words were prepended */
-    int python_prepended;      /* program_storage[0] is "python3" (script.py, -m) */
-    char python_path[4096];    /* launch_opts_finish: the python3 PATH gives, which runs */
+    int python_prepended;      /* program_storage[0] is "python3" (script.py, -m, --run-path),
+                                  then -u (as torchrun: unbuffered output) */
+    const char *python_target; /* the script or module those words run (for messages) */
+    char python_path[4096];    /* launch_opts_finish: $PYTHON_EXEC, else the python3 PATH gives */
+    int python_from_env;       /* python_path came from PYTHON_EXEC */
 
     char nproc_spec[16];       /* "N" as given, "cpu", "gpu" or "auto" */
     int nproc;                 /* local workers; resolved by launch_opts_finish */
@@ -108,6 +111,9 @@ typedef struct {
     int no_fit_check;          /* --no-fit-check: start a job the dry-run says does not fit */
     int strict_data;           /* --strict-data: resuming from a checkpoint whose data files
                                   changed is an error (DTRUN_STRICT_DATA=1 for the workers) */
+    char allow_changes[512];   /* --allow-changes KEYS: what a resume may change although it
+                                  makes another run ("train.lr,train.seed", all; "" none;
+                                  DTRUN_ALLOW_CHANGES for the workers) */
     unsigned set;              /* LAUNCH_SET_* */
 } launch_opts;
 

@@ -98,14 +98,22 @@ static int find_on_path(const char *name, char *out, size_t n)
     return -1;
 }
 
-/* `dtrun script.py` runs the first python3 on PATH, as torchrun does: pin it
- * (every worker runs the same file) so the agent can say which it is. */
+/* `dtrun script.py` runs $PYTHON_EXEC when set, else the first python3 on
+ * PATH, as torchrun runs PYTHON_EXEC or its own interpreter: pin it (every
+ * worker runs the same file) so the agent can say which it is. */
 static int finish_python(launch_opts *o, char *err, size_t errlen)
 {
     if (!o->python_prepended) return 0;
-    if (find_on_path("python3", o->python_path, sizeof o->python_path) != 0)
+    const char *exec = getenv("PYTHON_EXEC");
+    if (exec && *exec) {
+        if (strchr(exec, '/')) snprintf(o->python_path, sizeof o->python_path, "%s", exec);
+        else if (find_on_path(exec, o->python_path, sizeof o->python_path) != 0)
+            return errline(err, errlen, "PYTHON_EXEC=%s: not found on PATH", exec);
+        o->python_from_env = 1;
+    } else if (find_on_path("python3", o->python_path, sizeof o->python_path) != 0) {
         return errline(err, errlen, "'%s' runs with python3, but there is no python3 on PATH; install it, or "
-                       "name the interpreter: dtrun -- /path/to/python %s", o->program[1], o->program[1]);
+                       "name the interpreter: dtrun -- /path/to/python %s", o->python_target, o->python_target);
+    }
     o->program[0] = o->python_path;
     return 0;
 }

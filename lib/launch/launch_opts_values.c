@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/job/jobspec_suggest.h"
+#include "lib/util/suggest.h"
 #include "lib/launch/launch_opts_internal.h"
 #include "lib/util/errline.h"
 #include "lib/util/range.h"

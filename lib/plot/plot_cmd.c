@@ -10,6 +10,7 @@
 
 #include "lib/plot/run_series.h"
 #include "lib/plot/svg_plot.h"
+#include "lib/util/cmdline.h"
 #include "lib/util/exit_codes.h"
 
 static const char USAGE[] = "usage: dtrun plot RUN.jsonl... -o curves.svg\n"
@@ -24,7 +25,7 @@ int plot_main(int argc, char **argv)
     if (!inputs) return DT_EXIT_FAIL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        if (cmdline_is_help(a)) {
             fputs(USAGE, stdout);
             free(inputs);
             return 0;
@@ -38,9 +39,8 @@ int plot_main(int argc, char **argv)
         } else if (!strncmp(a, "--output=", 9)) {
             out = a + 9;
         } else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "dtrun: plot: unknown option '%s' (dtrun plot --help)\n", a);
             free(inputs);
-            return DT_EXIT_USAGE;
+            return cmdline_unknown_option("plot", a, USAGE);
         } else if (!run_is_rank_file(a)) {
             inputs[n++] = a;
         }

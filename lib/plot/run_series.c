@@ -59,7 +59,7 @@ static int read_lines(const char *path, int (*fn)(const cJSON *, void *), void *
         cJSON *j = cJSON_ParseWithLength(line, (size_t)n);
         if (!cJSON_IsObject(j)) {
             cJSON_Delete(j);
-            rc = errline(err, errlen, "%s:%ld: not a JSON object (a dtrun metrics file has one a line)", path,
+            rc = errline(err, errlen, "%s:%ld: not a JSON object (a dtrun metrics file holds one per line)", path,
                          line_no);
             break;
         }

@@ -239,6 +239,7 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
     frame_buf_free(&b);
 
     frame_msg m;
+    char silent[512] = ""; /* what the probe found when the endpoint stayed silent */
     int64_t until = deadline + RDZV_JOIN_SLACK_MS, probe_at = clock_now_ms() + RDZV_PROBE_AFTER_MS;
     int rc = frame_sock_recv(s->fs, &m, probe_at < until ? probe_at : until, why, sizeof why);
     if (rc == 0 && probe_at < until) {
@@ -252,6 +253,7 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
             session_free(s);
             return NULL;
         }
+        if (p < 0) snprintf(silent, sizeof silent, "%s", who);
         if (p < 0 && info->log)
             fprintf(info->log, "dtrun: no answer from the rendezvous at %s after %d s: %s; still waiting (up to "
                     "%.0f s); if no dtrun agent should host it, give --rdzv-endpoint a free port or stop what "
@@ -270,7 +272,12 @@ rdzv_session *rdzv_join(const char *endpoint, const char *token, const rdzv_node
         }
     }
     if (rc <= 0) {
-        if (rc == 0)
+        if (rc == 0 && silent[0])
+            /* The cause named at 3 s still holds: the last line says it again. */
+            errline(err, errlen, "rendezvous at %s: no answer within %.1f s: %s; if no dtrun agent should host it, "
+                    "give --rdzv-endpoint a free port or stop what holds port %d", s->ep, timeout_ms / 1000.0,
+                    silent, port);
+        else if (rc == 0)
             errline(err, errlen, "rendezvous at %s: the round did not close within %.1f s", s->ep, timeout_ms / 1000.0);
         else
             errline(err, errlen, "rendezvous at %s: %s", s->ep, why);

@@ -10,16 +10,24 @@
 #include <string.h>
 
 #include "lib/rdzv/rdzv.h"
+#include "lib/util/cmdline.h"
 #include "lib/util/errline.h"
 #include "lib/util/range.h"
 
+static const char USAGE[] =
+    "usage: dtrun rdzv --listen HOST:PORT [--token-file FILE | --token T] [--nnodes MIN[:MAX]] [--min-nodes N]\n"
+    "       [--max-nodes M] [--join-timeout S] [--last-call S] [--heartbeat-timeout S] [--run-id ID]\n"
+    "       [--rdzv-id ID] [--port-file FILE] [--quiet]\n"
+    "Runs the rendezvous daemon and KV store until SIGINT/SIGTERM/SIGHUP. PORT 0 picks a free port;\n"
+    "the first line on stdout says which. The token defaults to $DTRUN_RDZV_TOKEN; --token-file\n"
+    "reads it from the first line of FILE. --token shows it to every user in ps: prefer the others.\n";
+
+/* One line: "dtrun rdzv: WHAT (dtrun rdzv --help)". */
 static int usage_error(const char *fmt, const char *a, const char *b)
 {
     fprintf(stderr, "dtrun rdzv: ");
     fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\nusage: dtrun rdzv --listen HOST:PORT [--token-file FILE | --token T] [--nnodes MIN[:MAX]]"
-                    " [--min-nodes N]\n       [--max-nodes M] [--join-timeout S] [--last-call S]"
-                    " [--heartbeat-timeout S] [--run-id ID] [--port-file FILE] [--quiet]\n");
+    fprintf(stderr, " (dtrun rdzv --help)\n");
     return DT_EXIT_USAGE;
 }
 
@@ -78,13 +86,8 @@ int rdzv_command(int argc, char **argv)
                                          "token-file" };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            printf("usage: dtrun rdzv --listen HOST:PORT [--token-file FILE | --token T] [--nnodes MIN[:MAX]] [--min-nodes N]\n"
-                   "       [--max-nodes M] [--join-timeout S] [--last-call S] [--heartbeat-timeout S] [--run-id ID]\n"
-                   "       [--port-file FILE] [--quiet]\n"
-                   "Runs the rendezvous daemon and KV store until SIGINT/SIGTERM/SIGHUP. PORT 0 picks a free port;\n"
-                   "the first line on stdout says which. The token defaults to $DTRUN_RDZV_TOKEN; --token-file\n"
-                   "reads it from the first line of FILE. --token shows it to every user in ps: prefer the others.\n");
+        if (cmdline_is_help(a)) {
+            fputs(USAGE, stdout);
             return 0;
         }
         if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) { quiet = 1; continue; }
@@ -92,7 +95,7 @@ int rdzv_command(int argc, char **argv)
         size_t eq = 0;
         for (size_t k = 0; k < sizeof names / sizeof *names; k++)
             if (opt_is(a, names[k], &eq)) { which = (int)k; break; }
-        if (which < 0) return usage_error("unknown option '%s'%s", a, "");
+        if (which < 0) return cmdline_unknown_option("rdzv", a, USAGE);
         const char *v;
         if (eq) v = strchr(a, '=') + 1;
         else if (i + 1 < argc) v = argv[++i];

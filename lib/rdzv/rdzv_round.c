@@ -25,7 +25,8 @@ int rdzv_round_assign(const rdzv_round_node *nodes, int n, int *rank, int *offse
         rank[i] = -1;
         if (h < 0) continue;
         if (h >= n) {
-            snprintf(err, errlen, "node rank %d given by %s, but only %d nodes joined", h, nodes[i].name, n);
+            snprintf(err, errlen, "node rank %d given by %s, but only %d node%s joined", h, nodes[i].name, n,
+                     n == 1 ? "" : "s");
             free(owner);
             return -1;
         }
@@ -75,6 +76,6 @@ void rdzv_round_timeout_message(char *out, size_t outlen, double secs, const rdz
         snprintf(out, outlen, "rendezvous timed out after %.1f s: %d of %d nodes joined (%s); %d missing "
                  "(--node-rank %d needs %d nodes)", secs, n, needed, n ? names : "none", missing, needed - 1, needed);
     else
-        snprintf(out, outlen, "rendezvous timed out after %.1f s: %d of min %d nodes joined (%s); %d missing",
-                 secs, n, min_nodes, n ? names : "none", missing);
+        snprintf(out, outlen, "rendezvous timed out after %.1f s: %d of min %d node%s joined (%s); %d missing",
+                 secs, n, min_nodes, min_nodes == 1 ? "" : "s", n ? names : "none", missing);
 }

@@ -223,8 +223,8 @@ void srv_kv_handle(rdzv_server *s, conn *c, const frame_msg *m)
         while (b && strcmp(b->name, name) != 0) b = b->next;
         if (b && b->count != count) {
             char msg[200];
-            snprintf(msg, sizeof msg, "count %lld differs from the %d given by the %d participants waiting",
-                     (long long)count, b->count, b->arrived);
+            snprintf(msg, sizeof msg, "count %lld differs from the %d given by the %d participant%s waiting",
+                     (long long)count, b->count, b->arrived, b->arrived == 1 ? "" : "s");
             srv_conn_reply(c, KV_EINVAL, 0, NULL, 0, msg);
             return;
         }

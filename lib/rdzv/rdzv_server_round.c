@@ -26,7 +26,7 @@ static void purge_round_keys(rdzv_server *s, int number)
     char prefix[32];
     snprintf(prefix, sizeof prefix, "round%d/", number);
     size_t n = kv_store_delete_prefix(s->kv, prefix);
-    if (n) srv_log(s, "deleted %zu keys of round %d", n, number);
+    if (n) srv_log(s, "deleted %zu key%s of round %d", n, n == 1 ? "" : "s", number);
 }
 
 static void round_try_close(rdzv_server *s);
@@ -106,7 +106,8 @@ static void round_close(rdzv_server *s)
     int mport = m0->master_port ? m0->master_port : s->port;
     char prefix[32];
     snprintf(prefix, sizeof prefix, "round%d/", r->number);
-    srv_log(s, "round %d closed: %d nodes, world size %d, master %s:%d", r->number, n, world, maddr, mport);
+    srv_log(s, "round %d closed: %d node%s, world size %d, master %s:%d", r->number, n, n == 1 ? "" : "s", world,
+            maddr, mport);
     for (int i = 0; i < n; i++) {
         int64_t ints[8] = { r->number, rank[i], n, offset[i], world, mport, s->hb_interval_ms, s->hb_timeout_ms };
         frame_str strs[3] = { FRAME_STR(maddr), FRAME_STR(s->run_id), FRAME_STR(prefix) };

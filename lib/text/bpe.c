@@ -1,15 +1,15 @@
-/* bpe.c — see bpe.h. Two hash tables carry the work: merges keyed by the
- * pair of ids (rank and merged id), and each encoder's cache of pieces. The
- * token-string table is only needed while loading. */
+/* bpe.c — see bpe.h. Three hash tables carry the work: merges keyed by the
+ * pair of ids (rank and merged id), tokens keyed by their bytes (loading the
+ * merges, ignore_merges, added tokens), and each encoder's cache of pieces. */
 #include "lib/text/bpe.h"
 
 #include <cJSON.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
 #include "lib/text/gpt2_data.h"
-#include "lib/text/pretokenize.h"
 #include "lib/util/errline.h"
 #include "lib/util/grow.h"
 
@@ -23,13 +23,22 @@ typedef struct {
 
 #define EMPTY_PAIR UINT64_MAX
 
+/* Token raw bytes -> id (open addressing; id -1: free). */
+typedef struct {
+    uint64_t hash;
+    int id;
+} name_slot;
+
 struct bpe_vocab {
     int n_tokens, n_merges, eot;
-    char *bytes;      /* every token's raw bytes, back to back */
-    size_t *offset;   /* token id -> its bytes: bytes + offset[id], offset[id+1] - offset[id] long */
+    int ignore_merges; /* a piece that is a token is that token, merges or not */
+    char *bytes;       /* every token's raw bytes, back to back */
+    size_t *offset;    /* token id -> its bytes: bytes + offset[id], offset[id+1] - offset[id] long */
     uint32_t byte_id[256];
-    pair_slot *pairs; /* open addressing, linear probing */
+    pair_slot *pairs;  /* open addressing, linear probing */
     uint64_t pair_mask;
+    name_slot *names;  /* every token by its bytes */
+    uint64_t name_mask;
 };
 
 static uint64_t pair_hash(uint64_t key)
@@ -52,19 +61,21 @@ static const pair_slot *find_pair(const bpe_vocab *v, uint32_t a, uint32_t b)
 
 /* GPT-2's bytes_to_unicode: bytes that are printable Latin-1 ('!'..'~',
  * '¡'..'¬', '®'..'ÿ') stand for themselves; the other 68 bytes, in order,
- * for U+0100, U+0101, ... */
-static void byte_to_codepoint(uint32_t cp_of[256])
+ * for U+0100, U+0101, ... byte_of_cp is the inverse (-1: spells no byte). */
+static void spelling(uint32_t cp_of[256], int byte_of_cp[324])
 {
     int n = 0;
+    for (int i = 0; i < 324; i++) byte_of_cp[i] = -1;
     for (int b = 0; b < 256; b++) {
         int printable = (b >= '!' && b <= '~') || (b >= 0xa1 && b <= 0xac) || (b >= 0xae && b <= 0xff);
         cp_of[b] = printable ? (uint32_t)b : 256u + (uint32_t)n++;
+        byte_of_cp[cp_of[b]] = b;
     }
 }
 
-/* A token spelled in encoder.json's characters -> its raw bytes, into out (at
- * least strlen(s) bytes). Returns the byte count, or -1 when a character is not
- * one of the 256 that spell bytes. */
+/* A token spelled in byte-level characters -> its raw bytes, into out (at
+ * least n bytes). Returns the byte count, or -1 when a character is not one
+ * of the 256 that spell bytes. */
 static long unspell(const char *s, size_t n, const int byte_of_cp[324], char *out)
 {
     const unsigned char *u = (const unsigned char *)s;
@@ -80,37 +91,33 @@ static long unspell(const char *s, size_t n, const int byte_of_cp[324], char *ou
     return len;
 }
 
-/* Token raw bytes -> id, for resolving the merges while loading. */
-typedef struct {
-    uint64_t hash;
-    int id; /* -1: free */
-} name_slot;
+long bpe_unspell(const char *s, size_t n, char *out)
+{
+    uint32_t cp_of[256];
+    int byte_of_cp[324];
+    spelling(cp_of, byte_of_cp);
+    return unspell(s, n, byte_of_cp, out);
+}
 
-typedef struct {
-    name_slot *slots;
-    uint64_t mask;
-    const bpe_vocab *v;
-} name_table;
-
-static int name_find(const name_table *t, const char *s, size_t n)
+int bpe_token_id(const bpe_vocab *v, const char *s, size_t n)
 {
     uint64_t h = XXH3_64bits(s, n);
-    for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
-        const name_slot *sl = &t->slots[i];
+    for (uint64_t i = h & v->name_mask;; i = (i + 1) & v->name_mask) {
+        const name_slot *sl = &v->names[i];
         if (sl->id < 0) return -1;
         size_t len;
-        const char *b = bpe_token_bytes(t->v, sl->id, &len);
+        const char *b = bpe_token_bytes(v, sl->id, &len);
         if (sl->hash == h && len == n && !memcmp(b, s, n)) return sl->id;
     }
 }
 
-static void name_insert(name_table *t, int id)
+static void name_insert(bpe_vocab *v, int id)
 {
     size_t n;
-    const char *s = bpe_token_bytes(t->v, id, &n);
-    uint64_t h = XXH3_64bits(s, n), i = h & t->mask;
-    while (t->slots[i].id >= 0) i = (i + 1) & t->mask;
-    t->slots[i] = (name_slot){h, id};
+    const char *s = bpe_token_bytes(v, id, &n);
+    uint64_t h = XXH3_64bits(s, n), i = h & v->name_mask;
+    while (v->names[i].id >= 0) i = (i + 1) & v->name_mask;
+    v->names[i] = (name_slot){h, id};
 }
 
 static uint64_t pow2_at_least(uint64_t n)
@@ -120,19 +127,15 @@ static uint64_t pow2_at_least(uint64_t n)
     return p;
 }
 
-/* encoder.json -> v->bytes / v->offset. */
-static int load_tokens(bpe_vocab *v, const char *json, size_t json_len, char *err, size_t errlen)
+/* A JSON object of spelled token -> id (encoder.json, or a tokenizer.json's
+ * model.vocab) -> v->bytes / v->offset / v->names / v->byte_id. `where`
+ * names the object in errors. The ids must be 0 .. n-1, each once. */
+static int load_tokens(bpe_vocab *v, const cJSON *root, const char *where, char *err, size_t errlen)
 {
-    cJSON *root = cJSON_ParseWithLength(json, json_len);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return errline(err, errlen, "encoder.json: not a JSON object of token -> id");
-    }
+    if (!cJSON_IsObject(root)) return errline(err, errlen, "%s: not a JSON object of token -> id", where);
     uint32_t cp_of[256];
     int byte_of_cp[324];
-    byte_to_codepoint(cp_of);
-    for (int i = 0; i < 324; i++) byte_of_cp[i] = -1;
-    for (int b = 0; b < 256; b++) byte_of_cp[cp_of[b]] = b;
+    spelling(cp_of, byte_of_cp);
 
     int n = cJSON_GetArraySize(root), rc = 0;
     size_t total = 0;
@@ -141,10 +144,12 @@ static int load_tokens(bpe_vocab *v, const char *json, size_t json_len, char *er
     v->n_tokens = n;
     v->bytes = malloc(total + 1);
     v->offset = calloc((size_t)n + 1, sizeof *v->offset);
+    v->name_mask = pow2_at_least(2 * (uint64_t)n) - 1;
+    v->names = malloc((v->name_mask + 1) * sizeof *v->names);
     size_t *len_of = calloc((size_t)n, sizeof *len_of);
     char *scratch = malloc(total + 1);
     signed char *seen = calloc((size_t)n, 1);
-    if (!v->bytes || !v->offset || !len_of || !scratch || !seen) {
+    if (!v->bytes || !v->offset || !v->names || !len_of || !scratch || !seen) {
         rc = errline(err, errlen, "out of memory loading the vocabulary");
         goto out;
     }
@@ -152,19 +157,20 @@ static int load_tokens(bpe_vocab *v, const char *json, size_t json_len, char *er
     cJSON_ArrayForEach(it, root) {
         double d = cJSON_IsNumber(it) ? it->valuedouble : -1;
         if (d < 0 || d >= n || d != (int)d) {
-            rc = errline(err, errlen, "encoder.json: token '%s' has id %s, not an integer in [0, %d)", it->string,
+            rc = errline(err, errlen, "%s: token '%s' has id %s, not an integer in [0, %d)", where, it->string,
                          cJSON_IsNumber(it) ? "out of range" : "of another type", n);
             goto out;
         }
         int id = (int)d;
         if (seen[id]) {
-            rc = errline(err, errlen, "encoder.json: id %d is given twice", id);
+            rc = errline(err, errlen, "%s: id %d is given twice", where, id);
             goto out;
         }
         seen[id] = 1;
         long len = unspell(it->string, strlen(it->string), byte_of_cp, scratch);
         if (len < 0) {
-            rc = errline(err, errlen, "encoder.json: token '%s' uses a character that spells no byte", it->string);
+            rc = errline(err, errlen, "%s: token '%s' uses a character that spells no byte (not a byte-level BPE "
+                         "vocabulary)", where, it->string);
             goto out;
         }
         len_of[id] = (size_t)len;
@@ -174,54 +180,71 @@ static int load_tokens(bpe_vocab *v, const char *json, size_t json_len, char *er
         int id = (int)it->valuedouble;
         unspell(it->string, strlen(it->string), byte_of_cp, v->bytes + v->offset[id]);
     }
+    for (uint64_t i = 0; i <= v->name_mask; i++) v->names[i].id = -1;
+    for (int id = 0; id < n; id++) name_insert(v, id);
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        int id = bpe_token_id(v, &c, 1);
+        if (id < 0) {
+            rc = errline(err, errlen, "%s: byte 0x%02x has no token (a byte-level BPE has all 256)", where, b);
+            goto out;
+        }
+        v->byte_id[b] = (uint32_t)id;
+    }
     it = cJSON_GetObjectItemCaseSensitive(root, "<|endoftext|>");
     v->eot = it ? (int)it->valuedouble : -1;
 out:
     free(len_of);
     free(scratch);
     free(seen);
-    cJSON_Delete(root);
     return rc;
 }
 
-/* vocab.bpe ("#version" line, then "first second" per line, best rank first)
- * -> v->pairs. Each merge's two halves and their concatenation must be tokens. */
-static int load_merges(bpe_vocab *v, const char *text, size_t len, char *err, size_t errlen)
+/* The merges: first sized for at most n_max of them, then one by one, best
+ * rank first. Each merge's two halves and their concatenation must be tokens. */
+static int merges_begin(bpe_vocab *v, size_t n_max, char *err, size_t errlen)
+{
+    v->pair_mask = pow2_at_least(2 * (uint64_t)n_max) - 1;
+    v->pairs = malloc((v->pair_mask + 1) * sizeof *v->pairs);
+    if (!v->pairs) return errline(err, errlen, "out of memory loading the merges");
+    for (uint64_t i = 0; i <= v->pair_mask; i++) v->pairs[i].key = EMPTY_PAIR;
+    return 0;
+}
+
+/* The merge of the spelled tokens a[0..la) and b[0..lb); buf holds la + lb
+ * bytes. "what" on failure: which half is unknown (or -1: a half spells no
+ * byte). */
+static int merge_add(bpe_vocab *v, const char *a, size_t la, const char *b, size_t lb, const int byte_of_cp[324],
+                     char *buf, const char **what)
+{
+    long ra = unspell(a, la, byte_of_cp, buf), rb = ra > 0 ? unspell(b, lb, byte_of_cp, buf + ra) : -1;
+    if (ra <= 0 || rb <= 0) return *what = "a token spells no byte", -1;
+    int ia = bpe_token_id(v, buf, (size_t)ra), ib = bpe_token_id(v, buf + ra, (size_t)rb);
+    int iab = bpe_token_id(v, buf, (size_t)(ra + rb));
+    if (ia < 0 || ib < 0 || iab < 0)
+        return *what = ia < 0 ? "the first token" : ib < 0 ? "the second token" : "the merged token", -1;
+    /* A pair listed twice keeps its last rank, as Python's dict(zip(...)) in
+     * encoder.py does. */
+    uint64_t key = (uint64_t)(uint32_t)ia << 32 | (uint32_t)ib, i = pair_hash(key) & v->pair_mask;
+    while (v->pairs[i].key != EMPTY_PAIR && v->pairs[i].key != key) i = (i + 1) & v->pair_mask;
+    v->pairs[i] = (pair_slot){key, v->n_merges++, (uint32_t)iab};
+    return 0;
+}
+
+/* vocab.bpe ("#version" line, then "first second" per line, best rank first). */
+static int load_merges_text(bpe_vocab *v, const char *text, size_t len, char *err, size_t errlen)
 {
     uint32_t cp_of[256];
     int byte_of_cp[324];
-    byte_to_codepoint(cp_of);
-    for (int i = 0; i < 324; i++) byte_of_cp[i] = -1;
-    for (int b = 0; b < 256; b++) byte_of_cp[cp_of[b]] = b;
-
-    name_table names = {.v = v};
-    names.mask = pow2_at_least(2 * (uint64_t)v->n_tokens) - 1;
-    names.slots = malloc((names.mask + 1) * sizeof *names.slots);
+    spelling(cp_of, byte_of_cp);
     size_t n_lines = 1;
     for (size_t i = 0; i < len; i++) n_lines += text[i] == '\n';
-    v->pair_mask = pow2_at_least(2 * n_lines) - 1;
-    v->pairs = malloc((v->pair_mask + 1) * sizeof *v->pairs);
     char *buf = malloc(len + 1);
-    if (!names.slots || !v->pairs || !buf) {
-        free(names.slots);
+    if (!buf || merges_begin(v, n_lines, err, errlen) != 0) {
         free(buf);
-        return errline(err, errlen, "out of memory loading the merges");
+        return buf ? -1 : errline(err, errlen, "out of memory loading the merges");
     }
-    for (uint64_t i = 0; i <= names.mask; i++) names.slots[i].id = -1;
-    for (uint64_t i = 0; i <= v->pair_mask; i++) v->pairs[i].key = EMPTY_PAIR;
-    for (int id = 0; id < v->n_tokens; id++) name_insert(&names, id);
-    for (int b = 0; b < 256; b++) {
-        char c = (char)b;
-        int id = name_find(&names, &c, 1);
-        if (id < 0) {
-            free(names.slots);
-            free(buf);
-            return errline(err, errlen, "encoder.json: byte 0x%02x has no token", b);
-        }
-        v->byte_id[b] = (uint32_t)id;
-    }
-
-    int rc = 0, rank = 0;
+    int rc = 0;
     size_t line_no = 0;
     for (size_t at = 0; at < len;) {
         const char *line = text + at, *nl = memchr(line, '\n', len - at);
@@ -229,29 +252,72 @@ static int load_merges(bpe_vocab *v, const char *text, size_t len, char *err, si
         at += line_len + 1;
         line_no++;
         if (line_len == 0 || (line_no == 1 && line[0] == '#')) continue;
-        const char *sp = memchr(line, ' ', line_len);
-        long la = sp ? unspell(line, (size_t)(sp - line), byte_of_cp, buf) : -1;
-        long lb = sp && la >= 0 ? unspell(sp + 1, line_len - (size_t)(sp - line) - 1, byte_of_cp, buf + la) : -1;
-        if (!sp || la <= 0 || lb <= 0) {
-            rc = errline(err, errlen, "vocab.bpe:%zu: not two tokens separated by one space: '%.*s'", line_no,
-                         (int)line_len, line);
+        const char *sp = memchr(line, ' ', line_len), *what = NULL;
+        if (!sp || merge_add(v, line, (size_t)(sp - line), sp + 1, line_len - (size_t)(sp - line) - 1, byte_of_cp,
+                             buf, &what) != 0) {
+            if (!what || what[0] == 'a')
+                rc = errline(err, errlen, "vocab.bpe:%zu: not two tokens separated by one space: '%.*s'", line_no,
+                             (int)line_len, line);
+            else
+                rc = errline(err, errlen, "vocab.bpe:%zu: '%.*s': %s is not in encoder.json", line_no, (int)line_len,
+                             line, what);
             break;
         }
-        int a = name_find(&names, buf, (size_t)la), b = name_find(&names, buf + la, (size_t)lb);
-        int ab = name_find(&names, buf, (size_t)(la + lb));
-        if (a < 0 || b < 0 || ab < 0) {
-            rc = errline(err, errlen, "vocab.bpe:%zu: '%.*s': %s is not in encoder.json", line_no, (int)line_len,
-                         line, a < 0 ? "the first token" : b < 0 ? "the second token" : "the merged token");
-            break;
-        }
-        /* A pair listed twice keeps its last rank, as Python's dict(zip(...))
-         * in encoder.py does. */
-        uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b, i = pair_hash(key) & v->pair_mask;
-        while (v->pairs[i].key != EMPTY_PAIR && v->pairs[i].key != key) i = (i + 1) & v->pair_mask;
-        v->pairs[i] = (pair_slot){key, rank++, (uint32_t)ab};
     }
-    v->n_merges = rank;
-    free(names.slots);
+    free(buf);
+    return rc;
+}
+
+/* A tokenizer.json's model.merges: "first second" strings (tokenizers before
+ * 0.20) or [first, second] arrays (0.20 on). */
+static int load_merges_json(bpe_vocab *v, const cJSON *merges, const char *where, char *err, size_t errlen)
+{
+    if (!cJSON_IsArray(merges)) return errline(err, errlen, "%s.merges: not a JSON array", where);
+    uint32_t cp_of[256];
+    int byte_of_cp[324];
+    spelling(cp_of, byte_of_cp);
+    int n = cJSON_GetArraySize(merges);
+    size_t longest = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, merges) {
+        size_t len = 0;
+        if (cJSON_IsString(m)) len = strlen(m->valuestring);
+        else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) &&
+                 cJSON_IsString(m->child->next))
+            len = strlen(m->child->valuestring) + strlen(m->child->next->valuestring);
+        if (len > longest) longest = len;
+    }
+    char *buf = malloc(longest + 1);
+    if (!buf || merges_begin(v, (size_t)n, err, errlen) != 0) {
+        free(buf);
+        return buf ? -1 : errline(err, errlen, "out of memory loading the merges");
+    }
+    int rc = 0, k = 0;
+    cJSON_ArrayForEach(m, merges) {
+        const char *a = NULL, *b = NULL, *what = NULL;
+        size_t la = 0, lb = 0;
+        if (cJSON_IsString(m)) {
+            const char *sp = strchr(m->valuestring, ' ');
+            if (sp && !strchr(sp + 1, ' ')) {
+                a = m->valuestring, la = (size_t)(sp - a);
+                b = sp + 1, lb = strlen(b);
+            }
+        } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 && cJSON_IsString(m->child) &&
+                   cJSON_IsString(m->child->next)) {
+            a = m->child->valuestring, la = strlen(a);
+            b = m->child->next->valuestring, lb = strlen(b);
+        }
+        if (!a) {
+            rc = errline(err, errlen, "%s.merges[%d]: not \"first second\" nor [\"first\", \"second\"]", where, k);
+            break;
+        }
+        if (merge_add(v, a, la, b, lb, byte_of_cp, buf, &what) != 0) {
+            rc = errline(err, errlen, "%s.merges[%d]: '%.*s' + '%s': %s%s", where, k, (int)la, a, b, what,
+                         what[0] == 'a' ? "" : " is not in model.vocab");
+            break;
+        }
+        k++;
+    }
     free(buf);
     return rc;
 }
@@ -264,11 +330,31 @@ bpe_vocab *bpe_vocab_parse(const char *encoder_json, size_t json_len, const char
         errline(err, errlen, "out of memory loading the vocabulary");
         return NULL;
     }
-    if (load_tokens(v, encoder_json, json_len, err, errlen) != 0 ||
-        load_merges(v, merges, merges_len, err, errlen) != 0) {
+    cJSON *root = cJSON_ParseWithLength(encoder_json, json_len);
+    int rc = load_tokens(v, root, "encoder.json", err, errlen);
+    cJSON_Delete(root);
+    if (rc != 0 || load_merges_text(v, merges, merges_len, err, errlen) != 0) {
         bpe_vocab_free(v);
         return NULL;
     }
+    return v;
+}
+
+bpe_vocab *bpe_vocab_from_json(const cJSON *vocab, const cJSON *merges, int ignore_merges, const char *where,
+                               char *err, size_t errlen)
+{
+    bpe_vocab *v = calloc(1, sizeof *v);
+    if (!v) {
+        errline(err, errlen, "out of memory loading the vocabulary");
+        return NULL;
+    }
+    char what[1024];
+    snprintf(what, sizeof what, "%s.vocab", where);
+    if (load_tokens(v, vocab, what, err, errlen) != 0 || load_merges_json(v, merges, where, err, errlen) != 0) {
+        bpe_vocab_free(v);
+        return NULL;
+    }
+    v->ignore_merges = ignore_merges;
     return v;
 }
 
@@ -285,6 +371,7 @@ void bpe_vocab_free(bpe_vocab *v)
     free(v->bytes);
     free(v->offset);
     free(v->pairs);
+    free(v->names);
     free(v);
 }
 
@@ -441,12 +528,24 @@ static int merge_piece(bpe_encoder *e, const unsigned char *p, size_t n, token_b
     return 0;
 }
 
-static int encode_piece(bpe_encoder *e, const char *p, size_t n, token_buf *out)
+/* A piece's ids, uncached: the piece's own token with ignore_merges, else
+ * the merges'. */
+static int piece_ids(bpe_encoder *e, const unsigned char *u, size_t n, token_buf *out, size_t *first)
+{
+    if (e->v->ignore_merges) {
+        int id = bpe_token_id(e->v, (const char *)u, n);
+        if (id >= 0) return *first = out->n, token_buf_push(out, (uint32_t)id);
+    }
+    return merge_piece(e, u, n, out, first);
+}
+
+int bpe_encode_piece(bpe_encoder *e, const char *p, size_t n, token_buf *out)
 {
     const unsigned char *u = (const unsigned char *)p;
+    if (n == 0) return 0;
     if (n == 1) return token_buf_push(out, e->v->byte_id[u[0]]);
     size_t first;
-    if (n > CACHE_MAX_PIECE) return merge_piece(e, u, n, out, &first);
+    if (n > CACHE_MAX_PIECE) return piece_ids(e, u, n, out, &first);
     uint64_t h = XXH3_64bits(p, n), slot;
     const cache_slot *hit = cache_find(e, p, n, h, &slot);
     if (hit) {
@@ -454,7 +553,7 @@ static int encode_piece(bpe_encoder *e, const char *p, size_t n, token_buf *out)
             if (token_buf_push(out, e->ids[hit->ids_at + i]) != 0) return -1;
         return 0;
     }
-    if (merge_piece(e, u, n, out, &first) != 0) return -1;
+    if (piece_ids(e, u, n, out, &first) != 0) return -1;
     size_t n_ids = out->n - first;
     if (e->used >= CACHE_MAX_ENTRIES) {
         cache_clear(e);
@@ -469,15 +568,5 @@ static int encode_piece(bpe_encoder *e, const char *p, size_t n, token_buf *out)
     e->key_len += n;
     e->n_ids += n_ids;
     if (++e->used * 2 > e->mask + 1 && cache_grow(e) != 0) cache_clear(e);
-    return 0;
-}
-
-int bpe_encode(bpe_encoder *e, const char *text, size_t n, token_buf *out)
-{
-    for (size_t i = 0; i < n;) {
-        size_t end = gpt2_piece_end(text, n, i);
-        if (encode_piece(e, text + i, end - i, out) != 0) return -1;
-        i = end;
-    }
     return 0;
 }

@@ -15,7 +15,7 @@ void shard_writer_path(const shard_writer *w, int i, char *out, size_t cap)
 
 static int write_header(shard_writer *w, int32_t count)
 {
-    int32_t h[TOKEN_SHARD_HEADER_INTS] = {TOKEN_SHARD_MAGIC, TOKEN_SHARD_VERSION, count};
+    int32_t h[TOKEN_SHARD_HEADER_INTS] = {w->magic, w->version, count};
     return fseek(w->f, 0, SEEK_SET) == 0 && fwrite(h, sizeof h, 1, w->f) == 1 ? 0 : -1;
 }
 
@@ -50,10 +50,11 @@ static int finish_shard(shard_writer *w, char *err, size_t errlen)
     return 0;
 }
 
-int shard_writer_open(shard_writer *w, const char *prefix, const char *split, long shard_tokens, char *err,
-                      size_t errlen)
+int shard_writer_open(shard_writer *w, const char *prefix, const char *split, long shard_tokens, long n_ids,
+                      char *err, size_t errlen)
 {
     *w = (shard_writer){.split = split, .shard_tokens = shard_tokens};
+    token_shard_format_for(n_ids, &w->magic, &w->version, &w->width);
     snprintf(w->prefix, sizeof w->prefix, "%s", prefix);
     return start_shard(w, err, errlen);
 }
@@ -67,12 +68,16 @@ int shard_writer_put(shard_writer *w, const uint32_t *ids, size_t n, char *err, 
         }
         size_t room = (size_t)(w->shard_tokens - w->in_shard), k = n < room ? n : room;
         if (k > sizeof buf / sizeof buf[0]) k = sizeof buf / sizeof buf[0];
-        for (size_t i = 0; i < k; i++) {
-            if (ids[i] > UINT16_MAX)
-                return errline(err, errlen, "token id %u does not fit the shards' uint16", (unsigned)ids[i]);
-            buf[i] = (uint16_t)ids[i];
+        const void *out = ids; /* uint32 shards take the ids as they are */
+        if (w->width == 2) {
+            for (size_t i = 0; i < k; i++) {
+                if (ids[i] > UINT16_MAX)
+                    return errline(err, errlen, "token id %u does not fit the shards' uint16", (unsigned)ids[i]);
+                buf[i] = (uint16_t)ids[i];
+            }
+            out = buf;
         }
-        if (fwrite(buf, sizeof buf[0], k, w->f) != k) {
+        if (fwrite(out, (size_t)w->width, k, w->f) != k) {
             char path[SHARD_PATH_MAX];
             shard_writer_path(w, w->n_shards - 1, path, sizeof path);
             return errline(err, errlen, "%s: cannot write (%s)", path, strerror(errno));

@@ -1,7 +1,8 @@
 /* shard_writer.h — writes the token files dtrun's trainer reads (data.kind:
- * tokens, runtime/data/tokens.c): llm.c's shards, a 1024-byte header of 256
- * little-endian int32 (magic 20240520, version 1, token count) then the tokens
- * as uint16. A stream of tokens is cut into shards of at most `shard_tokens`,
+ * tokens, runtime/data/tokens.c): llm.c's shards (token_shard.h), a 1024-byte
+ * header of 256 little-endian int32 (magic, version, token count) then the ids,
+ * uint16 (gpt-2 shards) or, for a vocabulary above 65536 ids, uint32 (llama-3
+ * shards). A stream of tokens is cut into shards of at most `shard_tokens`,
  * named PREFIX_SPLIT_000000.bin, PREFIX_SPLIT_000001.bin, ... as llm.c's
  * fineweb.py names them. Each shard is written under a temporary name and
  * renamed when complete; abort removes every shard this writer made. */
@@ -18,6 +19,8 @@ typedef struct {
     char prefix[SHARD_PREFIX_MAX];
     const char *split;   /* "train" or "val" */
     long shard_tokens;   /* tokens per shard at most */
+    int32_t magic, version; /* every shard's (token_shard_format_for) */
+    int width;              /* bytes per id: 2 or 4 */
     int n_shards;        /* shards started so far */
     FILE *f;             /* the shard being written, NULL between shards */
     char tmp[SHARD_PATH_MAX + 8];
@@ -26,10 +29,11 @@ typedef struct {
 } shard_writer;
 
 /* Starts shard 0 at once, so an unwritable output is found before any work.
- * 0, or -1 with err ("PATH: cannot write (why)"). */
-int shard_writer_open(shard_writer *w, const char *prefix, const char *split, long shard_tokens, char *err,
-                      size_t errlen);
-/* Appends ids (each < 65536). 0, or -1 with err. */
+ * n_ids: the vocabulary's ids (every id is below it), which picks the kind
+ * (token_shard_format_for). 0, or -1 with err ("PATH: cannot write (why)"). */
+int shard_writer_open(shard_writer *w, const char *prefix, const char *split, long shard_tokens, long n_ids,
+                      char *err, size_t errlen);
+/* Appends ids (each below the n_ids given to open). 0, or -1 with err. */
 int shard_writer_put(shard_writer *w, const uint32_t *ids, size_t n, char *err, size_t errlen);
 /* Completes the open shard. 0, or -1 with err. */
 int shard_writer_close(shard_writer *w, char *err, size_t errlen);

@@ -20,12 +20,29 @@ static const struct {
     const char *tokens; /* for messages */
 } formats[] = {
     {TOKEN_SHARD_MAGIC, TOKEN_SHARD_VERSION, 2, "uint16 tokens"},
+    {TOKEN_SHARD_MAGIC_LLAMA3, TOKEN_SHARD_VERSION_LLAMA3, 4, "uint32 tokens"},
 };
 enum { N_FORMATS = sizeof formats / sizeof formats[0] };
 
 static int32_t le32(const unsigned char *p)
 {
     return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+void token_shard_format_for(long n_ids, int32_t *magic, int32_t *version, int *width)
+{
+    int wide = n_ids > 65536;
+    *magic = wide ? TOKEN_SHARD_MAGIC_LLAMA3 : TOKEN_SHARD_MAGIC;
+    *version = wide ? TOKEN_SHARD_VERSION_LLAMA3 : TOKEN_SHARD_VERSION;
+    *width = wide ? 4 : 2;
+}
+
+int token_shard_magic_known(const unsigned char *first4)
+{
+    int32_t magic = le32(first4);
+    for (int i = 0; i < N_FORMATS; i++)
+        if (formats[i].magic == magic) return 1;
+    return 0;
 }
 
 /* "20240520" or "20240520 or 20240801": the magics a reader knows. */

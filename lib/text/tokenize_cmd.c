@@ -1,4 +1,5 @@
-/* tokenize_cmd.c — `dtrun tokenize`: text files to GPT-2 token shards.
+/* tokenize_cmd.c — `dtrun tokenize`: text files to token shards, with GPT-2's
+ * BPE built in or a Hugging Face tokenizer.json (--tokenizer; tokenizer.h).
  *
  * Worker threads take whole files in turn and encode their documents; the
  * calling thread writes the files' tokens in the order of the command line,
@@ -6,7 +7,10 @@
  * few files ahead of the writer, which bounds the memory held in between.
  *
  * Like llm.c's fineweb.py, every document is preceded by <|endoftext|>
- * (50256), which thus separates documents. The validation split takes whole
+ * (50256), which thus separates documents; with a tokenizer.json, by what its
+ * post-processor puts around one sequence (Llama 3.1's <|begin_of_text|>), or
+ * its <|endoftext|> when that is nothing (tokenizer_frame). Vocabularies above
+ * 65536 ids get llm.c's llama-3 shards (uint32 ids). The validation split takes whole
  * documents, evenly spaced through the corpus (document g of N goes to val
  * when floor((g+1)k/N) > floor(gk/N), k = round(fraction * N), at least 1);
  * a corpus of one document gives val its last tokens instead, as nanoGPT's
@@ -24,10 +28,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/text/bpe.h"
 #include "lib/text/corpus.h"
 #include "lib/text/shard_writer.h"
+#include "lib/text/tokenizer.h"
 #include "lib/util/clock.h"
+#include "lib/util/cmdline.h"
 #include "lib/util/exit_codes.h"
 
 typedef struct {
@@ -35,6 +40,7 @@ typedef struct {
     int n_inputs;
     const char *output;
     const char *field;
+    const char *tokenizer; /* --tokenizer: a tokenizer.json or its folder; NULL: GPT-2's */
     double val_fraction;
     long shard_tokens;
     int threads;
@@ -53,7 +59,7 @@ typedef struct {
 
 typedef struct {
     const tokenize_opts *o;
-    const bpe_vocab *vocab;
+    const tokenizer *tok;
     corpus_file *files;
     file_tokens *out;
     int next, written, window, stop;
@@ -64,15 +70,20 @@ typedef struct {
 
 typedef struct {
     tokenize_run *run;
-    bpe_encoder *enc;
+    tokenizer_encoder *enc;
     file_tokens *ft;
+    const char *path;
 } doc_ctx;
 
 static int encode_doc(const char *text, size_t len, void *arg)
 {
     doc_ctx *c = arg;
     file_tokens *ft = c->ft;
-    if (bpe_encode(c->enc, text, len, &ft->ids) != 0) return -1;
+    char why[512];
+    if (tokenizer_encode(c->enc, text, len, &ft->ids, why, sizeof why) != 0) {
+        snprintf(ft->err, sizeof ft->err, "%s: document %ld: %s", c->path, ft->n_docs + 1, why);
+        return -1;
+    }
     if (ft->n_docs == ft->cap_docs) {
         long cap = ft->cap_docs ? 2 * ft->cap_docs : 16;
         size_t *d = realloc(ft->doc_end, (size_t)cap * sizeof *d);
@@ -91,7 +102,7 @@ static int encode_doc(const char *text, size_t len, void *arg)
 static void *worker(void *arg)
 {
     tokenize_run *r = arg;
-    doc_ctx c = {.run = r, .enc = bpe_encoder_new(r->vocab)};
+    doc_ctx c = {.run = r, .enc = tokenizer_encoder_new(r->tok)};
     pthread_mutex_lock(&r->mu);
     for (;;) {
         while (!r->stop && r->next < r->o->n_inputs && r->next >= r->written + r->window)
@@ -100,6 +111,7 @@ static void *worker(void *arg)
         int i = r->next++;
         pthread_mutex_unlock(&r->mu);
         c.ft = &r->out[i];
+        c.path = r->files[i].path;
         if (!c.enc) {
             snprintf(c.ft->err, sizeof c.ft->err, "out of memory");
             c.ft->failed = 1;
@@ -114,7 +126,7 @@ static void *worker(void *arg)
         pthread_cond_broadcast(&r->cv);
     }
     pthread_mutex_unlock(&r->mu);
-    bpe_encoder_free(c.enc);
+    tokenizer_encoder_free(c.enc);
     return NULL;
 }
 
@@ -130,8 +142,9 @@ static void show_progress(const tokenize_run *r, size_t total, double t0, long d
     for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '-';
     bar[20] = 0;
     int eta = rate > 0 ? (int)((double)(total - done) / rate + 0.5) : 0;
-    fprintf(stderr, "\r\033[Ktokenize [%s] %3.0f%% %.1f/%.1f MB | %.1f MB/s | %ld docs | ETA %dm%02ds%s", bar,
-            100 * frac, done / 1e6, total / 1e6, rate / 1e6, docs, eta / 60, eta % 60, final ? "\n" : "");
+    fprintf(stderr, "\r\033[Ktokenize [%s] %3.0f%% %.1f/%.1f MB | %.1f MB/s | %ld doc%s | ETA %dm%02ds%s", bar,
+            100 * frac, done / 1e6, total / 1e6, rate / 1e6, docs, docs == 1 ? "" : "s", eta / 60, eta % 60,
+            final ? "\n" : "");
     fflush(stderr);
 }
 
@@ -141,12 +154,14 @@ static const char USAGE[] =
     "usage: dtrun tokenize [options] FILE... -o PREFIX\n"
     "  FILE                  a UTF-8 text file (one document), or FILE.jsonl (one JSON object a line)\n"
     "  -o, --output PREFIX   write PREFIX_train_000000.bin ... and PREFIX_val_000000.bin (llm.c shards)\n"
+    "  --tokenizer PATH      a Hugging Face tokenizer.json (byte-level BPE: Llama 3, Qwen2, SmolLM, GPT-2)\n"
+    "                        or a model folder holding one (default: GPT-2's BPE, built in)\n"
     "  --val-fraction F      share of documents for validation, evenly spaced (default 0.01; 0: none)\n"
     "  --shard-tokens N      tokens per shard at most (default 100000000, as llm.c)\n"
     "  --threads N           files encoded at once (default: the CPUs)\n"
     "  --field NAME          the JSONL field that holds the text (default text)\n"
     "  --progress auto|on|off  the progress bar (auto: when stderr is a terminal)\n"
-    "see dtrun(1)\n";
+    "  -h, --help            this text; see dtrun(1)\n";
 
 static int bad_usage(const char *fmt, const char *a, const char *b)
 {
@@ -164,7 +179,7 @@ static int parse_opts(int argc, char **argv, tokenize_opts *o)
     o->inputs = calloc((size_t)argc, sizeof *o->inputs);
     if (!o->inputs) return DT_EXIT_FAIL;
     static const char *const with_value[] = {"-o", "--output", "--val-fraction", "--shard-tokens", "--threads",
-                                              "--field", "--progress"};
+                                              "--field", "--progress", "--tokenizer"};
     int only_files = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -173,13 +188,13 @@ static int parse_opts(int argc, char **argv, tokenize_opts *o)
             continue;
         }
         if (!strcmp(a, "--")) { only_files = 1; continue; }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { fputs(USAGE, stdout); return -1; }
+        if (cmdline_is_help(a)) { fputs(USAGE, stdout); return -1; }
         char name[64];
         const char *eq = strchr(a, '=');
         snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++) known |= !strcmp(name, with_value[k]);
-        if (!known) return bad_usage("unknown option '%s'%s", a, "");
+        if (!known) return cmdline_unknown_option("tokenize", a, USAGE);
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
         else return bad_usage("%s needs a value%s", name, "");
@@ -188,6 +203,8 @@ static int parse_opts(int argc, char **argv, tokenize_opts *o)
             o->output = v;
         } else if (!strcmp(name, "--field")) {
             o->field = v;
+        } else if (!strcmp(name, "--tokenizer")) {
+            o->tokenizer = v;
         } else if (!strcmp(name, "--val-fraction")) {
             o->val_fraction = strtod(v, &end);
             if (end == v || *end || !(o->val_fraction >= 0 && o->val_fraction < 1))
@@ -242,7 +259,8 @@ typedef struct {
     long n_docs, docs_done, val_k, val_docs; /* val_k: documents for val (k of the rule above) */
     int split_tokens;                        /* one document: val takes its tail */
     double val_fraction;
-    uint32_t eot;
+    const uint32_t *before, *after; /* the ids around each document (tokenizer_frame) */
+    int n_before, n_after;
 } split_writer;
 
 static int is_val_doc(const split_writer *s, long g)
@@ -254,35 +272,41 @@ static int is_val_doc(const split_writer *s, long g)
 static int write_doc(split_writer *s, const uint32_t *ids, size_t n, char *err, size_t errlen)
 {
     long g = s->docs_done++;
-    if (s->split_tokens) {
-        size_t tail = n >= 2 ? (size_t)llround(s->val_fraction * (double)n) : 0;
+    shard_writer *w = &s->train, *last = &s->train; /* the document's start and end */
+    size_t tail = 0;
+    if (s->split_tokens) { /* one document: val takes its last ids */
+        tail = n >= 2 ? (size_t)llround(s->val_fraction * (double)n) : 0;
         if (n >= 2 && tail < 1) tail = 1;
-        if (shard_writer_put(&s->train, &s->eot, 1, err, errlen) != 0 ||
-            shard_writer_put(&s->train, ids, n - tail, err, errlen) != 0)
-            return -1;
-        if (tail) s->val_docs = 1;
-        return shard_writer_put(&s->val, ids + n - tail, tail, err, errlen);
+        if (tail) s->val_docs = 1, last = &s->val;
+    } else if (is_val_doc(s, g)) {
+        w = last = &s->val;
+        s->val_docs++;
     }
-    shard_writer *w = is_val_doc(s, g) ? &s->val : &s->train;
-    s->val_docs += w == &s->val;
-    if (shard_writer_put(w, &s->eot, 1, err, errlen) != 0) return -1;
-    return shard_writer_put(w, ids, n, err, errlen);
+    if (shard_writer_put(w, s->before, (size_t)s->n_before, err, errlen) != 0 ||
+        shard_writer_put(w, ids, n - tail, err, errlen) != 0 ||
+        shard_writer_put(last, ids + n - tail, tail, err, errlen) != 0)
+        return -1;
+    return shard_writer_put(last, s->after, (size_t)s->n_after, err, errlen);
 }
 
-static void summary(const tokenize_opts *o, const split_writer *s, size_t bytes, double secs)
+static void summary(const tokenize_opts *o, const split_writer *s, const tokenizer *tok, size_t bytes, double secs)
 {
     char first[SHARD_PATH_MAX], last[SHARD_PATH_MAX];
     shard_writer_path(&s->train, 0, first, sizeof first);
     shard_writer_path(&s->train, s->train.n_shards - 1, last, sizeof last);
-    fprintf(stderr, "dtrun: tokenize: %d file%s, %ld documents (%ld val) -> %ld train tokens in %s%s%s", o->n_inputs,
-            o->n_inputs == 1 ? "" : "s", s->n_docs, s->val_docs, s->train.total, first,
+    fprintf(stderr, "dtrun: tokenize: %d file%s, %ld document%s (%ld val) -> %ld train token%s in %s%s%s", o->n_inputs,
+            o->n_inputs == 1 ? "" : "s", s->n_docs, s->n_docs == 1 ? "" : "s", s->val_docs, s->train.total,
+            s->train.total == 1 ? "" : "s", first,
             s->train.n_shards > 1 ? " .. " : "", s->train.n_shards > 1 ? last : "");
     if (s->has_val) {
         shard_writer_path(&s->val, 0, first, sizeof first);
-        fprintf(stderr, ", %ld val tokens in %s%s", s->val.total, first, s->val.n_shards > 1 ? " .." : "");
+        fprintf(stderr, ", %ld val token%s in %s%s", s->val.total, s->val.total == 1 ? "" : "s", first,
+                s->val.n_shards > 1 ? " .." : "");
     }
-    fprintf(stderr, "; %.2f MB in %.2f s (%.1f MB/s, %d thread%s)\n", bytes / 1e6, secs,
-            secs > 0 ? bytes / 1e6 / secs : 0.0, o->threads, o->threads == 1 ? "" : "s");
+    fprintf(stderr, "; %s, %ld ids, %s shards%s; %.2f MB in %.2f s (%.1f MB/s, %d thread%s)\n",
+            tokenizer_name(tok), tokenizer_n_ids(tok), s->train.width == 4 ? "llama-3 (uint32)" : "gpt-2 (uint16)",
+            s->n_before || s->n_after ? "" : ", documents not separated (no template, no <|endoftext|>)", bytes / 1e6,
+            secs, secs > 0 ? bytes / 1e6 / secs : 0.0, o->threads, o->threads == 1 ? "" : "s");
 }
 
 int tokenize_main(int argc, char **argv)
@@ -297,7 +321,7 @@ int tokenize_main(int argc, char **argv)
     corpus_file *files = calloc((size_t)o.n_inputs, sizeof *files);
     file_tokens *out = calloc((size_t)o.n_inputs, sizeof *out);
     split_writer s = {.val_fraction = o.val_fraction};
-    bpe_vocab *vocab = NULL;
+    tokenizer *tok = NULL;
     int opened = 0, writers = 0;
     rc = DT_EXIT_FAIL;
     if (!files || !out) goto done;
@@ -327,21 +351,30 @@ int tokenize_main(int argc, char **argv)
     s.split_tokens = o.val_fraction > 0 && s.n_docs == 1;
     s.has_val = s.val_k > 0 || s.split_tokens;
 
-    vocab = bpe_vocab_gpt2(err, sizeof err);
-    if (!vocab) {
+    if (o.tokenizer) {
+        int status;
+        tok = tokenizer_load(o.tokenizer, &status, err, sizeof err);
+        if (!tok) {
+            fprintf(stderr, "dtrun: tokenize: %s\n", err);
+            rc = status;
+            goto done;
+        }
+    } else if (!(tok = tokenizer_gpt2(err, sizeof err))) {
         fprintf(stderr, "dtrun: tokenize: GPT-2 vocabulary: %s\n", err);
         goto done;
     }
-    s.eot = (uint32_t)bpe_vocab_eot(vocab);
+    tokenizer_frame(tok, &s.before, &s.n_before, &s.after, &s.n_after);
     make_parents(o.output);
-    if (shard_writer_open(&s.train, o.output, "train", o.shard_tokens, err, sizeof err) != 0 ||
-        (++writers, s.has_val && shard_writer_open(&s.val, o.output, "val", o.shard_tokens, err, sizeof err) != 0)) {
+    long n_ids = tokenizer_n_ids(tok);
+    if (shard_writer_open(&s.train, o.output, "train", o.shard_tokens, n_ids, err, sizeof err) != 0 ||
+        (++writers,
+         s.has_val && shard_writer_open(&s.val, o.output, "val", o.shard_tokens, n_ids, err, sizeof err) != 0)) {
         fprintf(stderr, "dtrun: tokenize: %s\n", err);
         goto done;
     }
     writers += s.has_val;
 
-    tokenize_run r = {.o = &o, .vocab = vocab, .files = files, .out = out, .window = 2 * o.threads + 2};
+    tokenize_run r = {.o = &o, .tok = tok, .files = files, .out = out, .window = 2 * o.threads + 2};
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.cv, NULL);
     int n_threads = o.threads < o.n_inputs ? o.threads : o.n_inputs, started = 0;
@@ -409,14 +442,14 @@ int tokenize_main(int argc, char **argv)
         rc = failed;
         goto done;
     }
-    summary(&o, &s, total_bytes, clock_now_s() - t0);
+    summary(&o, &s, tok, total_bytes, clock_now_s() - t0);
     writers = 0; /* kept */
     rc = 0;
 done:
     if (writers >= 1) shard_writer_abort(&s.train);
     if (writers >= 2) shard_writer_abort(&s.val);
     for (int i = 0; i < opened; i++) corpus_file_close(&files[i]);
-    bpe_vocab_free(vocab);
+    tokenizer_free(tok);
     free(files);
     free(out);
     free(o.inputs);

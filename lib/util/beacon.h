@@ -1,6 +1,6 @@
 /* beacon.h — a worker's last words that need no words from it: one shared page
  * where the worker notes, at every collective it enters, which one ("all_reduce
- * #28 in group[0,1,2,3]"), and its agent reads it. A rank that stops answering
+ * #28 of group[0,1,2,3] (rank 2's collective #55)"), and its agent reads it. A rank that stops answering
  * (SIGSTOP, a debugger, a hang) cannot tell anyone where it stopped; its page
  * still can, and the agent's root-cause line names it.
  *

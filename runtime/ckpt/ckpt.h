@@ -124,6 +124,10 @@ int ckpt_remove_incomplete(const char *dir, char *removed, size_t n);
 /* The step `latest` names: 0 and *step set; 1 when DIR has no checkpoint; -1 on
  * a bad `latest` file (err set). For resume "auto". */
 int ckpt_latest_step(const char *dir, long *step, char *err, size_t errlen);
+/* A step directory's name, "step_000120"; and back: the step, or -1 when the
+ * name is not one. A step directory is committed once it holds index.json. */
+void ckpt_step_dirname(char *buf, size_t len, long step);
+long ckpt_parse_step_dirname(const char *name);
 
 /* ---- reading ---- */
 

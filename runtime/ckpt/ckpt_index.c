@@ -40,7 +40,7 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
          cJSON_AddNumberToObject(lay, "tp", meta->tp) && cJSON_AddNumberToObject(lay, "pp", meta->pp) &&
          cJSON_AddNumberToObject(lay, "world", meta->world) &&
          cJSON_AddNumberToObject(lay, "cp", meta->cp > 1 ? meta->cp : 1) &&
-         cJSON_AddStringToObject(lay, "mode", meta->mode ? meta->mode : "none");
+         cJSON_AddStringToObject(lay, "mode", meta->mode ? meta->mode : "ddp");
     if (ok && meta->model) {
         cJSON *m = cJSON_AddObjectToObject(o, "model");
         ok = m && cJSON_AddStringToObject(m, "kind", meta->model->kind == MODEL_VIT ? "vit" : "gpt") &&
@@ -158,7 +158,8 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
         goto out;
     }
     in->cp = (int)cp;
-    snprintf(in->mode, sizeof in->mode, "%s", mode->valuestring);
+    /* plain data parallel was recorded as "none" before it was called "ddp" */
+    snprintf(in->mode, sizeof in->mode, "%s", strcmp(mode->valuestring, "none") ? mode->valuestring : "ddp");
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (m) {
         const cJSON *kind = cJSON_GetObjectItemCaseSensitive(m, "kind");

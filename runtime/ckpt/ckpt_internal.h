@@ -18,11 +18,8 @@
  * refused up front rather than cut short. */
 #define CKPT_DIR_MAX 3000
 
-/* "step_000120", "rank_00003.safetensors" */
-void ckpt_step_dirname(char *buf, size_t len, long step);
+/* "rank_00003.safetensors" (step directories' names: ckpt.h) */
 void ckpt_rank_filename(char *buf, size_t len, int rank);
-/* "step_<digits>" -> step; -1 when the name is not one */
-long ckpt_parse_step_dirname(const char *name);
 
 /* Placement <-> its JSON text; the text names the logical tensor. Encode returns
  * a malloc'd string or NULL. Decode checks everything (ckpt_place_check) and

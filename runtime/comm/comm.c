@@ -38,14 +38,14 @@ int comm_fail(comm *c, int code, const char *fmt, ...)
     return code;
 }
 
+/* A peer by its global rank (RANK), as every dtrun line names ranks; the
+ * communicator's name beside it lists its members by the same numbers. */
 const char *comm_peer_name(const comm *c, int r, char *buf)
 {
     if (r < 0 || r >= c->size)
         snprintf(buf, 64, "rank ?");
-    else if (c->world == c)
-        snprintf(buf, 64, "rank %d", r);
     else
-        snprintf(buf, 64, "rank %d (world %d)", r, c->world_ranks[r]);
+        snprintf(buf, 64, "rank %d", c->world_ranks[r]);
     return buf;
 }
 
@@ -479,6 +479,20 @@ static int check_args(comm *c, const coll_args *a)
     if (a->kind == COLL_BROADCAST && (a->root < 0 || a->root >= c->size))
         return comm_fail(c, COMM_EINVAL, "broadcast: root %d outside group of %d", a->root,
                          c->size);
+    if (a->kind == COLL_ALL_TO_ALL) {
+        if (!a->send_counts || !a->recv_counts)
+            return comm_fail(c, COMM_EINVAL, "all_to_allv: NULL counts");
+        size_t ns = 0, nr = 0;
+        for (int r = 0; r < c->size; r++)
+            ns += a->send_counts[r], nr += a->recv_counts[r];
+        if ((ns > 0 && !a->send) || (nr > 0 && !a->recv))
+            return comm_fail(c, COMM_EINVAL, "all_to_allv: NULL buffer");
+        if (a->send_counts[c->rank] != a->recv_counts[c->rank])
+            return comm_fail(c, COMM_EINVAL, "all_to_allv in %s: rank %d sends itself %zu elements but "
+                             "expects %zu", c->name, c->rank, a->send_counts[c->rank],
+                             a->recv_counts[c->rank]);
+        return COMM_OK;
+    }
     if (a->count > 0 && a->kind != COLL_BARRIER &&
         ((!a->send && a->kind != COLL_BROADCAST) || !a->recv))
         return comm_fail(c, COMM_EINVAL, "%s: NULL buffer", comm_coll_name(a->kind));
@@ -509,11 +523,14 @@ static int coll(comm *c, coll_args a, comm_req **req)
     int rc = check_args(c, &a);
     if (rc != COMM_OK)
         return rc;
-    const void *bufs[2] = {a.count > 0 ? a.send : NULL, a.count > 0 ? a.recv : NULL};
+    size_t ns = a.count, nr = a.count;
+    if (a.kind == COLL_ALL_TO_ALL)
+        comm_coll_extent(c, &a, &ns, &nr);
+    const void *bufs[2] = {ns > 0 ? a.send : NULL, nr > 0 ? a.recv : NULL};
     if ((rc = check_recordable(c, comm_coll_name(a.kind), bufs, 2)) != COMM_OK)
         return rc;
     comm_req *r = NULL;
-    if (c->be->memory == COMM_MEM_HOST && a.count > 0 && comm_dev_active() &&
+    if (c->be->memory == COMM_MEM_HOST && (ns > 0 || nr > 0) && comm_dev_active() &&
         (comm_dev_is_device(a.send) || comm_dev_is_device(a.recv)))
         rc = comm_stage_coll(c, &a, !req, &r);
     else
@@ -530,57 +547,93 @@ static int coll(comm *c, coll_args a, comm_req **req)
 int comm_all_reduce(comm *c, const void *send, void *recv, size_t count, comm_dtype dt,
                     comm_op op)
 {
-    return coll(c, (coll_args){COLL_ALL_REDUCE, send, recv, count, dt, op, 0}, NULL);
+    return coll(c, (coll_args){.kind = COLL_ALL_REDUCE, .send = send, .recv = recv, .count = count, .dt = dt, .op = op, .root = 0}, NULL);
 }
 
 int comm_reduce_scatter(comm *c, const void *send, void *recv, size_t count, comm_dtype dt,
                         comm_op op)
 {
-    return coll(c, (coll_args){COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0}, NULL);
+    return coll(c, (coll_args){.kind = COLL_REDUCE_SCATTER, .send = send, .recv = recv, .count = count, .dt = dt, .op = op, .root = 0}, NULL);
 }
 
 int comm_all_gather(comm *c, const void *send, void *recv, size_t count, comm_dtype dt)
 {
-    return coll(c, (coll_args){COLL_ALL_GATHER, send, recv, count, dt, COMM_SUM, 0}, NULL);
+    return coll(c, (coll_args){.kind = COLL_ALL_GATHER, .send = send, .recv = recv, .count = count, .dt = dt, .op = COMM_SUM, .root = 0}, NULL);
 }
 
 int comm_broadcast(comm *c, void *buf, size_t count, comm_dtype dt, int root)
 {
-    return coll(c, (coll_args){COLL_BROADCAST, NULL, buf, count, dt, COMM_SUM, root}, NULL);
+    return coll(c, (coll_args){.kind = COLL_BROADCAST, .send = NULL, .recv = buf, .count = count, .dt = dt, .op = COMM_SUM, .root = root}, NULL);
 }
 
 int comm_barrier(comm *c)
 {
-    return coll(c, (coll_args){COLL_BARRIER, NULL, NULL, 0, COMM_F32, COMM_SUM, 0}, NULL);
+    return coll(c, (coll_args){.kind = COLL_BARRIER, .send = NULL, .recv = NULL, .count = 0, .dt = COMM_F32, .op = COMM_SUM, .root = 0}, NULL);
+}
+
+static coll_args all_to_allv_args(comm *c, const void *send, const size_t *send_counts, void *recv,
+                                  const size_t *recv_counts, comm_dtype dt)
+{
+    coll_args a = {.kind = COLL_ALL_TO_ALL, .send = send, .recv = recv, .dt = dt, .op = COMM_SUM,
+                   .send_counts = send_counts, .recv_counts = recv_counts};
+    for (int r = 0; c && send_counts && r < c->size; r++)
+        a.count += send_counts[r];
+    return a;
+}
+
+int comm_all_to_allv(comm *c, const void *send, const size_t *send_counts, void *recv,
+                     const size_t *recv_counts, comm_dtype dt)
+{
+    return coll(c, all_to_allv_args(c, send, send_counts, recv, recv_counts, dt), NULL);
+}
+
+int comm_all_to_allv_async(comm *c, const void *send, const size_t *send_counts, void *recv,
+                           const size_t *recv_counts, comm_dtype dt, comm_req **req)
+{
+    return coll(c, all_to_allv_args(c, send, send_counts, recv, recv_counts, dt), req);
+}
+
+int comm_all_to_all(comm *c, const void *send, void *recv, size_t count, comm_dtype dt)
+{
+    if (!c)
+        return COMM_EINVAL;
+    size_t *counts = malloc((size_t)c->size * sizeof *counts);
+    if (!counts)
+        return comm_fail(c, COMM_ESYS, "all_to_all: out of memory");
+    for (int r = 0; r < c->size; r++)
+        counts[r] = count;
+    int rc = comm_all_to_allv(c, send, counts, recv, counts, dt);
+    free(counts);
+    return rc;
 }
 
 int comm_all_reduce_async(comm *c, const void *send, void *recv, size_t count, comm_dtype dt,
                           comm_op op, comm_req **req)
 {
-    return coll(c, (coll_args){COLL_ALL_REDUCE, send, recv, count, dt, op, 0}, req);
+    return coll(c, (coll_args){.kind = COLL_ALL_REDUCE, .send = send, .recv = recv, .count = count, .dt = dt, .op = op, .root = 0}, req);
 }
 
 int comm_reduce_scatter_async(comm *c, const void *send, void *recv, size_t count,
                               comm_dtype dt, comm_op op, comm_req **req)
 {
-    return coll(c, (coll_args){COLL_REDUCE_SCATTER, send, recv, count, dt, op, 0}, req);
+    return coll(c, (coll_args){.kind = COLL_REDUCE_SCATTER, .send = send, .recv = recv, .count = count, .dt = dt, .op = op, .root = 0}, req);
 }
 
 int comm_all_gather_async(comm *c, const void *send, void *recv, size_t count, comm_dtype dt,
                           comm_req **req)
 {
-    return coll(c, (coll_args){COLL_ALL_GATHER, send, recv, count, dt, COMM_SUM, 0}, req);
+    return coll(c, (coll_args){.kind = COLL_ALL_GATHER, .send = send, .recv = recv, .count = count, .dt = dt, .op = COMM_SUM, .root = 0}, req);
 }
 
 int comm_broadcast_async(comm *c, void *buf, size_t count, comm_dtype dt, int root,
                          comm_req **req)
 {
-    return coll(c, (coll_args){COLL_BROADCAST, NULL, buf, count, dt, COMM_SUM, root}, req);
+    return coll(c, (coll_args){.kind = COLL_BROADCAST, .send = NULL, .recv = buf, .count = count, .dt = dt, .op = COMM_SUM, .root = root}, req);
 }
 
 int comm_barrier_async(comm *c, comm_req **req)
 {
-    return coll(c, (coll_args){COLL_BARRIER, NULL, NULL, 0, COMM_F32, COMM_SUM, 0}, req);
+    return coll(c, (coll_args){.kind = COLL_BARRIER, .send = NULL, .recv = NULL, .count = 0, .dt = COMM_F32, .op = COMM_SUM, .root = 0}, req);
 }
 
 static int p2p(comm *c, int is_send, const void *buf, size_t count, comm_dtype dt, int peer,

@@ -176,6 +176,26 @@ int comm_barrier(comm *c);
 int comm_send(comm *c, const void *buf, size_t count, comm_dtype dt, int peer);
 int comm_recv(comm *c, void *buf, size_t count, comm_dtype dt, int peer);
 
+/* All to all with counts (MPI_Alltoallv; torch's all_to_all_single with split
+ * sizes): send holds this rank's pieces for ranks 0..size-1 back to back,
+ * send_counts[r] elements for rank r; recv gets the pieces of ranks
+ * 0..size-1 back to back, recv_counts[r] elements from rank r, which must be
+ * rank r's send_counts[this rank] (a mismatch is COMM_EINVAL, one line). Any
+ * counts, zeros included; dt only sizes the elements: nothing is reduced,
+ * the bytes arrive as sent. send and recv must not overlap; the two count
+ * arrays, like the buffers, stay valid until the call returns or its
+ * comm_wait. It is a collective (every member calls it, in the same order as
+ * its other collectives on c). On the CPU transports its pieces travel as
+ * c's point-to-point messages, so no send / recv may be in flight on c while
+ * it runs (they could be matched with its pieces): give it a communicator of
+ * its own, as the expert-parallel group is. NCCL runs it as one group of
+ * ncclSend / ncclRecv. */
+int comm_all_to_allv(comm *c, const void *send, const size_t *send_counts, void *recv,
+                     const size_t *recv_counts, comm_dtype dt);
+/* Equal pieces: count elements to and from every rank (send and recv hold
+ * size x count). */
+int comm_all_to_all(comm *c, const void *send, void *recv, size_t count, comm_dtype dt);
+
 /* ---- asynchronous forms: same arguments, plus *req; comm_wait(req) completes
  * and frees the request and returns the operation's status. Every request must
  * be waited for. ---- */
@@ -189,6 +209,8 @@ int comm_all_gather_async(comm *c, const void *send, void *recv, size_t count, c
 int comm_broadcast_async(comm *c, void *buf, size_t count, comm_dtype dt, int root,
                          comm_req **req);
 int comm_barrier_async(comm *c, comm_req **req);
+int comm_all_to_allv_async(comm *c, const void *send, const size_t *send_counts, void *recv,
+                           const size_t *recv_counts, comm_dtype dt, comm_req **req);
 int comm_send_async(comm *c, const void *buf, size_t count, comm_dtype dt, int peer,
                     comm_req **req);
 int comm_recv_async(comm *c, void *buf, size_t count, comm_dtype dt, int peer,

@@ -6,6 +6,7 @@
  * not move bf16 itself (bf16_native: shm and tcp do). Each transport brings only
  * its synchronous host functions (comm_cpu_ops, set in c->cpu by its create). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/comm/comm_internal.h"
 
@@ -82,6 +83,45 @@ static float *stage_floats(comm *c, size_t n)
     return c->stage;
 }
 
+/* all_to_allv on the CPU transports: the own piece copied, every other piece
+ * one point-to-point message each way (zero-length ones too, so a count
+ * mismatch is an error, never a misplaced message), all posted before any is
+ * waited for, moved together by the progress engine (comm_p2p.c). */
+static int all_to_allv(comm *c, const coll_args *a)
+{
+    size_t es = comm_dtype_size(a->dt), soff = 0, roff = 0;
+    int n = c->size, me = c->rank, nreq = 0, rc = COMM_OK;
+    cpu_req **reqs = n > 1 ? calloc(2 * (size_t)(n - 1), sizeof *reqs) : NULL;
+    if (n > 1 && !reqs)
+        return comm_fail(c, COMM_ESYS, "%s: out of memory", c->label);
+    for (int r = 0; r < n; r++) {
+        const char *s = (const char *)a->send + soff * es;
+        char *d = (char *)a->recv + roff * es;
+        if (r == me) {
+            if (a->send_counts[r])
+                memcpy(d, s, a->send_counts[r] * es);
+        } else if (rc == COMM_OK) {
+            rc = comm_p2p_start(c, 0, d, a->recv_counts[r] * es, r, 1, &reqs[nreq]);
+            if (rc == COMM_OK)
+                nreq++;
+            if (rc == COMM_OK)
+                rc = comm_p2p_start(c, 1, (void *)s, a->send_counts[r] * es, r, 1, &reqs[nreq]);
+            if (rc == COMM_OK)
+                nreq++;
+        }
+        soff += a->send_counts[r];
+        roff += a->recv_counts[r];
+    }
+    /* every posted op is waited for (a failure fails the rest at once) */
+    for (int i = 0; i < nreq; i++) {
+        int st = comm_p2p_wait(reqs[i]);
+        if (rc == COMM_OK)
+            rc = st;
+    }
+    free(reqs);
+    return rc;
+}
+
 int comm_coll_exec(comm *c, const coll_args *a)
 {
     if (atomic_load(&c->status) != COMM_OK)
@@ -89,6 +129,8 @@ int comm_coll_exec(comm *c, const coll_args *a)
     comm_coll_label(c, a->kind, c->label, sizeof c->label);
     const comm_cpu_ops *t = c->cpu;
     size_t n = a->count, es = comm_dtype_size(a->dt);
+    if (a->kind == COLL_ALL_TO_ALL)
+        return all_to_allv(c, a);
     if (n == 0 && a->kind != COLL_BARRIER)
         return COMM_OK;
     switch (a->kind) {
@@ -126,6 +168,8 @@ int comm_coll_exec(comm *c, const coll_args *a)
         return t->broadcast(c, a->recv, n * es, a->root);
     case COLL_BARRIER:
         return t->barrier(c);
+    case COLL_ALL_TO_ALL:
+        break;  /* above */
     }
     return COMM_EINVAL;
 }

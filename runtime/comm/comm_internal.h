@@ -42,7 +42,7 @@ typedef struct {
 /* ---- collectives, as data ---- */
 
 typedef enum { COLL_ALL_REDUCE, COLL_REDUCE_SCATTER, COLL_ALL_GATHER, COLL_BROADCAST,
-               COLL_BARRIER } coll_kind;
+               COLL_BARRIER, COLL_ALL_TO_ALL } coll_kind;
 
 typedef struct {
     coll_kind kind;
@@ -52,6 +52,9 @@ typedef struct {
     comm_dtype dt;
     comm_op op;
     int root;
+    /* COLL_ALL_TO_ALL: elements to and from each rank (size entries each);
+     * count is then the sum of send_counts */
+    const size_t *send_counts, *recv_counts;
 } coll_args;
 
 typedef struct comm_peer_info comm_peer_info;
@@ -237,7 +240,7 @@ struct comm {
  * returns code, so backends write `return comm_fail(c, COMM_EPEER, ...)`. */
 int comm_fail(comm *c, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* "rank 3" or "rank 3 (world 7)", into buf (64 bytes). */
+/* "rank 7": member r by its global rank, into buf (64 bytes). */
 const char *comm_peer_name(const comm *c, int r, char *buf);
 
 /* 1 while the process lives (a zombie counts as dead), 0 once it is gone. */
@@ -263,8 +266,9 @@ void comm_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
 
 /* "all_reduce", "reduce_scatter", … : the one table of collective names. */
 const char *comm_coll_name(coll_kind k);
-/* Counts a newly issued collective in c's sequence and writes its label for
- * messages ("all_reduce #12 in group[0,2]") into buf. */
+/* Counts a newly issued collective in c's sequence and in this process's, and
+ * writes its label for messages and the beacon into buf:
+ * "all_reduce #12 of group[0,2] (rank 2's collective #31)". */
 void comm_coll_label(comm *c, coll_kind k, char *buf, size_t len);
 /* Elements of send and of recv that collective a reads / writes on this rank. */
 void comm_coll_extent(const comm *c, const coll_args *a, size_t *nsend, size_t *nrecv);

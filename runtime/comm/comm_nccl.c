@@ -669,6 +669,30 @@ static ncclResult_t launch_locked(nc_state *s, const coll_args *a, const void *s
         return dt_nccl.all_reduce(s->one, s->one, 1, ncclFloat32, ncclSum, s->nc, s->stream);
     case COLL_BROADCAST:
         return dt_nccl.broadcast(recv, recv, n, t, a->root, s->nc, s->stream);
+    case COLL_ALL_TO_ALL: {
+        /* one group: the own piece a device copy on the same stream, the others
+         * a send and a receive each (zero counts skipped on both sides alike:
+         * a's counts say what the peer sends) */
+        ncclResult_t r = dt_nccl.group_start();
+        size_t so = 0, ro = 0;
+        for (int q = 0; q < c->size && r == ncclSuccess; q++) {
+            size_t sc = a->send_counts[q], rcnt = a->recv_counts[q];
+            if (q == c->rank) {
+                if (sc && cudaMemcpyAsync((char *)recv + ro * es, (const char *)send + so * es, sc * es,
+                                          cudaMemcpyDeviceToDevice, s->stream) != cudaSuccess)
+                    r = ncclUnhandledCudaError;
+            } else {
+                if (sc)
+                    r = dt_nccl.send((const char *)send + so * es, sc, t, q, s->nc, s->stream);
+                if (r == ncclSuccess && rcnt)
+                    r = dt_nccl.recv((char *)recv + ro * es, rcnt, t, q, s->nc, s->stream);
+            }
+            so += sc;
+            ro += rcnt;
+        }
+        ncclResult_t g = dt_nccl.group_end();
+        return r != ncclSuccess ? r : g;
+    }
     case COLL_REDUCE_SCATTER:
     case COLL_ALL_GATHER:
         break;
@@ -710,15 +734,15 @@ static int nccl_coll_start(comm *c, const coll_args *a, int blocking, comm_req *
     int rec = comm_dev_capturing(); /* comm.c let only device buffers through then */
     char label[160];
     comm_coll_label(c, a->kind, label, sizeof label);
-    if (a->count == 0 && a->kind != COLL_BARRIER)
+    size_t es = comm_dtype_size(a->dt), ns, nr;
+    comm_coll_extent(c, a, &ns, &nr);
+    if (a->kind == COLL_ALL_TO_ALL ? ns + nr == 0 : a->count == 0 && a->kind != COLL_BARRIER)
         return COMM_OK;
     nc_req *r = req_new(s, label);
     if (!r)
         return comm_fail(c, COMM_ESYS, "%s: cannot create a CUDA event", label);
 
     /* host buffers go through one device block: [input | result] */
-    size_t es = comm_dtype_size(a->dt), ns, nr;
-    comm_coll_extent(c, a, &ns, &nr);
     const void *send = a->send;
     void *recv = a->recv;
     int shost = ns > 0 && comm_dev_is_host(a->send), rhost = nr > 0 && comm_dev_is_host(a->recv);

@@ -49,7 +49,7 @@
  *    (cudaFree) would otherwise hang on a stuck collective. On a timeout or an
  *    NCCL error every NCCL communicator of the process is aborted
  *    (ncclCommAbort: the kernels return), the failing one records one line
- *    ("all_reduce #12 in group[0,2]: nccl: timed out after 60.0 s ...") and the
+ *    ("all_reduce #12 of group[0,2] (rank 2's collective #31): nccl: timed out after 60.0 s ...") and the
  *    others "aborted: ..." with it; all are broken from then on, as comm.h says.
  *  - A count mismatch between sender and receiver cannot be seen by NCCL: it
  *    becomes a timeout (or garbage), not COMM_EINVAL as on the CPU transport. */

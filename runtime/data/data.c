@@ -233,6 +233,7 @@ void data_close(data_loader *d)
 }
 
 long data_count(const data_loader *d) { return d->count; }
+long data_span(const data_loader *d) { return d->hi - d->lo; }
 
 /* Sample j of step `step`, as an index into the split's windows or images. */
 static long sample_index(const data_loader *d, uint64_t train_key, long step, long j)

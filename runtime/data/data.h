@@ -1,7 +1,8 @@
 /* data.h — training and validation data, layout-independent.
  *
  * Sources: synthetic, byte-level text (any file), llm.c token shards (1024-byte
- * header of int32: magic 20240520, version 1, token count; then uint16 tokens),
+ * header of int32: magic, version, token count; then uint16 ids (gpt-2 shards)
+ * or uint32 ids (llama-3 shards): lib/text/token_shard.h),
  * IDX images + labels (MNIST / Fashion-MNIST, plain or .gz).
  *
  * The global batch of step k is a pure function of (seed, k, split): sample j of
@@ -80,6 +81,9 @@ void data_close(data_loader *d);
  * tokens - seq_len; GPT validation: non-overlapping windows,
  * (tokens - 1) / seq_len, so ceil(count / global_batch) batches cover it. */
 long data_count(const data_loader *d);
+/* The split's length: tokens (GPT; validation windows use count * seq_len + 1
+ * of them, the rest is a tail shorter than a window) or images (ViT). */
+long data_span(const data_loader *d);
 
 /* Fill samples [begin, begin + count) of the global batch of step `step`.
  * GPT: tokens and targets [count, seq_len]; ViT: images [count, ch, S, S]

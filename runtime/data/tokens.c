@@ -1,6 +1,7 @@
 /* tokens.c — llm.c token shards (lib/text/token_shard.h): a 1024-byte header
- * of 256 little-endian int32 (magic 20240520, version 1, token count), then
- * `count` uint16 tokens. A glob
+ * of 256 little-endian int32 (magic, version, token count), then `count` ids,
+ * uint16 (gpt-2 shards, magic 20240520) or uint32 (llama-3 shards, magic
+ * 20240801); each shard of a glob may be of either kind. A glob
  * (data/fineweb_train_*.bin) concatenates its matches in sorted order into one
  * stream; windows may straddle two shards, as if the shards were one file.
  * Every shard is mmapped and its header checked at open; token ids are the
@@ -20,7 +21,8 @@ typedef struct {
     token_source base;
     int n_shards;
     mapped_file *files;
-    const uint16_t **tokens; /* per shard, just past the header */
+    const unsigned char **tokens; /* per shard, just past the header */
+    int *width;                   /* per shard: bytes per id, 2 or 4 */
     long *start;             /* first stream position of each shard; start[n_shards] = n */
     char **paths;            /* per shard, for messages */
 } shard_stream;
@@ -52,7 +54,7 @@ static void tokens_read(const token_source *s, long pos, int count, int *out)
         long at = pos + i - t->start[shard];
         long avail = t->start[shard + 1] - t->start[shard] - at;
         for (; i < count && avail > 0; i++, at++, avail--)
-            out[i] = t->tokens[shard][at];
+            out[i] = (int)token_shard_id(t->tokens[shard], t->width[shard], at);
     }
 }
 
@@ -66,22 +68,20 @@ static void tokens_close(token_source *s)
     free(t->paths);
     free(t->files);
     free(t->tokens);
+    free(t->width);
     free(t->start);
     free(t);
 }
 
 /* Check one mapped shard's header against its size (lib/text/token_shard.h).
- * Returns the token count or -1 with err written. Token ids are not read here:
- * the loader checks each batch's (data.c), so opening costs the headers only,
- * however large the corpus. */
-static long check_shard(const mapped_file *f, const char *path, char *err, size_t errlen)
+ * Returns the token count (*width: bytes per id) or -1 with err written. Token
+ * ids are not read here: the loader checks each batch's (data.c), so opening
+ * costs the headers only, however large the corpus. */
+static long check_shard(const mapped_file *f, const char *path, int *width, char *err, size_t errlen)
 {
     token_shard_info info;
     if (token_shard_check(f->bytes, f->len, f->len, path, &info, err, errlen) != 0) return -1;
-    if (info.width != 2) { /* a format this reader does not read yet */
-        data_fail(err, errlen, "%s: tokens of %d bytes are not read by this build", path, info.width);
-        return -1;
-    }
+    *width = info.width;
     return info.count;
 }
 
@@ -99,11 +99,12 @@ token_source *tokens_open(const char *pattern, char *err, size_t errlen)
     if (t) {
         t->files = calloc(g.gl_pathc, sizeof *t->files);
         t->tokens = calloc(g.gl_pathc, sizeof *t->tokens);
+        t->width = calloc(g.gl_pathc, sizeof *t->width);
         t->start = calloc(g.gl_pathc + 1, sizeof *t->start);
         t->paths = calloc(g.gl_pathc, sizeof *t->paths);
     }
-    if (!t || !t->files || !t->tokens || !t->start || !t->paths) {
-        if (t) { free(t->files); free(t->tokens); free(t->start); free(t->paths); free(t); }
+    if (!t || !t->files || !t->tokens || !t->width || !t->start || !t->paths) {
+        if (t) { free(t->files); free(t->tokens); free(t->width); free(t->start); free(t->paths); free(t); }
         globfree(&g);
         return data_fail(err, errlen, "%s: out of memory", pattern);
     }
@@ -117,14 +118,14 @@ token_source *tokens_open(const char *pattern, char *err, size_t errlen)
         if (mapped_file_open(&t->files[i], path, err, errlen) == 0) {
             t->paths[i] = strdup(path);
             t->n_shards++; /* mapped: close() now owns it */
-            count = check_shard(&t->files[i], path, err, errlen);
+            count = check_shard(&t->files[i], path, &t->width[i], err, errlen);
         }
         if (count < 0) {
             globfree(&g);
             tokens_close(&t->base);
             return NULL;
         }
-        t->tokens[i] = (const uint16_t *)(t->files[i].bytes + SHARD_HEADER_BYTES);
+        t->tokens[i] = t->files[i].bytes + SHARD_HEADER_BYTES;
         t->start[i] = total;
         total += count;
     }

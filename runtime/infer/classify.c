@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "lib/util/cmdline.h"
 #include "lib/util/exit_codes.h"
 #include "runtime/ckpt/ckpt_io.h"
 #include "runtime/data/data.h"
@@ -32,9 +33,18 @@ typedef struct {
     int n_names;
 } model_io;
 
+static const char USAGE[] =
+    "usage: dtrun classify CKPT|HF_DIR (IMAGE... | --data IDX_IMAGES [--labels FILE]) [options]\n"
+    "  IMAGE...               PNG, PPM or PGM files: each one's top classes and probabilities\n"
+    "  --data IDX_IMAGES      an IDX image file: top-1 / top-5 accuracy over it\n"
+    "  --labels FILE          its IDX labels (default: the torchvision name beside it)\n"
+    "  --top-k K              classes to print per image (default 5)\n"
+    "  --batch B              images per forward (default 16)\n"
+    "  -h, --help             this text\n";
+
 static int usage_error(const char *fmt, const char *a)
 {
-    fprintf(stderr, "dtrun: classify: ");
+    fprintf(stderr, "dtrun classify: ");
     fprintf(stderr, fmt, a);
     fprintf(stderr, "\n");
     return DT_EXIT_USAGE;
@@ -49,6 +59,10 @@ static int parse_opts(int argc, char **argv, classify_opts *o)
     if (!o->files) return DT_EXIT_FAIL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '='), *v = NULL;
+        if (cmdline_is_help(a)) {
+            fputs(USAGE, stdout);
+            return -1;
+        }
         if (a[0] != '-' || !a[1]) {
             if (!o->src) o->src = a;
             else o->files[o->n_files++] = a;
@@ -58,7 +72,7 @@ static int parse_opts(int argc, char **argv, classify_opts *o)
         static const char *const with_value[] = {"--data", "--labels", "--top-k", "--batch", NULL};
         int known = 0;
         for (int k = 0; with_value[k]; k++) known |= strlen(with_value[k]) == n && !strncmp(a, with_value[k], n);
-        if (!known) return usage_error("unknown option '%s' (see dtrun(1))", a);
+        if (!known) return cmdline_unknown_option("classify", a, USAGE);
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
         else return usage_error("%s needs a value", a);
@@ -283,7 +297,7 @@ int classify_command(int argc, char **argv)
     int rc = parse_opts(argc, argv, &o);
     if (rc) {
         free(o.files);
-        return rc;
+        return rc < 0 ? 0 : rc; /* -1: --help printed */
     }
     char err[8192] = "", *yaml = NULL;
     job_model m;
@@ -313,9 +327,8 @@ int classify_command(int argc, char **argv)
         goto out;
     }
     e = engine_create(&job, &rc, err, sizeof err);
-    train_progress pg;
-    int resumed = 0;
-    if (e && (rc = checkpoint_resume(e, &job, &pg, &resumed, err, sizeof err)) == DT_EXIT_OK &&
+    /* the weights only, as eval and generate: not a resume of the training */
+    if (e && (rc = checkpoint_load_weights(e, &job, err, sizeof err)) == DT_EXIT_OK &&
         (rc = engine_classify(e, x, n, logits, err, sizeof err)) == DT_EXIT_OK)
         report(&o, &m, &io, logits, y, n);
 out:

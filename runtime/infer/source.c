@@ -10,6 +10,7 @@
 
 #include "lib/launch/agent.h"
 #include "lib/launch/launch_opts.h"
+#include "lib/text/token_shard.h"
 #include "lib/util/exit_codes.h"
 #include "runtime/ckpt/ckpt.h"
 #include "runtime/data/data.h"
@@ -31,13 +32,14 @@ static void put_quoted(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* llm.c's token files start with the int32 magic 20240520. */
+/* llm.c's token files start with one of their int32 magics (gpt-2's
+ * 20240520, llama-3's 20240801: lib/text/token_shard.h). */
 static int is_token_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
-    int32_t magic = 0;
-    int ok = fread(&magic, sizeof magic, 1, f) == 1 && magic == 20240520;
+    unsigned char magic[4];
+    int ok = fread(magic, sizeof magic, 1, f) == 1 && token_shard_magic_known(magic);
     fclose(f);
     return ok;
 }
@@ -111,8 +113,12 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
         const char *kind = idx ? "idx" : is_token_file(s->data) ? "tokens" : "text";
         fprintf(f, "data:\n  kind: %s\n  train: ", kind);
         put_quoted(f, s->data);
-        fprintf(f, "\n  val: ");
-        put_quoted(f, s->data);
+        if (s->val_split) { /* the split training validates on: the file's last val_fraction */
+            if (s->val_fraction > 0) fprintf(f, "\n  val_fraction: %.17g", s->val_fraction);
+        } else { /* the whole file */
+            fprintf(f, "\n  val: ");
+            put_quoted(f, s->data);
+        }
         fprintf(f, "\n");
         if (idx) {
             char labels[4096];
@@ -125,14 +131,16 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
             }
             fprintf(f, "  train_labels: ");
             put_quoted(f, labels);
-            fprintf(f, "\n  val_labels: ");
-            put_quoted(f, labels);
+            if (!s->val_split) {
+                fprintf(f, "\n  val_labels: ");
+                put_quoted(f, labels);
+            }
             fprintf(f, "\n");
         }
     }
     int gb = s->global_batch > 0 ? s->global_batch : 8;
     fprintf(f, "train:\n  steps: 1\n  global_batch: %d\n  eval_batches: 0\n", gb);
-    fprintf(f, "parallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  mode: %s\n", s->dp, s->tp, s->pp, s->mode ? s->mode : "none");
+    fprintf(f, "parallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  mode: %s\n", s->dp, s->tp, s->pp, s->mode ? s->mode : "ddp");
     if (s->pp > 1) fprintf(f, "  microbatches: %d\n", s->pp);
     if (!hf) {
         fprintf(f, "checkpoint:\n  resume: ");
@@ -211,7 +219,7 @@ int infer_int_opt(const char *subcommand, const char *opt, const char *v, int lo
     char *end;
     long n = strtol(v, &end, 10);
     if (end == v || *end || n < lo || n > hi) {
-        fprintf(stderr, "dtrun: %s: %s '%s': want an integer in [%d, %d]\n", subcommand, opt, v, lo, hi);
+        fprintf(stderr, "dtrun %s: %s '%s': want an integer in [%d, %d]\n", subcommand, opt, v, lo, hi);
         return -1;
     }
     *out = (int)n;

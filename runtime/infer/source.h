@@ -25,6 +25,8 @@ typedef struct {
     const char *data;       /* eval: the file evaluated on (NULL: synthetic) */
     int global_batch;       /* eval: samples per validation batch (0: 8) */
     int seq_len;            /* GPT: tokens per window (0: the model's) */
+    int val_split;          /* eval: the validation split of data (its last val_fraction), not all of it */
+    double val_fraction;    /* with val_split: its share (0: data.val_fraction's default) */
 } infer_source;
 
 /* The job YAML text (malloc'd into *yaml) for src; model_out gets the

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
-#include "lib/job/jobspec_suggest.h"
+#include "lib/util/suggest.h"
 #include "runtime/env.h"
 
 #define MIB (1024.0 * 1024.0)

@@ -2,11 +2,13 @@
  * (checkpoint.h). */
 #include "runtime/train/checkpoint.h"
 #include "runtime/train/provenance.h"
+#include "runtime/train/resume_diff.h"
 
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <time.h>
 
 #include "lib/util/clock.h"
@@ -14,6 +16,8 @@
 #include "runtime/env.h"
 #include "runtime/worker/engine_ckpt.h"
 #include "runtime/train/init_from.h"
+#include "runtime/train/metrics.h"
+#include "runtime/train/resume_hint.h"
 #include "runtime/train/train.h"
 
 static volatile sig_atomic_t stop_signal;
@@ -102,36 +106,133 @@ static int same_model(const ckpt *ck, const job_model *m, char *err, size_t errl
     return 0;
 }
 
-/* What checkpoint.resume names: 0 with *path (a checkpoint to load), 1 for a
- * fresh start, -1 with err. */
-static int resume_source(const job_spec *job, const char **path, char *err, size_t errlen)
+/* Where a resume reads from. */
+typedef struct {
+    const char *path;       /* what to open: a DIR (its latest) or a step directory */
+    char pin[JOB_PATH_MAX]; /* the step directory checkpoint.resume: PATH names, "" under auto */
+    long pin_step;
+    int continued;          /* a restart goes on from its own latest in checkpoint.dir, past the pin */
+} resume_from;
+
+static int same_dir(const char *a, const char *b)
+{
+    char ra[4096], rb[4096];
+    if (realpath(a, ra) && realpath(b, rb)) return !strcmp(ra, rb);
+    return !strcmp(a, b);
+}
+
+/* A restart of a run pinned to src->pin: checkpoint.dir's latest is its own
+ * when it is past the pin, saved by this run (TORCHELASTIC_RUN_ID) from the
+ * same pin. What it saved since the pin is then what it continues from, so a
+ * crash loses at most checkpoint.every steps, pinned or not. */
+static int own_latest_past_pin(const job_spec *job, const resume_from *src)
+{
+    const dt_env *env = dt_env_get();
+    const char *dir = job->checkpoint.dir;
+    long latest;
+    char why[512], id[256], from[JOB_PATH_MAX];
+    if (!dir[0] || !env->run_id[0]) return 0;
+    if (ckpt_latest_step(dir, &latest, why, sizeof why) != 0 || latest <= src->pin_step) return 0;
+    ckpt *ck = NULL;
+    if (ckpt_open_index(dir, &ck, why, sizeof why) != 0) return 0;
+    int own = provenance_run(ckpt_get_info(ck)->provenance, id, sizeof id, from, sizeof from) == 0 &&
+              !strcmp(id, env->run_id) && from[0] && same_dir(from, src->pin);
+    ckpt_close(ck);
+    return own;
+}
+
+/* What checkpoint.resume names: 0 with src->path (a checkpoint to load), 1
+ * for a fresh start, -1 with err. restart: this is a restart of the run (the
+ * agent's attempt > 0 on some rank: every rank must choose alike, and a node
+ * admitted later has an agent of its own, whose count starts at 0). */
+static int resume_source(const job_spec *job, int restart, resume_from *src, char *err, size_t errlen)
 {
     const job_checkpoint *c = &job->checkpoint;
+    memset(src, 0, sizeof *src);
     if (!strcmp(c->resume, "never")) return 1;
     if (strcmp(c->resume, "auto") != 0) {
-        *path = c->resume;
+        ckpt *pin = NULL;
+        if (ckpt_open_index(c->resume, &pin, err, errlen) != 0) return -1;
+        snprintf(src->pin, sizeof src->pin, "%s", ckpt_path(pin));
+        src->pin_step = ckpt_get_info(pin)->step;
+        ckpt_close(pin);
+        src->continued = restart && own_latest_past_pin(job, src);
+        src->path = src->continued ? c->dir : c->resume;
         return 0;
     }
     if (!c->dir[0]) return 1;
     long step;
     int rc = ckpt_latest_step(c->dir, &step, err, errlen);
     if (rc != 0) return rc;
-    *path = c->dir;
+    src->path = c->dir;
     return 0;
 }
 
-int checkpoint_check_resume(const job_spec *job, char *err, size_t errlen)
+/* resume_hint's test: a step directory whose index opens and whose model is the job's. */
+static int holds_job_model(const char *step_dir, void *job)
 {
-    const char *path = NULL;
-    char why[1024] = "";
     ckpt *ck = NULL;
-    int rc = resume_source(job, &path, why, sizeof why);
-    if (rc == 0 && ckpt_open_index(path, &ck, why, sizeof why) != 0) rc = -1;
+    char why[1024];
+    int ok = ckpt_open_index(step_dir, &ck, why, sizeof why) == 0 &&
+             same_model(ck, &((const job_spec *)job)->model, why, sizeof why) == 0;
+    ckpt_close(ck);
+    return ok;
+}
+
+/* The run is finished when the checkpoint holds its last step: a line
+ * saying so (for stdout) in out, else "". */
+static int finished_line(const job_spec *job, const ckpt *ck, char *out, size_t n)
+{
+    long step = ckpt_get_info(ck)->step;
+    out[0] = 0;
+    if (step < job->train.steps) return 0;
+    snprintf(out, n, "%s: the run is finished: %s holds step %ld%s train.steps %d; nothing to do (raise train.steps "
+                     "to train on; dtrun eval evaluates it)", job->path, ckpt_path(ck), step,
+             step == job->train.steps ? ", the last of" : ", beyond", job->train.steps);
+    return 1;
+}
+
+/* The checkpoint's job against this one (resume_diff.h): 0, or -1 with the
+ * refusal in why. An index without a job, or whose job does not load, is
+ * only a note: its model was compared already. */
+static int job_changes(const ckpt *ck, const job_spec *job, const char *allow, resume_diff *d, char *why,
+                       size_t whylen, int say_notes)
+{
+    char e[1100];
+    if (resume_diff_jobs(ckpt_get_info(ck)->job_yaml, job, allow, d, e, sizeof e) != 0) {
+        if (say_notes) fprintf(stderr, "dtrun: warning: %s: %s; only its model is compared\n", ckpt_path(ck), e);
+        return 0;
+    }
+    if (!d->n_refused) return 0;
+    resume_diff_refusal(d, ckpt_path(ck), why, whylen);
+    return -1;
+}
+
+int checkpoint_check_resume(const job_spec *job, const char *allow, char *finished, size_t flen, char *err,
+                            size_t errlen)
+{
+    resume_from src;
+    char why[4096] = "";
+    ckpt *ck = NULL;
+    resume_diff d;
+    finished[0] = 0;
+    int rc = resume_source(job, 0, &src, why, sizeof why); /* a launch: no restart yet */
+    if (rc == 0 && ckpt_open_index(src.path, &ck, why, sizeof why) != 0) rc = -1;
     if (rc == 0 && same_model(ck, &job->model, why, sizeof why) != 0) rc = -1;
+    if (rc == 0 && finished_line(job, ck, finished, flen)) {
+        ckpt_close(ck);
+        return DT_EXIT_OK;
+    }
+    if (rc == 0 && job_changes(ck, job, allow, &d, why, sizeof why, 0) != 0) {
+        ckpt_close(ck);
+        snprintf(err, errlen, "%s: %s", job->path, why);
+        return DT_EXIT_CKPT;
+    }
     ckpt_close(ck);
     if (rc >= 0) return DT_EXIT_OK;
-    snprintf(err, errlen, "%s: cannot resume: %s; to start otherwise, set checkpoint.resume to never or to an "
-                          "older step directory", job->path, why);
+    char hint[JOB_PATH_MAX + 128];
+    resume_hint(job, src.path ? src.path : job->checkpoint.resume, holds_job_model, (void *)job, hint, sizeof hint);
+    snprintf(err, errlen, "%s: cannot resume: %s; %s", job->path, why, hint);
     return DT_EXIT_CKPT;
 }
 
@@ -139,27 +240,58 @@ int checkpoint_check_resume(const job_spec *job, char *err, size_t errlen)
  * inference only takes the weights (the data it reads is its own business). */
 typedef enum { LOAD_TO_TRAIN = 0, LOAD_TO_INFER } load_purpose;
 
+/* Rank 0's line before training: where it resumes, under which layout, and
+ * what changed since the checkpoint (stdout: what the run does, not a warning). */
+static void say_resuming(engine *e, const ckpt *ck, const resume_from *src, const resume_diff *d, int train)
+{
+    /* generate and eval print their results on stdout: the line is a note there */
+    FILE *out = train ? stdout : stderr;
+    const ckpt_info *in = ckpt_get_info(ck);
+    char cp[24] = "", pinned[JOB_PATH_MAX + 96] = "";
+    if (in->cp > 1) snprintf(cp, sizeof cp, " cp=%d", in->cp);
+    if (src->continued)
+        snprintf(pinned, sizeof pinned, "; this run's latest, past its pin %s (restart %d)", src->pin,
+                 dt_env_get()->attempt);
+    fprintf(out, "dtrun: %s %s: step %ld (saved under dp=%d%s tp=%d pp=%d %s; now %s)%s%s%s\n",
+           train ? "resuming from" : "weights from", ckpt_path(ck), in->step, in->dp, cp, in->tp, in->pp, in->mode,
+           engine_layout(e), pinned, d->n_changed ? "; changed since: " : "", d->changed);
+    fflush(out);
+}
+
 static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, int *resumed,
                            load_purpose purpose, char *err, size_t errlen)
 {
     const int train = purpose == LOAD_TO_TRAIN;
     memset(p, 0, sizeof *p);
     *resumed = 0;
-    const char *path = NULL;
-    char why[1024] = "";
+    resume_from src;
+    resume_diff d;
+    memset(&d, 0, sizeof d);
+    char why[4096] = "";
     ckpt *ck = NULL;
-    int rc = resume_source(job, &path, why, sizeof why);
-    if (rc == 0 && ckpt_open(path, &ck, why, sizeof why) != 0) rc = -1;
+    int restart = 0, arc = engine_any(e, dt_env_get()->attempt > 0, &restart, err, errlen);
+    if (arc != DT_EXIT_OK) return arc;
+    int rc = resume_source(job, restart, &src, why, sizeof why);
+    if (rc == 0 && ckpt_open(src.path, &ck, why, sizeof why) != 0) rc = -1;
     if (rc == 0 && same_model(ck, &job->model, why, sizeof why) != 0) rc = -1;
+    int refused = 0;
+    if (rc == 0 && train && job_changes(ck, job, dt_env_get()->allow_changes, &d, why, sizeof why,
+                                        engine_rank(e) == 0) != 0)
+        rc = -1, refused = 1;
     /* every rank reads the same files, but a rank could still fail alone
      * (memory, a flaky mount): agree before anyone loads */
-    int any = 0, arc = engine_any(e, rc < 0, &any, err, errlen);
+    int any = 0;
+    arc = engine_any(e, rc < 0, &any, err, errlen);
     if (arc != DT_EXIT_OK || any) {
         ckpt_close(ck);
         if (arc != DT_EXIT_OK) return arc;
-        if (rc < 0 && train) {
-            snprintf(err, errlen, "rank %d: cannot resume: %s; to start otherwise, set checkpoint.resume to "
-                                  "never or to an older step directory", engine_rank(e), why);
+        if (refused) {
+            snprintf(err, errlen, "rank %d: %s", engine_rank(e), why);
+        } else if (rc < 0 && train) {
+            char hint[JOB_PATH_MAX + 128];
+            resume_hint(job, src.path ? src.path : job->checkpoint.resume, holds_job_model, (void *)job, hint,
+                        sizeof hint);
+            snprintf(err, errlen, "rank %d: cannot resume: %s; %s", engine_rank(e), why, hint);
         } else if (rc < 0) {
             snprintf(err, errlen, "rank %d: cannot load the weights: %s", engine_rank(e), why);
         } else {
@@ -171,6 +303,17 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
     }
     if (rc == 1) /* a fresh start: from model.init_from's weights when it names a folder */
         return job->model.init_from[0] ? init_from_load(e, job, err, errlen) : DT_EXIT_OK;
+    /* A new launch of a finished run trains nothing and writes nothing. A
+     * restart (attempt > 0) of a run that died after its last save still
+     * evaluates and sums up, as the run it belongs to would have. */
+    char done[2048];
+    if (train && !restart && finished_line(job, ck, done, sizeof done)) {
+        if (engine_rank(e) == 0) printf("dtrun: %s\n", done), fflush(stdout);
+        p->step = ckpt_get_info(ck)->step;
+        p->finished = 1;
+        ckpt_close(ck);
+        return DT_EXIT_OK;
+    }
     rc = engine_load_checkpoint(e, ck, err, errlen);
     /* provenance: the data the checkpoint was trained on, against the files
      * now (rank 0 compares; under DTRUN_STRICT_DATA all stop on its word) */
@@ -192,19 +335,12 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
         const ckpt_info *in = ckpt_get_info(ck);
         p->step = in->step;
         p->updates = in->optim_step;
-        if (strcmp(job->checkpoint.resume, "auto") != 0) snprintf(p->pinned, sizeof p->pinned, "%s", ckpt_path(ck));
+        /* the pin stays the pin when a restart goes on past it: retention
+         * keeps it, and the next restart knows this run by it */
+        snprintf(p->pinned, sizeof p->pinned, "%s", src.pin);
         for (int i = 0; i < in->n_loss; i++) train_progress_add_loss(p, in->loss_tail[i]);
         *resumed = 1;
-        if (engine_rank(e) == 0) {
-            char cp[24] = "";
-            if (in->cp > 1) snprintf(cp, sizeof cp, " cp=%d", in->cp);
-            fprintf(stderr, "dtrun: %s %s: step %ld (saved under dp=%d%s tp=%d pp=%d %s; now %s)\n",
-                    train ? "resuming from" : "weights from", ckpt_path(ck), in->step, in->dp, cp, in->tp, in->pp,
-                    in->mode, engine_layout(e));
-            if (train && in->seed != job->train.seed)
-                fprintf(stderr, "dtrun: note: the checkpoint was trained with seed %llu, this job uses %llu "
-                                "(the data from here on follows the job's)\n", in->seed, job->train.seed);
-        }
+        if (engine_rank(e) == 0) say_resuming(e, ck, &src, &d, train);
     }
     ckpt_close(ck);
     return rc;
@@ -245,7 +381,7 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
     char *prov = NULL;
     if (engine_rank(e) == 0) {
         char why[512];
-        prov = provenance_json(job, engine_backend_name(e), engine_world_size(e), why, sizeof why);
+        prov = provenance_json(job, engine_backend_name(e), engine_world_size(e), p->pinned, why, sizeof why);
         if (!prov) fprintf(stderr, "dtrun: warning: the checkpoint will have no provenance: %s\n", why);
     }
     ckpt_meta meta = {.step = p->step, .seed = job->train.seed, .job_yaml = yaml, .model = &job->model,
@@ -273,7 +409,6 @@ int checkpoint_save(engine *e, const job_spec *job, const train_progress *p, cha
     }
     if (rc != DT_EXIT_OK) return rc;
     if (engine_rank(e) == 0 && !already)
-        fprintf(stderr, "dtrun: checkpoint step %ld saved to %s (%.2f s)\n", p->step, dir,
-                clock_now_s() - t0);
+        metrics_say("dtrun: checkpoint step %ld saved to %s (%.2f s)", p->step, dir, clock_now_s() - t0);
     return DT_EXIT_OK;
 }

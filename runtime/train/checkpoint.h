@@ -4,10 +4,19 @@
  *
  * Resume (checkpoint.resume): "auto" loads DIR/latest when there is one (a fresh
  * start otherwise), "never" starts fresh, anything else is a checkpoint path (a
- * DIR with `latest`, or a step directory) that must load. The checkpoint may
+ * DIR with `latest`, or a step directory) that must load: a pin, where a new
+ * launch starts from. A restart of the same run (the agent's, DTRUN_ATTEMPT >
+ * 0) goes on from checkpoint.dir's latest instead when that is past the pin
+ * and its own: saved by this run (its provenance's run id is this
+ * TORCHELASTIC_RUN_ID) from the same pin. So a crash loses at most
+ * checkpoint.every steps, pinned or not. The checkpoint may
  * come from any layout: each rank reads its slices under the current one. The
  * run continues at the saved step with the data of that step (batches are a
  * pure function of (seed, step)), so a resumed run is the uninterrupted one.
+ * Rank 0 says in one line (stdout) where it resumes and what the job changed
+ * since the checkpoint; a change that makes another run is refused
+ * (resume_diff.h). A checkpoint at the run's last step means the run is
+ * finished: a new launch trains nothing and writes nothing (train.c).
  *
  * Saves (checkpoint.dir set): after every `every` steps, at the end of training,
  * and at the step boundary after SIGTERM, SIGINT, SIGHUP or SIGUSR1 (Slurm's
@@ -45,15 +54,19 @@ typedef struct {
     long updates;       /* AdamW updates applied */
     double tail[CKPT_LOSS_TAIL];
     int n_tail;         /* the last losses, oldest first */
-    char pinned[JOB_PATH_MAX]; /* the step directory checkpoint.resume: PATH loaded:
-                                  retention never deletes it (a restart loads it again) */
+    char pinned[JOB_PATH_MAX]; /* the step directory checkpoint.resume: PATH names (""
+                                  under auto): retention never deletes it (a new launch
+                                  starts there again), the provenance records it */
+    int finished;       /* a new launch found the run finished (the checkpoint holds
+                           its last step): nothing loaded, nothing to train or write */
 } train_progress;
 
 void train_progress_add_loss(train_progress *p, double loss);
 
 /* Collective. Applies checkpoint.resume: on a load, the engine holds the
  * checkpoint's parameters and optimizer state and *p its progress; *resumed =
- * 1. Otherwise *p is zero. */
+ * 1. p->finished when the run is finished (rank 0 said so on stdout; nothing
+ * was loaded). Otherwise *p is zero. */
 int checkpoint_resume(engine *e, const job_spec *job, train_progress *p, int *resumed, char *err,
                       size_t errlen);
 
@@ -64,9 +77,14 @@ int checkpoint_load_weights(engine *e, const job_spec *job, char *err, size_t er
 
 /* Before any worker starts (the launcher): the checkpoint that
  * checkpoint.resume names (or `latest` under auto) has a readable index whose
- * model is the job's. DT_EXIT_OK, or DT_EXIT_CKPT with one line naming the
- * checkpoint and the first dimension that differs. Reads index.json only. */
-int checkpoint_check_resume(const job_spec *job, char *err, size_t errlen);
+ * model is the job's, and the job changes nothing that makes another run
+ * (resume_diff.h; allow: --allow-changes' list, or ""). DT_EXIT_OK, or
+ * DT_EXIT_CKPT with one line naming the checkpoint and what differs. When the
+ * checkpoint holds the run's last step (train.steps), the run is finished:
+ * DT_EXIT_OK with a line saying so in `finished` ("" otherwise), and nothing
+ * is to be started. Reads index.json only. */
+int checkpoint_check_resume(const job_spec *job, const char *allow, char *finished, size_t flen, char *err,
+                            size_t errlen);
 
 /* Collective: saves step p->step to checkpoint.dir (which must be set). A step
  * that is already the latest checkpoint is not written again. */

@@ -3,6 +3,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,6 +25,28 @@ struct metrics {
     const char *unit; /* "tok/s" or "img/s" */
     tfevents *tb;     /* NULL when no log.tensorboard */
 };
+
+/* A live progress line is on stdout without its newline: the next line
+ * written there erases it first, or it would run on behind it. One per
+ * process: only rank 0 prints. */
+static int live_pending;
+
+static void end_live_line(void)
+{
+    if (live_pending) fputs("\r\033[K", stdout);
+    live_pending = 0;
+}
+
+void metrics_say(const char *fmt, ...)
+{
+    end_live_line();
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
 
 /* Create the directories leading to `path` (like mkdir -p of its dirname). */
 static void make_parents(const char *path)
@@ -48,8 +71,12 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
     m->attempt = dt_env_get()->attempt;
     m->steps = job->train.steps;
     m->unit = job->model.kind == MODEL_GPT ? "tok/s" : "img/s";
+    /* auto: live where the lines are read on a terminal. Through the agent
+     * this worker's stdout is a pipe; the agent says whether it shows it on a
+     * terminal (DTRUN_STDOUT_TTY), and redraws the line there. */
+    int tty = dt_env_get()->stdout_tty;
     m->live = job->log.progress == PROGRESS_ON ||
-              (job->log.progress == PROGRESS_AUTO && isatty(STDERR_FILENO));
+              (job->log.progress == PROGRESS_AUTO && (tty >= 0 ? tty : isatty(STDOUT_FILENO)));
     if (job->log.progress == PROGRESS_OFF) m->every = 0;
     if (rank == 0 && job->log.metrics[0]) {
         make_parents(job->log.metrics);
@@ -144,10 +171,10 @@ void metrics_log_step(metrics *m, const metrics_step *s)
     if (!last && s->step % m->every) return;
     char eta[32];
     fmt_eta(eta, sizeof eta, s->elapsed / (s->step - m->first_step + 1) * (m->steps - s->step));
-    fprintf(stderr, "%sstep %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f %s | ETA %s%s",
-            m->live ? "\r\033[K" : "", s->step, m->steps, s->loss, s->lr, s->grad_norm,
-            s->samples_per_s, m->unit, eta, m->live && !last ? "" : "\n");
-    fflush(stderr);
+    printf("%sstep %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f %s | ETA %s%s", m->live ? "\r\033[K" : "", s->step,
+           m->steps, s->loss, s->lr, s->grad_norm, s->samples_per_s, m->unit, eta, m->live && !last ? "" : "\n");
+    live_pending = m->live && !last;
+    fflush(stdout);
 }
 
 void metrics_log_eval(metrics *m, int step, double val_loss, double acc)
@@ -166,17 +193,19 @@ void metrics_log_eval(metrics *m, int step, double val_loss, double acc)
             fprintf(m->jsonl, "{\"step\":%d,\"val_loss\":%.6f,\"attempt\":%d}\n", step, val_loss, m->attempt);
         fflush(m->jsonl);
     }
-    if (m->live) fprintf(stderr, "\r\033[K");
-    if (acc >= 0) fprintf(stderr, "eval step %d | val_loss %.4f | val_acc %.2f%%\n", step, val_loss, 100 * acc);
-    else fprintf(stderr, "eval step %d | val_loss %.4f\n", step, val_loss);
+    end_live_line();
+    if (acc >= 0) printf("eval step %d | val_loss %.4f | val_acc %.2f%%\n", step, val_loss, 100 * acc);
+    else printf("eval step %d | val_loss %.4f\n", step, val_loss);
+    fflush(stdout);
 }
 
 void metrics_summary(metrics *m, int steps, double loss, double val_loss, double acc,
                      double elapsed, double samples)
 {
     if (m->rank != 0) return;
-    if (m->live) fprintf(stderr, "\r\033[K");
-    fprintf(stderr, "done: %d steps in %.1f s | loss %.4f | val_loss %.4f", steps, elapsed, loss, val_loss);
-    if (acc >= 0) fprintf(stderr, " | val_acc %.2f%%", 100 * acc);
-    fprintf(stderr, " | %.0f %s\n", elapsed > 0 ? samples / elapsed : 0.0, m->unit);
+    end_live_line();
+    printf("done: %d steps in %.1f s | loss %.4f | val_loss %.4f", steps, elapsed, loss, val_loss);
+    if (acc >= 0) printf(" | val_acc %.2f%%", 100 * acc);
+    printf(" | %.0f %s\n", elapsed > 0 ? samples / elapsed : 0.0, m->unit);
+    fflush(stdout);
 }

@@ -1,6 +1,8 @@
 /* metrics.h — what a run reports: one JSON object per logged step in the metrics
- * file (JSONL), a live progress line for rank 0 on a terminal (plain lines
- * otherwise), evaluation lines and a final summary; with log.tensorboard, the
+ * file (JSONL), and on stdout (rank 0) a live progress line when it is read on
+ * a terminal (log.progress auto: the worker's stdout, or through the agent
+ * DTRUN_STDOUT_TTY; plain lines otherwise), evaluation lines and a final
+ * summary; with log.tensorboard, the
  * same scalars as TensorBoard events (tfevents.h): rank 0 writes train/loss,
  * train/lr, train/grad_norm, perf/tokens_per_s (images_per_s for ViT),
  * perf/mfu_percent (when a hardware profile gives the device's peak),
@@ -36,6 +38,9 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
  * "attempt", so steps an attempt repeats after a restart stay told apart. */
 void metrics_log_attempt(metrics *m, long from_step);
 void metrics_close(metrics *m);
+/* One line of what the run does (resuming, a checkpoint saved, a stop) on
+ * stdout, a newline added; a live progress line is erased first. */
+void metrics_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void metrics_log_step(metrics *m, const metrics_step *s);
 /* This rank's peak memory after a step: accounted bytes (account.h) and the
  * process's peak RSS. Written to the rank's TensorBoard file only. */

@@ -47,13 +47,17 @@ static int take_locks(const job_spec *job, preflight_locks *locks, char *err, si
     return DT_EXIT_OK;
 }
 
-int preflight_job(const job_spec *job, const preflight_opts *o, preflight_locks *locks, char *err, size_t errlen)
+int preflight_job(const job_spec *job, const preflight_opts *o, preflight_locks *locks, char *finished, size_t flen,
+                  char *err, size_t errlen)
 {
     memset(locks, 0, sizeof *locks);
     int code = DT_EXIT_OK;
     if (job_check_paths(job, &code, err, errlen) != 0) return code;
     if (data_check_files(job, err, errlen) != 0) return DT_EXIT_DATA;
-    if ((code = checkpoint_check_resume(job, err, errlen)) != DT_EXIT_OK) return code;
+    if ((code = checkpoint_check_resume(job, o->allow_changes ? o->allow_changes : "", finished, flen, err,
+                                        errlen)) != DT_EXIT_OK)
+        return code;
+    if (finished[0]) return DT_EXIT_OK; /* nothing to start: no lock, no memory check */
     if ((code = check_memory(job, o, err, errlen)) != DT_EXIT_OK) return code;
     if (o->take_locks && (code = take_locks(job, locks, err, errlen)) != DT_EXIT_OK) return code;
     /* with the lock held no other run writes there: a step directory without

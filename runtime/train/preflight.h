@@ -4,7 +4,9 @@
  *   paths       data files readable (3), the resume checkpoint present, the
  *               checkpoint directory and log files writable (6, 2);
  *   data        each data file's header (3; data_check_files: headers only);
- *   resume      the checkpoint's model is the job's (6), from its index only;
+ *   resume      the checkpoint's model is the job's and the job changes nothing
+ *               that makes another run (6), from its index only; a checkpoint
+ *               at the last step means the run is finished;
  *   memory      the dry-run's verdict on this machine: a job it says does not
  *               fit is refused (2) unless check_fit is 0 (--no-fit-check);
  *   locks       one run per checkpoint.dir and per log.metrics (2), held until
@@ -26,6 +28,7 @@ typedef struct {
                                    memory) when the workers compute on the CPU; on GPUs
                                    without --hardware there is no memory check */
     int on_gpu;                 /* the workers compute on GPUs */
+    const char *allow_changes;  /* --allow-changes' list, or NULL (resume_diff.h) */
 } preflight_opts;
 
 typedef struct {
@@ -33,8 +36,11 @@ typedef struct {
 } preflight_locks;
 
 /* DT_EXIT_OK with the locks held, or an exit status with one line in err
- * ("FILE:LINE:COL: what" where a key is to blame). */
-int preflight_job(const job_spec *job, const preflight_opts *o, preflight_locks *locks, char *err, size_t errlen);
+ * ("FILE:LINE:COL: what" where a key is to blame). DT_EXIT_OK with a line in
+ * `finished` (else "") when the resume checkpoint holds the run's last step:
+ * nothing to start, no lock taken. */
+int preflight_job(const job_spec *job, const preflight_opts *o, preflight_locks *locks, char *finished, size_t flen,
+                  char *err, size_t errlen);
 
 void preflight_release(preflight_locks *locks);
 

@@ -62,7 +62,8 @@ static void cpu_model(char *out, size_t n)
 static data_file_hash *g_files;
 static int g_n = -1;
 
-char *provenance_json(const job_spec *job, const char *backend, int world, char *err, size_t errlen)
+char *provenance_json(const job_spec *job, const char *backend, int world, const char *resumed_from, char *err,
+                      size_t errlen)
 {
     if (g_n < 0) {
         int n = 0;
@@ -90,6 +91,10 @@ char *provenance_json(const job_spec *job, const char *backend, int world, char 
     cJSON_AddStringToObject(hw, "backend", backend);
     cJSON_AddStringToObject(hw, "cpu", cpu);
     cJSON_AddStringToObject(hw, "host", host);
+    cJSON *run = cJSON_AddObjectToObject(o, "run");
+    cJSON_AddStringToObject(run, "id", env->run_id);
+    cJSON_AddNumberToObject(run, "attempt", env->attempt);
+    cJSON_AddStringToObject(run, "resumed_from", resumed_from ? resumed_from : "");
     cJSON *w = cJSON_AddObjectToObject(o, "world");
     cJSON_AddNumberToObject(w, "ranks", world);
     cJSON_AddNumberToObject(w, "ranks_per_node", env->local_world_size > 0 ? env->local_world_size : world);
@@ -144,6 +149,21 @@ static const char *str_of(const cJSON *o, const char *key)
     return cJSON_IsString(v) ? v->valuestring : "?";
 }
 
+int provenance_run(const char *provenance, char *id, size_t idlen, char *resumed_from, size_t rlen)
+{
+    id[0] = resumed_from[0] = 0;
+    cJSON *o = provenance && *provenance ? cJSON_Parse(provenance) : NULL;
+    const cJSON *run = cJSON_GetObjectItemCaseSensitive(o, "run");
+    const cJSON *i = cJSON_GetObjectItemCaseSensitive(run, "id"), *r = cJSON_GetObjectItemCaseSensitive(run, "resumed_from");
+    int found = cJSON_IsString(i) && cJSON_IsString(r);
+    if (found) {
+        snprintf(id, idlen, "%s", i->valuestring);
+        snprintf(resumed_from, rlen, "%s", r->valuestring);
+    }
+    cJSON_Delete(o);
+    return found ? 0 : -1;
+}
+
 int provenance_inspect(const char *path, FILE *out)
 {
     ckpt *ck = NULL;
@@ -155,8 +175,8 @@ int provenance_inspect(const char *path, FILE *out)
     const ckpt_info *in = ckpt_get_info(ck);
     fprintf(out, "checkpoint  %s\nstep        %ld (%ld optimizer updates), seed %llu\n", ckpt_path(ck), in->step,
             in->optim_step, in->seed);
-    fprintf(out, "layout      dp %d x tp %d x pp %d = %d ranks, mode %s\n", in->dp, in->tp, in->pp, in->world,
-            in->mode);
+    fprintf(out, "layout      dp %d x tp %d x pp %d = %d rank%s, mode %s\n", in->dp, in->tp, in->pp, in->world,
+            in->world == 1 ? "" : "s", in->mode);
     if (in->has_model)
         fprintf(out, "model       %s: %d layers, d_model %d, %d heads\n", in->model.kind == MODEL_VIT ? "vit" : "gpt",
                 in->model.n_layer, in->model.d_model, in->model.n_head);
@@ -171,6 +191,13 @@ int provenance_inspect(const char *path, FILE *out)
         for (const cJSON *a = cJSON_IsArray(cmd) ? cmd->child : NULL; a; a = a->next)
             fprintf(out, " %s", cJSON_IsString(a) ? a->valuestring : "?");
         fprintf(out, "\ncwd         %s\n", str_of(o, "cwd"));
+        const cJSON *run = cJSON_GetObjectItemCaseSensitive(o, "run");
+        if (run) {
+            const cJSON *at = cJSON_GetObjectItemCaseSensitive(run, "attempt");
+            const char *from = str_of(run, "resumed_from");
+            fprintf(out, "run         %s, attempt %d%s%s\n", str_of(run, "id"), cJSON_IsNumber(at) ? at->valueint : 0,
+                    from[0] ? ", pinned to " : "", from);
+        }
         const cJSON *env = cJSON_GetObjectItemCaseSensitive(o, "env");
         fprintf(out, "env        ");
         int any = 0;
@@ -179,9 +206,9 @@ int provenance_inspect(const char *path, FILE *out)
         fprintf(out, "%s\n", any ? "" : " (none that change results)");
         const cJSON *hw = cJSON_GetObjectItemCaseSensitive(o, "hardware"), *w = cJSON_GetObjectItemCaseSensitive(o, "world");
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(w, "ranks"), *rn = cJSON_GetObjectItemCaseSensitive(w, "ranks_per_node");
-        fprintf(out, "hardware    %s backend on %s (%s), %d ranks, %d per node\n", str_of(hw, "backend"),
-                str_of(hw, "host"), str_of(hw, "cpu"), cJSON_IsNumber(r) ? r->valueint : 0,
-                cJSON_IsNumber(rn) ? rn->valueint : 0);
+        int nr = cJSON_IsNumber(r) ? r->valueint : 0;
+        fprintf(out, "hardware    %s backend on %s (%s), %d rank%s, %d per node\n", str_of(hw, "backend"),
+                str_of(hw, "host"), str_of(hw, "cpu"), nr, nr == 1 ? "" : "s", cJSON_IsNumber(rn) ? rn->valueint : 0);
         const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
         int nd = cJSON_IsArray(data) ? cJSON_GetArraySize(data) : 0;
         if (!nd) fprintf(out, "data        none read from files (synthetic)\n");

@@ -150,10 +150,9 @@ static int stop_requested(engine *e, const job_spec *job, const train_progress *
     if ((*rc = engine_any(e, sig != 0, &any, err, errlen)) != DT_EXIT_OK) return 1;
     if (!any) return 0;
     if ((*rc = checkpoint_save(e, job, pg, err, errlen)) != DT_EXIT_OK) return 1;
-    if (engine_rank(e) == 0)
-        fprintf(stderr, "dtrun: %s: stopped at step %ld with a checkpoint in %s; the same command resumes\n",
-                stop_signal_name(sig),
-                pg->step, job->checkpoint.dir);
+    if (engine_rank(e) == 0) /* what the run did, as asked: stdout */
+        metrics_say("dtrun: %s: stopped at step %ld with a checkpoint in %s; the same command resumes",
+                    stop_signal_name(sig), pg->step, job->checkpoint.dir);
     return 1;
 }
 
@@ -219,6 +218,10 @@ static int env_check(void)
 int train_run(const job_spec *file_job)
 {
     char err[2048];
+    /* stdout carries the run's lines (steps, evaluations, saves, the summary),
+     * stderr warnings and errors; through the agent's pipe each line goes as
+     * it is written */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (env_check() != 0) return DT_EXIT_USAGE;
     job_spec *job = job_for_world(file_job, err, sizeof err);
     if (!job) {
@@ -244,8 +247,8 @@ static int train_job(const job_spec *job)
     train_progress pg;
     int resumed = 0;
     rc = checkpoint_resume(e, job, &pg, &resumed, err, sizeof err);
-    if (rc != DT_EXIT_OK) {
-        fprintf(stderr, "dtrun: %s\n", err);
+    if (rc != DT_EXIT_OK || pg.finished) { /* finished: not a byte written anywhere */
+        if (rc != DT_EXIT_OK) fprintf(stderr, "dtrun: %s\n", err);
         engine_destroy(e);
         return rc;
     }
@@ -257,7 +260,7 @@ static int train_job(const job_spec *job)
     }
     metrics_log_attempt(met, pg.step);
     int world = job->parallel.dp * job->parallel.tp * job->parallel.pp;
-    if (rank == 0 && world > 1) fprintf(stderr, "dtrun: layout %s (world %d)\n", engine_layout(e), world);
+    if (rank == 0 && world > 1) printf("dtrun: layout %s (world %d)\n", engine_layout(e), world);
     FILE *rlog = rank_log_open(job, rank, resumed);
 
     const job_model *spec = &job->model;
@@ -269,7 +272,7 @@ static int train_job(const job_spec *job)
     int have_mfu = mfu_basis_for(&mfu, job, engine_device_name(e), engine_world_size(e),
                                  dt_env_get()->local_world_size, mfu_why, sizeof mfu_why) == 0;
     if (!have_mfu && rank == 0 && (job->log.metrics[0] || job->log.tensorboard[0]))
-        fprintf(stderr, "dtrun: note: the logs carry no MFU: %s\n", mfu_why);
+        printf("dtrun: note: the logs carry no MFU: %s\n", mfu_why);
     double loss = pg.n_tail ? pg.tail[pg.n_tail - 1] : NAN, val_loss = NAN, acc = -1;
     int done = (int)pg.step, first = done;
     /* DTRUN_TEST_NAN_STEP=S (tests): the loss of step S reads as NaN on every rank */

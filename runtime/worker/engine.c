@@ -826,14 +826,21 @@ long engine_val_samples(const engine *e)
  * micro-batches, so FSDP's gathers and tp's reductions stay in step: a rank whose
  * slice ran out runs one sample and ignores it (pp = 1) or pads with samples the
  * loss ignores (pp > 1). */
+long engine_val_windows(const engine *e) { return data_count(e->val); }
+long engine_val_span(const engine *e) { return data_span(e->val); }
+
 int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t errlen)
+{
+    return engine_evaluate_n(e, engine_val_samples(e), val_loss, acc, err, errlen);
+}
+
+int engine_evaluate_n(engine *e, long total, double *val_loss, double *acc, char *err, size_t errlen)
 {
     engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     strat_ctx *x = &e->x;
     const job_train *t = &e->job.train;
     int vit = e->job.model.kind == MODEL_VIT, mb = t->micro_batch, gb = t->global_batch;
     int dp = e->job.parallel.dp, d = e->mc.me.dp;
-    long total = engine_val_samples(e);
     x->training = 0;
     double loss = 0;
     long correct = 0, seen = 0;

@@ -73,6 +73,14 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
  * when a data file changed under it on any rank (data_fault; err names it on
  * the rank that saw it). */
 int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t errlen);
+/* The same over the first `samples` samples of the validation stream
+ * (sample g is window / image g mod engine_val_windows: the stream wraps), in
+ * batches of global_batch (the last may be short): dtrun eval's. */
+int engine_evaluate_n(engine *e, long samples, double *val_loss, double *acc, char *err, size_t errlen);
+/* Distinct validation samples: GPT windows tiling the split (data_count),
+ * ViT images. */
+long engine_val_windows(const engine *e);
+long engine_val_span(const engine *e);      /* data_span of the validation split */
 
 /* Collective over the world: rank 0 writes the whole model's parameters, every
  * tensor of every unit in parameter-spec order (units 0..L+1, each unit's

@@ -27,7 +27,7 @@ int engine_decode_begin(engine *e, int T_max, char *err, size_t errlen)
     const job_spec *j = &e->job;
     const char *why = j->model.kind != MODEL_GPT                ? "it is a ViT (only a GPT generates text)"
                       : j->parallel.pp > 1                      ? "pipeline parallelism (pp > 1) is not supported"
-                      : j->parallel.mode != SHARD_NONE          ? "only parallel.mode none is supported"
+                      : j->parallel.mode != SHARD_NONE          ? "only parallel.mode ddp is supported"
                       : j->parallel.sequence_parallel && j->parallel.tp > 1 ? "sequence parallelism is not supported"
                       : j->parallel.cp > 1                      ? "context parallelism (cp > 1) is not supported"
                       : j->train.precision != PREC_FP32         ? "only fp32 is supported"

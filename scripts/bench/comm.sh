@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# all_reduce bus bandwidth on one node: dtrun's CPU backend (shm) against
-# torch.distributed gloo (Debian's python3-torch), side by side, nccl-tests style.
-#   busbw = algbw * 2(n-1)/n, algbw = bytes / time; time = median of ITERS calls.
+# all_reduce (or OP=all_to_all / all_to_allv) bus bandwidth on one node: dtrun's
+# CPU backend (shm) against torch.distributed gloo (Debian's python3-torch), side
+# by side, nccl-tests style.
+#   busbw = algbw * 2(n-1)/n (all_to_all(v): (n-1)/n), algbw = bytes / time;
+#   time = median of ITERS calls. all_to_allv splits each rank's bytes unevenly
+#   as a router does, the same split on both sides (comm_bench.c a2a_share).
 # Both sides: NPROC processes (default 2), one core's worth each, f32, SIZES
 # (default 1M,16M,64M bytes). Rounds alternate dtrun and gloo and keep each
 # side's best busbw per size, so a burst of load on this shared machine hurts
 # both sides alike; the load average is printed with the results.
 #   ROUNDS=3 ITERS=20 NPROC=2 SIZES=1M,16M,64M scripts/bench/comm.sh
+#   OP=all_to_allv NPROC=4 scripts/bench/comm.sh
 # DTRUN_COMM_TRANSPORT=tcp benchmarks dtrun's TCP ring instead of shm.
 #
 # MODE=bf16: dtrun alone, fp32 against bf16 buckets instead of against gloo:
@@ -21,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-Haswell}
-rounds=${ROUNDS:-3} iters=${ITERS:-20} nproc=${NPROC:-2} sizes=${SIZES:-1M,16M,64M}
+rounds=${ROUNDS:-3} iters=${ITERS:-20} nproc=${NPROC:-2} sizes=${SIZES:-1M,16M,64M} op=${OP:-all_reduce}
 
 if [ "${MODE:-gloo}" = bf16 ]; then
   make -s build/bench/comm_bench
@@ -102,17 +106,17 @@ load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((round = 1; round <= rounds; round++)); do
   rm -rf "$tmp/store"; mkdir -p "$tmp/store"
   launch "$tmp/dtrun.$round" DTRUN_STORE="file:$tmp/store" \
-    build/bench/comm_bench --op all_reduce --sizes "$sizes" --iters "$iters"
+    build/bench/comm_bench --op "$op" --sizes "$sizes" --iters "$iters"
   rm -f "$tmp/gloo-init"
   launch "$tmp/gloo.$round" BENCH_INIT="file://$tmp/gloo-init" OMP_NUM_THREADS=1 \
-    /usr/bin/python3 scripts/bench/comm_gloo.py --sizes "$sizes" --iters "$iters"
+    /usr/bin/python3 scripts/bench/comm_gloo.py --op "$op" --sizes "$sizes" --iters "$iters"
   echo "round $round:"; sed 's/^/  dtrun /' "$tmp/dtrun.$round"; sed 's/^/  gloo  /' "$tmp/gloo.$round"
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 
-/usr/bin/python3 - "$tmp" "$rounds" "$nproc" "$load0" "$load1" <<'PY'
+/usr/bin/python3 - "$tmp" "$rounds" "$nproc" "$load0" "$load1" "$op" <<'PY'
 import sys
-tmp, rounds, nproc, load0, load1 = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+tmp, rounds, nproc, load0, load1, op = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 def best(side):
     rows = {}
     for r in range(1, rounds + 1):
@@ -125,7 +129,7 @@ def best(side):
                 rows[size] = (t, busbw)
     return rows
 d, g = best("dtrun"), best("gloo")
-print(f"\n# all_reduce f32, {nproc} ranks, best of {rounds} rounds; load average {load0} -> {load1}"
+print(f"\n# {op} f32, {nproc} ranks, best of {rounds} rounds; load average {load0} -> {load1}"
       f" on {open('/proc/cpuinfo').read().count('processor')} cpus")
 print(f"{'size(B)':>12} {'dtrun us':>11} {'dtrun busbw':>12} {'gloo us':>11} {'gloo busbw':>11} {'ratio':>7}")
 for size in sorted(d):

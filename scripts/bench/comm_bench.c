@@ -3,15 +3,19 @@
  * Run one process per rank with the torchrun environment (RANK, WORLD_SIZE) and
  * a store (DTRUN_STORE=file:DIR, or the KV env under bin/dtrun); rank 0 prints
  *   size  count  type  time(us)  algbw(GB/s)  busbw(GB/s)  sent(B)  formula(B)
- * busbw follows nccl-tests: all_reduce algbw * 2(n-1)/n, reduce_scatter and
- * all_gather algbw * (n-1)/n, broadcast algbw. sent: the bytes rank 0 put on
+ * busbw follows nccl-tests: all_reduce algbw * 2(n-1)/n, reduce_scatter,
+ * all_gather and all_to_all(v) algbw * (n-1)/n, broadcast algbw. all_to_all
+ * sends size/n bytes to every rank; all_to_allv splits the same size bytes
+ * unevenly, as a mixture of experts' router does (rank r gives rank q a share
+ * proportional to 1 + (r + 2q) mod n: some peers get several times others'),
+ * size then being what each rank sends, its own piece included. sent: the bytes rank 0 put on
  * the wire per call (comm_bytes_sent around each timed call, barriers not
  * counted; 0 under NCCL, which does not say); formula: what the all_reduce
  * algorithm should send, 2(n-1)/n count e on tcp (exactly: every chunk but
  * its own, then every chunk but its successor's) and count e on shm; a line
  * whose counter disagrees says so and the program exits 1.
  *
- *   comm_bench [--op all_reduce|reduce_scatter|all_gather|broadcast]
+ *   comm_bench [--op all_reduce|reduce_scatter|all_gather|broadcast|all_to_all|all_to_allv]
  *              [--sizes 1M,16M,64M | --counts 256K,4M,16M] [--iters N] [--warmup N]
  *              [--dtype fp32|bf16] [--async] [--device]
  * Sizes are bytes, counts elements (K, M, G suffixes: powers of 1024): the
@@ -49,6 +53,21 @@ static size_t parse_size(const char *s)
     else if (*end == 'G' || *end == 'g')
         v *= 1024.0 * 1024 * 1024;
     return (size_t)v;
+}
+
+/* all_to_allv's split: what rank s sends rank d out of n elements per rank
+ * (every rank computes every rank's, so receive counts agree). */
+static size_t a2a_share(size_t n, int p, int s, int d)
+{
+    size_t w = 0, mine = 0;
+    for (int q = 0; q < p; q++) {
+        size_t wq = 1 + (size_t)((s + 2 * q) % p);
+        w += wq;
+        if (q == d)
+            mine = wq;
+    }
+    size_t base = n / w * mine;
+    return d == p - 1 ? n - (n / w) * (w - mine) : base; /* the last takes the remainder */
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -151,6 +170,25 @@ int main(int argc, char **argv)
             }
             ops->from_host(a, ha, n * es + 64);
         }
+        size_t *sc = calloc((size_t)p, sizeof *sc), *rcn = calloc((size_t)p, sizeof *rcn);
+        for (int q = 0; q < p; q++) {
+            int v = !strcmp(op, "all_to_allv");
+            sc[q] = v ? a2a_share(n, p, r, q) : n / (size_t)p;
+            rcn[q] = v ? a2a_share(n, p, q, r) : n / (size_t)p;
+        }
+        size_t nrecv = 0;
+        for (int q = 0; q < p; q++)
+            nrecv += rcn[q];
+        if (nrecv > n) { /* uneven: a rank may receive more than it sends */
+            free(hb);
+            hb = calloc(1, nrecv * es + 64);
+            if (ops) {
+                ops->free(b);
+                b = ops->alloc(nrecv * es + 64);
+            } else {
+                b = hb;
+            }
+        }
         double *t = malloc((size_t)iters * sizeof(double));
         uint64_t sent = 0;
         for (int k = -warmup; k < iters && rc == 0; k++) {
@@ -167,6 +205,9 @@ int main(int argc, char **argv)
                 rc = comm_all_gather(w, a, b, n, dt);
             else if (!strcmp(op, "broadcast"))
                 rc = comm_broadcast(w, a, n, dt, 0);
+            else if (!strcmp(op, "all_to_all") || !strcmp(op, "all_to_allv"))
+                rc = async ? comm_all_to_allv_async(w, a, sc, b, rcn, dt, &req)
+                           : comm_all_to_allv(w, a, sc, b, rcn, dt);
             else {
                 fprintf(stderr, "comm_bench: unknown op %s\n", op);
                 rc = 1;
@@ -203,6 +244,8 @@ int main(int argc, char **argv)
             mismatch |= bad;
         }
         free(t);
+        free(sc);
+        free(rcn);
         if (ops) {
             ops->free(a);
             ops->free(b);

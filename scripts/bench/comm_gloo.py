@@ -1,12 +1,15 @@
 #!/usr/bin/python3
-"""comm_gloo.py — torch.distributed gloo all_reduce, timed like comm_bench.
+"""comm_gloo.py — torch.distributed gloo all_reduce or all_to_all(v), timed like comm_bench.
 
 Run one process per rank with RANK, WORLD_SIZE and BENCH_INIT (an init_method
 URL: file:///tmp/x or tcp://127.0.0.1:29555). Rank 0 prints the same table as
 comm_bench: size(B) count type time(us) algbw(GB/s) busbw(GB/s), the median of
 --iters calls, each bracketed by a barrier.
 
-    comm_gloo.py [--sizes 1M,16M,64M] [--iters N] [--warmup N]
+    comm_gloo.py [--op all_reduce|all_to_all|all_to_allv] [--sizes 1M,16M,64M] [--iters N] [--warmup N]
+
+all_to_all(v) is all_to_all_single with comm_bench's splits (a2a_share: the
+same uneven shares), size bytes sent per rank.
 """
 import argparse
 import os
@@ -24,8 +27,16 @@ def parse_size(s):
     return int(s)
 
 
+def a2a_share(n, p, s, d):
+    """comm_bench.c's a2a_share: what rank s sends rank d out of n elements."""
+    ws = [1 + (s + 2 * q) % p for q in range(p)]
+    w = sum(ws)
+    return n - (n // w) * (w - ws[d]) if d == p - 1 else n // w * ws[d]
+
+
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--op", default="all_reduce")
     ap.add_argument("--sizes", default="1M,16M,64M")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
@@ -36,19 +47,28 @@ def main():
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=os.environ["BENCH_INIT"], rank=rank,
                             world_size=world)
-    factor = 2.0 * (world - 1) / world
+    factor = 2.0 * (world - 1) / world if args.op == "all_reduce" else (world - 1) / world
     if rank == 0:
-        print(f"# torch {torch.__version__} gloo all_reduce, {world} ranks, dtype f32")
+        print(f"# torch {torch.__version__} gloo {args.op}, {world} ranks, dtype f32")
         print(f"{'size(B)':>12} {'count':>12} {'type':>6} {'time(us)':>12} "
               f"{'algbw(GB/s)':>12} {'busbw(GB/s)':>12}")
     for size in (parse_size(s) for s in args.sizes.split(",")):
         n = size // 4
         t = torch.ones(n, dtype=torch.float32)
+        if args.op != "all_reduce":
+            even = args.op == "all_to_all"
+            sc = [n // world if even else a2a_share(n, world, rank, q) for q in range(world)]
+            rc = [n // world if even else a2a_share(n, world, q, rank) for q in range(world)]
+            t = torch.ones(sum(sc), dtype=torch.float32)
+            out = torch.empty(sum(rc), dtype=torch.float32)
         times = []
         for k in range(-args.warmup, args.iters):
             dist.barrier()
             t0 = time.perf_counter()
-            dist.all_reduce(t)
+            if args.op == "all_reduce":
+                dist.all_reduce(t)
+            else:
+                dist.all_to_all_single(out, t, output_split_sizes=rc, input_split_sizes=sc)
             dt = time.perf_counter() - t0
             if k >= 0:
                 times.append(dt)

@@ -28,22 +28,7 @@ fi
 
 W=build/bench/tokenize
 rm -rf $W && mkdir -p $W
-python3 - "$W" "$FILES" <<'PY'
-import glob, json, os, sys
-out, nfiles = sys.argv[1], int(sys.argv[2])
-src = sorted(f for f in glob.glob("/usr/share/games/fortunes/*")
-             if os.path.isfile(f) and not f.endswith((".dat", ".u8")))
-docs = []
-for f in src:
-    text = open(f, encoding="utf-8").read()
-    docs += [d.strip("\n") for d in text.split("\n%\n") if d.strip()]
-per = (len(docs) + nfiles - 1) // nfiles
-for i in range(nfiles):
-    with open(f"{out}/fortunes_{i:02d}.jsonl", "w", encoding="utf-8") as g:
-        for d in docs[i * per:(i + 1) * per]:
-            g.write(json.dumps({"text": d}, ensure_ascii=False) + "\n")
-print(f"corpus: {len(docs)} fortunes from {len(src)} files in {nfiles} JSONL files")
-PY
+scripts/data/fortunes-jsonl.py "$W" "$FILES"
 files=($W/fortunes_*.jsonl)
 bytes=$(cat "${files[@]}" | wc -c)
 echo "corpus: $bytes bytes; $(nproc) CPUs; load $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -338,6 +338,47 @@ static void run_suite(suite *s, int with_p2p)
                 gpu->free(a);
                 gpu->free(got);
             }
+            /* all_to_allv: uneven pieces (some empty), device buffers blocking
+             * and host buffers asynchronous; piece q -> r holds the values of
+             * "rank" q * 31 + r, compared byte for byte */
+            {
+                size_t sc[64], rcn[64], ns = 0, nr = 0;
+                for (int q = 0; q < W && q < 64; q++) {
+                    sc[q] = (me + q) % 3 == 1 ? 0 : n / 3 + (size_t)(q * 5 + me * 3);
+                    rcn[q] = (q + me) % 3 == 1 ? 0 : n / 3 + (size_t)(me * 5 + q * 3);
+                    ns += sc[q], nr += rcn[q];
+                }
+                char *hs = malloc(ns * es + 1), *want = malloc(nr * es + 1), *got = malloc(nr * es + 1);
+                size_t o = 0;
+                for (int q = 0; q < W; q++) {
+                    void *piece = host_fill(dt, sc[q], me * 31 + q, 0);
+                    memcpy(hs + o * es, piece, sc[q] * es);
+                    free(piece);
+                    o += sc[q];
+                }
+                o = 0;
+                for (int q = 0; q < W; q++) {
+                    void *piece = host_fill(dt, rcn[q], q * 31 + me, 0);
+                    memcpy(want + o * es, piece, rcn[q] * es);
+                    free(piece);
+                    o += rcn[q];
+                }
+                void *ds = dev_from(hs, ns * es), *dr = dev_from(NULL, nr * es);
+                int rc = comm_all_to_allv(c, ds, sc, dr, rcn, dt);
+                void *h = dev_to_host(dr, nr * es);
+                expect(s, rc == COMM_OK && !memcmp(h, want, nr * es), "all_to_allv %s n=%zu on device buffers (rc %d%s%s)",
+                       dt_name(dt), n, rc, rc ? ": " : "", rc ? comm_last_error(c) : "");
+                free(h);
+                comm_req *req = NULL;
+                memset(got, 0xFF, nr * es);
+                rc = comm_all_to_allv_async(c, hs, sc, got, rcn, dt, &req);
+                if (rc == COMM_OK) rc = comm_wait(req);
+                expect(s, rc == COMM_OK && !memcmp(got, want, nr * es), "all_to_allv_async %s n=%zu on host buffers (rc %d)",
+                       dt_name(dt), n, rc);
+                gpu->free(ds);
+                gpu->free(dr);
+                free(hs), free(want), free(got);
+            }
             free(mine);
         }
     }

@@ -35,7 +35,7 @@ watchdog=$!
 
 step_of() { grep '"loss"' "$1" 2>/dev/null | tail -1 | sed -n 's/^{"step":\([0-9]*\),.*/\1/p'; }
 for ((i = 0; i < 600; i++)); do s=$(step_of "$T/el.jsonl"); [ "${s:-0}" -ge 10 ] && break; sleep 0.05; done
-grep -q "layout dp=3 tp=1 pp=1 ddp (world 3)" "$T"/n*.err || { tail -5 "$T"/n*.err; fail "the first round is not 3 nodes x 1 worker"; }
+grep -q "layout dp=3 tp=1 pp=1 ddp (world 3)" "$T"/n*.out || { tail -5 "$T"/n*.err "$T"/n*.out; fail "the first round is not 3 nodes x 1 worker"; }
 s=$(step_of "$T/el.jsonl")
 [ "${s:-0}" -ge 10 ] || { tail -5 "$T"/n*.err; fail "training did not reach step 10"; }
 echo "killing node 2 (10.77.0.3) after step $s"
@@ -45,11 +45,12 @@ wait "${pids[1]}"; r1=$?
 kill $watchdog 2>/dev/null
 [ $r0 = 0 ] && [ $r1 = 0 ] || { tail -20 "$T/n0.err" "$T/n1.err"; fail "surviving nodes exited $r0, $r1"; }
 cat "$T/n0.err" "$T/n1.err" >"$T/both.err"
+cat "$T/n0.out" "$T/n1.out" >"$T/both.out"
 grep -q "dead" "$T/both.err" || fail "nobody noticed the dead node"
 grep -q "restarting the workers (restart 1 of 2)" "$T/both.err" || fail "no restart"
-line=$(grep -o "resuming from $T/el.ck/step_[0-9]*: step [0-9]* (saved under dp=3 tp=1 pp=1 none; now dp=2 tp=1 pp=1 ddp)" "$T/both.err" | head -1)
-[ -n "$line" ] || { grep dtrun "$T/both.err" | tail; fail "no resume with dp 3 -> 2"; }
-grep -q "layout dp=2 tp=1 pp=1 ddp (world 2)" "$T/both.err" || fail "the second round is not 2 nodes"
+line=$(grep -o "resuming from $T/el.ck/step_[0-9]*: step [0-9]* (saved under dp=3 tp=1 pp=1 ddp; now dp=2 tp=1 pp=1 ddp)" "$T/both.out" | head -1)
+[ -n "$line" ] || { grep dtrun "$T/both.out" | tail; fail "no resume with dp 3 -> 2"; }
+grep -q "layout dp=2 tp=1 pp=1 ddp (world 2)" "$T/both.out" || fail "the second round is not 2 nodes"
 # the same global batch: accumulation went from 2 to 3 micro-batches
 python3 - "$T/el.ck" <<'EOF' || fail "grad_accum did not follow dp"
 import json, os, sys

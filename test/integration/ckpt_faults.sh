@@ -66,7 +66,7 @@ done
 finish; rc=$RC
 [ $rc = 0 ] || { tail -20 "$T/kill.err"; fail "a: dtrun exited $rc after 5 kills with --max-restarts=5"; }
 [ "$(grep -c 'killed by SIGKILL' "$T/kill.err")" = 5 ] || fail "a: want 5 root causes naming SIGKILL"
-resumes=$(grep -c '^\[default/0]:dtrun: resuming from' "$T/kill.err")
+resumes=$(grep -c '^\[default/0]:dtrun: resuming from' "$T/kill.out")
 cmp -s "$T/ref.bin" "$T/kill.bin" || fail "a: final parameters differ from the uninterrupted run"
 echo "ok a: 5 kills, 5 restarts, $resumes resumes from latest, final parameters bitwise equal to the uninterrupted run"
 
@@ -99,7 +99,7 @@ wait_step "$T/sig.jsonl" 10 30 || fail "c: step 10 not reached"
 kill -USR1 $AGENT
 finish; rc=$RC
 [ $rc = 0 ] || { tail "$T/sig.err"; fail "c: dtrun exited $rc after SIGUSR1, want 0"; }
-s1=$(sed -n 's/.*SIGUSR1: stopped at step \([0-9]*\) with a checkpoint.*/\1/p' "$T/sig.err")
+s1=$(sed -n 's/.*SIGUSR1: stopped at step \([0-9]*\) with a checkpoint.*/\1/p' "$T/sig.out")
 [ -n "$s1" ] && [ "$s1" -lt $STEPS ] || { tail "$T/sig.err"; fail "c: no 'SIGUSR1: stopped at step' line"; }
 [ "$(cat "$T/sig.ck/latest")" = "$(printf 'step_%06d' "$s1")" ] || fail "c: latest is not step $s1"
 DTRUN_TEST_STEP_DELAY_MS=40 start sig
@@ -107,7 +107,7 @@ wait_step "$T/sig.jsonl" $((s1 + 5)) 30 || fail "c: step $((s1 + 5)) not reached
 kill -TERM $AGENT
 finish; rc=$RC
 [ $rc = 143 ] || { tail "$T/sig.err"; fail "c: dtrun exited $rc after SIGTERM, want 143"; }
-s2=$(sed -n 's/.*SIGTERM: stopped at step \([0-9]*\) with a checkpoint.*/\1/p' "$T/sig.err")
+s2=$(sed -n 's/.*SIGTERM: stopped at step \([0-9]*\) with a checkpoint.*/\1/p' "$T/sig.out")
 [ -n "$s2" ] && [ "$s2" -gt "$s1" ] || { tail "$T/sig.err"; fail "c: no 'SIGTERM: stopped at step' line"; }
 ! grep -q "root cause" "$T/sig.err" || fail "c: a clean stop reported a failure"
 ckpt_run "$LAY" "$T/sig.yaml" "$T/sig3.log" DTRUN_DUMP_PARAMS="$T/sig.bin" || { tail "$T/sig3.log"; fail "c: resume"; }
@@ -121,7 +121,8 @@ shard="$T/bad.ck/step_000060/rank_00001.safetensors"
 size=$(stat -c %s "$shard")
 printf '\x5a' | dd of="$shard" bs=1 seek=$((size / 2)) conv=notrunc status=none
 job bad 0
-sed -i -e "s|^  dir: .*|  dir: $T/bad.ck|" "$T/bad.yaml"
+# more steps than the checkpoint holds: at its last step the run would be finished, nothing read
+sed -i -e "s|^  dir: .*|  dir: $T/bad.ck|" -e "s/^  steps: .*/  steps: $((STEPS + 10))/" "$T/bad.yaml"
 ckpt_run "$LAY" "$T/bad.yaml" "$T/bad.log"; rc=$?
 grep "dtrun: rank" "$T/bad.log" | head -2
 [ $rc = 6 ] || { tail "$T/bad.log"; fail "d: resuming from a corrupted shard exited $rc, want 6"; }

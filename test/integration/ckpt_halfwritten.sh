@@ -17,7 +17,7 @@ run_dtrun second job.yaml
 [ "$rc" -eq 0 ] || fail "second run: exit $rc: $(tail -3 "$T/second.err")"
 grep -q "^dtrun: ck: removed 1 half-written step directory left by an earlier run: step_000010$" "$T/second.err" &&
   [ ! -e ck/step_000010 ] && ok "the half-written step_000010 was removed at start" || fail "no line about the removal: $(head -3 "$T/second.err")"
-grep -q "resuming from ck/step_000004: step 4" "$T/second.err" && [ -f ck/step_000002/index.json ] &&
+grep -q "resuming from ck/step_000004: step 4" "$T/second.out" && [ -f ck/step_000002/index.json ] &&
   [ -f ck/step_000006/index.json ] &&
   ok "resumed from step 4, committed steps kept, step 6 saved whole" || fail "after: $(ls ck ck/step_000006)"
 finish

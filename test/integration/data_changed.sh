@@ -14,6 +14,8 @@
 #    opened and ends normally.
 source "$(dirname "$0")/../helpers/preflight.bash"
 cd "$T" || exit 1
+# the run's own lines (steps, saves, resuming) are on stdout, errors on stderr: both, in order of the files
+both() { cat "$1.out" "$1.err" 2>/dev/null; }
 
 # shard FILE N [BAD_POS]: an llm.c shard of N tokens t_p = p % 200, token
 # BAD_POS (if given) 65535.
@@ -48,7 +50,7 @@ job() {
 # saved_step NAME: the step of the checkpoint the stop line names, if it is ck's latest.
 saved_step() {
   local line step
-  line=$(grep "step [0-9]* saved to ck_$1" "$T/$1.err" | head -1)
+  line=$(both "$T/$1" | grep "step [0-9]* saved to ck_$1" | head -1)
   step=$(sed -n 's/.*step \([0-9]*\) saved to ck_.*/\1/p' <<<"$line")
   [ -n "$step" ] && [ "$(sed 's/step_0*//' "ck_$1/latest" 2>/dev/null)" = "${step:-x}" ] && echo "$step"
 }
@@ -68,9 +70,9 @@ step=$(saved_step ids)
   fail "no checkpoint of the last whole step: $(tail -3 ids.err)"
 shard bad.bin 2000 # mended
 run_dtrun ids_resume ids.yaml
-[ "$rc" -eq 0 ] && grep -q "resuming from ck_ids/step_0*$step: step $step" ids_resume.err &&
+[ "$rc" -eq 0 ] && both ids_resume | grep -q "resuming from ck_ids/step_0*$step: step $step" &&
   ok "the same command resumes from step $step once the file is mended" ||
-  fail "resume: exit $rc: $(tail -3 ids_resume.err)"
+  fail "resume: exit $rc: $(both ids_resume | tail -3)"
 
 # 2. A same-size rewrite in place with valid ids, on 2 ranks, at step 5 or later.
 shard data.bin 200000
@@ -78,7 +80,7 @@ touch -d 2000-01-01 data.bin # an mtime the rewrite cannot share
 job rw.yaml data.bin 400 "parallel: {dp: 2}"
 DTRUN_TEST_STEP_DELAY_MS=50 timeout -k 2 60 "$DTRUN" --nproc-per-node=2 rw.yaml >rw.out 2>rw.err &
 agent=$!
-for _ in $(seq 1 400); do grep -q 'step 5/400' rw.err && break; sleep 0.05; done
+for _ in $(seq 1 400); do both rw | grep -q 'step 5/400' && break; sleep 0.05; done
 rewrite data.bin 7
 wait $agent; rc=$?
 line=$(grep "rewritten in place" rw.err | head -1)
@@ -89,15 +91,15 @@ step=$(saved_step rw)
 [ -n "$step" ] && [ "$step" -ge 5 ] && [ "$step" -lt 400 ] && ok "step $step saved" ||
   fail "no checkpoint of the last whole step: $(tail -3 rw.err)"
 DTRUN_TEST_STEP_DELAY_MS=0 run_dtrun rw_resume --nproc-per-node=2 rw.yaml
-[ "$rc" -eq 0 ] && grep -q "resuming from ck_rw/step_0*$step: step $step" rw_resume.err &&
-  ok "the same command resumes from step $step" || fail "resume: exit $rc: $(tail -3 rw_resume.err)"
+[ "$rc" -eq 0 ] && both rw_resume | grep -q "resuming from ck_rw/step_0*$step: step $step" &&
+  ok "the same command resumes from step $step" || fail "resume: exit $rc: $(both rw_resume | tail -3)"
 
 # 3. The issue's probe: 0xFFFF over every token, same size, mid-run.
 shard data3.bin 200000
 job ff.yaml data3.bin 400
 DTRUN_TEST_STEP_DELAY_MS=50 timeout -k 2 60 "$DTRUN" ff.yaml >ff.out 2>ff.err &
 agent=$!
-for _ in $(seq 1 400); do grep -q 'step 5/400' ff.err && break; sleep 0.05; done
+for _ in $(seq 1 400); do both ff | grep -q 'step 5/400' && break; sleep 0.05; done
 rewrite data3.bin 65535
 wait $agent; rc=$?
 step=$(saved_step ff)
@@ -105,14 +107,14 @@ step=$(saved_step ff)
   grep -qE "data3.bin: (token id 65535 at token [0-9]+ of the file is out of the model's vocabulary|the data file changed while the run read it)" ff.err &&
   ok "0xFFFF written over the tokens mid-run: exit 3, step $step saved: $(grep -oE "data3.bin: [^;]*" ff.err | head -1)" ||
   fail "0xFFFF mid-run: exit $rc: $(tail -3 ff.err)"
-! grep -q "loss -" ff.err || fail "a negative loss was logged"
+! both ff | grep -q "loss -" || fail "a negative loss was logged"
 
 # 4. A new file renamed over the data mid-run: the run keeps what it opened.
 shard data4.bin 200000
 job mv.yaml data4.bin 40
 DTRUN_TEST_STEP_DELAY_MS=20 timeout -k 2 60 "$DTRUN" mv.yaml >mv.out 2>mv.err &
 agent=$!
-for _ in $(seq 1 400); do grep -q 'step 5/40' mv.err && break; sleep 0.05; done
+for _ in $(seq 1 400); do both mv | grep -q 'step 5/40' && break; sleep 0.05; done
 shard data4.new 200000 && mv data4.new data4.bin
 wait $agent; rc=$?
 [ "$rc" -eq 0 ] && ! grep -q "changed while the run read it" mv.err && ok "a file renamed over the data: the run ends normally" ||

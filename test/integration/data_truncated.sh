@@ -15,7 +15,7 @@ DTRUN_TEST_STEP_DELAY_MS=50 "$DTRUN" job.yaml >out 2>err &
 agent=$!
 ( sleep 40 && kill -9 $agent ) >/dev/null 2>&1 &
 watchdog=$!
-for _ in $(seq 1 200); do grep -q 'step 5/200' err && break; sleep 0.05; done
+for _ in $(seq 1 200); do grep -q 'step 5/200' out && break; sleep 0.05; done
 truncate -s 1024 corpus.txt
 wait $agent; rc=$?
 kill $watchdog 2>/dev/null
@@ -28,6 +28,6 @@ step=$(sed 's/step_0*//' ck/latest 2>/dev/null)
   ok "checkpoint of step $step" || fail "no checkpoint of the current state (latest: $(cat ck/latest 2>/dev/null))"
 cp corpus.orig corpus.txt
 run_dtrun resume job.yaml
-[ "$rc" -eq 0 ] && grep -q "resuming from ck/step_0*$step: step $step" "$T/resume.err" && ok "resumed from step $step" ||
+[ "$rc" -eq 0 ] && grep -q "resuming from ck/step_0*$step: step $step" "$T/resume.out" && ok "resumed from step $step" ||
   fail "resume: exit $rc: $(tail -2 "$T/resume.err")"
 finish

@@ -10,7 +10,7 @@ PY=/usr/bin/python3
 HF=$T/hf-gpt2
 "$PY" "$ROOT/test/helpers/hf_gpt2.py" make "$HF" || fail "hf_gpt2.py make"
 torch_ids=$("$PY" "$ROOT/test/helpers/hf_gpt2.py" greedy "$HF" --prompt-ids 1,2,3 --n 50 2>"$T/margin") || fail "pytorch greedy"
-gen() { "$DTRUN" generate "$@" 2>>"$T/gen.err" | sed 's/^\[default\/0\]://' | head -1; }
+gen() { "$DTRUN" generate "$@" --no-echo 2>>"$T/gen.err" | sed 's/^\[default\/0\]://' | head -1; }
 
 one=$(gen "$HF" --prompt-ids 1,2,3 --max-new-tokens 50 --temperature 0 --ids)
 [ "$one" = "$torch_ids" ] || { echo "dtrun:   $one"; echo "pytorch: $torch_ids"; cat "$T/gen.err"; fail "greedy tokens differ from PyTorch's"; }
@@ -27,17 +27,44 @@ s3=$(gen "$HF" --prompt-ids 5,6 --max-new-tokens 40 --temperature 0.8 --top-k 40
 echo "ok: sampling (T 0.8, top-k 40, top-p 0.9) is the same under a seed on tp 1 and 2, another seed differs"
 
 # byte-level text: the prompt's bytes are its tokens, the output bytes
-txt=$("$DTRUN" generate "$HF" --prompt "Hi" --max-new-tokens 5 --temperature 0 2>/dev/null | od -An -tu1 | tr -s ' \n' ' ')
+txt=$("$DTRUN" generate "$HF" --prompt "Hi" --max-new-tokens 5 --temperature 0 --no-echo 2>/dev/null | od -An -tu1 | tr -s ' \n' ' ')
 want=$("$PY" "$ROOT/test/helpers/hf_gpt2.py" greedy "$HF" --prompt-ids 72,105 --n 5 2>/dev/null | tr ',' ' ')
 [ "$txt" = " $want 10 " ] || fail "byte-level text: got bytes '$txt', want '$want' and a newline"
 echo "ok: --prompt text on a byte-level model streams bytes"
+# the prompt is echoed by default (issue 25 item 6): text, then ids
+echoed=$("$DTRUN" generate "$HF" --prompt "Hi" --max-new-tokens 5 --temperature 0 2>/dev/null | od -An -tu1 | tr -s ' \n' ' ')
+[ "$echoed" = " 72 105 $want 10 " ] || fail "echo: got bytes '$echoed', want the prompt's 72 105, then '$want'"
+ids_echo=$("$DTRUN" generate "$HF" --prompt-ids 1,2,3 --max-new-tokens 50 --temperature 0 --ids 2>/dev/null | head -1)
+[ "$ids_echo" = "1,2,3,$one" ] || fail "echo with --ids: got '$ids_echo', want 1,2,3,<the 50 new ids>"
+echo "ok: the prompt is echoed (text and --ids), --no-echo leaves it out"
+# --max-new-tokens beyond the positions is clamped with a note (the model has 64)
+"$DTRUN" generate "$HF" --prompt-ids 1,2,3 --max-new-tokens 500 --temperature 0 --ids --no-echo >"$T/clamp.out" 2>"$T/clamp.err" ||
+  { cat "$T/clamp.err"; fail "a --max-new-tokens past the positions should be clamped, not fail"; }
+n_new=$(head -1 "$T/clamp.out" | tr ',' '\n' | grep -c .)
+[ "$n_new" = 61 ] && grep -q "max-new-tokens 500 clamped to 61: the prompt's 3 tokens + 61 fill the model's 64 positions" "$T/clamp.err" ||
+  { cat "$T/clamp.out" "$T/clamp.err"; fail "clamp: $n_new new tokens, want 61 and the note"; }
+echo "ok: --max-new-tokens 500 on a 64-position model: 61 tokens and the note: $(grep clamped "$T/clamp.err")"
+# several prompts from a file, each as it would be alone
+printf 'Hi\n\nHo there\n' >"$T/prompts.txt"
+"$DTRUN" generate "$HF" --prompts "$T/prompts.txt" --max-new-tokens 5 --temperature 0 --no-echo >"$T/multi.out" 2>"$T/multi.err" ||
+  { cat "$T/multi.err"; fail "--prompts FILE"; }
+a=$("$DTRUN" generate "$HF" --prompt "Hi" --max-new-tokens 5 --temperature 0 --no-echo 2>/dev/null)
+b=$("$DTRUN" generate "$HF" --prompt "Ho there" --max-new-tokens 5 --temperature 0 --no-echo 2>/dev/null)
+[ "$(cat "$T/multi.out")" = "$(printf '%s\n%s' "$a" "$b")" ] && [ "$(grep -c 'new tokens after' "$T/multi.err")" = 2 ] ||
+  { od -c "$T/multi.out" | head; cat "$T/multi.err"; fail "--prompts: two prompts (a blank line skipped) should give what each gives alone"; }
+echo "ok: --prompts FILE: two prompts (the blank line skipped), each completion as when alone"
 
 # bad input: one line, documented status
 expect() { one_line_exit "$1" "$2" generate "${@:3}"; } # STATUS WHAT ARGS...
 expect 6 "a missing source" "$T/nothing" --prompt-ids 1
 expect 2 "no prompt" "$HF"
 expect 2 "a prompt id past the vocabulary" "$HF" --prompt-ids 1,256
-expect 2 "more tokens than positions" "$HF" --prompt-ids 1 --max-new-tokens 64
+seq64=$(seq -s, 1 64)
+expect 2 "a prompt that fills the positions" "$HF" --prompt-ids "$seq64"
+expect 2 "a misspelt option (did you mean)" "$HF" --promt x
+grep -q "unknown option '--promt'; did you mean '--prompt'?" "$T/err" || { cat "$T/err"; fail "no did-you-mean for --promt"; }
+printf '\n \n' >"$T/blank.txt"
+expect 2 "a prompts file of blank lines" "$HF" --prompts "$T/blank.txt"
 cp -r "$HF" "$T/hf-bad" && sed -i 's/"n_embd": 64/"n_embd": 32/' "$T/hf-bad/config.json"
 "$DTRUN" generate "$T/hf-bad" --prompt-ids 1 --max-new-tokens 5 >/dev/null 2>"$T/err"; rc=$?
 [ $rc = 6 ] && grep -q "is \[256, 64\], the model needs \[256, 32\]" "$T/err" ||
@@ -61,13 +88,13 @@ checkpoint: {dir: $T/bpe.ck}
 log: {progress: off}
 EOF2
 "$DTRUN" worker "$T/bpe.yaml" >/dev/null 2>&1 || fail "bpe checkpoint run"
-"$DTRUN" generate "$T/bpe.ck" --prompt "Hello, world! It's" --max-new-tokens 3 --temperature 0 --ids \
+"$DTRUN" generate "$T/bpe.ck" --prompt "Hello, world! It's" --max-new-tokens 3 --temperature 0 --ids --no-echo \
   >"$T/bpe.ids" 2>"$T/bpe.err" || { cat "$T/bpe.err"; fail "generate with a BPE prompt"; }
 grep -q "after a 6-token prompt" "$T/bpe.err" || { cat "$T/bpe.err"; fail "the BPE prompt is not 6 tokens"; }
 # a checkpoint is a source of weights here, not a run to resume
 grep -q "^dtrun: weights from $T/bpe.ck" "$T/bpe.err" && ! grep -q "resuming" "$T/bpe.err" ||
   { cat "$T/bpe.err"; fail "generate from a checkpoint does not say where its weights come from"; }
-"$DTRUN" generate "$T/bpe.ck" --prompt "Hello, world! It's" --max-new-tokens 3 --temperature 0 \
+"$DTRUN" generate "$T/bpe.ck" --prompt "Hello, world! It's" --max-new-tokens 3 --temperature 0 --no-echo \
   >"$T/bpe.txt" 2>/dev/null || fail "generate text with a BPE vocabulary"
 python3 - "$T/bpe.ids" "$T/bpe.txt" <<'PY' || fail "the BPE text is not the decoded ids"
 import json, sys

@@ -44,6 +44,6 @@ expect_one_line auto 2 "dtrun: $T/auto.yaml:3:12: " "the world of 3 workers is n
 # a job that fits its launch still trains
 tiny_job "$T/good.yaml" "parallel: {dp: 2}"
 run_dtrun good --nproc-per-node=2 "$T/good.yaml"
-[ "$rc" -eq 0 ] && grep -q "done: 4 steps" "$T/good.err" && ok "dp 2 on 2 workers trains" ||
+[ "$rc" -eq 0 ] && grep -q "done: 4 steps" "$T/good.out" && ok "dp 2 on 2 workers trains" ||
   fail "good: exit $rc: $(tail -3 "$T/good.err")"
 finish

@@ -39,9 +39,9 @@ interrupt() {
   kill -"$sig" -- -"$AGENT"
   finish
   [ "$RC" = "$want" ] || { tail "$T/$name.err"; fail "dtrun exited $RC after $sig to its process group, want $want"; }
-  s=$(sed -n "s/.*$sig: stopped at step \([0-9]*\) with a checkpoint in .*/\1/p" "$T/$name.err")
-  [ -n "$s" ] && [ "$s" -lt $STEPS ] || { tail "$T/$name.err"; fail "$sig: no '$sig: stopped at step N with a checkpoint' line"; }
-  [ "$(grep -c "stopped at step" "$T/$name.err")" = 1 ] || fail "$sig: want exactly one stop line"
+  s=$(sed -n "s/.*$sig: stopped at step \([0-9]*\) with a checkpoint in .*/\1/p" "$T/$name.out")
+  [ -n "$s" ] && [ "$s" -lt $STEPS ] || { tail "$T/$name.out" "$T/$name.err"; fail "$sig: no '$sig: stopped at step N with a checkpoint' line"; }
+  [ "$(grep -c "stopped at step" "$T/$name.out")" = 1 ] || fail "$sig: want exactly one stop line"
   ! grep -q "root cause" "$T/$name.err" || { cat "$T/$name.err"; fail "$sig: a clean stop reported a failure"; }
   [ "$(cat "$T/$name.ck/latest")" = "$(printf 'step_%06d' "$s")" ] || fail "$sig: latest is not step $s"
   ckpt_run "$LAY" "$T/$name.yaml" "$T/$name.2.log" DTRUN_DUMP_PARAMS="$T/$name.bin" || { tail "$T/$name.2.log"; fail "$sig: resume"; }

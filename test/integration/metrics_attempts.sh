@@ -41,6 +41,6 @@ assert second == list(range(resumed + 2, 11, 2)) + [11], (second, resumed)
 # the second attempt's records come after its start record
 assert rows.index(starts[1]) < rows.index([r for r in steps if r["attempt"] == 1][0])
 PY
-grep -q '^\[default/0\]:step 11/11' err && ! grep -q 'step 3/11' err && ok "the console is thinned the same way" ||
-  fail "console: $(grep step err | head -5)"
+grep -q '^\[default/0\]:step 11/11' out && ! grep -q 'step 3/11' out && ok "the console is thinned the same way" ||
+  fail "console: $(grep step out | head -5)"
 finish

@@ -18,7 +18,7 @@ for model in $models; do
       for dp in 1 2 4; do
         [ $((dp * tp * pp)) -le 8 ] || continue
         [ $((dp * tp * pp)) -gt 1 ] || continue
-        for mode in none zero1 zero2 fsdp; do
+        for mode in ddp zero1 zero2 fsdp; do
           scheds=gpipe; [ $pp -gt 1 ] && scheds="gpipe 1f1b interleaved"
           for sched in $scheds; do
             lay="dp=$dp tp=$tp pp=$pp mode=$mode"; [ $pp -gt 1 ] && lay="$lay sched=$sched"

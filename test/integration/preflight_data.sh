@@ -37,9 +37,9 @@ raw = b"".join(b"\0" + bytes(3 * 8) for _ in range(8))
 open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 8, 8, 8, 2, 0, 0, 0)) +
     chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))' "$T/photo.png"
 tokens_job png "$T/photo.png"
-refused png "data.train '$T/photo.png': wrong magic (" "expected 20240520: not an llm.c token shard)"
+refused png "data.train '$T/photo.png': wrong magic (" "expected 20240520 or 20240801: not an llm.c token shard)"
 head -c 4096 /dev/urandom >>"$T/photo.png" # a PNG larger than a shard's header
-refused png "data.train '$T/photo.png': wrong magic (" "expected 20240520: not an llm.c token shard)"
+refused png "data.train '$T/photo.png': wrong magic (" "expected 20240520 or 20240801: not an llm.c token shard)"
 
 tokens_job passwd /etc/passwd
 refused passwd "data.train '/etc/passwd': wrong magic ("

@@ -16,7 +16,7 @@ tiny_job b.yaml "checkpoint: {dir: ck2, every: 1}" "log: {metrics: runs/m.jsonl}
 # the first run, slowed to ~0.1 s a step
 DTRUN_TEST_STEP_DELAY_MS=100 "$DTRUN" a.yaml >first.out 2>first.err &
 first=$!
-for _ in $(seq 1 100); do [ -f ck/.dtrun.lock ] && grep -q '^\[default/0\]' first.err && break; sleep 0.05; done
+for _ in $(seq 1 100); do [ -f ck/.dtrun.lock ] && grep -q '^\[default/0\]' first.out && break; sleep 0.05; done
 
 start=$(date +%s%N)
 run_dtrun same a.yaml
@@ -40,7 +40,7 @@ expect_one_line linkdir 2 "dtrun: d.yaml: checkpoint.dir ck-link: in use by anot
   "lock $T/ck/.dtrun.lock"
 
 wait "$first"; rc=$?
-[ "$rc" -eq 0 ] && grep -q "done: 40 steps" first.err && ok "the first run finished untouched" ||
+[ "$rc" -eq 0 ] && grep -q "done: 40 steps" first.out && ok "the first run finished untouched" ||
   fail "first run: exit $rc: $(tail -3 first.err)"
 python3 -c '
 import json, sys

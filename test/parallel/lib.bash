@@ -4,7 +4,7 @@
 # recompute=block bucket_mb=1 sp=1 prec=bf16 grad=fp32 reduce=bf16 offload=1
 # attn=naive" (cp: parallel.cp, context parallel ranks, each holding 1 / cp of
 # every sample; attn: model.attention, fused when absent):
-# missing keys mean dp/tp/pp 1, mode none, sched gpipe, no accumulation, one
+# missing keys mean dp/tp/pp 1, mode ddp, sched gpipe, no accumulation, one
 # node, no recomputation, the default bucket, no sequence parallelism, fp32
 # (prec: the train.precision; grad, reduce: train.grad_dtype and
 # parallel.reduce_dtype, auto when absent), no offload (offload=1:
@@ -79,7 +79,7 @@ layout_job() {
   local model=$1 lay=$2 out=$3 met=$4
   local dp tp pp mode sched accum gb=8 mb m L
   dp=$(lget "$lay" dp 1); tp=$(lget "$lay" tp 1); pp=$(lget "$lay" pp 1)
-  mode=$(lget "$lay" mode none); sched=$(lget "$lay" sched gpipe); accum=$(lget "$lay" accum 1)
+  mode=$(lget "$lay" mode ddp); sched=$(lget "$lay" sched gpipe); accum=$(lget "$lay" accum 1)
   L=$(layout_layers "$lay")
   if [ "$pp" -gt 1 ]; then
     m=$((gb / dp)); [ $m -gt $((2 * pp)) ] && m=$((2 * pp))

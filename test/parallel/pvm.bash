@@ -12,7 +12,7 @@
 pvm_job() {
   local name=$1 lay=$2 kind dp tp pp mode sched m mb steps rc d seq vocab
   kind=$(lget "$lay" kind gpt); dp=$(lget "$lay" dp 1); tp=$(lget "$lay" tp 1); pp=$(lget "$lay" pp 1)
-  mode=$(lget "$lay" mode none); sched=$(lget "$lay" sched 1f1b); m=$(lget "$lay" m 1)
+  mode=$(lget "$lay" mode ddp); sched=$(lget "$lay" sched 1f1b); m=$(lget "$lay" m 1)
   mb=$(lget "$lay" mb 2); steps=$(lget "$lay" steps 3); rc=$(lget "$lay" recompute none)
   d=$(lget "$lay" d 64); seq=$(lget "$lay" seq 32); vocab=$(lget "$lay" vocab 64)
   {

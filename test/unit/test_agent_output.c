@@ -110,6 +110,46 @@ static void test_tail_and_long_lines(void)
           "an uncreatable log says where: %s", err);
 }
 
+/* A worker's live progress line (log.progress): a carriage return starts the
+ * line over, the line so far is redrawn behind the prefix, and any complete
+ * line on either console erases it first; CRLF stays a line end; the tail keeps
+ * only what was finally on the line. */
+static void test_live_lines(void)
+{
+    FILE *out = tmpfile(), *err = tmpfile();
+    agent_output_cfg cfg = {.console = {out, err}};
+    snprintf(cfg.prefix, sizeof cfg.prefix, "[r/0]:");
+    char e[256];
+    agent_output *o = agent_output_open(&cfg, e, sizeof e);
+    CHECK(o != NULL, "open: %s", e);
+    if (!o) return;
+    agent_output_write(o, AGENT_STDOUT, "\r\033[Kstep 1", 10);
+    agent_output_write(o, AGENT_STDOUT, "\r\033[Kstep 2", 10);
+    char buf[4096];
+    slurp(out, buf, sizeof buf);
+    CHECK(!strcmp(buf, "\r\033[K[r/0]:step 1\r\033[K[r/0]:step 2"), "each redraw replaces the line [%s]", buf);
+    agent_output_write(o, AGENT_STDERR, "warning: x\n", 11);
+    slurp(out, buf, sizeof buf);
+    CHECK(strlen(buf) > 4 && !strcmp(buf + strlen(buf) - 4, "\r\033[K"), "a line on stderr erases the live line on stdout first [%s]", buf);
+    slurp(err, buf, sizeof buf);
+    CHECK(!strcmp(buf, "[r/0]:warning: x\n"), "the stderr line itself [%s]", buf);
+    agent_output_write(o, AGENT_STDOUT, "\r\033[Kstep 3\r", 11); /* a CR at the end of a piece ... */
+    agent_output_write(o, AGENT_STDOUT, "\033[Kstep 4\n", 10);    /* ... starts the line over */
+    agent_output_write(o, AGENT_STDOUT, "crlf\r\n", 6);
+    slurp(out, buf, sizeof buf);
+    CHECK(strstr(buf, "\r\033[K[r/0]:step 4\n[r/0]:crlf\n") != NULL && !strstr(buf, "step 3step") &&
+              !strstr(buf, "[r/0]:\033"),
+          "a final line erases the live one and is printed once, clean [%s]", buf);
+    FILE *rep = tmpfile();
+    int n = agent_output_print_tail(o, rep, "");
+    slurp(rep, buf, sizeof buf);
+    CHECK(n == 3 && !strcmp(buf, "[r/0]:warning: x\n[r/0]:step 4\n[r/0]:crlf\n"), "the tail holds final lines only [%s]", buf);
+    agent_output_close(o);
+    fclose(out);
+    fclose(err);
+    fclose(rep);
+}
+
 static void test_env(void)
 {
     char *base[] = {"PATH=/bin", "RANK=99", "HOME=/root", "OMP_NUM_THREADS=5", NULL};
@@ -132,7 +172,7 @@ static void test_env(void)
         {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"},
         {"DTRUN_RDZV_HOST", "::1"}, {"DTRUN_RDZV_PORT", "29400"}, {"DTRUN_RDZV_TOKEN", "tok"},
         {"DTRUN_KV_ENDPOINT", "[::1]:29400"}, {"DTRUN_KV_PREFIX", "round2/"},
-        {"OMP_NUM_THREADS", "5"}, {"PATH", "/bin"}, {"HOME", "/root"},
+        {"OMP_NUM_THREADS", "5"}, {"PATH", "/bin"}, {"HOME", "/root"}, {"DTRUN_STDOUT_TTY", "0"},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const char *v = agent_env_get(env, want[i].name);
@@ -152,6 +192,7 @@ int main(void)
 {
     test_lines();
     test_tail_and_long_lines();
+    test_live_lines();
     test_env();
     CHECK_DONE();
 }

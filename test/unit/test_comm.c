@@ -799,6 +799,126 @@ static int body_p2p_dead(comm *w, void *argp)
     return 0;
 }
 
+/* ---- all_to_allv ---- */
+
+/* Elements rank s sends rank d in round k: uneven, zeros included (about one
+ * pair in five), scaled by `unit` (1 for the small sweep, ~40k to span many
+ * shm staging entries). */
+static size_t a2a_count(int s, int d, int k, size_t unit)
+{
+    uint32_t h = mix((uint32_t)(s * 131 + d * 17 + k * 7919 + 1));
+    return (h % 5 == 0) ? 0 : (size_t)(h % 97) * unit + (h >> 8) % 13;
+}
+
+/* Word i of the piece s -> d: raw bits, NaN patterns and all (nothing is
+ * reduced, so the bytes must arrive exactly). */
+static uint32_t a2a_word(int s, int d, int k, size_t i)
+{
+    return mix((uint32_t)(s * 1000003u) ^ mix((uint32_t)(d * 7777u + (uint32_t)k)) ^ mix((uint32_t)i + 0x9e37u));
+}
+
+static void a2a_put(comm_dtype dt, char *buf, size_t i, uint32_t w)
+{
+    if (dt == COMM_F32)
+        memcpy(buf + 4 * i, &w, 4);
+    else {
+        uint16_t h = (uint16_t)(w ^ (w >> 16));
+        memcpy(buf + 2 * i, &h, 2);
+    }
+}
+
+typedef struct {
+    size_t unit;
+    int rounds;
+} a2a_arg;
+
+/* Rounds of all_to_allv with uneven counts, f32 and bf16, blocking and
+ * asynchronous (the asynchronous one in flight across an all_reduce on the
+ * same communicator: collectives keep issue order), each result compared
+ * byte for byte with the pieces the senders made; then all_to_all. */
+static int body_all_to_allv(comm *w, void *argp)
+{
+    const a2a_arg *a = argp;
+    int p = comm_size(w), r = comm_rank(w);
+    size_t *sc = calloc((size_t)p, sizeof *sc), *rc = calloc((size_t)p, sizeof *rc);
+    for (int k = 0; k < a->rounds; k++) {
+        comm_dtype dt = (comm_dtype)(k & 1);
+        int async = (k >> 1) & 1;
+        size_t es = comm_dtype_size(dt), ns = 0, nr = 0;
+        for (int q = 0; q < p; q++) {
+            sc[q] = a2a_count(r, q, k, a->unit);
+            rc[q] = a2a_count(q, r, k, a->unit);
+            ns += sc[q], nr += rc[q];
+        }
+        char *send = scratch(0, ns * es), *recv = scratch(1, nr * es), *want = scratch(2, nr * es);
+        size_t o = 0;
+        for (int q = 0; q < p; q++)
+            for (size_t i = 0; i < sc[q]; i++)
+                a2a_put(dt, send, o++, a2a_word(r, q, k, i));
+        o = 0;
+        for (int q = 0; q < p; q++)
+            for (size_t i = 0; i < rc[q]; i++)
+                a2a_put(dt, want, o++, a2a_word(q, r, k, i));
+        memset(recv, 0xa5, nr * es);
+        char what[96];
+        snprintf(what, sizeof what, "all_to_allv round %d %s %s p=%d", k, dt_name(dt), async ? "async" : "sync", p);
+        if (async) {
+            comm_req *q1 = NULL, *q2 = NULL;
+            float one = 1.0f, sum = 0.0f;
+            EXPECT_OK(w, comm_all_to_allv_async(w, send, sc, recv, rc, dt, &q1), what);
+            EXPECT_OK(w, comm_all_reduce_async(w, &one, &sum, 1, COMM_F32, COMM_SUM, &q2), what);
+            EXPECT_OK(w, comm_wait(q1), what);
+            EXPECT_OK(w, comm_wait(q2), what);
+            if (sum != (float)p)
+                fail("%s: the all_reduce behind it gave %g", what, sum);
+        } else {
+            EXPECT_OK(w, comm_all_to_allv(w, send, sc, recv, rc, dt), what);
+        }
+        if (memcmp(recv, want, nr * es) != 0) {
+            size_t i = 0;
+            while (recv[i] == want[i])
+                i++;
+            fail("%s: byte %zu of %zu differs", what, i, nr * es);
+        }
+    }
+    /* equal pieces */
+    size_t n = 1000 + 3 * a->unit;
+    uint32_t *s32 = (uint32_t *)scratch(0, (size_t)p * n * 4), *r32 = (uint32_t *)scratch(1, (size_t)p * n * 4);
+    for (int q = 0; q < p; q++)
+        for (size_t i = 0; i < n; i++)
+            s32[(size_t)q * n + i] = a2a_word(r, q, 99, i);
+    EXPECT_OK(w, comm_all_to_all(w, s32, r32, n, COMM_F32), "all_to_all");
+    for (int q = 0; q < p; q++)
+        for (size_t i = 0; i < n; i++)
+            if (r32[(size_t)q * n + i] != a2a_word(q, r, 99, i)) {
+                fail("all_to_all: from rank %d element %zu wrong", q, i);
+                q = p;
+                break;
+            }
+    free(sc);
+    free(rc);
+    return 0;
+}
+
+/* A receiver that expects another count than its peer sends: an error on
+ * it, naming the mismatch, not a misplaced piece or a hang. */
+static int body_all_to_allv_mismatch(comm *w, void *argp)
+{
+    int p = comm_size(w), r = comm_rank(w);
+    size_t sc[8], rc[8];
+    float send[64], recv[64];
+    for (int q = 0; q < p; q++)
+        sc[q] = rc[q] = 4;
+    if (r == 0)
+        rc[1] = 5;  /* rank 1 sends 4 */
+    memset(send, 0, sizeof send);
+    comm_set_timeout(w, TIMEOUT_S);
+    int rc_ = comm_all_to_allv(w, send, sc, recv, rc, COMM_F32);
+    if (r == 0 && (rc_ != COMM_EINVAL || !strstr(comm_last_error(w), "expected")))
+        fail("rank 0 expected a count mismatch, got rc %d: '%s'", rc_, comm_last_error(w));
+    return 0;
+}
+
 static void test_store_file(void)
 {
     char dir[] = "/tmp/dtrun-test-store.XXXXXX";
@@ -933,6 +1053,26 @@ int main(void)
               "tcp world %d: all_reduce of K = 1000 and 100003 elements sends 2(p-1)/p*K*4 bytes per "
               "rank in fp32, exactly half in bf16; bf16 = rank-order fp32 sum rounded once (= shm)", p);
     }
+    /* all_to_allv: uneven counts with zeros, bitwise, every world on shm and
+     * tcp (the sanitizer twin keeps a few), small and ~40k-element pieces */
+    a2a_arg a2a_small = {1, 8}, a2a_big = {40000, 4};
+    for (int p = 1; p <= 8; p++) {
+        if (UNDER_ASAN && p != 1 && p != 3 && p != 8)
+            continue;
+        CHECK(run_world(p, &shm, body_all_to_allv, &a2a_small) == 0,
+              "shm world %d: all_to_allv, uneven counts with zeros, f32+bf16, sync+async, bitwise; all_to_all", p);
+        if (p >= 2)
+            CHECK(run_world(p, &tcp, body_all_to_allv, &a2a_small) == 0,
+                  "tcp world %d: all_to_allv, uneven counts with zeros, f32+bf16, sync+async, bitwise; all_to_all", p);
+    }
+    CHECK(run_world(4, &shm, body_all_to_allv, &a2a_big) == 0,
+          "shm world 4: all_to_allv of pieces up to ~3.9M elements (many staging entries), bitwise");
+    CHECK(run_world(3, &tcp, body_all_to_allv, &a2a_big) == 0,
+          "tcp world 3: all_to_allv of pieces up to ~3.9M elements, bitwise");
+    CHECK(run_world(2, &shm, body_all_to_allv_mismatch, NULL) == 0,
+          "shm: all_to_allv whose receiver expects another count fails on it, naming the sizes");
+    CHECK(run_world(3, &tcp, body_all_to_allv_mismatch, NULL) == 0,
+          "tcp: all_to_allv whose receiver expects another count fails on it, naming the sizes");
     static const char *const two_nodes[] = {"n0", "n0", "n1", "n1"};
     world_opts split = {.nodes = two_nodes, .kill_rank = -1, .deadline_s = 60};
     CHECK(run_world(4, &split, body_two_nodes, NULL) == 0,

@@ -278,6 +278,12 @@ static void test_errors(void)
                  "unknown value 'cosin' (expected cosine, linear or constant); did you mean 'cosine'?");
     expect_error("parallel: {mode: zero3}\n", "t.yaml:1:18: ", "did you mean 'fsdp'?");
     expect_error("parallel: {mode: FSDP}\n", "t.yaml:1:18: ", "did you mean 'fsdp'?");
+    /* plain data parallel is ddp; its former name none reads as it */
+    CHECK(load("parallel: {mode: none}\n") == 0 && job.parallel.mode == SHARD_NONE &&
+              !strcmp(job_shard_mode_name(job.parallel.mode), "ddp") && load("parallel: {mode: ddp}\n") == 0 &&
+              job.parallel.mode == SHARD_NONE,
+          "parallel.mode none (its former name) and ddp load as plain data parallel, printed ddp: %s", err);
+    expect_error("parallel: {mode: nonee}\n", "t.yaml:1:18: ", "did you mean 'ddp'?");
     expect_error("train: {precision: bfloat16}\n", "t.yaml:1:20: ", "did you mean 'bf16'?");
     expect_error("train: {device: tpu}\n", "t.yaml:1:17: ", "auto, cpu or cuda");
     expect_error("train: {recompute: selectve}\n", "t.yaml:1:20: ",

@@ -172,15 +172,25 @@ static void test_programs(void)
           "everything after -- is the program's");
     CHECK(parse("--nproc-per-node=2 --") != 0 && has("followed by a program"), "empty program: %s", err);
     CHECK(parse("job.yaml -- prog") != 0 && has("not both"), "job and program: %s", err);
-    CHECK(parse("--nproc-per-node=2 train.py --lr 3") == 0 && o.program_argc == 4 &&
-              !strcmp(o.program[0], "python3") && !strcmp(o.program[1], "train.py") &&
-              !strcmp(o.program[2], "--lr") && !o.program[4],
-          "script.py runs with python3 and keeps its arguments");
-    CHECK(parse("-m pkg.train --x") == 0 && o.program_argc == 4 && !strcmp(o.program[1], "-m") &&
-              !strcmp(o.program[2], "pkg.train"), "-m module");
+    /* torchrun's words: python -u script, python -u -m module */
+    CHECK(parse("--nproc-per-node=2 train.py --lr 3") == 0 && o.program_argc == 5 &&
+              !strcmp(o.program[0], "python3") && !strcmp(o.program[1], "-u") && !strcmp(o.program[2], "train.py") &&
+              !strcmp(o.program[3], "--lr") && !o.program[5] && !strcmp(o.python_target, "train.py"),
+          "script.py runs with python3 -u and keeps its arguments");
+    CHECK(parse("-m pkg.train --x") == 0 && o.program_argc == 5 && !strcmp(o.program[1], "-u") &&
+              !strcmp(o.program[2], "-m") && !strcmp(o.program[3], "pkg.train") && !strcmp(o.python_target, "pkg.train"),
+          "-m module");
     CHECK(parse("--no-python ./a.out 1") == 0 && o.program_argc == 2 && !strcmp(o.program[0], "./a.out"),
           "--no-python program");
     CHECK(parse("--no-python") != 0 && has("--no-python needs a program"), "--no-python alone: %s", err);
+    /* --run-path: python3 -u -c BOOT script args (runpy.run_path); it wins over --no-python, as in torchrun */
+    CHECK(parse("--run_path /abs/job.py a") == 0 && o.program_argc == 6 && !strcmp(o.program[1], "-u") &&
+              !strcmp(o.program[2], "-c") && strstr(o.program[3], "runpy.run_path") && !strcmp(o.program[4], "/abs/job.py") &&
+              !strcmp(o.program[5], "a") && o.python_prepended, "--run-path");
+    CHECK(parse("--no-python --run-path job.py") == 0 && !strcmp(o.program[2], "-c"), "--run-path wins over --no-python");
+    CHECK(parse("--run-path") != 0 && has("--run-path needs a script"), "--run-path alone: %s", err);
+    CHECK(parse("-m --no-python pkg.x") != 0 && has("cannot go with --no-python"), "-m with --no-python: %s", err);
+    CHECK(parse("--run-path -m pkg.x") != 0 && has("cannot go with --run-path"), "-m with --run-path: %s", err);
 }
 
 static void test_finish(void)

@@ -276,7 +276,7 @@ static void test_n21_plan(void)
             snprintf(why, sizeof why, "; faster than published by %.0f %%: %s%s%s%s", 100 * (vs_published - 1),
                      cJSON_IsTrue(cJSON_GetObjectItem(top, "sequence_parallel")) ? "sequence parallel, " : "",
                      strcmp(STR("recompute"), "block") ? "recompute " : "", strcmp(STR("recompute"), "block") ? STR("recompute") : "full recompute",
-                     strcmp(STR("mode"), "none") ? (strcmp(STR("mode"), "zero1") == 0 ? ", ZeRO-1" : ", sharded") : "");
+                     strcmp(STR("mode"), "ddp") ? (strcmp(STR("mode"), "zero1") == 0 ? ", ZeRO-1" : ", sharded") : "");
         CHECK(mem <= dev && !(pp == 1 && interleaved) && vs_paper_layout >= 0.90,
               "[N21] %.1fB --plan on %d x 8: dp %d tp %d%s pp %d %s mb %d %s %s: %.1f TFLOP/s per GPU in the paper's "
               "unit (%.2fx the paper's layout by the same estimate, %.2fx published), %.1f of %.1f GB%s",

@@ -1,5 +1,5 @@
-/* jobspec_suggest.c — closest-name suggestions by edit distance. */
-#include "lib/job/jobspec_suggest.h"
+/* suggest.c — closest-name suggestions by edit distance. */
+#include "lib/util/suggest.h"
 
 #include <string.h>
 

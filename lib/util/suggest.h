@@ -1,4 +1,4 @@
-/* jobspec_suggest.h — "did you mean ...?" for mistyped names.
+/* suggest.h — "did you mean ...?" for mistyped names.
  *
  * Collects candidates and keeps the closest one to a misspelt word by
  * Damerau-Levenshtein distance (optimal string alignment: a swap of two adjacent
@@ -8,8 +8,8 @@
  * when the closest candidate is too far to be a plausible typo.
  *
  * Generic on purpose: command-line flag parsing can use it as well. */
-#ifndef DTRUN_JOBSPEC_SUGGEST_H
-#define DTRUN_JOBSPEC_SUGGEST_H
+#ifndef DTRUN_UTIL_SUGGEST_H
+#define DTRUN_UTIL_SUGGEST_H
 
 #include <stddef.h>
 
