@@ -75,7 +75,7 @@ static int usage(void)
             "  --trace FILE                      merged Chrome trace of every rank (log.trace)\n"
             "  --no-fit-check                    start a job the dry-run says does not fit in memory\n"
             "  --strict-data                     resuming with data files changed since the checkpoint is an error\n"
-            "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K]\n"
+            "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K] [--headroom 5%%|4GiB]\n"
             "see dtrun(1) and dtrun-job(5)\n");
     return 0;
 }
@@ -189,7 +189,7 @@ static int launch(launch_opts *o)
         }
         dryrun_opts d = {.hardware = o->hardware[0] ? o->hardware : NULL,
                          .format = o->format_json ? DRYRUN_JSON : DRYRUN_TEXT,
-                         .top = o->top};
+                         .top = o->top, .headroom = o->headroom};
         int rc = o->plan ? plan_run(&job, &d, stdout, err, sizeof err)
                          : dryrun_run(&job, &d, stdout, err, sizeof err);
         if (rc != 0) fprintf(stderr, "dtrun: %s\n", err);

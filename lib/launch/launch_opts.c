@@ -11,6 +11,7 @@
 #include "lib/job/jobspec_suggest.h"
 #include "lib/launch/launch_opts_internal.h"
 #include "lib/util/errline.h"
+#include "lib/util/headroom.h"
 #include "lib/util/range.h"
 
 typedef enum {
@@ -19,7 +20,7 @@ typedef enum {
     OPT_MONITOR_INTERVAL, OPT_TERM_TIMEOUT, OPT_LOG_DIR, OPT_REDIRECTS, OPT_TEE,
     OPT_RANKS_FILTER, OPT_ROLE, OPT_LOCAL_ADDR, OPT_NO_PYTHON, OPT_MODULE, OPT_DRY_RUN,
     OPT_PRINT_CONFIG, OPT_VERSION, OPT_HELP, OPT_PLAN, OPT_HARDWARE, OPT_FORMAT, OPT_TOP, OPT_TRACE,
-    OPT_NO_FIT_CHECK, OPT_STRICT_DATA
+    OPT_NO_FIT_CHECK, OPT_STRICT_DATA, OPT_HEADROOM
 } opt_id;
 
 typedef struct {
@@ -56,6 +57,7 @@ static const opt_def OPTIONS[] = {
     {"hardware", 0, 1, OPT_HARDWARE},
     {"format", 0, 1, OPT_FORMAT},
     {"top", 0, 1, OPT_TOP},
+    {"headroom", 0, 1, OPT_HEADROOM},
     {"trace", 0, 1, OPT_TRACE},
     {"no-fit-check", 0, 0, OPT_NO_FIT_CHECK},
     {"strict-data", 0, 0, OPT_STRICT_DATA},
@@ -253,6 +255,9 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
     case OPT_TOP:
         if (range_parse_long(v, 1, 1000, &n, why, sizeof why)) return errline(err, errlen, "%s: %s", shown, why);
         o->top = (int)n;
+        return 0;
+    case OPT_HEADROOM:
+        if (headroom_parse(v, &o->headroom, why, sizeof why)) return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_TRACE:
         if (!*v) return errline(err, errlen, "%s: empty file name", shown);

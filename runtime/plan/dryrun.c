@@ -26,6 +26,15 @@ void plan_stage_units(const plan_estimate *e, int p, char *out, size_t n)
     }
 }
 
+void plan_headroom_text(const hw_profile *hw, double device, char *out, size_t n)
+{
+    char a[FMT_LEN], b[FMT_LEN], origin[HW_TEXT_MAX + 64];
+    double room = hw_headroom(hw, device);
+    hw_headroom_origin(hw, origin, sizeof origin);
+    snprintf(out, n, "%s free on each rank, %.3g %% of its %s (%s)", fmt_bytes(a, room),
+             device > 0 ? 100 * room / device : 0.0, fmt_bytes(b, device), origin);
+}
+
 static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *out)
 {
     const job_spec *job = &e->job;
@@ -157,6 +166,10 @@ static void print_memory(const plan_estimate *e, FILE *out)
                 fmt_bytes(v, e->hw.cuda_context), e->world > 1 ? fmt_bytes((char[FMT_LEN]){0}, e->hw.nccl) : "none (one process)",
                 fmt_bytes((char[FMT_LEN]){0}, e->hw.cublas_workspace),
                 fmt_bytes((char[FMT_LEN]){0}, e->stage[0].fixed - hw_fixed_overhead(&e->hw, e->world)));
+    char room[512];
+    plan_headroom_text(&e->hw, e->stage[0].device, room, sizeof room);
+    fprintf(out, "  headroom: --plan keeps %s; the fullest stage leaves %s\n", room,
+            fmt_bytes(v, e->stage[0].device - e->max_total));
 }
 
 static void print_compute_comm(const plan_estimate *e, FILE *out)

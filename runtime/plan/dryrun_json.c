@@ -61,6 +61,8 @@ static cJSON *hardware_json(const plan_estimate *e, const plan_machine *pm)
     cJSON_AddNumberToObject(o, "intra_node_bandwidth", hw->intra_bw);
     cJSON_AddNumberToObject(o, "inter_node_bandwidth", hw->inter_bw);
     cJSON_AddNumberToObject(o, "gpus_per_node", hw->gpus_per_node);
+    cJSON_AddNumberToObject(o, "headroom_fraction", hw->headroom_bytes > 0 ? 0 : hw->headroom_fraction);
+    if (hw->calibrated[0]) cJSON_AddStringToObject(o, "calibrated", hw->calibrated);
     return o;
 }
 
@@ -228,6 +230,8 @@ int dryrun_print_json(const plan_estimate *e, const plan_machine *pm, FILE *out,
     cJSON_AddItemToObject(root, "step", step_json(e));
     if (e->has_sim) cJSON_AddItemToObject(root, "pipeline", pipeline_json(e));
     cJSON_AddBoolToObject(root, "fits", e->fits);
+    cJSON_AddNumberToObject(root, "headroom_bytes", e->headroom);
+    cJSON_AddBoolToObject(root, "fits_headroom", e->fits_headroom);
     cJSON *warn = cJSON_AddArrayToObject(root, "warnings");
     for (int i = 0; i < e->n_warnings; i++) cJSON_AddItemToArray(warn, cJSON_CreateString(e->warnings[i]));
     return plan_json_write(root, "dry-run", out, err, errlen);

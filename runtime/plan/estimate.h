@@ -77,6 +77,8 @@ typedef struct {
     plan_stage *stage;       /* [pp] */
     int fits;                /* no stage OOM */
     double max_total;        /* the largest stage total, bytes */
+    double headroom;         /* bytes a rank keeps free for what no estimate counts (hw_headroom) */
+    int fits_headroom;       /* fits, and every stage leaves the headroom free: what --plan proposes */
     /* time (plan_estimate_time) */
     int timed;
     double peak;             /* FLOP/s per rank */

@@ -56,6 +56,8 @@ static const key_def KEYS[] = {
     {"cuda_context_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(cuda_context)},
     {"nccl_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(nccl)},
     {"cublas_workspace_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(cublas_workspace)},
+    {"headroom_percent", K_NUMBER, 0, 0, 50, 0.01, OFF(headroom_fraction)},
+    {"calibrated", K_TEXT, 0, 0, 0, 0, OFF(calibrated)},
 };
 #define N_KEYS (int)(sizeof KEYS / sizeof KEYS[0])
 
@@ -220,6 +222,11 @@ static int load_mapping(hw_profile *hw, yaml_document_t *doc, const char *file, 
     for (int i = 0; i < hw->n_gemm; i++)
         if (hw->gemm_eff[i] > hw->achievable) hw->achievable = hw->gemm_eff[i];
     if (!mem_eff) hw->memory_eff = 0.8;
+    int headroom = 0;
+    for (int i = 0; i < N_KEYS; i++)
+        if (KEYS[i].offset == OFF(headroom_fraction)) headroom = seen[i];
+    if (!headroom) hw->headroom_fraction = 0.05;
+    hw->headroom_origin = headroom ? HW_HEADROOM_PROFILE : HW_HEADROOM_DEFAULT;
     /* on the CPU backend "host" memory is the device's own */
     if (!hw->gpu && hw->host_link_bw <= 0) hw->host_link_bw = hw->memory_bw;
     if (!hw->gpu && hw->host_memory_bw <= 0) hw->host_memory_bw = hw->memory_bw;
@@ -386,6 +393,21 @@ double hw_fixed_overhead(const hw_profile *hw, int world)
 {
     /* one process makes no communicator: no NCCL buffers */
     return hw->cuda_context + (world > 1 ? hw->nccl : 0) + hw->cublas_workspace;
+}
+
+double hw_headroom(const hw_profile *hw, double rank_memory)
+{
+    return hw->headroom_bytes > 0 ? hw->headroom_bytes : hw->headroom_fraction * rank_memory;
+}
+
+void hw_headroom_origin(const hw_profile *hw, char *out, size_t n)
+{
+    if (hw->headroom_origin == HW_HEADROOM_FLAG)
+        snprintf(out, n, "--headroom");
+    else if (hw->headroom_origin == HW_HEADROOM_PROFILE)
+        snprintf(out, n, "headroom_percent of the %s profile; --headroom to change", hw->name);
+    else
+        snprintf(out, n, "the default, the %s profile sets no headroom_percent; --headroom to change", hw->name);
 }
 
 double hw_gemm_efficiency(const hw_profile *hw, double dim)

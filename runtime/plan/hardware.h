@@ -28,6 +28,11 @@
  *   gpus_per_node          devices in one node; 0 on a CPU profile = this host's cores
  *   cuda_context_mib, nccl_mib, cublas_workspace_mib
  *                          fixed overheads every GPU worker pays (0 on a CPU)
+ *   headroom_percent       of the memory a rank has, what --plan keeps free for
+ *                          what no estimate counts (allocator fragmentation, a
+ *                          library's own buffers); optional, default 5
+ *   calibrated             free text: how and when `dtrun --calibrate` measured the
+ *                          rates of this profile (optional; such a profile says it)
  *
  * All rates are converted to SI units in the struct (FLOP/s, bytes/s, bytes, s). */
 #ifndef DTRUN_HARDWARE_H
@@ -38,6 +43,8 @@
 #define HW_NAME_MAX 64
 #define HW_TEXT_MAX 256
 #define HW_GEMM_MAX 16
+
+enum { HW_HEADROOM_DEFAULT = 0, HW_HEADROOM_PROFILE, HW_HEADROOM_FLAG };
 
 typedef struct {
     char name[HW_NAME_MAX];
@@ -62,6 +69,10 @@ typedef struct {
     double host_memory;   /* bytes of host memory per node (cpu: = memory, the same) */
     int gpus_per_node;
     double cuda_context, nccl, cublas_workspace; /* bytes */
+    double headroom_fraction; /* of the memory a rank has, kept free by --plan */
+    double headroom_bytes;    /* an amount instead (--headroom 4GiB); 0: the fraction */
+    int headroom_origin;      /* HW_HEADROOM_*: where the headroom comes from */
+    char calibrated[HW_TEXT_MAX];      /* "" unless `dtrun --calibrate` wrote it */
 } hw_profile;
 
 /* Parse a profile from memory; `name` stands for the file in messages. 0, or -1
@@ -86,6 +97,12 @@ double hw_fixed_overhead(const hw_profile *hw, int world);
 
 /* Achieved fraction of peak of a GEMM whose smallest dimension is dim. */
 double hw_gemm_efficiency(const hw_profile *hw, double dim);
+
+/* Bytes --plan keeps free on a rank that has `rank_memory` bytes. */
+double hw_headroom(const hw_profile *hw, double rank_memory);
+/* "5 % of it (headroom_percent of h100-sxm's profile; --headroom to change)":
+ * what the headroom is and where it comes from, for reports. */
+void hw_headroom_origin(const hw_profile *hw, char *out, size_t n);
 
 /* Peak FLOP/s of the precision a job computes in. */
 double hw_peak(const hw_profile *hw, int mixed_bf16);

@@ -138,4 +138,14 @@ void plan_memory(plan_estimate *e)
         }
     }
     check_host_memory(e, host_max);
+    /* what the estimate cannot count (allocator fragmentation, a library's own
+     * buffers) needs room too: --plan proposes only layouts that leave it */
+    e->headroom = hw_headroom(&e->hw, device);
+    e->fits_headroom = e->fits && e->max_total <= device - e->headroom;
+    if (e->fits && !e->fits_headroom) {
+        char need[FMT_LEN], left[FMT_LEN], room[FMT_LEN];
+        plan_warn(e, "headroom: the fullest stage needs %s and leaves %s of the device free, less than the %s "
+                     "headroom (--plan would not propose this layout; --headroom to change)",
+                  fmt_bytes(need, e->max_total), fmt_bytes(left, device - e->max_total), fmt_bytes(room, e->headroom));
+    }
 }

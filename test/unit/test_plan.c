@@ -741,6 +741,130 @@ static void test_hardware(void)
     }
 }
 
+/* The headroom a plan keeps: the profile's headroom_percent (5 % when it sets
+ * none), its range, and the dry-run's verdict and warning when a stage fits
+ * but eats into it. */
+static void test_headroom_profile(void)
+{
+    hw_profile hw;
+    char err[512];
+    int ok = 1;
+    static const char *const names[] = {"h100-sxm", "h200", "a100-40g", "a100-80g", "l40s", "cpu"};
+    for (int i = 0; i < 6; i++)
+        ok &= hw_load(&hw, names[i], err, sizeof err) == 0 && hw.headroom_fraction == 0.05 &&
+              hw.headroom_origin == HW_HEADROOM_PROFILE;
+    CHECK(ok, "every shipped profile states headroom_percent: 5");
+    const char *base = "name: x\ndevice: gpu\npeak_bf16_tflops: 100\npeak_fp32_tflops: 10\nmemory_mib: 1000\n"
+                       "memory_bandwidth_gbs: 100\nintra_node_gbs: 10\ninter_node_gbs: 1\nintra_node_latency_us: 1\n"
+                       "inter_node_latency_us: 1\ngpus_per_node: 8\ncuda_context_mib: 0\nnccl_mib: 0\n"
+                       "cublas_workspace_mib: 0\nachievable_fraction: 0.5\n";
+    CHECK(hw_load_string(&hw, base, strlen(base), "p.yaml", err, sizeof err) == 0 && hw.headroom_fraction == 0.05 &&
+              hw.headroom_origin == HW_HEADROOM_DEFAULT && fabs(hw_headroom(&hw, 1e9) - 5e7) < 1,
+          "a profile without headroom_percent keeps 5 %% (%s)", err);
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml, "%sheadroom_percent: 60\n", base);
+    int rc = hw_load_string(&hw, yaml, strlen(yaml), "p.yaml", err, sizeof err);
+    CHECK(rc && strstr(err, "p.yaml:16:19: headroom_percent must be in 0 .. 50"), "headroom_percent above 50: %s", err);
+    snprintf(yaml, sizeof yaml, "%sheadroom_percent: 12.5\n", base);
+    CHECK(hw_load_string(&hw, yaml, strlen(yaml), "p.yaml", err, sizeof err) == 0 && hw.headroom_fraction == 0.125,
+          "headroom_percent 12.5 is a fraction of 0.125");
+
+    /* gpt-70b FSDP over 64 H100 (configs/gpt-70b-h100.yaml) needs ~53 of 85.5 GB:
+     * it fits the 5 % headroom, not a 40 % one, and the dry-run says so */
+    job_spec job;
+    if (load_job(&job, "model: {preset: gpt-70b}\ntrain: {global_batch: 1024, micro_batch: 2, precision: bf16, "
+                       "recompute: block}\nparallel: {dp: 64, mode: fsdp}\n"))
+        return;
+    CHECK(hw_load(&hw, "h100-sxm", err, sizeof err) == 0, "h100-sxm loads");
+    for (int k = 0; k < 2; k++) {
+        hw.headroom_fraction = k ? 0.40 : 0.05;
+        plan_estimate e;
+        rc = plan_estimate_memory(&e, &job, &hw, 8, 8, err, sizeof err);
+        int warned = 0;
+        for (int i = 0; i < e.n_warnings; i++) warned |= strstr(e.warnings[i], "less than the") != NULL;
+        CHECK(rc == 0 && e.fits && e.fits_headroom == !k && warned == k && fabs(e.headroom - hw.headroom_fraction * hw.memory) < 1,
+              "headroom %.0f %%: gpt-70b FSDP 64 needs %.1f of %.1f GB: fits, %s the headroom%s", 100 * hw.headroom_fraction,
+              e.max_total / 1e9, hw.memory / 1e9, k ? "not within" : "within", k ? ", with a warning" : "");
+        plan_estimate_free(&e);
+    }
+    /* --headroom reaches the machine */
+    dt_headroom flag;
+    char why[256];
+    CHECK(headroom_parse("4GiB", &flag, why, sizeof why) == 0 && flag.bytes == 4294967296.0, "--headroom 4GiB");
+    plan_machine pm;
+    dryrun_opts o = {.hardware = "h100-sxm", .headroom = flag};
+    CHECK(plan_machine_resolve(&pm, &job, &o, 1, err, sizeof err) == 0 && pm.hw.headroom_origin == HW_HEADROOM_FLAG &&
+              hw_headroom(&pm.hw, pm.hw.memory) == 4294967296.0,
+          "--headroom 4GiB overrides the profile: 4294967296 bytes kept");
+}
+
+/* --plan proposes only layouts that leave the headroom free: gpt-70b on 8 x 8
+ * H100 with the profile's 5 %, against the same search with none kept. Without
+ * a headroom its best layouts leave under 5 % of the device; with it each leaves
+ * at least the 4.28 GB and more layouts are counted as not fitting. The text
+ * says how much is kept and where it comes from, and names its columns as the
+ * job file's keys. */
+static void test_planner_headroom(void)
+{
+    job_spec job;
+    if (load_job(&job, "model: {preset: gpt-70b}\ntrain: {global_batch: 1024, micro_batch: 2, precision: bf16}\n"))
+        return;
+    double oom[2] = {0, 0}, room[2] = {0, 0}, device = 0;
+    int n[2] = {0, 0}, inside[2] = {1, 1}, tight_without = 0;
+    for (int k = 0; k < 2; k++) { /* k = 0: the profile's 5 %; k = 1: --headroom 0% */
+        char *buf = NULL, err[512] = "";
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        dryrun_opts o = {.nnodes = 8, .nproc_per_node = 8, .hardware = "h100-sxm", .format = DRYRUN_JSON, .top = 5,
+                         .headroom = {k, 0, 0}};
+        int rc = plan_run(&job, &o, f, err, sizeof err);
+        fclose(f);
+        cJSON *root = rc == 0 ? cJSON_Parse(buf) : NULL, *top = cJSON_GetObjectItem(root, "top");
+        n[k] = top ? cJSON_GetArraySize(top) : 0;
+        oom[k] = root ? cJSON_GetObjectItem(root, "oom")->valuedouble : -1;
+        room[k] = root ? cJSON_GetObjectItem(root, "headroom_bytes")->valuedouble : -1;
+        device = root ? cJSON_GetObjectItem(root, "device_bytes")->valuedouble : 0;
+        for (int i = 0; i < n[k]; i++) {
+            double mem = cJSON_GetObjectItem(cJSON_GetArrayItem(top, i), "memory_bytes")->valuedouble;
+            inside[k] &= mem <= device - room[k];
+            if (k == 1 && mem > device * 0.95) tight_without++;
+        }
+        cJSON_Delete(root);
+        free(buf);
+    }
+    CHECK(n[0] == 5 && n[1] == 5 && fabs(room[0] - 0.05 * device) < 1 && room[1] == 0 && inside[0] && inside[1],
+          "plan gpt-70b over 8 x 8 H100: 5 layouts each, every one leaving its headroom free (%.3g GB, then none)",
+          room[0] / 1e9);
+    CHECK(tight_without > 0 && oom[0] > oom[1],
+          "without a headroom %d of the best 5 leave under 5 %% of the device; with it none, and %.0f layouts do not "
+          "fit instead of %.0f", tight_without, oom[0], oom[1]);
+    char *buf = NULL, err[512] = "";
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    dryrun_opts o = {.nnodes = 8, .nproc_per_node = 8, .hardware = "h100-sxm", .top = 3};
+    int rc = plan_run(&job, &o, f, err, sizeof err);
+    fclose(f);
+    const char *head = buf ? strstr(buf, "sequence_parallel") : NULL; /* the table's head line */
+    char header[512] = "";
+    while (head && head > buf && head[-1] != '\n') head--;
+    if (head) snprintf(header, sizeof header, "%.*s", (int)(strchr(head, '\n') - head), head);
+    CHECK(rc == 0 && buf &&
+              strstr(buf, "headroom: every layout below keeps 4.28 GB free on each rank, 5 % of its 85.5 GB "
+                          "(headroom_percent of the h100-sxm profile; --headroom to change)") &&
+              strstr(buf, "do not fit in 85.5 GB less the headroom"),
+          "plan text: how much it keeps free and where that comes from");
+    static const char *const words[] = {" dp ", " tp ", " pp ", " cp ", " sequence_parallel ", " mode ",
+                                        " micro_batch ", " microbatches ", " pp_schedule ", " virtual_stages ",
+                                        " recompute ", " offload ", " step ", " tokens/s ", " MFU ", " memory/rank ",
+                                        " why"};
+    int named = header[0] != 0;
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) named &= strstr(header, words[i]) != NULL;
+    CHECK(named && !strstr(header, " rc ") && !strstr(header, " m ") && !strstr(header, " mb ") &&
+              !strstr(buf, "+off") && !strstr(buf, "+sp"),
+          "plan text: columns named as the job's keys, no rc / m / mb / +off / +sp (%s)", header);
+    free(buf);
+}
+
 /* ---- the planner ---- */
 
 static void test_planner(void)
@@ -901,7 +1025,7 @@ static int plan_offload_needed(const job_spec *job, const char *hwname, int nnod
             j.train.offload = levels[l];
             plan_estimate e;
             int rc = plan_estimate_memory(&e, &j, &hw, nnodes, per_node, err, sizeof err);
-            ok &= rc == 0 && e.fits == (l == chosen);
+            ok &= rc == 0 && e.fits_headroom == (l == chosen); /* the planner's rule: fits with the headroom free */
             plan_estimate_free(&e);
         }
     }
@@ -1089,7 +1213,9 @@ int main(void)
     test_report_text_and_json();
     test_warnings();
     test_hardware();
+    test_headroom_profile();
     test_planner();
+    test_planner_headroom();
     test_planner_bound();
     test_planner_offload();
     test_fixed_bytes();
