@@ -35,6 +35,7 @@
 #include "runtime/infer/classify.h"
 #include "runtime/infer/eval.h"
 #include "runtime/infer/generate.h"
+#include "runtime/plan/calibrate.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/preflight.h"
 #include "runtime/train/train.h"
@@ -76,6 +77,7 @@ static int usage(void)
             "  --no-fit-check                    start a job the dry-run says does not fit in memory\n"
             "  --strict-data                     resuming with data files changed since the checkpoint is an error\n"
             "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K] [--headroom 5%%|4GiB]\n"
+            "  --calibrate FILE.yaml             measure this host's CPU backend, write a cpu hardware profile\n"
             "see dtrun(1) and dtrun-job(5)\n");
     return 0;
 }
@@ -153,6 +155,11 @@ static int launch(launch_opts *o)
     static job_spec job;
     char err[2048], note[512];
     unsigned cli_set = o->set; /* before the job's launch section fills the rest */
+    if (o->calibrate[0]) { /* measures this host: no job, nothing launched */
+        int rc = plan_calibrate(o->calibrate, stderr, err, sizeof err);
+        if (rc != 0) fprintf(stderr, "dtrun: %s\n", err);
+        return rc;
+    }
     if (o->job_path) {
         int rc = load_job(&job, o->job_path);
         if (rc) return rc;
