@@ -457,15 +457,16 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
             pm->nnodes == 1 ? "" : "s", pm->ranks_per_node, pm->hw.name, pm->nnodes * pm->ranks_per_node);
     plan_headroom_text(&pm->hw, device, room, sizeof room);
     fprintf(out, "headroom: every layout below keeps %s\n", room);
-    fprintf(out, "searched %ld layouts in %.3f s: %d fit, %ld do not fit in %s less the headroom, %ld invalid for "
-                 "this model and batch\n",
-            cs->searched, secs, cs->n, cs->oom, fmt_bytes(a, device), cs->invalid);
+    fprintf(out, "searched %ld layouts: %d fit, %ld do not fit in %s less the headroom, %ld invalid for this model "
+                 "and batch\n",
+            cs->searched, cs->n, cs->oom, fmt_bytes(a, device), cs->invalid);
     long alike;
     const char *why = top_invalid(cs, &alike);
     if (why) fprintf(out, "%ld of the invalid layouts alike: %s\n", alike, why);
+    /* the one line that differs from run to run: the time */
     fprintf(out, "(%ld pipelines simulated; every other layout's step time was bounded below by more than the "
-                 "top %d's)\n\n",
-            cs->simulated, top);
+                 "top %d's; %.3f s in all)\n\n",
+            cs->simulated, top, secs);
     if (cs->n == 0) {
         fprintf(out, "  nothing fits: a bigger machine, more nodes, a smaller global_batch or a smaller headroom\n");
         return;
