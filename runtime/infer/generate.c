@@ -198,7 +198,7 @@ int generate_command(int argc, char **argv)
         fprintf(stderr, "dtrun: generate: %s\n", err);
         return rc;
     }
-    if (m.kind != MODEL_GPT) {
+    if (!job_model_is_lm(&m)) {
         fprintf(stderr, "dtrun: generate: %s holds a ViT; generate writes text with a GPT (dtrun eval gives a ViT's "
                         "accuracy)\n", o.src);
         free(yaml);

@@ -40,10 +40,17 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
                 sh->tp_rank, sh->tp_size, spec->n_head);
         return NULL;
     }
+    int kv = job_model_kv_heads(spec);
+    if (spec->kind == MODEL_LLAMA &&
+        (spec->n_head % kv != 0 || (sh->tp_size <= kv ? kv % sh->tp_size : sh->tp_size % kv) != 0)) {
+        fprintf(stderr, "dtrun: model: tp %d does not split or replicate %d key/value heads of %d heads\n",
+                sh->tp_size, kv, spec->n_head);
+        return NULL;
+    }
     int cp = sh->cp_size > 1 ? sh->cp_size : 1;
-    if (cp > 1 && (spec->kind != MODEL_GPT || model_seq_len(spec) % (2 * cp) != 0 || sh->cp_rank < 0 ||
+    if (cp > 1 && (!job_model_is_lm(spec) || model_seq_len(spec) % (2 * cp) != 0 || sh->cp_rank < 0 ||
                    sh->cp_rank >= cp)) {
-        fprintf(stderr, "dtrun: model: context parallelism %d needs a GPT whose %d tokens split into %d "
+        fprintf(stderr, "dtrun: model: context parallelism %d needs a language model whose %d tokens split into %d "
                         "chunks (cp rank %d)\n", cp, model_seq_len(spec), 2 * cp, sh->cp_rank);
         return NULL;
     }

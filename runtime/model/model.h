@@ -87,7 +87,27 @@ typedef struct {
     init_kind init;
     float init_std;            /* for INIT_NORMAL */
     int tied;                  /* 1 for the head's copy of wte (same name as unit 0's) */
+    int tp_replicas;           /* 1, or (SPLIT_ROWS) the tp ranks holding the same rows: a
+                                  Llama's k and v with tp above n_kv_head, each rank holding
+                                  the kv head its query heads read (tp rank r holds part
+                                  r / tp_replicas of tp / tp_replicas) */
 } param_spec;
+
+/* 1 when tp rank tp_rank's copy of p repeats a lower rank's (replicated on
+ * every rank and this is not rank 0, or a kv replica after the first): what
+ * a checkpoint or the gradient norm must count once. */
+static inline int param_tp_duplicate(const param_spec *p, int tp_rank)
+{
+    return (p->split == SPLIT_NONE && tp_rank != 0) || (p->tp_replicas > 1 && tp_rank % p->tp_replicas != 0);
+}
+/* The part of p tp rank r of tp holds, as a split over *parts: (r, tp), or
+ * for replicated kv rows (r / tp_replicas, tp / tp_replicas). */
+static inline void param_tp_part(const param_spec *p, int tp_rank, int tp_size, int *part, int *parts)
+{
+    int rep = p->tp_replicas > 1 ? p->tp_replicas : 1;
+    *part = tp_rank / rep;
+    *parts = tp_size / rep;
+}
 
 /* Which part of the model one object holds. */
 typedef struct {
@@ -385,11 +405,15 @@ size_t model_acts_head_chunk_bytes(const job_model *spec, const model_shard *sha
  * CPU backend. */
 size_t model_acts_host_bytes(const job_model *spec, int B);
 /* FLOPs of forward + backward for one sample on the whole model:
- * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention);
+ * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention;
+ * Llama: GQA's smaller k and v, SwiGLU's three MLP matrices, the untied head);
  * block recompute adds the blocks' forward up to the MLP projection, selective
  * with naive attention their attention core (4 * L * seq^2 * d_model; with
  * fused attention nothing). Details: params.c. */
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute);
+/* Its share of one unit (0: embedding, 1..L: a block, L + 1: head); the sum
+ * over the units is model_flops_per_sample. */
+double model_unit_flops(const job_model *spec, int unit, recompute_kind recompute);
 /* What a step executes per sample: model_flops_per_sample plus, for a GPT, the
  * LM head's forward GEMM once more in backward (the chunked head recomputes
  * its logits whatever train.recompute says): 2 * seq * V * d_model. The

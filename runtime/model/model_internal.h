@@ -17,6 +17,14 @@ enum {
 };
 enum { GPT_HEAD_LNF_W, GPT_HEAD_LNF_B, GPT_HEAD_WTE, GPT_HEAD_COUNT };
 enum { VIT_HEAD_LNF_W, VIT_HEAD_LNF_B, VIT_HEAD_W, VIT_HEAD_B, VIT_HEAD_COUNT };
+/* Llama (params.c): q, k, v and gate, up are adjacent, so each trio / pair
+ * is one packed matrix in the buffer. */
+enum { LLAMA_EMB_WTE, LLAMA_EMB_COUNT };
+enum {
+    LLAMA_ATTN_NORM, LLAMA_Q, LLAMA_K, LLAMA_V, LLAMA_O, LLAMA_MLP_NORM, LLAMA_GATE, LLAMA_UP, LLAMA_DOWN,
+    LLAMA_BLK_COUNT
+};
+enum { LLAMA_HEAD_NORM, LLAMA_HEAD_W, LLAMA_HEAD_COUNT };
 #define UNIT_MAX_PARAMS BLK_COUNT
 
 /* Sizes on one tp rank. Splits use floor(n*r/tp): even when tp divides n (heads,
@@ -24,8 +32,15 @@ enum { VIT_HEAD_LNF_W, VIT_HEAD_LNF_B, VIT_HEAD_W, VIT_HEAD_B, VIT_HEAD_COUNT };
 typedef struct {
     int C;          /* d_model (residual stream, replicated) */
     int NH_l;       /* local heads */
+    int hs;         /* head size: d_model / n_head */
     int C_l;        /* local attention width: NH_l * head size */
+    int NKV_l;      /* local key/value heads (GQA; NH_l for GPT and ViT) */
+    int Ckv_l;      /* their width: NKV_l * hs */
+    int kv_replicas; /* tp ranks holding the same kv heads (tp above n_kv_head), else 1 */
+    int W_l;        /* a row of the packed qkv: C_l + 2 Ckv_l (3 C_l without GQA) */
     int F_l;        /* local d_ff columns */
+    int H_l;        /* the MLP's first GEMM's output columns: F_l (fc), or 2 F_l (Llama:
+                       SwiGLU's gate and up, packed) */
     int V_l, v0;    /* GPT: local vocab rows [v0, v0 + V_l) */
     int seq;        /* T or NP + 1 */
     int NP;         /* ViT patches */
@@ -195,6 +210,9 @@ typedef struct {
                            and the ViT head's whole stream */
     float *ln_grads;    /* [4*C] a unit's layernorm gradients of one micro-batch
                            (model_ln_grads_begin) */
+    /* Llama only (else NULL), made with the working set and kept by it: */
+    int *rope_pos;      /* [N] each local row's position in its sample (global under cp) */
+    float *rope_cs;     /* [seq_len, hs] RoPE's cos / sin table (ops.h rope_table) */
 } block_scratch;
 
 /* Layernorm weight and bias gradients under sequence parallelism: each rank's

@@ -252,7 +252,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                 for (int cp = 1; cp <= W / pp / tp; cp++) {
                     if (G % tp || (W / pp) % tp || (W / pp / tp) % cp) continue;
                     /* context parallelism: a GPT in fp32 whose sequence splits into 2 cp chunks */
-                    if (cp > 1 && (job->model.kind != MODEL_GPT || job->train.precision != PREC_FP32 ||
+                    if (cp > 1 && (!job_model_is_lm(&job->model) || job->train.precision != PREC_FP32 ||
                                    job->model.seq_len % (2 * cp)))
                         continue;
                     /* selective recompute keeps what none keeps where the attention keeps only
@@ -435,7 +435,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
                  "top %d's)\n\n",
             cs->simulated, top);
     fprintf(out, "  %2s %7s %5s %3s %-6s %3s %4s %-13s %-14s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
-            "m", "schedule", "rc", "step", m->kind == MODEL_GPT ? "tokens/s" : "images/s", "MFU", "mem/rank", "why");
+            "m", "schedule", "rc", "step", job_model_is_lm(m) ? "tokens/s" : "images/s", "MFU", "mem/rank", "why");
     for (int i = 0; i < top && i < cs->n; i++) {
         const candidate *c = &cs->c[i];
         char sched[24];
@@ -452,7 +452,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
                  c->offload & OFFLOAD_ACTIVATIONS ? "a" : "");
         fprintf(out, "  %2d %7s %5s %3d %-6s %3d %4d %-13s %-14s %9s %9s %5.1f%% %9s  %s\n", i + 1, dp, tp, c->pp,
                 job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, rc,
-                fmt_seconds(a, c->step), fmt_count(b, m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s),
+                fmt_seconds(a, c->step), fmt_count(b, job_model_is_lm(m) ? c->tokens_per_s : c->samples_per_s),
                 100 * c->mfu, fmt_bytes((char[FMT_LEN]){0}, c->max_total), c->reason);
     }
     if (cs->n == 0) fprintf(out, "  nothing fits: a bigger machine, more nodes or a smaller global_batch\n");

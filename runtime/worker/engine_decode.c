@@ -25,7 +25,7 @@ int engine_decode_begin(engine *e, int T_max, char *err, size_t errlen)
 {
     engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     const job_spec *j = &e->job;
-    const char *why = j->model.kind != MODEL_GPT                ? "it is a ViT (only a GPT generates text)"
+    const char *why = !job_model_is_lm(&j->model)               ? "it is a ViT (only a gpt or llama generates text)"
                       : j->parallel.pp > 1                      ? "pipeline parallelism (pp > 1) is not supported"
                       : j->parallel.mode != SHARD_NONE          ? "only parallel.mode none is supported"
                       : j->parallel.sequence_parallel && j->parallel.tp > 1 ? "sequence parallelism is not supported"

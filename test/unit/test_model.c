@@ -17,6 +17,7 @@
 #include "test/unit/tiny_models.h"
 
 static const dt_ops *ops = &dt_ops_cpu;
+enum { LLAMA_K_TEST = 2 }; /* the k tensor's index in a llama block (q 1, k 2, v 3) */
 
 enum { TB = 2 }; /* samples per test micro-batch */
 
@@ -1249,6 +1250,84 @@ static void preset_counts(void)
           want, want_rc);
 }
 
+/* Llama: parameter counts of published models, names and shapes, the tp
+ * split of q and kv heads (replicated above n_kv_head), and its FLOPs (GQA's
+ * smaller k and v, SwiGLU's three matrices, the untied head). */
+static void llama_specs(void)
+{
+    job_model l;
+    memset(&l, 0, sizeof l);
+    l.kind = MODEL_LLAMA;
+    l.n_layer = 32; l.n_head = 32; l.n_kv_head = 8; l.d_model = 4096; l.d_ff = 14336;
+    l.vocab_size = 128256; l.seq_len = 8192; l.rope_theta = 500000;
+    size_t total = 0;
+    for (int u = 0; u < model_n_units(&l); u++) total += model_unit_numel(&l, u, 0, 1);
+    CHECK(total == 8030261248ull && model_unit_param_count(&l, 0) == 1 && model_unit_param_count(&l, 1) == 9 &&
+              model_unit_param_count(&l, 33) == 2,
+          "llama3-8b: %zu parameters (Meta-Llama-3-8B: 8,030,261,248): wte; 9 tensors a block; norm, lm_head", total);
+    static const char *const names[9] = {"h.4.attn_norm.w", "h.4.attn.q.w", "h.4.attn.k.w", "h.4.attn.v.w",
+                                         "h.4.attn.o.w", "h.4.mlp_norm.w", "h.4.mlp.gate.w", "h.4.mlp.up.w",
+                                         "h.4.mlp.down.w"};
+    static const int rows[9] = {4096, 4096, 1024, 1024, 4096, 4096, 14336, 14336, 4096};
+    static const int cols[9] = {1, 4096, 4096, 4096, 4096, 1, 4096, 4096, 14336};
+    int shapes = 1;
+    size_t off = 0;
+    for (int i = 0; i < 9; i++) {
+        param_spec p;
+        model_unit_param_spec(&l, 5, i, 0, 1, &p);
+        shapes &= !strcmp(p.name, names[i]) && p.shape[0] == rows[i] && p.shape[1] == cols[i] && p.offset == off &&
+                  p.decay == (cols[i] > 1) && (p.init == INIT_ONES) == (cols[i] == 1);
+        off += p.local_numel;
+    }
+    param_spec e, n, h;
+    model_unit_param_spec(&l, 0, 0, 0, 1, &e);
+    model_unit_param_spec(&l, 33, 0, 0, 1, &n);
+    model_unit_param_spec(&l, 33, 1, 0, 1, &h);
+    CHECK(shapes && !strcmp(e.name, "wte") && !strcmp(n.name, "norm.w") && !strcmp(h.name, "lm_head.w") && !h.tied &&
+              h.split == SPLIT_ROWS && h.shape[0] == 128256,
+          "llama3-8b names, shapes, packing (q, k, v then gate, up adjacent) and an untied, vocab-split head");
+
+    /* tp 4 over 8 kv heads: each rank 8 q heads, 2 kv heads */
+    param_spec k2;
+    model_unit_param_spec(&l, 1, LLAMA_K_TEST, 2, 4, &k2);
+    CHECK(k2.local_shape[0] == 256 && k2.tp_replicas == 1 && param_global_index(&k2, 2, 4, 0) == 512 * 4096u &&
+              !param_tp_duplicate(&k2, 2),
+          "tp 4 splits 8 kv heads: rank 2 holds k rows 512..767");
+    /* tp 16 over 8 kv heads: ranks 2k and 2k+1 hold kv head k */
+    param_spec kr, vr, qr;
+    model_unit_param_spec(&l, 1, LLAMA_K_TEST, 11, 16, &kr);
+    model_unit_param_spec(&l, 1, LLAMA_K_TEST + 1, 10, 16, &vr);
+    model_unit_param_spec(&l, 1, LLAMA_K_TEST - 1, 11, 16, &qr);
+    int part, parts;
+    param_tp_part(&kr, 11, 16, &part, &parts);
+    CHECK(kr.local_shape[0] == 128 && kr.tp_replicas == 2 && part == 5 && parts == 8 &&
+              param_global_index(&kr, 11, 16, 0) == 5 * 128 * 4096u &&
+              param_global_index(&vr, 10, 16, 4096) == (5 * 128 + 1) * 4096u && param_tp_duplicate(&kr, 11) &&
+              !param_tp_duplicate(&vr, 10) && qr.local_shape[0] == 256 && qr.tp_replicas == 1,
+          "tp 16 over 8 kv heads: ranks 10 and 11 both hold kv head 5 (rank 10 counts it), q split 16 ways");
+
+    /* tied: SmolLM-135M */
+    job_model sm = l;
+    sm.n_layer = 30; sm.n_head = 9; sm.n_kv_head = 3; sm.d_model = 576; sm.d_ff = 1536; sm.vocab_size = 49152;
+    sm.seq_len = 2048; sm.tie_embeddings = 1;
+    total = 0;
+    for (int u = 0; u < model_n_units(&sm); u++) total += model_unit_numel(&sm, u, 0, 1);
+    param_spec t;
+    model_unit_param_spec(&sm, 31, 1, 0, 1, &t);
+    CHECK(t.tied && !strcmp(t.name, "wte") && total - t.local_numel == 134515008,
+          "smollm-135m: %zu parameters with the tied head counted once (134,515,008)", total - t.local_numel);
+
+    /* 6 x matmul weights x T + 12 L T^2 C; GQA: k, v are C x Ckv */
+    double C = 4096, T = 8192, F = 14336, L = 32, Ckv = 1024, V = 128256;
+    double blk = 2 * C * C + 2 * C * Ckv + 3 * C * F;
+    double want = 6 * (L * blk + V * C) * T + 12 * L * T * T * C;
+    double want_rc = want + 2 * T * L * (2 * C * C + 2 * C * Ckv + 2 * C * F) + 4 * L * T * T * C;
+    CHECK(fabs(model_flops_per_sample(&l, RECOMPUTE_NONE) / want - 1) < 1e-12 &&
+              fabs(model_flops_per_sample(&l, RECOMPUTE_BLOCK) / want_rc - 1) < 1e-12 &&
+              fabs(model_exec_flops_per_sample(&l, RECOMPUTE_NONE) - want - 2 * V * C * T) < 1e3,
+          "llama3-8b: %.5g FLOPs a sequence of 8192 (%.5g with block recompute)", want, want_rc);
+}
+
 /* ---------- training sanity ---------- */
 
 static void train_sanity(const job_model *s, const char *what)
@@ -1371,6 +1450,7 @@ int main(void)
     head_chunk_bytes();
     acts_sizes();
     preset_counts();
+    llama_specs();
     smaller_batch(&g, "gpt");
     smaller_batch(&v, "vit");
     train_sanity(&g, "gpt");
