@@ -140,7 +140,7 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
          * rebuild this block's from its kept qkv (same kernel, same inputs, so
          * the same bits as its forward's). The attention output is not needed
          * again (atty is kept); dA, free until it becomes dqkv below, takes it. */
-        ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, causal, t);
+        ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, d->NH_l, causal, t);
     }
     ops->zero(dqkv, 3 * NCl * sizeof(float));
     m->attn.backward(m->attn.ctx, dqkv, s->att_scratch, datty, a->qkv, a->atty, a->att, B, T, d->C_l, d->NH_l,

@@ -23,11 +23,13 @@ static void block_step(model *m, model_kv *kv, int b, int pos)
     int unit = m->first_block + b, C = d->C;
     model_hook_before(m, unit, PHASE_FORWARD);
     const float *ln1w = unit_tensor(m, unit, BLK_LN1_W), *ln1b = unit_tensor(m, unit, BLK_LN1_B);
-    float *row = kv->cache[b] + (size_t)pos * 3 * (size_t)d->C_l; /* this position's q, k, v */
+    size_t C2l = (size_t)dt_kv_cols(d->C_l, d->NH_l, d->NH_l);
     ops->layernorm_forward(kv->ln, kv->mean, kv->rstd, kv->x, ln1w, ln1b, 1, C, model_norm_eps(m), DT_F32);
-    L->column_forward(L->ctx, row, kv->ln, NULL, unit_tensor(m, unit, BLK_QKV_W), unit_tensor(m, unit, BLK_QKV_B), 1,
-                      C, 3 * d->C_l, DT_F32);
-    ops->attention_decode(kv->atty, kv->scratch, kv->cache[b], pos + 1, d->C_l, d->NH_l);
+    L->column_forward(L->ctx, kv->qkv, kv->ln, NULL, unit_tensor(m, unit, BLK_QKV_W), unit_tensor(m, unit, BLK_QKV_B),
+                      1, C, 3 * d->C_l, DT_F32);
+    /* this position's k and v (contiguous after q) into the cache's row pos */
+    ops->copy(kv->cache[b] + (size_t)pos * C2l, kv->qkv + d->C_l, C2l * sizeof(float));
+    ops->attention_decode(kv->atty, kv->scratch, kv->qkv, kv->cache[b], pos + 1, d->C_l, d->NH_l, d->NH_l, DT_F32);
     L->row_forward(L->ctx, kv->r2, NULL, kv->atty, unit_tensor(m, unit, BLK_PROJ_W), unit_tensor(m, unit, BLK_PROJ_B),
                    1, d->C_l, C, DT_F32);
     ops->residual_forward(kv->r2, kv->r2, kv->x, (size_t)C, DT_F32);

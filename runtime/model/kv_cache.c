@@ -16,9 +16,9 @@ model_kv *model_kv_create(model *m, int T_max)
     kv->cap = T_max;
     kv->n_blocks = m->n_blocks;
     size_t C = (size_t)d->C, C3l = 3 * (size_t)d->C_l, Fl = (size_t)d->F_l;
-    /* one allocation: the caches, then the step's rows */
-    size_t per_block = (size_t)T_max * C3l;
-    size_t n = per_block * (size_t)m->n_blocks + 6 * C + (size_t)d->C_l + 2 * Fl + 4 +
+    /* one allocation: the caches (k and v only: ops.h attention_decode), then the step's rows */
+    size_t per_block = (size_t)T_max * (size_t)dt_kv_cols(d->C_l, d->NH_l, d->NH_l);
+    size_t n = per_block * (size_t)m->n_blocks + C3l + 6 * C + (size_t)d->C_l + 2 * Fl + 4 +
                (size_t)d->NH_l * (size_t)T_max;
     kv->bytes = n * sizeof(float) + sizeof(int);
     float *p = m->ops->alloc(kv->bytes);
@@ -34,6 +34,7 @@ model_kv *model_kv_create(model *m, int T_max)
         return NULL;
     }
     for (int b = 0; b < m->n_blocks; b++, p += per_block) kv->cache[b] = p;
+    kv->qkv = p, p += C3l;
     kv->x = p, p += C;
     kv->y = p, p += C;
     kv->ln = p, p += C;

@@ -11,8 +11,9 @@ struct model_kv {
     int n_blocks;
     void *mem;          /* one ops->alloc holding all below (device memory) */
     size_t bytes;
-    float **cache;      /* [n_blocks]: [cap, 3 * C_l] q, k, v rows of block b */
+    float **cache;      /* [n_blocks]: [cap, 2 * C_l] k, v rows of block b (ops.h attention_decode) */
     /* one position's rows */
+    float *qkv;         /* [3 * C_l] its q, k, v */
     float *x, *y, *ln, *r2, *lnf, *spare; /* [C] */
     float *atty;        /* [C_l] */
     float *fch, *fchg;  /* [F_l] */

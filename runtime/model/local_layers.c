@@ -113,14 +113,14 @@ static void naive_forward(void *ctx, void *out, void *stat, float *scratch, cons
                           int NH, int causal, dt_dtype t)
 {
     (void)scratch;
-    ((const model *)ctx)->ops->attention_forward(out, stat, qkv, B, T, C, NH, causal, t);
+    ((const model *)ctx)->ops->attention_forward(out, stat, qkv, B, T, C, NH, NH, causal, t);
 }
 
 static void naive_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
                            const void *out, const void *stat, int B, int T, int C, int NH, int causal, dt_dtype t)
 {
     (void)out;
-    ((const model *)ctx)->ops->attention_backward(dqkv, scratch, dout, qkv, stat, B, T, C, NH, causal, t);
+    ((const model *)ctx)->ops->attention_backward(dqkv, scratch, dout, qkv, stat, B, T, C, NH, NH, causal, t);
 }
 
 /* fused: the blockwise ops context parallelism's ring uses, with one block of
@@ -136,7 +136,7 @@ static void fused_forward(void *ctx, void *out, void *stat, float *scratch, cons
     const model *m = ctx;
     int N = B * T, C2 = 2 * C, C3 = 3 * C;
     m->ops->rows_copy(scratch, C2, act_at(m, qkv, (size_t)C), C3, N, C2, 0, t);
-    m->ops->attention_block_forward(out, stat, qkv, scratch, B, T, T, T, C, NH, causal, 0, t, t);
+    m->ops->attention_block_forward(out, stat, qkv, scratch, B, T, T, T, C, NH, NH, causal, 0, t, t);
 }
 
 static void fused_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
@@ -148,7 +148,7 @@ static void fused_backward(void *ctx, float *dqkv, float *scratch, const float *
     float *kv = scratch, *dkv = scratch + (size_t)N * (size_t)C2;
     ops->rows_copy(kv, C2, act_at(m, qkv, (size_t)C), C3, N, C2, 0, t);
     ops->zero(dkv, (size_t)N * (size_t)C2 * sizeof(float));
-    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, B, T, T, T, C, NH, causal, 0, t);
+    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, B, T, T, T, C, NH, NH, causal, 0, t);
     ops->rows_copy(dqkv + C, C3, dkv, C2, N, C2, 1, DT_F32);
 }
 

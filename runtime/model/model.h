@@ -548,9 +548,9 @@ void model_backward_input(model *m, model_acts *a, const model_batch *batch, flo
 void model_backward_weight(model *m, model_acts *a, const model_batch *batch);
 
 /* ---- decoding with a KV cache (kv_cache.c, decode.c) ----
- * Generation feeds one token at a time: each block keeps the q, k, v rows of
- * every position fed so far (its KV cache, [T_max, 3 * C_l] on this tp rank,
- * laid out as attention_forward's qkv), so a new token costs one row through
+ * Generation feeds one token at a time: each block keeps the k and v rows of
+ * every position fed so far (its KV cache, [T_max, 2 * C_l] on this tp rank,
+ * ops.h attention_decode's layout), so a new token costs one row through
  * every matmul and one query over the cached keys (ops->attention_decode)
  * instead of the whole prefix again. For a GPT model object holding every
  * unit (no pipeline), fp32, without sequence or context parallelism; tensor parallelism
@@ -566,7 +566,7 @@ int model_kv_capacity(const model_kv *kv);
 /* This rank's vocabulary rows [*v0, *v0 + *V_l): the logits it computes. */
 void model_vocab_rows(const model *m, int *v0, int *V_l);
 /* Feeds `token` at position model_kv_len(kv) (< capacity, else -1) through
- * every unit, appends its q, k, v to the cache and writes this rank's logits
+ * every unit, appends its k, v to the cache and writes this rank's logits
  * of the next token, [V_l] floats, to logits (device memory). Returns 0. */
 int model_decode_step(model *m, model_kv *kv, int token, float *logits);
 

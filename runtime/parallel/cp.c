@@ -126,13 +126,13 @@ static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, co
             const void *q = dt_at(qkv, (size_t)b->q_row * C3, t), *kv = dt_at(cur, (size_t)b->k_row * C2, t);
             if (!init[h]) {
                 ops->attention_block_forward(out + (size_t)b->q_row * C, lse + b->q_row, q, kv, B, T, b->q_rows,
-                                             b->k_rows, C, NH, b->causal, b->shift, t, DT_F32);
+                                             b->k_rows, C, NH, NH, b->causal, b->shift, t, DT_F32);
                 init[h] = 1;
                 if (b->q_rows == T) init[1] = 1;
                 continue;
             }
             ops->attention_block_forward(g->pout + (size_t)b->q_row * C, g->plse + b->q_row, q, kv, B, T,
-                                         b->q_rows, b->k_rows, C, NH, b->causal, b->shift, t, DT_F32);
+                                         b->q_rows, b->k_rows, C, NH, NH, b->causal, b->shift, t, DT_F32);
             ops->attention_block_merge(out + (size_t)b->q_row * C, lse + b->q_row, g->pout + (size_t)b->q_row * C,
                                        g->plse + b->q_row, B, T, b->q_rows, C, NH);
         }
@@ -167,7 +167,7 @@ static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *d
                                           dout + (size_t)b->q_row * C, dt_at(out, (size_t)b->q_row * C, t),
                                           lse + b->q_row, dt_at(qkv, (size_t)b->q_row * C3, t),
                                           dt_at(cur, (size_t)b->k_row * C2, t), B, T, b->q_rows, b->k_rows, C, NH,
-                                          b->causal, b->shift, t);
+                                          NH, b->causal, b->shift, t);
         }
         xfer_wait(g, &x, "cp ring: kv (backward)");
         /* this kv's gradient goes on with it; after the last step it reaches its owner */
