@@ -101,7 +101,7 @@ static int check_job(const job_spec *job, char *err, size_t errlen)
     }
     data_kind k = job->data.kind;
     if ((k == DATA_TEXT || k == DATA_TOKENS) && !job_model_is_lm(m)) {
-        data_fail(err, errlen, "%s: data kind '%s' needs a language model, gpt or llama (the model is a ViT)",
+        data_fail(err, errlen, "%s: data kind '%s' needs a GPT or Llama model (the model is a ViT)",
                   job_name(job), kind_name(k));
         return -1;
     }

@@ -241,6 +241,12 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
          * positions, made when the working set is (model_acts_create) */
         a->bs.rope_pos = g->llama && nb > 0 ? takei(b, N) : NULL;
         a->bs.rope_cs = g->llama && nb > 0 ? takef(b, (size_t)model_seq_len(g->spec) * (size_t)g->d.hs) : NULL;
+        /* kv heads replicated over tp: a micro-batch's qkv weight gradient and
+         * every kv head's rows to sum it over the group (llama.c) */
+        int apart = g->llama && nb > 0 && g->d.kv_replicas > 1;
+        size_t kv_rows = 2 * (size_t)job_model_kv_heads(g->spec) * (size_t)g->d.hs;
+        a->bs.kv_dw = apart ? takef(b, (size_t)g->d.W_l * C) : NULL;
+        a->bs.kv_all = apart ? takef(b, kv_rows * C) : NULL;
     } else {
         size_t K = (size_t)g->spec->n_classes, Bs = (size_t)B;
         a->patch_out = g->has_emb ? takef(b, Bs * (size_t)g->d.NP * C) : NULL;
@@ -367,6 +373,9 @@ static void point_work(model *m)
         bump b = {m->work_mem, 0, 0, 0};
         layout_work(&g, m->work_B, x, &b);
     }
+    /* what the working set keeps for every micro-batch: a Llama's rotary
+     * positions and table (the same memory for all of them) */
+    if (m->acts_list && g.llama) llama_rope_prepare(m, &m->acts_list->bs, m->work_B);
 }
 
 /* The working set serves micro-batches of up to work_B samples: a larger one

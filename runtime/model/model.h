@@ -284,7 +284,9 @@ typedef struct {
                                const float *dout_rows, void *full, const void *in, const void *w,
                                const void *pre, int N, int IC, int OC, dt_dtype t);
     /* Vocabulary-split token embedding plus position embedding wpe [T, C]:
-     * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)). */
+     * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)).
+     * wpe NULL (a Llama: rotary positions): no position embedding; in
+     * backward dwpe NULL likewise. */
     void (*embedding_forward)(void *ctx, float *out_rows, void *full, const int *tokens,
                               const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C);
     void (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
@@ -297,8 +299,10 @@ typedef struct {
     /* The whole [N, C] tensor of type t from this rank's rows: rows itself,
      * or gathered into full (returned) under sequence parallelism. */
     const void *(*rows_gather)(void *ctx, const void *rows, void *full, size_t NC, dt_dtype t);
-    /* Sequence parallelism only: a replicated tensor's gradient computed from
-     * this rank's rows, n floats, summed over the group in place. */
+    /* A gradient each rank computed a part of, n floats, summed over the
+     * group in place: a replicated tensor's under sequence parallelism (from
+     * this rank's rows), a Llama's kv heads replicated above n_kv_head (from
+     * this rank's query heads; model_kv_grads_sum). */
     void (*rows_grad_sum)(void *ctx, float *buf, size_t n);
 } model_layers;
 
@@ -308,23 +312,27 @@ typedef struct {
  * over one block of every key, or naive, ops->attention_forward / _backward);
  * a context-parallel strategy sets its own (runtime/parallel/cp.c), which
  * runs the ring over its cp group so that the local queries see every rank's
- * keys. qkv [B, T, 3C], out [B, T, C] with T the local sequence (model_dims'
- * seq), C and NH this tp rank's.
+ * keys. qkv [B, T, W] (W = dt_qkv_cols(C, NH, NKV): q, then k and v of NKV
+ * key/value heads; 3C without GQA), out [B, T, C] with T the local sequence
+ * (model_dims' seq), C, NH and NKV this tp rank's (GQA: query head h reads kv
+ * head h / (NH / NKV), ops.h).
  * stat is what forward keeps for backward: the rows' log-sum-exp [B, NH, T]
  * when model_attention_lse (fused, or context parallelism), else the softmax
  * probabilities [B, NH, T, T]. scratch (forward and backward, shared by all
- * blocks): fused without cp [B * T, 4C] floats (k and v packed for the
- * blockwise ops, then their gradient), naive [B, NH, T, T] (backward only),
+ * blocks): fused without cp [B * T, 2 dt_kv_cols] floats (k and v packed for
+ * the blockwise ops, then their gradient: 4C without GQA), naive [B, NH, T, T]
+ * (backward only),
  * NULL under context parallelism (the ring brings its own).
  * qkv and out are activations of type t (ops.h); so are naive's
  * probabilities; the log-sum-exp is fp32. */
 typedef struct {
     void *ctx;
     void (*forward)(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
-                    int NH, int causal, dt_dtype t);
+                    int NH, int NKV, int causal, dt_dtype t);
     /* dqkv += */
     void (*backward)(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                     const void *out, const void *stat, int B, int T, int C, int NH, int causal, dt_dtype t);
+                     const void *out, const void *stat, int B, int T, int C, int NH, int NKV, int causal,
+                     dt_dtype t);
 } model_attention;
 
 /* What the model computes in (train.precision, train.grad_dtype). fp32: every
@@ -372,6 +380,14 @@ int model_n_units(const job_model *spec);                    /* L + 2 */
 static inline int model_attention_lse(const job_model *spec, int cp_size)
 {
     return spec->attention == ATTN_FUSED || cp_size > 1;
+}
+/* Key/value heads one tp rank of tp computes with: n_kv_head / tp, or 1 when
+ * tp is above n_kv_head (each rank the one its query heads read); the query
+ * heads' n_head / tp for a GPT or ViT. */
+static inline int model_kv_heads_local(const job_model *spec, int tp)
+{
+    int kv = job_model_kv_heads(spec);
+    return kv >= tp ? kv / tp : 1;
 }
 /* Number of parameter tensors of a unit, and their specs for a tp rank. */
 int model_unit_param_count(const job_model *spec, int unit);

@@ -637,8 +637,12 @@ size_t sizes_cp_ring_numel(const sizes *s)
     int cp = j->parallel.cp, tp = j->parallel.tp;
     if (cp < 2) return 0;
     size_t rows = (size_t)j->train.micro_batch * (size_t)(j->model.seq_len / cp);
-    size_t Cl = (size_t)(j->model.d_model / tp), NHl = (size_t)(j->model.n_head / tp);
-    return 2 * rows * 4 * Cl + rows * Cl + rows * NHl;
+    int nh = j->model.n_head / tp;
+    size_t Cl = (size_t)(j->model.d_model / tp), NHl = (size_t)nh;
+    /* two buffers of rows x (k and v, then their gradient or the fp32 result):
+     * 4 Cl without GQA (cp.c) */
+    size_t k2 = (size_t)dt_kv_cols((int)Cl, nh, model_kv_heads_local(&j->model, tp)), second = k2 > Cl ? k2 : Cl;
+    return 2 * rows * (k2 + second) + rows * Cl + rows * NHl;
 }
 
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)

@@ -150,7 +150,7 @@ static void grad_check(const job_model *s, const char *what)
             for (size_t j = 0; j < p->local_numel; j++)
                 if (((const float *)model_param_grad(m, twin))[j] != g[j]) tied_ok = 0;
         tensors++;
-        size_t k = p->local_numel < 8 ? p->local_numel : 8;
+        size_t k = p->local_numel < 10 ? p->local_numel : 10;
         for (size_t t = 0; t < k; t++) {
             size_t j = (t * 7919 + (size_t)i * 31) % p->local_numel;
             float up = eps, down = -eps;
@@ -187,7 +187,7 @@ static void grad_check(const job_model *s, const char *what)
     CHECK(max_dir < 2e-3,
           "%s: directional finite differences, every element of each of %d tensors: max rel err "
           "%.2e (at %s) < 2e-3", what, tensors, max_dir, worst_dir);
-    if (s->kind == MODEL_GPT)
+    if (job_model_tied_head(s))
         CHECK(tied_ok, "%s: both wte copies carry the whole tied gradient", what);
     model_acts_destroy(a);
     model_destroy(m);
@@ -714,23 +714,36 @@ static void recompute_same(const job_model *s, const char *what)
 /* bf16 mixed precision (model_precision.bf16: bf16 weights and activations,
  * fp32 gradients here): every recompute mode rounds at the same points, so all
  * three give bitwise the same loss and gradients; and the rounding moves them
- * only a little from the fp32 run of the unrounded weights. Bound: bf16 keeps 8
- * significant bits, so each rounding errs by at most 2^-9 (2e-3) relative; a
- * gradient of this 2-block model passes about 20 roundings (8 stored tensors a
- * block, the weights, the stream and its gradient at each boundary) and Jacobians of a few
- * (layernorm's 1/std, softmax), so a few percent of the whole gradient's L2
- * norm is the expected size: 5e-2 (measured: 1.7e-2 GPT, 1.9e-2 ViT). */
+ * only a little from the fp32 run of the same (bf16-rounded) weights. Bound:
+ * bf16 keeps 8 significant bits, so each rounding errs by at most 2^-9 (2e-3)
+ * relative; a gradient of this 2-block model passes about 20 roundings (8
+ * stored tensors a block, the stream and its gradient at each boundary) and
+ * Jacobians of a few (the norms' 1/std, softmax, SwiGLU's product), so a few
+ * percent of the whole gradient's L2 norm is the expected size: 5e-2. How
+ * much a model amplifies a rounding is its own: its fp32 gradient moves by
+ * about as much when only its weights are rounded to bf16 (the same inputs'
+ * rounding, no bf16 compute), so the compute's error must also stay within
+ * twice that sensitivity. Measured (compute; weights only): GPT 1.5e-2;
+ * 1.1e-2, ViT 1.2e-2; 1.1e-2, the tiny Llama (GQA, SwiGLU) 3.6e-2; 3.6e-2. */
 static void bf16_acts(const job_model *s, const char *what)
 {
     test_batch tb;
     make_batch(&tb, s, 3);
-    run_result r[4];
+    run_result r[5];
     recompute_kind kinds[3] = {RECOMPUTE_NONE, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE};
     model_precision bf = {.bf16 = 1};
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         model_shard sh = {.tp_rank = 0, .tp_size = 1, .unit_begin = 0, .unit_end = s->n_layer + 2};
         model *m = model_create_prec(s, &sh, ops, k < 3 ? kinds[k] : RECOMPUTE_NONE, k < 3 ? &bf : NULL);
         test_init(m, 11);
+        for (int i = 0; k == 3 && i < model_param_count(m); i++) { /* fp32 of the bf16 weights */
+            float *d = model_param_data(m, i);
+            size_t n = model_param(m, i)->local_numel;
+            uint16_t *h = malloc(n * sizeof *h);
+            ops->to_bf16(h, d, n);
+            ops->from_bf16(d, h, n);
+            free(h);
+        }
         run_once(m, &tb, 1.0f, &r[k]);
         model_destroy(m);
     }
@@ -743,17 +756,17 @@ static void bf16_acts(const job_model *s, const char *what)
           r[0].loss);
     /* the whole gradient's relative L2 distance: single tensors whose sum
      * cancels (a bias, the class token) can lose more, relative to their size */
-    double d2 = 0, n2 = 0, lerr = fabs(r[0].loss - r[3].loss) / fabs(r[3].loss);
+    double d2 = 0, w2 = 0, n2 = 0, lerr = fabs(r[0].loss - r[3].loss) / fabs(r[3].loss);
     for (int i = 0; i < r[0].n; i++)
         for (size_t j = 0; j < r[0].numel[i]; j++) {
-            double d = (double)r[0].grads[i][j] - r[3].grads[i][j];
-            d2 += d * d, n2 += (double)r[3].grads[i][j] * r[3].grads[i][j];
+            double d = (double)r[0].grads[i][j] - r[3].grads[i][j], w = (double)r[3].grads[i][j] - r[4].grads[i][j];
+            d2 += d * d, w2 += w * w, n2 += (double)r[3].grads[i][j] * r[3].grads[i][j];
         }
-    double err = sqrt(d2 / n2);
-    CHECK(lerr < 1e-2 && err < 5e-2 && lerr > 0,
-          "%s bf16: loss within %.1e and the gradient within %.1e (relative L2) of fp32's, and not equal to them",
-          what, lerr, err);
-    for (int k = 0; k < 4; k++) run_free(&r[k]);
+    double err = sqrt(d2 / n2), sens = sqrt(w2 / n2);
+    CHECK(lerr < 1e-2 && err < 5e-2 && err < 2 * sens && lerr > 0,
+          "%s bf16: loss within %.1e and the gradient within %.1e (relative L2) of fp32's on the same weights, and "
+          "not equal to them; rounding only the weights moves fp32's by %.1e", what, lerr, err, sens);
+    for (int k = 0; k < 5; k++) run_free(&r[k]);
 }
 
 /* model.attention: fused (the blockwise ops, lse kept) and naive (the
@@ -993,7 +1006,7 @@ static void hooks_and_rebind(const job_model *s, const char *what)
         exp[ne][0] = u; exp[ne++][1] = PHASE_FORWARD;
         exp[ne][0] = -1 - u; exp[ne++][1] = PHASE_FORWARD;
     }
-    int tied = s->kind == MODEL_GPT;
+    int tied = job_model_tied_head(s);
     for (int u = U - 1; u >= 0; u--) {
         exp[ne][0] = u; exp[ne++][1] = PHASE_BACKWARD;
         if (!(tied && u == U - 1)) { exp[ne][0] = -1 - u; exp[ne++][1] = PHASE_BACKWARD; }
@@ -1343,7 +1356,7 @@ static void train_sanity(const job_model *s, const char *what)
         mom[u] = calloc(model_unit_local_numel(m, u), sizeof(float));
         var[u] = calloc(model_unit_local_numel(m, u), sizeof(float));
     }
-    float scale = 1.0f / (s->kind == MODEL_GPT ? TB * s->seq_len : TB);
+    float scale = 1.0f / (job_model_is_lm(s) ? TB * s->seq_len : TB);
     double first = 0, last = 0;
     int correct = 0;
     for (int step = 1; step <= 50; step++) {
@@ -1358,11 +1371,11 @@ static void train_sanity(const job_model *s, const char *what)
     }
     CHECK(last < 0.5 * first, "%s: 50 AdamW steps on a fixed batch: loss %.3f -> %.3f (> 50%% down)",
           what, first, last);
-    if (s->kind == MODEL_GPT) {
+    if (job_model_tied_head(s)) {
         int e = find_param(m, 0, "wte"), h = find_param(m, s->n_layer + 1, "wte");
         CHECK(!memcmp(model_param_data(m, e), model_param_data(m, h), model_param(m, e)->local_numel * 4),
               "%s: the two wte copies are still identical after 50 steps", what);
-    } else {
+    } else if (s->kind == MODEL_VIT) {
         CHECK(correct == TB, "%s: after fitting, %d of %d images counted correct", what, correct, TB);
     }
     for (int u = 0; u < U; u++) { free(mom[u]); free(var[u]); }
@@ -1385,6 +1398,47 @@ static void smaller_batch(const job_model *s, const char *what)
     model_acts_destroy(exact);
     model_acts_destroy(big);
     model_destroy(m);
+}
+
+/* The Llama (tiny_llama_spec: GQA 4 over 2): finite differences (RoPE,
+ * RMSNorm, SwiGLU, GQA, the untied head), its layouts against one process
+ * (tp splitting kv heads, tp replicating them: n_kv_head 1 under tp 2, with
+ * and without SP; pipeline stages, recompute, bf16, split backward), tied and
+ * multi-query variants, and training. */
+static void llama_layouts(void)
+{
+    job_model l = tiny_llama_spec(), ln = l, mq = l, tied = l, mha = l;
+    ln.attention = ATTN_NAIVE;
+    mq.n_kv_head = 1;
+    tied.tie_embeddings = 1;
+    mha.n_kv_head = 4;
+    grad_check(&l, "llama");
+    grad_check(&ln, "llama, naive attention");
+    grad_check(&mq, "llama, multi-query");
+    grad_check(&tied, "llama, tied head");
+    fused_vs_naive(&l, "llama");
+    init_layout(&l, "llama");
+    init_layout(&mq, "llama, multi-query");
+    tp_equivalence(&l, "llama tp 2 over 2 kv heads");
+    tp_equivalence(&mq, "llama tp 2 over 1 kv head (replicated)");
+    tp_equivalence(&mha, "llama tp 2, 4 kv heads");
+    tp_equivalence(&tied, "llama tied");
+    tp_equivalence_with(&l, TB, 1, RECOMPUTE_NONE, "llama sp");
+    tp_equivalence_with(&mq, 1, 1, RECOMPUTE_BLOCK, "llama multi-query sp, B=1, recompute");
+    tp_equivalence_with(&ln, TB, 1, RECOMPUTE_SELECTIVE, "llama sp, naive attention, selective recompute");
+    int two[3] = {0, 2, 4}, three[4] = {0, 1, 3, 4};
+    pipeline_split(&l, two, 2, "llama [0,2)+[2,4)");
+    pipeline_split(&tied, three, 3, "llama tied [0,1)+[1,3)+[3,4)");
+    recompute_same(&l, "llama");
+    recompute_same(&ln, "llama, naive attention");
+    bf16_acts(&l, "llama");
+    bf16_acts(&ln, "llama, naive attention");
+    hooks_and_rebind(&l, "llama");
+    hooks_and_rebind(&tied, "llama tied");
+    split_backward_all(&l, "llama");
+    smaller_batch(&l, "llama");
+    train_sanity(&l, "llama");
+    train_sanity(&tied, "llama tied");
 }
 
 int main(void)
@@ -1455,5 +1509,6 @@ int main(void)
     smaller_batch(&v, "vit");
     train_sanity(&g, "gpt");
     train_sanity(&v, "vit");
+    llama_layouts();
     CHECK_DONE();
 }
