@@ -566,24 +566,31 @@ void model_backward_weight(model *m, model_acts *a, const model_batch *batch);
 /* ---- decoding with a KV cache (kv_cache.c, decode.c) ----
  * Generation feeds one token at a time: each block keeps the k and v rows of
  * every position fed so far (its KV cache, [T_max, 2 * C_l] on this tp rank,
- * ops.h attention_decode's layout), so a new token costs one row through
- * every matmul and one query over the cached keys (ops->attention_decode)
- * instead of the whole prefix again. For a GPT model object holding every
- * unit (no pipeline), fp32, without sequence or context parallelism; tensor parallelism
- * works through the model's layers as in training (a vocab-parallel
- * embedding, column/row-parallel blocks), each rank computing the logits of
- * its vocabulary rows. */
+ * ops.h attention_decode's layout; a Llama's kv heads only, 2 NKV_l hs), so
+ * a new token costs one row through every matmul and one query over the
+ * cached keys (ops->attention_decode) instead of the whole prefix again. For
+ * a GPT or Llama model object in fp32, without sequence or context
+ * parallelism; tensor parallelism works through the model's layers as in
+ * training (a vocab-parallel embedding, column/row-parallel blocks), each
+ * rank computing the logits of its vocabulary rows. A pipeline stage decodes
+ * its own units: the row crosses between stages through model_kv_row. */
 typedef struct model_kv model_kv;
-/* NULL when the model cannot decode (not a whole fp32 GPT without SP) or out of memory. */
+/* NULL when the model cannot decode (not an fp32 language model without SP
+ * or cp; T_max beyond the positions it takes) or out of memory. */
 model_kv *model_kv_create(model *m, int T_max);
+/* The residual stream's row of the step, [d_model] device floats: a stage
+ * without the embedding puts its input here before model_decode_step, a
+ * stage without the head finds its output here after it. */
+float *model_kv_row(model_kv *kv);
 void model_kv_destroy(model_kv *kv);
 int model_kv_len(const model_kv *kv);     /* positions cached */
 int model_kv_capacity(const model_kv *kv);
 /* This rank's vocabulary rows [*v0, *v0 + *V_l): the logits it computes. */
 void model_vocab_rows(const model *m, int *v0, int *V_l);
 /* Feeds `token` at position model_kv_len(kv) (< capacity, else -1) through
- * every unit, appends its k, v to the cache and writes this rank's logits
- * of the next token, [V_l] floats, to logits (device memory). Returns 0. */
+ * the held units, appends its k, v to the cache and (with the head) writes
+ * this rank's logits of the next token, [V_l] floats, to logits (device
+ * memory). token is read with the embedding only. Returns 0. */
 int model_decode_step(model *m, model_kv *kv, int token, float *logits);
 
 #endif
