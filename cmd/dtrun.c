@@ -51,7 +51,8 @@ static int usage(void)
             "       dtrun [options] script.py [ARGS...]      (python3 script.py)\n"
             "       dtrun --print-config job.yaml\n"
             "       dtrun worker job.yaml\n"
-            "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors|OUTDIR/   (CKPT: checkpoint dir or step dir;\n"
+            "       dtrun export [--dtype fp32|bf16] [--max-shard-size SIZE] CKPT out.safetensors|OUTDIR/\n"
+            "                                         (CKPT: checkpoint dir or step dir;\n"
             "                                         OUTDIR/: a Hugging Face folder with config.json)\n"
             "       dtrun generate CKPT|HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]\n"
             "                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tp N] [--ids]\n"
@@ -82,17 +83,36 @@ static int usage(void)
     return 0;
 }
 
-/* dtrun export [--dtype fp32|bf16] CKPT OUT: the checkpoint (verified: checksums,
- * placements) as one safetensors file under Hugging Face GPT-2 / timm ViT names,
- * F32 (default) or BF16 (the fp32 parameters rounded to nearest even). */
+/* dtrun export [--dtype fp32|bf16] [--max-shard-size SIZE] CKPT OUT: the
+ * checkpoint (verified: checksums, placements) as one safetensors file under
+ * Hugging Face GPT-2 / Llama / timm ViT names, or a Hugging Face folder (OUT/),
+ * sharded above SIZE; F32 (default) or BF16 (the fp32 parameters rounded to
+ * nearest even). */
 static int export_command(int argc, char **argv)
 {
-    const char *usage = "dtrun: usage: dtrun export [--dtype fp32|bf16] CKPT out.safetensors (CKPT: a checkpoint "
-                        "directory or one of its step directories)\n";
+    const char *usage = "dtrun: usage: dtrun export [--dtype fp32|bf16] [--max-shard-size SIZE] CKPT "
+                        "out.safetensors|OUTDIR/ (CKPT: a checkpoint directory or one of its step directories)\n";
     const char *pos[2] = {NULL, NULL};
     int n_pos = 0, bf16 = 0;
+    uint64_t max_shard = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
+        /* --max-shard-size SIZE: transformers' save_pretrained(max_shard_size=): 5GB, 200MB, 1000 */
+        if (!strcmp(a, "--max-shard-size") || !strncmp(a, "--max-shard-size=", 17)) {
+            const char *sz = a[16] == '=' ? a + 17 : i + 1 < argc ? argv[++i] : NULL;
+            char *end = NULL;
+            double x = sz ? strtod(sz, &end) : 0;
+            double unit = !end ? 0 : !*end ? 1 : !strcmp(end, "KB") ? 1e3 : !strcmp(end, "MB") ? 1e6
+                        : !strcmp(end, "GB") ? 1e9 : !strcmp(end, "KiB") ? 1024.0 : !strcmp(end, "MiB") ? 1048576.0
+                        : !strcmp(end, "GiB") ? 1073741824.0 : 0;
+            if (!sz || end == sz || unit == 0 || !(x * unit >= 1) || x * unit > 1e18) {
+                fprintf(stderr, "dtrun: export: --max-shard-size '%s': want bytes, or a number with KB, MB, GB, KiB, "
+                                "MiB or GiB\n", sz ? sz : "");
+                return DT_EXIT_USAGE;
+            }
+            max_shard = (uint64_t)(x * unit);
+            continue;
+        }
         if (!strcmp(a, "--dtype")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "dtrun: export: --dtype needs a value: fp32 or bf16\n");
@@ -132,7 +152,12 @@ static int export_command(int argc, char **argv)
     size_t n_out = strlen(pos[1]);
     struct stat st;
     int to_dir = (n_out && pos[1][n_out - 1] == '/') || (stat(pos[1], &st) == 0 && S_ISDIR(st.st_mode));
-    int rc = to_dir ? ckpt_export_hf_dir(ck, pos[1], bf16, err, sizeof err)
+    if (max_shard && !to_dir) {
+        fprintf(stderr, "dtrun: export: --max-shard-size shards a Hugging Face folder: give OUTDIR/, not a file\n");
+        ckpt_close(ck);
+        return DT_EXIT_USAGE;
+    }
+    int rc = to_dir ? ckpt_export_hf_dir_sharded(ck, pos[1], bf16, max_shard, err, sizeof err)
                     : ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
     if (rc != 0) fprintf(stderr, "dtrun: export: %s\n", err);
     else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, pos[1]);

@@ -45,6 +45,14 @@ static inline void *dt_at(const void *p, size_t n, dt_dtype t)
     return p ? (char *)p + n * dt_dtype_size(t) : NULL;
 }
 
+/* Attention's widths (ops.h attention_*): NH query heads of hs = C / NH
+ * columns, NKV key/value heads (grouped-query attention; NKV == NH: plain
+ * multi-head). dt_kv_cols: a row of k then v, 2 NKV hs (a KV cache's values
+ * per position and layer, kv_pack's row); dt_qkv_cols: a row of q, k, v, C +
+ * 2 NKV hs (3C when NKV == NH). */
+static inline int dt_kv_cols(int C, int NH, int NKV) { return NH > 0 ? 2 * NKV * (C / NH) : 0; }
+static inline int dt_qkv_cols(int C, int NH, int NKV) { return C + dt_kv_cols(C, NH, NKV); }
+
 /* AdamW's per-step scalars where ops read them at run time (adamw_multi_dev,
  * adamw_mixed_multi_dev: device memory on cuda, host memory on cpu), so that a
  * step replayed as a graph takes a new learning rate without being recorded
@@ -158,6 +166,20 @@ typedef struct dt_ops {
                                const void *inp, const float *w, const float *mean,
                                const float *rstd, int N, int C, dt_dtype t);
 
+    /* ---- RMSNorm over the last dim (Llama's): rstd = 1 / sqrt(mean(x^2) + eps),
+     * out = (x rstd) w, no mean subtracted and no bias (layernorm's arithmetic
+     * with mean 0: one piece of code serves both). out[N,C]; rstd[N] saved
+     * for backward (overwrites). inp and out: activations of type t, w fp32.
+     * bf16: computed in fp32 from the widened input, out rounded once (HF
+     * rounds x rstd before the weight multiplies it; this rounds only the
+     * product). */
+    void (*rmsnorm_forward)(void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps,
+                            dt_dtype t);
+    /* With n = x rstd, g = dout w: dinp += rstd (g - n mean(g n)), dw +=
+     * sum_rows dout n (deterministic: fixed-order sums). inp of type t. */
+    void (*rmsnorm_backward)(float *dinp, float *dw, const float *dout, const void *inp, const float *w,
+                             const float *rstd, int N, int C, dt_dtype t);
+
     /* ---- matmul: out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC] (bias may be NULL) ----
      * inp (an activation) and w of type t, bias fp32; out of type out_t: t
      * where the product is an activation too (a column-parallel layer's),
@@ -194,37 +216,53 @@ typedef struct dt_ops {
     void (*matmul_dgelu_backward)(float *dpre, float *scratch, const float *dout, const void *w,
                                   const void *pre, int N, int IC, int OC, dt_dtype t);
 
-    /* ---- multi-head attention ----
-     * qkv[B,T,3*C] with q = [..., 0:C), k = [C:2C), v = [2C:3C); NH heads of
-     * hs = C/NH each (head h uses columns h*hs..h*hs+hs of q, k and v).
+    /* ---- multi-head attention, grouped-query (GQA) ----
+     * NH query heads of hs = C / NH columns, NKV key/value heads (NH a
+     * multiple of NKV; NKV == NH: plain multi-head, NKV == 1: multi-query).
+     * Ckv = NKV * hs (dt_kv_cols). qkv[B,T,W] with W = C + 2 Ckv (dt_qkv_cols):
+     * q = [0, C), k = [C, C + Ckv), v = [C + Ckv, C + 2 Ckv); query head h
+     * uses columns h*hs..h*hs+hs of q and kv head g = h / (NH / NKV) those of
+     * k and v (g*hs..g*hs+hs): a group of NH / NKV query heads reads one k
+     * and one v, never repeated in memory. With NKV == NH, W = 3C: GPT's
+     * qkv, and the results are the same bits as before GQA existed.
      * out[B,T,C] = softmax(q k^T / sqrt(hs) [+ causal mask]) v, heads concatenated.
      * att[B,NH,T,T] keeps the softmax probabilities for backward. out, att
      * and qkv of type t. */
     void (*attention_forward)(void *out, void *att, const void *qkv,
-                              int B, int T, int C, int NH, int causal, dt_dtype t);
-    /* One new query over a KV cache (decoding): cache[T, 3C] holds q, k, v
-     * of positions 0..T-1 laid out as qkv above, the last row the new token;
-     * out[C] = the causal attention_forward's row T-1 (the query sees all T
-     * keys). scratch: NH * T floats (overwritten). */
-    void (*attention_decode)(float *out, float *scratch, const float *cache, int T, int C, int NH);
+                              int B, int T, int C, int NH, int NKV, int causal, dt_dtype t);
+    /* One new query over a KV cache (decoding): q[C] the new token's q (heads
+     * as above), kv[T, 2 Ckv] the cache of its sequence, row t = k then v of
+     * position t (kv_pack's layout below: k in columns [0, Ckv), v in [Ckv,
+     * 2 Ckv)), the last row the new token's own (the query sees all T keys);
+     * out[C] = the causal attention_forward's row T-1. A cache holds kv heads
+     * only: dt_kv_cols(C, NH, NKV) values a position (2C for GPT, 2C NKV/NH
+     * under GQA). q, kv and out of type t; scratch: NH * T floats
+     * (overwritten). */
+    void (*attention_decode)(void *out, float *scratch, const void *q, const void *kv, int T, int C, int NH, int NKV,
+                             dt_dtype t);
     /* dqkv += ; scratch holds at least B*NH*T*T floats (overwritten); qkv
-     * and att of type t. */
+     * and att of type t. A kv head's dk, dv sum its group's query heads in
+     * head order (deterministic). */
     void (*attention_backward)(float *dqkv, float *scratch, const float *dout,
                                const void *qkv, const void *att,
-                               int B, int T, int C, int NH, int causal, dt_dtype t);
+                               int B, int T, int C, int NH, int NKV, int causal, dt_dtype t);
 
     /* ---- blockwise attention: context parallelism's ring (flash-attention-2
      * style). A block of queries against one block of keys and values; the
      * softmax is kept as each row's log-sum-exp, so partial results over
      * disjoint key blocks merge exactly and backward recomputes the
      * probabilities block by block: no [T, T] matrix is kept.
-     * Layout (samples of Ts rows; heads as attention_forward's, hs = C / NH):
-     *   q    the q columns of a qkv buffer: row stride 3C, sample stride Ts*3C,
+     * Layout (samples of Ts rows; heads as attention_forward's: NH query
+     * heads of hs = C / NH, NKV kv heads, Ckv = NKV hs, W = C + 2 Ckv):
+     *   q    the q columns of a qkv buffer: row stride W, sample stride Ts*W,
      *        rows [0, Tq) of each sample from the pointer on;
-     *   kv   k in columns [0, C), v in [C, 2C): row stride 2C, sample stride
-     *        Ts*2C, rows [0, Tk) (kv_pack makes one from a qkv buffer);
+     *   kv   k in columns [0, Ckv), v in [Ckv, 2 Ckv): row stride 2 Ckv,
+     *        sample stride Ts*2Ckv, rows [0, Tk) (kv_pack makes one from a
+     *        qkv buffer: rows_copy of its W-wide rows' 2 Ckv columns from C);
      *   out  row stride C, sample stride Ts*C, rows [0, Tq);
      *   lse  [B, NH, Ts] (sample b, head h at (b*NH + h)*Ts), rows [0, Tq).
+     * Query head h reads kv head h / (NH / NKV) (GQA: no copy of k, v per
+     * query head). NKV == NH: W = 3C, 2 Ckv = 2C, the layout before GQA.
      * Mask: query row i sees key row j when !causal or j <= i + shift (shift:
      * the query block's first position minus the key block's). A row that
      * sees no key gets out 0 and lse -inf. q and kv are of type t, out of
@@ -233,22 +271,61 @@ typedef struct dt_ops {
      * Forward overwrites out and lse with this block's partial result; the
      * rows of out it does not compute (Tq..Ts of a sample) stay as they are. */
     void (*attention_block_forward)(void *out, float *lse, const void *q, const void *kv,
-                                    int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift,
+                                    int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
                                     dt_dtype t, dt_dtype out_t);
     /* (out, lse) <- the softmax over the union of their keys and the
      * partial's (pout, plse; same layout): lse' = log(e^lse + e^plse),
      * out' = out e^(lse - lse') + pout e^(plse - lse'). Rows with plse -inf
-     * are left alone. */
+     * are left alone. (Per query head: GQA changes nothing here.) */
     void (*attention_block_merge)(float *out, float *lse, const float *pout, const float *plse,
                                   int B, int Ts, int Tq, int C, int NH);
     /* Backward of one block, from the FINAL out and lse of its query rows
      * (merged over every key block) and their gradient dout (layout of out):
      * dq += (layout of q: the q columns of a dqkv buffer), dkv += (layout of
      * kv). The probabilities are recomputed as exp(q k^T / sqrt(hs) - lse).
-     * out, q and kv of type t. */
+     * A kv head's dk, dv sum its group's query heads in a fixed order
+     * (deterministic, no atomics). out, q and kv of type t. */
     void (*attention_block_backward)(float *dq, float *dkv, const float *dout, const void *out,
                                      const float *lse, const void *q, const void *kv, int B, int Ts,
-                                     int Tq, int Tk, int C, int NH, int causal, int shift, dt_dtype t);
+                                     int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t);
+    /* ---- rotary position embedding (RoPE) of q and k ----
+     * Layout: Hugging Face's "rotate half" (LlamaForCausalLM as stored in HF
+     * folders, torchtitan after its permute): within a head of hs columns,
+     * column i pairs with column i + hs/2 (i < hs/2), and the pair turns by
+     * the angle p f_i, p the token's position, f_i = theta^(-2i/hs):
+     *     x[i]        <- x[i] c - x[i + hs/2] s
+     *     x[i + hs/2] <- x[i + hs/2] c + x[i] s,     c = cos(p f_i), s = sin(p f_i)
+     * (NOT Meta's original interleaved pairs (2i, 2i+1): a checkpoint in
+     * that layout has its q and k projection rows permuted into this one on
+     * import, as HF's convert script does.)
+     * rope_table: cs[max_pos, hs] (overwrites) — row p holds cos(p f_i) for
+     * i < hs/2, then sin(p f_i): computed in double (p f_i, cos, sin) and
+     * rounded to fp32 once, on the host on every backend (cuda copies it
+     * up), so every backend reads the same table bits. hs even; theta the
+     * model's rope_theta (10000 GPT-NeoX/Llama 2, 500000 Llama 3). Build it
+     * once per model for every position it will use. */
+    void (*rope_table)(float *cs, int max_pos, int hs, float theta);
+    /* In place on rows n < N of x (row stride ld elements), heads j <
+     * nheads (columns j hs .. j hs + hs): each row at ITS position pos[n]
+     * (int, [N], memory of the backend; 0 <= pos[n] < max_pos): the global
+     * position in its sequence, so that context parallelism's load-balanced
+     * chunks and packed samples (positions restarting per sample) rotate as
+     * the whole sequence would. q and k of a qkv buffer are one call: x =
+     * qkv, ld = dt_qkv_cols(C, NH, NKV), nheads = NH + NKV (the k heads
+     * follow the q heads). x of type t; each element computed in fp32 from
+     * the widened input as written above, no fused multiply-add (two
+     * products, rounded, then their sum), rounded once to t: the same bits
+     * on cpu and cuda. */
+    void (*rope_forward)(void *x, int ld, int nheads, int hs, const int *pos, const float *cs, int N, dt_dtype t);
+    /* Its backward, IN PLACE on the fp32 gradient dx (same layout): the
+     * gradient with respect to the rotated values becomes the gradient with
+     * respect to the values before rotation (the inverse rotation):
+     *     g[i] <- g[i] c + g[i + hs/2] s,   g[i + hs/2] <- g[i + hs/2] c - g[i] s.
+     * Unlike other backward ops it does not accumulate: call it on dqkv
+     * once attention_backward has summed into it, before the qkv matmul's
+     * backward reads it. */
+    void (*rope_backward)(float *dx, int ld, int nheads, int hs, const int *pos, const float *cs, int N);
+
     /* Strided rows: dst[n, 0:W] = src[n, 0:W] (accumulate: +=), rows n < N of
      * row strides ldd and lds (elements), both of type t (accumulate: fp32
      * only). Packs k and v out of a qkv buffer for the ring and adds their
@@ -262,6 +339,20 @@ typedef struct dt_ops {
     void (*gelu_erf_forward)(void *out, const void *inp, size_t n, dt_dtype t);
     void (*gelu_erf_backward)(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);
 
+    /* ---- SwiGLU (Llama's MLP): out = SiLU(gate) * up, SiLU(g) = g / (1 + e^-g) ----
+     * inp[N, 2F] is ONE matmul's output, packed: gate = inp[:, 0:F), up =
+     * inp[:, F:2F) (the gate and up projections as one [2F, C] weight, gate
+     * rows first: one GEMM, one read of the layer's input; under tensor
+     * parallelism each rank's local weight holds its gate rows then its up
+     * rows, so its local [N, 2F_l] output has the same layout). out[N, F]
+     * overwritten; one pass reads both halves. inp and out of type t (the
+     * model keeps inp for backward), computed in fp32, out rounded once. */
+    void (*swiglu_forward)(void *out, const void *inp, int N, int F, dt_dtype t);
+    /* dinp[N, 2F] += the gradients of gate (columns [0, F)) and up ([F, 2F)):
+     *   dgate += dout up s (1 + g (1 - s)),  dup += dout g s,  s = sigmoid(g).
+     * inp of type t; dinp and dout fp32. */
+    void (*swiglu_backward)(float *dinp, const void *inp, const float *dout, int N, int F, dt_dtype t);
+
     /* ---- residual: out = a + b, a fp32 (a branch's output), b and out of
      * type t (the stream); out may alias a when t is fp32 (then it is also
      * the plain fp32 sum of two tensors) ---- */
@@ -274,6 +365,13 @@ typedef struct dt_ops {
     void (*residual_layernorm_forward)(void *res, void *out, float *mean, float *rstd, const float *a,
                                        const void *b, const float *w, const float *bias, int N, int C, float eps,
                                        dt_dtype t);
+    /* The same with RMSNorm (Llama's pre-norm blocks): res = a + b as
+     * residual_forward writes it, then out, rstd = rmsnorm_forward of res
+     * as stored. cuda: one pass over the rows (the layernorm row's code);
+     * cpu: the two ops, the same bits as calling them. res may alias a
+     * when t is fp32. */
+    void (*residual_rmsnorm_forward)(void *res, void *out, float *rstd, const float *a, const void *b,
+                                     const float *w, int N, int C, float eps, dt_dtype t);
     /* da += dout; db += dout */
     void (*residual_backward)(float *da, float *db, const float *dout, size_t n);
 

@@ -13,8 +13,13 @@
  * Only a tile of ATT_TILE rows of S lives at a time (a thread's own buffer),
  * so memory grows with the block's keys, never with T^2.
  *
- * Threads: OpenMP over (b, h); each head's GEMMs single-threaded cblas_sgemm,
- * as attention.c. */
+ * Grouped-query attention (ops.h): query head h reads kv head h / (NH /
+ * NKV) where it lies in the kv block, never a copy; backward goes by kv head
+ * and sums its group's query heads one after the other, in head order, into
+ * the kv head's dk and dv (deterministic).
+ *
+ * Threads: OpenMP over (b, h) in forward, (b, kv head) in backward; each
+ * head's GEMMs single-threaded cblas_sgemm, as attention.c. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -33,16 +38,16 @@ static inline int keys_seen(int i, int Tk, int causal, int shift)
     return v < 0 ? 0 : v > Tk ? Tk : (int)v;
 }
 
+/* q: row stride W (a qkv buffer's), k and v: row stride C2 (the kv block's) */
 static void head_forward(float *out, float *lse, float *s, const float *q, const float *k, const float *v,
-                         int Tq, int Tk, int C, int hs, int causal, int shift)
+                         int Tq, int Tk, int C, int W, int C2, int hs, int causal, int shift)
 {
-    int C3 = 3 * C, C2 = 2 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int r0 = 0; r0 < Tq; r0 += ATT_TILE) {
         int r1 = r0 + ATT_TILE < Tq ? r0 + ATT_TILE : Tq, nr = r1 - r0;
         int nk = keys_seen(r1 - 1, Tk, causal, shift);
         if (nk > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * C3, C3, k,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * W, W, k,
                         C2, 0.0f, s, nk);
         for (int i = r0; i < r1; i++) {
             float *row = s + (size_t)(i - r0) * (nk > 0 ? nk : 1);
@@ -57,10 +62,9 @@ static void head_forward(float *out, float *lse, float *s, const float *q, const
 }
 
 static void block_forward_f32(float *out, float *lse, const float *q, const float *kv, int B, int Ts, int Tq,
-                              int Tk, int C, int NH, int causal, int shift)
+                              int Tk, int C, int NH, int NKV, int causal, int shift)
 {
-    if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0) return;
-    int hs = C / NH;
+    int hs = C / NH, W = dt_qkv_cols(C, NH, NKV), C2 = dt_kv_cols(C, NH, NKV), G = NH / NKV;
     if (hs <= 0) return;
     cpu_blas_single_threaded();
     #pragma omp parallel
@@ -70,9 +74,10 @@ static void block_forward_f32(float *out, float *lse, const float *q, const floa
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++) {
                 if (!s) continue; /* out of memory: nothing sane to do in a kernel */
-                const float *kb = kv + (size_t)b * Ts * 2 * C + (size_t)h * hs;
+                const float *kb = kv + (size_t)b * Ts * C2 + (size_t)(h / G) * hs;
                 head_forward(out + (size_t)b * Ts * C + (size_t)h * hs, lse + ((size_t)b * NH + h) * Ts, s,
-                             q + (size_t)b * Ts * 3 * C + (size_t)h * hs, kb, kb + C, Tq, Tk, C, hs, causal, shift);
+                             q + (size_t)b * Ts * W + (size_t)h * hs, kb, kb + C2 / 2, Tq, Tk, C, W, C2, hs, causal,
+                             shift);
             }
         free(s);
     }
@@ -110,15 +115,14 @@ void cpu_attention_block_merge(float *out, float *lse, const float *pout, const 
 /* One head's backward; s and dp: a tile's [ATT_TILE, Tk] each. */
 static void head_backward(float *dq, float *dk, float *dv, float *s, float *dp, const float *dout, const float *out,
                           const float *lse, const float *q, const float *k, const float *v, int Tq, int Tk, int C,
-                          int hs, int causal, int shift)
+                          int W, int C2, int hs, int causal, int shift)
 {
-    int C3 = 3 * C, C2 = 2 * C;
     float scale = 1.0f / sqrtf((float)hs);
     for (int r0 = 0; r0 < Tq; r0 += ATT_TILE) {
         int r1 = r0 + ATT_TILE < Tq ? r0 + ATT_TILE : Tq, nr = r1 - r0;
         int nk = keys_seen(r1 - 1, Tk, causal, shift);
         if (nk <= 0) continue; /* later tiles see at least as many keys: maybe some */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * C3, C3, k, C2,
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, scale, q + (size_t)r0 * W, W, k, C2,
                     0.0f, s, nk);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, nk, hs, 1.0f, dout + (size_t)r0 * C, C, v, C2,
                     0.0f, dp, nk);
@@ -138,8 +142,8 @@ static void head_backward(float *dq, float *dk, float *dv, float *s, float *dp, 
             for (int j = valid; j < nk; j++) srow[j] = 0.0f, drow[j] = 0.0f;
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hs, nk, scale, dp, nk, k, C2, 1.0f,
-                    dq + (size_t)r0 * C3, C3);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, scale, dp, nk, q + (size_t)r0 * C3, C3,
+                    dq + (size_t)r0 * W, W);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, scale, dp, nk, q + (size_t)r0 * W, W,
                     1.0f, dk, C2);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nr, 1.0f, s, nk, dout + (size_t)r0 * C, C,
                     1.0f, dv, C2);
@@ -147,11 +151,10 @@ static void head_backward(float *dq, float *dk, float *dv, float *s, float *dp, 
 }
 
 static void block_backward_f32(float *dq, float *dkv, const float *dout, const float *out, const float *lse,
-                              const float *q, const float *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
+                              const float *q, const float *kv, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV,
                               int causal, int shift)
 {
-    if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0) return;
-    int hs = C / NH;
+    int hs = C / NH, W = dt_qkv_cols(C, NH, NKV), C2 = dt_kv_cols(C, NH, NKV), Ckv = C2 / 2, G = NH / NKV;
     if (hs <= 0) return;
     cpu_blas_single_threaded();
     #pragma omp parallel
@@ -159,13 +162,15 @@ static void block_backward_f32(float *dq, float *dkv, const float *dout, const f
         float *s = malloc(2 * (size_t)ATT_TILE * (size_t)Tk * sizeof(float));
         #pragma omp for collapse(2) schedule(dynamic)
         for (int b = 0; b < B; b++)
-            for (int h = 0; h < NH; h++) {
+            for (int g = 0; g < NKV; g++) {
                 if (!s) continue;
-                size_t qo = (size_t)b * Ts * 3 * C + (size_t)h * hs, ko = (size_t)b * Ts * 2 * C + (size_t)h * hs;
-                size_t oo = (size_t)b * Ts * C + (size_t)h * hs;
-                head_backward(dq + qo, dkv + ko, dkv + ko + C, s, s + (size_t)ATT_TILE * Tk, dout + oo, out + oo,
-                              lse + ((size_t)b * NH + h) * Ts, q + qo, kv + ko, kv + ko + C, Tq, Tk, C, hs, causal,
-                              shift);
+                size_t ko = (size_t)b * Ts * C2 + (size_t)g * hs;
+                for (int h = g * G; h < (g + 1) * G; h++) { /* the group's query heads, in order */
+                    size_t qo = (size_t)b * Ts * W + (size_t)h * hs, oo = (size_t)b * Ts * C + (size_t)h * hs;
+                    head_backward(dq + qo, dkv + ko, dkv + ko + Ckv, s, s + (size_t)ATT_TILE * Tk, dout + oo,
+                                  out + oo, lse + ((size_t)b * NH + h) * Ts, q + qo, kv + ko, kv + ko + Ckv, Tq, Tk,
+                                  C, W, C2, hs, causal, shift);
+                }
             }
         free(s);
     }
@@ -184,22 +189,24 @@ static size_t span(int B, int Ts, int rows, int stride, int width)
  * out of out_t. out's rows past Tq keep their values (widened and rounded
  * back unchanged). */
 void cpu_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
-                                 int C, int NH, int causal, int shift, dt_dtype t, dt_dtype out_t)
+                                 int C, int NH, int NKV, int causal, int shift, dt_dtype t, dt_dtype out_t)
 {
-    if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0) return;
+    if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || NH % NKV) return;
+    int W = dt_qkv_cols(C, NH, NKV), C2 = dt_kv_cols(C, NH, NKV);
     size_t no = span(B, Ts, Tq, C, C);
     float *o = cpu_act_inout(0, out, no, out_t);
-    block_forward_f32(o, lse, cpu_act_in(1, q, span(B, Ts, Tq, 3 * C, C), t),
-                      cpu_act_in(2, kv, span(B, Ts, Tk, 2 * C, 2 * C), t), B, Ts, Tq, Tk, C, NH, causal, shift);
+    block_forward_f32(o, lse, cpu_act_in(1, q, span(B, Ts, Tq, W, C), t), cpu_act_in(2, kv, span(B, Ts, Tk, C2, C2), t),
+                      B, Ts, Tq, Tk, C, NH, NKV, causal, shift);
     cpu_act_store(out, o, no, out_t);
 }
 
 void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
                                   const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                  int causal, int shift, dt_dtype t)
+                                  int NKV, int causal, int shift, dt_dtype t)
 {
-    if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0) return;
+    if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || NH % NKV) return;
+    int W = dt_qkv_cols(C, NH, NKV), C2 = dt_kv_cols(C, NH, NKV);
     block_backward_f32(dq, dkv, dout, cpu_act_in(0, out, span(B, Ts, Tq, C, C), t), lse,
-                       cpu_act_in(1, q, span(B, Ts, Tq, 3 * C, C), t), cpu_act_in(2, kv, span(B, Ts, Tk, 2 * C, 2 * C), t),
-                       B, Ts, Tq, Tk, C, NH, causal, shift);
+                       cpu_act_in(1, q, span(B, Ts, Tq, W, C), t), cpu_act_in(2, kv, span(B, Ts, Tk, C2, C2), t), B,
+                       Ts, Tq, Tk, C, NH, NKV, causal, shift);
 }

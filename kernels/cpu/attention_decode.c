@@ -1,28 +1,32 @@
 /* attention_decode.c — attention of one new query over a KV cache (the
- * decoding step of `dtrun generate`):
- *     cache[T, 3C]: rows 0..T-1 hold q, k, v of positions 0..T-1 as
- *                   attention_forward's qkv does (the last row is the new token)
- *     out[C]      = for each head h: softmax(q_{T-1,h} K_h^T / sqrt(hs)) V_h
+ * decoding step of `dtrun generate`; ops.h attention_decode):
+ *     q[C]         the new token's query, NH heads of hs = C / NH
+ *     kv[T, 2 Ckv] the cache: row t = k then v of position t (NKV kv heads,
+ *                  Ckv = NKV hs; the last row the new token's own)
+ *     out[C]       = for each head h, with g = h / (NH / NKV) its kv head:
+ *                    softmax(q_h K_g^T / sqrt(hs)) V_g
  * The same numbers as attention_forward's last row with causal = 1, in O(T C)
- * instead of O(T^2 C): the query sees every cached key. Scores need T floats
- * per head; the caller gives scratch of NH * T. */
+ * instead of O(T^2 C): the query sees every cached key. The cache holds kv
+ * heads only (grouped-query attention reads each once per query head of its
+ * group, never a copy). Scores need T floats per head; the caller gives
+ * scratch of NH * T. q, kv and out of type t: widened before (and rounded
+ * after) the fp32 arithmetic. */
 #include <math.h>
 
 #include "kernels/cpu/cpu.h"
 
-void cpu_attention_decode(float *out, float *scratch, const float *cache, int T, int C, int NH)
+static void decode_f32(float *out, float *scratch, const float *q, const float *cache, int T, int C, int NH,
+                       int NKV)
 {
-    if (T <= 0 || C <= 0 || NH <= 0) return;
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH, C2 = dt_kv_cols(C, NH, NKV), Ckv = C2 / 2, G = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
-    const float *q = cache + (size_t)(T - 1) * C3;
     #pragma omp parallel for schedule(static)
     for (int h = 0; h < NH; h++) {
         float *s = scratch + (size_t)h * T;
-        const float *qh = q + h * hs;
+        const float *qh = q + h * hs, *kh = cache + (size_t)(h / G) * hs;
         float mx = -INFINITY;
         for (int t = 0; t < T; t++) {
-            const float *k = cache + (size_t)t * C3 + C + h * hs;
+            const float *k = kh + (size_t)t * C2;
             float dot = 0.0f;
             for (int i = 0; i < hs; i++) dot += qh[i] * k[i];
             s[t] = dot * scale;
@@ -37,9 +41,19 @@ void cpu_attention_decode(float *out, float *scratch, const float *cache, int T,
         float *o = out + h * hs;
         for (int i = 0; i < hs; i++) o[i] = 0.0f;
         for (int t = 0; t < T; t++) {
-            const float *v = cache + (size_t)t * C3 + 2 * C + h * hs;
+            const float *v = kh + (size_t)t * C2 + Ckv;
             float a = s[t] * inv;
             for (int i = 0; i < hs; i++) o[i] += a * v[i];
         }
     }
+}
+
+void cpu_attention_decode(void *out, float *scratch, const void *q, const void *kv, int T, int C, int NH, int NKV,
+                          dt_dtype t)
+{
+    if (T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || NH % NKV || C / NH <= 0) return;
+    float *o = cpu_act_out(0, out, (size_t)C, t);
+    decode_f32(o, scratch, cpu_act_in(1, q, (size_t)C, t),
+               cpu_act_in(2, kv, (size_t)T * (size_t)dt_kv_cols(C, NH, NKV), t), T, C, NH, NKV);
+    cpu_act_store(out, o, (size_t)C, t);
 }

@@ -88,6 +88,18 @@ void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
 void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w,
                             const float *mean, const float *rstd, int N, int C, dt_dtype t);
 
+/* layernorm.c: the arithmetic of both norms on fp32 rows (ops.h). mean,
+ * b (forward) and mean, db (backward) NULL: RMSNorm (no mean, no bias). */
+void cpu_norm_forward_f32(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                          int N, int C, float eps);
+void cpu_norm_backward_f32(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, int N, int C);
+
+/* rmsnorm.c */
+void cpu_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps, dt_dtype t);
+void cpu_rmsnorm_backward(float *dinp, float *dw, const float *dout, const void *inp, const float *w,
+                          const float *rstd, int N, int C, dt_dtype t);
+
 /* matmul.c */
 void cpu_matmul_forward(void *out, const void *inp, const void *w, const float *bias, int N, int IC, int OC,
                         dt_dtype t, dt_dtype out_t);
@@ -101,22 +113,34 @@ void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, c
 void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC);
 
 /* attention.c */
-void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,
+void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int NKV, int causal,
                            dt_dtype t);
-void cpu_attention_decode(float *out, float *scratch, const float *cache, int T, int C, int NH);
 void cpu_attention_backward(float *dqkv, float *scratch, const float *dout, const void *qkv, const void *att, int B,
-                            int T, int C, int NH, int causal, dt_dtype t);
+                            int T, int C, int NH, int NKV, int causal, dt_dtype t);
+
+/* attention_decode.c */
+void cpu_attention_decode(void *out, float *scratch, const void *q, const void *kv, int T, int C, int NH, int NKV,
+                          dt_dtype t);
 
 /* attention_block.c */
 void cpu_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
-                                 int C, int NH, int causal, int shift, dt_dtype t, dt_dtype out_t);
+                                 int C, int NH, int NKV, int causal, int shift, dt_dtype t, dt_dtype out_t);
 void cpu_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts, int Tq,
                                int C, int NH);
 void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
                                   const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                  int causal, int shift, dt_dtype t);
+                                  int NKV, int causal, int shift, dt_dtype t);
 /* rows_copy.c */
 void cpu_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
+
+/* rope.c */
+void cpu_rope_table(float *cs, int max_pos, int hs, float theta);
+void cpu_rope_forward(void *x, int ld, int nheads, int hs, const int *pos, const float *cs, int N, dt_dtype t);
+void cpu_rope_backward(float *dx, int ld, int nheads, int hs, const int *pos, const float *cs, int N);
+
+/* swiglu.c */
+void cpu_swiglu_forward(void *out, const void *inp, int N, int F, dt_dtype t);
+void cpu_swiglu_backward(float *dinp, const void *inp, const float *dout, int N, int F, dt_dtype t);
 
 /* gelu.c */
 void cpu_gelu_forward(void *out, const void *inp, size_t n, dt_dtype t);
@@ -130,6 +154,8 @@ void cpu_gelu_erf_backward(float *dinp, const void *inp, const float *dout, size
 void cpu_residual_forward(void *out, const float *a, const void *b, size_t n, dt_dtype t);
 void cpu_residual_layernorm_forward(void *res, void *out, float *mean, float *rstd, const float *a, const void *b,
                                     const float *w, const float *bias, int N, int C, float eps, dt_dtype t);
+void cpu_residual_rmsnorm_forward(void *res, void *out, float *rstd, const float *a, const void *b, const float *w,
+                                  int N, int C, float eps, dt_dtype t);
 void cpu_residual_backward(float *da, float *db, const float *dout, size_t n);
 
 /* xent.c */

@@ -1,10 +1,14 @@
 /* layernorm.c — LayerNorm over the last dimension, as in llm.c (eps: the
- * model's model.norm_eps, 1e-5 for GPT-2, 1e-12 for Hugging Face's ViT).
+ * model's model.norm_eps, 1e-5 for GPT-2, 1e-12 for Hugging Face's ViT),
+ * and the arithmetic RMSNorm shares with it (rmsnorm.c).
  *
  * Forward, per row x of C values:
  *     mean = sum(x)/C,  var = sum((x-mean)^2)/C,  rstd = 1/sqrt(var + eps)
  *     n = (x - mean) * rstd,   out = n * w + b
- * mean and rstd are saved so backward need not recompute them. */
+ * mean and rstd are saved so backward need not recompute them.
+ * RMSNorm is the same with mean 0 and no bias (mean == NULL, b == NULL
+ * below): var becomes mean(x^2), n = x * rstd (x - 0 is x exactly, so the
+ * shared loops compute RMSNorm's own formula). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -12,8 +16,8 @@
 
 #include "kernels/cpu/cpu.h"
 
-static void layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp,
-                                  const float *w, const float *b, int N, int C, float eps) {
+void cpu_norm_forward_f32(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                          int N, int C, float eps) {
     if (C <= 0) return;
     #pragma omp parallel for if ((size_t)N * C > CPU_PAR_MIN)
     for (int i = 0; i < N; i++) {
@@ -21,17 +25,25 @@ static void layernorm_forward_f32(float *out, float *mean, float *rstd, const fl
         float *o = out + (size_t)i * C;
         /* Two passes (mean, then squared deviations): no cancellation when
          * the mean is large compared with the spread. */
-        float sum = 0.0f;
-        #pragma omp simd reduction(+:sum)
-        for (int c = 0; c < C; c++) sum += x[c];
-        float m = sum / C;
+        float m = 0.0f; /* RMSNorm: no mean */
+        if (mean) {
+            float sum = 0.0f;
+            #pragma omp simd reduction(+:sum)
+            for (int c = 0; c < C; c++) sum += x[c];
+            m = sum / C;
+        }
         float sq = 0.0f;
         #pragma omp simd reduction(+:sq)
         for (int c = 0; c < C; c++) { float d = x[c] - m; sq += d * d; }
         float s = 1.0f / sqrtf(sq / C + eps);
-        #pragma omp simd
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
-        mean[i] = m;
+        if (b) {
+            #pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + b[c];
+        } else {
+            #pragma omp simd
+            for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c];
+        }
+        if (mean) mean[i] = m;
         rstd[i] = s;
     }
 }
@@ -40,12 +52,13 @@ static void layernorm_forward_f32(float *out, float *mean, float *rstd, const fl
  *     db += dout,   dw += dout * n
  *     dx += rstd * (g - mean(g) - n * mean(g * n))
  * (the two means are the gradients through mean and through rstd).
+ * RMSNorm (mean == NULL, db == NULL): no gradient through a mean, so
+ *     dx += rstd * (g - n * mean(g * n)),   dw += dout * n.
  * dx rows are independent; dw and db sum over rows, so each thread sums its
  * rows into a private buffer and the buffers are added in thread order, which
  * keeps the result deterministic for a given thread count. */
-static void layernorm_backward_f32(float *dinp, float *dw, float *db, const float *dout,
-                                   const float *inp, const float *w, const float *mean,
-                                   const float *rstd, int N, int C) {
+void cpu_norm_backward_f32(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     int nthreads = (size_t)N * C > CPU_PAR_MIN ? omp_get_max_threads() : 1;
     float *partial = calloc((size_t)nthreads * 2 * C, sizeof(float));
@@ -60,7 +73,7 @@ static void layernorm_backward_f32(float *dinp, float *dw, float *db, const floa
             const float *x = inp + (size_t)i * C;
             const float *d = dout + (size_t)i * C;
             float *dx = dinp + (size_t)i * C;
-            float m = mean[i], s = rstd[i];
+            float m = mean ? mean[i] : 0.0f, s = rstd[i];
             float g_mean = 0.0f, gn_mean = 0.0f;
             #pragma omp simd reduction(+:g_mean, gn_mean)
             for (int c = 0; c < C; c++) {
@@ -69,7 +82,7 @@ static void layernorm_backward_f32(float *dinp, float *dw, float *db, const floa
                 g_mean += g;
                 gn_mean += g * n;
             }
-            g_mean /= C;
+            g_mean = mean ? g_mean / C : 0.0f; /* RMSNorm: g - 0 is g exactly */
             gn_mean /= C;
             #pragma omp simd
             for (int c = 0; c < C; c++) {
@@ -85,7 +98,11 @@ static void layernorm_backward_f32(float *dinp, float *dw, float *db, const floa
         const float *pdw = partial + (size_t)t * 2 * C;
         const float *pdb = pdw + C;
         #pragma omp simd
-        for (int c = 0; c < C; c++) { dw[c] += pdw[c]; db[c] += pdb[c]; }
+        for (int c = 0; c < C; c++) dw[c] += pdw[c];
+        if (db) {
+            #pragma omp simd
+            for (int c = 0; c < C; c++) db[c] += pdb[c];
+        }
     }
     free(partial);
 }
@@ -96,7 +113,7 @@ void cpu_layernorm_forward(void *out, float *mean, float *rstd, const void *inp,
 {
     size_t n = (size_t)N * (size_t)C;
     float *o = cpu_act_out(0, out, n, t);
-    layernorm_forward_f32(o, mean, rstd, cpu_act_in(1, inp, n, t), w, b, N, C, eps);
+    cpu_norm_forward_f32(o, mean, rstd, cpu_act_in(1, inp, n, t), w, b, N, C, eps);
     cpu_act_store(out, o, n, t);
 }
 
@@ -104,5 +121,5 @@ void cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout
                             const float *mean, const float *rstd, int N, int C, dt_dtype t)
 {
     size_t n = (size_t)N * (size_t)C;
-    layernorm_backward_f32(dinp, dw, db, dout, cpu_act_in(0, inp, n, t), w, mean, rstd, N, C);
+    cpu_norm_backward_f32(dinp, dw, db, dout, cpu_act_in(0, inp, n, t), w, mean, rstd, N, C);
 }

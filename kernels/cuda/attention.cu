@@ -2,11 +2,17 @@
  * full (ViT) (twin of kernels/cpu/attention.c), fp32.
  *
  * The straightforward version: for one sample b, the NH heads' products are
- * one cuBLAS strided-batched GEMM each (head h of q, k, v is the column slice
- * h*hs.. of qkv[b], row stride 3C, so consecutive heads sit hs floats apart
- * and the batch stride is hs); the softmax is a kernel of its own over all
+ * cuBLAS strided-batched GEMMs (head h of q is the column slice h*hs.. of
+ * qkv[b], row stride W = C + 2 Ckv, so consecutive heads sit hs floats apart
+ * and the batch stride is hs). Grouped-query attention (ops.h: G = NH / NKV
+ * query heads a kv head, query head h = g G + j reading kv head g): the
+ * heads go as G batches of NKV, batch j holding query heads j, G + j, 2G +
+ * j, ... (q stride G hs) against kv heads 0, 1, ... (stride hs); with NKV =
+ * NH that is the one batch of every head, as before. A kv head's dK and dV
+ * add its G query heads' terms one batch after another (beta 1, in order on
+ * the stream: deterministic). The softmax is a kernel of its own over all
  * B*NH*T rows of att. Samples are a host loop (the offset of head h of sample
- * b is b*T*3C + h*hs, not one stride). It stores the full att[B,NH,T,T] the
+ * b is b*T*W + h*hs, not one stride). It stores the full att[B,NH,T,T] the
  * contract asks for, computing the masked upper triangle and then zeroing
  * it: simple and correct, not fast. A fused flash-style kernel (no T x T
  * matrix, O(T) memory) is the next step and needs a contract change
@@ -134,8 +140,9 @@ static size_t chunk_bytes(int R, int T, int C, int NH) {
 }
 
 static void attention_backward_bf16(float *dqkv, float *scratch, const float *dout, const uint16_t *qkv,
-                                    const uint16_t *att, int B, int T, int C, int NH, int causal) {
-    int hs = C / NH, C3 = 3 * C;
+                                    const uint16_t *att, int B, int T, int C, int NH, int NKV, int causal) {
+    int hs = C / NH, W = dt_qkv_cols(C, NH, NKV), Ckv = NKV * hs, G = NH / NKV;
+    long long Ghs = (long long)G * hs;
     float scale = 1.0f / sqrtf((float)hs);
     long long TT = (long long)T * T;
     size_t have = (size_t)B * NH * TT * sizeof(float);
@@ -144,80 +151,92 @@ static void attention_backward_bf16(float *dqkv, float *scratch, const float *do
     while (R > 1 && chunk_bytes(R, T, C, NH) > have) R = R / 2;
     if (chunk_bytes(R, T, C, NH) > have) buf = (char *)dtc_scratch(chunk_bytes(R, T, C, NH));
     for (int b = 0; b < B; b++) {
-        const uint16_t *q = qkv + (size_t)b * T * C3, *k = q + C, *v = q + 2 * C;
+        const uint16_t *q = qkv + (size_t)b * T * W, *k = q + C, *v = k + Ckv;
         const uint16_t *ab = att + (size_t)b * NH * TT;
-        float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
+        float *dq = dqkv + (size_t)b * T * W, *dk = dq + C, *dv = dk + Ckv;
         for (int r0 = 0; r0 < T; r0 += R) {
             int n = T - r0 < R ? T - r0 : R, nk = causal ? r0 + n : T; /* rows; keys they see */
             size_t rt = (size_t)n * NH * T;
+            long long nT = (long long)n * T;
             float *da = (float *)buf;
             uint16_t *ds = (uint16_t *)(buf + align256(rt * sizeof(float)));
             uint16_t *dO = (uint16_t *)((char *)ds + align256(rt * sizeof(uint16_t)));
             cuda_to_bf16(dO, dout + ((size_t)b * T + r0) * C, (size_t)n * C);
             /* dA^T = V dO^T: head h's [n][T] (keys < nk) at da + h n T */
-            head_gemm16(true, false, nk, n, hs, 1.0f, v, C3, hs, dO, C, hs, 0.0f, da, T, (long long)n * T, NH);
+            for (int j = 0; j < G; j++)
+                head_gemm16(true, false, nk, n, hs, 1.0f, v, W, hs, dO + (size_t)j * hs, C, Ghs, 0.0f,
+                            da + (size_t)j * nT, T, G * nT, NKV);
             size_t rows = (size_t)NH * n;
             unsigned grid = (unsigned)((rows + ATT_ROWS_PER_BLOCK - 1) / ATT_ROWS_PER_BLOCK);
             softmax_backward_chunk_kernel<<<grid, 32 * ATT_ROWS_PER_BLOCK, 0, dtc.stream>>>(ds, da, ab, NH, n, T, r0,
                                                                                             nk, causal);
             DTC_LAUNCHED();
-            /* dQ rows [r0, r0 + n) += scale dS K; dK, dV keys < nk += scale dS^T Q, A^T dO */
-            head_gemm16(false, false, hs, n, nk, scale, k, C3, hs, ds, T, (long long)n * T, 1.0f,
-                        dq + (size_t)r0 * C3, C3, hs, NH);
-            head_gemm16(false, true, hs, nk, n, scale, q + (size_t)r0 * C3, C3, hs, ds, T, (long long)n * T, 1.0f, dk,
-                        C3, hs, NH);
-            head_gemm16(false, true, hs, nk, n, 1.0f, dO, C, hs, ab + (size_t)r0 * T, T, TT, 1.0f, dv, C3, hs, NH);
+            /* dQ rows [r0, r0 + n) += scale dS K; dK, dV keys < nk += scale dS^T Q, A^T dO (a kv head's
+             * group one batch after another) */
+            for (int j = 0; j < G; j++) {
+                head_gemm16(false, false, hs, n, nk, scale, k, W, hs, ds + (size_t)j * nT, T, G * nT, 1.0f,
+                            dq + (size_t)r0 * W + (size_t)j * hs, W, Ghs, NKV);
+                head_gemm16(false, true, hs, nk, n, scale, q + (size_t)r0 * W + (size_t)j * hs, W, Ghs,
+                            ds + (size_t)j * nT, T, G * nT, 1.0f, dk, W, hs, NKV);
+                head_gemm16(false, true, hs, nk, n, 1.0f, dO + (size_t)j * hs, C, Ghs, ab + (size_t)r0 * T + j * TT,
+                            T, G * TT, 1.0f, dv, W, hs, NKV);
+            }
         }
     }
 }
 
-void cuda_attention_forward(void *out_, void *att_, const void *qkv_, int B, int T, int C, int NH, int causal,
+void cuda_attention_forward(void *out_, void *att_, const void *qkv_, int B, int T, int C, int NH, int NKV, int causal,
                             dt_dtype t) {
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || NH % NKV) return;
     if (t == DT_BF16) {
-        if (C / NH > 0) abk_attention_probs_forward(out_, att_, qkv_, B, T, C, NH, causal, t);
+        if (C / NH > 0) abk_attention_probs_forward(out_, att_, qkv_, B, T, C, NH, NKV, causal, t);
         return;
     }
     float *out = (float *)out_, *att = (float *)att_;
     const float *qkv = (const float *)qkv_;
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH, W = dt_qkv_cols(C, NH, NKV), Ckv = NKV * hs, G = NH / NKV;
     if (hs <= 0) return;
+    long long Ghs = (long long)G * hs;
     float scale = 1.0f / sqrtf((float)hs);
     long long TT = (long long)T * T;
     for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * C3, *k = q + C;
-        head_gemm(true, false, T, T, hs, scale, k, C3, hs, q, C3, hs, 0.0f,
-                  att + (size_t)b * NH * TT, T, TT, NH);
+        const float *q = qkv + (size_t)b * T * W, *k = q + C;
+        for (int j = 0; j < G; j++)
+            head_gemm(true, false, T, T, hs, scale, k, W, hs, q + (size_t)j * hs, W, Ghs, 0.0f,
+                      att + ((size_t)b * NH + j) * TT, T, G * TT, NKV);
     }
     size_t rows = (size_t)B * NH * T;
     unsigned grid = (unsigned)((rows + ATT_ROWS_PER_BLOCK - 1) / ATT_ROWS_PER_BLOCK);
     softmax_rows_kernel<<<grid, 32 * ATT_ROWS_PER_BLOCK, 0, dtc.stream>>>(att, rows, T, causal);
     DTC_LAUNCHED();
     for (int b = 0; b < B; b++) {
-        const float *v = qkv + (size_t)b * T * C3 + 2 * C;
-        head_gemm(false, false, hs, T, T, 1.0f, v, C3, hs, att + (size_t)b * NH * TT, T, TT, 0.0f,
-                  out + (size_t)b * T * C, C, hs, NH);
+        const float *v = qkv + (size_t)b * T * W + C + Ckv;
+        for (int j = 0; j < G; j++)
+            head_gemm(false, false, hs, T, T, 1.0f, v, W, hs, att + ((size_t)b * NH + j) * TT, T, G * TT, 0.0f,
+                      out + (size_t)b * T * C + (size_t)j * hs, C, Ghs, NKV);
     }
 }
 
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const void *qkv_, const void *att_, int B,
-                             int T, int C, int NH, int causal, dt_dtype t) {
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0) return;
+                             int T, int C, int NH, int NKV, int causal, dt_dtype t) {
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || NKV <= 0 || NH % NKV) return;
     if (t == DT_BF16) {
         if (C / NH > 0)
             attention_backward_bf16(dqkv, scratch, dout, (const uint16_t *)qkv_, (const uint16_t *)att_, B, T, C, NH,
-                                    causal);
+                                    NKV, causal);
         return;
     }
     const float *qkv = (const float *)qkv_, *att = (const float *)att_;
-    int hs = C / NH, C3 = 3 * C;
+    int hs = C / NH, W = dt_qkv_cols(C, NH, NKV), Ckv = NKV * hs, G = NH / NKV;
     if (hs <= 0) return;
+    long long Ghs = (long long)G * hs;
     float scale = 1.0f / sqrtf((float)hs);
     long long TT = (long long)T * T;
     for (int b = 0; b < B; b++) { /* dA into scratch */
-        const float *v = qkv + (size_t)b * T * C3 + 2 * C;
-        head_gemm(true, false, T, T, hs, 1.0f, v, C3, hs, dout + (size_t)b * T * C, C, hs, 0.0f,
-                  scratch + (size_t)b * NH * TT, T, TT, NH);
+        const float *v = qkv + (size_t)b * T * W + C + Ckv;
+        for (int j = 0; j < G; j++)
+            head_gemm(true, false, T, T, hs, 1.0f, v, W, hs, dout + (size_t)b * T * C + (size_t)j * hs, C, Ghs, 0.0f,
+                      scratch + ((size_t)b * NH + j) * TT, T, G * TT, NKV);
     }
     size_t rows = (size_t)B * NH * T;
     unsigned grid = (unsigned)((rows + ATT_ROWS_PER_BLOCK - 1) / ATT_ROWS_PER_BLOCK);
@@ -225,12 +244,15 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
                                                                                    rows, T, causal);
     DTC_LAUNCHED();
     for (int b = 0; b < B; b++) {
-        const float *q = qkv + (size_t)b * T * C3, *k = q + C;
-        float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
-        const float *ds = scratch + (size_t)b * NH * TT, *a = att + (size_t)b * NH * TT;
+        const float *q = qkv + (size_t)b * T * W, *k = q + C;
+        float *dq = dqkv + (size_t)b * T * W, *dk = dq + C, *dv = dk + Ckv;
         const float *dO = dout + (size_t)b * T * C;
-        head_gemm(false, false, hs, T, T, scale, k, C3, hs, ds, T, TT, 1.0f, dq, C3, hs, NH);
-        head_gemm(false, true, hs, T, T, scale, q, C3, hs, ds, T, TT, 1.0f, dk, C3, hs, NH);
-        head_gemm(false, true, hs, T, T, 1.0f, dO, C, hs, a, T, TT, 1.0f, dv, C3, hs, NH);
+        /* a kv head's dK, dV: its group's query heads one batch after another */
+        for (int j = 0; j < G; j++) {
+            const float *ds = scratch + ((size_t)b * NH + j) * TT, *a = att + ((size_t)b * NH + j) * TT;
+            head_gemm(false, false, hs, T, T, scale, k, W, hs, ds, T, G * TT, 1.0f, dq + (size_t)j * hs, W, Ghs, NKV);
+            head_gemm(false, true, hs, T, T, scale, q + (size_t)j * hs, W, Ghs, ds, T, G * TT, 1.0f, dk, W, hs, NKV);
+            head_gemm(false, true, hs, T, T, 1.0f, dO + (size_t)j * hs, C, Ghs, a, T, G * TT, 1.0f, dv, W, hs, NKV);
+        }
     }
 }

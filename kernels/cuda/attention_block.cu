@@ -31,10 +31,12 @@
 #define SIMPLE_THREADS 128
 #define SIMPLE_TILE 1024 /* scores a block holds at a time (4 KiB) */
 
-static abk_args make_args(int NH, int Ts, int Tq, int Tk, int C, int causal, int shift) {
+static abk_args make_args(int NH, int NKV, int Ts, int Tq, int Tk, int C, int causal, int shift) {
     abk_args a;
     memset(&a, 0, sizeof a);
     a.NH = NH;
+    a.NKV = NKV;
+    a.G = NH / NKV;
     a.Ts = Ts;
     a.Tq = Tq;
     a.Tk = Tk;
@@ -42,7 +44,9 @@ static abk_args make_args(int NH, int Ts, int Tq, int Tk, int C, int causal, int
     a.hs = C / NH;
     a.causal = causal;
     a.shift = shift;
-    a.ldkv = 2 * C;
+    a.ldq = dt_qkv_cols(C, NH, NKV);
+    a.Ckv = NKV * a.hs;
+    a.ldkv = 2 * a.Ckv;
     a.scale = 1.0f / sqrtf((float)a.hs);
     a.scale_log2 = a.scale * ABK_LOG2E;
     return a;
@@ -56,8 +60,8 @@ template <typename T, typename OT> __global__ void simple_forward_kernel(abk_arg
     extern __shared__ float acc[]; /* hs */
     int i = blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * 3 * C + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs;
+    const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * a.ldq + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs;
     OT *oi = static_cast<OT *>(a.out) + ((size_t)b * a.Ts + i) * C + (size_t)h * a.hs;
     int valid = abk_seen(i, a);
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) acc[c] = 0.0f;
@@ -83,7 +87,7 @@ template <typename T, typename OT> __global__ void simple_forward_kernel(abk_arg
         float corr = expf(m - mnew);
         for (int c = threadIdx.x; c < a.hs; c += blockDim.x) {
             float v = acc[c] * corr;
-            for (int j = 0; j < nk; j++) v += s[j] * act_load(kb, (size_t)(k0 + j) * ldkv + C + c);
+            for (int j = 0; j < nk; j++) v += s[j] * act_load(kb, (size_t)(k0 + j) * ldkv + a.Ckv + c);
             acc[c] = v;
         }
         l = l * corr + sum;
@@ -104,9 +108,9 @@ template <typename T> __global__ void simple_dq_kernel(abk_args a) {
     extern __shared__ float dqa[]; /* hs */
     int i = blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * 3 * C + (size_t)h * a.hs;
+    const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * a.ldq + (size_t)h * a.hs;
     const float *gi = a.dout + ((size_t)b * a.Ts + i) * C + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs;
     float li = a.lse[(size_t)bh * a.Ts + i], Di = a.D[(size_t)bh * a.Tq + i];
     int valid = li == -INFINITY ? 0 : abk_seen(i, a);
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) dqa[c] = 0.0f;
@@ -114,7 +118,7 @@ template <typename T> __global__ void simple_dq_kernel(abk_args a) {
         int nk = min(valid - k0, SIMPLE_TILE);
         __syncthreads(); /* the last tile's dS are used up */
         for (int j = threadIdx.x; j < nk; j += blockDim.x) {
-            const T *kj = kb + (size_t)(k0 + j) * ldkv, *vj = kj + C;
+            const T *kj = kb + (size_t)(k0 + j) * ldkv, *vj = kj + a.Ckv;
             float s = 0.0f, dp = 0.0f;
             for (int c = 0; c < a.hs; c++) s += act_load(qi, c) * act_load(kj, c), dp += gi[c] * act_load(vj, c);
             ds[j] = expf(s * a.scale - li) * (dp - Di);
@@ -126,29 +130,32 @@ template <typename T> __global__ void simple_dq_kernel(abk_args a) {
             dqa[c] = v;
         }
     }
-    float *dqi = a.dq + ((size_t)b * a.Ts + i) * 3 * C + (size_t)h * a.hs;
+    float *dqi = a.dq + ((size_t)b * a.Ts + i) * a.ldq + (size_t)h * a.hs;
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) dqi[c] += a.scale * dqa[c];
 }
 
-/* dk and dv of one key row, over the query rows that see it. */
+/* dk and dv of one key row of kv head g, over the query rows that see it
+ * in each query head of g's group, head after head. */
 template <typename T> __global__ void simple_dkv_kernel(abk_args a) {
     __shared__ float ps[SIMPLE_TILE / 2], ds[SIMPLE_TILE / 2];
     extern __shared__ float dka[]; /* 2 hs: dk, then dv */
     float *dva = dka + a.hs;
-    int j = blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+    int j = blockIdx.x, bg = blockIdx.y, b = bg / a.NKV, g = bg % a.NKV;
     size_t C = (size_t)a.C;
-    const T *kj = static_cast<const T *>(a.kv) + ((size_t)b * a.Ts + j) * a.ldkv + (size_t)h * a.hs, *vj = kj + C;
-    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
-    const float *lb = a.lse + (size_t)bh * a.Ts, *db = a.D + (size_t)bh * a.Tq;
+    const T *kj = static_cast<const T *>(a.kv) + ((size_t)b * a.Ts + j) * a.ldkv + (size_t)g * a.hs, *vj = kj + a.Ckv;
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) dka[c] = dva[c] = 0.0f;
     long first = abk_first_query(j, a);
+    for (int h = g * a.G; h < (g + 1) * a.G; h++)
     for (long i0 = first; i0 < a.Tq; i0 += SIMPLE_TILE / 2) {
+        size_t bh = (size_t)b * a.NH + h;
+        const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
+        const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
+        const float *lb = a.lse + bh * a.Ts, *db = a.D + bh * a.Tq;
         int ni = (int)min((long)SIMPLE_TILE / 2, (long)a.Tq - i0);
         __syncthreads(); /* the last tile's P and dS are used up */
         for (int x = threadIdx.x; x < ni; x += blockDim.x) {
             long i = i0 + x;
-            const T *qi = qb + (size_t)i * 3 * C;
+            const T *qi = qb + (size_t)i * a.ldq;
             const float *gi = gb + (size_t)i * C;
             float s = 0.0f, dp = 0.0f;
             for (int c = 0; c < a.hs; c++) s += act_load(qi, c) * act_load(kj, c), dp += gi[c] * act_load(vj, c);
@@ -160,14 +167,14 @@ template <typename T> __global__ void simple_dkv_kernel(abk_args a) {
         for (int c = threadIdx.x; c < a.hs; c += blockDim.x) {
             float vk = dka[c], vv = dva[c];
             for (int x = 0; x < ni; x++) {
-                vk += ds[x] * act_load(qb, (size_t)(i0 + x) * 3 * C + c);
+                vk += ds[x] * act_load(qb, (size_t)(i0 + x) * a.ldq + c);
                 vv += ps[x] * gb[(size_t)(i0 + x) * C + c];
             }
             dka[c] = vk;
             dva[c] = vv;
         }
     }
-    float *dkj = a.dkv + ((size_t)b * a.Ts + j) * 2 * C + (size_t)h * a.hs, *dvj = dkj + C;
+    float *dkj = a.dkv + ((size_t)b * a.Ts + j) * a.ldkv + (size_t)g * a.hs, *dvj = dkj + a.Ckv;
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) {
         dkj[c] += a.scale * dka[c];
         dvj[c] += dva[c];
@@ -209,9 +216,9 @@ static void block_forward(const abk_args &a, int B, dt_dtype t, dt_dtype out_t) 
 }
 
 void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq,
-                                  int Tk, int C, int NH, int causal, int shift, dt_dtype t, dt_dtype out_t) {
-    if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0 || C / NH <= 0) return;
-    abk_args a = make_args(NH, Ts, Tq, Tk, C, causal, shift);
+                                  int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t, dt_dtype out_t) {
+    if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0 || C / NH <= 0 || NKV <= 0 || NH % NKV) return;
+    abk_args a = make_args(NH, NKV, Ts, Tq, Tk, C, causal, shift);
     a.out = out;
     a.lse = lse;
     a.q = q;
@@ -227,9 +234,9 @@ void cuda_attention_block_forward(void *out, float *lse, const void *q, const vo
 template <typename T> __global__ void simple_probs_kernel(abk_args a, T *att) {
     extern __shared__ float qs[]; /* hs */
     int i = blockIdx.x, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
-    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * 3 * C + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs;
+    size_t ldkv = (size_t)a.ldkv;
+    const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * a.ldq + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs;
     T *ai = att + ((size_t)bh * a.Tq + i) * a.Tk;
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) qs[c] = act_load(qi, c);
     __syncthreads();
@@ -247,14 +254,15 @@ template <typename T> __global__ void simple_probs_kernel(abk_args a, T *att) {
     }
 }
 
-void abk_attention_probs_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,
-                                 dt_dtype t) {
-    abk_args a = make_args(NH, T, T, T, C, causal, 0);
+void abk_attention_probs_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int NKV,
+                                 int causal, dt_dtype t) {
+    abk_args a = make_args(NH, NKV, T, T, T, C, causal, 0);
     a.out = out;
     a.lse = (float *)dtc_scratch((size_t)B * NH * T * sizeof(float));
     a.q = qkv;
-    a.kv = (const char *)qkv + (size_t)C * dt_dtype_size(t); /* k at column C, v at 2C: kv's layout, stride 3C */
-    a.ldkv = 3 * C;
+    /* k at column C, v at C + Ckv: kv's layout, within qkv's rows */
+    a.kv = (const char *)qkv + (size_t)C * dt_dtype_size(t);
+    a.ldkv = a.ldq;
     block_forward(a, B, t, t);
     int HS = abk_tiled_hs(a.hs);
     if (HS) {
@@ -303,9 +311,9 @@ void cuda_attention_block_merge(float *out, float *lse, const float *pout, const
 
 void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
                                    const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                   int causal, int shift, dt_dtype t) {
-    if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0 || C / NH <= 0) return;
-    abk_args a = make_args(NH, Ts, Tq, Tk, C, causal, shift);
+                                   int NKV, int causal, int shift, dt_dtype t) {
+    if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0 || C / NH <= 0 || NKV <= 0 || NH % NKV) return;
+    abk_args a = make_args(NH, NKV, Ts, Tq, Tk, C, causal, shift);
     a.dq = dq;
     a.dkv = dkv;
     a.dout = dout;
@@ -324,7 +332,7 @@ void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, con
     } else if (HS) {
         abk_f32_backward(a, B, HS, t);
     } else {
-        dim3 gk((unsigned)Tk, (unsigned)(B * NH)), gq((unsigned)Tq, (unsigned)(B * NH));
+        dim3 gk((unsigned)Tk, (unsigned)(B * NKV)), gq((unsigned)Tq, (unsigned)(B * NH));
         ACT_LAUNCH(t, T, {
             simple_dkv_kernel<T><<<gk, SIMPLE_THREADS, 2 * (size_t)a.hs * sizeof(float), dtc.stream>>>(a);
             DTC_LAUNCHED();

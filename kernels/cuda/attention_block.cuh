@@ -15,9 +15,17 @@
  *
  * The tiled kernels take any head size up to 128: a head of hs columns is
  * computed as one of HS = 32, 64 or 128 columns, the missing ones read as zero
- * (GPT-2, ViT-B and GPT-2 350M have hs = 64). Both backward paths are
- * deterministic: every element of dq and dkv is added by one thread, in a
- * fixed order (no float atomics), so a step repeats bit for bit.
+ * (GPT-2, ViT-B and GPT-2 350M have hs = 64; Llama's 64 and 128). Both
+ * backward paths are deterministic: every element of dq and dkv is added by
+ * one thread, in a fixed order (no float atomics), so a step repeats bit for
+ * bit.
+ *
+ * Grouped-query attention (ops.h): NH query heads, NKV kv heads, G = NH /
+ * NKV query heads a kv head. Forward and dQ go by query head (grid y = B NH),
+ * each reading its kv head h / G where it lies (no copy); dK dV go by kv
+ * head (grid y = B NKV), a block walking its group's G query heads one after
+ * the other, so a kv head's gradient is one thread's sum per element over
+ * the group, in head order.
  *
  * Storage (ops.h dt_dtype) and arithmetic are independent: every kernel is
  * a template on the element type T of q, kv (and, backward, of the final
@@ -39,14 +47,16 @@
 struct abk_args {
     void *out;                     /* forward's result, OT */
     float *lse;                    /* forward's result; backward reads it */
-    const void *q, *kv;            /* T. q: row stride 3C; kv: k then v, row stride ldkv */
+    const void *q, *kv;            /* T. q: row stride ldq; kv: k then v (Ckv on), row stride ldkv */
     const float *dout;             /* backward: dO (layout of out) */
     const void *o;                 /* backward: the final out (layout of out), T */
     const float *D;                /* backward: rowsum(dO * O) per (b, h, row), [B*NH][Tq] */
-    float *dq, *dkv;               /* backward: accumulated into (dkv: row stride 2C) */
-    int NH, Ts, Tq, Tk, C, hs, causal, shift;
-    int ldkv;                      /* kv's row stride: 2C (ops.h, packed); forward also
-                                      takes 3C, kv being a qkv buffer's k columns (attention.cu) */
+    float *dq, *dkv;               /* backward: accumulated into (dq: row stride ldq, dkv: ldkv) */
+    int NH, NKV, G, Ts, Tq, Tk, C, hs, causal, shift;
+    int ldq;                       /* q's (and dq's) row stride: C + 2 Ckv (dt_qkv_cols) */
+    int Ckv;                       /* NKV hs: where v starts after k */
+    int ldkv;                      /* kv's row stride: 2 Ckv (ops.h, packed); forward also
+                                      takes ldq, kv being a qkv buffer's k columns (attention.cu) */
     float scale;                   /* 1 / sqrt(hs) */
     float scale_log2;              /* scale * log2(e): softmax in base 2 (exp2f is one instruction) */
 };
@@ -89,11 +99,11 @@ void abk_f32_probs(const abk_args &a, void *att, int B, int HS, dt_dtype t);
 
 /* attention_forward (ops.h) for bf16 activations (attention.cu): out from
  * the blockwise forward over the k and v columns of qkv itself (a.ldkv =
- * 3C), the row log-sum-exps in the backend's scratch (B NH T floats, what
+ * a.ldq), the row log-sum-exps in the backend's scratch (B NH T floats, what
  * the backward's D takes), then att from them (abk_f32_probs, or a simple
  * kernel for hs > 128). attention_block.cu. */
-void abk_attention_probs_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,
-                                 dt_dtype t);
+void abk_attention_probs_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int NKV,
+                                 int causal, dt_dtype t);
 
 /* ACT_LAUNCH twice: T the type t names, OT the type out_t names. */
 #define ABK_LAUNCH2(t, T, out_t, OT, ...) ACT_LAUNCH(t, T, ACT_LAUNCH(out_t, OT, __VA_ARGS__))

@@ -158,12 +158,12 @@ __global__ void __launch_bounds__(BF_THREADS) abk_bf16_forward_kernel(abk_args a
     int r0 = (gridDim.x - 1 - blockIdx.x) * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     int rows = min(BM, a.Tq - r0);
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs, *vb = kb + a.Ckv;
     int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
     int ra = r0 + 16 * warp + g, rb = ra + 8; /* this lane's two rows */
     int sa = abk_seen(ra, a), sb = abk_seen(rb, a);
-    bf_load_rows<HS, BM>(Qs, LDW, qb + (size_t)r0 * 3 * C, 3 * C, rows, a.hs);
+    bf_load_rows<HS, BM>(Qs, LDW, qb + (size_t)r0 * a.ldq, a.ldq, rows, a.hs);
     __syncthreads();
     uint32_t qf[KC][4]; /* the warp's 16 rows of Q, kept in registers */
 #pragma unroll
@@ -302,15 +302,12 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
     float *Ls = reinterpret_cast<float *>(Gt + HS * LDT); /* [BN] lse * log2(e) */
     float *Dl = Ls + BN;                                   /* [BN] D */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    int k0 = blockIdx.x * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+    int k0 = blockIdx.x * BM, bg = blockIdx.y, b = bg / a.NKV, kvh = bg % a.NKV; /* kv head kvh */
     long first = abk_first_query(k0, a);
     if (first >= a.Tq) return; /* no query sees these keys */
     int q_begin = (int)first / BN * BN, kn = min(BM, a.Tk - k0);
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
-    const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
-    const float *lb = a.lse + (size_t)bh * a.Ts, *db = a.D + (size_t)bh * a.Tq;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)kvh * a.hs, *vb = kb + a.Ckv;
     int key_a = k0 + 16 * warp + g, key_b = key_a + 8; /* this lane's two keys */
     bf_load_rows<HS, BM>(Ks, LDW, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
     bf_load_rows<HS, BM>(Vs, LDW, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
@@ -320,12 +317,17 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
     for (int d = 0; d < DT; d++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    for (int h = kvh * a.G; h < (kvh + 1) * a.G; h++) /* the group's query heads, in order */
     for (int q0 = q_begin; q0 < a.Tq; q0 += BN) {
+        size_t bh = (size_t)b * a.NH + h;
+        const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
+        const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
+        const float *lb = a.lse + bh * a.Ts, *db = a.D + bh * a.Tq;
         __syncthreads(); /* the last step's Q and dO are used up */
         int qn = min(BN, a.Tq - q0);
-        bf_load_rows<HS, BN>(Qs, LDW, qb + (size_t)q0 * 3 * C, 3 * C, qn, a.hs);
+        bf_load_rows<HS, BN>(Qs, LDW, qb + (size_t)q0 * a.ldq, a.ldq, qn, a.hs);
         bf_load_rows<HS, BN>(Gs, LDW, gb + (size_t)q0 * C, C, qn, a.hs);
-        bf_load_cols<HS, BN>(Qt, LDT, qb + (size_t)q0 * 3 * C, 3 * C, qn, a.hs);
+        bf_load_cols<HS, BN>(Qt, LDT, qb + (size_t)q0 * a.ldq, a.ldq, qn, a.hs);
         bf_load_cols<HS, BN>(Gt, LDT, gb + (size_t)q0 * C, C, qn, a.hs);
         for (int x = threadIdx.x; x < BN; x += BF_THREADS) {
             Ls[x] = x < qn ? lb[q0 + x] * ABK_LOG2E : -INFINITY;
@@ -378,7 +380,7 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
             }
         }
     }
-    float *dkb = a.dkv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *dvb = dkb + C;
+    float *dkb = a.dkv + (size_t)b * a.Ts * ldkv + (size_t)kvh * a.hs, *dvb = dkb + a.Ckv;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int key = r ? key_b : key_a;
@@ -389,8 +391,8 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
             for (int e = 0; e < 2; e++) {
                 int c = 8 * d + 2 * t + e;
                 if (c >= a.hs) continue;
-                dkb[(size_t)key * 2 * C + c] += a.scale * dk[d][2 * r + e];
-                dvb[(size_t)key * 2 * C + c] += dv[d][2 * r + e];
+                dkb[(size_t)key * ldkv + c] += a.scale * dk[d][2 * r + e];
+                dvb[(size_t)key * ldkv + c] += dv[d][2 * r + e];
             }
     }
 }
@@ -417,8 +419,8 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
     int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
     if (nk <= 0) return; /* no row of the tile sees a key: dq += 0 */
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs, *vb = kb + a.Ckv;
     const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     int ra = r0 + 16 * warp + g, rb = ra + 8;
     int sr[2] = {abk_seen(ra, a), abk_seen(rb, a)};
@@ -429,7 +431,7 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
         l2[r] = row < a.Tq ? a.lse[(size_t)bh * a.Ts + row] * ABK_LOG2E : -INFINITY;
         Dr[r] = row < a.Tq ? a.D[(size_t)bh * a.Tq + row] : 0.0f;
     }
-    bf_load_rows<HS, BM>(Qs, LDW, qb + (size_t)r0 * 3 * C, 3 * C, rows, a.hs);
+    bf_load_rows<HS, BM>(Qs, LDW, qb + (size_t)r0 * a.ldq, a.ldq, rows, a.hs);
     bf_load_rows<HS, BM>(Gs, LDW, gb + (size_t)r0 * C, C, rows, a.hs);
 
     float dq[DT][4];
@@ -483,7 +485,7 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
             }
         }
     }
-    float *dqb = a.dq + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    float *dqb = a.dq + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int row = r ? rb : ra;
@@ -493,7 +495,7 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 int c = 8 * d + 2 * t + e;
-                if (c < a.hs) dqb[(size_t)row * 3 * C + c] += a.scale * dq[d][2 * r + e];
+                if (c < a.hs) dqb[(size_t)row * a.ldq + c] += a.scale * dq[d][2 * r + e];
             }
     }
 }
@@ -502,7 +504,7 @@ template <int HS, typename T> static void bf16_backward(const abk_args &a, int B
     static int dkv_set, dq_set;
     abk_smem_limit(abk_bf16_dkv_kernel<HS, T>, bf_dkv<HS>::smem, &dkv_set);
     abk_smem_limit(abk_bf16_dq_kernel<HS, T>, bf_dq<HS>::smem, &dq_set);
-    dim3 g1((unsigned)((a.Tk + BF_TILE - 1) / BF_TILE), (unsigned)(B * a.NH));
+    dim3 g1((unsigned)((a.Tk + BF_TILE - 1) / BF_TILE), (unsigned)(B * a.NKV)); /* by kv head */
     abk_bf16_dkv_kernel<HS, T><<<g1, BF_THREADS, bf_dkv<HS>::smem, dtc.stream>>>(a);
     DTC_LAUNCHED();
     dim3 g2((unsigned)((a.Tq + BF_TILE - 1) / BF_TILE), (unsigned)(B * a.NH));

@@ -151,10 +151,10 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_forward_kernel(abk_args a
     int r0 = (gridDim.x - 1 - blockIdx.x) * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     int rows = min(BM, a.Tq - r0);
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs, *vb = kb + a.Ckv;
     int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
-    load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * 3 * C, 3 * C, rows, a.hs);
+    load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * a.ldq, a.ldq, rows, a.hs);
 
     float o[TM][TO], m[TM], l[TM];
     int seen[TM];
@@ -273,15 +273,12 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dkv_kernel(abk_args a) {
     float *Ls = Ss + BM * LDP;                            /* [BN]  lse * log2(e) */
     float *Dl = Ls + BN;                                  /* [BN]  D */
     int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
-    int k0 = blockIdx.x * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
+    int k0 = blockIdx.x * BM, bg = blockIdx.y, b = bg / a.NKV, g = bg % a.NKV; /* kv head g */
     long first = abk_first_query(k0, a);
     if (first >= a.Tq) return; /* no query of this block sees these keys */
     int q_begin = (int)first / BN * BN, kn = min(BM, a.Tk - k0);
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
-    const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
-    const float *lb = a.lse + (size_t)bh * a.Ts, *db = a.D + (size_t)bh * a.Tq;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)g * a.hs, *vb = kb + a.Ckv;
     load_tile<HS, BM>(Ks, LDH, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
     load_tile<HS, BM>(Vs, LDH, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
 
@@ -290,10 +287,15 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dkv_kernel(abk_args a) {
     for (int i = 0; i < TM; i++)
 #pragma unroll
         for (int j = 0; j < TO; j++) dk[i][j] = dv[i][j] = 0.0f;
+    for (int h = g * a.G; h < (g + 1) * a.G; h++) /* the group's query heads, in order */
     for (int q0 = q_begin; q0 < a.Tq; q0 += BN) {
+        size_t bh = (size_t)b * a.NH + h;
+        const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
+        const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
+        const float *lb = a.lse + bh * a.Ts, *db = a.D + bh * a.Tq;
         __syncthreads(); /* the last tile's Q, dO, P^T and dS^T are used up */
         int qn = min(BN, a.Tq - q0);
-        load_tile<HS, BN>(Qs, LDH, qb + (size_t)q0 * 3 * C, 3 * C, qn, a.hs);
+        load_tile<HS, BN>(Qs, LDH, qb + (size_t)q0 * a.ldq, a.ldq, qn, a.hs);
         load_tile<HS, BN>(Gs, LDH, gb + (size_t)q0 * C, C, qn, a.hs);
         for (int x = threadIdx.x; x < BN; x += F32_THREADS) {
             Ls[x] = x < qn ? lb[q0 + x] * ABK_LOG2E : -INFINITY;
@@ -326,7 +328,7 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dkv_kernel(abk_args a) {
         mt_kn<TM, TO, BN>(dv, Ps, LDP, Gs, LDH, ty, tx);
         mt_kn<TM, TO, BN>(dk, Ss, LDP, Qs, LDH, ty, tx);
     }
-    float *dkb = a.dkv + (size_t)b * a.Ts * 2 * C + (size_t)h * a.hs, *dvb = dkb + C;
+    float *dkb = a.dkv + (size_t)b * a.Ts * ldkv + (size_t)g * a.hs, *dvb = dkb + a.Ckv;
 #pragma unroll
     for (int i = 0; i < TM; i++) {
         int key = k0 + ty + 16 * i;
@@ -335,8 +337,8 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dkv_kernel(abk_args a) {
         for (int j = 0; j < TO; j++) {
             int c = kn_col(j, tx);
             if (c >= a.hs) continue;
-            dkb[(size_t)key * 2 * C + c] += a.scale * dk[i][j];
-            dvb[(size_t)key * 2 * C + c] += dv[i][j];
+            dkb[(size_t)key * ldkv + c] += a.scale * dk[i][j];
+            dvb[(size_t)key * ldkv + c] += dv[i][j];
         }
     }
 }
@@ -363,10 +365,10 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
     int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
     if (nk <= 0) return; /* no row of the tile sees a key: dq += 0 */
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs, *vb = kb + C;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs, *vb = kb + a.Ckv;
     const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
-    load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * 3 * C, 3 * C, rows, a.hs);
+    load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * a.ldq, a.ldq, rows, a.hs);
     load_tile<HS, BM>(Gs, LDH, gb + (size_t)r0 * C, C, rows, a.hs);
     float l2[TM], Dr[TM], dq[TM][TO];
     int seen[TM];
@@ -404,7 +406,7 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
         __syncthreads();
         mt_kn<TM, TO, BN>(dq, Ss, LDP, Ks, LDH, ty, tx);
     }
-    float *dqb = a.dq + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    float *dqb = a.dq + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
 #pragma unroll
     for (int i = 0; i < TM; i++) {
         int r = r0 + ty + 16 * i;
@@ -412,7 +414,7 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
 #pragma unroll
         for (int j = 0; j < TO; j++) {
             int c = kn_col(j, tx);
-            if (c < a.hs) dqb[(size_t)r * 3 * C + c] += a.scale * dq[i][j];
+            if (c < a.hs) dqb[(size_t)r * a.ldq + c] += a.scale * dq[i][j];
         }
     }
 }
@@ -422,7 +424,7 @@ template <int HS, int KM, int KN, int QM, int QN, typename T> static void f32_ba
     size_t s1 = f32_dkv<HS, KM, KN>::smem, s2 = f32_dq<HS, QM, QN>::smem;
     abk_smem_limit(abk_f32_dkv_kernel<HS, KM, KN, T>, s1, &dkv_set);
     abk_smem_limit(abk_f32_dq_kernel<HS, QM, QN, T>, s2, &dq_set);
-    dim3 g1((unsigned)((a.Tk + KM - 1) / KM), (unsigned)(B * a.NH));
+    dim3 g1((unsigned)((a.Tk + KM - 1) / KM), (unsigned)(B * a.NKV)); /* by kv head */
     abk_f32_dkv_kernel<HS, KM, KN, T><<<g1, F32_THREADS, s1, dtc.stream>>>(a);
     DTC_LAUNCHED();
     dim3 g2((unsigned)((a.Tq + QM - 1) / QM), (unsigned)(B * a.NH));
@@ -462,12 +464,12 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_probs_kernel(abk_args a, 
     int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     int r0 = blockIdx.x * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     int rows = min(BM, a.Tq - r0);
-    size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
-    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * 3 * C + (size_t)h * a.hs;
+    size_t ldkv = (size_t)a.ldkv;
+    const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
     const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs;
     T *ab = att + (size_t)bh * a.Tq * a.Tk;
     int nk = abk_seen(r0 + rows - 1, a);
-    load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * 3 * C, 3 * C, rows, a.hs);
+    load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * a.ldq, a.ldq, rows, a.hs);
     float l2[TM];
     int seen[TM];
 #pragma unroll

@@ -232,19 +232,21 @@ void cuda_matmul_gelu_forward(void *out, void *pre, const void *inp, const void 
 void cuda_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, const void *w, const void *pre,
                                 int N, int IC, int OC, dt_dtype t);
 /* attention.cu */
-void cuda_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int causal,
+void cuda_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int NKV, int causal,
                             dt_dtype t);
-void cuda_attention_decode(float *out, float *scratch, const float *cache, int T, int C, int NH);
 void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, const void *qkv, const void *att, int B,
-                             int T, int C, int NH, int causal, dt_dtype t);
+                             int T, int C, int NH, int NKV, int causal, dt_dtype t);
+/* attention_decode.cu */
+void cuda_attention_decode(void *out, float *scratch, const void *q, const void *kv, int T, int C, int NH, int NKV,
+                           dt_dtype t);
 /* attention_block.cu */
 void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
-                                  int C, int NH, int causal, int shift, dt_dtype t, dt_dtype out_t);
+                                  int C, int NH, int NKV, int causal, int shift, dt_dtype t, dt_dtype out_t);
 void cuda_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts,
                                 int Tq, int C, int NH);
 void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
                                    const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                   int causal, int shift, dt_dtype t);
+                                   int NKV, int causal, int shift, dt_dtype t);
 /* rows_copy.cu */
 void cuda_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
 /* gelu.cu */

@@ -17,7 +17,7 @@
 typedef struct {
     const char *src, *job;      /* the source (launcher) or the job file (--worker) */
     const char *prompt, *prompt_ids;
-    int max_new, tp, print_ids;
+    int max_new, tp, pp, print_ids;
     sample_opts s;
 } gen_opts;
 
@@ -54,7 +54,7 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->max_new = 64;
-    o->tp = 1;
+    o->tp = o->pp = 1;
     o->s.temperature = 1.0;
     o->s.top_p = 1.0;
     for (int i = 1; i < argc; i++) {
@@ -80,6 +80,9 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
         } else if ((v = opt_value(argc, argv, &i, "--tp", &missing))) {
             if (parse_num("--tp", v, 1, 256, &d)) return DT_EXIT_USAGE;
             o->tp = (int)d;
+        } else if ((v = opt_value(argc, argv, &i, "--pp", &missing))) {
+            if (parse_num("--pp", v, 1, 256, &d)) return DT_EXIT_USAGE;
+            o->pp = (int)d;
         } else if (!strcmp(argv[i], "--ids")) {
             o->print_ids = 1;
         } else if (missing) {
@@ -141,7 +144,7 @@ static int generate_worker(const char *job_path, int argc, char **argv)
         return DT_EXIT_USAGE;
     }
     int *ids = NULL, n_prompt = 0, V = job.model.vocab_size;
-    if ((rc = prompt_ids(&o, V, job.model.seq_len, &ids, &n_prompt))) return rc;
+    if ((rc = prompt_ids(&o, V, job_model_max_positions(&job.model), &ids, &n_prompt))) return rc;
     engine *e = engine_create(&job, &rc, err, sizeof err);
     float *logits = malloc((size_t)V * sizeof(float));
     double *prob = malloc((size_t)V * sizeof(double));
@@ -191,14 +194,14 @@ int generate_command(int argc, char **argv)
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc;
     if (o.job) return generate_worker(o.job, argc, argv); /* a worker the launcher started */
-    infer_source s = {.src = o.src, .dp = 1, .tp = o.tp, .pp = 1};
+    infer_source s = {.src = o.src, .dp = 1, .tp = o.tp, .pp = o.pp};
     char *yaml = NULL, err[2048];
     job_model m;
     if ((rc = infer_job_yaml(&s, &yaml, &m, err, sizeof err)) != DT_EXIT_OK) {
         fprintf(stderr, "dtrun: generate: %s\n", err);
         return rc;
     }
-    if (m.kind != MODEL_GPT) {
+    if (!job_model_is_lm(&m)) {
         fprintf(stderr, "dtrun: generate: %s holds a ViT; generate writes text with a GPT (dtrun eval gives a ViT's "
                         "accuracy)\n", o.src);
         free(yaml);
@@ -206,13 +209,13 @@ int generate_command(int argc, char **argv)
     }
     /* the prompt is checked before any worker starts */
     int *ids = NULL, n = 0;
-    if ((rc = prompt_ids(&o, m.vocab_size, m.seq_len, &ids, &n))) {
+    if ((rc = prompt_ids(&o, m.vocab_size, job_model_max_positions(&m), &ids, &n))) {
         free(yaml);
         return rc;
     }
     free(ids);
     /* the workers get the same options (they read the model from the job) */
-    rc = infer_run("generate", yaml, o.tp, argc, argv, generate_worker);
+    rc = infer_run("generate", yaml, o.tp * o.pp, argc, argv, generate_worker);
     free(yaml);
     return rc;
 }

@@ -157,7 +157,7 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     double small = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * 4.0;
     int per_block = 4 + (e->job.train.recompute == RECOMPUTE_BLOCK ? 2 : 0);
     double big = (double)per_block * sh->blocks, tiny = 0, tiny_calls = 0;
-    if (md->kind == MODEL_GPT) {
+    if (job_model_is_lm(md)) {
         big += sh->has_emb + sh->has_head; /* embedding forward, head's input gradient */
         if (sh->has_head) {
             /* max, sum of exp, target logit: [N] floats each, one call each
@@ -170,7 +170,7 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     double f = 2.0 * (t - 1) / t;
     int crosses_tp = plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_TP);
     if (par->sequence_parallel) {
-        int gpt = md->kind == MODEL_GPT, rc = e->job.train.recompute == RECOMPUTE_BLOCK;
+        int gpt = job_model_is_lm(md), rc = e->job.train.recompute == RECOMPUTE_BLOCK;
         double halves = (10.0 + (rc ? 3.0 : 0.0)) * sh->blocks + (gpt ? 2.0 : 1.0) * (sh->has_emb + sh->has_head);
         double ln_calls = sh->blocks + (gpt ? sh->has_head : 0);
         /* the layernorm gradients' sums stay fp32 (tp.h) */
@@ -216,7 +216,7 @@ static void embed_volume(const plan_estimate *e, int p, int tp_rank, plan_stage 
 {
     const job_parallel *par = &e->job.parallel;
     plan_comm *c = &st->comm[GROUP_EMBED];
-    if (e->job.model.kind != MODEL_GPT || par->pp < 2 || (p != 0 && p != par->pp - 1)) return;
+    if (!job_model_tied_head(&e->job.model) || par->pp < 2 || (p != 0 && p != par->pp - 1)) return;
     long long V = e->job.model.vocab_size;
     double rows = (double)(V * (tp_rank + 1) / par->tp - V * tp_rank / par->tp);
     c->size = 2;

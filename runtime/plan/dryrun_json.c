@@ -23,7 +23,7 @@ static cJSON *model_json(const plan_estimate *e)
     cJSON_AddNumberToObject(o, "n_head", m->n_head);
     cJSON_AddNumberToObject(o, "d_model", m->d_model);
     cJSON_AddNumberToObject(o, "d_ff", m->d_ff);
-    if (m->kind == MODEL_GPT) {
+    if (job_model_is_lm(m)) {
         cJSON_AddNumberToObject(o, "vocab_size", m->vocab_size);
         cJSON_AddNumberToObject(o, "seq_len", m->seq_len);
     } else {
@@ -180,7 +180,7 @@ static cJSON *step_json(const plan_estimate *e)
     cJSON_AddNumberToObject(o, "hfu", e->hfu);
     cJSON_AddNumberToObject(o, "compute_efficiency", e->compute_eff);
     cJSON_AddNumberToObject(o, "samples_per_s", e->samples_per_s);
-    if (e->job.model.kind == MODEL_GPT) cJSON_AddNumberToObject(o, "tokens_per_s", e->tokens_per_s);
+    if (job_model_is_lm(&e->job.model)) cJSON_AddNumberToObject(o, "tokens_per_s", e->tokens_per_s);
     else cJSON_AddNumberToObject(o, "images_per_s", e->samples_per_s);
     return o;
 }

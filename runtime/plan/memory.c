@@ -55,7 +55,7 @@ static double bf16_operands_bytes(const plan_estimate *e)
     double N = (double)e->job.train.micro_batch * model_seq_len(m) / par->cp;
     /* elements narrowed (or borrowed) by one GEMM call, the largest of each kind */
     double most = fmax(N * C, fmax(N * C3, fmax(N * Cl, N * F))); /* output gradients; a forward's borrowed rows */
-    if (m->kind == MODEL_GPT) {
+    if (job_model_is_lm(m)) {
         double R = model_head_chunk_rows(m), V = ceil((double)m->vocab_size / t);
         if (R > N) R = N;
         most = fmax(most, R * V); /* a chunk of dlogits */
@@ -77,7 +77,7 @@ static double cuda_scratch_bytes(const plan_estimate *e)
     const job_model *m = &e->job.model;
     double B = e->job.train.micro_batch, seq = model_seq_len(m);
     double d = 4.0 * B * ((double)m->n_head / e->job.parallel.tp) * seq / e->job.parallel.cp;
-    if (m->kind == MODEL_GPT) return d;
+    if (job_model_is_lm(m)) return d;
     double patches = 4.0 * B * (seq - 1.0) * (double)m->channels * m->patch_size * m->patch_size;
     return patches > d ? patches : d;
 }
@@ -102,7 +102,7 @@ static double cpu_bf16_staging_bytes(const plan_estimate *e)
     double slot0 = big, slot1 = fmax(big, probs), slot2 = fmax(N * C, naive ? N * C3 : 2.0 * N * Cl);
     /* slot 3: a matmul's weight matrix, the largest (the GPT head's wte) */
     double slot3 = fmax(C * C3, C * F);
-    if (m->kind == MODEL_GPT) slot3 = fmax(slot3, C * ceil((double)m->vocab_size / t));
+    if (job_model_is_lm(m)) slot3 = fmax(slot3, C * ceil((double)m->vocab_size / t));
     else slot3 = fmax(slot3, C * (double)m->n_classes);
     return 4.0 * (slot0 + slot1 + slot2 + slot3);
 }

@@ -256,7 +256,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                 for (int cp = 1; cp <= W / pp / tp; cp++) {
                     if (G % tp || (W / pp) % tp || (W / pp / tp) % cp) continue;
                     /* context parallelism: a GPT in fp32 whose sequence splits into 2 cp chunks */
-                    if (cp > 1 && (job->model.kind != MODEL_GPT || job->train.precision != PREC_FP32 ||
+                    if (cp > 1 && (!job_model_is_lm(&job->model) || job->train.precision != PREC_FP32 ||
                                    job->model.seq_len % (2 * cp)))
                         continue;
                     /* selective recompute keeps what none keeps where the attention keeps only
@@ -478,7 +478,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
                                            "microbatches", "pp_schedule", "virtual_stages", "recompute", "offload",
                                            "step", "tokens/s", "MFU", "memory/rank"};
     for (int k = 0; k < COLS; k++) snprintf(cell[0][k], CELL, "%s", head[k]);
-    if (m->kind != MODEL_GPT) snprintf(cell[0][14], CELL, "images/s");
+    if (!job_model_is_lm(m)) snprintf(cell[0][14], CELL, "images/s");
     for (int i = 0; i < rows; i++) {
         const candidate *c = &cs->c[i];
         char (*r)[CELL] = cell[i + 1];
@@ -496,7 +496,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
         snprintf(r[11], CELL, "%s", job_recompute_name(c->recompute));
         offload_text(c->offload, r[12], CELL);
         fmt_seconds(r[13], c->step);
-        fmt_count(r[14], m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s);
+        fmt_count(r[14], job_model_is_lm(m) ? c->tokens_per_s : c->samples_per_s);
         snprintf(r[15], CELL, "%.1f%%", 100 * c->mfu);
         fmt_bytes(r[16], c->max_total);
     }

@@ -181,7 +181,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
 
     if (par->tp > 1) {
         const plan_comm *tc = &st->comm[GROUP_TP];
-        int t = par->tp, gpt = md->kind == MODEL_GPT;
+        int t = par->tp, gpt = job_model_is_lm(md);
         double tokens = B * model_seq_len(md) / par->cp; /* this rank's */
         double act = tokens * md->d_model * (double)sizes_param_elem_bytes(e->sizes);
         double small = tokens * 4.0, f = 2.0 * (t - 1) / t, lat = link_latency(e, tc);

@@ -47,7 +47,7 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
     m->jsonl_every = m->every;
     m->attempt = dt_env_get()->attempt;
     m->steps = job->train.steps;
-    m->unit = job->model.kind == MODEL_GPT ? "tok/s" : "img/s";
+    m->unit = job_model_is_lm(&job->model) ? "tok/s" : "img/s";
     m->live = job->log.progress == PROGRESS_ON ||
               (job->log.progress == PROGRESS_AUTO && isatty(STDERR_FILENO));
     if (job->log.progress == PROGRESS_OFF) m->every = 0;

@@ -82,19 +82,19 @@ enum { PASS_FWD, PASS_BWD };
 static void run_block(const bench *b, int pass) {
     const dt_ops *ops = b->ops;
     if (pass == PASS_FWD)
-        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T, b->T, b->C, b->NH, 1, 0, b->t,
+        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T, b->T, b->C, b->NH, b->NH, 1, 0, b->t,
                                      b->t);
     else
         ops->attention_block_backward(b->dqkv, b->dkv, b->dout, b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T,
-                                      b->T, b->C, b->NH, 1, 0, b->t);
+                                      b->T, b->C, b->NH, b->NH, 1, 0, b->t);
 }
 
 static void run_full(const bench *b, int pass) {
     const dt_ops *ops = b->ops;
     if (pass == PASS_FWD)
-        ops->attention_forward(b->out, b->att, b->qkv, b->B, b->T, b->C, b->NH, 1, b->t);
+        ops->attention_forward(b->out, b->att, b->qkv, b->B, b->T, b->C, b->NH, b->NH, 1, b->t);
     else
-        ops->attention_backward(b->dqkv, b->scratch, b->dout, b->qkv, b->att, b->B, b->T, b->C, b->NH, 1, b->t);
+        ops->attention_backward(b->dqkv, b->scratch, b->dout, b->qkv, b->att, b->B, b->T, b->C, b->NH, b->NH, 1, b->t);
 }
 
 /* Median seconds of one call of `pass`. */

@@ -663,39 +663,13 @@ static void test_matmul_dgelu_act16(int N, int IC, int OC, int pad) {
 
 /* ---------------------------------------------------------------- attention */
 
-/* decoding's one query over a cache; also the CPU's own check that it is the
- * causal attention_forward's last row */
-static void test_attention_decode(int T, int C, int NH) {
-    char what[160];
-    size_t ncache = (size_t)T * 3 * C;
-    float *cache = hrand(ncache, 1.0f), *out = hrand((size_t)C, 1.0f), *scratch = malloc((size_t)NH * T * sizeof(float));
-    float *full = malloc((size_t)T * C * sizeof(float)), *att = malloc((size_t)NH * T * T * sizeof(float));
-    dbuf dcache = dup_f(cache, ncache, 0), dout = dup_f(out, (size_t)C, 0);
-    float *dscratch = gpu->alloc((size_t)NH * T * sizeof(float));
-    cpu->attention_decode(out, scratch, cache, T, C, NH);
-    cpu->attention_forward(full, att, cache, 1, T, C, NH, 1, DT_F32);
-    double worst = 0;
-    for (int i = 0; i < C; i++) {
-        double d = fabs((double)out[i] - full[(size_t)(T - 1) * C + i]);
-        if (d > worst) worst = d;
-    }
-    snprintf(what, sizeof what, "attention_decode T=%d C=%d NH=%d: cpu = attention_forward's last row", T, C, NH);
-    printf("%s - %s (max |diff| %.2g)\n", worst <= TOL_GEMM ? "ok" : "not ok", what, worst);
-    gpu->attention_decode(dout.p, dscratch, dcache.p, T, C, NH);
-    snprintf(what, sizeof what, "attention_decode T=%d C=%d NH=%d", T, C, NH);
-    expect(what, &dout, out, (size_t)C, TOL_GEMM);
-    drop(&dcache); drop(&dout);
-    gpu->free(dscratch);
-    free(cache); free(out); free(scratch); free(full); free(att);
-}
-
 static void test_attention(int B, int T, int C, int NH, int causal) {
     char what[160];
     size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     float *qkv = hrand(nqkv, 1.0f), *out = hrand(nout, 1.0f), *att = hrand(natt, 1.0f);
     dbuf dqkv = dup_f(qkv, nqkv, 0), dout = dup_f(out, nout, 0), datt = dup_f(att, natt, 0);
-    cpu->attention_forward(out, att, qkv, B, T, C, NH, causal, DT_F32);
-    gpu->attention_forward(dout.p, datt.p, dqkv.p, B, T, C, NH, causal, DT_F32);
+    cpu->attention_forward(out, att, qkv, B, T, C, NH, NH, causal, DT_F32);
+    gpu->attention_forward(dout.p, datt.p, dqkv.p, B, T, C, NH, NH, causal, DT_F32);
     snprintf(what, sizeof what, "attention_forward out B=%d T=%d C=%d NH=%d %s", B, T, C, NH,
              causal ? "causal" : "full");
     expect(what, &dout, out, nout, TOL_GEMM);
@@ -709,8 +683,8 @@ static void test_attention(int B, int T, int C, int NH, int causal) {
     float *dscratch = gpu->alloc(natt * sizeof(float));
     /* both sides from the CPU's probabilities, so backward is tested alone */
     gpu->from_host(datt.p, att, natt * sizeof(float));
-    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, causal, DT_F32);
-    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv.p, datt.p, B, T, C, NH, causal, DT_F32);
+    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, NH, causal, DT_F32);
+    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv.p, datt.p, B, T, C, NH, NH, causal, DT_F32);
     snprintf(what, sizeof what, "attention_backward dqkv B=%d T=%d C=%d NH=%d %s (accumulates)",
              B, T, C, NH, causal ? "causal" : "full");
     expect(what, &dgq, gq, nqkv, TOL_GEMM);
@@ -771,13 +745,13 @@ static void block_backward_twin(const char *shape, double tol, const void *hout,
     memcpy(gkv0, gkv, nkv * sizeof(float));
     dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
     dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
-    cpu->attention_block_backward(gq, gkv, g, hout, lse, hq, hkv, B, Ts, Tq, Tk, C, NH, causal, shift, t);
-    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift, t);
+    cpu->attention_block_backward(gq, gkv, g, hout, lse, hq, hkv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, t);
+    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, t);
     snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
     expect_added(what, &dgq, gq0, gq, nq, tol);
     snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
     expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
-    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift, t);
+    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, t);
     float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
     CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
           "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
@@ -818,10 +792,10 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     dbuf dq = dup_f(q, nq, 0), dkv = dup_f(kv, nkv, 0), dout = dup_f(out, no, 0), dlse = dup_f(lse, nl, 0);
     dbuf dpout = dup_f(pout, no, 0), dplse = dup_f(plse, nl, 0);
     /* a first block into (out, lse), a second (shifted one block on) merged into it */
-    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_F32, DT_F32);
-    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift, DT_F32, DT_F32);
-    cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift + Tk, DT_F32, DT_F32);
-    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift + Tk, DT_F32, DT_F32);
+    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, DT_F32, DT_F32);
+    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NH, causal, shift, DT_F32, DT_F32);
+    cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, NH, causal, shift + Tk, DT_F32, DT_F32);
+    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NH, causal, shift + Tk, DT_F32, DT_F32);
     snprintf(what, sizeof what, "attention_block_forward out %s", shape);
     expect(what, &dout, out, no, tol);
     snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
@@ -847,6 +821,54 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     set_bf16(0);
     drop(&dq); drop(&dkv); drop(&dout); drop(&dlse); drop(&dpout); drop(&dplse); drop(&dgq);
     free(q); free(kv); free(out); free(lse); free(pout); free(plse); free(gq);
+}
+
+/* decoding's one query q over a cache kv of kv heads only (GQA when NKV <
+ * NH), both cut from one qkv [T, W] (q: the last row's, kv: every row's k
+ * and v, packed); also the CPU's own check that it is the causal
+ * attention_forward's last row. t = bf16: q, kv and out stored as bf16 on
+ * both sides (one rounding of out each: + TOL_ULP16). */
+static void test_attention_decode(int T, int C, int NH, int NKV, dt_dtype t) {
+    char what[200];
+    int W = dt_qkv_cols(C, NH, NKV), C2 = dt_kv_cols(C, NH, NKV);
+    size_t nqkv = (size_t)T * W, nkv = (size_t)T * C2, es = dt_dtype_size(t);
+    int saved = bf16_values;
+    bf16_values = t == DT_BF16; /* the values a bf16 cache holds, fp32 on the reference side */
+    float *qkv = hrand(nqkv, 1.0f), *kv = malloc(nkv * sizeof(float)), *out = malloc((size_t)C * sizeof(float));
+    bf16_values = saved;
+    float *scratch = malloc((size_t)NH * T * sizeof(float));
+    float *full = malloc((size_t)T * C * sizeof(float)), *att = malloc((size_t)NH * T * T * sizeof(float));
+    cpu->rows_copy(kv, C2, qkv + C, W, T, C2, 0, DT_F32);
+    const float *q = qkv + (size_t)(T - 1) * W;
+    cpu->attention_decode(out, scratch, q, kv, T, C, NH, NKV, DT_F32);
+    cpu->attention_forward(full, att, qkv, 1, T, C, NH, NKV, 1, DT_F32);
+    double worst = 0;
+    for (int i = 0; i < C; i++) {
+        double d = fabs((double)out[i] - full[(size_t)(T - 1) * C + i]);
+        if (d > worst) worst = d;
+    }
+    snprintf(what, sizeof what, "attention_decode T=%d C=%d NH=%d NKV=%d: cpu = attention_forward's last row", T, C,
+             NH, NKV);
+    printf("%s - %s (max |diff| %.2g)\n", worst <= TOL_GEMM ? "ok" : "not ok", what, worst);
+    /* the typed twin: both backends from the same stored q and kv */
+    void *hq = malloc((size_t)C * es), *hkv = malloc(nkv * es), *hout = malloc((size_t)C * es);
+    if (t == DT_BF16) {
+        cpu->to_bf16(hq, q, (size_t)C);
+        cpu->to_bf16(hkv, kv, nkv);
+    } else {
+        memcpy(hq, q, (size_t)C * es);
+        memcpy(hkv, kv, nkv * es);
+    }
+    cpu->attention_decode(hout, scratch, hq, hkv, T, C, NH, NKV, t);
+    void *dq = dup_bytes(hq, (size_t)C * es), *dkv = dup_bytes(hkv, nkv * es), *dout = gpu->alloc((size_t)C * es);
+    float *dscratch = gpu->alloc((size_t)NH * T * sizeof(float));
+    gpu->attention_decode(dout, dscratch, dq, dkv, T, C, NH, NKV, t);
+    snprintf(what, sizeof what, "attention_decode T=%d C=%d NH=%d NKV=%d %s", T, C, NH, NKV,
+             t == DT_BF16 ? "bf16" : "fp32");
+    expect_typed(what, dout, hout, (size_t)C, t, TOL_GEMM + (t == DT_BF16 ? TOL_ULP16 : 0.0));
+    gpu->free(dq); gpu->free(dkv); gpu->free(dout); gpu->free(dscratch);
+    free(hq); free(hkv); free(hout);
+    free(qkv); free(kv); free(out); free(scratch); free(full); free(att);
 }
 
 /* ---------------------------------------------------------------- attention, bf16 activations */
@@ -895,8 +917,8 @@ static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int 
     void *dq = dup_bytes(q, nq * 2), *dkv = dup_bytes(kv, nkv * 2), *dout = dup_bytes(out, no * osz);
     dbuf dlse = dup_f(lse, nl, 0);
     set_bf16(bf16);
-    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_BF16, out_t);
-    gpu->attention_block_forward(dout, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift, DT_BF16, out_t);
+    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, DT_BF16, out_t);
+    gpu->attention_block_forward(dout, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, DT_BF16, out_t);
     snprintf(what, sizeof what, "attention_block_forward out %s", shape);
     expect_typed(what, dout, out, no, out_t, tol_out);
     snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
@@ -941,8 +963,8 @@ static void test_attention_bf16(int B, int T, int C, int NH, int causal, int bf1
     uint16_t *qkv = host16(qkvf, nqkv), *out = host16(outf, nout), *att = host16(attf, natt);
     void *dqkv = dup_bytes(qkv, nqkv * 2), *dout = dup_bytes(out, nout * 2), *datt = dup_bytes(att, natt * 2);
     set_bf16(bf16);
-    cpu->attention_forward(out, att, qkv, B, T, C, NH, causal, DT_BF16);
-    gpu->attention_forward(dout, datt, dqkv, B, T, C, NH, causal, DT_BF16);
+    cpu->attention_forward(out, att, qkv, B, T, C, NH, NH, causal, DT_BF16);
+    gpu->attention_forward(dout, datt, dqkv, B, T, C, NH, NH, causal, DT_BF16);
     snprintf(what, sizeof what, "attention_forward out %s", shape);
     expect_typed(what, dout, out, nout, DT_BF16, (bf16 ? TOL_ATT_BF16 : TOL_GEMM) + TOL_ULP16);
     snprintf(what, sizeof what, "attention_forward att %s", shape);
@@ -955,8 +977,8 @@ static void test_attention_bf16(int B, int T, int C, int NH, int causal, int bf1
     dbuf dg = dup_f(g, nout, 0), dgq = dup_f(gq, nqkv, 0);
     float *dscratch = gpu->alloc(natt * sizeof(float));
     gpu->from_host(datt, att, natt * 2);
-    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, causal, DT_BF16);
-    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv, datt, B, T, C, NH, causal, DT_BF16);
+    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, NH, causal, DT_BF16);
+    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv, datt, B, T, C, NH, NH, causal, DT_BF16);
     snprintf(what, sizeof what, "attention_backward dqkv (accumulates) %s", shape);
     expect_added(what, &dgq, gq0, gq, nqkv, TOL_ATT_BF16);
     set_bf16(0);
@@ -1866,8 +1888,6 @@ int main(void) {
     test_attention(1, 1, 8, 2, 1);
     test_attention(2, 128, 64, 4, 1);
     test_attention(2, 65, 192, 3, 0); /* ViT-like: 64 patches + class token */
-    test_attention_decode(1, 8, 2);
-    test_attention_decode(300, 64, 4); /* more keys than the kernel's threads */
     /* blockwise attention, each shape in fp32 and in bf16: tiles of 64 rows
      * and keys (32 for some hs 128 passes), so the sizes below leave ragged
      * tiles; hs 8, 32, 48 (padded to 64) and 128 take the tiled kernels, 160
@@ -1909,6 +1929,13 @@ int main(void) {
         test_attention_block_bf16(1, 100, 100, 100, 96, 2, 1, 0, bf, DT_BF16);  /* hs 48: padded to 64 */
         test_attention_block_bf16(2, 1024, 1024, 1024, 768, 12, 1, 0, bf, DT_BF16); /* GPT-2 124M's */
         test_attention_block_bf16(4, 197, 197, 197, 768, 12, 0, 0, bf, DT_BF16);   /* ViT-B/16's */
+    }
+    for (int ob = 0; ob <= 1; ob++) {
+        dt_dtype dt = ob ? DT_BF16 : DT_F32;
+        test_attention_decode(1, 8, 2, 2, dt);
+        test_attention_decode(300, 64, 4, 4, dt);  /* more keys than the kernel's threads */
+        test_attention_decode(300, 256, 8, 2, dt); /* GQA: 4 query heads a kv head */
+        test_attention_decode(77, 192, 3, 1, dt);  /* MQA */
     }
 
     test_elementwise(1000003);

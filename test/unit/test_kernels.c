@@ -217,19 +217,22 @@ static void test_matmul(void) {
 
 /* ------------------------------------------------------------- attention */
 
+/* Straight from the definition (ops.h): NH query heads, NKV kv heads, query
+ * head h reading kv head h / (NH / NKV); qkv rows of W = C + 2 NKV hs. */
 static void ref_attention_forward(double *out, double *att, const float *qkv,
-                                  int B, int T, int C, int NH, int causal) {
-    int hs = C / NH, C3 = 3 * C;
+                                  int B, int T, int C, int NH, int NKV, int causal) {
+    int hs = C / NH, W = dt_qkv_cols(C, NH, NKV), Ckv = NKV * hs;
     double scale = 1.0 / sqrt((double)hs);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+                int g = h / (NH / NKV);
+                const float *q = qkv + ((size_t)b * T + t) * W + h * hs;
                 double *a = att + (((size_t)b * NH + h) * T + t) * T;
                 int valid = causal ? t + 1 : T;
                 double mx = -INFINITY;
                 for (int j = 0; j < T; j++) {
-                    const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
+                    const float *k = qkv + ((size_t)b * T + j) * W + C + g * hs;
                     double s = 0.0;
                     for (int i = 0; i < hs; i++) s += (double)q[i] * k[i];
                     a[j] = s * scale;
@@ -244,7 +247,7 @@ static void ref_attention_forward(double *out, double *att, const float *qkv,
                 double *o = out + ((size_t)b * T + t) * C + h * hs;
                 for (int i = 0; i < hs; i++) {
                     double s = 0.0;
-                    for (int j = 0; j < T; j++) s += a[j] * qkv[((size_t)b * T + j) * C3 + 2 * C + h * hs + i];
+                    for (int j = 0; j < T; j++) s += a[j] * qkv[((size_t)b * T + j) * W + C + Ckv + g * hs + i];
                     o[i] = s;
                 }
             }
@@ -252,19 +255,20 @@ static void ref_attention_forward(double *out, double *att, const float *qkv,
 
 /* Textbook backward in double, from the reference probabilities. */
 static void ref_attention_backward(double *dqkv, const float *dout, const float *qkv, const double *att,
-                                   int B, int T, int C, int NH) {
-    int hs = C / NH, C3 = 3 * C;
+                                   int B, int T, int C, int NH, int NKV) {
+    int hs = C / NH, W = dt_qkv_cols(C, NH, NKV), Ckv = NKV * hs;
     double scale = 1.0 / sqrt((double)hs);
     double *da = malloc((size_t)T * sizeof(double));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
+                int g = h / (NH / NKV);
                 const double *a = att + (((size_t)b * NH + h) * T + t) * T;
                 const float *dO = dout + ((size_t)b * T + t) * C + h * hs;
                 double dot = 0.0;
                 for (int j = 0; j < T; j++) {
-                    const float *v = qkv + ((size_t)b * T + j) * C3 + 2 * C + h * hs;
-                    double *dv = dqkv + ((size_t)b * T + j) * C3 + 2 * C + h * hs;
+                    const float *v = qkv + ((size_t)b * T + j) * W + C + Ckv + g * hs;
+                    double *dv = dqkv + ((size_t)b * T + j) * W + C + Ckv + g * hs;
                     double s = 0.0;
                     for (int i = 0; i < hs; i++) {
                         s += (double)dO[i] * v[i];
@@ -273,12 +277,12 @@ static void ref_attention_backward(double *dqkv, const float *dout, const float 
                     da[j] = s;
                     dot += a[j] * s;
                 }
-                const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-                double *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+                const float *q = qkv + ((size_t)b * T + t) * W + h * hs;
+                double *dq = dqkv + ((size_t)b * T + t) * W + h * hs;
                 for (int j = 0; j < T; j++) {
                     double ds = a[j] * (da[j] - dot) * scale;
-                    const float *k = qkv + ((size_t)b * T + j) * C3 + C + h * hs;
-                    double *dk = dqkv + ((size_t)b * T + j) * C3 + C + h * hs;
+                    const float *k = qkv + ((size_t)b * T + j) * W + C + g * hs;
+                    double *dk = dqkv + ((size_t)b * T + j) * W + C + g * hs;
                     for (int i = 0; i < hs; i++) {
                         dq[i] += ds * k[i];
                         dk[i] += ds * q[i];
@@ -288,67 +292,159 @@ static void ref_attention_backward(double *dqkv, const float *dout, const float 
     free(da);
 }
 
-typedef struct { float *out, *att, *qkv, *R; int B, T, C, NH, causal; } attn_ctx;
+typedef struct { float *out, *att, *qkv, *R; int B, T, C, NH, NKV, causal; } attn_ctx;
 
 static double attn_obj(void *c) {
     attn_ctx *a = c;
-    ops->attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->causal, DT_F32);
+    ops->attention_forward(a->out, a->att, a->qkv, a->B, a->T, a->C, a->NH, a->NKV, a->causal, DT_F32);
     return dot_r(a->out, a->R, (size_t)a->B * a->T * a->C);
 }
 
 static void test_attention(void) {
-    static const int shapes[][4] = {{1, 1, 4, 1}, {2, 5, 8, 2}, {1, 67, 48, 3}, {2, 130, 64, 4}, {1, 64, 32, 2}};
+    /* {B, T, C, NH, NKV}: multi-head (NKV = NH), grouped-query and multi-query */
+    static const int shapes[][5] = {{1, 1, 4, 1, 1},  {2, 5, 8, 2, 2},   {1, 67, 48, 3, 3},  {2, 130, 64, 4, 4},
+                                    {1, 64, 32, 2, 2}, {2, 5, 8, 2, 1},   {1, 67, 48, 4, 2}, {2, 130, 64, 4, 1},
+                                    {1, 70, 96, 6, 2}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], NH = shapes[s][3];
+        int B = shapes[s][0], T = shapes[s][1], C = shapes[s][2], NH = shapes[s][3], NKV = shapes[s][4];
         for (int causal = 0; causal < 2; causal++) {
-            size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+            size_t nqkv = (size_t)B * T * dt_qkv_cols(C, NH, NKV), nout = (size_t)B * T * C,
+                   natt = (size_t)B * NH * T * T;
             float *qkv = rand_buf(nqkv, 1.5f), *out = rand_buf(nout, 1), *att = rand_buf(natt, 1);
             double *rout = malloc(nout * sizeof(double)), *ratt = malloc(natt * sizeof(double));
-            ops->attention_forward(out, att, qkv, B, T, C, NH, causal, DT_F32);
-            ref_attention_forward(rout, ratt, qkv, B, T, C, NH, causal);
+            ops->attention_forward(out, att, qkv, B, T, C, NH, NKV, causal, DT_F32);
+            ref_attention_forward(rout, ratt, qkv, B, T, C, NH, NKV, causal);
             double eo = max_rel_err_d(out, rout, nout, REF_FLOOR);
             double ea = max_rel_err_d(att, ratt, natt, REF_FLOOR);
             CHECK(eo < REF_TOL && ea < REF_TOL,
-                  "attention_forward B=%d T=%d C=%d NH=%d %s vs naive: out %.1e att %.1e (tol %.0e)",
-                  B, T, C, NH, causal ? "causal" : "full", eo, ea, REF_TOL);
+                  "attention_forward B=%d T=%d C=%d NH=%d NKV=%d %s vs naive: out %.1e att %.1e (tol %.0e)",
+                  B, T, C, NH, NKV, causal ? "causal" : "full", eo, ea, REF_TOL);
 
             float *dout = rand_buf(nout, 1), *dqkv = zero_buf(nqkv), *scratch = rand_buf(natt, 1);
             double *rdqkv = calloc(nqkv, sizeof(double));
-            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, causal, DT_F32);
-            ref_attention_backward(rdqkv, dout, qkv, ratt, B, T, C, NH);
+            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NKV, causal, DT_F32);
+            ref_attention_backward(rdqkv, dout, qkv, ratt, B, T, C, NH, NKV);
             double eb = max_rel_err_d(dqkv, rdqkv, nqkv, REF_FLOOR);
-            CHECK(eb < 10 * REF_TOL, "attention_backward B=%d T=%d C=%d NH=%d %s vs naive: dqkv %.1e (tol %.0e)",
-                  B, T, C, NH, causal ? "causal" : "full", eb, 10 * REF_TOL);
+            CHECK(eb < 10 * REF_TOL,
+                  "attention_backward B=%d T=%d C=%d NH=%d NKV=%d %s vs naive: dqkv %.1e (tol %.0e)", B, T, C, NH,
+                  NKV, causal ? "causal" : "full", eb, 10 * REF_TOL);
             free(qkv), free(out), free(att), free(rout), free(ratt), free(dout), free(dqkv), free(scratch), free(rdqkv);
         }
     }
 
-    /* finite differences: a small case, and T=70 > the 64-query causal block */
-    static const int fd_shapes[][4] = {{2, 7, 8, 2}, {1, 70, 4, 2}};
-    for (size_t s = 0; s < 2; s++) {
+    /* finite differences: a small case, T=70 > the 64-query causal block, and GQA */
+    static const int fd_shapes[][5] = {{2, 7, 8, 2, 2}, {1, 70, 4, 2, 2}, {2, 7, 16, 4, 2}, {1, 9, 12, 3, 1}};
+    for (size_t s = 0; s < sizeof fd_shapes / sizeof fd_shapes[0]; s++) {
         for (int causal = 0; causal < 2; causal++) {
             int B = fd_shapes[s][0], T = fd_shapes[s][1], C = fd_shapes[s][2], NH = fd_shapes[s][3];
-            size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
-            attn_ctx a = {zero_buf(nout), zero_buf(natt), rand_buf(nqkv, 1.5f), rand_buf(nout, 1), B, T, C, NH, causal};
+            int NKV = fd_shapes[s][4];
+            size_t nqkv = (size_t)B * T * dt_qkv_cols(C, NH, NKV), nout = (size_t)B * T * C,
+                   natt = (size_t)B * NH * T * T;
+            attn_ctx a = {zero_buf(nout), zero_buf(natt), rand_buf(nqkv, 1.5f), rand_buf(nout, 1), B, T, C, NH, NKV,
+                          causal};
             float *dqkv = zero_buf(nqkv), *scratch = zero_buf(natt);
             attn_obj(&a);
-            ops->attention_backward(dqkv, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal, DT_F32);
+            ops->attention_backward(dqkv, scratch, a.R, a.qkv, a.att, B, T, C, NH, NKV, causal, DT_F32);
             double e = fd_check(attn_obj, &a, a.qkv, dqkv, nqkv);
-            CHECK(e < FD_TOL, "attention_backward B=%d T=%d C=%d NH=%d %s dqkv vs finite differences: max rel err %.1e (tol %.0e)",
-                  B, T, C, NH, causal ? "causal" : "full", e, FD_TOL);
-            if (s == 0) {
+            CHECK(e < FD_TOL,
+                  "attention_backward B=%d T=%d C=%d NH=%d NKV=%d %s dqkv vs finite differences: max rel err %.1e "
+                  "(tol %.0e)", B, T, C, NH, NKV, causal ? "causal" : "full", e, FD_TOL);
+            if (s == 0 || s == 2) {
                 float *dqkv2 = zero_buf(nqkv);
                 attn_obj(&a);
-                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal, DT_F32);
-                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, causal, DT_F32);
+                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, NKV, causal, DT_F32);
+                ops->attention_backward(dqkv2, scratch, a.R, a.qkv, a.att, B, T, C, NH, NKV, causal, DT_F32);
                 double ae = accumulate_err(dqkv, dqkv2, nqkv);
-                CHECK(ae < ACC_TOL, "attention_backward %s accumulates (twice = 2x once): err %.1e",
-                      causal ? "causal" : "full", ae);
+                CHECK(ae < ACC_TOL, "attention_backward NH=%d NKV=%d %s accumulates (twice = 2x once): err %.1e", NH,
+                      NKV, causal ? "causal" : "full", ae);
                 free(dqkv2);
             }
             free(a.out), free(a.att), free(a.qkv), free(a.R), free(dqkv), free(scratch);
         }
     }
+}
+
+/* Grouped-query attention is multi-head attention whose k and v heads are
+ * repeated for each query head of their group: the GQA ops (naive and
+ * blockwise) against the NKV == NH ops on such a repeated qkv, forward
+ * equal within fp32 rounding, and a kv head's gradient the sum of its
+ * repeats' gradients. And decoding over a cache of kv heads only gives the
+ * causal forward's last row. */
+static void test_gqa_repeat(int B, int T, int C, int NH, int NKV, int causal) {
+    int hs = C / NH, G = NH / NKV, W = dt_qkv_cols(C, NH, NKV), W3 = 3 * C, Ckv = NKV * hs;
+    int C2 = dt_kv_cols(C, NH, NKV);
+    size_t N = (size_t)B * T, nout = N * C, natt = (size_t)B * NH * T * T;
+    float *qkv = rand_buf(N * W, 1.5f), *rep = zero_buf(N * W3);
+    for (size_t n = 0; n < N; n++) { /* q as it is; kv head h / G into every head h */
+        const float *src = qkv + n * W;
+        float *dst = rep + n * W3;
+        memcpy(dst, src, (size_t)C * sizeof(float));
+        for (int h = 0; h < NH; h++) {
+            memcpy(dst + C + h * hs, src + C + (h / G) * hs, (size_t)hs * sizeof(float));
+            memcpy(dst + 2 * C + h * hs, src + C + Ckv + (h / G) * hs, (size_t)hs * sizeof(float));
+        }
+    }
+    float *o1 = zero_buf(nout), *o2 = zero_buf(nout), *a1 = zero_buf(natt), *a2 = zero_buf(natt);
+    ops->attention_forward(o1, a1, qkv, B, T, C, NH, NKV, causal, DT_F32);
+    ops->attention_forward(o2, a2, rep, B, T, C, NH, NH, causal, DT_F32);
+    double ef = fmax(max_rel_err_f(o1, o2, nout, REF_FLOOR), max_rel_err_f(a1, a2, natt, REF_FLOOR));
+    float *dout = rand_buf(nout, 1), *d1 = zero_buf(N * W), *d2 = zero_buf(N * W3), *sc = zero_buf(natt);
+    ops->attention_backward(d1, sc, dout, qkv, a1, B, T, C, NH, NKV, causal, DT_F32);
+    ops->attention_backward(d2, sc, dout, rep, a2, B, T, C, NH, NH, causal, DT_F32);
+    /* fold the repeated heads' gradients back onto their kv head */
+    float *fold = zero_buf(N * W);
+    for (size_t n = 0; n < N; n++) {
+        const float *src = d2 + n * W3;
+        float *dst = fold + n * W;
+        memcpy(dst, src, (size_t)C * sizeof(float));
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < hs; i++) {
+                dst[C + (h / G) * hs + i] += src[C + h * hs + i];
+                dst[C + Ckv + (h / G) * hs + i] += src[2 * C + h * hs + i];
+            }
+    }
+    double eb = max_rel_err_f(d1, fold, N * W, REF_FLOOR);
+    CHECK(ef < 1e-6 && eb < 1e-5,
+          "attention NH=%d NKV=%d B=%d T=%d %s = multi-head attention on k, v repeated per query head: forward %.1e, "
+          "backward (kv gradients summed over the group) %.1e", NH, NKV, B, T, causal ? "causal" : "full", ef, eb);
+
+    /* the blockwise ops on one block of every key, from the packed kv */
+    float *kv = zero_buf(N * C2), *o3 = zero_buf(nout), *lse = zero_buf((size_t)B * NH * T);
+    float *dq = zero_buf(N * W), *dkv = zero_buf(N * C2);
+    ops->rows_copy(kv, C2, qkv + C, W, (int)N, C2, 0, DT_F32);
+    ops->attention_block_forward(o3, lse, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, DT_F32, DT_F32);
+    ops->attention_block_backward(dq, dkv, dout, o3, lse, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
+    ops->rows_copy(dq + C, W, dkv, C2, (int)N, C2, 1, DT_F32);
+    double e3 = max_rel_err_f(o3, o1, nout, REF_FLOOR), e4 = max_rel_err_f(dq, d1, N * W, REF_FLOOR);
+    CHECK(e3 < 1e-5 && e4 < 1e-4,
+          "attention_block NH=%d NKV=%d B=%d T=%d %s = attention_forward/_backward with the same heads: out %.1e, "
+          "dqkv %.1e", NH, NKV, B, T, causal ? "causal" : "full", e3, e4);
+    /* deterministic: a second backward into a zeroed buffer gives the same bits */
+    float *dq2 = zero_buf(N * W), *dkv2 = zero_buf(N * C2);
+    ops->attention_block_backward(dq2, dkv2, dout, o3, lse, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
+    ops->rows_copy(dq2 + C, W, dkv2, C2, (int)N, C2, 1, DT_F32);
+    CHECK(!memcmp(dq2, dq, N * W * sizeof(float)), "attention_block_backward NH=%d NKV=%d repeats bit for bit", NH,
+          NKV);
+
+    /* decoding: sample 0's last row over its cache of kv heads */
+    if (causal) {
+        float *dec = zero_buf((size_t)C), *scr = zero_buf((size_t)NH * T);
+        ops->attention_decode(dec, scr, qkv + (size_t)(T - 1) * W, kv, T, C, NH, NKV, DT_F32);
+        double ed = max_rel_err_f(dec, o1 + (size_t)(T - 1) * C, (size_t)C, REF_FLOOR);
+        CHECK(ed < 1e-5, "attention_decode NH=%d NKV=%d T=%d over a cache of kv heads (%d values a row) = the causal "
+              "forward's last row: %.1e", NH, NKV, T, C2, ed);
+        free(dec), free(scr);
+    }
+    free(qkv), free(rep), free(o1), free(o2), free(a1), free(a2), free(dout), free(d1), free(d2), free(sc), free(fold);
+    free(kv), free(o3), free(lse), free(dq), free(dkv), free(dq2), free(dkv2);
+}
+
+static void test_gqa(void) {
+    test_gqa_repeat(2, 9, 16, 4, 2, 1);
+    test_gqa_repeat(2, 9, 16, 4, 2, 0);
+    test_gqa_repeat(1, 70, 24, 6, 1, 1);  /* MQA; more rows than a 64-row tile */
+    test_gqa_repeat(1, 33, 32, 8, 8, 1);  /* NKV = NH: plain multi-head */
+    test_gqa_repeat(1, 1, 32, 4, 2, 1);   /* one position: decoding's first step */
 }
 
 /* ------------------------------------------------------------- layernorm */
@@ -440,6 +536,238 @@ static void test_layernorm(void) {
           worst_eps);
     free(l.out), free(l.mean), free(l.rstd), free(l.inp), free(l.w), free(l.b), free(l.R);
     free(dinp), free(dw), free(db), free(dinp2), free(dw2), free(db2);
+}
+
+/* ------------------------------------------------------------- rmsnorm */
+
+typedef struct { float *out, *rstd, *inp, *w, *R; int N, C; float eps; } rms_ctx;
+
+static double rms_obj(void *c) {
+    rms_ctx *l = c;
+    ops->rmsnorm_forward(l->out, l->rstd, l->inp, l->w, l->N, l->C, l->eps, DT_F32);
+    return dot_r(l->out, l->R, (size_t)l->N * l->C);
+}
+
+static void test_rmsnorm(void) {
+    int N = 6, C = 10;
+    rms_ctx l = {zero_buf((size_t)N * C), zero_buf(N), rand_buf((size_t)N * C, 2), rand_buf(C, 1),
+                 rand_buf((size_t)N * C, 1), N, C, 1e-5f};
+    for (int c = 0; c < C; c++) l.inp[c] += 1000.0f; /* no mean is subtracted: a row far from 0 stays there */
+    rms_obj(&l);
+    double worst = 0.0;
+    for (int i = 0; i < N; i++) {
+        const float *x = l.inp + (size_t)i * C;
+        double ms = 0;
+        for (int c = 0; c < C; c++) ms += (double)x[c] * x[c];
+        double rs = 1.0 / sqrt(ms / C + 1e-5);
+        for (int c = 0; c < C; c++)
+            worst = fmax(worst, rel_err(l.out[(size_t)i * C + c], x[c] * rs * l.w[c], REF_FLOOR));
+        worst = fmax(worst, rel_err(l.rstd[i], rs, 1e-6));
+    }
+    CHECK(worst < REF_TOL, "rmsnorm_forward vs double x / sqrt(mean(x^2) + eps) * w: max rel err %.1e (tol %.0e)",
+          worst, REF_TOL);
+    for (int c = 0; c < C; c++) l.inp[c] -= 1000.0f;
+    rms_obj(&l);
+    float *dinp = zero_buf((size_t)N * C), *dw = zero_buf(C);
+    ops->rmsnorm_backward(dinp, dw, l.R, l.inp, l.w, l.rstd, N, C, DT_F32);
+    double e_in = fd_check(rms_obj, &l, l.inp, dinp, (size_t)N * C);
+    double e_w = fd_check(rms_obj, &l, l.w, dw, C);
+    CHECK(e_in < FD_TOL && e_w < FD_TOL,
+          "rmsnorm_backward vs finite differences: dinp %.1e, dw %.1e (tol %.0e)", e_in, e_w, FD_TOL);
+    rms_obj(&l);
+    float *dinp2 = zero_buf((size_t)N * C), *dw2 = zero_buf(C);
+    ops->rmsnorm_backward(dinp2, dw2, l.R, l.inp, l.w, l.rstd, N, C, DT_F32);
+    ops->rmsnorm_backward(dinp2, dw2, l.R, l.inp, l.w, l.rstd, N, C, DT_F32);
+    double a = fmax(accumulate_err(dinp, dinp2, (size_t)N * C), accumulate_err(dw, dw2, C));
+    CHECK(a < ACC_TOL, "rmsnorm_backward accumulates (twice = 2x once): err %.1e", a);
+
+    /* threaded (per-thread dw partials) against double sums; Llama's eps */
+    int N2 = 512, C2 = 96;
+    float *x = rand_buf((size_t)N2 * C2, 1), *w = rand_buf(C2, 1), *d = rand_buf((size_t)N2 * C2, 1);
+    float *o = zero_buf((size_t)N2 * C2), *rs = zero_buf(N2), *gx = zero_buf((size_t)N2 * C2), *gw = zero_buf(C2);
+    ops->rmsnorm_forward(o, rs, x, w, N2, C2, 1e-6f, DT_F32);
+    ops->rmsnorm_backward(gx, gw, d, x, w, rs, N2, C2, DT_F32);
+    double *rw = calloc(C2, sizeof(double));
+    for (int i = 0; i < N2; i++)
+        for (int c = 0; c < C2; c++) rw[c] += d[(size_t)i * C2 + c] * ((double)x[(size_t)i * C2 + c] * rs[i]);
+    double ew = max_rel_err_d(gw, rw, C2, 1.0);
+    CHECK(ew < REF_TOL, "rmsnorm_backward N=%d C=%d threaded dw %.1e vs double sums (tol %.0e)", N2, C2, ew, REF_TOL);
+
+    /* the fused residual: the two ops' bits (cpu), res aliasing a in fp32 */
+    float *ra = rand_buf((size_t)N2 * C2, 1), *res = zero_buf((size_t)N2 * C2), *o2 = zero_buf((size_t)N2 * C2);
+    float *rs2 = zero_buf(N2), *alias = malloc((size_t)N2 * C2 * sizeof(float));
+    ops->residual_forward(res, ra, x, (size_t)N2 * C2, DT_F32);
+    ops->rmsnorm_forward(o, rs, res, w, N2, C2, 1e-6f, DT_F32);
+    memcpy(alias, ra, (size_t)N2 * C2 * sizeof(float));
+    ops->residual_rmsnorm_forward(alias, o2, rs2, alias, x, w, N2, C2, 1e-6f, DT_F32);
+    CHECK(!memcmp(alias, res, (size_t)N2 * C2 * 4) && !memcmp(o2, o, (size_t)N2 * C2 * 4) && !memcmp(rs2, rs, N2 * 4),
+          "residual_rmsnorm_forward (res aliasing a) = residual_forward then rmsnorm_forward, bit for bit");
+
+    /* layernorm on a zero-mean row without bias is RMSNorm: the shared loops */
+    float row[8] = {1, -2, 3, -4, 4, -3, 2, -1}, one[8] = {1, 1, 1, 1, 1, 1, 1, 1}, zero8[8] = {0};
+    float lo[8], ro[8], lm, lr, rr;
+    ops->layernorm_forward(lo, &lm, &lr, row, one, zero8, 1, 8, 1e-5f, DT_F32);
+    ops->rmsnorm_forward(ro, &rr, row, one, 1, 8, 1e-5f, DT_F32);
+    CHECK(lm == 0.0f && lr == rr && !memcmp(lo, ro, sizeof lo),
+          "rmsnorm_forward of a zero-mean row = layernorm_forward without bias, bit for bit");
+    free(l.out), free(l.rstd), free(l.inp), free(l.w), free(l.R), free(dinp), free(dw), free(dinp2), free(dw2);
+    free(x), free(w), free(d), free(o), free(rs), free(gx), free(gw), free(rw), free(ra), free(res), free(o2),
+        free(rs2), free(alias);
+}
+
+/* -------------------------------------------------------------- swiglu */
+
+typedef struct { float *out, *inp, *R; int N, F; } swiglu_ctx;
+
+static double swiglu_obj(void *c) {
+    swiglu_ctx *g = c;
+    ops->swiglu_forward(g->out, g->inp, g->N, g->F, DT_F32);
+    return dot_r(g->out, g->R, (size_t)g->N * g->F);
+}
+
+static void test_swiglu(void) {
+    int N = 5, F = 12;
+    swiglu_ctx g = {zero_buf((size_t)N * F), rand_buf((size_t)N * 2 * F, 4), rand_buf((size_t)N * F, 1), N, F};
+    g.inp[0] = -30.0f, g.inp[1] = 30.0f; /* SiLU's tails: -30 e^-30 ~ 0 and 30 */
+    swiglu_obj(&g);
+    double worst = 0.0;
+    for (int n = 0; n < N; n++)
+        for (int f = 0; f < F; f++) {
+            double x = g.inp[(size_t)n * 2 * F + f], u = g.inp[(size_t)n * 2 * F + F + f];
+            worst = fmax(worst, rel_err(g.out[(size_t)n * F + f], x / (1.0 + exp(-x)) * u, REF_FLOOR));
+        }
+    CHECK(worst < REF_TOL, "swiglu_forward vs double SiLU(gate) * up (gate columns [0,F), up [F,2F)): max rel err %.1e "
+          "(tol %.0e)", worst, REF_TOL);
+    float *d = zero_buf((size_t)N * 2 * F), *d2 = zero_buf((size_t)N * 2 * F);
+    ops->swiglu_backward(d, g.inp, g.R, N, F, DT_F32);
+    double e = fd_check(swiglu_obj, &g, g.inp, d, (size_t)N * 2 * F);
+    CHECK(e < FD_TOL, "swiglu_backward dgate, dup vs finite differences: max rel err %.1e (tol %.0e)", e, FD_TOL);
+    ops->swiglu_backward(d2, g.inp, g.R, N, F, DT_F32);
+    ops->swiglu_backward(d2, g.inp, g.R, N, F, DT_F32);
+    CHECK(accumulate_err(d, d2, (size_t)N * 2 * F) < ACC_TOL, "swiglu_backward accumulates (twice = 2x once)");
+    /* large enough to run threaded: the same per element as the small rows */
+    int N2 = 300, F2 = 160;
+    float *x = rand_buf((size_t)N2 * 2 * F2, 6), *o = zero_buf((size_t)N2 * F2);
+    ops->swiglu_forward(o, x, N2, F2, DT_F32);
+    double w2 = 0.0;
+    for (int n = 0; n < N2; n++)
+        for (int f = 0; f < F2; f++) {
+            double gx = x[(size_t)n * 2 * F2 + f], u = x[(size_t)n * 2 * F2 + F2 + f];
+            w2 = fmax(w2, rel_err(o[(size_t)n * F2 + f], gx / (1.0 + exp(-gx)) * u, REF_FLOOR));
+        }
+    CHECK(w2 < REF_TOL, "swiglu_forward N=%d F=%d (threaded, vector expf) vs double: max rel err %.1e", N2, F2, w2);
+    free(g.out), free(g.inp), free(g.R), free(d), free(d2), free(x), free(o);
+}
+
+/* ---------------------------------------------------------------- rope */
+
+/* HF's apply_rotary_pos_emb in double: x * cat(cos, cos) + rotate_half(x) *
+ * cat(sin, sin), rotate_half(x) = cat(-x2, x1), angle p theta^(-2i/hs). */
+static void ref_rope_head(double *out, const float *x, int hs, int p, double theta) {
+    int half = hs / 2;
+    for (int c = 0; c < hs; c++) {
+        int i = c % half;
+        double a = p * pow(theta, -2.0 * i / hs);
+        double rot = c < half ? -(double)x[c + half] : (double)x[c - half];
+        out[c] = x[c] * cos(a) + rot * sin(a);
+    }
+}
+
+typedef struct { float *x, *work, *R, *cs; int *pos; int N, ld, nh, hs; } rope_ctx;
+
+static double rope_obj(void *c) {
+    rope_ctx *r = c;
+    size_t n = (size_t)r->N * r->ld;
+    memcpy(r->work, r->x, n * sizeof(float));
+    ops->rope_forward(r->work, r->ld, r->nh, r->hs, r->pos, r->cs, r->N, DT_F32);
+    return dot_r(r->work, r->R, n);
+}
+
+static void test_rope(void) {
+    int hs = 16, half = 8, maxp = 40;
+    float theta = 500000.0f;
+    float *cs = zero_buf((size_t)maxp * hs);
+    ops->rope_table(cs, maxp, hs, theta);
+    int tab_ok = 1;
+    for (int p = 0; p < maxp; p++)
+        for (int i = 0; i < half; i++) {
+            double a = p * pow((double)theta, -2.0 * i / hs);
+            tab_ok &= cs[(size_t)p * hs + i] == (float)cos(a) && cs[(size_t)p * hs + half + i] == (float)sin(a);
+        }
+    CHECK(tab_ok, "rope_table: row p = cos(p f_i) then sin(p f_i), f_i = theta^(-2i/hs), double rounded to fp32 once");
+
+    /* a qkv-like buffer: 3 q heads + 1 k head rotated, 1 v head (and a spare column) left alone; positions
+     * of two packed samples (restarting at 0) and of a cp rank's non-contiguous chunks */
+    int N = 7, nh = 4, ld = 5 * hs + 1;
+    int pos[7] = {0, 1, 2, 0, 1, 37, 38};
+    rope_ctx r = {rand_buf((size_t)N * ld, 1), zero_buf((size_t)N * ld), rand_buf((size_t)N * ld, 1), cs, pos, N, ld,
+                  nh, hs};
+    rope_obj(&r);
+    double worst = 0.0, ref[16];
+    int kept = 1, bits = 1;
+    for (int n = 0; n < N; n++) {
+        for (int j = 0; j < nh; j++) {
+            const float *x = r.x + (size_t)n * ld + j * hs;
+            const float *y = r.work + (size_t)n * ld + j * hs;
+            ref_rope_head(ref, x, hs, pos[n], theta);
+            for (int c = 0; c < hs; c++) worst = fmax(worst, rel_err(y[c], ref[c], REF_FLOOR));
+            /* the contract's roundings: two products rounded, their sum rounded (no FMA) */
+            const float *co = cs + (size_t)pos[n] * hs, *si = co + half;
+            for (int i = 0; i < half; i++) {
+                volatile float p1 = x[i] * co[i], p2 = x[i + half] * si[i], p3 = x[i + half] * co[i], p4 = x[i] * si[i];
+                bits &= y[i] == p1 - p2 && y[i + half] == p3 + p4;
+            }
+        }
+        kept &= !memcmp(r.work + (size_t)n * ld + nh * hs, r.x + (size_t)n * ld + nh * hs,
+                        (size_t)(ld - nh * hs) * sizeof(float));
+    }
+    CHECK(worst < REF_TOL && kept,
+          "rope_forward (rotate-half) vs HF's apply_rotary_pos_emb in double, per-row positions (packed samples, "
+          "cp chunks): max rel err %.1e; columns past the heads untouched", worst);
+    CHECK(bits, "rope_forward: x[i] c - x[i+hs/2] s and x[i+hs/2] c + x[i] s, each product rounded, no FMA (the "
+          "CUDA twin's bits)");
+    /* relative positions: <rope(q, p), rope(k, p')> depends on p - p' only */
+    {
+        float q[16], k[16], qa[16], ka[16], qb[16], kb[16];
+        for (int c = 0; c < hs; c++) q[c] = frand(), k[c] = frand();
+        int pa[2] = {3, 1}, pb[2] = {30, 28};
+        memcpy(qa, q, sizeof q), memcpy(ka, k, sizeof k), memcpy(qb, q, sizeof q), memcpy(kb, k, sizeof k);
+        ops->rope_forward(qa, hs, 1, hs, pa, cs, 1, DT_F32);
+        ops->rope_forward(ka, hs, 1, hs, pa + 1, cs, 1, DT_F32);
+        ops->rope_forward(qb, hs, 1, hs, pb, cs, 1, DT_F32);
+        ops->rope_forward(kb, hs, 1, hs, pb + 1, cs, 1, DT_F32);
+        double da = 0, db = 0;
+        for (int c = 0; c < hs; c++) da += (double)qa[c] * ka[c], db += (double)qb[c] * kb[c];
+        CHECK(fabs(da - db) < 1e-5, "rope: q.k at positions (3, 1) = at (30, 28): %.7f vs %.7f", da, db);
+    }
+    /* backward: finite differences, and in place (not accumulating) */
+    float *g = malloc((size_t)N * ld * sizeof(float));
+    memcpy(g, r.R, (size_t)N * ld * sizeof(float));
+    ops->rope_backward(g, ld, nh, hs, pos, cs, N);
+    double e = fd_check(rope_obj, &r, r.x, g, (size_t)N * ld);
+    CHECK(e < FD_TOL, "rope_backward (in place on the output gradient) vs finite differences: max rel err %.1e", e);
+    /* backward after forward gives the input back (a rotation's transpose is its inverse) */
+    memcpy(r.work, r.x, (size_t)N * ld * sizeof(float));
+    ops->rope_forward(r.work, ld, nh, hs, pos, cs, N, DT_F32);
+    ops->rope_backward(r.work, ld, nh, hs, pos, cs, N);
+    CHECK(max_rel_err_f(r.work, r.x, (size_t)N * ld, 1.0) < 1e-6, "rope_backward(rope_forward(x)) = x within fp32");
+    /* large enough to run threaded */
+    int N2 = 600, nh2 = 12, hs2 = 64, ld2 = nh2 * hs2;
+    float *cs2 = zero_buf((size_t)N2 * hs2), *x2 = rand_buf((size_t)N2 * ld2, 1), *y2 = malloc((size_t)N2 * ld2 * 4);
+    int *pos2 = malloc(N2 * sizeof(int));
+    for (int n = 0; n < N2; n++) pos2[n] = (n * 7) % N2;
+    ops->rope_table(cs2, N2, hs2, 10000.0f);
+    memcpy(y2, x2, (size_t)N2 * ld2 * 4);
+    ops->rope_forward(y2, ld2, nh2, hs2, pos2, cs2, N2, DT_F32);
+    double w2 = 0.0, ref2[64];
+    for (int n = 0; n < N2; n += 37)
+        for (int j = 0; j < nh2; j++) {
+            ref_rope_head(ref2, x2 + (size_t)n * ld2 + j * hs2, hs2, pos2[n], 10000.0);
+            for (int c = 0; c < hs2; c++) w2 = fmax(w2, rel_err(y2[(size_t)n * ld2 + j * hs2 + c], ref2[c], REF_FLOOR));
+        }
+    CHECK(w2 < REF_TOL, "rope_forward N=%d (threaded), hs %d, positions up to %d vs double: max rel err %.1e", N2,
+          hs2, N2 - 1, w2);
+    free(cs), free(r.x), free(r.work), free(r.R), free(g), free(cs2), free(x2), free(y2), free(pos2);
 }
 
 /* ------------------------------------------------------ gelu, residual */
@@ -1132,8 +1460,17 @@ static void test_empty(void) {
     ops->layernorm_backward(NULL, w, b, NULL, NULL, w, NULL, NULL, 0, 4, DT_F32);
     ops->matmul_forward(NULL, NULL, w, b, 0, 3, 4, DT_F32, DT_F32);
     ops->matmul_backward(NULL, w, b, NULL, NULL, w, 0, 3, 4, DT_F32);
-    ops->attention_forward(NULL, NULL, NULL, 0, 4, 8, 2, 1, DT_F32);
-    ops->attention_backward(NULL, NULL, NULL, NULL, NULL, 0, 4, 8, 2, 1, DT_F32);
+    ops->attention_forward(NULL, NULL, NULL, 0, 4, 8, 2, 2, 1, DT_F32);
+    ops->attention_backward(NULL, NULL, NULL, NULL, NULL, 0, 4, 8, 2, 2, 1, DT_F32);
+    ops->rmsnorm_forward(NULL, NULL, NULL, w, 0, 4, 1e-5f, DT_F32);
+    ops->rmsnorm_backward(NULL, w, NULL, NULL, w, NULL, 0, 4, DT_F32);
+    ops->residual_rmsnorm_forward(NULL, NULL, NULL, NULL, NULL, w, 0, 4, 1e-5f, DT_F32);
+    ops->swiglu_forward(NULL, NULL, 0, 4, DT_F32);
+    ops->swiglu_backward(NULL, NULL, NULL, 0, 4, DT_F32);
+    ops->rope_table(NULL, 0, 4, 10000.0f);
+    ops->rope_forward(NULL, 8, 2, 4, NULL, NULL, 0, DT_F32);
+    ops->rope_backward(NULL, 8, 2, 4, NULL, NULL, 0);
+    ops->attention_decode(NULL, NULL, NULL, NULL, 0, 8, 2, 1, DT_F32);
     ops->gelu_forward(NULL, NULL, 0, DT_F32);
     ops->gelu_backward(NULL, NULL, NULL, 0, DT_F32);
     ops->gelu_erf_forward(NULL, NULL, 0, DT_F32);
@@ -1192,9 +1529,9 @@ static void bench(void) {
         tf = 1e9, tb = 1e9;
         for (int r = 0; r < BENCH_REPS; r++) {
             double t0 = now_s();
-            ops->attention_forward(o, att, qkv, B, T, C, NH, causal, DT_F32);
+            ops->attention_forward(o, att, qkv, B, T, C, NH, NH, causal, DT_F32);
             double t1 = now_s();
-            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, causal, DT_F32);
+            ops->attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, NH, causal, DT_F32);
             double t2 = now_s();
             tf = fmin(tf, t1 - t0), tb = fmin(tb, t2 - t1);
         }
@@ -1309,8 +1646,8 @@ static void test_act_bf16(void) {
     size_t na = (size_t)B * NH * T * T;
     float *att32 = zero_buf(na);
     uint16_t *att16 = calloc(na, 2);
-    ops->attention_forward(o32, att32, qkv, B, T, C, NH, 1, DT_F32);
-    ops->attention_forward(o16, att16, qkv16, B, T, C, NH, 1, DT_BF16);
+    ops->attention_forward(o32, att32, qkv, B, T, C, NH, NH, 1, DT_F32);
+    ops->attention_forward(o16, att16, qkv16, B, T, C, NH, NH, 1, DT_BF16);
     int ok = same_rounded(o16, o32, nc) && same_rounded(att16, att32, na);
     CHECK(ok, "attention_forward bf16: out and probabilities the fp32 op's, rounded once");
     float *kv = zero_buf(2 * nc), *lse = zero_buf((size_t)B * NH * T), *lse2 = zero_buf((size_t)B * NH * T);
@@ -1319,16 +1656,16 @@ static void test_act_bf16(void) {
     ops->rows_copy(kv16, 2 * C, qkv16 + C, 3 * C, N, 2 * C, 0, DT_BF16);
     float *kvw = widened(kv16, 2 * nc);
     CHECK(!memcmp(kvw, kv, 2 * nc * 4), "rows_copy bf16 copies the stored values");
-    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, 1, 0, DT_F32, DT_F32);
-    ops->attention_block_forward(o16, lse2, qkv16, kv16, B, T, T, T, C, NH, 1, 0, DT_BF16, DT_BF16);
+    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o16, lse2, qkv16, kv16, B, T, T, T, C, NH, NH, 1, 0, DT_BF16, DT_BF16);
     CHECK(same_rounded(o16, o32, nc) && !memcmp(lse, lse2, (size_t)B * NH * T * 4),
           "attention_block_forward bf16 q, kv -> bf16 out: the fp32 op's out rounded once, lse equal");
-    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
     uint16_t *out16 = bf16_of(o32, nc);
     float *outw = widened(out16, nc), *dq = zero_buf(n3), *dkv = zero_buf(2 * nc), *dq2 = zero_buf(n3),
           *dkv2 = zero_buf(2 * nc), *dout = rand_buf(nc, 1.0f);
-    ops->attention_block_backward(dq, dkv, dout, outw, lse, qkv, kv, B, T, T, T, C, NH, 1, 0, DT_F32);
-    ops->attention_block_backward(dq2, dkv2, dout, out16, lse, qkv16, kv16, B, T, T, T, C, NH, 1, 0, DT_BF16);
+    ops->attention_block_backward(dq, dkv, dout, outw, lse, qkv, kv, B, T, T, T, C, NH, NH, 1, 0, DT_F32);
+    ops->attention_block_backward(dq2, dkv2, dout, out16, lse, qkv16, kv16, B, T, T, T, C, NH, NH, 1, 0, DT_BF16);
     CHECK(!memcmp(dq, dq2, n3 * 4) && !memcmp(dkv, dkv2, 2 * nc * 4),
           "attention_block_backward reading bf16 out, q, kv = reading their widened values");
 
@@ -1340,11 +1677,90 @@ static void test_act_bf16(void) {
     free(kvw); free(out16); free(outw); free(dq); free(dkv); free(dq2); free(dkv2); free(dout);
 }
 
+/* The Llama ops on bf16 activations: the fp32 op on the widened values,
+ * stored results rounded once (the contract of test_act_bf16 above). */
+static void test_llama_bf16(void) {
+    int N = 6, C = 32, F = 24, NH = 4, NKV = 2, T = 3, B = 2, hs = C / NH; /* N = B T */
+    size_t nc = (size_t)N * C;
+    float *xs = rand_buf(nc, 2.0f), *w = rand_buf((size_t)C, 1.0f), *a = rand_buf(nc, 1.0f);
+    uint16_t *x16 = bf16_of(xs, nc);
+    float *x = widened(x16, nc), *o32 = zero_buf(nc), *r1 = zero_buf(N), *r2 = zero_buf(N);
+    uint16_t *o16 = calloc(nc, 2), *res16 = calloc(nc, 2), *res16b = calloc(nc, 2), *o16b = calloc(nc, 2);
+    ops->rmsnorm_forward(o32, r1, x, w, N, C, 1e-5f, DT_F32);
+    ops->rmsnorm_forward(o16, r2, x16, w, N, C, 1e-5f, DT_BF16);
+    CHECK(same_rounded(o16, o32, nc) && !memcmp(r1, r2, N * 4),
+          "rmsnorm_forward on bf16 = the fp32 op on the widened input, out rounded once (rstd equal)");
+    float *g = rand_buf(nc, 1.0f), *d32 = zero_buf(nc), *d16 = zero_buf(nc), *gw = zero_buf(C), *gw2 = zero_buf(C);
+    ops->rmsnorm_backward(d32, gw, g, x, w, r1, N, C, DT_F32);
+    ops->rmsnorm_backward(d16, gw2, g, x16, w, r1, N, C, DT_BF16);
+    CHECK(!memcmp(d32, d16, nc * 4) && !memcmp(gw, gw2, C * 4), "rmsnorm_backward reading a bf16 input = its widened values");
+    ops->residual_rmsnorm_forward(res16, o16, r1, a, x16, w, N, C, 1e-5f, DT_BF16);
+    ops->residual_forward(res16b, a, x16, nc, DT_BF16);
+    ops->rmsnorm_forward(o16b, r2, res16b, w, N, C, 1e-5f, DT_BF16);
+    CHECK(!memcmp(res16, res16b, nc * 2) && !memcmp(o16, o16b, nc * 2) && !memcmp(r1, r2, N * 4),
+          "residual_rmsnorm_forward bf16 = residual_forward then rmsnorm_forward of the stored sum");
+
+    /* swiglu: inp [N, 2F] bf16 */
+    size_t nf = (size_t)N * F;
+    float *gu = rand_buf(2 * nf, 3.0f);
+    uint16_t *gu16 = bf16_of(gu, 2 * nf), *s16 = calloc(nf, 2);
+    float *guw = widened(gu16, 2 * nf), *s32 = zero_buf(nf), *df = rand_buf(nf, 1.0f);
+    ops->swiglu_forward(s32, guw, N, F, DT_F32);
+    ops->swiglu_forward(s16, gu16, N, F, DT_BF16);
+    CHECK(same_rounded(s16, s32, nf), "swiglu_forward bf16 = the fp32 op, out rounded once");
+    float *dg32 = zero_buf(2 * nf), *dg16 = zero_buf(2 * nf);
+    ops->swiglu_backward(dg32, guw, df, N, F, DT_F32);
+    ops->swiglu_backward(dg16, gu16, df, N, F, DT_BF16);
+    CHECK(!memcmp(dg32, dg16, 2 * nf * 4), "swiglu_backward reading bf16 gate, up = their widened values");
+
+    /* rope on a bf16 qkv (GQA: NH + NKV heads rotated, v kept) */
+    int W = dt_qkv_cols(C, NH, NKV), pos[6] = {0, 1, 2, 5, 6, 7};
+    size_t nq = (size_t)N * W;
+    float *cs = zero_buf((size_t)8 * hs), *qf = rand_buf(nq, 1.0f);
+    ops->rope_table(cs, 8, hs, 10000.0f);
+    uint16_t *q16 = bf16_of(qf, nq);
+    float *qw = widened(q16, nq);
+    ops->rope_forward(qw, W, NH + NKV, hs, pos, cs, N, DT_F32);
+    ops->rope_forward(q16, W, NH + NKV, hs, pos, cs, N, DT_BF16);
+    CHECK(same_rounded(q16, qw, nq), "rope_forward bf16 = the fp32 op on the widened values, rounded once (v as stored)");
+
+    /* GQA attention on bf16 qkv (rotated above): naive, blockwise, decode */
+    size_t na = (size_t)B * NH * T * T, nkv = (size_t)N * dt_kv_cols(C, NH, NKV);
+    int C2 = dt_kv_cols(C, NH, NKV);
+    float *qkv = widened(q16, nq), *att32 = zero_buf(na), *kv = zero_buf(nkv), *lse = zero_buf((size_t)B * NH * T);
+    float *lse2 = zero_buf((size_t)B * NH * T);
+    uint16_t *att16 = calloc(na, 2), *kv16 = calloc(nkv, 2);
+    ops->attention_forward(o32, att32, qkv, B, T, C, NH, NKV, 1, DT_F32);
+    ops->attention_forward(o16, att16, q16, B, T, C, NH, NKV, 1, DT_BF16);
+    CHECK(same_rounded(o16, o32, nc) && same_rounded(att16, att32, na),
+          "attention_forward NKV=%d bf16: out and probabilities the fp32 op's, rounded once", NKV);
+    ops->rows_copy(kv, C2, qkv + C, W, N, C2, 0, DT_F32);
+    ops->rows_copy(kv16, C2, q16 + C, W, N, C2, 0, DT_BF16);
+    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, NKV, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o16, lse2, q16, kv16, B, T, T, T, C, NH, NKV, 1, 0, DT_BF16, DT_BF16);
+    CHECK(same_rounded(o16, o32, nc) && !memcmp(lse, lse2, (size_t)B * NH * T * 4),
+          "attention_block_forward NKV=%d bf16: the fp32 op's out rounded once, lse equal", NKV);
+    float *dec32 = zero_buf((size_t)C), *scr = zero_buf((size_t)NH * T);
+    uint16_t *dec16 = calloc((size_t)C, 2);
+    ops->attention_decode(dec32, scr, qkv + (size_t)(T - 1) * W, kv, T, C, NH, NKV, DT_F32);
+    ops->attention_decode(dec16, scr, q16 + (size_t)(T - 1) * W, kv16, T, C, NH, NKV, DT_BF16);
+    CHECK(same_rounded(dec16, dec32, (size_t)C), "attention_decode NKV=%d bf16 q and cache: the fp32 op's out rounded once",
+          NKV);
+    free(xs), free(w), free(a), free(x16), free(x), free(o32), free(r1), free(r2), free(o16), free(res16),
+        free(res16b), free(o16b), free(g), free(d32), free(d16), free(gw), free(gw2), free(gu), free(gu16), free(s16),
+        free(guw), free(s32), free(df), free(dg32), free(dg16), free(cs), free(qf), free(q16), free(qw), free(qkv),
+        free(att32), free(kv), free(lse), free(lse2), free(att16), free(kv16), free(dec32), free(scr), free(dec16);
+}
+
 int main(void) {
     test_memory();
     test_matmul();
     test_attention();
+    test_gqa();
     test_layernorm();
+    test_rmsnorm();
+    test_swiglu();
+    test_rope();
     test_gelu();
     test_gelu_erf();
     test_residual();
@@ -1356,6 +1772,7 @@ int main(void) {
     test_reduce();
     test_bf16();
     test_act_bf16();
+    test_llama_bf16();
     test_empty();
     bench();
     CHECK_DONE();

@@ -243,14 +243,15 @@ static void test_estimate_bubble(void)
 
 static void test_unit_flops_and_numel(void)
 {
-    job_spec gpt, vit;
+    job_spec gpt, vit, llama;
     if (load_job(&gpt, "model:\n  preset: gpt2-124m\n") ||
-        load_job(&vit, "model:\n  preset: vit-b16\ndata:\n  kind: synthetic\n"))
+        load_job(&vit, "model:\n  preset: vit-b16\ndata:\n  kind: synthetic\n") ||
+        load_job(&llama, "model:\n  preset: llama3-8b\n  seq_len: 1024\n"))
         return;
-    job_model gn = gpt.model, vn = vit.model;
-    gn.attention = vn.attention = ATTN_NAIVE;
-    const job_model *models[4] = {&gpt.model, &vit.model, &gn, &vn};
-    for (int k = 0; k < 4; k++) {
+    job_model gn = gpt.model, vn = vit.model, ln = llama.model;
+    gn.attention = vn.attention = ln.attention = ATTN_NAIVE;
+    const job_model *models[6] = {&gpt.model, &vit.model, &gn, &vn, &llama.model, &ln};
+    for (int k = 0; k < 6; k++) {
         const job_model *m = models[k];
         /* selective re-runs each block's QK^T and AV (2 x 2 x seq^2 x C) with
          * naive attention, nothing with fused; block the whole block up to its
@@ -284,18 +285,18 @@ static void test_unit_flops_and_numel(void)
                 sizes_unit_work_of(m, u, (recompute_kind)rc, 4, 2, 0, 2.0, &w);
                 double f = 0;
                 for (int i = 0; i < w.n_gemm; i++) f += w.gemm[i].fwd_flops + w.gemm[i].bwd_flops;
-                if (m->kind == MODEL_GPT)
+                if (job_model_is_lm(m))
                     works_add_up &= fabs(2.0 * f - 4.0 * sizes_unit_flops(m, u, (recompute_kind)rc)) <=
                                     1e-9 * (f + 1.0);
                 if (u == model_n_units(m) - 1 && rc == RECOMPUTE_NONE)
                     head_fwd = w.gemm[0].fwd_flops, head_bwd = w.gemm[0].bwd_flops;
             }
-        CHECK(works_add_up && fabs(head_bwd - (m->kind == MODEL_GPT ? 3.0 : 2.0) * head_fwd) <= 1e-9 * head_bwd,
+        CHECK(works_add_up && fabs(head_bwd - (job_model_is_lm(m) ? 3.0 : 2.0) * head_fwd) <= 1e-9 * head_bwd,
               "%s: the step time's GEMMs x tp = sizes_unit_flops x micro_batch, unit by unit (GPT); the head's "
               "backward GEMMs are %.0f x its forward's (%s)", job_model_kind_name(m->kind), head_bwd / head_fwd,
-              m->kind == MODEL_GPT ? "the chunked LM head computes its logits again" : "no recompute");
+              job_model_is_lm(m) ? "the chunked LM head computes its logits again" : "no recompute");
         double extra = model_exec_flops_per_sample(m, RECOMPUTE_NONE) - none;
-        double head = m->kind == MODEL_GPT ? 2.0 * seq * m->vocab_size * m->d_model : 0.0;
+        double head = job_model_is_lm(m) ? 2.0 * seq * m->vocab_size * m->d_model : 0.0;
         CHECK(fabs(extra - head) < 1, "%s: executed - model FLOPs per sample = %.6g (the LM head's recompute: %.6g)",
               job_model_kind_name(m->kind), extra, head);
     }
