@@ -64,10 +64,18 @@ double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
 }
 
 /* wf: of bwd, the weight-gradient GEMM a zero-bubble W pass runs (sizes_gemm). */
-static void add_gemm(sizes_unit_work *w, double fwd, double bwd, double dim, double wf)
+static sizes_gemm *add_gemm(sizes_unit_work *w, double fwd, double bwd, double dim, double wf)
 {
-    if (w->n_gemm == SIZES_GEMM_MAX || fwd + bwd <= 0) return;
-    w->gemm[w->n_gemm++] = (sizes_gemm){fwd, bwd, dim < 1 ? 1 : dim, wf};
+    if (w->n_gemm == SIZES_GEMM_MAX || fwd + bwd <= 0) return NULL;
+    w->gemm[w->n_gemm] = (sizes_gemm){fwd, bwd, dim < 1 ? 1 : dim, wf, 0, 0};
+    return &w->gemm[w->n_gemm++];
+}
+
+/* The attention core: its products over `keys` keys per call. */
+static void add_attention(sizes_unit_work *w, double fwd, double bwd, double dim, double keys)
+{
+    sizes_gemm *g = add_gemm(w, fwd, bwd, dim, 0);
+    if (g) g->attention = 1, g->keys = keys;
 }
 
 static double min3(double a, double b, double c)
@@ -137,7 +145,7 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
         add_gemm(w, proj, (2.0 + blk) * proj, min3(rows, C / t, C), proj);
         add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, h1 / t), fc1);
         add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C), fc2);
-        add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, 0);
+        add_attention(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
         double heads = (double)m->n_head / t;
         double act = llama ? 3.0 * rows * F / t + 2.0 * rows * (C / t + kv_l) : 2.0 * rows * F / t;
         double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + act;

@@ -26,9 +26,10 @@
  *   embed GPT with pp > 1: the tied wte gradient, all-reduced between the first
  *        and the last stage once per step
  *   cp   context parallel's ring (cp.c), per block and microbatch: forward sends
- *        this rank's k and v on cp - 1 times ([B, T/cp, 2C/tp]), backward the
- *        same again (cp - 1) plus their gradient cp times (and block recompute
- *        the forward's once more). With cp the rank's activations are 1/cp of
+ *        this rank's k and v on cp - 1 times ([B, T/cp, 2 x kv heads x head
+ *        size / tp]: GQA's kv heads, replicated above tp), backward the same
+ *        again (cp - 1) plus their gradient cp times, in fp32 (and block
+ *        recompute the forward's once more). With cp the rank's activations are 1/cp of
  *        the samples' tokens: tp and pp volumes shrink with them, and dp's
  *        gradient reduction runs over dp x cp ranks.
  * Activations and their gradients travel at the working precision (bf16 under
@@ -226,13 +227,26 @@ static void embed_volume(const plan_estimate *e, int p, int tp_rank, plan_stage 
     finish(e, c, crosses(e, rank_at(e, 0, 0, 0), rank_at(e, par->pp - 1, 0, 0)), 2.0);
 }
 
-/* Bytes of this rank's k and v of one micro-batch (what one ring step sends). */
-double plan_cp_kv_bytes(const plan_estimate *e)
+/* This rank's k and v of one micro-batch (what one ring step sends): its
+ * tokens' rows of k then v for its kv heads (dt_kv_cols: 2 x kv heads x head
+ * size, GQA's fewer), in the activations' type; their gradient travels in fp32
+ * (cp.c). */
+static double cp_kv_elems(const plan_estimate *e)
 {
     const job_spec *j = &e->job;
-    /* fp32 on the wire, also under bf16 (cp.c's ring buffers are fp32) */
-    return (double)j->train.micro_batch * (j->model.seq_len / j->parallel.cp) * 2.0 *
-           (j->model.d_model / j->parallel.tp) * sizeof(float);
+    int tp = j->parallel.tp;
+    return (double)j->train.micro_batch * (j->model.seq_len / j->parallel.cp) *
+           dt_kv_cols(j->model.d_model / tp, j->model.n_head / tp, model_kv_heads_local(&j->model, tp));
+}
+
+double plan_cp_kv_bytes(const plan_estimate *e)
+{
+    return cp_kv_elems(e) * (double)sizes_param_elem_bytes(e->sizes);
+}
+
+double plan_cp_dkv_bytes(const plan_estimate *e)
+{
+    return cp_kv_elems(e) * sizeof(float);
 }
 
 static void cp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
@@ -243,10 +257,10 @@ static void cp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     c->size = cp;
     if (cp < 2) return;
     int rc = e->job.train.recompute == RECOMPUTE_BLOCK;
-    double sends = (double)(cp - 1) * (rc ? 3 : 2) + cp; /* kv forward (+ again), kv + dkv backward */
+    double kv_sends = (double)(cp - 1) * (rc ? 3 : 2); /* forward, backward (+ the recompute's forward) */
     c->op = "send/recv ring (k, v forward; k, v and their gradients backward)";
-    c->bytes = par->microbatches * sh->blocks * sends * plan_cp_kv_bytes(e);
-    c->calls = (long)(par->microbatches * sh->blocks * sends);
+    c->bytes = par->microbatches * sh->blocks * (kv_sends * plan_cp_kv_bytes(e) + cp * plan_cp_dkv_bytes(e));
+    c->calls = (long)(par->microbatches * sh->blocks * (kv_sends + cp));
     finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_CP), 1.0);
 }
 

@@ -55,6 +55,15 @@ static cJSON *hardware_json(const plan_estimate *e, const plan_machine *pm)
         cJSON_AddNumberToObject(pt, "fraction", hw->gemm_eff[i]);
         cJSON_AddItemToArray(tab, pt);
     }
+    if (hw->n_attn > 0) {
+        cJSON *at = cJSON_AddArrayToObject(o, "attention_efficiency");
+        for (int i = 0; i < hw->n_attn; i++) {
+            cJSON *pt = cJSON_CreateObject();
+            cJSON_AddNumberToObject(pt, "keys", hw->attn_keys[i]);
+            cJSON_AddNumberToObject(pt, "fraction", hw->attn_eff[i]);
+            cJSON_AddItemToArray(at, pt);
+        }
+    }
     cJSON_AddNumberToObject(o, "memory_efficiency", hw->memory_eff);
     cJSON_AddNumberToObject(o, "memory_bytes", hw->memory);
     cJSON_AddNumberToObject(o, "memory_bandwidth", hw->memory_bw);

@@ -16,6 +16,16 @@
  *                          says beside it which published figures it reads
  *   achievable_fraction    the older flat form: one fraction for every GEMM (a
  *                          profile gives this or gemm_efficiency, not both)
+ *   attention_efficiency   achieved fraction of peak of the fused (flash-style)
+ *                          attention kernels, forward and backward together,
+ *                          against the keys one kernel call sees (the sequence,
+ *                          or a context-parallel ring's block of it): a mapping
+ *                          `KEYS: FRACTION` read like gemm_efficiency, in the
+ *                          FLOPs such kernels are benchmarked in (score and value
+ *                          products, the backward's recomputed scores, causal
+ *                          tiles past the diagonal skipped). Optional: without it
+ *                          the attention core is priced as a GEMM whose smallest
+ *                          dimension is the head size
  *   memory_efficiency      of memory_bandwidth_gbs that the memory-bound ops (layer
  *                          norms, softmax, GELU, residual adds) reach; optional,
  *                          default 0.8
@@ -56,6 +66,8 @@ typedef struct {
     double achievable;    /* the table's largest fraction (the largest GEMMs), for reports */
     int n_gemm;           /* points of the GEMM efficiency table, >= 1 */
     double gemm_dim[HW_GEMM_MAX], gemm_eff[HW_GEMM_MAX]; /* dim increasing */
+    int n_attn;           /* points of attention_efficiency; 0: none given */
+    double attn_keys[HW_GEMM_MAX], attn_eff[HW_GEMM_MAX]; /* keys increasing */
     double memory_eff;    /* fraction of memory_bw the memory-bound ops reach */
     double memory;        /* bytes */
     double memory_bw;     /* bytes/s */
@@ -97,6 +109,10 @@ double hw_fixed_overhead(const hw_profile *hw, int world);
 
 /* Achieved fraction of peak of a GEMM whose smallest dimension is dim. */
 double hw_gemm_efficiency(const hw_profile *hw, double dim);
+
+/* Achieved fraction of peak of the fused attention kernels at `keys` keys per
+ * call (attention_efficiency); 0 when the profile gives no table. */
+double hw_attention_efficiency(const hw_profile *hw, double keys);
 
 /* Bytes --plan keeps free on a rank that has `rank_memory` bytes. */
 double hw_headroom(const hw_profile *hw, double rank_memory);

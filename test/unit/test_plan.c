@@ -866,6 +866,82 @@ static void test_planner_headroom(void)
     free(buf);
 }
 
+/* The attention core priced as its kernels run it. Blockwise (fused, or the
+ * cp ring) on a causal model: (seq + 1) / (2 seq) of the pairs the model
+ * counts, the backward's scores again (3.5 forwards in all), at the profile's
+ * attention_efficiency; naive: every pair, at the GEMM rate; a ViT (not
+ * causal): every pair. Found from two profiles that differ only in that table:
+ * the compute they give differs by exactly the executed FLOPs over the two
+ * rates. */
+static double attention_exec_flops(const job_spec *job, double *naive_delta)
+{
+    hw_profile hw;
+    char err[512];
+    if (hw_load(&hw, "h100-sxm", err, sizeof err)) return -1;
+    double compute[2];
+    const double eff[2] = {0.25, 0.5};
+    for (int k = 0; k < 2; k++) {
+        hw.n_attn = 2, hw.attn_keys[0] = 1, hw.attn_keys[1] = 1e6, hw.attn_eff[0] = hw.attn_eff[1] = eff[k];
+        plan_estimate e;
+        int rc = plan_estimate_memory(&e, job, &hw, 1, 1, err, sizeof err);
+        if (rc == 0) rc = plan_estimate_time(&e, err, sizeof err);
+        compute[k] = rc ? -1 : e.stage[0].compute;
+        plan_estimate_free(&e);
+        if (rc) return -1;
+    }
+    double peak = hw_peak(&hw, job->train.precision == PREC_BF16);
+    *naive_delta = compute[0] - compute[1];
+    return (compute[0] - compute[1]) / (1 / (peak * eff[0]) - 1 / (peak * eff[1]));
+}
+
+static void test_attention_time(void)
+{
+    job_spec job;
+    if (load_job(&job, "model: {kind: gpt, n_layer: 2, n_head: 8, d_model: 1024, vocab_size: 1024, seq_len: 16384}\n"
+                       "train: {global_batch: 1, micro_batch: 1, precision: bf16}\n"))
+        return;
+    double d, s = 16384, C = 1024, fwd = 4.0 * s * s * C; /* one block's score and value products */
+    double got = attention_exec_flops(&job, &d), want = 2 * 3.5 * fwd * (s + 1) / (2 * s);
+    CHECK(fabs(got / want - 1) < 1e-6,
+          "fused attention, causal GPT at 16k: the core runs %.4g FLOPs a step (want 2 blocks x 3.5 x 4 s^2 C x "
+          "(s + 1) / 2s = %.4g: causal tiles skipped, the scores again in backward), at attention_efficiency",
+          got, want);
+    job.model.attention = ATTN_NAIVE;
+    got = attention_exec_flops(&job, &d);
+    CHECK(got == 0 && d == 0, "naive attention: every pair at the GEMM rate, attention_efficiency unused");
+    hw_profile hw;
+    char err[512];
+    CHECK(hw_load(&hw, "h100-sxm", err, sizeof err) == 0 && hw.n_attn == 6 &&
+              fabs(hw_attention_efficiency(&hw, 8192) - 0.326) < 1e-9 &&
+              fabs(hw_attention_efficiency(&hw, 1 << 20) - 0.329) < 1e-9 && hw_attention_efficiency(&hw, 4) == 0.209,
+          "h100-sxm: FlashAttention-2's H100 table, read between and flat beyond its points");
+    const char *bad = "name: x\ndevice: gpu\npeak_bf16_tflops: 1\nattention_efficiency: {512: 0.3, 256: 0.2}\n";
+    int rc = hw_load_string(&hw, bad, strlen(bad), "a.yaml", err, sizeof err);
+    CHECK(rc && strstr(err, "a.yaml:4:") && strstr(err, "attention_efficiency: dimensions must increase"),
+          "attention_efficiency out of order: %s", err);
+    CHECK(hw_load(&hw, "a100-80g", err, sizeof err) == 0 && hw.n_attn == 0 && hw_attention_efficiency(&hw, 8192) == 0,
+          "a profile without attention_efficiency prices the core as a GEMM of the head size");
+}
+
+/* Context parallelism with GQA: the ring carries k and v of the rank's kv
+ * heads in the activations' type and their gradient in fp32 (cp.c). */
+static void test_cp_gqa_volume(void)
+{
+    job_spec job;
+    if (load_job(&job, "model: {kind: llama, n_layer: 4, n_head: 8, n_kv_head: 2, d_model: 512, d_ff: 1024, "
+                       "vocab_size: 1024, seq_len: 4096}\n"
+                       "train: {global_batch: 4, micro_batch: 1, precision: bf16}\nparallel: {cp: 4, dp: 1}\n"))
+        return;
+    plan_estimate e;
+    if (estimate(&e, &job, "h100-sxm", 1, 4)) return;
+    double rows = 4096.0 / 4, kv = rows * 2 * 2 * 64; /* [tokens / cp, 2 kv heads x 64 x (k, v)] */
+    double want = 4.0 * 4 * (2 * 3 * kv * 2 + 4 * kv * 4); /* m 4 x 4 blocks x (2(cp-1) bf16 sends + cp fp32 dkv) */
+    const plan_comm *c = &e.stage[0].comm[GROUP_CP];
+    CHECK(fabs(c->bytes - want) < 1, "cp 4, GQA 8 heads over 2 kv heads: the ring sends %.0f bytes a step (want %.0f: "
+                                     "kv heads only, bf16; the gradients fp32)", c->bytes, want);
+    plan_estimate_free(&e);
+}
+
 /* ---- the planner ---- */
 
 static void test_planner(void)
@@ -1211,6 +1287,8 @@ int main(void)
     test_stage_params_and_acts();
     test_monotonic();
     test_comm_volume();
+    test_attention_time();
+    test_cp_gqa_volume();
     test_report_text_and_json();
     test_warnings();
     test_hardware();
