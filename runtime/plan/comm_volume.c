@@ -20,7 +20,8 @@
  *        per block 4 forward, 6 backward (the layernorm outputs are gathered
  *        again), 3 more with recompute; GPT's embedding and head one each way,
  *        ViT's head forward and embedding backward; small all-reduces of the
- *        layernorm gradients (4 x C floats per block, 2 x C for GPT's head)
+ *        layernorm gradients (4 x C floats per block, 2 x C for GPT's head; a
+ *        Llama's RMSNorms have no bias: 2 x C and C)
  *   pp   one activation forward and one gradient backward per microbatch and
  *        chunk boundary (with sequence parallelism the tp rank's 1/tp of it)
  *   embed GPT with pp > 1: the tied wte gradient, all-reduced between the first
@@ -175,7 +176,9 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
         double halves = (10.0 + (rc ? 3.0 : 0.0)) * sh->blocks + (gpt ? 2.0 : 1.0) * (sh->has_emb + sh->has_head);
         double ln_calls = sh->blocks + (gpt ? sh->has_head : 0);
         /* the layernorm gradients' sums stay fp32 (tp.h) */
-        double ln = (4.0 * sh->blocks + (gpt ? 2.0 * sh->has_head : 0)) * md->d_model * 4.0;
+        /* per block two layernorms' weight and bias (GPT, ViT) or two RMSNorms' weight (Llama) */
+        double per_norm = md->kind == MODEL_LLAMA ? 1.0 : 2.0;
+        double ln = (2.0 * per_norm * sh->blocks + (gpt ? per_norm * sh->has_head : 0)) * md->d_model * 4.0;
         c->op = "all-gather + reduce-scatter (activations)";
         c->bytes = par->microbatches * (f / 2 * halves * act + f * (tiny * small + ln));
         c->calls = (long)par->microbatches * (long)(halves + tiny_calls + ln_calls);

@@ -421,6 +421,66 @@ static void explain(candidate *c, const candidate *best, int is_best)
         snprintf(c->reason + at, n - at, "; %.0f %% of step after backward", 100 * c->tail / c->step);
 }
 
+/* The job's own layout, priced like every candidate, so the plan says how
+ * its best compares with what the job file asks for. */
+typedef struct {
+    int compared;             /* the layout has the plan's ranks and was estimated */
+    char why[PLAN_WARN_LEN];  /* when not compared: why */
+    char layout[256];
+    double step, samples_per_s, tokens_per_s, mfu, max_total, device, headroom;
+    int fits, fits_headroom;
+} own_layout;
+
+static void describe_layout(const job_spec *job, char *out, size_t n)
+{
+    const job_parallel *par = &job->parallel;
+    char cp[24] = "", sched[96] = "";
+    if (par->cp > 1) snprintf(cp, sizeof cp, " x cp %d", par->cp);
+    if (par->pp > 1)
+        snprintf(sched, sizeof sched, ", pp_schedule %s, virtual_stages %d, microbatches %d",
+                 pp_schedule_kind_name(par->pp_schedule), par->virtual_stages, par->microbatches);
+    snprintf(out, n, "dp %d x tp %d%s x pp %d%s, mode %s%s, micro_batch %d, recompute %s", par->dp, par->tp,
+             par->sequence_parallel && par->tp > 1 ? " (sequence parallel)" : "", par->pp, cp,
+             job_shard_mode_name(par->mode), sched, job->train.micro_batch, job_recompute_name(job->train.recompute));
+}
+
+static void estimate_own(const job_spec *job, const plan_machine *pm, own_layout *ow)
+{
+    memset(ow, 0, sizeof *ow);
+    describe_layout(job, ow->layout, sizeof ow->layout);
+    const job_parallel *par = &job->parallel;
+    int world = par->dp * par->tp * par->pp * par->cp, W = pm->nnodes * pm->ranks_per_node;
+    if (world != W) {
+        snprintf(ow->why, sizeof ow->why, "its %d ranks are not the plan's %d", world, W);
+        return;
+    }
+    char err[PLAN_WARN_LEN];
+    plan_estimate e;
+    int rc = job_validate(job, err, sizeof err);
+    if (rc == 0) rc = plan_estimate_memory(&e, job, &pm->hw, pm->nnodes, pm->ranks_per_node, err, sizeof err);
+    if (rc == 0 && plan_estimate_time(&e, err, sizeof err) == 0) {
+        ow->compared = 1;
+        ow->step = e.step_time, ow->samples_per_s = e.samples_per_s, ow->tokens_per_s = e.tokens_per_s;
+        ow->mfu = e.mfu, ow->max_total = e.max_total, ow->device = e.stage[0].device, ow->headroom = e.headroom;
+        ow->fits = e.fits, ow->fits_headroom = e.fits_headroom;
+    } else {
+        snprintf(ow->why, sizeof ow->why, "%s", err);
+    }
+    if (rc == 0) plan_estimate_free(&e);
+}
+
+/* "the best above is 12 % faster" and the like, against the job's layout. */
+static void compare_text(const candidates *cs, const own_layout *ow, char *out, size_t n)
+{
+    if (!cs->n || !(ow->samples_per_s > 0)) {
+        snprintf(out, n, "%s", cs->n ? "" : "nothing above to compare it with");
+        return;
+    }
+    double r = cs->c[0].samples_per_s / ow->samples_per_s - 1;
+    if (fabs(r) < 0.005) snprintf(out, n, "the best above is as fast");
+    else snprintf(out, n, "the best above is %.0f %% %s", 100 * fabs(r), r > 0 ? "faster" : "slower");
+}
+
 /* train.offload as the job file writes it: "optimizer,params", "none". */
 static void offload_text(int offload, char *out, size_t n)
 {
@@ -445,8 +505,25 @@ static void print_row(FILE *out, char cells[COLS][CELL], const int *width, const
     fprintf(out, "  %s\n", why);
 }
 
+static void print_own(const candidates *cs, const own_layout *ow, const job_spec *job, FILE *out)
+{
+    char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN], d[FMT_LEN], cmp[96];
+    if (!ow->compared) {
+        fprintf(out, "\nthe job's own layout (%s): not compared, %s\n", ow->layout, ow->why);
+        return;
+    }
+    compare_text(cs, ow, cmp, sizeof cmp);
+    fprintf(out, "\nthe job's own layout (%s): %s a step, %s %s, MFU %.1f %%, %s on its fullest stage: ", ow->layout,
+            fmt_seconds(a, ow->step), fmt_count(b, job_model_is_lm(&job->model) ? ow->tokens_per_s : ow->samples_per_s),
+            job_model_is_lm(&job->model) ? "tokens/s" : "images/s", 100 * ow->mfu, fmt_bytes(c, ow->max_total));
+    if (ow->fits_headroom) fprintf(out, "fits with the headroom");
+    else if (ow->fits) fprintf(out, "fits the device but not with the headroom (%s)", fmt_bytes(d, ow->device - ow->headroom));
+    else fprintf(out, "does not fit (%s on the device)", fmt_bytes(d, ow->device));
+    fprintf(out, "%s%s\n", cmp[0] ? "; " : "", cmp);
+}
+
 static void print_text(const candidates *cs, int top, const job_spec *job, const plan_machine *pm, double secs,
-                       FILE *out)
+                       const own_layout *ow, FILE *out)
 {
     const job_model *m = &job->model;
     char a[FMT_LEN], room[512];
@@ -469,6 +546,7 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
             cs->simulated, top, secs);
     if (cs->n == 0) {
         fprintf(out, "  nothing fits: a bigger machine, more nodes, a smaller global_batch or a smaller headroom\n");
+        print_own(cs, ow, job, out);
         return;
     }
     int rows = top < cs->n ? top : cs->n, width[COLS] = {0};
@@ -506,10 +584,11 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
     print_row(out, cell[0], width, "why");
     for (int i = 0; i < rows; i++) print_row(out, cell[i + 1], width, cs->c[i].reason);
     free(cell);
+    print_own(cs, ow, job, out);
 }
 
-static int print_json(const candidates *cs, int top, const plan_machine *pm, double secs, FILE *out, char *err,
-                      size_t errlen)
+static int print_json(const candidates *cs, int top, const plan_machine *pm, double secs, const own_layout *ow,
+                      FILE *out, char *err, size_t errlen)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "hardware", pm->hw.name);
@@ -561,6 +640,22 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddStringToObject(o, "reason", c->reason);
         cJSON_AddItemToArray(arr, o);
     }
+    cJSON *jo = cJSON_AddObjectToObject(root, "job_layout");
+    cJSON_AddStringToObject(jo, "layout", ow->layout);
+    cJSON_AddBoolToObject(jo, "compared", ow->compared);
+    if (!ow->compared) {
+        cJSON_AddStringToObject(jo, "why", ow->why);
+    } else {
+        cJSON_AddNumberToObject(jo, "step_s", ow->step);
+        cJSON_AddNumberToObject(jo, "samples_per_s", ow->samples_per_s);
+        cJSON_AddNumberToObject(jo, "tokens_per_s", ow->tokens_per_s);
+        cJSON_AddNumberToObject(jo, "mfu", ow->mfu);
+        cJSON_AddNumberToObject(jo, "memory_bytes", ow->max_total);
+        cJSON_AddBoolToObject(jo, "fits", ow->fits);
+        cJSON_AddBoolToObject(jo, "fits_headroom", ow->fits_headroom);
+        if (cs->n && ow->samples_per_s > 0)
+            cJSON_AddNumberToObject(jo, "best_speedup", cs->c[0].samples_per_s / ow->samples_per_s);
+    }
     return plan_json_write(root, "plan", out, err, errlen);
 }
 
@@ -588,9 +683,11 @@ int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, si
     qsort(cs.c, (size_t)cs.n, sizeof *cs.c, faster_first);
     for (int i = 0; i < cs.n && i < top; i++) explain(&cs.c[i], &cs.c[0], i == 0);
     double secs = clock_now_s() - t0;
+    own_layout ow;
+    estimate_own(job, &pm, &ow);
     int rc = 0;
-    if (o->format == DRYRUN_JSON) rc = print_json(&cs, top, &pm, secs, out, err, errlen) ? 1 : 0;
-    else print_text(&cs, top, job, &pm, secs, out);
+    if (o->format == DRYRUN_JSON) rc = print_json(&cs, top, &pm, secs, &ow, out, err, errlen) ? 1 : 0;
+    else print_text(&cs, top, job, &pm, secs, &ow, out);
     if (rc == 0 && cs.n == 0) {
         snprintf(err, errlen, "plan: no layout of %d ranks fits %s with the headroom kept free (%ld searched)",
                  pm.nnodes * pm.ranks_per_node, pm.hw.name, cs.searched);

@@ -231,7 +231,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
             double half_f = 4.0 * blocks + head + (gpt ? emb : 0);
             double half_b = (6.0 + (job->train.recompute == RECOMPUTE_BLOCK ? 3.0 : 0.0)) * blocks + emb +
                             (gpt ? head : 0);
-            double ln_b = blocks + (gpt ? head : 0), ln_bytes = 4.0 * md->d_model * 4.0;
+            double ln_b = blocks + (gpt ? head : 0), ln_bytes = (md->kind == MODEL_LLAMA ? 2.0 : 4.0) * md->d_model * 4.0;
             tf = half_f * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +
                  tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
             tb = half_b * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +

@@ -861,7 +861,7 @@ static void test_planner_headroom(void)
     int named = header[0] != 0;
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) named &= strstr(header, words[i]) != NULL;
     CHECK(named && !strstr(header, " rc ") && !strstr(header, " m ") && !strstr(header, " mb ") &&
-              !strstr(buf, "+off") && !strstr(buf, "+sp"),
+              !strstr(buf, "+off") && !strstr(buf, "+sp") && strstr(buf, "\nthe job's own layout ("),
           "plan text: columns named as the job's keys, no rc / m / mb / +off / +sp (%s)", header);
     free(buf);
 }
@@ -1015,6 +1015,43 @@ static char *plan_json(const job_spec *job, const char *hw, int nnodes, int per_
     fclose(f);
     if (rc) printf("# plan: %s\n", err);
     return buf;
+}
+
+/* --plan prices the job's own layout like its candidates and says how its
+ * best compares; a layout of another size is not compared, and says why. */
+static void test_planner_own_layout(void)
+{
+    job_spec job;
+    if (load_job(&job, "model: {preset: gpt-13b}\ntrain: {global_batch: 256, micro_batch: 1, precision: bf16}\n"
+                       "parallel: {dp: 64, mode: fsdp}\n"))
+        return;
+    char *buf = plan_json(&job, "h100-sxm", 8, 8, 0);
+    cJSON *root = buf ? cJSON_Parse(buf) : NULL, *jo = cJSON_GetObjectItem(root, "job_layout");
+    cJSON *best = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "top"), 0);
+    plan_estimate e;
+    int ok = jo && best && cJSON_IsTrue(cJSON_GetObjectItem(jo, "compared")) && estimate(&e, &job, "h100-sxm", 8, 8) == 0;
+    if (ok) {
+        double step = cJSON_GetNumberValue(cJSON_GetObjectItem(jo, "step_s"));
+        double speedup = cJSON_GetNumberValue(cJSON_GetObjectItem(jo, "best_speedup"));
+        double want = cJSON_GetNumberValue(cJSON_GetObjectItem(best, "samples_per_s")) / e.samples_per_s;
+        CHECK(step == e.step_time && fabs(speedup / want - 1) < 1e-12 && speedup >= 1 &&
+                  cJSON_IsTrue(cJSON_GetObjectItem(jo, "fits_headroom")) == e.fits_headroom,
+              "plan gpt-13b: the job's own FSDP 64 layout priced as the dry-run prices it (%.3g s), the best %.2fx "
+              "as fast", step, speedup);
+        plan_estimate_free(&e);
+    } else {
+        CHECK(0, "plan gpt-13b: job_layout compared");
+    }
+    cJSON_Delete(root);
+    free(buf);
+    job.parallel.dp = 8;
+    buf = plan_json(&job, "h100-sxm", 8, 8, 0);
+    root = buf ? cJSON_Parse(buf) : NULL, jo = cJSON_GetObjectItem(root, "job_layout");
+    const char *why = jo ? cJSON_GetStringValue(cJSON_GetObjectItem(jo, "why")) : NULL;
+    CHECK(jo && cJSON_IsFalse(cJSON_GetObjectItem(jo, "compared")) && why && strstr(why, "its 8 ranks are not the plan's 64"),
+          "a job layout of 8 ranks on a plan of 64: not compared (%s)", why ? why : "none");
+    cJSON_Delete(root);
+    free(buf);
 }
 
 static int same_top(const char *a, const char *b, int *n, double *sim_a, double *sim_b)
@@ -1295,6 +1332,7 @@ int main(void)
     test_headroom_profile();
     test_planner();
     test_planner_headroom();
+    test_planner_own_layout();
     test_planner_bound();
     test_planner_offload();
     test_fixed_bytes();
