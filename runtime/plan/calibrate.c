@@ -102,17 +102,29 @@ static void bench_once(const dt_ops *ops, const bench *b, bufs *x)
     ops->gelu_backward(x->dwide, x->wide, x->wide_out, 4 * n, DT_F32);
 }
 
+static double thread_cpu_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* Units per second over all cores at once (each thread single-threaded, its
- * own buffers), the best of TRIALS; 0 when buffers could not be had. */
-static double measure(const bench *b, int cores)
+ * own buffers), the best of TRIALS; 0 when buffers could not be had. Each
+ * thread's rate is over the CPU time it got, not the wall clock: another
+ * process taking a share of the cores lengthens the wall time, not the CPU
+ * time the work needs (what it takes of the caches and the memory bandwidth
+ * still lowers the figure). *wall_rate: the same by the wall clock. */
+static double measure(const bench *b, int cores, double *wall_rate)
 {
     const dt_ops *ops = &dt_ops_cpu;
     double best = 0;
+    *wall_rate = 0;
     for (int trial = 0; trial < TRIALS; trial++) {
-        double t0 = 0, t1 = 0;
+        double t0 = 0, t1 = 0, rate = 0;
         long iters = 1;
         int failed = 0;
-#pragma omp parallel num_threads(cores) shared(t0, t1, iters, failed)
+#pragma omp parallel num_threads(cores) shared(t0, t1, iters, failed, rate)
         {
             omp_set_num_threads(1); /* this thread's own ops run single-threaded */
             bufs x;
@@ -122,9 +134,9 @@ static double measure(const bench *b, int cores)
             }
 #pragma omp barrier
             if (!failed) {
-                double w0 = clock_now_s();
+                double w0 = thread_cpu_s();
                 bench_once(ops, b, &x); /* pages touched, caches warm */
-                double dt = clock_now_s() - w0;
+                double dt = thread_cpu_s() - w0;
 #pragma omp barrier
 #pragma omp master
                 {
@@ -133,7 +145,11 @@ static double measure(const bench *b, int cores)
                     t0 = clock_now_s();
                 }
 #pragma omp barrier
+                double c0 = thread_cpu_s();
                 for (long i = 0; i < iters; i++) bench_once(ops, b, &x);
+                double mine = thread_cpu_s() - c0;
+#pragma omp atomic update
+                rate += mine > 0 ? (double)iters * bench_units(b) / mine : 0;
 #pragma omp barrier
 #pragma omp master
                 t1 = clock_now_s();
@@ -141,8 +157,9 @@ static double measure(const bench *b, int cores)
             bufs_free(&x);
         }
         if (failed) return 0;
-        double rate = t1 > t0 ? cores * (double)iters * bench_units(b) / (t1 - t0) : 0;
+        double wall = t1 > t0 ? cores * (double)iters * bench_units(b) / (t1 - t0) : 0;
         if (rate > best) best = rate;
+        if (wall > *wall_rate) *wall_rate = wall;
     }
     return best;
 }
@@ -167,8 +184,9 @@ static int write_profile(FILE *f, const char *name, const hw_profile *base, cons
 {
     fprintf(f,
             "# %s.yaml, written by `dtrun --calibrate` (runtime/plan/calibrate.h): the CPU backend of\n"
-            "# %s measured on %s with its %d cores busy at once, load average %.2f\n"
-            "# (taken on a loaded machine the figures are low: calibrate again when it is idle).\n"
+            "# %s measured on %s with its %d cores busy at once, load average %.2f (rates per\n"
+            "# CPU second of each thread: other processes' share of the cores does not lower\n"
+            "# them, what they take of the caches and memory bandwidth does).\n"
             "# peak_fp32_tflops: the best rate of a linear layer's three fp32 products\n"
             "# ([%d, d] x [d, 2d]: output, input gradient, weight gradient; OpenBLAS\n"
             "# through the ops table, one single-threaded worker per core); gemm_efficiency:\n"
@@ -237,25 +255,28 @@ int plan_calibrate(const char *path, FILE *log, char *err, size_t errlen)
     double rate[N_DIMS], peak = 0;
     for (int i = 0; i < N_DIMS; i++) {
         bench b = {GEMM_ROWS, DIMS[i], 2 * DIMS[i]};
-        rate[i] = measure(&b, cores);
+        double wall;
+        rate[i] = measure(&b, cores, &wall);
         if (!(rate[i] > 0)) {
             errline(err, errlen, "--calibrate: no memory for the GEMM buffers of d %d", DIMS[i]);
             if (!to_stdout) fclose(f), remove(tmp);
             return 1;
         }
         if (rate[i] > peak) peak = rate[i];
-        if (log) fprintf(log, "dtrun: calibrate: GEMM [%d, %d] x [%d, %d] x 3: %.1f GFLOP/s on %d cores\n", GEMM_ROWS,
-                         DIMS[i], DIMS[i], 2 * DIMS[i], rate[i] / 1e9, cores);
+        if (log)
+            fprintf(log, "dtrun: calibrate: GEMM [%d, %d] x [%d, %d] x 3: %.1f GFLOP/s on %d cores (%.1f by the wall "
+                         "clock)\n", GEMM_ROWS, DIMS[i], DIMS[i], 2 * DIMS[i], rate[i] / 1e9, cores, wall / 1e9);
     }
     bench mb = {MEM_ROWS, 0, MEM_COLS};
-    double mem_rate = measure(&mb, cores);
+    double mem_wall, mem_rate = measure(&mb, cores, &mem_wall);
     if (!(mem_rate > 0)) {
         errline(err, errlen, "--calibrate: no memory for the memory-bound ops' buffers");
         if (!to_stdout) fclose(f), remove(tmp);
         return 1;
     }
-    if (log) fprintf(log, "dtrun: calibrate: a block's memory-bound ops (d %d, %d tokens): %.1f GB/s on %d cores\n",
-                     MEM_COLS, MEM_ROWS, mem_rate / 1e9, cores);
+    if (log)
+        fprintf(log, "dtrun: calibrate: a block's memory-bound ops (d %d, %d tokens): %.1f GB/s on %d cores (%.1f by "
+                     "the wall clock)\n", MEM_COLS, MEM_ROWS, mem_rate / 1e9, cores, mem_wall / 1e9);
     char host[256] = "this host", when[64] = "";
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "this host");
     host[sizeof host - 1] = 0;

@@ -19,11 +19,13 @@
  *       DRAM (GELU's tanh, the norms' reductions): the rate says what they
  *       reach, which is what a step pays. The AdamW step is priced at the same
  *       rate.
- * Each figure is the best of three trials (another process taking a core
+ * Each figure is the best of three trials, each thread's rate over the CPU
+ * time it got (another process taking a share of the cores lengthens the
+ * wall time, not that; what it takes of the caches and memory bandwidth still
  * lowers a trial, never raises it). The links, latencies and overheads come
  * from the shipped cpu profile (hw_load("cpu")) when it is found. The file
  * says when and where it was measured (`calibrated:`) and the load average
- * then: figures taken on a loaded machine are low. */
+ * then. */
 #ifndef DTRUN_PLAN_CALIBRATE_H
 #define DTRUN_PLAN_CALIBRATE_H
 
