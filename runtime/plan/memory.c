@@ -51,7 +51,9 @@ static double bf16_operands_bytes(const plan_estimate *e)
 {
     const job_model *m = &e->job.model;
     const job_parallel *par = &e->job.parallel;
-    double t = par->tp, C = m->d_model, F = m->d_ff / t, C3 = 3.0 * C / t, Cl = C / t;
+    /* a Llama's MLP up projection is its packed gate|up GEMM (2 d_ff) */
+    double t = par->tp, C = m->d_model, F = (m->kind == MODEL_LLAMA ? 2.0 : 1.0) * m->d_ff / t, C3 = 3.0 * C / t,
+           Cl = C / t;
     double N = (double)e->job.train.micro_batch * model_seq_len(m) / par->cp;
     /* elements narrowed (or borrowed) by one GEMM call, the largest of each kind */
     double most = fmax(N * C, fmax(N * C3, fmax(N * Cl, N * F))); /* output gradients; a forward's borrowed rows */
@@ -94,7 +96,9 @@ static double cpu_bf16_staging_bytes(const plan_estimate *e)
 {
     const job_model *m = &e->job.model;
     const job_parallel *par = &e->job.parallel;
-    double t = par->tp, C = m->d_model, F = m->d_ff / t, C3 = 3.0 * C / t, Cl = C / t;
+    /* a Llama's MLP up projection is its packed gate|up GEMM (2 d_ff) */
+    double t = par->tp, C = m->d_model, F = (m->kind == MODEL_LLAMA ? 2.0 : 1.0) * m->d_ff / t, C3 = 3.0 * C / t,
+           Cl = C / t;
     double T = (double)model_seq_len(m) / par->cp, B = e->job.train.micro_batch, N = B * T;
     int naive = m->attention == ATTN_NAIVE && par->cp == 1;
     double probs = naive ? B * ((double)m->n_head / t) * T * T : 0;
