@@ -22,6 +22,8 @@
  * - Backward functions ACCUMULATE (+=) into every gradient they write (dinp, dw,
  *   db, ...), so gradient accumulation over micro-steps and the sum of a residual
  *   stream's two branches need no extra pass. Callers zero gradients when needed.
+ *   One exception, said at its declaration: rope_backward transforms its
+ *   gradient in place.
  * - Pointers never alias unless a comment says so.
  * - No op communicates or does I/O. Tensor-parallel reductions happen between
  *   ops, in the strategy, through hooks (see runtime/model/model.h).
@@ -45,7 +47,7 @@ static inline void *dt_at(const void *p, size_t n, dt_dtype t)
     return p ? (char *)p + n * dt_dtype_size(t) : NULL;
 }
 
-/* Attention's widths (ops.h attention_*): NH query heads of hs = C / NH
+/* Attention's widths (attention_* below): NH query heads of hs = C / NH
  * columns, NKV key/value heads (grouped-query attention; NKV == NH: plain
  * multi-head). dt_kv_cols: a row of k then v, 2 NKV hs (a KV cache's values
  * per position and layer, kv_pack's row); dt_qkv_cols: a row of q, k, v, C +

@@ -466,7 +466,7 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_probs_kernel(abk_args a, 
     int rows = min(BM, a.Tq - r0);
     size_t ldkv = (size_t)a.ldkv;
     const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
-    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)h * a.hs;
+    const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs;
     T *ab = att + (size_t)bh * a.Tq * a.Tk;
     int nk = abk_seen(r0 + rows - 1, a);
     load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * a.ldq, a.ldq, rows, a.hs);

@@ -222,6 +222,11 @@ void cuda_layernorm_forward(void *out, float *mean, float *rstd, const void *inp
                             int N, int C, float eps, dt_dtype t);
 void cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const void *inp, const float *w,
                              const float *mean, const float *rstd, int N, int C, dt_dtype t);
+/* rmsnorm.cu */
+void cuda_rmsnorm_forward(void *out, float *rstd, const void *inp, const float *w, int N, int C, float eps,
+                          dt_dtype t);
+void cuda_rmsnorm_backward(float *dinp, float *dw, const float *dout, const void *inp, const float *w,
+                           const float *rstd, int N, int C, dt_dtype t);
 /* matmul.cu */
 void cuda_matmul_forward(void *out, const void *inp, const void *w, const float *bias, int N, int IC, int OC,
                          dt_dtype t, dt_dtype out_t);
@@ -249,6 +254,13 @@ void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, con
                                    int NKV, int causal, int shift, dt_dtype t);
 /* rows_copy.cu */
 void cuda_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
+/* rope.cu */
+void cuda_rope_table(float *cs, int max_pos, int hs, float theta);
+void cuda_rope_forward(void *x, int ld, int nheads, int hs, const int *pos, const float *cs, int N, dt_dtype t);
+void cuda_rope_backward(float *dx, int ld, int nheads, int hs, const int *pos, const float *cs, int N);
+/* swiglu.cu */
+void cuda_swiglu_forward(void *out, const void *inp, int N, int F, dt_dtype t);
+void cuda_swiglu_backward(float *dinp, const void *inp, const float *dout, int N, int F, dt_dtype t);
 /* gelu.cu */
 void cuda_gelu_forward(void *out, const void *inp, size_t n, dt_dtype t);
 void cuda_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);
@@ -260,6 +272,8 @@ void cuda_residual_forward(void *out, const float *a, const void *b, size_t n, d
 /* residual_layernorm.cu */
 void cuda_residual_layernorm_forward(void *res, void *out, float *mean, float *rstd, const float *a, const void *b,
                                      const float *w, const float *bias, int N, int C, float eps, dt_dtype t);
+void cuda_residual_rmsnorm_forward(void *res, void *out, float *rstd, const float *a, const void *b, const float *w,
+                                   int N, int C, float eps, dt_dtype t);
 void cuda_residual_backward(float *da, float *db, const float *dout, size_t n);
 /* xent.cu */
 void cuda_xent_stats(float *rowmax, float *sumexp, float *target, const float *logits,

@@ -10,11 +10,13 @@
  *   bf16_act  the same with the activations stored as bf16 (t = DT_BF16:
  *          q, kv and out bf16, as a mixed-precision model keeps them): half
  *          the bytes read and written, no narrowing on load
- * and, for reference, the full attention (attention_forward/_backward: cuBLAS
+ * With --kv-heads NKV < NH, grouped-query attention (Llama 3 8B: --heads 32
+ * --kv-heads 8 --hs 128): the same FLOPs, k and v NKV heads wide.
+ * And, for reference, the full attention (attention_forward/_backward: cuBLAS
  * GEMMs in fp32 with the [B, NH, T, T] probabilities in memory; full_bf16_act:
  * its bf16-activation path, attention.cu).
  *
- *   gpu_attention [--batch B] [--seq T] [--heads NH] [--hs HS] [--full 0|1]
+ *   gpu_attention [--batch B] [--seq T] [--heads NH] [--kv-heads NKV] [--hs HS] [--full 0|1]
  *                 [--iters N] [--warmup W]
  *
  * Prints one JSON line: per mode the median forward and backward time (ms,
@@ -46,7 +48,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: gpu_attention [--batch B] [--seq T] [--heads NH] [--hs HS] [--full 0|1] "
+    fprintf(stderr, "usage: gpu_attention [--batch B] [--seq T] [--heads NH] [--kv-heads NKV] [--hs HS] [--full 0|1] "
                     "[--iters N] [--warmup W]\n");
     exit(1);
 }
@@ -70,7 +72,7 @@ static float *dev_random(const dt_ops *ops, size_t n, uint64_t seed) {
 }
 
 typedef struct {
-    int B, T, NH, C;
+    int B, T, NH, NKV, C;
     const dt_ops *ops;
     dt_dtype t; /* the activations' type: qkv, kv, out, att */
     void *qkv, *kv, *out, *att;
@@ -82,19 +84,19 @@ enum { PASS_FWD, PASS_BWD };
 static void run_block(const bench *b, int pass) {
     const dt_ops *ops = b->ops;
     if (pass == PASS_FWD)
-        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T, b->T, b->C, b->NH, b->NH, 1, 0, b->t,
+        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T, b->T, b->C, b->NH, b->NKV, 1, 0, b->t,
                                      b->t);
     else
         ops->attention_block_backward(b->dqkv, b->dkv, b->dout, b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T,
-                                      b->T, b->C, b->NH, b->NH, 1, 0, b->t);
+                                      b->T, b->C, b->NH, b->NKV, 1, 0, b->t);
 }
 
 static void run_full(const bench *b, int pass) {
     const dt_ops *ops = b->ops;
     if (pass == PASS_FWD)
-        ops->attention_forward(b->out, b->att, b->qkv, b->B, b->T, b->C, b->NH, b->NH, 1, b->t);
+        ops->attention_forward(b->out, b->att, b->qkv, b->B, b->T, b->C, b->NH, b->NKV, 1, b->t);
     else
-        ops->attention_backward(b->dqkv, b->scratch, b->dout, b->qkv, b->att, b->B, b->T, b->C, b->NH, b->NH, 1, b->t);
+        ops->attention_backward(b->dqkv, b->scratch, b->dout, b->qkv, b->att, b->B, b->T, b->C, b->NH, b->NKV, 1, b->t);
 }
 
 /* Median seconds of one call of `pass`. */
@@ -120,53 +122,55 @@ static void print_mode(const char *name, double fwd, double bwd, double ffwd, do
 }
 
 int main(int argc, char **argv) {
-    int B = 8, T = 1024, NH = 12, hs = 64, iters = 20, warmup = 3, full = 1;
+    int B = 8, T = 1024, NH = 12, NKV = 0, hs = 64, iters = 20, warmup = 3, full = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) B = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) T = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--heads") && i + 1 < argc) NH = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--kv-heads") && i + 1 < argc) NKV = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--hs") && i + 1 < argc) hs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--full") && i + 1 < argc) full = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
         else usage();
     }
-    if (B <= 0 || T <= 0 || NH <= 0 || hs <= 0 || iters <= 0 || warmup < 0) usage();
+    if (NKV == 0) NKV = NH;
+    if (B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || NH % NKV || hs <= 0 || iters <= 0 || warmup < 0) usage();
     const dt_ops *ops = dt_ops_cuda();
     if (!ops) {
         fprintf(stderr, "gpu_attention: no CUDA device (or the CUDA backend is not built)\n");
         return 2;
     }
-    int C = NH * hs;
+    int C = NH * hs, W = dt_qkv_cols(C, NH, NKV), C2 = dt_kv_cols(C, NH, NKV);
     size_t N = (size_t)B * T;
-    bench b = {.B = B, .T = T, .NH = NH, .C = C, .ops = ops, .t = DT_F32};
-    b.qkv = dev_random(ops, N * 3 * C, 1);
+    bench b = {.B = B, .T = T, .NH = NH, .NKV = NKV, .C = C, .ops = ops, .t = DT_F32};
+    b.qkv = dev_random(ops, N * W, 1);
     b.dout = dev_random(ops, N * C, 2);
-    b.kv = ops->alloc(N * 2 * C * sizeof(float));
+    b.kv = ops->alloc(N * C2 * sizeof(float));
     b.out = ops->alloc(N * C * sizeof(float));
     b.lse = ops->alloc((size_t)B * NH * T * sizeof(float));
-    b.dqkv = ops->alloc(N * 3 * C * sizeof(float));
-    b.dkv = ops->alloc(N * 2 * C * sizeof(float));
+    b.dqkv = ops->alloc(N * W * sizeof(float));
+    b.dkv = ops->alloc(N * C2 * sizeof(float));
     if (!b.kv || !b.out || !b.lse || !b.dqkv || !b.dkv) {
         fprintf(stderr, "gpu_attention: out of device memory at B=%d T=%d C=%d\n", B, T, C);
         return 3;
     }
     /* bf16 values, so both modes see the same inputs (the bf16 model stores
      * qkv rounded), then k and v packed as the contract wants them */
-    ops->round_bf16(b.qkv, N * 3 * C);
-    ops->rows_copy(b.kv, 2 * C, (float *)b.qkv + C, 3 * C, (int)N, 2 * C, 0, DT_F32);
+    ops->round_bf16(b.qkv, N * W);
+    ops->rows_copy(b.kv, C2, (float *)b.qkv + C, W, (int)N, C2, 0, DT_F32);
     /* the same values stored as bf16 (exact), for the bf16_act modes */
     bench h = b;
     h.t = DT_BF16;
-    h.qkv = ops->alloc(N * 3 * C * sizeof(uint16_t));
-    h.kv = ops->alloc(N * 2 * C * sizeof(uint16_t));
+    h.qkv = ops->alloc(N * W * sizeof(uint16_t));
+    h.kv = ops->alloc(N * C2 * sizeof(uint16_t));
     h.out = ops->alloc(N * C * sizeof(uint16_t));
     if (!h.qkv || !h.kv || !h.out) {
         fprintf(stderr, "gpu_attention: out of device memory at B=%d T=%d C=%d\n", B, T, C);
         return 3;
     }
-    ops->to_bf16(h.qkv, b.qkv, N * 3 * C);
-    ops->to_bf16(h.kv, b.kv, N * 2 * C);
+    ops->to_bf16(h.qkv, b.qkv, N * W);
+    ops->to_bf16(h.kv, b.kv, N * C2);
 
     double causal_frac = 0.5;
     double ffwd = 4.0 * B * NH * (double)T * T * hs * causal_frac, fbwd = 2.5 * ffwd;
@@ -198,9 +202,9 @@ int main(int argc, char **argv) {
             full = 0; /* the T x T probabilities do not fit: say so by leaving the mode out */
         }
     }
-    printf("{\"bench\":\"attention_block\",\"device\":\"%s\",\"B\":%d,\"T\":%d,\"NH\":%d,\"hs\":%d,\"causal\":1,"
-           "\"fwd_gflop\":%.3f,\"bwd_gflop\":%.3f,",
-           dt_ops_cuda_device_name(), B, T, NH, hs, ffwd / 1e9, fbwd / 1e9);
+    printf("{\"bench\":\"attention_block\",\"device\":\"%s\",\"B\":%d,\"T\":%d,\"NH\":%d,\"NKV\":%d,\"hs\":%d,"
+           "\"causal\":1,\"fwd_gflop\":%.3f,\"bwd_gflop\":%.3f,",
+           dt_ops_cuda_device_name(), B, T, NH, NKV, hs, ffwd / 1e9, fbwd / 1e9);
     print_mode("fp32", t[0][0], t[0][1], ffwd, fbwd, 0);
     print_mode("bf16", t[1][0], t[1][1], ffwd, fbwd, 0);
     print_mode("bf16_act", t[2][0], t[2][1], ffwd, fbwd, !full);

@@ -42,6 +42,12 @@
  *                   outputs by O(1). The row log-sum-exps are fp32 sums of
  *                   exact scores in both modes: TOL_GEMM.
  *   TOL_SUMSQ 1e-12 sum of squares in double on both sides
+ * The Llama ops: RMSNorm (and the fused residual + RMSNorm) and SwiGLU as
+ * layernorm and GELU, TOL_ELEM (res: TOL_EXACT); RoPE has no tolerance: its
+ * table is computed on the host for both backends and each output is two
+ * rounded products and their rounded sum on both sides (ops.h), so the
+ * table, the forward (fp32 and bf16) and the backward agree bit for bit.
+ * Grouped-query attention (NKV < NH) takes the attention tolerances above.
  * The device-scalar ops of train.cuda_graphs (loss_sum_add, loss_seed,
  * sumsq_add, scalar_add, clip_scale, scale_dev, adamw_multi_dev, adamw_mixed_multi_dev)
  * are host code or host-scalar ops done on the device: bit for bit against
@@ -663,17 +669,17 @@ static void test_matmul_dgelu_act16(int N, int IC, int OC, int pad) {
 
 /* ---------------------------------------------------------------- attention */
 
-static void test_attention(int B, int T, int C, int NH, int causal) {
+static void test_attention(int B, int T, int C, int NH, int NKV, int causal) {
     char what[160];
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    size_t nqkv = (size_t)B * T * dt_qkv_cols(C, NH, NKV), nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     float *qkv = hrand(nqkv, 1.0f), *out = hrand(nout, 1.0f), *att = hrand(natt, 1.0f);
     dbuf dqkv = dup_f(qkv, nqkv, 0), dout = dup_f(out, nout, 0), datt = dup_f(att, natt, 0);
-    cpu->attention_forward(out, att, qkv, B, T, C, NH, NH, causal, DT_F32);
-    gpu->attention_forward(dout.p, datt.p, dqkv.p, B, T, C, NH, NH, causal, DT_F32);
-    snprintf(what, sizeof what, "attention_forward out B=%d T=%d C=%d NH=%d %s", B, T, C, NH,
+    cpu->attention_forward(out, att, qkv, B, T, C, NH, NKV, causal, DT_F32);
+    gpu->attention_forward(dout.p, datt.p, dqkv.p, B, T, C, NH, NKV, causal, DT_F32);
+    snprintf(what, sizeof what, "attention_forward out B=%d T=%d C=%d NH=%d NKV=%d %s", B, T, C, NH, NKV,
              causal ? "causal" : "full");
     expect(what, &dout, out, nout, TOL_GEMM);
-    snprintf(what, sizeof what, "attention_forward att B=%d T=%d C=%d NH=%d %s", B, T, C, NH,
+    snprintf(what, sizeof what, "attention_forward att B=%d T=%d C=%d NH=%d NKV=%d %s", B, T, C, NH, NKV,
              causal ? "causal" : "full");
     expect(what, &datt, att, natt, TOL_GEMM);
 
@@ -683,10 +689,10 @@ static void test_attention(int B, int T, int C, int NH, int causal) {
     float *dscratch = gpu->alloc(natt * sizeof(float));
     /* both sides from the CPU's probabilities, so backward is tested alone */
     gpu->from_host(datt.p, att, natt * sizeof(float));
-    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, NH, causal, DT_F32);
-    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv.p, datt.p, B, T, C, NH, NH, causal, DT_F32);
-    snprintf(what, sizeof what, "attention_backward dqkv B=%d T=%d C=%d NH=%d %s (accumulates)",
-             B, T, C, NH, causal ? "causal" : "full");
+    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, NKV, causal, DT_F32);
+    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv.p, datt.p, B, T, C, NH, NKV, causal, DT_F32);
+    snprintf(what, sizeof what, "attention_backward dqkv B=%d T=%d C=%d NH=%d NKV=%d %s (accumulates)",
+             B, T, C, NH, NKV, causal ? "causal" : "full");
     expect(what, &dgq, gq, nqkv, TOL_GEMM);
     drop(&dqkv); drop(&dout); drop(&datt); drop(&dg); drop(&dgq);
     gpu->free(dscratch);
@@ -735,30 +741,31 @@ static void expect_lse(const char *what, const dbuf *d, const float *ref, size_t
  * in *gq and the device's in *dgq (the caller drops them) for what follows. */
 static void block_backward_twin(const char *shape, double tol, const void *hout, const void *dout, const float *lse,
                                 const float *dlse, const void *hq, const void *hkv, const void *dq, const void *dkv,
-                                int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift, dt_dtype t,
+                                int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t,
                                 float **gq_out, dbuf *dgq_out) {
     char what[280];
-    size_t no = (size_t)B * Ts * C, nq = (size_t)B * Ts * 3 * C, nkv = (size_t)B * Ts * 2 * C;
+    size_t no = (size_t)B * Ts * C, nq = (size_t)B * Ts * dt_qkv_cols(C, NH, NKV), nkv = (size_t)B * Ts * dt_kv_cols(C, NH, NKV);
     float *g = hrand(no, 1.0f), *gq = hrand(nq, 1.0f), *gkv = hrand(nkv, 1.0f);
     float *gq0 = malloc(nq * sizeof(float)), *gkv0 = malloc(nkv * sizeof(float));
     memcpy(gq0, gq, nq * sizeof(float));
     memcpy(gkv0, gkv, nkv * sizeof(float));
     dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
     dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
-    cpu->attention_block_backward(gq, gkv, g, hout, lse, hq, hkv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, t);
-    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, t);
+    cpu->attention_block_backward(gq, gkv, g, hout, lse, hq, hkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, t);
+    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, t);
     snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
     expect_added(what, &dgq, gq0, gq, nq, tol);
     snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
     expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
-    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, t);
+    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, t);
     float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
     CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
           "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
     free(r1); free(r2); free(s1); free(s2);
     /* the k, v gradient added back into dqkv's columns, as the model does */
-    cpu->rows_copy(gq + C, 3 * C, gkv, 2 * C, B * Ts, 2 * C, 1, DT_F32);
-    gpu->rows_copy(dgq.p + C, 3 * C, dgkv.p, 2 * C, B * Ts, 2 * C, 1, DT_F32);
+    int W = dt_qkv_cols(C, NH, NKV), C2 = dt_kv_cols(C, NH, NKV);
+    cpu->rows_copy(gq + C, W, gkv, C2, B * Ts, C2, 1, DT_F32);
+    gpu->rows_copy(dgq.p + C, W, dgkv.p, C2, B * Ts, C2, 1, DT_F32);
     /* both sides already differ by the backward's rounding: its tolerance */
     snprintf(what, sizeof what, "rows_copy (accumulate into the k, v columns of dqkv) %s", shape);
     expect(what, &dgq, gq, nq, tol);
@@ -776,12 +783,14 @@ static void block_backward_twin(const char *shape, double tol, const void *hout,
  * (dt_ops_cuda_set_bf16) and q, kv are rounded to bf16 values on both sides
  * (as the bf16 model stores qkv); the CPU still computes in fp32, so the
  * difference is the tensor-core path's own rounding (TOL_ATT_BF16). */
-static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift, int bf16) {
+static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
+                                 int bf16) {
     char what[240], shape[160];
     double tol = bf16 ? TOL_ATT_BF16 : TOL_GEMM;
-    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d (hs %d) %s shift %d %s", B, Ts, Tq, Tk, C, NH,
+    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d NKV=%d (hs %d) %s shift %d %s", B, Ts, Tq, Tk, C,
+             NH, NKV,
              C / NH, causal ? "causal" : "full", shift, bf16 ? "bf16" : "fp32");
-    size_t nq = (size_t)B * Ts * 3 * C, nkv = (size_t)B * Ts * 2 * C, no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
+    size_t nq = (size_t)B * Ts * dt_qkv_cols(C, NH, NKV), nkv = (size_t)B * Ts * dt_kv_cols(C, NH, NKV), no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
     float *q = hrand(nq, 1.0f), *kv = hrand(nkv, 1.0f), *out = hrand(no, 1.0f), *lse = hrand(nl, 1.0f);
     float *pout = hrand(no, 1.0f), *plse = hrand(nl, 1.0f);
     if (bf16) {
@@ -792,10 +801,10 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     dbuf dq = dup_f(q, nq, 0), dkv = dup_f(kv, nkv, 0), dout = dup_f(out, no, 0), dlse = dup_f(lse, nl, 0);
     dbuf dpout = dup_f(pout, no, 0), dplse = dup_f(plse, nl, 0);
     /* a first block into (out, lse), a second (shifted one block on) merged into it */
-    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, DT_F32, DT_F32);
-    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NH, causal, shift, DT_F32, DT_F32);
-    cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, NH, causal, shift + Tk, DT_F32, DT_F32);
-    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NH, causal, shift + Tk, DT_F32, DT_F32);
+    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_F32, DT_F32);
+    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_F32, DT_F32);
+    cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift + Tk, DT_F32, DT_F32);
+    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NKV, causal, shift + Tk, DT_F32, DT_F32);
     snprintf(what, sizeof what, "attention_block_forward out %s", shape);
     expect(what, &dout, out, no, tol);
     snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
@@ -816,7 +825,7 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     gpu->from_host(dlse.p, lse, nl * sizeof(float));
     float *gq;
     dbuf dgq;
-    block_backward_twin(shape, tol, out, dout.p, lse, dlse.p, q, kv, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, causal, shift,
+    block_backward_twin(shape, tol, out, dout.p, lse, dlse.p, q, kv, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
                         DT_F32, &gq, &dgq);
     set_bf16(0);
     drop(&dq); drop(&dkv); drop(&dout); drop(&dlse); drop(&dpout); drop(&dplse); drop(&dgq);
@@ -899,14 +908,14 @@ static void test_attention_decode(int T, int C, int NH, int NKV, dt_dtype t) {
 /* attention_block_forward (out of type out_t: bf16, the model's final
  * result, or fp32, a context-parallel partial) and attention_block_backward
  * on bf16 q, kv and out. The rows of out past Tq must keep their bits. */
-static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int NH, int causal, int shift, int bf16,
+static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, int bf16,
                                       dt_dtype out_t) {
     char what[280], shape[200];
     double tol = bf16 ? TOL_ATT_BF16 : TOL_GEMM, tol_out = tol + (out_t == DT_BF16 ? TOL_ULP16 : 0.0);
-    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d (hs %d) %s shift %d, bf16 q kv, %s out, %s "
-             "products", B, Ts, Tq, Tk, C, NH, C / NH, causal ? "causal" : "full", shift,
+    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d NKV=%d (hs %d) %s shift %d, bf16 q kv, %s out, %s "
+             "products", B, Ts, Tq, Tk, C, NH, NKV, C / NH, causal ? "causal" : "full", shift,
              out_t == DT_BF16 ? "bf16" : "fp32", bf16 ? "bf16" : "fp32");
-    size_t nq = (size_t)B * Ts * 3 * C, nkv = (size_t)B * Ts * 2 * C, no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
+    size_t nq = (size_t)B * Ts * dt_qkv_cols(C, NH, NKV), nkv = (size_t)B * Ts * dt_kv_cols(C, NH, NKV), no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
     size_t osz = dt_dtype_size(out_t);
     float *qf = hrand(nq, 1.0f), *kvf = hrand(nkv, 1.0f), *of = hrand(no, 1.0f), *lse = hrand(nl, 1.0f);
     uint16_t *q = host16(qf, nq), *kv = host16(kvf, nkv);
@@ -917,8 +926,8 @@ static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int 
     void *dq = dup_bytes(q, nq * 2), *dkv = dup_bytes(kv, nkv * 2), *dout = dup_bytes(out, no * osz);
     dbuf dlse = dup_f(lse, nl, 0);
     set_bf16(bf16);
-    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, DT_BF16, out_t);
-    gpu->attention_block_forward(dout, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, NH, causal, shift, DT_BF16, out_t);
+    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_BF16, out_t);
+    gpu->attention_block_forward(dout, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_BF16, out_t);
     snprintf(what, sizeof what, "attention_block_forward out %s", shape);
     expect_typed(what, dout, out, no, out_t, tol_out);
     snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
@@ -943,7 +952,7 @@ static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int 
     gpu->from_host(dlse.p, lse, nl * sizeof(float));
     float *gq;
     dbuf dgq;
-    block_backward_twin(shape, tol, o16, do16, lse, dlse.p, q, kv, dq, dkv, B, Ts, Tq, Tk, C, NH, causal, shift,
+    block_backward_twin(shape, tol, o16, do16, lse, dlse.p, q, kv, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
                         DT_BF16, &gq, &dgq);
     set_bf16(0);
     gpu->free(dq); gpu->free(dkv); gpu->free(dout); gpu->free(do16);
@@ -954,17 +963,17 @@ static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int 
 
 /* attention_forward / attention_backward (the naive attention) on bf16
  * qkv, out and att. */
-static void test_attention_bf16(int B, int T, int C, int NH, int causal, int bf16) {
+static void test_attention_bf16(int B, int T, int C, int NH, int NKV, int causal, int bf16) {
     char what[240], shape[160];
-    snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d %s, bf16 activations, %s products", B, T, C, NH,
+    snprintf(shape, sizeof shape, "B=%d T=%d C=%d NH=%d NKV=%d %s, bf16 activations, %s products", B, T, C, NH, NKV,
              causal ? "causal" : "full", bf16 ? "bf16" : "fp32");
-    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    size_t nqkv = (size_t)B * T * dt_qkv_cols(C, NH, NKV), nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     float *qkvf = hrand(nqkv, 1.0f), *outf = hrand(nout, 1.0f), *attf = hrand(natt, 1.0f);
     uint16_t *qkv = host16(qkvf, nqkv), *out = host16(outf, nout), *att = host16(attf, natt);
     void *dqkv = dup_bytes(qkv, nqkv * 2), *dout = dup_bytes(out, nout * 2), *datt = dup_bytes(att, natt * 2);
     set_bf16(bf16);
-    cpu->attention_forward(out, att, qkv, B, T, C, NH, NH, causal, DT_BF16);
-    gpu->attention_forward(dout, datt, dqkv, B, T, C, NH, NH, causal, DT_BF16);
+    cpu->attention_forward(out, att, qkv, B, T, C, NH, NKV, causal, DT_BF16);
+    gpu->attention_forward(dout, datt, dqkv, B, T, C, NH, NKV, causal, DT_BF16);
     snprintf(what, sizeof what, "attention_forward out %s", shape);
     expect_typed(what, dout, out, nout, DT_BF16, (bf16 ? TOL_ATT_BF16 : TOL_GEMM) + TOL_ULP16);
     snprintf(what, sizeof what, "attention_forward att %s", shape);
@@ -977,8 +986,8 @@ static void test_attention_bf16(int B, int T, int C, int NH, int causal, int bf1
     dbuf dg = dup_f(g, nout, 0), dgq = dup_f(gq, nqkv, 0);
     float *dscratch = gpu->alloc(natt * sizeof(float));
     gpu->from_host(datt, att, natt * 2);
-    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, NH, causal, DT_BF16);
-    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv, datt, B, T, C, NH, NH, causal, DT_BF16);
+    cpu->attention_backward(gq, scratch, g, qkv, att, B, T, C, NH, NKV, causal, DT_BF16);
+    gpu->attention_backward(dgq.p, dscratch, dg.p, dqkv, datt, B, T, C, NH, NKV, causal, DT_BF16);
     snprintf(what, sizeof what, "attention_backward dqkv (accumulates) %s", shape);
     expect_added(what, &dgq, gq0, gq, nqkv, TOL_ATT_BF16);
     set_bf16(0);
@@ -1716,6 +1725,134 @@ static void test_xent(int N, int Vl, int v0, int V) {
     free(l); free(tg); free(rm); free(se); free(ta); free(lo); free(dlo); free(dlg);
 }
 
+/* ---------------------------------------------------------------- the Llama ops */
+
+/* n floats as an array of type t (host, malloc'd): a copy, or their bf16 */
+static void *host_typed(const float *f, size_t n, dt_dtype t) {
+    if (t == DT_BF16) return host16(f, n);
+    void *p = malloc((n ? n : 1) * sizeof(float));
+    memcpy(p, f, n * sizeof(float));
+    return p;
+}
+
+/* RMSNorm, and the fused residual + RMSNorm: as the layernorm tests (TOL_ELEM:
+ * warp sums against the CPU's order; one bf16 ulp more for a bf16 out; res
+ * exact) */
+static void test_rmsnorm(int N, int C, dt_dtype t) {
+    char what[160];
+    const char *ty = t == DT_BF16 ? "bf16" : "fp32";
+    size_t n = (size_t)N * C, e = dt_dtype_size(t);
+    double tol_out = TOL_ELEM + (t == DT_BF16 ? TOL_ULP16 : 0.0);
+    float *xf = hrand(n, 2.0f), *w = hrand((size_t)C, 1.0f), *rstd = hrand((size_t)N, 1.0f);
+    for (int i = 0; i < N; i++) xf[(size_t)i * C] += 3.0f;
+    void *x = host_typed(xf, n, t), *out = calloc(n ? n : 1, e);
+    void *dx = dup_bytes(x, n * e), *dout = dup_bytes(out, n * e);
+    dbuf dw = dup_f(w, (size_t)C, 0), drstd = dup_f(rstd, (size_t)N, 0);
+    cpu->rmsnorm_forward(out, rstd, x, w, N, C, 1e-5f, t);
+    gpu->rmsnorm_forward(dout, drstd.p, dx, dw.p, N, C, 1e-5f, t);
+    snprintf(what, sizeof what, "rmsnorm_forward %s out N=%d C=%d", ty, N, C);
+    expect_typed(what, dout, out, n, t, tol_out);
+    snprintf(what, sizeof what, "rmsnorm_forward %s rstd N=%d C=%d", ty, N, C);
+    expect(what, &drstd, rstd, (size_t)N, TOL_ELEM);
+    /* backward alone, from the CPU's rstd; accumulating into random starts */
+    float *g = hrand(n, 1.0f), *gx = hrand(n, 1.0f), *gw = hrand((size_t)C, 1.0f);
+    float *gx0 = malloc(n * sizeof(float)), *gw0 = malloc((size_t)C * sizeof(float));
+    memcpy(gx0, gx, n * sizeof(float)), memcpy(gw0, gw, (size_t)C * sizeof(float));
+    dbuf dg = dup_f(g, n, 0), dgx = dup_f(gx, n, 0), dgw = dup_f(gw, (size_t)C, 0);
+    gpu->from_host(drstd.p, rstd, (size_t)N * sizeof(float));
+    cpu->rmsnorm_backward(gx, gw, g, x, w, rstd, N, C, t);
+    gpu->rmsnorm_backward(dgx.p, dgw.p, dg.p, dx, dw.p, drstd.p, N, C, t);
+    snprintf(what, sizeof what, "rmsnorm_backward %s dinp N=%d C=%d (accumulates)", ty, N, C);
+    expect_added(what, &dgx, gx0, gx, n, TOL_ELEM);
+    snprintf(what, sizeof what, "rmsnorm_backward %s dw N=%d C=%d (accumulates)", ty, N, C);
+    expect_added(what, &dgw, gw0, gw, (size_t)C, TOL_ELEM);
+
+    /* residual + RMSNorm, one pass on the device */
+    float *af = hrand(n, 1.0f);
+    void *res = calloc(n ? n : 1, e);
+    dbuf da = dup_f(af, n, 0);
+    void *dres = dup_bytes(res, n * e);
+    cpu->residual_rmsnorm_forward(res, out, rstd, af, x, w, N, C, 1e-5f, t);
+    gpu->residual_rmsnorm_forward(dres, dout, drstd.p, da.p, dx, dw.p, N, C, 1e-5f, t);
+    snprintf(what, sizeof what, "residual_rmsnorm_forward %s res N=%d C=%d", ty, N, C);
+    expect_typed(what, dres, res, n, t, TOL_EXACT);
+    snprintf(what, sizeof what, "residual_rmsnorm_forward %s out N=%d C=%d", ty, N, C);
+    expect_typed(what, dout, out, n, t, tol_out);
+    snprintf(what, sizeof what, "residual_rmsnorm_forward %s rstd N=%d C=%d", ty, N, C);
+    expect(what, &drstd, rstd, (size_t)N, TOL_ELEM);
+    gpu->free(dx); gpu->free(dout); gpu->free(dres);
+    drop(&dw); drop(&drstd); drop(&dg); drop(&dgx); drop(&dgw); drop(&da);
+    free(xf); free(w); free(rstd); free(x); free(out); free(g); free(gx); free(gw); free(gx0); free(gw0); free(af);
+    free(res);
+}
+
+/* SwiGLU on the packed [N, 2F] gate|up: expf against libm's (TOL_ELEM, one
+ * bf16 ulp more for a bf16 out). pad 1: pointers one element off (the
+ * kernels' one-element path). */
+static void test_swiglu(int N, int F, dt_dtype t, int pad) {
+    char what[160];
+    const char *ty = t == DT_BF16 ? "bf16" : "fp32";
+    size_t nf = (size_t)N * F, e = dt_dtype_size(t);
+    float *inf_ = hrand(2 * nf, 4.0f);
+    void *inp = host_typed(inf_, 2 * nf, t), *out = calloc(nf ? nf : 1, e);
+    char *bin = gpu->alloc((2 * nf + 1) * e), *bout = gpu->alloc((nf + 1) * e);
+    void *din = bin + pad * e, *dout = bout + pad * e;
+    gpu->from_host(din, inp, 2 * nf * e);
+    cpu->swiglu_forward(out, inp, N, F, t);
+    gpu->swiglu_forward(dout, din, N, F, t);
+    snprintf(what, sizeof what, "swiglu_forward %s N=%d F=%d%s", ty, N, F, pad ? " (unaligned)" : "");
+    expect_typed(what, dout, out, nf, t, TOL_ELEM + (t == DT_BF16 ? TOL_ULP16 : 0.0));
+    float *g = hrand(nf, 1.0f), *gi = hrand(2 * nf, 1.0f), *gi0 = malloc(2 * nf * sizeof(float));
+    memcpy(gi0, gi, 2 * nf * sizeof(float));
+    dbuf dg = dup_f(g, nf, pad), dgi = dup_f(gi, 2 * nf, pad);
+    cpu->swiglu_backward(gi, inp, g, N, F, t);
+    gpu->swiglu_backward(dgi.p, din, dg.p, N, F, t);
+    snprintf(what, sizeof what, "swiglu_backward %s dgate, dup N=%d F=%d%s (accumulates)", ty, N, F,
+             pad ? " (unaligned)" : "");
+    expect_added(what, &dgi, gi0, gi, 2 * nf, TOL_ELEM);
+    gpu->free(bin); gpu->free(bout); drop(&dg); drop(&dgi);
+    free(inf_); free(inp); free(out); free(g); free(gi); free(gi0);
+}
+
+/* RoPE on the q and k heads of a qkv buffer (v and a spare column left as
+ * they are), rows at scattered positions: the table, the forward and the
+ * backward all BIT FOR BIT (ops.h: the same table bits, two rounded products
+ * and their rounded sum on both sides). ld odd or hs/2 odd: the one-pair
+ * path; else two pairs a thread. */
+static void test_rope(int N, int NH, int NKV, int hs, int spare, dt_dtype t) {
+    char what[200];
+    const char *ty = t == DT_BF16 ? "bf16" : "fp32";
+    int maxp = 3 * N + 5, ld = (NH + 2 * NKV) * hs + spare;
+    size_t n = (size_t)N * ld, e = dt_dtype_size(t), ncs = (size_t)maxp * hs;
+    float *cs = malloc(ncs * sizeof(float)), *dcs_h = malloc(ncs * sizeof(float));
+    float *dcs = gpu->alloc(ncs * sizeof(float));
+    cpu->rope_table(cs, maxp, hs, 500000.0f);
+    gpu->rope_table(dcs, maxp, hs, 500000.0f);
+    gpu->to_host(dcs_h, dcs, ncs * sizeof(float));
+    CHECK(!memcmp(cs, dcs_h, ncs * sizeof(float)), "rope_table max_pos=%d hs=%d: the same bits on both backends", maxp,
+          hs);
+    int *pos = malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) pos[i] = (int)((i * 7919u + 13u) % (unsigned)maxp); /* packed, cp-like: any order */
+    int *dpos = dup_i(pos, (size_t)N);
+    float *xf = hrand(n, 2.0f);
+    void *x = host_typed(xf, n, t), *got = malloc(n * e);
+    void *dx = dup_bytes(x, n * e);
+    cpu->rope_forward(x, ld, NH + NKV, hs, pos, cs, N, t);
+    gpu->rope_forward(dx, ld, NH + NKV, hs, dpos, dcs, N, t);
+    gpu->to_host(got, dx, n * e);
+    snprintf(what, sizeof what, "rope_forward %s N=%d NH=%d NKV=%d hs=%d ld=%d: bit for bit", ty, N, NH, NKV, hs, ld);
+    CHECK(!memcmp(got, x, n * e), "%s (%zu of %zu bytes differ)", what, diff_bytes(got, x, n, e), n * e);
+    float *g = hrand(n, 1.0f), *gback = malloc(n * sizeof(float));
+    dbuf dg = dup_f(g, n, 0);
+    cpu->rope_backward(g, ld, NH + NKV, hs, pos, cs, N);
+    gpu->rope_backward(dg.p, ld, NH + NKV, hs, dpos, dcs, N);
+    gpu->to_host(gback, dg.p, n * sizeof(float));
+    snprintf(what, sizeof what, "rope_backward N=%d NH=%d NKV=%d hs=%d ld=%d: bit for bit", N, NH, NKV, hs, ld);
+    CHECK(!memcmp(gback, g, n * sizeof(float)), "%s", what);
+    gpu->free(dcs); gpu->free(dpos); gpu->free(dx); drop(&dg);
+    free(cs); free(dcs_h); free(pos); free(xf); free(x); free(got); free(g); free(gback);
+}
+
 /* ---------------------------------------------------------------- training */
 
 typedef struct {
@@ -1883,52 +2020,52 @@ int main(void) {
     }
     act16_products(0);
 
-    test_attention(2, 17, 12, 3, 1);
-    test_attention(2, 17, 12, 3, 0);
-    test_attention(1, 1, 8, 2, 1);
-    test_attention(2, 128, 64, 4, 1);
-    test_attention(2, 65, 192, 3, 0); /* ViT-like: 64 patches + class token */
+    test_attention(2, 17, 12, 3, 3, 1);
+    test_attention(2, 17, 12, 3, 3, 0);
+    test_attention(1, 1, 8, 2, 2, 1);
+    test_attention(2, 128, 64, 4, 4, 1);
+    test_attention(2, 65, 192, 3, 3, 0); /* ViT-like: 64 patches + class token */
     /* blockwise attention, each shape in fp32 and in bf16: tiles of 64 rows
      * and keys (32 for some hs 128 passes), so the sizes below leave ragged
      * tiles; hs 8, 32, 48 (padded to 64) and 128 take the tiled kernels, 160
      * the simple ones */
     for (int bf = 0; bf <= 1; bf++) {
-        test_attention_block(2, 16, 8, 8, 16, 2, 1, 0, bf);         /* the diagonal block, then a whole one */
-        test_attention_block(1, 40, 20, 20, 24, 3, 0, 0, bf);       /* full attention */
-        test_attention_block(1, 2600, 1300, 1300, 64, 2, 1, 0, bf); /* more keys than a simple kernel's tile */
-        test_attention_block(2, 300, 200, 150, 256, 4, 1, 37, bf);  /* hs 64, Tq != Tk, a cp block's shift */
-        test_attention_block(2, 300, 130, 257, 128, 4, 0, 0, bf);   /* hs 32, full, more keys than queries */
-        test_attention_block(1, 200, 100, 180, 128, 2, 1, -50, bf); /* rows 0..49 see no key: out 0, lse -inf */
-        test_attention_block(1, 150, 150, 150, 256, 2, 1, 0, bf);   /* hs 128 */
-        test_attention_block(1, 100, 100, 100, 96, 2, 1, 0, bf);    /* hs 48 */
-        test_attention_block(1, 70, 70, 70, 320, 2, 1, 0, bf);      /* hs 160: the simple kernels */
-        test_attention_block(2, 1024, 1024, 1024, 768, 12, 1, 0, bf); /* GPT-2 124M's attention, one block */
-        test_attention_block(4, 197, 197, 197, 768, 12, 0, 0, bf);  /* ViT-B/16's: 196 patches + class token */
+        test_attention_block(2, 16, 8, 8, 16, 2, 2, 1, 0, bf);         /* the diagonal block, then a whole one */
+        test_attention_block(1, 40, 20, 20, 24, 3, 3, 0, 0, bf);       /* full attention */
+        test_attention_block(1, 2600, 1300, 1300, 64, 2, 2, 1, 0, bf); /* more keys than a simple kernel's tile */
+        test_attention_block(2, 300, 200, 150, 256, 4, 4, 1, 37, bf);  /* hs 64, Tq != Tk, a cp block's shift */
+        test_attention_block(2, 300, 130, 257, 128, 4, 4, 0, 0, bf);   /* hs 32, full, more keys than queries */
+        test_attention_block(1, 200, 100, 180, 128, 2, 2, 1, -50, bf); /* rows 0..49 see no key: out 0, lse -inf */
+        test_attention_block(1, 150, 150, 150, 256, 2, 2, 1, 0, bf);   /* hs 128 */
+        test_attention_block(1, 100, 100, 100, 96, 2, 2, 1, 0, bf);    /* hs 48 */
+        test_attention_block(1, 70, 70, 70, 320, 2, 2, 1, 0, bf);      /* hs 160: the simple kernels */
+        test_attention_block(2, 1024, 1024, 1024, 768, 12, 12, 1, 0, bf); /* GPT-2 124M's attention, one block */
+        test_attention_block(4, 197, 197, 197, 768, 12, 12, 0, 0, bf);  /* ViT-B/16's: 196 patches + class token */
     }
     /* the same with bf16 activations (t = DT_BF16), in both arithmetic
      * modes. Naive: B 2 runs the backward a sample at a time, B 1 by chunks
      * of rows (its [T, T] scratch holds fewer), T 1 borrows the backend's
      * scratch; hs 160 takes the simple kernels. */
     for (int bf = 0; bf <= 1; bf++) {
-        test_attention_bf16(2, 17, 12, 3, 1, bf);
-        test_attention_bf16(2, 17, 12, 3, 0, bf);
-        test_attention_bf16(1, 1, 8, 2, 1, bf);
-        test_attention_bf16(1, 128, 64, 4, 1, bf);
-        test_attention_bf16(2, 65, 192, 3, 0, bf); /* ViT-like; the last chunk of rows is one row */
-        test_attention_bf16(1, 40, 320, 2, 1, bf);
+        test_attention_bf16(2, 17, 12, 3, 3, 1, bf);
+        test_attention_bf16(2, 17, 12, 3, 3, 0, bf);
+        test_attention_bf16(1, 1, 8, 2, 2, 1, bf);
+        test_attention_bf16(1, 128, 64, 4, 4, 1, bf);
+        test_attention_bf16(2, 65, 192, 3, 3, 0, bf); /* ViT-like; the last chunk of rows is one row */
+        test_attention_bf16(1, 40, 320, 2, 2, 1, bf);
         for (int ob = 0; ob <= 1; ob++) {
             dt_dtype ot = ob ? DT_BF16 : DT_F32; /* fp32: a cp partial's out */
-            test_attention_block_bf16(2, 16, 8, 8, 16, 2, 1, 0, bf, ot);         /* rows Tq..Ts kept */
-            test_attention_block_bf16(1, 30, 30, 30, 21, 3, 1, 0, bf, ot);       /* hs 7: element-wise loads */
-            test_attention_block_bf16(2, 300, 200, 150, 256, 4, 1, 37, bf, ot);  /* hs 64, a cp block's shift */
-            test_attention_block_bf16(1, 200, 100, 180, 128, 2, 1, -50, bf, ot); /* rows that see no key */
-            test_attention_block_bf16(1, 70, 70, 70, 320, 2, 1, 0, bf, ot);      /* hs 160: the simple kernels */
+            test_attention_block_bf16(2, 16, 8, 8, 16, 2, 2, 1, 0, bf, ot);         /* rows Tq..Ts kept */
+            test_attention_block_bf16(1, 30, 30, 30, 21, 3, 3, 1, 0, bf, ot);       /* hs 7: element-wise loads */
+            test_attention_block_bf16(2, 300, 200, 150, 256, 4, 4, 1, 37, bf, ot);  /* hs 64, a cp block's shift */
+            test_attention_block_bf16(1, 200, 100, 180, 128, 2, 2, 1, -50, bf, ot); /* rows that see no key */
+            test_attention_block_bf16(1, 70, 70, 70, 320, 2, 2, 1, 0, bf, ot);      /* hs 160: the simple kernels */
         }
-        test_attention_block_bf16(1, 40, 20, 20, 24, 3, 0, 0, bf, DT_BF16);     /* hs 8, full */
-        test_attention_block_bf16(1, 150, 150, 150, 256, 2, 1, 0, bf, DT_BF16); /* hs 128 */
-        test_attention_block_bf16(1, 100, 100, 100, 96, 2, 1, 0, bf, DT_BF16);  /* hs 48: padded to 64 */
-        test_attention_block_bf16(2, 1024, 1024, 1024, 768, 12, 1, 0, bf, DT_BF16); /* GPT-2 124M's */
-        test_attention_block_bf16(4, 197, 197, 197, 768, 12, 0, 0, bf, DT_BF16);   /* ViT-B/16's */
+        test_attention_block_bf16(1, 40, 20, 20, 24, 3, 3, 0, 0, bf, DT_BF16);     /* hs 8, full */
+        test_attention_block_bf16(1, 150, 150, 150, 256, 2, 2, 1, 0, bf, DT_BF16); /* hs 128 */
+        test_attention_block_bf16(1, 100, 100, 100, 96, 2, 2, 1, 0, bf, DT_BF16);  /* hs 48: padded to 64 */
+        test_attention_block_bf16(2, 1024, 1024, 1024, 768, 12, 12, 1, 0, bf, DT_BF16); /* GPT-2 124M's */
+        test_attention_block_bf16(4, 197, 197, 197, 768, 12, 12, 0, 0, bf, DT_BF16);   /* ViT-B/16's */
     }
     for (int ob = 0; ob <= 1; ob++) {
         dt_dtype dt = ob ? DT_BF16 : DT_F32;
@@ -1936,6 +2073,33 @@ int main(void) {
         test_attention_decode(300, 64, 4, 4, dt);  /* more keys than the kernel's threads */
         test_attention_decode(300, 256, 8, 2, dt); /* GQA: 4 query heads a kv head */
         test_attention_decode(77, 192, 3, 1, dt);  /* MQA */
+    }
+
+    /* grouped-query attention (NKV < NH kv heads): naive, blockwise (the
+     * tiled kernels at hs 64 and 128, the simple ones at hs 160), Llama 3
+     * 8B's heads (32 of hs 128 over 8 kv heads) on a short sequence */
+    test_attention(2, 17, 16, 4, 2, 1);
+    test_attention(2, 33, 48, 6, 1, 0);
+    for (int bf = 0; bf <= 1; bf++) {
+        test_attention_block(2, 300, 200, 150, 512, 8, 2, 1, 37, bf); /* hs 64, 4 query heads a kv head */
+        test_attention_block(1, 150, 150, 150, 512, 4, 1, 1, 0, bf);  /* hs 128, MQA */
+        test_attention_block(1, 70, 70, 70, 480, 3, 1, 1, 0, bf);     /* hs 160: the simple kernels */
+        test_attention_block(1, 256, 256, 256, 4096, 32, 8, 1, 0, bf); /* Llama 3 8B's heads */
+        test_attention_bf16(2, 17, 16, 4, 2, 1, bf);
+        test_attention_bf16(1, 40, 320, 2, 1, 1, bf);
+        test_attention_block_bf16(2, 300, 200, 150, 512, 8, 2, 1, 37, bf, DT_BF16);
+        test_attention_block_bf16(1, 70, 70, 70, 480, 3, 1, 1, 0, bf, DT_F32);
+    }
+    for (int ob = 0; ob <= 1; ob++) {
+        dt_dtype dt = ob ? DT_BF16 : DT_F32;
+        test_rmsnorm(64, 4096, dt); /* Llama 3 8B's d_model */
+        test_rmsnorm(5, 37, dt);
+        test_swiglu(64, 14336, dt, 0); /* Llama 3 8B's d_ff */
+        test_swiglu(7, 33, dt, 0);     /* F odd: one element a thread */
+        test_swiglu(9, 24, dt, 1);     /* unaligned pointers */
+        test_rope(300, 32, 8, 128, 0, dt); /* Llama 3 8B's q and k heads */
+        test_rope(17, 9, 3, 64, 1, dt);    /* SmolLM's heads; ld odd: one pair a thread */
+        test_rope(5, 2, 1, 6, 0, dt);      /* hs/2 odd */
     }
 
     test_elementwise(1000003);
