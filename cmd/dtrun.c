@@ -56,7 +56,7 @@ static int usage(void)
             "                                         (CKPT: checkpoint dir or step dir;\n"
             "                                         OUTDIR/: a Hugging Face folder with config.json)\n"
             "       dtrun generate CKPT|HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]\n"
-            "                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tp N] [--ids]\n"
+            "                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tp N] [--pp N] [--ids]\n"
             "       dtrun eval CKPT|HF_DIR --data FILE [--dp N --tp N --pp N --mode M --batch B --seq-len T]\n"
             "       dtrun classify CKPT|HF_DIR (IMAGE... | --data IDX_IMAGES [--labels FILE]) [--top-k K] [--batch B]\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"

@@ -81,7 +81,7 @@ torch_ids=$($LL greedy "$HF" --prompt-ids 1,2,3 --n 32 2>"$T/margin") || fail "p
 gen() { "$DTRUN" generate "$@" 2>>"$T/gen.err" | sed 's/^\[default\/0\]://' | head -1; }
 for lay in "" "--tp 2" "--pp 2" "--tp 2 --pp 2"; do
   # shellcheck disable=SC2086
-  ids=$(gen "$HF" --prompt-ids 1,2,3 --max-new-tokens 32 --temperature 0 --ids $lay)
+  ids=$(gen "$HF" --prompt-ids 1,2,3 --max-new-tokens 32 --temperature 0 --ids --no-echo $lay)
   [ "$ids" = "$torch_ids" ] || { echo "dtrun:   $ids"; echo "pytorch: $torch_ids"; tail "$T/gen.err"; fail "greedy tokens ${lay:-on one process} differ from PyTorch's"; }
   echo "ok: 32 greedy tokens ${lay:-on one process} = PyTorch's ($(cat "$T/margin"))"
 done
