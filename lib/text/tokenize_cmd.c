@@ -308,16 +308,32 @@ static int parse_opts(int argc, char **argv, tokenize_opts *o)
     return 0;
 }
 
+/* The directories a run made for its output, removed again when it fails
+ * (a failed run leaves nothing behind). */
+typedef struct {
+    char path[SHARD_PATH_MAX];
+    size_t ends[64]; /* each made directory is path[0..ends[i]) */
+    int n;
+} made_dirs;
+
 /* mkdir -p of the directory part of the output prefix. */
-static void make_parents(const char *path)
+static void make_parents(const char *path, made_dirs *made)
 {
-    char buf[SHARD_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
+    snprintf(made->path, sizeof made->path, "%s", path);
+    made->n = 0;
+    for (char *p = made->path + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;
-        mkdir(buf, 0777);
+        if (mkdir(made->path, 0777) == 0 && made->n < 64) made->ends[made->n++] = (size_t)(p - made->path);
         *p = '/';
+    }
+}
+
+static void remove_made(made_dirs *made)
+{
+    while (made->n > 0) {
+        made->path[made->ends[--made->n]] = 0;
+        rmdir(made->path); /* empty once the writers aborted */
     }
 }
 
@@ -528,6 +544,7 @@ int tokenize_main(int argc, char **argv)
     corpus_file *files = calloc((size_t)o.n_inputs, sizeof *files);
     file_tokens *out = calloc((size_t)o.n_inputs, sizeof *out);
     split_writer s = {.val_fraction = o.val_fraction};
+    made_dirs made = {.n = 0};
     sft_about about = {0};
     sft_recipe recipe;
     tokenizer *tok = NULL;
@@ -580,7 +597,7 @@ int tokenize_main(int argc, char **argv)
     if (s.sft && (rc = sft_setup(&o, tok, &recipe, &about)) != 0) goto done;
     rc = DT_EXIT_FAIL;
     tokenizer_frame(tok, &s.before, &s.n_before, &s.after, &s.n_after);
-    make_parents(o.output);
+    make_parents(o.output, &made);
     long n_ids = tokenizer_n_ids(tok);
     int (*open_writer)(shard_writer *, const char *, const char *, long, long, char *, size_t) =
         s.sft ? shard_writer_open_sft : shard_writer_open;
@@ -669,6 +686,7 @@ int tokenize_main(int argc, char **argv)
 done:
     if (writers >= 1) shard_writer_abort(&s.train);
     if (writers >= 2) shard_writer_abort(&s.val);
+    if (rc != 0) remove_made(&made);
     for (int i = 0; i < opened; i++) corpus_file_close(&files[i]);
     tokenizer_free(tok);
     free(files);
