@@ -26,6 +26,7 @@ static int mask_put(mask_buf *m, unsigned char v, size_t n)
         m->b = b;
         m->cap = cap;
     }
+    if (n == 0) return 0; /* m->b may still be NULL */
     memset(m->b + m->n, v, n);
     m->n += n;
     return 0;
