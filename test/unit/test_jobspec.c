@@ -567,7 +567,7 @@ static void test_moe(void)
     expect_error("model:\n  moe: {experts: 4, num_experts_per_tok: 2}\n", "t.yaml:2:21: ",
                  "unknown key 'num_experts_per_tok' in section 'model.moe'; did you mean 'top_k'?");
     expect_error("model: {kind: vit, moe: {experts: 4}}\n", "t.yaml:1:26: ",
-                 "model.moe.experts applies to gpt models only");
+                 "model.moe.experts applies to gpt and llama models only");
     expect_error("model: {moe: {experts: 4}}\nparallel: {cp: 2}\n", "t.yaml:2:12: ", "model.moe with parallel.cp 2");
     expect_error("model: {moe: {experts: 4}}\ntrain: {cuda_graphs: true}\n", "t.yaml:2:9: ",
                  "train.cuda_graphs with model.moe");
