@@ -48,6 +48,13 @@ PY
   echo "ok: $model: the progress line shows the imbalance ($(grep -ao 'moe imb [0-9.]*[^|]*' "$T/$model.out" | tail -1)), TensorBoard has the MoE scalars"
 done
 
+# dtrun plot: a fourth panel with the worst imbalance and the balance loss per block
+"$DTRUN" plot "$T/gpt-moe.jsonl" "$T/llama-moe.jsonl" -o "$T/moe.svg" 2>"$T/plot.err" || { cat "$T/plot.err"; fail "dtrun plot"; }
+grep -q 'id="panel-moe"' "$T/moe.svg" && [ "$(grep -c 'class="moe-imbalance"' "$T/moe.svg")" -ge 2 ] &&
+  [ "$(grep -c 'class="moe-aux"' "$T/moe.svg")" -ge 2 ] || fail "dtrun plot has no MoE panel with both runs' lines"
+"$DTRUN" plot "$T/gpt-moe.jsonl" -o "$T/one.svg" 2>/dev/null && grep -q 'id="panel-moe"' "$T/one.svg" || fail "plot of one MoE run"
+echo "ok: dtrun plot draws the MoE panel (worst imbalance, balance loss per block) for both runs"
+
 ckpt_exact gpt-moe ""
 ckpt_exact gpt-moe "dp=2"
 ckpt_exact llama-moe ""
