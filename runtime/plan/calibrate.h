@@ -19,7 +19,15 @@
  *       DRAM (GELU's tanh, the norms' reductions): the rate says what they
  *       reach, which is what a step pays. The AdamW step is priced at the same
  *       rate.
- * Each figure is the best of three trials, each thread's rate over the CPU
+ *   attention_efficiency
+ *       the fused causal attention core (attention_block_forward and
+ *       _backward, as local_layers.c runs them; heads of 64) at 64 .. 1024
+ *       keys per call, over the FLOPs step_time.c charges it, as a fraction
+ *       of the peak (without it the core is priced as a GEMM of the head
+ *       size, which the blockwise kernel does not reach);
+ * Each figure is the median of five trials (each thread cycling through
+ * copies of its buffers that overflow the caches, as a step meets its
+ * operands), each thread's rate over the CPU
  * time it got (another process taking a share of the cores lengthens the
  * wall time, not that; what it takes of the caches and memory bandwidth still
  * lowers a trial, never raises it). The links, latencies and overheads come

@@ -56,14 +56,14 @@ if python3 -c 'import sys; sys.exit(float(sys.argv[1]) <= float(sys.argv[2]))' "
   exit 77
 fi
 
-# ---- the quickstart, as make quickstart runs it, 60 steps ----
+# ---- the quickstart, as make quickstart runs it, 100 steps ----
 data=data/fortunes.txt
 if [ ! -s "$data" ]; then
   data=$T/fortunes.txt
   scripts/data/text-corpus.sh "$data" >/dev/null 2>&1 ||
     { echo "skip: no corpus for the quickstart (apt-get install fortunes; make deps does)"; exit 77; }
 fi
-sed -e "s#runs/#$T/#g" -e "s#data/fortunes.txt#$data#" -e 's/steps: 150/steps: 60/' \
+sed -e "s#runs/#$T/#g" -e "s#data/fortunes.txt#$data#" -e 's/steps: 150/steps: 100/' \
   configs/quickstart.yaml >"$T/quickstart.yaml"
 share() { python3 -c 'import json,sys; print("%.2f" % json.load(open(sys.argv[1]))["foreign_share"])' "$1"; }
 
