@@ -78,7 +78,7 @@ void job_defaults(job_spec *job)
     t->cuda_graphs = 0;
 
     job_parallel *p = &job->parallel;
-    p->dp = p->tp = p->pp = p->cp = 1;
+    p->dp = p->tp = p->pp = p->cp = p->ep = 1;
     p->cp_mode = CP_RING;
     p->mode = SHARD_NONE;
     p->pp_schedule = PP_1F1B;

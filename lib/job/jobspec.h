@@ -232,6 +232,11 @@ typedef struct {
     int cp;                /* context parallel: each sample's sequence split over cp ranks
                               (GPT, fp32); world = dp x cp x pp x tp */
     cp_mode_kind cp_mode;
+    int ep;                /* expert parallel (model.moe): the routed experts split over ep ranks
+                              folded into dp x cp (MoE Parallel Folding): each ep group is ep
+                              ranks of one dp x cp group, the experts' data-parallel group the
+                              dp x cp / ep ranks holding the same experts (mesh.h MESH_EP,
+                              MESH_EDP); default 1 */
     int bucket_mb;         /* DDP bucket size in MiB, default 25 */
     dtype_kind reduce_dtype; /* the gradient collectives' type: fp32, or bf16 (half the bytes) */
 } job_parallel;

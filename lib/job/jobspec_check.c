@@ -257,6 +257,32 @@ static int check_moe(const job_spec *job, verdict *v)
     return 0;
 }
 
+/* parallel.ep: the routed experts split over ep ranks folded into dp x cp
+ * (Megatron-Core's MoE Parallel Folding): each rank holds experts / ep of
+ * them, and the experts' data-parallel group is dp x cp / ep. With dp: auto
+ * dp is 1 until the world is known (job_resolve_world checks again; a world
+ * that makes it 1 is refused by the mesh, mesh_set_ep). */
+static int check_ep(const job_spec *job, verdict *v)
+{
+    const job_parallel *par = &job->parallel;
+    const job_moe *e = &job->model.moe;
+    if (par->ep == 1) return 0;
+    if (e->experts == 0)
+        return fail(v, BLAME(FID_EP),
+                    "parallel.ep %d needs model.moe (expert parallelism splits the routed experts over ranks; this "
+                    "model has none)", par->ep);
+    if (e->experts % par->ep)
+        return fail(v, BLAME(FID_EP, FID_MOE_EXPERTS),
+                    "parallel.ep %d does not divide model.moe.experts %d (each ep rank holds experts / ep of them)",
+                    par->ep, e->experts);
+    long long dpcp = (long long)par->dp * par->cp;
+    if (!(par->dp_auto && par->dp == 1) && dpcp % par->ep)
+        return fail(v, BLAME(FID_EP, FID_DP, FID_CP),
+                    "parallel.ep %d does not divide dp %d x cp %d = %lld (the ep ranks are folded into the data-"
+                    "parallel ones: the experts' data-parallel group is dp x cp / ep)", par->ep, par->dp, par->cp, dpcp);
+    return 0;
+}
+
 static int check_batch(const job_spec *job, verdict *v)
 {
     const job_train *t = &job->train;
@@ -396,7 +422,7 @@ int job_check(const job_spec *job, int blame[JOB_BLAME_MAX], char *msg, size_t n
     verdict v = {blame, msg, n};
     for (int f = 0; f < FID_COUNT; f++)
         if (check_field(job, f, &v)) return -1;
-    if (check_model(job, &v) || check_moe(job, &v) || check_batch(job, &v) || check_parallel(job, &v) || check_data(job, &v) ||
+    if (check_model(job, &v) || check_ep(job, &v) || check_moe(job, &v) || check_batch(job, &v) || check_parallel(job, &v) || check_data(job, &v) ||
         check_checkpoint(job, &v))
         return -1;
     blame[0] = -1;

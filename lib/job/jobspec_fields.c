@@ -212,6 +212,9 @@ const field_def job_fields[FID_COUNT] = {
                    "context_parallel,context_parallel_size,cp_size,context_parallel_degree"),
     [FID_CP_MODE] = ENUM(SEC_PARALLEL, "cp_mode", parallel.cp_mode, cp_modes, cp_mode_aliases,
                          "cp_comm_type,context_parallel_mode,rotate_method"),
+    [FID_EP] = NUM(SEC_PARALLEL, "ep", FT_INT, parallel.ep, 1, 65536,
+                   "expert_parallel,expert_model_parallel_size,expert_parallel_size,ep_size,expert_parallel_degree,"
+                   "moe_expert_parallel_size"),
     [FID_BUCKET_MB] = NUM(SEC_PARALLEL, "bucket_mb", FT_INT, parallel.bucket_mb, 1, 4096,
                           "bucket_size,bucket_cap_mb,bucket_size_mb"),
 
