@@ -447,6 +447,12 @@ int model_unit_param_count(const job_model *spec, int unit);
 void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
                            param_spec *out);
 size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size);
+/* Of model_unit_numel, the routed experts' tensors (model.moe: every
+ * expert's rows of the stacked expert matrices, all E of them): what
+ * expert parallelism splits over ep ranks (each holds E / ep experts' rows)
+ * and shards over the experts' data-parallel group. 0 for a unit that is not
+ * an MoE block. */
+size_t model_unit_expert_numel(const job_model *spec, int unit, int tp_rank, int tp_size);
 /* Tokens (GPT: T) or patches + class token (ViT: NP + 1) per sample. */
 int model_seq_len(const job_model *spec);
 /* Bytes of activations one micro-batch of B samples keeps between forward and

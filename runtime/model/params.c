@@ -295,6 +295,19 @@ size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_siz
     return n;
 }
 
+size_t model_unit_expert_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
+{
+    if (unit < 1 || unit > spec->n_layer || !job_moe_block(spec, unit - 1)) return 0;
+    int router = spec->kind == MODEL_LLAMA ? MOE_LLAMA_ROUTER : MOE_GPT_ROUTER;
+    size_t n = 0;
+    for (int i = router + 1; i <= router + 2; i++) { /* the routed experts' two stacked tensors */
+        param_spec p;
+        spec_no_offset(spec, unit, i, tp_rank, tp_size, &p);
+        n += p.local_numel;
+    }
+    return n;
+}
+
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i)
 {
     size_t K = (size_t)p->shape[1];

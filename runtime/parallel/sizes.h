@@ -139,7 +139,7 @@ double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc);
  * apart; backward includes what recompute re-runs (the chunked GPT head's
  * logits always). The FLOPs of all the GEMMs of
  * a unit, times tp, are sizes_unit_flops x micro_batch exactly. */
-#define SIZES_GEMM_MAX 6
+#define SIZES_GEMM_MAX 8
 typedef struct {
     double fwd_flops, bwd_flops; /* this tp rank, one micro-batch */
     double dim;                  /* the smallest of its m, n, k on this tp rank */
@@ -168,21 +168,76 @@ void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int mic
  * attention, model_attention_lse). */
 void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
                         double elem_bytes, sizes_unit_work *out);
+/* The same with expert parallelism over ep ranks (parallel.ep; 1: none).
+ * An MoE block (model.moe) runs, after its attention: the router [E, C],
+ * the routed experts' two grouped GEMMs over the rows its top_k choices
+ * send them (top_k x the rows it routes, or capacity_factor x that when
+ * below 1: the even load a balanced router gives every expert, whatever ep;
+ * with ep a rank's experts get their rows from its whole ep group, so each
+ * local expert's GEMM has top_k x rows x ep / E rows: ep makes them larger,
+ * not more), and the shared experts' MLP. Its GEMMs are, in this order:
+ * qkv, proj, the experts' first and second GEMM, the attention core, the
+ * router, the shared experts' first and second GEMM (when there are any).
+ * The experts are replicated over tp (params.c moe_spec): under sequence
+ * parallelism each tp rank routes its own rows, without it every tp rank
+ * routes them all. Memory-bound: the dispatch's and the combine's copies of
+ * the routed rows, the experts' activation, the router's softmax. The
+ * all-to-all of expert parallelism is the planner's (comm_volume.c). */
+void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
+                        int ep, double elem_bytes, sizes_unit_work *out);
+/* Rows an MoE block routes on one tp rank per micro-batch (the ones its
+ * choices send to the experts: sizes_unit_work_ep's rows x top_k, times
+ * capacity_factor below 1): what its dispatch and combine move. */
+double sizes_moe_routed_rows(const job_model *m, int micro_batch, int tp, int sp, int cp);
 
 /* Parameters of the whole model (tp = 1): every unit's, the head's own copy of
  * the tied wte included (it is allocated, reduced and updated like any other);
  * *distinct (may be NULL) counts wte once. */
 size_t sizes_model_numel(const job_model *m, size_t *distinct);
+/* Of the distinct parameters (wte once), the ones one token computes with
+ * (model.moe: its top_k routed experts of every MoE block, not all E; the
+ * router and the shared experts are always active): what "active
+ * parameters" means for Mixtral's 12.9B of 46.7B and DeepSeek-V3's 37B of
+ * 671B. The model's FLOPs (model_flops_per_sample) count the same weights. */
+size_t sizes_model_active_numel(const job_model *m);
 
 /* ---- per unit, per rank ---- */
-/* Elements of `unit` on tp rank tp_rank (= model_unit_numel). */
+/* Elements of `unit` on tp rank tp_rank (= model_unit_numel; with
+ * parallel.ep an MoE block holds E / ep of its routed experts). */
 size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank);
+/* Of those, the routed experts' (model_unit_expert_numel / ep): sharded
+ * over the experts' data-parallel group, the rest over the dp x cp one. */
+size_t sizes_unit_expert_numel(const sizes *s, int unit, int tp_rank);
+/* Expert parallelism: ep (1: none), and the experts' data-parallel group,
+ * dp x cp / ep ranks (mesh.h MESH_EDP). */
+int sizes_ep(const sizes *s);
+int sizes_expert_dp(const sizes *s);
 /* Data-parallel group a category is sharded over (1 = not sharded), and this
  * dp rank's position in it. */
 int sizes_shard_group(const sizes *s, sizes_shard_of what);
 int sizes_shard_rank(const sizes *s, sizes_shard_of what, int dp_rank);
-/* The slice of `unit` a rank keeps: elements [*lo, *lo + return value). */
+/* The slice of `unit` a rank keeps: elements [*lo, *lo + return value). With
+ * parallel.ep > 1 an MoE block's slice is two pieces (sizes_shard_pieces)
+ * and the return value their sum, *lo the dense piece's. */
 size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, size_t *lo);
+/* The group the routed experts' category is sharded over (1 = not), a
+ * sizes_shard_group of the experts' data-parallel group: every mode shards
+ * them as it shards the rest, but over dp x cp / ep ranks (hsdp: those of
+ * them in one node); with ep 1 the same as sizes_shard_group. */
+int sizes_expert_shard_group(const sizes *s, sizes_shard_of what);
+/* With parallel.ep > 1 a rank's slice of an MoE block in two pieces, each
+ * comm_chunk's split of its part: the dense part (every tensor but the
+ * routed experts, sizes_unit_numel - sizes_unit_expert_numel elements) over
+ * sizes_shard_group at the rank's dp x cp position (at.dp), the routed
+ * experts (sizes_unit_expert_numel) over sizes_expert_shard_group at its
+ * place in the experts' data-parallel group (position / ep). Offsets count
+ * inside each part. With ep 1, or another unit, the dense piece is the
+ * whole slice and the expert piece empty. */
+typedef struct {
+    size_t lo, len;
+} sizes_piece;
+void sizes_shard_pieces(const sizes *s, sizes_shard_of what, int unit, sizes_at at, sizes_piece *dense,
+                        sizes_piece *expert);
 /* FSDP / HSDP: elements of one gathered unit buffer (the largest unit the pp rank
  * holds, whole), and how many of them (2: the next unit is gathered while this one
  * computes). 0 without FSDP / HSDP, or with a shard group of one (DDP runs it)

@@ -10,7 +10,7 @@
 
 const char *plan_group_name(plan_group g)
 {
-    static const char *const names[GROUP_COUNT] = {"dp", "dp-replica", "tp", "pp", "embed", "cp"};
+    static const char *const names[GROUP_COUNT] = {"dp", "dp-replica", "tp", "pp", "embed", "cp", "ep", "edp"};
     return g >= 0 && g < GROUP_COUNT ? names[g] : "?";
 }
 
