@@ -41,6 +41,7 @@ static int check_field(const job_spec *job, int fid, verdict *v)
     const field_def *f = &job_fields[fid];
     if (!job_field_applies(job, fid) || job_field_unset(job, fid)) return 0;
     if (f->section == SEC_MOE && job->model.moe.experts == 0) return 0; /* no MoE: unused */
+    if (f->section == SEC_MLA && !job_model_mla(&job->model)) return 0; /* no MLA: unused */
     char name[64], range[96];
     job_field_full_name(fid, name, sizeof name);
     job_field_range_text(fid, range, sizeof range);

@@ -15,6 +15,7 @@
 typedef enum {
     SEC_MODEL = 0, SEC_DATA, SEC_TRAIN, SEC_PARALLEL, SEC_CHECKPOINT, SEC_LOG, SEC_LAUNCH,
     SEC_MOE, /* "model.moe": a mapping inside the model section (job_section_parent) */
+    SEC_MLA, /* "model.mla": likewise */
     SEC_COUNT
 } job_section;
 
@@ -38,6 +39,8 @@ typedef enum {
     FID_MOE_EXPERTS, FID_MOE_TOP_K, FID_MOE_D_FF_EXPERT, FID_MOE_SHARED_EXPERTS, FID_MOE_EVERY,
     FID_MOE_FIRST_DENSE, FID_MOE_ROUTER, FID_MOE_NORM_TOP_K, FID_MOE_AUX_LOSS_COEF, FID_MOE_BIAS_UPDATE_RATE,
     FID_MOE_CAPACITY_FACTOR,
+    FID_MLA_Q_LORA_RANK, FID_MLA_KV_LORA_RANK, FID_MLA_QK_ROPE_HEAD_DIM, FID_MLA_QK_NOPE_HEAD_DIM,
+    FID_MLA_V_HEAD_DIM,
     FID_COUNT
 } job_fid;
 

@@ -479,6 +479,19 @@ size_t model_acts_head_chunk_bytes(const job_model *spec, const model_shard *sha
  * gradient; ViT: the logits too): host memory on a GPU, the same memory on the
  * CPU backend. */
 size_t model_acts_host_bytes(const job_model *spec, int B);
+/* model.mla (multi-head latent attention): the matmul weights a token passes
+ * through before the attention core (the query's and the keys' and
+ * values' down and up projections) and after it (the output), for the
+ * FLOPs; and the width the attention core's products run over, what
+ * d_model is for multi-head attention: QK^T and AV each 2 x seq^2 x width
+ * forward (model.mla: n_head x (qk_nope + qk_rope + v head dims) / 2). */
+void model_mla_weights(const job_model *spec, double *in, double *out);
+double model_attention_width(const job_model *spec);
+/* NULL when the model computes what spec describes; else why not, one line
+ * for the user ("attention mla: counted by --dry-run, not trained yet"):
+ * what the dry-run prices but training refuses before anything starts
+ * (runtime/train/preflight.c, the worker's engine). */
+const char *model_unsupported(const job_model *spec);
 /* FLOPs of forward + backward for one sample on the whole model:
  * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention;
  * Llama: GQA's smaller k and v, SwiGLU's three MLP matrices, the untied head);

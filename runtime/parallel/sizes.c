@@ -206,10 +206,22 @@ void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int mic
         double qkv_l = C / t + 2.0 * kv_l;
         double qkv = 2.0 * rows * C * qkv_l, proj = 2.0 * rows * C * C / t;
         double fc1 = 2.0 * rows * C * h1 / t, fc2 = 2.0 * rows * F * C / t;
-        double core = 4.0 * B * seq * seq * C / t * att_share;
+        double core = 4.0 * B * seq * seq * model_attention_width(m) / t * att_share;
         int moe = job_moe_block(m, unit - 1);
-        add_gemm(w, qkv, (2.0 + blk) * qkv, min3(rows, C, qkv_l), qkv);
-        add_gemm(w, proj, (2.0 + blk) * proj, min3(rows, C / t, C), proj);
+        double qkv_dim = min3(rows, C, qkv_l), proj_dim = min3(rows, C / t, C);
+        if (job_model_mla(m)) {
+            /* multi-head latent attention (--dry-run only): its projections
+             * as one GEMM of their weights (the latents bound its shape),
+             * split over tp like the heads; the output projection's input is
+             * n_head x v_head_dim wide */
+            double in, out, lat = m->mla.kv_lora_rank;
+            model_mla_weights(m, &in, &out);
+            qkv = 2.0 * rows * in / t, proj = 2.0 * rows * out / t;
+            qkv_dim = min3(rows, C, lat), proj_dim = min3(rows, out / C / t, C);
+            hd = m->mla.qk_nope_head_dim + m->mla.qk_rope_head_dim;
+        }
+        add_gemm(w, qkv, (2.0 + blk) * qkv, qkv_dim, qkv);
+        add_gemm(w, proj, (2.0 + blk) * proj, proj_dim, proj);
         double routed = 0, mrows = moe ? moe_rows(m, micro_batch, tp, sp, cp) : 0;
         if (moe) {
             routed = moe_work(m, micro_batch, tp, sp, cp, ep, blk, w);

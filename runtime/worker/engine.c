@@ -370,6 +370,13 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         snprintf(err, errlen, "rank %d: %s: %s", rank, job->path, layout_why);
         return NULL;
     }
+    /* the launcher refused it before spawning (preflight_job) */
+    const char *unsupported = model_unsupported(&job->model);
+    if (unsupported) {
+        snprintf(err, errlen, "rank %d: %s: %s", rank, job->path, unsupported);
+        *exit_code = DT_EXIT_USAGE;
+        return NULL;
+    }
     /* job_validate says the same; a micro-batch of any size (evaluation's last may
      * hold one sample) splits into tp equal row parts when a sample does */
     int sp = par->sequence_parallel && par->tp > 1;
