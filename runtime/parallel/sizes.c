@@ -310,7 +310,8 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
         return NULL;
     }
     /* the donor's numel tables hold when the model and tp agree */
-    int same_numel = donor && donor->job.parallel.tp == tp &&
+    int ep = par->ep > 1 ? par->ep : 1; /* an MoE block holds experts / ep of its experts */
+    int same_numel = donor && donor->job.parallel.tp == tp && donor->job.parallel.ep == par->ep &&
                      memcmp(&donor->job.model, &job->model, sizeof job->model) == 0;
     /* a dense block's and an MoE block's units (model.moe): the first of each kind */
     int dense_unit = 1, moe_unit = 1, L = job->model.n_layer;
@@ -322,7 +323,7 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
                             : dense_unit <= L ? model_unit_numel(&job->model, dense_unit, r, tp)
                                               : 0;
         s->numel_moe[r] = same_numel        ? donor->numel_moe[r]
-                          : moe_unit <= L ? model_unit_numel(&job->model, moe_unit, r, tp)
+                          : moe_unit <= L ? model_unit_numel_ep(&job->model, moe_unit, r, tp, ep)
                                           : 0;
         s->numel_head[r] = same_numel ? donor->numel_head[r] : model_unit_numel(&job->model, n_units - 1, r, tp);
     }
@@ -403,12 +404,43 @@ int sizes_shard_rank(const sizes *s, sizes_shard_of what, int dp_rank)
     return dp_rank % sizes_shard_group(s, what);
 }
 
+int sizes_ep(const sizes *s) { return s->job.parallel.ep > 1 ? s->job.parallel.ep : 1; }
+
+int sizes_expert_unit(const sizes *s, int unit)
+{
+    return sizes_ep(s) > 1 && unit >= 1 && unit <= s->job.model.n_layer && job_moe_block(&s->job.model, unit - 1);
+}
+
 size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, size_t *lo)
 {
     size_t n = sizes_unit_numel(s, unit, at.tp), off, len;
-    comm_chunk(n, sizes_shard_group(s, what), sizes_shard_rank(s, what, at.dp), &off, &len);
+    int S = sizes_shard_group(s, what), r = sizes_shard_rank(s, what, at.dp), ep = sizes_ep(s);
+    /* an expert unit: over the experts' data-parallel group (mesh.h MESH_EDP:
+     * place at.dp of dp x cp is its rank at.dp / ep) */
+    if (S > 1 && sizes_expert_unit(s, unit)) S /= ep, r = at.dp / ep;
+    comm_chunk(n, S, r, &off, &len);
     if (lo) *lo = off;
     return len;
+}
+
+void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows)
+{
+    const job_spec *j = &s->job;
+    const job_moe *e = &j->model.moe;
+    int ep = sizes_ep(s);
+    *tok_rows = *exp_rows = 0;
+    if (ep == 1 || e->experts < 1) return;
+    size_t N = (size_t)j->train.micro_batch * (size_t)(model_seq_len(&j->model) / j->parallel.cp);
+    int El = e->experts / ep, k = e->top_k < El ? e->top_k : El;
+    *tok_rows = N * (size_t)e->top_k;
+    *exp_rows = N * (size_t)k * (size_t)ep; /* model_internal.h moe_expert_rows */
+}
+
+size_t sizes_ep_stage_numel(const sizes *s)
+{
+    size_t tok, exp;
+    sizes_ep_stage(s, &tok, &exp);
+    return (tok + exp) * (size_t)s->job.model.d_model + exp; /* + the reorder's ints */
 }
 
 /* Units [*begin, *end) of global chunk c. */
@@ -546,7 +578,7 @@ static int seq_parallel(const sizes *s)
 static model_shard chunk_shard(const sizes *s, int chunk, int tp_rank)
 {
     model_shard sh = {.tp_rank = tp_rank, .tp_size = s->job.parallel.tp, .sp = seq_parallel(s),
-                      .cp_rank = 0, .cp_size = s->job.parallel.cp};
+                      .cp_rank = 0, .cp_size = s->job.parallel.cp, .ep_rank = 0, .ep_size = sizes_ep(s)};
     chunk_units(s, chunk, &sh.unit_begin, &sh.unit_end);
     return sh;
 }
@@ -698,7 +730,8 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge + twin) +
                              sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * (ge + twin) +
                              sizes_bucket_numel(s, at) * re + sizes_tied_scratch_numel(s, at) * ge +
-                             sizes_tp_stage_numel(s) * 2 + sizes_cp_ring_numel(s) * sizeof(float);
+                             sizes_tp_stage_numel(s) * 2 + sizes_cp_ring_numel(s) * sizeof(float) +
+                             sizes_ep_stage_numel(s) * sizeof(float);
     /* a grad pool (ZeRO-2's, FSDP's) with bf16 reductions widens the reduced
      * chunks through min(its buffers' numel, OPTIM_SCRATCH_NUMEL) floats
      * (grad_pool_wide_numel) */

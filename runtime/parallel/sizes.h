@@ -24,6 +24,7 @@
  *   train.cuda_graphs' inputs and scalars (device)  sizes_graph_bytes
  *   tied wte scratch (GPT, pp>1)  sizes_tied_scratch_numel
  *   tp bf16 staging (tp>1, bf16)  sizes_tp_stage_numel
+ *   MoE dispatcher (ep>1)         sizes_ep_stage_numel
  *
  * Precision. With train.precision fp32 everything is fp32: params 4 + grads 4 +
  * Adam m 4 + v 4 = 16 bytes per parameter. With train.precision bf16 (mixed
@@ -247,6 +248,20 @@ size_t sizes_tp_stage_numel(const sizes *s);
 size_t sizes_cp_ring_numel(const sizes *s);
 /* The gradient-reduction group's size: dp, or dp x cp (cp folds into it). */
 int sizes_grad_dp(const sizes *s);
+
+/* Expert parallelism (parallel.ep; 1 without). An expert unit (an MoE block
+ * with ep > 1) holds experts / ep of its routed experts (sizes_unit_numel) and
+ * shards over the experts' data-parallel group, dp x cp / ep ranks, when its
+ * category shards over dp x cp (sizes_shard). */
+int sizes_ep(const sizes *s);
+int sizes_expert_unit(const sizes *s, int unit);
+/* The MoE dispatcher's staging (ep.c), 0 with ep 1: the token side's rows
+ * (micro_batch x seq / cp x top_k, each of d_model) and the experts' side's
+ * (micro_batch x seq / cp x min(top_k, experts / ep) x ep: every ep rank's
+ * rows for this rank's experts at most); their floats plus one int per expert
+ * row (a reorder's indices). */
+void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows);
+size_t sizes_ep_stage_numel(const sizes *s);
 
 /* ---- the whole rank ---- */
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);
