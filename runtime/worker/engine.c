@@ -545,8 +545,9 @@ static unsigned long long sent_on(const comm *c) { return c ? (unsigned long lon
 
 engine_comm_bytes engine_bytes_sent(const engine *e)
 {
-    if (!e->have_mc) return (engine_comm_bytes){0, 0, 0, 0};
-    return (engine_comm_bytes){sent_on(e->mc.tp), sent_on(grad_group(e)), sent_on(e->mc.pp), sent_on(e->mc.cp)};
+    if (!e->have_mc) return (engine_comm_bytes){0, 0, 0, 0, 0, 0};
+    return (engine_comm_bytes){sent_on(e->mc.tp), sent_on(grad_group(e)), sent_on(e->mc.pp), sent_on(e->mc.cp),
+                               sent_on(e->mc.ep), sent_on(e->mc.edp)};
 }
 void engine_begin_training(engine *e)
 {
