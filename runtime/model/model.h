@@ -402,6 +402,16 @@ typedef struct {
      * row, from dxe [M_l, C] (fp32, this rank's experts' input gradient; may
      * be overwritten), each row's choices in order. */
     void (*dispatch_backward)(void *ctx, float *dx, float *dxe, const model_moe_route *r, int C);
+    /* Optional (NULL: none), the first halves of the four calls above, with
+     * their arguments: the exchange is started, the model computes what does
+     * not depend on it (the shared experts, the router's weight gradient)
+     * while the rows travel, then makes the call itself, which finishes it
+     * (without a start the call does both halves). One at a time. */
+    void (*dispatch_start)(void *ctx, const void *x, const model_moe_route *r, int C, dt_dtype t);
+    void (*combine_start)(void *ctx, void *yt, const void *ye, const model_moe_route *r, int C, dt_dtype t);
+    void (*combine_backward_start)(void *ctx, float *dw, const float *dout, const void *yt, const float *w,
+                                   const model_moe_route *r, int C, dt_dtype t);
+    void (*dispatch_backward_start)(void *ctx, float *dxe, const model_moe_route *r, int C);
     /* Context parallelism (a sample's tokens on cp ranks): all [cp][n] =
      * every cp rank's `mine` [n], in cp rank order (the capacity and the
      * balance loss count a sample's tokens on every rank). NULL with cp 1. */

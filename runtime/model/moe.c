@@ -12,7 +12,9 @@
  *               order, expert by expert; ops->moe_route
  *   dispatch    the kept choices' rows to their experts (model.h
  *               model_moe_dispatcher: the local one gathers them; expert
- *               parallelism will move them between ranks)
+ *               parallelism, runtime/parallel/ep.c, moves them between
+ *               ranks, where this rank's El = E / ep experts compute every
+ *               rank's rows for them)
  *   experts     one grouped GEMM over every expert's rows, the activation
  *               (GELU, or a Llama's SwiGLU over the packed gate|up), another
  *               grouped GEMM; ops->moe_grouped_forward
@@ -203,13 +205,15 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
     sample_counts(m, b, G, b->psum ? b->host : NULL, &local, &n_local);
     model_moe_route r = route_of(m, b, N);
 
-    /* dispatch, then the experts on their rows */
+    /* dispatch (the shared experts' first layer while the rows travel),
+     * then the experts on their rows */
+    if (disp->dispatch_start) disp->dispatch_start(disp->ctx, x, &r, C, t);
+    if (d->Fs > 0) block_mlp_in(m, b->sh_h, b->sh_g, x, NULL, bp->w[BR_SH_FC_W], NULL, N, d->Hs, d->Fs);
     int Ml = disp->dispatch(disp->ctx, b->xe, x, &r, C, t);
     void *ye = disp->moves_rows ? b->ye : b->y;
     ops->moe_grouped_forward(b->h, b->xe, bp->w[BR_EXP_FC_W], r.counts_l, El, C, d->He, t, t);
     experts_act(m, b->g, b->h, Ml);
     ops->moe_grouped_forward(ye, b->g, bp->w[BR_EXP_PROJ_W], r.counts_l, El, d->Fe, C, t, t);
-    if (d->Fs > 0) block_mlp_in(m, b->sh_h, b->sh_g, x, NULL, bp->w[BR_SH_FC_W], NULL, N, d->Hs, d->Fs);
     if (count && b->psum) {
         int M = 0;
         for (int e = 0; e < E; e++) M += b->counts[e];
@@ -217,8 +221,10 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
         double aux = d->cp_rank == 0 ? balance_loss(m, b->chosen, b->host, G, Tf) : 0.0;
         moe_stats_add(m, slot, local, n_local, M, aux);
     }
-    /* combine: the shared experts' output, then every token's experts'
-     * (without a branch only the output rows the backward reads) */
+    /* combine: the shared experts' output (while the experts' travel back),
+     * then every token's experts' (without a branch only the output rows the
+     * backward reads) */
+    if (disp->combine_start) disp->combine_start(disp->ctx, b->y, ye, &r, C, t);
     if (branch && d->Fs > 0) L->row_forward(L->ctx, branch, NULL, b->sh_g, bp->w[BR_SH_PROJ_W], NULL, N, d->Fs, C, t);
     disp->combine(disp->ctx, branch, b->y, ye, b->w, &r, C, t, d->Fs > 0);
 }
@@ -237,7 +243,10 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
     int Ml = local_rows(m, b);
 
     /* the shared experts: a dense MLP's backward, whose first layer's input
-     * gradient starts dx */
+     * gradient starts dx (while the experts' output gradient travels) */
+    ops->zero(s->moe_dw, (size_t)N * (size_t)k * sizeof(float));
+    if (disp->combine_backward_start)
+        disp->combine_backward_start(disp->ctx, s->moe_dw, dbranch, b->y, b->w, &r, C, t);
     if (d->Fs > 0) {
         block_mlp_out_backward(m, b->sh_h, b->sh_g, bp->w[BR_SH_PROJ_W], bp->g[BR_SH_PROJ_W], NULL, dbranch, NULL,
                                s->dB, s->dA, N, d->Hs, d->Fs);
@@ -248,7 +257,6 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
 
     /* combine, the experts' second GEMM, their activation, their first GEMM
      * (its input gradient in moe_dy again: the output gradient is used up) */
-    ops->zero(s->moe_dw, (size_t)N * (size_t)k * sizeof(float));
     disp->combine_backward(disp->ctx, s->moe_dy, s->moe_dw, dbranch, b->y, b->w, &r, C, t);
     ops->zero(s->moe_dg, (size_t)Ml * (size_t)d->Fe * sizeof(float));
     ops->moe_grouped_backward(s->moe_dg, bp->g[BR_EXP_PROJ_W], s->moe_dy, b->g, bp->w[BR_EXP_PROJ_W], r.counts_l,
@@ -257,10 +265,12 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
     ops->zero(s->moe_dy, (size_t)Ml * (size_t)C * sizeof(float));
     ops->moe_grouped_backward(s->moe_dy, bp->g[BR_EXP_FC_W], s->moe_dh, b->xe, bp->w[BR_EXP_FC_W], r.counts_l, El,
                               C, d->He, t);
-    disp->dispatch_backward(disp->ctx, dx, s->moe_dy, &r, C);
+    if (disp->dispatch_backward_start) disp->dispatch_backward_start(disp->ctx, s->moe_dy, &r, C);
 
-    /* the router: through the weights, and the balance loss's seed (from
-     * each whole sample's choices: b->chosen, as the forward left it) */
+    /* the router (while the experts' input gradient travels back): through
+     * the weights, and the balance loss's seed (from each whole sample's
+     * choices: b->chosen, as the forward left it); its input gradient after
+     * the dispatch's, as without expert parallelism */
     const float *daux = NULL;
     if (cfg->aux_loss_coef > 0 && m->moe_aux_scale != 0) {
         double scale = (double)m->moe_aux_scale * E / ((double)Tf * (double)Tf * (double)k);
@@ -271,5 +281,7 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
     ops->zero(s->moe_dlogits, (size_t)N * (size_t)E * sizeof(float));
     ops->moe_router_backward(s->moe_dlogits, b->scores, b->idx, b->w, s->moe_dw, daux, N, E, k,
                              cfg->router == ROUTER_SIGMOID, cfg->norm_top_k, T, 0);
-    ops->matmul_backward(dx, bp->g[BR_ROUTER_W], NULL, s->moe_dlogits, x, bp->w[BR_ROUTER_W], N, C, E, t);
+    ops->matmul_backward(NULL, bp->g[BR_ROUTER_W], NULL, s->moe_dlogits, x, NULL, N, C, E, t);
+    disp->dispatch_backward(disp->ctx, dx, s->moe_dy, &r, C);
+    ops->matmul_backward(dx, NULL, NULL, s->moe_dlogits, NULL, bp->w[BR_ROUTER_W], N, C, E, t);
 }

@@ -33,6 +33,14 @@
  * group is a communicator of its own (comm.h: nothing else is in flight on
  * it).
  *
+ * Overlap: each exchange is started by the call's first half (the
+ * dispatcher's *_start), and the model computes meanwhile what does not
+ * depend on it: the shared experts' first layer while the rows go to the
+ * experts, their second while the outputs come back, their backward while
+ * the output gradient goes, the router's weight gradient while the input
+ * gradient comes back (moe.c). The exchange runs on the ep communicator's
+ * own thread (CPU transports) or stream (NCCL).
+ *
  * Context parallelism with model.moe (cp > 1): a sample's tokens sit on the
  * cp ranks, and the capacity and the balance loss count a whole sample's
  * choices; the dispatcher's cp_gather brings every cp rank's counts (an
@@ -56,6 +64,8 @@ struct ep_disp {
     int *perm_host;       /* [exp_rows] */
     size_t *send, *recv;  /* [ep] element counts of one all-to-allv */
     int *off;             /* [E]: where each (rank, expert) block arrives */
+    comm_req *req;        /* the exchange in flight (one at a time) */
+    const char *pending;  /* which one, NULL: none */
 };
 
 /* The element counts of one exchange of rows of C (dir 0: to the experts,
@@ -92,16 +102,33 @@ static int reorder(ep_disp *d, const model_moe_route *r, int to_experts)
     return n;
 }
 
-/* One all-to-allv of the rows over the ep group, timed and checked. */
-static void exchange(ep_disp *d, const void *send, void *recv, size_t elem, const char *what)
+/* One all-to-allv of the rows over the ep group, started (d->req; the
+ * call that finishes the exchange waits for it): timed and checked. */
+static void exchange_start(ep_disp *d, const void *send, void *recv, size_t elem, const char *what)
 {
     strat_ctx *x = d->x;
+    d->pending = what;
     if (x->failed) return; /* the step is lost: nothing more on a broken group */
     double t0 = clock_now_s();
-    int rc = comm_all_to_allv(d->ep, send, d->send, recv, d->recv, strat_dtype(elem));
+    int rc = comm_all_to_allv_async(d->ep, send, d->send, recv, d->recv, strat_dtype(elem), &d->req);
     strat_comm_done(x, t0, what);
     strat_fail(x, d->ep, rc, what);
 }
+
+/* Waits for the exchange `what` started; 0 when none was (the caller starts
+ * it first: a dispatcher call without its start). */
+static int exchange_finish(ep_disp *d, const char *what)
+{
+    if (d->pending != what) return 0;
+    strat_wait(d->x, d->ep, d->req, what);
+    d->req = NULL;
+    d->pending = NULL;
+    return 1;
+}
+
+static const char *const DISPATCH = "ep all_to_allv dispatch", *const COMBINE = "ep all_to_allv combine",
+                  *const COMBINE_BWD = "ep all_to_allv combine backward",
+                  *const DISPATCH_BWD = "ep all_to_allv dispatch backward";
 
 static void check_room(const ep_disp *d, size_t M, size_t Ml)
 {
@@ -112,13 +139,14 @@ static void check_room(const ep_disp *d, size_t M, size_t Ml)
     abort();
 }
 
-static int ep_dispatch(void *ctx, void *xe, const void *xin, const model_moe_route *r, int C, dt_dtype t)
+/* dispatch's first half: the counts (rank j gets this rank's counts of its
+ * El experts), this rank's kept rows in expert order, their exchange started */
+static void ep_dispatch_start(void *ctx, const void *xin, const model_moe_route *r, int C, dt_dtype t)
 {
     ep_disp *d = ctx;
     strat_ctx *x = d->x;
     int M = 0, E = r->E, El = r->El;
     for (int e = 0; e < E; e++) M += r->counts[e];
-    /* the counts first: rank j gets this rank's counts of its El experts */
     int *from = r->counts_l + El;
     if (!x->failed) {
         double t0 = clock_now_s();
@@ -137,25 +165,43 @@ static int ep_dispatch(void *ctx, void *xe, const void *xin, const model_moe_rou
     check_room(d, (size_t)M, (size_t)Ml);
     d->ops->moe_permute(d->tok, xin, r->src, M, C, t);
     counts_of(d, r, 0);
-    exchange(d, d->tok, d->exp, dt_dtype_size(t), "ep all_to_allv dispatch");
-    reorder(d, r, 1);
+    exchange_start(d, d->tok, d->exp, dt_dtype_size(t), DISPATCH);
+}
+
+static int ep_dispatch(void *ctx, void *xe, const void *xin, const model_moe_route *r, int C, dt_dtype t)
+{
+    ep_disp *d = ctx;
+    if (!exchange_finish(d, DISPATCH)) {
+        ep_dispatch_start(ctx, xin, r, C, t);
+        exchange_finish(d, DISPATCH);
+    }
+    int Ml = reorder(d, r, 1);
     d->ops->moe_permute(xe, d->exp, d->perm, Ml, C, t);
     return Ml;
+}
+
+static void ep_combine_start(void *ctx, void *yt, const void *ye, const model_moe_route *r, int C, dt_dtype t)
+{
+    ep_disp *d = ctx;
+    int Ml = reorder(d, r, 0);
+    d->ops->moe_permute(d->exp, ye, d->perm, Ml, C, t);
+    counts_of(d, r, 1);
+    exchange_start(d, d->exp, yt, dt_dtype_size(t), COMBINE);
 }
 
 static void ep_combine(void *ctx, float *out, void *yt, const void *ye, const float *w, const model_moe_route *r,
                        int C, dt_dtype t, int accumulate)
 {
     ep_disp *d = ctx;
-    int Ml = reorder(d, r, 0);
-    d->ops->moe_permute(d->exp, ye, d->perm, Ml, C, t);
-    counts_of(d, r, 1);
-    exchange(d, d->exp, yt, dt_dtype_size(t), "ep all_to_allv combine");
+    if (!exchange_finish(d, COMBINE)) {
+        ep_combine_start(ctx, yt, ye, r, C, t);
+        exchange_finish(d, COMBINE);
+    }
     if (out) d->ops->moe_unpermute(out, yt, r->dst, w, r->N, r->k, C, t, accumulate);
 }
 
-static void ep_combine_backward(void *ctx, float *dye, float *dw, const float *dout, const void *yt, const float *w,
-                                const model_moe_route *r, int C, dt_dtype t)
+static void ep_combine_backward_start(void *ctx, float *dw, const float *dout, const void *yt, const float *w,
+                                      const model_moe_route *r, int C, dt_dtype t)
 {
     ep_disp *d = ctx;
     int M = 0;
@@ -163,18 +209,37 @@ static void ep_combine_backward(void *ctx, float *dye, float *dw, const float *d
     d->ops->zero(d->tok, (size_t)M * (size_t)C * sizeof(float));
     d->ops->moe_unpermute_backward(d->tok, dw, dout, yt, r->dst, w, r->N, r->k, C, t);
     counts_of(d, r, 0);
-    exchange(d, d->tok, d->exp, sizeof(float), "ep all_to_allv combine backward");
+    exchange_start(d, d->tok, d->exp, sizeof(float), COMBINE_BWD);
+}
+
+static void ep_combine_backward(void *ctx, float *dye, float *dw, const float *dout, const void *yt, const float *w,
+                                const model_moe_route *r, int C, dt_dtype t)
+{
+    ep_disp *d = ctx;
+    if (!exchange_finish(d, COMBINE_BWD)) {
+        ep_combine_backward_start(ctx, dw, dout, yt, w, r, C, t);
+        exchange_finish(d, COMBINE_BWD);
+    }
     int Ml = reorder(d, r, 1);
     d->ops->moe_permute(dye, d->exp, d->perm, Ml, C, DT_F32);
 }
 
-static void ep_dispatch_backward(void *ctx, float *dx, float *dxe, const model_moe_route *r, int C)
+static void ep_dispatch_backward_start(void *ctx, float *dxe, const model_moe_route *r, int C)
 {
     ep_disp *d = ctx;
     int Ml = reorder(d, r, 0);
     d->ops->moe_permute(d->exp, dxe, d->perm, Ml, C, DT_F32);
     counts_of(d, r, 1);
-    exchange(d, d->exp, d->tok, sizeof(float), "ep all_to_allv dispatch backward");
+    exchange_start(d, d->exp, d->tok, sizeof(float), DISPATCH_BWD);
+}
+
+static void ep_dispatch_backward(void *ctx, float *dx, float *dxe, const model_moe_route *r, int C)
+{
+    ep_disp *d = ctx;
+    if (!exchange_finish(d, DISPATCH_BWD)) {
+        ep_dispatch_backward_start(ctx, dxe, r, C);
+        exchange_finish(d, DISPATCH_BWD);
+    }
     d->ops->moe_permute_backward(dx, d->tok, r->dst, r->N, r->k, C);
 }
 
@@ -229,7 +294,10 @@ int ep_apply(strat_ctx *x, model *const *chunks, int n_chunks)
         if (ep > 1)
             disp = (model_moe_dispatcher){.ctx = d, .moves_rows = 1, .dispatch = ep_dispatch, .combine = ep_combine,
                                           .combine_backward = ep_combine_backward,
-                                          .dispatch_backward = ep_dispatch_backward};
+                                          .dispatch_backward = ep_dispatch_backward,
+                                          .dispatch_start = ep_dispatch_start, .combine_start = ep_combine_start,
+                                          .combine_backward_start = ep_combine_backward_start,
+                                          .dispatch_backward_start = ep_dispatch_backward_start};
         else
             model_local_moe_dispatcher(chunks[i], &disp);
         if (cp > 1) disp.cp_ctx = d, disp.cp_gather = cp_gather;
@@ -242,6 +310,7 @@ void ep_release(strat_ctx *x)
 {
     ep_disp *d = x->epd;
     if (!d) return;
+    comm_wait(d->req); /* an exchange a failed step left in flight */
     if (d->mem) {
         acct_add(x->acct, ACCT_BUFFERS, -(long long)(sizes_ep_stage_numel(x->sz) * sizeof(float)));
         x->ops->free(d->mem);
