@@ -222,8 +222,8 @@ static int check_model(const job_spec *job, verdict *v)
 }
 
 /* model.moe: the experts a token can pick, the blocks that are MoE, and the
- * layouts the MoE layer runs under today (one process, data parallelism,
- * pipelines; expert parallelism and the rest come with parallel.ep). */
+ * layouts the MoE layer runs under (every one but tensor parallelism, HSDP
+ * with expert parallelism, CUDA graphs and the zero-bubble schedule). */
 static int check_moe(const job_spec *job, verdict *v)
 {
     const job_model *m = &job->model;
@@ -241,12 +241,12 @@ static int check_moe(const job_spec *job, verdict *v)
                     e->first_dense, m->n_layer);
     if (par->tp > 1)
         return fail(v, BLAME(FID_TP, FID_MOE_EXPERTS),
-                    "model.moe with parallel.tp %d: the MoE layer runs without tensor parallelism so far (one "
-                    "process, dp, pp); expert parallelism and expert tp come with parallel.ep", par->tp);
-    if (par->cp > 1)
-        return fail(v, BLAME(FID_CP, FID_MOE_EXPERTS),
-                    "model.moe with parallel.cp %d: a sample's capacity and load-balancing loss count all its "
-                    "tokens, which context parallelism splits; not supported yet (parallel.ep)", par->cp);
+                    "model.moe with parallel.tp %d: the MoE layer runs without tensor parallelism so far (experts "
+                    "neither replicated over tp nor split by expert tp); use dp, cp, pp and parallel.ep", par->tp);
+    if (par->ep > 1 && par->mode == SHARD_HSDP)
+        return fail(v, BLAME(FID_MODE, FID_EP),
+                    "parallel.mode hsdp with parallel.ep %d: an expert unit shards over the experts' data-parallel "
+                    "group, which HSDP's node groups do not follow yet; use fsdp, zero1, zero2 or ddp", par->ep);
     if (job->train.cuda_graphs)
         return fail(v, BLAME(FID_CUDA_GRAPHS, FID_MOE_EXPERTS),
                     "train.cuda_graphs with model.moe: the grouped expert GEMMs take each step's tokens-per-expert "

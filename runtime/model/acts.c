@@ -155,16 +155,16 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_
     if (!(mlp & MLP_MOE)) return;
     /* the rows this rank routes: its own under sequence parallelism (the
      * experts are whole on every tp rank), all of them otherwise */
-    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = Nl * k;
+    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = Nl * k, Mx = moe_expert_rows(&g->d, Nl);
     size_t before = b->off;
     s->moe_scores = takef(b, Nl * E);
     s->moe_w = takef(b, Nk);
     s->moe_idx = takei(b, Nk);
     s->moe_dst = takei(b, Nk);
     s->moe_src = takei(b, Nk);
-    s->moe_x = take(b, Nk * C * e);
-    s->moe_h = take(b, Nk * (size_t)g->d.He * e);
-    s->moe_g = take(b, Nk * (size_t)g->d.Fe * e);
+    s->moe_x = take(b, Mx * C * e);
+    s->moe_h = take(b, Mx * (size_t)g->d.He * e);
+    s->moe_g = take(b, Mx * (size_t)g->d.Fe * e);
     s->moe_y = take(b, Nk * C * e);
     b->mlp_in += b->off - before;
 }
@@ -268,15 +268,19 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     a->bs.dB = nb > 0 ? takef(b, Hg) : NULL;
     /* an MoE block's backward (moe.c), and its route's per-sample counts */
     int moe = g->has_moe;
-    size_t E = (size_t)g->d.E, Nk = Nl * (size_t)g->d.k; /* the rows it routes (take_block) */
-    a->bs.moe_dy = moe ? takef(b, Nk * C) : NULL;
-    a->bs.moe_dg = moe ? takef(b, Nk * (size_t)g->d.Fe) : NULL;
-    a->bs.moe_dh = moe ? takef(b, Nk * (size_t)g->d.He) : NULL;
+    /* the rows it routes (take_block) */
+    size_t E = (size_t)g->d.E, Nk = Nl * (size_t)g->d.k, Mx = moe ? moe_expert_rows(&g->d, Nl) : 0;
+    a->bs.moe_dy = moe ? takef(b, Mx * C) : NULL;
+    a->bs.moe_dg = moe ? takef(b, Mx * (size_t)g->d.Fe) : NULL;
+    a->bs.moe_dh = moe ? takef(b, Mx * (size_t)g->d.He) : NULL;
     a->bs.moe_dw = moe ? takef(b, Nk) : NULL;
     a->bs.moe_dlogits = moe ? takef(b, Nl * E) : NULL;
     a->bs.moe_aux = moe ? takef(b, (size_t)B * E) : NULL;
-    a->bs.moe_chosen = moe ? takei(b, (size_t)B * E) : NULL;
+    a->bs.moe_chosen = moe ? takei(b, 2 * (size_t)B * E) : NULL;
+    a->bs.moe_before = moe && g->cp ? takei(b, 2 * (size_t)B * E) : NULL;
     a->bs.moe_counts = moe ? takei(b, E) : NULL;
+    /* expert parallelism: the experts' outputs before they travel back */
+    a->bs.moe_ye = moe && g->d.ep_size > 1 ? take(b, Mx * C * e) : NULL;
     size_t att_scr = att_scratch_numel(g, B);
     a->bs.att_scratch = nb > 0 && att_scr ? takef(b, att_scr) : NULL;
     /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
@@ -477,7 +481,7 @@ size_t model_acts_work_bytes(const model *m) { return m->work_mem ? m->work_byte
 static int moe_host_arrays(model *m, model_acts *a)
 {
     if (m->n_moe == 0) return 0;
-    size_t E = (size_t)m->d.E, per = 2 * E + (size_t)a->B * E;
+    size_t E = (size_t)m->d.E, per = 3 * E + 2 * (size_t)a->B * E;
     int sets = blk_sets(m->n_blocks, m->recompute);
     a->moe_host = malloc((size_t)(sets + 1) * per * sizeof(int));
     if (!a->moe_host) return -1;
@@ -485,7 +489,7 @@ static int moe_host_arrays(model *m, model_acts *a)
         block_acts *s = k < sets ? &a->blk[k] : &a->work_blk;
         if (k < sets && moe_slot_of(m, m->first_block + k) < 0) continue;
         s->moe_counts = a->moe_host + (size_t)k * per;
-        s->moe_chosen = s->moe_counts + 2 * E;
+        s->moe_chosen = s->moe_counts + 3 * E;
     }
     return 0;
 }

@@ -71,6 +71,8 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
         d->He = glu * d->Fe;
         d->Fs = e->shared_experts * d->Fe;
         d->Hs = glu * d->Fs;
+        d->ep_size = sh->ep_size > 1 ? sh->ep_size : 1;
+        d->El = d->E / d->ep_size;
     }
 }
 
@@ -235,10 +237,12 @@ static void llama_block_spec(const job_model *s, int layer, int i, int r, int tp
  * C] (expert e's gate rows, then its up rows: SwiGLU's packed layout, one
  * GEMM per expert) and down [E C, Fe]; the shared experts' MLP of Fs =
  * shared_experts Fe, a dense MLP's tensors (GPT fc, proj; Llama gate, up,
- * down). Replicated over tp (the MoE layer refuses tp so far). Init: normal
- * 0.02, the output projections GPT-2's 0.02 / sqrt(2L), as the dense
- * block's. `i` counts from the router (0). */
-static void moe_spec(const job_model *s, int layer, int i, int r, int tp, param_spec *p)
+ * down). Replicated over tp (the MoE layer refuses tp so far). Under expert
+ * parallelism (ep_size > 1) a rank's routed experts' tensors are its block
+ * of E / ep_size experts' rows (param_spec ep_rank). Init: normal 0.02, the
+ * output projections GPT-2's 0.02 / sqrt(2L), as the dense block's. `i`
+ * counts from the router (0). */
+static void moe_spec(const job_model *s, int layer, int i, int r, int tp, int ep_rank, int ep_size, param_spec *p)
 {
     static const char *const gpt[] = {"moe.router.w", "moe.experts.fc.w", "moe.experts.proj.w", "moe.shared.fc.w",
                                       "moe.shared.proj.w"};
@@ -255,6 +259,12 @@ static void moe_spec(const job_model *s, int layer, int i, int r, int tp, param_
     int rows = i == 0 ? E : i == 1 ? E * glu * Fe : i == 2 ? E * C : out ? C : Fs;
     int cols = out ? (i == 2 ? Fe : Fs) : C;
     set_spec(p, name, rows, cols, 2, SPLIT_NONE, 1, INIT_NORMAL, out ? proj_std : 0.02f, r, tp);
+    if ((i == 1 || i == 2) && ep_size > 1) {
+        p->ep_rank = ep_rank;
+        p->ep_size = ep_size;
+        p->local_shape[0] = rows / ep_size;
+        p->local_numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    }
 }
 
 /* Multi-head latent attention (DeepSeek-V2/V3, Hugging Face's names): the
@@ -306,7 +316,8 @@ static void llama_edge_spec(const job_model *s, int unit, int i, int r, int tp, 
     set_spec(p, "norm.w", C, 1, 1, SPLIT_NONE, 1, INIT_ONES, 0, r, tp);
 }
 
-static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, param_spec *p)
+static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, int ep_rank, int ep_size,
+                           param_spec *p)
 {
     int router = s->kind == MODEL_LLAMA ? MOE_LLAMA_ROUTER : MOE_GPT_ROUTER;
     int mla = unit >= 1 && unit <= s->n_layer ? mla_extra(s) : 0;
@@ -317,7 +328,7 @@ static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, p
     }
     if (mla && i >= LLAMA_MLP_NORM + mla) i -= mla; /* the rest as a Llama block's */
     if (unit >= 1 && unit <= s->n_layer && i >= router && job_moe_block(s, unit - 1)) {
-        moe_spec(s, unit - 1, i - router, r, tp, p);
+        moe_spec(s, unit - 1, i - router, r, tp, ep_rank, ep_size, p);
     } else if (s->kind == MODEL_LLAMA) {
         if (unit == 0 || unit > s->n_layer) llama_edge_spec(s, unit, i, r, tp, p);
         else llama_block_spec(s, unit - 1, i, r, tp, p);
@@ -331,30 +342,41 @@ static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, p
     p->unit = unit;
 }
 
-void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
-                           param_spec *out)
+void model_unit_param_spec_ep(const job_model *spec, int unit, int i, int tp_rank, int tp_size, int ep_rank,
+                              int ep_size, param_spec *out)
 {
     /* offsets: the tensors are packed in order, so sum the ones before i */
     size_t off = 0;
     for (int j = 0; j < i; j++) {
         param_spec q;
-        spec_no_offset(spec, unit, j, tp_rank, tp_size, &q);
+        spec_no_offset(spec, unit, j, tp_rank, tp_size, ep_rank, ep_size, &q);
         off += q.local_numel;
     }
-    spec_no_offset(spec, unit, i, tp_rank, tp_size, out);
+    spec_no_offset(spec, unit, i, tp_rank, tp_size, ep_rank, ep_size, out);
     out->offset = off;
 }
 
-size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
+void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
+                           param_spec *out)
+{
+    model_unit_param_spec_ep(spec, unit, i, tp_rank, tp_size, 0, 1, out);
+}
+
+size_t model_unit_numel_ep(const job_model *spec, int unit, int tp_rank, int tp_size, int ep_size)
 {
     size_t n = 0;
     int np = model_unit_param_count(spec, unit);
     for (int i = 0; i < np; i++) {
         param_spec p;
-        spec_no_offset(spec, unit, i, tp_rank, tp_size, &p);
+        spec_no_offset(spec, unit, i, tp_rank, tp_size, 0, ep_size, &p);
         n += p.local_numel;
     }
     return n;
+}
+
+size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
+{
+    return model_unit_numel_ep(spec, unit, tp_rank, tp_size, 1);
 }
 
 size_t model_unit_expert_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
@@ -364,7 +386,7 @@ size_t model_unit_expert_numel(const job_model *spec, int unit, int tp_rank, int
     size_t n = 0;
     for (int i = router + 1; i <= router + 2; i++) { /* the routed experts' two stacked tensors */
         param_spec p;
-        spec_no_offset(spec, unit, i, tp_rank, tp_size, &p);
+        spec_no_offset(spec, unit, i, tp_rank, tp_size, 0, 1, &p);
         n += p.local_numel;
     }
     return n;
@@ -373,6 +395,8 @@ size_t model_unit_expert_numel(const job_model *spec, int unit, int tp_rank, int
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i)
 {
     size_t K = (size_t)p->shape[1];
+    /* an ep rank's experts: one block of whole rows */
+    if (param_is_expert(p)) return (size_t)p->ep_rank * p->local_numel + i;
     if (p->split == SPLIT_NONE) return i;
     if (p->split == SPLIT_COLS) {
         size_t lc = (size_t)p->local_shape[1];

@@ -50,7 +50,6 @@ struct sizes {
     const int *first_unit;  /* split->first_unit */
     int hsdp_group;
     int ep, edp;            /* parallel.ep (1: none) and the experts' data-parallel group, dp x cp / ep */
-    int hsdp_expert_group;  /* hsdp: the ranks of that group one node holds */
     /* numel of the embedding, of any dense block (they all have the same
      * shapes), of any MoE block (model.moe; likewise) and of the head, per tp
      * rank: model_unit_numel formats parameter names, too slow to call per unit
@@ -416,7 +415,8 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
         return NULL;
     }
     /* the donor's numel tables hold when the model and tp agree */
-    int same_numel = donor && donor->job.parallel.tp == tp &&
+    int ep = par->ep > 1 ? par->ep : 1; /* an MoE block holds experts / ep of its experts */
+    int same_numel = donor && donor->job.parallel.tp == tp && donor->job.parallel.ep == par->ep &&
                      memcmp(&donor->job.model, &job->model, sizeof job->model) == 0;
     /* a dense block's and an MoE block's units (model.moe): the first of each kind */
     int dense_unit = 1, moe_unit = 1, L = job->model.n_layer;
@@ -428,7 +428,7 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
                             : dense_unit <= L ? model_unit_numel(&job->model, dense_unit, r, tp)
                                               : 0;
         s->numel_moe[r] = same_numel        ? donor->numel_moe[r]
-                          : moe_unit <= L ? model_unit_numel(&job->model, moe_unit, r, tp)
+                          : moe_unit <= L ? model_unit_numel_ep(&job->model, moe_unit, r, tp, ep)
                                           : 0;
         s->numel_head[r] = same_numel ? donor->numel_head[r] : model_unit_numel(&job->model, n_units - 1, r, tp);
         s->numel_exp[r] = same_numel        ? donor->numel_exp[r]
@@ -445,7 +445,6 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
      * ep of them when ep divides it */
     s->ep = par->ep > 1 ? par->ep : 1;
     s->edp = par->dp * par->cp / s->ep;
-    s->hsdp_expert_group = s->hsdp_group % s->ep ? 1 : (int)gcd_l(s->edp, s->hsdp_group / s->ep);
     return s;
 }
 
@@ -492,11 +491,8 @@ const pp_schedule *sizes_schedule(const sizes *s) { return s->sched && s->sched-
 size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank)
 {
     if (unit == 0) return s->numel_emb[tp_rank];
-    if (unit <= s->job.model.n_layer) {
-        if (!job_moe_block(&s->job.model, unit - 1)) return s->numel_block[tp_rank];
-        size_t exp = s->numel_exp[tp_rank];
-        return s->numel_moe[tp_rank] - exp + exp / (size_t)s->ep;
-    }
+    if (unit <= s->job.model.n_layer)
+        return job_moe_block(&s->job.model, unit - 1) ? s->numel_moe[tp_rank] : s->numel_block[tp_rank];
     return s->numel_head[tp_rank];
 }
 
@@ -506,7 +502,6 @@ size_t sizes_unit_expert_numel(const sizes *s, int unit, int tp_rank)
     return s->numel_exp[tp_rank] / (size_t)s->ep;
 }
 
-int sizes_ep(const sizes *s) { return s->ep; }
 int sizes_expert_dp(const sizes *s) { return s->edp; }
 
 int sizes_grad_dp(const sizes *s) { return s->job.parallel.dp * s->job.parallel.cp; }
@@ -531,37 +526,50 @@ int sizes_shard_rank(const sizes *s, sizes_shard_of what, int dp_rank)
     return dp_rank % sizes_shard_group(s, what);
 }
 
-int sizes_expert_shard_group(const sizes *s, sizes_shard_of what)
-{
-    if (s->ep == 1) return sizes_shard_group(s, what);
-    shard_mode mode = s->job.parallel.mode;
-    if (mode == SHARD_HSDP) return s->hsdp_expert_group;
-    switch (what) {
-    case SHARD_OF_PARAM: return mode == SHARD_FSDP ? s->edp : 1;
-    case SHARD_OF_GRAD: return mode == SHARD_FSDP || mode == SHARD_ZERO2 ? s->edp : 1;
-    default: return mode == SHARD_NONE ? 1 : s->edp;
-    }
-}
+int sizes_ep(const sizes *s) { return s->job.parallel.ep > 1 ? s->job.parallel.ep : 1; }
 
-void sizes_shard_pieces(const sizes *s, sizes_shard_of what, int unit, sizes_at at, sizes_piece *dense,
-                        sizes_piece *expert)
+int sizes_expert_unit(const sizes *s, int unit)
 {
-    size_t exp = s->ep > 1 ? sizes_unit_expert_numel(s, unit, at.tp) : 0;
-    size_t n = sizes_unit_numel(s, unit, at.tp) - exp;
-    comm_chunk(n, sizes_shard_group(s, what), sizes_shard_rank(s, what, at.dp), &dense->lo, &dense->len);
-    *expert = (sizes_piece){0, 0};
-    if (exp) {
-        int S = sizes_expert_shard_group(s, what);
-        comm_chunk(exp, S, at.dp / s->ep % S, &expert->lo, &expert->len);
-    }
+    return sizes_ep(s) > 1 && unit >= 1 && unit <= s->job.model.n_layer && job_moe_block(&s->job.model, unit - 1);
 }
 
 size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, size_t *lo)
 {
-    sizes_piece dense, expert;
-    sizes_shard_pieces(s, what, unit, at, &dense, &expert);
-    if (lo) *lo = dense.lo;
-    return dense.len + expert.len;
+    size_t n = sizes_unit_numel(s, unit, at.tp), off, len;
+    int S = sizes_shard_group(s, what), r = sizes_shard_rank(s, what, at.dp), ep = sizes_ep(s);
+    /* an expert unit: over the experts' data-parallel group (mesh.h MESH_EDP:
+     * place at.dp of dp x cp is its rank at.dp / ep) */
+    if (S > 1 && sizes_expert_unit(s, unit)) S /= ep, r = at.dp / ep;
+    comm_chunk(n, S, r, &off, &len);
+    if (lo) *lo = off;
+    return len;
+}
+
+static int seq_parallel(const sizes *s)
+{
+    return s->job.parallel.sequence_parallel && s->job.parallel.tp > 1;
+}
+
+void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows)
+{
+    const job_spec *j = &s->job;
+    const job_moe *e = &j->model.moe;
+    int ep = sizes_ep(s);
+    *tok_rows = *exp_rows = 0;
+    if (ep == 1 || e->experts < 1) return;
+    /* the rows this rank routes (acts.c: its own under sequence parallelism) */
+    size_t N = (size_t)j->train.micro_batch * (size_t)(model_seq_len(&j->model) / j->parallel.cp) /
+               (size_t)(seq_parallel(s) ? j->parallel.tp : 1);
+    int El = e->experts / ep, k = e->top_k < El ? e->top_k : El;
+    *tok_rows = N * (size_t)e->top_k;
+    *exp_rows = N * (size_t)k * (size_t)ep; /* model_internal.h moe_expert_rows */
+}
+
+size_t sizes_ep_stage_numel(const sizes *s)
+{
+    size_t tok, exp;
+    sizes_ep_stage(s, &tok, &exp);
+    return (tok + exp) * (size_t)s->job.model.d_model + exp; /* + the reorder's ints */
 }
 
 /* Units [*begin, *end) of global chunk c. */
@@ -691,15 +699,10 @@ long sizes_bucket_count(const sizes *s, sizes_at at)
     return grads <= first ? 1 : 1 + (long)((grads - first + bucket - 1) / bucket);
 }
 
-static int seq_parallel(const sizes *s)
-{
-    return s->job.parallel.sequence_parallel && s->job.parallel.tp > 1;
-}
-
 static model_shard chunk_shard(const sizes *s, int chunk, int tp_rank)
 {
     model_shard sh = {.tp_rank = tp_rank, .tp_size = s->job.parallel.tp, .sp = seq_parallel(s),
-                      .cp_rank = 0, .cp_size = s->job.parallel.cp};
+                      .cp_rank = 0, .cp_size = s->job.parallel.cp, .ep_rank = 0, .ep_size = sizes_ep(s)};
     chunk_units(s, chunk, &sh.unit_begin, &sh.unit_end);
     return sh;
 }
@@ -851,7 +854,8 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge + twin) +
                              sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * (ge + twin) +
                              sizes_bucket_numel(s, at) * re + sizes_tied_scratch_numel(s, at) * ge +
-                             sizes_tp_stage_numel(s) * 2 + sizes_cp_ring_numel(s) * sizeof(float);
+                             sizes_tp_stage_numel(s) * 2 + sizes_cp_ring_numel(s) * sizeof(float) +
+                             sizes_ep_stage_numel(s) * sizeof(float);
     /* a grad pool (ZeRO-2's, FSDP's) with bf16 reductions widens the reduced
      * chunks through min(its buffers' numel, OPTIM_SCRATCH_NUMEL) floats
      * (grad_pool_wide_numel) */

@@ -24,6 +24,7 @@
  *   train.cuda_graphs' inputs and scalars (device)  sizes_graph_bytes
  *   tied wte scratch (GPT, pp>1)  sizes_tied_scratch_numel
  *   tp bf16 staging (tp>1, bf16)  sizes_tp_stage_numel
+ *   MoE dispatcher (ep>1)         sizes_ep_stage_numel
  *
  * Precision. With train.precision fp32 everything is fp32: params 4 + grads 4 +
  * Adam m 4 + v 4 = 16 bytes per parameter. With train.precision bf16 (mixed
@@ -203,41 +204,22 @@ size_t sizes_model_active_numel(const job_model *m);
 
 /* ---- per unit, per rank ---- */
 /* Elements of `unit` on tp rank tp_rank (= model_unit_numel; with
- * parallel.ep an MoE block holds E / ep of its routed experts). */
+ * parallel.ep an MoE block holds E / ep of its routed experts:
+ * model_unit_numel_ep). */
 size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank);
-/* Of those, the routed experts' (model_unit_expert_numel / ep): sharded
- * over the experts' data-parallel group, the rest over the dp x cp one. */
+/* Of those, the routed experts' (model_unit_expert_numel / ep): what DDP's
+ * and ZeRO-1's buckets reduce over the experts' data-parallel group, the
+ * rest over dp x cp (the sharded modes shard the whole expert unit over it:
+ * sizes_shard). 0 for a unit without experts. */
 size_t sizes_unit_expert_numel(const sizes *s, int unit, int tp_rank);
-/* Expert parallelism: ep (1: none), and the experts' data-parallel group,
- * dp x cp / ep ranks (mesh.h MESH_EDP). */
-int sizes_ep(const sizes *s);
+/* The experts' data-parallel group, dp x cp / ep ranks (mesh.h MESH_EDP). */
 int sizes_expert_dp(const sizes *s);
 /* Data-parallel group a category is sharded over (1 = not sharded), and this
  * dp rank's position in it. */
 int sizes_shard_group(const sizes *s, sizes_shard_of what);
 int sizes_shard_rank(const sizes *s, sizes_shard_of what, int dp_rank);
-/* The slice of `unit` a rank keeps: elements [*lo, *lo + return value). With
- * parallel.ep > 1 an MoE block's slice is two pieces (sizes_shard_pieces)
- * and the return value their sum, *lo the dense piece's. */
+/* The slice of `unit` a rank keeps: elements [*lo, *lo + return value). */
 size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, size_t *lo);
-/* The group the routed experts' category is sharded over (1 = not), a
- * sizes_shard_group of the experts' data-parallel group: every mode shards
- * them as it shards the rest, but over dp x cp / ep ranks (hsdp: those of
- * them in one node); with ep 1 the same as sizes_shard_group. */
-int sizes_expert_shard_group(const sizes *s, sizes_shard_of what);
-/* With parallel.ep > 1 a rank's slice of an MoE block in two pieces, each
- * comm_chunk's split of its part: the dense part (every tensor but the
- * routed experts, sizes_unit_numel - sizes_unit_expert_numel elements) over
- * sizes_shard_group at the rank's dp x cp position (at.dp), the routed
- * experts (sizes_unit_expert_numel) over sizes_expert_shard_group at its
- * place in the experts' data-parallel group (position / ep). Offsets count
- * inside each part. With ep 1, or another unit, the dense piece is the
- * whole slice and the expert piece empty. */
-typedef struct {
-    size_t lo, len;
-} sizes_piece;
-void sizes_shard_pieces(const sizes *s, sizes_shard_of what, int unit, sizes_at at, sizes_piece *dense,
-                        sizes_piece *expert);
 /* FSDP / HSDP: elements of one gathered unit buffer (the largest unit the pp rank
  * holds, whole), and how many of them (2: the next unit is gathered while this one
  * computes). 0 without FSDP / HSDP, or with a shard group of one (DDP runs it)
@@ -302,6 +284,20 @@ size_t sizes_tp_stage_numel(const sizes *s);
 size_t sizes_cp_ring_numel(const sizes *s);
 /* The gradient-reduction group's size: dp, or dp x cp (cp folds into it). */
 int sizes_grad_dp(const sizes *s);
+
+/* Expert parallelism (parallel.ep; 1 without). An expert unit (an MoE block
+ * with ep > 1) holds experts / ep of its routed experts (sizes_unit_numel) and
+ * shards over the experts' data-parallel group, dp x cp / ep ranks, when its
+ * category shards over dp x cp (sizes_shard). */
+int sizes_ep(const sizes *s);
+int sizes_expert_unit(const sizes *s, int unit);
+/* The MoE dispatcher's staging (ep.c), 0 with ep 1: the token side's rows
+ * (micro_batch x seq / cp x top_k, each of d_model) and the experts' side's
+ * (micro_batch x seq / cp x min(top_k, experts / ep) x ep: every ep rank's
+ * rows for this rank's experts at most); their floats plus one int per expert
+ * row (a reorder's indices). */
+void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows);
+size_t sizes_ep_stage_numel(const sizes *s);
 
 /* ---- the whole rank ---- */
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);

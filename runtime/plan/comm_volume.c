@@ -63,7 +63,8 @@
 
 typedef struct {
     double params, grads;   /* bytes of the full tp-local stage: params, gradients as reduced */
-    double exp_params, exp_grads; /* of which the routed experts' with parallel.ep > 1 (edp's) */
+    double exp_params, exp_grads; /* of which edp's (plan_edp_numel), with parallel.ep > 1 */
+    double exp_dense;       /* of those (sharded modes), the expert units' dense part, bytes as reduced */
     int units, blocks, has_emb, has_head;
     int moe_blocks;         /* of the blocks, MoE ones (model.moe) */
 } stage_shape;
@@ -82,9 +83,10 @@ static stage_shape shape_of(const plan_estimate *e, int p, int tp_rank)
             sh.params += n * (double)sizes_param_elem_bytes(s);
             sh.grads += n * (double)sizes_reduce_elem_bytes(s); /* what the gradient collectives carry */
             if (sizes_ep(s) > 1) {
-                double x = (double)sizes_unit_expert_numel(s, u, tp_rank);
+                double x = plan_edp_numel(e, u, tp_rank), routed = (double)sizes_unit_expert_numel(s, u, tp_rank);
                 sh.exp_params += x * (double)sizes_param_elem_bytes(s);
                 sh.exp_grads += x * (double)sizes_reduce_elem_bytes(s);
+                if (x > routed) sh.exp_dense += (x - routed) * (double)sizes_reduce_elem_bytes(s);
             }
             sh.units++;
             if (u == 0) sh.has_emb = 1;
@@ -320,20 +322,45 @@ static int experts_summed_over_tp(const plan_estimate *e)
     return e->job.parallel.tp > 1 && e->job.parallel.sequence_parallel;
 }
 
+double plan_edp_numel(const plan_estimate *e, int unit, int tp_rank)
+{
+    const sizes *s = e->sizes;
+    if (!sizes_expert_unit(s, unit)) return 0;
+    return e->job.parallel.mode == SHARD_NONE ? (double)sizes_unit_expert_numel(s, unit, tp_rank)
+                                              : (double)sizes_unit_numel(s, unit, tp_rank);
+}
+
+int plan_edp_group(const plan_estimate *e)
+{
+    int dense = e->job.parallel.mode == SHARD_NONE ? sizes_grad_dp(e->sizes)
+                                                   : sizes_shard_group(e->sizes, SHARD_OF_OPTIM);
+    return dense > 1 ? sizes_expert_dp(e->sizes) : 1;
+}
+
 static void edp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
 {
     const job_parallel *par = &e->job.parallel;
     plan_comm *c = &st->comm[GROUP_EDP];
-    int n = sizes_expert_shard_group(e->sizes, SHARD_OF_OPTIM);
-    if (par->mode == SHARD_NONE) n = sizes_expert_dp(e->sizes);
+    int n = plan_edp_group(e), ep = sizes_ep(e->sizes);
     c->size = n;
-    if (sizes_ep(e->sizes) < 2 || sh->exp_grads <= 0) return;
+    if (ep < 2 || sh->exp_grads <= 0) return;
     int t = experts_summed_over_tp(e) ? par->tp : 1;
     if (n > 1) {
         /* one bucket per unit's experts at most: they are reduced unit by unit */
         long buckets = par->mode == SHARD_NONE || par->mode == SHARD_ZERO1 ? sh->moe_blocks : 0;
         shard_collectives(e, c, n, sh->exp_params, sh->exp_grads, buckets, sh->moe_blocks);
         finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_EDP), shard_steps(e, n));
+    }
+    if (sh->exp_dense > 0 && n > 1) {
+        /* sharded: the expert units' dense shard, repeated on the ep ranks,
+         * summed over ep once a step (strategy.h strat_ep_dense_sum) */
+        double bytes = 2.0 * (ep - 1) / ep * sh->exp_dense / n;
+        int off = plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_EP);
+        c->op = "the mode's collectives + all-reduce over ep (the expert units' dense gradient shard)";
+        c->bytes += bytes;
+        c->calls += sh->moe_blocks;
+        c->time += bytes / (off ? e->hw.inter_bw : e->hw.intra_bw) +
+                   sh->moe_blocks * 2.0 * (ep - 1) * (off ? e->hw.inter_latency : e->hw.intra_latency);
     }
     if (t > 1) {
         c->op = n > 1 ? (par->mode == SHARD_NONE ? "all-reduce (grads) + all-reduce over tp (grads)"

@@ -202,11 +202,14 @@ static void print_moe(const plan_estimate *e, FILE *out)
     int ep = sizes_ep(e->sizes), unit = 1;
     while (!job_moe_block(m, unit - 1)) unit++;
     char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN];
-    static const char *const sharded[] = {[SHARD_NONE] = "gradients reduced over it",
-                                          [SHARD_ZERO1] = "gradients reduced, optimizer state sharded over it",
-                                          [SHARD_ZERO2] = "gradients and optimizer state sharded over it",
-                                          [SHARD_FSDP] = "parameters, gradients and optimizer state sharded over it",
-                                          [SHARD_HSDP] = "sharded over its ranks in a node"};
+    /* the ep strategy's rules (strategy.h): DDP's buckets reduce the experts
+     * over their group, a sharded mode shards the whole expert unit there */
+    static const char *const sharded[] = {
+        [SHARD_NONE] = "the experts' gradients reduced over it",
+        [SHARD_ZERO1] = "each MoE block's optimizer state sharded over it",
+        [SHARD_ZERO2] = "each MoE block's gradients and optimizer state sharded over it",
+        [SHARD_FSDP] = "each MoE block's parameters, gradients and optimizer state sharded over it",
+        [SHARD_HSDP] = "hsdp"};
     fprintf(out, "\nexperts: %d per MoE block on each rank (%d / ep %d), %s of the block's %s parameters there; "
                  "their data-parallel group dp x cp / ep = %d (%s)\n",
             x->experts / ep, x->experts, ep, fmt_count(a, (double)sizes_unit_expert_numel(e->sizes, unit, 0)),
@@ -214,15 +217,23 @@ static void print_moe(const plan_estimate *e, FILE *out)
     int sp = par->sequence_parallel && par->tp > 1;
     double rows = sizes_moe_routed_rows(m, e->job.train.micro_batch, par->tp, sp, par->cp);
     double tokens = rows / x->top_k / (x->capacity_factor > 0 && x->capacity_factor < 1 ? x->capacity_factor : 1);
-    fprintf(out, "  routed per micro-batch and MoE block: %.0f token rows x top-%d = %.0f rows through the experts on "
-                 "each rank%s, ",
+    fprintf(out, "  routed per micro-batch and MoE block: %.0f token rows x top-%d = %.0f rows to the experts on "
+                 "each rank%s with the even load of a balanced router (the step time counts these); ",
             tokens, x->top_k, rows, par->tp > 1 ? (sp ? " (its tp rank's own rows)" : " (every tp rank all rows)") : "");
     if (x->capacity_factor > 0)
         fprintf(out, "capacity_factor %g: at most %d rows per expert and sample\n", x->capacity_factor,
                 job_moe_capacity(x, model_seq_len(m)));
     else
-        fprintf(out, "dropless: the even load of a balanced router (a step's imbalance makes some ranks compute "
-                     "and hold more)\n");
+        fprintf(out, "dropless%s\n",
+                ep > 1 ? ", so the experts' buffers hold the most that can arrive (the memory above counts these)" : "");
+    if (ep > 1) {
+        size_t tok, exp;
+        sizes_ep_stage(e->sizes, &tok, &exp);
+        int El = x->experts / ep;
+        fprintf(out, "  the experts' rows a micro-batch may bring to a rank: %.0f token rows x min(top-%d, %d experts "
+                     "there) x ep %d = %zu (%.1f x the even load)\n",
+                tokens, x->top_k, El, ep, exp, rows > 0 ? exp / rows : 0.0);
+    }
     if (ep > 1) {
         const plan_comm *ec = &e->stage[0].comm[GROUP_EP];
         fprintf(out, "  all-to-all per MoE block and micro-batch: %s leaves each rank per dispatch, combine and their "

@@ -37,6 +37,9 @@ static cJSON *moe_json(const plan_estimate *e)
                             sizes_moe_routed_rows(m, e->job.train.micro_batch, par->tp,
                                                   par->sequence_parallel && par->tp > 1, par->cp));
     if (ep > 1) {
+        size_t tok, exp;
+        sizes_ep_stage(e->sizes, &tok, &exp); /* dropless: the most that can arrive, what the memory counts */
+        cJSON_AddNumberToObject(o, "expert_rows_allocated_per_microbatch", (double)exp);
         const plan_comm *c = &e->stage[0].comm[GROUP_EP];
         cJSON_AddNumberToObject(o, "all_to_all_bytes", plan_ep_a2a_bytes(e)); /* one, leaving a rank */
         cJSON_AddNumberToObject(o, "all_to_all_s", plan_ep_a2a_time(e, c));

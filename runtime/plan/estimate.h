@@ -144,6 +144,14 @@ double plan_cp_dkv_bytes(const plan_estimate *e);
  * (comm_volume.c). */
 double plan_ep_a2a_bytes(const plan_estimate *e);
 double plan_ep_a2a_time(const plan_estimate *e, const plan_comm *c);
+/* Expert parallelism's data-parallel side (the ep strategy's rules,
+ * strategy.h): the elements of `unit` on tp rank tp_rank that go over the
+ * experts' data-parallel group instead of dp's: with DDP (its buckets keep
+ * them apart) the routed experts alone, with a sharded mode the whole expert
+ * unit, whose dense part's shard is then summed over ep; 0 for other units
+ * and with ep 1. And the size of that group (1 when nothing is reduced). */
+double plan_edp_numel(const plan_estimate *e, int unit, int tp_rank);
+int plan_edp_group(const plan_estimate *e);
 /* With tp > 1 under sequence parallelism: the seconds of summing the routed
  * experts' gradients (exp_grads bytes of `units` MoE blocks) over tp once a
  * step (edp's entry includes them). */

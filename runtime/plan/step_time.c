@@ -80,10 +80,11 @@ typedef struct {
     double fwd_flop, bwd_flop; /* s: compute alone (GEMMs + memory-bound ops) */
     double fwd_count, bwd_count; /* FLOPs executed (this tp rank) */
     double tp, shard;          /* of which tp all-reduces, exposed FSDP / ZeRO-2 traffic */
+    double shard_edp;          /* of shard, the experts' data-parallel group's share */
     double cp;                 /* exposed context-parallel ring traffic */
     double ep;                 /* expert parallelism's all-to-alls (all exposed) */
     double params, grads;      /* bytes of the tp-local chunk */
-    double exp_params, exp_grads; /* of which the routed experts' (parallel.ep > 1: edp's) */
+    double exp_params, exp_grads; /* of which edp's (plan_edp_numel, parallel.ep > 1) */
     int units, moe_units;
 } chunk_cost;
 
@@ -210,7 +211,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
         k.grads += n * (double)sizes_reduce_elem_bytes(e->sizes);
         if (ep > 1) {
-            double x = (double)sizes_unit_expert_numel(e->sizes, u, st->tp_rank);
+            double x = plan_edp_numel(e, u, st->tp_rank);
             k.exp_params += x * (double)sizes_param_elem_bytes(e->sizes);
             k.exp_grads += x * (double)sizes_reduce_elem_bytes(e->sizes);
         }
@@ -306,10 +307,11 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     int n = dc->size;
     if (n > 1 && (par->mode == SHARD_FSDP || par->mode == SHARD_HSDP || par->mode == SHARD_ZERO2)) {
         /* the dense part over dp's group, the routed experts over theirs (edp) */
-        double ag = 0, rs = 0;
+        double ag = 0, rs = 0, ag_e = 0, rs_e = 0;
         shard_times(e, dc, n, k.params - k.exp_params, k.grads - k.exp_grads, k.units, &ag, &rs);
-        shard_times(e, &st->comm[GROUP_EDP], sizes_expert_shard_group(e->sizes, SHARD_OF_OPTIM), k.exp_params,
-                    k.exp_grads, k.moe_units, &ag, &rs);
+        shard_times(e, &st->comm[GROUP_EDP], plan_edp_group(e), k.exp_params, k.exp_grads, k.moe_units, &ag_e, &rs_e);
+        double share_e = ag + rs + ag_e + rs_e > 0 ? (ag_e + rs_e) / (ag + rs + ag_e + rs_e) : 0;
+        ag += ag_e, rs += rs_e;
         double xf = 0, xb;
         if (par->mode == SHARD_ZERO2) {
             xb = fmax(rs / k.units, rs - k.bwd_flop);
@@ -320,6 +322,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
         k.fwd += xf;
         k.bwd += xb;
         k.shard = xf + xb;
+        k.shard_edp = share_e * k.shard;
     }
     if (job->train.offload & OFFLOAD_PARAMS) {
         int S = sizes_shard_group(e->sizes, SHARD_OF_PARAM);
@@ -371,7 +374,7 @@ static double exposed_once(const plan_estimate *e, plan_stage *st, double params
     /* the experts' gradients overlap what of the last backward dp's left */
     plan_comm *xc = &st->comm[GROUP_EDP];
     if (xc->op) {
-        int ne = sizes_expert_shard_group(e->sizes, SHARD_OF_OPTIM);
+        int ne = plan_edp_group(e);
         double left = fmax(0.0, last_backward - (n > 1 ? dc->time : 0.0));
         double frac = all_grads > 0 ? fmin(1.0, bucket / all_grads) : 0, x = 0;
         double tp_sum = plan_edp_tp_sum_time(e, exp_grads, moe_units);
@@ -383,7 +386,7 @@ static double exposed_once(const plan_estimate *e, plan_stage *st, double params
         case SHARD_ZERO2: x = ag + tp_sum; break;
         default: x = tp_sum; break; /* FSDP's traffic is per microbatch, inside the chunk costs */
         }
-        xc->exposed = x;
+        xc->exposed += x;
         exposed += x;
     }
     plan_comm *ec = &st->comm[GROUP_EMBED];
@@ -499,7 +502,8 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
             compute += m * (k[c].fwd_flop + k[c].bwd_flop);
             flops += m * (k[c].fwd_count + k[c].bwd_count);
             st->comm[GROUP_TP].exposed += m * k[c].tp;
-            st->comm[GROUP_DP].exposed += m * k[c].shard;
+            st->comm[GROUP_DP].exposed += m * (k[c].shard - k[c].shard_edp);
+            st->comm[GROUP_EDP].exposed += m * k[c].shard_edp;
             st->comm[GROUP_CP].exposed += m * k[c].cp;
             st->comm[GROUP_EP].exposed += m * k[c].ep;
         }

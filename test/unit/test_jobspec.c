@@ -555,6 +555,10 @@ static void test_ep(void)
                 "ep with dp: auto");
     rc = job_resolve_world(&job, 8, err, sizeof err);
     CHECK(rc == 0 && job.parallel.dp == 8, "dp: auto 8 with ep 4: %s", rc ? err : "");
+    expect_load("model: {moe: {experts: 8}}\nparallel: {dp: 2, cp: 2, ep: 4}\ntrain: {global_batch: 8, micro_batch: 2}\n",
+                "ep 4 over dp 2 x cp 2");
+    expect_error("model: {moe: {experts: 8}}\nparallel: {dp: 2, ep: 2, mode: hsdp}\n"
+                 "train: {global_batch: 8, micro_batch: 1}\n", "t.yaml:2:26: ", "parallel.mode hsdp with parallel.ep 2");
 }
 
 /* model.moe: a mapping inside model, its defaults, which blocks, the
@@ -599,7 +603,8 @@ static void test_moe(void)
                  "unknown key 'num_experts_per_tok' in section 'model.moe'; did you mean 'top_k'?");
     expect_error("model: {kind: vit, moe: {experts: 4}}\n", "t.yaml:1:26: ",
                  "model.moe.experts applies to gpt and llama models only");
-    expect_error("model: {moe: {experts: 4}}\nparallel: {cp: 2}\n", "t.yaml:2:12: ", "model.moe with parallel.cp 2");
+    expect_load("model: {moe: {experts: 4}}\nparallel: {cp: 2}\n", "moe with cp");
+    expect_error("model: {moe: {experts: 4}}\nparallel: {tp: 2}\n", "t.yaml:2:12: ", "model.moe with parallel.tp 2");
     expect_error("model: {moe: {experts: 4}}\ntrain: {cuda_graphs: true}\n", "t.yaml:2:9: ",
                  "train.cuda_graphs with model.moe");
     expect_error("model: {moe: {experts: 4, aux_loss_coef: -1}}\n", "t.yaml:1:42: ",
