@@ -68,7 +68,7 @@ static void embedding_forward(void *ctx, float *out_rows, void *full, const int 
     const model *m = ctx;
     (void)full;
     m->ops->embedding_forward(out_rows, tokens, wte, v0, V_l, B * T, C);
-    m->ops->posadd_forward(out_rows, wpe, B, T, C);
+    m->ops->posadd_forward(out_rows, wpe, NULL, B, T, C);
 }
 
 static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
@@ -77,7 +77,7 @@ static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float 
     const model *m = ctx;
     (void)full;
     m->ops->embedding_backward(dwte, dout_rows, tokens, v0, V_l, B * T, C);
-    m->ops->posadd_backward(dwpe, dout_rows, B, T, C);
+    m->ops->posadd_backward(dwpe, dout_rows, NULL, B, T, C);
 }
 
 /* Chunk by chunk (model_vocab_head): each chunk's logits, reduced to its rows'
@@ -136,7 +136,7 @@ static void fused_forward(void *ctx, void *out, void *stat, float *scratch, cons
     const model *m = ctx;
     int N = B * T, C2 = 2 * C, C3 = 3 * C;
     m->ops->rows_copy(scratch, C2, act_at(m, qkv, (size_t)C), C3, N, C2, 0, t);
-    m->ops->attention_block_forward(out, stat, qkv, scratch, B, T, T, T, C, NH, NH, causal, 0, t, t);
+    m->ops->attention_block_forward(out, stat, qkv, scratch, NULL, NULL, B, T, T, T, C, NH, NH, causal, 0, t, t);
 }
 
 static void fused_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
@@ -148,7 +148,7 @@ static void fused_backward(void *ctx, float *dqkv, float *scratch, const float *
     float *kv = scratch, *dkv = scratch + (size_t)N * (size_t)C2;
     ops->rows_copy(kv, C2, act_at(m, qkv, (size_t)C), C3, N, C2, 0, t);
     ops->zero(dkv, (size_t)N * (size_t)C2 * sizeof(float));
-    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, B, T, T, T, C, NH, NH, causal, 0, t);
+    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, causal, 0, t);
     ops->rows_copy(dqkv + C, C3, dkv, C2, N, C2, 1, DT_F32);
 }
 

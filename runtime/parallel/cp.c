@@ -47,6 +47,18 @@ int cp_blocks(int r, int s, int cp, int Tl, int causal, cp_block *out)
     return n;
 }
 
+int cp_block_spans(const cp_block *b, const int *seg_host, int r, int s, int B, int Tl)
+{
+    if (b->q_rows == Tl) return 1;
+    size_t BT = (size_t)B * (size_t)Tl;
+    for (int i = 0; i < B; i++) {
+        const int *q = seg_host + (size_t)r * BT + (size_t)i * Tl + b->q_row;
+        const int *k = seg_host + (size_t)s * BT + (size_t)i * Tl + b->k_row;
+        if (q[0] <= k[b->k_rows - 1] && k[0] <= q[b->q_rows - 1]) return 1;
+    }
+    return 0;
+}
+
 struct cp_ring {
     strat_ctx *x;
     const dt_ops *ops;
@@ -125,13 +137,13 @@ static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, co
             int h = b->q_row == 0 ? 0 : 1;
             const void *q = dt_at(qkv, (size_t)b->q_row * C3, t), *kv = dt_at(cur, (size_t)b->k_row * C2, t);
             if (!init[h]) {
-                ops->attention_block_forward(out + (size_t)b->q_row * C, lse + b->q_row, q, kv, B, T, b->q_rows,
+                ops->attention_block_forward(out + (size_t)b->q_row * C, lse + b->q_row, q, kv, NULL, NULL, B, T, b->q_rows,
                                              b->k_rows, C, NH, NH, b->causal, b->shift, t, DT_F32);
                 init[h] = 1;
                 if (b->q_rows == T) init[1] = 1;
                 continue;
             }
-            ops->attention_block_forward(g->pout + (size_t)b->q_row * C, g->plse + b->q_row, q, kv, B, T,
+            ops->attention_block_forward(g->pout + (size_t)b->q_row * C, g->plse + b->q_row, q, kv, NULL, NULL, B, T,
                                          b->q_rows, b->k_rows, C, NH, NH, b->causal, b->shift, t, DT_F32);
             ops->attention_block_merge(out + (size_t)b->q_row * C, lse + b->q_row, g->pout + (size_t)b->q_row * C,
                                        g->plse + b->q_row, B, T, b->q_rows, C, NH);
@@ -166,7 +178,7 @@ static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *d
             ops->attention_block_backward(dqkv + (size_t)b->q_row * C3, cur + half + (size_t)b->k_row * C2,
                                           dout + (size_t)b->q_row * C, dt_at(out, (size_t)b->q_row * C, t),
                                           lse + b->q_row, dt_at(qkv, (size_t)b->q_row * C3, t),
-                                          dt_at(cur, (size_t)b->k_row * C2, t), B, T, b->q_rows, b->k_rows, C, NH,
+                                          dt_at(cur, (size_t)b->k_row * C2, t), NULL, NULL, B, T, b->q_rows, b->k_rows, C, NH,
                                           NH, b->causal, b->shift, t);
         }
         xfer_wait(g, &x, "cp ring: kv (backward)");
