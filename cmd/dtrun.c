@@ -36,6 +36,7 @@
 #include "runtime/infer/classify.h"
 #include "runtime/infer/eval.h"
 #include "runtime/infer/generate.h"
+#include "runtime/plan/calibrate.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/preflight.h"
 #include "runtime/train/train.h"
@@ -51,10 +52,11 @@ static int usage(void)
             "       dtrun [options] script.py [ARGS...]      (python3 -u script.py)\n"
             "       dtrun --print-config job.yaml\n"
             "       dtrun worker job.yaml\n"
-            "       dtrun export [--dtype fp32|bf16] CKPT out.safetensors|OUTDIR/   (CKPT: checkpoint dir or step dir;\n"
+            "       dtrun export [--dtype fp32|bf16] [--max-shard-size SIZE] CKPT out.safetensors|OUTDIR/\n"
+            "                                         (CKPT: checkpoint dir or step dir;\n"
             "                                         OUTDIR/: a Hugging Face folder with config.json)\n"
             "       dtrun generate CKPT|HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [--max-new-tokens N]\n"
-            "                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tp N] [--ids]\n"
+            "                      [--temperature T] [--top-k K] [--top-p P] [--seed S] [--tp N] [--pp N] [--ids]\n"
             "       dtrun eval CKPT|HF_DIR --data FILE [--dp N --tp N --pp N --mode M --batch B --seq-len T]\n"
             "       dtrun classify CKPT|HF_DIR (IMAGE... | --data IDX_IMAGES [--labels FILE]) [--top-k K] [--batch B]\n"
             "       dtrun rdzv --listen HOST:PORT [...]\n"
@@ -77,33 +79,55 @@ static int usage(void)
             "  --no-fit-check                    start a job the dry-run says does not fit in memory\n"
             "  --strict-data                     resuming with data files changed since the checkpoint is an error\n"
             "  --allow-changes KEY,...|all       resume although the job changed these keys (e.g. train.lr)\n"
-            "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K]\n"
+            "  --dry-run | --plan [--hardware NAME|PATH] [--format text|json] [--top K] [--headroom 5%%|4GiB]\n"
+            "  --calibrate FILE.yaml             measure this host's CPU backend, write a cpu hardware profile\n"
             "see dtrun(1) and dtrun-job(5)\n");
     return 0;
 }
 
-/* dtrun export [--dtype fp32|bf16] CKPT OUT: the checkpoint (verified: checksums,
- * placements) as one safetensors file under Hugging Face GPT-2 / timm ViT names,
- * F32 (default) or BF16 (the fp32 parameters rounded to nearest even). */
+/* dtrun export [--dtype fp32|bf16] [--max-shard-size SIZE] CKPT OUT: the
+ * checkpoint (verified: checksums, placements) as one safetensors file under
+ * Hugging Face GPT-2 / Llama / timm ViT names, or a Hugging Face folder (OUT/),
+ * sharded above SIZE; F32 (default) or BF16 (the fp32 parameters rounded to
+ * nearest even). */
 static const char EXPORT_USAGE[] =
     "usage: dtrun export [--dtype fp32|bf16] CKPT out.safetensors\n"
-    "       dtrun export [--dtype fp32|bf16] CKPT OUTDIR/\n"
+    "       dtrun export [--dtype fp32|bf16] [--max-shard-size SIZE] CKPT OUTDIR/\n"
     "  CKPT                   a checkpoint directory or one of its step directories\n"
-    "  out.safetensors        one file, Hugging Face names (GPT-2's, timm's ViT)\n"
+    "  out.safetensors        one file, Hugging Face names (GPT-2's, Llama's, timm's ViT)\n"
     "  OUTDIR/                a Hugging Face folder (a name ending in '/' or an existing directory):\n"
     "                         config.json + model.safetensors, as model.init_from reads\n"
     "  --dtype fp32|bf16      the tensors' type (default fp32; bf16 rounds to nearest even)\n"
+    "  --max-shard-size SIZE  OUTDIR/ in shards of at most SIZE (5GB, 200MB, 1000) with\n"
+    "                         model.safetensors.index.json, as transformers' save_pretrained\n"
     "  -h, --help             this text\n";
 
 static int export_command(int argc, char **argv)
 {
     const char *pos[2] = {NULL, NULL};
     int n_pos = 0, bf16 = 0;
+    uint64_t max_shard = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (cmdline_is_help(a)) {
             fputs(EXPORT_USAGE, stdout);
             return 0;
+        }
+        /* --max-shard-size SIZE: transformers' save_pretrained(max_shard_size=): 5GB, 200MB, 1000 */
+        if (!strcmp(a, "--max-shard-size") || !strncmp(a, "--max-shard-size=", 17)) {
+            const char *sz = a[16] == '=' ? a + 17 : i + 1 < argc ? argv[++i] : NULL;
+            char *end = NULL;
+            double x = sz ? strtod(sz, &end) : 0;
+            double unit = !end ? 0 : !*end ? 1 : !strcmp(end, "KB") ? 1e3 : !strcmp(end, "MB") ? 1e6
+                        : !strcmp(end, "GB") ? 1e9 : !strcmp(end, "KiB") ? 1024.0 : !strcmp(end, "MiB") ? 1048576.0
+                        : !strcmp(end, "GiB") ? 1073741824.0 : 0;
+            if (!sz || end == sz || unit == 0 || !(x * unit >= 1) || x * unit > 1e18) {
+                fprintf(stderr, "dtrun export: --max-shard-size '%s': want bytes, or a number with KB, MB, GB, KiB, "
+                                "MiB or GiB\n", sz ? sz : "");
+                return DT_EXIT_USAGE;
+            }
+            max_shard = (uint64_t)(x * unit);
+            continue;
         }
         if (!strcmp(a, "--dtype")) {
             if (i + 1 >= argc) {
@@ -143,7 +167,12 @@ static int export_command(int argc, char **argv)
     size_t n_out = strlen(pos[1]);
     struct stat st;
     int to_dir = (n_out && pos[1][n_out - 1] == '/') || (stat(pos[1], &st) == 0 && S_ISDIR(st.st_mode));
-    int rc = to_dir ? ckpt_export_hf_dir(ck, pos[1], bf16, err, sizeof err)
+    if (max_shard && !to_dir) {
+        fprintf(stderr, "dtrun export: --max-shard-size shards a Hugging Face folder: give OUTDIR/, not a file\n");
+        ckpt_close(ck);
+        return DT_EXIT_USAGE;
+    }
+    int rc = to_dir ? ckpt_export_hf_dir_sharded(ck, pos[1], bf16, max_shard, err, sizeof err)
                     : ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
     if (rc != 0) fprintf(stderr, "dtrun export: %s\n", err);
     else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, pos[1]);
@@ -166,6 +195,11 @@ static int launch(launch_opts *o)
     static job_spec job;
     char err[2048], note[512];
     unsigned cli_set = o->set; /* before the job's launch section fills the rest */
+    if (o->calibrate[0]) { /* measures this host: no job, nothing launched */
+        int rc = plan_calibrate(o->calibrate, stderr, err, sizeof err);
+        if (rc != 0) fprintf(stderr, "dtrun: %s\n", err);
+        return rc;
+    }
     if (o->job_path) {
         int rc = load_job(&job, o->job_path);
         if (rc) return rc;
@@ -216,7 +250,7 @@ static int launch(launch_opts *o)
         }
         dryrun_opts d = {.hardware = o->hardware[0] ? o->hardware : NULL,
                          .format = o->format_json ? DRYRUN_JSON : DRYRUN_TEXT,
-                         .top = o->top};
+                         .top = o->top, .headroom = o->headroom};
         int rc = o->plan ? plan_run(&job, &d, stdout, err, sizeof err)
                          : dryrun_run(&job, &d, stdout, err, sizeof err);
         if (rc != 0) fprintf(stderr, "dtrun: %s\n", err);

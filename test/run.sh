@@ -46,7 +46,7 @@ if [ "${DTRUN_TEST_NO_SAN:-0}" != 1 ]; then
     [ -x "$bin" ] || continue
     name=asan/$(basename "$bin")
     [[ $name =~ $filter ]] || continue
-    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 count_unit "$name" "$bin"
+    DTRUN_TEST_SAN=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 count_unit "$name" "$bin"
   done
 fi
 for t in test/integration/*.sh; do

@@ -17,7 +17,12 @@
 #define JOB_PATH_MAX 1024
 #define JOB_NAME_MAX 64
 
-typedef enum { MODEL_GPT = 0, MODEL_VIT = 1 } model_kind;
+/* gpt: GPT-2's block (layernorm, learned positions, GELU MLP, LM head tied to
+ * wte); vit: the ViT classifier; llama: the Llama-family decoder (RMSNorm,
+ * rotary positions, SwiGLU MLP, grouped-query attention, untied head by
+ * default). gpt and llama are the language models (job_model_is_lm). */
+typedef enum { MODEL_GPT = 0, MODEL_VIT = 1, MODEL_LLAMA = 2 } model_kind;
+#define JOB_ROPE_THETA_DEFAULT 10000.0 /* Llama 1/2, GPT-NeoX; Llama 3's presets say 500000 */
 /* The MLP's GELU (model.activation): GPT-2's tanh approximation (gelu_new),
  * or the exact erf one (Hugging Face's "gelu": BERT, ViT). */
 typedef enum { ACT_GELU_TANH = 0, ACT_GELU = 1 } activation_kind;
@@ -37,10 +42,22 @@ typedef struct {
     int n_layer;
     int n_head;
     int d_model;
-    int d_ff;          /* default 4 * d_model */
-    /* GPT */
+    int d_ff;          /* default 4 * d_model (llama: the SwiGLU's hidden size) */
+    /* GPT and Llama (the language models) */
     int vocab_size;    /* 256 for byte-level text, 50257 for GPT-2 tokens */
     int seq_len;       /* tokens per sequence (block size) */
+    /* Llama: key/value heads of grouped-query attention (n_head a multiple of
+     * it; n_head: multi-head, 1: multi-query), the rotary embedding's base,
+     * the LM head tied to wte or its own matrix (default: its own), and the
+     * positions the model takes (>= seq_len; default seq_len: generation's
+     * longest sequence, config.json's max_position_embeddings). 0 / 0.0 in a
+     * struct not made by the loader: n_head, JOB_ROPE_THETA_DEFAULT, seq_len
+     * (read them through job_model_kv_heads, job_model_rope_theta,
+     * job_model_max_positions). */
+    int n_kv_head;
+    double rope_theta;
+    int tie_embeddings;
+    int max_positions;
     /* ViT */
     int image_size;    /* square images */
     int patch_size;
@@ -189,7 +206,7 @@ typedef struct {
  * launcher's, with the number of processes it starts; the worker's) still answer
  * FILE:LINE:COL. Line 0: not in the file (a default, or a command-line
  * override). Slots are field ids (lib/job/jobspec_fields.h). */
-#define JOB_KEY_SLOTS 80
+#define JOB_KEY_SLOTS 96
 #define JOB_SECTION_SLOTS 8
 typedef struct {
     int line, col;
@@ -283,6 +300,16 @@ const char *job_activation_name(activation_kind a);
 const char *job_attention_name(attention_kind a);
 /* m->norm_eps, or JOB_NORM_EPS_DEFAULT when it is 0 (not set). */
 double job_model_norm_eps(const job_model *m);
+/* A language model (gpt or llama: tokens in, next-token logits out). */
+static inline int job_model_is_lm(const job_model *m) { return m->kind != MODEL_VIT; }
+/* Llama's values with their defaults when 0 (see job_model): the key/value
+ * heads (n_head for gpt and vit), the rotary base, the positions the model
+ * takes (seq_len unless a llama says more). */
+int job_model_kv_heads(const job_model *m);
+double job_model_rope_theta(const job_model *m);
+int job_model_max_positions(const job_model *m);
+/* 1 when the LM head is wte itself: always for gpt, tie_embeddings for llama. */
+int job_model_tied_head(const job_model *m);
 const char *job_data_kind_name(data_kind k);
 const char *job_lr_schedule_name(lr_schedule s);
 const char *job_device_name(device_kind d);

@@ -97,21 +97,22 @@ static int check_field(const job_spec *job, int fid, verdict *v)
 /* Tokens per sample: what sequence parallelism splits. */
 static long tokens_per_sample(const job_model *m)
 {
-    if (m->kind == MODEL_GPT) return m->seq_len;
+    if (job_model_is_lm(m)) return m->seq_len;
     long side = m->image_size / m->patch_size;
     return side * side + 1; /* patches + class token */
 }
 
-/* Context parallelism: GPT's causal attention over a sequence cut into 2 cp
- * chunks (cp.h). */
+/* Context parallelism: a language model's causal attention over a sequence
+ * cut into 2 cp chunks (cp.h). */
 static int check_cp(const job_spec *job, verdict *v)
 {
     const job_model *m = &job->model;
     const job_parallel *par = &job->parallel;
     if (par->cp == 1) return 0;
-    if (m->kind != MODEL_GPT)
+    if (!job_model_is_lm(m))
         return fail(v, BLAME(FID_CP, FID_MODEL_KIND),
-                    "parallel.cp %d needs model.kind gpt (context parallelism splits a GPT's token sequence; a ViT's "
+                    "parallel.cp %d needs model.kind gpt or llama (context parallelism splits a language model's token "
+                    "sequence; a ViT's "
                     "%ld patches are short enough for tp and sequence_parallel)", par->cp, tokens_per_sample(m));
     if (m->seq_len % (2 * par->cp))
         return fail(v, BLAME(FID_CP, FID_SEQ_LEN, FID_MODEL_PRESET),
@@ -123,6 +124,41 @@ static int check_cp(const job_spec *job, verdict *v)
                     "parallel.sequence_parallel splits each cp rank's %d tokens (seq_len %d / cp %d) across tp %d, "
                     "which does not divide them",
                     m->seq_len / par->cp, m->seq_len, par->cp, par->tp);
+    return 0;
+}
+
+/* Llama: grouped-query attention's heads, RoPE's pairs, the positions, and
+ * how tensor parallelism splits the key/value heads: tp dividing n_kv_head
+ * splits them; tp above it (a multiple of it) gives each rank the one kv
+ * head its query heads read, replicated over tp / n_kv_head ranks
+ * (Megatron-Core's and vLLM's rule), whose gradients those ranks sum. */
+static int check_llama(const job_spec *job, verdict *v)
+{
+    const job_model *m = &job->model;
+    const job_parallel *par = &job->parallel;
+    if (m->kind != MODEL_LLAMA) return 0;
+    int kv = job_model_kv_heads(m);
+    if (m->n_head % kv)
+        return fail(v, BLAME(FID_N_KV_HEAD, FID_N_HEAD, FID_MODEL_PRESET),
+                    "model.n_head %d is not a multiple of model.n_kv_head %d (grouped-query attention shares each "
+                    "key/value head among n_head / n_kv_head query heads)",
+                    m->n_head, kv);
+    if (m->d_model / m->n_head % 2)
+        return fail(v, BLAME(FID_N_HEAD, FID_D_MODEL, FID_MODEL_PRESET),
+                    "model.d_model %d / n_head %d = %d channels a head, which is odd (rotary embeddings turn pairs "
+                    "of a head's channels)",
+                    m->d_model, m->n_head, m->d_model / m->n_head);
+    if (m->max_positions < m->seq_len)
+        return fail(v, BLAME(FID_MAX_POSITIONS, FID_SEQ_LEN, FID_MODEL_PRESET),
+                    "model.max_positions %d is less than model.seq_len %d (a training sample's positions must be "
+                    "ones the model takes)",
+                    m->max_positions, m->seq_len);
+    if (par->tp <= kv ? kv % par->tp : par->tp % kv)
+        return fail(v, BLAME(FID_TP, FID_N_KV_HEAD, FID_MODEL_PRESET),
+                    "parallel.tp %d and model.n_kv_head %d: tensor parallelism splits the key/value heads (tp must "
+                    "divide n_kv_head) or, above n_kv_head, replicates each over tp / n_kv_head ranks (tp must be a "
+                    "multiple of n_kv_head)",
+                    par->tp, kv);
     return 0;
 }
 
@@ -146,6 +182,7 @@ static int check_model(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_TP, FID_D_FF, FID_D_MODEL, FID_MODEL_PRESET),
                     "model.d_ff %d is not divisible by parallel.tp %d (tensor parallelism splits the MLP)",
                     m->d_ff, par->tp);
+    if (check_llama(job, v)) return -1;
     /* No vocab_size check: tp rank r holds vocabulary rows [floor(V*r/tp),
      * floor(V*(r+1)/tp)) of wte and of the head's logits, so GPT-2's 50257 splits
      * as it is, with no padded rows to mask in the loss or keep out of checkpoints. */
@@ -169,7 +206,7 @@ static int check_model(const job_spec *job, verdict *v)
                     "and scatters: it needs parallel.tp > 1 and sequence_parallel: true",
                     par->tp_split);
     if (par->sequence_parallel && tokens_per_sample(m) % par->tp) {
-        if (m->kind == MODEL_GPT)
+        if (job_model_is_lm(m))
             return fail(v, BLAME(FID_SEQUENCE_PARALLEL, FID_TP, FID_SEQ_LEN),
                         "parallel.sequence_parallel splits the %ld tokens of a sample (model.seq_len) across tp %d, "
                         "which does not divide them",
@@ -270,7 +307,7 @@ static int check_data(const job_spec *job, verdict *v)
         if (d->val_path[0])
             return fail(v, BLAME(FID_DATA_VAL, FID_DATA_KIND),
                         "data.val is set but data.kind is synthetic; set data.kind to text, tokens or idx");
-        if (job->model.kind == MODEL_GPT && d->synthetic_size < (long)job->model.seq_len + 1)
+        if (job_model_is_lm(&job->model) && d->synthetic_size < (long)job->model.seq_len + 1)
             return fail(v, BLAME(FID_SYNTHETIC_SIZE, FID_SEQ_LEN, FID_MODEL_PRESET),
                         "data.synthetic_size %ld tokens is less than one sample of seq_len + 1 = %d tokens",
                         d->synthetic_size, job->model.seq_len + 1);
@@ -278,12 +315,14 @@ static int check_data(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_DATA_KIND, FID_DATA_TRAIN), "data.kind %s needs data.train (the training data path)",
                     kind);
     }
-    if (d->kind == DATA_IDX && job->model.kind == MODEL_GPT)
+    if (d->kind == DATA_IDX && job_model_is_lm(&job->model))
         return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
-                    "data.kind idx holds images, which a gpt model cannot read (use text or tokens, or a vit model)");
+                    "data.kind idx holds images, which a %s model cannot read (use text or tokens, or a vit model)",
+                    job_model_kind_name(job->model.kind));
     if ((d->kind == DATA_TEXT || d->kind == DATA_TOKENS) && job->model.kind == MODEL_VIT)
         return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
-                    "data.kind %s holds tokens, which a vit model cannot read (use idx or synthetic, or a gpt model)",
+                    "data.kind %s holds tokens, which a vit model cannot read (use idx or synthetic, or a gpt or llama "
+                    "model)",
                     kind);
     if (d->kind == DATA_IDX) {
         if (!d->train_labels[0])

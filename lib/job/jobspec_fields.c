@@ -17,8 +17,9 @@ const char *const job_section_names[SEC_COUNT] = {
     "model", "data", "train", "parallel", "checkpoint", "log", "launch",
 };
 
-static const char *const model_kinds[] = {"gpt", "vit", NULL};
-static const char *const model_kind_aliases[] = {"gpt2,llm,lm,transformer", "vision,image", NULL};
+static const char *const model_kinds[] = {"gpt", "vit", "llama", NULL};
+static const char *const model_kind_aliases[] = {"gpt2,llm,lm,transformer", "vision,image",
+                                                 "llama2,llama3,mistral,qwen2,smollm,decoder,rope", NULL};
 static const char *const activations[] = {"gelu_tanh", "gelu", NULL};
 static const char *const activation_aliases[] = {"gelu_new,gelu_pytorch_tanh,tanh,approximate,gelu_approx",
                                                  "gelu_erf,erf,exact,gelu_exact", NULL};
@@ -87,7 +88,7 @@ const field_def job_fields[FID_COUNT] = {
                            "vocab,n_vocab,padded_vocab_size"),
     [FID_SEQ_LEN] = NUM(SEC_MODEL, "seq_len", FT_INT, model.seq_len, 1, 1 << 24,
                         "block_size,context_length,max_seq_len,seq_length,sequence_length,n_ctx,"
-                        "max_position_embeddings,context"),
+                        "context,n_positions"),
     [FID_IMAGE_SIZE] = NUM(SEC_MODEL, "image_size", FT_INT, model.image_size, 1, 65536,
                            "img_size,resolution,image_res"),
     [FID_PATCH_SIZE] = NUM(SEC_MODEL, "patch_size", FT_INT, model.patch_size, 1, 65536, "patch"),
@@ -108,6 +109,18 @@ const field_def job_fields[FID_COUNT] = {
     [FID_HEAD_CHUNK_ROWS] = NUM(SEC_MODEL, "head_chunk_rows", FT_INT, model.head_chunk_rows, 0, 1 << 24,
                                 "loss_chunk_size,logits_chunk_size,lm_head_chunk_size,head_chunk_size,"
                                 "cross_entropy_chunk_size,head_chunk"),
+    [FID_N_KV_HEAD] = NUM(SEC_MODEL, "n_kv_head", FT_INT, model.n_kv_head, 1, 65536,
+                          "n_kv_heads,num_key_value_heads,num_kv_heads,kv_heads,num_query_groups,n_kv,"
+                          "n_head_kv,kv_channels"),
+    [FID_ROPE_THETA] = {.section = SEC_MODEL, .key = "rope_theta", .type = FT_DOUBLE,
+                        .offset = OFF(model.rope_theta), .lo = 1, .hi = 1e12,
+                        .aliases = "rope_base,rotary_base,rotary_emb_base,theta,rope_freq_base,base"},
+    [FID_TIE_EMBEDDINGS] = NUM(SEC_MODEL, "tie_embeddings", FT_BOOL, model.tie_embeddings, 0, 1,
+                               "tie_word_embeddings,tied_embeddings,tie_weights,share_embeddings,tied,"
+                               "untie_embeddings_and_output_weights,weight_tying"),
+    [FID_MAX_POSITIONS] = NUM(SEC_MODEL, "max_positions", FT_INT, model.max_positions, 1, 1 << 24,
+                              "max_position_embeddings,max_seq_length,max_pos,rope_max_positions,"
+                              "max_sequence_length"),
 
     [FID_DATA_KIND] = ENUM(SEC_DATA, "kind", data.kind, data_kinds, data_kind_aliases,
                            "type,format,source,dataset"),
@@ -239,9 +252,22 @@ const field_def job_fields[FID_COUNT] = {
 static field_only field_only_of(int fid)
 {
     switch (fid) {
-    case FID_VOCAB_SIZE: case FID_SEQ_LEN: case FID_HEAD_CHUNK_ROWS: return ONLY_GPT;
+    case FID_VOCAB_SIZE: case FID_SEQ_LEN: case FID_HEAD_CHUNK_ROWS: return ONLY_LM;
     case FID_IMAGE_SIZE: case FID_PATCH_SIZE: case FID_CHANNELS: case FID_N_CLASSES: return ONLY_VIT;
+    case FID_N_KV_HEAD: case FID_ROPE_THETA: case FID_TIE_EMBEDDINGS: case FID_MAX_POSITIONS: return ONLY_LLAMA;
+    case FID_ACTIVATION: return ONLY_GELU;
     default: return ONLY_ANY;
+    }
+}
+
+const char *job_field_kinds_text(int fid)
+{
+    switch (field_only_of(fid)) {
+    case ONLY_LM: return "gpt and llama";
+    case ONLY_VIT: return "vit";
+    case ONLY_LLAMA: return "llama";
+    case ONLY_GELU: return "gpt and vit";
+    default: return "every kind of";
     }
 }
 
@@ -279,9 +305,14 @@ const void *job_field_cptr(const job_spec *job, int fid)
 int job_field_applies(const job_spec *job, int fid)
 {
     field_only only = field_only_of(fid);
-    if (only == ONLY_GPT) return job->model.kind == MODEL_GPT;
-    if (only == ONLY_VIT) return job->model.kind == MODEL_VIT;
-    return 1;
+    model_kind k = job->model.kind;
+    switch (only) {
+    case ONLY_LM: return k == MODEL_GPT || k == MODEL_LLAMA;
+    case ONLY_VIT: return k == MODEL_VIT;
+    case ONLY_LLAMA: return k == MODEL_LLAMA;
+    case ONLY_GELU: return k == MODEL_GPT || k == MODEL_VIT;
+    default: return 1;
+    }
 }
 
 int job_field_unset(const job_spec *job, int fid)
@@ -505,6 +536,16 @@ const char *job_model_kind_name(model_kind k) { return name_of(model_kinds, (int
 const char *job_activation_name(activation_kind a) { return name_of(activations, (int)a); }
 const char *job_attention_name(attention_kind a) { return name_of(attentions, (int)a); }
 double job_model_norm_eps(const job_model *m) { return m->norm_eps > 0 ? m->norm_eps : JOB_NORM_EPS_DEFAULT; }
+int job_model_kv_heads(const job_model *m)
+{
+    return m->kind == MODEL_LLAMA && m->n_kv_head > 0 ? m->n_kv_head : m->n_head;
+}
+double job_model_rope_theta(const job_model *m) { return m->rope_theta > 0 ? m->rope_theta : JOB_ROPE_THETA_DEFAULT; }
+int job_model_max_positions(const job_model *m)
+{
+    return m->kind == MODEL_LLAMA && m->max_positions > m->seq_len ? m->max_positions : m->seq_len;
+}
+int job_model_tied_head(const job_model *m) { return m->kind == MODEL_GPT || (m->kind == MODEL_LLAMA && m->tie_embeddings); }
 const char *job_data_kind_name(data_kind k) { return name_of(data_kinds, (int)k); }
 const char *job_lr_schedule_name(lr_schedule s) { return name_of(schedules, (int)s); }
 const char *job_precision_name(precision_kind p) { return name_of(precisions, (int)p); }

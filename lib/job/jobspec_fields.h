@@ -21,6 +21,7 @@ typedef enum {
     FID_MODEL_KIND = 0, FID_MODEL_PRESET, FID_N_LAYER, FID_N_HEAD, FID_D_MODEL, FID_D_FF,
     FID_VOCAB_SIZE, FID_SEQ_LEN, FID_IMAGE_SIZE, FID_PATCH_SIZE, FID_CHANNELS, FID_N_CLASSES,
     FID_ACTIVATION, FID_NORM_EPS, FID_ATTENTION, FID_INIT_FROM, FID_HEAD_CHUNK_ROWS,
+    FID_N_KV_HEAD, FID_ROPE_THETA, FID_TIE_EMBEDDINGS, FID_MAX_POSITIONS,
     FID_DATA_KIND, FID_DATA_TRAIN, FID_DATA_TRAIN_LABELS, FID_DATA_VAL, FID_DATA_VAL_LABELS,
     FID_VAL_FRACTION, FID_SYNTHETIC_SIZE,
     FID_STEPS, FID_GLOBAL_BATCH, FID_MICRO_BATCH, FID_LR, FID_MIN_LR, FID_WARMUP, FID_SCHEDULE,
@@ -54,7 +55,9 @@ typedef enum {
                     arrives joined so), or "all" */
 } field_type;
 
-typedef enum { ONLY_ANY = 0, ONLY_GPT, ONLY_VIT } field_only;
+/* Which model kinds a key means something for: every kind, the language
+ * models (gpt, llama), vit, llama, or the kinds with a GELU MLP (gpt, vit). */
+typedef enum { ONLY_ANY = 0, ONLY_LM, ONLY_VIT, ONLY_LLAMA, ONLY_GELU } field_only;
 
 typedef struct {
     job_section section;
@@ -88,8 +91,13 @@ void *job_field_ptr(job_spec *job, int fid);
 const void *job_field_cptr(const job_spec *job, int fid);
 
 /* Whether the field means anything for this job: vocab_size, seq_len and
- * head_chunk_rows are GPT-only, image_size, patch_size, channels and n_classes ViT-only. */
+ * head_chunk_rows are for the language models (gpt, llama), image_size,
+ * patch_size, channels and n_classes ViT-only, n_kv_head, rope_theta,
+ * tie_embeddings and max_positions Llama-only, activation (the GELU) for gpt
+ * and vit. */
 int job_field_applies(const job_spec *job, int fid);
+/* The kinds it applies to, as words: "gpt and llama", "vit", ... */
+const char *job_field_kinds_text(int fid);
 
 /* Whether the field holds its "not set" value: launch keys are -1 or "" until
  * the file sets them (the command line fills the rest). */

@@ -182,7 +182,8 @@ static int apply_vit(loader *L, const cJSON *root, const char *cfg, int *preset_
     if (m->kind != MODEL_VIT) {
         int blame = L->e[FID_MODEL_KIND].given ? FID_MODEL_KIND : FID_MODEL_PRESET;
         if (L->e[FID_MODEL_KIND].given || L->e[FID_MODEL_PRESET].given)
-            return loader_fail_value(L, blame, "model.kind is gpt but %s describes a ViT (model_type vit)", cfg);
+            return loader_fail_value(L, blame, "model.kind is %s but %s describes a ViT (model_type vit)",
+                                     job_model_kind_name(m->kind), cfg);
         /* the kind follows the folder when the job does not say (then it gave no
          * ViT-only key: the loader refused those for a GPT); the shared sizes
          * come from config.json below */
@@ -227,7 +228,8 @@ static int apply_gpt2(loader *L, const cJSON *root, const char *cfg, int *preset
     job_model *m = &L->job->model;
     if (m->kind != MODEL_GPT) {
         int blame = L->e[FID_MODEL_KIND].given ? FID_MODEL_KIND : FID_MODEL_PRESET;
-        return loader_fail_value(L, blame, "model.kind is vit but %s describes a GPT-2 (model_type gpt2)", cfg);
+        return loader_fail_value(L, blame, "model.kind is %s but %s describes a GPT-2 (model_type gpt2)",
+                                 job_model_kind_name(m->kind), cfg);
     }
     for (size_t i = 0; i < sizeof gpt2_sizes / sizeof gpt2_sizes[0]; i++) {
         const size_key *k = &gpt2_sizes[i];
@@ -279,6 +281,136 @@ static int apply_gpt2(loader *L, const cJSON *root, const char *cfg, int *preset
     return 0;
 }
 
+/* model_type llama: LlamaForCausalLM's config (LlamaConfig), with
+ * transformers' defaults for absent keys. What dtrun's Llama does not compute
+ * (another RoPE scaling, biases, sliding windows, an activation other than
+ * SiLU, a head size other than hidden_size / heads) is refused by name:
+ * never a silently different model. */
+static const size_key llama_sizes[] = {
+    {"num_hidden_layers", NULL, FID_N_LAYER},    {"num_attention_heads", NULL, FID_N_HEAD},
+    {"hidden_size", NULL, FID_D_MODEL},          {"intermediate_size", NULL, FID_D_FF},
+    {"vocab_size", NULL, FID_VOCAB_SIZE},
+};
+
+/* A config key that must be absent, null, false or equal to `ok` (a string). */
+static int llama_refuse(loader *L, const cJSON *root, const char *cfg, const char *key, const char *ok,
+                        const char *why)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!it || cJSON_IsNull(it) || cJSON_IsFalse(it)) return 0;
+    if (ok && cJSON_IsString(it) && !strcmp(it->valuestring, ok)) return 0;
+    char shown[96] = "";
+    if (cJSON_IsString(it)) job_text_show(shown, sizeof shown, it->valuestring, strlen(it->valuestring));
+    else if (cJSON_IsNumber(it)) snprintf(shown, sizeof shown, "%g", it->valuedouble);
+    else snprintf(shown, sizeof shown, "%s", cJSON_IsTrue(it) ? "true" : "set");
+    return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: %s %s is not supported (%s)", cfg, key, shown, why);
+}
+
+static int apply_llama(loader *L, const cJSON *root, const char *cfg, int *preset_d_ff)
+{
+    job_model *m = &L->job->model;
+    if (m->kind != MODEL_LLAMA) {
+        if (L->e[FID_MODEL_KIND].given || L->e[FID_MODEL_PRESET].given)
+            return loader_fail_value(L, L->e[FID_MODEL_KIND].given ? FID_MODEL_KIND : FID_MODEL_PRESET,
+                                     "model.kind is %s but %s describes a Llama (model_type llama)",
+                                     job_model_kind_name(m->kind), cfg);
+        /* the kind follows the folder, from llama-tiny's shape (config.json
+         * fills it); the keys the job gives stay the job's */
+        job_preset_apply(job_preset_tiny(MODEL_LLAMA), m);
+        for (int f = 0; f < FID_COUNT; f++)
+            if (L->e[f].given && job_fields[f].section == SEC_MODEL && f != FID_MODEL_KIND && f != FID_MODEL_PRESET &&
+                loader_store_value(L, f))
+                return -1;
+    }
+    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    if (cJSON_IsArray(arch) && cJSON_GetArraySize(arch) > 0) {
+        const cJSON *first = cJSON_GetArrayItem(arch, 0);
+        const char *name = cJSON_IsString(first) ? first->valuestring : "(not a string)";
+        if (strcmp(name, "LlamaForCausalLM") != 0) {
+            char shown[96];
+            return loader_fail_value(L, FID_INIT_FROM,
+                                     "model.init_from: %s: architectures %s is not LlamaForCausalLM, the Llama dtrun "
+                                     "runs", cfg, job_text_show(shown, sizeof shown, name, strlen(name)));
+        }
+    }
+    /* rope_scaling: only the plain rotary embedding ({"rope_type": "default"}) */
+    const cJSON *scaling = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (scaling && !cJSON_IsNull(scaling)) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(scaling, "rope_type");
+        if (!t) t = cJSON_GetObjectItemCaseSensitive(scaling, "type");
+        const char *kind = cJSON_IsString(t) ? t->valuestring : "(no rope_type)";
+        if (strcmp(kind, "default") != 0) {
+            char shown[96];
+            return loader_fail_value(L, FID_INIT_FROM,
+                                     "model.init_from: %s: rope_scaling of rope_type %s is not supported (dtrun's "
+                                     "RoPE is the unscaled one, rope_type default)",
+                                     cfg, job_text_show(shown, sizeof shown, kind, strlen(kind)));
+        }
+    }
+    if (llama_refuse(L, root, cfg, "attention_bias", NULL, "dtrun's Llama has no q, k, v, o biases") ||
+        llama_refuse(L, root, cfg, "mlp_bias", NULL, "dtrun's Llama has no MLP biases") ||
+        llama_refuse(L, root, cfg, "sliding_window", NULL, "dtrun's Llama attends to every earlier position") ||
+        llama_refuse(L, root, cfg, "use_sliding_window", NULL, "dtrun's Llama attends to every earlier position") ||
+        llama_refuse(L, root, cfg, "hidden_act", "silu", "dtrun's Llama MLP is SwiGLU: SiLU of the gate times up"))
+        return -1;
+    for (size_t i = 0; i < sizeof llama_sizes / sizeof llama_sizes[0]; i++)
+        if (apply_size(L, root, cfg, &llama_sizes[i], llama_sizes[i].fid == FID_VOCAB_SIZE ? 32000 : -1)) return -1;
+    *preset_d_ff = m->d_ff;
+    long heads = m->n_head, kv = 0, hd = 0;
+    int rc = config_int(root, "num_key_value_heads", &kv);
+    if (rc < 0) return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: num_key_value_heads is not an integer", cfg);
+    if (rc == 1) kv = heads; /* transformers: absent means multi-head */
+    if (fill_or_agree(L, FID_N_KV_HEAD, cfg, "num_key_value_heads", kv)) return -1;
+    rc = config_int(root, "head_dim", &hd);
+    if (rc == 0 && (heads < 1 || hd * heads != m->d_model))
+        return loader_fail_value(L, FID_INIT_FROM,
+                                 "model.init_from: %s: head_dim %ld is not supported (dtrun's heads are hidden_size / "
+                                 "num_attention_heads = %ld channels)", cfg, hd, heads > 0 ? m->d_model / heads : 0L);
+    /* the positions: max_position_embeddings (default 2048); seq_len, unless
+     * the job crops it, trains on all of them */
+    long positions = 2048;
+    rc = config_int(root, "max_position_embeddings", &positions);
+    if (rc < 0 || positions < 1 || positions > (1L << 24))
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: max_position_embeddings is not an integer in "
+                                 "1..16777216", cfg);
+    if (L->e[FID_MAX_POSITIONS].given && m->max_positions != positions)
+        return disagree(L, FID_MAX_POSITIONS, cfg, "max_position_embeddings", positions, m->max_positions);
+    m->max_positions = (int)positions;
+    if (setter_of(L, FID_SEQ_LEN) < 0) m->seq_len = (int)positions;
+    else if (m->seq_len > positions)
+        return loader_fail_value(L, setter_of(L, FID_SEQ_LEN), "model.seq_len %d is longer than %s: "
+                                 "max_position_embeddings %ld (the positions the model takes)", m->seq_len, cfg,
+                                 positions);
+    /* the function: rope_theta, rms_norm_eps, tie_word_embeddings */
+    const cJSON *theta = cJSON_GetObjectItemCaseSensitive(root, "rope_theta");
+    double th = 10000.0;
+    if (theta && !(cJSON_IsNumber(theta) && theta->valuedouble >= 1 && theta->valuedouble <= 1e12))
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: rope_theta is not a number in [1, 1e12]", cfg);
+    if (theta) th = theta->valuedouble;
+    if (L->e[FID_ROPE_THETA].given && m->rope_theta != th)
+        return loader_fail_value(L, FID_ROPE_THETA, "model.rope_theta %g disagrees with %s: rope_theta %g", m->rope_theta,
+                                 cfg, th);
+    m->rope_theta = th;
+    const cJSON *eps = cJSON_GetObjectItemCaseSensitive(root, "rms_norm_eps");
+    double e = 1e-6; /* LlamaConfig's default */
+    if (eps && !(cJSON_IsNumber(eps) && eps->valuedouble > 0 && eps->valuedouble <= 1))
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: rms_norm_eps is not a number in (0, 1]", cfg);
+    if (eps) e = eps->valuedouble;
+    if (L->e[FID_NORM_EPS].given && m->norm_eps != e)
+        return loader_fail_value(L, FID_NORM_EPS, "model.norm_eps %g disagrees with %s: rms_norm_eps %g", m->norm_eps,
+                                 cfg, e);
+    m->norm_eps = e;
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    if (tie && !cJSON_IsBool(tie))
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: tie_word_embeddings is not true or false", cfg);
+    int tied = tie && cJSON_IsTrue(tie); /* LlamaConfig's default: false */
+    if (L->e[FID_TIE_EMBEDDINGS].given && m->tie_embeddings != tied)
+        return loader_fail_value(L, FID_TIE_EMBEDDINGS, "model.tie_embeddings %s disagrees with %s: tie_word_embeddings %s",
+                                 m->tie_embeddings ? "true" : "false", cfg, tied ? "true" : "false");
+    m->tie_embeddings = tied;
+    return 0;
+}
+
 int loader_apply_init_from(loader *L, int *preset_d_ff)
 {
     job_model *m = &L->job->model;
@@ -301,10 +433,12 @@ int loader_apply_init_from(loader *L, int *preset_d_ff)
         rc = apply_gpt2(L, root, cfg, preset_d_ff);
     } else if (t && !strcmp(t, "vit")) {
         rc = apply_vit(L, root, cfg, preset_d_ff);
+    } else if (t && !strcmp(t, "llama")) {
+        rc = apply_llama(L, root, cfg, preset_d_ff);
     } else {
         char shown[128];
         rc = loader_fail_value(L, FID_INIT_FROM,
-                               "model.init_from: %s: model_type %s is not supported (gpt2 and vit are)", cfg,
+                               "model.init_from: %s: model_type %s is not supported (gpt2, vit and llama are)", cfg,
                                t ? job_text_show(shown, sizeof shown, t, strlen(t)) : "is missing");
     }
     cJSON_Delete(root);

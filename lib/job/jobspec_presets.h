@@ -14,6 +14,9 @@ typedef struct {
     int d_ff;          /* 0: 4 * d_model */
     int vocab_size, seq_len;                         /* GPT, else 0 */
     int image_size, patch_size, channels, n_classes; /* ViT, else 0 */
+    int n_kv_head;     /* llama: key/value heads; else 0 */
+    double rope_theta; /* llama, else 0 */
+    int tie_embeddings; /* llama: the LM head is wte */
 } job_preset;
 
 /* The preset called `name`, or NULL. */
@@ -26,7 +29,8 @@ const job_preset *job_preset_at(int i);
 const job_preset *job_preset_tiny(model_kind kind);
 
 /* Overwrite every shape field of *m (kind included) with the preset's; d_ff
- * becomes 4 * d_model unless the preset names its own. m->preset is left alone. */
+ * becomes 4 * d_model unless the preset names its own; max_positions becomes
+ * 0 (seq_len, until the job says more). m->preset is left alone. */
 void job_preset_apply(const job_preset *p, job_model *m);
 
 #endif

@@ -71,9 +71,12 @@ static int derive(loader *L, int preset_d_ff)
     char msg[512];
 
     if (!L->e[FID_D_FF].given) m->d_ff = preset_d_ff ? preset_d_ff : 4 * m->d_model;
+    /* llama: the positions it takes are the training sequence's unless the
+     * job (or init_from's max_position_embeddings) says more */
+    if (m->kind == MODEL_LLAMA && m->max_positions == 0) m->max_positions = m->seq_len;
     if (!L->e[FID_MIN_LR].given) t->min_lr = job_lr_tenth(t->lr);
     if (!L->e[FID_SYNTHETIC_SIZE].given)
-        job->data.synthetic_size = m->kind == MODEL_GPT ? SYNTHETIC_GPT_TOKENS : SYNTHETIC_VIT_IMAGES;
+        job->data.synthetic_size = job_model_is_lm(m) ? SYNTHETIC_GPT_TOKENS : SYNTHETIC_VIT_IMAGES;
     if (!L->e[FID_GRAD_DTYPE].given || t->grad_dtype == DTYPE_AUTO)
         t->grad_dtype = t->precision == PREC_BF16 ? DTYPE_BF16 : DTYPE_FP32;
     if (!L->e[FID_REDUCE_DTYPE].given || par->reduce_dtype == DTYPE_AUTO) par->reduce_dtype = t->grad_dtype;
@@ -125,8 +128,7 @@ int loader_resolve(loader *L)
             char name[64];
             job_field_full_name(fid, name, sizeof name);
             return loader_fail_key(L, fid, "%s applies to %s models only (this model is %s)", name,
-                                   job_model_kind_name(job->model.kind == MODEL_GPT ? MODEL_VIT : MODEL_GPT),
-                                   job_model_kind_name(job->model.kind));
+                                   job_field_kinds_text(fid), job_model_kind_name(job->model.kind));
         }
         if (loader_store_value(L, fid)) return -1;
     }

@@ -2,9 +2,9 @@
  *
  *   agent.c            agent_run: the loop, rounds, the end
  *   agent_rdzv.c       hosting the daemon, joining, the exit barrier
- *   agent_spawn.c      starting workers (uv_spawn + the child guard)
+ *   agent_spawn.c      starting workers (uv_spawn; the child guard when needed)
  *   agent_supervise.c  worker exits, signals, stopping, the root-cause report
- *   agent_watchdog.c   the watchdog that kills what the workers left behind
+ *   agent_watchdog.c   the watchdog that kills the workers and what they left behind
  *   agent_retry.c      which failures a restart can fix
  *   agent_error_file.c TORCHELASTIC_ERROR_FILE: each worker's, read for the report
  *

@@ -11,6 +11,7 @@
 #include "lib/util/suggest.h"
 #include "lib/launch/launch_opts_internal.h"
 #include "lib/util/errline.h"
+#include "lib/util/headroom.h"
 #include "lib/util/range.h"
 
 typedef enum {
@@ -19,7 +20,7 @@ typedef enum {
     OPT_MONITOR_INTERVAL, OPT_TERM_TIMEOUT, OPT_LOG_DIR, OPT_REDIRECTS, OPT_TEE,
     OPT_RANKS_FILTER, OPT_ROLE, OPT_LOCAL_ADDR, OPT_NO_PYTHON, OPT_MODULE, OPT_RUN_PATH, OPT_DRY_RUN,
     OPT_PRINT_CONFIG, OPT_VERSION, OPT_HELP, OPT_PLAN, OPT_HARDWARE, OPT_FORMAT, OPT_TOP, OPT_TRACE,
-    OPT_NO_FIT_CHECK, OPT_STRICT_DATA, OPT_ALLOW_CHANGES
+    OPT_NO_FIT_CHECK, OPT_STRICT_DATA, OPT_ALLOW_CHANGES, OPT_HEADROOM, OPT_CALIBRATE
 } opt_id;
 
 typedef struct {
@@ -57,6 +58,8 @@ static const opt_def OPTIONS[] = {
     {"hardware", 0, 1, OPT_HARDWARE},
     {"format", 0, 1, OPT_FORMAT},
     {"top", 0, 1, OPT_TOP},
+    {"headroom", 0, 1, OPT_HEADROOM},
+    {"calibrate", 0, 1, OPT_CALIBRATE},
     {"trace", 0, 1, OPT_TRACE},
     {"no-fit-check", 0, 0, OPT_NO_FIT_CHECK},
     {"strict-data", 0, 0, OPT_STRICT_DATA},
@@ -261,6 +264,14 @@ static int apply(launch_opts *o, opt_id id, const char *v, const char *shown, ch
     case OPT_TOP:
         if (range_parse_long(v, 1, 1000, &n, why, sizeof why)) return errline(err, errlen, "%s: %s", shown, why);
         o->top = (int)n;
+        return 0;
+    case OPT_CALIBRATE:
+        if (!*v) return errline(err, errlen, "%s: give the profile to write (a .yaml path, or - for stdout)", shown);
+        if (strlen(v) >= sizeof o->calibrate) return errline(err, errlen, "%s: path is too long", shown);
+        snprintf(o->calibrate, sizeof o->calibrate, "%s", v);
+        return 0;
+    case OPT_HEADROOM:
+        if (headroom_parse(v, &o->headroom, why, sizeof why)) return errline(err, errlen, "%s: %s", shown, why);
         return 0;
     case OPT_TRACE:
         if (!*v) return errline(err, errlen, "%s: empty file name", shown);

@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "lib/job/jobspec.h"
+#include "lib/util/headroom.h"
 
 #define LAUNCH_MAX_LOCAL 256          /* workers per node */
 #define LAUNCH_MAX_NODES 65536
@@ -107,6 +108,8 @@ typedef struct {
     char hardware[JOB_PATH_MAX]; /* --hardware NAME|PATH for --dry-run / --plan; "" default */
     int format_json;           /* --format json */
     int top;                   /* --top K for --plan; 0 default */
+    dt_headroom headroom;      /* --headroom 5%|4GiB for --plan / --dry-run; unset: the profile's */
+    char calibrate[JOB_PATH_MAX]; /* --calibrate FILE: measure this host, write a cpu profile; "" none */
     char trace[JOB_PATH_MAX];  /* --trace FILE: the workers' merged Chrome trace (log.trace); "" none */
     int no_fit_check;          /* --no-fit-check: start a job the dry-run says does not fit */
     int strict_data;           /* --strict-data: resuming from a checkpoint whose data files

@@ -107,6 +107,8 @@ static int rank_line(const cJSON *j, void *arg)
     const cJSON *mem = cJSON_GetObjectItemCaseSensitive(j, "mem_peak");
     double total = num(mem, "total", &has);
     if (has_step && has && push(&c->r->mem[c->rank], step, total / (1 << 20))) return -1;
+    double rss = num(j, "rss_peak", &has);
+    if (has_step && has && push(&c->r->rss[c->rank], step, rss / (1 << 20))) return -1;
     return 0;
 }
 
@@ -145,5 +147,5 @@ void run_series_free(run_series *r)
     series_free(&r->loss);
     series_free(&r->val_loss);
     series_free(&r->throughput);
-    for (int i = 0; i < RUN_MAX_RANKS; i++) series_free(&r->mem[i]);
+    for (int i = 0; i < RUN_MAX_RANKS; i++) series_free(&r->mem[i]), series_free(&r->rss[i]);
 }

@@ -1,7 +1,8 @@
 /* run_series.h — the curves of one training run, read from its metrics file
  * (log.metrics, JSONL: step records with loss and tokens_per_s or
  * images_per_s, evaluation records with val_loss) and, when they sit beside
- * it, its ranks' files STEM.rankN.jsonl (mem_peak.total, per rank). */
+ * it, its ranks' files STEM.rankN.jsonl (mem_peak.total: the bytes dtrun
+ * accounts for; rss_peak: the OS's peak resident set, when recorded). */
 #ifndef DTRUN_PLOT_RUN_SERIES_H
 #define DTRUN_PLOT_RUN_SERIES_H
 
@@ -18,7 +19,8 @@ typedef struct {
     char name[256];    /* the file's name without .jsonl */
     series loss, val_loss, throughput;
     int images;        /* throughput is images/s (ViT), not tokens/s */
-    series mem[RUN_MAX_RANKS]; /* accounted peak MiB of rank r */
+    series mem[RUN_MAX_RANKS]; /* accounted peak MiB of rank r (mem_peak.total) */
+    series rss[RUN_MAX_RANKS]; /* the OS's peak resident set of rank r, MiB (rss_peak); may be empty */
     int n_ranks;
 } run_series;
 

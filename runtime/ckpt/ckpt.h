@@ -182,7 +182,8 @@ typedef enum {
     CKPT_NAMES_AUTO = 0, /* by the model kind recorded in index.json */
     CKPT_NAMES_HF_GPT2,  /* transformers GPT2LMHeadModel: transformer.h.N.attn.c_attn.weight, ... */
     CKPT_NAMES_TIMM_VIT, /* timm VisionTransformer: blocks.N.attn.qkv.weight, ... */
-    CKPT_NAMES_HF_VIT    /* transformers ViTForImageClassification: vit.encoder.layer.N.attention.attention.query.weight, ... */
+    CKPT_NAMES_HF_VIT,   /* transformers ViTForImageClassification: vit.encoder.layer.N.attention.attention.query.weight, ... */
+    CKPT_NAMES_HF_LLAMA  /* transformers LlamaForCausalLM: model.layers.N.self_attn.q_proj.weight, ... */
 } ckpt_naming;
 
 /* One consolidated F32 safetensors file of the parameters under Hugging Face /
@@ -196,10 +197,17 @@ int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *
 int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int bf16, char *err,
                    size_t errlen);
 
-/* A Hugging Face GPT-2 folder: DIR/model.safetensors (as ckpt_export_as) and
- * DIR/config.json (GPT2Config's keys: sizes from the model, n_positions =
- * seq_len), DIR created when missing — what model.init_from, `dtrun generate`
- * and `dtrun eval` read back. GPT only. */
+/* A Hugging Face folder of the checkpoint's model: DIR/model.safetensors (as
+ * ckpt_export_as) and DIR/config.json (GPT2Config's, ViTConfig's or
+ * LlamaConfig's keys, from the model), DIR created when missing — what
+ * model.init_from, `dtrun generate` and `dtrun eval` read back. Parameters of
+ * more than max_shard_bytes (0: transformers' default, 5 GB) go to shard
+ * files model-0000K-of-0000N.safetensors, whole tensors each, in the model's
+ * order, with model.safetensors.index.json (metadata.total_size, weight_map),
+ * as save_pretrained writes them. */
+#define CKPT_HF_SHARD_DEFAULT 5000000000ull
 int ckpt_export_hf_dir(const ckpt *ck, const char *dir, int bf16, char *err, size_t errlen);
+int ckpt_export_hf_dir_sharded(const ckpt *ck, const char *dir, int bf16, uint64_t max_shard_bytes, char *err,
+                               size_t errlen);
 
 #endif

@@ -43,7 +43,7 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
          cJSON_AddStringToObject(lay, "mode", meta->mode ? meta->mode : "ddp");
     if (ok && meta->model) {
         cJSON *m = cJSON_AddObjectToObject(o, "model");
-        ok = m && cJSON_AddStringToObject(m, "kind", meta->model->kind == MODEL_VIT ? "vit" : "gpt") &&
+        ok = m && cJSON_AddStringToObject(m, "kind", job_model_kind_name(meta->model->kind)) &&
              cJSON_AddStringToObject(m, "preset", meta->model->preset);
         for (int i = 0; ok && i < N_MODEL_INTS; i++)
             ok = cJSON_AddNumberToObject(m, model_ints[i].key,
@@ -51,6 +51,12 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
         /* the function the weights were trained for (model.activation, model.norm_eps) */
         ok = ok && cJSON_AddStringToObject(m, "activation", job_activation_name(meta->model->activation)) &&
              cJSON_AddNumberToObject(m, "norm_eps", job_model_norm_eps(meta->model));
+        const job_model *md = meta->model;
+        if (ok && md->kind == MODEL_LLAMA)
+            ok = cJSON_AddNumberToObject(m, "n_kv_head", job_model_kv_heads(md)) &&
+                 cJSON_AddNumberToObject(m, "rope_theta", job_model_rope_theta(md)) &&
+                 cJSON_AddBoolToObject(m, "tie_embeddings", md->tie_embeddings) &&
+                 cJSON_AddNumberToObject(m, "max_positions", job_model_max_positions(md));
     }
     cJSON *loss = ok ? cJSON_AddArrayToObject(o, "loss_tail") : NULL;
     ok = loss != NULL;
@@ -164,12 +170,14 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
     if (m) {
         const cJSON *kind = cJSON_GetObjectItemCaseSensitive(m, "kind");
         const cJSON *preset = cJSON_GetObjectItemCaseSensitive(m, "preset");
-        if (!cJSON_IsString(kind) || (strcmp(kind->valuestring, "gpt") && strcmp(kind->valuestring, "vit")) ||
-            !cJSON_IsString(preset) || strlen(preset->valuestring) >= sizeof in->model.preset) {
-            st_fail(err, errlen, "%s: bad 'model' (kind gpt or vit, preset)", path);
+        int k = -1;
+        for (int i = 0; cJSON_IsString(kind) && i <= MODEL_LLAMA; i++)
+            if (!strcmp(kind->valuestring, job_model_kind_name((model_kind)i))) k = i;
+        if (k < 0 || !cJSON_IsString(preset) || strlen(preset->valuestring) >= sizeof in->model.preset) {
+            st_fail(err, errlen, "%s: bad 'model' (kind gpt, vit or llama, preset)", path);
             goto out;
         }
-        in->model.kind = strcmp(kind->valuestring, "vit") == 0 ? MODEL_VIT : MODEL_GPT;
+        in->model.kind = (model_kind)k;
         snprintf(in->model.preset, sizeof in->model.preset, "%s", preset->valuestring);
         for (int i = 0; i < N_MODEL_INTS; i++) {
             if (!get_int(m, model_ints[i].key, 0, 1e9, &v)) {
@@ -193,6 +201,21 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
             goto out;
         }
         if (eps) in->model.norm_eps = eps->valuedouble;
+        if (in->model.kind == MODEL_LLAMA) {
+            long kv, maxpos;
+            const cJSON *theta = cJSON_GetObjectItemCaseSensitive(m, "rope_theta");
+            const cJSON *tie = cJSON_GetObjectItemCaseSensitive(m, "tie_embeddings");
+            if (!get_int(m, "n_kv_head", 1, 1e9, &kv) || !get_int(m, "max_positions", 1, 1e9, &maxpos) ||
+                !cJSON_IsNumber(theta) || !(theta->valuedouble >= 1) || !cJSON_IsBool(tie)) {
+                st_fail(err, errlen, "%s: bad llama 'model' (n_kv_head, rope_theta, tie_embeddings, max_positions)",
+                        path);
+                goto out;
+            }
+            in->model.n_kv_head = (int)kv;
+            in->model.max_positions = (int)maxpos;
+            in->model.rope_theta = theta->valuedouble;
+            in->model.tie_embeddings = cJSON_IsTrue(tie);
+        }
         in->has_model = 1;
     }
     const cJSON *loss = cJSON_GetObjectItemCaseSensitive(o, "loss_tail");

@@ -93,8 +93,11 @@ void ckpt_place_of_param(const param_spec *p, int tp_rank, int tp_size, uint64_t
                  : p->split == SPLIT_COLS ? CKPT_SPLIT_COLS
                                           : CKPT_SPLIT_NONE;
     out->groups = p->split_groups > 0 ? p->split_groups : 1;
-    out->tp_rank = out->split == CKPT_SPLIT_NONE ? 0 : tp_rank;
-    out->tp_size = out->split == CKPT_SPLIT_NONE ? 1 : tp_size;
+    /* a Llama's replicated kv rows are a split over their parts (model.h) */
+    int part, parts;
+    param_tp_part(p, tp_rank, tp_size, &part, &parts);
+    out->tp_rank = out->split == CKPT_SPLIT_NONE ? 0 : part;
+    out->tp_size = out->split == CKPT_SPLIT_NONE ? 1 : parts;
     out->lo = lo;
     out->hi = hi;
 }

@@ -1,6 +1,8 @@
 /* export.c — one consolidated safetensors file under Hugging Face names, so a
  * dtrun run can be loaded by transformers (GPT2LMHeadModel,
- * ViTForImageClassification) or timm (VisionTransformer).
+ * ViTForImageClassification, LlamaForCausalLM) or timm (VisionTransformer);
+ * a Hugging Face folder (config.json beside it), in shard files with their
+ * index when the parameters exceed a shard's size.
  *
  * The names and the layout differences are hf_names.c's table (shared with
  * model.init_from's import, hf_import.c):
@@ -13,7 +15,9 @@
  *    token and the position embedding get their leading batch dims [1, 1, C]
  *    and [1, NP+1, C];
  *  - Hugging Face's ViT has query, key and value apart: our qkv's three row
- *    blocks are written as three tensors.
+ *    blocks are written as three tensors;
+ *  - a Llama's tensors are Hugging Face's one for one (its head written
+ *    unless tied to wte).
  * Tensors are produced one at a time while the file streams out, so exporting
  * needs memory for the largest tensor (twice, when transposed), not the model.
  * The checkpoint's parameters are fp32 (a bf16 run saves its fp32 master);
@@ -74,17 +78,38 @@ int ckpt_export(const ckpt *ck, const char *out_path, ckpt_naming naming, char *
     return ckpt_export_as(ck, out_path, naming, 0, err, errlen);
 }
 
+/* Checkpoint tensor i's bytes in the exported file(s) (0 for what is not a
+ * parameter): what a shard counts. */
+static uint64_t export_bytes(const ckpt *ck, int i, int bf16)
+{
+    const char *name = ckpt_tensor_name(ck, i);
+    if (strncmp(name, "param/", 6) != 0) return 0;
+    int64_t shape[2];
+    int ndim = ckpt_tensor_shape(ck, name, shape);
+    return (uint64_t)shape[0] * (uint64_t)(ndim == 2 ? shape[1] : 1) * (bf16 ? 2u : 4u);
+}
+
+/* The parameters of the checkpoint whose shard_of[] is `shard` (all of them
+ * when shard_of is NULL) into one file. */
+static int export_file(const ckpt *ck, const char *out_path, ckpt_naming naming, int bf16, const int *shard_of,
+                       int shard, char *err, size_t errlen);
+
 int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int bf16, char *err, size_t errlen)
+{
+    return export_file(ck, out_path, naming, bf16, NULL, 0, err, errlen);
+}
+
+static int export_file(const ckpt *ck, const char *out_path, ckpt_naming naming, int bf16, const int *shard_of,
+                       int shard, char *err, size_t errlen)
 {
     const ckpt_info *info = ckpt_get_info(ck);
     if (naming == CKPT_NAMES_AUTO) {
         if (!info->has_model)
             return st_fail(err, errlen, "%s/index.json: no model section (cannot tell GPT from ViT; name the format)",
                         ckpt_path(ck));
-        naming = info->model.kind == MODEL_VIT ? CKPT_NAMES_TIMM_VIT : CKPT_NAMES_HF_GPT2;
+        naming = info->model.kind == MODEL_VIT ? CKPT_NAMES_TIMM_VIT : hf_naming_of(info->model.kind);
     }
-    const char *fmt_name = naming == CKPT_NAMES_HF_GPT2 ? "GPT-2" : naming == CKPT_NAMES_HF_VIT ? "Hugging Face ViT"
-                                                                                             : "timm ViT";
+    const char *fmt_name = hf_naming_label(naming);
     int n = ckpt_tensor_count(ck);
     fill_ctx *ctx = calloc((size_t)n * HF_PARTS_MAX + 1, sizeof *ctx);
     st_writer *w = st_writer_new();
@@ -97,6 +122,7 @@ int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int
     for (int i = 0; i < n; i++) {
         const char *name = ckpt_tensor_name(ck, i);
         if (strncmp(name, "param/", 6) != 0) continue; /* optimizer state stays behind */
+        if (shard_of && shard_of[i] != shard) continue;
         int64_t shape[2];
         int ndim = ckpt_tensor_shape(ck, name, shape);
         hf_tensor t[HF_PARTS_MAX];
@@ -241,17 +267,120 @@ static int write_json(const char *dir, const char *name, char *text, char *err, 
     return rc;
 }
 
+/* config.json of a Llama folder: LlamaConfig's keys (transformers'
+ * LlamaForCausalLM; model.init_from reads the same), the function dtrun's
+ * Llama computes: SiLU, no biases, unscaled RoPE. */
+static char *llama_config_json(const job_model *m)
+{
+    cJSON *c = cJSON_CreateObject();
+    if (!c) return NULL;
+    cJSON *arch = cJSON_AddArrayToObject(c, "architectures");
+    if (arch) cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(c, "model_type", "llama");
+    cJSON_AddNumberToObject(c, "vocab_size", m->vocab_size);
+    cJSON_AddNumberToObject(c, "hidden_size", m->d_model);
+    cJSON_AddNumberToObject(c, "intermediate_size", m->d_ff);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", m->n_layer);
+    cJSON_AddNumberToObject(c, "num_attention_heads", m->n_head);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", job_model_kv_heads(m));
+    cJSON_AddNumberToObject(c, "head_dim", m->d_model / m->n_head);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", job_model_max_positions(m));
+    cJSON_AddNumberToObject(c, "rope_theta", job_model_rope_theta(m));
+    cJSON_AddNullToObject(c, "rope_scaling");
+    cJSON_AddNumberToObject(c, "rms_norm_eps", job_model_norm_eps(m));
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddBoolToObject(c, "attention_bias", 0);
+    cJSON_AddBoolToObject(c, "mlp_bias", 0);
+    cJSON_AddNumberToObject(c, "attention_dropout", 0.0);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", m->tie_embeddings);
+    cJSON_AddStringToObject(c, "torch_dtype", "float32");
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    return text;
+}
+
+/* model.safetensors.index.json: every exported tensor's file. */
+static char *shard_index_json(const ckpt *ck, ckpt_naming naming, int bf16, const int *shard_of, int n_shards)
+{
+    const ckpt_info *info = ckpt_get_info(ck);
+    cJSON *c = cJSON_CreateObject(), *meta = c ? cJSON_AddObjectToObject(c, "metadata") : NULL;
+    cJSON *map = c ? cJSON_AddObjectToObject(c, "weight_map") : NULL;
+    if (!meta || !map) {
+        cJSON_Delete(c);
+        return NULL;
+    }
+    uint64_t total = 0;
+    for (int i = 0; i < ckpt_tensor_count(ck); i++) {
+        const char *name = ckpt_tensor_name(ck, i);
+        uint64_t b = export_bytes(ck, i, bf16);
+        if (!b) continue;
+        total += b;
+        int64_t shape[2];
+        int ndim = ckpt_tensor_shape(ck, name, shape);
+        hf_tensor t[HF_PARTS_MAX];
+        int n_parts = hf_name_of(name + 6, ndim, shape, naming, &info->model, t);
+        char file[64];
+        snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", shard_of[i] + 1, n_shards);
+        for (int k = 0; k < n_parts; k++) cJSON_AddStringToObject(map, t[k].name, file);
+    }
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    return text;
+}
+
+/* The parameters into files of at most max bytes, whole tensors in order
+ * (a tensor larger than max alone in its file); their count. */
+static int plan_shards(const ckpt *ck, int bf16, uint64_t max, int *shard_of)
+{
+    int shard = 0;
+    uint64_t in_shard = 0;
+    for (int i = 0; i < ckpt_tensor_count(ck); i++) {
+        uint64_t b = export_bytes(ck, i, bf16);
+        shard_of[i] = -1;
+        if (!b) continue;
+        if (in_shard > 0 && in_shard + b > max) shard++, in_shard = 0;
+        shard_of[i] = shard;
+        in_shard += b;
+    }
+    return shard + 1;
+}
+
 int ckpt_export_hf_dir(const ckpt *ck, const char *dir, int bf16, char *err, size_t errlen)
+{
+    return ckpt_export_hf_dir_sharded(ck, dir, bf16, 0, err, errlen);
+}
+
+int ckpt_export_hf_dir_sharded(const ckpt *ck, const char *dir, int bf16, uint64_t max_shard_bytes, char *err,
+                               size_t errlen)
 {
     const ckpt_info *info = ckpt_get_info(ck);
     if (!info->has_model)
         return st_fail(err, errlen, "%s/index.json: no model section (cannot tell GPT from ViT)", ckpt_path(ck));
     const job_model *m = &info->model;
     int vit = m->kind == MODEL_VIT;
+    ckpt_naming naming = hf_naming_of(m->kind);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return st_fail(err, errlen, "%s: cannot create (%s)", dir, strerror(errno));
+    int n = ckpt_tensor_count(ck);
+    int *shard_of = calloc((size_t)n + 1, sizeof *shard_of);
+    if (!shard_of) return st_fail(err, errlen, "%s: out of memory", dir);
+    int shards = plan_shards(ck, bf16, max_shard_bytes ? max_shard_bytes : CKPT_HF_SHARD_DEFAULT, shard_of);
     char path[4096];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (ckpt_export_as(ck, path, vit ? CKPT_NAMES_HF_VIT : CKPT_NAMES_HF_GPT2, bf16, err, errlen) != 0) return -1;
-    if (write_json(dir, "config.json", vit ? vit_config_json(m) : gpt2_config_json(m), err, errlen) != 0) return -1;
+    int rc = 0;
+    if (shards == 1) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = export_file(ck, path, naming, bf16, NULL, 0, err, errlen);
+    }
+    for (int k = 0; shards > 1 && k < shards && rc == 0; k++) {
+        snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", dir, k + 1, shards);
+        rc = export_file(ck, path, naming, bf16, shard_of, k, err, errlen);
+    }
+    if (rc == 0 && shards > 1)
+        rc = write_json(dir, "model.safetensors.index.json", shard_index_json(ck, naming, bf16, shard_of, shards), err,
+                        errlen);
+    free(shard_of);
+    if (rc != 0) return -1;
+    char *config = vit ? vit_config_json(m) : m->kind == MODEL_LLAMA ? llama_config_json(m) : gpt2_config_json(m);
+    if (write_json(dir, "config.json", config, err, errlen) != 0) return -1;
     return vit ? write_json(dir, "preprocessor_config.json", vit_preprocessor_json(m), err, errlen) : 0;
 }

@@ -1,5 +1,5 @@
-/* hf_import.c — reading a Hugging Face GPT-2 or ViT folder's tensors into a
- * rank's slices (hf_import.h).
+/* hf_import.c — reading a Hugging Face GPT-2, ViT or Llama folder's tensors
+ * into a rank's slices (hf_import.h).
  *
  * Element mapping. Our tensor is [rows, cols] row-major; local element i of a
  * tp shard is global element g = param_global_index(i) = (r, c). The file
@@ -119,8 +119,8 @@ uint64_t hf_weights_bytes_read(const hf_weights *w) { return w->bytes_read; }
 uint64_t hf_weights_bytes_total(const hf_weights *w) { return w->bytes_total; }
 
 /* The naming a model's folder uses. */
-static ckpt_naming naming_of(const job_model *m) { return m->kind == MODEL_VIT ? CKPT_NAMES_HF_VIT : CKPT_NAMES_HF_GPT2; }
-static const char *naming_label(ckpt_naming n) { return n == CKPT_NAMES_HF_VIT ? "Hugging Face ViT" : "GPT-2"; }
+static ckpt_naming naming_of(const job_model *m) { return hf_naming_of(m->kind); }
+static const char *naming_label(ckpt_naming n) { return hf_naming_label(n); }
 
 /* The stored tensor called `name`, or the same without "transformer." (the
  * Hub's GPT-2 files); *file gets its reader. NULL when absent. */
@@ -142,12 +142,15 @@ static const st_tensor *find(const hf_weights *w, const char *name, const st_rea
 }
 
 /* Buffers transformers saves beside the weights, which dtrun has no use for:
- * the causal mask ("h.N.attn.bias", "h.N.attn.masked_bias") and the LM head,
- * which GPT-2 ties to wte. */
-static int ignorable(const char *name)
+ * GPT-2's causal mask ("h.N.attn.bias", "h.N.attn.masked_bias"), an older
+ * Llama's RoPE frequencies ("self_attn.rotary_emb.inv_freq"), and the LM head
+ * of a model that ties it to wte (GPT-2; a Llama with tie_word_embeddings),
+ * which some files carry anyway. */
+static int ignorable(const char *name, const job_model *m)
 {
     size_t n = strlen(name);
-    if (!strcmp(name, "lm_head.weight")) return 1;
+    if (!strcmp(name, "lm_head.weight")) return job_model_tied_head(m);
+    if (m->kind == MODEL_LLAMA) return n > 26 && !strcmp(name + n - 26, ".self_attn.rotary_emb.inv_freq");
     return (n > 10 && !strcmp(name + n - 10, ".attn.bias")) || (n > 17 && !strcmp(name + n - 17, ".attn.masked_bias"));
 }
 
@@ -230,7 +233,7 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
         const st_reader *r = w->files[f];
         for (int i = 0; i < st_reader_count(r); i++) {
             const char *name = st_reader_tensor(r, i)->name;
-            int used = ignorable(name);
+            int used = ignorable(name, m);
             for (int k = 0; k < n_want && !used; k++) used = !strcmp(want[k], name);
             if (!used)
                 add_line(err, errlen, &bad, "%s: %s is not a tensor of this %s model (%d layers, d_model %d)",

@@ -22,11 +22,52 @@ static const char *const block_hf_vit[] = {
     "layernorm_after.weight", "layernorm_after.bias", "intermediate.dense.weight", "intermediate.dense.bias",
     "output.dense.weight", "output.dense.bias"};
 #define N_BLOCK (int)(sizeof block_ours / sizeof block_ours[0])
-
 static int named(hf_tensor *t, const char *name)
 {
     snprintf(t->name, sizeof t->name, "%s", name);
     return 1;
+}
+
+/* Llama: dtrun's block tensors and LlamaForCausalLM's, under model.layers.N. */
+static const char *const llama_ours[] = {"attn_norm.w", "attn.q.w", "attn.k.w", "attn.v.w", "attn.o.w",
+                                         "mlp_norm.w", "mlp.gate.w", "mlp.up.w", "mlp.down.w"};
+static const char *const llama_hf[] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight"};
+#define N_LLAMA (int)(sizeof llama_ours / sizeof llama_ours[0])
+
+ckpt_naming hf_naming_of(model_kind kind)
+{
+    return kind == MODEL_VIT ? CKPT_NAMES_HF_VIT : kind == MODEL_LLAMA ? CKPT_NAMES_HF_LLAMA : CKPT_NAMES_HF_GPT2;
+}
+
+const char *hf_naming_label(ckpt_naming n)
+{
+    return n == CKPT_NAMES_HF_GPT2    ? "GPT-2"
+           : n == CKPT_NAMES_HF_VIT   ? "Hugging Face ViT"
+           : n == CKPT_NAMES_HF_LLAMA ? "Hugging Face Llama"
+                                      : "timm ViT";
+}
+
+/* Llama: one to one, the same layout. */
+static int llama_name(const char *ours, hf_tensor *out)
+{
+    int layer = -1, pos = 0;
+    if (sscanf(ours, "h.%d.%n", &layer, &pos) == 1 && pos > 0 && layer >= 0) {
+        for (int i = 0; i < N_LLAMA; i++)
+            if (!strcmp(ours + pos, llama_ours[i])) {
+                snprintf(out->name, sizeof out->name, "model.layers.%d.%s", layer, llama_hf[i]);
+                return 1;
+            }
+        return -1;
+    }
+    static const char *const top[][2] = {{"wte", "model.embed_tokens.weight"},
+                                         {"norm.w", "model.norm.weight"},
+                                         {"lm_head.w", "lm_head.weight"}};
+    for (size_t i = 0; i < sizeof top / sizeof top[0]; i++)
+        if (!strcmp(ours, top[i][0])) return named(out, top[i][1]);
+    return -1;
 }
 
 /* One block tensor, layer `layer`, table row i. */
@@ -102,6 +143,7 @@ int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming n
     out->ndim = ndim;
     out->shape[0] = shape[0];
     out->shape[1] = shape[1];
+    if (naming == CKPT_NAMES_HF_LLAMA) return llama_name(ours, out);
     int layer = -1, pos = 0;
     if (sscanf(ours, "h.%d.%n", &layer, &pos) == 1 && pos > 0 && layer >= 0) {
         for (int i = 0; i < N_BLOCK; i++)

@@ -11,7 +11,13 @@
  * query, key and value as three Linear layers: our fused qkv [3C, C] (and its
  * bias [3C]) is the row-wise stack of the three (three parts, in that order;
  * tensor parallelism splits each part by heads, which is our split_groups 3).
- * The tied GPT LM head has no name of its own (save_pretrained omits it). */
+ * The tied GPT LM head has no name of its own (save_pretrained omits it).
+ *
+ * Hugging Face's Llama (LlamaForCausalLM) names every dtrun tensor one to one,
+ * in the same [out, in] layout: dtrun's q, k, v and gate, up are separate
+ * tensors too (params.c packs them by adjacency), and its RoPE turns the same
+ * channel pairs as transformers' rotate_half (i with i + head size / 2), so q
+ * and k rows need no permutation either way. A tied Llama's head is wte. */
 #ifndef DTRUN_HF_NAMES_H
 #define DTRUN_HF_NAMES_H
 
@@ -30,12 +36,16 @@ typedef struct {
 } hf_tensor;
 
 /* Our parameter name (without "param/"), its global shape (ndim 1 or 2;
- * shape[1] = 1 for 1-D), the naming (CKPT_NAMES_HF_GPT2, _HF_VIT or
- * _TIMM_VIT) and the model (needed for ViT's patch weight; may be NULL
+ * shape[1] = 1 for 1-D), the naming (CKPT_NAMES_HF_GPT2, _HF_VIT, _TIMM_VIT
+ * or _HF_LLAMA) and the model (needed for ViT's patch weight; may be NULL
  * otherwise) -> the stored tensor(s): returns how many (1, or 3 for HF ViT's
  * qkv: our rows are out[0]'s, then out[1]'s, then out[2]'s, rows / 3 each), or
  * -1 when the name has no counterpart. */
 int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming naming, const job_model *m,
                hf_tensor out[HF_PARTS_MAX]);
+/* The naming of a model kind's Hugging Face folder: GPT-2's, HF ViT's or
+ * Llama's; and its label for messages ("GPT-2", "Hugging Face ViT", ...). */
+ckpt_naming hf_naming_of(model_kind kind);
+const char *hf_naming_label(ckpt_naming naming);
 
 #endif

@@ -89,7 +89,7 @@ static int check_job(const job_spec *job, char *err, size_t errlen)
                   job->train.global_batch);
         return -1;
     }
-    if (m->kind == MODEL_GPT && (m->seq_len < 1 || m->vocab_size < 1)) {
+    if (job_model_is_lm(m) && (m->seq_len < 1 || m->vocab_size < 1)) {
         data_fail(err, errlen, "%s: model.seq_len and model.vocab_size must be >= 1 (got %d, %d)",
                   job_name(job), m->seq_len, m->vocab_size);
         return -1;
@@ -101,14 +101,14 @@ static int check_job(const job_spec *job, char *err, size_t errlen)
         return -1;
     }
     data_kind k = job->data.kind;
-    if ((k == DATA_TEXT || k == DATA_TOKENS) && m->kind != MODEL_GPT) {
-        data_fail(err, errlen, "%s: data kind '%s' needs a GPT model (the model is a ViT)",
+    if ((k == DATA_TEXT || k == DATA_TOKENS) && !job_model_is_lm(m)) {
+        data_fail(err, errlen, "%s: data kind '%s' needs a GPT or Llama model (the model is a ViT)",
                   job_name(job), kind_name(k));
         return -1;
     }
     if (k == DATA_IDX && m->kind != MODEL_VIT) {
-        data_fail(err, errlen, "%s: data kind 'idx' needs a ViT model (the model is a GPT)",
-                  job_name(job));
+        data_fail(err, errlen, "%s: data kind 'idx' needs a ViT model (the model is a %s)", job_name(job),
+                  job_model_kind_name(m->kind));
         return -1;
     }
     if (k != DATA_SYNTHETIC && !job->data.train_path[0]) {
@@ -135,7 +135,7 @@ static int open_source(data_loader *d, const job_spec *job, data_split split, in
     *path = dd->kind == DATA_SYNTHETIC ? "synthetic" : own_val ? dd->val_path : dd->train_path;
     switch (dd->kind) {
     case DATA_SYNTHETIC:
-        if (job->model.kind == MODEL_GPT)
+        if (job_model_is_lm(&job->model))
             d->tokens = synthetic_tokens_open(job, err, errlen);
         else
             d->images = synthetic_images_open(job, err, errlen);

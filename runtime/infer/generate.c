@@ -29,6 +29,7 @@ static const char USAGE[] =
     "  --top-p P              keep the likeliest tokens up to probability P (default 1)\n"
     "  --seed S               sampling seed (default 0): the same tokens on any --tp\n"
     "  --tp N                 tensor-parallel over N local processes\n"
+    "  --pp N                 pipeline-parallel over N local processes (times --tp)\n"
     "  --ids                  write token ids (comma-separated) instead of text\n"
     "  --no-echo              write only the new tokens, not the prompt before them\n"
     "  -h, --help             this text\n";
@@ -36,7 +37,7 @@ static const char USAGE[] =
 typedef struct {
     const char *src, *job;      /* the source (launcher) or the job file (--worker) */
     const char *prompt, *prompt_ids, *prompts;
-    int max_new, tp, print_ids, echo;
+    int max_new, tp, pp, print_ids, echo;
     sample_opts s;
 } gen_opts;
 
@@ -73,7 +74,7 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->max_new = 64;
-    o->tp = 1;
+    o->tp = o->pp = 1;
     o->echo = 1;
     o->s.temperature = 1.0;
     o->s.top_p = 1.0;
@@ -105,6 +106,9 @@ static int parse_opts(int argc, char **argv, gen_opts *o)
         } else if ((v = opt_value(argc, argv, &i, "--tp", &missing))) {
             if (parse_num("--tp", v, 1, 256, &d)) return DT_EXIT_USAGE;
             o->tp = (int)d;
+        } else if ((v = opt_value(argc, argv, &i, "--pp", &missing))) {
+            if (parse_num("--pp", v, 1, 256, &d)) return DT_EXIT_USAGE;
+            o->pp = (int)d;
         } else if (!strcmp(argv[i], "--ids")) {
             o->print_ids = 1;
         } else if (!strcmp(argv[i], "--no-echo")) {
@@ -271,7 +275,7 @@ static int generate_worker(const char *job_path, int argc, char **argv)
         fprintf(stderr, "dtrun generate: %s\n", err);
         return rc;
     }
-    int V = job.model.vocab_size, T = job.model.seq_len;
+    int V = job.model.vocab_size, T = job_model_max_positions(&job.model);
     prompt_set ps;
     if ((rc = prompts_load(&o, V, T, &ps))) return rc;
     engine *e = engine_create(&job, &rc, err, sizeof err);
@@ -304,15 +308,15 @@ int generate_command(int argc, char **argv)
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc == 1 ? 0 : rc;
     if (o.job) return generate_worker(o.job, argc, argv); /* a worker the launcher started */
-    infer_source s = {.src = o.src, .dp = 1, .tp = o.tp, .pp = 1};
+    infer_source s = {.src = o.src, .dp = 1, .tp = o.tp, .pp = o.pp};
     char *yaml = NULL, err[2048];
     job_model m;
     if ((rc = infer_job_yaml(&s, &yaml, &m, err, sizeof err)) != DT_EXIT_OK) {
         fprintf(stderr, "dtrun generate: %s\n", err);
         return rc;
     }
-    if (m.kind != MODEL_GPT) {
-        fprintf(stderr, "dtrun generate: %s holds a ViT; generate writes text with a GPT (dtrun eval gives a ViT's "
+    if (!job_model_is_lm(&m)) {
+        fprintf(stderr, "dtrun generate: %s holds a ViT; generate writes text with a GPT or Llama (dtrun eval gives a ViT's "
                         "accuracy)\n", o.src);
         free(yaml);
         return DT_EXIT_USAGE;
@@ -325,19 +329,20 @@ int generate_command(int argc, char **argv)
     /* the prompts are checked before any worker starts; a --max-new-tokens
      * the positions cannot hold is clamped, said once here */
     prompt_set ps;
-    if ((rc = prompts_load(&o, m.vocab_size, m.seq_len, &ps))) {
+    int positions = job_model_max_positions(&m);
+    if ((rc = prompts_load(&o, m.vocab_size, positions, &ps))) {
         free(yaml);
         return rc;
     }
     for (int i = 0; i < ps.count; i++) {
-        int k = new_tokens_for(&o, ps.n[i], m.seq_len);
+        int k = new_tokens_for(&o, ps.n[i], positions);
         if (k < o.max_new)
             fprintf(stderr, "dtrun generate: %s--max-new-tokens %d clamped to %d: the prompt's %d tokens + %d fill the "
-                    "model's %d positions\n", ps.count > 1 ? "a prompt: " : "", o.max_new, k, ps.n[i], k, m.seq_len);
+                    "model's %d positions\n", ps.count > 1 ? "a prompt: " : "", o.max_new, k, ps.n[i], k, positions);
     }
     prompts_free(&ps);
     /* the workers get the same options (they read the model from the job) */
-    rc = infer_run("generate", yaml, o.tp, argc, argv, generate_worker);
+    rc = infer_run("generate", yaml, o.tp * o.pp, argc, argv, generate_worker);
     free(yaml);
     return rc;
 }

@@ -100,12 +100,19 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
     } else {
         fprintf(f, "  kind: %s\n  n_layer: %d\n  n_head: %d\n  d_model: %d\n  d_ff: %d\n", job_model_kind_name(m.kind),
                 m.n_layer, m.n_head, m.d_model, m.d_ff);
-        if (m.kind == MODEL_GPT)
+        if (job_model_is_lm(&m))
             fprintf(f, "  vocab_size: %d\n  seq_len: %d\n", m.vocab_size, s->seq_len > 0 ? s->seq_len : m.seq_len);
         else
             fprintf(f, "  image_size: %d\n  patch_size: %d\n  channels: %d\n  n_classes: %d\n", m.image_size,
                     m.patch_size, m.channels, m.n_classes);
-        fprintf(f, "  activation: %s\n  norm_eps: %.17g\n", job_activation_name(m.activation), job_model_norm_eps(&m));
+        if (m.kind == MODEL_LLAMA) /* the positions beyond seq_len stay the model's (generation) */
+            fprintf(f, "  n_kv_head: %d\n  rope_theta: %.17g\n  tie_embeddings: %s\n  max_positions: %d\n",
+                    job_model_kv_heads(&m), job_model_rope_theta(&m), m.tie_embeddings ? "true" : "false",
+                    job_model_max_positions(&m) > (s->seq_len > 0 ? s->seq_len : m.seq_len)
+                        ? job_model_max_positions(&m) : (s->seq_len > 0 ? s->seq_len : m.seq_len));
+        else
+            fprintf(f, "  activation: %s\n", job_activation_name(m.activation));
+        fprintf(f, "  norm_eps: %.17g\n", job_model_norm_eps(&m));
     }
     if (s->data) {
         /* a ViT reads IDX images (an HF folder's kind is known once its config is read: the file says) */

@@ -44,7 +44,9 @@ typedef struct {
     int bf16;
     size_t e; /* bytes of an activation's element (model.act) */
     model_dims d;
-    int has_emb, has_head, nb, sp, gpt, cp;
+    int has_emb, has_head, nb, sp, gpt, cp; /* gpt: a language model (gpt or llama) */
+    int llama; /* RMSNorm (no means kept), rotary positions (their table and rows' positions), no wpe */
+    int tied;  /* the LM head is wte */
     int lse; /* the attention keeps each row's log-sum-exp (model_attention_lse) */
     int off; /* the stream entering blocks 1 .. nb-1 in host memory (acts_on_host) */
 } shape;
@@ -61,12 +63,12 @@ static size_t att_numel(const shape *g, int B)
 
 /* The attention's scratch in the working set (model_attention): naive, the
  * backward's [B, NH_l, seq, seq]; fused without cp, k and v packed for the
- * blockwise ops and then their gradient, [N, 4 C_l]; under cp none (the
- * ring's own buffers, cp.c). */
+ * blockwise ops and then their gradient, [N, 4 Ckv_l] (4 C_l without GQA);
+ * under cp none (the ring's own buffers, cp.c). */
 static size_t att_scratch_numel(const shape *g, int B)
 {
     if (g->cp) return 0;
-    if (g->lse) return (size_t)B * (size_t)g->d.seq * 4 * (size_t)g->d.C_l;
+    if (g->lse) return (size_t)B * (size_t)g->d.seq * 4 * (size_t)g->d.Ckv_l;
     return att_numel(g, B);
 }
 
@@ -82,7 +84,9 @@ static shape shape_of(const job_model *spec, const model_shard *sh, recompute_ki
     int last = sh->unit_end - 1 < L ? sh->unit_end - 1 : L;
     g.nb = last >= first ? last - first + 1 : 0;
     g.sp = g.d.sp_size > 1;
-    g.gpt = spec->kind == MODEL_GPT;
+    g.gpt = job_model_is_lm(spec);
+    g.llama = spec->kind == MODEL_LLAMA;
+    g.tied = job_model_tied_head(spec);
     g.cp = g.d.cp_size > 1;
     g.lse = model_attention_lse(spec, g.d.cp_size);
     g.off = prec && prec->acts_on_host && rc == RECOMPUTE_BLOCK && g.nb > 1;
@@ -104,19 +108,20 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
     size_t att = att_numel(g, B), e = g->e;
-    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l;
+    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l, H_l = (size_t)g->d.H_l, W_l = (size_t)g->d.W_l;
+    /* RMSNorm keeps no mean */
     s->ln1 = take(b, Nl * C * e);
-    if (stats) s->ln1_mean = takef(b, Nl), s->ln1_rstd = takef(b, Nl);
-    s->qkv = take(b, N * 3 * C_l * e);
-    b->attn_in += (Nl * C + N * 3 * C_l) * e;
-    b->mlp_in += (Nl * C + 2 * N * F_l) * e;
+    if (stats) s->ln1_mean = g->llama ? NULL : takef(b, Nl), s->ln1_rstd = takef(b, Nl);
+    s->qkv = take(b, N * W_l * e);
+    b->attn_in += (Nl * C + N * W_l) * e;
+    b->mlp_in += (Nl * C + N * (H_l + F_l)) * e;
     if (g->lse) s->att = stats ? takef(b, att) : NULL; /* the statistic */
     else s->att = g->rc == RECOMPUTE_SELECTIVE ? att_shared : take(b, att * e);
     s->atty = take(b, N * C_l * e);
     s->r2 = take(b, Nl * C * e);
     s->ln2 = take(b, Nl * C * e);
-    if (stats) s->ln2_mean = takef(b, Nl), s->ln2_rstd = takef(b, Nl);
-    s->fch = take(b, N * F_l * e);
+    if (stats) s->ln2_mean = g->llama ? NULL : takef(b, Nl), s->ln2_rstd = takef(b, Nl);
+    s->fch = take(b, N * H_l * e);
     s->fchg = take(b, N * F_l * e);
 }
 
@@ -147,7 +152,7 @@ static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
         if (g->has_head) {
             a->targets = takei(b, N);
             a->lnf = take(b, N * C * e);
-            a->lnf_mean = takef(b, Nl);
+            a->lnf_mean = g->llama ? NULL : takef(b, Nl);
             a->lnf_rstd = takef(b, Nl);
             a->rowmax = takef(b, N);
             a->sumexp = takef(b, N);
@@ -196,7 +201,8 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
     size_t Nl = (size_t)rows_local(&g->d, B);
     size_t att = att_numel(g, B);
-    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l, e = g->e;
+    size_t C_l = (size_t)g->d.C_l, H_l = (size_t)g->d.H_l, F_l = (size_t)g->d.F_l, W_l = (size_t)g->d.W_l;
+    size_t e = g->e;
     int nb = g->nb;
 
     if (!g->has_head) a->out = take(b, Nl * C * e), a->doutput = take(b, Nl * C * e);
@@ -211,8 +217,8 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     for (int i = 0; i < 2; i++) a->xbuf[i] = g->off ? take(b, Nl * C * e) : NULL;
     a->dinput = g->bf16 && !g->has_emb ? take(b, Nl * C * e) : NULL;
     a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
-    a->bs.dA = nb > 0 ? takef(b, N * max_sz(F_l, 3 * C_l)) : NULL;
-    a->bs.dB = nb > 0 ? takef(b, N * max_sz(F_l, C_l)) : NULL;
+    a->bs.dA = nb > 0 ? takef(b, N * max_sz(F_l, W_l)) : NULL;
+    a->bs.dB = nb > 0 ? takef(b, N * max_sz(H_l, C_l)) : NULL;
     size_t att_scr = att_scratch_numel(g, B);
     a->bs.att_scratch = nb > 0 && att_scr ? takef(b, att_scr) : NULL;
     /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
@@ -228,8 +234,19 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
          * backward also turns into their gradient in place; no [N, V_l] */
         a->logits = g->has_head ? takef(b, head_chunk_numel(g, B)) : NULL;
         a->dlogits = NULL;
-        a->tied_dwte = g->has_emb && g->has_head ? takef(b, V_l * C) : NULL;
-        a->wpe_l = g->has_emb && g->cp ? takef(b, (size_t)g->d.seq * C) : NULL;
+        a->tied_dwte = g->has_emb && g->has_head && g->tied ? takef(b, V_l * C) : NULL;
+        a->wpe_l = g->has_emb && g->cp && !g->llama ? takef(b, (size_t)g->d.seq * C) : NULL;
+        /* rotary positions: each local row's position in its sample (global
+         * under context parallelism) and the cos / sin table of the sample's
+         * positions, made when the working set is (model_acts_create) */
+        a->bs.rope_pos = g->llama && nb > 0 ? takei(b, N) : NULL;
+        a->bs.rope_cs = g->llama && nb > 0 ? takef(b, (size_t)model_seq_len(g->spec) * (size_t)g->d.hs) : NULL;
+        /* kv heads replicated over tp: a micro-batch's qkv weight gradient and
+         * every kv head's rows to sum it over the group (llama.c) */
+        int apart = g->llama && nb > 0 && g->d.kv_replicas > 1;
+        size_t kv_rows = 2 * (size_t)job_model_kv_heads(g->spec) * (size_t)g->d.hs;
+        a->bs.kv_dw = apart ? takef(b, (size_t)g->d.W_l * C) : NULL;
+        a->bs.kv_all = apart ? takef(b, kv_rows * C) : NULL;
     } else {
         size_t K = (size_t)g->spec->n_classes, Bs = (size_t)B;
         a->patch_out = g->has_emb ? takef(b, Bs * (size_t)g->d.NP * C) : NULL;
@@ -258,9 +275,9 @@ static void layout_wkeep(const shape *g, int B, model_acts *a, bump *b)
         block_wkeep *w = a ? &a->wk[k] : &(block_wkeep){0};
         if (g->bf16) {
             w->dy = takef(b, N * C);
-            w->dfch = takef(b, N * (size_t)g->d.F_l);
+            w->dfch = takef(b, N * (size_t)g->d.H_l);
             w->dr2 = takef(b, N * C);
-            w->dqkv = takef(b, N * 3 * (size_t)g->d.C_l);
+            w->dqkv = takef(b, N * (size_t)g->d.W_l);
             continue;
         }
         if (a) {
@@ -356,6 +373,9 @@ static void point_work(model *m)
         bump b = {m->work_mem, 0, 0, 0};
         layout_work(&g, m->work_B, x, &b);
     }
+    /* what the working set keeps for every micro-batch: a Llama's rotary
+     * positions and table (the same memory for all of them) */
+    if (m->acts_list && g.llama) llama_rope_prepare(m, &m->acts_list->bs, m->work_B);
 }
 
 /* The working set serves micro-batches of up to work_B samples: a larger one

@@ -1,34 +1,127 @@
-/* block.c — the pre-LN transformer block, forward and backward, on local
+/* block.c — the pre-norm transformer block, forward and backward, on local
  * tensor-parallel shards (Megatron):
  *
  *   r2 = x  + proj(attn(qkv(ln1(x))))     qkv column-parallel, proj row-parallel
- *   y  = r2 + mproj(gelu(fc(ln2(r2))))    fc column-parallel, mproj row-parallel
+ *   y  = r2 + mproj(act(fc(ln2(r2))))     fc column-parallel, mproj row-parallel
+ *
+ * GPT and ViT: layernorms, biases, act the GELU of fc's output. Llama (the
+ * pieces llama.c adds): RMSNorms, no biases, q and k turned by RoPE after the
+ * qkv GEMM (its kv heads fewer than its query heads: GQA), and act SwiGLU of
+ * fc's packed gate|up output (block_params names them by role, so the same
+ * code computes both; model_internal.h's LLAMA_* say where they sit).
  *
  * The four matmuls go through the model's layers (model_layers: plain local
  * ones, or a tp strategy's, which add the collectives their kind needs);
  * everything else is local to this rank's heads, ffn columns and rows.
  *
- * With sequence parallelism (model.h) x, r2, y, the layernorm outputs and the
+ * With sequence parallelism (model.h) x, r2, y, the norm outputs and the
  * residual gradient hold this rank's rows only (N_l of the N); the layers take
  * those rows and the shared [N, C] scratch (block_scratch.full) to gather into
- * or reduce from. In backward the layernorm outputs are passed as rows again
+ * or reduce from. In backward the norm outputs are passed as rows again
  * where a weight gradient needs them (keeping them whole would spend the
  * memory SP saves). */
 #include "runtime/model/model_internal.h"
 
-typedef struct {
-    const float *p[BLK_COUNT]; /* tensors (fp32: the vectors are read so) */
-    const void *w[BLK_COUNT];  /* the weight matrices as the GEMMs read them (unit_weight) */
-    float *g[BLK_COUNT];       /* their gradients */
-} block_params;
-
-/* From the unit's current buffers: a strategy may have rebound them in before(). */
-static void bind_params(model *m, int unit, block_params *bp, int with_grads)
+void block_bind(model *m, int unit, block_params *bp, int what)
 {
-    for (int i = 0; i < BLK_COUNT; i++) {
-        bp->p[i] = unit_tensor(m, unit, i);
-        bp->w[i] = unit_weight(m, unit, i);
-        bp->g[i] = with_grads ? unit_tensor_grad(m, unit, i) : NULL;
+    static const int gpt[BLK_ROLES] = {BLK_LN1_W, BLK_LN1_B, BLK_QKV_W, BLK_QKV_B, BLK_PROJ_W, BLK_PROJ_B,
+                                       BLK_LN2_W, BLK_LN2_B, BLK_FC_W,  BLK_FC_B,  BLK_MPROJ_W, BLK_MPROJ_B};
+    /* Llama: the packed qkv starts at q, the packed gate|up at gate; no biases */
+    static const int llama[BLK_ROLES] = {LLAMA_ATTN_NORM, -1, LLAMA_Q,    -1, LLAMA_O,    -1,
+                                         LLAMA_MLP_NORM,  -1, LLAMA_GATE, -1, LLAMA_DOWN, -1};
+    const int *at = m->spec.kind == MODEL_LLAMA ? llama : gpt;
+    for (int r = 0; r < BLK_ROLES; r++) {
+        int i = at[r];
+        bp->p[r] = i < 0 || !(what & BIND_PARAMS) ? NULL : unit_tensor(m, unit, i);
+        bp->w[r] = i < 0 || !(what & BIND_PARAMS) ? NULL : unit_weight(m, unit, i);
+        bp->g[r] = i < 0 || !(what & BIND_GRADS) ? NULL : unit_tensor_grad(m, unit, i);
+    }
+}
+
+/* ---- the norms: layernorm (GPT, ViT) or RMSNorm (Llama, no mean or bias) ---- */
+
+void model_norm_forward(model *m, void *out, float *mean, float *rstd, const void *x, const float *w,
+                        const float *b, int N)
+{
+    if (m->spec.kind == MODEL_LLAMA) m->ops->rmsnorm_forward(out, rstd, x, w, N, m->d.C, model_norm_eps(m), m->act);
+    else m->ops->layernorm_forward(out, mean, rstd, x, w, b, N, m->d.C, model_norm_eps(m), m->act);
+}
+
+void model_norm_backward(model *m, float *dx, float *dw, float *db, const float *dout, const void *x,
+                         const float *w, const float *mean, const float *rstd, int N)
+{
+    if (m->spec.kind == MODEL_LLAMA) m->ops->rmsnorm_backward(dx, dw, dout, x, w, rstd, N, m->d.C, m->act);
+    else m->ops->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, m->d.C, m->act);
+}
+
+/* res = a + b and its norm, in one pass where the backend fuses them (the
+ * same bits as the two ops on the CPU). */
+static void residual_norm_forward(model *m, void *res, void *out, float *mean, float *rstd, const float *a,
+                                  const void *b, const float *w, const float *bias, int N)
+{
+    if (m->spec.kind == MODEL_LLAMA)
+        m->ops->residual_rmsnorm_forward(res, out, rstd, a, b, w, N, m->d.C, model_norm_eps(m), m->act);
+    else
+        m->ops->residual_layernorm_forward(res, out, mean, rstd, a, b, w, bias, N, m->d.C, model_norm_eps(m),
+                                           m->act);
+}
+
+/* ---- the MLP's activation: GELU of fc's output, or SwiGLU of gate|up ---- */
+
+/* fch = fc(ln2), fchg = its activation. */
+static void mlp_in_forward(model *m, const block_params *bp, block_acts *a, const block_scratch *s, int N)
+{
+    const model_layers *L = &m->layers;
+    const model_dims *d = &m->d;
+    int C = d->C;
+    dt_dtype t = m->act;
+    if (m->spec.kind == MODEL_LLAMA) { /* one GEMM for gate and up, then SiLU(gate) * up */
+        L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp->w[BR_FC_W], NULL, N, C, d->H_l, t);
+        m->ops->swiglu_forward(a->fchg, a->fch, N, d->F_l, t);
+    } else if (m->spec.activation == ACT_GELU) {
+        /* The exact GELU: no GEMM epilogue computes it. */
+        L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp->w[BR_FC_W], bp->p[BR_FC_B], N, C, d->F_l, t);
+        model_gelu_forward(m, a->fchg, a->fch, (size_t)N * (size_t)d->F_l);
+    } else {
+        /* GPT-2's tanh GELU in the fc GEMM's epilogue (same bits on the CPU).
+         * bf16: the GELU reads the fp32 pre-activation, as cuBLASLt's
+         * GELU_AUX_BIAS epilogue reads its accumulator, and both outputs are
+         * rounded once where they are stored; a different rounding point than
+         * the two ops', a different trajectory, not a different accuracy (the
+         * quickstart_bf16 test compares smoothed curves against fp32's
+         * seed-to-seed spread). */
+        L->column_gelu_forward(L->ctx, a->fchg, a->fch, a->ln2, s->full, bp->w[BR_FC_W], bp->p[BR_FC_B], N, C,
+                               d->F_l, t);
+    }
+}
+
+/* The MLP projection's backward and the activation's: dfch [N, H_l] (fc's
+ * output gradient) from dres, with dfchg [N, F_l] as scratch. */
+static void mlp_out_backward(model *m, const block_params *bp, const block_acts *a, const block_scratch *s,
+                             float *dres, float *dfch, float *dfchg, int N)
+{
+    const model_layers *L = &m->layers;
+    const model_dims *d = &m->d;
+    int C = d->C;
+    dt_dtype t = m->act;
+    size_t NF = (size_t)N * (size_t)d->F_l;
+    if (m->spec.kind == MODEL_LLAMA) {
+        L->row_backward(L->ctx, dfchg, bp->g[BR_MPROJ_W], NULL, dres, s->full, a->fchg, bp->w[BR_MPROJ_W], N, d->F_l,
+                        C, t);
+        m->ops->zero(dfch, (size_t)N * (size_t)d->H_l * sizeof(float));
+        m->ops->swiglu_backward(dfch, a->fch, dfchg, N, d->F_l, t);
+    } else if (m->spec.activation == ACT_GELU) {
+        L->row_backward(L->ctx, dfchg, bp->g[BR_MPROJ_W], bp->g[BR_MPROJ_B], dres, s->full, a->fchg,
+                        bp->w[BR_MPROJ_W], N, d->F_l, C, t);
+        m->ops->zero(dfch, NF * sizeof(float));
+        model_gelu_backward(m, dfch, a->fch, dfchg, NF);
+    } else {
+        /* GPT-2's tanh GELU in the mlp projection's input-gradient GEMM (a
+         * DGELU epilogue on cuda; the same bits as the two steps on the CPU).
+         * It reads the kept pre-activation, rounded under bf16 as the GELU's
+         * backward always has, so both precisions take it. */
+        L->row_dgelu_backward(L->ctx, dfch, dfchg, bp->g[BR_MPROJ_W], bp->g[BR_MPROJ_B], dres, s->full, a->fchg,
+                              bp->w[BR_MPROJ_W], a->fch, N, d->F_l, C, t);
     }
 }
 
@@ -39,11 +132,11 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
     int N = B * d->seq, C = d->C, T = d->seq, Nl = rows_local(d, B);
-    int causal = m->spec.kind == MODEL_GPT;
-    size_t NlC = (size_t)Nl * (size_t)C, NF = (size_t)N * (size_t)d->F_l;
+    int causal = m->spec.kind != MODEL_VIT;
+    size_t NlC = (size_t)Nl * (size_t)C;
     dt_dtype t = m->act;
     block_params bp;
-    bind_params(m, unit, &bp, 0);
+    block_bind(m, unit, &bp, BIND_PARAMS);
 
     /* Every tensor the backward reads is written in the activations' type
      * (bf16: rounded once, where it is written, so the matmuls read bf16
@@ -51,35 +144,37 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
      * The row layers' output is fp32 (summed over the group first): in fp32
      * it is written in place of its residual sum, in bf16 into the scratch,
      * and the residual add rounds the sum. */
-    ops->layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BLK_LN1_W], bp.p[BLK_LN1_B], Nl, C,
-                           model_norm_eps(m), t);
-    L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.w[BLK_QKV_W], bp.p[BLK_QKV_B], N, C, 3 * d->C_l, t);
-    m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, B, T, d->C_l, d->NH_l, causal, t);
+    model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BR_LN1_W], bp.p[BR_LN1_B], Nl);
+    L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.w[BR_QKV_W], bp.p[BR_QKV_B], N, C, d->W_l, t);
+    if (m->spec.kind == MODEL_LLAMA) llama_rope_forward(m, a->qkv, s, N);
+    m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, B, T, d->C_l, d->NH_l, d->NKV_l, causal,
+                    t);
     float *branch = t == DT_F32 ? (float *)a->r2 : s->dln;
-    L->row_forward(L->ctx, branch, s->full, a->atty, bp.w[BLK_PROJ_W], bp.p[BLK_PROJ_B], N, d->C_l, C, t);
-    /* r2 = x + the attention branch, and ln2 of it, in one pass where the
-     * backend fuses them (the same bits as the two ops on the CPU) */
-    ops->residual_layernorm_forward(a->r2, a->ln2, a->ln2_mean, a->ln2_rstd, branch, x, bp.p[BLK_LN2_W],
-                                    bp.p[BLK_LN2_B], Nl, C, model_norm_eps(m), t);
-    if (m->spec.activation == ACT_GELU) {
-        /* The exact GELU: no GEMM epilogue computes it. */
-        L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp.w[BLK_FC_W], bp.p[BLK_FC_B], N, C, d->F_l, t);
-        model_gelu_forward(m, a->fchg, a->fch, NF);
-    } else {
-        /* GPT-2's tanh GELU in the fc GEMM's epilogue (same bits on the CPU).
-         * bf16: the GELU reads the fp32 pre-activation, as cuBLASLt's
-         * GELU_AUX_BIAS epilogue reads its accumulator, and both outputs are
-         * rounded once where they are stored; a different rounding point than
-         * the two ops', a different trajectory, not a different accuracy (the
-         * quickstart_bf16 test compares smoothed curves against fp32's
-         * seed-to-seed spread). */
-        L->column_gelu_forward(L->ctx, a->fchg, a->fch, a->ln2, s->full, bp.w[BLK_FC_W], bp.p[BLK_FC_B], N, C,
-                               d->F_l, t);
-    }
+    L->row_forward(L->ctx, branch, s->full, a->atty, bp.w[BR_PROJ_W], bp.p[BR_PROJ_B], N, d->C_l, C, t);
+    /* r2 = x + the attention branch, and ln2 of it */
+    residual_norm_forward(m, a->r2, a->ln2, a->ln2_mean, a->ln2_rstd, branch, x, bp.p[BR_LN2_W], bp.p[BR_LN2_B], Nl);
+    mlp_in_forward(m, &bp, a, s, N);
     if (recomputing) return; /* the backward reads nothing past this point */
     branch = t == DT_F32 ? (float *)y : s->dln;
-    L->row_forward(L->ctx, branch, s->full, a->fchg, bp.w[BLK_MPROJ_W], bp.p[BLK_MPROJ_B], N, d->F_l, C, t);
+    L->row_forward(L->ctx, branch, s->full, a->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], N, d->F_l, C, t);
     ops->residual_forward(y, branch, a->r2, NlC, t);
+}
+
+/* The qkv layer's backward: the input gradient, and the weight gradient
+ * (dw, db: NULL in a zero-bubble B pass). A Llama whose kv heads are
+ * replicated over tp ranks (tp above n_kv_head) computes this micro-batch's
+ * weight gradient apart (llama_qkv_wgrad: each replica's k and v rows hold its
+ * own query heads' part, which the replicas sum). */
+static const float *qkv_backward(model *m, int unit, const block_params *bp, const block_acts *a,
+                                 const block_scratch *s, const float *dqkv, float *dw, float *db, int N)
+{
+    const model_layers *L = &m->layers;
+    const model_dims *d = &m->d;
+    float *dw_mb = dw && d->kv_replicas > 1 ? llama_qkv_wgrad_begin(m, s) : dw;
+    const float *din = L->column_backward(L->ctx, s->dln, dw_mb, db, dqkv, a->ln1, s->full, bp->w[BR_QKV_W], N, d->C,
+                                          d->W_l, m->act);
+    if (dw_mb != dw) llama_qkv_wgrad_finish(m, unit, s);
+    return din;
 }
 
 void block_backward(model *m, int unit, float *dres, const void *x, const block_acts *a,
@@ -90,67 +185,57 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
     int N = B * d->seq, C = d->C, T = d->seq, Nl = rows_local(d, B);
-    int causal = m->spec.kind == MODEL_GPT;
-    size_t NF = (size_t)N * (size_t)d->F_l;
+    int causal = m->spec.kind != MODEL_VIT;
     block_params bp;
-    bind_params(m, unit, &bp, 1);
+    block_bind(m, unit, &bp, BIND_PARAMS | BIND_GRADS);
     if (keep) /* the matmuls' weight gradients wait for the W pass (block_backward_weight) */
-        for (int i = 0; i < BLK_COUNT; i++)
-            if (i != BLK_LN1_W && i != BLK_LN1_B && i != BLK_LN2_W && i != BLK_LN2_B) bp.g[i] = NULL;
-    /* layernorm gradients: straight into the unit's, or (SP) this rank's part of
-     * them into the scratch, in the order of ln_dst */
-    float *lng = model_ln_grads_begin(m, s, 4);
-    float *ln_dst[4] = {bp.g[BLK_LN1_W], bp.g[BLK_LN1_B], bp.g[BLK_LN2_W], bp.g[BLK_LN2_B]};
-    float *ln1_dw = lng ? lng : ln_dst[0], *ln1_db = lng ? lng + C : ln_dst[1];
-    float *ln2_dw = lng ? lng + 2 * (size_t)C : ln_dst[2], *ln2_db = lng ? lng + 3 * (size_t)C : ln_dst[3];
+        for (int r = 0; r < BLK_ROLES; r++)
+            if (r != BR_LN1_W && r != BR_LN1_B && r != BR_LN2_W && r != BR_LN2_B) bp.g[r] = NULL;
+    /* norm gradients: straight into the unit's, or (SP) this rank's part of
+     * them into the scratch, in the order of ln_dst (a Llama's RMSNorms have
+     * gains only: two of them) */
+    int llama = m->spec.kind == MODEL_LLAMA, nln = llama ? 2 : 4;
+    float *lng = model_ln_grads_begin(m, s, nln);
+    float *ln_dst[4] = {bp.g[BR_LN1_W], bp.g[BR_LN1_B], bp.g[BR_LN2_W], bp.g[BR_LN2_B]};
+    if (llama) ln_dst[1] = ln_dst[2], ln_dst[2] = NULL;
+    float *ln1_dw = lng ? lng : ln_dst[0], *ln1_db = lng && !llama ? lng + (size_t)C : bp.g[BR_LN1_B];
+    float *ln2_dw = lng ? lng + (size_t)(llama ? 1 : 2) * (size_t)C : bp.g[BR_LN2_W];
+    float *ln2_db = lng && !llama ? lng + 3 * (size_t)C : bp.g[BR_LN2_B];
 
     /* dres = dL/dy. y = r2 + mlp(r2): the MLP branch sees dy; dL/dr2 = dy + (MLP's
      * input gradient), accumulated into dres in place by the ln2 backward. */
     float *dfchg = s->dA, *dfch = s->dB;
     /* (keep's tensors may be kept ones this block reads: each is written once dead) */
     if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
-    if (m->spec.activation == ACT_GELU) {
-        L->row_backward(L->ctx, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
-                        bp.w[BLK_MPROJ_W], N, d->F_l, C, t);
-        ops->zero(dfch, NF * sizeof(float));
-        model_gelu_backward(m, dfch, a->fch, dfchg, NF);
-    } else {
-        /* GPT-2's tanh GELU in the mlp projection's input-gradient GEMM (a
-         * DGELU epilogue on cuda; the same bits as the two steps on the CPU).
-         * It reads the kept pre-activation, rounded under bf16 as the GELU's
-         * backward always has, so both precisions take it. */
-        L->row_dgelu_backward(L->ctx, dfch, dfchg, bp.g[BLK_MPROJ_W], bp.g[BLK_MPROJ_B], dres, s->full, a->fchg,
-                              bp.w[BLK_MPROJ_W], a->fch, N, d->F_l, C, t);
-    }
-    if (keep) ops->copy(keep->dfch, dfch, NF * sizeof(float));
+    mlp_out_backward(m, &bp, a, s, dres, dfch, dfchg, N);
+    if (keep) ops->copy(keep->dfch, dfch, (size_t)N * (size_t)d->H_l * sizeof(float));
     /* s->full is free again: dy is used up */
-    const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BLK_FC_W], bp.g[BLK_FC_B], dfch, a->ln2,
-                                           s->full, bp.w[BLK_FC_W], N, C, d->F_l, t);
-    ops->layernorm_backward(dres, ln2_dw, ln2_db, dln2, a->r2, bp.p[BLK_LN2_W], a->ln2_mean,
-                            a->ln2_rstd, Nl, C, t);
+    const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BR_FC_W], bp.g[BR_FC_B], dfch, a->ln2,
+                                           s->full, bp.w[BR_FC_W], N, C, d->H_l, t);
+    model_norm_backward(m, dres, ln2_dw, ln2_db, dln2, a->r2, bp.p[BR_LN2_W], a->ln2_mean, a->ln2_rstd, Nl);
 
     /* dres = dL/dr2. r2 = x + attn(x): same pattern. */
     float *datty = s->dB, *dqkv = s->dA;
-    size_t NCl = (size_t)N * (size_t)d->C_l;
+    size_t NW = (size_t)N * (size_t)d->W_l;
     if (keep) ops->copy(keep->dr2, dres, (size_t)N * (size_t)C * sizeof(float));
-    L->row_backward(L->ctx, datty, bp.g[BLK_PROJ_W], bp.g[BLK_PROJ_B], dres, s->full, a->atty,
-                    bp.w[BLK_PROJ_W], N, d->C_l, C, t);
+    L->row_backward(L->ctx, datty, bp.g[BR_PROJ_W], bp.g[BR_PROJ_B], dres, s->full, a->atty,
+                    bp.w[BR_PROJ_W], N, d->C_l, C, t);
     if (s->att_shared) { /* selective recompute, naive attention (the lse kinds keep no probabilities) */
         /* att_shared holds whichever block's probabilities were computed last:
          * rebuild this block's from its kept qkv (same kernel, same inputs, so
          * the same bits as its forward's). The attention output is not needed
          * again (atty is kept); dA, free until it becomes dqkv below, takes it. */
-        ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, d->NH_l, causal, t);
+        ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, d->NKV_l, causal, t);
     }
-    ops->zero(dqkv, 3 * NCl * sizeof(float));
+    ops->zero(dqkv, NW * sizeof(float));
     m->attn.backward(m->attn.ctx, dqkv, s->att_scratch, datty, a->qkv, a->atty, a->att, B, T, d->C_l, d->NH_l,
-                     causal, t);
-    if (keep) ops->copy(keep->dqkv, dqkv, 3 * NCl * sizeof(float));
+                     d->NKV_l, causal, t);
+    /* the gradient of q and k before their rotation */
+    if (llama) llama_rope_backward(m, dqkv, s, N);
+    if (keep) ops->copy(keep->dqkv, dqkv, NW * sizeof(float));
     /* s->full is free again: dr2 is used up */
-    const float *dln1 = L->column_backward(L->ctx, s->dln, bp.g[BLK_QKV_W], bp.g[BLK_QKV_B], dqkv, a->ln1,
-                                           s->full, bp.w[BLK_QKV_W], N, C, 3 * d->C_l, t);
-    ops->layernorm_backward(dres, ln1_dw, ln1_db, dln1, x, bp.p[BLK_LN1_W], a->ln1_mean,
-                            a->ln1_rstd, Nl, C, t);
+    const float *dln1 = qkv_backward(m, unit, &bp, a, s, dqkv, bp.g[BR_QKV_W], bp.g[BR_QKV_B], N);
+    model_norm_backward(m, dres, ln1_dw, ln1_db, dln1, x, bp.p[BR_LN1_W], a->ln1_mean, a->ln1_rstd, Nl);
     /* before after(BACKWARD): the strategies take the unit's gradients as final there */
-    model_ln_grads_finish(m, s, ln_dst, 4);
+    model_ln_grads_finish(m, s, ln_dst, nln);
 }

@@ -1,5 +1,8 @@
 /* gpt.c — GPT's embedding (unit 0: wte vocab-parallel, wpe) and head (unit L+1:
- * final layernorm, LM head tied to wte, vocab-parallel cross-entropy).
+ * final layernorm, LM head tied to wte, vocab-parallel cross-entropy); a
+ * Llama's too (llama.c's model computes them here): no wpe (its positions
+ * are rotary, in the blocks), a final RMSNorm, and its own LM head matrix
+ * unless tie_embeddings (lm_head_w says which tensor the head multiplies by).
  *
  * Vocab parallelism: tp rank r holds wte rows [v0, v0 + V_l). The embedding and
  * the LM head with its loss are the model's layers (model_layers: the vocab-
@@ -39,6 +42,7 @@ static void ids_from_batch(model *m, int *dst, const int *ids, int B, int on_dev
 static const float *local_wpe(model *m, model_acts *a)
 {
     const model_dims *d = &m->d;
+    if (m->spec.kind == MODEL_LLAMA) return NULL;
     const float *wpe = unit_tensor(m, 0, GPT_EMB_WPE);
     if (d->cp_size == 1) return wpe;
     size_t TcC = (size_t)d->seq / 2 * (size_t)d->C;
@@ -65,6 +69,10 @@ void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B)
     /* with the tied head in this object, the wte gradient collects in the
      * scratch that already holds the head's part (gpt_tied_grads_finish) */
     float *dwte = a->tied_dwte ? a->tied_dwte : unit_tensor_grad(m, 0, GPT_EMB_WTE);
+    if (m->spec.kind == MODEL_LLAMA) {
+        L->embedding_backward(L->ctx, dwte, NULL, dres, a->bs.full, a->tokens, d->v0, d->V_l, B, d->seq, d->C);
+        return;
+    }
     float *dwpe = unit_tensor_grad(m, 0, GPT_EMB_WPE);
     if (d->cp_size > 1) m->ops->zero(a->wpe_l, (size_t)d->seq * (size_t)d->C * sizeof(float));
     L->embedding_backward(L->ctx, dwte, d->cp_size > 1 ? a->wpe_l : dwpe, dres, a->bs.full, a->tokens,
@@ -85,7 +93,7 @@ void gpt_tied_grads_finish(model *m, model_acts *a)
     /* the head is no longer the unit being computed: its copy takes the sum
      * with the same rounding as unit 0's (bf16 gradients), so they stay equal */
     unit_grad_add(m, 0, GPT_EMB_WTE, a->tied_dwte, n);
-    unit_grad_add(m, head, GPT_HEAD_WTE, a->tied_dwte, n);
+    unit_grad_add(m, head, lm_head_w(m), a->tied_dwte, n);
 }
 
 /* The LM head's tensors of this micro-batch (wte, dwte: the unit's current
@@ -98,7 +106,7 @@ static model_vocab_head vocab_head(model *m, model_acts *a, int B, float *dwte)
     int head = m->spec.n_layer + 1;
     return (model_vocab_head){.B = B, .T = d->seq, .C = d->C, .v0 = d->v0, .V_l = d->V_l,
                               .rows = model_head_chunk_rows(&m->spec),
-                              .wte = unit_weight(m, head, GPT_HEAD_WTE), .dwte = dwte,
+                              .wte = unit_weight(m, head, lm_head_w(m)), .dwte = dwte,
                               .t = m->act, .x_rows = act_at(m, a->lnf, rows_first(d, B) * (size_t)d->C), .x = a->lnf,
                               .targets = a->targets, .logits = a->logits, .rowmax = a->rowmax,
                               .sumexp = a->sumexp, .target = a->target, .loss = a->loss,
@@ -115,8 +123,8 @@ double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const
     ids_from_batch(m, a->targets, batch->targets, batch->B, batch->on_device);
     /* this rank's rows of lnf; the head gathers every rank's (SP), in place */
     void *lnf_mine = act_at(m, a->lnf, rows_first(d, batch->B) * (size_t)C);
-    ops->layernorm_forward(lnf_mine, a->lnf_mean, a->lnf_rstd, x, unit_tensor(m, head, GPT_HEAD_LNF_W),
-                           unit_tensor(m, head, GPT_HEAD_LNF_B), Nl, C, model_norm_eps(m), m->act);
+    model_norm_forward(m, lnf_mine, a->lnf_mean, a->lnf_rstd, x, unit_tensor(m, head, GPT_HEAD_LNF_W),
+                       m->spec.kind == MODEL_LLAMA ? NULL : unit_tensor(m, head, GPT_HEAD_LNF_B), Nl);
     model_vocab_head h = vocab_head(m, a, batch->B, NULL);
     L->head_forward(L->ctx, &h);
     if (batch->loss_sum) { /* kept on the device: the host loop below, there */
@@ -145,7 +153,7 @@ void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const 
         ops->from_host(a->dloss, a->host_dloss, (size_t)N * sizeof(float));
     }
 
-    float *dwte = unit_tensor_grad(m, head, GPT_HEAD_WTE);
+    float *dwte = unit_tensor_grad(m, head, lm_head_w(m));
     if (a->tied_dwte) {
         /* this micro-batch's head part, kept apart until the embedding adds its own */
         dwte = a->tied_dwte;
@@ -153,10 +161,13 @@ void gpt_head_backward(model *m, model_acts *a, const model_batch *batch, const 
     }
     model_vocab_head h = vocab_head(m, a, batch->B, dwte);
     const float *dlnf_mine = L->head_backward(L->ctx, &h);
-    float *lng = model_ln_grads_begin(m, &a->bs, 2);
-    float *ln_dst[2] = {unit_tensor_grad(m, head, GPT_HEAD_LNF_W), unit_tensor_grad(m, head, GPT_HEAD_LNF_B)};
+    /* the final norm's gains (and a layernorm's biases) */
+    int nln = m->spec.kind == MODEL_LLAMA ? 1 : 2;
+    float *lng = model_ln_grads_begin(m, &a->bs, nln);
+    float *ln_dst[2] = {unit_tensor_grad(m, head, GPT_HEAD_LNF_W), nln == 2 ? unit_tensor_grad(m, head, GPT_HEAD_LNF_B)
+                                                                            : NULL};
     ops->zero(dres, (size_t)Nl * (size_t)C * sizeof(float));
-    ops->layernorm_backward(dres, lng ? lng : ln_dst[0], lng ? lng + C : ln_dst[1], dlnf_mine, x,
-                            unit_tensor(m, head, GPT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, Nl, C, m->act);
-    model_ln_grads_finish(m, &a->bs, ln_dst, 2);
+    model_norm_backward(m, dres, lng ? lng : ln_dst[0], lng && nln == 2 ? lng + C : ln_dst[1], dlnf_mine, x,
+                        unit_tensor(m, head, GPT_HEAD_LNF_W), a->lnf_mean, a->lnf_rstd, Nl);
+    model_ln_grads_finish(m, &a->bs, ln_dst, nln);
 }

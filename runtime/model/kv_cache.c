@@ -7,20 +7,22 @@
 model_kv *model_kv_create(model *m, int T_max)
 {
     const model_dims *d = &m->d;
-    if (m->spec.kind != MODEL_GPT || !m->has_emb || !m->has_head || m->prec.bf16 || d->sp_size != 1 || d->cp_size != 1 || T_max < 1 ||
-        T_max > m->spec.seq_len)
+    if (!job_model_is_lm(&m->spec) || m->prec.bf16 || d->sp_size != 1 || d->cp_size != 1 || T_max < 1 ||
+        T_max > job_model_max_positions(&m->spec))
         return NULL;
     model_kv *kv = calloc(1, sizeof *kv);
     if (!kv) return NULL;
     kv->m = m;
     kv->cap = T_max;
     kv->n_blocks = m->n_blocks;
-    size_t C = (size_t)d->C, C3l = 3 * (size_t)d->C_l, Fl = (size_t)d->F_l;
+    int llama = m->spec.kind == MODEL_LLAMA && m->n_blocks > 0;
+    size_t C = (size_t)d->C, Wl = (size_t)d->W_l, Hl = (size_t)d->H_l, Fl = (size_t)d->F_l;
+    size_t rope = llama ? (size_t)T_max * (size_t)d->hs : 0;
     /* one allocation: the caches (k and v only: ops.h attention_decode), then the step's rows */
-    size_t per_block = (size_t)T_max * (size_t)dt_kv_cols(d->C_l, d->NH_l, d->NH_l);
-    size_t n = per_block * (size_t)m->n_blocks + C3l + 6 * C + (size_t)d->C_l + 2 * Fl + 4 +
+    size_t per_block = (size_t)T_max * (size_t)dt_kv_cols(d->C_l, d->NH_l, d->NKV_l);
+    size_t n = per_block * (size_t)m->n_blocks + rope + Wl + 6 * C + (size_t)d->C_l + Hl + Fl + 4 +
                (size_t)d->NH_l * (size_t)T_max;
-    kv->bytes = n * sizeof(float) + sizeof(int);
+    kv->bytes = n * sizeof(float) + 2 * sizeof(int);
     float *p = m->ops->alloc(kv->bytes);
     if (!p) {
         free(kv);
@@ -34,7 +36,8 @@ model_kv *model_kv_create(model *m, int T_max)
         return NULL;
     }
     for (int b = 0; b < m->n_blocks; b++, p += per_block) kv->cache[b] = p;
-    kv->qkv = p, p += C3l;
+    kv->rope_cs = llama ? p : NULL, p += rope;
+    kv->qkv = p, p += Wl;
     kv->x = p, p += C;
     kv->y = p, p += C;
     kv->ln = p, p += C;
@@ -42,12 +45,14 @@ model_kv *model_kv_create(model *m, int T_max)
     kv->lnf = p, p += C;
     kv->spare = p, p += C;
     kv->atty = p, p += d->C_l;
-    kv->fch = p, p += Fl;
+    kv->fch = p, p += Hl;
     kv->fchg = p, p += Fl;
     kv->mean = p, p += 2;
     kv->rstd = p, p += 2;
     kv->scratch = p, p += (size_t)d->NH_l * (size_t)T_max;
     kv->tok = (int *)p;
+    kv->pos = kv->tok + 1;
+    if (llama) m->ops->rope_table(kv->rope_cs, T_max, d->hs, (float)job_model_rope_theta(&m->spec));
     return kv;
 }
 

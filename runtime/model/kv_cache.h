@@ -7,19 +7,24 @@
 
 struct model_kv {
     model *m;
-    int cap, len;       /* positions: capacity (<= seq_len, wpe's rows) and cached */
+    int cap, len;       /* positions: capacity (GPT: <= seq_len, wpe's rows; Llama: <= max_positions)
+                           and cached */
     int n_blocks;
     void *mem;          /* one ops->alloc holding all below (device memory) */
     size_t bytes;
-    float **cache;      /* [n_blocks]: [cap, 2 * C_l] k, v rows of block b (ops.h attention_decode) */
+    float **cache;      /* [n_blocks]: [cap, K2] k, v rows of block b (ops.h attention_decode; K2 =
+                           dt_kv_cols: 2 C_l, or the kv heads' 2 NKV_l hs under GQA) */
+    float *rope_cs;     /* Llama: [cap, hs] RoPE's table of the positions */
     /* one position's rows */
-    float *qkv;         /* [3 * C_l] its q, k, v */
+    float *qkv;         /* [W_l] its q, k, v */
     float *x, *y, *ln, *r2, *lnf, *spare; /* [C] */
     float *atty;        /* [C_l] */
-    float *fch, *fchg;  /* [F_l] */
+    float *fch;         /* [H_l] fc's output (a Llama's gate|up) */
+    float *fchg;        /* [F_l] its activation */
     float *mean, *rstd; /* [1] */
     float *scratch;     /* [NH_l * cap] attention scores */
     int *tok;           /* [1] the token fed */
+    int *pos;           /* [1] its position (a Llama's RoPE) */
 };
 
 #endif

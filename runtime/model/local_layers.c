@@ -68,7 +68,7 @@ static void embedding_forward(void *ctx, float *out_rows, void *full, const int 
     const model *m = ctx;
     (void)full;
     m->ops->embedding_forward(out_rows, tokens, wte, v0, V_l, B * T, C);
-    m->ops->posadd_forward(out_rows, wpe, NULL, B, T, C);
+    if (wpe) m->ops->posadd_forward(out_rows, wpe, NULL, B, T, C);
 }
 
 static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
@@ -77,7 +77,7 @@ static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float 
     const model *m = ctx;
     (void)full;
     m->ops->embedding_backward(dwte, dout_rows, tokens, v0, V_l, B * T, C);
-    m->ops->posadd_backward(dwpe, dout_rows, NULL, B, T, C);
+    if (dwpe) m->ops->posadd_backward(dwpe, dout_rows, NULL, B, T, C);
 }
 
 /* Chunk by chunk (model_vocab_head): each chunk's logits, reduced to its rows'
@@ -110,46 +110,49 @@ static void rows_grad_sum(void *ctx, float *buf, size_t n)
 /* naive (model.attention): the softmax probabilities materialised and kept
  * as the stat, [B, NH, T, T]; scratch another such for backward. */
 static void naive_forward(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
-                          int NH, int causal, dt_dtype t)
+                          int NH, int NKV, int causal, dt_dtype t)
 {
     (void)scratch;
-    ((const model *)ctx)->ops->attention_forward(out, stat, qkv, B, T, C, NH, NH, causal, t);
+    ((const model *)ctx)->ops->attention_forward(out, stat, qkv, B, T, C, NH, NKV, causal, t);
 }
 
 static void naive_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                           const void *out, const void *stat, int B, int T, int C, int NH, int causal, dt_dtype t)
+                           const void *out, const void *stat, int B, int T, int C, int NH, int NKV, int causal,
+                           dt_dtype t)
 {
     (void)out;
-    ((const model *)ctx)->ops->attention_backward(dqkv, scratch, dout, qkv, stat, B, T, C, NH, NH, causal, t);
+    ((const model *)ctx)->ops->attention_backward(dqkv, scratch, dout, qkv, stat, B, T, C, NH, NKV, causal, t);
 }
 
 /* fused: the blockwise ops context parallelism's ring uses, with one block of
  * every query against every key (Tq = Tk = T, shift 0: causal is the plain
  * mask), so the online softmax runs over the key tiles of one kernel and the
  * stat is each row's log-sum-exp [B, NH, T] (fp32). The ops read k and v
- * packed ([rows, 2C], kv_pack's layout, of the activations' type), so scratch
- * ([B * T, 4C] floats) holds them, then their gradient (fp32, from float
- * 2 B T C on), which goes back into dqkv's k and v columns. */
+ * packed ([rows, K2] with K2 = dt_kv_cols: 2C, or 2 NKV hs under GQA;
+ * kv_pack's layout, of the activations' type), so scratch ([B * T, 2 K2]
+ * floats) holds them, then their gradient (fp32, from float B T K2 on), which
+ * goes back into dqkv's k and v columns. */
 static void fused_forward(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
-                          int NH, int causal, dt_dtype t)
+                          int NH, int NKV, int causal, dt_dtype t)
 {
     const model *m = ctx;
-    int N = B * T, C2 = 2 * C, C3 = 3 * C;
-    m->ops->rows_copy(scratch, C2, act_at(m, qkv, (size_t)C), C3, N, C2, 0, t);
-    m->ops->attention_block_forward(out, stat, qkv, scratch, NULL, NULL, B, T, T, T, C, NH, NH, causal, 0, t, t);
+    int N = B * T, K2 = dt_kv_cols(C, NH, NKV), W = dt_qkv_cols(C, NH, NKV);
+    m->ops->rows_copy(scratch, K2, act_at(m, qkv, (size_t)C), W, N, K2, 0, t);
+    m->ops->attention_block_forward(out, stat, qkv, scratch, NULL, NULL, B, T, T, T, C, NH, NKV, causal, 0, t, t);
 }
 
 static void fused_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                           const void *out, const void *stat, int B, int T, int C, int NH, int causal, dt_dtype t)
+                           const void *out, const void *stat, int B, int T, int C, int NH, int NKV, int causal,
+                           dt_dtype t)
 {
     const model *m = ctx;
     const dt_ops *ops = m->ops;
-    int N = B * T, C2 = 2 * C, C3 = 3 * C;
-    float *kv = scratch, *dkv = scratch + (size_t)N * (size_t)C2;
-    ops->rows_copy(kv, C2, act_at(m, qkv, (size_t)C), C3, N, C2, 0, t);
-    ops->zero(dkv, (size_t)N * (size_t)C2 * sizeof(float));
-    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, causal, 0, t);
-    ops->rows_copy(dqkv + C, C3, dkv, C2, N, C2, 1, DT_F32);
+    int N = B * T, K2 = dt_kv_cols(C, NH, NKV), W = dt_qkv_cols(C, NH, NKV);
+    float *kv = scratch, *dkv = scratch + (size_t)N * (size_t)K2;
+    ops->rows_copy(kv, K2, act_at(m, qkv, (size_t)C), W, N, K2, 0, t);
+    ops->zero(dkv, (size_t)N * (size_t)K2 * sizeof(float));
+    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NKV, causal, 0, t);
+    ops->rows_copy(dqkv + C, W, dkv, K2, N, K2, 1, DT_F32);
 }
 
 void model_local_attention(model *m, model_attention *out)

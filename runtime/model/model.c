@@ -40,10 +40,17 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
                 sh->tp_rank, sh->tp_size, spec->n_head);
         return NULL;
     }
+    int kv = job_model_kv_heads(spec);
+    if (spec->kind == MODEL_LLAMA &&
+        (spec->n_head % kv != 0 || (sh->tp_size <= kv ? kv % sh->tp_size : sh->tp_size % kv) != 0)) {
+        fprintf(stderr, "dtrun: model: tp %d does not split or replicate %d key/value heads of %d heads\n",
+                sh->tp_size, kv, spec->n_head);
+        return NULL;
+    }
     int cp = sh->cp_size > 1 ? sh->cp_size : 1;
-    if (cp > 1 && (spec->kind != MODEL_GPT || model_seq_len(spec) % (2 * cp) != 0 || sh->cp_rank < 0 ||
+    if (cp > 1 && (!job_model_is_lm(spec) || model_seq_len(spec) % (2 * cp) != 0 || sh->cp_rank < 0 ||
                    sh->cp_rank >= cp)) {
-        fprintf(stderr, "dtrun: model: context parallelism %d needs a GPT whose %d tokens split into %d "
+        fprintf(stderr, "dtrun: model: context parallelism %d needs a language model whose %d tokens split into %d "
                         "chunks (cp rank %d)\n", cp, model_seq_len(spec), 2 * cp, sh->cp_rank);
         return NULL;
     }
@@ -451,7 +458,7 @@ static void embedding_backward(model *m, model_acts *a, int B, int tied_here, in
 {
     model_hook_before(m, 0, PHASE_BACKWARD);
     unit_begin(m, 0, PHASE_BACKWARD);
-    if (m->spec.kind == MODEL_GPT) gpt_embedding_backward(m, a, a->dres, B);
+    if (job_model_is_lm(&m->spec)) gpt_embedding_backward(m, a, a->dres, B);
     else vit_embedding_backward(m, a, a->dres, B);
     if (tied_here) gpt_tied_grads_finish(m, a);
     unit_grads_end(m, 0);
@@ -465,7 +472,7 @@ static double head_forward(model *m, model_acts *a, const model_batch *batch, co
     double loss;
     model_hook_before(m, head, PHASE_FORWARD);
     unit_begin(m, head, PHASE_FORWARD);
-    if (m->spec.kind == MODEL_GPT) loss = gpt_head_forward(m, a, batch, x);
+    if (job_model_is_lm(&m->spec)) loss = gpt_head_forward(m, a, batch, x);
     else loss = vit_head_forward(m, a, batch, x, correct);
     model_hook_after(m, head, PHASE_FORWARD);
     return loss;
@@ -487,7 +494,7 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
         model_hook_before(m, 0, PHASE_FORWARD);
         unit_begin(m, 0, PHASE_FORWARD);
         float *e = m->act == DT_F32 ? stream_at(a, 0) : a->dres;
-        if (m->spec.kind == MODEL_GPT) gpt_embedding_forward(m, a, batch, e);
+        if (job_model_is_lm(&m->spec)) gpt_embedding_forward(m, a, batch, e);
         else vit_embedding_forward(m, a, batch, e);
         if (m->act != DT_F32) m->ops->to_bf16(stream_at(a, 0), e, io);
         model_hook_after(m, 0, PHASE_FORWARD);
@@ -528,7 +535,7 @@ static void backward(model *m, model_acts *a, const model_batch *batch, float lo
         model_hook_before(m, L + 1, PHASE_BACKWARD);
         unit_begin(m, L + 1, PHASE_BACKWARD);
         const void *x = stream_at(a, m->n_blocks);
-        if (m->spec.kind == MODEL_GPT) gpt_head_backward(m, a, batch, x, a->dres, loss_scale);
+        if (job_model_is_lm(&m->spec)) gpt_head_backward(m, a, batch, x, a->dres, loss_scale);
         else vit_head_backward(m, a, batch, x, a->dres, loss_scale);
         if (r16) ops->round_bf16(a->dres, io);
         /* tied: the embedding adds to the head's wte later, straight into its
@@ -592,7 +599,7 @@ void model_backward_weight(model *m, model_acts *a, const model_batch *batch)
         int u = m->first_block + k;
         block_acts w = acts_of_block(a, k);
         unit_grads_begin(m, u);
-        block_backward_weight(m, u, &w, &a->wk[k], B);
+        block_backward_weight(m, u, &w, &a->wk[k], &a->bs, B);
         unit_grads_end(m, u);
         model_hook_after(m, u, PHASE_BACKWARD);
     }

@@ -87,7 +87,27 @@ typedef struct {
     init_kind init;
     float init_std;            /* for INIT_NORMAL */
     int tied;                  /* 1 for the head's copy of wte (same name as unit 0's) */
+    int tp_replicas;           /* 1, or (SPLIT_ROWS) the tp ranks holding the same rows: a
+                                  Llama's k and v with tp above n_kv_head, each rank holding
+                                  the kv head its query heads read (tp rank r holds part
+                                  r / tp_replicas of tp / tp_replicas) */
 } param_spec;
+
+/* 1 when tp rank tp_rank's copy of p repeats a lower rank's (replicated on
+ * every rank and this is not rank 0, or a kv replica after the first): what
+ * a checkpoint or the gradient norm must count once. */
+static inline int param_tp_duplicate(const param_spec *p, int tp_rank)
+{
+    return (p->split == SPLIT_NONE && tp_rank != 0) || (p->tp_replicas > 1 && tp_rank % p->tp_replicas != 0);
+}
+/* The part of p tp rank r of tp holds, as a split over *parts: (r, tp), or
+ * for replicated kv rows (r / tp_replicas, tp / tp_replicas). */
+static inline void param_tp_part(const param_spec *p, int tp_rank, int tp_size, int *part, int *parts)
+{
+    int rep = p->tp_replicas > 1 ? p->tp_replicas : 1;
+    *part = tp_rank / rep;
+    *parts = tp_size / rep;
+}
 
 /* Which part of the model one object holds. */
 typedef struct {
@@ -264,7 +284,9 @@ typedef struct {
                                const float *dout_rows, void *full, const void *in, const void *w,
                                const void *pre, int N, int IC, int OC, dt_dtype t);
     /* Vocabulary-split token embedding plus position embedding wpe [T, C]:
-     * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)). */
+     * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)).
+     * wpe NULL (a Llama: rotary positions): no position embedding; in
+     * backward dwpe NULL likewise. */
     void (*embedding_forward)(void *ctx, float *out_rows, void *full, const int *tokens,
                               const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C);
     void (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
@@ -277,8 +299,10 @@ typedef struct {
     /* The whole [N, C] tensor of type t from this rank's rows: rows itself,
      * or gathered into full (returned) under sequence parallelism. */
     const void *(*rows_gather)(void *ctx, const void *rows, void *full, size_t NC, dt_dtype t);
-    /* Sequence parallelism only: a replicated tensor's gradient computed from
-     * this rank's rows, n floats, summed over the group in place. */
+    /* A gradient each rank computed a part of, n floats, summed over the
+     * group in place: a replicated tensor's under sequence parallelism (from
+     * this rank's rows), a Llama's kv heads replicated above n_kv_head (from
+     * this rank's query heads; model_kv_grads_sum). */
     void (*rows_grad_sum)(void *ctx, float *buf, size_t n);
 } model_layers;
 
@@ -288,23 +312,27 @@ typedef struct {
  * over one block of every key, or naive, ops->attention_forward / _backward);
  * a context-parallel strategy sets its own (runtime/parallel/cp.c), which
  * runs the ring over its cp group so that the local queries see every rank's
- * keys. qkv [B, T, 3C], out [B, T, C] with T the local sequence (model_dims'
- * seq), C and NH this tp rank's.
+ * keys. qkv [B, T, W] (W = dt_qkv_cols(C, NH, NKV): q, then k and v of NKV
+ * key/value heads; 3C without GQA), out [B, T, C] with T the local sequence
+ * (model_dims' seq), C, NH and NKV this tp rank's (GQA: query head h reads kv
+ * head h / (NH / NKV), ops.h).
  * stat is what forward keeps for backward: the rows' log-sum-exp [B, NH, T]
  * when model_attention_lse (fused, or context parallelism), else the softmax
  * probabilities [B, NH, T, T]. scratch (forward and backward, shared by all
- * blocks): fused without cp [B * T, 4C] floats (k and v packed for the
- * blockwise ops, then their gradient), naive [B, NH, T, T] (backward only),
+ * blocks): fused without cp [B * T, 2 dt_kv_cols] floats (k and v packed for
+ * the blockwise ops, then their gradient: 4C without GQA), naive [B, NH, T, T]
+ * (backward only),
  * NULL under context parallelism (the ring brings its own).
  * qkv and out are activations of type t (ops.h); so are naive's
  * probabilities; the log-sum-exp is fp32. */
 typedef struct {
     void *ctx;
     void (*forward)(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
-                    int NH, int causal, dt_dtype t);
+                    int NH, int NKV, int causal, dt_dtype t);
     /* dqkv += */
     void (*backward)(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                     const void *out, const void *stat, int B, int T, int C, int NH, int causal, dt_dtype t);
+                     const void *out, const void *stat, int B, int T, int C, int NH, int NKV, int causal,
+                     dt_dtype t);
 } model_attention;
 
 /* What the model computes in (train.precision, train.grad_dtype). fp32: every
@@ -353,6 +381,14 @@ static inline int model_attention_lse(const job_model *spec, int cp_size)
 {
     return spec->attention == ATTN_FUSED || cp_size > 1;
 }
+/* Key/value heads one tp rank of tp computes with: n_kv_head / tp, or 1 when
+ * tp is above n_kv_head (each rank the one its query heads read); the query
+ * heads' n_head / tp for a GPT or ViT. */
+static inline int model_kv_heads_local(const job_model *spec, int tp)
+{
+    int kv = job_model_kv_heads(spec);
+    return kv >= tp ? kv / tp : 1;
+}
 /* Number of parameter tensors of a unit, and their specs for a tp rank. */
 int model_unit_param_count(const job_model *spec, int unit);
 void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
@@ -385,11 +421,15 @@ size_t model_acts_head_chunk_bytes(const job_model *spec, const model_shard *sha
  * CPU backend. */
 size_t model_acts_host_bytes(const job_model *spec, int B);
 /* FLOPs of forward + backward for one sample on the whole model:
- * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention);
+ * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention;
+ * Llama: GQA's smaller k and v, SwiGLU's three MLP matrices, the untied head);
  * block recompute adds the blocks' forward up to the MLP projection, selective
  * with naive attention their attention core (4 * L * seq^2 * d_model; with
  * fused attention nothing). Details: params.c. */
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute);
+/* Its share of one unit (0: embedding, 1..L: a block, L + 1: head); the sum
+ * over the units is model_flops_per_sample. */
+double model_unit_flops(const job_model *spec, int unit, recompute_kind recompute);
 /* What a step executes per sample: model_flops_per_sample plus, for a GPT, the
  * LM head's forward GEMM once more in backward (the chunked head recomputes
  * its logits whatever train.recompute says): 2 * seq * V * d_model. The
@@ -526,24 +566,31 @@ void model_backward_weight(model *m, model_acts *a, const model_batch *batch);
 /* ---- decoding with a KV cache (kv_cache.c, decode.c) ----
  * Generation feeds one token at a time: each block keeps the k and v rows of
  * every position fed so far (its KV cache, [T_max, 2 * C_l] on this tp rank,
- * ops.h attention_decode's layout), so a new token costs one row through
- * every matmul and one query over the cached keys (ops->attention_decode)
- * instead of the whole prefix again. For a GPT model object holding every
- * unit (no pipeline), fp32, without sequence or context parallelism; tensor parallelism
- * works through the model's layers as in training (a vocab-parallel
- * embedding, column/row-parallel blocks), each rank computing the logits of
- * its vocabulary rows. */
+ * ops.h attention_decode's layout; a Llama's kv heads only, 2 NKV_l hs), so
+ * a new token costs one row through every matmul and one query over the
+ * cached keys (ops->attention_decode) instead of the whole prefix again. For
+ * a GPT or Llama model object in fp32, without sequence or context
+ * parallelism; tensor parallelism works through the model's layers as in
+ * training (a vocab-parallel embedding, column/row-parallel blocks), each
+ * rank computing the logits of its vocabulary rows. A pipeline stage decodes
+ * its own units: the row crosses between stages through model_kv_row. */
 typedef struct model_kv model_kv;
-/* NULL when the model cannot decode (not a whole fp32 GPT without SP) or out of memory. */
+/* NULL when the model cannot decode (not an fp32 language model without SP
+ * or cp; T_max beyond the positions it takes) or out of memory. */
 model_kv *model_kv_create(model *m, int T_max);
+/* The residual stream's row of the step, [d_model] device floats: a stage
+ * without the embedding puts its input here before model_decode_step, a
+ * stage without the head finds its output here after it. */
+float *model_kv_row(model_kv *kv);
 void model_kv_destroy(model_kv *kv);
 int model_kv_len(const model_kv *kv);     /* positions cached */
 int model_kv_capacity(const model_kv *kv);
 /* This rank's vocabulary rows [*v0, *v0 + *V_l): the logits it computes. */
 void model_vocab_rows(const model *m, int *v0, int *V_l);
 /* Feeds `token` at position model_kv_len(kv) (< capacity, else -1) through
- * every unit, appends its k, v to the cache and writes this rank's logits
- * of the next token, [V_l] floats, to logits (device memory). Returns 0. */
+ * the held units, appends its k, v to the cache and (with the head) writes
+ * this rank's logits of the next token, [V_l] floats, to logits (device
+ * memory). token is read with the embedding only. Returns 0. */
 int model_decode_step(model *m, model_kv *kv, int token, float *logits);
 
 #endif

@@ -17,6 +17,14 @@ enum {
 };
 enum { GPT_HEAD_LNF_W, GPT_HEAD_LNF_B, GPT_HEAD_WTE, GPT_HEAD_COUNT };
 enum { VIT_HEAD_LNF_W, VIT_HEAD_LNF_B, VIT_HEAD_W, VIT_HEAD_B, VIT_HEAD_COUNT };
+/* Llama (params.c): q, k, v and gate, up are adjacent, so each trio / pair
+ * is one packed matrix in the buffer. */
+enum { LLAMA_EMB_WTE, LLAMA_EMB_COUNT };
+enum {
+    LLAMA_ATTN_NORM, LLAMA_Q, LLAMA_K, LLAMA_V, LLAMA_O, LLAMA_MLP_NORM, LLAMA_GATE, LLAMA_UP, LLAMA_DOWN,
+    LLAMA_BLK_COUNT
+};
+enum { LLAMA_HEAD_NORM, LLAMA_HEAD_W, LLAMA_HEAD_COUNT };
 #define UNIT_MAX_PARAMS BLK_COUNT
 
 /* Sizes on one tp rank. Splits use floor(n*r/tp): even when tp divides n (heads,
@@ -24,8 +32,15 @@ enum { VIT_HEAD_LNF_W, VIT_HEAD_LNF_B, VIT_HEAD_W, VIT_HEAD_B, VIT_HEAD_COUNT };
 typedef struct {
     int C;          /* d_model (residual stream, replicated) */
     int NH_l;       /* local heads */
+    int hs;         /* head size: d_model / n_head */
     int C_l;        /* local attention width: NH_l * head size */
+    int NKV_l;      /* local key/value heads (GQA; NH_l for GPT and ViT) */
+    int Ckv_l;      /* their width: NKV_l * hs */
+    int kv_replicas; /* tp ranks holding the same kv heads (tp above n_kv_head), else 1 */
+    int W_l;        /* a row of the packed qkv: C_l + 2 Ckv_l (3 C_l without GQA) */
     int F_l;        /* local d_ff columns */
+    int H_l;        /* the MLP's first GEMM's output columns: F_l (fc), or 2 F_l (Llama:
+                       SwiGLU's gate and up, packed) */
     int V_l, v0;    /* GPT: local vocab rows [v0, v0 + V_l) */
     int seq;        /* T or NP + 1 */
     int NP;         /* ViT patches */
@@ -195,6 +210,12 @@ typedef struct {
                            and the ViT head's whole stream */
     float *ln_grads;    /* [4*C] a unit's layernorm gradients of one micro-batch
                            (model_ln_grads_begin) */
+    /* Llama only (else NULL), made with the working set and kept by it: */
+    int *rope_pos;      /* [N] each local row's position in its sample (global under cp) */
+    float *rope_cs;     /* [seq_len, hs] RoPE's cos / sin table (ops.h rope_table) */
+    /* Llama with kv heads replicated over tp (llama_qkv_wgrad_*), else NULL: */
+    float *kv_dw;       /* [W_l, C] one micro-batch's qkv weight gradient */
+    float *kv_all;      /* [2 n_kv_head hs, C] every kv head's k then v rows, summed over tp */
 } block_scratch;
 
 /* Layernorm weight and bias gradients under sequence parallelism: each rank's
@@ -270,6 +291,46 @@ struct model_acts {
     void *wk_mem;
 };
 
+/* A block's tensors by role (block.c): GPT's and ViT's BLK_* in their order;
+ * a Llama's have no biases (NULL), its qkv weight is the packed q, k, v and
+ * its fc weight the packed gate|up. */
+enum {
+    BR_LN1_W, BR_LN1_B, BR_QKV_W, BR_QKV_B, BR_PROJ_W, BR_PROJ_B,
+    BR_LN2_W, BR_LN2_B, BR_FC_W, BR_FC_B, BR_MPROJ_W, BR_MPROJ_B, BLK_ROLES
+};
+typedef struct {
+    const float *p[BLK_ROLES]; /* tensors (fp32: the vectors are read so) */
+    const void *w[BLK_ROLES];  /* the weight matrices as the GEMMs read them (unit_weight) */
+    float *g[BLK_ROLES];       /* their gradients (NULL without with_grads) */
+} block_params;
+/* From the unit's current buffers: a strategy may have rebound them in
+ * before(). what: BIND_PARAMS (p, w), BIND_GRADS (g); the others NULL. */
+enum { BIND_PARAMS = 1, BIND_GRADS = 2 };
+void block_bind(model *m, int unit, block_params *bp, int what);
+
+/* The block's norms and the head's: layernorm (GPT, ViT; mean and bias), or
+ * RMSNorm (Llama: mean and bias unused, NULL) of N rows of d_model. */
+void model_norm_forward(model *m, void *out, float *mean, float *rstd, const void *x, const float *w,
+                        const float *b, int N);
+void model_norm_backward(model *m, float *dx, float *dw, float *db, const float *dout, const void *x,
+                         const float *w, const float *mean, const float *rstd, int N);
+
+/* Llama's own pieces (llama.c). */
+/* The working set's rope_pos and rope_cs for micro-batches of up to B samples
+ * (model_acts_create, when the working set is made). */
+void llama_rope_prepare(model *m, const block_scratch *s, int B);
+/* RoPE on q and k of the packed qkv [N, W_l] (each row at its sample position,
+ * global under cp), and its backward on dqkv. */
+void llama_rope_forward(model *m, void *qkv, const block_scratch *s, int N);
+void llama_rope_backward(model *m, float *dqkv, const block_scratch *s, int N);
+/* kv heads replicated over tp (tp above n_kv_head): the qkv weight gradient of
+ * one micro-batch goes to a zeroed scratch (begin, returned), then q's rows
+ * are added to the unit's gradient and k's and v's summed over the replicas
+ * first (finish; model_layers.rows_grad_sum), so each replica's k and v get
+ * the gradient of every query head that reads them. */
+float *llama_qkv_wgrad_begin(model *m, const block_scratch *s);
+void llama_qkv_wgrad_finish(model *m, int unit, const block_scratch *s);
+
 /* Block forward: y = block(x). With `recomputing` it stops once the tensors its
  * backward reads exist (the MLP projection's output y is not needed then). */
 void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
@@ -285,9 +346,17 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
 /* The W pass: the four matmuls' weight and bias gradients from keep and the
  * block's kept inputs (block_weight.c). Local on every layer without sequence
  * parallelism (a tp rank's weight gradient needs no other rank's data). */
-void block_backward_weight(model *m, int unit, const block_acts *a, const block_wkeep *keep, int B);
+void block_backward_weight(model *m, int unit, const block_acts *a, const block_wkeep *keep,
+                           const block_scratch *s, int B);
 
-/* GPT unit 0 and head (gpt.c). */
+/* The LM head's matrix in the head unit: GPT's tied copy of wte, a Llama's
+ * lm_head (or its tied wte); and the final norm's bias (NULL: RMSNorm). The
+ * final norm's gain is tensor 0 of the head (GPT_HEAD_LNF_W, LLAMA_HEAD_NORM). */
+static inline int lm_head_w(const model *m) { return m->spec.kind == MODEL_LLAMA ? LLAMA_HEAD_W : GPT_HEAD_WTE; }
+_Static_assert((int)GPT_HEAD_LNF_W == (int)LLAMA_HEAD_NORM && (int)GPT_EMB_WTE == (int)LLAMA_EMB_WTE,
+               "the language models' final norm gain and wte sit at the same index");
+
+/* The language models' unit 0 and head (gpt.c): GPT's, and a Llama's. */
 void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out);
 void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B);
 double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const void *x);

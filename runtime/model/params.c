@@ -1,7 +1,8 @@
-/* params.c — the parameter specs of GPT and ViT: names, global and local
- * shapes, how each splits under tensor parallelism, where it sits in its unit's
- * flat buffer, how it is initialized; plus the model's size and FLOP formulas.
- * Pure functions of the job's model section: the dry-run calls them too. */
+/* params.c — the parameter specs of GPT, ViT and Llama: names, global and
+ * local shapes, how each splits under tensor parallelism, where it sits in its
+ * unit's flat buffer, how it is initialized; plus the model's size and FLOP
+ * formulas. Pure functions of the job's model section: the dry-run calls them
+ * too. */
 #include "runtime/model/model_internal.h"
 
 #include <math.h>
@@ -15,7 +16,7 @@ int model_n_units(const job_model *spec) { return spec->n_layer + 2; }
 
 int model_seq_len(const job_model *spec)
 {
-    if (spec->kind == MODEL_GPT) return spec->seq_len;
+    if (job_model_is_lm(spec)) return spec->seq_len;
     int side = spec->image_size / spec->patch_size;
     return side * side + 1;
 }
@@ -26,10 +27,19 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
     memset(d, 0, sizeof *d);
     d->C = spec->d_model;
     d->NH_l = (int)split_len((size_t)spec->n_head, tp_rank, tp_size);
-    d->C_l = d->NH_l * (spec->d_model / spec->n_head);
+    d->hs = spec->d_model / spec->n_head;
+    d->C_l = d->NH_l * d->hs;
     d->F_l = (int)split_len((size_t)spec->d_ff, tp_rank, tp_size);
+    d->H_l = spec->kind == MODEL_LLAMA ? 2 * d->F_l : d->F_l;
+    /* key/value heads: split like the query heads, or (tp above n_kv_head)
+     * the one kv head this rank's query heads read */
+    int kv = job_model_kv_heads(spec);
+    d->NKV_l = kv >= tp_size ? (int)split_len((size_t)kv, tp_rank, tp_size) : 1;
+    d->Ckv_l = d->NKV_l * d->hs;
+    d->kv_replicas = kv >= tp_size ? 1 : tp_size / kv;
+    d->W_l = d->C_l + 2 * d->Ckv_l;
     d->seq = model_seq_len(spec);
-    if (spec->kind == MODEL_GPT) {
+    if (job_model_is_lm(spec)) {
         d->V_l = (int)split_len((size_t)spec->vocab_size, tp_rank, tp_size);
         d->v0 = (int)split_lo((size_t)spec->vocab_size, tp_rank, tp_size);
     } else {
@@ -44,9 +54,12 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
 
 int model_unit_param_count(const job_model *spec, int unit)
 {
-    if (unit == 0) return spec->kind == MODEL_GPT ? GPT_EMB_COUNT : VIT_EMB_COUNT;
-    if (unit <= spec->n_layer) return BLK_COUNT;
-    return spec->kind == MODEL_GPT ? GPT_HEAD_COUNT : VIT_HEAD_COUNT;
+    static const int counts[3][3] = {
+        [MODEL_GPT] = {GPT_EMB_COUNT, BLK_COUNT, GPT_HEAD_COUNT},
+        [MODEL_VIT] = {VIT_EMB_COUNT, BLK_COUNT, VIT_HEAD_COUNT},
+        [MODEL_LLAMA] = {LLAMA_EMB_COUNT, LLAMA_BLK_COUNT, LLAMA_HEAD_COUNT},
+    };
+    return counts[spec->kind][unit == 0 ? 0 : unit <= spec->n_layer ? 1 : 2];
 }
 
 /* One tensor's spec without its offset. 1-D tensors have shape [n, 1] so that
@@ -55,6 +68,7 @@ static void set_spec(param_spec *p, const char *name, int d0, int d1, int ndim, 
                      int groups, init_kind init, float std, int tp_rank, int tp_size)
 {
     memset(p, 0, sizeof *p);
+    p->tp_replicas = 1;
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = ndim;
     p->shape[0] = d0;
@@ -139,11 +153,72 @@ static void head_spec(const job_model *s, int i, int r, int tp, param_spec *p)
         set_spec(p, "head.b", s->n_classes, 1, 1, SPLIT_NONE, 1, INIT_ZEROS, 0, r, tp);
 }
 
+/* Llama (Hugging Face's LlamaForCausalLM, torchtitan's llama3): RMSNorm
+ * gains, four attention matrices (k and v of n_kv_head heads), SwiGLU's
+ * gate, up and down, no biases. q, k and v are three tensors one after the
+ * other in the unit's buffer, each split by heads, so a rank's local rows of
+ * them are one [C_l + 2 Ckv_l, C] matrix, the packed qkv the attention
+ * reads (ops.h attention_forward), computed in one GEMM; gate and up
+ * likewise make SwiGLU's packed [2 F_l, C] (ops.h swiglu_forward). With tp
+ * above n_kv_head, k and v give each rank the kv head its query heads read
+ * (tp_replicas ranks hold it). Init: GPT-2's (normal 0.02, the residual
+ * projections o and down scaled by 1 / sqrt(2L)), gains 1. */
+static void llama_block_spec(const job_model *s, int layer, int i, int r, int tp, param_spec *p)
+{
+    static const char *const names[LLAMA_BLK_COUNT] = {
+        "attn_norm.w", "attn.q.w", "attn.k.w", "attn.v.w", "attn.o.w",
+        "mlp_norm.w", "mlp.gate.w", "mlp.up.w", "mlp.down.w"};
+    char name[PARAM_NAME_MAX];
+    snprintf(name, sizeof name, "h.%d.%s", layer, names[i]);
+    int C = s->d_model, F = s->d_ff, kv = job_model_kv_heads(s), Ckv = kv * (C / s->n_head);
+    float proj_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
+    switch (i) {
+    case LLAMA_ATTN_NORM: case LLAMA_MLP_NORM:
+        set_spec(p, name, C, 1, 1, SPLIT_NONE, 1, INIT_ONES, 0, r, tp); break;
+    case LLAMA_Q: set_spec(p, name, C, C, 2, SPLIT_ROWS, 1, INIT_NORMAL, 0.02f, r, tp); break;
+    case LLAMA_K: case LLAMA_V:
+        if (tp <= kv) {
+            set_spec(p, name, Ckv, C, 2, SPLIT_ROWS, 1, INIT_NORMAL, 0.02f, r, tp);
+        } else { /* replicated: this rank's part r / rep of kv parts */
+            int rep = tp / kv;
+            set_spec(p, name, Ckv, C, 2, SPLIT_ROWS, 1, INIT_NORMAL, 0.02f, r / rep, kv);
+            p->tp_replicas = rep;
+        }
+        break;
+    case LLAMA_O: set_spec(p, name, C, C, 2, SPLIT_COLS, 1, INIT_NORMAL, proj_std, r, tp); break;
+    case LLAMA_GATE: case LLAMA_UP: set_spec(p, name, F, C, 2, SPLIT_ROWS, 1, INIT_NORMAL, 0.02f, r, tp); break;
+    default: set_spec(p, name, C, F, 2, SPLIT_COLS, 1, INIT_NORMAL, proj_std, r, tp); break;
+    }
+}
+
+/* Unit 0: the token embedding alone (positions are rotary). Head: the final
+ * RMSNorm and the LM head, wte itself when tie_embeddings (the GPT's tied
+ * copy), else its own vocabulary-split matrix. */
+static void llama_edge_spec(const job_model *s, int unit, int i, int r, int tp, param_spec *p)
+{
+    int C = s->d_model;
+    if (unit == 0 || i == LLAMA_HEAD_W) {
+        int tied = unit != 0 && job_model_tied_head(s);
+        set_spec(p, unit == 0 || tied ? "wte" : "lm_head.w", s->vocab_size, C, 2, SPLIT_ROWS, 1, INIT_NORMAL, 0.02f,
+                 r, tp);
+        p->tied = tied;
+        return;
+    }
+    set_spec(p, "norm.w", C, 1, 1, SPLIT_NONE, 1, INIT_ONES, 0, r, tp);
+}
+
 static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, param_spec *p)
 {
-    if (unit == 0) embedding_spec(s, i, r, tp, p);
-    else if (unit <= s->n_layer) block_spec(s, unit - 1, i, r, tp, p);
-    else head_spec(s, i, r, tp, p);
+    if (s->kind == MODEL_LLAMA) {
+        if (unit == 0 || unit > s->n_layer) llama_edge_spec(s, unit, i, r, tp, p);
+        else llama_block_spec(s, unit - 1, i, r, tp, p);
+    } else if (unit == 0) {
+        embedding_spec(s, i, r, tp, p);
+    } else if (unit <= s->n_layer) {
+        block_spec(s, unit - 1, i, r, tp, p);
+    } else {
+        head_spec(s, i, r, tp, p);
+    }
     p->unit = unit;
 }
 
@@ -183,49 +258,71 @@ size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t 
         return row * K + split_lo(K, tp_rank, tp_size) + col;
     }
     /* SPLIT_ROWS: the local rows are the groups' local slices one after the other */
+    int part, parts;
+    param_tp_part(p, tp_rank, tp_size, &part, &parts);
     size_t rows_g = (size_t)p->shape[0] / (size_t)p->split_groups;
     size_t lrows_g = (size_t)p->local_shape[0] / (size_t)p->split_groups;
     size_t lrow = i / K, col = i % K;
     size_t g = lrow / lrows_g, r = lrow % lrows_g;
-    size_t grow = g * rows_g + split_lo(rows_g, tp_rank, tp_size) + r;
+    size_t grow = g * rows_g + split_lo(rows_g, part, parts) + r;
     return grow * K + col;
+}
+
+/* The matmul weights one token passes through in a block, and of them the
+ * ones block recompute re-runs (all but the MLP's output projection).
+ * GPT/ViT: qkv 3C^2, proj C^2, fc C F, mproj F C. Llama: q C^2, k and v
+ * C Ckv each (Ckv = n_kv_head * head size: GQA's smaller k and v), o C^2,
+ * SwiGLU's gate, up and down C F each. */
+static double block_weights(const job_model *s, int recomputed)
+{
+    double C = s->d_model, F = s->d_ff;
+    if (s->kind != MODEL_LLAMA) return recomputed ? 4.0 * C * C + C * F : 4.0 * C * C + 2.0 * C * F;
+    double Ckv = (double)job_model_kv_heads(s) * (C / s->n_head);
+    return 2.0 * C * C + 2.0 * C * Ckv + (recomputed ? 2.0 : 3.0) * C * F;
 }
 
 /* FLOPs of one sample, fwd + bwd, whole model (tp/pp do not change the total):
  *   6 * sum over matmuls (weight elements * rows that pass through it per sample)
  *   + attention 12 * L * seq^2 * C   (QK^T and AV: 2 * 2*seq^2*C forward, x3 with backward;
- *                                     the causal mask's savings are not counted, as in PaLM's MFU)
- * GPT: every matmul sees seq = T rows: blocks (qkv 3C^2, proj C^2, fc C*F, mproj F*C) and the
- *      LM head V*C. The embedding lookup is not a matmul.
+ *                                     the causal mask's savings are not counted, as in PaLM's MFU;
+ *                                     GQA shares k and v, not the products: still n_head heads)
+ * GPT, Llama: every matmul sees seq = T rows: the blocks (block_weights) and the LM
+ *      head V*C (tied or not: one GEMM). The embedding lookup is not a matmul; nor
+ *      are the norms, RoPE and SwiGLU's product (elementwise, not counted, as
+ *      Megatron and the Llama 3 paper leave them out).
  * ViT: blocks see NP+1 rows, the patch projection NP rows (C*ch*P^2), the classifier 1 row.
  * Recompute re-runs each block's forward up to its MLP projection (its output is not needed):
- *   + 2 * seq * L * (4C^2 + C*F) + 4 * L * seq^2 * C.
+ *   + 2 * seq * L * block_weights(recomputed) + 4 * L * seq^2 * C.
  * Selective recompute re-runs only each block's attention core (QK^T and AV):
  *   + 4 * L * seq^2 * C, with naive attention; fused attention keeps no
  *   probabilities, so selective re-runs nothing (the blockwise backward's own
  *   recomputation of QK^T is part of the attention it runs, not counted, as
  *   neither PaLM's MFU nor Megatron's count it). */
+double model_unit_flops(const job_model *spec, int unit, recompute_kind recompute)
+{
+    double C = spec->d_model, seq = model_seq_len(spec);
+    if (unit == 0) {
+        if (job_model_is_lm(spec)) return 0.0; /* a lookup, not a matmul */
+        double kin = (double)spec->channels * spec->patch_size * spec->patch_size;
+        return 6.0 * C * kin * (seq - 1);
+    }
+    if (unit > spec->n_layer) return job_model_is_lm(spec) ? 6.0 * spec->vocab_size * C * seq : 6.0 * spec->n_classes * C;
+    double f = 6.0 * block_weights(spec, 0) * seq + 12.0 * seq * seq * C;
+    if (recompute == RECOMPUTE_BLOCK) f += 2.0 * seq * block_weights(spec, 1) + 4.0 * seq * seq * C;
+    else if (recompute == RECOMPUTE_SELECTIVE && !model_attention_lse(spec, 1)) f += 4.0 * seq * seq * C;
+    return f;
+}
+
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute)
 {
-    double C = spec->d_model, F = spec->d_ff, L = spec->n_layer, seq = model_seq_len(spec);
-    double block_w = 4.0 * C * C + 2.0 * C * F;
-    double f = 6.0 * L * block_w * seq + 12.0 * L * seq * seq * C;
-    if (spec->kind == MODEL_GPT) {
-        f += 6.0 * spec->vocab_size * C * seq;
-    } else {
-        double kin = (double)spec->channels * spec->patch_size * spec->patch_size;
-        f += 6.0 * C * kin * (seq - 1) + 6.0 * spec->n_classes * C;
-    }
-    if (recompute == RECOMPUTE_BLOCK)
-        f += 2.0 * seq * L * (4.0 * C * C + C * F) + 4.0 * L * seq * seq * C;
-    else if (recompute == RECOMPUTE_SELECTIVE && !model_attention_lse(spec, 1))
-        f += 4.0 * L * seq * seq * C;
-    return f;
+    int L = spec->n_layer;
+    return model_unit_flops(spec, 0, recompute) + L * model_unit_flops(spec, 1, recompute) +
+           model_unit_flops(spec, L + 1, recompute);
 }
 
 double model_exec_flops_per_sample(const job_model *spec, recompute_kind recompute)
 {
     double f = model_flops_per_sample(spec, recompute);
-    if (spec->kind == MODEL_GPT) f += 2.0 * spec->vocab_size * (double)spec->d_model * model_seq_len(spec);
+    if (job_model_is_lm(spec)) f += 2.0 * spec->vocab_size * (double)spec->d_model * model_seq_len(spec);
     return f;
 }

@@ -66,10 +66,12 @@ struct cp_ring {
     int rank, size, next, prev;
     size_t cap_rows;  /* rows (B * T_local) the buffers hold */
     size_t cap_cols;  /* C_l */
+    size_t cap_k2;    /* a row of k and v: 2 C_l, or 2 NKV_l hs under GQA (dt_kv_cols) */
     size_t cap_lse;   /* B * NH_l * T_local */
     float *mem;
-    float *buf[2];    /* [cap_rows, 4 C_l] floats: kv (2 C_l per row, the activations'
-                         type) then dkv (2 C_l fp32 per row) */
+    float *buf[2];    /* [cap_rows, cap_k2 + max(cap_k2, C_l)] floats: kv (cap_k2 per row, the
+                         activations' type) then dkv (cap_k2 fp32 per row) or, in a bf16
+                         forward, the fp32 result (C_l per row) */
     float *pout;      /* [cap_rows, C_l] a block's partial output */
     float *plse;      /* [cap_lse] its log-sum-exp */
 };
@@ -100,10 +102,12 @@ static void xfer_wait(cp_ring *g, cp_xfer *t, const char *what)
 }
 
 /* A micro-batch larger than the buffers were sized for is a sizing bug: stop. */
-static void check_fits(const cp_ring *g, int B, int T, int C, int NH)
+static void check_fits(const cp_ring *g, int B, int T, int C, int NH, int NKV)
 {
     size_t rows = (size_t)B * (size_t)T, lse = rows * (size_t)NH;
-    if (rows <= g->cap_rows && (size_t)C <= g->cap_cols && lse <= g->cap_lse) return;
+    if (rows <= g->cap_rows && (size_t)C <= g->cap_cols && (size_t)dt_kv_cols(C, NH, NKV) <= g->cap_k2 &&
+        lse <= g->cap_lse)
+        return;
     fprintf(stderr, "dtrun: cp: a micro-batch of %d x %d rows x %d channels, buffers for %zu x %zu\n", B, T, C,
             g->cap_rows, g->cap_cols);
     abort();
@@ -114,14 +118,15 @@ static void check_fits(const cp_ring *g, int B, int T, int C, int NH)
  * bf16 the result's fp32 accumulator (buf[0]'s: it stays put while the
  * buffers swap), rounded into out once every block is merged. */
 static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, const void *qkv, int B, int T, int C,
-                         int NH, int causal, dt_dtype t)
+                         int NH, int NKV, int causal, dt_dtype t)
 {
     cp_ring *g = ctx;
     (void)scratch; /* NULL: the ring's own buffers */
     const dt_ops *ops = g->ops;
-    check_fits(g, B, T, C, NH);
-    int N = B * T, C2 = 2 * C, C3 = 3 * C;
-    size_t half = g->cap_rows * 2 * g->cap_cols;
+    check_fits(g, B, T, C, NH, NKV);
+    /* C2: a row of k and v (2C, or 2 NKV hs under GQA); C3: of q, k and v */
+    int N = B * T, C2 = dt_kv_cols(C, NH, NKV), C3 = dt_qkv_cols(C, NH, NKV);
+    size_t half = g->cap_rows * g->cap_k2;
     float *lse = lse_v, *out = t == DT_F32 ? (float *)out_t : g->buf[0] + half;
     float *cur = g->buf[0], *nxt = g->buf[1];
     ops->rows_copy(cur, C2, dt_at(qkv, (size_t)C, t), C3, N, C2, 0, t);
@@ -138,13 +143,13 @@ static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, co
             const void *q = dt_at(qkv, (size_t)b->q_row * C3, t), *kv = dt_at(cur, (size_t)b->k_row * C2, t);
             if (!init[h]) {
                 ops->attention_block_forward(out + (size_t)b->q_row * C, lse + b->q_row, q, kv, NULL, NULL, B, T, b->q_rows,
-                                             b->k_rows, C, NH, NH, b->causal, b->shift, t, DT_F32);
+                                             b->k_rows, C, NH, NKV, b->causal, b->shift, t, DT_F32);
                 init[h] = 1;
                 if (b->q_rows == T) init[1] = 1;
                 continue;
             }
             ops->attention_block_forward(g->pout + (size_t)b->q_row * C, g->plse + b->q_row, q, kv, NULL, NULL, B, T,
-                                         b->q_rows, b->k_rows, C, NH, NH, b->causal, b->shift, t, DT_F32);
+                                         b->q_rows, b->k_rows, C, NH, NKV, b->causal, b->shift, t, DT_F32);
             ops->attention_block_merge(out + (size_t)b->q_row * C, lse + b->q_row, g->pout + (size_t)b->q_row * C,
                                        g->plse + b->q_row, B, T, b->q_rows, C, NH);
         }
@@ -156,14 +161,16 @@ static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, co
 }
 
 static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                          const void *out, const void *lse_v, int B, int T, int C, int NH, int causal, dt_dtype t)
+                          const void *out, const void *lse_v, int B, int T, int C, int NH, int NKV, int causal,
+                          dt_dtype t)
 {
     cp_ring *g = ctx;
     const dt_ops *ops = g->ops;
     (void)scratch;
-    check_fits(g, B, T, C, NH);
+    check_fits(g, B, T, C, NH, NKV);
     const float *lse = lse_v;
-    size_t N = (size_t)B * (size_t)T, C2 = 2 * (size_t)C, C3 = 3 * (size_t)C, half = g->cap_rows * C2;
+    size_t N = (size_t)B * (size_t)T, C2 = (size_t)dt_kv_cols(C, NH, NKV), C3 = (size_t)dt_qkv_cols(C, NH, NKV);
+    size_t half = g->cap_rows * g->cap_k2;
     float *cur = g->buf[0], *nxt = g->buf[1];
     ops->rows_copy(cur, (int)C2, dt_at(qkv, (size_t)C, t), (int)C3, (int)N, (int)C2, 0, t);
     ops->zero(cur + half, N * C2 * sizeof(float));
@@ -179,7 +186,7 @@ static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *d
                                           dout + (size_t)b->q_row * C, dt_at(out, (size_t)b->q_row * C, t),
                                           lse + b->q_row, dt_at(qkv, (size_t)b->q_row * C3, t),
                                           dt_at(cur, (size_t)b->k_row * C2, t), NULL, NULL, B, T, b->q_rows, b->k_rows, C, NH,
-                                          NH, b->causal, b->shift, t);
+                                          NKV, b->causal, b->shift, t);
         }
         xfer_wait(g, &x, "cp ring: kv (backward)");
         /* this kv's gradient goes on with it; after the last step it reaches its owner */
@@ -207,15 +214,17 @@ int cp_apply(strat_ctx *x, model *const *chunks, int n_chunks)
     g->prev = (g->rank + cp - 1) % cp;
     g->cap_rows = (size_t)job->train.micro_batch * (size_t)(job->model.seq_len / cp);
     g->cap_cols = (size_t)(job->model.d_model / tp);
+    g->cap_k2 = (size_t)dt_kv_cols((int)g->cap_cols, job->model.n_head / tp, model_kv_heads_local(&job->model, tp));
     g->cap_lse = g->cap_rows * (size_t)(job->model.n_head / tp);
+    size_t per_row = g->cap_k2 + (g->cap_k2 > g->cap_cols ? g->cap_k2 : g->cap_cols);
     if (!(g->mem = x->ops->alloc(numel * sizeof(float)))) {
         free(g);
         return -1;
     }
     /* the order sizes_cp_ring_numel counts them in */
     g->buf[0] = g->mem;
-    g->buf[1] = g->buf[0] + g->cap_rows * 4 * g->cap_cols;
-    g->pout = g->buf[1] + g->cap_rows * 4 * g->cap_cols;
+    g->buf[1] = g->buf[0] + g->cap_rows * per_row;
+    g->pout = g->buf[1] + g->cap_rows * per_row;
     g->plse = g->pout + g->cap_rows * g->cap_cols;
     acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * sizeof(float)));
     x->cpr = g;

@@ -57,30 +57,25 @@ struct sizes {
 
 double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
 {
-    double C = m->d_model, F = m->d_ff, seq = model_seq_len(m);
-    int L = m->n_layer;
-    if (unit == 0) {
-        if (m->kind == MODEL_GPT) return 0.0; /* a lookup, not a matmul */
-        double kin = (double)m->channels * m->patch_size * m->patch_size;
-        return 6.0 * C * kin * (seq - 1);
-    }
-    if (unit <= L) {
-        double f = 6.0 * seq * (4.0 * C * C + 2.0 * C * F) + 12.0 * seq * seq * C;
-        if (rc == RECOMPUTE_BLOCK) f += 2.0 * seq * (4.0 * C * C + C * F) + 4.0 * seq * seq * C;
-        else if (rc == RECOMPUTE_SELECTIVE && !model_attention_lse(m, 1))
-            f += 4.0 * seq * seq * C; /* the attention core (fused attention keeps nothing to redo) */
-        return f;
-    }
+    double f = model_unit_flops(m, unit, rc);
     /* the chunked LM head computes its logits again in backward: 2 more */
-    if (m->kind == MODEL_GPT) return 8.0 * m->vocab_size * C * seq;
-    return 6.0 * m->n_classes * C;
+    if (unit == m->n_layer + 1 && job_model_is_lm(m)) f += 2.0 * m->vocab_size * (double)m->d_model * model_seq_len(m);
+    return f;
 }
 
 /* wf: of bwd, the weight-gradient GEMM a zero-bubble W pass runs (sizes_gemm). */
-static void add_gemm(sizes_unit_work *w, double fwd, double bwd, double dim, double wf)
+static sizes_gemm *add_gemm(sizes_unit_work *w, double fwd, double bwd, double dim, double wf)
 {
-    if (w->n_gemm == SIZES_GEMM_MAX || fwd + bwd <= 0) return;
-    w->gemm[w->n_gemm++] = (sizes_gemm){fwd, bwd, dim < 1 ? 1 : dim, wf};
+    if (w->n_gemm == SIZES_GEMM_MAX || fwd + bwd <= 0) return NULL;
+    w->gemm[w->n_gemm] = (sizes_gemm){fwd, bwd, dim < 1 ? 1 : dim, wf, 0, 0};
+    return &w->gemm[w->n_gemm++];
+}
+
+/* The attention core: its products over `keys` keys per call. */
+static void add_attention(sizes_unit_work *w, double fwd, double bwd, double dim, double keys)
+{
+    sizes_gemm *g = add_gemm(w, fwd, bwd, dim, 0);
+    if (g) g->attention = 1, g->keys = keys;
 }
 
 static double min3(double a, double b, double c)
@@ -124,7 +119,7 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
     double rows = B * seq / cp, att_share = 1.0 / cp, kblock = cp > 1 ? seq / (2.0 * cp) : seq;
     int L = m->n_layer;
     if (unit == 0) {
-        if (m->kind == MODEL_GPT) { /* a lookup: read the rows, write them */
+        if (job_model_is_lm(m)) { /* a lookup: read the rows, write them */
             w->fwd_bytes = 2.0 * rows * C / (sp ? t : 1) * elem_bytes;
             w->bwd_bytes = 2.0 * w->fwd_bytes;
             return;
@@ -134,25 +129,33 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
         return;
     }
     if (unit <= L) {
+        /* Llama: q, k, v out of one GEMM (k and v of this rank's kv heads:
+         * 1/t of them, or the one a rank replicates above n_kv_head), the
+         * SwiGLU's gate and up out of one (2F), RoPE on q and k, the SwiGLU
+         * reading 2F and writing F */
+        int llama = m->kind == MODEL_LLAMA;
+        double hd = C / (m->n_head > 0 ? m->n_head : 1), kvh = job_model_kv_heads(m);
+        double kv_l = llama ? (kvh >= t ? kvh / t : 1.0) * hd : C / t, h1 = llama ? 2.0 * F : F;
         double blk = rc == RECOMPUTE_BLOCK ? 1.0 : 0.0;
-        double qkv = 2.0 * rows * C * 3.0 * C / t, proj = 2.0 * rows * C * C / t;
-        double fc1 = 2.0 * rows * C * F / t, fc2 = 2.0 * rows * F * C / t;
+        double qkv_l = C / t + 2.0 * kv_l;
+        double qkv = 2.0 * rows * C * qkv_l, proj = 2.0 * rows * C * C / t;
+        double fc1 = 2.0 * rows * C * h1 / t, fc2 = 2.0 * rows * F * C / t;
         double core = 4.0 * B * seq * seq * C / t * att_share;
-        double hd = C / (m->n_head > 0 ? m->n_head : 1);
-        add_gemm(w, qkv, (2.0 + blk) * qkv, min3(rows, C, 3.0 * C / t), qkv);
+        add_gemm(w, qkv, (2.0 + blk) * qkv, min3(rows, C, qkv_l), qkv);
         add_gemm(w, proj, (2.0 + blk) * proj, min3(rows, C / t, C), proj);
-        add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, F / t), fc1);
+        add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, h1 / t), fc1);
         add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C), fc2);
-        add_gemm(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, 0);
+        add_attention(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
         double heads = (double)m->n_head / t;
-        double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + 2.0 * rows * F / t;
+        double act = llama ? 3.0 * rows * F / t + 2.0 * rows * (C / t + kv_l) : 2.0 * rows * F / t;
+        double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + act;
         double soft = lse ? 0.0 : 2.0 * heads * B * seq * seq * att_share;
         w->fwd_bytes = (rep + split + soft) * elem_bytes;
         w->bwd_bytes = 2.0 * w->fwd_bytes + (rc == RECOMPUTE_BLOCK ? w->fwd_bytes
                                              : rc == RECOMPUTE_SELECTIVE ? soft * elem_bytes : 0.0);
         return;
     }
-    if (m->kind == MODEL_GPT) { /* final norm + vocab-parallel head with its cross-entropy */
+    if (job_model_is_lm(m)) { /* final norm + vocab-parallel head with its cross-entropy */
         /* chunked (model_vocab_head): backward computes the logits again (f),
          * then their input and weight gradients (2 f), and writes the
          * recomputed logits once more (rows x V / t) */
@@ -172,7 +175,7 @@ size_t sizes_model_numel(const job_model *m, size_t *distinct)
     size_t total = model_unit_numel(m, 0, 0, 1) + (size_t)L * model_unit_numel(m, 1, 0, 1) +
                    model_unit_numel(m, L + 1, 0, 1);
     if (distinct)
-        *distinct = total - (m->kind == MODEL_GPT ? (size_t)m->vocab_size * (size_t)m->d_model : 0);
+        *distinct = total - (job_model_tied_head(m) ? (size_t)m->vocab_size * (size_t)m->d_model : 0);
     return total;
 }
 
@@ -600,7 +603,7 @@ size_t sizes_batch_bytes(const sizes *s)
 {
     const job_model *m = &s->job.model;
     size_t n = (size_t)sizes_batch_samples(s);
-    if (m->kind == MODEL_GPT) return 2 * n * (size_t)m->seq_len * sizeof(int);
+    if (job_model_is_lm(m)) return 2 * n * (size_t)m->seq_len * sizeof(int);
     return n * (size_t)m->channels * (size_t)m->image_size * (size_t)m->image_size * sizeof(float) +
            n * sizeof(int);
 }
@@ -611,7 +614,7 @@ size_t sizes_graph_input_bytes(const sizes *s)
     if (!j->train.cuda_graphs) return 0;
     const job_model *m = &j->model;
     size_t n = (size_t)j->train.micro_batch * (size_t)j->train.grad_accum; /* per rank: pp 1 */
-    if (m->kind == MODEL_GPT) return 2 * n * (size_t)m->seq_len * sizeof(int);
+    if (job_model_is_lm(m)) return 2 * n * (size_t)m->seq_len * sizeof(int);
     return n * (size_t)m->channels * (size_t)m->image_size * (size_t)m->image_size * sizeof(float) + n * sizeof(int);
 }
 
@@ -623,7 +626,7 @@ size_t sizes_graph_bytes(const sizes *s)
 size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at)
 {
     int pp = s->job.parallel.pp, L = s->job.model.n_layer;
-    if (s->job.model.kind != MODEL_GPT || pp == 1) return 0;
+    if (!job_model_tied_head(&s->job.model) || pp == 1) return 0;
     if (at.pp == pp_chunk_rank(0, pp)) return sizes_unit_numel(s, 0, at.tp);
     if (at.pp == pp_chunk_rank(s->chunks - 1, pp)) return sizes_unit_numel(s, L + 1, at.tp);
     return 0;
@@ -642,8 +645,12 @@ size_t sizes_cp_ring_numel(const sizes *s)
     int cp = j->parallel.cp, tp = j->parallel.tp;
     if (cp < 2) return 0;
     size_t rows = (size_t)j->train.micro_batch * (size_t)(j->model.seq_len / cp);
-    size_t Cl = (size_t)(j->model.d_model / tp), NHl = (size_t)(j->model.n_head / tp);
-    return 2 * rows * 4 * Cl + rows * Cl + rows * NHl;
+    int nh = j->model.n_head / tp;
+    size_t Cl = (size_t)(j->model.d_model / tp), NHl = (size_t)nh;
+    /* two buffers of rows x (k and v, then their gradient or the fp32 result):
+     * 4 Cl without GQA (cp.c) */
+    size_t k2 = (size_t)dt_kv_cols((int)Cl, nh, model_kv_heads_local(&j->model, tp)), second = k2 > Cl ? k2 : Cl;
+    return 2 * rows * (k2 + second) + rows * Cl + rows * NHl;
 }
 
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)

@@ -146,6 +146,12 @@ typedef struct {
     double w_flops;              /* of bwd_flops, the weight gradient a zero-bubble
                                     pipeline's W pass runs (model.h: the blocks'
                                     four matmuls, fwd_flops each; else 0) */
+    int attention;               /* a block's attention core (score and value
+                                    products), its FLOPs counted whole as the
+                                    model's are (no causal mask); dim is then the
+                                    head size or the key block, if smaller */
+    double keys;                 /* attention: the keys one call sees (seq, or the
+                                    cp ring's block seq / (2 cp)) */
 } sizes_gemm;
 typedef struct {
     int n_gemm;

@@ -35,7 +35,7 @@ int strat_wait(strat_ctx *x, comm *c, comm_req *req, const char *what)
 int strat_backward_order(const strat_ctx *x, int *order)
 {
     int n = 0, head = x->n_units - 1;
-    int tied_here = x->job->model.kind == MODEL_GPT && x->unit_model[0] &&
+    int tied_here = job_model_tied_head(&x->job->model) && x->unit_model[0] &&
                     x->unit_model[0] == x->unit_model[head];
     for (int u = x->n_units - 1; u >= 0; u--) {
         if (!x->unit_model[u] || (tied_here && u == head)) continue;

@@ -326,11 +326,11 @@ static void embedding_forward(void *ctx, float *out_rows, void *full, const int 
     if (!g->sp) {
         ops->embedding_forward(out_rows, tokens, wte, v0, V_l, N, C);
         reduce_rows(g, out_rows, NULL, nc);
-        ops->posadd_forward(out_rows, wpe, NULL, B, T, C);
+        if (wpe) ops->posadd_forward(out_rows, wpe, NULL, B, T, C);
         return;
     }
     ops->embedding_forward(full, tokens, wte, v0, V_l, N, C);
-    if (g->rank == 0) ops->posadd_forward(full, wpe, NULL, B, T, C);
+    if (g->rank == 0 && wpe) ops->posadd_forward(full, wpe, NULL, B, T, C);
     reduce_rows(g, out_rows, full, nc);
 }
 
@@ -342,7 +342,7 @@ static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float 
     int N = B * T;
     const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)C, DT_F32);
     g->ops->embedding_backward(dwte, dout, tokens, v0, V_l, N, C);
-    g->ops->posadd_backward(dwpe, dout, NULL, B, T, C);
+    if (dwpe) g->ops->posadd_backward(dwpe, dout, NULL, B, T, C);
 }
 
 /* ---- the vocab-parallel LM head (column-parallel over the vocabulary, output
@@ -395,7 +395,9 @@ static const void *rows_gather(void *ctx, const void *rows, void *full, size_t N
     return gather_rows(ctx, rows, full, NC, t);
 }
 
-/* Megatron sums a sequence-parallel layernorm's gradients over the tp group. */
+/* Megatron sums a sequence-parallel layernorm's gradients over the tp group;
+ * a Llama sums its replicated kv heads' weight gradients with it (tp above
+ * n_kv_head, model.h). */
 static void rows_grad_sum(void *ctx, float *buf, size_t n)
 {
     const tp_group *g = ctx;

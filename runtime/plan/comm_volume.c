@@ -20,15 +20,17 @@
  *        per block 4 forward, 6 backward (the layernorm outputs are gathered
  *        again), 3 more with recompute; GPT's embedding and head one each way,
  *        ViT's head forward and embedding backward; small all-reduces of the
- *        layernorm gradients (4 x C floats per block, 2 x C for GPT's head)
+ *        layernorm gradients (4 x C floats per block, 2 x C for GPT's head; a
+ *        Llama's RMSNorms have no bias: 2 x C and C)
  *   pp   one activation forward and one gradient backward per microbatch and
  *        chunk boundary (with sequence parallelism the tp rank's 1/tp of it)
  *   embed GPT with pp > 1: the tied wte gradient, all-reduced between the first
  *        and the last stage once per step
  *   cp   context parallel's ring (cp.c), per block and microbatch: forward sends
- *        this rank's k and v on cp - 1 times ([B, T/cp, 2C/tp]), backward the
- *        same again (cp - 1) plus their gradient cp times (and block recompute
- *        the forward's once more). With cp the rank's activations are 1/cp of
+ *        this rank's k and v on cp - 1 times ([B, T/cp, 2 x kv heads x head
+ *        size / tp]: GQA's kv heads, replicated above tp), backward the same
+ *        again (cp - 1) plus their gradient cp times, in fp32 (and block
+ *        recompute the forward's once more). With cp the rank's activations are 1/cp of
  *        the samples' tokens: tp and pp volumes shrink with them, and dp's
  *        gradient reduction runs over dp x cp ranks.
  * Activations and their gradients travel at the working precision (bf16 under
@@ -157,7 +159,7 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     double small = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * 4.0;
     int per_block = 4 + (e->job.train.recompute == RECOMPUTE_BLOCK ? 2 : 0);
     double big = (double)per_block * sh->blocks, tiny = 0, tiny_calls = 0;
-    if (md->kind == MODEL_GPT) {
+    if (job_model_is_lm(md)) {
         big += sh->has_emb + sh->has_head; /* embedding forward, head's input gradient */
         if (sh->has_head) {
             /* max, sum of exp, target logit: [N] floats each, one call each
@@ -170,11 +172,13 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     double f = 2.0 * (t - 1) / t;
     int crosses_tp = plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_TP);
     if (par->sequence_parallel) {
-        int gpt = md->kind == MODEL_GPT, rc = e->job.train.recompute == RECOMPUTE_BLOCK;
+        int gpt = job_model_is_lm(md), rc = e->job.train.recompute == RECOMPUTE_BLOCK;
         double halves = (10.0 + (rc ? 3.0 : 0.0)) * sh->blocks + (gpt ? 2.0 : 1.0) * (sh->has_emb + sh->has_head);
         double ln_calls = sh->blocks + (gpt ? sh->has_head : 0);
         /* the layernorm gradients' sums stay fp32 (tp.h) */
-        double ln = (4.0 * sh->blocks + (gpt ? 2.0 * sh->has_head : 0)) * md->d_model * 4.0;
+        /* per block two layernorms' weight and bias (GPT, ViT) or two RMSNorms' weight (Llama) */
+        double per_norm = md->kind == MODEL_LLAMA ? 1.0 : 2.0;
+        double ln = (2.0 * per_norm * sh->blocks + (gpt ? per_norm * sh->has_head : 0)) * md->d_model * 4.0;
         c->op = "all-gather + reduce-scatter (activations)";
         c->bytes = par->microbatches * (f / 2 * halves * act + f * (tiny * small + ln));
         c->calls = (long)par->microbatches * (long)(halves + tiny_calls + ln_calls);
@@ -216,7 +220,7 @@ static void embed_volume(const plan_estimate *e, int p, int tp_rank, plan_stage 
 {
     const job_parallel *par = &e->job.parallel;
     plan_comm *c = &st->comm[GROUP_EMBED];
-    if (e->job.model.kind != MODEL_GPT || par->pp < 2 || (p != 0 && p != par->pp - 1)) return;
+    if (!job_model_tied_head(&e->job.model) || par->pp < 2 || (p != 0 && p != par->pp - 1)) return;
     long long V = e->job.model.vocab_size;
     double rows = (double)(V * (tp_rank + 1) / par->tp - V * tp_rank / par->tp);
     c->size = 2;
@@ -226,13 +230,26 @@ static void embed_volume(const plan_estimate *e, int p, int tp_rank, plan_stage 
     finish(e, c, crosses(e, rank_at(e, 0, 0, 0), rank_at(e, par->pp - 1, 0, 0)), 2.0);
 }
 
-/* Bytes of this rank's k and v of one micro-batch (what one ring step sends). */
-double plan_cp_kv_bytes(const plan_estimate *e)
+/* This rank's k and v of one micro-batch (what one ring step sends): its
+ * tokens' rows of k then v for its kv heads (dt_kv_cols: 2 x kv heads x head
+ * size, GQA's fewer), in the activations' type; their gradient travels in fp32
+ * (cp.c). */
+static double cp_kv_elems(const plan_estimate *e)
 {
     const job_spec *j = &e->job;
-    /* fp32 on the wire, also under bf16 (cp.c's ring buffers are fp32) */
-    return (double)j->train.micro_batch * (j->model.seq_len / j->parallel.cp) * 2.0 *
-           (j->model.d_model / j->parallel.tp) * sizeof(float);
+    int tp = j->parallel.tp;
+    return (double)j->train.micro_batch * (j->model.seq_len / j->parallel.cp) *
+           dt_kv_cols(j->model.d_model / tp, j->model.n_head / tp, model_kv_heads_local(&j->model, tp));
+}
+
+double plan_cp_kv_bytes(const plan_estimate *e)
+{
+    return cp_kv_elems(e) * (double)sizes_param_elem_bytes(e->sizes);
+}
+
+double plan_cp_dkv_bytes(const plan_estimate *e)
+{
+    return cp_kv_elems(e) * sizeof(float);
 }
 
 static void cp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
@@ -243,10 +260,10 @@ static void cp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     c->size = cp;
     if (cp < 2) return;
     int rc = e->job.train.recompute == RECOMPUTE_BLOCK;
-    double sends = (double)(cp - 1) * (rc ? 3 : 2) + cp; /* kv forward (+ again), kv + dkv backward */
+    double kv_sends = (double)(cp - 1) * (rc ? 3 : 2); /* forward, backward (+ the recompute's forward) */
     c->op = "send/recv ring (k, v forward; k, v and their gradients backward)";
-    c->bytes = par->microbatches * sh->blocks * sends * plan_cp_kv_bytes(e);
-    c->calls = (long)(par->microbatches * sh->blocks * sends);
+    c->bytes = par->microbatches * sh->blocks * (kv_sends * plan_cp_kv_bytes(e) + cp * plan_cp_dkv_bytes(e));
+    c->calls = (long)(par->microbatches * sh->blocks * (kv_sends + cp));
     finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_CP), 1.0);
 }
 

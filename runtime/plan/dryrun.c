@@ -26,6 +26,15 @@ void plan_stage_units(const plan_estimate *e, int p, char *out, size_t n)
     }
 }
 
+void plan_headroom_text(const hw_profile *hw, double device, char *out, size_t n)
+{
+    char a[FMT_LEN], b[FMT_LEN], origin[HW_TEXT_MAX + 64];
+    double room = hw_headroom(hw, device);
+    hw_headroom_origin(hw, origin, sizeof origin);
+    snprintf(out, n, "%s free on each rank, %.3g %% of its %s (%s)", fmt_bytes(a, room),
+             device > 0 ? 100 * room / device : 0.0, fmt_bytes(b, device), origin);
+}
+
 static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *out)
 {
     const job_spec *job = &e->job;
@@ -38,6 +47,11 @@ static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *o
         fprintf(out, "model      gpt%s%s: %d layers, d_model %d, %d heads, d_ff %d, vocab %d, seq %d\n",
                 m->preset[0] ? " " : "", m->preset, m->n_layer, m->d_model, m->n_head, m->d_ff, m->vocab_size,
                 m->seq_len);
+    else if (m->kind == MODEL_LLAMA)
+        fprintf(out, "model      llama%s%s: %d layers, d_model %d, %d heads (%d kv), d_ff %d (SwiGLU), vocab %d, seq %d, "
+                     "%s head\n",
+                m->preset[0] ? " " : "", m->preset, m->n_layer, m->d_model, m->n_head, job_model_kv_heads(m), m->d_ff,
+                m->vocab_size, m->seq_len, job_model_tied_head(m) ? "tied" : "untied");
     else
         fprintf(out, "model      vit%s%s: %d layers, d_model %d, %d heads, d_ff %d, image %d, patch %d, %d classes\n",
                 m->preset[0] ? " " : "", m->preset, m->n_layer, m->d_model, m->n_head, m->d_ff, m->image_size,
@@ -157,6 +171,10 @@ static void print_memory(const plan_estimate *e, FILE *out)
                 fmt_bytes(v, e->hw.cuda_context), e->world > 1 ? fmt_bytes((char[FMT_LEN]){0}, e->hw.nccl) : "none (one process)",
                 fmt_bytes((char[FMT_LEN]){0}, e->hw.cublas_workspace),
                 fmt_bytes((char[FMT_LEN]){0}, e->stage[0].fixed - hw_fixed_overhead(&e->hw, e->world)));
+    char room[512];
+    plan_headroom_text(&e->hw, e->stage[0].device, room, sizeof room);
+    fprintf(out, "  headroom: --plan keeps %s; the fullest stage leaves %s\n", room,
+            fmt_bytes(v, e->stage[0].device - e->max_total));
 }
 
 static void print_compute_comm(const plan_estimate *e, FILE *out)
@@ -164,7 +182,7 @@ static void print_compute_comm(const plan_estimate *e, FILE *out)
     char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN];
     fprintf(out, "\ncompute per step: %s FLOPs model (6N + attention), %s executed%s\n", fmt_count(a, e->model_flops),
             fmt_count(b, e->exec_flops),
-            e->job.model.kind != MODEL_GPT ? (e->job.train.recompute != RECOMPUTE_NONE ? " (recompute counted)" : "")
+            !job_model_is_lm(&e->job.model) ? (e->job.train.recompute != RECOMPUTE_NONE ? " (recompute counted)" : "")
             : e->job.train.recompute != RECOMPUTE_NONE ? " (recompute and the LM head's logits again in backward)"
                                                        : " (the LM head's logits again in backward)");
     for (int p = 0; p < e->n_stages; p++)
@@ -209,7 +227,7 @@ static void print_step(const plan_estimate *e, FILE *out)
             100 * e->bubble, fmt_seconds(c, tail));
     fprintf(out, "           MFU %.1f %%, HFU %.1f %% (of %s peak %.4g TFLOP/s per rank); compute alone %.1f %%\n",
             100 * e->mfu, 100 * e->hfu, e->mixed ? "bf16" : "fp32", e->peak / 1e12, 100 * e->compute_eff);
-    if (e->job.model.kind == MODEL_GPT)
+    if (job_model_is_lm(&e->job.model))
         fprintf(out, "           %s tokens/s, %s sequences/s\n", fmt_count(a, e->tokens_per_s), fmt_count(d, e->samples_per_s));
     else
         fprintf(out, "           %s images/s\n", fmt_count(a, e->samples_per_s));

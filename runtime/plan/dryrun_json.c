@@ -23,7 +23,7 @@ static cJSON *model_json(const plan_estimate *e)
     cJSON_AddNumberToObject(o, "n_head", m->n_head);
     cJSON_AddNumberToObject(o, "d_model", m->d_model);
     cJSON_AddNumberToObject(o, "d_ff", m->d_ff);
-    if (m->kind == MODEL_GPT) {
+    if (job_model_is_lm(m)) {
         cJSON_AddNumberToObject(o, "vocab_size", m->vocab_size);
         cJSON_AddNumberToObject(o, "seq_len", m->seq_len);
     } else {
@@ -55,12 +55,23 @@ static cJSON *hardware_json(const plan_estimate *e, const plan_machine *pm)
         cJSON_AddNumberToObject(pt, "fraction", hw->gemm_eff[i]);
         cJSON_AddItemToArray(tab, pt);
     }
+    if (hw->n_attn > 0) {
+        cJSON *at = cJSON_AddArrayToObject(o, "attention_efficiency");
+        for (int i = 0; i < hw->n_attn; i++) {
+            cJSON *pt = cJSON_CreateObject();
+            cJSON_AddNumberToObject(pt, "keys", hw->attn_keys[i]);
+            cJSON_AddNumberToObject(pt, "fraction", hw->attn_eff[i]);
+            cJSON_AddItemToArray(at, pt);
+        }
+    }
     cJSON_AddNumberToObject(o, "memory_efficiency", hw->memory_eff);
     cJSON_AddNumberToObject(o, "memory_bytes", hw->memory);
     cJSON_AddNumberToObject(o, "memory_bandwidth", hw->memory_bw);
     cJSON_AddNumberToObject(o, "intra_node_bandwidth", hw->intra_bw);
     cJSON_AddNumberToObject(o, "inter_node_bandwidth", hw->inter_bw);
     cJSON_AddNumberToObject(o, "gpus_per_node", hw->gpus_per_node);
+    cJSON_AddNumberToObject(o, "headroom_fraction", hw->headroom_bytes > 0 ? 0 : hw->headroom_fraction);
+    if (hw->calibrated[0]) cJSON_AddStringToObject(o, "calibrated", hw->calibrated);
     return o;
 }
 
@@ -178,7 +189,7 @@ static cJSON *step_json(const plan_estimate *e)
     cJSON_AddNumberToObject(o, "hfu", e->hfu);
     cJSON_AddNumberToObject(o, "compute_efficiency", e->compute_eff);
     cJSON_AddNumberToObject(o, "samples_per_s", e->samples_per_s);
-    if (e->job.model.kind == MODEL_GPT) cJSON_AddNumberToObject(o, "tokens_per_s", e->tokens_per_s);
+    if (job_model_is_lm(&e->job.model)) cJSON_AddNumberToObject(o, "tokens_per_s", e->tokens_per_s);
     else cJSON_AddNumberToObject(o, "images_per_s", e->samples_per_s);
     return o;
 }
@@ -228,6 +239,8 @@ int dryrun_print_json(const plan_estimate *e, const plan_machine *pm, FILE *out,
     cJSON_AddItemToObject(root, "step", step_json(e));
     if (e->has_sim) cJSON_AddItemToObject(root, "pipeline", pipeline_json(e));
     cJSON_AddBoolToObject(root, "fits", e->fits);
+    cJSON_AddNumberToObject(root, "headroom_bytes", e->headroom);
+    cJSON_AddBoolToObject(root, "fits_headroom", e->fits_headroom);
     cJSON *warn = cJSON_AddArrayToObject(root, "warnings");
     for (int i = 0; i < e->n_warnings; i++) cJSON_AddItemToArray(warn, cJSON_CreateString(e->warnings[i]));
     return plan_json_write(root, "dry-run", out, err, errlen);

@@ -13,6 +13,9 @@ const char *plan_group_name(plan_group g); /* "dp", "dp-replica", "tp", "pp", "e
 /* "0-20", or with virtual stages "0-10,41-50": the units pp rank p holds. */
 void plan_stage_units(const plan_estimate *e, int p, char *out, size_t n);
 void plan_print_warnings(const plan_estimate *e, FILE *out);
+/* "4.28 GB free on each rank, 5 % of its 85.5 GB (headroom_percent of the
+ * h100-sxm profile; --headroom to change)": the headroom a plan keeps. */
+void plan_headroom_text(const hw_profile *hw, double device, char *out, size_t n);
 /* root as one JSON document on out, then freed (NULL: cJSON ran out of memory
  * building it). 0, or -1 with "WHO: out of memory building the JSON report". */
 struct cJSON;

@@ -77,6 +77,8 @@ typedef struct {
     plan_stage *stage;       /* [pp] */
     int fits;                /* no stage OOM */
     double max_total;        /* the largest stage total, bytes */
+    double headroom;         /* bytes a rank keeps free for what no estimate counts (hw_headroom) */
+    int fits_headroom;       /* fits, and every stage leaves the headroom free: what --plan proposes */
     /* time (plan_estimate_time) */
     int timed;
     double peak;             /* FLOP/s per rank */
@@ -127,8 +129,10 @@ void plan_memory(plan_estimate *e);
 /* Per stage communication volume, link and time (exposure is step_time's). */
 void plan_comm_volume(plan_estimate *e);
 /* Context parallelism: bytes of one rank's k and v of a micro-batch, what one
- * step of the ring sends (comm_volume.c). */
+ * step of the ring sends (its kv heads, the activations' type), and of their
+ * gradient (fp32) (comm_volume.c). */
 double plan_cp_kv_bytes(const plan_estimate *e);
+double plan_cp_dkv_bytes(const plan_estimate *e);
 /* Chunk costs, the pipeline simulation (or with simulate = 0 its lower bound),
  * exposure, step time, MFU. */
 int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen);

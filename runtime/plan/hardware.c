@@ -22,7 +22,7 @@
 
 #define MIB (1024.0 * 1024.0)
 
-typedef enum { K_TEXT, K_DEVICE, K_NUMBER, K_INT, K_TABLE } key_type;
+typedef enum { K_TEXT, K_DEVICE, K_NUMBER, K_INT, K_TABLE, K_ATTN_TABLE } key_type;
 
 typedef struct {
     const char *key;
@@ -42,6 +42,7 @@ static const key_def KEYS[] = {
     {"peak_fp32_tflops", K_NUMBER, 1, 1e-6, 1e6, 1e12, OFF(peak_fp32)},
     {"gemm_efficiency", K_TABLE, 0, 1e-3, 1, 1, OFF(gemm_eff)},
     {"achievable_fraction", K_NUMBER, 0, 1e-3, 1, 1, OFF(achievable)},
+    {"attention_efficiency", K_ATTN_TABLE, 0, 1e-3, 1, 1, OFF(attn_eff)},
     {"memory_efficiency", K_NUMBER, 0, 1e-3, 1, 1, OFF(memory_eff)},
     {"memory_mib", K_NUMBER, 1, 0, 1e9, MIB, OFF(memory)},
     {"memory_bandwidth_gbs", K_NUMBER, 1, 1e-3, 1e6, 1e9, OFF(memory_bw)},
@@ -56,6 +57,8 @@ static const key_def KEYS[] = {
     {"cuda_context_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(cuda_context)},
     {"nccl_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(nccl)},
     {"cublas_workspace_mib", K_NUMBER, 1, 0, 1e6, MIB, OFF(cublas_workspace)},
+    {"headroom_percent", K_NUMBER, 0, 0, 50, 0.01, OFF(headroom_fraction)},
+    {"calibrated", K_TEXT, 0, 0, 0, 0, OFF(calibrated)},
 };
 #define N_KEYS (int)(sizeof KEYS / sizeof KEYS[0])
 
@@ -112,34 +115,36 @@ static int set_value(hw_profile *hw, const key_def *k, const char *v, const yaml
     return 0;
 }
 
-/* gemm_efficiency: a mapping DIM: FRACTION, DIM increasing. */
-static int set_table(hw_profile *hw, const key_def *k, yaml_document_t *doc, const yaml_node_t *vn, const char *file,
-                     char *err, size_t errlen)
+/* gemm_efficiency (DIM: FRACTION) or attention_efficiency (KEYS: FRACTION): a
+ * mapping, its dimension increasing; into dims / effs, *n points. */
+static int set_table(const key_def *k, yaml_document_t *doc, const yaml_node_t *vn, const char *file, double *dims,
+                     double *effs, int *n, char *err, size_t errlen)
 {
+    const char *what = k->type == K_ATTN_TABLE ? "keys per attention call" : "GEMM dimension";
     if (vn->type != YAML_MAPPING_NODE)
-        return fail_node(err, errlen, file, vn, "%s is a mapping of GEMM dimension: fraction of peak%s", k->key, "");
-    hw->n_gemm = 0;
+        return fail_node(err, errlen, file, vn, "%s is a mapping of %s: fraction of peak", k->key, what);
+    *n = 0;
     for (yaml_node_pair_t *p = vn->data.mapping.pairs.start; p < vn->data.mapping.pairs.top; p++) {
         yaml_node_t *kn = yaml_document_get_node(doc, p->key), *fn = yaml_document_get_node(doc, p->value);
         if (!kn || !fn || kn->type != YAML_SCALAR_NODE || fn->type != YAML_SCALAR_NODE)
-            return fail_node(err, errlen, file, kn ? kn : vn, "%s: each entry is DIM: FRACTION%s", k->key, "");
-        if (hw->n_gemm == HW_GEMM_MAX)
-            return fail_node(err, errlen, file, kn, "%s: at most 16 points%s", k->key, "");
+            return fail_node(err, errlen, file, kn ? kn : vn, "%s: each entry is %s", k->key,
+                             k->type == K_ATTN_TABLE ? "KEYS: FRACTION" : "DIM: FRACTION");
+        if (*n == HW_GEMM_MAX) return fail_node(err, errlen, file, kn, "%s: at most 16 points%s", k->key, "");
         const char *ks = (const char *)kn->data.scalar.value, *fs = (const char *)fn->data.scalar.value;
         char *end;
         errno = 0;
         double dim = strtod(ks, &end);
         if (!*ks || *end || errno || !(dim >= 1 && dim <= 1e9))
-            return fail_node(err, errlen, file, kn, "%s: a GEMM dimension is a number >= 1, got '%s'", k->key, ks);
+            return fail_node(err, errlen, file, kn, "%s: a dimension is a number >= 1, got '%s'", k->key, ks);
         double f = strtod(fs, &end);
         if (!*fs || *end || errno || !(f >= k->min && f <= k->max))
             return fail_node(err, errlen, file, fn, "%s: a fraction of peak is in (0, 1], got '%s'", k->key, fs);
-        if (hw->n_gemm > 0 && dim <= hw->gemm_dim[hw->n_gemm - 1])
+        if (*n > 0 && dim <= dims[*n - 1])
             return fail_node(err, errlen, file, kn, "%s: dimensions must increase ('%s')", k->key, ks);
-        hw->gemm_dim[hw->n_gemm] = dim;
-        hw->gemm_eff[hw->n_gemm++] = f;
+        dims[*n] = dim;
+        effs[(*n)++] = f;
     }
-    if (hw->n_gemm < 2) return fail_node(err, errlen, file, vn, "%s needs at least 2 points%s", k->key, "");
+    if (*n < 2) return fail_node(err, errlen, file, vn, "%s needs at least 2 points%s", k->key, "");
     return 0;
 }
 
@@ -186,8 +191,11 @@ static int load_mapping(hw_profile *hw, yaml_document_t *doc, const char *file, 
         }
         if (seen[i]) return fail_node(err, errlen, file, kn, "key '%s' appears twice%s", key, "");
         seen[i] = 1;
-        if (KEYS[i].type == K_TABLE) {
-            if (set_table(hw, &KEYS[i], doc, vn, file, err, errlen)) return -1;
+        if (KEYS[i].type == K_TABLE || KEYS[i].type == K_ATTN_TABLE) {
+            int attn = KEYS[i].type == K_ATTN_TABLE;
+            if (set_table(&KEYS[i], doc, vn, file, attn ? hw->attn_keys : hw->gemm_dim, attn ? hw->attn_eff : hw->gemm_eff,
+                          attn ? &hw->n_attn : &hw->n_gemm, err, errlen))
+                return -1;
             continue;
         }
         if (vn->type != YAML_SCALAR_NODE)
@@ -220,6 +228,11 @@ static int load_mapping(hw_profile *hw, yaml_document_t *doc, const char *file, 
     for (int i = 0; i < hw->n_gemm; i++)
         if (hw->gemm_eff[i] > hw->achievable) hw->achievable = hw->gemm_eff[i];
     if (!mem_eff) hw->memory_eff = 0.8;
+    int headroom = 0;
+    for (int i = 0; i < N_KEYS; i++)
+        if (KEYS[i].offset == OFF(headroom_fraction)) headroom = seen[i];
+    if (!headroom) hw->headroom_fraction = 0.05;
+    hw->headroom_origin = headroom ? HW_HEADROOM_PROFILE : HW_HEADROOM_DEFAULT;
     /* on the CPU backend "host" memory is the device's own */
     if (!hw->gpu && hw->host_link_bw <= 0) hw->host_link_bw = hw->memory_bw;
     if (!hw->gpu && hw->host_memory_bw <= 0) hw->host_memory_bw = hw->memory_bw;
@@ -388,16 +401,41 @@ double hw_fixed_overhead(const hw_profile *hw, int world)
     return hw->cuda_context + (world > 1 ? hw->nccl : 0) + hw->cublas_workspace;
 }
 
+double hw_headroom(const hw_profile *hw, double rank_memory)
+{
+    return hw->headroom_bytes > 0 ? hw->headroom_bytes : hw->headroom_fraction * rank_memory;
+}
+
+void hw_headroom_origin(const hw_profile *hw, char *out, size_t n)
+{
+    if (hw->headroom_origin == HW_HEADROOM_FLAG)
+        snprintf(out, n, "--headroom");
+    else if (hw->headroom_origin == HW_HEADROOM_PROFILE)
+        snprintf(out, n, "headroom_percent of the %s profile; --headroom to change", hw->name);
+    else
+        snprintf(out, n, "the default, the %s profile sets no headroom_percent; --headroom to change", hw->name);
+}
+
+/* A table read linearly in log2(dim) between its points, flat beyond its ends. */
+static double table_at(const double *dims, const double *effs, int n, double dim)
+{
+    if (n == 1 || dim <= dims[0]) return effs[0];
+    if (dim >= dims[n - 1]) return effs[n - 1];
+    int i = 1;
+    while (dims[i] < dim) i++;
+    double x0 = log2(dims[i - 1]), x1 = log2(dims[i]), x = log2(dim);
+    return effs[i - 1] + (effs[i] - effs[i - 1]) * (x - x0) / (x1 - x0);
+}
+
 double hw_gemm_efficiency(const hw_profile *hw, double dim)
 {
-    int n = hw->n_gemm;
-    if (n < 1) return hw->achievable;
-    if (n == 1 || dim <= hw->gemm_dim[0]) return hw->gemm_eff[0];
-    if (dim >= hw->gemm_dim[n - 1]) return hw->gemm_eff[n - 1];
-    int i = 1;
-    while (hw->gemm_dim[i] < dim) i++;
-    double x0 = log2(hw->gemm_dim[i - 1]), x1 = log2(hw->gemm_dim[i]), x = log2(dim);
-    return hw->gemm_eff[i - 1] + (hw->gemm_eff[i] - hw->gemm_eff[i - 1]) * (x - x0) / (x1 - x0);
+    if (hw->n_gemm < 1) return hw->achievable;
+    return table_at(hw->gemm_dim, hw->gemm_eff, hw->n_gemm, dim);
+}
+
+double hw_attention_efficiency(const hw_profile *hw, double keys)
+{
+    return hw->n_attn > 0 ? table_at(hw->attn_keys, hw->attn_eff, hw->n_attn, keys) : 0;
 }
 
 double hw_peak(const hw_profile *hw, int mixed_bf16)

@@ -36,6 +36,11 @@ int plan_machine_resolve(plan_machine *pm, const job_spec *job, const dryrun_opt
         hw = cpu ? "cpu" : "h100-sxm";
     }
     if (hw_load(&pm->hw, hw, err, errlen)) return -1;
+    if (o->headroom.set) {
+        pm->hw.headroom_fraction = o->headroom.fraction;
+        pm->hw.headroom_bytes = o->headroom.bytes;
+        pm->hw.headroom_origin = HW_HEADROOM_FLAG;
+    }
     const job_parallel *par = &job->parallel;
     int world = par->dp * par->tp * par->pp * par->cp;
     pm->ranks_per_node = o->nproc_per_node > 0 ? o->nproc_per_node : positive(job->launch.nproc_per_node);

@@ -51,11 +51,13 @@ static double bf16_operands_bytes(const plan_estimate *e)
 {
     const job_model *m = &e->job.model;
     const job_parallel *par = &e->job.parallel;
-    double t = par->tp, C = m->d_model, F = m->d_ff / t, C3 = 3.0 * C / t, Cl = C / t;
+    /* a Llama's MLP up projection is its packed gate|up GEMM (2 d_ff) */
+    double t = par->tp, C = m->d_model, F = (m->kind == MODEL_LLAMA ? 2.0 : 1.0) * m->d_ff / t, C3 = 3.0 * C / t,
+           Cl = C / t;
     double N = (double)e->job.train.micro_batch * model_seq_len(m) / par->cp;
     /* elements narrowed (or borrowed) by one GEMM call, the largest of each kind */
     double most = fmax(N * C, fmax(N * C3, fmax(N * Cl, N * F))); /* output gradients; a forward's borrowed rows */
-    if (m->kind == MODEL_GPT) {
+    if (job_model_is_lm(m)) {
         double R = model_head_chunk_rows(m), V = ceil((double)m->vocab_size / t);
         if (R > N) R = N;
         most = fmax(most, R * V); /* a chunk of dlogits */
@@ -77,7 +79,7 @@ static double cuda_scratch_bytes(const plan_estimate *e)
     const job_model *m = &e->job.model;
     double B = e->job.train.micro_batch, seq = model_seq_len(m);
     double d = 4.0 * B * ((double)m->n_head / e->job.parallel.tp) * seq / e->job.parallel.cp;
-    if (m->kind == MODEL_GPT) return d;
+    if (job_model_is_lm(m)) return d;
     double patches = 4.0 * B * (seq - 1.0) * (double)m->channels * m->patch_size * m->patch_size;
     return patches > d ? patches : d;
 }
@@ -94,7 +96,9 @@ static double cpu_bf16_staging_bytes(const plan_estimate *e)
 {
     const job_model *m = &e->job.model;
     const job_parallel *par = &e->job.parallel;
-    double t = par->tp, C = m->d_model, F = m->d_ff / t, C3 = 3.0 * C / t, Cl = C / t;
+    /* a Llama's MLP up projection is its packed gate|up GEMM (2 d_ff) */
+    double t = par->tp, C = m->d_model, F = (m->kind == MODEL_LLAMA ? 2.0 : 1.0) * m->d_ff / t, C3 = 3.0 * C / t,
+           Cl = C / t;
     double T = (double)model_seq_len(m) / par->cp, B = e->job.train.micro_batch, N = B * T;
     int naive = m->attention == ATTN_NAIVE && par->cp == 1;
     double probs = naive ? B * ((double)m->n_head / t) * T * T : 0;
@@ -102,7 +106,7 @@ static double cpu_bf16_staging_bytes(const plan_estimate *e)
     double slot0 = big, slot1 = fmax(big, probs), slot2 = fmax(N * C, naive ? N * C3 : 2.0 * N * Cl);
     /* slot 3: a matmul's weight matrix, the largest (the GPT head's wte) */
     double slot3 = fmax(C * C3, C * F);
-    if (m->kind == MODEL_GPT) slot3 = fmax(slot3, C * ceil((double)m->vocab_size / t));
+    if (job_model_is_lm(m)) slot3 = fmax(slot3, C * ceil((double)m->vocab_size / t));
     else slot3 = fmax(slot3, C * (double)m->n_classes);
     return 4.0 * (slot0 + slot1 + slot2 + slot3);
 }
@@ -138,4 +142,14 @@ void plan_memory(plan_estimate *e)
         }
     }
     check_host_memory(e, host_max);
+    /* what the estimate cannot count (allocator fragmentation, a library's own
+     * buffers) needs room too: --plan proposes only layouts that leave it */
+    e->headroom = hw_headroom(&e->hw, device);
+    e->fits_headroom = e->fits && e->max_total <= device - e->headroom;
+    if (e->fits && !e->fits_headroom) {
+        char need[FMT_LEN], left[FMT_LEN], room[FMT_LEN];
+        plan_warn(e, "headroom: the fullest stage needs %s and leaves %s of the device free, less than the %s "
+                     "headroom (--plan would not propose this layout; --headroom to change)",
+                  fmt_bytes(need, e->max_total), fmt_bytes(left, device - e->max_total), fmt_bytes(room, e->headroom));
+    }
 }

@@ -3,7 +3,7 @@
  *   dtrun --dry-run job.yaml [--nnodes N] [--nproc-per-node G] [--hardware NAME|PATH]
  *                            [--format text|json]
  *   dtrun --plan    job.yaml --nnodes N --nproc-per-node G --hardware NAME [--top K]
- *                            [--format text|json]
+ *                            [--headroom 5%|4GiB] [--format text|json]
  *
  * Nothing is started: both are pure computations over the job, the hardware
  * profile (configs/hardware/NAME.yaml) and the same sizing functions and pipeline
@@ -26,6 +26,7 @@
 #include <stdio.h>
 
 #include "lib/job/jobspec.h"
+#include "lib/util/headroom.h"
 
 typedef enum { DRYRUN_TEXT = 0, DRYRUN_JSON } dryrun_format;
 
@@ -37,6 +38,9 @@ typedef struct {
     int top;               /* --plan: how many layouts to print; 0: 10 */
     int exhaustive;        /* --plan: simulate every layout that fits, not only those
                               whose lower bound could reach the top (tests compare) */
+    dt_headroom headroom;  /* memory kept free on each rank; unset: the profile's
+                              headroom_percent (--plan proposes only layouts that
+                              leave it; the dry-run warns when a stage eats into it) */
 } dryrun_opts;
 
 /* Exit statuses (documented in dtrun(1)): 0 printed (an OOM or other warning is
@@ -46,8 +50,9 @@ int dryrun_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, 
 
 /* Searches dp x tp x pp (tp within a node), mode, micro_batch, schedule and
  * recompute for nnodes x nproc_per_node ranks, drops what does not fit and prints
- * the `top` best by estimated throughput, each with why it wins or loses. The
- * job's model, global batch and precision are kept. Same exit statuses; 2 also
+ * the `top` best by estimated throughput, each with why it wins or loses. A
+ * layout fits when every rank keeps the headroom free besides what it needs.
+ * The job's model, global batch and precision are kept. Same exit statuses; 2 also
  * when nothing fits. */
 int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, size_t errlen);
 

@@ -14,8 +14,11 @@
  * is), an FSDP / HSDP one that still does not fit with the parameter shards
  * too (train.offload: [optimizer, params]), and one with block recompute that
  * still does not fit with its block inputs too (activations): offload only
- * costs time, so it is worth trying only where it makes a layout fit. The rc
- * column says +off, +offp, and a trailing "a" for activations. Each candidate is a job_spec that must pass job_validate
+ * costs time, so it is worth trying only where it makes a layout fit (the
+ * offload column says what). A layout fits when every stage leaves the headroom
+ * free (hw_headroom: the profile's headroom_percent of a rank's memory, or
+ * --headroom): the estimate counts what the worker allocates, not the
+ * allocator's fragmentation or a library's own buffers. Each candidate is a job_spec that must pass job_validate
  * (the same rules a job file obeys); its estimate is the dry-run's, memory first
  * so that what does not fit is dropped before its pipeline is simulated.
  *
@@ -24,8 +27,8 @@
  * layouts are taken cheapest bound first and simulated, until the top-th best
  * simulated step is below every remaining bound. The top list is exactly the one
  * an exhaustive search prints (test_plan.c checks it), at a fraction of the
- * simulations. Only layouts whose estimate fits are ever listed: a layout the
- * estimate says is out of memory is counted, never proposed. */
+ * simulations. Only layouts whose estimate fits within the headroom are ever
+ * listed: one that does not is counted, never proposed. */
 #include <cJSON.h>
 #include <malloc.h>
 #include <math.h>
@@ -192,19 +195,20 @@ static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm
     if (sharded) tries[n_tries++] = OFFLOAD_OPTIMIZER | OFFLOAD_PARAMS;
     if (c->recompute == RECOMPUTE_BLOCK) tries[n_tries] = tries[n_tries - 1] | OFFLOAD_ACTIVATIONS, n_tries++;
     for (int t = 0; t < n_tries; t++) {
-        if (rc || e.fits || c->offload || !pm->hw.gpu || !(pm->hw.host_link_bw > 0 && pm->hw.host_memory_bw > 0))
+        if (rc || e.fits_headroom || c->offload || !pm->hw.gpu ||
+            !(pm->hw.host_link_bw > 0 && pm->hw.host_memory_bw > 0))
             break;
         plan_estimate_free(&e);
         c->offload = tries[t];
         job = candidate_job(base, c);
         rc = plan_estimate_memory_reusing(&e, &job, &pm->hw, pm->nnodes, pm->ranks_per_node, pick_donor(cs, c),
                                           !c->exact, err, sizeof err);
-        if (!rc && !e.fits) c->offload = 0;
+        if (!rc && !e.fits_headroom) c->offload = 0;
     }
     int ok = 0;
     if (rc) {
         note_invalid(cs, job.path, err);
-    } else if (!e.fits) {
+    } else if (!e.fits_headroom) {
         cs->oom++;
     } else if (c->exact ? plan_estimate_time(&e, err, sizeof err) : plan_estimate_time_bound(&e, err, sizeof err)) {
         note_invalid(cs, job.path, err);
@@ -252,7 +256,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                 for (int cp = 1; cp <= W / pp / tp; cp++) {
                     if (G % tp || (W / pp) % tp || (W / pp / tp) % cp) continue;
                     /* context parallelism: a GPT in fp32 whose sequence splits into 2 cp chunks */
-                    if (cp > 1 && (job->model.kind != MODEL_GPT || job->train.precision != PREC_FP32 ||
+                    if (cp > 1 && (!job_model_is_lm(&job->model) || job->train.precision != PREC_FP32 ||
                                    job->model.seq_len % (2 * cp)))
                         continue;
                     /* selective recompute keeps what none keeps where the attention keeps only
@@ -417,49 +421,174 @@ static void explain(candidate *c, const candidate *best, int is_best)
         snprintf(c->reason + at, n - at, "; %.0f %% of step after backward", 100 * c->tail / c->step);
 }
 
+/* The job's own layout, priced like every candidate, so the plan says how
+ * its best compares with what the job file asks for. */
+typedef struct {
+    int compared;             /* the layout has the plan's ranks and was estimated */
+    char why[PLAN_WARN_LEN];  /* when not compared: why */
+    char layout[256];
+    double step, samples_per_s, tokens_per_s, mfu, max_total, device, headroom;
+    int fits, fits_headroom;
+} own_layout;
+
+static void describe_layout(const job_spec *job, char *out, size_t n)
+{
+    const job_parallel *par = &job->parallel;
+    char cp[24] = "", sched[96] = "";
+    if (par->cp > 1) snprintf(cp, sizeof cp, " x cp %d", par->cp);
+    if (par->pp > 1)
+        snprintf(sched, sizeof sched, ", pp_schedule %s, virtual_stages %d, microbatches %d",
+                 pp_schedule_kind_name(par->pp_schedule), par->virtual_stages, par->microbatches);
+    snprintf(out, n, "dp %d x tp %d%s x pp %d%s, mode %s%s, micro_batch %d, recompute %s", par->dp, par->tp,
+             par->sequence_parallel && par->tp > 1 ? " (sequence parallel)" : "", par->pp, cp,
+             job_shard_mode_name(par->mode), sched, job->train.micro_batch, job_recompute_name(job->train.recompute));
+}
+
+static void estimate_own(const job_spec *job, const plan_machine *pm, own_layout *ow)
+{
+    memset(ow, 0, sizeof *ow);
+    describe_layout(job, ow->layout, sizeof ow->layout);
+    const job_parallel *par = &job->parallel;
+    int world = par->dp * par->tp * par->pp * par->cp, W = pm->nnodes * pm->ranks_per_node;
+    if (world != W) {
+        snprintf(ow->why, sizeof ow->why, "its %d ranks are not the plan's %d", world, W);
+        return;
+    }
+    char err[PLAN_WARN_LEN];
+    plan_estimate e;
+    int rc = job_validate(job, err, sizeof err);
+    if (rc == 0) rc = plan_estimate_memory(&e, job, &pm->hw, pm->nnodes, pm->ranks_per_node, err, sizeof err);
+    if (rc == 0 && plan_estimate_time(&e, err, sizeof err) == 0) {
+        ow->compared = 1;
+        ow->step = e.step_time, ow->samples_per_s = e.samples_per_s, ow->tokens_per_s = e.tokens_per_s;
+        ow->mfu = e.mfu, ow->max_total = e.max_total, ow->device = e.stage[0].device, ow->headroom = e.headroom;
+        ow->fits = e.fits, ow->fits_headroom = e.fits_headroom;
+    } else {
+        snprintf(ow->why, sizeof ow->why, "%s", err);
+    }
+    if (rc == 0) plan_estimate_free(&e);
+}
+
+/* "the best above is 12 % faster" and the like, against the job's layout. */
+static void compare_text(const candidates *cs, const own_layout *ow, char *out, size_t n)
+{
+    if (!cs->n || !(ow->samples_per_s > 0)) {
+        snprintf(out, n, "%s", cs->n ? "" : "nothing above to compare it with");
+        return;
+    }
+    double r = cs->c[0].samples_per_s / ow->samples_per_s - 1;
+    if (fabs(r) < 0.005) snprintf(out, n, "the best above is as fast");
+    else snprintf(out, n, "the best above is %.0f %% %s", 100 * fabs(r), r > 0 ? "faster" : "slower");
+}
+
+/* train.offload as the job file writes it: "optimizer,params", "none". */
+static void offload_text(int offload, char *out, size_t n)
+{
+    snprintf(out, n, "%s%s%s", offload & OFFLOAD_OPTIMIZER ? "optimizer" : "",
+             offload & OFFLOAD_PARAMS ? ",params" : "", offload & OFFLOAD_ACTIVATIONS ? ",activations" : "");
+    if (!offload) snprintf(out, n, "none");
+}
+
+/* The table's columns are the job file's own keys (parallel.dp ...,
+ * train.micro_batch, parallel.microbatches, parallel.pp_schedule,
+ * parallel.virtual_stages, train.recompute, train.offload), so a row reads as
+ * the job it proposes; each column as wide as its widest cell. */
+enum { COLS = 17, CELL = 48 };
+
+/* the cells, then `why` (longer than a cell) */
+static void print_row(FILE *out, char cells[COLS][CELL], const int *width, const char *why)
+{
+    /* words left-aligned, numbers right-aligned */
+    static const int left[COLS] = {0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0};
+    fprintf(out, " ");
+    for (int k = 0; k < COLS; k++) fprintf(out, " %*s", left[k] ? -width[k] : width[k], cells[k]);
+    fprintf(out, "  %s\n", why);
+}
+
+static void print_own(const candidates *cs, const own_layout *ow, const job_spec *job, FILE *out)
+{
+    char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN], d[FMT_LEN], cmp[96];
+    if (!ow->compared) {
+        fprintf(out, "\nthe job's own layout (%s): not compared, %s\n", ow->layout, ow->why);
+        return;
+    }
+    compare_text(cs, ow, cmp, sizeof cmp);
+    fprintf(out, "\nthe job's own layout (%s): %s a step, %s %s, MFU %.1f %%, %s on its fullest stage: ", ow->layout,
+            fmt_seconds(a, ow->step), fmt_count(b, job_model_is_lm(&job->model) ? ow->tokens_per_s : ow->samples_per_s),
+            job_model_is_lm(&job->model) ? "tokens/s" : "images/s", 100 * ow->mfu, fmt_bytes(c, ow->max_total));
+    if (ow->fits_headroom) fprintf(out, "fits with the headroom");
+    else if (ow->fits) fprintf(out, "fits the device but not with the headroom (%s)", fmt_bytes(d, ow->device - ow->headroom));
+    else fprintf(out, "does not fit (%s on the device)", fmt_bytes(d, ow->device));
+    fprintf(out, "%s%s\n", cmp[0] ? "; " : "", cmp);
+}
+
 static void print_text(const candidates *cs, int top, const job_spec *job, const plan_machine *pm, double secs,
-                       FILE *out)
+                       const own_layout *ow, FILE *out)
 {
     const job_model *m = &job->model;
-    char a[FMT_LEN], b[FMT_LEN];
+    char a[FMT_LEN], room[512];
+    double device = cs->n ? cs->c[0].device : pm->hw.gpu ? pm->hw.memory : pm->hw.memory / pm->ranks_per_node;
     fprintf(out, "dtrun plan: %s %s, global_batch %d, %s; %d node%s x %d %s = %d ranks (GB = 1e9 bytes)\n",
             job_model_kind_name(m->kind), m->preset[0] ? m->preset : "(custom)", job->train.global_batch,
             pm->hw.gpu && job->train.precision == PREC_BF16 ? "bf16 mixed precision" : "fp32", pm->nnodes,
             pm->nnodes == 1 ? "" : "s", pm->ranks_per_node, pm->hw.name, pm->nnodes * pm->ranks_per_node);
-    fprintf(out, "searched %ld layouts in %.3f s: %d fit, %ld do not fit in %s, %ld invalid for this model and batch\n",
-            cs->searched, secs, cs->n, cs->oom, fmt_bytes(a, cs->n ? cs->c[0].device : pm->hw.memory), cs->invalid);
+    plan_headroom_text(&pm->hw, device, room, sizeof room);
+    fprintf(out, "headroom: every layout below keeps %s\n", room);
+    fprintf(out, "searched %ld layouts: %d fit, %ld do not fit in %s less the headroom, %ld invalid for this model "
+                 "and batch\n",
+            cs->searched, cs->n, cs->oom, fmt_bytes(a, device), cs->invalid);
     long alike;
     const char *why = top_invalid(cs, &alike);
     if (why) fprintf(out, "%ld of the invalid layouts alike: %s\n", alike, why);
+    /* the one line that differs from run to run: the time */
     fprintf(out, "(%ld pipelines simulated; every other layout's step time was bounded below by more than the "
-                 "top %d's)\n\n",
-            cs->simulated, top);
-    fprintf(out, "  %2s %7s %5s %3s %-6s %3s %4s %-13s %-14s %9s %9s %6s %9s  %s\n", "#", "dp", "tp", "pp", "mode", "mb",
-            "m", "schedule", "rc", "step", m->kind == MODEL_GPT ? "tokens/s" : "images/s", "MFU", "mem/rank", "why");
-    for (int i = 0; i < top && i < cs->n; i++) {
-        const candidate *c = &cs->c[i];
-        char sched[24];
-        if (c->pp == 1) snprintf(sched, sizeof sched, "-");
-        else if (c->v > 1) snprintf(sched, sizeof sched, "%s/%d", pp_schedule_kind_name(c->schedule), c->v);
-        else snprintf(sched, sizeof sched, "%s", pp_schedule_kind_name(c->schedule));
-        char tp[16], dp[24];
-        snprintf(tp, sizeof tp, "%d%s", c->tp, c->sp ? "+sp" : "");
-        if (c->cp > 1) snprintf(dp, sizeof dp, "%dxcp%d", c->dp, c->cp);
-        else snprintf(dp, sizeof dp, "%d", c->dp);
-        char rc[24];
-        snprintf(rc, sizeof rc, "%s%s%s", job_recompute_name(c->recompute),
-                 c->offload & OFFLOAD_PARAMS ? "+offp" : c->offload ? "+off" : "",
-                 c->offload & OFFLOAD_ACTIVATIONS ? "a" : "");
-        fprintf(out, "  %2d %7s %5s %3d %-6s %3d %4d %-13s %-14s %9s %9s %5.1f%% %9s  %s\n", i + 1, dp, tp, c->pp,
-                job_shard_mode_name(c->mode), c->micro_batch, c->microbatches, sched, rc,
-                fmt_seconds(a, c->step), fmt_count(b, m->kind == MODEL_GPT ? c->tokens_per_s : c->samples_per_s),
-                100 * c->mfu, fmt_bytes((char[FMT_LEN]){0}, c->max_total), c->reason);
+                 "top %d's; %.3f s in all)\n\n",
+            cs->simulated, top, secs);
+    if (cs->n == 0) {
+        fprintf(out, "  nothing fits: a bigger machine, more nodes, a smaller global_batch or a smaller headroom\n");
+        print_own(cs, ow, job, out);
+        return;
     }
-    if (cs->n == 0) fprintf(out, "  nothing fits: a bigger machine, more nodes or a smaller global_batch\n");
+    int rows = top < cs->n ? top : cs->n, width[COLS] = {0};
+    char (*cell)[COLS][CELL] = calloc((size_t)rows + 1, sizeof *cell);
+    if (!cell) return;
+    static const char *const head[COLS] = {"#", "dp", "tp", "pp", "cp", "sequence_parallel", "mode", "micro_batch",
+                                           "microbatches", "pp_schedule", "virtual_stages", "recompute", "offload",
+                                           "step", "tokens/s", "MFU", "memory/rank"};
+    for (int k = 0; k < COLS; k++) snprintf(cell[0][k], CELL, "%s", head[k]);
+    if (!job_model_is_lm(m)) snprintf(cell[0][14], CELL, "images/s");
+    for (int i = 0; i < rows; i++) {
+        const candidate *c = &cs->c[i];
+        char (*r)[CELL] = cell[i + 1];
+        snprintf(r[0], CELL, "%d", i + 1);
+        snprintf(r[1], CELL, "%d", c->dp);
+        snprintf(r[2], CELL, "%d", c->tp);
+        snprintf(r[3], CELL, "%d", c->pp);
+        snprintf(r[4], CELL, "%d", c->cp);
+        snprintf(r[5], CELL, "%s", c->sp ? "yes" : "no");
+        snprintf(r[6], CELL, "%s", job_shard_mode_name(c->mode));
+        snprintf(r[7], CELL, "%d", c->micro_batch);
+        snprintf(r[8], CELL, "%d", c->microbatches);
+        snprintf(r[9], CELL, "%s", c->pp == 1 ? "none" : pp_schedule_kind_name(c->schedule));
+        snprintf(r[10], CELL, "%d", c->v);
+        snprintf(r[11], CELL, "%s", job_recompute_name(c->recompute));
+        offload_text(c->offload, r[12], CELL);
+        fmt_seconds(r[13], c->step);
+        fmt_count(r[14], job_model_is_lm(m) ? c->tokens_per_s : c->samples_per_s);
+        snprintf(r[15], CELL, "%.1f%%", 100 * c->mfu);
+        fmt_bytes(r[16], c->max_total);
+    }
+    for (int i = 0; i <= rows; i++)
+        for (int k = 0; k < COLS; k++)
+            if ((int)strlen(cell[i][k]) > width[k]) width[k] = (int)strlen(cell[i][k]);
+    print_row(out, cell[0], width, "why");
+    for (int i = 0; i < rows; i++) print_row(out, cell[i + 1], width, cs->c[i].reason);
+    free(cell);
+    print_own(cs, ow, job, out);
 }
 
-static int print_json(const candidates *cs, int top, const plan_machine *pm, double secs, FILE *out, char *err,
-                      size_t errlen)
+static int print_json(const candidates *cs, int top, const plan_machine *pm, double secs, const own_layout *ow,
+                      FILE *out, char *err, size_t errlen)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "hardware", pm->hw.name);
@@ -468,7 +597,10 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
     cJSON_AddNumberToObject(root, "world", pm->nnodes * pm->ranks_per_node);
     cJSON_AddNumberToObject(root, "searched", (double)cs->searched);
     cJSON_AddNumberToObject(root, "fit", cs->n);
-    cJSON_AddNumberToObject(root, "oom", (double)cs->oom);
+    cJSON_AddNumberToObject(root, "oom", (double)cs->oom); /* do not fit within the headroom */
+    double device = cs->n ? cs->c[0].device : pm->hw.gpu ? pm->hw.memory : pm->hw.memory / pm->ranks_per_node;
+    cJSON_AddNumberToObject(root, "device_bytes", device);
+    cJSON_AddNumberToObject(root, "headroom_bytes", hw_headroom(&pm->hw, device));
     cJSON_AddNumberToObject(root, "invalid", (double)cs->invalid);
     cJSON_AddNumberToObject(root, "simulated", (double)cs->simulated);
     long alike;
@@ -504,8 +636,25 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddNumberToObject(o, "bubble", c->bubble);
         cJSON_AddNumberToObject(o, "memory_bytes", c->max_total);
         cJSON_AddNumberToObject(o, "device_bytes", c->device);
+        cJSON_AddNumberToObject(o, "headroom_bytes", hw_headroom(&pm->hw, c->device));
         cJSON_AddStringToObject(o, "reason", c->reason);
         cJSON_AddItemToArray(arr, o);
+    }
+    cJSON *jo = cJSON_AddObjectToObject(root, "job_layout");
+    cJSON_AddStringToObject(jo, "layout", ow->layout);
+    cJSON_AddBoolToObject(jo, "compared", ow->compared);
+    if (!ow->compared) {
+        cJSON_AddStringToObject(jo, "why", ow->why);
+    } else {
+        cJSON_AddNumberToObject(jo, "step_s", ow->step);
+        cJSON_AddNumberToObject(jo, "samples_per_s", ow->samples_per_s);
+        cJSON_AddNumberToObject(jo, "tokens_per_s", ow->tokens_per_s);
+        cJSON_AddNumberToObject(jo, "mfu", ow->mfu);
+        cJSON_AddNumberToObject(jo, "memory_bytes", ow->max_total);
+        cJSON_AddBoolToObject(jo, "fits", ow->fits);
+        cJSON_AddBoolToObject(jo, "fits_headroom", ow->fits_headroom);
+        if (cs->n && ow->samples_per_s > 0)
+            cJSON_AddNumberToObject(jo, "best_speedup", cs->c[0].samples_per_s / ow->samples_per_s);
     }
     return plan_json_write(root, "plan", out, err, errlen);
 }
@@ -534,12 +683,14 @@ int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, si
     qsort(cs.c, (size_t)cs.n, sizeof *cs.c, faster_first);
     for (int i = 0; i < cs.n && i < top; i++) explain(&cs.c[i], &cs.c[0], i == 0);
     double secs = clock_now_s() - t0;
+    own_layout ow;
+    estimate_own(job, &pm, &ow);
     int rc = 0;
-    if (o->format == DRYRUN_JSON) rc = print_json(&cs, top, &pm, secs, out, err, errlen) ? 1 : 0;
-    else print_text(&cs, top, job, &pm, secs, out);
+    if (o->format == DRYRUN_JSON) rc = print_json(&cs, top, &pm, secs, &ow, out, err, errlen) ? 1 : 0;
+    else print_text(&cs, top, job, &pm, secs, &ow, out);
     if (rc == 0 && cs.n == 0) {
-        snprintf(err, errlen, "plan: no layout of %d ranks fits %s (%ld searched)", pm.nnodes * pm.ranks_per_node,
-                 pm.hw.name, cs.searched);
+        snprintf(err, errlen, "plan: no layout of %d ranks fits %s with the headroom kept free (%ld searched)",
+                 pm.nnodes * pm.ranks_per_node, pm.hw.name, cs.searched);
         rc = DT_EXIT_USAGE;
     }
     free(cs.c);

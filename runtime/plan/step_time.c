@@ -51,9 +51,10 @@
  * Context parallelism (cp ranks): every rank computes 1/cp of each micro-batch's
  * work (its tokens' matmuls, its share of the load-balanced causal attention),
  * its tp traffic is that of its tokens, and per block its ring sends k and v
- * cp - 1 times in forward, overlapped with that block's compute (exposed: what
- * exceeds it), and in backward k and v again (overlapped) plus their gradient
- * cp times after each step's compute (exposed, as cp.c waits for it). */
+ * (its kv heads: GQA sends fewer) cp - 1 times in forward, overlapped with that
+ * block's compute (exposed: what exceeds it), and in backward k and v again
+ * (overlapped) plus their fp32 gradient cp times after each step's compute
+ * (exposed, as cp.c waits for it). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,20 +112,51 @@ static double link_latency(const plan_estimate *e, const plan_comm *c)
     return c->inter_node ? e->hw.inter_latency : e->hw.intra_latency;
 }
 
+/* The attention core computed blockwise (fused attention, or the cp ring:
+ * model_attention_lse) runs other FLOPs than the model counts: a causal
+ * model's tiles past the diagonal are skipped, (seq + 1) / (2 seq) of the
+ * score-value pairs (cp: each rank's load-balanced share of the same), and
+ * the backward computes the scores again (a fifth product beside the four:
+ * 2.5x the forward where the model counts 2x). Its rate: the profile's
+ * attention_efficiency at the keys one call sees, else a GEMM whose smallest
+ * dimension is the head size. The materialised (naive) attention computes
+ * every pair and keeps its probabilities: the model's count, at the GEMM rate. */
+static void attention_time(const plan_estimate *e, const sizes_gemm *g, double *fwd, double *bwd)
+{
+    const job_model *md = &e->job.model;
+    double rate = e->peak * hw_gemm_efficiency(&e->hw, g->dim);
+    if (!model_attention_lse(md, e->job.parallel.cp)) {
+        *fwd += g->fwd_flops / rate;
+        *bwd += g->bwd_flops / rate;
+        return;
+    }
+    double seq = model_seq_len(md), share = job_model_is_lm(md) ? (seq + 1.0) / (2.0 * seq) : 1.0;
+    double eff = hw_attention_efficiency(&e->hw, g->keys);
+    if (eff > 0) rate = e->peak * eff;
+    *fwd += share * g->fwd_flops / rate;
+    *bwd += share * (g->bwd_flops + 0.5 * g->fwd_flops) / rate;
+}
+
 /* Seconds of one micro-batch's work on this rank: every GEMM at the fraction of
  * peak its smallest dimension reaches (the profile's gemm_efficiency), the
- * memory-bound ops at the profile's memory bandwidth. */
+ * attention core as attention_time says, the memory-bound ops at the profile's
+ * memory bandwidth. FLOPs are counted as the model counts them. */
 static void work_time(const plan_estimate *e, const sizes_unit_work *w, double *fwd, double *bwd, double *fwd_fl,
                       double *bwd_fl, double *bwd_w)
 {
     double bw = per_rank(e, e->hw.memory_bw) * e->hw.memory_eff;
     for (int i = 0; i < w->n_gemm; i++) {
-        double rate = e->peak * hw_gemm_efficiency(&e->hw, w->gemm[i].dim);
-        *fwd += w->gemm[i].fwd_flops / rate;
-        *bwd += w->gemm[i].bwd_flops / rate;
-        *bwd_w += w->gemm[i].w_flops / rate;
-        *fwd_fl += w->gemm[i].fwd_flops;
-        *bwd_fl += w->gemm[i].bwd_flops;
+        const sizes_gemm *g = &w->gemm[i];
+        if (g->attention) {
+            attention_time(e, g, fwd, bwd);
+        } else {
+            double rate = e->peak * hw_gemm_efficiency(&e->hw, g->dim);
+            *fwd += g->fwd_flops / rate;
+            *bwd += g->bwd_flops / rate;
+            *bwd_w += g->w_flops / rate;
+        }
+        *fwd_fl += g->fwd_flops;
+        *bwd_fl += g->bwd_flops;
     }
     *fwd += w->fwd_bytes / bw;
     *bwd += w->bwd_bytes / bw;
@@ -170,9 +202,10 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     if (cp > 1 && blocks > 0) {
         const plan_comm *cc = &st->comm[GROUP_CP];
         double kv = ring_time(plan_cp_kv_bytes(e), cc->bandwidth, link_latency(e, cc), 1);
+        double dkv = ring_time(plan_cp_dkv_bytes(e), cc->bandwidth, link_latency(e, cc), 1);
         double per_f = k.fwd_flop / k.units, per_b = k.bwd_flop / k.units; /* one unit's compute, about a block's */
         double rf = fmax(0.0, (cp - 1) * kv - per_f);
-        double rb = fmax(0.0, (cp - 1) * kv - per_b) + cp * kv;
+        double rb = fmax(0.0, (cp - 1) * kv - per_b) + cp * dkv;
         if (job->train.recompute == RECOMPUTE_BLOCK) rb += rf;
         k.fwd += blocks * rf;
         k.bwd += blocks * rb;
@@ -181,7 +214,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
 
     if (par->tp > 1) {
         const plan_comm *tc = &st->comm[GROUP_TP];
-        int t = par->tp, gpt = md->kind == MODEL_GPT;
+        int t = par->tp, gpt = job_model_is_lm(md);
         double tokens = B * model_seq_len(md) / par->cp; /* this rank's */
         double act = tokens * md->d_model * (double)sizes_param_elem_bytes(e->sizes);
         double small = tokens * 4.0, f = 2.0 * (t - 1) / t, lat = link_latency(e, tc);
@@ -198,7 +231,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
             double half_f = 4.0 * blocks + head + (gpt ? emb : 0);
             double half_b = (6.0 + (job->train.recompute == RECOMPUTE_BLOCK ? 3.0 : 0.0)) * blocks + emb +
                             (gpt ? head : 0);
-            double ln_b = blocks + (gpt ? head : 0), ln_bytes = 4.0 * md->d_model * 4.0;
+            double ln_b = blocks + (gpt ? head : 0), ln_bytes = (md->kind == MODEL_LLAMA ? 2.0 : 4.0) * md->d_model * 4.0;
             tf = half_f * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +
                  tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
             tb = half_b * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +

@@ -82,7 +82,9 @@ static int same_model(const ckpt *ck, const job_model *m, char *err, size_t errl
                 {"d_model", c->d_model, m->d_model},          {"d_ff", c->d_ff, m->d_ff},
                 {"vocab_size", c->vocab_size, m->vocab_size}, {"seq_len", c->seq_len, m->seq_len},
                 {"image_size", c->image_size, m->image_size}, {"patch_size", c->patch_size, m->patch_size},
-                {"channels", c->channels, m->channels},       {"n_classes", c->n_classes, m->n_classes}};
+                {"channels", c->channels, m->channels},       {"n_classes", c->n_classes, m->n_classes},
+                {"n_kv_head", job_model_kv_heads(c), job_model_kv_heads(m)},
+                {"tie_embeddings", c->tie_embeddings, m->tie_embeddings}};
     if (c->kind != m->kind) {
         snprintf(err, errlen, "%s: the checkpoint holds a %s model but the job trains a %s", ckpt_path(ck),
                  job_model_kind_name(c->kind), job_model_kind_name(m->kind));
@@ -96,6 +98,12 @@ static int same_model(const ckpt *ck, const job_model *m, char *err, size_t errl
     }
     /* model.attention is not compared (nor recorded beside these): fused and
      * naive compute the same function of the same weights */
+    if (m->kind == MODEL_LLAMA && job_model_rope_theta(c) != job_model_rope_theta(m)) {
+        snprintf(err, errlen, "%s: the checkpoint's model turns its rotary embeddings with rope_theta %g but the "
+                 "job's with %g (set model.rope_theta as it was trained)", ckpt_path(ck), job_model_rope_theta(c),
+                 job_model_rope_theta(m));
+        return -1;
+    }
     if (c->activation != m->activation || job_model_norm_eps(c) != job_model_norm_eps(m)) {
         snprintf(err, errlen, "%s: the checkpoint's model computes activation %s, norm_eps %g but the job's %s, %g "
                  "(set model.activation and model.norm_eps as it was trained)", ckpt_path(ck),

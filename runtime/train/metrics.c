@@ -70,7 +70,7 @@ metrics *metrics_open(const job_spec *job, int rank, int append, char *err, size
     m->jsonl_every = m->every;
     m->attempt = dt_env_get()->attempt;
     m->steps = job->train.steps;
-    m->unit = job->model.kind == MODEL_GPT ? "tok/s" : "img/s";
+    m->unit = job_model_is_lm(&job->model) ? "tok/s" : "img/s";
     /* auto: live where the lines are read on a terminal. Through the agent
      * this worker's stdout is a pipe; the agent says whether it shows it on a
      * terminal (DTRUN_STDOUT_TTY), and redraws the line there. */

@@ -178,7 +178,7 @@ int provenance_inspect(const char *path, FILE *out)
     fprintf(out, "layout      dp %d x tp %d x pp %d = %d rank%s, mode %s\n", in->dp, in->tp, in->pp, in->world,
             in->world == 1 ? "" : "s", in->mode);
     if (in->has_model)
-        fprintf(out, "model       %s: %d layers, d_model %d, %d heads\n", in->model.kind == MODEL_VIT ? "vit" : "gpt",
+        fprintf(out, "model       %s: %d layers, d_model %d, %d heads\n", job_model_kind_name(in->model.kind),
                 in->model.n_layer, in->model.d_model, in->model.n_head);
     cJSON *o = in->provenance[0] ? cJSON_Parse(in->provenance) : NULL;
     if (!o) {

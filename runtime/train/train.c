@@ -265,7 +265,7 @@ static int train_job(const job_spec *job)
 
     const job_model *spec = &job->model;
     const job_checkpoint *ck = &job->checkpoint;
-    double samples_per_step = (double)job->train.global_batch * (spec->kind == MODEL_GPT ? spec->seq_len : 1);
+    double samples_per_step = (double)job->train.global_batch * (job_model_is_lm(spec) ? spec->seq_len : 1);
     /* MFU needs a peak: without a profile for the device the records carry none */
     mfu_basis mfu;
     char mfu_why[1024];

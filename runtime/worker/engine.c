@@ -36,7 +36,7 @@ static int batch_alloc(batch_buf *b, const job_model *spec, int cap)
 {
     memset(b, 0, sizeof *b);
     b->cap = cap;
-    if (spec->kind == MODEL_GPT) {
+    if (job_model_is_lm(spec)) {
         size_t n = (size_t)cap * spec->seq_len;
         b->tokens = malloc(n * sizeof(int));
         b->targets = malloc(n * sizeof(int));
@@ -61,7 +61,7 @@ model_batch engine_batch_at(const engine *e, int at, int B)
     const job_model *spec = &e->job.model;
     const batch_buf *b = &e->buf;
     model_batch mb = {.B = B};
-    if (spec->kind == MODEL_GPT) {
+    if (job_model_is_lm(spec)) {
         size_t o = (size_t)at * spec->seq_len;
         mb.tokens = b->tokens + o;
         mb.targets = b->targets + o;
@@ -89,7 +89,7 @@ static void batch_pad(engine *e, int at, int count)
     const job_model *spec = &e->job.model;
     if (count <= 0) return;
     model_batch mb = engine_batch_at(e, at, count);
-    if (spec->kind == MODEL_GPT) {
+    if (job_model_is_lm(spec)) {
         size_t n = (size_t)count * spec->seq_len;
         memset((int *)mb.tokens, 0, n * sizeof(int));
         for (size_t i = 0; i < n; i++) ((int *)mb.targets)[i] = -1;
@@ -193,7 +193,7 @@ static int make_emb_group(engine *e, char *err, size_t errlen)
 {
     int pp = e->job.parallel.pp;
     mesh_coord me = e->mc.me;
-    if (e->job.model.kind != MODEL_GPT || pp == 1 || (me.pp != 0 && me.pp != pp - 1)) return COMM_OK;
+    if (!job_model_tied_head(&e->job.model) || pp == 1 || (me.pp != 0 && me.pp != pp - 1)) return COMM_OK;
     int members[2] = {mesh_rank(&e->mesh, (mesh_coord){.dp = me.dp, .cp = me.cp, .pp = 0, .tp = me.tp}),
                       mesh_rank(&e->mesh, (mesh_coord){.dp = me.dp, .cp = me.cp, .pp = pp - 1, .tp = me.tp})};
     return comm_group(e->world, members, 2, &e->emb_group, err, errlen);
@@ -462,7 +462,7 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         snprintf(err, errlen, "%s", why);
         goto fail;
     }
-    e->per_sample = job->model.kind == MODEL_GPT ? job->model.seq_len : 1;
+    e->per_sample = job_model_is_lm(&job->model) ? job->model.seq_len : 1;
     /* the head's rank computes the loss; every tp rank of it the same one */
     e->counts_loss = me.tp == 0 && e->unit_model[n_units - 1];
     char cp_part[32] = "";
@@ -629,7 +629,7 @@ double engine_local_grad_sumsq(engine *e, double *acc, double *tmp)
         model *m = e->chunk[l];
         for (int i = 0; i < model_param_count(m); i++) {
             const param_spec *p = model_param(m, i);
-            if (p->tied || (p->split == SPLIT_NONE && tp_rank != 0)) continue;
+            if (p->tied || param_tp_duplicate(p, tp_rank)) continue;
             strat_slice sl;
             e->so->slice(e->ds, p->unit, &sl);
             size_t a = p->offset, b = p->offset + p->local_numel;

@@ -71,7 +71,7 @@ static int unit_specs(model *m, int unit, int tp_rank, int saved_only, param_spe
     for (int i = 0; i < model_param_count(m); i++) {
         const param_spec *p = model_param(m, i);
         if (p->unit != unit) continue;
-        if (saved_only && (p->tied || (p->split == SPLIT_NONE && tp_rank != 0))) continue;
+        if (saved_only && (p->tied || param_tp_duplicate(p, tp_rank))) continue;
         out[n++] = *p;
     }
     return n;

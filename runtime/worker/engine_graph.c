@@ -126,7 +126,7 @@ static model_batch graph_batch(const engine *e, int j)
     const engine_graph *g = e->graph;
     int mb = e->job.train.micro_batch, A = e->job.train.grad_accum;
     model_batch in = {.B = mb, .on_device = 1, .loss_sum = &g->dev->loss};
-    if (m->kind == MODEL_GPT) {
+    if (job_model_is_lm(m)) {
         size_t per = (size_t)mb * (size_t)m->seq_len, all = per * (size_t)A;
         in.tokens = (const int *)g->in + (size_t)j * per;
         in.targets = (const int *)g->in + all + (size_t)j * per;
@@ -308,7 +308,7 @@ static void inputs_up(engine *e, int step)
     for (int j = 0; j < A; j++) {
         engine_batch_fill(e, e->train, step, first + (long)j * mb, mb, 0);
         model_batch host = engine_batch_at(e, 0, mb), dev = graph_batch(e, j);
-        if (m->kind == MODEL_GPT) {
+        if (job_model_is_lm(m)) {
             size_t bytes = (size_t)mb * (size_t)m->seq_len * sizeof(int);
             e->ops->from_host((void *)dev.tokens, host.tokens, bytes);
             e->ops->from_host((void *)dev.targets, host.targets, bytes);

@@ -14,8 +14,8 @@ int engine_dump_val(engine *e, const char *path, char *err, size_t errlen)
 {
     engine_graph_outside(e); /* ops outside the step (train.cuda_graphs) */
     const job_spec *job = &e->job;
-    if (job->model.kind != MODEL_GPT) {
-        snprintf(err, errlen, "%s: validation dumps are for GPT models only", path);
+    if (!job_model_is_lm(&job->model)) {
+        snprintf(err, errlen, "%s: validation dumps are for language models (gpt, llama) only", path);
         return DT_EXIT_FAIL;
     }
     long total = engine_val_samples(e), gb = job->train.global_batch;

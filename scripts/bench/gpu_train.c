@@ -158,7 +158,7 @@ static prediction predict(const job_spec *job, const char *hardware, const char 
     p.total = e.stage[0].total;
     p.fixed = e.stage[0].fixed;
     if (plan_estimate_time(&e, p.why, sizeof p.why) == 0)
-        p.items_per_s = job->model.kind == MODEL_GPT ? e.tokens_per_s : e.samples_per_s;
+        p.items_per_s = job_model_is_lm(&job->model) ? e.tokens_per_s : e.samples_per_s;
     snprintf(p.profile, sizeof p.profile, "%s", hw.name);
     plan_estimate_free(&e);
     p.ok = 1;
@@ -174,7 +174,7 @@ static double data_ms(const job_spec *job, int B, int reps)
     const job_model *m = &job->model;
     int *tok = NULL, *tgt = NULL, *lab = NULL;
     float *img = NULL;
-    if (m->kind == MODEL_GPT) {
+    if (job_model_is_lm(m)) {
         tok = malloc((size_t)B * m->seq_len * sizeof(int));
         tgt = malloc((size_t)B * m->seq_len * sizeof(int));
     } else {
@@ -260,7 +260,7 @@ int main(int argc, char **argv)
         fclose(f);
     }
     const job_model *spec = &job.model;
-    int gpt = spec->kind == MODEL_GPT, seq = model_seq_len(spec);
+    int gpt = job_model_is_lm(spec), seq = model_seq_len(spec);
     double per_sample = gpt ? seq : 1;
 
     double ctx_used = 0;

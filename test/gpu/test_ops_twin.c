@@ -1955,7 +1955,7 @@ typedef struct {
 static void make_batch(const train_case *tc, int k, int *tok, int *tgt, float *img, int *lab) {
     const job_model *s = &tc->spec;
     uint64_t key = rng_key((uint64_t)k, "gpu-twin-batch");
-    if (s->kind == MODEL_GPT) {
+    if (job_model_is_lm(s)) {
         int T = s->seq_len, V = s->vocab_size;
         for (int b = 0; b < tc->B; b++) {
             int cur = (int)rng_below(key, (uint64_t)b, (uint64_t)V);
@@ -1995,7 +1995,7 @@ static int run_training(const dt_ops *ops, const train_case *tc, double *losses)
     optim *o = optim_create(m, ops, &t, NULL, NULL);
     if (!a || !o) return -1;
     model_init_params(m, 1234);
-    int T = s->kind == MODEL_GPT ? s->seq_len : 1;
+    int T = job_model_is_lm(s) ? s->seq_len : 1;
     size_t per = (size_t)s->channels * s->image_size * s->image_size;
     int *tok = calloc((size_t)tc->B * T, sizeof(int)), *tgt = calloc((size_t)tc->B * T, sizeof(int));
     float *img = calloc((size_t)tc->B * (per ? per : 1), sizeof(float));
@@ -2003,7 +2003,7 @@ static int run_training(const dt_ops *ops, const train_case *tc, double *losses)
     for (int k = 0; k < tc->steps; k++) {
         make_batch(tc, k, tok, tgt, img, lab);
         model_batch mb = {.B = tc->B, .tokens = tok, .targets = tgt, .images = img, .labels = lab};
-        int count = s->kind == MODEL_GPT ? tc->B * T : tc->B;
+        int count = job_model_is_lm(s) ? tc->B * T : tc->B;
         model_zero_grads(m);
         double loss = model_forward(m, a, &mb, NULL);
         model_backward(m, a, &mb, 1.0f / (float)count);
@@ -2240,6 +2240,16 @@ int main(void) {
     test_training("gpt L2 C64 NH4 V97 T32 B4", &gpt);
     gpt.bf16 = 1;
     test_training("gpt L2 C64 NH4 V97 T32 B4 bf16", &gpt);
+
+    /* the Llama: GQA (4 heads over 2), RoPE, RMSNorm, SwiGLU, untied head */
+    train_case llama = {.B = 4, .steps = 50, .lr = 3e-3f};
+    llama.spec.kind = MODEL_LLAMA;
+    llama.spec.n_layer = 2; llama.spec.n_head = 4; llama.spec.n_kv_head = 2; llama.spec.d_model = 64;
+    llama.spec.d_ff = 172; llama.spec.vocab_size = 97; llama.spec.seq_len = 32; llama.spec.max_positions = 32;
+    llama.spec.rope_theta = 10000;
+    test_training("llama L2 C64 NH4 KV2 F172 V97 T32 B4", &llama);
+    llama.bf16 = 1;
+    test_training("llama L2 C64 NH4 KV2 F172 V97 T32 B4 bf16", &llama);
 
     train_case vit = {.B = 8, .steps = 50, .lr = 3e-3f};
     vit.spec.kind = MODEL_VIT;

@@ -140,22 +140,25 @@ def loss(a):
     print(f"{total / count:.9f}")
 
 
-def loss_file(a):
+def windows_loss(m, vocab, path, T, batch):
     """dtrun eval's windows of a byte-level file: window i is bytes
     [i T, i T + T] (inputs the first T, targets the last T), (n - 1) // T of
-    them, at most 64 batches of --batch."""
-    m, cfg = load(a.dir)
-    data = torch.tensor(list(open(a.file, "rb").read()), dtype=torch.long)
-    T = a.seq_len
-    n = min((data.numel() - 1) // T, 64 * a.batch)
+    them, at most 64 batches of `batch`; the mean loss per token."""
+    data = torch.tensor(list(open(path, "rb").read()), dtype=torch.long)
+    n = min((data.numel() - 1) // T, 64 * batch)
     total = 0.0
     with torch.no_grad():
         for i in range(0, n, 16):
             rows = range(i, min(i + 16, n))
             x = torch.stack([data[r * T:r * T + T] for r in rows])
             y = torch.stack([data[r * T + 1:r * T + T + 1] for r in rows])
-            total += F.cross_entropy(m(x).reshape(-1, cfg["vocab_size"]).double(), y.reshape(-1), reduction="sum").item()
-    print(f"{total / (n * T):.9f}")
+            total += F.cross_entropy(m(x).reshape(-1, vocab).double(), y.reshape(-1), reduction="sum").item()
+    return total / (n * T)
+
+
+def loss_file(a):
+    m, cfg = load(a.dir)
+    print(f"{windows_loss(m, cfg['vocab_size'], a.file, a.seq_len, a.batch):.9f}")
 
 
 def greedy(a):

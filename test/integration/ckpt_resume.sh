@@ -16,24 +16,6 @@
 # between the halves (naive to fused, fused to naive).
 source "$(dirname "$0")/../parallel/ckpt.bash"
 
-
-# reshard MODEL LAYOUT_A LAYOUT_B
-reshard() {
-  local model=$1 la=$2 lb=$3 name d L
-  L=$(layout_layers "$la"); [ "$(layout_layers "$lb")" = "$L" ] || fail "layouts with different depths"
-  ckpt_reference "$model" "$L"
-  name=reshard-$model-$(layout_name "$la")-to-$(layout_name "$lb"); d=$T/$name
-  ckpt_job "$model" "$la" "$d-a.yaml" "$d.jsonl" "$d-a.ck"
-  ckpt_job "$model" "$lb" "$d-b.yaml" "$d.jsonl" "$d-b.ck" "$d-a.ck"
-  ckpt_run "$la" "$d-a.yaml" "$d-a.log" DTRUN_TEST_STOP_STEP=20 || { tail "$d-a.log"; fail "$name: first half"; }
-  ckpt_run "$lb" "$d-b.yaml" "$d-b.log" DTRUN_DUMP_PARAMS="$d.bin" || { tail "$d-b.log"; fail "$name: second half"; }
-  grep -q "resuming from $d-a.ck/step_000020: step 20" "$d-b.log" || { tail "$d-b.log"; fail "$name: did not resume"; }
-  local out
-  out=$(python3 "$ROOT/test/parallel/compare.py" "$T/cref-$model-$L.jsonl" "$T/cref-$model-$L.bin" "$d.jsonl" \
-        "$d.bin" "$LOSS_RTOL" "$PARAM_ATOL" 2>&1) || { echo "$out"; fail "$name: off the single-process curve"; }
-  echo "ok   reshard $model [$la] -> [$lb]: ${out##*$'\n'}"
-}
-
 ckpt_exact gpt-tiny "dp=2 tp=2"
 ckpt_exact gpt-tiny "pp=2 sched=1f1b dp=2 mode=fsdp"
 ckpt_exact vit-tiny "dp=2 mode=zero2"

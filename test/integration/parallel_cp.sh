@@ -75,7 +75,7 @@ refuse() { # NAME EXPECTED-REGEX YAML-EDIT NPROC
   echo "ok   refused $name: $out"
 }
 refuse seq "2 x cp = 4 equal chunks" 's/^  seq_len: .*/  seq_len: 18/' 2
-refuse vit "parallel.cp 2 needs model.kind gpt" 's/^  kind: gpt/  kind: vit\n  image_size: 8\n  patch_size: 4\n  channels: 1\n  n_classes: 4/; /vocab_size\|seq_len/d' 2
+refuse vit "parallel.cp 2 needs model.kind gpt or llama" 's/^  kind: gpt/  kind: vit\n  image_size: 8\n  patch_size: 4\n  channels: 1\n  n_classes: 4/; /vocab_size\|seq_len/d' 2
 refuse world "x cp 2 = 2 workers, but 4" 's/^  cp: .*/  cp: 2/' 4
 # ---- the planner searches cp and picks it where it is best by its own estimate ----
 # A 7B GPT (32 blocks, d_model 4096, 32 heads) at 32k tokens in fp32 on one node

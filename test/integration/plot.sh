@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # `dtrun plot`: two runs (dp 2, different learning rates) drawn into one SVG;
 # Python's XML parser checks its structure (three panels with ticks, units,
-# a line per run with as many points as the JSONL, a legend naming each run);
-# headless Chromium renders it and the screenshot shows every run's colour in
-# every panel (test/plot/check_svg.py). Bad input: one line, its exit status.
+# a line per run with as many points as the JSONL, per rank a memory line of
+# the accounted bytes and one of the OS peak RSS, each rank marking its own
+# points, captions saying what each panel plots, a legend with one entry per
+# meaning that says which ranks are equal); headless Chromium renders it and
+# the screenshot shows every run's colour in the loss and throughput panels
+# and every rank's colour in the memory panel, though the two dp ranks have
+# the same memory (test/plot/check_svg.py). Bad input: one line, its exit status.
 # Without Chromium (Debian's chromium, installed by make deps) the structural
 # checks still run, then the test skips (77) saying why.
 set -u
@@ -56,5 +60,5 @@ timeout 120 "$chrome" --headless --no-sandbox --disable-gpu --disable-quic --no-
   --disable-background-networking --disable-component-update --disable-sync --user-data-dir="$T/chrome" \
   --window-size=1400,560 --screenshot="$T/shot.png" "file://$T/curves.svg" >"$T/chrome.log" 2>&1
 [ -s "$T/shot.png" ] || { tail "$T/chrome.log"; fail "Chromium wrote no screenshot"; }
-python3 test/plot/check_svg.py png "$T/shot.png" 2 || exit 1
+python3 test/plot/check_svg.py png "$T/shot.png" 2 2 || exit 1
 echo PASS

@@ -138,6 +138,62 @@ static void test_presets(void)
     expect_load("model: {kind: vit, preset: vit-l16}\n", "kind agrees with the preset");
 }
 
+/* model.kind llama: the presets (the Llama 3 paper's shapes, SmolLM-135M's,
+ * a tiny one), its keys overridden, its defaults, its rules. */
+static void test_llama(void)
+{
+    static const struct {
+        const char *name;
+        int L, H, kv, d, ff, vocab, tied;
+        double theta;
+    } want[] = {
+        {"llama3-8b", 32, 32, 8, 4096, 14336, 128256, 0, 500000},
+        {"llama3-70b", 80, 64, 8, 8192, 28672, 128256, 0, 500000},
+        {"llama3-405b", 126, 128, 8, 16384, 53248, 128256, 0, 500000},
+        {"smollm-135m", 30, 9, 3, 576, 1536, 49152, 1, 10000},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char yaml[128];
+        snprintf(yaml, sizeof yaml, "model: {preset: %s}\n", want[i].name);
+        expect_load(yaml, want[i].name);
+        const job_model *m = &job.model;
+        CHECK(m->kind == MODEL_LLAMA && m->n_layer == want[i].L && m->n_head == want[i].H &&
+                  m->n_kv_head == want[i].kv && m->d_model == want[i].d && m->d_ff == want[i].ff &&
+                  m->vocab_size == want[i].vocab && m->tie_embeddings == want[i].tied &&
+                  m->rope_theta == want[i].theta && m->max_positions == m->seq_len && job_model_kv_heads(m) == want[i].kv,
+              "%s shape", want[i].name);
+    }
+    expect_load("model: {kind: llama}\n", "kind llama alone");
+    CHECK(!strcmp(job.model.preset, "") && job.model.n_kv_head == 2 && job.model.n_head == 4 && job.model.d_ff == 64 &&
+              job.model.tie_embeddings == 0 && job_model_tied_head(&job.model) == 0,
+          "model.kind llama alone starts from llama-tiny (GQA, untied)");
+    expect_load("model: {preset: llama-tiny, n_kv_head: 1, tie_embeddings: true, rope_theta: 500000, "
+                "max_positions: 128, d_ff: 80, seq_len: 16}\nparallel: {tp: 4}\n",
+                "every llama key overridden, MQA replicated over tp 4");
+    CHECK(job.model.n_kv_head == 1 && job.model.tie_embeddings == 1 && job.model.rope_theta == 500000 &&
+              job.model.max_positions == 128 && job.model.d_ff == 80 && job.model.seq_len == 16,
+          "the overrides win");
+    expect_load("model: {preset: llama-tiny, seq_len: 64}\n", "seq_len alone");
+    CHECK(job.model.max_positions == 64, "max_positions follows seq_len (%d)", job.model.max_positions);
+    expect_load("model: {preset: llama3-8b}\nparallel: {tp: 16, sequence_parallel: true}\n", "tp 16 over 8 kv heads");
+    expect_load("model: {preset: llama3-405b}\nparallel: {cp: 16}\ntrain: {global_batch: 16}\n", "cp on a llama");
+    CHECK(job_model_is_lm(&job.model) && !job_model_is_lm(&(job_model){.kind = MODEL_VIT}), "llama is a language model");
+    expect_error("model: {kind: llama, n_head: 8, n_kv_head: 3, d_model: 64}\n", "t.yaml:1:33: ",
+                 "model.n_head 8 is not a multiple of model.n_kv_head 3");
+    expect_error("model: {kind: llama, n_head: 12, d_model: 48, n_kv_head: 3}\nparallel: {tp: 4}\n", "t.yaml:2:12: ",
+                 "parallel.tp 4 and model.n_kv_head 3");
+    expect_load("model: {preset: smollm-135m}\nparallel: {tp: 3}\n", "smollm-135m over tp 3");
+    expect_error("model: {preset: llama3-8b}\nparallel: {tp: 12}\n", "t.yaml:2:12: ", "model.n_head 32 is not divisible by parallel.tp 12");
+    expect_error("model: {kind: llama, max_positions: 8}\n", "t.yaml:1:22: ", "model.max_positions 8 is less than");
+    expect_error("model: {kind: llama, activation: gelu}\n", "t.yaml:1:22: ", "applies to gpt and vit models only");
+    expect_error("model: {kind: vit, rope_theta: 10}\n", "t.yaml:1:20: ", "model.rope_theta applies to llama models only");
+    expect_error("model: {kind: llama, rope_theta: 0}\n", "t.yaml:1:34: ", "model.rope_theta must be >= 1");
+    expect_error("model: {kind: llama, num_key_value_heads: 2}\n", "t.yaml:1:22: ", "did you mean 'n_kv_head'?");
+    expect_error("model: {kind: llama, tie_word_embeddings: true}\n", "t.yaml:1:22: ", "did you mean 'tie_embeddings'?");
+    expect_error("model: {kind: llama, max_position_embeddings: 64}\n", "t.yaml:1:22: ",
+                 "did you mean 'max_positions'?");
+}
+
 static void test_derived(void)
 {
     expect_load("train: {global_batch: 32}\nparallel: {dp: 4}\n", "micro_batch derived from dp");
@@ -297,9 +353,10 @@ static void test_errors(void)
     expect_error("model: {preset: gpt2-125m}\n", "t.yaml:1:17: ",
                  "unknown preset 'gpt2-125m'; did you mean 'gpt2-124m'?");
     expect_error("model: {preset: llama}\n", "t.yaml:1:17: ", "(presets: gpt-tiny,");
+    expect_error("model: {preset: llama3-7b}\n", "t.yaml:1:17: ", "did you mean 'llama3-8b'?");
     expect_error("model: {kind: gpt, preset: vit-b16}\n", "t.yaml:1:15: ", "preset 'vit-b16' is a vit model");
     expect_error("model: {image_size: 32}\n", "t.yaml:1:9: ", "model.image_size applies to vit models only");
-    expect_error("model: {kind: vit, vocab_size: 32}\n", "t.yaml:1:20: ", "applies to gpt models only");
+    expect_error("model: {kind: vit, vocab_size: 32}\n", "t.yaml:1:20: ", "applies to gpt and llama models only");
 
     /* launch formats */
     expect_error("launch: {nproc_per_node: many}\n", "t.yaml:1:26: ", "cpu, gpu or auto");
@@ -445,6 +502,8 @@ static void test_round_trip(void)
         "checkpoint: {dir: \"a\\u2028b\\x85c\\u0080d\\ufeffe\\x7f\\U0001F600\"}\n",
         "train: {recompute: selective}\nparallel: {tp: 2, sequence_parallel: true}\n",
         "model: {preset: gpt-tiny, attention: naive}\ntrain: {recompute: selective}\n",
+        "model: {preset: smollm-135m, n_kv_head: 1, max_positions: 4096, rope_theta: 123456.789, norm_eps: 1e-6}\n"
+        "parallel: {tp: 3}\n",
         "model: {preset: gpt-70b}\nparallel: {tp: 8, pp: 8, pp_schedule: gpipe, mode: fsdp}\n"
         "train: {global_batch: 64, micro_batch: 1, lr: 0.1}\n",
     };
@@ -485,7 +544,8 @@ static void test_man_page(void)
                           "skip_nonfinite", "cuda_graphs", "dp", "tp", "pp", "mode", "pp_schedule", "microbatches",
                           "virtual_stages", "sequence_parallel", "bucket_mb", "dir", "every", "keep", "resume",
                           "metrics", "progress", "trace", "nproc_per_node", "nnodes", "rdzv_endpoint", "rdzv_id",
-                          "max_restarts", "log_dir", "head_chunk_rows"};
+                          "max_restarts", "log_dir", "head_chunk_rows", "n_kv_head", "rope_theta", "tie_embeddings",
+                          "max_positions"};
     int missing = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char needle[64];
@@ -509,6 +569,7 @@ int main(void)
 {
     test_defaults();
     test_presets();
+    test_llama();
     test_derived();
     test_dp_auto();
     test_errors();

@@ -63,6 +63,17 @@ static void test_spellings(void)
     CHECK(parse("--plan --hardware h100-sxm --format=json --top 3 j") == 0 && o.plan &&
               !strcmp(o.hardware, "h100-sxm") && o.format_json && o.top == 3, "--plan, --hardware, --format, --top");
     CHECK(parse("--format=xml j") != 0 && has("not text or json"), "--format xml: %s", err);
+    CHECK(parse("--plan --headroom 7.5% j") == 0 && o.headroom.set && o.headroom.fraction == 0.075 &&
+              o.headroom.bytes == 0, "--headroom 7.5%%: a share of each rank's memory");
+    CHECK(parse("--plan --headroom=2GiB j") == 0 && o.headroom.set && o.headroom.bytes == 2147483648.0,
+          "--headroom=2GiB: an amount");
+    CHECK(parse("--plan --headroom 512MB j") == 0 && o.headroom.bytes == 512e6, "--headroom 512MB");
+    CHECK(parse("--plan --headroom 0% j") == 0 && o.headroom.set && o.headroom.fraction == 0 && o.headroom.bytes == 0,
+          "--headroom 0%%: none kept");
+    CHECK(parse("--plan --headroom 5 j") != 0 && has("--headroom: '5' needs a unit"), "--headroom 5: %s", err);
+    CHECK(parse("--plan --headroom 5GB/s j") != 0 && has("unknown unit 'GB/s'"), "--headroom 5GB/s: %s", err);
+    CHECK(parse("--plan --headroom 100% j") != 0 && has("below 100%"), "--headroom 100%%: %s", err);
+    CHECK(parse("--plan --headroom -1% j") != 0 && has("not a share of memory"), "--headroom -1%%: %s", err);
     CHECK(parse("--version") == 0 && o.version, "--version");
     CHECK(parse("-h") == 0 && o.help, "-h");
     launch_opts_defaults(&o);

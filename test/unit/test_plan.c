@@ -243,14 +243,15 @@ static void test_estimate_bubble(void)
 
 static void test_unit_flops_and_numel(void)
 {
-    job_spec gpt, vit;
+    job_spec gpt, vit, llama;
     if (load_job(&gpt, "model:\n  preset: gpt2-124m\n") ||
-        load_job(&vit, "model:\n  preset: vit-b16\ndata:\n  kind: synthetic\n"))
+        load_job(&vit, "model:\n  preset: vit-b16\ndata:\n  kind: synthetic\n") ||
+        load_job(&llama, "model:\n  preset: llama3-8b\n  seq_len: 1024\n"))
         return;
-    job_model gn = gpt.model, vn = vit.model;
-    gn.attention = vn.attention = ATTN_NAIVE;
-    const job_model *models[4] = {&gpt.model, &vit.model, &gn, &vn};
-    for (int k = 0; k < 4; k++) {
+    job_model gn = gpt.model, vn = vit.model, ln = llama.model;
+    gn.attention = vn.attention = ln.attention = ATTN_NAIVE;
+    const job_model *models[6] = {&gpt.model, &vit.model, &gn, &vn, &llama.model, &ln};
+    for (int k = 0; k < 6; k++) {
         const job_model *m = models[k];
         /* selective re-runs each block's QK^T and AV (2 x 2 x seq^2 x C) with
          * naive attention, nothing with fused; block the whole block up to its
@@ -284,18 +285,18 @@ static void test_unit_flops_and_numel(void)
                 sizes_unit_work_of(m, u, (recompute_kind)rc, 4, 2, 0, 2.0, &w);
                 double f = 0;
                 for (int i = 0; i < w.n_gemm; i++) f += w.gemm[i].fwd_flops + w.gemm[i].bwd_flops;
-                if (m->kind == MODEL_GPT)
+                if (job_model_is_lm(m))
                     works_add_up &= fabs(2.0 * f - 4.0 * sizes_unit_flops(m, u, (recompute_kind)rc)) <=
                                     1e-9 * (f + 1.0);
                 if (u == model_n_units(m) - 1 && rc == RECOMPUTE_NONE)
                     head_fwd = w.gemm[0].fwd_flops, head_bwd = w.gemm[0].bwd_flops;
             }
-        CHECK(works_add_up && fabs(head_bwd - (m->kind == MODEL_GPT ? 3.0 : 2.0) * head_fwd) <= 1e-9 * head_bwd,
+        CHECK(works_add_up && fabs(head_bwd - (job_model_is_lm(m) ? 3.0 : 2.0) * head_fwd) <= 1e-9 * head_bwd,
               "%s: the step time's GEMMs x tp = sizes_unit_flops x micro_batch, unit by unit (GPT); the head's "
               "backward GEMMs are %.0f x its forward's (%s)", job_model_kind_name(m->kind), head_bwd / head_fwd,
-              m->kind == MODEL_GPT ? "the chunked LM head computes its logits again" : "no recompute");
+              job_model_is_lm(m) ? "the chunked LM head computes its logits again" : "no recompute");
         double extra = model_exec_flops_per_sample(m, RECOMPUTE_NONE) - none;
-        double head = m->kind == MODEL_GPT ? 2.0 * seq * m->vocab_size * m->d_model : 0.0;
+        double head = job_model_is_lm(m) ? 2.0 * seq * m->vocab_size * m->d_model : 0.0;
         CHECK(fabs(extra - head) < 1, "%s: executed - model FLOPs per sample = %.6g (the LM head's recompute: %.6g)",
               job_model_kind_name(m->kind), extra, head);
     }
@@ -741,6 +742,206 @@ static void test_hardware(void)
     }
 }
 
+/* The headroom a plan keeps: the profile's headroom_percent (5 % when it sets
+ * none), its range, and the dry-run's verdict and warning when a stage fits
+ * but eats into it. */
+static void test_headroom_profile(void)
+{
+    hw_profile hw;
+    char err[512];
+    int ok = 1;
+    static const char *const names[] = {"h100-sxm", "h200", "a100-40g", "a100-80g", "l40s", "cpu"};
+    for (int i = 0; i < 6; i++)
+        ok &= hw_load(&hw, names[i], err, sizeof err) == 0 && hw.headroom_fraction == 0.05 &&
+              hw.headroom_origin == HW_HEADROOM_PROFILE;
+    CHECK(ok, "every shipped profile states headroom_percent: 5");
+    const char *base = "name: x\ndevice: gpu\npeak_bf16_tflops: 100\npeak_fp32_tflops: 10\nmemory_mib: 1000\n"
+                       "memory_bandwidth_gbs: 100\nintra_node_gbs: 10\ninter_node_gbs: 1\nintra_node_latency_us: 1\n"
+                       "inter_node_latency_us: 1\ngpus_per_node: 8\ncuda_context_mib: 0\nnccl_mib: 0\n"
+                       "cublas_workspace_mib: 0\nachievable_fraction: 0.5\n";
+    CHECK(hw_load_string(&hw, base, strlen(base), "p.yaml", err, sizeof err) == 0 && hw.headroom_fraction == 0.05 &&
+              hw.headroom_origin == HW_HEADROOM_DEFAULT && fabs(hw_headroom(&hw, 1e9) - 5e7) < 1,
+          "a profile without headroom_percent keeps 5 %% (%s)", err);
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml, "%sheadroom_percent: 60\n", base);
+    int rc = hw_load_string(&hw, yaml, strlen(yaml), "p.yaml", err, sizeof err);
+    CHECK(rc && strstr(err, "p.yaml:16:19: headroom_percent must be in 0 .. 50"), "headroom_percent above 50: %s", err);
+    snprintf(yaml, sizeof yaml, "%sheadroom_percent: 12.5\n", base);
+    CHECK(hw_load_string(&hw, yaml, strlen(yaml), "p.yaml", err, sizeof err) == 0 && hw.headroom_fraction == 0.125,
+          "headroom_percent 12.5 is a fraction of 0.125");
+
+    /* gpt-70b FSDP over 64 H100 (configs/gpt-70b-h100.yaml) needs ~53 of 85.5 GB:
+     * it fits the 5 % headroom, not a 40 % one, and the dry-run says so */
+    job_spec job;
+    if (load_job(&job, "model: {preset: gpt-70b}\ntrain: {global_batch: 1024, micro_batch: 2, precision: bf16, "
+                       "recompute: block}\nparallel: {dp: 64, mode: fsdp}\n"))
+        return;
+    CHECK(hw_load(&hw, "h100-sxm", err, sizeof err) == 0, "h100-sxm loads");
+    for (int k = 0; k < 2; k++) {
+        hw.headroom_fraction = k ? 0.40 : 0.05;
+        plan_estimate e;
+        rc = plan_estimate_memory(&e, &job, &hw, 8, 8, err, sizeof err);
+        int warned = 0;
+        for (int i = 0; i < e.n_warnings; i++) warned |= strstr(e.warnings[i], "less than the") != NULL;
+        CHECK(rc == 0 && e.fits && e.fits_headroom == !k && warned == k && fabs(e.headroom - hw.headroom_fraction * hw.memory) < 1,
+              "headroom %.0f %%: gpt-70b FSDP 64 needs %.1f of %.1f GB: fits, %s the headroom%s", 100 * hw.headroom_fraction,
+              e.max_total / 1e9, hw.memory / 1e9, k ? "not within" : "within", k ? ", with a warning" : "");
+        plan_estimate_free(&e);
+    }
+    /* --headroom reaches the machine */
+    dt_headroom flag;
+    char why[256];
+    CHECK(headroom_parse("4GiB", &flag, why, sizeof why) == 0 && flag.bytes == 4294967296.0, "--headroom 4GiB");
+    plan_machine pm;
+    dryrun_opts o = {.hardware = "h100-sxm", .headroom = flag};
+    CHECK(plan_machine_resolve(&pm, &job, &o, 1, err, sizeof err) == 0 && pm.hw.headroom_origin == HW_HEADROOM_FLAG &&
+              hw_headroom(&pm.hw, pm.hw.memory) == 4294967296.0,
+          "--headroom 4GiB overrides the profile: 4294967296 bytes kept");
+}
+
+/* --plan proposes only layouts that leave the headroom free: gpt-70b on 8 x 8
+ * H100 with the profile's 5 %, against the same search with none kept. Without
+ * a headroom its best layouts leave under 5 % of the device; with it each leaves
+ * at least the 4.28 GB and more layouts are counted as not fitting. The text
+ * says how much is kept and where it comes from, and names its columns as the
+ * job file's keys. */
+static void test_planner_headroom(void)
+{
+    job_spec job;
+    if (load_job(&job, "model: {preset: gpt-70b}\ntrain: {global_batch: 1024, micro_batch: 2, precision: bf16}\n"))
+        return;
+    double oom[2] = {0, 0}, room[2] = {0, 0}, device = 0;
+    int n[2] = {0, 0}, inside[2] = {1, 1}, tight_without = 0;
+    for (int k = 0; k < 2; k++) { /* k = 0: the profile's 5 %; k = 1: --headroom 0% */
+        char *buf = NULL, err[512] = "";
+        size_t len = 0;
+        FILE *f = open_memstream(&buf, &len);
+        dryrun_opts o = {.nnodes = 8, .nproc_per_node = 8, .hardware = "h100-sxm", .format = DRYRUN_JSON, .top = 5,
+                         .headroom = {k, 0, 0}};
+        int rc = plan_run(&job, &o, f, err, sizeof err);
+        fclose(f);
+        cJSON *root = rc == 0 ? cJSON_Parse(buf) : NULL, *top = cJSON_GetObjectItem(root, "top");
+        n[k] = top ? cJSON_GetArraySize(top) : 0;
+        oom[k] = root ? cJSON_GetObjectItem(root, "oom")->valuedouble : -1;
+        room[k] = root ? cJSON_GetObjectItem(root, "headroom_bytes")->valuedouble : -1;
+        device = root ? cJSON_GetObjectItem(root, "device_bytes")->valuedouble : 0;
+        for (int i = 0; i < n[k]; i++) {
+            double mem = cJSON_GetObjectItem(cJSON_GetArrayItem(top, i), "memory_bytes")->valuedouble;
+            inside[k] &= mem <= device - room[k];
+            if (k == 1 && mem > device * 0.95) tight_without++;
+        }
+        cJSON_Delete(root);
+        free(buf);
+    }
+    CHECK(n[0] == 5 && n[1] == 5 && fabs(room[0] - 0.05 * device) < 1 && room[1] == 0 && inside[0] && inside[1],
+          "plan gpt-70b over 8 x 8 H100: 5 layouts each, every one leaving its headroom free (%.3g GB, then none)",
+          room[0] / 1e9);
+    CHECK(tight_without > 0 && oom[0] > oom[1],
+          "without a headroom %d of the best 5 leave under 5 %% of the device; with it none, and %.0f layouts do not "
+          "fit instead of %.0f", tight_without, oom[0], oom[1]);
+    char *buf = NULL, err[512] = "";
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    dryrun_opts o = {.nnodes = 8, .nproc_per_node = 8, .hardware = "h100-sxm", .top = 3};
+    int rc = plan_run(&job, &o, f, err, sizeof err);
+    fclose(f);
+    const char *head = buf ? strstr(buf, "sequence_parallel") : NULL; /* the table's head line */
+    char header[512] = "";
+    while (head && head > buf && head[-1] != '\n') head--;
+    if (head) snprintf(header, sizeof header, "%.*s", (int)(strchr(head, '\n') - head), head);
+    CHECK(rc == 0 && buf &&
+              strstr(buf, "headroom: every layout below keeps 4.28 GB free on each rank, 5 % of its 85.5 GB "
+                          "(headroom_percent of the h100-sxm profile; --headroom to change)") &&
+              strstr(buf, "do not fit in 85.5 GB less the headroom"),
+          "plan text: how much it keeps free and where that comes from");
+    static const char *const words[] = {" dp ", " tp ", " pp ", " cp ", " sequence_parallel ", " mode ",
+                                        " micro_batch ", " microbatches ", " pp_schedule ", " virtual_stages ",
+                                        " recompute ", " offload ", " step ", " tokens/s ", " MFU ", " memory/rank ",
+                                        " why"};
+    int named = header[0] != 0;
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) named &= strstr(header, words[i]) != NULL;
+    CHECK(named && !strstr(header, " rc ") && !strstr(header, " m ") && !strstr(header, " mb ") &&
+              !strstr(buf, "+off") && !strstr(buf, "+sp") && strstr(buf, "\nthe job's own layout ("),
+          "plan text: columns named as the job's keys, no rc / m / mb / +off / +sp (%s)", header);
+    free(buf);
+}
+
+/* The attention core priced as its kernels run it. Blockwise (fused, or the
+ * cp ring) on a causal model: (seq + 1) / (2 seq) of the pairs the model
+ * counts, the backward's scores again (3.5 forwards in all), at the profile's
+ * attention_efficiency; naive: every pair, at the GEMM rate; a ViT (not
+ * causal): every pair. Found from two profiles that differ only in that table:
+ * the compute they give differs by exactly the executed FLOPs over the two
+ * rates. */
+static double attention_exec_flops(const job_spec *job, double *naive_delta)
+{
+    hw_profile hw;
+    char err[512];
+    if (hw_load(&hw, "h100-sxm", err, sizeof err)) return -1;
+    double compute[2];
+    const double eff[2] = {0.25, 0.5};
+    for (int k = 0; k < 2; k++) {
+        hw.n_attn = 2, hw.attn_keys[0] = 1, hw.attn_keys[1] = 1e6, hw.attn_eff[0] = hw.attn_eff[1] = eff[k];
+        plan_estimate e;
+        int rc = plan_estimate_memory(&e, job, &hw, 1, 1, err, sizeof err);
+        if (rc == 0) rc = plan_estimate_time(&e, err, sizeof err);
+        compute[k] = rc ? -1 : e.stage[0].compute;
+        plan_estimate_free(&e);
+        if (rc) return -1;
+    }
+    double peak = hw_peak(&hw, job->train.precision == PREC_BF16);
+    *naive_delta = compute[0] - compute[1];
+    return (compute[0] - compute[1]) / (1 / (peak * eff[0]) - 1 / (peak * eff[1]));
+}
+
+static void test_attention_time(void)
+{
+    job_spec job;
+    if (load_job(&job, "model: {kind: gpt, n_layer: 2, n_head: 8, d_model: 1024, vocab_size: 1024, seq_len: 16384}\n"
+                       "train: {global_batch: 1, micro_batch: 1, precision: bf16}\n"))
+        return;
+    double d, s = 16384, C = 1024, fwd = 4.0 * s * s * C; /* one block's score and value products */
+    double got = attention_exec_flops(&job, &d), want = 2 * 3.5 * fwd * (s + 1) / (2 * s);
+    CHECK(fabs(got / want - 1) < 1e-6,
+          "fused attention, causal GPT at 16k: the core runs %.4g FLOPs a step (want 2 blocks x 3.5 x 4 s^2 C x "
+          "(s + 1) / 2s = %.4g: causal tiles skipped, the scores again in backward), at attention_efficiency",
+          got, want);
+    job.model.attention = ATTN_NAIVE;
+    got = attention_exec_flops(&job, &d);
+    CHECK(got == 0 && d == 0, "naive attention: every pair at the GEMM rate, attention_efficiency unused");
+    hw_profile hw;
+    char err[512];
+    CHECK(hw_load(&hw, "h100-sxm", err, sizeof err) == 0 && hw.n_attn == 6 &&
+              fabs(hw_attention_efficiency(&hw, 8192) - 0.326) < 1e-9 &&
+              fabs(hw_attention_efficiency(&hw, 1 << 20) - 0.329) < 1e-9 && hw_attention_efficiency(&hw, 4) == 0.209,
+          "h100-sxm: FlashAttention-2's H100 table, read between and flat beyond its points");
+    const char *bad = "name: x\ndevice: gpu\npeak_bf16_tflops: 1\nattention_efficiency: {512: 0.3, 256: 0.2}\n";
+    int rc = hw_load_string(&hw, bad, strlen(bad), "a.yaml", err, sizeof err);
+    CHECK(rc && strstr(err, "a.yaml:4:") && strstr(err, "attention_efficiency: dimensions must increase"),
+          "attention_efficiency out of order: %s", err);
+    CHECK(hw_load(&hw, "a100-80g", err, sizeof err) == 0 && hw.n_attn == 0 && hw_attention_efficiency(&hw, 8192) == 0,
+          "a profile without attention_efficiency prices the core as a GEMM of the head size");
+}
+
+/* Context parallelism with GQA: the ring carries k and v of the rank's kv
+ * heads in the activations' type and their gradient in fp32 (cp.c). */
+static void test_cp_gqa_volume(void)
+{
+    job_spec job;
+    if (load_job(&job, "model: {kind: llama, n_layer: 4, n_head: 8, n_kv_head: 2, d_model: 512, d_ff: 1024, "
+                       "vocab_size: 1024, seq_len: 4096}\n"
+                       "train: {global_batch: 4, micro_batch: 1, precision: bf16}\nparallel: {cp: 4, dp: 1}\n"))
+        return;
+    plan_estimate e;
+    if (estimate(&e, &job, "h100-sxm", 1, 4)) return;
+    double rows = 4096.0 / 4, kv = rows * 2 * 2 * 64; /* [tokens / cp, 2 kv heads x 64 x (k, v)] */
+    double want = 4.0 * 4 * (2 * 3 * kv * 2 + 4 * kv * 4); /* m 4 x 4 blocks x (2(cp-1) bf16 sends + cp fp32 dkv) */
+    const plan_comm *c = &e.stage[0].comm[GROUP_CP];
+    CHECK(fabs(c->bytes - want) < 1, "cp 4, GQA 8 heads over 2 kv heads: the ring sends %.0f bytes a step (want %.0f: "
+                                     "kv heads only, bf16; the gradients fp32)", c->bytes, want);
+    plan_estimate_free(&e);
+}
+
 /* ---- the planner ---- */
 
 static void test_planner(void)
@@ -814,6 +1015,43 @@ static char *plan_json(const job_spec *job, const char *hw, int nnodes, int per_
     fclose(f);
     if (rc) printf("# plan: %s\n", err);
     return buf;
+}
+
+/* --plan prices the job's own layout like its candidates and says how its
+ * best compares; a layout of another size is not compared, and says why. */
+static void test_planner_own_layout(void)
+{
+    job_spec job;
+    if (load_job(&job, "model: {preset: gpt-13b}\ntrain: {global_batch: 256, micro_batch: 1, precision: bf16}\n"
+                       "parallel: {dp: 64, mode: fsdp}\n"))
+        return;
+    char *buf = plan_json(&job, "h100-sxm", 8, 8, 0);
+    cJSON *root = buf ? cJSON_Parse(buf) : NULL, *jo = cJSON_GetObjectItem(root, "job_layout");
+    cJSON *best = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "top"), 0);
+    plan_estimate e;
+    int ok = jo && best && cJSON_IsTrue(cJSON_GetObjectItem(jo, "compared")) && estimate(&e, &job, "h100-sxm", 8, 8) == 0;
+    if (ok) {
+        double step = cJSON_GetNumberValue(cJSON_GetObjectItem(jo, "step_s"));
+        double speedup = cJSON_GetNumberValue(cJSON_GetObjectItem(jo, "best_speedup"));
+        double want = cJSON_GetNumberValue(cJSON_GetObjectItem(best, "samples_per_s")) / e.samples_per_s;
+        CHECK(step == e.step_time && fabs(speedup / want - 1) < 1e-12 && speedup >= 1 &&
+                  cJSON_IsTrue(cJSON_GetObjectItem(jo, "fits_headroom")) == e.fits_headroom,
+              "plan gpt-13b: the job's own FSDP 64 layout priced as the dry-run prices it (%.3g s), the best %.2fx "
+              "as fast", step, speedup);
+        plan_estimate_free(&e);
+    } else {
+        CHECK(0, "plan gpt-13b: job_layout compared");
+    }
+    cJSON_Delete(root);
+    free(buf);
+    job.parallel.dp = 8;
+    buf = plan_json(&job, "h100-sxm", 8, 8, 0);
+    root = buf ? cJSON_Parse(buf) : NULL, jo = cJSON_GetObjectItem(root, "job_layout");
+    const char *why = jo ? cJSON_GetStringValue(cJSON_GetObjectItem(jo, "why")) : NULL;
+    CHECK(jo && cJSON_IsFalse(cJSON_GetObjectItem(jo, "compared")) && why && strstr(why, "its 8 ranks are not the plan's 64"),
+          "a job layout of 8 ranks on a plan of 64: not compared (%s)", why ? why : "none");
+    cJSON_Delete(root);
+    free(buf);
 }
 
 static int same_top(const char *a, const char *b, int *n, double *sim_a, double *sim_b)
@@ -901,7 +1139,7 @@ static int plan_offload_needed(const job_spec *job, const char *hwname, int nnod
             j.train.offload = levels[l];
             plan_estimate e;
             int rc = plan_estimate_memory(&e, &j, &hw, nnodes, per_node, err, sizeof err);
-            ok &= rc == 0 && e.fits == (l == chosen);
+            ok &= rc == 0 && e.fits_headroom == (l == chosen); /* the planner's rule: fits with the headroom free */
             plan_estimate_free(&e);
         }
     }
@@ -1086,10 +1324,15 @@ int main(void)
     test_stage_params_and_acts();
     test_monotonic();
     test_comm_volume();
+    test_attention_time();
+    test_cp_gqa_volume();
     test_report_text_and_json();
     test_warnings();
     test_hardware();
+    test_headroom_profile();
     test_planner();
+    test_planner_headroom();
+    test_planner_own_layout();
     test_planner_bound();
     test_planner_offload();
     test_fixed_bytes();

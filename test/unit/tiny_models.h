@@ -27,4 +27,16 @@ static inline job_model tiny_vit_spec(void)
     return s;
 }
 
+/* Llama: 4 query heads over 2 kv heads (GQA) of size 4 (RoPE pairs), SwiGLU
+ * of 24, an untied head. */
+static inline job_model tiny_llama_spec(void)
+{
+    job_model s;
+    memset(&s, 0, sizeof s);
+    s.kind = MODEL_LLAMA;
+    s.n_layer = 2; s.n_head = 4; s.n_kv_head = 2; s.d_model = 16; s.d_ff = 24;
+    s.vocab_size = 32; s.seq_len = 8; s.max_positions = 8; s.rope_theta = 10000;
+    return s;
+}
+
 #endif
