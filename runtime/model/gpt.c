@@ -19,7 +19,13 @@
  *
  * Context parallelism (model_shard.cp_*): the batch holds whole samples; this
  * rank takes the tokens and targets of its two chunks (model_cp_chunk) and
- * embeds them with their global positions, the wpe rows of those chunks. */
+ * embeds them with their global positions, the wpe rows of those chunks.
+ *
+ * Packed samples (job_model.packed): the batch brings each token's position
+ * in its sample and its segment; gpt_docs_from_batch puts this rank's rows'
+ * positions and every cp rank's rows' segments into the micro-batch's stash,
+ * where the embedding (wpe's row of each position), the blocks' RoPE and the
+ * attention's document mask (model_docs) read them. */
 #include "runtime/model/model_internal.h"
 
 #include <stdio.h>

@@ -13,6 +13,12 @@
  *       start passing kv on (not at the last step); compute the blocks into
  *       dq and the travelling dkv; pass dkv on
  *   after cp steps every dkv is back with its owner: added into dqkv.
+ * Packed samples (model_docs): each block takes its rows' segment ids (the
+ * queries' from this rank's, the keys' from their owner's: the model hands
+ * every rank's, so none travel), and a block whose rows share no sample
+ * (cp_block_spans, on the host ids) is not computed at all; kv still goes
+ * round the whole ring (other samples of the batch, and the next ranks,
+ * need it).
  * Every message goes to the next rank of the ring and comes from the previous
  * one; send and receive buffers alternate (two of them), so a transfer never
  * touches what is being computed on.
