@@ -5,7 +5,7 @@
 #    masked out, some samples without targets, some longer than seq_len 16 and
 #    truncated) reproduce the one-process curve and parameters under dp,
 #    ZeRO-2 with accumulation, FSDP, tp + SP, pp (a micro-batch holds windows
-#    with boundaries inside), cp 2 (chunks of 4 tokens: boundaries inside
+#    with boundaries inside; interleaved: a chunk of blocks alone), cp 2 (chunks of 4 tokens: boundaries inside
 #    chunks, and chunk pairs no sample spans, which the ring skips) and bf16,
 #    with the tolerances of parallel_equivalence.sh and parallel_bf16.sh. The
 #    loss is the mean over the global batch's masked-in targets: a mean of
@@ -57,12 +57,13 @@ print(f"ok: {len(wins)} windows of 16 from {s} samples; {inside} boundaries insi
       f"{apart} chunk pairs sharing no sample")
 EOF
 
-FP32=("dp=2" "dp=2 mode=zero2 accum=2" "dp=2 mode=fsdp" "tp=2 sp=1" "pp=2 sched=1f1b" "cp=2")
+# interleaved: a pipeline chunk with neither the embedding nor the head still
+# takes its samples' positions and segments from the batch
+FP32=("dp=2" "dp=2 mode=zero2 accum=2" "dp=2 mode=fsdp" "tp=2 sp=1" "pp=2 sched=1f1b" "pp=2 sched=interleaved" "cp=2")
 BF16=("dp=2 prec=bf16")
 GPT=("cp=2" "tp=2 sp=1" "pp=2 sched=gpipe")
 if [ "${DTRUN_TEST_FULL:-0}" = 1 ]; then
-  FP32+=("dp=2 mode=zero1" "dp=4 mode=hsdp nodes=2" "tp=2" "dp=2 tp=2 mode=fsdp" "pp=2 sched=interleaved"
-    "pp=2 sched=zb-h1" "cp=2 tp=2" "dp=2 cp=2 mode=zero2" "dp=2 mode=fsdp recompute=block"
+  FP32+=("dp=2 mode=zero1" "dp=4 mode=hsdp nodes=2" "tp=2" "dp=2 tp=2 mode=fsdp" "pp=2 sched=zb-h1" "cp=2 tp=2" "dp=2 cp=2 mode=zero2" "dp=2 mode=fsdp recompute=block"
     "pp=2 sched=1f1b tp=2 recompute=selective" "dp=2 tp=2 pp=2 sched=1f1b" "dp=2 offload=3 recompute=block")
   BF16+=("tp=2 sp=1 prec=bf16" "pp=2 sched=1f1b prec=bf16" "cp=2 prec=bf16" "dp=2 mode=fsdp prec=bf16")
   GPT+=("dp=2 mode=zero2 accum=2" "cp=2 tp=2" "pp=2 sched=1f1b dp=2")
