@@ -49,17 +49,40 @@ if [ "${DTRUN_TEST_NO_SAN:-0}" != 1 ]; then
     DTRUN_TEST_SAN=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 count_unit "$name" "$bin"
   done
 fi
+# Integration tests run DTRUN_TEST_JOBS at a time (default: the cores, at
+# least 2: most of them wait on processes, sockets and python peers more than
+# they compute); a test whose header says "# dtrun-test: exclusive" (it times
+# the machine: calibration, measured bubbles, a skip when others take the
+# cores) runs afterwards, alone. Results print as tests end.
+jobs=${DTRUN_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+[ "$jobs" -ge 2 ] 2>/dev/null || jobs=2
+mkdir -p "$log/result"
+run_integration() { # script name: runs it, writes result/NAME "rc secs", prints its line
+  local t=$1 name=$2 out="$log/$(basename "$1").log" start rc secs
+  start=$(date +%s)
+  timeout -k 5 "$DTRUN_TEST_TIMEOUT" bash "$t" >"$out" 2>&1; rc=$?
+  secs=$(( $(date +%s) - start ))
+  echo "$rc $secs" >"$log/result/$(basename "$t" .sh)"
+  if [ $rc -eq 0 ]; then echo "PASS $name (${secs}s)"
+  elif [ $rc -eq 77 ]; then echo "SKIP $name: $(tail -1 "$out")"
+  else echo "FAIL $name (exit $rc, ${secs}s)"; tail -25 "$out" | sed 's/^/    /'; fi
+}
+exclusive=() running=0
 for t in test/integration/*.sh; do
   [ -f "$t" ] || continue
   name=integration/$(basename "$t" .sh)
   [[ $name =~ $filter ]] || continue
-  out="$log/$(basename "$t").log"
-  start=$(date +%s)
-  timeout -k 5 "$DTRUN_TEST_TIMEOUT" bash "$t" >"$out" 2>&1; rc=$?
-  secs=$(( $(date +%s) - start ))
-  if [ $rc -eq 0 ]; then pass=$((pass + 1)); echo "PASS $name (${secs}s)"
-  elif [ $rc -eq 77 ]; then skip=$((skip + 1)); echo "SKIP $name: $(tail -1 "$out")"
-  else fail=$((fail + 1)); echo "FAIL $name (exit $rc, ${secs}s)"; tail -25 "$out" | sed 's/^/    /'; fi
+  if grep -q '^# dtrun-test: exclusive' "$t"; then exclusive+=("$t"); continue; fi
+  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+  run_integration "$t" "$name" &
+  running=$((running + 1))
+done
+wait
+for t in "${exclusive[@]}"; do run_integration "$t" "integration/$(basename "$t" .sh)"; done
+for r in "$log"/result/*; do
+  [ -f "$r" ] || continue
+  read -r rc _ <"$r"
+  if [ "$rc" -eq 0 ]; then pass=$((pass + 1)); elif [ "$rc" -eq 77 ]; then skip=$((skip + 1)); else fail=$((fail + 1)); fi
 done
 # The logs matter only when something failed: keep them then, else leave nothing behind.
 if [ $fail -eq 0 ]; then rm -rf "$log"; else echo "logs: $log (kept: $fail failed)"; fi
