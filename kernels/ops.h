@@ -371,6 +371,72 @@ typedef struct dt_ops {
      * inp of type t; dinp and dout fp32. */
     void (*swiglu_backward)(float *dinp, const void *inp, const float *dout, int N, int F, dt_dtype t);
 
+    /* ---- mixture of experts (runtime/model/moe.c): router, dispatch, experts ----
+     * N token rows, E experts, k = top_k choices per row. Rows belong to
+     * groups (the samples: capacity and the load-balancing loss count per
+     * sample): row i is in group (row0 + i) / T, so groups 0 .. G-1 with
+     * G = (row0 + N - 1) / T + 1 (row0 > 0: the rows start inside a sample,
+     * as a rank's share of one may). Router scores, weights and their
+     * gradients are fp32 whatever the run's type.
+     *
+     * moe_router_forward: scores[N, E] of the router's logits[N, E]
+     * (overwritten; scores may BE logits, turned into scores in place):
+     * sigmoid 0, the softmax of each row; 1, the sigmoid of each logit. idx[N, k]: the row's k experts with the largest score +
+     * bias[e] (bias NULL: 0), in descending order of that, a tie to the lower
+     * expert; w[N, k]: their scores, divided by the k scores' sum when norm.
+     * psum[G, E] (NULL: not wanted; overwritten): per group, the sum over
+     * its rows of the balance probabilities q, the scores themselves
+     * (softmax) or each row's scores divided by their sum (sigmoid), summed
+     * in row order. */
+    void (*moe_router_forward)(float *scores, int *idx, float *w, float *psum, const float *logits,
+                               const float *bias, int N, int E, int k, int sigmoid, int norm, int T, int row0);
+    /* dlogits[N, E] += the gradient through the scores of dw[N, k] (dL/dw)
+     * and of daux[G, E] (dL/dq for every row of the group: the
+     * load-balancing loss's; NULL: none), from the forward's scores, idx, w. */
+    void (*moe_router_backward)(float *dlogits, const float *scores, const int *idx, const float *w,
+                                const float *dw, const float *daux, int N, int E, int k, int sigmoid, int norm,
+                                int T, int row0);
+    /* The dispatch plan of idx[N, k]: the permuted order holds each kept
+     * choice once, expert by expert (ascending), each expert's rows in row
+     * order (then by choice: a row never picks an expert twice).
+     * chosen[G, E]: choices of each group for each expert (overwritten);
+     * counts[E]: the rows each expert keeps (overwritten); dst[N, k]: each
+     * choice's row in the permuted order, or -1 when dropped; src[M]: the
+     * token row of each permuted row (M = the sum of counts). cap 0: keep
+     * every choice (dropless); cap > 0: a choice is kept when fewer than
+     * cap earlier rows of its group (before[g, e] of them before row 0 of
+     * this call: a group started on another rank; before NULL: 0) chose the
+     * same expert: per sample, by position, so the same choices drop
+     * wherever the rows are computed. */
+    void (*moe_route)(int *dst, int *src, int *counts, int *chosen, const int *idx, const int *before, int N,
+                      int E, int k, int cap, int T, int row0);
+    /* out[i, :] = x[src[i], :] for i < M (rows of C; type t). */
+    void (*moe_permute)(void *out, const void *x, const int *src, int M, int C, dt_dtype t);
+    /* dx[n, :] += sum over j < k of dout[dst[n, j], :] (kept choices, j
+     * ascending): deterministic, no atomics. */
+    void (*moe_permute_backward)(float *dx, const float *dout, const int *dst, int N, int k, int C);
+    /* out[n, :] = (accumulate: out[n, :] +) sum over kept j < k, ascending,
+     * of w[n, j] y[dst[n, j], :]; y of type t, out fp32. */
+    void (*moe_unpermute)(float *out, const void *y, const int *dst, const float *w, int N, int k, int C, dt_dtype t,
+                          int accumulate);
+    /* For each kept choice (n, j): dy[dst[n, j], :] += w[n, j] dout[n, :] and
+     * dw[n, j] += dot(dout[n, :], y[dst[n, j], :]) (fp32, in column order);
+     * dy or dw may be NULL. y of type t. */
+    void (*moe_unpermute_backward)(float *dy, float *dw, const float *dout, const void *y, const int *dst,
+                                   const float *w, int N, int k, int C, dt_dtype t);
+    /* The experts' grouped GEMM: for group g < G (an expert) its rows
+     * [o_g, o_g + counts[g]) (o_g the counts before g) compute out = inp
+     * w_g^T, w_g = w + g OC IC elements ([OC, IC], no bias), as
+     * matmul_forward would (the same rounding points). counts in HOST
+     * memory (the host launches one GEMM per group: cpu a loop of BLAS
+     * calls, cuda per-group cuBLASLt GEMMs on the stream). */
+    void (*moe_grouped_forward)(void *out, const void *inp, const void *w, const int *counts, int G, int IC, int OC,
+                                dt_dtype t, dt_dtype out_t);
+    /* matmul_backward per group: dinp += dout w_g, dw_g += dout^T inp (its
+     * rows); either may be NULL. */
+    void (*moe_grouped_backward)(float *dinp, float *dw, const float *dout, const void *inp, const void *w,
+                                 const int *counts, int G, int IC, int OC, dt_dtype t);
+
     /* ---- residual: out = a + b, a fp32 (a branch's output), b and out of
      * type t (the stream); out may alias a when t is fp32 (then it is also
      * the plain fp32 sum of two tensors) ---- */

@@ -262,6 +262,23 @@ void cuda_rope_backward(float *dx, int ld, int nheads, int hs, const int *pos, c
 /* swiglu.cu */
 void cuda_swiglu_forward(void *out, const void *inp, int N, int F, dt_dtype t);
 void cuda_swiglu_backward(float *dinp, const void *inp, const float *dout, int N, int F, dt_dtype t);
+/* moe_router.cu, moe_route.cu, moe_permute.cu, moe_gemm.cu */
+void cuda_moe_router_forward(float *scores, int *idx, float *w, float *psum, const float *logits, const float *bias,
+                             int N, int E, int k, int sigmoid, int norm, int T, int row0);
+void cuda_moe_router_backward(float *dlogits, const float *scores, const int *idx, const float *w, const float *dw,
+                              const float *daux, int N, int E, int k, int sigmoid, int norm, int T, int row0);
+void cuda_moe_route(int *dst, int *src, int *counts, int *chosen, const int *idx, const int *before, int N, int E,
+                    int k, int cap, int T, int row0);
+void cuda_moe_permute(void *out, const void *x, const int *src, int M, int C, dt_dtype t);
+void cuda_moe_permute_backward(float *dx, const float *dout, const int *dst, int N, int k, int C);
+void cuda_moe_unpermute(float *out, const void *y, const int *dst, const float *w, int N, int k, int C, dt_dtype t,
+                        int accumulate);
+void cuda_moe_unpermute_backward(float *dy, float *dw, const float *dout, const void *y, const int *dst, const float *w,
+                                 int N, int k, int C, dt_dtype t);
+void cuda_moe_grouped_forward(void *out, const void *inp, const void *w, const int *counts, int G, int IC, int OC,
+                              dt_dtype t, dt_dtype out_t);
+void cuda_moe_grouped_backward(float *dinp, float *dw, const float *dout, const void *inp, const void *w,
+                               const int *counts, int G, int IC, int OC, dt_dtype t);
 /* gelu.cu */
 void cuda_gelu_forward(void *out, const void *inp, size_t n, dt_dtype t);
 void cuda_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);

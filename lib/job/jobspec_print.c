@@ -84,10 +84,31 @@ void job_field_print(FILE *out, const job_spec *job, int fid)
     }
 }
 
+/* A nested section's keys, indented under its parent (model.moe while the
+ * model has experts). */
+static int print_nested(const job_spec *job, FILE *out, int parent)
+{
+    int printed = 0;
+    for (int sec = 0; sec < SEC_COUNT; sec++) {
+        if (job_section_parent(sec) != parent) continue;
+        if (sec == SEC_MOE && job->model.moe.experts < 1) continue;
+        fprintf(out, "  %s:\n", job_section_key(sec));
+        for (int fid = 0; fid < FID_COUNT; fid++) {
+            if (job_fields[fid].section != (job_section)sec || !job_field_applies(job, fid)) continue;
+            fprintf(out, "    %s: ", job_fields[fid].key);
+            job_field_print(out, job, fid);
+            fputc('\n', out);
+        }
+        printed = 1;
+    }
+    return printed;
+}
+
 void job_print(const job_spec *job, FILE *out)
 {
     fputs("# dtrun job, resolved: presets expanded, defaults and derived values filled in\n", out);
     for (int sec = 0; sec < SEC_COUNT; sec++) {
+        if (job_section_parent(sec) >= 0) continue; /* printed inside its parent */
         int printed = 0;
         for (int fid = 0; fid < FID_COUNT; fid++) {
             if (job_fields[fid].section != (job_section)sec) continue;
@@ -106,6 +127,15 @@ void job_print(const job_spec *job, FILE *out)
                 fprintf(out, "  # grad_accum: %d (derived: global_batch / (micro_batch x dp))\n",
                         job->train.grad_accum);
         }
+        if (!printed) {
+            /* a nested section needs its parent's line */
+            int any = 0;
+            for (int sub = 0; sub < SEC_COUNT && !any; sub++)
+                any = job_section_parent(sub) == sec && !(sub == SEC_MOE && job->model.moe.experts < 1);
+            if (any) fprintf(out, "%s:\n", job_section_names[sec]);
+            printed = any;
+        }
+        if (print_nested(job, out, sec)) printed = 1;
         if (!printed) fprintf(out, "%s: {}\n", job_section_names[sec]);
     }
 }

@@ -100,6 +100,36 @@ static int record(loader *L, yaml_document_t *doc, int fid, pos key_at, const ya
     return 0;
 }
 
+/* The nested section that `key` opens inside section `sec` (model: moe), or -1. */
+static int nested_section(job_section sec, const char *key, size_t len)
+{
+    for (int s = 0; s < SEC_COUNT; s++)
+        if (job_section_parent(s) == (int)sec && strlen(job_section_key(s)) == len &&
+            !memcmp(job_section_key(s), key, len))
+            return s;
+    return -1;
+}
+
+static int collect_section(loader *L, yaml_document_t *doc, job_section sec, const yaml_node_t *map);
+
+/* A section given as a key of its parent (model: {moe: {experts: 8}}); null
+ * ("moe:" with every key commented out) is as if absent. */
+static int collect_nested(loader *L, yaml_document_t *doc, int sec, const yaml_node_t *k, const yaml_node_t *v)
+{
+    if (L->section_given[sec])
+        return loader_fail_at(L, pos_of(k), "duplicate key '%s' in section '%s' (first at line %d)", job_section_key(sec),
+                              job_section_names[job_section_parent(sec)], L->section_at[sec].line);
+    if (is_null_node(v)) return 0;
+    L->section_given[sec] = 1;
+    L->section_at[sec] = pos_of(k);
+    if (v->type != YAML_MAPPING_NODE) {
+        char got[300];
+        return loader_fail_at(L, pos_of(v), "%s must be a mapping of keys, got %s", job_section_names[sec],
+                              node_got(v, got, sizeof got));
+    }
+    return collect_section(L, doc, (job_section)sec, v);
+}
+
 static int collect_section(loader *L, yaml_document_t *doc, job_section sec, const yaml_node_t *map)
 {
     const char *sname = job_section_names[sec];
@@ -112,6 +142,11 @@ static int collect_section(loader *L, yaml_document_t *doc, job_section sec, con
             return loader_fail_at(L, pos_of(k), "a key in section '%s' must be a name, got %s", sname, shape_of(k));
         const char *key = (const char *)k->data.scalar.value;
         size_t len = k->data.scalar.length;
+        int sub = nested_section(sec, key, len);
+        if (sub >= 0) {
+            if (collect_nested(L, doc, sub, k, v)) return -1;
+            continue;
+        }
         int fid = job_field_find(sec, key, len);
         if (fid < 0) return loader_unknown_key(L, pos_of(k), NULL, sec, key, len);
         if (L->e[fid].given)
@@ -146,7 +181,7 @@ static int collect(loader *L, yaml_document_t *doc)
         const char *name = (const char *)k->data.scalar.value;
         size_t len = k->data.scalar.length;
         int sec = job_section_find(name, len);
-        if (sec < 0) return loader_unknown_section(L, pos_of(k), NULL, name, len);
+        if (sec < 0 || job_section_parent(sec) >= 0) return loader_unknown_section(L, pos_of(k), NULL, name, len);
         if (L->section_given[sec])
             return loader_fail_at(L, pos_of(k), "duplicate section '%s' (first at line %d)", job_section_names[sec],
                                   L->section_at[sec].line);

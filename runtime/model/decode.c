@@ -43,10 +43,14 @@ static void block_step(model *m, model_kv *kv, int b, int pos)
     L->row_forward(L->ctx, kv->r2, NULL, kv->atty, bp.w[BR_PROJ_W], bp.p[BR_PROJ_B], 1, d->C_l, C, DT_F32);
     ops->residual_forward(kv->r2, kv->r2, kv->x, (size_t)C, DT_F32);
     model_norm_forward(m, kv->ln, kv->mean, kv->rstd, kv->r2, bp.p[BR_LN2_W], bp.p[BR_LN2_B], 1);
-    L->column_forward(L->ctx, kv->fch, kv->ln, NULL, bp.w[BR_FC_W], bp.p[BR_FC_B], 1, C, d->H_l, DT_F32);
-    if (llama) ops->swiglu_forward(kv->fchg, kv->fch, 1, d->F_l, DT_F32);
-    else model_gelu_forward(m, kv->fchg, kv->fch, (size_t)d->F_l);
-    L->row_forward(L->ctx, kv->y, NULL, kv->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], 1, d->F_l, C, DT_F32);
+    if (block_is_moe(m, unit)) { /* the row's experts, as training routes it (one sample of one token) */
+        moe_forward(m, unit, &bp, &kv->moe, kv->ln, kv->y, 1, 1, 0);
+    } else {
+        L->column_forward(L->ctx, kv->fch, kv->ln, NULL, bp.w[BR_FC_W], bp.p[BR_FC_B], 1, C, d->H_l, DT_F32);
+        if (llama) ops->swiglu_forward(kv->fchg, kv->fch, 1, d->F_l, DT_F32);
+        else model_gelu_forward(m, kv->fchg, kv->fch, (size_t)d->F_l);
+        L->row_forward(L->ctx, kv->y, NULL, kv->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], 1, d->F_l, C, DT_F32);
+    }
     ops->residual_forward(kv->y, kv->y, kv->r2, (size_t)C, DT_F32);
     model_hook_after(m, unit, PHASE_FORWARD);
     float *t = kv->x; /* the block's output is the next one's input */

@@ -359,6 +359,59 @@ typedef struct {
                      int NKV, int causal, dt_dtype t);
 } model_attention;
 
+/* ---- mixture of experts (model.moe; moe.c) ----
+ * An MoE block's MLP is Megatron-Core's three parts: the router (scores
+ * each token's experts, fp32, and picks top_k), the token dispatcher (moves
+ * each kept choice's row to its expert and the experts' outputs back,
+ * weighted), and the experts (one grouped GEMM over their sorted rows). The
+ * dispatcher is the part expert parallelism replaces (its all-to-all moves
+ * rows between ranks); the model computes through this table, by default
+ * the local one (local_layers.c: ops->moe_permute / moe_unpermute), and never
+ * communicates itself.
+ *
+ * The route of one micro-batch (ops.h moe_route): N token rows, k choices
+ * each; dst [N, k] each choice's row in the permuted order (-1: dropped by
+ * the capacity), src [M] each permuted row's token row, counts [E] (host
+ * memory) the rows of each expert, expert by expert, M their sum. */
+typedef struct {
+    int N, k, E;
+    const int *dst, *src; /* device */
+    const int *counts;    /* host */
+} model_moe_route;
+
+typedef struct {
+    void *ctx;
+    /* xe [M_l, C] (type t): the rows this rank's experts compute, expert by
+     * expert, from x [N, C] (type t); counts_l (host) the rows of each of
+     * them. Returns M_l. Local: every expert, xe = x's rows in src order. */
+    int (*dispatch)(void *ctx, void *xe, int *counts_l, const void *x, const model_moe_route *r, int C, dt_dtype t);
+    /* out [N, C] fp32 (accumulate: +=, else overwritten) = each row's kept
+     * choices' expert output rows ye [M_l, C] (type t) times their weights
+     * w [N, k] (fp32), in choice order. */
+    void (*combine)(void *ctx, float *out, const void *ye, const float *w, const model_moe_route *r, int C,
+                    dt_dtype t, int accumulate);
+    /* Its backward: dye [M_l, C] (fp32, overwritten) = w dout of each
+     * choice's row; dw [N, k] += dot(dout row, its expert output row). */
+    void (*combine_backward)(void *ctx, float *dye, float *dw, const float *dout, const void *ye, const float *w,
+                             const model_moe_route *r, int C, dt_dtype t);
+    /* dispatch's backward: dx [N, C] += the gradient of every kept choice's
+     * row dxe [M_l, C] (fp32), each row's choices in order. */
+    void (*dispatch_backward)(void *ctx, float *dx, const float *dxe, const model_moe_route *r, int C);
+} model_moe_dispatcher;
+
+/* What the training forwards of one MoE block routed since the last
+ * model_moe_stats_reset (host): per expert the choices that picked it
+ * (chosen[E], before any capacity drop: its load), the choices dropped, and
+ * the sum over the samples of the Switch/GShard balance loss E sum_e f_e P_e
+ * (model.moe.aux_loss_coef: 1 when balanced). A block recompute's second
+ * forward counts nothing. */
+typedef struct {
+    int layer;      /* the block's index, 0-based */
+    double *chosen; /* [E] */
+    double dropped;
+    double aux;
+} model_moe_stats;
+
 /* What the model computes in (train.precision, train.grad_dtype). fp32: every
  * tensor fp32. bf16 (mixed precision): compute weights and the activations kept
  * for backward are bf16; layernorm, softmax and loss statistics and every
@@ -515,6 +568,23 @@ void model_set_layers(model *m, const model_layers *layers);
 /* The attention core (NULL: the local one, the default). A model with
  * cp_size > 1 must be given a context-parallel one before it computes. */
 void model_set_attention(model *m, const model_attention *attention);
+
+/* The MoE token dispatcher (NULL: the local one, the default). */
+void model_set_moe_dispatcher(model *m, const model_moe_dispatcher *dispatcher);
+/* MoE blocks this object holds, and their statistics (model_moe_stats, i <
+ * model_moe_count, in block order). */
+int model_moe_count(const model *m);
+const model_moe_stats *model_moe_stats_of(const model *m, int i);
+void model_moe_stats_reset(model *m);
+/* DeepSeek-V3's auxiliary-loss-free balancing of held MoE block i: each
+ * expert's routing bias moves by rate * sign(mean load - its load), load[E]
+ * the step's global choices per expert (the same numbers on every rank, so
+ * the same biases). The bias is added to the scores for choosing the experts
+ * only. get / set: its [E] values (host), what a checkpoint saves
+ * ("state/h.N.moe.bias"). */
+void model_moe_bias_update(model *m, int i, const double *load, double rate);
+void model_moe_bias_get(const model *m, int i, float *out);
+void model_moe_bias_set(model *m, int i, const float *in);
 
 /* ---- activations of one micro-batch ---- */
 model_acts *model_acts_create(model *m, int B);

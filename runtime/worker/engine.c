@@ -473,6 +473,11 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         goto fail;
     }
     e->per_sample = job_model_is_lm(&job->model) ? job->model.seq_len : 1;
+    if (engine_moe_init(e) != 0) {
+        *exit_code = DT_EXIT_FAIL;
+        snprintf(err, errlen, "rank %d: out of memory", rank);
+        goto fail;
+    }
     /* the head's rank computes the loss; every tp rank of it the same one */
     e->counts_loss = me.tp == 0 && e->unit_model[n_units - 1];
     char cp_part[32] = "";
@@ -520,6 +525,7 @@ void engine_destroy(engine *e)
     if (e->world) comm_destroy(e->world);
     if (e->store) store_close(e->store);
     acct_destroy(e->acct);
+    engine_moe_free(e);
     free(e->unit_model);
     free(e);
 }
@@ -737,6 +743,7 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     x->training = 1;
     trace_step_begin(step + 1);
     e->so->begin_step(e->ds);
+    engine_moe_reset(e); /* evaluations since the last step routed too */
     double loss_sum = 0;
     if (e->ex) {
         int rc = pp_grads(e, step, first, loss_scale, &loss_sum, err, errlen);
@@ -755,10 +762,24 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     tied_wte_sum(e);
     if (x->failed) return engine_comm_failed(e, err, errlen);
     e->local_loss = e->counts_loss ? loss_sum : 0.0; /* engine_local_loss: who went non-finite */
-    double mine[2] = {e->counts_loss ? loss_sum : 0.0, engine_local_grad_sumsq(e, NULL, NULL)}, sum[2];
-    if (engine_world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
+    /* loss, gradient norm and the MoE blocks' routing: one exchange */
+    int n = 2 + engine_moe_values(e);
+    double *mine = calloc(2 * (size_t)n, sizeof(double)), *sum = mine + n;
+    if (!mine) {
+        snprintf(err, errlen, "rank %d: step %d: out of memory", e->rank, step + 1);
+        return DT_EXIT_FAIL;
+    }
+    mine[0] = e->counts_loss ? loss_sum : 0.0;
+    mine[1] = engine_local_grad_sumsq(e, NULL, NULL);
+    engine_moe_mine(e, mine + 2);
+    if (engine_world_sum(e, mine, n, sum) != COMM_OK) {
+        free(mine);
+        return engine_comm_failed(e, err, errlen);
+    }
     *loss = per_step > 0 ? sum[0] / per_step : 0.0;
     e->grad_sumsq = sum[1];
+    engine_moe_take(e, sum + 2, (double)t->global_batch);
+    free(mine);
     return DT_EXIT_OK;
 }
 
@@ -796,6 +817,7 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
     }
     trace_span(TRACE_COMPUTE, t_opt, clock_now_s(), "optimizer");
     e->so->after_update(e->ds);
+    engine_moe_update_bias(e); /* DeepSeek-V3's, from the step's global loads */
     trace_step_end();
     return x->failed ? engine_comm_failed(e, err, errlen) : DT_EXIT_OK;
 }

@@ -122,6 +122,22 @@ int engine_vocab_size(const engine *e);
  * n_classes] host. DT_EXIT_USAGE for a job that cannot, with one line in err. */
 int engine_classify(engine *e, const float *images, int B, float *logits, char *err, size_t errlen);
 
+/* model.moe: the routing of the last engine_grads over the global batch (the
+ * same numbers on every rank), or NULL without MoE blocks. Per MoE block j <
+ * layers (block order): its index layer[j], the choices per expert
+ * chosen[j * experts + e] (its load, before any capacity drop) and the
+ * choices dropped[j]; aux_loss the mean over the global batch's samples of
+ * the sum over the blocks of their Switch/GShard balance loss E sum_e f_e
+ * P_e (1 per block when balanced; the loss trained on adds aux_loss_coef
+ * times it to the language-model loss engine_grads reports). */
+typedef struct {
+    int layers, experts;
+    int *layer;
+    double *chosen, *dropped;
+    double aux_loss;
+} engine_moe;
+const engine_moe *engine_moe_last(const engine *e);
+
 void engine_take_times(engine *e, engine_times *t);
 /* Memory this rank holds, by category (account.h); peaks restart at
  * engine_begin_training, so setup transients are not training peaks. */

@@ -1901,6 +1901,161 @@ static void test_swiglu(int N, int F, dt_dtype t, int pad) {
     free(inf_); free(inp); free(out); free(g); free(gi); free(gi0);
 }
 
+/* Mixture of experts (ops.h moe_*): the router row by row in the CPU's
+ * order (expf against libm's: TOL_ELEM; the choices and every integer of
+ * the route exactly: same comparisons of the same scores, a tie broken the
+ * same way), the route with a capacity and rows starting inside a sample,
+ * permute (a copy: bit for bit), unpermute and the backwards (separate
+ * products and sums, no FMA, in the CPU's order: bit for bit in fp32; a
+ * bf16 y is widened exactly on both sides), and the grouped GEMM (the dense
+ * matmul per expert: TOL_GEMM, bf16 products as matmul's). */
+static int same_ints(const int *dev, const int *ref, size_t n) {
+    int *h = malloc((n ? n : 1) * sizeof(int));
+    if (n) gpu->to_host(h, dev, n * sizeof(int));
+    int ok = !n || !memcmp(h, ref, n * sizeof(int));
+    free(h);
+    return ok;
+}
+
+static void test_moe_router(int N, int E, int k, int sigmoid, int norm, int T, int row0, int with_bias) {
+    char what[192];
+    int G = (row0 + N - 1) / T + 1;
+    float *z = hrand((size_t)N * E, 3.0f), *bias = with_bias ? hrand((size_t)E, 0.5f) : NULL;
+    float *s = malloc((size_t)N * E * sizeof(float)), *w = malloc((size_t)N * k * sizeof(float));
+    float *ps = malloc((size_t)G * E * sizeof(float));
+    int *idx = malloc((size_t)N * k * sizeof(int));
+    memcpy(s, z, (size_t)N * E * sizeof(float));
+    cpu->moe_router_forward(s, idx, w, ps, s, bias, N, E, k, sigmoid, norm, T, row0);
+    dbuf ds = dup_f(z, (size_t)N * E, 0), dw = zeros_f((size_t)N * k), dps = zeros_f((size_t)G * E);
+    dbuf db = dup_f(bias ? bias : z, bias ? (size_t)E : 1, 0);
+    int *didx = dup_i(idx, (size_t)N * k);
+    gpu->moe_router_forward(ds.p, didx, dw.p, dps.p, ds.p, bias ? db.p : NULL, N, E, k, sigmoid, norm, T, row0);
+    snprintf(what, sizeof what, "moe_router_forward %s%s%s N=%d E=%d k=%d T=%d row0=%d", sigmoid ? "sigmoid" : "softmax",
+             norm ? " norm" : "", bias ? " bias" : "", N, E, k, T, row0);
+    CHECK(same_ints(didx, idx, (size_t)N * k), "%s: the same choices", what);
+    expect(what, &ds, s, (size_t)N * E, TOL_ELEM);
+    expect(what, &dw, w, (size_t)N * k, TOL_ELEM);
+    expect(what, &dps, ps, (size_t)G * E, TOL_ELEM);
+    /* backward from the CPU's forward, into random starts */
+    float *gw = hrand((size_t)N * k, 1.0f), *ga = hrand((size_t)G * E, 1.0f), *dz = hrand((size_t)N * E, 1.0f);
+    float *dz0 = malloc((size_t)N * E * sizeof(float));
+    memcpy(dz0, dz, (size_t)N * E * sizeof(float));
+    dbuf hs = dup_f(s, (size_t)N * E, 0), hw = dup_f(w, (size_t)N * k, 0), dgw = dup_f(gw, (size_t)N * k, 0);
+    dbuf dga = dup_f(ga, (size_t)G * E, 0), ddz = dup_f(dz, (size_t)N * E, 0);
+    int *hidx = dup_i(idx, (size_t)N * k);
+    cpu->moe_router_backward(dz, s, idx, w, gw, ga, N, E, k, sigmoid, norm, T, row0);
+    gpu->moe_router_backward(ddz.p, hs.p, hidx, hw.p, dgw.p, dga.p, N, E, k, sigmoid, norm, T, row0);
+    snprintf(what, sizeof what, "moe_router_backward %s%s N=%d E=%d k=%d (accumulates)", sigmoid ? "sigmoid" : "softmax",
+             norm ? " norm" : "", N, E, k);
+    expect_added(what, &ddz, dz0, dz, (size_t)N * E, TOL_ELEM);
+    drop(&ds), drop(&dw), drop(&dps), drop(&db), drop(&hs), drop(&hw), drop(&dgw), drop(&dga), drop(&ddz);
+    gpu->free(didx), gpu->free(hidx);
+    free(z), free(bias), free(s), free(w), free(ps), free(idx), free(gw), free(ga), free(dz), free(dz0);
+}
+
+static void test_moe_route(int N, int E, int k, int cap, int T, int row0) {
+    int G = (row0 + N - 1) / T + 1;
+    size_t NK = (size_t)N * k;
+    int *idx = malloc(NK * sizeof(int)), *dst = malloc(NK * sizeof(int)), *src = malloc(NK * sizeof(int));
+    int *counts = malloc((size_t)E * sizeof(int)), *chosen = malloc((size_t)G * E * sizeof(int));
+    int *before = malloc((size_t)G * E * sizeof(int));
+    for (int i = 0; i < G * E; i++) before[i] = i < E ? i % 3 : 0;
+    for (int n = 0; n < N; n++) /* k distinct experts a row, skewed towards the low ones */
+        for (int j = 0; j < k; j++) idx[(size_t)n * k + j] = (int)((unsigned)(n * 7 + j * (E / k + 1) + (n % 3)) % E);
+    for (int n = 0; n < N; n++)
+        for (int j = 1; j < k; j++)
+            for (int i = 0; i < j; i++)
+                if (idx[(size_t)n * k + j] == idx[(size_t)n * k + i]) idx[(size_t)n * k + j] = (idx[(size_t)n * k + j] + 1) % E, i = -1;
+    cpu->moe_route(dst, src, counts, chosen, idx, before, N, E, k, cap, T, row0);
+    int M = 0;
+    for (int e = 0; e < E; e++) M += counts[e];
+    int *didx = dup_i(idx, NK), *dbef = dup_i(before, (size_t)G * E);
+    int *ddst = gpu->alloc(NK * sizeof(int)), *dsrc = gpu->alloc(NK * sizeof(int));
+    int *dcounts = gpu->alloc((size_t)E * sizeof(int)), *dchosen = gpu->alloc((size_t)G * E * sizeof(int));
+    gpu->moe_route(ddst, dsrc, dcounts, dchosen, didx, dbef, N, E, k, cap, T, row0);
+    CHECK(same_ints(ddst, dst, NK) && same_ints(dsrc, src, (size_t)M) && same_ints(dcounts, counts, (size_t)E) &&
+              same_ints(dchosen, chosen, (size_t)G * E),
+          "moe_route N=%d E=%d k=%d cap=%d T=%d row0=%d: dst, src, counts, chosen bit for bit (%d of %zu kept)", N, E,
+          k, cap, T, row0, M, NK);
+    gpu->free(didx), gpu->free(dbef), gpu->free(ddst), gpu->free(dsrc), gpu->free(dcounts), gpu->free(dchosen);
+    free(idx), free(dst), free(src), free(counts), free(chosen), free(before);
+}
+
+static void test_moe_permute(int N, int E, int k, int C, int cap, dt_dtype t) {
+    char what[160];
+    const char *ty = t == DT_BF16 ? "bf16" : "fp32";
+    size_t NK = (size_t)N * k, es = dt_dtype_size(t);
+    int *idx = malloc(NK * sizeof(int)), *dst = malloc(NK * sizeof(int)), *src = malloc(NK * sizeof(int));
+    int counts[64], chosen[64 * 8];
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < k; j++) idx[(size_t)n * k + j] = (n + j * 3) % E;
+    cpu->moe_route(dst, src, counts, chosen, idx, NULL, N, E, k, cap, N, 0);
+    int M = 0;
+    for (int e = 0; e < E; e++) M += counts[e];
+    float *xf = hrand((size_t)N * C, 1.0f), *yf = hrand(NK * C, 1.0f), *w = hrand(NK, 1.0f);
+    void *x = host_typed(xf, (size_t)N * C, t), *y = host_typed(yf, NK * C, t), *xe = calloc(NK * C, es);
+    int *ddst = dup_i(dst, NK), *dsrc = dup_i(src, NK);
+    void *dx = dup_bytes(x, (size_t)N * C * es), *dy = dup_bytes(y, NK * C * es), *dxe = dup_bytes(xe, NK * C * es);
+    cpu->moe_permute(xe, x, src, M, C, t);
+    gpu->moe_permute(dxe, dx, dsrc, M, C, t);
+    snprintf(what, sizeof what, "moe_permute %s N=%d k=%d C=%d (%d rows)", ty, N, k, C, M);
+    expect_typed(what, dxe, xe, (size_t)M * C, t, 0.0);
+    float *out = hrand((size_t)N * C, 1.0f), *out0 = malloc((size_t)N * C * sizeof(float));
+    memcpy(out0, out, (size_t)N * C * sizeof(float));
+    dbuf dout = dup_f(out, (size_t)N * C, 0), dwt = dup_f(w, NK, 0);
+    cpu->moe_unpermute(out, y, dst, w, N, k, C, t, 1);
+    gpu->moe_unpermute(dout.p, dy, ddst, dwt.p, N, k, C, t, 1);
+    snprintf(what, sizeof what, "moe_unpermute %s N=%d k=%d C=%d (accumulates)", ty, N, k, C);
+    expect(what, &dout, out, (size_t)N * C, 0.0);
+    float *g = hrand((size_t)N * C, 1.0f), *gy = hrand(NK * C, 1.0f), *gw = hrand(NK, 1.0f), *gx = hrand((size_t)N * C, 1.0f);
+    dbuf dg = dup_f(g, (size_t)N * C, 0), dgy = dup_f(gy, NK * C, 0), dgw = dup_f(gw, NK, 0), dgx = dup_f(gx, (size_t)N * C, 0);
+    cpu->moe_unpermute_backward(gy, gw, g, y, dst, w, N, k, C, t);
+    gpu->moe_unpermute_backward(dgy.p, dgw.p, dg.p, dy, ddst, dwt.p, N, k, C, t);
+    snprintf(what, sizeof what, "moe_unpermute_backward %s dy, dw N=%d k=%d C=%d (accumulate)", ty, N, k, C);
+    expect(what, &dgy, gy, (size_t)M * C, 0.0);
+    expect(what, &dgw, gw, NK, 0.0);
+    cpu->moe_permute_backward(gx, gy, dst, N, k, C);
+    gpu->moe_permute_backward(dgx.p, dgy.p, ddst, N, k, C);
+    snprintf(what, sizeof what, "moe_permute_backward N=%d k=%d C=%d (accumulates)", N, k, C);
+    expect(what, &dgx, gx, (size_t)N * C, 0.0);
+    drop(&dout), drop(&dwt), drop(&dg), drop(&dgy), drop(&dgw), drop(&dgx);
+    gpu->free(ddst), gpu->free(dsrc), gpu->free(dx), gpu->free(dy), gpu->free(dxe);
+    free(idx), free(dst), free(src), free(xf), free(yf), free(w), free(x), free(y), free(xe), free(out), free(out0);
+    free(g), free(gy), free(gw), free(gx);
+}
+
+static void test_moe_grouped(int IC, int OC, dt_dtype t) {
+    char what[160];
+    int counts[4] = {37, 0, 5, 64}, G = 4, R = 106;
+    size_t es = dt_dtype_size(t);
+    float *inf_ = hrand((size_t)R * IC, 1.0f), *wf = hrand((size_t)G * OC * IC, 1.0f);
+    void *in = host_typed(inf_, (size_t)R * IC, t), *w = host_typed(wf, (size_t)G * OC * IC, t);
+    void *out = calloc((size_t)R * OC, es);
+    void *din = dup_bytes(in, (size_t)R * IC * es), *dw = dup_bytes(w, (size_t)G * OC * IC * es);
+    void *dout = dup_bytes(out, (size_t)R * OC * es);
+    act16_products(t == DT_BF16);
+    cpu->moe_grouped_forward(out, in, w, counts, G, IC, OC, t, t);
+    gpu->moe_grouped_forward(dout, din, dw, counts, G, IC, OC, t, t);
+    snprintf(what, sizeof what, "moe_grouped_forward %s IC=%d OC=%d", t == DT_BF16 ? "bf16" : "fp32", IC, OC);
+    expect_typed(what, dout, out, (size_t)R * OC, t, TOL_GEMM + (t == DT_BF16 ? TOL_ULP16 : 0.0));
+    float *g = hrand((size_t)R * OC, 1.0f), *gi = hrand((size_t)R * IC, 1.0f), *gwt = hrand((size_t)G * OC * IC, 1.0f);
+    float *gi0 = malloc((size_t)R * IC * sizeof(float)), *gw0 = malloc((size_t)G * OC * IC * sizeof(float));
+    memcpy(gi0, gi, (size_t)R * IC * sizeof(float)), memcpy(gw0, gwt, (size_t)G * OC * IC * sizeof(float));
+    dbuf dg = dup_f(g, (size_t)R * OC, 0), dgi = dup_f(gi, (size_t)R * IC, 0), dgw = dup_f(gwt, (size_t)G * OC * IC, 0);
+    cpu->moe_grouped_backward(gi, gwt, g, in, w, counts, G, IC, OC, t);
+    gpu->moe_grouped_backward(dgi.p, dgw.p, dg.p, din, dw, counts, G, IC, OC, t);
+    double tol = t == DT_BF16 ? TOL_BF16 : TOL_GEMM;
+    snprintf(what, sizeof what, "moe_grouped_backward %s dinp IC=%d OC=%d (accumulates)", t == DT_BF16 ? "bf16" : "fp32", IC, OC);
+    expect_added(what, &dgi, gi0, gi, (size_t)R * IC, tol);
+    snprintf(what, sizeof what, "moe_grouped_backward %s dw IC=%d OC=%d (accumulates; the empty expert's untouched)",
+             t == DT_BF16 ? "bf16" : "fp32", IC, OC);
+    expect_added(what, &dgw, gw0, gwt, (size_t)G * OC * IC, tol);
+    act16_products(0);
+    drop(&dg), drop(&dgi), drop(&dgw);
+    gpu->free(din), gpu->free(dw), gpu->free(dout);
+    free(inf_), free(wf), free(in), free(w), free(out), free(g), free(gi), free(gwt), free(gi0), free(gw0);
+}
+
 /* RoPE on the q and k heads of a qkv buffer (v and a spare column left as
  * they are), rows at scattered positions: the table, the forward and the
  * backward all BIT FOR BIT (ops.h: the same table bits, two rounded products
@@ -2179,6 +2334,21 @@ int main(void) {
         test_attention_decode(300, 64, 4, 4, dt);  /* more keys than the kernel's threads */
         test_attention_decode(300, 256, 8, 2, dt); /* GQA: 4 query heads a kv head */
         test_attention_decode(77, 192, 3, 1, dt);  /* MQA */
+    }
+
+    test_moe_router(37, 8, 2, 0, 1, 16, 0, 0);   /* Mixtral's: softmax, normalised top 2 */
+    test_moe_router(64, 64, 8, 1, 1, 32, 5, 1);  /* DeepSeek-V3's: sigmoid + bias, top 8; rows start mid-sample */
+    test_moe_router(5, 3, 1, 0, 0, 5, 0, 1);     /* Switch's top 1 */
+    test_moe_route(300, 8, 2, 0, 100, 0);
+    test_moe_route(300, 8, 2, 40, 100, 0);       /* a capacity: drops */
+    test_moe_route(301, 64, 6, 20, 64, 17);      /* rows from inside a sample, counts before them */
+    test_moe_route(50, 2000, 2, 0, 50, 0);       /* more experts than a block's threads */
+    for (int b = 0; b <= 1; b++) {
+        dt_dtype t = b ? DT_BF16 : DT_F32;
+        test_moe_permute(45, 8, 2, 33, 0, t);
+        test_moe_permute(45, 8, 3, 64, 12, t);   /* capacity drops: -1 entries */
+        test_moe_grouped(64, 96, t);
+        test_moe_grouped(33, 17, t);
     }
 
     /* grouped-query attention (NKV < NH kv heads): naive, blockwise (the
