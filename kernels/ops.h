@@ -142,10 +142,16 @@ typedef struct dt_ops {
     void (*embedding_backward)(float *dwte, const float *dout, const int *tok,
                                int v0, int vn, int N, int C);
 
-    /* ---- learned position embedding: x[b,t,:] += wpe[t,:] (in place) ---- */
-    void (*posadd_forward)(float *x, const float *wpe, int B, int T, int C);
-    /* dwpe[t,:] += sum_b dx[b,t,:] */
-    void (*posadd_backward)(float *dwpe, const float *dx, int B, int T, int C);
+    /* ---- learned position embedding, added in place ----
+     * pos NULL: x[b,t,:] += wpe[t,:]. pos (int, [B*T], backend memory): each
+     * row at its own position, x[n,:] += wpe[pos[n],:] for n < B*T, pos[n] a
+     * row of wpe (packed samples: positions restart at each sample; context
+     * parallelism's chunks: positions in the whole sequence). */
+    void (*posadd_forward)(float *x, const float *wpe, const int *pos, int B, int T, int C);
+    /* pos NULL: dwpe[t,:] += sum_b dx[b,t,:], b in order. pos: dwpe[pos[n],:]
+     * += dx[n,:], each row of dwpe summing its rows n in increasing order
+     * (deterministic; the same order as the NULL case's for pos[n] = n % T). */
+    void (*posadd_backward)(float *dwpe, const float *dx, const int *pos, int B, int T, int C);
 
     /* ---- patch embedding (ViT) ----
      * img[B, ch, H, W] (H = W = S), P = patch size, NP = (S/P)^2 patches in
@@ -266,15 +272,24 @@ typedef struct dt_ops {
      * Query head h reads kv head h / (NH / NKV) (GQA: no copy of k, v per
      * query head). NKV == NH: W = 3C, 2 Ckv = 2C, the layout before GQA.
      * Mask: query row i sees key row j when !causal or j <= i + shift (shift:
-     * the query block's first position minus the key block's). A row that
-     * sees no key gets out 0 and lse -inf. q and kv are of type t, out of
+     * the query block's first position minus the key block's), and, with
+     * segment ids (qseg and kseg not NULL: document masking of packed
+     * samples), when qseg[i] == kseg[j]. qseg and kseg: int, backend memory,
+     * one id a row, sample stride Ts, rows [0, Tq) and [0, Tk) from the
+     * pointer (lse's layout without the heads). Within a call the ids never
+     * decrease along a sample's rows [0, Tq) of q, nor [0, Tk) of kv (samples
+     * are packed one after the other): a query's keys are then one run, and
+     * the ops skip the key tiles outside every run of a query tile; no
+     * [Tq, Tk] mask exists anywhere. NULL, NULL: no document mask (the ops
+     * compute what they did before segments). A
+     * row that sees no key gets out 0 and lse -inf. q and kv are of type t, out of
      * type out_t (t when it is the final result, fp32 for a partial that
      * merges follow; attention_block_merge is fp32).
      * Forward overwrites out and lse with this block's partial result; the
      * rows of out it does not compute (Tq..Ts of a sample) stay as they are. */
-    void (*attention_block_forward)(void *out, float *lse, const void *q, const void *kv,
-                                    int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
-                                    dt_dtype t, dt_dtype out_t);
+    void (*attention_block_forward)(void *out, float *lse, const void *q, const void *kv, const int *qseg,
+                                    const int *kseg, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV,
+                                    int causal, int shift, dt_dtype t, dt_dtype out_t);
     /* (out, lse) <- the softmax over the union of their keys and the
      * partial's (pout, plse; same layout): lse' = log(e^lse + e^plse),
      * out' = out e^(lse - lse') + pout e^(plse - lse'). Rows with plse -inf
@@ -288,8 +303,9 @@ typedef struct dt_ops {
      * A kv head's dk, dv sum its group's query heads in a fixed order
      * (deterministic, no atomics). out, q and kv of type t. */
     void (*attention_block_backward)(float *dq, float *dkv, const float *dout, const void *out,
-                                     const float *lse, const void *q, const void *kv, int B, int Ts,
-                                     int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t);
+                                     const float *lse, const void *q, const void *kv, const int *qseg,
+                                     const int *kseg, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV,
+                                     int causal, int shift, dt_dtype t);
     /* ---- rotary position embedding (RoPE) of q and k ----
      * Layout: Hugging Face's "rotate half" (LlamaForCausalLM as stored in HF
      * folders, torchtitan after its permute): within a head of hs columns,

@@ -73,8 +73,8 @@ void cpu_embedding_backward(float *dwte, const float *dout, const int *tok,
                             int v0, int vn, int N, int C);
 
 /* posadd.c */
-void cpu_posadd_forward(float *x, const float *wpe, int B, int T, int C);
-void cpu_posadd_backward(float *dwpe, const float *dx, int B, int T, int C);
+void cpu_posadd_forward(float *x, const float *wpe, const int *pos, int B, int T, int C);
+void cpu_posadd_backward(float *dwpe, const float *dx, const int *pos, int B, int T, int C);
 
 /* patch.c */
 void cpu_patch_forward(float *out, const float *img, const float *w, const float *b,
@@ -141,13 +141,14 @@ void cpu_attention_decode(void *out, float *scratch, const void *q, const void *
                           dt_dtype t);
 
 /* attention_block.c */
-void cpu_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
-                                 int C, int NH, int NKV, int causal, int shift, dt_dtype t, dt_dtype out_t);
+void cpu_attention_block_forward(void *out, float *lse, const void *q, const void *kv, const int *qseg,
+                                 const int *kseg, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal,
+                                 int shift, dt_dtype t, dt_dtype out_t);
 void cpu_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts, int Tq,
                                int C, int NH);
 void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
-                                  const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                  int NKV, int causal, int shift, dt_dtype t);
+                                  const void *q, const void *kv, const int *qseg, const int *kseg, int B, int Ts,
+                                  int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t);
 /* rows_copy.c */
 void cpu_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
 

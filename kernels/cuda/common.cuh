@@ -210,8 +210,8 @@ void cuda_embedding_forward(float *out, const int *tok, const float *wte, int v0
 void cuda_embedding_backward(float *dwte, const float *dout, const int *tok, int v0, int vn,
                              int N, int C);
 /* posadd.cu */
-void cuda_posadd_forward(float *x, const float *wpe, int B, int T, int C);
-void cuda_posadd_backward(float *dwpe, const float *dx, int B, int T, int C);
+void cuda_posadd_forward(float *x, const float *wpe, const int *pos, int B, int T, int C);
+void cuda_posadd_backward(float *dwpe, const float *dx, const int *pos, int B, int T, int C);
 /* patch.cu */
 void cuda_patch_forward(float *out, const float *img, const float *w, const float *b,
                         int B, int ch, int S, int P, int C);
@@ -245,13 +245,14 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
 void cuda_attention_decode(void *out, float *scratch, const void *q, const void *kv, int T, int C, int NH, int NKV,
                            dt_dtype t);
 /* attention_block.cu */
-void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
-                                  int C, int NH, int NKV, int causal, int shift, dt_dtype t, dt_dtype out_t);
+void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, const int *qseg,
+                                  const int *kseg, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal,
+                                  int shift, dt_dtype t, dt_dtype out_t);
 void cuda_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts,
                                 int Tq, int C, int NH);
 void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
-                                   const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                   int NKV, int causal, int shift, dt_dtype t);
+                                   const void *q, const void *kv, const int *qseg, const int *kseg, int B, int Ts,
+                                   int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t);
 /* rows_copy.cu */
 void cuda_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
 /* rope.cu */

@@ -129,6 +129,11 @@ typedef struct {
      * a sharded index) whose weights the run starts from; "" = none. Its
      * config.json fills the shape keys (jobspec_init_from.c). */
     char init_from[JOB_PATH_MAX];
+    /* Derived, not a key: 1 when the job's data is packed instruction samples
+     * (data.kind sft). The model then takes each token's position in its
+     * sample and its sample's segment with every batch (model_batch) and
+     * keeps them per micro-batch (model_acts_sizes counts them). */
+    int packed;
     job_moe moe;             /* model.moe (experts 0: none) */
     job_mla mla;             /* model.mla (kv_lora_rank 0: none) */
 } job_model;
@@ -167,8 +172,12 @@ typedef enum {
     DATA_SYNTHETIC = 0, /* deterministic random tokens / images */
     DATA_TEXT,          /* any file, byte-level tokens */
     DATA_TOKENS,        /* llm.c token shards: 1024-byte header, uint16 or uint32 ids (lib/text/token_shard.h) */
-    DATA_IDX            /* IDX images + labels (MNIST / Fashion-MNIST), optionally .gz */
+    DATA_IDX,           /* IDX images + labels (MNIST / Fashion-MNIST), optionally .gz */
+    DATA_SFT            /* instruction data: SFT shards (loss mask, sample starts), packed into windows */
 } data_kind;
+/* data.long_samples: an SFT sample longer than seq_len stops the run at open,
+ * or is cut to its first seq_len tokens. */
+typedef enum { LONG_REFUSE = 0, LONG_TRUNCATE } long_samples_kind;
 
 typedef struct {
     data_kind kind;
@@ -179,6 +188,7 @@ typedef struct {
     double val_fraction;                  /* used when val_path is "" (text, tokens) */
     long synthetic_size;                  /* samples (ViT) or tokens (GPT) for synthetic;
                                              default 4096 images / 1048576 tokens */
+    long_samples_kind long_samples;       /* sft: a sample longer than seq_len */
 } job_data;
 
 typedef enum { LR_COSINE = 0, LR_LINEAR, LR_CONSTANT } lr_schedule;
@@ -400,6 +410,7 @@ int job_model_max_positions(const job_model *m);
 /* 1 when the LM head is wte itself: always for gpt, tie_embeddings for llama. */
 int job_model_tied_head(const job_model *m);
 const char *job_data_kind_name(data_kind k);
+const char *job_long_samples_name(long_samples_kind k);
 const char *job_lr_schedule_name(lr_schedule s);
 const char *job_device_name(device_kind d);
 const char *job_precision_name(precision_kind p);

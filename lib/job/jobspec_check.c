@@ -384,6 +384,18 @@ static int check_data(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
                     "data.kind idx holds images, which a %s model cannot read (use text or tokens, or a vit model)",
                     job_model_kind_name(job->model.kind));
+    if (d->kind == DATA_SFT && job->model.kind == MODEL_VIT)
+        return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
+                    "data.kind sft holds instruction samples of tokens, which a vit model cannot read (use a gpt or "
+                    "llama model)");
+    if (d->kind == DATA_SFT && job->model.attention == ATTN_NAIVE)
+        return fail(v, BLAME(FID_ATTENTION, FID_DATA_KIND),
+                    "data.kind sft needs model.attention fused (the document mask of packed samples is the fused "
+                    "attention's; naive materialises a causal mask across them)");
+    if (d->kind == DATA_SFT && job->train.cuda_graphs)
+        return fail(v, BLAME(FID_CUDA_GRAPHS, FID_DATA_KIND),
+                    "data.kind sft does not work with train.cuda_graphs (each step's loss divides by its batch's "
+                    "own count of masked-in targets, which a recorded step cannot take); turn one of them off");
     if ((d->kind == DATA_TEXT || d->kind == DATA_TOKENS) && job->model.kind == MODEL_VIT)
         return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
                     "data.kind %s holds tokens, which a vit model cannot read (use idx or synthetic, or a gpt or llama "

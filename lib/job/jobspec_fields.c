@@ -29,10 +29,14 @@ static const char *const attention_aliases[] = {"flash,flash_attention,flash_att
 static const char *const routers[] = {"softmax", "sigmoid", NULL};
 static const char *const router_aliases[] = {"softmax_topk,topk_softmax,mixtral,switch,gshard",
                                              "sigmoid_topk,deepseek,deepseek_v3,noaux_tc", NULL};
-static const char *const data_kinds[] = {"synthetic", "text", "tokens", "idx", NULL};
+static const char *const data_kinds[] = {"synthetic", "text", "tokens", "idx", "sft", NULL};
 static const char *const data_kind_aliases[] = {"random,fake,dummy,synth", "txt,bytes,file",
                                                 "bin,llmc,token,shards", "mnist,fashion_mnist,fmnist",
+                                                "instruct,instruction,chat,finetune,fine_tune,sft_shards,packed",
                                                 NULL};
+static const char *const long_samples[] = {"refuse", "truncate", NULL};
+static const char *const long_samples_aliases[] = {"error,fail,reject,strict,drop", "truncation,cut,clip,trim",
+                                                   NULL};
 static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const schedule_aliases[] = {"cos", "lin", "const,none,fixed", NULL};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
@@ -140,6 +144,8 @@ const field_def job_fields[FID_COUNT] = {
                           .aliases = "val_split,validation_split,val_ratio,split"},
     [FID_SYNTHETIC_SIZE] = NUM(SEC_DATA, "synthetic_size", FT_LONG, data.synthetic_size, 1, NOMAX,
                                "size,num_samples,n_samples,synthetic_samples"),
+    [FID_LONG_SAMPLES] = ENUM(SEC_DATA, "long_samples", data.long_samples, long_samples, long_samples_aliases,
+                              "truncate,truncation,max_length,overflow,too_long,long"),
 
     [FID_STEPS] = NUM(SEC_TRAIN, "steps", FT_INT, train.steps, 1, NOMAX,
                       "max_steps,train_steps,iters,max_iters,num_steps,iterations,total_steps,step"),
@@ -602,6 +608,7 @@ int job_model_max_positions(const job_model *m)
 }
 int job_model_tied_head(const job_model *m) { return m->kind == MODEL_GPT || (m->kind == MODEL_LLAMA && m->tie_embeddings); }
 const char *job_data_kind_name(data_kind k) { return name_of(data_kinds, (int)k); }
+const char *job_long_samples_name(long_samples_kind k) { return name_of(long_samples, (int)k); }
 const char *job_lr_schedule_name(lr_schedule s) { return name_of(schedules, (int)s); }
 const char *job_precision_name(precision_kind p) { return name_of(precisions, (int)p); }
 const char *job_dtype_name(dtype_kind d) { return name_of(dtypes, (int)d); }

@@ -88,6 +88,7 @@ static int derive(loader *L, int preset_d_ff)
      * job (or init_from's max_position_embeddings) says more */
     if (m->kind == MODEL_LLAMA && m->max_positions == 0) m->max_positions = m->seq_len;
     if (!L->e[FID_MIN_LR].given) t->min_lr = job_lr_tenth(t->lr);
+    m->packed = job->data.kind == DATA_SFT;
     if (!L->e[FID_SYNTHETIC_SIZE].given)
         job->data.synthetic_size = job_model_is_lm(m) ? SYNTHETIC_GPT_TOKENS : SYNTHETIC_VIT_IMAGES;
     if (!L->e[FID_GRAD_DTYPE].given || t->grad_dtype == DTYPE_AUTO)

@@ -46,6 +46,7 @@ typedef struct {
     model_dims d;
     int has_emb, has_head, nb, sp, gpt, cp; /* gpt: a language model (gpt or llama) */
     int llama; /* RMSNorm (no means kept), rotary positions (their table and rows' positions), no wpe */
+    int docs;  /* packed samples (job_model.packed): per micro-batch positions and segments */
     int tied;  /* the LM head is wte */
     int lse; /* the attention keeps each row's log-sum-exp (model_attention_lse) */
     int off; /* the stream entering blocks 1 .. nb-1 in host memory (acts_on_host) */
@@ -88,6 +89,7 @@ static shape shape_of(const job_model *spec, const model_shard *sh, recompute_ki
     g.sp = g.d.sp_size > 1;
     g.gpt = job_model_is_lm(spec);
     g.llama = spec->kind == MODEL_LLAMA;
+    g.docs = spec->packed && g.gpt;
     g.tied = job_model_tied_head(spec);
     g.cp = g.d.cp_size > 1;
     g.lse = model_attention_lse(spec, g.d.cp_size);
@@ -191,6 +193,14 @@ static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
     if (g->has_head) a->out = a->stream ? (char *)a->stream + (size_t)ins * Nl * C * e : NULL;
     for (int k = 0; k < blk_sets(nb, g->rc); k++)
         take_block(b, g, B, a->blk ? &a->blk[k] : &(block_acts){0}, a->bs.att_shared, 1, block_mlp(g, k));
+    if (g->docs && (g->has_emb || nb > 0)) {
+        /* packed samples: the micro-batch's rows' positions (wpe's rows, RoPE's
+         * angles) and every cp rank's rows' segments (the attention's mask) */
+        a->pos = takei(b, N);
+        a->seg = nb > 0 ? takei(b, N * (size_t)g->d.cp_size) : NULL;
+        a->bs.docs = (model_docs){a->seg, a->seg ? a->host_seg : NULL};
+        if (g->llama && nb > 0) a->bs.rope_pos = a->pos;
+    }
     if (g->gpt) {
         if (g->has_emb) a->tokens = takei(b, N);
         if (g->has_head) {
@@ -297,11 +307,14 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
         a->logits = g->has_head ? takef(b, head_chunk_numel(g, B)) : NULL;
         a->dlogits = NULL;
         a->tied_dwte = g->has_emb && g->has_head && g->tied ? takef(b, V_l * C) : NULL;
-        a->wpe_l = g->has_emb && g->cp && !g->llama ? takef(b, (size_t)g->d.seq * C) : NULL;
+        /* (packed samples: wpe's rows by each row's position, no chunk copy) */
+        a->wpe_l = g->has_emb && g->cp && !g->llama && !g->docs ? takef(b, (size_t)g->d.seq * C) : NULL;
         /* rotary positions: each local row's position in its sample (global
          * under context parallelism) and the cos / sin table of the sample's
-         * positions, made when the working set is (model_acts_create) */
-        a->bs.rope_pos = g->llama && nb > 0 ? takei(b, N) : NULL;
+         * positions, made when the working set is (model_acts_create);
+         * packed samples have their own positions in every micro-batch's
+         * stash (layout_stash) */
+        if (!g->docs) a->bs.rope_pos = g->llama && nb > 0 ? takei(b, N) : NULL;
         a->bs.rope_cs = g->llama && nb > 0 ? takef(b, (size_t)model_seq_len(g->spec) * (size_t)g->d.hs) : NULL;
         /* kv heads replicated over tp: a micro-batch's qkv weight gradient and
          * every kv head's rows to sum it over the group (llama.c) */
@@ -428,7 +441,8 @@ size_t model_acts_host_bytes(const job_model *spec, int B)
 {
     size_t N = (size_t)B * (size_t)model_seq_len(spec);
     size_t floats = 2 * N + (spec->kind == MODEL_VIT ? (size_t)B * (size_t)spec->n_classes : 0);
-    return floats * sizeof(float);
+    size_t ints = spec->packed ? 2 * N : 0; /* packed samples: host_pos, host_seg */
+    return floats * sizeof(float) + ints * sizeof(int);
 }
 
 /* Points every micro-batch's working-set pointers at the model's (again, after
@@ -513,9 +527,11 @@ model_acts *model_acts_create(model *m, int B)
     if (z.host) a->host_mem = m->ops->host_alloc(z.host);
     a->host_loss = malloc(N * sizeof(float));
     a->host_dloss = malloc(N * sizeof(float));
+    if (m->spec.packed) a->host_pos = malloc(N * sizeof(int)), a->host_seg = malloc(N * sizeof(int));
     if (m->spec.kind == MODEL_VIT)
         a->host_logits = malloc((size_t)B * (size_t)m->spec.n_classes * sizeof(float));
     if (!a->mem || (z.host && !a->host_mem) || (sets && !a->blk) || !a->host_loss || !a->host_dloss ||
+        (m->spec.packed && (!a->host_pos || !a->host_seg)) ||
         (m->spec.kind == MODEL_VIT && !a->host_logits)) {
         fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activations\n", a->bytes);
         model_acts_destroy(a);
@@ -565,6 +581,8 @@ void model_acts_destroy(model_acts *a)
     free(a->host_loss);
     free(a->host_dloss);
     free(a->host_logits);
+    free(a->host_pos);
+    free(a->host_seg);
     free(a);
 }
 

@@ -154,8 +154,9 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
     model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BR_LN1_W], bp.p[BR_LN1_B], Nl);
     L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.w[BR_QKV_W], bp.p[BR_QKV_B], N, C, d->W_l, t);
     if (m->spec.kind == MODEL_LLAMA) llama_rope_forward(m, a->qkv, s, N);
-    m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, B, T, d->C_l, d->NH_l, d->NKV_l, causal,
-                    t);
+    const model_docs *docs = s->docs.seg ? &s->docs : NULL; /* packed samples */
+    m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, docs, B, T, d->C_l, d->NH_l, d->NKV_l,
+                    causal, t);
     float *branch = t == DT_F32 ? (float *)a->r2 : s->dln;
     L->row_forward(L->ctx, branch, s->full, a->atty, bp.w[BR_PROJ_W], bp.p[BR_PROJ_B], N, d->C_l, C, t);
     /* r2 = x + the attention branch, and ln2 of it */
@@ -251,8 +252,8 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
         ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, d->NKV_l, causal, t);
     }
     ops->zero(dqkv, NW * sizeof(float));
-    m->attn.backward(m->attn.ctx, dqkv, s->att_scratch, datty, a->qkv, a->atty, a->att, B, T, d->C_l, d->NH_l,
-                     d->NKV_l, causal, t);
+    m->attn.backward(m->attn.ctx, dqkv, s->att_scratch, datty, a->qkv, a->atty, a->att,
+                     s->docs.seg ? &s->docs : NULL, B, T, d->C_l, d->NH_l, d->NKV_l, causal, t);
     /* the gradient of q and k before their rotation */
     if (llama) llama_rope_backward(m, dqkv, s, N);
     if (keep) ops->copy(keep->dqkv, dqkv, NW * sizeof(float));

@@ -72,8 +72,8 @@ int model_decode_step(model *m, model_kv *kv, int token, float *logits)
         /* GPT: wpe's row `pos`, the embedding of one token at position 0 of a
          * sequence that starts there; a Llama has none */
         const float *wpe = llama ? NULL : unit_tensor(m, 0, GPT_EMB_WPE) + (size_t)pos * (size_t)C;
-        L->embedding_forward(L->ctx, kv->x, NULL, kv->tok, unit_tensor(m, 0, GPT_EMB_WTE), wpe, d->v0, d->V_l, 1, 1,
-                             C);
+        L->embedding_forward(L->ctx, kv->x, NULL, kv->tok, unit_tensor(m, 0, GPT_EMB_WTE), wpe, NULL, d->v0, d->V_l,
+                             1, 1, C);
         model_hook_after(m, 0, PHASE_FORWARD);
     }
     for (int b = 0; b < m->n_blocks; b++) block_step(m, kv, b, pos);

@@ -497,6 +497,7 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
 {
     int B = batch_size(a, batch);
     check_layers(m);
+    if (m->spec.packed) gpt_docs_from_batch(m, a, batch);
     if (correct) *correct = 0;
     size_t io = model_acts_io_numel(m, B);
     if (m->has_emb) {

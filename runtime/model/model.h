@@ -163,7 +163,14 @@ typedef struct {
     const int *targets;    /* GPT: [B,T] next tokens */
     const float *images;   /* ViT: [B,ch,S,S] */
     const int *labels;     /* ViT: [B] */
-    int on_device;         /* 1: the arrays above are device memory */
+    /* Packed samples (job_model.packed; else NULL), [B,T] like tokens, host
+     * memory whatever on_device says: each token's position in its sample
+     * (0 at a sample's first token: RoPE's or wpe's row) and its segment (its
+     * sample's index in the row, never decreasing along it): a token attends
+     * to its own segment's tokens only (model_docs). */
+    const int *positions;
+    const int *segments;
+    int on_device;         /* 1: tokens, targets, images and labels are device memory */
     double *loss_sum;      /* device memory, or NULL: the loss comes back from model_forward
                               (with it, a ViT's correct count is not taken: it stays 0) */
 } model_batch;
@@ -300,11 +307,14 @@ typedef struct {
     /* Vocabulary-split token embedding plus position embedding wpe [T, C]:
      * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)).
      * wpe NULL (a Llama: rotary positions): no position embedding; in
-     * backward dwpe NULL likewise. */
+     * backward dwpe NULL likewise. pos NULL: row t of a sample takes wpe's
+     * row t; else ([B*T] device ints) row n takes wpe's row pos[n] (packed
+     * samples; ops.h posadd_*). */
     void (*embedding_forward)(void *ctx, float *out_rows, void *full, const int *tokens,
-                              const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C);
+                              const float *wte, const float *wpe, const int *pos, int v0, int V_l, int B, int T,
+                              int C);
     void (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
-                               void *full, const int *tokens, int v0, int V_l, int B, int T, int C);
+                               void *full, const int *tokens, const int *pos, int v0, int V_l, int B, int T, int C);
     /* The LM head's logits and the cross-entropy's per-token loss (h->loss),
      * chunk by chunk (model_vocab_head), keeping the rows' statistics. */
     void (*head_forward)(void *ctx, const model_vocab_head *h);
@@ -320,6 +330,18 @@ typedef struct {
     void (*rows_grad_sum)(void *ctx, float *buf, size_t n);
 } model_layers;
 
+/* The document mask of packed samples (model_batch.segments): the segment
+ * id of every row of every cp rank's local sequence, [cp][B][T] rank after
+ * rank in each rank's own row order (model_cp_chunk's two chunks: without
+ * context parallelism simply [B][T]), on the device (seg) and on the host
+ * (seg_host, the same ids). A query row attends to the keys of its own
+ * segment only (ops.h attention_block_*'s segment ids); within one chunk of
+ * a sample the ids never decrease. */
+typedef struct {
+    const int *seg;
+    const int *seg_host;
+} model_docs;
+
 /* The attention core of every block (qkv in, the heads' outputs out), through
  * which the model computes it: by default the local one on this rank's tokens
  * (local_layers.c: model.attention fused, the blockwise ops->attention_block_*
@@ -332,7 +354,9 @@ typedef struct {
  * head h / (NH / NKV), ops.h).
  * stat is what forward keeps for backward: the rows' log-sum-exp [B, NH, T]
  * when model_attention_lse (fused, or context parallelism), else the softmax
- * probabilities [B, NH, T, T]. scratch (forward and backward, shared by all
+ * probabilities [B, NH, T, T]. docs: the document mask of packed samples,
+ * or NULL (only the causal one; a naive attention takes none). scratch
+ * (forward and backward, shared by all
  * blocks): fused without cp [B * T, 2 dt_kv_cols] floats (k and v packed for
  * the blockwise ops, then their gradient: 4C without GQA), naive [B, NH, T, T]
  * (backward only),
@@ -341,12 +365,12 @@ typedef struct {
  * probabilities; the log-sum-exp is fp32. */
 typedef struct {
     void *ctx;
-    void (*forward)(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
-                    int NH, int NKV, int causal, dt_dtype t);
+    void (*forward)(void *ctx, void *out, void *stat, float *scratch, const void *qkv, const model_docs *docs,
+                    int B, int T, int C, int NH, int NKV, int causal, dt_dtype t);
     /* dqkv += */
     void (*backward)(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                     const void *out, const void *stat, int B, int T, int C, int NH, int NKV, int causal,
-                     dt_dtype t);
+                     const void *out, const void *stat, const model_docs *docs, int B, int T, int C, int NH,
+                     int NKV, int causal, dt_dtype t);
 } model_attention;
 
 /* ---- mixture of experts (model.moe; moe.c) ----

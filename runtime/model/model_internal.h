@@ -80,15 +80,17 @@ static inline size_t moe_expert_rows(const model_dims *d, size_t N)
     return N * k * (size_t)d->ep_size;
 }
 
-/* Context parallelism: where local row i of a [B, seq] batch (this rank's
+/* Context parallelism: where local row i of cp rank r's [B, seq] batch (its
  * tokens) sits in the batch of whole samples [B, seq * cp_size]. */
-static inline size_t cp_global_row(const model_dims *d, size_t i)
+static inline size_t cp_row_of_rank(const model_dims *d, int r, size_t i)
 {
     if (d->cp_size == 1) return i;
     size_t T = (size_t)d->seq, Tc = T / 2, b = i / T, t = i % T;
     int half = t >= Tc;
-    return b * T * (size_t)d->cp_size + (size_t)model_cp_chunk(d->cp_rank, d->cp_size, half) * Tc + t % Tc;
+    return b * T * (size_t)d->cp_size + (size_t)model_cp_chunk(r, d->cp_size, half) * Tc + t % Tc;
 }
+/* The same for this rank's rows. */
+static inline size_t cp_global_row(const model_dims *d, size_t i) { return cp_row_of_rank(d, d->cp_rank, i); }
 
 /* Rows of the [B*seq, C] residual stream this rank holds, and where they start
  * in the whole: all of them, or with sequence parallelism its 1/tp. */
@@ -274,7 +276,11 @@ typedef struct {
                            and the ViT head's whole stream */
     float *ln_grads;    /* [4*C] a unit's layernorm gradients of one micro-batch
                            (model_ln_grads_begin) */
-    /* Llama only (else NULL), made with the working set and kept by it: */
+    /* Packed samples (job_model.packed): the micro-batch's document mask,
+     * pointing at its stash (model_acts.seg, host_seg); else NULLs */
+    model_docs docs;
+    /* Llama only (else NULL), made with the working set and kept by it
+     * (packed samples: rope_pos is the micro-batch's model_acts.pos): */
     int *rope_pos;      /* [N] each local row's position in its sample (global under cp) */
     float *rope_cs;     /* [seq_len, hs] RoPE's cos / sin table (ops.h rope_table) */
     /* Llama with kv heads replicated over tp (llama_qkv_wgrad_*), else NULL: */
@@ -337,6 +343,10 @@ struct model_acts {
     block_acts work_blk; /* the set a block computes in under block recompute */
     int work_blk_on;
     block_scratch bs;
+    /* packed samples (job_model.packed), else NULL: the micro-batch's */
+    int *pos;           /* [N] each local row's position in its sample (device) */
+    int *seg;           /* [cp][B][seq] every cp rank's rows' segments (model_docs, device) */
+    int *host_pos, *host_seg; /* host copies, malloc'd ([N whole samples] each) */
     /* GPT embedding */
     int *tokens;        /* [N] device copy of the batch's tokens */
     /* GPT head */
@@ -494,6 +504,9 @@ _Static_assert((int)GPT_HEAD_LNF_W == (int)LLAMA_HEAD_NORM && (int)GPT_EMB_WTE =
                "the language models' final norm gain and wte sit at the same index");
 
 /* The language models' unit 0 and head (gpt.c): GPT's, and a Llama's. */
+/* Packed samples: the micro-batch's positions (this rank's rows) and segments
+ * (every cp rank's rows) from the batch into its stash (model_forward). */
+void gpt_docs_from_batch(model *m, model_acts *a, const model_batch *batch);
 void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out);
 void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B);
 double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const void *x);

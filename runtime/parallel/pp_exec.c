@@ -343,7 +343,9 @@ static int batch_for(step_run *r, const pp_action *a, const exec_chunk *ch, mode
 {
     memset(b, 0, sizeof *b);
     b->B = r->args->B;
-    if (!ch->has_embed && !ch->has_head) return 0;
+    /* a middle chunk takes nothing from the batch, unless its samples are
+     * packed: then its blocks need their positions and segments */
+    if (!ch->has_embed && !ch->has_head && !model_get_spec(ch->m)->packed) return 0;
     char why[256] = "";
     if (!r->args->batch || r->args->batch(r->args->batch_ctx, a->mb, b, why, sizeof why)) {
         char line[300];

@@ -777,7 +777,8 @@ size_t sizes_batch_bytes(const sizes *s)
 {
     const job_model *m = &s->job.model;
     size_t n = (size_t)sizes_batch_samples(s);
-    if (job_model_is_lm(m)) return 2 * n * (size_t)m->seq_len * sizeof(int);
+    /* tokens and targets (packed samples: positions and segments too) */
+    if (job_model_is_lm(m)) return (m->packed ? 4 : 2) * n * (size_t)m->seq_len * sizeof(int);
     return n * (size_t)m->channels * (size_t)m->image_size * (size_t)m->image_size * sizeof(float) +
            n * sizeof(int);
 }

@@ -63,7 +63,9 @@ const char *engine_layout(const engine *e);
 
 /* Forward and backward of step `step` (0-based) over the global batch, gradients
  * synchronized. *loss: the mean loss over the global batch, the same on every
- * rank. Returns DT_EXIT_OK or DT_EXIT_COMM. */
+ * rank (packed instruction data: over its masked-in targets, sums and counts
+ * over every micro-batch and rank; 0 when it has none). Returns DT_EXIT_OK or
+ * DT_EXIT_COMM. */
 int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen);
 /* Global gradient norm (before clipping, into *grad_norm), clipping, AdamW with
  * learning rate lr, parameters made current on every rank. */
@@ -80,6 +82,10 @@ int engine_evaluate_n(engine *e, long samples, double *val_loss, double *acc, ch
 /* Distinct validation samples: GPT windows tiling the split (data_count),
  * ViT images. */
 long engine_val_windows(const engine *e);
+/* What the validation loss of `samples` samples divides by: the targets the
+ * loss counts (packed instruction data: the masked-in ones; else every
+ * token, or every image). */
+double engine_val_targets(const engine *e, long samples);
 long engine_val_span(const engine *e);      /* data_span of the validation split */
 
 /* Collective over the world: rank 0 writes the whole model's parameters, every

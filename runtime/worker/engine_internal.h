@@ -21,6 +21,7 @@
 typedef struct {
     int cap;
     int *tokens, *targets, *labels;
+    int *positions, *segments; /* packed samples (job_model.packed), else NULL */
     float *images;
     size_t bytes;
 } batch_buf;

@@ -282,23 +282,87 @@ static void test_embedding(int N, int C, int V, int v0, int vn) {
     free(tok); free(wte); free(out_c); free(g); free(dw_c);
 }
 
-static void test_posadd(int B, int T, int C) {
-    char what[128];
+/* Document masking (ops.h: segment ids of packed samples) for the blockwise
+ * twins: the query rows' and the key rows' ids, on the host and the device,
+ * or all NULL (no mask). Runs of lengths that cycle through a list with
+ * samples of 1 to 200 rows, the keys' shifted against the queries' (their
+ * boundaries fall elsewhere), so tiles hold several samples, samples span
+ * tiles, and some tiles see no key of their rows' samples. */
+typedef struct {
+    int *hq, *hk;
+    int *dq, *dk;
+} packed_segs;
+
+static int *seg_runs(int B, int Ts, int off) {
+    static const int lens[] = {37, 5, 100, 1, 64, 200, 13, 2, 70};
+    int n = (int)(sizeof lens / sizeof lens[0]);
+    int *s = malloc((size_t)B * Ts * sizeof(int));
+    for (int b = 0; b < B; b++) {
+        int id = 0, k = b % n, left = lens[k] - off % lens[k];
+        for (int i = 0; i < Ts; i++) {
+            if (left == 0) id++, k = (k + 1) % n, left = lens[k];
+            s[(size_t)b * Ts + i] = id;
+            left--;
+        }
+    }
+    return s;
+}
+
+static packed_segs packed_make(int packed, int B, int Ts) {
+    packed_segs p = {NULL, NULL, NULL, NULL};
+    if (!packed) return p;
+    size_t n = (size_t)B * Ts;
+    p.hq = seg_runs(B, Ts, 0);
+    p.hk = seg_runs(B, Ts, 17);
+    p.dq = gpu->alloc(n * sizeof(int));
+    p.dk = gpu->alloc(n * sizeof(int));
+    gpu->from_host(p.dq, p.hq, n * sizeof(int));
+    gpu->from_host(p.dk, p.hk, n * sizeof(int));
+    return p;
+}
+
+static void packed_free(packed_segs *p) {
+    if (!p->hq) return;
+    gpu->free(p->dq), gpu->free(p->dk);
+    free(p->hq), free(p->hk);
+}
+
+/* pos: per-row positions (packed samples restarting at 0, runs of 1 to 200
+ * rows), or the plain form */
+static void posadd_case(int B, int T, int C, int packed) {
+    char what[160];
     size_t n = (size_t)B * T * C, tc = (size_t)T * C;
     float *x = hrand(n, 1.0f), *wpe = hrand(tc, 1.0f);
     dbuf dx = dup_f(x, n, 0), dwpe = dup_f(wpe, tc, 0);
-    cpu->posadd_forward(x, wpe, B, T, C);
-    gpu->posadd_forward(dx.p, dwpe.p, B, T, C);
-    snprintf(what, sizeof what, "posadd_forward B=%d T=%d C=%d", B, T, C);
+    int *pos = NULL, *dpos = NULL;
+    if (packed) { /* each row's place in its run */
+        int *seg = seg_runs(B, T, 5);
+        pos = malloc((size_t)B * T * sizeof(int));
+        for (size_t i = 0; i < (size_t)B * T; i++)
+            pos[i] = i % (size_t)T && seg[i] == seg[i - 1] ? pos[i - 1] + 1 : 0;
+        free(seg);
+        dpos = gpu->alloc((size_t)B * T * sizeof(int));
+        gpu->from_host(dpos, pos, (size_t)B * T * sizeof(int));
+    }
+    const char *how = packed ? " with positions" : "";
+    cpu->posadd_forward(x, wpe, pos, B, T, C);
+    gpu->posadd_forward(dx.p, dwpe.p, dpos, B, T, C);
+    snprintf(what, sizeof what, "posadd_forward%s B=%d T=%d C=%d", how, B, T, C);
     expect(what, &dx, x, n, TOL_EXACT);
     float *g = hrand(n, 1.0f);
     dbuf dg = dup_f(g, n, 0);
-    cpu->posadd_backward(wpe, g, B, T, C);
-    gpu->posadd_backward(dwpe.p, dg.p, B, T, C);
-    snprintf(what, sizeof what, "posadd_backward B=%d T=%d C=%d (accumulates)", B, T, C);
+    cpu->posadd_backward(wpe, g, pos, B, T, C);
+    gpu->posadd_backward(dwpe.p, dg.p, dpos, B, T, C);
+    snprintf(what, sizeof what, "posadd_backward%s B=%d T=%d C=%d (accumulates)", how, B, T, C);
     expect(what, &dwpe, wpe, tc, TOL_EXACT);
     drop(&dx); drop(&dwpe); drop(&dg);
-    free(x); free(wpe); free(g);
+    if (dpos) gpu->free(dpos);
+    free(x); free(wpe); free(g); free(pos);
+}
+
+static void test_posadd(int B, int T, int C) {
+    posadd_case(B, T, C, 0);
+    posadd_case(B, T, C, 1);
 }
 
 static void test_patch(int B, int ch, int S, int P, int C) {
@@ -741,8 +805,8 @@ static void expect_lse(const char *what, const dbuf *d, const float *ref, size_t
  * in *gq and the device's in *dgq (the caller drops them) for what follows. */
 static void block_backward_twin(const char *shape, double tol, const void *hout, const void *dout, const float *lse,
                                 const float *dlse, const void *hq, const void *hkv, const void *dq, const void *dkv,
-                                int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t,
-                                float **gq_out, dbuf *dgq_out) {
+                                const packed_segs *ps, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV,
+                                int causal, int shift, dt_dtype t, float **gq_out, dbuf *dgq_out) {
     char what[280];
     size_t no = (size_t)B * Ts * C, nq = (size_t)B * Ts * dt_qkv_cols(C, NH, NKV), nkv = (size_t)B * Ts * dt_kv_cols(C, NH, NKV);
     float *g = hrand(no, 1.0f), *gq = hrand(nq, 1.0f), *gkv = hrand(nkv, 1.0f);
@@ -751,13 +815,16 @@ static void block_backward_twin(const char *shape, double tol, const void *hout,
     memcpy(gkv0, gkv, nkv * sizeof(float));
     dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
     dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
-    cpu->attention_block_backward(gq, gkv, g, hout, lse, hq, hkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, t);
-    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, t);
+    cpu->attention_block_backward(gq, gkv, g, hout, lse, hq, hkv, ps->hq, ps->hk, B, Ts, Tq, Tk, C, NH, NKV, causal,
+                                  shift, t);
+    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout, dlse, dq, dkv, ps->dq, ps->dk, B, Ts, Tq, Tk, C, NH, NKV,
+                                  causal, shift, t);
     snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
     expect_added(what, &dgq, gq0, gq, nq, tol);
     snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
     expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
-    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, t);
+    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout, dlse, dq, dkv, ps->dq, ps->dk, B, Ts, Tq, Tk, C, NH,
+                                  NKV, causal, shift, t);
     float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
     CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
           "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
@@ -783,13 +850,14 @@ static void block_backward_twin(const char *shape, double tol, const void *hout,
  * (dt_ops_cuda_set_bf16) and q, kv are rounded to bf16 values on both sides
  * (as the bf16 model stores qkv); the CPU still computes in fp32, so the
  * difference is the tensor-core path's own rounding (TOL_ATT_BF16). */
-static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
-                                 int bf16) {
-    char what[240], shape[160];
+static void attention_block_case(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
+                                 int bf16, int packed) {
+    char what[260], shape[180];
     double tol = bf16 ? TOL_ATT_BF16 : TOL_GEMM;
-    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d NKV=%d (hs %d) %s shift %d %s", B, Ts, Tq, Tk, C,
-             NH, NKV,
-             C / NH, causal ? "causal" : "full", shift, bf16 ? "bf16" : "fp32");
+    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d NKV=%d (hs %d) %s shift %d %s%s", B, Ts, Tq, Tk,
+             C, NH, NKV, C / NH, causal ? "causal" : "full", shift, bf16 ? "bf16" : "fp32",
+             packed ? " packed samples" : "");
+    packed_segs ps = packed_make(packed, B, Ts);
     size_t nq = (size_t)B * Ts * dt_qkv_cols(C, NH, NKV), nkv = (size_t)B * Ts * dt_kv_cols(C, NH, NKV), no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
     float *q = hrand(nq, 1.0f), *kv = hrand(nkv, 1.0f), *out = hrand(no, 1.0f), *lse = hrand(nl, 1.0f);
     float *pout = hrand(no, 1.0f), *plse = hrand(nl, 1.0f);
@@ -801,10 +869,14 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     dbuf dq = dup_f(q, nq, 0), dkv = dup_f(kv, nkv, 0), dout = dup_f(out, no, 0), dlse = dup_f(lse, nl, 0);
     dbuf dpout = dup_f(pout, no, 0), dplse = dup_f(plse, nl, 0);
     /* a first block into (out, lse), a second (shifted one block on) merged into it */
-    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_F32, DT_F32);
-    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_F32, DT_F32);
-    cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift + Tk, DT_F32, DT_F32);
-    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NKV, causal, shift + Tk, DT_F32, DT_F32);
+    cpu->attention_block_forward(out, lse, q, kv, ps.hq, ps.hk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_F32,
+                                 DT_F32);
+    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, ps.dq, ps.dk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
+                                 DT_F32, DT_F32);
+    cpu->attention_block_forward(pout, plse, q, kv, ps.hq, ps.hk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift + Tk,
+                                 DT_F32, DT_F32);
+    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, ps.dq, ps.dk, B, Ts, Tq, Tk, C, NH, NKV, causal,
+                                 shift + Tk, DT_F32, DT_F32);
     snprintf(what, sizeof what, "attention_block_forward out %s", shape);
     expect(what, &dout, out, no, tol);
     snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
@@ -825,11 +897,17 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     gpu->from_host(dlse.p, lse, nl * sizeof(float));
     float *gq;
     dbuf dgq;
-    block_backward_twin(shape, tol, out, dout.p, lse, dlse.p, q, kv, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
-                        DT_F32, &gq, &dgq);
+    block_backward_twin(shape, tol, out, dout.p, lse, dlse.p, q, kv, dq.p, dkv.p, &ps, B, Ts, Tq, Tk, C, NH, NKV,
+                        causal, shift, DT_F32, &gq, &dgq);
     set_bf16(0);
     drop(&dq); drop(&dkv); drop(&dout); drop(&dlse); drop(&dpout); drop(&dplse); drop(&dgq);
     free(q); free(kv); free(out); free(lse); free(pout); free(plse); free(gq);
+    packed_free(&ps);
+}
+
+static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
+                                 int bf16) {
+    attention_block_case(B, Ts, Tq, Tk, C, NH, NKV, causal, shift, bf16, 0);
 }
 
 /* decoding's one query q over a cache kv of kv heads only (GQA when NKV <
@@ -908,13 +986,14 @@ static void test_attention_decode(int T, int C, int NH, int NKV, dt_dtype t) {
 /* attention_block_forward (out of type out_t: bf16, the model's final
  * result, or fp32, a context-parallel partial) and attention_block_backward
  * on bf16 q, kv and out. The rows of out past Tq must keep their bits. */
-static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, int bf16,
-                                      dt_dtype out_t) {
-    char what[280], shape[200];
+static void attention_block_bf16_case(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
+                                      int bf16, dt_dtype out_t, int packed) {
+    char what[300], shape[220];
     double tol = bf16 ? TOL_ATT_BF16 : TOL_GEMM, tol_out = tol + (out_t == DT_BF16 ? TOL_ULP16 : 0.0);
     snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d NKV=%d (hs %d) %s shift %d, bf16 q kv, %s out, %s "
-             "products", B, Ts, Tq, Tk, C, NH, NKV, C / NH, causal ? "causal" : "full", shift,
-             out_t == DT_BF16 ? "bf16" : "fp32", bf16 ? "bf16" : "fp32");
+             "products%s", B, Ts, Tq, Tk, C, NH, NKV, C / NH, causal ? "causal" : "full", shift,
+             out_t == DT_BF16 ? "bf16" : "fp32", bf16 ? "bf16" : "fp32", packed ? ", packed samples" : "");
+    packed_segs ps = packed_make(packed, B, Ts);
     size_t nq = (size_t)B * Ts * dt_qkv_cols(C, NH, NKV), nkv = (size_t)B * Ts * dt_kv_cols(C, NH, NKV), no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
     size_t osz = dt_dtype_size(out_t);
     float *qf = hrand(nq, 1.0f), *kvf = hrand(nkv, 1.0f), *of = hrand(no, 1.0f), *lse = hrand(nl, 1.0f);
@@ -926,8 +1005,10 @@ static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int 
     void *dq = dup_bytes(q, nq * 2), *dkv = dup_bytes(kv, nkv * 2), *dout = dup_bytes(out, no * osz);
     dbuf dlse = dup_f(lse, nl, 0);
     set_bf16(bf16);
-    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_BF16, out_t);
-    gpu->attention_block_forward(dout, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_BF16, out_t);
+    cpu->attention_block_forward(out, lse, q, kv, ps.hq, ps.hk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_BF16,
+                                 out_t);
+    gpu->attention_block_forward(dout, dlse.p, dq, dkv, ps.dq, ps.dk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
+                                 DT_BF16, out_t);
     snprintf(what, sizeof what, "attention_block_forward out %s", shape);
     expect_typed(what, dout, out, no, out_t, tol_out);
     snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
@@ -952,13 +1033,19 @@ static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int 
     gpu->from_host(dlse.p, lse, nl * sizeof(float));
     float *gq;
     dbuf dgq;
-    block_backward_twin(shape, tol, o16, do16, lse, dlse.p, q, kv, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
-                        DT_BF16, &gq, &dgq);
+    block_backward_twin(shape, tol, o16, do16, lse, dlse.p, q, kv, dq, dkv, &ps, B, Ts, Tq, Tk, C, NH, NKV, causal,
+                        shift, DT_BF16, &gq, &dgq);
+    packed_free(&ps);
     set_bf16(0);
     gpu->free(dq); gpu->free(dkv); gpu->free(dout); gpu->free(do16);
     drop(&dlse); drop(&dgq);
     if (o16 != out) free(o16);
     free(qf); free(kvf); free(of); free(lse); free(q); free(kv); free(out); free(out0); free(gq);
+}
+
+static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
+                                      int bf16, dt_dtype out_t) {
+    attention_block_bf16_case(B, Ts, Tq, Tk, C, NH, NKV, causal, shift, bf16, out_t, 0);
 }
 
 /* attention_forward / attention_backward (the naive attention) on bf16
@@ -2221,6 +2308,25 @@ int main(void) {
         test_attention_block_bf16(1, 100, 100, 100, 96, 2, 2, 1, 0, bf, DT_BF16);  /* hs 48: padded to 64 */
         test_attention_block_bf16(2, 1024, 1024, 1024, 768, 12, 12, 1, 0, bf, DT_BF16); /* GPT-2 124M's */
         test_attention_block_bf16(4, 197, 197, 197, 768, 12, 12, 0, 0, bf, DT_BF16);   /* ViT-B/16's */
+    }
+    /* document masking (segment ids of packed samples, ops.h): the tiled
+     * kernels at hs 8, 32, 64 and 128 and the simple ones at hs 160, fp32
+     * and bf16 activations, causal, full, a cp block's shift, rows past a
+     * sample's keys, GQA; samples of 1 to 200 rows cut tiles of 64 */
+    for (int bf = 0; bf <= 1; bf++) {
+        attention_block_case(2, 300, 300, 300, 256, 4, 4, 1, 0, bf, 1);   /* hs 64, the model's one block */
+        attention_block_case(2, 300, 200, 150, 256, 4, 4, 1, 37, bf, 1);  /* a cp block's shift */
+        attention_block_case(1, 40, 20, 20, 24, 3, 3, 0, 0, bf, 1);       /* hs 8, full */
+        attention_block_case(2, 300, 130, 257, 128, 4, 4, 0, 0, bf, 1);   /* hs 32, more keys than queries */
+        attention_block_case(1, 200, 100, 180, 128, 2, 2, 1, -50, bf, 1); /* rows that see no key */
+        attention_block_case(1, 150, 150, 150, 256, 2, 2, 1, 0, bf, 1);   /* hs 128 */
+        attention_block_case(1, 70, 70, 70, 320, 2, 2, 1, 0, bf, 1);      /* hs 160: the simple kernels */
+        attention_block_case(1, 2600, 1300, 1300, 64, 2, 2, 1, 0, bf, 1); /* more keys than a simple tile */
+        attention_block_case(2, 300, 200, 150, 512, 8, 2, 1, 37, bf, 1);  /* GQA */
+        attention_block_bf16_case(2, 300, 300, 300, 256, 4, 4, 1, 0, bf, DT_BF16, 1);
+        attention_block_bf16_case(2, 300, 200, 150, 256, 4, 4, 1, 37, bf, DT_F32, 1);
+        attention_block_bf16_case(1, 150, 150, 150, 256, 2, 2, 1, 0, bf, DT_BF16, 1);
+        attention_block_bf16_case(1, 70, 70, 70, 480, 3, 1, 1, 0, bf, DT_BF16, 1);
     }
     for (int ob = 0; ob <= 1; ob++) {
         dt_dtype dt = ob ? DT_BF16 : DT_F32;

@@ -412,8 +412,8 @@ static void test_gqa_repeat(int B, int T, int C, int NH, int NKV, int causal) {
     float *kv = zero_buf(N * C2), *o3 = zero_buf(nout), *lse = zero_buf((size_t)B * NH * T);
     float *dq = zero_buf(N * W), *dkv = zero_buf(N * C2);
     ops->rows_copy(kv, C2, qkv + C, W, (int)N, C2, 0, DT_F32);
-    ops->attention_block_forward(o3, lse, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, DT_F32, DT_F32);
-    ops->attention_block_backward(dq, dkv, dout, o3, lse, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
+    ops->attention_block_forward(o3, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NKV, causal, 0, DT_F32, DT_F32);
+    ops->attention_block_backward(dq, dkv, dout, o3, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
     ops->rows_copy(dq + C, W, dkv, C2, (int)N, C2, 1, DT_F32);
     double e3 = max_rel_err_f(o3, o1, nout, REF_FLOOR), e4 = max_rel_err_f(dq, d1, N * W, REF_FLOOR);
     CHECK(e3 < 1e-5 && e4 < 1e-4,
@@ -421,7 +421,7 @@ static void test_gqa_repeat(int B, int T, int C, int NH, int NKV, int causal) {
           "dqkv %.1e", NH, NKV, B, T, causal ? "causal" : "full", e3, e4);
     /* deterministic: a second backward into a zeroed buffer gives the same bits */
     float *dq2 = zero_buf(N * W), *dkv2 = zero_buf(N * C2);
-    ops->attention_block_backward(dq2, dkv2, dout, o3, lse, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
+    ops->attention_block_backward(dq2, dkv2, dout, o3, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
     ops->rows_copy(dq2 + C, W, dkv2, C2, (int)N, C2, 1, DT_F32);
     CHECK(!memcmp(dq2, dq, N * W * sizeof(float)), "attention_block_backward NH=%d NKV=%d repeats bit for bit", NH,
           NKV);
@@ -926,7 +926,7 @@ static double pos_obj(void *c) {
     pos_ctx *p = c;
     size_t n = (size_t)p->B * p->T * p->C;
     memcpy(p->x, p->x0, n * sizeof(float));
-    ops->posadd_forward(p->x, p->wpe, p->B, p->T, p->C);
+    ops->posadd_forward(p->x, p->wpe, NULL, p->B, p->T, p->C);
     return dot_r(p->x, p->R, n);
 }
 
@@ -944,13 +944,33 @@ static void test_posadd(void) {
             }
     CHECK(ok, "posadd_forward adds wpe[t] to every sample (exact)");
     float *dwpe = zero_buf((size_t)T * C), *dwpe2 = zero_buf((size_t)T * C);
-    ops->posadd_backward(dwpe, p.R, B, T, C);
+    ops->posadd_backward(dwpe, p.R, NULL, B, T, C);
     double e = fd_check(pos_obj, &p, p.wpe, dwpe, (size_t)T * C);
     CHECK(e < FD_TOL, "posadd_backward dwpe vs finite differences: max rel err %.1e (tol %.0e)", e, FD_TOL);
-    ops->posadd_backward(dwpe2, p.R, B, T, C);
-    ops->posadd_backward(dwpe2, p.R, B, T, C);
+    ops->posadd_backward(dwpe2, p.R, NULL, B, T, C);
+    ops->posadd_backward(dwpe2, p.R, NULL, B, T, C);
     CHECK(accumulate_err(dwpe, dwpe2, (size_t)T * C) < ACC_TOL, "posadd_backward accumulates (twice = 2x once)");
-    free(p.x), free(p.x0), free(p.wpe), free(p.R), free(dwpe), free(dwpe2);
+    /* per-row positions (packed samples restart at 0): forward exact; the
+     * backward a scatter-add, each wpe row the sum of its rows' gradients in
+     * row order; pos[n] = n % T gives the plain form's bits */
+    int pos[12] = {0, 1, 2, 0, 1, 0, 0, 1, 2, 3, 0, 1}, plain[12];
+    for (int i = 0; i < B * T; i++) plain[i] = i % T;
+    memcpy(p.x, p.x0, n * sizeof(float));
+    ops->posadd_forward(p.x, p.wpe, pos, B, T, C);
+    ok = 1;
+    for (int i = 0; i < B * T; i++)
+        for (int c = 0; c < C; c++) ok &= p.x[(size_t)i * C + c] == p.x0[(size_t)i * C + c] + p.wpe[pos[i] * C + c];
+    CHECK(ok, "posadd_forward with positions adds wpe[pos[n]] to row n (exact)");
+    float *dpos = zero_buf((size_t)T * C), *want = zero_buf((size_t)T * C), *dplain = zero_buf((size_t)T * C);
+    ops->posadd_backward(dpos, p.R, pos, B, T, C);
+    for (int i = 0; i < B * T; i++)
+        for (int c = 0; c < C; c++) want[pos[i] * C + c] += p.R[(size_t)i * C + c];
+    ops->posadd_backward(dplain, p.R, plain, B, T, C);
+    CHECK(!memcmp(dpos, want, (size_t)T * C * sizeof(float)) &&
+              !memcmp(dplain, dwpe, (size_t)T * C * sizeof(float)),
+          "posadd_backward with positions: dwpe[p] = the sum of its rows' gradients in row order (exact; "
+          "positions n %% T give the plain form's bits)");
+    free(p.x), free(p.x0), free(p.wpe), free(p.R), free(dwpe), free(dwpe2), free(dpos), free(want), free(dplain);
 }
 
 typedef struct { float *out, *img, *w, *b, *R; int B, ch, S, P, C; } patch_ctx;
@@ -1452,8 +1472,8 @@ static void test_empty(void) {
     int tok = 0;
     ops->embedding_forward(NULL, NULL, w, 0, 3, 0, 4);
     ops->embedding_backward(w, NULL, NULL, 0, 3, 0, 4);
-    ops->posadd_forward(NULL, w, 0, 3, 4);
-    ops->posadd_backward(w, NULL, 0, 3, 4);
+    ops->posadd_forward(NULL, w, NULL, 0, 3, 4);
+    ops->posadd_backward(w, NULL, NULL, 0, 3, 4);
     ops->patch_forward(NULL, NULL, w, b, 0, 3, 2, 2, 1);
     ops->patch_backward(w, b, NULL, NULL, 0, 3, 2, 2, 1);
     ops->layernorm_forward(NULL, NULL, NULL, NULL, w, b, 0, 4, 1e-5f, DT_F32);
@@ -1656,16 +1676,16 @@ static void test_act_bf16(void) {
     ops->rows_copy(kv16, 2 * C, qkv16 + C, 3 * C, N, 2 * C, 0, DT_BF16);
     float *kvw = widened(kv16, 2 * nc);
     CHECK(!memcmp(kvw, kv, 2 * nc * 4), "rows_copy bf16 copies the stored values");
-    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
-    ops->attention_block_forward(o16, lse2, qkv16, kv16, B, T, T, T, C, NH, NH, 1, 0, DT_BF16, DT_BF16);
+    ops->attention_block_forward(o32, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o16, lse2, qkv16, kv16, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_BF16, DT_BF16);
     CHECK(same_rounded(o16, o32, nc) && !memcmp(lse, lse2, (size_t)B * NH * T * 4),
           "attention_block_forward bf16 q, kv -> bf16 out: the fp32 op's out rounded once, lse equal");
-    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o32, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
     uint16_t *out16 = bf16_of(o32, nc);
     float *outw = widened(out16, nc), *dq = zero_buf(n3), *dkv = zero_buf(2 * nc), *dq2 = zero_buf(n3),
           *dkv2 = zero_buf(2 * nc), *dout = rand_buf(nc, 1.0f);
-    ops->attention_block_backward(dq, dkv, dout, outw, lse, qkv, kv, B, T, T, T, C, NH, NH, 1, 0, DT_F32);
-    ops->attention_block_backward(dq2, dkv2, dout, out16, lse, qkv16, kv16, B, T, T, T, C, NH, NH, 1, 0, DT_BF16);
+    ops->attention_block_backward(dq, dkv, dout, outw, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_F32);
+    ops->attention_block_backward(dq2, dkv2, dout, out16, lse, qkv16, kv16, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_BF16);
     CHECK(!memcmp(dq, dq2, n3 * 4) && !memcmp(dkv, dkv2, 2 * nc * 4),
           "attention_block_backward reading bf16 out, q, kv = reading their widened values");
 
@@ -1736,8 +1756,8 @@ static void test_llama_bf16(void) {
           "attention_forward NKV=%d bf16: out and probabilities the fp32 op's, rounded once", NKV);
     ops->rows_copy(kv, C2, qkv + C, W, N, C2, 0, DT_F32);
     ops->rows_copy(kv16, C2, q16 + C, W, N, C2, 0, DT_BF16);
-    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, NKV, 1, 0, DT_F32, DT_F32);
-    ops->attention_block_forward(o16, lse2, q16, kv16, B, T, T, T, C, NH, NKV, 1, 0, DT_BF16, DT_BF16);
+    ops->attention_block_forward(o32, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NKV, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o16, lse2, q16, kv16, NULL, NULL, B, T, T, T, C, NH, NKV, 1, 0, DT_BF16, DT_BF16);
     CHECK(same_rounded(o16, o32, nc) && !memcmp(lse, lse2, (size_t)B * NH * T * 4),
           "attention_block_forward NKV=%d bf16: the fp32 op's out rounded once, lse equal", NKV);
     float *dec32 = zero_buf((size_t)C), *scr = zero_buf((size_t)NH * T);
