@@ -92,6 +92,7 @@ static int print_nested(const job_spec *job, FILE *out, int parent)
     for (int sec = 0; sec < SEC_COUNT; sec++) {
         if (job_section_parent(sec) != parent) continue;
         if (sec == SEC_MOE && job->model.moe.experts < 1) continue;
+        if (sec == SEC_MLA && !job_model_mla(&job->model)) continue;
         fprintf(out, "  %s:\n", job_section_key(sec));
         for (int fid = 0; fid < FID_COUNT; fid++) {
             if (job_fields[fid].section != (job_section)sec || !job_field_applies(job, fid)) continue;
@@ -131,7 +132,8 @@ void job_print(const job_spec *job, FILE *out)
             /* a nested section needs its parent's line */
             int any = 0;
             for (int sub = 0; sub < SEC_COUNT && !any; sub++)
-                any = job_section_parent(sub) == sec && !(sub == SEC_MOE && job->model.moe.experts < 1);
+                any = job_section_parent(sub) == sec && !(sub == SEC_MOE && job->model.moe.experts < 1) &&
+                      !(sub == SEC_MLA && !job_model_mla(&job->model));
             if (any) fprintf(out, "%s:\n", job_section_names[sec]);
             printed = any;
         }
