@@ -106,6 +106,20 @@ size_t split_len(size_t n, int r, int tp);
 
 void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d);
 
+/* The fp32 working copies under mixed precision: the widened parameters of
+ * the unit being computed and (bf16 gradients) its micro-batch gradient. One
+ * model object owns them, or the chunks of a pipeline rank share one (they
+ * compute one unit at a time): p_of / g_of say whose unit the buffers hold,
+ * so a unit read outside its own computation is still caught. */
+typedef struct model_mixed_work {
+    float *wparam;                   /* widened parameters of p_of's unit w_unit */
+    float *wgrad;                    /* bf16 gradients only: g_of's unit wg_unit's micro-batch gradient */
+    const struct model *p_of, *g_of; /* NULL: none */
+    int w_unit, wg_unit;
+    size_t numel;                    /* floats of each */
+    int refs;
+} model_mixed_work;
+
 struct model {
     job_model spec;
     model_shard shard;
@@ -127,10 +141,9 @@ struct model {
     void **grads;
     void **own_params;     /* what model_create allocated (freed by destroy) */
     void **own_grads;
-    /* mixed precision (model.h): the fp32 working copies, largest unit's size */
-    float *wparam;         /* widened parameters of unit w_unit */
-    float *wgrad;          /* bf16 gradients only: unit wg_unit's micro-batch gradient */
-    int w_unit, wg_unit;   /* -1: none */
+    /* mixed precision (model.h): the fp32 working copies, the largest unit's
+     * size; shared by the chunks of a pipeline rank (model_share_mixed_work) */
+    struct model_mixed_work *mw; /* NULL in fp32 */
     size_t work_numel;
     void *work_mem;        /* the activations' working set, shared by every model_acts */
     size_t work_bytes;

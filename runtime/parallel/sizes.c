@@ -631,15 +631,20 @@ size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at)
 {
     if (!s->mixed) return 0;
     int grad_bf16 = sizes_grad_elem_bytes(s) == 2;
-    size_t bytes = 0;
+    size_t bytes = 0, widest = 0;
     for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
         size_t largest, scratch;
         chunk_widths(s, at, local, &largest, &scratch);
         /* the optimizer's scratch widens bf16 gradients for the norm only
-         * (optim.c: the step widens them in adamw_mixed_multi's registers) */
-        bytes += ((size_t)(1 + grad_bf16) * largest + (size_t)grad_bf16 * scratch) * sizeof(float);
+         * (optim.c: the step widens them in adamw_mixed_multi's registers):
+         * one per chunk's optimizer */
+        bytes += (size_t)grad_bf16 * scratch * sizeof(float);
+        if (largest > widest) widest = largest;
     }
-    return bytes;
+    /* the model's working copies: one set the rank's chunks share (they
+     * compute one unit at a time: model_share_mixed_work), the largest
+     * unit's */
+    return bytes + (size_t)(1 + grad_bf16) * widest * sizeof(float);
 }
 
 /* train.offload: optimizer: per chunk the step's host staging

@@ -118,10 +118,11 @@ size_t sizes_param_elem_bytes(const sizes *s); /* 2 or 4 */
 size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4: train.grad_dtype */
 size_t sizes_reduce_elem_bytes(const sizes *s); /* 2 or 4: parallel.reduce_dtype, what gradient collectives carry */
 /* Mixed precision: what a rank's chunks hold in fp32 working copies besides
- * their state: per chunk its largest unit widened (model_mixed_work_bytes: twice with
- * bf16 gradients, the fp32 micro-batch gradient) and, with bf16 gradients, the
- * optimizer's scratch that widens them for the norm (its widest slice, at most
- * OPTIM_SCRATCH_NUMEL floats). 0 in fp32. */
+ * their state: the largest unit of any of its chunks widened, once (the chunks
+ * share one set, model_share_mixed_work; model_mixed_work_bytes: twice with
+ * bf16 gradients, the fp32 micro-batch gradient) and, with bf16 gradients, per
+ * chunk the optimizer's scratch that widens them for the norm (its widest
+ * slice, at most OPTIM_SCRATCH_NUMEL floats). 0 in fp32. */
 size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at);
 
 /* ---- the pipeline split ---- */
