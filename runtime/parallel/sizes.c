@@ -816,7 +816,10 @@ size_t sizes_tp_stage_numel(const sizes *s)
 {
     const job_spec *j = &s->job;
     if (j->parallel.tp < 2 || !s->mixed) return 0;
-    return (size_t)j->train.micro_batch * (size_t)model_seq_len(&j->model) * (size_t)j->model.d_model;
+    /* the rows this rank computes: its 1/cp of the sequence under context
+     * parallelism (the tp collectives never carry another cp rank's rows) */
+    return (size_t)j->train.micro_batch * (size_t)(model_seq_len(&j->model) / j->parallel.cp) *
+           (size_t)j->model.d_model;
 }
 
 size_t sizes_cp_ring_numel(const sizes *s)

@@ -274,7 +274,8 @@ size_t sizes_graph_bytes(const sizes *s);
 size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at);
 /* Tensor parallelism under mixed precision: bf16 elements of the buffer the
  * tp collectives of activations stage through (tp.h): one micro-batch's
- * [B, seq, d_model]; 0 with tp 1 or in fp32. */
+ * [B, seq / cp, d_model] (the rows this rank computes); 0 with tp 1 or in
+ * fp32. */
 size_t sizes_tp_stage_numel(const sizes *s);
 
 /* Context parallelism: floats of the ring's buffers (cp.c), in this order: two

@@ -61,7 +61,7 @@ FP32_FAILS=$FAILS
 LOSS_RTOL=1e-3 PARAM_ATOL=1.6e-2
 for lay in "dp=2" "dp=2 mode=zero2 accum=2" "dp=2 mode=fsdp" "tp=2" "tp=2 sp=1" "pp=2 sched=1f1b" "cp=2" \
   "dp=2 tp=2 pp=2 sched=1f1b" "dp=2 mode=zero2 grad=fp32 reduce=bf16" "pp=2 sched=interleaved" \
-  "pp=2 sched=interleaved grad=fp32"; do
+  "pp=2 sched=interleaved grad=fp32" "cp=2 tp=2" "cp=2 tp=2 sp=1"; do
   run_layout llama-tiny "$lay prec=bf16"
 done
 run_layout llama-mqa "tp=2 prec=bf16"
