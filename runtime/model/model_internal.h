@@ -283,6 +283,12 @@ typedef struct {
      * recomputes them from its kept qkv before the attention backward. Of
      * the activations' type. */
     void *att_shared;
+    /* elementwise recompute only (else NULL): what the blocks' forward writes and
+     * their backward rebuilds, of the activations' type: el_ln [N_l, C] the
+     * norm output of the moment (ln1, then ln2: their lives do not overlap),
+     * el_act [N, F_l] a dense Llama block's SwiGLU product. Every block's
+     * ln1, ln2 (and fchg) point here instead of into its stash. */
+    void *el_ln, *el_act;
     /* sequence parallelism only (else NULL): */
     void *full;         /* [N,C] floats: gathered rows (layernorm outputs, the stream's
                            gradient) and row-parallel partial sums; the embedding's

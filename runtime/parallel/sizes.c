@@ -244,8 +244,13 @@ void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int mic
         double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + act;
         double soft = lse ? 0.0 : 2.0 * heads * B * seq * seq * att_share;
         w->fwd_bytes = (rep + split + soft) * elem_bytes;
+        /* elementwise recompute: the two norms again (read their input, write
+         * their output) and a dense Llama block's SwiGLU (read gate|up, write
+         * the product) */
+        double el = 4.0 * rows * C / (sp ? t : 1) + (llama && !moe ? 3.0 * rows * F / t : 0.0);
         w->bwd_bytes = 2.0 * w->fwd_bytes + (rc == RECOMPUTE_BLOCK ? w->fwd_bytes
-                                             : rc == RECOMPUTE_SELECTIVE ? soft * elem_bytes : 0.0);
+                                             : rc == RECOMPUTE_SELECTIVE ? soft * elem_bytes
+                                             : rc == RECOMPUTE_ELEMENTWISE ? el * elem_bytes : 0.0);
         return;
     }
     if (job_model_is_lm(m)) { /* final norm + vocab-parallel head with its cross-entropy */

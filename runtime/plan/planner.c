@@ -393,10 +393,11 @@ static int faster_first(const void *a, const void *b)
     return 0;
 }
 
-/* How much of the forward a recompute mode re-runs: none < selective < block. */
+/* How much of the forward a recompute mode re-runs: none < elementwise <
+ * selective < block. */
 static int recompute_work(recompute_kind r)
 {
-    return r == RECOMPUTE_BLOCK ? 2 : r == RECOMPUTE_SELECTIVE ? 1 : 0;
+    return r == RECOMPUTE_BLOCK ? 3 : r == RECOMPUTE_SELECTIVE ? 2 : r == RECOMPUTE_ELEMENTWISE ? 1 : 0;
 }
 
 /* One line: why this candidate wins, or what it loses to the best. */
