@@ -228,7 +228,10 @@ void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int mic
             add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, h1 / t), fc1);
             add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C), fc2);
         }
-        add_attention(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
+        /* block and selective recompute run the attention core again;
+         * elementwise recompute does not */
+        int att_again = rc == RECOMPUTE_BLOCK || rc == RECOMPUTE_SELECTIVE;
+        add_attention(w, core, (2.0 + (att_again ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
         if (moe) moe_work_tail(m, mrows, blk, w);
         double heads = (double)m->n_head / t;
         double mlp_act = llama ? 3.0 * rows * F / t : 2.0 * rows * F / t;
