@@ -57,6 +57,14 @@ static const char *const progress_modes[] = {"auto", "on", "off", NULL};
 static const char *const offload_parts[] = {"optimizer", "params", "activations", NULL};
 static const char *const offload_aliases[] = {"optim,optimizer_state,optimizer_states,adam", "parameters,param,weights",
                                               "acts,activation", NULL};
+/* train.lora.targets: the linear layers by their role (Llama's q_proj ...
+ * gate_proj, up_proj, down_proj; GPT's c_attn holds q, k and v, c_proj is
+ * o, c_fc up and mlp.c_proj down) */
+static const char *const lora_targets[] = {"q", "k", "v", "o", "gate", "up", "down", NULL};
+static const char *const lora_target_aliases[] = {
+    "q_proj,query,wq,c_attn,qkv", "k_proj,key,wk", "v_proj,value,wv", "o_proj,out_proj,wo,dense,proj,c_proj",
+    "gate_proj,w1", "up_proj,w3,fc,c_fc,fc1", "down_proj,w2,fc2,mlp_proj", NULL};
+const char *job_lora_target_name(int i) { return i >= 0 && i < LORA_N_TARGETS ? lora_targets[i] : NULL; }
 static const char *const progress_aliases[] = {"default", "true,yes,always", "false,no,never", NULL};
 
 #define OFF(member) offsetof(job_spec, member)
@@ -183,6 +191,20 @@ const field_def job_fields[FID_COUNT] = {
                      .aliases = "cpu_offload,offload_optimizer,zero_offload,offload_param"},
     [FID_CUDA_GRAPHS] = NUM(SEC_TRAIN, "cuda_graphs", FT_BOOL, train.cuda_graphs, 0, 1,
                             "cuda_graph,enable_cuda_graph,use_cuda_graph,external_cuda_graph,cudagraphs"),
+    /* train.lora's keys, written `lora: {rank: 8, ...}` (jobspec_lora.c) */
+    [FID_LORA_RANK] = NUM(SEC_TRAIN, "lora.rank", FT_INT, model.lora.rank, 1, 65536,
+                          "lora.r,lora.lora_r,lora.lora_rank,lora.dim,lora_r,lora_rank"),
+    [FID_LORA_ALPHA] = {.section = SEC_TRAIN, .key = "lora.alpha", .type = FT_DOUBLE, .offset = OFF(model.lora.alpha),
+                        .lo = 0, .lo_open = 1, .hi = NOMAX, .aliases = "lora.lora_alpha,lora.scale,lora_alpha"},
+    [FID_LORA_DROPOUT] = {.section = SEC_TRAIN, .key = "lora.dropout", .type = FT_DOUBLE,
+                          .offset = OFF(model.lora.dropout), .lo = 0, .hi = 1, .hi_open = 1,
+                          .aliases = "lora.lora_dropout,lora.p,lora_dropout"},
+    [FID_LORA_TARGETS] = {.section = SEC_TRAIN, .key = "lora.targets", .type = FT_FLAGS,
+                          .offset = OFF(model.lora.targets), .names = lora_targets,
+                          .value_aliases = lora_target_aliases,
+                          .aliases = "lora.target_modules,lora.modules,lora.target,target_modules"},
+    [FID_LORA_INIT_FROM] = STR(SEC_TRAIN, "lora.init_from", FT_STR, model.lora.init_from,
+                               "lora.adapter,lora.from_pretrained,lora.path,lora.load,adapter,peft"),
 
     [FID_DP] = NUM(SEC_PARALLEL, "dp", FT_INT, parallel.dp, 1, 65536,
                    "data_parallel,data_parallel_size,dp_size"),
@@ -256,6 +278,8 @@ static field_only field_only_of(int fid)
     case FID_IMAGE_SIZE: case FID_PATCH_SIZE: case FID_CHANNELS: case FID_N_CLASSES: return ONLY_VIT;
     case FID_N_KV_HEAD: case FID_ROPE_THETA: case FID_TIE_EMBEDDINGS: case FID_MAX_POSITIONS: return ONLY_LLAMA;
     case FID_ACTIVATION: return ONLY_GELU;
+    case FID_LORA_RANK: case FID_LORA_ALPHA: case FID_LORA_DROPOUT: case FID_LORA_TARGETS: case FID_LORA_INIT_FROM:
+        return ONLY_LM;
     default: return ONLY_ANY;
     }
 }
@@ -317,6 +341,7 @@ int job_field_applies(const job_spec *job, int fid)
 
 int job_field_unset(const job_spec *job, int fid)
 {
+    if (fid >= FID_LORA_RANK && fid <= FID_LORA_INIT_FROM) return !job_lora_on(&job->model); /* LoRA off */
     if (job_fields[fid].section != SEC_LAUNCH) return 0;
     if (job_fields[fid].type == FT_INT) return *(const int *)job_field_cptr(job, fid) == -1;
     return ((const char *)job_field_cptr(job, fid))[0] == 0;

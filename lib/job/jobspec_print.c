@@ -98,7 +98,12 @@ void job_print(const job_spec *job, FILE *out)
             if (fid == FID_MICROBATCHES && job->parallel.dp_auto) continue;
             if (!printed) fprintf(out, "%s:\n", job_section_names[sec]);
             printed = 1;
-            fprintf(out, "  %s: ", job_fields[fid].key);
+            /* a group's keys (train.lora.rank) as the nested mapping the file writes */
+            const char *key = job_fields[fid].key, *dot = strchr(key, '.');
+            if (dot && (fid == 0 || strncmp(job_fields[fid - 1].key, key, (size_t)(dot - key + 1))))
+                fprintf(out, "  %.*s:\n", (int)(dot - key), key);
+            if (dot) fprintf(out, "    %s: ", dot + 1);
+            else fprintf(out, "  %s: ", key);
             if (fid == FID_DP && job->parallel.dp_auto) fputs("auto", out); /* world / (tp x pp) at launch */
             else job_field_print(out, job, fid);
             fputc('\n', out);
