@@ -17,7 +17,13 @@
  * in the same [out, in] layout: dtrun's q, k, v and gate, up are separate
  * tensors too (params.c packs them by adjacency), and its RoPE turns the same
  * channel pairs as transformers' rotate_half (i with i + head size / 2), so q
- * and k rows need no permutation either way. A tied Llama's head is wte. */
+ * and k rows need no permutation either way. A tied Llama's head is wte.
+ *
+ * train.lora's adapters ("h.N.lora.q.a", ".b") go by PEFT's names
+ * (base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight ...), the
+ * same [r, in] and [out, r] layout; a GPT's by GPT-2's modules (o: attn.c_proj,
+ * up: mlp.c_fc, down: mlp.c_proj), its q, k, v having none (PEFT adapts
+ * c_attn whole, with one A). */
 #ifndef DTRUN_HF_NAMES_H
 #define DTRUN_HF_NAMES_H
 

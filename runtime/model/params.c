@@ -4,6 +4,7 @@
  * formulas. Pure functions of the job's model section: the dry-run calls them
  * too. */
 #include "runtime/model/model_internal.h"
+#include "runtime/model/lora.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -52,7 +53,8 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
     d->seq /= d->cp_size;
 }
 
-int model_unit_param_count(const job_model *spec, int unit)
+/* The base model's tensors of a unit (without LoRA's adapters). */
+static int base_count(const job_model *spec, int unit)
 {
     static const int counts[3][3] = {
         [MODEL_GPT] = {GPT_EMB_COUNT, BLK_COUNT, GPT_HEAD_COUNT},
@@ -61,6 +63,14 @@ int model_unit_param_count(const job_model *spec, int unit)
     };
     return counts[spec->kind][unit == 0 ? 0 : unit <= spec->n_layer ? 1 : 2];
 }
+
+int model_unit_param_count(const job_model *spec, int unit)
+{
+    int blk = unit > 0 && unit <= spec->n_layer;
+    return base_count(spec, unit) + (blk ? 2 * lora_count(spec) : 0);
+}
+
+int model_lora_first(const job_model *spec, int unit) { return base_count(spec, unit); }
 
 /* One tensor's spec without its offset. 1-D tensors have shape [n, 1] so that
  * numel = shape[0] * shape[1] everywhere. */
@@ -207,8 +217,30 @@ static void llama_edge_spec(const job_model *s, int unit, int i, int r, int tp, 
     set_spec(p, "norm.w", C, 1, 1, SPLIT_NONE, 1, INIT_ONES, 0, r, tp);
 }
 
+/* A block's LoRA adapter (lora.h): the k-th target's A [rank, in] (PEFT's
+ * Kaiming-uniform, bound 1 / sqrt(in)) when `b` is 0, its B [out, rank]
+ * (zeros: the adapted model starts as the base) when 1; split as the base
+ * layer: a column-parallel one's B by rows, a row-parallel one's A by
+ * columns. Names "h.L.lora.TARGET.a" / ".b". */
+static void lora_spec(const job_model *s, int layer, int k, int b, int r, int tp, param_spec *p)
+{
+    int target = lora_target(s, k), in, out, row, R = s->lora.rank;
+    lora_geometry(s, target, &in, &out, &row);
+    char name[PARAM_NAME_MAX];
+    snprintf(name, sizeof name, "h.%d.lora.%s.%s", layer, job_lora_target_name(target), b ? "b" : "a");
+    if (!b) set_spec(p, name, R, in, 2, row ? SPLIT_COLS : SPLIT_NONE, 1, INIT_UNIFORM, 1.0f / sqrtf((float)in), r, tp);
+    else set_spec(p, name, out, R, 2, row ? SPLIT_NONE : SPLIT_ROWS, 1, INIT_ZEROS, 0, r, tp);
+    p->lora = 1;
+}
+
 static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, param_spec *p)
 {
+    int nb = base_count(s, unit);
+    if (i >= nb) { /* LoRA's adapters, after the block's base tensors */
+        lora_spec(s, unit - 1, (i - nb) / 2, (i - nb) % 2, r, tp, p);
+        p->unit = unit;
+        return;
+    }
     if (s->kind == MODEL_LLAMA) {
         if (unit == 0 || unit > s->n_layer) llama_edge_spec(s, unit, i, r, tp, p);
         else llama_block_spec(s, unit - 1, i, r, tp, p);
@@ -220,32 +252,47 @@ static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, p
         head_spec(s, i, r, tp, p);
     }
     p->unit = unit;
+    /* under LoRA the whole base model is frozen */
+    p->frozen = job_lora_on(s);
 }
 
 void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
                            param_spec *out)
 {
-    /* offsets: the tensors are packed in order, so sum the ones before i */
+    /* offsets: the tensors are packed in order, the trainable ones in the
+     * unit's buffer and the frozen ones in its frozen buffer, so sum the ones
+     * before i that live in the same */
+    spec_no_offset(spec, unit, i, tp_rank, tp_size, out);
     size_t off = 0;
     for (int j = 0; j < i; j++) {
         param_spec q;
         spec_no_offset(spec, unit, j, tp_rank, tp_size, &q);
-        off += q.local_numel;
+        if (q.frozen == out->frozen) off += q.local_numel;
     }
-    spec_no_offset(spec, unit, i, tp_rank, tp_size, out);
     out->offset = off;
 }
 
-size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
+/* Elements of a unit's trainable (frozen 0) or frozen (1) tensors. */
+static size_t unit_numel_of(const job_model *spec, int unit, int tp_rank, int tp_size, int frozen)
 {
     size_t n = 0;
     int np = model_unit_param_count(spec, unit);
     for (int i = 0; i < np; i++) {
         param_spec p;
         spec_no_offset(spec, unit, i, tp_rank, tp_size, &p);
-        n += p.local_numel;
+        if (p.frozen == frozen) n += p.local_numel;
     }
     return n;
+}
+
+size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
+{
+    return unit_numel_of(spec, unit, tp_rank, tp_size, 0);
+}
+
+size_t model_unit_frozen_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
+{
+    return unit_numel_of(spec, unit, tp_rank, tp_size, 1);
 }
 
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i)

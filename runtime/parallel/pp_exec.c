@@ -343,6 +343,8 @@ static int batch_for(step_run *r, const pp_action *a, const exec_chunk *ch, mode
 {
     memset(b, 0, sizeof *b);
     b->B = r->args->B;
+    if (!r->args->forward_only) b->step = r->args->step, b->sample0 = r->args->sample0 + (long)a->mb * b->B;
+    long step = b->step, sample0 = b->sample0;
     if (!ch->has_embed && !ch->has_head) return 0;
     char why[256] = "";
     if (!r->args->batch || r->args->batch(r->args->batch_ctx, a->mb, b, why, sizeof why)) {
@@ -355,6 +357,7 @@ static int batch_for(step_run *r, const pp_action *a, const exec_chunk *ch, mode
         snprintf(line, sizeof line, "batch of %d samples, step runs %d", b->B, r->args->B);
         return fail(r, a, line);
     }
+    b->step = step, b->sample0 = sample0;
     return 0;
 }
 

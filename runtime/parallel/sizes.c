@@ -53,6 +53,7 @@ struct sizes {
      * of the head, per tp rank: model_unit_numel formats parameter names, too slow
      * to call per unit inside the planner's search */
     size_t *numel_emb, *numel_block, *numel_head; /* [tp] */
+    size_t *frozen_emb, *frozen_block, *frozen_head; /* [tp]: train.lora's frozen base */
 };
 
 double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
@@ -174,9 +175,18 @@ size_t sizes_model_numel(const job_model *m, size_t *distinct)
     int L = m->n_layer;
     size_t total = model_unit_numel(m, 0, 0, 1) + (size_t)L * model_unit_numel(m, 1, 0, 1) +
                    model_unit_numel(m, L + 1, 0, 1);
+    size_t frozen = sizes_model_frozen_numel(m);
+    total += frozen;
     if (distinct)
         *distinct = total - (job_model_tied_head(m) ? (size_t)m->vocab_size * (size_t)m->d_model : 0);
     return total;
+}
+
+size_t sizes_model_frozen_numel(const job_model *m)
+{
+    int L = m->n_layer;
+    return model_unit_frozen_numel(m, 0, 0, 1) + (size_t)L * model_unit_frozen_numel(m, 1, 0, 1) +
+           model_unit_frozen_numel(m, L + 1, 0, 1);
 }
 
 static void split_release(shared_split *sp)
@@ -287,7 +297,11 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
     s->numel_emb = malloc((size_t)tp * sizeof(size_t));
     s->numel_block = malloc((size_t)tp * sizeof(size_t));
     s->numel_head = malloc((size_t)tp * sizeof(size_t));
-    if (!s->numel_emb || !s->numel_block || !s->numel_head) {
+    s->frozen_emb = malloc((size_t)tp * sizeof(size_t));
+    s->frozen_block = malloc((size_t)tp * sizeof(size_t));
+    s->frozen_head = malloc((size_t)tp * sizeof(size_t));
+    if (!s->numel_emb || !s->numel_block || !s->numel_head || !s->frozen_emb || !s->frozen_block ||
+        !s->frozen_head) {
         sizes_destroy(s);
         snprintf(err, errlen, "sizes: out of memory");
         return NULL;
@@ -309,6 +323,10 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
         s->numel_emb[r] = same_numel ? donor->numel_emb[r] : model_unit_numel(&job->model, 0, r, tp);
         s->numel_block[r] = same_numel ? donor->numel_block[r] : model_unit_numel(&job->model, 1, r, tp);
         s->numel_head[r] = same_numel ? donor->numel_head[r] : model_unit_numel(&job->model, n_units - 1, r, tp);
+        s->frozen_emb[r] = same_numel ? donor->frozen_emb[r] : model_unit_frozen_numel(&job->model, 0, r, tp);
+        s->frozen_block[r] = same_numel ? donor->frozen_block[r] : model_unit_frozen_numel(&job->model, 1, r, tp);
+        s->frozen_head[r] =
+            same_numel ? donor->frozen_head[r] : model_unit_frozen_numel(&job->model, n_units - 1, r, tp);
     }
     int per_node = env->ranks_per_node >= 1 ? env->ranks_per_node : par->dp * par->pp * tp;
     /* the gradient group's (dp x cp) positions one node holds: tp varies
@@ -331,6 +349,9 @@ void sizes_destroy(sizes *s)
     free(s->numel_emb);
     free(s->numel_block);
     free(s->numel_head);
+    free(s->frozen_emb);
+    free(s->frozen_block);
+    free(s->frozen_head);
     free(s);
 }
 
@@ -363,6 +384,13 @@ size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank)
     return s->numel_head[tp_rank];
 }
 
+size_t sizes_unit_frozen_numel(const sizes *s, int unit, int tp_rank)
+{
+    if (unit == 0) return s->frozen_emb[tp_rank];
+    if (unit <= s->job.model.n_layer) return s->frozen_block[tp_rank];
+    return s->frozen_head[tp_rank];
+}
+
 int sizes_grad_dp(const sizes *s) { return s->job.parallel.dp * s->job.parallel.cp; }
 
 int sizes_shard_group(const sizes *s, sizes_shard_of what)
@@ -393,6 +421,14 @@ size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, s
     return len;
 }
 
+size_t sizes_frozen_shard(const sizes *s, int unit, sizes_at at, size_t *lo)
+{
+    size_t n = sizes_unit_frozen_numel(s, unit, at.tp), off, len;
+    comm_chunk(n, sizes_shard_group(s, SHARD_OF_PARAM), sizes_shard_rank(s, SHARD_OF_PARAM, at.dp), &off, &len);
+    if (lo) *lo = off;
+    return len;
+}
+
 /* Units [*begin, *end) of global chunk c. */
 static void chunk_units(const sizes *s, int c, int *begin, int *end)
 {
@@ -405,6 +441,8 @@ typedef struct {
     size_t numel;               /* whole units (tp-local) */
     size_t shard[3];            /* per sizes_shard_of: the rank's slices */
     size_t largest;             /* the largest unit */
+    size_t frozen_shard;        /* train.lora: the rank's part of the frozen base */
+    size_t largest_frozen;      /* its largest unit's, whole */
 } held_totals;
 
 static held_totals held(const sizes *s, sizes_at at)
@@ -416,11 +454,13 @@ static held_totals held(const sizes *s, sizes_at at)
         int b, e;
         chunk_units(s, pp_chunk_id(at.pp, local, pp), &b, &e);
         for (int u = b; u < e; u++) {
-            size_t n = sizes_unit_numel(s, u, at.tp);
+            size_t n = sizes_unit_numel(s, u, at.tp), f = sizes_unit_frozen_numel(s, u, at.tp);
             h.numel += n;
             if (n > h.largest) h.largest = n;
+            if (f > h.largest_frozen) h.largest_frozen = f;
             for (int w = SHARD_OF_PARAM; w <= SHARD_OF_OPTIM; w++)
                 h.shard[w] += sizes_shard(s, (sizes_shard_of)w, u, at, NULL);
+            h.frozen_shard += sizes_frozen_shard(s, u, at, NULL);
         }
     }
     return h;
@@ -441,7 +481,9 @@ static void chunk_widths(const sizes *s, sizes_at at, int local, size_t *largest
     size_t widest = 0;
     *largest = 0;
     for (int u = b; u < e; u++) {
-        size_t n = sizes_unit_numel(s, u, at.tp), w = sizes_shard(s, SHARD_OF_OPTIM, u, at, NULL);
+        /* the fp32 working copy widens a unit's frozen tensors too (model.c) */
+        size_t n = sizes_unit_numel(s, u, at.tp) + sizes_unit_frozen_numel(s, u, at.tp);
+        size_t w = sizes_shard(s, SHARD_OF_OPTIM, u, at, NULL);
         if (n > *largest) *largest = n;
         if (w > widest) widest = w;
     }
@@ -485,6 +527,13 @@ size_t sizes_gather_numel(const sizes *s, sizes_at at)
     /* nothing to gather, unless the one shard lives on the host (offload: params) */
     if (sizes_shard_group(s, SHARD_OF_PARAM) == 1 && !(s->job.train.offload & OFFLOAD_PARAMS)) return 0;
     return largest_held_unit(s, at);
+}
+
+size_t sizes_frozen_gather_numel(const sizes *s, sizes_at at)
+{
+    shard_mode mode = s->job.parallel.mode;
+    if ((mode != SHARD_FSDP && mode != SHARD_HSDP) || sizes_shard_group(s, SHARD_OF_PARAM) == 1) return 0;
+    return held(s, at).largest_frozen;
 }
 
 int sizes_gather_buffers(const sizes *s) { (void)s; return 2; }
@@ -659,7 +708,8 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     size_t pe = sizes_param_elem_bytes(s), ge = sizes_grad_elem_bytes(s);
     held_totals h = held(s, at);
     size_t optim_elems = h.shard[SHARD_OF_OPTIM];
-    out->bytes[SIZES_PARAMS] = h.shard[SHARD_OF_PARAM] * pe;
+    /* train.lora: the frozen base besides (sharded like the parameters: FSDP's group) */
+    out->bytes[SIZES_PARAMS] = (h.shard[SHARD_OF_PARAM] + h.frozen_shard) * pe;
     out->bytes[SIZES_MASTER] = s->mixed ? optim_elems * 4 : 0;
     out->bytes[SIZES_GRADS] = h.shard[SHARD_OF_GRAD] * ge;
     out->bytes[SIZES_OPTIM] = optim_elems * 8; /* m and v, fp32 */
@@ -678,6 +728,7 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
      * ZeRO-2 / FSDP gradient buffer of another type has a twin in it */
     size_t re = sizes_reduce_elem_bytes(s), twin = re != ge ? re : 0;
     out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge + twin) +
+                             sizes_frozen_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * pe +
                              sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * (ge + twin) +
                              sizes_bucket_numel(s, at) * re + sizes_tied_scratch_numel(s, at) * ge +
                              sizes_tp_stage_numel(s) * 2 + sizes_cp_ring_numel(s) * sizeof(float);

@@ -180,7 +180,7 @@ static void zero_after_update(dp_strategy *s)
     /* every unit's all-gather queued at once, waited in order */
     for (int u = 0; u < x->n_units && !x->failed; u++) {
         model *m = x->unit_model[u];
-        if (!m) continue;
+        if (!m || !model_unit_local_numel(m, u)) continue; /* (train.lora: nothing to train there) */
         void *p = model_unit_params(m, u);
         double t0 = clock_now_s();
         /* bf16 parameters travel as bf16: half the bytes */
@@ -203,7 +203,7 @@ static void *zero_full_grad(dp_strategy *s, int unit, void *tmp)
     strat_ctx *x = s->x;
     model *m = x->unit_model[unit];
     if (s->stage == 1) return model_unit_grads(m, unit);
-    if (x->failed) return tmp;
+    if (x->failed || !model_unit_local_numel(m, unit)) return tmp;
     double t0 = clock_now_s();
     int rc = comm_all_gather(x->dp, s->gshard[unit], tmp, model_unit_local_numel(m, unit), strat_dtype(x->ge));
     strat_comm_done(x, t0, "zero2 all_gather of gradients");
@@ -217,6 +217,9 @@ static void zero_gather_unit(dp_strategy *s, int unit, float *out)
     model *m = x->unit_model[unit];
     strat_convert(x, out, sizeof(float), model_unit_params(m, unit), x->pe, model_unit_local_numel(m, unit));
 }
+
+static void zero_frozen_slice(dp_strategy *s, int unit, strat_slice *out) { strat_frozen_whole_slice(s->x, unit, out); }
+static void zero_gather_frozen(dp_strategy *s, int unit, float *out) { strat_frozen_whole_gather(s->x, unit, out); }
 
 const strat_ops strat_zero1 = {
     .name = "zero1",
@@ -232,6 +235,8 @@ const strat_ops strat_zero1 = {
     .forget = zero_forget,
     .full_grad = zero_full_grad,
     .gather_unit = zero_gather_unit,
+    .frozen_slice = zero_frozen_slice,
+    .gather_frozen = zero_gather_frozen,
 };
 
 const strat_ops strat_zero2 = {
@@ -248,4 +253,6 @@ const strat_ops strat_zero2 = {
     .forget = zero_forget,
     .full_grad = zero_full_grad,
     .gather_unit = zero_gather_unit,
+    .frozen_slice = zero_frozen_slice,
+    .gather_frozen = zero_gather_frozen,
 };

@@ -45,6 +45,7 @@
 
 typedef struct {
     double params, grads;   /* bytes of the full tp-local stage: params, gradients as reduced */
+    double frozen;          /* train.lora's frozen base: FSDP gathers it, nobody reduces it */
     int units, blocks, has_emb, has_head;
 } stage_shape;
 
@@ -60,6 +61,7 @@ static stage_shape shape_of(const plan_estimate *e, int p, int tp_rank)
         for (int u = first[c]; u < first[c + 1]; u++) {
             double n = (double)sizes_unit_numel(s, u, tp_rank);
             sh.params += n * (double)sizes_param_elem_bytes(s);
+            sh.frozen += (double)sizes_unit_frozen_numel(s, u, tp_rank) * (double)sizes_param_elem_bytes(s);
             sh.grads += n * (double)sizes_reduce_elem_bytes(s); /* what the gradient collectives carry */
             sh.units++;
             if (u == 0) sh.has_emb = 1;
@@ -129,7 +131,7 @@ static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
             break;
         default: /* fsdp, hsdp's shard group */
             c->op = "all-gather (params, forward + backward) + reduce-scatter (grads), every microbatch";
-            c->bytes = m * f * (2 * sh->params + sh->grads);
+            c->bytes = m * f * (2 * (sh->params + sh->frozen) + sh->grads);
             c->calls = 3L * m * sh->units;
             finish(e, c, crosses(e, rank_at_g(e, p, 0, 0), rank_at_g(e, p, n - 1, par->tp - 1)), n - 1);
             break;

@@ -82,6 +82,7 @@ typedef struct {
     double tp, shard;          /* of which tp all-reduces, exposed FSDP / ZeRO-2 traffic */
     double cp;                 /* exposed context-parallel ring traffic */
     double params, grads;      /* bytes of the tp-local chunk */
+    double frozen;             /* train.lora's frozen base: FSDP gathers it, nobody reduces it */
     int units;
 } chunk_cost;
 
@@ -190,6 +191,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
             }
         double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
+        k.frozen += (double)sizes_unit_frozen_numel(e->sizes, u, st->tp_rank) * (double)sizes_param_elem_bytes(e->sizes);
         k.grads += n * (double)sizes_reduce_elem_bytes(e->sizes);
         k.units++;
         if (u == 0) emb = 1;
@@ -268,7 +270,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     int n = dc->size;
     if (n > 1 && (par->mode == SHARD_FSDP || par->mode == SHARD_HSDP || par->mode == SHARD_ZERO2)) {
         double f = (double)(n - 1) / n, lat = link_latency(e, dc);
-        double ag = k.units * ring_time(f * k.params / k.units, dc->bandwidth, lat, n - 1);
+        double ag = k.units * ring_time(f * (k.params + k.frozen) / k.units, dc->bandwidth, lat, n - 1);
         double rs = k.units * ring_time(f * k.grads / k.units, dc->bandwidth, lat, n - 1);
         double xf = 0, xb;
         if (par->mode == SHARD_ZERO2) {
