@@ -26,15 +26,17 @@
 #define ADAPTER_CONFIG_MAX (1u << 20)
 
 /* PEFT's module names, per model kind, for target bit i (Llama's are
- * LlamaForCausalLM's; a GPT's q, k, v share GPT-2's c_attn, so its names are
- * dtrun's own). */
+ * LlamaForCausalLM's; GPT-2's are its modules' last two names, which PEFT
+ * matches as suffixes; its q, k and v share one c_attn: none). */
 static const char *const llama_modules[LORA_N_TARGETS] = {"q_proj", "k_proj", "v_proj", "o_proj",
                                                           "gate_proj", "up_proj", "down_proj"};
+static const char *const gpt2_modules[LORA_N_TARGETS] = {NULL, NULL, NULL, "attn.c_proj", NULL, "mlp.c_fc",
+                                                         "mlp.c_proj"};
 
 const char *job_lora_module_name(const job_model *m, int i)
 {
     if (i < 0 || i >= LORA_N_TARGETS) return NULL;
-    return m->kind == MODEL_LLAMA ? llama_modules[i] : job_lora_target_name(i);
+    return m->kind == MODEL_LLAMA ? llama_modules[i] : gpt2_modules[i];
 }
 
 static int lora_given(const loader *L)
@@ -115,7 +117,9 @@ static int config_targets(loader *L, const cJSON *root, const char *cfg, int *bi
         if (!cJSON_IsString(x))
             return loader_fail_value(L, FID_LORA_INIT_FROM, "train.lora.init_from: %s: target_modules holds a non-name",
                                      cfg);
-        while (i < LORA_N_TARGETS && strcmp(x->valuestring, job_lora_module_name(&L->job->model, i))) i++;
+        while (i < LORA_N_TARGETS &&
+               (!job_lora_module_name(&L->job->model, i) || strcmp(x->valuestring, job_lora_module_name(&L->job->model, i))))
+            i++;
         if (i == LORA_N_TARGETS) {
             char shown[128];
             return loader_fail_value(L, FID_LORA_INIT_FROM,
@@ -139,7 +143,7 @@ static int config_refuse(loader *L, const cJSON *root, const char *cfg)
     if (bias && !cJSON_IsNull(bias) && !(cJSON_IsString(bias) && !strcmp(bias->valuestring, "none")))
         return loader_fail_value(L, FID_LORA_INIT_FROM,
                                  "train.lora.init_from: %s: bias is not \"none\" (dtrun's LoRA trains no biases)", cfg);
-    static const char *const flags[] = {"use_rslora", "use_dora", "fan_in_fan_out"};
+    static const char *const flags[] = {"use_rslora", "use_dora"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, flags[i]);
         if (cJSON_IsTrue(f))

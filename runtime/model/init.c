@@ -33,6 +33,12 @@ static void draw_tensor(const param_spec *p, const model_shard *sh, unsigned lon
         out[i] = std * rng_normal(key, param_global_index(p, r, tp, (size_t)i));
 }
 
+void model_init_tensor(const param_spec *p, int tp_rank, int tp_size, unsigned long long seed, float *out)
+{
+    model_shard sh = {.tp_rank = tp_rank, .tp_size = tp_size};
+    draw_tensor(p, &sh, seed, out);
+}
+
 void model_init_params(model *m, unsigned long long seed)
 {
     m->seed = seed; /* train.lora's dropout draws from it too */

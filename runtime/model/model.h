@@ -502,6 +502,10 @@ void *model_param_grad(model *m, int i);
 /* Draw every local element from (seed, name, global index); under bf16 the
  * parameters are the bf16 rounding of those fp32 draws. */
 void model_init_params(model *m, unsigned long long seed);
+/* The same draw of one tensor's shard (tp_rank of tp_size) into host floats:
+ * what a run without model.init_from starts p from (train.lora's export
+ * rebuilds such a frozen base from its checkpoint's seed). */
+void model_init_tensor(const param_spec *p, int tp_rank, int tp_size, unsigned long long seed, float *out);
 /* The fp32 initial values of elements [lo, hi) of held unit `unit`, into host
  * memory out (hi - lo floats): what the optimizer's fp32 master starts from
  * under mixed precision (the bf16 parameters are their rounding). */

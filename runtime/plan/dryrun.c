@@ -61,6 +61,16 @@ static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *o
                 fmt_count(a, (double)distinct), fmt_count(b, (double)held));
     else
         fprintf(out, "           %s parameters\n", fmt_count(a, (double)distinct));
+    if (job_lora_on(m)) { /* train.lora: what trains, what stays */
+        size_t frozen = sizes_model_frozen_numel(m);
+        char t[160] = "";
+        for (int i = 0, n = 0; i < LORA_N_TARGETS; i++)
+            if (m->lora.targets >> i & 1)
+                n += snprintf(t + n, sizeof t - (size_t)n, "%s%s", n ? ", " : "", job_lora_target_name(i));
+        fprintf(out, "lora       %s trainable (rank %d, alpha %g on %s), %s frozen: no gradients, no optimizer "
+                     "state\n",
+                fmt_count(a, (double)(held - frozen)), m->lora.rank, m->lora.alpha, t, fmt_count(b, (double)frozen));
+    }
     fprintf(out, "batch      global %d = micro_batch %d x dp %d x microbatches %d; %s\n", job->train.global_batch,
             job->train.micro_batch, par->dp, par->microbatches,
             !e->mixed                                    ? "fp32"

@@ -33,6 +33,11 @@ static cJSON *model_json(const plan_estimate *e)
     }
     cJSON_AddNumberToObject(o, "parameters", (double)distinct);
     cJSON_AddNumberToObject(o, "parameters_held", (double)held);
+    if (job_lora_on(m)) { /* train.lora: the frozen base and the adapters that train */
+        size_t frozen = sizes_model_frozen_numel(m);
+        cJSON_AddNumberToObject(o, "parameters_trainable", (double)(held - frozen));
+        cJSON_AddNumberToObject(o, "parameters_frozen", (double)frozen);
+    }
     cJSON_AddNumberToObject(o, "flops_per_sample", model_flops_per_sample(m, RECOMPUTE_NONE));
     return o;
 }
