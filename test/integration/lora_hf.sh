@@ -18,6 +18,9 @@
 #    are W + alpha / r B A as PyTorch computes it from the base and the
 #    adapter (1e-6 of the largest weight), every other tensor the base's bit
 #    for bit; PyTorch's Llama loads it and gives dtrun's loss too;
+#  - dtrun generate (one process, tp 2: the KV-cache decode with the
+#    adapters) and dtrun eval of the LoRA checkpoint give the merged folder's
+#    tokens and loss (the base from the checkpoint's model.init_from);
 #  - a resume reloads the base from model.init_from: 2 steps, a stop, 2 more
 #    equal 4 in one go bit for bit (FSDP dp 2);
 #  - a PEFT folder whose r disagrees with train.lora.rank: one line, exit 2.
@@ -68,6 +71,23 @@ rel_ok "$v3" "$($PEFT loss "$HF" "$T/ad1" "$T/fsdp.val")" "export --lora adapter
 "$DTRUN" export --lora merged "$T/fsdp.ck" "$T/merged/" 2>"$T/exp.log" || { cat "$T/exp.log"; fail "export --lora merged"; }
 $PEFT merged-check "$HF" "$T/ad1" "$T/merged" || fail "the merged folder is not base + alpha / r B A"
 rel_ok "$v3" "$($LL loss "$T/merged" "$T/fsdp.val")" "export --lora merged in PyTorch's Llama"
+
+# generate and eval of the LoRA checkpoint: the base from its model.init_from,
+# the adapters applied (in the KV-cache decode too): the merged folder's answers
+head -c 4000 "$ROOT/README.md" >"$T/text"
+gen() { "$DTRUN" generate "$@" --prompt-ids 1,2,3 --max-new-tokens 16 --temperature 0 --ids --no-echo 2>>"$T/gen.err" |
+  sed 's/^\[default\/0\]://' | head -1; }
+want=$(gen "$T/merged")
+[ -n "$want" ] || { cat "$T/gen.err"; fail "generate from the merged folder"; }
+for lay in "" "--tp 2"; do
+  # shellcheck disable=SC2086
+  got=$(gen "$T/fsdp.ck" $lay)
+  [ "$got" = "$want" ] || { tail "$T/gen.err"; fail "generate from the LoRA checkpoint ${lay:-on one process}: $got, merged: $want"; }
+done
+ev() { "$DTRUN" eval "$1" --data "$T/text" --seq-len 32 2>>"$T/gen.err" | sed -n 's/.*loss \([0-9.]*\).*/\1/p' | head -1; }
+[ "$(ev "$T/fsdp.ck")" = "$(ev "$T/merged")" ] && [ -n "$(ev "$T/merged")" ] ||
+  fail "dtrun eval of the LoRA checkpoint ($(ev "$T/fsdp.ck")) is not the merged folder's ($(ev "$T/merged"))"
+echo "ok: generate (one process, tp 2) and eval of the LoRA checkpoint give the merged folder's tokens and loss"
 
 # a resume takes the base from model.init_from again
 for x in a b; do lora_job "dp=2 mode=fsdp" "rs-$x" 4; printf 'checkpoint:\n  dir: %s\n  every: 2\n' "$T/rs-$x.ck" >>"$T/rs-$x.yaml"; done
