@@ -114,6 +114,7 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
         m->own_grads[k] = ops->alloc(nt * model_grad_elem_bytes(m));
         if (m->frozen_numel[k]) m->own_frozen[k] = ops->alloc(m->frozen_numel[k] * model_param_elem_bytes(m));
         if (m->unit_numel[k] + m->frozen_numel[k] > m->work_numel) m->work_numel = m->unit_numel[k] + m->frozen_numel[k];
+        if (m->unit_numel[k] > m->work_gnumel) m->work_gnumel = m->unit_numel[k];
         if (!m->own_params[k] || !m->own_grads[k] || (m->frozen_numel[k] && !m->own_frozen[k]))
             return fail_create(m, "out of device memory for the parameters");
         m->params[k] = m->own_params[k];
@@ -123,7 +124,7 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     m->unit_first_spec[n] = m->n_specs;
     if (m->prec.bf16 && !(m->wparam = ops->alloc(m->work_numel * sizeof(float))))
         return fail_create(m, "out of device memory for the fp32 working parameters");
-    if (m->prec.grad_bf16 && !(m->wgrad = ops->alloc(m->work_numel * sizeof(float))))
+    if (m->prec.grad_bf16 && !(m->wgrad = ops->alloc((m->work_gnumel ? m->work_gnumel : 1) * sizeof(float))))
         return fail_create(m, "out of device memory for the fp32 working gradients");
     return m;
 }
@@ -133,7 +134,8 @@ size_t model_grad_elem_bytes(const model *m) { return m->prec.grad_bf16 ? 2 : 4;
 
 size_t model_mixed_work_bytes(const model *m)
 {
-    return ((m->prec.bf16 ? 1u : 0u) + (m->prec.grad_bf16 ? 1u : 0u)) * m->work_numel * sizeof(float);
+    return ((m->prec.bf16 ? m->work_numel : 0) + (m->prec.grad_bf16 ? (m->work_gnumel ? m->work_gnumel : 1) : 0)) *
+           sizeof(float);
 }
 
 void model_destroy(model *m)

@@ -115,7 +115,8 @@ struct model {
                               then its frozen ones) */
     float *wgrad;          /* bf16 gradients only: unit wg_unit's micro-batch gradient */
     int w_unit, wg_unit;   /* -1: none */
-    size_t work_numel;
+    size_t work_numel;     /* wparam's floats: the largest unit, its frozen tensors too */
+    size_t work_gnumel;    /* wgrad's: the largest unit's trainable tensors */
     void *work_mem;        /* the activations' working set, shared by every model_acts */
     size_t work_bytes;
     int work_B;            /* it serves micro-batches of up to this many samples */

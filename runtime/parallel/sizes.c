@@ -471,20 +471,23 @@ static size_t largest_held_unit(const sizes *s, sizes_at at)
     return held(s, at).largest;
 }
 
-/* Local chunk `local`'s largest unit and the optimizer's chunk (min of its
- * widest slice and OPTIM_SCRATCH_NUMEL, as optim.c sizes its scratch and
- * offload's staging). */
-static void chunk_widths(const sizes *s, sizes_at at, int local, size_t *largest, size_t *scratch)
+/* Local chunk `local`'s largest unit (whole: the fp32 working copy widens a
+ * unit's train.lora frozen tensors too, model.c; and *largest_train, of its
+ * trainable ones: the working gradient's) and the optimizer's chunk (min of
+ * its widest slice and OPTIM_SCRATCH_NUMEL, as optim.c sizes its scratch
+ * and offload's staging). */
+static void chunk_widths(const sizes *s, sizes_at at, int local, size_t *largest, size_t *largest_train,
+                         size_t *scratch)
 {
     int b, e;
     chunk_units(s, pp_chunk_id(at.pp, local, s->job.parallel.pp), &b, &e);
     size_t widest = 0;
-    *largest = 0;
+    *largest = *largest_train = 0;
     for (int u = b; u < e; u++) {
-        /* the fp32 working copy widens a unit's frozen tensors too (model.c) */
-        size_t n = sizes_unit_numel(s, u, at.tp) + sizes_unit_frozen_numel(s, u, at.tp);
+        size_t t = sizes_unit_numel(s, u, at.tp), n = t + sizes_unit_frozen_numel(s, u, at.tp);
         size_t w = sizes_shard(s, SHARD_OF_OPTIM, u, at, NULL);
         if (n > *largest) *largest = n;
+        if (t > *largest_train) *largest_train = t;
         if (w > widest) widest = w;
     }
     *scratch = widest < OPTIM_SCRATCH_NUMEL ? (widest ? widest : 1) : OPTIM_SCRATCH_NUMEL;
@@ -496,11 +499,12 @@ size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at)
     int grad_bf16 = sizes_grad_elem_bytes(s) == 2;
     size_t bytes = 0;
     for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
-        size_t largest, scratch;
-        chunk_widths(s, at, local, &largest, &scratch);
+        size_t largest, largest_train, scratch;
+        chunk_widths(s, at, local, &largest, &largest_train, &scratch);
         /* the optimizer's scratch widens bf16 gradients for the norm only
          * (optim.c: the step widens them in adamw_mixed_multi's registers) */
-        bytes += ((size_t)(1 + grad_bf16) * largest + (size_t)grad_bf16 * scratch) * sizeof(float);
+        size_t wgrad = largest_train ? largest_train : 1;
+        bytes += (largest + (size_t)grad_bf16 * (wgrad + scratch)) * sizeof(float);
     }
     return bytes;
 }
@@ -513,8 +517,8 @@ static size_t offload_staging_bytes(const sizes *s, sizes_at at)
     size_t bytes = 0, ge = sizes_grad_elem_bytes(s), pe = sizes_param_elem_bytes(s);
     size_t per = 2 * ge + (pe == 2 ? 2 * 2 : 0) + (ge == 2 ? sizeof(float) : 0);
     for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
-        size_t largest, scratch;
-        chunk_widths(s, at, local, &largest, &scratch);
+        size_t largest, largest_train, scratch;
+        chunk_widths(s, at, local, &largest, &largest_train, &scratch);
         bytes += scratch * per;
     }
     return bytes;

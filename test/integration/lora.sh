@@ -18,8 +18,8 @@
 #  - memory measured: under FSDP dp 4 a rank's gradients and optimizer state
 #    are the adapters' only (they scale with the adapters' share of the base,
 #    against the full fine-tune's), its parameters the base's shard plus the
-#    adapters', and the dry-run predicts rank 0's params, grads and optimizer
-#    bytes exactly;
+#    adapters', and the dry-run predicts rank 0's params, grads, optimizer
+#    and total allocated bytes exactly;
 #  - bad input: rank 0, alpha 0, dropout 1, gate on a GPT, an unknown target,
 #    zb-h1, a PEFT folder that disagrees: one line at the key, exit 2; export
 #    of a LoRA checkpoint without --lora, or --lora of a plain one: exit 6.
@@ -114,9 +114,11 @@ assert abs(lora["params"] / full["params"] - (frozen + train) / frozen) < 0.05, 
 print(f"ok: {train} adapter parameters train over a frozen base of {frozen}: gradients and optimizer state scale with "
       f"the adapters ({100 * frac:.1f} % of the full fine-tune's), parameters with the base")
 dry = json.load(open(f"{T}/lora.dry.json"))["stages"][0]["memory"]
-assert (dry["params"], dry["grads"], dry["optimizer"]) == (lora["params"], lora["grads"], lora["optimizer"]), \
-    f"dry-run {dry['params']} {dry['grads']} {dry['optimizer']} vs measured"
-print(f"ok: the dry-run predicts rank 0's params {dry['params']}, grads {dry['grads']}, optimizer {dry['optimizer']}")
+assert (dry["params"], dry["grads"], dry["optimizer"], dry["allocated"]) == \
+    (lora["params"], lora["grads"], lora["optimizer"], lora["total"]), \
+    f"dry-run {dry['params']} {dry['grads']} {dry['optimizer']} {dry['allocated']} vs measured"
+print(f"ok: the dry-run predicts rank 0's params {dry['params']}, grads {dry['grads']}, optimizer {dry['optimizer']}, "
+      f"all it allocates {dry['allocated']} (the adapters' scratch in the activations' working set included)")
 PY
 "$DTRUN" --dry-run "$T/lora.yaml" | grep -q "^lora  .* trainable (rank 4, alpha 8 on q, k, v, o, gate, up, down), .* frozen" ||
   fail "the dry-run does not say what trains"
