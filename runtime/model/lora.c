@@ -136,3 +136,19 @@ void lora_geometry(const job_model *m, int target, int *in, int *out, int *row)
     default: break; /* q */
     }
 }
+
+void lora_block_flops(const job_model *m, int tp, double rows, double *fwd, double *fwd_a, double *fwd_recomputed)
+{
+    *fwd = *fwd_a = *fwd_recomputed = 0;
+    for (int k = 0; k < lora_count(m); k++) {
+        int t = lora_target(m, k), in, out, row;
+        lora_geometry(m, t, &in, &out, &row);
+        /* a column base's A whole (on every tp rank) and B's rows split; a
+         * row base's A's columns split and B whole */
+        double a = 2.0 * rows * m->lora.rank * (row ? (double)in / tp : in);
+        double b = 2.0 * rows * m->lora.rank * (row ? (double)out : (double)out / tp);
+        *fwd += a + b;
+        *fwd_a += a;
+        if (t != 6) *fwd_recomputed += a + b; /* block recompute stops before the MLP's down projection */
+    }
+}

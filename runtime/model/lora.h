@@ -102,4 +102,10 @@ int lora_target(const job_model *m, int k);
  * is row-parallel (o, down). */
 void lora_geometry(const job_model *m, int target, int *in, int *out, int *row);
 
+/* FLOPs of one block's adapters on a tp rank of tp, for `rows` rows: their
+ * forward (A's products and B's), of which A's (the backward recomputes h:
+ * it runs 2 fwd + fwd_a), and the forward a block recompute re-runs (all but
+ * down's). A column-parallel base's A is computed whole on every tp rank. */
+void lora_block_flops(const job_model *m, int tp, double rows, double *fwd, double *fwd_a, double *fwd_recomputed);
+
 #endif

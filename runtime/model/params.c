@@ -328,7 +328,8 @@ static double block_weights(const job_model *s, int recomputed)
     return 2.0 * C * C + 2.0 * C * Ckv + (recomputed ? 2.0 : 3.0) * C * F;
 }
 
-/* FLOPs of one sample, fwd + bwd, whole model (tp/pp do not change the total):
+/* FLOPs of one sample, fwd + bwd, whole model (tp/pp do not change the total;
+ * train.lora below):
  *   6 * sum over matmuls (weight elements * rows that pass through it per sample)
  *   + attention 12 * L * seq^2 * C   (QK^T and AV: 2 * 2*seq^2*C forward, x3 with backward;
  *                                     the causal mask's savings are not counted, as in PaLM's MFU;
@@ -353,9 +354,16 @@ double model_unit_flops(const job_model *spec, int unit, recompute_kind recomput
         double kin = (double)spec->channels * spec->patch_size * spec->patch_size;
         return 6.0 * C * kin * (seq - 1);
     }
-    if (unit > spec->n_layer) return job_model_is_lm(spec) ? 6.0 * spec->vocab_size * C * seq : 6.0 * spec->n_classes * C;
-    double f = 6.0 * block_weights(spec, 0) * seq + 12.0 * seq * seq * C;
-    if (recompute == RECOMPUTE_BLOCK) f += 2.0 * seq * block_weights(spec, 1) + 4.0 * seq * seq * C;
+    /* train.lora: a frozen weight's backward is its input gradient alone, 4
+     * instead of 6 (no weight gradient); the adapters add theirs (lora.h) */
+    int lora = job_lora_on(spec);
+    double per_weight = lora ? 4.0 : 6.0;
+    if (unit > spec->n_layer)
+        return job_model_is_lm(spec) ? per_weight * spec->vocab_size * C * seq : 6.0 * spec->n_classes * C;
+    double f = per_weight * block_weights(spec, 0) * seq + 12.0 * seq * seq * C, af, aa, ar;
+    lora_block_flops(spec, 1, seq, &af, &aa, &ar);
+    f += 3.0 * af + aa;
+    if (recompute == RECOMPUTE_BLOCK) f += 2.0 * seq * block_weights(spec, 1) + 4.0 * seq * seq * C + ar;
     else if (recompute == RECOMPUTE_SELECTIVE && !model_attention_lse(spec, 1)) f += 4.0 * seq * seq * C;
     return f;
 }

@@ -142,11 +142,19 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
         double qkv = 2.0 * rows * C * qkv_l, proj = 2.0 * rows * C * C / t;
         double fc1 = 2.0 * rows * C * h1 / t, fc2 = 2.0 * rows * F * C / t;
         double core = 4.0 * B * seq * seq * C / t * att_share;
-        add_gemm(w, qkv, (2.0 + blk) * qkv, min3(rows, C, qkv_l), qkv);
-        add_gemm(w, proj, (2.0 + blk) * proj, min3(rows, C / t, C), proj);
-        add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, h1 / t), fc1);
-        add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C), fc2);
+        /* train.lora: the frozen weights' backward is their input gradient
+         * alone (no W pass); the adapters one GEMM of rank-wide products */
+        double wg = job_lora_on(m) ? 0.0 : 1.0;
+        add_gemm(w, qkv, (1.0 + wg + blk) * qkv, min3(rows, C, qkv_l), wg * qkv);
+        add_gemm(w, proj, (1.0 + wg + blk) * proj, min3(rows, C / t, C), wg * proj);
+        add_gemm(w, fc1, (1.0 + wg + blk) * fc1, min3(rows, C, h1 / t), wg * fc1);
+        add_gemm(w, fc2, (1.0 + wg) * fc2, min3(rows, F / t, C), wg * fc2);
         add_attention(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
+        if (job_lora_on(m)) {
+            double af, aa, ar;
+            lora_block_flops(m, (int)t, rows, &af, &aa, &ar);
+            add_gemm(w, af, 2.0 * af + aa + blk * ar, min3(rows, m->lora.rank, C), 0);
+        }
         double heads = (double)m->n_head / t;
         double act = llama ? 3.0 * rows * F / t + 2.0 * rows * (C / t + kv_l) : 2.0 * rows * F / t;
         double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + act;
@@ -161,7 +169,7 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
          * then their input and weight gradients (2 f), and writes the
          * recomputed logits once more (rows x V / t) */
         double V = m->vocab_size, f = 2.0 * rows * C * V / t;
-        add_gemm(w, f, 3.0 * f, min3(rows, C, V / t), 0);
+        add_gemm(w, f, (job_lora_on(m) ? 2.0 : 3.0) * f, min3(rows, C, V / t), 0); /* train.lora: no d(wte) */
         w->fwd_bytes = (2.0 * rows * C / (sp ? t : 1) + 2.0 * rows * V / t) * elem_bytes;
         w->bwd_bytes = 2.0 * w->fwd_bytes + rows * V / t * elem_bytes;
         return;

@@ -190,7 +190,9 @@ static void print_memory(const plan_estimate *e, FILE *out)
 static void print_compute_comm(const plan_estimate *e, FILE *out)
 {
     char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN];
-    fprintf(out, "\ncompute per step: %s FLOPs model (6N + attention), %s executed%s\n", fmt_count(a, e->model_flops),
+    fprintf(out, "\ncompute per step: %s FLOPs model (%s + attention), %s executed%s\n", fmt_count(a, e->model_flops),
+            /* train.lora: the frozen base computes no weight gradient */
+            job_lora_on(&e->job.model) ? "4N of the frozen base + the adapters" : "6N",
             fmt_count(b, e->exec_flops),
             !job_model_is_lm(&e->job.model) ? (e->job.train.recompute != RECOMPUTE_NONE ? " (recompute counted)" : "")
             : e->job.train.recompute != RECOMPUTE_NONE ? " (recompute and the LM head's logits again in backward)"

@@ -13,6 +13,7 @@
 
 #include "kernels/ops.h"
 #include "runtime/model/model.h"
+#include "runtime/parallel/sizes.h"
 #include "runtime/rng.h"
 #include "test/unit/check.h"
 #include "test/unit/tiny_models.h"
@@ -202,6 +203,35 @@ static void dropout_mask(void)
           kept, N * W);
 }
 
+/* The FLOP counts: a frozen weight's backward is its input gradient alone
+ * (4 per weight and token instead of 6), the adapters add 6 per weight and
+ * token and h again in backward; the step-time model's GEMMs add up to
+ * model_unit_flops (sizes.h's promise, here at tp 1). */
+static void flops(void)
+{
+    job_model l = tiny_llama_spec(), a = with_lora(l, LORA_Q | LORA_DOWN, 0);
+    double seq = l.seq_len, C = l.d_model, F = l.d_ff, Ckv = 8, r = 3;
+    double base = 2 * C * C + 2 * C * Ckv + 3 * C * F, att = 12 * seq * seq * C;
+    /* q: A [3, 16], B [16, 3]; down: A [3, 24], B [16, 3]; h = A x again in backward */
+    double ad = 2 * seq * r * (C + C) + 2 * seq * r * (F + C), ad_a = 2 * seq * r * (C + F);
+    double want = 4 * base * seq + att + 3 * ad + ad_a;
+    double got = model_unit_flops(&a, 1, RECOMPUTE_NONE);
+    CHECK(fabs(got - want) < 1e-6 * want && model_unit_flops(&l, 1, RECOMPUTE_NONE) == 6 * base * seq + att,
+          "block FLOPs: %.0f with LoRA (4 per frozen weight, the adapters' 3 x forward + A's again), %.0f without",
+          got, model_unit_flops(&l, 1, RECOMPUTE_NONE));
+    int ok = 1;
+    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
+        for (int u = 0; u < l.n_layer + 2; u++) {
+            sizes_unit_work w;
+            sizes_unit_work_of(&a, u, (recompute_kind)rc, 2, 1, 0, 4, &w);
+            double sum = 0;
+            for (int g = 0; g < w.n_gemm; g++) sum += w.gemm[g].fwd_flops + w.gemm[g].bwd_flops;
+            double unit = sizes_unit_flops(&a, u, (recompute_kind)rc) * 2;
+            ok &= fabs(sum - unit) <= 1e-9 * (unit + 1);
+        }
+    CHECK(ok, "the step-time model's GEMMs add up to the model's FLOPs with LoRA, every unit and recompute kind");
+}
+
 int main(void)
 {
     dt_ops_set_threads(1);
@@ -219,5 +249,6 @@ int main(void)
     grad_check(&lt, "llama tied head, q and up");
     specs();
     dropout_mask();
+    flops();
     CHECK_DONE();
 }
