@@ -62,6 +62,7 @@ static void block_step(model *m, model_kv *kv, int b, int pos)
 int model_decode_step(model *m, model_kv *kv, int token, float *logits)
 {
     if (kv->len >= kv->cap) return -1;
+    m->lora_step = 0; /* train.lora: no dropout in decoding (a training step may have run before) */
     const dt_ops *ops = m->ops;
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;

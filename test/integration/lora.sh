@@ -15,6 +15,7 @@
 #    wherever its small gradient's sign is rounding noise, B starting at 0);
 #  - an exact stop-and-resume under dp 2 x tp 2: the checkpoint holds the
 #    adapters and their AdamW moments, the base is drawn again from the seed;
+#    resharding from tp 2 to FSDP pipeline stages;
 #  - memory measured: under FSDP dp 4 a rank's gradients and optimizer state
 #    are the adapters' only (they scale with the adapters' share of the base,
 #    against the full fine-tune's), its parameters the base's shard plus the
@@ -84,6 +85,9 @@ base = sorted(k for k in names if ".lora." not in k)
 assert not base, f"base tensors saved: {base[:4]}"
 print(f"ok: the checkpoint holds {len(names)} adapter tensors (params and AdamW moments), no base tensor")
 EOF
+
+# resharding: the adapters saved under tp 2 load into FSDP pipeline stages
+reshard llama-lora "tp=2" "pp=2 sched=1f1b dp=2 mode=fsdp"
 
 # ---- memory: no gradients, no optimizer state for the frozen base ----
 mem_job() { # NAME MODEL LAYOUT
