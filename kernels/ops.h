@@ -142,10 +142,16 @@ typedef struct dt_ops {
     void (*embedding_backward)(float *dwte, const float *dout, const int *tok,
                                int v0, int vn, int N, int C);
 
-    /* ---- learned position embedding: x[b,t,:] += wpe[t,:] (in place) ---- */
-    void (*posadd_forward)(float *x, const float *wpe, int B, int T, int C);
-    /* dwpe[t,:] += sum_b dx[b,t,:] */
-    void (*posadd_backward)(float *dwpe, const float *dx, int B, int T, int C);
+    /* ---- learned position embedding, added in place ----
+     * pos NULL: x[b,t,:] += wpe[t,:]. pos (int, [B*T], backend memory): each
+     * row at its own position, x[n,:] += wpe[pos[n],:] for n < B*T, pos[n] a
+     * row of wpe (packed samples: positions restart at each sample; context
+     * parallelism's chunks: positions in the whole sequence). */
+    void (*posadd_forward)(float *x, const float *wpe, const int *pos, int B, int T, int C);
+    /* pos NULL: dwpe[t,:] += sum_b dx[b,t,:], b in order. pos: dwpe[pos[n],:]
+     * += dx[n,:], each row of dwpe summing its rows n in increasing order
+     * (deterministic; the same order as the NULL case's for pos[n] = n % T). */
+    void (*posadd_backward)(float *dwpe, const float *dx, const int *pos, int B, int T, int C);
 
     /* ---- patch embedding (ViT) ----
      * img[B, ch, H, W] (H = W = S), P = patch size, NP = (S/P)^2 patches in
@@ -266,15 +272,24 @@ typedef struct dt_ops {
      * Query head h reads kv head h / (NH / NKV) (GQA: no copy of k, v per
      * query head). NKV == NH: W = 3C, 2 Ckv = 2C, the layout before GQA.
      * Mask: query row i sees key row j when !causal or j <= i + shift (shift:
-     * the query block's first position minus the key block's). A row that
-     * sees no key gets out 0 and lse -inf. q and kv are of type t, out of
+     * the query block's first position minus the key block's), and, with
+     * segment ids (qseg and kseg not NULL: document masking of packed
+     * samples), when qseg[i] == kseg[j]. qseg and kseg: int, backend memory,
+     * one id a row, sample stride Ts, rows [0, Tq) and [0, Tk) from the
+     * pointer (lse's layout without the heads). Within a call the ids never
+     * decrease along a sample's rows [0, Tq) of q, nor [0, Tk) of kv (samples
+     * are packed one after the other): a query's keys are then one run, and
+     * the ops skip the key tiles outside every run of a query tile; no
+     * [Tq, Tk] mask exists anywhere. NULL, NULL: no document mask (the ops
+     * compute what they did before segments). A
+     * row that sees no key gets out 0 and lse -inf. q and kv are of type t, out of
      * type out_t (t when it is the final result, fp32 for a partial that
      * merges follow; attention_block_merge is fp32).
      * Forward overwrites out and lse with this block's partial result; the
      * rows of out it does not compute (Tq..Ts of a sample) stay as they are. */
-    void (*attention_block_forward)(void *out, float *lse, const void *q, const void *kv,
-                                    int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
-                                    dt_dtype t, dt_dtype out_t);
+    void (*attention_block_forward)(void *out, float *lse, const void *q, const void *kv, const int *qseg,
+                                    const int *kseg, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV,
+                                    int causal, int shift, dt_dtype t, dt_dtype out_t);
     /* (out, lse) <- the softmax over the union of their keys and the
      * partial's (pout, plse; same layout): lse' = log(e^lse + e^plse),
      * out' = out e^(lse - lse') + pout e^(plse - lse'). Rows with plse -inf
@@ -288,8 +303,9 @@ typedef struct dt_ops {
      * A kv head's dk, dv sum its group's query heads in a fixed order
      * (deterministic, no atomics). out, q and kv of type t. */
     void (*attention_block_backward)(float *dq, float *dkv, const float *dout, const void *out,
-                                     const float *lse, const void *q, const void *kv, int B, int Ts,
-                                     int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t);
+                                     const float *lse, const void *q, const void *kv, const int *qseg,
+                                     const int *kseg, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV,
+                                     int causal, int shift, dt_dtype t);
     /* ---- rotary position embedding (RoPE) of q and k ----
      * Layout: Hugging Face's "rotate half" (LlamaForCausalLM as stored in HF
      * folders, torchtitan after its permute): within a head of hs columns,
@@ -370,6 +386,72 @@ typedef struct dt_ops {
      *   dgate += dout up s (1 + g (1 - s)),  dup += dout g s,  s = sigmoid(g).
      * inp of type t; dinp and dout fp32. */
     void (*swiglu_backward)(float *dinp, const void *inp, const float *dout, int N, int F, dt_dtype t);
+
+    /* ---- mixture of experts (runtime/model/moe.c): router, dispatch, experts ----
+     * N token rows, E experts, k = top_k choices per row. Rows belong to
+     * groups (the samples: capacity and the load-balancing loss count per
+     * sample): row i is in group (row0 + i) / T, so groups 0 .. G-1 with
+     * G = (row0 + N - 1) / T + 1 (row0 > 0: the rows start inside a sample,
+     * as a rank's share of one may). Router scores, weights and their
+     * gradients are fp32 whatever the run's type.
+     *
+     * moe_router_forward: scores[N, E] of the router's logits[N, E]
+     * (overwritten; scores may BE logits, turned into scores in place):
+     * sigmoid 0, the softmax of each row; 1, the sigmoid of each logit. idx[N, k]: the row's k experts with the largest score +
+     * bias[e] (bias NULL: 0), in descending order of that, a tie to the lower
+     * expert; w[N, k]: their scores, divided by the k scores' sum when norm.
+     * psum[G, E] (NULL: not wanted; overwritten): per group, the sum over
+     * its rows of the balance probabilities q, the scores themselves
+     * (softmax) or each row's scores divided by their sum (sigmoid), summed
+     * in row order. */
+    void (*moe_router_forward)(float *scores, int *idx, float *w, float *psum, const float *logits,
+                               const float *bias, int N, int E, int k, int sigmoid, int norm, int T, int row0);
+    /* dlogits[N, E] += the gradient through the scores of dw[N, k] (dL/dw)
+     * and of daux[G, E] (dL/dq for every row of the group: the
+     * load-balancing loss's; NULL: none), from the forward's scores, idx, w. */
+    void (*moe_router_backward)(float *dlogits, const float *scores, const int *idx, const float *w,
+                                const float *dw, const float *daux, int N, int E, int k, int sigmoid, int norm,
+                                int T, int row0);
+    /* The dispatch plan of idx[N, k]: the permuted order holds each kept
+     * choice once, expert by expert (ascending), each expert's rows in row
+     * order (then by choice: a row never picks an expert twice).
+     * chosen[G, E]: choices of each group for each expert (overwritten);
+     * counts[E]: the rows each expert keeps (overwritten); dst[N, k]: each
+     * choice's row in the permuted order, or -1 when dropped; src[M]: the
+     * token row of each permuted row (M = the sum of counts). cap 0: keep
+     * every choice (dropless); cap > 0: a choice is kept when fewer than
+     * cap earlier rows of its group (before[g, e] of them before row 0 of
+     * this call: a group started on another rank; before NULL: 0) chose the
+     * same expert: per sample, by position, so the same choices drop
+     * wherever the rows are computed. */
+    void (*moe_route)(int *dst, int *src, int *counts, int *chosen, const int *idx, const int *before, int N,
+                      int E, int k, int cap, int T, int row0);
+    /* out[i, :] = x[src[i], :] for i < M (rows of C; type t). */
+    void (*moe_permute)(void *out, const void *x, const int *src, int M, int C, dt_dtype t);
+    /* dx[n, :] += sum over j < k of dout[dst[n, j], :] (kept choices, j
+     * ascending): deterministic, no atomics. */
+    void (*moe_permute_backward)(float *dx, const float *dout, const int *dst, int N, int k, int C);
+    /* out[n, :] = (accumulate: out[n, :] +) sum over kept j < k, ascending,
+     * of w[n, j] y[dst[n, j], :]; y of type t, out fp32. */
+    void (*moe_unpermute)(float *out, const void *y, const int *dst, const float *w, int N, int k, int C, dt_dtype t,
+                          int accumulate);
+    /* For each kept choice (n, j): dy[dst[n, j], :] += w[n, j] dout[n, :] and
+     * dw[n, j] += dot(dout[n, :], y[dst[n, j], :]) (fp32, in column order);
+     * dy or dw may be NULL. y of type t. */
+    void (*moe_unpermute_backward)(float *dy, float *dw, const float *dout, const void *y, const int *dst,
+                                   const float *w, int N, int k, int C, dt_dtype t);
+    /* The experts' grouped GEMM: for group g < G (an expert) its rows
+     * [o_g, o_g + counts[g]) (o_g the counts before g) compute out = inp
+     * w_g^T, w_g = w + g OC IC elements ([OC, IC], no bias), as
+     * matmul_forward would (the same rounding points). counts in HOST
+     * memory (the host launches one GEMM per group: cpu a loop of BLAS
+     * calls, cuda per-group cuBLASLt GEMMs on the stream). */
+    void (*moe_grouped_forward)(void *out, const void *inp, const void *w, const int *counts, int G, int IC, int OC,
+                                dt_dtype t, dt_dtype out_t);
+    /* matmul_backward per group: dinp += dout w_g, dw_g += dout^T inp (its
+     * rows); either may be NULL. */
+    void (*moe_grouped_backward)(float *dinp, float *dw, const float *dout, const void *inp, const void *w,
+                                 const int *counts, int G, int IC, int OC, dt_dtype t);
 
     /* ---- residual: out = a + b, a fp32 (a branch's output), b and out of
      * type t (the stream); out may alias a when t is fp32 (then it is also

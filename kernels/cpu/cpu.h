@@ -73,8 +73,8 @@ void cpu_embedding_backward(float *dwte, const float *dout, const int *tok,
                             int v0, int vn, int N, int C);
 
 /* posadd.c */
-void cpu_posadd_forward(float *x, const float *wpe, int B, int T, int C);
-void cpu_posadd_backward(float *dwpe, const float *dx, int B, int T, int C);
+void cpu_posadd_forward(float *x, const float *wpe, const int *pos, int B, int T, int C);
+void cpu_posadd_backward(float *dwpe, const float *dx, const int *pos, int B, int T, int C);
 
 /* patch.c */
 void cpu_patch_forward(float *out, const float *img, const float *w, const float *b,
@@ -112,6 +112,24 @@ void cpu_matmul_dgelu_backward(float *dpre, float *scratch, const float *dout, c
 /* dbias[o] += sum_i dout[i,o] (shared by matmul and patch). */
 void cpu_colsum_accumulate(float *dbias, const float *dout, int N, int OC);
 
+/* moe_router.c, moe_route.c, moe_permute.c, moe_gemm.c (mixture of experts) */
+void cpu_moe_router_forward(float *scores, int *idx, float *w, float *psum, const float *logits, const float *bias,
+                            int N, int E, int k, int sigmoid, int norm, int T, int row0);
+void cpu_moe_router_backward(float *dlogits, const float *scores, const int *idx, const float *w, const float *dw,
+                             const float *daux, int N, int E, int k, int sigmoid, int norm, int T, int row0);
+void cpu_moe_route(int *dst, int *src, int *counts, int *chosen, const int *idx, const int *before, int N, int E,
+                   int k, int cap, int T, int row0);
+void cpu_moe_permute(void *out, const void *x, const int *src, int M, int C, dt_dtype t);
+void cpu_moe_permute_backward(float *dx, const float *dout, const int *dst, int N, int k, int C);
+void cpu_moe_unpermute(float *out, const void *y, const int *dst, const float *w, int N, int k, int C, dt_dtype t,
+                       int accumulate);
+void cpu_moe_unpermute_backward(float *dy, float *dw, const float *dout, const void *y, const int *dst, const float *w,
+                                int N, int k, int C, dt_dtype t);
+void cpu_moe_grouped_forward(void *out, const void *inp, const void *w, const int *counts, int G, int IC, int OC,
+                             dt_dtype t, dt_dtype out_t);
+void cpu_moe_grouped_backward(float *dinp, float *dw, const float *dout, const void *inp, const void *w,
+                              const int *counts, int G, int IC, int OC, dt_dtype t);
+
 /* attention.c */
 void cpu_attention_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int NKV, int causal,
                            dt_dtype t);
@@ -123,13 +141,14 @@ void cpu_attention_decode(void *out, float *scratch, const void *q, const void *
                           dt_dtype t);
 
 /* attention_block.c */
-void cpu_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
-                                 int C, int NH, int NKV, int causal, int shift, dt_dtype t, dt_dtype out_t);
+void cpu_attention_block_forward(void *out, float *lse, const void *q, const void *kv, const int *qseg,
+                                 const int *kseg, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal,
+                                 int shift, dt_dtype t, dt_dtype out_t);
 void cpu_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts, int Tq,
                                int C, int NH);
 void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
-                                  const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                  int NKV, int causal, int shift, dt_dtype t);
+                                  const void *q, const void *kv, const int *qseg, const int *kseg, int B, int Ts,
+                                  int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t);
 /* rows_copy.c */
 void cpu_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
 /* dropout.c */

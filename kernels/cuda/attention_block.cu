@@ -31,7 +31,8 @@
 #define SIMPLE_THREADS 128
 #define SIMPLE_TILE 1024 /* scores a block holds at a time (4 KiB) */
 
-static abk_args make_args(int NH, int NKV, int Ts, int Tq, int Tk, int C, int causal, int shift) {
+static abk_args make_args(int NH, int NKV, int Ts, int Tq, int Tk, int C, int causal, int shift, const int *qseg,
+                          const int *kseg) {
     abk_args a;
     memset(&a, 0, sizeof a);
     a.NH = NH;
@@ -49,6 +50,7 @@ static abk_args make_args(int NH, int NKV, int Ts, int Tq, int Tk, int C, int ca
     a.ldkv = 2 * a.Ckv;
     a.scale = 1.0f / sqrtf((float)a.hs);
     a.scale_log2 = a.scale * ABK_LOG2E;
+    if (qseg && kseg) a.qseg = qseg, a.kseg = kseg;
     return a;
 }
 
@@ -63,11 +65,12 @@ template <typename T, typename OT> __global__ void simple_forward_kernel(abk_arg
     const T *qi = static_cast<const T *>(a.q) + ((size_t)b * a.Ts + i) * a.ldq + (size_t)h * a.hs;
     const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs;
     OT *oi = static_cast<OT *>(a.out) + ((size_t)b * a.Ts + i) * C + (size_t)h * a.hs;
-    int valid = abk_seen(i, a);
+    int2 run = abk_keys(b, i, a); /* keys [run.x, run.y) */
+    int valid = run.y - run.x;
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) acc[c] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int k0 = 0; k0 < valid; k0 += SIMPLE_TILE) {
-        int nk = min(valid - k0, SIMPLE_TILE);
+    for (int k0 = run.x; k0 < run.y; k0 += SIMPLE_TILE) {
+        int nk = min(run.y - k0, SIMPLE_TILE);
         float mx = -INFINITY;
         for (int j = threadIdx.x; j < nk; j += blockDim.x) {
             const T *kj = kb + (size_t)(k0 + j) * ldkv;
@@ -112,10 +115,11 @@ template <typename T> __global__ void simple_dq_kernel(abk_args a) {
     const float *gi = a.dout + ((size_t)b * a.Ts + i) * C + (size_t)h * a.hs;
     const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs;
     float li = a.lse[(size_t)bh * a.Ts + i], Di = a.D[(size_t)bh * a.Tq + i];
-    int valid = li == -INFINITY ? 0 : abk_seen(i, a);
+    int2 run = abk_keys(b, i, a);
+    if (li == -INFINITY) run.y = run.x;
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) dqa[c] = 0.0f;
-    for (int k0 = 0; k0 < valid; k0 += SIMPLE_TILE) {
-        int nk = min(valid - k0, SIMPLE_TILE);
+    for (int k0 = run.x; k0 < run.y; k0 += SIMPLE_TILE) {
+        int nk = min(run.y - k0, SIMPLE_TILE);
         __syncthreads(); /* the last tile's dS are used up */
         for (int j = threadIdx.x; j < nk; j += blockDim.x) {
             const T *kj = kb + (size_t)(k0 + j) * ldkv, *vj = kj + a.Ckv;
@@ -144,14 +148,14 @@ template <typename T> __global__ void simple_dkv_kernel(abk_args a) {
     size_t C = (size_t)a.C;
     const T *kj = static_cast<const T *>(a.kv) + ((size_t)b * a.Ts + j) * a.ldkv + (size_t)g * a.hs, *vj = kj + a.Ckv;
     for (int c = threadIdx.x; c < a.hs; c += blockDim.x) dka[c] = dva[c] = 0.0f;
-    long first = abk_first_query(j, a);
+    int2 qrun = abk_queries(b, j, a); /* the query rows [qrun.x, qrun.y) that see key j */
     for (int h = g * a.G; h < (g + 1) * a.G; h++)
-    for (long i0 = first; i0 < a.Tq; i0 += SIMPLE_TILE / 2) {
+    for (long i0 = qrun.x; i0 < qrun.y; i0 += SIMPLE_TILE / 2) {
         size_t bh = (size_t)b * a.NH + h;
         const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
         const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
         const float *lb = a.lse + bh * a.Ts, *db = a.D + bh * a.Tq;
-        int ni = (int)min((long)SIMPLE_TILE / 2, (long)a.Tq - i0);
+        int ni = (int)min((long)SIMPLE_TILE / 2, (long)qrun.y - i0);
         __syncthreads(); /* the last tile's P and dS are used up */
         for (int x = threadIdx.x; x < ni; x += blockDim.x) {
             long i = i0 + x;
@@ -215,10 +219,11 @@ static void block_forward(const abk_args &a, int B, dt_dtype t, dt_dtype out_t) 
     }
 }
 
-void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq,
-                                  int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t, dt_dtype out_t) {
+void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, const int *qseg,
+                                  const int *kseg, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal,
+                                  int shift, dt_dtype t, dt_dtype out_t) {
     if (B <= 0 || Tq <= 0 || C <= 0 || NH <= 0 || C / NH <= 0 || NKV <= 0 || NH % NKV) return;
-    abk_args a = make_args(NH, NKV, Ts, Tq, Tk, C, causal, shift);
+    abk_args a = make_args(NH, NKV, Ts, Tq, Tk, C, causal, shift, qseg, kseg);
     a.out = out;
     a.lse = lse;
     a.q = q;
@@ -256,7 +261,7 @@ template <typename T> __global__ void simple_probs_kernel(abk_args a, T *att) {
 
 void abk_attention_probs_forward(void *out, void *att, const void *qkv, int B, int T, int C, int NH, int NKV,
                                  int causal, dt_dtype t) {
-    abk_args a = make_args(NH, NKV, T, T, T, C, causal, 0);
+    abk_args a = make_args(NH, NKV, T, T, T, C, causal, 0, NULL, NULL);
     a.out = out;
     a.lse = (float *)dtc_scratch((size_t)B * NH * T * sizeof(float));
     a.q = qkv;
@@ -310,10 +315,10 @@ void cuda_attention_block_merge(float *out, float *lse, const float *pout, const
 }
 
 void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
-                                   const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                   int NKV, int causal, int shift, dt_dtype t) {
+                                   const void *q, const void *kv, const int *qseg, const int *kseg, int B, int Ts,
+                                   int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t) {
     if (B <= 0 || Tq <= 0 || Tk <= 0 || C <= 0 || NH <= 0 || C / NH <= 0 || NKV <= 0 || NH % NKV) return;
-    abk_args a = make_args(NH, NKV, Ts, Tq, Tk, C, causal, shift);
+    abk_args a = make_args(NH, NKV, Ts, Tq, Tk, C, causal, shift, qseg, kseg);
     a.dq = dq;
     a.dkv = dkv;
     a.dout = dout;

@@ -38,6 +38,8 @@
 #ifndef DTRUN_KERNELS_CUDA_ATTENTION_BLOCK_CUH
 #define DTRUN_KERNELS_CUDA_ATTENTION_BLOCK_CUH
 
+#include <climits>
+
 #include "kernels/cuda/act.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -48,6 +50,8 @@ struct abk_args {
     void *out;                     /* forward's result, OT */
     float *lse;                    /* forward's result; backward reads it */
     const void *q, *kv;            /* T. q: row stride ldq; kv: k then v (Ckv on), row stride ldkv */
+    const int *qseg, *kseg;        /* document masking (ops.h): each q / kv row's segment id, sample
+                                      stride Ts; both NULL: none */
     const float *dout;             /* backward: dO (layout of out) */
     const void *o;                 /* backward: the final out (layout of out), T */
     const float *D;                /* backward: rowsum(dO * O) per (b, h, row), [B*NH][Tq] */
@@ -79,6 +83,62 @@ __device__ __forceinline__ long abk_first_query(int k, const abk_args &a) {
     if (!a.causal) return 0;
     long v = (long)k - a.shift;
     return v < 0 ? 0 : v;
+}
+
+/* Document masking (ops.h): segment ids never decrease along a sample's
+ * rows, so the keys of a query's segment are one run, found by binary
+ * search. The first of seg[0..n) that is >= v. */
+__device__ __forceinline__ int abk_lower(const int *seg, int n, int v) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (seg[mid] < v) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The keys [x, y) query row i of sample b sees: abk_seen's prefix, cut to
+ * the run of its segment when the call has segment ids (then a row past Tq
+ * sees none). Both ends never decrease with i, so a tile's first row has
+ * the lowest x and its last row the highest y. Without ids (0, abk_seen):
+ * the tiles and masks of the ops before segments. */
+__device__ __forceinline__ int2 abk_keys(int b, int i, const abk_args &a) {
+    int2 r = make_int2(0, abk_seen(i, a));
+    if (!a.qseg) return r;
+    if (i >= a.Tq) return make_int2(0, 0);
+    const int *ks = a.kseg + (size_t)b * a.Ts;
+    int s = a.qseg[(size_t)b * a.Ts + i];
+    r.x = abk_lower(ks, a.Tk, s);
+    r.y = min(r.y, abk_lower(ks, a.Tk, s + 1));
+    if (r.y < r.x) r.y = r.x;
+    return r;
+}
+
+/* The query rows [x, y) that see key j of sample b (the mirror of
+ * abk_keys, for the backward's key tiles); without ids (abk_first_query,
+ * Tq), x capped at Tq. */
+__device__ __forceinline__ int2 abk_queries(int b, int j, const abk_args &a) {
+    long first = abk_first_query(j, a);
+    int2 r = make_int2(first < a.Tq ? (int)first : a.Tq, a.Tq);
+    if (!a.qseg) return r;
+    if (j >= a.Tk) return make_int2(a.Tq, a.Tq);
+    const int *qs = a.qseg + (size_t)b * a.Ts;
+    int s = a.kseg[(size_t)b * a.Ts + j];
+    r.x = max(r.x, abk_lower(qs, a.Tq, s));
+    r.y = abk_lower(qs, a.Tq, s + 1);
+    if (r.y < r.x) r.y = r.x;
+    return r;
+}
+
+/* A row's segment id for the element masks of the backward's key tiles
+ * (their per-element test is qseg == kseg besides the causal one): rows
+ * past the block get ids no other row has. */
+__device__ __forceinline__ int abk_qseg(int b, int i, const abk_args &a) {
+    return i < a.Tq ? a.qseg[(size_t)b * a.Ts + i] : INT_MIN;
+}
+__device__ __forceinline__ int abk_kseg(int b, int j, const abk_args &a) {
+    return j < a.Tk ? a.kseg[(size_t)b * a.Ts + j] : INT_MAX;
 }
 
 /* The tiled kernels' head size for hs, or 0 when hs needs the simple kernels. */

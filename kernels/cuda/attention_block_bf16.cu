@@ -160,9 +160,11 @@ __global__ void __launch_bounds__(BF_THREADS) abk_bf16_forward_kernel(abk_args a
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
     const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
     const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs, *vb = kb + a.Ckv;
-    int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
+    /* keys [kr0.x, kr1.y) hold every run of the tile's rows (abk_keys) */
+    int2 kr0 = abk_keys(b, r0, a), kr1 = abk_keys(b, r0 + rows - 1, a);
+    int nk = kr1.y, seen0 = kr0.y, lo_last = kr1.x;
     int ra = r0 + 16 * warp + g, rb = ra + 8; /* this lane's two rows */
-    int sa = abk_seen(ra, a), sb = abk_seen(rb, a);
+    int2 sa = abk_keys(b, ra, a), sb = abk_keys(b, rb, a);
     bf_load_rows<HS, BM>(Qs, LDW, qb + (size_t)r0 * a.ldq, a.ldq, rows, a.hs);
     __syncthreads();
     uint32_t qf[KC][4]; /* the warp's 16 rows of Q, kept in registers */
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(BF_THREADS) abk_bf16_forward_kernel(abk_args a
     float o[DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    for (int k0 = 0; k0 < nk; k0 += BN) {
+    for (int k0 = kr0.x / BN * BN; k0 < nk; k0 += BN) {
         __syncthreads(); /* the last tile's K and V are used up */
         int kn = min(BN, nk - k0);
         bf_load_rows<HS, BN>(Ks, LDW, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
@@ -189,14 +191,16 @@ __global__ void __launch_bounds__(BF_THREADS) abk_bf16_forward_kernel(abk_args a
                 bf_frag_b(b0, b1, Ks, LDW, 8 * n, 16 * kc, g, t);
                 bf_mma(s[n], qf[kc], b0, b1);
             }
-        bool full = k0 + BN <= seen0;
+        bool full = k0 >= lo_last && k0 + BN <= seen0;
         float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float v = s[n][e] * a.scale_log2;
-                if (!full && k0 + 8 * n + 2 * t + (e & 1) >= (e < 2 ? sa : sb)) v = -INFINITY;
+                int key = k0 + 8 * n + 2 * t + (e & 1);
+                int2 run = e < 2 ? sa : sb;
+                if (!full && (key >= run.y || key < run.x)) v = -INFINITY;
                 s[n][e] = v;
                 mx[e >> 1] = fmaxf(mx[e >> 1], v);
             }
@@ -303,12 +307,16 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
     float *Dl = Ls + BN;                                   /* [BN] D */
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int k0 = blockIdx.x * BM, bg = blockIdx.y, b = bg / a.NKV, kvh = bg % a.NKV; /* kv head kvh */
-    long first = abk_first_query(k0, a);
-    if (first >= a.Tq) return; /* no query sees these keys */
-    int q_begin = (int)first / BN * BN, kn = min(BM, a.Tk - k0);
+    int kn = min(BM, a.Tk - k0);
+    /* the query rows [first, q_end) hold every query that sees a key of the tile */
+    int first = abk_queries(b, k0, a).x, q_end = abk_queries(b, k0 + kn - 1, a).y;
+    if (first >= q_end) return; /* no query sees these keys */
+    int q_begin = first / BN * BN;
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
     const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)kvh * a.hs, *vb = kb + a.Ckv;
     int key_a = k0 + 16 * warp + g, key_b = key_a + 8; /* this lane's two keys */
+    /* document masking: their segments */
+    int ks_a = a.qseg ? abk_kseg(b, key_a, a) : 0, ks_b = a.qseg ? abk_kseg(b, key_b, a) : 0;
     bf_load_rows<HS, BM>(Ks, LDW, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
     bf_load_rows<HS, BM>(Vs, LDW, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
 
@@ -318,7 +326,7 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
     for (int h = kvh * a.G; h < (kvh + 1) * a.G; h++) /* the group's query heads, in order */
-    for (int q0 = q_begin; q0 < a.Tq; q0 += BN) {
+    for (int q0 = q_begin; q0 < q_end; q0 += BN) {
         size_t bh = (size_t)b * a.NH + h;
         const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
         const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
@@ -353,14 +361,16 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
                 bf_mma(dp[n], vf, b0, b1);
             }
         }
-        bool full = k0 + BM <= abk_seen(q0, a); /* every query row sees every key */
+        /* every query row sees every key (with segments: the element test) */
+        bool full = !a.qseg && k0 + BM <= abk_seen(q0, a);
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int ql = 8 * n + 2 * t + (e & 1), key = e < 2 ? key_a : key_b;
                 float l2 = Ls[ql];
-                bool vis = (full || key < abk_seen(q0 + ql, a)) && l2 != -INFINITY;
+                bool same = !a.qseg || abk_qseg(b, q0 + ql, a) == (e < 2 ? ks_a : ks_b);
+                bool vis = (full || (key < abk_seen(q0 + ql, a) && same)) && l2 != -INFINITY;
                 float p = vis ? exp2f(s[n][e] * a.scale_log2 - l2) : 0.0f;
                 s[n][e] = p;                     /* P^T */
                 dp[n][e] = p * (dp[n][e] - Dl[ql]); /* dS^T */
@@ -416,14 +426,15 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     int r0 = (gridDim.x - 1 - blockIdx.x) * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     int rows = min(BM, a.Tq - r0);
-    int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
-    if (nk <= 0) return; /* no row of the tile sees a key: dq += 0 */
+    int2 kr0 = abk_keys(b, r0, a), kr1 = abk_keys(b, r0 + rows - 1, a);
+    int nk = kr1.y, seen0 = kr0.y, lo_last = kr1.x;
+    if (nk <= 0 || nk <= kr0.x) return; /* no row of the tile sees a key: dq += 0 */
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
     const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
     const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs, *vb = kb + a.Ckv;
     const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
     int ra = r0 + 16 * warp + g, rb = ra + 8;
-    int sr[2] = {abk_seen(ra, a), abk_seen(rb, a)};
+    int2 sr[2] = {abk_keys(b, ra, a), abk_keys(b, rb, a)};
     float l2[2], Dr[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -437,7 +448,7 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
     float dq[DT][4];
 #pragma unroll
     for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
-    for (int k0 = 0; k0 < nk; k0 += BN) {
+    for (int k0 = kr0.x / BN * BN; k0 < nk; k0 += BN) {
         __syncthreads(); /* the last tile's K, V are used up */
         int kn = min(BN, nk - k0);
         bf_load_rows<HS, BN>(Ks, LDW, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
@@ -463,13 +474,13 @@ template <int HS, typename T> __global__ void __launch_bounds__(BF_THREADS) abk_
                 bf_mma(dp[n], gf, b0, b1);
             }
         }
-        bool full = k0 + BN <= seen0;
+        bool full = k0 >= lo_last && k0 + BN <= seen0;
 #pragma unroll
         for (int n = 0; n < NT; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                int r = e >> 1;
-                bool vis = (full || k0 + 8 * n + 2 * t + (e & 1) < sr[r]) && l2[r] != -INFINITY;
+                int r = e >> 1, key = k0 + 8 * n + 2 * t + (e & 1);
+                bool vis = (full || (key < sr[r].y && key >= sr[r].x)) && l2[r] != -INFINITY;
                 float p = vis ? exp2f(s[n][e] * a.scale_log2 - l2[r]) : 0.0f;
                 s[n][e] = p * (dp[n][e] - Dr[r]); /* dS */
             }

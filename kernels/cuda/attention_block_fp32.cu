@@ -153,20 +153,22 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_forward_kernel(abk_args a
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
     const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
     const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs, *vb = kb + a.Ckv;
-    int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
+    /* keys [kr0.x, kr1.y) hold every run of the tile's rows (abk_keys) */
+    int2 kr0 = abk_keys(b, r0, a), kr1 = abk_keys(b, r0 + rows - 1, a);
+    int nk = kr1.y, seen0 = kr0.y, lo_last = kr1.x;
     load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * a.ldq, a.ldq, rows, a.hs);
 
     float o[TM][TO], m[TM], l[TM];
-    int seen[TM];
+    int2 seen[TM];
 #pragma unroll
     for (int i = 0; i < TM; i++) {
         m[i] = -INFINITY;
         l[i] = 0.0f;
-        seen[i] = abk_seen(r0 + ty + 16 * i, a);
+        seen[i] = abk_keys(b, r0 + ty + 16 * i, a);
 #pragma unroll
         for (int j = 0; j < TO; j++) o[i][j] = 0.0f;
     }
-    for (int k0 = 0; k0 < nk; k0 += BN) {
+    for (int k0 = kr0.x / BN * BN; k0 < nk; k0 += BN) {
         __syncthreads(); /* the last tile's K, V and P are used up (first pass: nothing) */
         int kn = min(BN, nk - k0);
         load_tile<HS, BN>(Ks, LDH, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
@@ -178,14 +180,15 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_forward_kernel(abk_args a
 #pragma unroll
             for (int j = 0; j < TS; j++) s[i][j] = 0.0f;
         mt_nk<TM, TS, HS>(s, Qs, LDH, Ks, LDH, ty, tx);
-        bool full = k0 + BN <= seen0; /* every row sees every key of the tile */
+        bool full = k0 >= lo_last && k0 + BN <= seen0; /* every row sees every key of the tile */
 #pragma unroll
         for (int i = 0; i < TM; i++) {
             float mx = -INFINITY;
 #pragma unroll
             for (int j = 0; j < TS; j++) {
                 float v = s[i][j] * a.scale_log2;
-                if (!full && k0 + tx + 8 * j >= seen[i]) v = -INFINITY;
+                int key = k0 + tx + 8 * j;
+                if (!full && (key >= seen[i].y || key < seen[i].x)) v = -INFINITY;
                 s[i][j] = v;
                 mx = fmaxf(mx, v);
             }
@@ -274,21 +277,26 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dkv_kernel(abk_args a) {
     float *Dl = Ls + BN;                                  /* [BN]  D */
     int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     int k0 = blockIdx.x * BM, bg = blockIdx.y, b = bg / a.NKV, g = bg % a.NKV; /* kv head g */
-    long first = abk_first_query(k0, a);
-    if (first >= a.Tq) return; /* no query of this block sees these keys */
-    int q_begin = (int)first / BN * BN, kn = min(BM, a.Tk - k0);
+    int kn = min(BM, a.Tk - k0);
+    /* the query rows [first, q_end) hold every query that sees a key of the tile */
+    int first = abk_queries(b, k0, a).x, q_end = abk_queries(b, k0 + kn - 1, a).y;
+    if (first >= q_end) return; /* no query of this block sees these keys */
+    int q_begin = first / BN * BN;
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
     const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)g * a.hs, *vb = kb + a.Ckv;
     load_tile<HS, BM>(Ks, LDH, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
     load_tile<HS, BM>(Vs, LDH, vb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
 
     float dk[TM][TO], dv[TM][TO];
+    int kseg[TM]; /* document masking: the segments of this thread's keys */
 #pragma unroll
-    for (int i = 0; i < TM; i++)
+    for (int i = 0; i < TM; i++) {
+        kseg[i] = a.qseg ? abk_kseg(b, k0 + ty + 16 * i, a) : 0;
 #pragma unroll
         for (int j = 0; j < TO; j++) dk[i][j] = dv[i][j] = 0.0f;
+    }
     for (int h = g * a.G; h < (g + 1) * a.G; h++) /* the group's query heads, in order */
-    for (int q0 = q_begin; q0 < a.Tq; q0 += BN) {
+    for (int q0 = q_begin; q0 < q_end; q0 += BN) {
         size_t bh = (size_t)b * a.NH + h;
         const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
         const float *gb = a.dout + (size_t)b * a.Ts * C + (size_t)h * a.hs;
@@ -309,7 +317,11 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dkv_kernel(abk_args a) {
             for (int j = 0; j < TS; j++) p[i][j] = dp[i][j] = 0.0f;
         mt_nk<TM, TS, HS>(p, Ks, LDH, Qs, LDH, ty, tx);
         mt_nk<TM, TS, HS>(dp, Vs, LDH, Gs, LDH, ty, tx);
-        bool full = k0 + BM <= abk_seen(q0, a); /* every query row sees every key */
+        /* every query row sees every key (with segments: the element test) */
+        bool full = !a.qseg && k0 + BM <= abk_seen(q0, a);
+        int qseg[TS];
+#pragma unroll
+        for (int j = 0; j < TS; j++) qseg[j] = a.qseg ? abk_qseg(b, q0 + tx + 8 * j, a) : 0;
 #pragma unroll
         for (int i = 0; i < TM; i++) {
             int key = k0 + ty + 16 * i;
@@ -318,7 +330,7 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dkv_kernel(abk_args a) {
                 int ql = tx + 8 * j;
                 float l2 = Ls[ql];
                 /* a row past Tq (or one that saw no key at all) has lse -inf */
-                bool vis = (full || key < abk_seen(q0 + ql, a)) && l2 != -INFINITY;
+                bool vis = (full || (key < abk_seen(q0 + ql, a) && qseg[j] == kseg[i])) && l2 != -INFINITY;
                 float pv = vis ? exp2f(p[i][j] * a.scale_log2 - l2) : 0.0f;
                 Ps[(ty + 16 * i) * LDP + ql] = pv;
                 Ss[(ty + 16 * i) * LDP + ql] = pv * (dp[i][j] - Dl[ql]);
@@ -362,8 +374,9 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
     int ty = threadIdx.x >> 3, tx = threadIdx.x & 7;
     int r0 = (gridDim.x - 1 - blockIdx.x) * BM, bh = blockIdx.y, b = bh / a.NH, h = bh % a.NH;
     int rows = min(BM, a.Tq - r0);
-    int nk = abk_seen(r0 + rows - 1, a), seen0 = abk_seen(r0, a);
-    if (nk <= 0) return; /* no row of the tile sees a key: dq += 0 */
+    int2 kr0 = abk_keys(b, r0, a), kr1 = abk_keys(b, r0 + rows - 1, a);
+    int nk = kr1.y, seen0 = kr0.y, lo_last = kr1.x;
+    if (nk <= 0 || nk <= kr0.x) return; /* no row of the tile sees a key: dq += 0 */
     size_t C = (size_t)a.C, ldkv = (size_t)a.ldkv;
     const T *qb = static_cast<const T *>(a.q) + (size_t)b * a.Ts * a.ldq + (size_t)h * a.hs;
     const T *kb = static_cast<const T *>(a.kv) + (size_t)b * a.Ts * ldkv + (size_t)(h / a.G) * a.hs, *vb = kb + a.Ckv;
@@ -371,17 +384,17 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
     load_tile<HS, BM>(Qs, LDH, qb + (size_t)r0 * a.ldq, a.ldq, rows, a.hs);
     load_tile<HS, BM>(Gs, LDH, gb + (size_t)r0 * C, C, rows, a.hs);
     float l2[TM], Dr[TM], dq[TM][TO];
-    int seen[TM];
+    int2 seen[TM];
 #pragma unroll
     for (int i = 0; i < TM; i++) {
         int r = r0 + ty + 16 * i;
         l2[i] = r < a.Tq ? a.lse[(size_t)bh * a.Ts + r] * ABK_LOG2E : -INFINITY;
         Dr[i] = r < a.Tq ? a.D[(size_t)bh * a.Tq + r] : 0.0f;
-        seen[i] = abk_seen(r, a);
+        seen[i] = abk_keys(b, r, a);
 #pragma unroll
         for (int j = 0; j < TO; j++) dq[i][j] = 0.0f;
     }
-    for (int k0 = 0; k0 < nk; k0 += BN) {
+    for (int k0 = kr0.x / BN * BN; k0 < nk; k0 += BN) {
         __syncthreads(); /* the last tile's K and dS are used up */
         int kn = min(BN, nk - k0);
         load_tile<HS, BN>(Ks, LDH, kb + (size_t)k0 * ldkv, ldkv, kn, a.hs);
@@ -394,12 +407,13 @@ __global__ void __launch_bounds__(F32_THREADS) abk_f32_dq_kernel(abk_args a) {
             for (int j = 0; j < TS; j++) s[i][j] = dp[i][j] = 0.0f;
         mt_nk<TM, TS, HS>(s, Qs, LDH, Ks, LDH, ty, tx);
         mt_nk<TM, TS, HS>(dp, Gs, LDH, Vs, LDH, ty, tx);
-        bool full = k0 + BN <= seen0;
+        bool full = k0 >= lo_last && k0 + BN <= seen0;
 #pragma unroll
         for (int i = 0; i < TM; i++)
 #pragma unroll
             for (int j = 0; j < TS; j++) {
-                bool vis = (full || k0 + tx + 8 * j < seen[i]) && l2[i] != -INFINITY;
+                int key = k0 + tx + 8 * j;
+                bool vis = (full || (key < seen[i].y && key >= seen[i].x)) && l2[i] != -INFINITY;
                 float pv = vis ? exp2f(s[i][j] * a.scale_log2 - l2[i]) : 0.0f;
                 Ss[(ty + 16 * i) * LDP + tx + 8 * j] = pv * (dp[i][j] - Dr[i]);
             }

@@ -210,8 +210,8 @@ void cuda_embedding_forward(float *out, const int *tok, const float *wte, int v0
 void cuda_embedding_backward(float *dwte, const float *dout, const int *tok, int v0, int vn,
                              int N, int C);
 /* posadd.cu */
-void cuda_posadd_forward(float *x, const float *wpe, int B, int T, int C);
-void cuda_posadd_backward(float *dwpe, const float *dx, int B, int T, int C);
+void cuda_posadd_forward(float *x, const float *wpe, const int *pos, int B, int T, int C);
+void cuda_posadd_backward(float *dwpe, const float *dx, const int *pos, int B, int T, int C);
 /* patch.cu */
 void cuda_patch_forward(float *out, const float *img, const float *w, const float *b,
                         int B, int ch, int S, int P, int C);
@@ -245,13 +245,14 @@ void cuda_attention_backward(float *dqkv, float *scratch, const float *dout, con
 void cuda_attention_decode(void *out, float *scratch, const void *q, const void *kv, int T, int C, int NH, int NKV,
                            dt_dtype t);
 /* attention_block.cu */
-void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, int B, int Ts, int Tq, int Tk,
-                                  int C, int NH, int NKV, int causal, int shift, dt_dtype t, dt_dtype out_t);
+void cuda_attention_block_forward(void *out, float *lse, const void *q, const void *kv, const int *qseg,
+                                  const int *kseg, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal,
+                                  int shift, dt_dtype t, dt_dtype out_t);
 void cuda_attention_block_merge(float *out, float *lse, const float *pout, const float *plse, int B, int Ts,
                                 int Tq, int C, int NH);
 void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, const void *out, const float *lse,
-                                   const void *q, const void *kv, int B, int Ts, int Tq, int Tk, int C, int NH,
-                                   int NKV, int causal, int shift, dt_dtype t);
+                                   const void *q, const void *kv, const int *qseg, const int *kseg, int B, int Ts,
+                                   int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t);
 /* rows_copy.cu */
 void cuda_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
 /* dropout.cu */
@@ -266,6 +267,23 @@ void cuda_rope_backward(float *dx, int ld, int nheads, int hs, const int *pos, c
 /* swiglu.cu */
 void cuda_swiglu_forward(void *out, const void *inp, int N, int F, dt_dtype t);
 void cuda_swiglu_backward(float *dinp, const void *inp, const float *dout, int N, int F, dt_dtype t);
+/* moe_router.cu, moe_route.cu, moe_permute.cu, moe_gemm.cu */
+void cuda_moe_router_forward(float *scores, int *idx, float *w, float *psum, const float *logits, const float *bias,
+                             int N, int E, int k, int sigmoid, int norm, int T, int row0);
+void cuda_moe_router_backward(float *dlogits, const float *scores, const int *idx, const float *w, const float *dw,
+                              const float *daux, int N, int E, int k, int sigmoid, int norm, int T, int row0);
+void cuda_moe_route(int *dst, int *src, int *counts, int *chosen, const int *idx, const int *before, int N, int E,
+                    int k, int cap, int T, int row0);
+void cuda_moe_permute(void *out, const void *x, const int *src, int M, int C, dt_dtype t);
+void cuda_moe_permute_backward(float *dx, const float *dout, const int *dst, int N, int k, int C);
+void cuda_moe_unpermute(float *out, const void *y, const int *dst, const float *w, int N, int k, int C, dt_dtype t,
+                        int accumulate);
+void cuda_moe_unpermute_backward(float *dy, float *dw, const float *dout, const void *y, const int *dst, const float *w,
+                                 int N, int k, int C, dt_dtype t);
+void cuda_moe_grouped_forward(void *out, const void *inp, const void *w, const int *counts, int G, int IC, int OC,
+                              dt_dtype t, dt_dtype out_t);
+void cuda_moe_grouped_backward(float *dinp, float *dw, const float *dout, const void *inp, const void *w,
+                               const int *counts, int G, int IC, int OC, dt_dtype t);
 /* gelu.cu */
 void cuda_gelu_forward(void *out, const void *inp, size_t n, dt_dtype t);
 void cuda_gelu_backward(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);

@@ -108,6 +108,15 @@ static void fill_table(void) {
     table.residual_forward = cuda_residual_forward;
     table.swiglu_forward = cuda_swiglu_forward;
     table.swiglu_backward = cuda_swiglu_backward;
+    table.moe_router_forward = cuda_moe_router_forward;
+    table.moe_router_backward = cuda_moe_router_backward;
+    table.moe_route = cuda_moe_route;
+    table.moe_permute = cuda_moe_permute;
+    table.moe_permute_backward = cuda_moe_permute_backward;
+    table.moe_unpermute = cuda_moe_unpermute;
+    table.moe_unpermute_backward = cuda_moe_unpermute_backward;
+    table.moe_grouped_forward = cuda_moe_grouped_forward;
+    table.moe_grouped_backward = cuda_moe_grouped_backward;
     table.residual_layernorm_forward = cuda_residual_layernorm_forward;
     table.residual_rmsnorm_forward = cuda_residual_rmsnorm_forward;
     table.residual_backward = cuda_residual_backward;

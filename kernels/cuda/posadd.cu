@@ -1,14 +1,20 @@
 /* posadd.cu — learned position embedding (twin of kernels/cpu/posadd.c):
- * x[b,t,:] += wpe[t,:] in place; backward dwpe[t,:] += sum_b dx[b,t,:].
- * The backward gives each (t,c) element to one thread, which adds the B
- * samples in order: no atomics, the same summation order as the CPU, and the
- * same result run to run. */
+ * x[b,t,:] += wpe[t,:] in place, or x[n,:] += wpe[pos[n],:] with per-row
+ * positions; backward dwpe[t,:] += sum_b dx[b,t,:], or dwpe[pos[n],:] +=
+ * dx[n,:]. The backward gives each element of dwpe to one thread, which adds
+ * its rows in order: no atomics, the same summation order as the CPU, and
+ * the same result run to run. With positions that is the token embedding's
+ * scatter-add (embedding.cu: each block one residue class of rows, walking
+ * the rows in order), with the table's rows all "local" (v0 0, every
+ * position below INT_MAX). */
+#include <climits>
+
 #include "kernels/cuda/common.cuh"
 
-__global__ void posadd_forward_kernel(float *x, const float *wpe, size_t TC, size_t n) {
+__global__ void posadd_forward_kernel(float *x, const float *wpe, const int *pos, int C, size_t TC, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        x[i] += wpe[i % TC];
+        x[i] += pos ? wpe[(size_t)pos[i / (size_t)C] * (size_t)C + i % (size_t)C] : wpe[i % TC];
 }
 
 __global__ void posadd_backward_kernel(float *dwpe, const float *dx, int B, size_t TC) {
@@ -20,15 +26,19 @@ __global__ void posadd_backward_kernel(float *dwpe, const float *dx, int B, size
     }
 }
 
-void cuda_posadd_forward(float *x, const float *wpe, int B, int T, int C) {
+void cuda_posadd_forward(float *x, const float *wpe, const int *pos, int B, int T, int C) {
     if (B <= 0 || T <= 0 || C <= 0) return;
     size_t TC = (size_t)T * C, n = (size_t)B * TC;
-    posadd_forward_kernel<<<dtc_blocks(n, 256), 256, 0, dtc.stream>>>(x, wpe, TC, n);
+    posadd_forward_kernel<<<dtc_blocks(n, 256), 256, 0, dtc.stream>>>(x, wpe, pos, C, TC, n);
     DTC_LAUNCHED();
 }
 
-void cuda_posadd_backward(float *dwpe, const float *dx, int B, int T, int C) {
+void cuda_posadd_backward(float *dwpe, const float *dx, const int *pos, int B, int T, int C) {
     if (B <= 0 || T <= 0 || C <= 0) return;
+    if (pos) {
+        cuda_embedding_backward(dwpe, dx, pos, 0, INT_MAX, B * T, C);
+        return;
+    }
     size_t TC = (size_t)T * C;
     posadd_backward_kernel<<<dtc_blocks(TC, 256), 256, 0, dtc.stream>>>(dwpe, dx, B, TC);
     DTC_LAUNCHED();

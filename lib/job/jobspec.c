@@ -42,6 +42,12 @@ void job_defaults(job_spec *job)
 
     job->model.activation = ACT_GELU_TANH;
     job->model.norm_eps = JOB_NORM_EPS_DEFAULT;
+    /* model.moe's defaults, used once the file gives experts */
+    job->model.moe.top_k = 2;
+    job->model.moe.every = 1;
+    job->model.moe.router = ROUTER_SOFTMAX;
+    job->model.moe.norm_top_k = 1;
+    job->model.moe.aux_loss_coef = 0.01;
     job->data.kind = DATA_SYNTHETIC;
     job->data.val_fraction = 0.1;
     job->data.synthetic_size = SYNTHETIC_GPT_TOKENS;

@@ -57,6 +57,44 @@ typedef struct {
     char init_from[JOB_PATH_MAX];
 } job_lora;
 
+
+/* model.moe: a mixture of experts in place of the MLP of some blocks
+ * (runtime/model/moe.c; dtrun-job(5) MIXTURE OF EXPERTS). experts 0: none
+ * (the section absent), and every other field is then unused.
+ *
+ * Which blocks: block i (0-based) is MoE when i >= first_dense and
+ * (i - first_dense) % every == 0 (job_moe_block): every block (every 1,
+ * first_dense 0), every other one from the first (every 2: Megatron's
+ * moe_layer_freq 2) or from the second (first_dense 1, every 2: Qwen2-MoE's
+ * decoder_sparse_step 2), all but the first K (first_dense K: DeepSeek-V3's
+ * first_k_dense_replace).
+ *
+ * The router scores each token's experts in fp32 (its logits come out of the
+ * GEMM in fp32 under bf16 too): softmax over the experts (Mixtral, Switch) or
+ * sigmoid of each (DeepSeek-V3); it keeps the top_k experts by score (+ the
+ * load-balancing bias), ties to the lower expert; their weights are the
+ * scores, divided by their sum with norm_top_k (Mixtral, DeepSeek-V3).
+ *
+ * capacity_factor 0: dropless (every choice is computed). > 0: each expert
+ * computes at most ceil(capacity_factor * seq_len * top_k / experts) tokens of
+ * each sample, the sample's first ones by position (job_moe_capacity); the
+ * rest of its choices are dropped (the token keeps its residual and its other
+ * experts). Per sample, so the same tokens drop whatever the layout. */
+typedef enum { ROUTER_SOFTMAX = 0, ROUTER_SIGMOID = 1 } router_kind;
+typedef struct {
+    int experts;             /* E routed experts; 0 = no MoE */
+    int top_k;               /* experts per token (default 2) */
+    int d_ff_expert;         /* each expert's hidden width (default model.d_ff) */
+    int shared_experts;      /* always-on experts of d_ff_expert each, one MLP of
+                                shared_experts x d_ff_expert (DeepSeek's); default 0 */
+    int every, first_dense;  /* which blocks (above; default 1 and 0) */
+    router_kind router;      /* softmax (default) or sigmoid */
+    int norm_top_k;          /* 1 (default): the top_k weights divided by their sum */
+    double aux_loss_coef;    /* Switch / GShard load-balancing loss per sample (default 0.01) */
+    double bias_update_rate; /* DeepSeek-V3's auxiliary-loss-free bias step (default 0: off) */
+    double capacity_factor;  /* 0 (default): dropless */
+} job_moe;
+
 typedef struct {
     model_kind kind;
     char preset[JOB_NAME_MAX]; /* "" when none; e.g. gpt2-124m, vit-b16, gpt-tiny */
@@ -103,14 +141,51 @@ typedef struct {
     /* train.lora (the keys live in the train section; the adapters are
      * parameters of the model, so the model's layout reads them here). */
     job_lora lora;
+    /* Derived, not a key: 1 when the job's data is packed instruction samples
+     * (data.kind sft). The model then takes each token's position in its
+     * sample and its sample's segment with every batch (model_batch) and
+     * keeps them per micro-batch (model_acts_sizes counts them). */
+    int packed;
+    job_moe moe;             /* model.moe (experts 0: none) */
 } job_model;
+
+/* Whether block `layer` (0-based) is an MoE block (job_moe above). */
+static inline int job_moe_block(const job_model *m, int layer)
+{
+    const job_moe *e = &m->moe;
+    int every = e->every > 0 ? e->every : 1;
+    return e->experts > 0 && layer >= e->first_dense && (layer - e->first_dense) % every == 0;
+}
+/* How many blocks are. */
+static inline int job_moe_layers(const job_model *m)
+{
+    int n = 0;
+    for (int i = 0; i < m->n_layer; i++) n += job_moe_block(m, i);
+    return n;
+}
+/* Tokens an expert computes at most from one sample of `tokens` tokens:
+ * ceil(capacity_factor * tokens * top_k / experts), at least 1; 0 when
+ * dropless (capacity_factor 0). */
+static inline int job_moe_capacity(const job_moe *e, int tokens)
+{
+    if (!(e->capacity_factor > 0) || e->experts < 1) return 0;
+    double c = e->capacity_factor * (double)tokens * (double)e->top_k / (double)e->experts;
+    long n = (long)c;
+    if ((double)n < c) n++;
+    if (n > (long)tokens) n = tokens; /* one sample holds no more */
+    return n < 1 ? 1 : (int)n;
+}
 
 typedef enum {
     DATA_SYNTHETIC = 0, /* deterministic random tokens / images */
     DATA_TEXT,          /* any file, byte-level tokens */
     DATA_TOKENS,        /* llm.c token shards: 1024-byte header, uint16 or uint32 ids (lib/text/token_shard.h) */
-    DATA_IDX            /* IDX images + labels (MNIST / Fashion-MNIST), optionally .gz */
+    DATA_IDX,           /* IDX images + labels (MNIST / Fashion-MNIST), optionally .gz */
+    DATA_SFT            /* instruction data: SFT shards (loss mask, sample starts), packed into windows */
 } data_kind;
+/* data.long_samples: an SFT sample longer than seq_len stops the run at open,
+ * or is cut to its first seq_len tokens. */
+typedef enum { LONG_REFUSE = 0, LONG_TRUNCATE } long_samples_kind;
 
 typedef struct {
     data_kind kind;
@@ -121,6 +196,7 @@ typedef struct {
     double val_fraction;                  /* used when val_path is "" (text, tokens) */
     long synthetic_size;                  /* samples (ViT) or tokens (GPT) for synthetic;
                                              default 4096 images / 1048576 tokens */
+    long_samples_kind long_samples;       /* sft: a sample longer than seq_len */
 } job_data;
 
 typedef enum { LR_COSINE = 0, LR_LINEAR, LR_CONSTANT } lr_schedule;
@@ -230,8 +306,8 @@ typedef struct {
  * launcher's, with the number of processes it starts; the worker's) still answer
  * FILE:LINE:COL. Line 0: not in the file (a default, or a command-line
  * override). Slots are field ids (lib/job/jobspec_fields.h). */
-#define JOB_KEY_SLOTS 96
-#define JOB_SECTION_SLOTS 8
+#define JOB_KEY_SLOTS 128
+#define JOB_SECTION_SLOTS 12
 typedef struct {
     int line, col;
 } job_pos;
@@ -322,6 +398,8 @@ const char *job_model_kind_name(model_kind k);
 const char *job_activation_name(activation_kind a);
 /* "fused" or "naive". */
 const char *job_attention_name(attention_kind a);
+/* "softmax" or "sigmoid". */
+const char *job_router_name(router_kind r);
 /* m->norm_eps, or JOB_NORM_EPS_DEFAULT when it is 0 (not set). */
 double job_model_norm_eps(const job_model *m);
 /* A language model (gpt or llama: tokens in, next-token logits out). */
@@ -343,6 +421,7 @@ const char *job_lora_target_name(int i);
  * c_attn). NULL past the end (jobspec_lora.c). */
 const char *job_lora_module_name(const job_model *m, int i);
 const char *job_data_kind_name(data_kind k);
+const char *job_long_samples_name(long_samples_kind k);
 const char *job_lr_schedule_name(lr_schedule s);
 const char *job_device_name(device_kind d);
 const char *job_precision_name(precision_kind p);

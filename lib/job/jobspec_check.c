@@ -41,6 +41,7 @@ static int check_field(const job_spec *job, int fid, verdict *v)
 {
     const field_def *f = &job_fields[fid];
     if (!job_field_applies(job, fid) || job_field_unset(job, fid)) return 0;
+    if (f->section == SEC_MOE && job->model.moe.experts == 0) return 0; /* no MoE: unused */
     char name[64], range[96];
     job_field_full_name(fid, name, sizeof name);
     job_field_range_text(fid, range, sizeof range);
@@ -220,6 +221,43 @@ static int check_model(const job_spec *job, verdict *v)
     return check_cp(job, v);
 }
 
+/* model.moe: the experts a token can pick, the blocks that are MoE, and the
+ * layouts the MoE layer runs under today (one process, data parallelism,
+ * pipelines; expert parallelism and the rest come with parallel.ep). */
+static int check_moe(const job_spec *job, verdict *v)
+{
+    const job_model *m = &job->model;
+    const job_moe *e = &m->moe;
+    const job_parallel *par = &job->parallel;
+    if (e->experts == 0) return 0;
+    if (e->top_k > e->experts)
+        return fail(v, BLAME(FID_MOE_TOP_K, FID_MOE_EXPERTS),
+                    "model.moe.top_k %d is more than model.moe.experts %d (each token picks top_k different experts)",
+                    e->top_k, e->experts);
+    if (job_moe_layers(m) == 0)
+        return fail(v, BLAME(FID_MOE_FIRST_DENSE, FID_N_LAYER, FID_MODEL_PRESET),
+                    "model.moe.first_dense %d leaves no MoE block among the model's %d blocks (first_dense counts "
+                    "the dense blocks before the first MoE one)",
+                    e->first_dense, m->n_layer);
+    if (par->tp > 1)
+        return fail(v, BLAME(FID_TP, FID_MOE_EXPERTS),
+                    "model.moe with parallel.tp %d: the MoE layer runs without tensor parallelism so far (one "
+                    "process, dp, pp); expert parallelism and expert tp come with parallel.ep", par->tp);
+    if (par->cp > 1)
+        return fail(v, BLAME(FID_CP, FID_MOE_EXPERTS),
+                    "model.moe with parallel.cp %d: a sample's capacity and load-balancing loss count all its "
+                    "tokens, which context parallelism splits; not supported yet (parallel.ep)", par->cp);
+    if (job->train.cuda_graphs)
+        return fail(v, BLAME(FID_CUDA_GRAPHS, FID_MOE_EXPERTS),
+                    "train.cuda_graphs with model.moe: the grouped expert GEMMs take each step's tokens-per-expert "
+                    "counts from the host, which a recorded graph cannot (set cuda_graphs: false)");
+    if (par->pp > 1 && par->pp_schedule == PP_ZB_H1)
+        return fail(v, BLAME(FID_PP_SCHEDULE, FID_MOE_EXPERTS),
+                    "parallel.pp_schedule zb-h1 with model.moe: the MoE blocks have no split backward (their expert "
+                    "weight gradients come with the input gradient); use 1f1b or interleaved");
+    return 0;
+}
+
 static int check_batch(const job_spec *job, verdict *v)
 {
     const job_train *t = &job->train;
@@ -320,6 +358,18 @@ static int check_data(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
                     "data.kind idx holds images, which a %s model cannot read (use text or tokens, or a vit model)",
                     job_model_kind_name(job->model.kind));
+    if (d->kind == DATA_SFT && job->model.kind == MODEL_VIT)
+        return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
+                    "data.kind sft holds instruction samples of tokens, which a vit model cannot read (use a gpt or "
+                    "llama model)");
+    if (d->kind == DATA_SFT && job->model.attention == ATTN_NAIVE)
+        return fail(v, BLAME(FID_ATTENTION, FID_DATA_KIND),
+                    "data.kind sft needs model.attention fused (the document mask of packed samples is the fused "
+                    "attention's; naive materialises a causal mask across them)");
+    if (d->kind == DATA_SFT && job->train.cuda_graphs)
+        return fail(v, BLAME(FID_CUDA_GRAPHS, FID_DATA_KIND),
+                    "data.kind sft does not work with train.cuda_graphs (each step's loss divides by its batch's "
+                    "own count of masked-in targets, which a recorded step cannot take); turn one of them off");
     if ((d->kind == DATA_TEXT || d->kind == DATA_TOKENS) && job->model.kind == MODEL_VIT)
         return fail(v, BLAME(FID_DATA_KIND, FID_MODEL_KIND, FID_MODEL_PRESET),
                     "data.kind %s holds tokens, which a vit model cannot read (use idx or synthetic, or a gpt or llama "
@@ -359,7 +409,7 @@ int job_check(const job_spec *job, int blame[JOB_BLAME_MAX], char *msg, size_t n
     verdict v = {blame, msg, n};
     for (int f = 0; f < FID_COUNT; f++)
         if (check_field(job, f, &v)) return -1;
-    if (check_model(job, &v) || check_batch(job, &v) || check_parallel(job, &v) || check_data(job, &v) ||
+    if (check_model(job, &v) || check_moe(job, &v) || check_batch(job, &v) || check_parallel(job, &v) || check_data(job, &v) ||
         check_checkpoint(job, &v))
         return -1;
     if (job_check_lora(job, blame, msg, n)) return -1;

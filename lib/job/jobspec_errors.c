@@ -156,7 +156,8 @@ int loader_unknown_key(loader *L, pos at, const char *override, job_section sec,
         size_t used = 0;
         int found = 0;
         for (int f = 0; f < FID_COUNT; f++) {
-            if (job_fields[f].section == sec) continue;
+            /* nested sections' keys (model.moe.every) are not what a top-level key meant */
+            if (job_fields[f].section == sec || job_section_parent(job_fields[f].section) >= 0) continue;
             const char *k = job_fields[f].key;
             if (suggest_distance(key, len, k, strlen(k)) != 0) continue;
             int w = snprintf(others + used, sizeof others - used, "%s'%s.%s'", found ? " or " : "",
@@ -191,9 +192,19 @@ int loader_unknown_section(loader *L, pos at, const char *override, const char *
     suggest near;
     suggest_init(&near, name, len);
     for (int s = 0; s < SEC_COUNT; s++) {
+        if (job_section_parent(s) >= 0) continue; /* never at the top */
         suggest_offer(&near, job_section_names[s], job_section_names[s]);
         suggest_offer_list(&near, section_aliases[s], job_section_names[s]);
     }
+    for (int s = 0; s < SEC_COUNT; s++)
+        if (job_section_parent(s) >= 0 &&
+            ((strlen(job_section_key(s)) == len && !memcmp(job_section_key(s), name, len)) ||
+             (strlen(job_section_names[s]) == len && !memcmp(job_section_names[s], name, len)))) {
+            const char *parent = job_section_names[job_section_parent(s)], *key = job_section_key(s);
+            snprintf(msg, sizeof msg, "unknown section '%s': '%s' is a mapping inside section '%s' (%s: {%s: {...}})",
+                     key, key, parent, parent, key);
+            return loader_fail_where(L, at, override, "%s", msg);
+        }
     int home = -1;
     for (int f = 0; f < FID_COUNT && home < 0; f++)
         if (suggest_distance(name, len, job_fields[f].key, strlen(job_fields[f].key)) == 0) home = f;

@@ -14,7 +14,7 @@
 #include "lib/util/range.h"
 
 const char *const job_section_names[SEC_COUNT] = {
-    "model", "data", "train", "parallel", "checkpoint", "log", "launch",
+    "model", "data", "train", "parallel", "checkpoint", "log", "launch", "model.moe", "train.lora",
 };
 
 static const char *const model_kinds[] = {"gpt", "vit", "llama", NULL};
@@ -26,10 +26,17 @@ static const char *const activation_aliases[] = {"gelu_new,gelu_pytorch_tanh,tan
 static const char *const attentions[] = {"fused", "naive", NULL};
 static const char *const attention_aliases[] = {"flash,flash_attention,flash_attn,sdpa,online_softmax,memory_efficient",
                                                 "eager,math,materialized,materialised,standard,vanilla,unfused", NULL};
-static const char *const data_kinds[] = {"synthetic", "text", "tokens", "idx", NULL};
+static const char *const routers[] = {"softmax", "sigmoid", NULL};
+static const char *const router_aliases[] = {"softmax_topk,topk_softmax,mixtral,switch,gshard",
+                                             "sigmoid_topk,deepseek,deepseek_v3,noaux_tc", NULL};
+static const char *const data_kinds[] = {"synthetic", "text", "tokens", "idx", "sft", NULL};
 static const char *const data_kind_aliases[] = {"random,fake,dummy,synth", "txt,bytes,file",
                                                 "bin,llmc,token,shards", "mnist,fashion_mnist,fmnist",
+                                                "instruct,instruction,chat,finetune,fine_tune,sft_shards,packed",
                                                 NULL};
+static const char *const long_samples[] = {"refuse", "truncate", NULL};
+static const char *const long_samples_aliases[] = {"error,fail,reject,strict,drop", "truncation,cut,clip,trim",
+                                                   NULL};
 static const char *const schedules[] = {"cosine", "linear", "constant", NULL};
 static const char *const schedule_aliases[] = {"cos", "lin", "const,none,fixed", NULL};
 static const char *const precisions[] = {"fp32", "bf16", NULL};
@@ -145,6 +152,8 @@ const field_def job_fields[FID_COUNT] = {
                           .aliases = "val_split,validation_split,val_ratio,split"},
     [FID_SYNTHETIC_SIZE] = NUM(SEC_DATA, "synthetic_size", FT_LONG, data.synthetic_size, 1, NOMAX,
                                "size,num_samples,n_samples,synthetic_samples"),
+    [FID_LONG_SAMPLES] = ENUM(SEC_DATA, "long_samples", data.long_samples, long_samples, long_samples_aliases,
+                              "truncate,truncation,max_length,overflow,too_long,long"),
 
     [FID_STEPS] = NUM(SEC_TRAIN, "steps", FT_INT, train.steps, 1, NOMAX,
                       "max_steps,train_steps,iters,max_iters,num_steps,iterations,total_steps,step"),
@@ -191,20 +200,18 @@ const field_def job_fields[FID_COUNT] = {
                      .aliases = "cpu_offload,offload_optimizer,zero_offload,offload_param"},
     [FID_CUDA_GRAPHS] = NUM(SEC_TRAIN, "cuda_graphs", FT_BOOL, train.cuda_graphs, 0, 1,
                             "cuda_graph,enable_cuda_graph,use_cuda_graph,external_cuda_graph,cudagraphs"),
-    /* train.lora's keys, written `lora: {rank: 8, ...}` (jobspec_lora.c) */
-    [FID_LORA_RANK] = NUM(SEC_TRAIN, "lora.rank", FT_INT, model.lora.rank, 1, 65536,
-                          "lora.r,lora.lora_r,lora.lora_rank,lora.dim,lora_r,lora_rank"),
-    [FID_LORA_ALPHA] = {.section = SEC_TRAIN, .key = "lora.alpha", .type = FT_DOUBLE, .offset = OFF(model.lora.alpha),
-                        .lo = 0, .lo_open = 1, .hi = NOMAX, .aliases = "lora.lora_alpha,lora.scale,lora_alpha"},
-    [FID_LORA_DROPOUT] = {.section = SEC_TRAIN, .key = "lora.dropout", .type = FT_DOUBLE,
+    /* train.lora's keys, a mapping inside train: `lora: {rank: 8, ...}` (jobspec_lora.c) */
+    [FID_LORA_RANK] = NUM(SEC_LORA, "rank", FT_INT, model.lora.rank, 1, 65536, "r,lora_r,lora_rank,dim"),
+    [FID_LORA_ALPHA] = {.section = SEC_LORA, .key = "alpha", .type = FT_DOUBLE, .offset = OFF(model.lora.alpha),
+                        .lo = 0, .lo_open = 1, .hi = NOMAX, .aliases = "lora_alpha,scale"},
+    [FID_LORA_DROPOUT] = {.section = SEC_LORA, .key = "dropout", .type = FT_DOUBLE,
                           .offset = OFF(model.lora.dropout), .lo = 0, .hi = 1, .hi_open = 1,
-                          .aliases = "lora.lora_dropout,lora.p,lora_dropout"},
-    [FID_LORA_TARGETS] = {.section = SEC_TRAIN, .key = "lora.targets", .type = FT_FLAGS,
+                          .aliases = "lora_dropout,p"},
+    [FID_LORA_TARGETS] = {.section = SEC_LORA, .key = "targets", .type = FT_FLAGS,
                           .offset = OFF(model.lora.targets), .names = lora_targets,
-                          .value_aliases = lora_target_aliases,
-                          .aliases = "lora.target_modules,lora.modules,lora.target,target_modules"},
-    [FID_LORA_INIT_FROM] = STR(SEC_TRAIN, "lora.init_from", FT_STR, model.lora.init_from,
-                               "lora.adapter,lora.from_pretrained,lora.path,lora.load,adapter,peft"),
+                          .value_aliases = lora_target_aliases, .aliases = "target_modules,modules,target"},
+    [FID_LORA_INIT_FROM] = STR(SEC_LORA, "init_from", FT_STR, model.lora.init_from,
+                               "adapter,from_pretrained,path,load,peft"),
 
     [FID_DP] = NUM(SEC_PARALLEL, "dp", FT_INT, parallel.dp, 1, 65536,
                    "data_parallel,data_parallel_size,dp_size"),
@@ -267,6 +274,33 @@ const field_def job_fields[FID_COUNT] = {
     [FID_MAX_RESTARTS] = NUM(SEC_LAUNCH, "max_restarts", FT_INT, launch.max_restarts, 0, NOMAX,
                              "restarts,retries,max_retries"),
     [FID_LOG_DIR] = STR(SEC_LAUNCH, "log_dir", FT_STR, launch.log_dir, "logs,logdir,log_path"),
+
+    [FID_MOE_EXPERTS] = NUM(SEC_MOE, "experts", FT_INT, model.moe.experts, 1, 65536,
+                            "num_experts,num_local_experts,n_routed_experts,n_experts,moe_num_experts,"
+                            "num_routed_experts"),
+    [FID_MOE_TOP_K] = NUM(SEC_MOE, "top_k", FT_INT, model.moe.top_k, 1, 64,
+                          "num_experts_per_tok,moe_router_topk,topk,k,n_experts_per_tok,experts_per_token"),
+    [FID_MOE_D_FF_EXPERT] = NUM(SEC_MOE, "d_ff_expert", FT_INT, model.moe.d_ff_expert, 1, 1 << 22,
+                                "moe_intermediate_size,moe_ffn_hidden_size,expert_ffn_hidden_size,d_expert,"
+                                "intermediate_size,d_ff"),
+    [FID_MOE_SHARED_EXPERTS] = NUM(SEC_MOE, "shared_experts", FT_INT, model.moe.shared_experts, 0, 64,
+                                   "n_shared_experts,num_shared_experts,moe_shared_experts,shared"),
+    [FID_MOE_EVERY] = NUM(SEC_MOE, "every", FT_INT, model.moe.every, 1, 65536,
+                          "moe_layer_freq,decoder_sparse_step,moe_every,interleave_moe_layer_step,expert_interval,"
+                          "moe_frequency"),
+    [FID_MOE_FIRST_DENSE] = NUM(SEC_MOE, "first_dense", FT_INT, model.moe.first_dense, 0, 65536,
+                                "first_k_dense_replace,first_k_dense,n_dense_layers,dense_layers"),
+    [FID_MOE_ROUTER] = ENUM(SEC_MOE, "router", model.moe.router, routers, router_aliases,
+                            "scoring_func,moe_router_score_function,score_function,gate,router_kind,gating"),
+    [FID_MOE_NORM_TOP_K] = NUM(SEC_MOE, "norm_top_k", FT_BOOL, model.moe.norm_top_k, 0, 1,
+                               "norm_topk_prob,moe_router_topk_normalize,normalize_top_k,renormalize"),
+    [FID_MOE_AUX_LOSS_COEF] = NUM(SEC_MOE, "aux_loss_coef", FT_DOUBLE, model.moe.aux_loss_coef, 0, NOMAX,
+                                  "router_aux_loss_coef,moe_aux_loss_coeff,aux_loss_alpha,load_balancing_loss_coef,"
+                                  "balance_loss_coef,aux_loss"),
+    [FID_MOE_BIAS_UPDATE_RATE] = NUM(SEC_MOE, "bias_update_rate", FT_DOUBLE, model.moe.bias_update_rate, 0, NOMAX,
+                                     "moe_router_bias_update_rate,bias_update_speed,gamma,expert_bias_rate"),
+    [FID_MOE_CAPACITY_FACTOR] = NUM(SEC_MOE, "capacity_factor", FT_DOUBLE, model.moe.capacity_factor, 0, NOMAX,
+                                    "moe_expert_capacity_factor,expert_capacity,capacity,train_capacity_factor"),
 };
 
 /* Kind-specific model keys, and "not set" launch keys: set apart from the
@@ -275,6 +309,9 @@ static field_only field_only_of(int fid)
 {
     switch (fid) {
     case FID_VOCAB_SIZE: case FID_SEQ_LEN: case FID_HEAD_CHUNK_ROWS: return ONLY_LM;
+    case FID_MOE_EXPERTS: case FID_MOE_TOP_K: case FID_MOE_D_FF_EXPERT: case FID_MOE_SHARED_EXPERTS:
+    case FID_MOE_EVERY: case FID_MOE_FIRST_DENSE: case FID_MOE_ROUTER: case FID_MOE_NORM_TOP_K:
+    case FID_MOE_AUX_LOSS_COEF: case FID_MOE_BIAS_UPDATE_RATE: case FID_MOE_CAPACITY_FACTOR: return ONLY_LM;
     case FID_IMAGE_SIZE: case FID_PATCH_SIZE: case FID_CHANNELS: case FID_N_CLASSES: return ONLY_VIT;
     case FID_N_KV_HEAD: case FID_ROPE_THETA: case FID_TIE_EMBEDDINGS: case FID_MAX_POSITIONS: return ONLY_LLAMA;
     case FID_ACTIVATION: return ONLY_GELU;
@@ -309,6 +346,12 @@ void job_field_full_name(int fid, char *out, size_t n)
     snprintf(out, n, "%s.%s", job_section_names[job_fields[fid].section], job_fields[fid].key);
 }
 
+int job_section_parent(int sec) { return sec == SEC_MOE ? SEC_MODEL : sec == SEC_LORA ? SEC_TRAIN : -1; }
+const char *job_section_key(int sec)
+{
+    return sec == SEC_MOE ? "moe" : sec == SEC_LORA ? "lora" : job_section_names[sec];
+}
+
 int job_section_find(const char *name, size_t len)
 {
     for (int s = 0; s < SEC_COUNT; s++)
@@ -341,7 +384,7 @@ int job_field_applies(const job_spec *job, int fid)
 
 int job_field_unset(const job_spec *job, int fid)
 {
-    if (fid >= FID_LORA_RANK && fid <= FID_LORA_INIT_FROM) return !job_lora_on(&job->model); /* LoRA off */
+    if (job_fields[fid].section == SEC_LORA) return !job_lora_on(&job->model); /* LoRA off */
     if (job_fields[fid].section != SEC_LAUNCH) return 0;
     if (job_fields[fid].type == FT_INT) return *(const int *)job_field_cptr(job, fid) == -1;
     return ((const char *)job_field_cptr(job, fid))[0] == 0;
@@ -496,7 +539,7 @@ static int each_listed(const char *list, int (*fn)(const char *name, size_t len,
 /* The field a "section.key" names, or -1. */
 static int field_of_full_name(const char *name, size_t len)
 {
-    const char *dot = memchr(name, '.', len);
+    const char *dot = memrchr(name, '.', len); /* "model.moe.experts": the section is all before the last */
     if (!dot) return -1;
     int sec = job_section_find(name, (size_t)(dot - name));
     return sec < 0 ? -1 : job_field_find((job_section)sec, dot + 1, len - (size_t)(dot - name) - 1);
@@ -560,6 +603,7 @@ static const char *name_of(const char *const *names, int v)
 const char *job_model_kind_name(model_kind k) { return name_of(model_kinds, (int)k); }
 const char *job_activation_name(activation_kind a) { return name_of(activations, (int)a); }
 const char *job_attention_name(attention_kind a) { return name_of(attentions, (int)a); }
+const char *job_router_name(router_kind r) { return name_of(routers, (int)r); }
 double job_model_norm_eps(const job_model *m) { return m->norm_eps > 0 ? m->norm_eps : JOB_NORM_EPS_DEFAULT; }
 int job_model_kv_heads(const job_model *m)
 {
@@ -572,6 +616,7 @@ int job_model_max_positions(const job_model *m)
 }
 int job_model_tied_head(const job_model *m) { return m->kind == MODEL_GPT || (m->kind == MODEL_LLAMA && m->tie_embeddings); }
 const char *job_data_kind_name(data_kind k) { return name_of(data_kinds, (int)k); }
+const char *job_long_samples_name(long_samples_kind k) { return name_of(long_samples, (int)k); }
 const char *job_lr_schedule_name(lr_schedule s) { return name_of(schedules, (int)s); }
 const char *job_precision_name(precision_kind p) { return name_of(precisions, (int)p); }
 const char *job_dtype_name(dtype_kind d) { return name_of(dtypes, (int)d); }

@@ -14,6 +14,8 @@
 
 typedef enum {
     SEC_MODEL = 0, SEC_DATA, SEC_TRAIN, SEC_PARALLEL, SEC_CHECKPOINT, SEC_LOG, SEC_LAUNCH,
+    SEC_MOE,  /* "model.moe": a mapping inside the model section (job_section_parent) */
+    SEC_LORA, /* "train.lora": a mapping inside the train section */
     SEC_COUNT
 } job_section;
 
@@ -23,7 +25,7 @@ typedef enum {
     FID_ACTIVATION, FID_NORM_EPS, FID_ATTENTION, FID_INIT_FROM, FID_HEAD_CHUNK_ROWS,
     FID_N_KV_HEAD, FID_ROPE_THETA, FID_TIE_EMBEDDINGS, FID_MAX_POSITIONS,
     FID_DATA_KIND, FID_DATA_TRAIN, FID_DATA_TRAIN_LABELS, FID_DATA_VAL, FID_DATA_VAL_LABELS,
-    FID_VAL_FRACTION, FID_SYNTHETIC_SIZE,
+    FID_VAL_FRACTION, FID_SYNTHETIC_SIZE, FID_LONG_SAMPLES,
     FID_STEPS, FID_GLOBAL_BATCH, FID_MICRO_BATCH, FID_LR, FID_MIN_LR, FID_WARMUP, FID_SCHEDULE,
     FID_WEIGHT_DECAY, FID_BETA1, FID_BETA2, FID_EPS, FID_GRAD_CLIP, FID_PRECISION, FID_GRAD_DTYPE, FID_DEVICE, FID_SEED,
     FID_RECOMPUTE, FID_EVAL_EVERY, FID_EVAL_BATCHES, FID_THREADS, FID_SKIP_NONFINITE, FID_OFFLOAD,
@@ -34,6 +36,9 @@ typedef enum {
     FID_LOG_METRICS, FID_LOG_EVERY, FID_LOG_PROGRESS, FID_LOG_TRACE, FID_LOG_TENSORBOARD,
     FID_NPROC_PER_NODE, FID_NNODES, FID_RDZV_ENDPOINT, FID_RDZV_ID, FID_MAX_RESTARTS,
     FID_LOG_DIR,
+    FID_MOE_EXPERTS, FID_MOE_TOP_K, FID_MOE_D_FF_EXPERT, FID_MOE_SHARED_EXPERTS, FID_MOE_EVERY,
+    FID_MOE_FIRST_DENSE, FID_MOE_ROUTER, FID_MOE_NORM_TOP_K, FID_MOE_AUX_LOSS_COEF, FID_MOE_BIAS_UPDATE_RATE,
+    FID_MOE_CAPACITY_FACTOR,
     FID_COUNT
 } job_fid;
 
@@ -83,8 +88,15 @@ int job_field_find(job_section section, const char *key, size_t len);
 /* "section.key" of a field, e.g. "train.lr". */
 void job_field_full_name(int fid, char *out, size_t n);
 
-/* The section called `name` (exact), or -1. */
+/* The section called `name` (exact), or -1. A nested section's name is its
+ * full one ("model.moe"): what messages and overrides say. */
 int job_section_find(const char *name, size_t len);
+/* The section a nested one sits in as a key (SEC_MOE: SEC_MODEL, key "moe";
+ * SEC_LORA: SEC_TRAIN, key "lora"),
+ * or -1 for a top-level one. */
+int job_section_parent(int sec);
+/* The key a nested section has in its parent ("moe"). */
+const char *job_section_key(int sec);
 
 /* Pointer to the field's storage inside job. */
 void *job_field_ptr(job_spec *job, int fid);

@@ -306,14 +306,85 @@ static int llama_refuse(loader *L, const cJSON *root, const char *cfg, const cha
     return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: %s %s is not supported (%s)", cfg, key, shown, why);
 }
 
-static int apply_llama(loader *L, const cJSON *root, const char *cfg, int *preset_d_ff)
+/* model.moe from a Mixtral config.json (MixtralConfig): the experts, top k
+ * and an expert's width (intermediate_size) fill the section, which a job
+ * that sets them must agree with; Mixtral's router (softmax, top k
+ * normalised, every block, no shared experts) must be what the job asks
+ * for; router_aux_loss_coef is the balance loss's coefficient unless the job
+ * gives its own. */
+static int moe_fill(loader *L, int fid, const char *cfg, const char *key, long v)
+{
+    if (job_field_in_range(fid, (double)v) != 0) {
+        char range[96];
+        job_field_range_text(fid, range, sizeof range);
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: %s %ld is out of range (%s)", cfg, key, v,
+                                 range);
+    }
+    int *field = job_field_ptr(L->job, fid);
+    if (L->e[fid].given && *field != v) {
+        char name[64];
+        job_field_full_name(fid, name, sizeof name);
+        return loader_fail_value(L, fid, "%s %d disagrees with %s: %s %ld (model.init_from's weights)", name, *field, cfg,
+                                 key, v);
+    }
+    *field = (int)v;
+    return 0;
+}
+
+static int apply_mixtral_moe(loader *L, const cJSON *root, const char *cfg)
 {
     job_model *m = &L->job->model;
+    job_moe *e = &m->moe;
+    long experts = 0, top_k = 2;
+    int rc = config_int(root, "num_local_experts", &experts);
+    if (rc != 0)
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: num_local_experts %s", cfg,
+                                 rc > 0 ? "is missing" : "is not an integer");
+    if (config_int(root, "num_experts_per_tok", &top_k) < 0)
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: num_experts_per_tok is not an integer", cfg);
+    if (moe_fill(L, FID_MOE_EXPERTS, cfg, "num_local_experts", experts) ||
+        moe_fill(L, FID_MOE_TOP_K, cfg, "num_experts_per_tok", top_k) ||
+        moe_fill(L, FID_MOE_D_FF_EXPERT, cfg, "intermediate_size", m->d_ff))
+        return -1;
+    static const struct { int fid; const char *what; } fixed[] = {
+        {FID_MOE_ROUTER, "router softmax"}, {FID_MOE_NORM_TOP_K, "norm_top_k true"},
+        {FID_MOE_SHARED_EXPERTS, "shared_experts 0"}, {FID_MOE_EVERY, "every 1"}, {FID_MOE_FIRST_DENSE, "first_dense 0"}};
+    int ok[] = {e->router == ROUTER_SOFTMAX, e->norm_top_k == 1, e->shared_experts == 0, e->every == 1,
+                e->first_dense == 0};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        if (!ok[i]) {
+            char name[64];
+            job_field_full_name(fixed[i].fid, name, sizeof name);
+            return loader_fail_value(L, fixed[i].fid, "%s is not Mixtral's (%s describes MixtralForCausalLM: %s)", name,
+                                     cfg, fixed[i].what);
+        }
+    const cJSON *coef = cJSON_GetObjectItemCaseSensitive(root, "router_aux_loss_coef");
+    if (coef && !(cJSON_IsNumber(coef) && coef->valuedouble >= 0))
+        return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: router_aux_loss_coef is not a number >= 0", cfg);
+    if (coef && !L->e[FID_MOE_AUX_LOSS_COEF].given) e->aux_loss_coef = coef->valuedouble;
+    return 0;
+}
+
+/* A sliding window the positions never reach is full attention: Mixtral's
+ * (and Mistral's) configs carry one (4096, 131072) or null. */
+static int window_refuse(loader *L, const cJSON *root, const char *cfg)
+{
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    long positions = 2048;
+    config_int(root, "max_position_embeddings", &positions);
+    if (w && cJSON_IsNumber(w) && w->valuedouble >= (double)positions) return 0;
+    return llama_refuse(L, root, cfg, "sliding_window", NULL, "dtrun's attention sees every earlier position; a "
+                                                              "window at least max_position_embeddings long is that");
+}
+
+static int apply_llama(loader *L, const cJSON *root, const char *cfg, int *preset_d_ff, int mixtral)
+{
+    job_model *m = &L->job->model;
+    const char *family = mixtral ? "a Mixtral (model_type mixtral)" : "a Llama (model_type llama)";
     if (m->kind != MODEL_LLAMA) {
         if (L->e[FID_MODEL_KIND].given || L->e[FID_MODEL_PRESET].given)
             return loader_fail_value(L, L->e[FID_MODEL_KIND].given ? FID_MODEL_KIND : FID_MODEL_PRESET,
-                                     "model.kind is %s but %s describes a Llama (model_type llama)",
-                                     job_model_kind_name(m->kind), cfg);
+                                     "model.kind is %s but %s describes %s", job_model_kind_name(m->kind), cfg, family);
         /* the kind follows the folder, from llama-tiny's shape (config.json
          * fills it); the keys the job gives stay the job's */
         job_preset_apply(job_preset_tiny(MODEL_LLAMA), m);
@@ -326,11 +397,12 @@ static int apply_llama(loader *L, const cJSON *root, const char *cfg, int *prese
     if (cJSON_IsArray(arch) && cJSON_GetArraySize(arch) > 0) {
         const cJSON *first = cJSON_GetArrayItem(arch, 0);
         const char *name = cJSON_IsString(first) ? first->valuestring : "(not a string)";
-        if (strcmp(name, "LlamaForCausalLM") != 0) {
+        const char *want = mixtral ? "MixtralForCausalLM" : "LlamaForCausalLM";
+        if (strcmp(name, want) != 0) {
             char shown[96];
-            return loader_fail_value(L, FID_INIT_FROM,
-                                     "model.init_from: %s: architectures %s is not LlamaForCausalLM, the Llama dtrun "
-                                     "runs", cfg, job_text_show(shown, sizeof shown, name, strlen(name)));
+            return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: architectures %s is not %s, the %s dtrun runs",
+                                     cfg, job_text_show(shown, sizeof shown, name, strlen(name)), want,
+                                     mixtral ? "Mixtral" : "Llama");
         }
     }
     /* rope_scaling: only the plain rotary embedding ({"rope_type": "default"}) */
@@ -349,7 +421,8 @@ static int apply_llama(loader *L, const cJSON *root, const char *cfg, int *prese
     }
     if (llama_refuse(L, root, cfg, "attention_bias", NULL, "dtrun's Llama has no q, k, v, o biases") ||
         llama_refuse(L, root, cfg, "mlp_bias", NULL, "dtrun's Llama has no MLP biases") ||
-        llama_refuse(L, root, cfg, "sliding_window", NULL, "dtrun's Llama attends to every earlier position") ||
+        (mixtral ? window_refuse(L, root, cfg)
+                 : llama_refuse(L, root, cfg, "sliding_window", NULL, "dtrun's Llama attends to every earlier position")) ||
         llama_refuse(L, root, cfg, "use_sliding_window", NULL, "dtrun's Llama attends to every earlier position") ||
         llama_refuse(L, root, cfg, "hidden_act", "silu", "dtrun's Llama MLP is SwiGLU: SiLU of the gate times up"))
         return -1;
@@ -408,6 +481,10 @@ static int apply_llama(loader *L, const cJSON *root, const char *cfg, int *prese
         return loader_fail_value(L, FID_TIE_EMBEDDINGS, "model.tie_embeddings %s disagrees with %s: tie_word_embeddings %s",
                                  m->tie_embeddings ? "true" : "false", cfg, tied ? "true" : "false");
     m->tie_embeddings = tied;
+    if (mixtral && apply_mixtral_moe(L, root, cfg)) return -1;
+    if (!mixtral && m->moe.experts > 0)
+        return loader_fail_value(L, FID_MOE_EXPERTS, "model.moe with %s: a Llama's MLP is dense (a Mixtral folder, "
+                                 "model_type mixtral, has the experts)", cfg);
     return 0;
 }
 
@@ -433,12 +510,12 @@ int loader_apply_init_from(loader *L, int *preset_d_ff)
         rc = apply_gpt2(L, root, cfg, preset_d_ff);
     } else if (t && !strcmp(t, "vit")) {
         rc = apply_vit(L, root, cfg, preset_d_ff);
-    } else if (t && !strcmp(t, "llama")) {
-        rc = apply_llama(L, root, cfg, preset_d_ff);
+    } else if (t && (!strcmp(t, "llama") || !strcmp(t, "mixtral"))) {
+        rc = apply_llama(L, root, cfg, preset_d_ff, !strcmp(t, "mixtral"));
     } else {
         char shown[128];
         rc = loader_fail_value(L, FID_INIT_FROM,
-                               "model.init_from: %s: model_type %s is not supported (gpt2, vit and llama are)", cfg,
+                               "model.init_from: %s: model_type %s is not supported (gpt2, vit, llama and mixtral are)", cfg,
                                t ? job_text_show(shown, sizeof shown, t, strlen(t)) : "is missing");
     }
     cJSON_Delete(root);

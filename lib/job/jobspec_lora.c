@@ -3,7 +3,7 @@
  * keep (jobspec.h job_lora).
  *
  * The keys are written as a nested mapping, `lora: {rank: 8, alpha: 16,
- * targets: [q, v]}` (jobspec_yaml.c collects them as "lora.rank" ...), and
+ * targets: [q, v]}`, the nested section train.lora (jobspec_yaml.c), and
  * any of them turns LoRA on; what is left out takes PEFT's LoraConfig
  * defaults: rank 8, alpha 8, dropout 0, targets q and v.
  *
@@ -209,6 +209,12 @@ int job_check_lora(const job_spec *job, int *blame, char *msg, size_t n)
     const job_parallel *par = &job->parallel;
     blame[1] = -1;
     if (!job_lora_on(m)) return 0;
+    if (m->moe.experts > 0) {
+        blame[0] = FID_LORA_RANK, blame[1] = FID_MOE_EXPERTS, blame[2] = -1;
+        snprintf(msg, n, "train.lora with model.moe: adapters on the experts' stacked weights are not implemented; "
+                         "fine-tune a dense model, or drop train.lora");
+        return -1;
+    }
     if (!lo->targets) {
         blame[0] = FID_LORA_TARGETS;
         snprintf(msg, n, "train.lora.targets is empty (name the layers to adapt: q, k, v, o, %s)",

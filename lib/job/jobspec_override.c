@@ -11,7 +11,8 @@ int loader_collect_overrides(loader *L, const char *const *overrides, int n)
         const char *o = overrides[i];
         if (!o) continue;
         const char *eq = strchr(o, '=');
-        const char *dot = memchr(o, '.', eq ? (size_t)(eq - o) : strlen(o));
+        /* the key follows the last dot: "model.moe.experts=8" is section model.moe */
+        const char *dot = memrchr(o, '.', eq ? (size_t)(eq - o) : strlen(o));
         if (!eq || !dot)
             return loader_fail_where(L, (pos){0, 0}, o, "expected SECTION.KEY=VALUE (e.g. train.steps=100)");
         int sec = job_section_find(o, (size_t)(dot - o));

@@ -38,7 +38,7 @@ static int check_input(const job_spec *job, int fid, const char *path, int code,
 {
     struct stat st;
     if (!path[0]) return 0;
-    if (job->data.kind == DATA_TOKENS && strpbrk(path, "*?[")) { /* token shards may be a glob */
+    if ((job->data.kind == DATA_TOKENS || job->data.kind == DATA_SFT) && strpbrk(path, "*?[")) { /* shards: a glob */
         glob_t g;
         int matched = glob(path, 0, NULL, &g) == 0 && g.gl_pathc > 0;
         globfree(&g);

@@ -84,10 +84,39 @@ void job_field_print(FILE *out, const job_spec *job, int fid)
     }
 }
 
+/* Whether a nested section is in use: model.moe while the model has experts,
+ * train.lora while LoRA is on. */
+static int nested_in_use(const job_spec *job, int sec)
+{
+    if (sec == SEC_MOE) return job->model.moe.experts >= 1;
+    if (sec == SEC_LORA) return job_lora_on(&job->model);
+    return 1;
+}
+
+/* A nested section's keys, indented under its parent. */
+static int print_nested(const job_spec *job, FILE *out, int parent)
+{
+    int printed = 0;
+    for (int sec = 0; sec < SEC_COUNT; sec++) {
+        if (job_section_parent(sec) != parent) continue;
+        if (!nested_in_use(job, sec)) continue;
+        fprintf(out, "  %s:\n", job_section_key(sec));
+        for (int fid = 0; fid < FID_COUNT; fid++) {
+            if (job_fields[fid].section != (job_section)sec || !job_field_applies(job, fid)) continue;
+            fprintf(out, "    %s: ", job_fields[fid].key);
+            job_field_print(out, job, fid);
+            fputc('\n', out);
+        }
+        printed = 1;
+    }
+    return printed;
+}
+
 void job_print(const job_spec *job, FILE *out)
 {
     fputs("# dtrun job, resolved: presets expanded, defaults and derived values filled in\n", out);
     for (int sec = 0; sec < SEC_COUNT; sec++) {
+        if (job_section_parent(sec) >= 0) continue; /* printed inside its parent */
         int printed = 0;
         for (int fid = 0; fid < FID_COUNT; fid++) {
             if (job_fields[fid].section != (job_section)sec) continue;
@@ -98,12 +127,7 @@ void job_print(const job_spec *job, FILE *out)
             if (fid == FID_MICROBATCHES && job->parallel.dp_auto) continue;
             if (!printed) fprintf(out, "%s:\n", job_section_names[sec]);
             printed = 1;
-            /* a group's keys (train.lora.rank) as the nested mapping the file writes */
-            const char *key = job_fields[fid].key, *dot = strchr(key, '.');
-            if (dot && (fid == 0 || strncmp(job_fields[fid - 1].key, key, (size_t)(dot - key + 1))))
-                fprintf(out, "  %.*s:\n", (int)(dot - key), key);
-            if (dot) fprintf(out, "    %s: ", dot + 1);
-            else fprintf(out, "  %s: ", key);
+            fprintf(out, "  %s: ", job_fields[fid].key);
             if (fid == FID_DP && job->parallel.dp_auto) fputs("auto", out); /* world / (tp x pp) at launch */
             else job_field_print(out, job, fid);
             fputc('\n', out);
@@ -111,6 +135,15 @@ void job_print(const job_spec *job, FILE *out)
                 fprintf(out, "  # grad_accum: %d (derived: global_batch / (micro_batch x dp))\n",
                         job->train.grad_accum);
         }
+        if (!printed) {
+            /* a nested section needs its parent's line */
+            int any = 0;
+            for (int sub = 0; sub < SEC_COUNT && !any; sub++)
+                any = job_section_parent(sub) == sec && nested_in_use(job, sub);
+            if (any) fprintf(out, "%s:\n", job_section_names[sec]);
+            printed = any;
+        }
+        if (print_nested(job, out, sec)) printed = 1;
         if (!printed) fprintf(out, "%s: {}\n", job_section_names[sec]);
     }
 }

@@ -72,10 +72,19 @@ static int derive(loader *L, int preset_d_ff)
     char msg[512];
 
     if (!L->e[FID_D_FF].given) m->d_ff = preset_d_ff ? preset_d_ff : 4 * m->d_model;
+    if (L->section_given[SEC_MOE] && m->moe.experts < 1) {
+        if (L->e[FID_MOE_EXPERTS].given)
+            return loader_fail_value(L, FID_MOE_EXPERTS, "model.moe.experts must be >= 1 (the routed experts of each "
+                                                         "MoE block), got %d", m->moe.experts);
+        return loader_fail_at(L, L->section_at[SEC_MOE], "model.moe needs experts (the routed experts of each MoE "
+                                                         "block, e.g. experts: 8)");
+    }
+    if (!L->e[FID_MOE_D_FF_EXPERT].given) m->moe.d_ff_expert = m->moe.experts > 0 ? m->d_ff : 0;
     /* llama: the positions it takes are the training sequence's unless the
      * job (or init_from's max_position_embeddings) says more */
     if (m->kind == MODEL_LLAMA && m->max_positions == 0) m->max_positions = m->seq_len;
     if (!L->e[FID_MIN_LR].given) t->min_lr = job_lr_tenth(t->lr);
+    m->packed = job->data.kind == DATA_SFT;
     if (!L->e[FID_SYNTHETIC_SIZE].given)
         job->data.synthetic_size = job_model_is_lm(m) ? SYNTHETIC_GPT_TOKENS : SYNTHETIC_VIT_IMAGES;
     if (!L->e[FID_GRAD_DTYPE].given || t->grad_dtype == DTYPE_AUTO)

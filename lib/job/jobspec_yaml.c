@@ -1,8 +1,7 @@
 /* jobspec_yaml.c — the job file through libyaml's document API: syntax errors
  * with their line and column, one document only, YAML core tags only, and the
- * two levels (section -> key -> scalar; a group of keys, train.lora, one level
- * more) collected into the loader with the positions of each key and value, so
- * later messages can point at them. */
+ * two levels (section -> key -> scalar) collected into the loader with the
+ * positions of each key and value, so later messages can point at them. */
 #include <stdio.h>
 #include <string.h>
 #include <yaml.h>
@@ -101,20 +100,37 @@ static int record(loader *L, yaml_document_t *doc, int fid, pos key_at, const ya
     return 0;
 }
 
-/* Whether `key` (len bytes) names a group of keys written as a nested
- * mapping (train.lora: {rank: 8}): some key of the section is "key.name". */
-static int is_group(job_section sec, const char *key, size_t len)
+/* The nested section that `key` opens inside section `sec` (model: moe), or -1. */
+static int nested_section(job_section sec, const char *key, size_t len)
 {
-    for (int f = 0; f < FID_COUNT; f++)
-        if (job_fields[f].section == sec && strlen(job_fields[f].key) > len && job_fields[f].key[len] == '.' &&
-            !memcmp(job_fields[f].key, key, len))
-            return 1;
-    return 0;
+    for (int s = 0; s < SEC_COUNT; s++)
+        if (job_section_parent(s) == (int)sec && strlen(job_section_key(s)) == len &&
+            !memcmp(job_section_key(s), key, len))
+            return s;
+    return -1;
 }
 
-/* The keys of one mapping: a section's (group NULL), or a group's inside it,
- * whose keys are "group.name" in the table. */
-static int collect_pairs(loader *L, yaml_document_t *doc, job_section sec, const char *group, const yaml_node_t *map)
+static int collect_section(loader *L, yaml_document_t *doc, job_section sec, const yaml_node_t *map);
+
+/* A section given as a key of its parent (model: {moe: {experts: 8}}); null
+ * ("moe:" with every key commented out) is as if absent. */
+static int collect_nested(loader *L, yaml_document_t *doc, int sec, const yaml_node_t *k, const yaml_node_t *v)
+{
+    if (L->section_given[sec])
+        return loader_fail_at(L, pos_of(k), "duplicate key '%s' in section '%s' (first at line %d)", job_section_key(sec),
+                              job_section_names[job_section_parent(sec)], L->section_at[sec].line);
+    if (is_null_node(v)) return 0;
+    L->section_given[sec] = 1;
+    L->section_at[sec] = pos_of(k);
+    if (v->type != YAML_MAPPING_NODE) {
+        char got[300];
+        return loader_fail_at(L, pos_of(v), "%s must be a mapping of keys, got %s", job_section_names[sec],
+                              node_got(v, got, sizeof got));
+    }
+    return collect_section(L, doc, (job_section)sec, v);
+}
+
+static int collect_section(loader *L, yaml_document_t *doc, job_section sec, const yaml_node_t *map)
 {
     const char *sname = job_section_names[sec];
     for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
@@ -124,22 +140,12 @@ static int collect_pairs(loader *L, yaml_document_t *doc, job_section sec, const
         if (check_tag(L, k) || check_tag(L, v)) return -1;
         if (k->type != YAML_SCALAR_NODE)
             return loader_fail_at(L, pos_of(k), "a key in section '%s' must be a name, got %s", sname, shape_of(k));
-        char full[128];
         const char *key = (const char *)k->data.scalar.value;
         size_t len = k->data.scalar.length;
-        if (group) {
-            int n = snprintf(full, sizeof full, "%s.%.*s", group, (int)(len < 96 ? len : 96), key);
-            key = full, len = (size_t)n;
-        } else if (v->type == YAML_MAPPING_NODE && is_group(sec, key, len)) {
-            snprintf(full, sizeof full, "%.*s", (int)(len < 64 ? len : 64), key);
-            if (collect_pairs(L, doc, sec, full, v)) return -1;
+        int sub = nested_section(sec, key, len);
+        if (sub >= 0) {
+            if (collect_nested(L, doc, sub, k, v)) return -1;
             continue;
-        } else if (is_group(sec, key, len) && !is_null_node(v)) {
-            char got[300];
-            return loader_fail_at(L, pos_of(v), "%s.%.*s must be a mapping of keys, got %s", sname, (int)len, key,
-                                  node_got(v, got, sizeof got));
-        } else if (is_group(sec, key, len)) {
-            continue; /* "lora:" with every key commented out */
         }
         int fid = job_field_find(sec, key, len);
         if (fid < 0) return loader_unknown_key(L, pos_of(k), NULL, sec, key, len);
@@ -149,11 +155,6 @@ static int collect_pairs(loader *L, yaml_document_t *doc, job_section sec, const
         if (record(L, doc, fid, pos_of(k), v)) return -1;
     }
     return 0;
-}
-
-static int collect_section(loader *L, yaml_document_t *doc, job_section sec, const yaml_node_t *map)
-{
-    return collect_pairs(L, doc, sec, NULL, map);
 }
 
 static int collect(loader *L, yaml_document_t *doc)
@@ -180,7 +181,7 @@ static int collect(loader *L, yaml_document_t *doc)
         const char *name = (const char *)k->data.scalar.value;
         size_t len = k->data.scalar.length;
         int sec = job_section_find(name, len);
-        if (sec < 0) return loader_unknown_section(L, pos_of(k), NULL, name, len);
+        if (sec < 0 || job_section_parent(sec) >= 0) return loader_unknown_section(L, pos_of(k), NULL, name, len);
         if (L->section_given[sec])
             return loader_fail_at(L, pos_of(k), "duplicate section '%s' (first at line %d)", job_section_names[sec],
                                   L->section_at[sec].line);

@@ -91,6 +91,18 @@ static int main_line(const cJSON *j, void *arg)
         r->images |= has;
     }
     if (has && push(&r->throughput, step, v)) return -1;
+    /* model.moe: the worst block's imbalance, the balance loss per block */
+    const cJSON *moe = cJSON_GetObjectItemCaseSensitive(j, "moe"), *b;
+    int blocks = cJSON_IsArray(moe) ? cJSON_GetArraySize(moe) : 0;
+    const cJSON *list = blocks ? moe : NULL;
+    double worst = 0;
+    cJSON_ArrayForEach(b, list) {
+        double im = num(b, "imbalance", &has);
+        if (has && im > worst) worst = im;
+    }
+    if (blocks && push(&r->moe_imbalance, step, worst)) return -1;
+    v = num(j, "aux_loss", &has);
+    if (blocks && has && push(&r->moe_aux, step, v / blocks)) return -1;
     return 0;
 }
 
@@ -146,6 +158,8 @@ void run_series_free(run_series *r)
 {
     series_free(&r->loss);
     series_free(&r->val_loss);
+    series_free(&r->moe_imbalance);
+    series_free(&r->moe_aux);
     series_free(&r->throughput);
     for (int i = 0; i < RUN_MAX_RANKS; i++) series_free(&r->mem[i]), series_free(&r->rss[i]);
 }

@@ -7,6 +7,9 @@
  *   colour of a memory line               the rank
  *   marker shape on a memory line         the run (shown beside its name)
  *   solid / dotted memory line            accounted peak / the OS's peak RSS
+ *   solid / dashed MoE line               the worst block's load imbalance /
+ *                                         the balance loss per MoE block
+ *                                         (a fourth panel, with model.moe)
  * Ranks whose memory is equal draw one line over the other, so each rank puts
  * its markers on its own points (rank r on every R-th marked point, from the
  * r-th): equal curves show alternating colours, and the key says which ranks
@@ -248,8 +251,9 @@ static int equal_to(const run_series *runs, int n_runs, int q)
 
 int svg_plot_write(FILE *f, const run_series *runs, int n_runs)
 {
-    int any_images = 0, any_tokens = 0, max_ranks = 0, any_rss = 0;
+    int any_images = 0, any_tokens = 0, max_ranks = 0, any_rss = 0, any_moe = 0;
     for (int r = 0; r < n_runs; r++) {
+        any_moe |= runs[r].moe_imbalance.n > 0;
         any_images |= runs[r].images && runs[r].throughput.n;
         any_tokens |= !runs[r].images && runs[r].throughput.n;
         if (runs[r].n_ranks > max_ranks) max_ranks = runs[r].n_ranks;
@@ -257,7 +261,9 @@ int svg_plot_write(FILE *f, const run_series *runs, int n_runs)
     }
     int memory_keys = max_ranks + 1 + any_rss, rows = n_runs > 2 ? n_runs : 2;
     if (memory_keys > rows) rows = memory_keys;
-    int width = 3 * PANEL_W + 2 * GAP + 20, height = MARGIN_T + PANEL_H + 70 + KEY_H * (rows + 1);
+    if (any_moe && rows < 4) rows = 4; /* the loss lines' keys and the MoE lines' */
+    int panels = 3 + any_moe;
+    int width = panels * PANEL_W + (panels - 1) * GAP + 20, height = MARGIN_T + PANEL_H + 70 + KEY_H * (rows + 1);
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" height=\"%d\" "
                "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"
@@ -265,13 +271,14 @@ int svg_plot_write(FILE *f, const run_series *runs, int n_runs)
                "<rect width=\"100%%\" height=\"100%%\" fill=\"#fff\"/>\n",
             width, height, width, height, n_runs, n_runs == 1 ? "" : "s");
     const char *unit = any_images && any_tokens ? "tokens/s or images/s" : any_images ? "images/s" : "tokens/s";
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < panels; k++) {
         panel p = {.f = f, .ox = 10 + k * (PANEL_W + GAP), .oy = 0, .b = {INFINITY, -INFINITY, INFINITY, -INFINITY}};
         for (int r = 0; r < n_runs; r++) {
             if (k == 0) grow(&p.b, &runs[r].loss), grow(&p.b, &runs[r].val_loss);
             if (k == 1) grow(&p.b, &runs[r].throughput);
             if (k == 2)
                 for (int q = 0; q < runs[r].n_ranks; q++) grow(&p.b, &runs[r].mem[q]), grow(&p.b, &runs[r].rss[q]);
+            if (k == 3) grow(&p.b, &runs[r].moe_imbalance), grow(&p.b, &runs[r].moe_aux);
         }
         p.log_y = k == 2 && p.b.y0 > 0 && p.b.y1 / p.b.y0 > LOG_RATIO;
         if (k >= 1 && p.b.y0 > 0 && !p.log_y) p.b.y0 = 0; /* throughput and memory from zero */
@@ -282,6 +289,10 @@ int svg_plot_write(FILE *f, const run_series *runs, int n_runs)
             axes(&p, "loss", "loss", "train (solid) and validation (dashed), a colour per run", "loss (nats)", xs, ys);
         else if (k == 1)
             axes(&p, "throughput", "throughput", "training steps, a colour per run", unit, xs, ys);
+        else if (k == 3)
+            axes(&p, "moe", "mixture of experts",
+                 "worst block's load over the mean (solid), balance loss per block (dashed); 1 is balanced",
+                 "max / mean load; aux loss", xs, ys);
         else
             axes(&p, "memory", "memory per rank",
                  any_rss ? p.log_y ? "bytes dtrun accounts for (solid), OS peak RSS (dotted); log scale"
@@ -296,6 +307,10 @@ int svg_plot_write(FILE *f, const run_series *runs, int n_runs)
                 line(&p, &runs[r].val_loss, color, DASH_VAL, "val-loss", runs[r].val_loss.n < 30 ? &every : NULL, -1);
             }
             if (k == 1) line(&p, &runs[r].throughput, color, "", "throughput", NULL, -1);
+            if (k == 3) {
+                line(&p, &runs[r].moe_imbalance, color, "", "moe-imbalance", NULL, -1);
+                line(&p, &runs[r].moe_aux, color, DASH_VAL, "moe-aux", NULL, -1);
+            }
             if (k == 2)
                 for (int q = 0; q < runs[r].n_ranks; q++) {
                     const char *rc = RANK_COLORS[q % N_RANK_COLORS];
@@ -324,6 +339,10 @@ int svg_plot_write(FILE *f, const run_series *runs, int n_runs)
     key_heading(f, x_lines, ly, "loss lines");
     key(f, x_lines, ly + KEY_H, "#000", "", -1, "train loss");
     key(f, x_lines, ly + 2 * KEY_H, "#000", DASH_VAL, 0, "validation loss");
+    if (any_moe) {
+        key(f, x_lines, ly + 3 * KEY_H, "#000", "", -1, "MoE: worst load imbalance");
+        key(f, x_lines, ly + 4 * KEY_H, "#000", DASH_VAL, -1, "MoE: balance loss per block");
+    }
     fprintf(f, "</g>\n<g id=\"legend-memory\">\n");
     if (max_ranks > 0) {
         key_heading(f, x_mem, ly, "memory panel");

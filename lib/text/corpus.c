@@ -86,12 +86,10 @@ static int not_utf8(const corpus_file *f, size_t at, char *err, size_t errlen)
                    f->path, line, at - line_start + 1, (unsigned char)f->bytes[at], at);
 }
 
-int corpus_file_each(const corpus_file *f, const char *field, corpus_doc_fn fn, void *arg, char *err,
-                     size_t errlen)
+int corpus_file_each_object(const corpus_file *f, corpus_object_fn fn, void *arg, char *err, size_t errlen)
 {
     size_t bad = utf8_text_check(f->bytes, f->len);
     if (bad != f->len) return not_utf8(f, bad, err, errlen);
-    if (!f->jsonl) return fn(f->bytes ? f->bytes : "", f->len, arg);
     long line_no = 0;
     for (size_t at = 0; at < f->len;) {
         const char *line = f->bytes + at, *nl = memchr(line, '\n', f->len - at);
@@ -99,21 +97,61 @@ int corpus_file_each(const corpus_file *f, const char *field, corpus_doc_fn fn, 
         at += n + 1;
         line_no++;
         if (corpus_line_blank(line, n)) continue;
-        cJSON *j = cJSON_ParseWithLength(line, n);
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, field);
-        if (!cJSON_IsString(t)) {
-            int rc = errline(err, errlen, "%s:%ld: %s", f->path, line_no,
-                             !j ? "not valid JSON" : !cJSON_IsObject(j) ? "not a JSON object"
-                             : t ? "the document field is not a string" : "no document field");
-            if (j && cJSON_IsObject(j) && (!t || !cJSON_IsString(t)))
-                snprintf(err + strlen(err), errlen - strlen(err), " ('%s'; --field names another)", field);
-            cJSON_Delete(j);
-            return rc;
-        }
         /* \u escapes decode to UTF-8 (cJSON refuses lone surrogates) */
-        int rc = fn(t->valuestring, strlen(t->valuestring), arg);
+        cJSON *j = cJSON_ParseWithLength(line, n);
+        if (!cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            return errline(err, errlen, "%s:%ld: %s", f->path, line_no, !j ? "not valid JSON" : "not a JSON object");
+        }
+        int rc = fn(j, line_no, arg);
         cJSON_Delete(j);
         if (rc) return rc;
     }
     return 0;
+}
+
+cJSON *corpus_file_first_object(const corpus_file *f)
+{
+    for (size_t at = 0; f->jsonl && at < f->len;) {
+        const char *line = f->bytes + at, *nl = memchr(line, '\n', f->len - at);
+        size_t n = nl ? (size_t)(nl - line) : f->len - at;
+        at += n + 1;
+        if (corpus_line_blank(line, n)) continue;
+        cJSON *j = cJSON_ParseWithLength(line, n);
+        if (cJSON_IsObject(j)) return j;
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return NULL;
+}
+
+typedef struct {
+    const corpus_file *f;
+    const char *field;
+    corpus_doc_fn fn;
+    void *arg;
+    char *err;
+    size_t errlen;
+} text_ctx;
+
+static int text_of(const cJSON *j, long line, void *arg)
+{
+    text_ctx *c = arg;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, c->field);
+    if (!cJSON_IsString(t))
+        return errline(c->err, c->errlen, "%s:%ld: %s ('%s'; --field names another)", c->f->path, line,
+                       t ? "the document field is not a string" : "no document field", c->field);
+    return c->fn(t->valuestring, strlen(t->valuestring), c->arg);
+}
+
+int corpus_file_each(const corpus_file *f, const char *field, corpus_doc_fn fn, void *arg, char *err,
+                     size_t errlen)
+{
+    if (!f->jsonl) {
+        size_t bad = utf8_text_check(f->bytes, f->len);
+        if (bad != f->len) return not_utf8(f, bad, err, errlen);
+        return fn(f->bytes ? f->bytes : "", f->len, arg);
+    }
+    text_ctx c = {f, field, fn, arg, err, errlen};
+    return corpus_file_each_object(f, text_of, &c, err, errlen);
 }

@@ -30,6 +30,17 @@ typedef int (*corpus_doc_fn)(const char *text, size_t len, void *arg);
 int corpus_file_each(const corpus_file *f, const char *field, corpus_doc_fn fn, void *arg, char *err,
                      size_t errlen);
 
+/* The same for each non-blank line's JSON object of a .jsonl file (1-based
+ * line numbers); -1 with err ("PATH:LINE: not valid JSON") for a line that
+ * is not a JSON object. */
+struct cJSON;
+typedef int (*corpus_object_fn)(const struct cJSON *obj, long line, void *arg);
+int corpus_file_each_object(const corpus_file *f, corpus_object_fn fn, void *arg, char *err, size_t errlen);
+
+/* The first non-blank line's JSON object of a .jsonl file (cJSON_Delete it),
+ * NULL when there is none or it is not a JSON object. */
+struct cJSON *corpus_file_first_object(const corpus_file *f);
+
 /* Whether a line holds nothing but ASCII white space (it is skipped). */
 int corpus_line_blank(const char *s, size_t n);
 

@@ -5,7 +5,13 @@
  * shards). A stream of tokens is cut into shards of at most `shard_tokens`,
  * named PREFIX_SPLIT_000000.bin, PREFIX_SPLIT_000001.bin, ... as llm.c's
  * fineweb.py names them. Each shard is written under a temporary name and
- * renamed when complete; abort removes every shard this writer made. */
+ * renamed when complete; abort removes every shard this writer made.
+ *
+ * SFT shards (sft_shard.h: instruction data for data.kind sft) are written
+ * by the same writer opened with shard_writer_open_sft: whole samples
+ * (shard_writer_put_sample), each with its loss mask; a shard ends before a
+ * sample that would take it past shard_tokens, so a sample never straddles
+ * two shards (one longer than shard_tokens has a shard of its own). */
 #ifndef DTRUN_TEXT_SHARD_WRITER_H
 #define DTRUN_TEXT_SHARD_WRITER_H
 
@@ -26,6 +32,13 @@ typedef struct {
     char tmp[SHARD_PATH_MAX + 8];
     long in_shard;       /* tokens in the open shard */
     long total;          /* tokens written, all shards */
+    /* SFT shards only: the open shard's mask bytes and sample starts, written after its ids */
+    int sft;
+    unsigned char *mask;
+    size_t mask_cap;
+    int64_t *starts;
+    size_t n_starts, starts_cap;
+    long samples; /* all shards */
 } shard_writer;
 
 /* Starts shard 0 at once, so an unwritable output is found before any work.
@@ -33,7 +46,13 @@ typedef struct {
  * (token_shard_format_for). 0, or -1 with err ("PATH: cannot write (why)"). */
 int shard_writer_open(shard_writer *w, const char *prefix, const char *split, long shard_tokens, long n_ids,
                       char *err, size_t errlen);
-/* Appends ids (each below the n_ids given to open). 0, or -1 with err. */
+/* The same for SFT shards (sft_shard.h), their width chosen from n_ids. */
+int shard_writer_open_sft(shard_writer *w, const char *prefix, const char *split, long shard_tokens, long n_ids,
+                          char *err, size_t errlen);
+/* Appends one sample of an SFT shard: n ids and their mask bytes (0/1). */
+int shard_writer_put_sample(shard_writer *w, const uint32_t *ids, const unsigned char *mask, size_t n, char *err,
+                            size_t errlen);
+/* Appends ids (each below the n_ids given to open; not to SFT shards). 0, or -1 with err. */
 int shard_writer_put(shard_writer *w, const uint32_t *ids, size_t n, char *err, size_t errlen);
 /* Completes the open shard. 0, or -1 with err. */
 int shard_writer_close(shard_writer *w, char *err, size_t errlen);

@@ -117,9 +117,19 @@ int tokenizer_normalize(const tokenizer *t, const char *s, size_t n, char **out,
 typedef struct {
     char *buf; /* the piece with the space ByteLevel's add_prefix_space puts before it */
     size_t cap;
+    const char *from; /* spans: the piece buf is a copy of (NULL: none yet), used bytes of buf */
+    size_t used;
     size_t *cuts; /* SPLIT: (start, end, is_match) triples of the pattern's matches and the text between */
     size_t n_cuts, cap_cuts;
 } depth_scratch;
+
+/* A line of the text between raw added tokens (it ends after a '\n'), for
+ * spans: where it starts in the normalized text and in the source, and
+ * whether the normalizer left it as it was. */
+typedef struct {
+    size_t norm_start, src_start, src_end;
+    int same;
+} seg_line;
 
 struct tokenizer_encoder {
     const tokenizer *t;
@@ -129,6 +139,13 @@ struct tokenizer_encoder {
     token_buf *out;
     char *err;
     size_t errlen;
+    /* tokenizer_encode_spans only (spans NULL otherwise) */
+    token_spans *spans;
+    const char *text;      /* the source */
+    const char *seg;       /* the text being pre-tokenized: the source's bytes or their normalized copy */
+    size_t seg_len;
+    seg_line *lines;       /* seg's lines (one when the normalizer changed nothing) */
+    size_t n_lines, cap_lines;
 };
 
 tokenizer_encoder *tokenizer_encoder_new(const tokenizer *t)
@@ -154,6 +171,7 @@ void tokenizer_encoder_free(tokenizer_encoder *e)
         free(e->depth[i].buf);
         free(e->depth[i].cuts);
     }
+    free(e->lines);
     free(e);
 }
 
@@ -281,6 +299,8 @@ static int step_byte_level(tokenizer_encoder *e, int step, const char *s, size_t
         }
         d->buf[0] = ' ';
         memcpy(d->buf + 1, s, n);
+        d->from = s;
+        d->used = n + 1;
         s = d->buf;
         n++;
     }
@@ -291,10 +311,144 @@ static int step_byte_level(tokenizer_encoder *e, int step, const char *s, size_t
     return c.done < n ? pretokenize(e, step + 1, s + c.done, n - c.done) : 0;
 }
 
+/* ---- spans: where ids come from ---- */
+
+void token_spans_free(token_spans *s)
+{
+    free(s->s);
+    *s = (token_spans){0};
+}
+
+static int span_push(tokenizer_encoder *e, size_t start, size_t end, int exact)
+{
+    token_spans *sp = e->spans;
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap ? 2 * sp->cap : 256;
+        token_span *n = realloc(sp->s, cap * sizeof *n);
+        if (!n) return oom(e);
+        sp->s = n;
+        sp->cap = cap;
+    }
+    sp->s[sp->n++] = (token_span){start, end, exact};
+    return 0;
+}
+
+/* Where byte p of a piece lies in seg: ByteLevel's copies undone (the space
+ * add_prefix_space puts first stands for nothing: it maps where the piece
+ * starts). Each copy is its own allocation, so p lies in one at most. */
+static size_t seg_offset(const tokenizer_encoder *e, const char *p)
+{
+    for (int hops = 0; hops <= TOK_MAX_STEPS; hops++) {
+        int moved = 0;
+        for (int i = 0; i < e->t->n_steps && !moved; i++) {
+            const depth_scratch *d = &e->depth[i];
+            if (d->from && p >= d->buf && p <= d->buf + d->used) {
+                p = d->from + (p > d->buf ? p - d->buf - 1 : 0);
+                moved = 1;
+            }
+        }
+        if (!moved) break;
+    }
+    return (size_t)(p - e->seg);
+}
+
+/* The line of seg holding byte `off` (off < seg_len). */
+static const seg_line *line_of(const tokenizer_encoder *e, size_t off)
+{
+    size_t lo = 0, hi = e->n_lines; /* the last line starting at or before off */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (e->lines[mid].norm_start <= off) lo = mid;
+        else hi = mid;
+    }
+    return &e->lines[lo];
+}
+
+/* The span in the source of seg[a..b). */
+static int seg_span(tokenizer_encoder *e, size_t a, size_t b)
+{
+    if (b > e->seg_len) b = e->seg_len;
+    if (a >= b) { /* nothing of the source (add_prefix_space's own space) */
+        const seg_line *l = a < e->seg_len ? line_of(e, a) : &e->lines[e->n_lines - 1];
+        size_t at = a < e->seg_len ? (l->same ? l->src_start + (a - l->norm_start) : l->src_start) : l->src_end;
+        return span_push(e, at, at, a < e->seg_len ? l->same : 1);
+    }
+    const seg_line *first = line_of(e, a), *last = line_of(e, b - 1);
+    size_t start = first->same ? first->src_start + (a - first->norm_start) : first->src_start;
+    size_t end = last->same ? last->src_start + (b - last->norm_start) : last->src_end;
+    return span_push(e, start, end, first->same && last->same);
+}
+
+/* seg: the source's bytes s[0..n) (offset from e->text), or their normalized
+ * copy norm[0..len): its lines, each normalized alone to see which the
+ * normalizer changed. The normal forms never join text across a '\n' (a
+ * starter that composes with nothing), so the lines' normal forms put end to
+ * end are the whole's; if not, the text is one changed line. */
+static int seg_begin(tokenizer_encoder *e, const char *s, size_t n, const char *norm, size_t len)
+{
+    size_t src = (size_t)(s - e->text);
+    e->seg = norm ? norm : s;
+    e->seg_len = norm ? len : n;
+    e->n_lines = 0;
+    size_t want = 1;
+    if (norm && (len != n || memcmp(norm, s, n) != 0))
+        for (size_t i = 0; i < n; i++) want += s[i] == '\n';
+    if (want > e->cap_lines) {
+        seg_line *l = realloc(e->lines, want * sizeof *l);
+        if (!l) return oom(e);
+        e->lines = l;
+        e->cap_lines = want;
+    }
+    if (want == 1) { /* unchanged, or changed without a line break */
+        int same = !norm || (len == n && memcmp(norm, s, n) == 0);
+        e->lines[e->n_lines++] = (seg_line){0, src, src + n, same};
+        return 0;
+    }
+    size_t at = 0, norm_at = 0;
+    int whole = 1;
+    while (at < n) {
+        const char *nl = memchr(s + at, '\n', n - at);
+        size_t end = nl ? (size_t)(nl - s) + 1 : n;
+        char *one;
+        size_t one_len;
+        if (tokenizer_normalize(e->t, s + at, end - at, &one, &one_len) != 0) return oom(e);
+        whole &= norm_at + one_len <= len && memcmp(norm + norm_at, one, one_len) == 0;
+        e->lines[e->n_lines++] =
+            (seg_line){norm_at, src + at, src + end, one_len == end - at && memcmp(one, s + at, one_len) == 0};
+        free(one);
+        norm_at += one_len;
+        at = end;
+    }
+    if (!whole || norm_at != len) {
+        e->n_lines = 0;
+        e->lines[e->n_lines++] = (seg_line){0, src, src + n, 0};
+    }
+    return 0;
+}
+
+/* The ids bpe_encode_piece appended from `first` on: each one's bytes in turn. */
+static int piece_spans(tokenizer_encoder *e, const char *p, size_t n, size_t first)
+{
+    size_t at = 0;
+    for (size_t i = first; i < e->out->n; i++) {
+        size_t len = 0;
+        if (!bpe_token_bytes(e->t->bpe, (int)e->out->ids[i], &len) || at + len > n) len = n - at;
+        if (i + 1 == e->out->n) len = n - at; /* the last takes the rest (byte-level BPE: exactly the rest) */
+        int rc = seg_span(e, seg_offset(e, p + at), seg_offset(e, p + at + len));
+        if (rc) return rc;
+        at += len;
+    }
+    return 0;
+}
+
 static int pretokenize(tokenizer_encoder *e, int step, const char *s, size_t n)
 {
     if (n == 0) return 0;
-    if (step == e->t->n_steps) return bpe_encode_piece(e->bpe, s, n, e->out) == 0 ? 0 : oom(e);
+    if (step == e->t->n_steps) {
+        size_t first = e->out->n;
+        if (bpe_encode_piece(e->bpe, s, n, e->out) != 0) return oom(e);
+        return e->spans ? piece_spans(e, s, n, first) : 0;
+    }
     switch (e->t->steps[step].kind) {
     case STEP_SPLIT: return step_split(e, step, s, n);
     case STEP_BYTE_LEVEL: return step_byte_level(e, step, s, n);
@@ -321,7 +475,12 @@ static int encode_text(tokenizer_encoder *e, const char *s, size_t n);
 static int added_piece(size_t start, size_t end, long id, void *arg)
 {
     added_ctx *c = arg;
-    if (id >= 0) return token_buf_push(c->e->out, (uint32_t)id) == 0 ? 0 : oom(c->e);
+    if (id >= 0) {
+        if (token_buf_push(c->e->out, (uint32_t)id) != 0) return oom(c->e);
+        if (!c->e->spans) return 0;
+        if (c->pass == 1) return span_push(c->e, start, end, 1); /* c->s is the source */
+        return seg_span(c->e, start, end);
+    }
     if (c->pass == 1) return encode_text(c->e, c->s + start, end - start);
     return pretokenize(c->e, 0, c->s + start, end - start);
 }
@@ -332,14 +491,18 @@ static int encode_text(tokenizer_encoder *e, const char *s, size_t n)
 {
     const tokenizer *t = e->t;
     char *norm = NULL;
-    if (t->n_norm) {
-        size_t len;
-        if (tokenizer_normalize(t, s, n, &norm, &len) != 0)
-            return errline(e->err, e->errlen, "the normalizer failed (out of memory?)");
+    size_t len = 0;
+    if (t->n_norm && tokenizer_normalize(t, s, n, &norm, &len) != 0)
+        return errline(e->err, e->errlen, "the normalizer failed (out of memory?)");
+    int rc = e->spans ? seg_begin(e, s, n, norm, len) : 0;
+    if (rc) {
+        free(norm);
+        return rc;
+    }
+    if (norm) {
         s = norm;
         n = len;
     }
-    int rc;
     if (added_tokens_count(t->normalized)) {
         added_ctx c = {e, s, 2};
         rc = added_tokens_split(t->normalized, s, n, added_piece, &c);
@@ -350,14 +513,31 @@ static int encode_text(tokenizer_encoder *e, const char *s, size_t n)
     return rc;
 }
 
-int tokenizer_encode(tokenizer_encoder *e, const char *text, size_t n, token_buf *out, char *err, size_t errlen)
+static int encode(tokenizer_encoder *e, const char *text, size_t n, token_buf *out, char *err, size_t errlen)
 {
     e->out = out;
     e->err = err;
     e->errlen = errlen;
+    e->text = text;
+    for (int i = 0; i < TOK_MAX_STEPS; i++) e->depth[i].from = NULL;
     if (added_tokens_count(e->t->raw)) {
         added_ctx c = {e, text, 1};
         return added_tokens_split(e->t->raw, text, n, added_piece, &c);
     }
     return encode_text(e, text, n);
+}
+
+int tokenizer_encode(tokenizer_encoder *e, const char *text, size_t n, token_buf *out, char *err, size_t errlen)
+{
+    e->spans = NULL;
+    return encode(e, text, n, out, err, errlen);
+}
+
+int tokenizer_encode_spans(tokenizer_encoder *e, const char *text, size_t n, token_buf *out, token_spans *spans,
+                           char *err, size_t errlen)
+{
+    e->spans = spans;
+    int rc = encode(e, text, n, out, err, errlen);
+    e->spans = NULL;
+    return rc;
 }

@@ -65,6 +65,31 @@ void tokenizer_encoder_free(tokenizer_encoder *e);
  * with err (out of memory, a regex that failed to match). */
 int tokenizer_encode(tokenizer_encoder *e, const char *text, size_t n, token_buf *out, char *err, size_t errlen);
 
+/* Where each id of an encoding comes from: text[start..end) is what it
+ * stands for (an added token with lstrip/rstrip: the white space it took
+ * too; a piece's tokens share its bytes in order). exact 0: the normalizer
+ * changed the line of text the token lies in, and [start, end) is that whole
+ * line (lines end at '\n': the places where the normal forms cannot join
+ * text), not the token's own bytes. What Hugging Face's offsets give, in
+ * bytes; what a loss mask needs to know which ids a span of text became. */
+typedef struct {
+    size_t start, end;
+    int exact;
+} token_span;
+typedef struct {
+    token_span *s;
+    size_t n, cap;
+} token_spans;
+void token_spans_free(token_spans *s);
+
+/* tokenizer_encode, and one span per id appended to out into spans. */
+int tokenizer_encode_spans(tokenizer_encoder *e, const char *text, size_t n, token_buf *out, token_spans *spans,
+                           char *err, size_t errlen);
+
+/* The id of the token `name` as Hugging Face's token_to_id finds it (an
+ * added token's content, else the vocabulary's token spelled so), or -1. */
+long tokenizer_token_id(const tokenizer *t, const char *name);
+
 /* The bytes token `id` decodes to (the ByteLevel decoder: a token's bytes, an
  * added token's text), *len of them; NULL for an id with no token. Joined,
  * the tokens of a text give the text back. */

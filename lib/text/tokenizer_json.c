@@ -229,7 +229,7 @@ static char *decoded(const char *s, size_t n, size_t *len)
 
 /* Hugging Face's token_to_id: the added token whose content is `name`, else
  * the model's token spelled `name`; -1 when neither. */
-static long token_id(const tokenizer *t, const char *name)
+long tokenizer_token_id(const tokenizer *t, const char *name)
 {
     for (long i = 0; t->added && i < t->added_cap; i++)
         if (t->added[i].content && !strcmp(t->added[i].content, name)) return i;
@@ -251,7 +251,7 @@ static long token_id(const tokenizer *t, const char *name)
  * added ones. Real files agree with their "id"s; an edited one may not. */
 static long added_id(const tokenizer *t, const char *content, long model_n, long max_added)
 {
-    long id = token_id(t, content);
+    long id = tokenizer_token_id(t, content);
     if (id >= 0) return id;
     return max_added >= model_n ? max_added + 1 : model_n;
 }
@@ -381,7 +381,7 @@ static int load_post_processor(loader *l, const cJSON *p, const char *field)
                     if (!cJSON_IsNumber(id)) return fail(l, DT_EXIT_DATA, "%s: special_tokens ids not numbers", sub);
                     if (frame_push(l, seen_a, (long)id->valuedouble, sub) != 0) return -1;
                 }
-            } else if (frame_push(l, seen_a, token_id(l->t, name->valuestring), sub) != 0) {
+            } else if (frame_push(l, seen_a, tokenizer_token_id(l->t, name->valuestring), sub) != 0) {
                 return -1;
             }
         }
@@ -467,7 +467,7 @@ tokenizer *tokenizer_load(const char *path, int *status, char *err, size_t errle
     }
     cJSON_Delete(root);
     free(text);
-    long eot = rc == 0 ? token_id(t, "<|endoftext|>") : -1;
+    long eot = rc == 0 ? tokenizer_token_id(t, "<|endoftext|>") : -1;
     if (eot >= 0) t->eot[t->n_eot++] = (uint32_t)eot;
     if (rc != 0) {
         *status = l.status ? l.status : DT_EXIT_DATA;

@@ -183,7 +183,8 @@ typedef enum {
     CKPT_NAMES_HF_GPT2,  /* transformers GPT2LMHeadModel: transformer.h.N.attn.c_attn.weight, ... */
     CKPT_NAMES_TIMM_VIT, /* timm VisionTransformer: blocks.N.attn.qkv.weight, ... */
     CKPT_NAMES_HF_VIT,   /* transformers ViTForImageClassification: vit.encoder.layer.N.attention.attention.query.weight, ... */
-    CKPT_NAMES_HF_LLAMA  /* transformers LlamaForCausalLM: model.layers.N.self_attn.q_proj.weight, ... */
+    CKPT_NAMES_HF_LLAMA, /* transformers LlamaForCausalLM: model.layers.N.self_attn.q_proj.weight, ... */
+    CKPT_NAMES_HF_MIXTRAL /* transformers MixtralForCausalLM: ...block_sparse_moe.experts.E.w1.weight, ... */
 } ckpt_naming;
 
 /* One consolidated F32 safetensors file of the parameters under Hugging Face /

@@ -12,6 +12,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* model.moe in the index's model (export's Mixtral check and config.json
+ * read it): every key, as the job gave it. */
+static int add_moe(cJSON *m, const job_moe *e)
+{
+    cJSON *o = cJSON_AddObjectToObject(m, "moe");
+    return o && cJSON_AddNumberToObject(o, "experts", e->experts) && cJSON_AddNumberToObject(o, "top_k", e->top_k) &&
+           cJSON_AddNumberToObject(o, "d_ff_expert", e->d_ff_expert) &&
+           cJSON_AddNumberToObject(o, "shared_experts", e->shared_experts) &&
+           cJSON_AddNumberToObject(o, "every", e->every) && cJSON_AddNumberToObject(o, "first_dense", e->first_dense) &&
+           cJSON_AddStringToObject(o, "router", job_router_name(e->router)) &&
+           cJSON_AddBoolToObject(o, "norm_top_k", e->norm_top_k) &&
+           cJSON_AddNumberToObject(o, "aux_loss_coef", e->aux_loss_coef) &&
+           cJSON_AddNumberToObject(o, "bias_update_rate", e->bias_update_rate) &&
+           cJSON_AddNumberToObject(o, "capacity_factor", e->capacity_factor);
+}
+
+static int read_moe(const cJSON *o, job_moe *e)
+{
+    static const char *const ints[] = {"experts", "top_k", "d_ff_expert", "shared_experts", "every", "first_dense"};
+    int *dst[] = {&e->experts, &e->top_k, &e->d_ff_expert, &e->shared_experts, &e->every, &e->first_dense};
+    for (int i = 0; i < 6; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, ints[i]);
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e9) return -1;
+        *dst[i] = (int)v->valuedouble;
+    }
+    const cJSON *router = cJSON_GetObjectItemCaseSensitive(o, "router"), *norm = cJSON_GetObjectItemCaseSensitive(o, "norm_top_k");
+    if (!cJSON_IsString(router) || !cJSON_IsBool(norm) || e->experts < 1) return -1;
+    if (!strcmp(router->valuestring, job_router_name(ROUTER_SIGMOID))) e->router = ROUTER_SIGMOID;
+    else if (!strcmp(router->valuestring, job_router_name(ROUTER_SOFTMAX))) e->router = ROUTER_SOFTMAX;
+    else return -1;
+    e->norm_top_k = cJSON_IsTrue(norm);
+    static const char *const dbl[] = {"aux_loss_coef", "bias_update_rate", "capacity_factor"};
+    double *dd[] = {&e->aux_loss_coef, &e->bias_update_rate, &e->capacity_factor};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, dbl[i]);
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0)) return -1;
+        *dd[i] = v->valuedouble;
+    }
+    return 0;
+}
+
 static const struct {
     const char *key;
     size_t off;
@@ -67,6 +108,7 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
                  cJSON_AddNumberToObject(l, "targets", md->lora.targets) &&
                  cJSON_AddStringToObject(m, "init_from", md->init_from);
         }
+        if (ok && md->moe.experts > 0) ok = add_moe(m, &md->moe);
     }
     cJSON *loss = ok ? cJSON_AddArrayToObject(o, "loss_tail") : NULL;
     ok = loss != NULL;
@@ -243,6 +285,13 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
             in->model.lora.alpha = al->valuedouble;
             in->model.lora.dropout = dr->valuedouble;
             snprintf(in->model.init_from, sizeof in->model.init_from, "%s", base->valuestring);
+        }
+        const cJSON *moe = cJSON_GetObjectItemCaseSensitive(m, "moe");
+        if (moe && read_moe(moe, &in->model.moe) != 0) {
+            st_fail(err, errlen, "%s: bad 'model.moe' (experts, top_k, d_ff_expert, shared_experts, every, "
+                                 "first_dense, router, norm_top_k, aux_loss_coef, bias_update_rate, capacity_factor)",
+                    path);
+            goto out;
         }
         in->has_model = 1;
     }

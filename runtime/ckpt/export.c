@@ -47,12 +47,34 @@ typedef struct {
     int bf16;           /* write BF16 (rounded) rather than F32 */
 } fill_ctx;
 
+/* Part `part` of n_parts of a tensor's rows (not transposed): its elements
+ * alone, read as a slice of the whole (Mixtral's experts: one expert's rows
+ * of a stack of them). */
+static int read_part(const fill_ctx *f, float *out, char *err, size_t errlen)
+{
+    size_t pn = (size_t)f->rows * (size_t)f->cols / (size_t)f->n_parts;
+    ckpt_place want = {.ndim = f->cols > 1 ? 2 : 1, .shape = {f->rows, f->cols}, .split = CKPT_SPLIT_NONE,
+                       .groups = 1, .tp_rank = 0, .tp_size = 1, .lo = (uint64_t)f->part * pn,
+                       .hi = (uint64_t)(f->part + 1) * pn};
+    int64_t shape[2];
+    want.ndim = ckpt_tensor_shape(f->ck, f->src, shape);
+    return ckpt_read_slice(f->ck, f->src, &want, out, err, errlen);
+}
+
 static int fill(void *ctx, void *buf, size_t nbytes, char *err, size_t errlen)
 {
     fill_ctx *f = ctx;
     if (!f->transpose && !f->bf16 && f->n_parts == 1) return ckpt_read_global(f->ck, f->src, buf, err, errlen);
     size_t n = (size_t)f->rows * (size_t)f->cols, pn = n / (size_t)f->n_parts;
     (void)nbytes; /* pn elements of 4 or 2 bytes */
+    if (!f->transpose) { /* a part of the rows, as it is or rounded to bf16 */
+        float *tmp = f->bf16 ? malloc((pn ? pn : 1) * sizeof(float)) : buf;
+        if (!tmp) return st_fail(err, errlen, "%s: out of memory exporting '%s'", ckpt_path(f->ck), f->src);
+        int rc = read_part(f, tmp, err, errlen);
+        if (rc == 0 && f->bf16) dt_ops_cpu.to_bf16(buf, tmp, pn);
+        if (f->bf16) free(tmp);
+        return rc;
+    }
     float *tmp = malloc(n * sizeof(float)), *t2 = f->transpose && f->bf16 ? malloc(n * sizeof(float)) : NULL;
     if (!tmp || (f->transpose && f->bf16 && !t2)) {
         free(tmp);
@@ -99,6 +121,41 @@ int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int
     return export_file(ck, out_path, naming, bf16, NULL, 0, err, errlen);
 }
 
+/* What Mixtral cannot compute: every block MoE, a softmax router whose top
+ * k weights are normalised, no shared experts, no routing bias. A model
+ * trained otherwise is refused in one line rather than exported as another
+ * function. (A capacity is a training-time drop: Mixtral runs the same
+ * weights dropless.) */
+static int mixtral_refuses(const ckpt *ck, const job_model *m, char *err, size_t errlen)
+{
+    const job_moe *e = m ? &m->moe : NULL;
+    const char *why = !e || e->experts < 1                          ? "it has no experts"
+                      : e->router != ROUTER_SOFTMAX                 ? "its router is sigmoid, Mixtral's softmax"
+                      : !e->norm_top_k                              ? "its top-k weights are not normalised"
+                      : e->shared_experts > 0                       ? "it has shared experts"
+                      : e->first_dense > 0 || (e->every > 1 && m->n_layer > 1) ? "some of its blocks are dense"
+                                                                                : NULL;
+    for (int i = 0; !why && i < ckpt_tensor_count(ck); i++) {
+        const char *name = ckpt_tensor_name(ck, i);
+        size_t n = strlen(name);
+        int64_t shape[2];
+        if (strncmp(name, "state/", 6) != 0 || n < 9 || strcmp(name + n - 9, ".moe.bias") != 0) continue;
+        if (ckpt_tensor_shape(ck, name, shape) < 0) continue;
+        float *b = malloc((size_t)shape[0] * sizeof(float));
+        if (!b || ckpt_read_global(ck, name, b, err, errlen) != 0) {
+            free(b);
+            return -1;
+        }
+        for (int64_t k = 0; k < shape[0] && !why; k++)
+            if (b[k] != 0.0f) why = "its routing biases (model.moe.bias_update_rate) are not zero";
+        free(b);
+    }
+    if (!why) return 0;
+    st_fail(err, errlen, "%s: cannot export as Hugging Face Mixtral: %s (MixtralForCausalLM routes every block by a "
+                         "softmax over the experts, top-k weights normalised, no shared experts)", ckpt_path(ck), why);
+    return -1;
+}
+
 static int export_file(const ckpt *ck, const char *out_path, ckpt_naming naming, int bf16, const int *shard_of,
                        int shard, char *err, size_t errlen)
 {
@@ -111,11 +168,22 @@ static int export_file(const ckpt *ck, const char *out_path, ckpt_naming naming,
         if (!info->has_model)
             return st_fail(err, errlen, "%s/index.json: no model section (cannot tell GPT from ViT; name the format)",
                         ckpt_path(ck));
-        naming = info->model.kind == MODEL_VIT ? CKPT_NAMES_TIMM_VIT : hf_naming_of(info->model.kind);
+        naming = info->model.kind == MODEL_VIT ? CKPT_NAMES_TIMM_VIT : hf_naming_of(&info->model);
     }
     const char *fmt_name = hf_naming_label(naming);
+    const job_model *jm = info->has_model ? &info->model : NULL;
+    if (naming == CKPT_NAMES_HF_MIXTRAL && mixtral_refuses(ck, jm, err, errlen)) return -1;
     int n = ckpt_tensor_count(ck);
-    fill_ctx *ctx = calloc((size_t)n * HF_PARTS_MAX + 1, sizeof *ctx);
+    size_t slots = 1; /* a file tensor each: some of ours are several (hf_name_of) */
+    for (int i = 0; i < n; i++) {
+        const char *name = ckpt_tensor_name(ck, i);
+        int64_t shape[2];
+        if (strncmp(name, "param/", 6) != 0) continue;
+        int ndim = ckpt_tensor_shape(ck, name, shape), k = hf_name_of(name + 6, ndim, shape, naming, jm, NULL, 0);
+        slots += k > 0 ? (size_t)k : 1;
+    }
+    fill_ctx *ctx = calloc(slots, sizeof *ctx);
+    hf_tensor *t = NULL;
     st_writer *w = st_writer_new();
     int rc = -1, exported = 0;
     if (!ctx || !w) {
@@ -129,8 +197,14 @@ static int export_file(const ckpt *ck, const char *out_path, ckpt_naming naming,
         if (shard_of && shard_of[i] != shard) continue;
         int64_t shape[2];
         int ndim = ckpt_tensor_shape(ck, name, shape);
-        hf_tensor t[HF_PARTS_MAX];
-        int n_parts = hf_name_of(name + 6, ndim, shape, naming, info->has_model ? &info->model : NULL, t);
+        int n_parts = hf_name_of(name + 6, ndim, shape, naming, jm, NULL, 0);
+        free(t);
+        t = n_parts > 0 ? calloc((size_t)n_parts, sizeof *t) : NULL;
+        if (n_parts > 0 && !t) {
+            st_fail(err, errlen, "%s: out of memory", out_path);
+            goto out;
+        }
+        if (n_parts > 0) n_parts = hf_name_of(name + 6, ndim, shape, naming, jm, t, n_parts);
         if (n_parts < 1) {
             st_fail(err, errlen, "%s: no %s name for '%s' (shape [%lld, %lld])", ckpt_path(ck), fmt_name, name,
                  (long long)shape[0], (long long)shape[1]);
@@ -158,6 +232,7 @@ static int export_file(const ckpt *ck, const char *out_path, ckpt_naming naming,
     rc = ckpt_io_write_st_atomic(out_path, w, err, errlen);
 out:
     st_writer_free(w);
+    free(t);
     free(ctx);
     return rc;
 }
@@ -303,9 +378,39 @@ static char *llama_config_json(const job_model *m)
     return text;
 }
 
+/* config.json of a Mixtral folder (MixtralConfig, MixtralForCausalLM): the
+ * Llama's keys with the experts'. intermediate_size is an expert's hidden
+ * width; the router is Mixtral's (softmax, top k normalised); the balance
+ * loss's coefficient as trained. */
+static char *mixtral_config_json(const job_model *m, char *llama)
+{
+    cJSON *c = llama ? cJSON_Parse(llama) : NULL;
+    free(llama);
+    if (!c) return NULL;
+    cJSON_ReplaceItemInObject(c, "model_type", cJSON_CreateString("mixtral"));
+    cJSON *arch = cJSON_CreateArray();
+    if (arch) cJSON_AddItemToArray(arch, cJSON_CreateString("MixtralForCausalLM"));
+    cJSON_ReplaceItemInObject(c, "architectures", arch);
+    cJSON_ReplaceItemInObject(c, "intermediate_size", cJSON_CreateNumber(m->moe.d_ff_expert));
+    cJSON_DeleteItemFromObject(c, "head_dim");
+    cJSON_DeleteItemFromObject(c, "attention_bias");
+    cJSON_DeleteItemFromObject(c, "mlp_bias");
+    cJSON_AddNumberToObject(c, "num_local_experts", m->moe.experts);
+    cJSON_AddNumberToObject(c, "num_experts_per_tok", m->moe.top_k);
+    cJSON_AddNumberToObject(c, "router_aux_loss_coef", m->moe.aux_loss_coef);
+    cJSON_AddBoolToObject(c, "output_router_logits", 0);
+    cJSON_AddNullToObject(c, "sliding_window");
+    char *text = cJSON_Print(c);
+    cJSON_Delete(c);
+    return text;
+}
+
 char *ckpt_hf_config_json(const job_model *m)
 {
-    return m->kind == MODEL_VIT ? vit_config_json(m) : m->kind == MODEL_LLAMA ? llama_config_json(m) : gpt2_config_json(m);
+    if (m->kind == MODEL_VIT) return vit_config_json(m);
+    if (m->kind != MODEL_LLAMA) return gpt2_config_json(m);
+    char *llama = llama_config_json(m);
+    return hf_naming_of(m) == CKPT_NAMES_HF_MIXTRAL ? mixtral_config_json(m, llama) : llama;
 }
 
 /* model.safetensors.index.json: every exported tensor's file. */
@@ -326,11 +431,13 @@ static char *shard_index_json(const ckpt *ck, ckpt_naming naming, int bf16, cons
         total += b;
         int64_t shape[2];
         int ndim = ckpt_tensor_shape(ck, name, shape);
-        hf_tensor t[HF_PARTS_MAX];
-        int n_parts = hf_name_of(name + 6, ndim, shape, naming, &info->model, t);
+        int n_parts = hf_name_of(name + 6, ndim, shape, naming, &info->model, NULL, 0);
+        hf_tensor *t = n_parts > 0 ? calloc((size_t)n_parts, sizeof *t) : NULL;
+        if (t) n_parts = hf_name_of(name + 6, ndim, shape, naming, &info->model, t, n_parts);
         char file[64];
         snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", shard_of[i] + 1, n_shards);
-        for (int k = 0; k < n_parts; k++) cJSON_AddStringToObject(map, t[k].name, file);
+        for (int k = 0; t && k < n_parts; k++) cJSON_AddStringToObject(map, t[k].name, file);
+        free(t);
     }
     cJSON_AddNumberToObject(meta, "total_size", (double)total);
     char *text = cJSON_Print(c);
@@ -371,7 +478,7 @@ int ckpt_export_hf_dir_sharded(const ckpt *ck, const char *dir, int bf16, uint64
         return st_fail(err, errlen, "%s holds train.lora's adapters, not a model: export --lora merged (the base with "
                                     "the adapters folded in) or --lora adapter (a PEFT folder)", ckpt_path(ck));
     int vit = m->kind == MODEL_VIT;
-    ckpt_naming naming = hf_naming_of(m->kind);
+    ckpt_naming naming = hf_naming_of(m);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return st_fail(err, errlen, "%s: cannot create (%s)", dir, strerror(errno));
     int n = ckpt_tensor_count(ck);
     int *shard_of = calloc((size_t)n + 1, sizeof *shard_of);

@@ -139,7 +139,7 @@ static int export_merged(const ckpt *ck, const job_model *m, const char *dir, in
     lora_fill *ctx = calloc((size_t)total + 1, sizeof *ctx);
     st_writer *w = st_writer_new();
     int rc = ctx && w ? 0 : st_fail(err, errlen, "%s: out of memory", dir), k = 0;
-    ckpt_naming naming = hf_naming_of(m->kind);
+    ckpt_naming naming = hf_naming_of(m);
     if (w) st_writer_set_metadata(w, "format", "pt");
     for (int u = 0; rc == 0 && u < model_n_units(m); u++)
         for (int i = 0; rc == 0 && i < model_unit_param_count(m, u); i++) {
@@ -149,8 +149,8 @@ static int export_merged(const ckpt *ck, const job_model *m, const char *dir, in
             if (f->p.lora || f->p.tied) continue; /* the head's copy of a tied wte: wte's own */
             f->p.offset = 0;
             int64_t shape[2] = {f->p.shape[0], f->p.shape[1]};
-            hf_tensor t[HF_PARTS_MAX];
-            if (hf_name_of(f->p.name, f->p.ndim, shape, naming, m, t) != 1) {
+            hf_tensor t[1]; /* LoRA models are dense: one file tensor each */
+            if (hf_name_of(f->p.name, f->p.ndim, shape, naming, m, t, 1) != 1) {
                 rc = st_fail(err, errlen, "%s: no %s name for '%s'", ckpt_path(ck), hf_naming_label(naming), f->p.name);
                 break;
             }
@@ -216,8 +216,8 @@ static int export_adapter(const ckpt *ck, const job_model *m, const char *dir, i
         if (strncmp(name, "param/", 6) != 0) continue; /* the moments stay behind */
         int64_t shape[2];
         int ndim = ckpt_tensor_shape(ck, name, shape);
-        hf_tensor t[HF_PARTS_MAX];
-        if (hf_name_of(name + 6, ndim, shape, hf_naming_of(m->kind), m, t) != 1 || !strstr(t[0].name, ".lora_")) {
+        hf_tensor t[1]; /* LoRA models are dense: one file tensor each */
+        if (hf_name_of(name + 6, ndim, shape, hf_naming_of(m), m, t, 1) != 1 || !strstr(t[0].name, ".lora_")) {
             rc = st_fail(err, errlen, "%s: '%s' is not a LoRA adapter", ckpt_path(ck), name);
             break;
         }

@@ -140,7 +140,19 @@ uint64_t hf_weights_bytes_read(const hf_weights *w) { return w->bytes_read; }
 uint64_t hf_weights_bytes_total(const hf_weights *w) { return w->bytes_total; }
 
 /* The naming a model's folder uses. */
-static ckpt_naming naming_of(const job_model *m) { return hf_naming_of(m->kind); }
+static ckpt_naming naming_of(const job_model *m) { return hf_naming_of(m); }
+
+/* The stored tensors of one of ours (hf_name_of), in a malloc'd array
+ * (*out; NULL when none): how many, or -1 (no name, or out of memory: *out
+ * NULL). */
+static int parts_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming naming, const job_model *m,
+                    hf_tensor **out)
+{
+    *out = NULL;
+    int n = hf_name_of(ours, ndim, shape, naming, m, NULL, 0);
+    if (n < 1 || !(*out = calloc((size_t)n, sizeof **out))) return -1;
+    return hf_name_of(ours, ndim, shape, naming, m, *out, n);
+}
 static const char *naming_label(ckpt_naming n) { return hf_naming_label(n); }
 
 /* The stored tensor called `name`, or the same without "transformer." (the
@@ -203,9 +215,16 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
     int bad = 0;
     ckpt_naming naming = naming_of(m);
     /* every tensor of the model, each name once (the tied head copy shares wte's) */
-    int total = 0;
-    for (int u = 0; u < model_n_units(m); u++) total += model_unit_param_count(m, u);
-    char (*want)[160] = calloc((size_t)total * HF_PARTS_MAX + 1, sizeof *want);
+    size_t total = 0;
+    for (int u = 0; u < model_n_units(m); u++)
+        for (int i = 0; i < model_unit_param_count(m, u); i++) {
+            param_spec p;
+            model_unit_param_spec(m, u, i, 0, 1, &p);
+            int64_t shape[2] = {p.shape[0], p.shape[1]};
+            int n = hf_name_of(p.name, p.ndim, shape, naming, m, NULL, 0);
+            total += n > 0 ? (size_t)n : 1;
+        }
+    char (*want)[160] = calloc(total + 1, sizeof *want);
     if (!want) {
         add_line(err, errlen, &bad, "%s: out of memory", w->dir);
         return bad;
@@ -218,8 +237,8 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
             /* a model folder holds the base, a PEFT folder train.lora's adapters */
             if (p.tied || p.lora != w->peft) continue;
             int64_t shape[2] = {p.shape[0], p.shape[1]};
-            hf_tensor parts[HF_PARTS_MAX];
-            int n_parts = hf_name_of(p.name, p.ndim, shape, naming, m, parts);
+            hf_tensor *parts;
+            int n_parts = parts_of(p.name, p.ndim, shape, naming, m, &parts);
             if (n_parts < 1) {
                 add_line(err, errlen, &bad, "%s: dtrun's '%s' has no %s name", w->dir, p.name, naming_label(naming));
                 continue;
@@ -248,6 +267,7 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
                 add_line(err, errlen, &bad, "%s: %s is %s; dtrun reads F32 or BF16", st_reader_path(file), s->name,
                          st_dtype_name(s->dtype));
             }
+            free(parts);
         }
     }
     /* what the files hold that the model does not */
@@ -288,21 +308,31 @@ static int read_tensor(hf_weights *w, const param_spec *p, const job_model *m, i
                        size_t b, float *out, char *err, size_t errlen)
 {
     int64_t shape[2] = {p->shape[0], p->shape[1]};
-    hf_tensor ht[HF_PARTS_MAX];
-    const st_tensor *t[HF_PARTS_MAX];
+    hf_tensor *ht;
     ckpt_naming naming = naming_of(m);
-    int n_parts = hf_name_of(p->name, p->ndim, shape, naming, m, ht);
+    int n_parts = parts_of(p->name, p->ndim, shape, naming, m, &ht);
     if (n_parts < 1) return st_fail(err, errlen, "%s: dtrun's '%s' has no %s name", w->dir, p->name, naming_label(naming));
+    const st_tensor **t = calloc((size_t)n_parts, sizeof *t);
+    if (!t) {
+        free(ht);
+        return st_fail(err, errlen, "%s: out of memory", w->dir);
+    }
     uint64_t rows = (uint64_t)p->shape[0], cols = (uint64_t)p->shape[1], part_rows = rows / (uint64_t)n_parts;
-    for (int k = 0; k < n_parts; k++) {
+    int rc = 0;
+    for (int k = 0; k < n_parts && rc == 0; k++) {
         t[k] = find(w, ht[k].name, NULL);
         if (!t[k] || (t[k]->dtype != ST_F32 && t[k]->dtype != ST_BF16) || t[k]->ndim != ht[k].ndim)
-            return st_fail(err, errlen, "%s: no usable tensor %s (run hf_weights_check first)", w->dir, ht[k].name);
-        if (part_rows * cols > t[k]->numel)
-            return st_fail(err, errlen, "%s: %s holds %llu elements, fewer than the model's %llu", w->dir, ht[k].name,
-                           (unsigned long long)t[k]->numel, (unsigned long long)(part_rows * cols));
+            rc = st_fail(err, errlen, "%s: no usable tensor %s (run hf_weights_check first)", w->dir, ht[k].name);
+        else if (part_rows * cols > t[k]->numel)
+            rc = st_fail(err, errlen, "%s: %s holds %llu elements, fewer than the model's %llu", w->dir, ht[k].name,
+                         (unsigned long long)t[k]->numel, (unsigned long long)(part_rows * cols));
     }
     int transpose = ht[0].transpose;
+    free(ht);
+    if (rc != 0) {
+        free(t);
+        return rc;
+    }
     size_t i = a;
     while (i < b) {
         /* the longest run from i whose source elements are consecutive (in one part) */
@@ -316,6 +346,7 @@ static int read_tensor(hf_weights *w, const param_spec *p, const job_model *m, i
         copy_run(w, t[part], src, n, out + (i - a));
         i += n;
     }
+    free(t);
     return 0;
 }
 

@@ -37,30 +37,59 @@ static const char *const llama_hf[] = {
     "mlp.down_proj.weight"};
 #define N_LLAMA (int)(sizeof llama_ours / sizeof llama_ours[0])
 
-ckpt_naming hf_naming_of(model_kind kind)
+ckpt_naming hf_naming_of(const job_model *m)
 {
-    return kind == MODEL_VIT ? CKPT_NAMES_HF_VIT : kind == MODEL_LLAMA ? CKPT_NAMES_HF_LLAMA : CKPT_NAMES_HF_GPT2;
+    if (m->kind == MODEL_LLAMA) return m->moe.experts > 0 ? CKPT_NAMES_HF_MIXTRAL : CKPT_NAMES_HF_LLAMA;
+    return m->kind == MODEL_VIT ? CKPT_NAMES_HF_VIT : CKPT_NAMES_HF_GPT2;
 }
 
 const char *hf_naming_label(ckpt_naming n)
 {
-    return n == CKPT_NAMES_HF_GPT2    ? "GPT-2"
-           : n == CKPT_NAMES_HF_VIT   ? "Hugging Face ViT"
-           : n == CKPT_NAMES_HF_LLAMA ? "Hugging Face Llama"
-                                      : "timm ViT";
+    return n == CKPT_NAMES_HF_GPT2      ? "GPT-2"
+           : n == CKPT_NAMES_HF_VIT     ? "Hugging Face ViT"
+           : n == CKPT_NAMES_HF_LLAMA   ? "Hugging Face Llama"
+           : n == CKPT_NAMES_HF_MIXTRAL ? "Hugging Face Mixtral"
+                                        : "timm ViT";
 }
 
-/* Llama: one to one, the same layout. */
-static int llama_name(const char *ours, hf_tensor *out)
+/* Mixtral's MoE tensors of layer `layer` (after "h.N."): the router one to
+ * one, the experts' stacks as their experts' tensors. */
+static int mixtral_moe_name(int layer, const char *leaf, const int64_t shape[2], const job_model *m, hf_tensor *out,
+                            int cap)
+{
+    if (!strcmp(leaf, "moe.router.w")) {
+        snprintf(out->name, sizeof out->name, "model.layers.%d.block_sparse_moe.gate.weight", layer);
+        return 1;
+    }
+    int gate_up = !strcmp(leaf, "moe.experts.gate_up.w"), down = !strcmp(leaf, "moe.experts.down.w");
+    int E = m ? m->moe.experts : 0;
+    if ((!gate_up && !down) || E < 1) return -1;
+    int n = gate_up ? 2 * E : E;
+    if (shape[0] % n) return -1;
+    hf_tensor first = *out;
+    for (int k = 0; k < n && k < cap; k++) {
+        out[k] = first;
+        snprintf(out[k].name, sizeof out[k].name, "model.layers.%d.block_sparse_moe.experts.%d.%s.weight", layer,
+                 gate_up ? k / 2 : k, down ? "w2" : k % 2 ? "w3" : "w1");
+        out[k].shape[0] = shape[0] / n;
+    }
+    return n;
+}
+
+/* Llama: one to one, the same layout; Mixtral's experts as above. */
+static int llama_name(const char *ours, const int64_t shape[2], ckpt_naming naming, const job_model *m,
+                      hf_tensor *out, int cap)
 {
     int layer = -1, pos = 0;
     if (sscanf(ours, "h.%d.%n", &layer, &pos) == 1 && pos > 0 && layer >= 0) {
         for (int i = 0; i < N_LLAMA; i++)
             if (!strcmp(ours + pos, llama_ours[i])) {
+                /* Mixtral's blocks are all MoE: a dense MLP has no name there */
+                if (naming == CKPT_NAMES_HF_MIXTRAL && !strncmp(llama_ours[i], "mlp.", 4)) return -1;
                 snprintf(out->name, sizeof out->name, "model.layers.%d.%s", layer, llama_hf[i]);
                 return 1;
             }
-        return -1;
+        return naming == CKPT_NAMES_HF_MIXTRAL ? mixtral_moe_name(layer, ours + pos, shape, m, out, cap) : -1;
     }
     static const char *const top[][2] = {{"wte", "model.embed_tokens.weight"},
                                          {"norm.w", "model.norm.weight"},
@@ -70,8 +99,8 @@ static int llama_name(const char *ours, hf_tensor *out)
     return -1;
 }
 
-/* One block tensor, layer `layer`, table row i. */
-static int block_name(int layer, int i, ckpt_naming naming, const int64_t shape[2], hf_tensor out[HF_PARTS_MAX])
+/* One block tensor, layer `layer`, table row i (out holds cap >= 3). */
+static int block_name(int layer, int i, ckpt_naming naming, const int64_t shape[2], hf_tensor *out)
 {
     if (naming == CKPT_NAMES_HF_GPT2) {
         snprintf(out->name, sizeof out->name, "transformer.h.%d.%s", layer, block_gpt2[i]);
@@ -153,7 +182,7 @@ static int lora_name(const char *ours, ckpt_naming naming, hf_tensor *out)
                                            {"gate", "mlp.gate_proj"}, {"up", "mlp.up_proj"},
                                            {"down", "mlp.down_proj"}};
     static const char *const gpt2[][2] = {{"o", "attn.c_proj"}, {"up", "mlp.c_fc"}, {"down", "mlp.c_proj"}};
-    int is_llama = naming == CKPT_NAMES_HF_LLAMA;
+    int is_llama = naming == CKPT_NAMES_HF_LLAMA || naming == CKPT_NAMES_HF_MIXTRAL;
     size_t n = is_llama ? sizeof llama / sizeof llama[0] : sizeof gpt2 / sizeof gpt2[0];
     for (size_t i = 0; i < n; i++) {
         const char *const *row = is_llama ? llama[i] : gpt2[i];
@@ -165,22 +194,42 @@ static int lora_name(const char *ours, ckpt_naming naming, hf_tensor *out)
     return -1;
 }
 
+static int edge_name(const char *ours, const int64_t shape[2], ckpt_naming naming, const job_model *m, hf_tensor *out);
+
 int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming naming, const job_model *m,
-               hf_tensor out[HF_PARTS_MAX])
+               hf_tensor *out, int cap)
 {
-    memset(out, 0, sizeof *out);
-    out->ndim = ndim;
-    out->shape[0] = shape[0];
-    out->shape[1] = shape[1];
-    int lora = lora_name(ours, naming, out);
-    if (lora) return lora;
-    if (naming == CKPT_NAMES_HF_LLAMA) return llama_name(ours, out);
-    int layer = -1, pos = 0;
-    if (sscanf(ours, "h.%d.%n", &layer, &pos) == 1 && pos > 0 && layer >= 0) {
-        for (int i = 0; i < N_BLOCK; i++)
-            if (!strcmp(ours + pos, block_ours[i])) return block_name(layer, i, naming, shape, out);
-        return -1;
+    hf_tensor first, three[3];
+    memset(&first, 0, sizeof first);
+    first.ndim = ndim;
+    first.shape[0] = shape[0];
+    first.shape[1] = shape[1];
+    int lora = lora_name(ours, naming, &first);
+    if (lora) {
+        if (lora > 0 && cap > 0) out[0] = first;
+        return lora;
     }
+    if (naming == CKPT_NAMES_HF_LLAMA || naming == CKPT_NAMES_HF_MIXTRAL) {
+        hf_tensor *o = cap > 0 ? out : three; /* a count only: the first part still needs a place */
+        *o = first;
+        return llama_name(ours, shape, naming, m, o, cap > 0 ? cap : 1);
+    }
+    /* the other namings have at most 3 parts: made in place, then copied */
+    three[0] = first;
+    int n = -1, layer = -1, pos = 0;
+    if (sscanf(ours, "h.%d.%n", &layer, &pos) == 1 && pos > 0 && layer >= 0) {
+        for (int i = 0; i < N_BLOCK && n < 0; i++)
+            if (!strcmp(ours + pos, block_ours[i])) n = block_name(layer, i, naming, shape, three);
+    } else {
+        n = edge_name(ours, shape, naming, m, three);
+    }
+    for (int k = 0; k < n && k < cap; k++) out[k] = three[k];
+    return n;
+}
+
+/* The tensors outside the blocks (GPT-2's and the ViTs'). */
+static int edge_name(const char *ours, const int64_t shape[2], ckpt_naming naming, const job_model *m, hf_tensor *out)
+{
     static const char *const gpt2[][2] = {{"wte", "transformer.wte.weight"},
                                           {"wpe", "transformer.wpe.weight"},
                                           {"lnf.w", "transformer.ln_f.weight"},

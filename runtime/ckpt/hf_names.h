@@ -19,6 +19,15 @@
  * channel pairs as transformers' rotate_half (i with i + head size / 2), so q
  * and k rows need no permutation either way. A tied Llama's head is wte.
  *
+ * A Llama with model.moe is Hugging Face's Mixtral (MixtralForCausalLM):
+ * its attention and norms are the Llama's names, its router is
+ * block_sparse_moe.gate [E, C], and each expert e has w1 (gate), w3 (up) and
+ * w2 (down), [Fe, C], [Fe, C], [C, Fe]. dtrun stacks the experts by rows
+ * (params.c): its gate_up [E 2Fe, C] is 2E parts (w1 of expert 0, w3 of
+ * expert 0, w1 of expert 1, ...), its down [E C, Fe] E parts (w2 of each).
+ * Mixtral has no shared experts and no dense blocks: a model with them has
+ * no Mixtral name for those tensors.
+ *
  * train.lora's adapters ("h.N.lora.q.a", ".b") go by PEFT's names
  * (base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight ...), the
  * same [r, in] and [out, r] layout; a GPT's by GPT-2's modules (o: attn.c_proj,
@@ -32,7 +41,6 @@
 #include "lib/job/jobspec.h"
 #include "runtime/ckpt/ckpt.h"
 
-#define HF_PARTS_MAX 3
 
 typedef struct {
     char name[160];   /* "transformer.h.0.attn.c_attn.weight", "blocks.0.attn.qkv.weight", ... */
@@ -42,16 +50,19 @@ typedef struct {
 } hf_tensor;
 
 /* Our parameter name (without "param/"), its global shape (ndim 1 or 2;
- * shape[1] = 1 for 1-D), the naming (CKPT_NAMES_HF_GPT2, _HF_VIT, _TIMM_VIT
- * or _HF_LLAMA) and the model (needed for ViT's patch weight; may be NULL
- * otherwise) -> the stored tensor(s): returns how many (1, or 3 for HF ViT's
- * qkv: our rows are out[0]'s, then out[1]'s, then out[2]'s, rows / 3 each), or
- * -1 when the name has no counterpart. */
+ * shape[1] = 1 for 1-D), the naming (CKPT_NAMES_HF_GPT2, _HF_VIT, _TIMM_VIT,
+ * _HF_LLAMA or _HF_MIXTRAL) and the model (needed for ViT's patch weight and
+ * Mixtral's experts; may be NULL otherwise) -> the stored tensor(s): returns
+ * how many there are (1; 3 for HF ViT's qkv; Mixtral's 2E or E for the
+ * experts': our rows are out[0]'s, then out[1]'s, ..., rows / n each) and
+ * writes the first min(that, cap) to out; -1 when the name has no
+ * counterpart. */
 int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming naming, const job_model *m,
-               hf_tensor out[HF_PARTS_MAX]);
-/* The naming of a model kind's Hugging Face folder: GPT-2's, HF ViT's or
- * Llama's; and its label for messages ("GPT-2", "Hugging Face ViT", ...). */
-ckpt_naming hf_naming_of(model_kind kind);
+               hf_tensor *out, int cap);
+/* The naming of a model's Hugging Face folder: GPT-2's, HF ViT's, Llama's,
+ * or Mixtral's (a Llama with model.moe); and its label for messages
+ * ("GPT-2", "Hugging Face ViT", ...). */
+ckpt_naming hf_naming_of(const job_model *m);
 const char *hf_naming_label(ckpt_naming naming);
 
 #endif

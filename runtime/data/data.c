@@ -24,6 +24,7 @@ struct data_loader {
     int vocab;             /* GPT: every token id of a batch is below it */
     token_source *tokens;  /* GPT, else NULL */
     image_source *images;  /* ViT, else NULL */
+    sft_source *sft;       /* instruction data (GPT, Llama), else NULL */
     long lo, hi;           /* the split's range of the source */
     long count;            /* samples: windows (GPT) or images (ViT) */
 };
@@ -48,6 +49,7 @@ static const char *kind_name(data_kind k)
     case DATA_TEXT: return "text";
     case DATA_TOKENS: return "tokens";
     case DATA_IDX: return "idx";
+    case DATA_SFT: return "sft";
     }
     return "?";
 }
@@ -101,7 +103,7 @@ static int check_job(const job_spec *job, char *err, size_t errlen)
         return -1;
     }
     data_kind k = job->data.kind;
-    if ((k == DATA_TEXT || k == DATA_TOKENS) && !job_model_is_lm(m)) {
+    if ((k == DATA_TEXT || k == DATA_TOKENS || k == DATA_SFT) && !job_model_is_lm(m)) {
         data_fail(err, errlen, "%s: data kind '%s' needs a GPT or Llama model (the model is a ViT)",
                   job_name(job), kind_name(k));
         return -1;
@@ -146,6 +148,9 @@ static int open_source(data_loader *d, const job_spec *job, data_split split, in
     case DATA_TOKENS:
         d->tokens = tokens_open(*path, err, errlen);
         break;
+    case DATA_SFT:
+        d->sft = sft_open(*path, job->model.seq_len, dd->long_samples == LONG_TRUNCATE, err, errlen);
+        break;
     case DATA_IDX: {
         char labels[JOB_PATH_MAX];
         const char *given = own_val ? dd->val_labels : dd->train_labels;
@@ -159,7 +164,7 @@ static int open_source(data_loader *d, const job_spec *job, data_split split, in
         data_fail(err, errlen, "%s: unknown data kind %d", job_name(job), (int)dd->kind);
         return -1;
     }
-    return d->tokens || d->images ? 0 : -1;
+    return d->tokens || d->images || d->sft ? 0 : -1;
 }
 
 data_loader *data_open(const job_spec *job, data_split split, char *err, size_t errlen)
@@ -180,7 +185,7 @@ data_loader *data_open(const job_spec *job, data_split split, char *err, size_t 
         data_close(d);
         return NULL;
     }
-    long n = d->tokens ? d->tokens->n : d->images->n;
+    long n = d->tokens ? d->tokens->n : d->sft ? sft_samples(d->sft) : d->images->n;
     double frac = job->data.val_fraction > 0 ? job->data.val_fraction : DEFAULT_VAL_FRACTION;
     long n_val = (long)(n * frac);
     char where[64]; /* names the part of the source in messages */
@@ -198,7 +203,19 @@ data_loader *data_open(const job_spec *job, data_split split, char *err, size_t 
         snprintf(where, sizeof where, "validation split, the last %g%%", 100 * frac);
     }
     long len = d->hi - d->lo;
-    if (d->tokens) {
+    if (d->sft) {
+        /* the split's samples packed into windows (sft.c) */
+        if (sft_pack(d->sft, d->lo, d->hi, err, errlen) != 0) {
+            data_close(d);
+            return NULL;
+        }
+        d->count = sft_windows(d->sft);
+        if (d->count < 1) {
+            data_fail(err, errlen, "%s: no samples in the %s (%ld samples in all)", path, where, n);
+            data_close(d);
+            return NULL;
+        }
+    } else if (d->tokens) {
         /* train: every offset is a window; val: windows tile the split, stride
          * seq_len, so an evaluation covers it without overlap */
         d->count = split == DATA_TRAIN ? len - d->seq_len : (len - 1) / d->seq_len;
@@ -229,6 +246,7 @@ void data_close(data_loader *d)
         d->tokens->close(d->tokens);
     if (d->images)
         d->images->close(d->images);
+    sft_close(d->sft);
     free(d);
 }
 
@@ -281,6 +299,15 @@ long data_first_bad_id(const int *ids, long n, int vocab)
     return -1;
 }
 
+/* An id out of the vocabulary and where its file holds it: the fault. */
+static void bad_id_record(const data_loader *d, const char *path, long at, int id)
+{
+    char msg[sizeof fault_msg];
+    snprintf(msg, sizeof msg, "%.1000s: token id %d at token %ld of the file is out of the model's vocabulary "
+                              "(model.vocab_size %d)", path ? path : "the token data", id, at, d->vocab);
+    fault_record(msg);
+}
+
 /* The T ids read from stream position pos: all in the vocabulary, or the
  * fault is recorded (file, position, id) and 0 returned. */
 static int ids_ok(const data_loader *d, long pos, const int *ids, int T)
@@ -289,21 +316,64 @@ static int ids_ok(const data_loader *d, long pos, const int *ids, int T)
     if (bad < 0) return 1;
     long at = pos + bad;
     const char *path = d->tokens->locate ? d->tokens->locate(d->tokens, pos + bad, &at) : NULL;
-    char msg[sizeof fault_msg];
-    snprintf(msg, sizeof msg, "%.1000s: token id %d at token %ld of the file is out of the model's vocabulary "
-                              "(model.vocab_size %d)", path ? path : "the token data", ids[bad], at, d->vocab);
-    fault_record(msg);
+    bad_id_record(d, path, at, ids[bad]);
     return 0;
 }
 
-static void batch_fill(data_loader *d, long step, int begin, int count, int *tokens, int *targets, float *images,
-                       int *labels);
+/* A packed window's ids (its targets are ids of its own rows): all in the
+ * vocabulary, or the fault recorded and 0 returned. */
+static int window_ids_ok(const data_loader *d, long w, const int *ids, int T)
+{
+    long bad = data_first_bad_id(ids, T, d->vocab);
+    if (bad < 0) return 1;
+    long at;
+    const char *path = sft_locate(d->sft, w, (int)bad, &at);
+    bad_id_record(d, path, at, ids[bad]);
+    return 0;
+}
+
+/* What batch_read fills: any of them may be NULL. */
+typedef struct {
+    int *tokens, *targets;
+    float *images;
+    int *labels;
+    int *positions, *segments; /* packed instruction data (data_batch_docs) */
+} batch_out;
+
+static void batch_fill(data_loader *d, long step, int begin, int count, const batch_out *o);
+
+static void batch_read(data_loader *d, long step, int begin, int count, const batch_out *o);
 
 void data_batch(data_loader *d, long step, int begin, int count,
                 int *tokens, int *targets, float *images, int *labels)
 {
+    batch_out o = {tokens, targets, images, labels, NULL, NULL};
+    batch_read(d, step, begin, count, &o);
+}
+
+int data_packed(const data_loader *d) { return d->sft != NULL; }
+
+void data_batch_docs(data_loader *d, long step, int begin, int count, int *positions, int *segments)
+{
+    batch_out o = {NULL, NULL, NULL, NULL, positions, segments};
+    batch_read(d, step, begin, count, &o);
+}
+
+long data_batch_targets(const data_loader *d, long step, int begin, int count)
+{
+    if (!d->sft) return (long)count * (d->tokens ? d->seq_len : 1);
+    uint64_t train_key = rng_key3(d->seed, "data.train", (uint64_t)step, 0);
+    long n = 0;
+    for (int b = 0; b < count; b++) n += sft_window_targets(d->sft, sample_index(d, train_key, step, begin + b));
+    return n;
+}
+
+static void batch_read(data_loader *d, long step, int begin, int count, const batch_out *o)
+{
+    int *tokens = o->tokens, *targets = o->targets, *labels = o->labels;
+    float *images = o->images;
     if (mapped_guard_begin() == 0) {
-        batch_fill(d, step, begin, count, tokens, targets, images, labels);
+        batch_fill(d, step, begin, count, o);
         mapped_guard_end();
         return;
     }
@@ -312,23 +382,49 @@ void data_batch(data_loader *d, long step, int begin, int count,
     char msg[sizeof fault_msg];
     mapped_guard_describe(msg, sizeof msg);
     fault_record(msg);
-    size_t T = d->tokens ? (size_t)d->seq_len : 0;
+    size_t T = d->tokens || d->sft ? (size_t)d->seq_len : 0;
     if (tokens) memset(tokens, 0, (size_t)count * T * sizeof(int));
     if (targets)
         for (size_t i = 0; i < (size_t)count * T; i++) targets[i] = -1;
+    for (size_t i = 0; i < (size_t)count * T; i++) { /* one segment a window */
+        if (o->positions) o->positions[i] = (int)(i % T);
+        if (o->segments) o->segments[i] = 0;
+    }
     if (labels)
         for (int i = 0; i < count; i++) labels[i] = -1;
     if (images && d->images)
         memset(images, 0, (size_t)count * d->images->channels * d->images->size * d->images->size * sizeof(float));
 }
 
-static void batch_fill(data_loader *d, long step, int begin, int count, int *tokens, int *targets, float *images,
-                       int *labels)
+/* Window w of packed samples into sample b of o; an id outside the
+ * vocabulary (the window's tokens hold its targets' ids too) makes it a
+ * sample the loss ignores, and the step stops (data_fault). */
+static void window_fill(data_loader *d, long w, int b, const batch_out *o)
 {
+    size_t T = (size_t)d->seq_len, at = (size_t)b * T;
+    int *x = o->tokens ? o->tokens + at : NULL, *y = o->targets ? o->targets + at : NULL;
+    sft_window(d->sft, w, x, y, o->positions ? o->positions + at : NULL, o->segments ? o->segments + at : NULL);
+    if (!x && !y) return; /* the document structure alone: no ids read */
+    int *ids = x ? x : malloc(T * sizeof *ids); /* targets alone: check the window's ids all the same */
+    if (ids && ids != x) sft_window(d->sft, w, ids, NULL, NULL, NULL);
+    int ok = !ids || window_ids_ok(d, w, ids, (int)T);
+    if (ids != x) free(ids);
+    if (ok) return;
+    if (x) memset(x, 0, T * sizeof *x);
+    if (y)
+        for (size_t t = 0; t < T; t++) y[t] = -1;
+}
+
+static void batch_fill(data_loader *d, long step, int begin, int count, const batch_out *o)
+{
+    int *tokens = o->tokens, *targets = o->targets, *labels = o->labels;
+    float *images = o->images;
     uint64_t train_key = rng_key3(d->seed, "data.train", (uint64_t)step, 0);
     for (int b = 0; b < count; b++) {
         long i = sample_index(d, train_key, step, begin + b);
-        if (d->tokens) {
+        if (d->sft) {
+            window_fill(d, i, b, o);
+        } else if (d->tokens) {
             int T = d->seq_len;
             long pos = d->lo + (d->split == DATA_VAL ? i * T : i);
             int *x = tokens ? tokens + (size_t)b * T : NULL, *y = targets ? targets + (size_t)b * T : NULL;

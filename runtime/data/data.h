@@ -13,6 +13,9 @@
  *  - ViT: position g = k * global_batch + j walks a fresh pseudo-random
  *    permutation of the images every epoch (a stateless bijection of (seed,
  *    epoch)), so every image is seen once per epoch.
+ *  - SFT (data.kind sft, instruction data): samples packed into windows of
+ *    seq_len tokens (sft.c); position g walks a per-epoch permutation of the
+ *    windows, as for images.
  * Validation batches (split DATA_VAL) walk the validation set in order from the
  * start, batch k = samples [k * global_batch, ...) wrapping around; GPT
  * validation windows tile the split with stride seq_len (no overlap).
@@ -21,7 +24,7 @@
  * data.train_labels / val_labels, or derived from the images' name by
  * replacing "images-idx3" with "labels-idx1"). Without it, validation is the
  * last data.val_fraction (0 means 0.1) of the train file — bytes, tokens or
- * images — and training the rest. Synthetic data is a virtual file of
+ * images, or SFT samples — and training the rest. Synthetic data is a virtual file of
  * data.synthetic_size tokens or images (0 means 2^20 tokens / 10000 images),
  * split the same way; see synthetic.c for what a model can learn from it.
  * IDX pixels are normalised as (x / 255 - 0.2860) / 0.3530 (Fashion-MNIST).
@@ -79,10 +82,12 @@ void data_close(data_loader *d);
 
 /* Distinct samples in the split. ViT: images. GPT training: window offsets,
  * tokens - seq_len; GPT validation: non-overlapping windows,
- * (tokens - 1) / seq_len, so ceil(count / global_batch) batches cover it. */
+ * (tokens - 1) / seq_len, so ceil(count / global_batch) batches cover it.
+ * SFT: packed windows. */
 long data_count(const data_loader *d);
 /* The split's length: tokens (GPT; validation windows use count * seq_len + 1
- * of them, the rest is a tail shorter than a window) or images (ViT). */
+ * of them, the rest is a tail shorter than a window), images (ViT) or
+ * samples (SFT). */
 long data_span(const data_loader *d);
 
 /* Fill samples [begin, begin + count) of the global batch of step `step`.
@@ -91,6 +96,21 @@ long data_span(const data_loader *d);
  * Reentrant: ranks, threads and loaders may call it concurrently. */
 void data_batch(data_loader *d, long step, int begin, int count,
                 int *tokens, int *targets, float *images, int *labels);
+
+/* Packed instruction data (data.kind sft): 1 when the loader's samples are
+ * windows of packed samples, whose rows need data_batch_docs (the model's
+ * document mask), else 0. */
+int data_packed(const data_loader *d);
+/* Samples [begin, begin + count) of the global batch of `step` as
+ * data_batch cuts them, their rows' document structure, [count, seq_len]
+ * each: the position of each token in its sample (0 at a sample's first
+ * token) and its segment (the sample's index in its window; the padding
+ * after the last sample is one more). Only for a packed loader. */
+void data_batch_docs(data_loader *d, long step, int begin, int count, int *positions, int *segments);
+/* The targets >= 0 (the tokens the loss counts) in those samples: what the
+ * mean over a global batch divides by. Language models: packed windows
+ * count their masked-in targets, windows of a token stream seq_len each. */
+long data_batch_targets(const data_loader *d, long step, int begin, int count);
 
 /* A data file that changed while the run reads it. Three checks, each ending
  * in one line in msg and a 1 from here (sticky: the first fault's line), 0

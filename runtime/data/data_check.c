@@ -1,6 +1,6 @@
 /* data_check.c — the job's data files by their headers, before any worker
  * starts (data.h: data_check_files). The same checks, in the same words, as
- * the loader's open (token_shard_check, idx_check_headers), minus everything
+ * the loader's open (token_shard_check, sft_shard_check, idx_check_headers), minus everything
  * that reads beyond a header: so a PNG named as token shards is one line from
  * the launcher, not one from every rank after the spawn. */
 #include "runtime/data/data.h"
@@ -13,6 +13,7 @@
 
 #include "lib/job/jobspec_check.h"
 #include "lib/job/jobspec_fields.h"
+#include "lib/text/sft_shard.h"
 #include "lib/text/token_shard.h"
 #include "runtime/data/source.h"
 
@@ -29,18 +30,36 @@ static int blame(const job_spec *job, int fid, const char *value, const char *pa
     return job_fail_blame(job, (const int[]){fid, -1}, 2, msg, err, errlen);
 }
 
-/* Every shard a pattern names (a glob, or one path). */
-static int check_shards(const job_spec *job, int fid, const char *pattern, char *err, size_t errlen)
+static int token_header_ok(const char *path, char *why, size_t n)
+{
+    token_shard_info info;
+    return token_shard_check_file(path, &info, why, n);
+}
+
+/* An SFT shard's header against its size (mapped: only the header is read;
+ * the loader checks the body, which it reads anyway). */
+static int sft_header_ok(const char *path, char *why, size_t n)
+{
+    mapped_file f;
+    if (mapped_file_open(&f, path, why, n) != 0) return -1;
+    sft_shard_info info;
+    size_t have = f.len < TOKEN_SHARD_HEADER_BYTES ? f.len : TOKEN_SHARD_HEADER_BYTES;
+    int rc = sft_shard_check(f.bytes, have, f.len, path, &info, why, n);
+    mapped_file_close(&f);
+    return rc;
+}
+
+/* Every shard a pattern names (a glob, or one path), by its header. */
+static int check_shards(const job_spec *job, int fid, const char *pattern,
+                        int (*header_ok)(const char *path, char *why, size_t n), char *err, size_t errlen)
 {
     glob_t g;
     if (glob(pattern, GLOB_NOCHECK, NULL, &g) != 0) return 0; /* the loader words it */
     char why[2 * JOB_PATH_MAX];
     int rc = 0;
-    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++) {
-        token_shard_info info;
-        if (token_shard_check_file(g.gl_pathv[i], &info, why, sizeof why) != 0)
+    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++)
+        if (header_ok(g.gl_pathv[i], why, sizeof why) != 0)
             rc = blame(job, fid, pattern, g.gl_pathv[i], why, err, errlen);
-    }
     globfree(&g);
     return rc;
 }
@@ -77,7 +96,8 @@ int data_check_files(const job_spec *job, char *err, size_t errlen)
         if (!files[i].path[0]) continue;
         int rc = 0;
         switch (d->kind) {
-        case DATA_TOKENS: rc = check_shards(job, files[i].fid, files[i].path, err, errlen); break;
+        case DATA_TOKENS: rc = check_shards(job, files[i].fid, files[i].path, token_header_ok, err, errlen); break;
+        case DATA_SFT: rc = check_shards(job, files[i].fid, files[i].path, sft_header_ok, err, errlen); break;
         case DATA_TEXT: rc = check_text(job, files[i].fid, files[i].path, err, errlen); break;
         case DATA_IDX:
             if (job->model.kind == MODEL_VIT)

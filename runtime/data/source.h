@@ -1,5 +1,6 @@
-/* source.h — private to runtime/data: the two kinds of sample source that the
- * loader (data.c) cuts batches from.
+/* source.h — private to runtime/data: the kinds of sample source that the
+ * loader (data.c) cuts batches from (token streams, images, and packed
+ * instruction samples, sft.c).
  *
  * A token source is a read-only stream of token ids (byte-level text, llm.c
  * shards, or the synthetic Markov stream); GPT windows are cut from it. An image
@@ -91,6 +92,27 @@ image_source *idx_open(const char *images_path, const char *labels_path,
  * count): the images and labels are not read. */
 int idx_check_headers(const char *images_path, const char *labels_path, const job_model *model, char *err,
                       size_t errlen);
+
+/* sft.c: instruction data, SFT shards (lib/text/sft_shard.h; `pattern` may be
+ * a glob, its matches' samples taken in sorted order), each shard checked
+ * whole at open. A sample longer than seq_len is an error naming it, or with
+ * `truncate` its first seq_len tokens. sft_pack then packs samples [lo, hi)
+ * into windows of seq_len rows (first fit, in order); window w's rows give
+ * per token the input id, the target (-1: its mask byte 0, or across a
+ * sample boundary, or padding), the position in its sample and the sample's
+ * index in the window (the padding after the last sample is one more), any
+ * output NULL to skip it. sft_window_targets: window w's targets >= 0.
+ * sft_locate: the file holding row t of window w, *at its token index there
+ * (NULL for padding). */
+typedef struct sft_source sft_source;
+sft_source *sft_open(const char *pattern, int seq_len, int truncate, char *err, size_t errlen);
+long sft_samples(const sft_source *s);
+int sft_pack(sft_source *s, long lo, long hi, char *err, size_t errlen);
+long sft_windows(const sft_source *s);
+long sft_window_targets(const sft_source *s, long w);
+void sft_window(const sft_source *s, long w, int *tok, int *tgt, int *pos, int *seg);
+const char *sft_locate(const sft_source *s, long w, int t, long *at);
+void sft_close(sft_source *s);
 
 /* synthetic.c: learnable, deterministic data of job->data.synthetic_size tokens
  * (GPT) or images (ViT), keyed by job->train.seed. */

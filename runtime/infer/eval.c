@@ -16,7 +16,9 @@
 static const char USAGE[] =
     "usage: dtrun eval CKPT|HF_DIR --data FILE [options]\n"
     "  --data FILE            what to evaluate on: llm.c token shards, any file as bytes (a byte-level\n"
-    "                         GPT), IDX images (a ViT); by default every window of it, once\n"
+    "                         GPT), IDX images (a ViT), SFT shards (instruction data: the mean over the\n"
+    "                         masked-in targets of its samples packed as data.kind sft packs them);\n"
+    "                         by default every window of it, once\n"
     "  --split whole|val      the whole file (default) or its validation split as training cuts it:\n"
     "                         the last --val-fraction of it\n"
     "  --val-fraction F       the validation split's share (default 0.1, data.val_fraction's default)\n"
@@ -131,6 +133,9 @@ static int eval_worker(const char *job_path, int argc, char **argv)
         printf(": loss %.6f", loss);
         if (acc >= 0) {
             printf(" | accuracy %.2f%% | %ld images", 100 * acc, samples);
+        } else if (job.data.kind == DATA_SFT) { /* the loss is the mean over the masked-in targets */
+            printf(" | perplexity %.4g | %.0f masked-in targets in %ld windows of %d tokens (packed samples)",
+                   exp(loss), engine_val_targets(e, samples), samples, job.model.seq_len);
         } else {
             int T = job.model.seq_len;
             printf(" | perplexity %.4g | %ld windows of %d tokens", exp(loss), samples, T);

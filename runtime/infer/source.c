@@ -2,6 +2,7 @@
 #include "runtime/infer/source.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "lib/launch/agent.h"
 #include "lib/launch/launch_opts.h"
+#include "lib/text/sft_shard.h"
 #include "lib/text/token_shard.h"
 #include "lib/util/exit_codes.h"
 #include "runtime/ckpt/ckpt.h"
@@ -40,6 +42,20 @@ static int is_token_file(const char *path)
     if (!f) return 0;
     unsigned char magic[4];
     int ok = fread(magic, sizeof magic, 1, f) == 1 && token_shard_magic_known(magic);
+    fclose(f);
+    return ok;
+}
+
+/* SFT shards (instruction data: lib/text/sft_shard.h) start with their own
+ * int32 magic. */
+static int is_sft_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char m[4];
+    int ok = fread(m, sizeof m, 1, f) == 1 &&
+             (int32_t)((uint32_t)m[0] | (uint32_t)m[1] << 8 | (uint32_t)m[2] << 16 | (uint32_t)m[3] << 24) ==
+                 SFT_SHARD_MAGIC;
     fclose(f);
     return ok;
 }
@@ -123,7 +139,7 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
     if (s->data) {
         /* a ViT reads IDX images (an HF folder's kind is known once its config is read: the file says) */
         int idx = hf ? is_idx_images(s->data) : m.kind == MODEL_VIT;
-        const char *kind = idx ? "idx" : is_token_file(s->data) ? "tokens" : "text";
+        const char *kind = idx ? "idx" : is_token_file(s->data) ? "tokens" : is_sft_file(s->data) ? "sft" : "text";
         fprintf(f, "data:\n  kind: %s\n  train: ", kind);
         put_quoted(f, s->data);
         if (s->val_split) { /* the split training validates on: the file's last val_fraction */

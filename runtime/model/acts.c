@@ -46,10 +46,13 @@ typedef struct {
     model_dims d;
     int has_emb, has_head, nb, sp, gpt, cp; /* gpt: a language model (gpt or llama) */
     int llama; /* RMSNorm (no means kept), rotary positions (their table and rows' positions), no wpe */
+    int docs;  /* packed samples (job_model.packed): per micro-batch positions and segments */
     int tied;  /* the LM head is wte */
     int lse; /* the attention keeps each row's log-sum-exp (model_attention_lse) */
     int off; /* the stream entering blocks 1 .. nb-1 in host memory (acts_on_host) */
     int lora; /* train.lora: frozen base, adapters (lora.h) */
+    int first_layer;          /* the first held block's index (0-based) */
+    int has_dense, has_moe;   /* the held blocks include dense ones, MoE ones (model.moe) */
 } shape;
 
 /* The attention statistics one block keeps: its softmax probabilities [B,
@@ -87,11 +90,17 @@ static shape shape_of(const job_model *spec, const model_shard *sh, recompute_ki
     g.sp = g.d.sp_size > 1;
     g.gpt = job_model_is_lm(spec);
     g.llama = spec->kind == MODEL_LLAMA;
+    g.docs = spec->packed && g.gpt;
     g.tied = job_model_tied_head(spec);
     g.cp = g.d.cp_size > 1;
     g.lse = model_attention_lse(spec, g.d.cp_size);
     g.off = prec && prec->acts_on_host && rc == RECOMPUTE_BLOCK && g.nb > 1;
     g.lora = job_lora_on(spec);
+    g.first_layer = first - 1;
+    for (int k = 0; k < g.nb; k++) {
+        if (job_moe_block(spec, g.first_layer + k)) g.has_moe = 1;
+        else g.has_dense = 1;
+    }
     return g;
 }
 
@@ -102,29 +111,60 @@ static size_t head_chunk_numel(const shape *g, int B)
     return (rows < N ? rows : N) * (size_t)g->d.V_l;
 }
 
+/* Which MLP a block set serves: a dense block's, an MoE block's, or (the
+ * shared set block recompute rebuilds each block in) either. */
+enum { MLP_DENSE = 1, MLP_MOE = 2 };
+
+static int block_mlp(const shape *g, int k)
+{
+    return job_moe_block(g->spec, g->first_layer + k) ? MLP_MOE : MLP_DENSE;
+}
+
+static int held_mlps(const shape *g) { return (g->has_dense ? MLP_DENSE : 0) | (g->has_moe ? MLP_MOE : 0); }
+
 /* One block's tensors (elements of e bytes: the activations' type) and, with
  * `stats`, its layernorm statistics and attention log-sum-exp (fp32); a
  * recompute working set without them borrows the stash's (bf16 keeps the
- * statistics in the stash: they are cheap). */
-static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_shared, int stats)
+ * statistics in the stash: they are cheap). An MoE block (mlp MLP_MOE)
+ * keeps its router's scores, choices, weights and route, the permuted input
+ * and the experts' hidden activations and outputs for N k rows (as many as
+ * dropless routing computes; a capacity computes fewer), and its shared
+ * experts' MLP tensors in fch, fchg. */
+static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_shared, int stats, int mlp)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
     size_t att = att_numel(g, B), e = g->e;
-    size_t C_l = (size_t)g->d.C_l, F_l = (size_t)g->d.F_l, H_l = (size_t)g->d.H_l, W_l = (size_t)g->d.W_l;
+    size_t C_l = (size_t)g->d.C_l, W_l = (size_t)g->d.W_l;
+    size_t H = 0, F = 0;
+    if (mlp & MLP_DENSE) H = (size_t)g->d.H_l, F = (size_t)g->d.F_l;
+    if ((mlp & MLP_MOE) && (size_t)g->d.Hs > H) H = (size_t)g->d.Hs, F = (size_t)g->d.Fs;
     /* RMSNorm keeps no mean */
     s->ln1 = take(b, Nl * C * e);
     if (stats) s->ln1_mean = g->llama ? NULL : takef(b, Nl), s->ln1_rstd = takef(b, Nl);
     s->qkv = take(b, N * W_l * e);
     b->attn_in += (Nl * C + N * W_l) * e;
-    b->mlp_in += (Nl * C + N * (H_l + F_l)) * e;
+    b->mlp_in += (Nl * C + N * (H + F)) * e;
     if (g->lse) s->att = stats ? takef(b, att) : NULL; /* the statistic */
     else s->att = g->rc == RECOMPUTE_SELECTIVE ? att_shared : take(b, att * e);
     s->atty = take(b, N * C_l * e);
     s->r2 = take(b, Nl * C * e);
     s->ln2 = take(b, Nl * C * e);
     if (stats) s->ln2_mean = g->llama ? NULL : takef(b, Nl), s->ln2_rstd = takef(b, Nl);
-    s->fch = take(b, N * H_l * e);
-    s->fchg = take(b, N * F_l * e);
+    s->fch = H ? take(b, N * H * e) : NULL;
+    s->fchg = F ? take(b, N * F * e) : NULL;
+    if (!(mlp & MLP_MOE)) return;
+    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = N * k;
+    size_t before = b->off;
+    s->moe_scores = takef(b, N * E);
+    s->moe_w = takef(b, Nk);
+    s->moe_idx = takei(b, Nk);
+    s->moe_dst = takei(b, Nk);
+    s->moe_src = takei(b, Nk);
+    s->moe_x = take(b, Nk * C * e);
+    s->moe_h = take(b, Nk * (size_t)g->d.He * e);
+    s->moe_g = take(b, Nk * (size_t)g->d.Fe * e);
+    s->moe_y = take(b, Nk * C * e);
+    b->mlp_in += b->off - before;
 }
 
 /* What one micro-batch keeps from its forward for its backward (the stash: a
@@ -148,7 +188,15 @@ static void layout_stash(const shape *g, int B, model_acts *a, bump *b)
     a->stream = take(b, (size_t)kept * Nl * C * e);
     if (g->has_head) a->out = a->stream ? (char *)a->stream + (size_t)ins * Nl * C * e : NULL;
     for (int k = 0; k < blk_sets(nb, g->rc); k++)
-        take_block(b, g, B, a->blk ? &a->blk[k] : &(block_acts){0}, a->bs.att_shared, 1);
+        take_block(b, g, B, a->blk ? &a->blk[k] : &(block_acts){0}, a->bs.att_shared, 1, block_mlp(g, k));
+    if (g->docs && (g->has_emb || nb > 0)) {
+        /* packed samples: the micro-batch's rows' positions (wpe's rows, RoPE's
+         * angles) and every cp rank's rows' segments (the attention's mask) */
+        a->pos = takei(b, N);
+        a->seg = nb > 0 ? takei(b, N * (size_t)g->d.cp_size) : NULL;
+        a->bs.docs = (model_docs){a->seg, a->seg ? a->host_seg : NULL};
+        if (g->llama && nb > 0) a->bs.rope_pos = a->pos;
+    }
     if (g->gpt) {
         if (g->has_emb) a->tokens = takei(b, N);
         if (g->has_head) {
@@ -246,13 +294,27 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE && !g->lse ? take(b, att * e) : NULL;
     /* the set a block recomputes into (block recompute keeps none per block) */
     a->work_blk_on = nb > 0 && g->rc == RECOMPUTE_BLOCK;
-    if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, 1);
+    if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, 1, held_mlps(g));
     /* offloaded entries: two, so that one crosses while the next block computes */
     for (int i = 0; i < 2; i++) a->xbuf[i] = g->off ? take(b, Nl * C * e) : NULL;
     a->dinput = g->bf16 && !g->has_emb ? take(b, Nl * C * e) : NULL;
     a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
-    a->bs.dA = nb > 0 ? takef(b, N * max_sz(F_l, W_l)) : NULL;
-    a->bs.dB = nb > 0 ? takef(b, N * max_sz(H_l, C_l)) : NULL;
+    /* the MLP's gradients: a dense block's, or an MoE block's shared experts' */
+    size_t Fg = g->has_dense ? F_l : 0, Hg = g->has_dense ? H_l : 0;
+    if (g->has_moe) Fg = max_sz(Fg, (size_t)g->d.Fs), Hg = max_sz(Hg, (size_t)g->d.Hs);
+    a->bs.dA = nb > 0 ? takef(b, N * max_sz(Fg, W_l)) : NULL;
+    a->bs.dB = nb > 0 ? takef(b, N * max_sz(Hg, C_l)) : NULL;
+    /* an MoE block's backward (moe.c), and its route's per-sample counts */
+    int moe = g->has_moe;
+    size_t E = (size_t)g->d.E, Nk = N * (size_t)g->d.k;
+    a->bs.moe_dy = moe ? takef(b, Nk * C) : NULL;
+    a->bs.moe_dg = moe ? takef(b, Nk * (size_t)g->d.Fe) : NULL;
+    a->bs.moe_dh = moe ? takef(b, Nk * (size_t)g->d.He) : NULL;
+    a->bs.moe_dw = moe ? takef(b, Nk) : NULL;
+    a->bs.moe_dlogits = moe ? takef(b, N * E) : NULL;
+    a->bs.moe_aux = moe ? takef(b, (size_t)B * E) : NULL;
+    a->bs.moe_chosen = moe ? takei(b, (size_t)B * E) : NULL;
+    a->bs.moe_counts = moe ? takei(b, E) : NULL;
     size_t att_scr = att_scratch_numel(g, B);
     a->bs.att_scratch = nb > 0 && att_scr ? takef(b, att_scr) : NULL;
     /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
@@ -271,11 +333,14 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
         a->dlogits = NULL;
         /* (train.lora: a frozen wte has no gradient to share) */
         a->tied_dwte = g->has_emb && g->has_head && g->tied && !g->lora ? takef(b, V_l * C) : NULL;
-        a->wpe_l = g->has_emb && g->cp && !g->llama ? takef(b, (size_t)g->d.seq * C) : NULL;
+        /* (packed samples: wpe's rows by each row's position, no chunk copy) */
+        a->wpe_l = g->has_emb && g->cp && !g->llama && !g->docs ? takef(b, (size_t)g->d.seq * C) : NULL;
         /* rotary positions: each local row's position in its sample (global
          * under context parallelism) and the cos / sin table of the sample's
-         * positions, made when the working set is (model_acts_create) */
-        a->bs.rope_pos = g->llama && nb > 0 ? takei(b, N) : NULL;
+         * positions, made when the working set is (model_acts_create);
+         * packed samples have their own positions in every micro-batch's
+         * stash (layout_stash) */
+        if (!g->docs) a->bs.rope_pos = g->llama && nb > 0 ? takei(b, N) : NULL;
         a->bs.rope_cs = g->llama && nb > 0 ? takef(b, (size_t)model_seq_len(g->spec) * (size_t)g->d.hs) : NULL;
         /* kv heads replicated over tp: a micro-batch's qkv weight gradient and
          * every kv head's rows to sum it over the group (llama.c) */
@@ -343,6 +408,11 @@ const char *model_split_unsupported(const model_shard *shard, recompute_kind rec
 
 model_acts *model_acts_create_split(model *m, int B)
 {
+    if (m->n_moe > 0) {
+        fprintf(stderr, "dtrun: model: a split backward does not work with MoE blocks (their expert weight "
+                        "gradients come with the input gradient)\n");
+        return NULL;
+    }
     const char *why = model_split_unsupported(&m->shard, m->recompute, &m->prec);
     if (why) {
         fprintf(stderr, "dtrun: model: a split backward does not work with %s\n", why);
@@ -397,7 +467,8 @@ size_t model_acts_host_bytes(const job_model *spec, int B)
 {
     size_t N = (size_t)B * (size_t)model_seq_len(spec);
     size_t floats = 2 * N + (spec->kind == MODEL_VIT ? (size_t)B * (size_t)spec->n_classes : 0);
-    return floats * sizeof(float);
+    size_t ints = spec->packed ? 2 * N : 0; /* packed samples: host_pos, host_seg */
+    return floats * sizeof(float) + ints * sizeof(int);
 }
 
 /* Points every micro-batch's working-set pointers at the model's (again, after
@@ -412,6 +483,7 @@ static void point_work(model *m)
     /* what the working set keeps for every micro-batch: a Llama's rotary
      * positions and table (the same memory for all of them) */
     if (m->acts_list && g.llama) llama_rope_prepare(m, &m->acts_list->bs, m->work_B);
+    for (model_acts *x = m->acts_list; x; x = x->next) x->bs.moe_host = m->moe_host_scratch;
 }
 
 /* The working set serves micro-batches of up to work_B samples: a larger one
@@ -425,7 +497,16 @@ static int work_reserve(model *m, int B)
         fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activation working set\n", z.work);
         return -1;
     }
+    /* an MoE route's per-sample sums, on their way to or from the host */
+    float *host = NULL;
+    if (m->n_moe > 0 && !(host = malloc((size_t)B * (size_t)m->d.E * sizeof(float)))) {
+        m->ops->free(mem);
+        fprintf(stderr, "dtrun: model: out of host memory for the MoE route's sums\n");
+        return -1;
+    }
     if (m->work_mem) m->ops->free(m->work_mem);
+    free(m->moe_host_scratch);
+    m->moe_host_scratch = host;
     m->work_mem = mem;
     m->work_bytes = z.work;
     m->work_B = B;
@@ -433,6 +514,25 @@ static int work_reserve(model *m, int B)
 }
 
 size_t model_acts_work_bytes(const model *m) { return m->work_mem ? m->work_bytes : 0; }
+
+/* Each MoE block set's host arrays (block_acts moe_counts, moe_chosen): the
+ * host launches the experts' GEMMs from the counts and computes the balance
+ * loss from the per-sample choices. */
+static int moe_host_arrays(model *m, model_acts *a)
+{
+    if (m->n_moe == 0) return 0;
+    size_t E = (size_t)m->d.E, per = 2 * E + (size_t)a->B * E;
+    int sets = blk_sets(m->n_blocks, m->recompute);
+    a->moe_host = malloc((size_t)(sets + 1) * per * sizeof(int));
+    if (!a->moe_host) return -1;
+    for (int k = 0; k <= sets; k++) {
+        block_acts *s = k < sets ? &a->blk[k] : &a->work_blk;
+        if (k < sets && moe_slot_of(m, m->first_block + k) < 0) continue;
+        s->moe_counts = a->moe_host + (size_t)k * per;
+        s->moe_chosen = s->moe_counts + 2 * E;
+    }
+    return 0;
+}
 
 model_acts *model_acts_create(model *m, int B)
 {
@@ -453,9 +553,11 @@ model_acts *model_acts_create(model *m, int B)
     if (z.host) a->host_mem = m->ops->host_alloc(z.host);
     a->host_loss = malloc(N * sizeof(float));
     a->host_dloss = malloc(N * sizeof(float));
+    if (m->spec.packed) a->host_pos = malloc(N * sizeof(int)), a->host_seg = malloc(N * sizeof(int));
     if (m->spec.kind == MODEL_VIT)
         a->host_logits = malloc((size_t)B * (size_t)m->spec.n_classes * sizeof(float));
     if (!a->mem || (z.host && !a->host_mem) || (sets && !a->blk) || !a->host_loss || !a->host_dloss ||
+        (m->spec.packed && (!a->host_pos || !a->host_seg)) ||
         (m->spec.kind == MODEL_VIT && !a->host_logits)) {
         fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activations\n", a->bytes);
         model_acts_destroy(a);
@@ -471,6 +573,11 @@ model_acts *model_acts_create(model *m, int B)
     bump b = {a->mem, 0, 0, 0}, hb = {.base = a->host_mem};
     layout_stash(&g, B, a, &b);
     layout_host(&g, B, a, &hb);
+    if (moe_host_arrays(m, a) != 0) {
+        fprintf(stderr, "dtrun: model: out of host memory for the MoE blocks' routes\n");
+        model_acts_destroy(a);
+        return NULL;
+    }
     a->kept_attn_in = b.attn_in;
     a->kept_mlp_in = b.mlp_in;
     return a;
@@ -495,10 +602,13 @@ void model_acts_destroy(model_acts *a)
     if (a->host_mem) m->ops->host_free(a->host_mem);
     if (a->wk_mem) m->ops->free(a->wk_mem);
     free(a->wk);
+    free(a->moe_host);
     free(a->blk);
     free(a->host_loss);
     free(a->host_dloss);
     free(a->host_logits);
+    free(a->host_pos);
+    free(a->host_seg);
     free(a);
 }
 

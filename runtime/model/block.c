@@ -26,13 +26,28 @@
 void block_bind(model *m, int unit, block_params *bp, int what)
 {
     static const int gpt[BLK_ROLES] = {BLK_LN1_W, BLK_LN1_B, BLK_QKV_W, BLK_QKV_B, BLK_PROJ_W, BLK_PROJ_B,
-                                       BLK_LN2_W, BLK_LN2_B, BLK_FC_W,  BLK_FC_B,  BLK_MPROJ_W, BLK_MPROJ_B};
+                                       BLK_LN2_W, BLK_LN2_B, BLK_FC_W,  BLK_FC_B,  BLK_MPROJ_W, BLK_MPROJ_B,
+                                       -1, -1, -1, -1, -1};
     /* Llama: the packed qkv starts at q, the packed gate|up at gate; no biases */
     static const int llama[BLK_ROLES] = {LLAMA_ATTN_NORM, -1, LLAMA_Q,    -1, LLAMA_O,    -1,
-                                         LLAMA_MLP_NORM,  -1, LLAMA_GATE, -1, LLAMA_DOWN, -1};
-    const int *at = m->spec.kind == MODEL_LLAMA ? llama : gpt;
+                                         LLAMA_MLP_NORM,  -1, LLAMA_GATE, -1, LLAMA_DOWN, -1,
+                                         -1, -1, -1, -1, -1};
+    /* an MoE block: the dense block's up to its second norm, then the MoE's
+     * (model_internal.h MOE_*; the shared experts' only when there are) */
+    static const int gpt_moe[BLK_ROLES] = {BLK_LN1_W, BLK_LN1_B, BLK_QKV_W, BLK_QKV_B, BLK_PROJ_W, BLK_PROJ_B,
+                                           BLK_LN2_W, BLK_LN2_B, -1, -1, -1, -1,
+                                           MOE_GPT_ROUTER, MOE_GPT_EXP_FC, MOE_GPT_EXP_PROJ, MOE_GPT_SH_FC,
+                                           MOE_GPT_SH_PROJ};
+    static const int llama_moe[BLK_ROLES] = {LLAMA_ATTN_NORM, -1, LLAMA_Q, -1, LLAMA_O, -1,
+                                             LLAMA_MLP_NORM,  -1, -1, -1, -1, -1,
+                                             MOE_LLAMA_ROUTER, MOE_LLAMA_EXP_GATE_UP, MOE_LLAMA_EXP_DOWN,
+                                             MOE_LLAMA_SH_GATE, MOE_LLAMA_SH_DOWN};
+    int llama_kind = m->spec.kind == MODEL_LLAMA, moe = block_is_moe(m, unit);
+    const int *at = moe ? (llama_kind ? llama_moe : gpt_moe) : llama_kind ? llama : gpt;
+    int shared = m->d.Fs > 0;
     for (int r = 0; r < BLK_ROLES; r++) {
         int i = at[r];
+        if ((r == BR_SH_FC_W || r == BR_SH_PROJ_W) && !shared) i = -1;
         bp->p[r] = i < 0 || !(what & BIND_PARAMS) ? NULL : unit_tensor(m, unit, i);
         bp->w[r] = i < 0 || !(what & BIND_PARAMS) ? NULL : unit_weight(m, unit, i);
         bp->g[r] = i < 0 || !(what & BIND_GRADS) ? NULL : unit_tensor_grad(m, unit, i);
@@ -112,23 +127,20 @@ static void residual_norm_forward(model *m, void *res, void *out, float *mean, f
 
 /* ---- the MLP's activation: GELU of fc's output, or SwiGLU of gate|up ---- */
 
-/* fch = fc(ln2), fchg = its activation. */
-static void mlp_in_forward(model *m, int unit, const block_params *bp, block_acts *a, const block_scratch *s, int N)
+void block_mlp_in(model *m, void *h, void *g, const void *in, void *full, const void *w, const float *b, int N,
+                  int H, int F, const model_lora *lo)
 {
     const model_layers *L = &m->layers;
-    const model_dims *d = &m->d;
-    int C = d->C;
+    int C = m->d.C;
     dt_dtype t = m->act;
-    model_lora lb;
-    const model_lora *lo = block_lora(m, unit, LORA_LAYER_FC, bp, &s->lora, &lb);
     if (m->spec.kind == MODEL_LLAMA) { /* one GEMM for gate and up, then SiLU(gate) * up */
-        L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp->w[BR_FC_W], NULL, N, C, d->H_l, t, lo);
-        m->ops->swiglu_forward(a->fchg, a->fch, N, d->F_l, t);
+        L->column_forward(L->ctx, h, in, full, w, NULL, N, C, H, t, lo);
+        m->ops->swiglu_forward(g, h, N, F, t);
     } else if (m->spec.activation == ACT_GELU || lo) {
         /* The exact GELU: no GEMM epilogue computes it; nor the sum of the
          * GEMM and an adapter's delta (the GELU then reads the stored pre-activation). */
-        L->column_forward(L->ctx, a->fch, a->ln2, s->full, bp->w[BR_FC_W], bp->p[BR_FC_B], N, C, d->F_l, t, lo);
-        model_gelu_forward(m, a->fchg, a->fch, (size_t)N * (size_t)d->F_l);
+        L->column_forward(L->ctx, h, in, full, w, b, N, C, F, t, lo);
+        model_gelu_forward(m, g, h, (size_t)N * (size_t)F);
     } else {
         /* GPT-2's tanh GELU in the fc GEMM's epilogue (same bits on the CPU).
          * bf16: the GELU reads the fp32 pre-activation, as cuBLASLt's
@@ -137,40 +149,32 @@ static void mlp_in_forward(model *m, int unit, const block_params *bp, block_act
          * the two ops', a different trajectory, not a different accuracy (the
          * quickstart_bf16 test compares smoothed curves against fp32's
          * seed-to-seed spread). */
-        L->column_gelu_forward(L->ctx, a->fchg, a->fch, a->ln2, s->full, bp->w[BR_FC_W], bp->p[BR_FC_B], N, C,
-                               d->F_l, t);
+        L->column_gelu_forward(L->ctx, g, h, in, full, w, b, N, C, F, t);
     }
 }
 
-/* The MLP projection's backward and the activation's: dfch [N, H_l] (fc's
- * output gradient) from dres, with dfchg [N, F_l] as scratch. */
-static void mlp_out_backward(model *m, int unit, const block_params *bp, const block_acts *a, const block_scratch *s,
-                             float *dres, float *dfch, float *dfchg, int N)
+void block_mlp_out_backward(model *m, const void *h, const void *g, const void *w, float *dw, float *db,
+                            const float *dout, void *full, float *dh, float *dg, int N, int H, int F,
+                            const model_lora *lo)
 {
     const model_layers *L = &m->layers;
-    const model_dims *d = &m->d;
-    int C = d->C;
+    int C = m->d.C;
     dt_dtype t = m->act;
-    size_t NF = (size_t)N * (size_t)d->F_l;
-    model_lora lb;
-    const model_lora *lo = block_lora(m, unit, LORA_LAYER_MPROJ, bp, &s->lora, &lb);
+    size_t NF = (size_t)N * (size_t)F;
     if (m->spec.kind == MODEL_LLAMA) {
-        L->row_backward(L->ctx, dfchg, bp->g[BR_MPROJ_W], NULL, dres, s->full, a->fchg, bp->w[BR_MPROJ_W], N, d->F_l,
-                        C, t, lo);
-        m->ops->zero(dfch, (size_t)N * (size_t)d->H_l * sizeof(float));
-        m->ops->swiglu_backward(dfch, a->fch, dfchg, N, d->F_l, t);
+        L->row_backward(L->ctx, dg, dw, NULL, dout, full, g, w, N, F, C, t, lo);
+        m->ops->zero(dh, (size_t)N * (size_t)H * sizeof(float));
+        m->ops->swiglu_backward(dh, h, dg, N, F, t);
     } else if (m->spec.activation == ACT_GELU || lo) { /* the adapter's part joins before the GELU's */
-        L->row_backward(L->ctx, dfchg, bp->g[BR_MPROJ_W], bp->g[BR_MPROJ_B], dres, s->full, a->fchg,
-                        bp->w[BR_MPROJ_W], N, d->F_l, C, t, lo);
-        m->ops->zero(dfch, NF * sizeof(float));
-        model_gelu_backward(m, dfch, a->fch, dfchg, NF);
+        L->row_backward(L->ctx, dg, dw, db, dout, full, g, w, N, F, C, t, lo);
+        m->ops->zero(dh, NF * sizeof(float));
+        model_gelu_backward(m, dh, h, dg, NF);
     } else {
         /* GPT-2's tanh GELU in the mlp projection's input-gradient GEMM (a
          * DGELU epilogue on cuda; the same bits as the two steps on the CPU).
          * It reads the kept pre-activation, rounded under bf16 as the GELU's
          * backward always has, so both precisions take it. */
-        L->row_dgelu_backward(L->ctx, dfch, dfchg, bp->g[BR_MPROJ_W], bp->g[BR_MPROJ_B], dres, s->full, a->fchg,
-                              bp->w[BR_MPROJ_W], a->fch, N, d->F_l, C, t);
+        L->row_dgelu_backward(L->ctx, dh, dg, dw, db, dout, full, g, w, h, N, F, C, t);
     }
 }
 
@@ -198,16 +202,25 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
     L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.w[BR_QKV_W], bp.p[BR_QKV_B], N, C, d->W_l, t,
                       block_lora(m, unit, LORA_LAYER_QKV, &bp, &s->lora, &lb));
     if (m->spec.kind == MODEL_LLAMA) llama_rope_forward(m, a->qkv, s, N);
-    m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, B, T, d->C_l, d->NH_l, d->NKV_l, causal,
-                    t);
+    const model_docs *docs = s->docs.seg ? &s->docs : NULL; /* packed samples */
+    m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, docs, B, T, d->C_l, d->NH_l, d->NKV_l,
+                    causal, t);
     float *branch = t == DT_F32 ? (float *)a->r2 : s->dln;
     L->row_forward(L->ctx, branch, s->full, a->atty, bp.w[BR_PROJ_W], bp.p[BR_PROJ_B], N, d->C_l, C, t,
                    block_lora(m, unit, LORA_LAYER_PROJ, &bp, &s->lora, &lb));
     /* r2 = x + the attention branch, and ln2 of it */
     residual_norm_forward(m, a->r2, a->ln2, a->ln2_mean, a->ln2_rstd, branch, x, bp.p[BR_LN2_W], bp.p[BR_LN2_B], Nl);
-    mlp_in_forward(m, unit, &bp, a, s, N);
+    branch = recomputing ? NULL : t == DT_F32 ? (float *)y : s->dln;
+    if (block_is_moe(m, unit)) {
+        /* the routed experts (and the shared ones) in place of the MLP */
+        moe_bufs mb = moe_bufs_of(a, s);
+        moe_forward(m, unit, &bp, &mb, a->ln2, branch, N, T, !recomputing);
+        if (branch) ops->residual_forward(y, branch, a->r2, NlC, t);
+        return;
+    }
+    block_mlp_in(m, a->fch, a->fchg, a->ln2, s->full, bp.w[BR_FC_W], bp.p[BR_FC_B], N, d->H_l, d->F_l,
+                 block_lora(m, unit, LORA_LAYER_FC, &bp, &s->lora, &lb));
     if (recomputing) return; /* the backward reads nothing past this point */
-    branch = t == DT_F32 ? (float *)y : s->dln;
     L->row_forward(L->ctx, branch, s->full, a->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], N, d->F_l, C, t,
                    block_lora(m, unit, LORA_LAYER_MPROJ, &bp, &s->lora, &lb));
     ops->residual_forward(y, branch, a->r2, NlC, t);
@@ -257,17 +270,25 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     float *ln2_db = lng && !llama ? lng + 3 * (size_t)C : bp.g[BR_LN2_B];
 
     /* dres = dL/dy. y = r2 + mlp(r2): the MLP branch sees dy; dL/dr2 = dy + (MLP's
-     * input gradient), accumulated into dres in place by the ln2 backward. */
+     * input gradient), accumulated into dres in place by the ln2 backward.
+     * An MoE block's MLP is the mixture of experts (moe.c). */
     float *dfchg = s->dA, *dfch = s->dB;
     /* (keep's tensors may be kept ones this block reads: each is written once dead) */
-    if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
-    mlp_out_backward(m, unit, &bp, a, s, dres, dfch, dfchg, N);
-    if (keep) ops->copy(keep->dfch, dfch, (size_t)N * (size_t)d->H_l * sizeof(float));
-    /* s->full is free again: dy is used up */
     model_lora lb;
-    const float *dln2 = L->column_backward(L->ctx, s->dln, bp.g[BR_FC_W], bp.g[BR_FC_B], dfch, a->ln2,
-                                           s->full, bp.w[BR_FC_W], N, C, d->H_l, t,
-                                           block_lora(m, unit, LORA_LAYER_FC, &bp, &s->lora, &lb));
+    const float *dln2;
+    if (block_is_moe(m, unit)) { /* no zero-bubble split (model_acts_create_split refuses it) */
+        moe_bufs mb = moe_bufs_of(a, s);
+        moe_backward(m, unit, &bp, &mb, s, a->ln2, dres, s->dln, N, T);
+        dln2 = s->dln;
+    } else {
+        if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
+        block_mlp_out_backward(m, a->fch, a->fchg, bp.w[BR_MPROJ_W], bp.g[BR_MPROJ_W], bp.g[BR_MPROJ_B], dres, s->full,
+                               dfch, dfchg, N, d->H_l, d->F_l, block_lora(m, unit, LORA_LAYER_MPROJ, &bp, &s->lora, &lb));
+        if (keep) ops->copy(keep->dfch, dfch, (size_t)N * (size_t)d->H_l * sizeof(float));
+        /* s->full is free again: dy is used up */
+        dln2 = L->column_backward(L->ctx, s->dln, bp.g[BR_FC_W], bp.g[BR_FC_B], dfch, a->ln2, s->full, bp.w[BR_FC_W],
+                                  N, C, d->H_l, t, block_lora(m, unit, LORA_LAYER_FC, &bp, &s->lora, &lb));
+    }
     model_norm_backward(m, dres, ln2_dw, ln2_db, dln2, a->r2, bp.p[BR_LN2_W], a->ln2_mean, a->ln2_rstd, Nl);
 
     /* dres = dL/dr2. r2 = x + attn(x): same pattern. */
@@ -284,8 +305,8 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
         ops->attention_forward(dqkv, s->att_shared, a->qkv, B, T, d->C_l, d->NH_l, d->NKV_l, causal, t);
     }
     ops->zero(dqkv, NW * sizeof(float));
-    m->attn.backward(m->attn.ctx, dqkv, s->att_scratch, datty, a->qkv, a->atty, a->att, B, T, d->C_l, d->NH_l,
-                     d->NKV_l, causal, t);
+    m->attn.backward(m->attn.ctx, dqkv, s->att_scratch, datty, a->qkv, a->atty, a->att,
+                     s->docs.seg ? &s->docs : NULL, B, T, d->C_l, d->NH_l, d->NKV_l, causal, t);
     /* the gradient of q and k before their rotation */
     if (llama) llama_rope_backward(m, dqkv, s, N);
     if (keep) ops->copy(keep->dqkv, dqkv, NW * sizeof(float));

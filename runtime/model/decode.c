@@ -46,12 +46,16 @@ static void block_step(model *m, model_kv *kv, int b, int pos)
                    block_lora(m, unit, LORA_LAYER_PROJ, &bp, &kv->lora, &lb));
     ops->residual_forward(kv->r2, kv->r2, kv->x, (size_t)C, DT_F32);
     model_norm_forward(m, kv->ln, kv->mean, kv->rstd, kv->r2, bp.p[BR_LN2_W], bp.p[BR_LN2_B], 1);
-    L->column_forward(L->ctx, kv->fch, kv->ln, NULL, bp.w[BR_FC_W], bp.p[BR_FC_B], 1, C, d->H_l, DT_F32,
-                      block_lora(m, unit, LORA_LAYER_FC, &bp, &kv->lora, &lb));
-    if (llama) ops->swiglu_forward(kv->fchg, kv->fch, 1, d->F_l, DT_F32);
-    else model_gelu_forward(m, kv->fchg, kv->fch, (size_t)d->F_l);
-    L->row_forward(L->ctx, kv->y, NULL, kv->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], 1, d->F_l, C, DT_F32,
-                   block_lora(m, unit, LORA_LAYER_MPROJ, &bp, &kv->lora, &lb));
+    if (block_is_moe(m, unit)) { /* the row's experts, as training routes it (one sample of one token) */
+        moe_forward(m, unit, &bp, &kv->moe, kv->ln, kv->y, 1, 1, 0);
+    } else {
+        L->column_forward(L->ctx, kv->fch, kv->ln, NULL, bp.w[BR_FC_W], bp.p[BR_FC_B], 1, C, d->H_l, DT_F32,
+                          block_lora(m, unit, LORA_LAYER_FC, &bp, &kv->lora, &lb));
+        if (llama) ops->swiglu_forward(kv->fchg, kv->fch, 1, d->F_l, DT_F32);
+        else model_gelu_forward(m, kv->fchg, kv->fch, (size_t)d->F_l);
+        L->row_forward(L->ctx, kv->y, NULL, kv->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], 1, d->F_l, C, DT_F32,
+                       block_lora(m, unit, LORA_LAYER_MPROJ, &bp, &kv->lora, &lb));
+    }
     ops->residual_forward(kv->y, kv->y, kv->r2, (size_t)C, DT_F32);
     model_hook_after(m, unit, PHASE_FORWARD);
     float *t = kv->x; /* the block's output is the next one's input */
@@ -74,8 +78,8 @@ int model_decode_step(model *m, model_kv *kv, int token, float *logits)
         /* GPT: wpe's row `pos`, the embedding of one token at position 0 of a
          * sequence that starts there; a Llama has none */
         const float *wpe = llama ? NULL : unit_tensor(m, 0, GPT_EMB_WPE) + (size_t)pos * (size_t)C;
-        L->embedding_forward(L->ctx, kv->x, NULL, kv->tok, unit_tensor(m, 0, GPT_EMB_WTE), wpe, d->v0, d->V_l, 1, 1,
-                             C);
+        L->embedding_forward(L->ctx, kv->x, NULL, kv->tok, unit_tensor(m, 0, GPT_EMB_WTE), wpe, NULL, d->v0, d->V_l,
+                             1, 1, C);
         model_hook_after(m, 0, PHASE_FORWARD);
     }
     for (int b = 0; b < m->n_blocks; b++) block_step(m, kv, b, pos);

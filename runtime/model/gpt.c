@@ -19,8 +19,17 @@
  *
  * Context parallelism (model_shard.cp_*): the batch holds whole samples; this
  * rank takes the tokens and targets of its two chunks (model_cp_chunk) and
- * embeds them with their global positions, the wpe rows of those chunks. */
+ * embeds them with their global positions, the wpe rows of those chunks.
+ *
+ * Packed samples (job_model.packed): the batch brings each token's position
+ * in its sample and its segment; gpt_docs_from_batch puts this rank's rows'
+ * positions and every cp rank's rows' segments into the micro-batch's stash,
+ * where the embedding (wpe's row of each position), the blocks' RoPE and the
+ * attention's document mask (model_docs) read them. */
 #include "runtime/model/model_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 
 /* The batch's [B, seq * cp] ids of this rank's rows into dst [B, seq]
  * (device), from the host or (model_batch.on_device) from device memory. */
@@ -37,14 +46,32 @@ static void ids_from_batch(model *m, int *dst, const int *ids, int B, int on_dev
         put(dst + i, ids + cp_global_row(d, i), Tc * sizeof(int));
 }
 
+void gpt_docs_from_batch(model *m, model_acts *a, const model_batch *batch)
+{
+    const model_dims *d = &m->d;
+    if (!a->pos) return;
+    if (!batch->positions || !batch->segments) {
+        fprintf(stderr, "dtrun: model: a micro-batch of packed samples without their positions and segments\n");
+        abort();
+    }
+    size_t N = (size_t)batch->B * (size_t)d->seq;
+    for (size_t i = 0; i < N; i++) a->host_pos[i] = batch->positions[cp_global_row(d, i)];
+    m->ops->from_host(a->pos, a->host_pos, N * sizeof(int));
+    if (!a->seg) return;
+    for (int r = 0; r < d->cp_size; r++)
+        for (size_t i = 0; i < N; i++) a->host_seg[(size_t)r * N + i] = batch->segments[cp_row_of_rank(d, r, i)];
+    m->ops->from_host(a->seg, a->host_seg, (size_t)d->cp_size * N * sizeof(int));
+}
+
 /* The wpe rows of this rank's chunks, one after the other, as the position
- * embedding of its local sequence: wpe itself without context parallelism. */
+ * embedding of its local sequence: wpe itself without context parallelism,
+ * or with packed samples (each row takes its own position's row: a->pos). */
 static const float *local_wpe(model *m, model_acts *a)
 {
     const model_dims *d = &m->d;
     if (m->spec.kind == MODEL_LLAMA) return NULL;
     const float *wpe = unit_tensor(m, 0, GPT_EMB_WPE);
-    if (d->cp_size == 1) return wpe;
+    if (d->cp_size == 1 || a->pos) return wpe;
     size_t TcC = (size_t)d->seq / 2 * (size_t)d->C;
     for (int half = 0; half < 2; half++)
         m->ops->copy(a->wpe_l + half * TcC, wpe + (size_t)model_cp_chunk(d->cp_rank, d->cp_size, half) * TcC,
@@ -58,7 +85,7 @@ void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, fl
     const model_dims *d = &m->d;
     int B = batch->B;
     ids_from_batch(m, a->tokens, batch->tokens, B, batch->on_device);
-    L->embedding_forward(L->ctx, out, a->bs.full, a->tokens, unit_tensor(m, 0, GPT_EMB_WTE), local_wpe(m, a),
+    L->embedding_forward(L->ctx, out, a->bs.full, a->tokens, unit_tensor(m, 0, GPT_EMB_WTE), local_wpe(m, a), a->pos,
                          d->v0, d->V_l, B, d->seq, d->C);
 }
 
@@ -70,12 +97,17 @@ void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B)
      * scratch that already holds the head's part (gpt_tied_grads_finish) */
     float *dwte = a->tied_dwte ? a->tied_dwte : unit_tensor_grad(m, 0, GPT_EMB_WTE);
     if (m->spec.kind == MODEL_LLAMA) {
-        L->embedding_backward(L->ctx, dwte, NULL, dres, a->bs.full, a->tokens, d->v0, d->V_l, B, d->seq, d->C);
+        L->embedding_backward(L->ctx, dwte, NULL, dres, a->bs.full, a->tokens, NULL, d->v0, d->V_l, B, d->seq, d->C);
         return;
     }
     float *dwpe = unit_tensor_grad(m, 0, GPT_EMB_WPE);
+    if (a->pos) { /* packed samples: each row's gradient into its position's row of wpe */
+        L->embedding_backward(L->ctx, dwte, dwpe, dres, a->bs.full, a->tokens, a->pos, d->v0, d->V_l, B, d->seq,
+                              d->C);
+        return;
+    }
     if (d->cp_size > 1) m->ops->zero(a->wpe_l, (size_t)d->seq * (size_t)d->C * sizeof(float));
-    L->embedding_backward(L->ctx, dwte, d->cp_size > 1 ? a->wpe_l : dwpe, dres, a->bs.full, a->tokens,
+    L->embedding_backward(L->ctx, dwte, d->cp_size > 1 ? a->wpe_l : dwpe, dres, a->bs.full, a->tokens, NULL,
                           d->v0, d->V_l, B, d->seq, d->C);
     if (d->cp_size == 1) return;
     /* this rank's positions' part: the other rows get theirs on the other cp ranks */

@@ -4,6 +4,37 @@
 
 #include <stdlib.h>
 
+/* An MoE block's buffers for one row (moe.c's moe_bufs): k choices. */
+static int moe_rows(model *m, model_kv *kv)
+{
+    const model_dims *d = &m->d;
+    size_t E = (size_t)d->E, k = (size_t)d->k, C = (size_t)d->C;
+    size_t floats = E + k + k * (C + (size_t)d->He + (size_t)d->Fe + C), ints = 3 * k + 2 * E;
+    float *p = m->ops->alloc(floats * sizeof(float) + ints * sizeof(int));
+    kv->moe_host = malloc((3 * E + E) * sizeof(int));
+    kv->moe_mem = p;
+    if (!p || !kv->moe_host) return -1;
+    moe_bufs *b = &kv->moe;
+    b->scores = p, p += E;
+    b->w = p, p += k;
+    b->xe = p, p += k * C;
+    b->h = p, p += k * (size_t)d->He;
+    b->g = p, p += k * (size_t)d->Fe;
+    b->y = p, p += k * C;
+    int *q = (int *)p;
+    b->idx = q, q += k;
+    b->dst = q, q += k;
+    b->src = q, q += k;
+    b->counts_dev = q, q += E;
+    b->chosen_dev = q;
+    b->counts = kv->moe_host;
+    b->chosen = kv->moe_host + 2 * E;
+    b->host = (float *)(kv->moe_host + 3 * E);
+    b->sh_h = kv->fch;
+    b->sh_g = kv->fchg;
+    return 0;
+}
+
 model_kv *model_kv_create(model *m, int T_max)
 {
     const model_dims *d = &m->d;
@@ -17,6 +48,7 @@ model_kv *model_kv_create(model *m, int T_max)
     kv->n_blocks = m->n_blocks;
     int llama = m->spec.kind == MODEL_LLAMA && m->n_blocks > 0;
     size_t C = (size_t)d->C, Wl = (size_t)d->W_l, Hl = (size_t)d->H_l, Fl = (size_t)d->F_l;
+    if ((size_t)d->Hs > Hl) Hl = (size_t)d->Hs, Fl = (size_t)d->Fs; /* an MoE block's shared experts */
     size_t rope = llama ? (size_t)T_max * (size_t)d->hs : 0;
     /* one allocation: the caches (k and v only: ops.h attention_decode), then the step's rows */
     size_t per_block = (size_t)T_max * (size_t)dt_kv_cols(d->C_l, d->NH_l, d->NKV_l);
@@ -62,6 +94,10 @@ model_kv *model_kv_create(model *m, int T_max)
     kv->tok = (int *)p;
     kv->pos = kv->tok + 1;
     if (llama) m->ops->rope_table(kv->rope_cs, T_max, d->hs, (float)job_model_rope_theta(&m->spec));
+    if (m->n_moe > 0 && moe_rows(m, kv) != 0) {
+        model_kv_destroy(kv);
+        return NULL;
+    }
     return kv;
 }
 
@@ -69,6 +105,8 @@ void model_kv_destroy(model_kv *kv)
 {
     if (!kv) return;
     if (kv->mem) kv->m->ops->free(kv->mem);
+    if (kv->moe_mem) kv->m->ops->free(kv->moe_mem);
+    free(kv->moe_host);
     free(kv->cache);
     free(kv);
 }

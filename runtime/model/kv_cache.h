@@ -26,6 +26,11 @@ struct model_kv {
     int *tok;           /* [1] the token fed */
     int *pos;           /* [1] its position (a Llama's RoPE) */
     model_lora lora;    /* train.lora: the adapters' scratch for one row (lora.h; no dropout) */
+    /* MoE blocks (model.moe): one row's router, route and experts (device, in
+     * their own allocation), its counts on the host */
+    moe_bufs moe;
+    void *moe_mem;
+    int *moe_host;
 };
 
 #endif

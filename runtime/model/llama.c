@@ -32,8 +32,10 @@
 void llama_rope_prepare(model *m, const block_scratch *s, int B)
 {
     const model_dims *d = &m->d;
-    if (!s->rope_pos) return;
+    if (!s->rope_cs) return;
     size_t N = (size_t)B * (size_t)d->seq, T = (size_t)model_seq_len(&m->spec);
+    m->ops->rope_table(s->rope_cs, (int)T, d->hs, (float)job_model_rope_theta(&m->spec));
+    if (m->spec.packed) return; /* packed samples: each micro-batch brings its positions (gpt_docs_from_batch) */
     int *pos = malloc(N * sizeof(int));
     if (!pos) {
         fprintf(stderr, "dtrun: model: out of host memory for %zu rotary positions\n", N);
@@ -42,7 +44,6 @@ void llama_rope_prepare(model *m, const block_scratch *s, int B)
     for (size_t i = 0; i < N; i++) pos[i] = (int)(cp_global_row(d, i) % T);
     m->ops->from_host(s->rope_pos, pos, N * sizeof(int));
     free(pos);
-    m->ops->rope_table(s->rope_cs, (int)T, d->hs, (float)job_model_rope_theta(&m->spec));
 }
 
 /* q's NH_l heads and k's NKV_l heads, which follow them in a row of the packed qkv */

@@ -8,6 +8,9 @@
  * replaces (model_set_attention; runtime/parallel/cp.c). */
 #include "runtime/model/model_internal.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const void *w, const float *b,
                            int N, int IC, int OC, dt_dtype t, const model_lora *lora)
 {
@@ -67,21 +70,22 @@ static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw
 }
 
 static void embedding_forward(void *ctx, float *out_rows, void *full, const int *tokens,
-                              const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C)
+                              const float *wte, const float *wpe, const int *pos, int v0, int V_l, int B, int T,
+                              int C)
 {
     const model *m = ctx;
     (void)full;
     m->ops->embedding_forward(out_rows, tokens, wte, v0, V_l, B * T, C);
-    if (wpe) m->ops->posadd_forward(out_rows, wpe, B, T, C);
+    if (wpe) m->ops->posadd_forward(out_rows, wpe, pos, B, T, C);
 }
 
 static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
-                               void *full, const int *tokens, int v0, int V_l, int B, int T, int C)
+                               void *full, const int *tokens, const int *pos, int v0, int V_l, int B, int T, int C)
 {
     const model *m = ctx;
     (void)full;
     m->ops->embedding_backward(dwte, dout_rows, tokens, v0, V_l, B * T, C);
-    if (dwpe) m->ops->posadd_backward(dwpe, dout_rows, B, T, C);
+    if (dwpe) m->ops->posadd_backward(dwpe, dout_rows, pos, B, T, C);
 }
 
 /* Chunk by chunk (model_vocab_head): each chunk's logits, reduced to its rows'
@@ -113,18 +117,29 @@ static void rows_grad_sum(void *ctx, float *buf, size_t n)
 
 /* naive (model.attention): the softmax probabilities materialised and kept
  * as the stat, [B, NH, T, T]; scratch another such for backward. */
-static void naive_forward(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
-                          int NH, int NKV, int causal, dt_dtype t)
+/* The naive attention has no document mask (job_check refuses packed samples
+ * with it): asked for one, that check was missed. */
+static void no_docs(const model_docs *docs)
+{
+    if (!docs) return;
+    fprintf(stderr, "dtrun: model: the naive attention cannot mask packed samples (model.attention fused can)\n");
+    abort();
+}
+
+static void naive_forward(void *ctx, void *out, void *stat, float *scratch, const void *qkv, const model_docs *docs,
+                          int B, int T, int C, int NH, int NKV, int causal, dt_dtype t)
 {
     (void)scratch;
+    no_docs(docs);
     ((const model *)ctx)->ops->attention_forward(out, stat, qkv, B, T, C, NH, NKV, causal, t);
 }
 
 static void naive_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                           const void *out, const void *stat, int B, int T, int C, int NH, int NKV, int causal,
-                           dt_dtype t)
+                           const void *out, const void *stat, const model_docs *docs, int B, int T, int C, int NH,
+                           int NKV, int causal, dt_dtype t)
 {
     (void)out;
+    no_docs(docs);
     ((const model *)ctx)->ops->attention_backward(dqkv, scratch, dout, qkv, stat, B, T, C, NH, NKV, causal, t);
 }
 
@@ -135,27 +150,31 @@ static void naive_backward(void *ctx, float *dqkv, float *scratch, const float *
  * packed ([rows, K2] with K2 = dt_kv_cols: 2C, or 2 NKV hs under GQA;
  * kv_pack's layout, of the activations' type), so scratch ([B * T, 2 K2]
  * floats) holds them, then their gradient (fp32, from float B T K2 on), which
- * goes back into dqkv's k and v columns. */
-static void fused_forward(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
-                          int NH, int NKV, int causal, dt_dtype t)
+ * goes back into dqkv's k and v columns. Packed samples: the block's segment
+ * ids are the rows' (docs->seg, [B][T]), for queries and keys alike. */
+static void fused_forward(void *ctx, void *out, void *stat, float *scratch, const void *qkv, const model_docs *docs,
+                          int B, int T, int C, int NH, int NKV, int causal, dt_dtype t)
 {
     const model *m = ctx;
     int N = B * T, K2 = dt_kv_cols(C, NH, NKV), W = dt_qkv_cols(C, NH, NKV);
+    const int *seg = docs ? docs->seg : NULL;
     m->ops->rows_copy(scratch, K2, act_at(m, qkv, (size_t)C), W, N, K2, 0, t);
-    m->ops->attention_block_forward(out, stat, qkv, scratch, B, T, T, T, C, NH, NKV, causal, 0, t, t);
+    m->ops->attention_block_forward(out, stat, qkv, scratch, seg, seg, B, T, T, T, C, NH, NKV, causal, 0, t, t);
 }
 
 static void fused_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                           const void *out, const void *stat, int B, int T, int C, int NH, int NKV, int causal,
-                           dt_dtype t)
+                           const void *out, const void *stat, const model_docs *docs, int B, int T, int C, int NH,
+                           int NKV, int causal, dt_dtype t)
 {
+    const int *seg = docs ? docs->seg : NULL;
     const model *m = ctx;
     const dt_ops *ops = m->ops;
     int N = B * T, K2 = dt_kv_cols(C, NH, NKV), W = dt_qkv_cols(C, NH, NKV);
     float *kv = scratch, *dkv = scratch + (size_t)N * (size_t)K2;
     ops->rows_copy(kv, K2, act_at(m, qkv, (size_t)C), W, N, K2, 0, t);
     ops->zero(dkv, (size_t)N * (size_t)K2 * sizeof(float));
-    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, t);
+    ops->attention_block_backward(dqkv, dkv, dout, out, stat, qkv, kv, seg, seg, B, T, T, T, C, NH, NKV, causal, 0,
+                                  t);
     ops->rows_copy(dqkv + C, W, dkv, K2, N, K2, 1, DT_F32);
 }
 

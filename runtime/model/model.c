@@ -122,6 +122,7 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
         m->frozen[k] = m->own_frozen[k];
     }
     m->unit_first_spec[n] = m->n_specs;
+    if (moe_state_create(m) != 0) return fail_create(m, "out of memory for the MoE blocks' state");
     if (m->prec.bf16 && !(m->wparam = ops->alloc(m->work_numel * sizeof(float))))
         return fail_create(m, "out of device memory for the fp32 working parameters");
     if (m->prec.grad_bf16 && !(m->wgrad = ops->alloc((m->work_gnumel ? m->work_gnumel : 1) * sizeof(float))))
@@ -149,6 +150,7 @@ void model_destroy(model *m)
     }
     if (m->wparam) m->ops->free(m->wparam);
     if (m->wgrad) m->ops->free(m->wgrad);
+    moe_state_destroy(m);
     free(m->params);
     free(m->grads);
     free(m->own_params);
@@ -555,6 +557,7 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
     int B = batch_size(a, batch);
     check_layers(m);
     lora_batch(m, a, batch);
+    if (m->spec.packed) gpt_docs_from_batch(m, a, batch);
     if (correct) *correct = 0;
     size_t io = model_acts_io_numel(m, B);
     if (m->has_emb) {
@@ -598,6 +601,10 @@ static void backward(model *m, model_acts *a, const model_batch *batch, float lo
     size_t io = model_acts_io_numel(m, B);
     int tied_here = a->tied_dwte != NULL;
     lora_batch(m, a, batch);
+    /* an MoE block's balance loss: a sample's aux_loss_coef * aux of the mean
+     * over the global batch's samples, which loss_scale (1 / its tokens)
+     * times seq makes */
+    m->moe_aux_scale = (float)(m->spec.moe.aux_loss_coef * (double)loss_scale * (double)model_seq_len(&m->spec));
     stream_prefetch(a, m->n_blocks - 1, io); /* travels during the head's backward */
     if (m->has_head) {
         model_hook_before(m, L + 1, PHASE_BACKWARD);

@@ -157,7 +157,14 @@ typedef struct {
     const int *targets;    /* GPT: [B,T] next tokens */
     const float *images;   /* ViT: [B,ch,S,S] */
     const int *labels;     /* ViT: [B] */
-    int on_device;         /* 1: the arrays above are device memory */
+    /* Packed samples (job_model.packed; else NULL), [B,T] like tokens, host
+     * memory whatever on_device says: each token's position in its sample
+     * (0 at a sample's first token: RoPE's or wpe's row) and its segment (its
+     * sample's index in the row, never decreasing along it): a token attends
+     * to its own segment's tokens only (model_docs). */
+    const int *positions;
+    const int *segments;
+    int on_device;         /* 1: tokens, targets, images and labels are device memory */
     double *loss_sum;      /* device memory, or NULL: the loss comes back from model_forward
                               (with it, a ViT's correct count is not taken: it stays 0) */
     /* Training only (train.lora's dropout draws from them; 0, 0 in evaluation:
@@ -301,11 +308,14 @@ typedef struct {
     /* Vocabulary-split token embedding plus position embedding wpe [T, C]:
      * out_rows = this rank's rows of wte[tokens] + wpe (wte: rows [v0, v0+V_l)).
      * wpe NULL (a Llama: rotary positions): no position embedding; in
-     * backward dwpe NULL likewise. */
+     * backward dwpe NULL likewise. pos NULL: row t of a sample takes wpe's
+     * row t; else ([B*T] device ints) row n takes wpe's row pos[n] (packed
+     * samples; ops.h posadd_*). */
     void (*embedding_forward)(void *ctx, float *out_rows, void *full, const int *tokens,
-                              const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C);
+                              const float *wte, const float *wpe, const int *pos, int v0, int V_l, int B, int T,
+                              int C);
     void (*embedding_backward)(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
-                               void *full, const int *tokens, int v0, int V_l, int B, int T, int C);
+                               void *full, const int *tokens, const int *pos, int v0, int V_l, int B, int T, int C);
     /* The LM head's logits and the cross-entropy's per-token loss (h->loss),
      * chunk by chunk (model_vocab_head), keeping the rows' statistics. */
     void (*head_forward)(void *ctx, const model_vocab_head *h);
@@ -321,6 +331,18 @@ typedef struct {
     void (*rows_grad_sum)(void *ctx, float *buf, size_t n);
 } model_layers;
 
+/* The document mask of packed samples (model_batch.segments): the segment
+ * id of every row of every cp rank's local sequence, [cp][B][T] rank after
+ * rank in each rank's own row order (model_cp_chunk's two chunks: without
+ * context parallelism simply [B][T]), on the device (seg) and on the host
+ * (seg_host, the same ids). A query row attends to the keys of its own
+ * segment only (ops.h attention_block_*'s segment ids); within one chunk of
+ * a sample the ids never decrease. */
+typedef struct {
+    const int *seg;
+    const int *seg_host;
+} model_docs;
+
 /* The attention core of every block (qkv in, the heads' outputs out), through
  * which the model computes it: by default the local one on this rank's tokens
  * (local_layers.c: model.attention fused, the blockwise ops->attention_block_*
@@ -333,7 +355,9 @@ typedef struct {
  * head h / (NH / NKV), ops.h).
  * stat is what forward keeps for backward: the rows' log-sum-exp [B, NH, T]
  * when model_attention_lse (fused, or context parallelism), else the softmax
- * probabilities [B, NH, T, T]. scratch (forward and backward, shared by all
+ * probabilities [B, NH, T, T]. docs: the document mask of packed samples,
+ * or NULL (only the causal one; a naive attention takes none). scratch
+ * (forward and backward, shared by all
  * blocks): fused without cp [B * T, 2 dt_kv_cols] floats (k and v packed for
  * the blockwise ops, then their gradient: 4C without GQA), naive [B, NH, T, T]
  * (backward only),
@@ -342,13 +366,66 @@ typedef struct {
  * probabilities; the log-sum-exp is fp32. */
 typedef struct {
     void *ctx;
-    void (*forward)(void *ctx, void *out, void *stat, float *scratch, const void *qkv, int B, int T, int C,
-                    int NH, int NKV, int causal, dt_dtype t);
+    void (*forward)(void *ctx, void *out, void *stat, float *scratch, const void *qkv, const model_docs *docs,
+                    int B, int T, int C, int NH, int NKV, int causal, dt_dtype t);
     /* dqkv += */
     void (*backward)(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                     const void *out, const void *stat, int B, int T, int C, int NH, int NKV, int causal,
-                     dt_dtype t);
+                     const void *out, const void *stat, const model_docs *docs, int B, int T, int C, int NH,
+                     int NKV, int causal, dt_dtype t);
 } model_attention;
+
+/* ---- mixture of experts (model.moe; moe.c) ----
+ * An MoE block's MLP is Megatron-Core's three parts: the router (scores
+ * each token's experts, fp32, and picks top_k), the token dispatcher (moves
+ * each kept choice's row to its expert and the experts' outputs back,
+ * weighted), and the experts (one grouped GEMM over their sorted rows). The
+ * dispatcher is the part expert parallelism replaces (its all-to-all moves
+ * rows between ranks); the model computes through this table, by default
+ * the local one (local_layers.c: ops->moe_permute / moe_unpermute), and never
+ * communicates itself.
+ *
+ * The route of one micro-batch (ops.h moe_route): N token rows, k choices
+ * each; dst [N, k] each choice's row in the permuted order (-1: dropped by
+ * the capacity), src [M] each permuted row's token row, counts [E] (host
+ * memory) the rows of each expert, expert by expert, M their sum. */
+typedef struct {
+    int N, k, E;
+    const int *dst, *src; /* device */
+    const int *counts;    /* host */
+} model_moe_route;
+
+typedef struct {
+    void *ctx;
+    /* xe [M_l, C] (type t): the rows this rank's experts compute, expert by
+     * expert, from x [N, C] (type t); counts_l (host) the rows of each of
+     * them. Returns M_l. Local: every expert, xe = x's rows in src order. */
+    int (*dispatch)(void *ctx, void *xe, int *counts_l, const void *x, const model_moe_route *r, int C, dt_dtype t);
+    /* out [N, C] fp32 (accumulate: +=, else overwritten) = each row's kept
+     * choices' expert output rows ye [M_l, C] (type t) times their weights
+     * w [N, k] (fp32), in choice order. */
+    void (*combine)(void *ctx, float *out, const void *ye, const float *w, const model_moe_route *r, int C,
+                    dt_dtype t, int accumulate);
+    /* Its backward: dye [M_l, C] (fp32, overwritten) = w dout of each
+     * choice's row; dw [N, k] += dot(dout row, its expert output row). */
+    void (*combine_backward)(void *ctx, float *dye, float *dw, const float *dout, const void *ye, const float *w,
+                             const model_moe_route *r, int C, dt_dtype t);
+    /* dispatch's backward: dx [N, C] += the gradient of every kept choice's
+     * row dxe [M_l, C] (fp32), each row's choices in order. */
+    void (*dispatch_backward)(void *ctx, float *dx, const float *dxe, const model_moe_route *r, int C);
+} model_moe_dispatcher;
+
+/* What the training forwards of one MoE block routed since the last
+ * model_moe_stats_reset (host): per expert the choices that picked it
+ * (chosen[E], before any capacity drop: its load), the choices dropped, and
+ * the sum over the samples of the Switch/GShard balance loss E sum_e f_e P_e
+ * (model.moe.aux_loss_coef: 1 when balanced). A block recompute's second
+ * forward counts nothing. */
+typedef struct {
+    int layer;      /* the block's index, 0-based */
+    double *chosen; /* [E] */
+    double dropped;
+    double aux;
+} model_moe_stats;
 
 /* What the model computes in (train.precision, train.grad_dtype). fp32: every
  * tensor fp32. bf16 (mixed precision): compute weights and the activations kept
@@ -523,6 +600,23 @@ void model_set_layers(model *m, const model_layers *layers);
 /* The attention core (NULL: the local one, the default). A model with
  * cp_size > 1 must be given a context-parallel one before it computes. */
 void model_set_attention(model *m, const model_attention *attention);
+
+/* The MoE token dispatcher (NULL: the local one, the default). */
+void model_set_moe_dispatcher(model *m, const model_moe_dispatcher *dispatcher);
+/* MoE blocks this object holds, and their statistics (model_moe_stats, i <
+ * model_moe_count, in block order). */
+int model_moe_count(const model *m);
+const model_moe_stats *model_moe_stats_of(const model *m, int i);
+void model_moe_stats_reset(model *m);
+/* DeepSeek-V3's auxiliary-loss-free balancing of held MoE block i: each
+ * expert's routing bias moves by rate * sign(mean load - its load), load[E]
+ * the step's global choices per expert (the same numbers on every rank, so
+ * the same biases). The bias is added to the scores for choosing the experts
+ * only. get / set: its [E] values (host), what a checkpoint saves
+ * ("state/h.N.moe.bias"). */
+void model_moe_bias_update(model *m, int i, const double *load, double rate);
+void model_moe_bias_get(const model *m, int i, float *out);
+void model_moe_bias_set(model *m, int i, const float *in);
 
 /* ---- activations of one micro-batch ---- */
 model_acts *model_acts_create(model *m, int B);

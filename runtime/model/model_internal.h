@@ -26,7 +26,17 @@ enum {
     LLAMA_BLK_COUNT
 };
 enum { LLAMA_HEAD_NORM, LLAMA_HEAD_W, LLAMA_HEAD_COUNT };
-#define UNIT_MAX_PARAMS BLK_COUNT
+/* An MoE block (model.moe, job_moe_block): the dense block's tensors up to and
+ * including its second norm, then the router, the routed experts' two (GPT:
+ * fc, proj) or Llama's packed gate|up and down, and (shared_experts > 0) the
+ * shared experts' MLP, a GPT's fc and proj or a Llama's gate, up (adjacent:
+ * packed like the dense block's) and down. No biases past the norms. */
+enum { MOE_GPT_ROUTER = BLK_LN2_B + 1, MOE_GPT_EXP_FC, MOE_GPT_EXP_PROJ, MOE_GPT_SH_FC, MOE_GPT_SH_PROJ,
+       MOE_GPT_COUNT };
+enum { MOE_LLAMA_ROUTER = LLAMA_MLP_NORM + 1, MOE_LLAMA_EXP_GATE_UP, MOE_LLAMA_EXP_DOWN, MOE_LLAMA_SH_GATE,
+       MOE_LLAMA_SH_UP, MOE_LLAMA_SH_DOWN, MOE_LLAMA_COUNT };
+#define UNIT_MAX_PARAMS MOE_GPT_COUNT
+_Static_assert((int)MOE_GPT_COUNT >= (int)BLK_COUNT && (int)MOE_GPT_COUNT >= (int)MOE_LLAMA_COUNT, "UNIT_MAX_PARAMS bounds every unit");
 
 /* Sizes on one tp rank. Splits use floor(n*r/tp): even when tp divides n (heads,
  * d_ff), and still defined when it does not (a vocab of 50257). */
@@ -51,17 +61,24 @@ typedef struct {
     int cp_size;    /* context parallelism: seq is the local sequence, 1 / cp_size of the
                        sample's, two chunks of seq / 2 (model_cp_chunk); else 1 */
     int cp_rank;
+    /* model.moe (0 without): experts E, choices per token k, an expert's hidden
+     * width Fe and its first GEMM's output He (Fe, or 2 Fe for a Llama's
+     * packed gate|up), the shared experts' Fs = shared_experts * Fe and Hs
+     * likewise; never split (the MoE layer runs without tp so far) */
+    int E, k, Fe, He, Fs, Hs;
 } model_dims;
 
-/* Context parallelism: where local row i of a [B, seq] batch (this rank's
+/* Context parallelism: where local row i of cp rank r's [B, seq] batch (its
  * tokens) sits in the batch of whole samples [B, seq * cp_size]. */
-static inline size_t cp_global_row(const model_dims *d, size_t i)
+static inline size_t cp_row_of_rank(const model_dims *d, int r, size_t i)
 {
     if (d->cp_size == 1) return i;
     size_t T = (size_t)d->seq, Tc = T / 2, b = i / T, t = i % T;
     int half = t >= Tc;
-    return b * T * (size_t)d->cp_size + (size_t)model_cp_chunk(d->cp_rank, d->cp_size, half) * Tc + t % Tc;
+    return b * T * (size_t)d->cp_size + (size_t)model_cp_chunk(r, d->cp_size, half) * Tc + t % Tc;
 }
+/* The same for this rank's rows. */
+static inline size_t cp_global_row(const model_dims *d, size_t i) { return cp_row_of_rank(d, d->cp_rank, i); }
 
 /* Rows of the [B*seq, C] residual stream this rank holds, and where they start
  * in the whole: all of them, or with sequence parallelism its 1/tp. */
@@ -125,6 +142,20 @@ struct model {
     param_spec *specs;     /* every tensor of the held units, in unit order */
     int n_specs;
     int *unit_first_spec;  /* index into specs of each held unit's first tensor */
+    /* model.moe (moe_state.c): per held MoE block (moe_slot[k] of the k-th block
+     * held, -1 when dense) DeepSeek-V3's routing bias (device, [E] each,
+     * starting at 0), what the training forwards routed since the last
+     * model_moe_stats_reset, and the dispatcher (local_layers.c's, or a
+     * strategy's) */
+    int n_moe;
+    int *moe_slot;
+    float *moe_bias;         /* [n_moe, E] device */
+    model_moe_stats *moe_stats; /* [n_moe] host, each with its [E] of chosen */
+    double *moe_chosen_mem;
+    model_moe_dispatcher moe_disp;
+    int moe_disp_set;
+    float moe_aux_scale;     /* the backward's d(loss)/d(aux) per sample: coef * loss_scale * seq */
+    float *moe_host_scratch; /* host [work_B, E]: block_scratch.moe_host of every micro-batch */
 };
 
 /* Tensor i of a held unit, from the unit's CURRENT buffers (a strategy may have
@@ -151,6 +182,11 @@ static inline void model_gelu_backward(const model *m, float *dinp, const void *
 {
     (m->spec.activation == ACT_GELU ? m->ops->gelu_erf_backward : m->ops->gelu_backward)(dinp, inp, dout, n,
                                                                                            m->act);
+}
+/* Whether block unit `unit` is an MoE block (model.moe). */
+static inline int block_is_moe(const model *m, int unit)
+{
+    return unit >= 1 && unit <= m->spec.n_layer && job_moe_block(&m->spec, unit - 1);
 }
 /* p advanced by n elements of the activations' type */
 static inline void *act_at(const model *m, const void *p, size_t n) { return dt_at(p, n, m->act); }
@@ -183,7 +219,19 @@ typedef struct {
     void *r2;                         /* [N_l,C] x + attention branch */
     void *ln2;                        /* [N_l,C] */
     float *ln2_mean, *ln2_rstd;       /* [N_l], [N_l] */
-    void *fch, *fchg;                 /* [N, F_l] fc output, after GELU */
+    void *fch, *fchg;                 /* [N, F_l] fc output, after GELU; an MoE block's
+                                         shared experts' [N, Hs], [N, Fs] (NULL without) */
+    /* an MoE block's (moe.c), else NULL: the router's and the routed experts' */
+    float *moe_scores;                /* [N, E] fp32: the router's scores (its logits, in place) */
+    float *moe_w;                     /* [N, k] fp32: the chosen experts' weights */
+    int *moe_idx, *moe_dst;           /* [N, k]: the chosen experts; each choice's permuted row */
+    int *moe_src;                     /* [N k]: each permuted row's token row */
+    void *moe_h, *moe_g;              /* [N k, He], [N k, Fe]: the experts' first GEMM, its activation */
+    void *moe_y;                      /* [N k, C]: the experts' outputs (the router's gradient reads them) */
+    void *moe_x;                      /* [N k, C]: the permuted input (the experts' first GEMM's) */
+    int *moe_counts;                  /* host [2 E]: rows each expert keeps (the route's), then
+                                         of this rank's experts (the dispatcher's) */
+    int *moe_chosen;                  /* host [B, E]: each sample's choices of each expert (before any drop) */
 } block_acts;
 
 /* What a block's weight gradients need besides the inputs its micro-batch keeps
@@ -229,12 +277,26 @@ typedef struct {
     float *norm_sink;   /* [4*C] where the frozen norms' weight gradients go (and are dropped) */
     model_lora lora;    /* the adapters' scratch (lora.h; block.c fills the rest per layer) */
     long long *lora_rows; /* [N] each row's token number in the global batch (dropout > 0) */
-    /* Llama only (else NULL), made with the working set and kept by it: */
+    /* Packed samples (job_model.packed): the micro-batch's document mask,
+     * pointing at its stash (model_acts.seg, host_seg); else NULLs */
+    model_docs docs;
+    /* Llama only (else NULL), made with the working set and kept by it
+     * (packed samples: rope_pos is the micro-batch's model_acts.pos): */
     int *rope_pos;      /* [N] each local row's position in its sample (global under cp) */
     float *rope_cs;     /* [seq_len, hs] RoPE's cos / sin table (ops.h rope_table) */
     /* Llama with kv heads replicated over tp (llama_qkv_wgrad_*), else NULL: */
     float *kv_dw;       /* [W_l, C] one micro-batch's qkv weight gradient */
     float *kv_all;      /* [2 n_kv_head hs, C] every kv head's k then v rows, summed over tp */
+    /* MoE blocks only (else NULL; moe.c): */
+    float *moe_dy;      /* [N k, C] d(experts' output), then d(permuted input) */
+    float *moe_dg;      /* [N k, Fe] */
+    float *moe_dh;      /* [N k, He] */
+    float *moe_dw;      /* [N, k] d(weights) */
+    float *moe_dlogits; /* [N, E] */
+    float *moe_aux;     /* [B, E] the balance probabilities' sums (forward), their gradient (backward) */
+    int *moe_chosen;    /* [B, E] the route's per-sample counts, device */
+    int *moe_counts;    /* [E] device */
+    float *moe_host;    /* host [B, E]: the sums above, or their gradient, on their way */
 } block_scratch;
 
 /* Layernorm weight and bias gradients under sequence parallelism: each rank's
@@ -279,6 +341,10 @@ struct model_acts {
     block_acts work_blk; /* the set a block computes in under block recompute */
     int work_blk_on;
     block_scratch bs;
+    /* packed samples (job_model.packed), else NULL: the micro-batch's */
+    int *pos;           /* [N] each local row's position in its sample (device) */
+    int *seg;           /* [cp][B][seq] every cp rank's rows' segments (model_docs, device) */
+    int *host_pos, *host_seg; /* host copies, malloc'd ([N whole samples] each) */
     /* GPT embedding */
     int *tokens;        /* [N] device copy of the batch's tokens */
     /* GPT head */
@@ -308,6 +374,8 @@ struct model_acts {
      * block held, in its own allocation of model_acts_wkeep_bytes */
     block_wkeep *wk;
     void *wk_mem;
+    /* MoE: host memory of each block set's moe_counts and moe_chosen (block_acts) */
+    int *moe_host;
 };
 
 /* A block's tensors by role (block.c): GPT's and ViT's BLK_* in their order;
@@ -315,7 +383,12 @@ struct model_acts {
  * its fc weight the packed gate|up. */
 enum {
     BR_LN1_W, BR_LN1_B, BR_QKV_W, BR_QKV_B, BR_PROJ_W, BR_PROJ_B,
-    BR_LN2_W, BR_LN2_B, BR_FC_W, BR_FC_B, BR_MPROJ_W, BR_MPROJ_B, BLK_ROLES
+    BR_LN2_W, BR_LN2_B, BR_FC_W, BR_FC_B, BR_MPROJ_W, BR_MPROJ_B,
+    /* an MoE block's (NULL in a dense one; its fc and mproj roles NULL):
+     * the router, the routed experts' first (GPT fc, Llama gate_up) and
+     * second (proj, down) matrices, the shared experts' (a Llama's SH_FC
+     * the packed gate|up) */
+    BR_ROUTER_W, BR_EXP_FC_W, BR_EXP_PROJ_W, BR_SH_FC_W, BR_SH_PROJ_W, BLK_ROLES
 };
 typedef struct {
     const float *p[BLK_ROLES]; /* tensors (fp32: the vectors are read so) */
@@ -363,6 +436,53 @@ void llama_rope_backward(model *m, float *dqkv, const block_scratch *s, int N);
 float *llama_qkv_wgrad_begin(model *m, const block_scratch *s);
 void llama_qkv_wgrad_finish(model *m, int unit, const block_scratch *s);
 
+/* A dense MLP's first layer and its activation through the model's layers:
+ * h [N, H] = in w^T + b (column layer), g [N, F] its GELU (H = F) or a
+ * Llama's SwiGLU (H = 2 F). The dense block's, and the shared experts'. lo:
+ * train.lora's adapter on the first layer, or NULL (lora.h). */
+void block_mlp_in(model *m, void *h, void *g, const void *in, void *full, const void *w, const float *b, int N,
+                  int H, int F, const model_lora *lo);
+/* The second layer's backward (out = g w^T + b, row layer) and the
+ * activation's: dh [N, H] (the first layer's output gradient) from dout,
+ * dg [N, F] scratch; dw, db accumulate. lo: train.lora's adapter on the
+ * second layer, or NULL. */
+void block_mlp_out_backward(model *m, const void *h, const void *g, const void *w, float *dw, float *db,
+                            const float *dout, void *full, float *dh, float *dg, int N, int H, int F,
+                            const model_lora *lo);
+
+/* ---- an MoE block's MLP (moe.c) ----
+ * Where one MoE forward computes: a training block's kept tensors and the
+ * working set (moe_bufs_of), or a decoding step's one-row buffers. */
+typedef struct {
+    float *scores, *w;          /* [N, E] (the logits, then the scores in place), [N, k] */
+    int *idx, *dst, *src;       /* [N, k], [N, k], [N k] */
+    int *counts_dev, *chosen_dev; /* [E], [G, E] device */
+    float *psum;                /* [G, E] device: the balance loss's sums (NULL: not wanted) */
+    int *counts, *chosen;       /* host [2 E] (the route's, the local experts'), [G, E] */
+    float *host;                /* host [G, E] scratch */
+    void *xe, *h, *g, *y;       /* [N k, C], [N k, He], [N k, Fe], [N k, C] */
+    void *sh_h, *sh_g;          /* [N, Hs], [N, Fs]: the shared experts' (NULL without) */
+} moe_bufs;
+moe_bufs moe_bufs_of(const block_acts *a, const block_scratch *s);
+/* branch [N, C] fp32 = the block's MoE MLP of x [N, C] (its norm's output,
+ * type model.act), N rows of samples of T (groups of capacity and balance
+ * loss). branch NULL (a block recompute's forward): stops once what the
+ * backward reads exists. count: add to the model's statistics. */
+void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, const void *x, float *branch, int N,
+                 int T, int count);
+/* dx [N, C] (zeroed here) = d(x) of the MoE MLP from dbranch [N, C]; its
+ * parameters' gradients accumulate, the balance loss's included
+ * (m->moe_aux_scale). */
+void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b, const block_scratch *s,
+                  const void *x, const float *dbranch, float *dx, int N, int T);
+/* moe_state.c, moe_dispatch.c */
+int moe_state_create(model *m);
+void moe_state_destroy(model *m);
+int moe_slot_of(const model *m, int unit); /* the held MoE block's index, -1: dense */
+void moe_stats_add(model *m, int slot, const int *chosen, int G, int M, double aux);
+const float *moe_bias_of(const model *m, int slot);
+void model_local_moe_dispatcher(model *m, model_moe_dispatcher *out);
+
 /* Block forward: y = block(x). With `recomputing` it stops once the tensors its
  * backward reads exist (the MLP projection's output y is not needed then). */
 void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
@@ -389,6 +509,9 @@ _Static_assert((int)GPT_HEAD_LNF_W == (int)LLAMA_HEAD_NORM && (int)GPT_EMB_WTE =
                "the language models' final norm gain and wte sit at the same index");
 
 /* The language models' unit 0 and head (gpt.c): GPT's, and a Llama's. */
+/* Packed samples: the micro-batch's positions (this rank's rows) and segments
+ * (every cp rank's rows) from the batch into its stash (model_forward). */
+void gpt_docs_from_batch(model *m, model_acts *a, const model_batch *batch);
 void gpt_embedding_forward(model *m, model_acts *a, const model_batch *batch, float *out);
 void gpt_embedding_backward(model *m, model_acts *a, const float *dres, int B);
 double gpt_head_forward(model *m, model_acts *a, const model_batch *batch, const void *x);

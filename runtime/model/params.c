@@ -51,6 +51,16 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
     d->cp_size = sh->cp_size > 1 ? sh->cp_size : 1;
     d->cp_rank = d->cp_size > 1 ? sh->cp_rank : 0;
     d->seq /= d->cp_size;
+    const job_moe *e = &spec->moe;
+    if (e->experts > 0) {
+        int glu = spec->kind == MODEL_LLAMA ? 2 : 1;
+        d->E = e->experts;
+        d->k = e->top_k;
+        d->Fe = e->d_ff_expert;
+        d->He = glu * d->Fe;
+        d->Fs = e->shared_experts * d->Fe;
+        d->Hs = glu * d->Fs;
+    }
 }
 
 /* The base model's tensors of a unit (without LoRA's adapters). */
@@ -61,6 +71,11 @@ static int base_count(const job_model *spec, int unit)
         [MODEL_VIT] = {VIT_EMB_COUNT, BLK_COUNT, VIT_HEAD_COUNT},
         [MODEL_LLAMA] = {LLAMA_EMB_COUNT, LLAMA_BLK_COUNT, LLAMA_HEAD_COUNT},
     };
+    if (unit >= 1 && unit <= spec->n_layer && job_moe_block(spec, unit - 1)) {
+        int shared = spec->moe.shared_experts > 0;
+        if (spec->kind == MODEL_LLAMA) return shared ? MOE_LLAMA_COUNT : MOE_LLAMA_SH_GATE;
+        return shared ? MOE_GPT_COUNT : MOE_GPT_SH_FC;
+    }
     return counts[spec->kind][unit == 0 ? 0 : unit <= spec->n_layer ? 1 : 2];
 }
 
@@ -201,6 +216,35 @@ static void llama_block_spec(const job_model *s, int layer, int i, int r, int tp
     }
 }
 
+/* An MoE block's tensors past its second norm (model_internal.h MOE_*):
+ * the router [E, C]; the routed experts stacked by rows, expert e's matrix
+ * its block of rows (so expert parallelism can split them like tp splits
+ * rows): a GPT's fc [E Fe, C] and proj [E C, Fe], a Llama's gate_up [E 2Fe,
+ * C] (expert e's gate rows, then its up rows: SwiGLU's packed layout, one
+ * GEMM per expert) and down [E C, Fe]; the shared experts' MLP of Fs =
+ * shared_experts Fe, a dense MLP's tensors (GPT fc, proj; Llama gate, up,
+ * down). Replicated over tp (the MoE layer refuses tp so far). Init: normal
+ * 0.02, the output projections GPT-2's 0.02 / sqrt(2L), as the dense
+ * block's. `i` counts from the router (0). */
+static void moe_spec(const job_model *s, int layer, int i, int r, int tp, param_spec *p)
+{
+    static const char *const gpt[] = {"moe.router.w", "moe.experts.fc.w", "moe.experts.proj.w", "moe.shared.fc.w",
+                                      "moe.shared.proj.w"};
+    static const char *const llama[] = {"moe.router.w",    "moe.experts.gate_up.w", "moe.experts.down.w",
+                                        "moe.shared.gate.w", "moe.shared.up.w",     "moe.shared.down.w"};
+    int is_llama = s->kind == MODEL_LLAMA;
+    char name[PARAM_NAME_MAX];
+    snprintf(name, sizeof name, "h.%d.%s", layer, is_llama ? llama[i] : gpt[i]);
+    int C = s->d_model, E = s->moe.experts, Fe = s->moe.d_ff_expert, Fs = s->moe.shared_experts * Fe;
+    int glu = is_llama ? 2 : 1;
+    float proj_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
+    /* a GPT's i 3, 4 are the shared fc, proj; a Llama's 3, 4, 5 gate, up, down */
+    int out = is_llama ? i == 2 || i == 5 : i == 2 || i == 4;
+    int rows = i == 0 ? E : i == 1 ? E * glu * Fe : i == 2 ? E * C : out ? C : Fs;
+    int cols = out ? (i == 2 ? Fe : Fs) : C;
+    set_spec(p, name, rows, cols, 2, SPLIT_NONE, 1, INIT_NORMAL, out ? proj_std : 0.02f, r, tp);
+}
+
 /* Unit 0: the token embedding alone (positions are rotary). Head: the final
  * RMSNorm and the LM head, wte itself when tie_embeddings (the GPT's tied
  * copy), else its own vocabulary-split matrix. */
@@ -241,7 +285,10 @@ static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, p
         p->unit = unit;
         return;
     }
-    if (s->kind == MODEL_LLAMA) {
+    int router = s->kind == MODEL_LLAMA ? MOE_LLAMA_ROUTER : MOE_GPT_ROUTER;
+    if (unit >= 1 && unit <= s->n_layer && i >= router && job_moe_block(s, unit - 1)) {
+        moe_spec(s, unit - 1, i - router, r, tp, p);
+    } else if (s->kind == MODEL_LLAMA) {
         if (unit == 0 || unit > s->n_layer) llama_edge_spec(s, unit, i, r, tp, p);
         else llama_block_spec(s, unit - 1, i, r, tp, p);
     } else if (unit == 0) {
@@ -319,13 +366,25 @@ size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t 
  * ones block recompute re-runs (all but the MLP's output projection).
  * GPT/ViT: qkv 3C^2, proj C^2, fc C F, mproj F C. Llama: q C^2, k and v
  * C Ckv each (Ckv = n_kv_head * head size: GQA's smaller k and v), o C^2,
- * SwiGLU's gate, up and down C F each. */
-static double block_weights(const job_model *s, int recomputed)
+ * SwiGLU's gate, up and down C F each. An MoE block (layer, 0-based): the
+ * router E C, then the weights a token's top_k experts and the shared
+ * experts hold (the active ones: each token passes through k of the E), the
+ * MLP's in place of the dense one's; recompute re-runs the routed experts'
+ * output projection too (their output is what the router's gradient reads),
+ * not the shared one's. */
+static double block_weights(const job_model *s, int layer, int recomputed)
 {
     double C = s->d_model, F = s->d_ff;
-    if (s->kind != MODEL_LLAMA) return recomputed ? 4.0 * C * C + C * F : 4.0 * C * C + 2.0 * C * F;
-    double Ckv = (double)job_model_kv_heads(s) * (C / s->n_head);
-    return 2.0 * C * C + 2.0 * C * Ckv + (recomputed ? 2.0 : 3.0) * C * F;
+    int llama = s->kind == MODEL_LLAMA;
+    double glu = llama ? 2.0 : 1.0;
+    double attn = 4.0 * C * C;
+    if (llama) attn = 2.0 * C * C + 2.0 * C * (double)job_model_kv_heads(s) * (C / s->n_head);
+    if (job_moe_block(s, layer)) {
+        const job_moe *e = &s->moe;
+        double Fe = e->d_ff_expert, Fs = (double)e->shared_experts * Fe, k = e->top_k;
+        return attn + (double)e->experts * C + k * (glu + 1.0) * C * Fe + (glu + (recomputed ? 0.0 : 1.0)) * C * Fs;
+    }
+    return attn + (glu + (recomputed ? 0.0 : 1.0)) * C * F;
 }
 
 /* FLOPs of one sample, fwd + bwd, whole model (tp/pp do not change the total;
@@ -360,10 +419,10 @@ double model_unit_flops(const job_model *spec, int unit, recompute_kind recomput
     double per_weight = lora ? 4.0 : 6.0;
     if (unit > spec->n_layer)
         return job_model_is_lm(spec) ? per_weight * spec->vocab_size * C * seq : 6.0 * spec->n_classes * C;
-    double f = per_weight * block_weights(spec, 0) * seq + 12.0 * seq * seq * C, af, aa, ar;
+    double f = per_weight * block_weights(spec, unit - 1, 0) * seq + 12.0 * seq * seq * C, af, aa, ar;
     lora_block_flops(spec, 1, seq, &af, &aa, &ar);
     f += 3.0 * af + aa;
-    if (recompute == RECOMPUTE_BLOCK) f += 2.0 * seq * block_weights(spec, 1) + 4.0 * seq * seq * C + ar;
+    if (recompute == RECOMPUTE_BLOCK) f += 2.0 * seq * block_weights(spec, unit - 1, 1) + 4.0 * seq * seq * C + ar;
     else if (recompute == RECOMPUTE_SELECTIVE && !model_attention_lse(spec, 1)) f += 4.0 * seq * seq * C;
     return f;
 }
@@ -371,8 +430,10 @@ double model_unit_flops(const job_model *spec, int unit, recompute_kind recomput
 double model_flops_per_sample(const job_model *spec, recompute_kind recompute)
 {
     int L = spec->n_layer;
-    return model_unit_flops(spec, 0, recompute) + L * model_unit_flops(spec, 1, recompute) +
-           model_unit_flops(spec, L + 1, recompute);
+    double f = model_unit_flops(spec, 0, recompute) + model_unit_flops(spec, L + 1, recompute);
+    if (spec->moe.experts < 1) return f + L * model_unit_flops(spec, 1, recompute);
+    for (int u = 1; u <= L; u++) f += model_unit_flops(spec, u, recompute); /* dense and MoE blocks differ */
+    return f;
 }
 
 double model_exec_flops_per_sample(const job_model *spec, recompute_kind recompute)

@@ -50,7 +50,7 @@ void vit_embedding_forward(model *m, model_acts *a, const model_batch *batch, fl
     for (int b = 0; b < B; b++)
         ops->copy(whole + (size_t)b * d->seq * C, cls, (size_t)C * sizeof(float));
     scatter_positions(ops, whole, a->patch_out, B, d->seq, 1, d->NP, C);
-    ops->posadd_forward(whole, unit_tensor(m, 0, VIT_EMB_POS), B, d->seq, C);
+    ops->posadd_forward(whole, unit_tensor(m, 0, VIT_EMB_POS), NULL, B, d->seq, C);
     if (whole != out)
         ops->copy(out, whole + rows_first(d, B) * (size_t)C, (size_t)rows_local(d, B) * (size_t)C * sizeof(float));
 }
@@ -62,14 +62,14 @@ void vit_embedding_backward(model *m, model_acts *a, const float *dres, int B)
     const model_dims *d = &m->d;
     int C = d->C;
     dres = m->layers.rows_gather(m->layers.ctx, dres, a->bs.full, (size_t)B * (size_t)d->seq * (size_t)C, DT_F32);
-    ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_POS), dres, B, d->seq, C);
+    ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_POS), dres, NULL, B, d->seq, C);
     /* patch_out is free after the forward: reuse it for the patches' gradient */
     gather_positions(ops, a->patch_out, dres, B, d->seq, 1, d->NP, C, sizeof(float));
     ops->patch_backward(unit_tensor_grad(m, 0, VIT_EMB_PATCH_W), unit_tensor_grad(m, 0, VIT_EMB_PATCH_B),
                         a->patch_out, a->images, B, s->channels, s->image_size, s->patch_size, C);
     /* dcls = sum over samples of the class-token rows: posadd_backward with T = 1 */
     gather_positions(ops, a->cls_tmp, dres, B, d->seq, 0, 1, C, sizeof(float));
-    ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_CLS), a->cls_tmp, B, 1, C);
+    ops->posadd_backward(unit_tensor_grad(m, 0, VIT_EMB_CLS), a->cls_tmp, NULL, B, 1, C);
 }
 
 double vit_head_forward(model *m, model_acts *a, const model_batch *batch, const void *x,

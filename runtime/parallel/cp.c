@@ -13,6 +13,12 @@
  *       start passing kv on (not at the last step); compute the blocks into
  *       dq and the travelling dkv; pass dkv on
  *   after cp steps every dkv is back with its owner: added into dqkv.
+ * Packed samples (model_docs): each block takes its rows' segment ids (the
+ * queries' from this rank's, the keys' from their owner's: the model hands
+ * every rank's, so none travel), and a block whose rows share no sample
+ * (cp_block_spans, on the host ids) is not computed at all; kv still goes
+ * round the whole ring (other samples of the batch, and the next ranks,
+ * need it).
  * Every message goes to the next rank of the ring and comes from the previous
  * one; send and receive buffers alternate (two of them), so a transfer never
  * touches what is being computed on.
@@ -45,6 +51,27 @@ int cp_blocks(int r, int s, int cp, int Tl, int causal, cp_block *out)
                               .causal = kc == qc, .shift = 0};
     }
     return n;
+}
+
+int cp_block_spans(const cp_block *b, const int *seg_host, int r, int s, int B, int Tl)
+{
+    if (b->q_rows == Tl) return 1;
+    size_t BT = (size_t)B * (size_t)Tl;
+    for (int i = 0; i < B; i++) {
+        const int *q = seg_host + (size_t)r * BT + (size_t)i * Tl + b->q_row;
+        const int *k = seg_host + (size_t)s * BT + (size_t)i * Tl + b->k_row;
+        if (q[0] <= k[b->k_rows - 1] && k[0] <= q[b->q_rows - 1]) return 1;
+    }
+    return 0;
+}
+
+/* Block b's segment ids (packed samples), or NULLs: the queries' from this
+ * rank's rows, the keys' from rank s's. */
+static void block_segs(const model_docs *docs, const cp_block *b, int r, int s, size_t N, const int **qs,
+                       const int **ks)
+{
+    *qs = docs ? docs->seg + (size_t)r * N + b->q_row : NULL;
+    *ks = docs ? docs->seg + (size_t)s * N + b->k_row : NULL;
 }
 
 struct cp_ring {
@@ -105,8 +132,8 @@ static void check_fits(const cp_ring *g, int B, int T, int C, int NH, int NKV)
  * second half (fp32) carries its gradient in backward, and in forward under
  * bf16 the result's fp32 accumulator (buf[0]'s: it stays put while the
  * buffers swap), rounded into out once every block is merged. */
-static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, const void *qkv, int B, int T, int C,
-                         int NH, int NKV, int causal, dt_dtype t)
+static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, const void *qkv,
+                         const model_docs *docs, int B, int T, int C, int NH, int NKV, int causal, dt_dtype t)
 {
     cp_ring *g = ctx;
     (void)scratch; /* NULL: the ring's own buffers */
@@ -127,16 +154,21 @@ static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, co
         int nb = cp_blocks(g->rank, s, g->size, T, causal, blk);
         for (int k = 0; k < nb; k++) {
             const cp_block *b = &blk[k];
+            /* packed samples: a block no sample spans adds nothing (its rows'
+             * diagonal block, always computed, starts their result) */
+            if (docs && !cp_block_spans(b, docs->seg_host, g->rank, s, B, T)) continue;
             int h = b->q_row == 0 ? 0 : 1;
             const void *q = dt_at(qkv, (size_t)b->q_row * C3, t), *kv = dt_at(cur, (size_t)b->k_row * C2, t);
+            const int *qs, *ks;
+            block_segs(docs, b, g->rank, s, (size_t)N, &qs, &ks);
             if (!init[h]) {
-                ops->attention_block_forward(out + (size_t)b->q_row * C, lse + b->q_row, q, kv, B, T, b->q_rows,
-                                             b->k_rows, C, NH, NKV, b->causal, b->shift, t, DT_F32);
+                ops->attention_block_forward(out + (size_t)b->q_row * C, lse + b->q_row, q, kv, qs, ks, B, T,
+                                             b->q_rows, b->k_rows, C, NH, NKV, b->causal, b->shift, t, DT_F32);
                 init[h] = 1;
                 if (b->q_rows == T) init[1] = 1;
                 continue;
             }
-            ops->attention_block_forward(g->pout + (size_t)b->q_row * C, g->plse + b->q_row, q, kv, B, T,
+            ops->attention_block_forward(g->pout + (size_t)b->q_row * C, g->plse + b->q_row, q, kv, qs, ks, B, T,
                                          b->q_rows, b->k_rows, C, NH, NKV, b->causal, b->shift, t, DT_F32);
             ops->attention_block_merge(out + (size_t)b->q_row * C, lse + b->q_row, g->pout + (size_t)b->q_row * C,
                                        g->plse + b->q_row, B, T, b->q_rows, C, NH);
@@ -149,8 +181,8 @@ static void ring_forward(void *ctx, void *out_t, void *lse_v, float *scratch, co
 }
 
 static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *dout, const void *qkv,
-                          const void *out, const void *lse_v, int B, int T, int C, int NH, int NKV, int causal,
-                          dt_dtype t)
+                          const void *out, const void *lse_v, const model_docs *docs, int B, int T, int C, int NH,
+                          int NKV, int causal, dt_dtype t)
 {
     cp_ring *g = ctx;
     const dt_ops *ops = g->ops;
@@ -170,11 +202,14 @@ static void ring_backward(void *ctx, float *dqkv, float *scratch, const float *d
         int nb = cp_blocks(g->rank, s, g->size, T, causal, blk);
         for (int k = 0; k < nb; k++) {
             const cp_block *b = &blk[k];
+            if (docs && !cp_block_spans(b, docs->seg_host, g->rank, s, B, T)) continue; /* as in forward */
+            const int *qs, *ks;
+            block_segs(docs, b, g->rank, s, N, &qs, &ks);
             ops->attention_block_backward(dqkv + (size_t)b->q_row * C3, cur + half + (size_t)b->k_row * C2,
                                           dout + (size_t)b->q_row * C, dt_at(out, (size_t)b->q_row * C, t),
                                           lse + b->q_row, dt_at(qkv, (size_t)b->q_row * C3, t),
-                                          dt_at(cur, (size_t)b->k_row * C2, t), B, T, b->q_rows, b->k_rows, C, NH,
-                                          NKV, b->causal, b->shift, t);
+                                          dt_at(cur, (size_t)b->k_row * C2, t), qs, ks, B, T, b->q_rows, b->k_rows,
+                                          C, NH, NKV, b->causal, b->shift, t);
         }
         xfer_wait(g, &x, "cp ring: kv (backward)");
         /* this kv's gradient goes on with it; after the last step it reaches its owner */

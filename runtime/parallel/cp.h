@@ -32,4 +32,13 @@ typedef struct {
  * sequence against the whole otherwise). Fills out[0..n), n <= 4, returns n. */
 int cp_blocks(int r, int s, int cp, int Tl, int causal, cp_block *out);
 
+/* Packed samples (model_docs): 1 when block b of cp rank r's queries against
+ * cp rank s's keys pairs a query and a key of one sample in some sample row
+ * of the batch, else 0 and the ring computes the block not at all (every
+ * pair is masked). seg_host: every rank's rows' segment ids, [cp][B][Tl]
+ * (model_docs.seg_host); within a chunk they never decrease, so a row's two
+ * id ranges meeting is the test. A block of both chunks (no causal mask)
+ * always counts. */
+int cp_block_spans(const cp_block *b, const int *seg_host, int r, int s, int B, int Tl);
+
 #endif

@@ -345,7 +345,9 @@ static int batch_for(step_run *r, const pp_action *a, const exec_chunk *ch, mode
     b->B = r->args->B;
     if (!r->args->forward_only) b->step = r->args->step, b->sample0 = r->args->sample0 + (long)a->mb * b->B;
     long step = b->step, sample0 = b->sample0;
-    if (!ch->has_embed && !ch->has_head) return 0;
+    /* a middle chunk takes nothing from the batch, unless its samples are
+     * packed: then its blocks need their positions and segments */
+    if (!ch->has_embed && !ch->has_head && !model_get_spec(ch->m)->packed) return 0;
     char why[256] = "";
     if (!r->args->batch || r->args->batch(r->args->batch_ctx, a->mb, b, why, sizeof why)) {
         char line[300];

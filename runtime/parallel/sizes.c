@@ -49,11 +49,13 @@ struct sizes {
     shared_schedule *sched; /* NULL when pp = 1 */
     const int *first_unit;  /* split->first_unit */
     int hsdp_group;
-    /* numel of the embedding, of any block (all blocks have the same shapes) and
-     * of the head, per tp rank: model_unit_numel formats parameter names, too slow
-     * to call per unit inside the planner's search */
-    size_t *numel_emb, *numel_block, *numel_head; /* [tp] */
-    size_t *frozen_emb, *frozen_block, *frozen_head; /* [tp]: train.lora's frozen base */
+    /* numel of the embedding, of any dense block (they all have the same
+     * shapes), of any MoE block (model.moe; likewise) and of the head, per tp
+     * rank: model_unit_numel formats parameter names, too slow to call per unit
+     * inside the planner's search */
+    size_t *numel_emb, *numel_block, *numel_moe, *numel_head; /* [tp] */
+    /* [tp]: train.lora's frozen base (a LoRA model's blocks are all dense) */
+    size_t *frozen_emb, *frozen_block, *frozen_head;
 };
 
 double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
@@ -181,8 +183,13 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
 size_t sizes_model_numel(const job_model *m, size_t *distinct)
 {
     int L = m->n_layer;
-    size_t total = model_unit_numel(m, 0, 0, 1) + (size_t)L * model_unit_numel(m, 1, 0, 1) +
-                   model_unit_numel(m, L + 1, 0, 1);
+    size_t total = model_unit_numel(m, 0, 0, 1) + model_unit_numel(m, L + 1, 0, 1);
+    int moe = job_moe_layers(m), first_moe = 0;
+    while (moe > 0 && !job_moe_block(m, first_moe)) first_moe++;
+    int first_dense = 0;
+    while (first_dense < L && job_moe_block(m, first_dense)) first_dense++;
+    if (moe > 0) total += (size_t)moe * model_unit_numel(m, first_moe + 1, 0, 1);
+    if (L > moe) total += (size_t)(L - moe) * model_unit_numel(m, first_dense + 1, 0, 1);
     size_t frozen = sizes_model_frozen_numel(m);
     total += frozen;
     if (distinct)
@@ -304,11 +311,12 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
     int tp = par->tp, n_units = model_n_units(&job->model);
     s->numel_emb = malloc((size_t)tp * sizeof(size_t));
     s->numel_block = malloc((size_t)tp * sizeof(size_t));
+    s->numel_moe = malloc((size_t)tp * sizeof(size_t));
     s->numel_head = malloc((size_t)tp * sizeof(size_t));
     s->frozen_emb = malloc((size_t)tp * sizeof(size_t));
     s->frozen_block = malloc((size_t)tp * sizeof(size_t));
     s->frozen_head = malloc((size_t)tp * sizeof(size_t));
-    if (!s->numel_emb || !s->numel_block || !s->numel_head || !s->frozen_emb || !s->frozen_block ||
+    if (!s->numel_emb || !s->numel_block || !s->numel_moe || !s->numel_head || !s->frozen_emb || !s->frozen_block ||
         !s->frozen_head) {
         sizes_destroy(s);
         snprintf(err, errlen, "sizes: out of memory");
@@ -327,9 +335,18 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
     /* the donor's numel tables hold when the model and tp agree */
     int same_numel = donor && donor->job.parallel.tp == tp &&
                      memcmp(&donor->job.model, &job->model, sizeof job->model) == 0;
+    /* a dense block's and an MoE block's units (model.moe): the first of each kind */
+    int dense_unit = 1, moe_unit = 1, L = job->model.n_layer;
+    while (dense_unit <= L && job_moe_block(&job->model, dense_unit - 1)) dense_unit++;
+    while (moe_unit <= L && !job_moe_block(&job->model, moe_unit - 1)) moe_unit++;
     for (int r = 0; r < tp; r++) {
         s->numel_emb[r] = same_numel ? donor->numel_emb[r] : model_unit_numel(&job->model, 0, r, tp);
-        s->numel_block[r] = same_numel ? donor->numel_block[r] : model_unit_numel(&job->model, 1, r, tp);
+        s->numel_block[r] = same_numel            ? donor->numel_block[r]
+                            : dense_unit <= L ? model_unit_numel(&job->model, dense_unit, r, tp)
+                                              : 0;
+        s->numel_moe[r] = same_numel        ? donor->numel_moe[r]
+                          : moe_unit <= L ? model_unit_numel(&job->model, moe_unit, r, tp)
+                                          : 0;
         s->numel_head[r] = same_numel ? donor->numel_head[r] : model_unit_numel(&job->model, n_units - 1, r, tp);
         s->frozen_emb[r] = same_numel ? donor->frozen_emb[r] : model_unit_frozen_numel(&job->model, 0, r, tp);
         s->frozen_block[r] = same_numel ? donor->frozen_block[r] : model_unit_frozen_numel(&job->model, 1, r, tp);
@@ -356,6 +373,7 @@ void sizes_destroy(sizes *s)
     schedule_release(s->sched);
     free(s->numel_emb);
     free(s->numel_block);
+    free(s->numel_moe);
     free(s->numel_head);
     free(s->frozen_emb);
     free(s->frozen_block);
@@ -388,7 +406,8 @@ const pp_schedule *sizes_schedule(const sizes *s) { return s->sched && s->sched-
 size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank)
 {
     if (unit == 0) return s->numel_emb[tp_rank];
-    if (unit <= s->job.model.n_layer) return s->numel_block[tp_rank];
+    if (unit <= s->job.model.n_layer)
+        return job_moe_block(&s->job.model, unit - 1) ? s->numel_moe[tp_rank] : s->numel_block[tp_rank];
     return s->numel_head[tp_rank];
 }
 
@@ -664,7 +683,8 @@ size_t sizes_batch_bytes(const sizes *s)
 {
     const job_model *m = &s->job.model;
     size_t n = (size_t)sizes_batch_samples(s);
-    if (job_model_is_lm(m)) return 2 * n * (size_t)m->seq_len * sizeof(int);
+    /* tokens and targets (packed samples: positions and segments too) */
+    if (job_model_is_lm(m)) return (m->packed ? 4 : 2) * n * (size_t)m->seq_len * sizeof(int);
     return n * (size_t)m->channels * (size_t)m->image_size * (size_t)m->image_size * sizeof(float) +
            n * sizeof(int);
 }
@@ -798,7 +818,7 @@ int sizes_worst_tp_rank(const sizes *s, int pp_rank)
         int seen = 0;
         for (int q = 0; q < r && !seen; q++)
             seen = s->numel_emb[q] == s->numel_emb[r] && s->numel_block[q] == s->numel_block[r] &&
-                   s->numel_head[q] == s->numel_head[r];
+                   s->numel_moe[q] == s->numel_moe[r] && s->numel_head[q] == s->numel_head[r];
         if (seen) continue;
         sizes_memory mem;
         sizes_rank_memory(s, (sizes_at){0, pp_rank, r}, &mem);

@@ -343,7 +343,8 @@ static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw
  * sum gives the same bits as adding it after: (e + wpe) + 0 or (0 + wpe) + e;
  * this rank receives its rows of that sum. */
 static void embedding_forward(void *ctx, float *out_rows, void *full, const int *tokens,
-                              const float *wte, const float *wpe, int v0, int V_l, int B, int T, int C)
+                              const float *wte, const float *wpe, const int *pos, int v0, int V_l, int B, int T,
+                              int C)
 {
     const tp_group *g = ctx;
     const dt_ops *ops = g->ops;
@@ -352,23 +353,23 @@ static void embedding_forward(void *ctx, float *out_rows, void *full, const int 
     if (!g->sp) {
         ops->embedding_forward(out_rows, tokens, wte, v0, V_l, N, C);
         reduce_rows(g, out_rows, NULL, nc);
-        if (wpe) ops->posadd_forward(out_rows, wpe, B, T, C);
+        if (wpe) ops->posadd_forward(out_rows, wpe, pos, B, T, C);
         return;
     }
     ops->embedding_forward(full, tokens, wte, v0, V_l, N, C);
-    if (g->rank == 0 && wpe) ops->posadd_forward(full, wpe, B, T, C);
+    if (g->rank == 0 && wpe) ops->posadd_forward(full, wpe, pos, B, T, C);
     reduce_rows(g, out_rows, full, nc);
 }
 
 /* Every token's gradient is needed: its wte row may live on this rank. */
 static void embedding_backward(void *ctx, float *dwte, float *dwpe, const float *dout_rows,
-                               void *full, const int *tokens, int v0, int V_l, int B, int T, int C)
+                               void *full, const int *tokens, const int *pos, int v0, int V_l, int B, int T, int C)
 {
     const tp_group *g = ctx;
     int N = B * T;
     const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)C, DT_F32);
     g->ops->embedding_backward(dwte, dout, tokens, v0, V_l, N, C);
-    if (dwpe) g->ops->posadd_backward(dwpe, dout, B, T, C);
+    if (dwpe) g->ops->posadd_backward(dwpe, dout, pos, B, T, C);
 }
 
 /* ---- the vocab-parallel LM head (column-parallel over the vocabulary, output

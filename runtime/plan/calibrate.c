@@ -130,9 +130,9 @@ static void bench_once(const dt_ops *ops, const bench *b, bufs *x)
 {
     if (b->kind == B_ATTN) { /* the model's fused path: local_layers.c's fused_forward / fused_backward */
         int B = attn_samples(b), T = b->rows, NH = b->oc, C = b->ic * b->oc;
-        ops->attention_block_forward(x->out, x->mean, x->in, x->w, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
-        ops->attention_block_backward(x->din, x->dw, x->dout, x->out, x->mean, x->in, x->w, B, T, T, T, C, NH, NH, 1,
-                                      0, DT_F32);
+        ops->attention_block_forward(x->out, x->mean, x->in, x->w, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
+        ops->attention_block_backward(x->din, x->dw, x->dout, x->out, x->mean, x->in, x->w, NULL, NULL, B, T, T, T, C,
+                                      NH, NH, 1, 0, DT_F32);
         return;
     }
     if (b->kind == B_GEMM) {

@@ -144,10 +144,66 @@ void metrics_log_memory(metrics *m, int step, double accounted_peak_bytes, doubl
     tfevents_flush(m->tb);
 }
 
+double metrics_moe_imbalance(const metrics_moe *m, int j)
+{
+    const double *c = m->chosen + (size_t)j * (size_t)m->experts;
+    double sum = 0, max = 0;
+    for (int e = 0; e < m->experts; e++) {
+        sum += c[e];
+        if (c[e] > max) max = c[e];
+    }
+    return sum > 0 ? max / (sum / m->experts) : 0;
+}
+
+/* The worst MoE block's imbalance and the share of choices dropped, over
+ * every block. */
+static void moe_summary(const metrics_moe *m, double *worst, double *dropped)
+{
+    double all = 0, drop = 0;
+    *worst = 0;
+    for (int j = 0; j < m->layers; j++) {
+        double r = metrics_moe_imbalance(m, j);
+        if (r > *worst) *worst = r;
+        for (int e = 0; e < m->experts; e++) all += m->chosen[(size_t)j * (size_t)m->experts + e];
+        drop += m->dropped[j];
+    }
+    *dropped = all > 0 ? drop / all : 0;
+}
+
+/* The step record's MoE fields: "aux_loss":A,"moe":[{"layer":L,"tokens":[...],
+ * "imbalance":R,"dropped":D},...], (a trailing comma: "attempt" follows). */
+static void moe_jsonl(FILE *f, const metrics_moe *m)
+{
+    fprintf(f, "\"aux_loss\":%.6f,\"moe\":[", m->aux_loss);
+    for (int j = 0; j < m->layers; j++) {
+        fprintf(f, "%s{\"layer\":%d,\"tokens\":[", j ? "," : "", m->layer[j]);
+        for (int e = 0; e < m->experts; e++)
+            fprintf(f, "%s%.0f", e ? "," : "", m->chosen[(size_t)j * (size_t)m->experts + e]);
+        fprintf(f, "],\"imbalance\":%.6g,\"dropped\":%.0f}", metrics_moe_imbalance(m, j), m->dropped[j]);
+    }
+    fprintf(f, "],");
+}
+
+static void moe_tensorboard(tfevents *tb, int step, const metrics_moe *m)
+{
+    double worst, dropped;
+    moe_summary(m, &worst, &dropped);
+    tfevents_scalar(tb, "train/aux_loss", step, m->aux_loss);
+    tfevents_scalar(tb, "moe/imbalance", step, worst);
+    for (int j = 0; j < m->layers; j++) {
+        char tag[64];
+        snprintf(tag, sizeof tag, "moe/layer_%d/imbalance", m->layer[j]);
+        tfevents_scalar(tb, tag, step, metrics_moe_imbalance(m, j));
+        snprintf(tag, sizeof tag, "moe/layer_%d/dropped", m->layer[j]);
+        tfevents_scalar(tb, tag, step, m->dropped[j]);
+    }
+}
+
 void metrics_log_step(metrics *m, const metrics_step *s)
 {
     if (m->rank != 0) return;
     if (m->tb) {
+        if (s->moe) moe_tensorboard(m->tb, s->step, s->moe);
         tfevents_scalar(m->tb, "train/loss", s->step, s->loss);
         tfevents_scalar(m->tb, "train/lr", s->step, s->lr);
         tfevents_scalar(m->tb, "train/grad_norm", s->step, s->grad_norm);
@@ -162,6 +218,7 @@ void metrics_log_step(metrics *m, const metrics_step *s)
                 s->step, s->loss, s->lr, s->grad_norm,
                 m->unit[0] == 't' ? "tokens_per_s" : "images_per_s", s->samples_per_s, s->elapsed);
         if (s->mfu >= 0) fprintf(m->jsonl, "\"mfu_percent\":%.6g,", 100 * s->mfu);
+        if (s->moe) moe_jsonl(m->jsonl, s->moe);
         fprintf(m->jsonl, "\"attempt\":%d}\n", m->attempt);
         fflush(m->jsonl);
     }
@@ -171,8 +228,16 @@ void metrics_log_step(metrics *m, const metrics_step *s)
     if (!last && s->step % m->every) return;
     char eta[32];
     fmt_eta(eta, sizeof eta, s->elapsed / (s->step - m->first_step + 1) * (m->steps - s->step));
-    printf("%sstep %d/%d | loss %.4f | lr %.2e | norm %.3f | %.0f %s | ETA %s%s", m->live ? "\r\033[K" : "", s->step,
-           m->steps, s->loss, s->lr, s->grad_norm, s->samples_per_s, m->unit, eta, m->live && !last ? "" : "\n");
+    /* model.moe: the worst block's load imbalance (and what a capacity dropped) */
+    char moe[64] = "";
+    if (s->moe) {
+        double worst, dropped;
+        moe_summary(s->moe, &worst, &dropped);
+        int n = snprintf(moe, sizeof moe, " | moe imb %.2f", worst);
+        if (dropped > 0) snprintf(moe + n, sizeof moe - (size_t)n, " drop %.1f%%", 100 * dropped);
+    }
+    printf("%sstep %d/%d | loss %.4f | lr %.2e | norm %.3f%s | %.0f %s | ETA %s%s", m->live ? "\r\033[K" : "", s->step,
+           m->steps, s->loss, s->lr, s->grad_norm, moe, s->samples_per_s, m->unit, eta, m->live && !last ? "" : "\n");
     live_pending = m->live && !last;
     fflush(stdout);
 }

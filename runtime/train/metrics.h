@@ -6,7 +6,9 @@
  * same scalars as TensorBoard events (tfevents.h): rank 0 writes train/loss,
  * train/lr, train/grad_norm, perf/tokens_per_s (images_per_s for ViT),
  * perf/mfu_percent (when a hardware profile gives the device's peak),
- * val/loss (val/acc) into DIR, and every rank its memory/accounted_peak_MiB
+ * val/loss (val/acc), and with model.moe train/aux_loss, moe/imbalance (the
+ * worst block's), moe/layer_N/imbalance and moe/layer_N/dropped, into DIR,
+ * and every rank its memory/accounted_peak_MiB
  * and memory/rss_peak_MiB, rank 0 into DIR and rank R into DIR/rankR (one
  * TensorBoard run per rank). */
 #ifndef DTRUN_METRICS_H
@@ -14,6 +16,21 @@
 
 #include <stdio.h>
 #include "lib/job/jobspec.h"
+
+/* model.moe: a step's routing over the global batch (engine.h engine_moe).
+ * Per MoE block j < layers: its index layer[j], the choices per expert
+ * chosen[j * experts + e], the choices dropped[j] (a capacity's); aux_loss
+ * the balance loss (mean over the samples of its sum over the blocks). */
+typedef struct {
+    int layers, experts;
+    const int *layer;
+    const double *chosen, *dropped;
+    double aux_loss;
+} metrics_moe;
+
+/* The busiest expert's load over the mean (1: balanced; experts: one expert
+ * took every choice) of MoE block j; 0 when nothing was routed. */
+double metrics_moe_imbalance(const metrics_moe *m, int j);
 
 typedef struct {
     int step;            /* 1-based: steps done */
@@ -23,6 +40,7 @@ typedef struct {
     double samples_per_s;/* tokens/s (GPT) or images/s (ViT) of this step */
     double elapsed;      /* seconds since training started */
     double mfu;          /* model FLOPs utilisation of this step (mfu.h), < 0: unknown */
+    const metrics_moe *moe; /* model.moe's routing, NULL without */
 } metrics_step;
 
 typedef struct metrics metrics;

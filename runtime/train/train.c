@@ -311,9 +311,13 @@ static int train_job(const job_spec *job)
             train_progress_add_loss(&pg, loss);
             double te = clock_now_s();
             rank_log_step(rlog, met, e, done);
+            const engine_moe *em = engine_moe_last(e);
+            metrics_moe mm = em ? (metrics_moe){em->layers, em->experts, em->layer, em->chosen, em->dropped,
+                                                em->aux_loss}
+                                : (metrics_moe){0};
             metrics_step ms = {.step = done, .loss = loss, .lr = lr, .grad_norm = norm,
                                .samples_per_s = samples_per_step / (te - ts), .elapsed = te - t0,
-                               .mfu = have_mfu ? mfu_of(&mfu, te - ts) : -1};
+                               .mfu = have_mfu ? mfu_of(&mfu, te - ts) : -1, .moe = em ? &mm : NULL};
             metrics_log_step(met, &ms);
         }
         pg.step = step + 1;

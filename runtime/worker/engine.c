@@ -41,6 +41,12 @@ static int batch_alloc(batch_buf *b, const job_model *spec, int cap)
         b->tokens = malloc(n * sizeof(int));
         b->targets = malloc(n * sizeof(int));
         b->bytes = 2 * n * sizeof(int);
+        if (spec->packed) { /* the document mask's positions and segments */
+            b->positions = malloc(n * sizeof(int));
+            b->segments = malloc(n * sizeof(int));
+            b->bytes += 2 * n * sizeof(int);
+            if (!b->positions || !b->segments) return -1;
+        }
         return b->tokens && b->targets ? 0 : -1;
     }
     size_t n = (size_t)cap * spec->channels * spec->image_size * spec->image_size;
@@ -52,7 +58,7 @@ static int batch_alloc(batch_buf *b, const job_model *spec, int cap)
 
 static void batch_free(batch_buf *b)
 {
-    free(b->tokens), free(b->targets), free(b->images), free(b->labels);
+    free(b->tokens), free(b->targets), free(b->images), free(b->labels), free(b->positions), free(b->segments);
 }
 
 /* `B` samples from sample `at` of the buffer. */
@@ -65,6 +71,7 @@ model_batch engine_batch_at(const engine *e, int at, int B)
         size_t o = (size_t)at * spec->seq_len;
         mb.tokens = b->tokens + o;
         mb.targets = b->targets + o;
+        if (b->positions) mb.positions = b->positions + o, mb.segments = b->segments + o;
     } else {
         mb.images = b->images + (size_t)at * spec->channels * spec->image_size * spec->image_size;
         mb.labels = b->labels + at;
@@ -80,6 +87,7 @@ void engine_batch_fill(engine *e, data_loader *d, long step, long begin, int cou
     model_batch mb = engine_batch_at(e, at, count);
     data_batch(d, step, (int)begin, count, (int *)mb.tokens, (int *)mb.targets, (float *)mb.images,
                (int *)mb.labels);
+    if (mb.positions) data_batch_docs(d, step, (int)begin, count, (int *)mb.positions, (int *)mb.segments);
 }
 
 /* Samples that only keep a pipeline's micro-batches the same size: target / label
@@ -93,6 +101,8 @@ static void batch_pad(engine *e, int at, int count)
         size_t n = (size_t)count * spec->seq_len;
         memset((int *)mb.tokens, 0, n * sizeof(int));
         for (size_t i = 0; i < n; i++) ((int *)mb.targets)[i] = -1;
+        for (size_t i = 0; mb.positions && i < n; i++) /* one segment a padding sample */
+            ((int *)mb.positions)[i] = (int)(i % (size_t)spec->seq_len), ((int *)mb.segments)[i] = 0;
     } else {
         memset((float *)mb.images, 0,
                (size_t)count * spec->channels * spec->image_size * spec->image_size * sizeof(float));
@@ -465,6 +475,11 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         goto fail;
     }
     e->per_sample = job_model_is_lm(&job->model) ? job->model.seq_len : 1;
+    if (engine_moe_init(e) != 0) {
+        *exit_code = DT_EXIT_FAIL;
+        snprintf(err, errlen, "rank %d: out of memory", rank);
+        goto fail;
+    }
     /* the head's rank computes the loss; every tp rank of it the same one */
     e->counts_loss = me.tp == 0 && e->unit_model[n_units - 1];
     char cp_part[32] = "";
@@ -512,6 +527,7 @@ void engine_destroy(engine *e)
     if (e->world) comm_destroy(e->world);
     if (e->store) store_close(e->store);
     acct_destroy(e->acct);
+    engine_moe_free(e);
     free(e->unit_model);
     free(e);
 }
@@ -696,7 +712,10 @@ static int pp_grads(engine *e, int step, long first, float loss_scale, double *l
                     size_t errlen)
 {
     int mb = e->job.train.micro_batch, m = e->micro_per_step, n_units = e->x.n_units;
-    if (e->unit_model[0] || e->unit_model[n_units - 1]) engine_batch_fill(e, e->train, step, first, m * mb, 0);
+    /* the first stage embeds, the last takes the targets; packed samples'
+     * document mask reaches every stage's blocks */
+    if (e->unit_model[0] || e->unit_model[n_units - 1] || e->job.model.packed)
+        engine_batch_fill(e, e->train, step, first, m * mb, 0);
     e->batch_B = mb;
     e->x.last_micro = 0;
     pp_exec_step_args args = {.step = step + 1, .B = mb, .loss_scale = loss_scale, .batch = pp_batch,
@@ -715,13 +734,18 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     strat_ctx *x = &e->x;
     const job_train *t = &e->job.train;
     int mb = t->micro_batch, A = e->ex ? e->micro_per_step : t->grad_accum;
-    double per_step = (double)t->global_batch * e->per_sample;
-    float loss_scale = (float)(1.0 / per_step);
+    /* the loss's count over the global batch: every token (image), or with
+     * packed instruction data its masked-in targets, which every rank counts
+     * itself (the global batch is a function of the step: data.h) */
+    double per_step = e->job.model.packed ? (double)data_batch_targets(e->train, step, 0, t->global_batch)
+                                          : (double)t->global_batch * e->per_sample;
+    float loss_scale = per_step > 0 ? (float)(1.0 / per_step) : 0.0f;
     long first = (long)e->mc.me.dp * mb * A;
     x->step = step + 1;
     x->training = 1;
     trace_step_begin(step + 1);
     e->so->begin_step(e->ds);
+    engine_moe_reset(e); /* evaluations since the last step routed too */
     double loss_sum = 0;
     if (e->ex) {
         int rc = pp_grads(e, step, first, loss_scale, &loss_sum, err, errlen);
@@ -741,10 +765,24 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
     tied_wte_sum(e);
     if (x->failed) return engine_comm_failed(e, err, errlen);
     e->local_loss = e->counts_loss ? loss_sum : 0.0; /* engine_local_loss: who went non-finite */
-    double mine[2] = {e->counts_loss ? loss_sum : 0.0, engine_local_grad_sumsq(e, NULL, NULL)}, sum[2];
-    if (engine_world_sum(e, mine, 2, sum) != COMM_OK) return engine_comm_failed(e, err, errlen);
-    *loss = sum[0] / per_step;
+    /* loss, gradient norm and the MoE blocks' routing: one exchange */
+    int n = 2 + engine_moe_values(e);
+    double *mine = calloc(2 * (size_t)n, sizeof(double)), *sum = mine + n;
+    if (!mine) {
+        snprintf(err, errlen, "rank %d: step %d: out of memory", e->rank, step + 1);
+        return DT_EXIT_FAIL;
+    }
+    mine[0] = e->counts_loss ? loss_sum : 0.0;
+    mine[1] = engine_local_grad_sumsq(e, NULL, NULL);
+    engine_moe_mine(e, mine + 2);
+    if (engine_world_sum(e, mine, n, sum) != COMM_OK) {
+        free(mine);
+        return engine_comm_failed(e, err, errlen);
+    }
+    *loss = per_step > 0 ? sum[0] / per_step : 0.0;
     e->grad_sumsq = sum[1];
+    engine_moe_take(e, sum + 2, (double)t->global_batch);
+    free(mine);
     return DT_EXIT_OK;
 }
 
@@ -782,6 +820,7 @@ int engine_update(engine *e, int step, double lr, double *grad_norm, char *err, 
     }
     trace_span(TRACE_COMPUTE, t_opt, clock_now_s(), "optimizer");
     e->so->after_update(e->ds);
+    engine_moe_update_bias(e); /* DeepSeek-V3's, from the step's global loads */
     trace_step_end();
     return x->failed ? engine_comm_failed(e, err, errlen) : DT_EXIT_OK;
 }
@@ -793,7 +832,7 @@ static int pp_evaluate_slice(engine *e, long vstep, long lo, long hi, long steps
                              char *err, size_t errlen)
 {
     int mb = e->job.train.micro_batch, m = e->micro_per_step, per = m * mb;
-    int ends = e->unit_model[0] || e->unit_model[e->x.n_units - 1];
+    int ends = e->unit_model[0] || e->unit_model[e->x.n_units - 1] || e->job.model.packed;
     for (long s = 0; s < steps; s++) {
         long start = lo + s * per;
         int count = (int)(hi - start < per ? (hi - start > 0 ? hi - start : 0) : per);
@@ -830,6 +869,17 @@ long engine_val_samples(const engine *e)
  * slice ran out runs one sample and ignores it (pp = 1) or pads with samples the
  * loss ignores (pp > 1). */
 long engine_val_windows(const engine *e) { return data_count(e->val); }
+
+double engine_val_targets(const engine *e, long total)
+{
+    long gb = e->job.train.global_batch;
+    double n = 0;
+    for (long vstep = 0, seen = 0; seen < total; vstep++, seen += gb) {
+        long nb = total - seen < gb ? total - seen : gb;
+        n += e->job.model.packed ? (double)data_batch_targets(e->val, vstep, 0, (int)nb) : (double)nb * e->per_sample;
+    }
+    return n;
+}
 long engine_val_span(const engine *e) { return data_span(e->val); }
 
 int engine_evaluate(engine *e, double *val_loss, double *acc, char *err, size_t errlen)
@@ -882,7 +932,8 @@ int engine_evaluate_n(engine *e, long total, double *val_loss, double *acc, char
         else snprintf(err, errlen, "rank %d: a data file changed on another rank (see its message)", engine_rank(e));
         return DT_EXIT_DATA;
     }
-    *val_loss = sum[0] / ((double)total * e->per_sample);
+    double count = engine_val_targets(e, total);
+    *val_loss = count > 0 ? sum[0] / count : 0.0;
     *acc = vit ? sum[1] / (double)total : -1.0;
     return DT_EXIT_OK;
 }

@@ -63,7 +63,9 @@ const char *engine_layout(const engine *e);
 
 /* Forward and backward of step `step` (0-based) over the global batch, gradients
  * synchronized. *loss: the mean loss over the global batch, the same on every
- * rank. Returns DT_EXIT_OK or DT_EXIT_COMM. */
+ * rank (packed instruction data: over its masked-in targets, sums and counts
+ * over every micro-batch and rank; 0 when it has none). Returns DT_EXIT_OK or
+ * DT_EXIT_COMM. */
 int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen);
 /* Global gradient norm (before clipping, into *grad_norm), clipping, AdamW with
  * learning rate lr, parameters made current on every rank. */
@@ -80,6 +82,10 @@ int engine_evaluate_n(engine *e, long samples, double *val_loss, double *acc, ch
 /* Distinct validation samples: GPT windows tiling the split (data_count),
  * ViT images. */
 long engine_val_windows(const engine *e);
+/* What the validation loss of `samples` samples divides by: the targets the
+ * loss counts (packed instruction data: the masked-in ones; else every
+ * token, or every image). */
+double engine_val_targets(const engine *e, long samples);
 long engine_val_span(const engine *e);      /* data_span of the validation split */
 
 /* Collective over the world: rank 0 writes the whole model's parameters, every
@@ -115,6 +121,22 @@ int engine_vocab_size(const engine *e);
  * preprocessed host floats, any B (run in micro-batches); logits [B,
  * n_classes] host. DT_EXIT_USAGE for a job that cannot, with one line in err. */
 int engine_classify(engine *e, const float *images, int B, float *logits, char *err, size_t errlen);
+
+/* model.moe: the routing of the last engine_grads over the global batch (the
+ * same numbers on every rank), or NULL without MoE blocks. Per MoE block j <
+ * layers (block order): its index layer[j], the choices per expert
+ * chosen[j * experts + e] (its load, before any capacity drop) and the
+ * choices dropped[j]; aux_loss the mean over the global batch's samples of
+ * the sum over the blocks of their Switch/GShard balance loss E sum_e f_e
+ * P_e (1 per block when balanced; the loss trained on adds aux_loss_coef
+ * times it to the language-model loss engine_grads reports). */
+typedef struct {
+    int layers, experts;
+    int *layer;
+    double *chosen, *dropped;
+    double aux_loss;
+} engine_moe;
+const engine_moe *engine_moe_last(const engine *e);
 
 void engine_take_times(engine *e, engine_times *t);
 /* Memory this rank holds, by category (account.h); peaks restart at

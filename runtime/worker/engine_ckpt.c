@@ -136,9 +136,10 @@ static int collect_pieces(engine *e, ckpt_piece **pieces_out, float ***bufs_out,
     int max_specs = 0;
     for (int l = 0; l < e->n_chunks; l++)
         if (model_param_count(e->chunk[l]) > max_specs) max_specs = model_param_count(e->chunk[l]);
-    int cap = N_PARTS * (max_specs + 1) * (n_held + 1);
+    int n_moe = engine_moe_ckpt_count(e); /* model.moe's routing biases */
+    int cap = N_PARTS * (max_specs + 1) * (n_held + 1) + n_moe;
     ckpt_piece *pieces = calloc((size_t)cap, sizeof *pieces);
-    float **bufs = calloc((size_t)N_PARTS * (n_held + 1), sizeof(float *));
+    float **bufs = calloc((size_t)N_PARTS * (n_held + 1) + (size_t)n_moe, sizeof(float *));
     param_spec *specs = calloc((size_t)max_specs + 1, sizeof *specs);
     int n = 0, nb = 0;
     if (!hs || !pieces || !bufs || !specs) n = -1;
@@ -159,6 +160,11 @@ static int collect_pieces(engine *e, ckpt_piece **pieces_out, float ***bufs_out,
                                              pieces + n, cap - n);
             n = got < 0 ? -1 : n + got;
         }
+    }
+    if (n >= 0 && n_moe > 0) {
+        int got = engine_moe_ckpt_pieces(e, pieces + n, bufs + nb);
+        nb += n_moe; /* the buffers it made (NULL where it stopped) */
+        n = got < 0 ? -1 : n + got;
     }
     free(specs);
     free(hs);
@@ -299,7 +305,16 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
 {
     engine_graph_outside(e);
     slice_source src = {.ck = ck, .path = ckpt_path(ck), .n_parts = N_PARTS};
-    return load_slices(e, &src, err, errlen);
+    int rc = load_slices(e, &src, err, errlen);
+    if (rc != DT_EXIT_OK) return rc;
+    /* model.moe's routing biases (every rank reads its blocks' own) */
+    char why[1024] = "";
+    int bad = engine_moe_ckpt_load(e, ck, why, sizeof why) != 0, any = 0;
+    if ((rc = engine_any(e, bad, &any, err, errlen)) != DT_EXIT_OK) return rc;
+    if (!any) return DT_EXIT_OK;
+    if (bad) snprintf(err, errlen, "rank %d: %s", e->rank, why);
+    else snprintf(err, errlen, "rank %d: %s: loading failed on another rank (see its message)", e->rank, ckpt_path(ck));
+    return DT_EXIT_CKPT;
 }
 
 /* train.lora: this rank's slice of every held unit's frozen base (the

@@ -4,6 +4,7 @@
 #ifndef DTRUN_ENGINE_INTERNAL_H
 #define DTRUN_ENGINE_INTERNAL_H
 
+#include "runtime/ckpt/ckpt.h"
 #include "runtime/comm/comm.h"
 #include "runtime/comm/store.h"
 #include "runtime/data/data.h"
@@ -20,6 +21,7 @@
 typedef struct {
     int cap;
     int *tokens, *targets, *labels;
+    int *positions, *segments; /* packed samples (job_model.packed), else NULL */
     float *images;
     size_t bytes;
 } batch_buf;
@@ -65,6 +67,7 @@ struct engine {
     float *dec_logits, *dec_gather;
     int dec_vmax;
     engine_graph *graph;           /* train.cuda_graphs: the step's device scalars and graphs, else NULL */
+    engine_moe moe;                /* model.moe: the last step's routing (engine_moe.c) */
 };
 
 /* engine.c: `B` samples from sample `at` of the host batch buffer; samples
@@ -115,6 +118,25 @@ typedef struct {
  * gradients' allocates its copies at every step. Nothing is refused where
  * nothing is recorded (the cpu backend). */
 int engine_graph_check(const engine_graph_facts *f, char *why, size_t n);
+
+/* engine_moe.c (model.moe; nothing happens without MoE blocks). init / free:
+ * the step's numbers. values: how many doubles a step adds to the world's sum
+ * (0 without MoE): mine fills them with this rank's routing since reset, take
+ * reads the sum back (samples: the global batch's). update_bias: DeepSeek-V3's
+ * bias step from those loads (model.moe.bias_update_rate > 0), after an
+ * update. ckpt: the routing biases as checkpoint pieces (count of them on
+ * this rank; bufs receive their host buffers, for the caller to free), and
+ * back (a checkpoint without them leaves them at 0); -1 with why. */
+int engine_moe_init(engine *e);
+void engine_moe_free(engine *e);
+int engine_moe_values(const engine *e);
+void engine_moe_reset(engine *e);
+void engine_moe_mine(const engine *e, double *v);
+void engine_moe_take(engine *e, const double *sum, double samples);
+void engine_moe_update_bias(engine *e);
+int engine_moe_ckpt_count(const engine *e);
+int engine_moe_ckpt_pieces(engine *e, ckpt_piece *out, float **bufs);
+int engine_moe_ckpt_load(engine *e, const ckpt *ck, char *why, size_t n);
 
 /* engine_decode.c: frees what engine_decode_begin allocated (no-op without). */
 void engine_decode_end(engine *e);

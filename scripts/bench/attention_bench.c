@@ -90,13 +90,13 @@ int main(int argc, char **argv)
         ops->attention_backward(dqkv_n, scr, dout, qkv, att, B, T, C, NH, NH, causal, DT_F32);
         double t3 = now();
         ops->rows_copy(kv, 2 * C, qkv + C, 3 * C, (int)N, 2 * C, 0, DT_F32);
-        ops->attention_block_forward(out_f, lse, qkv, kv, B, T, T, T, C, NH, NH, causal, 0, DT_F32, DT_F32);
+        ops->attention_block_forward(out_f, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, causal, 0, DT_F32, DT_F32);
         double t4 = now();
         memset(dqkv_f, 0, N * 3 * C * sizeof(float));
         double t5 = now();
         ops->rows_copy(kv, 2 * C, qkv + C, 3 * C, (int)N, 2 * C, 0, DT_F32);
         ops->zero(dkv, N * 2 * C * sizeof(float));
-        ops->attention_block_backward(dqkv_f, dkv, dout, out_f, lse, qkv, kv, B, T, T, T, C, NH, NH, causal, 0, DT_F32);
+        ops->attention_block_backward(dqkv_f, dkv, dout, out_f, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, causal, 0, DT_F32);
         ops->rows_copy(dqkv_f + C, 3 * C, dkv, 2 * C, (int)N, 2 * C, 1, DT_F32);
         double t6 = now();
         double d[4] = {t1 - t0, t3 - t2, t4 - t3, t6 - t5};

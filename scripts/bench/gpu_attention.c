@@ -84,10 +84,10 @@ enum { PASS_FWD, PASS_BWD };
 static void run_block(const bench *b, int pass) {
     const dt_ops *ops = b->ops;
     if (pass == PASS_FWD)
-        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T, b->T, b->C, b->NH, b->NKV, 1, 0, b->t,
+        ops->attention_block_forward(b->out, b->lse, b->qkv, b->kv, NULL, NULL, b->B, b->T, b->T, b->T, b->C, b->NH, b->NKV, 1, 0, b->t,
                                      b->t);
     else
-        ops->attention_block_backward(b->dqkv, b->dkv, b->dout, b->out, b->lse, b->qkv, b->kv, b->B, b->T, b->T,
+        ops->attention_block_backward(b->dqkv, b->dkv, b->dout, b->out, b->lse, b->qkv, b->kv, NULL, NULL, b->B, b->T, b->T,
                                       b->T, b->C, b->NH, b->NKV, 1, 0, b->t);
 }
 

@@ -282,23 +282,87 @@ static void test_embedding(int N, int C, int V, int v0, int vn) {
     free(tok); free(wte); free(out_c); free(g); free(dw_c);
 }
 
-static void test_posadd(int B, int T, int C) {
-    char what[128];
+/* Document masking (ops.h: segment ids of packed samples) for the blockwise
+ * twins: the query rows' and the key rows' ids, on the host and the device,
+ * or all NULL (no mask). Runs of lengths that cycle through a list with
+ * samples of 1 to 200 rows, the keys' shifted against the queries' (their
+ * boundaries fall elsewhere), so tiles hold several samples, samples span
+ * tiles, and some tiles see no key of their rows' samples. */
+typedef struct {
+    int *hq, *hk;
+    int *dq, *dk;
+} packed_segs;
+
+static int *seg_runs(int B, int Ts, int off) {
+    static const int lens[] = {37, 5, 100, 1, 64, 200, 13, 2, 70};
+    int n = (int)(sizeof lens / sizeof lens[0]);
+    int *s = malloc((size_t)B * Ts * sizeof(int));
+    for (int b = 0; b < B; b++) {
+        int id = 0, k = b % n, left = lens[k] - off % lens[k];
+        for (int i = 0; i < Ts; i++) {
+            if (left == 0) id++, k = (k + 1) % n, left = lens[k];
+            s[(size_t)b * Ts + i] = id;
+            left--;
+        }
+    }
+    return s;
+}
+
+static packed_segs packed_make(int packed, int B, int Ts) {
+    packed_segs p = {NULL, NULL, NULL, NULL};
+    if (!packed) return p;
+    size_t n = (size_t)B * Ts;
+    p.hq = seg_runs(B, Ts, 0);
+    p.hk = seg_runs(B, Ts, 17);
+    p.dq = gpu->alloc(n * sizeof(int));
+    p.dk = gpu->alloc(n * sizeof(int));
+    gpu->from_host(p.dq, p.hq, n * sizeof(int));
+    gpu->from_host(p.dk, p.hk, n * sizeof(int));
+    return p;
+}
+
+static void packed_free(packed_segs *p) {
+    if (!p->hq) return;
+    gpu->free(p->dq), gpu->free(p->dk);
+    free(p->hq), free(p->hk);
+}
+
+/* pos: per-row positions (packed samples restarting at 0, runs of 1 to 200
+ * rows), or the plain form */
+static void posadd_case(int B, int T, int C, int packed) {
+    char what[160];
     size_t n = (size_t)B * T * C, tc = (size_t)T * C;
     float *x = hrand(n, 1.0f), *wpe = hrand(tc, 1.0f);
     dbuf dx = dup_f(x, n, 0), dwpe = dup_f(wpe, tc, 0);
-    cpu->posadd_forward(x, wpe, B, T, C);
-    gpu->posadd_forward(dx.p, dwpe.p, B, T, C);
-    snprintf(what, sizeof what, "posadd_forward B=%d T=%d C=%d", B, T, C);
+    int *pos = NULL, *dpos = NULL;
+    if (packed) { /* each row's place in its run */
+        int *seg = seg_runs(B, T, 5);
+        pos = malloc((size_t)B * T * sizeof(int));
+        for (size_t i = 0; i < (size_t)B * T; i++)
+            pos[i] = i % (size_t)T && seg[i] == seg[i - 1] ? pos[i - 1] + 1 : 0;
+        free(seg);
+        dpos = gpu->alloc((size_t)B * T * sizeof(int));
+        gpu->from_host(dpos, pos, (size_t)B * T * sizeof(int));
+    }
+    const char *how = packed ? " with positions" : "";
+    cpu->posadd_forward(x, wpe, pos, B, T, C);
+    gpu->posadd_forward(dx.p, dwpe.p, dpos, B, T, C);
+    snprintf(what, sizeof what, "posadd_forward%s B=%d T=%d C=%d", how, B, T, C);
     expect(what, &dx, x, n, TOL_EXACT);
     float *g = hrand(n, 1.0f);
     dbuf dg = dup_f(g, n, 0);
-    cpu->posadd_backward(wpe, g, B, T, C);
-    gpu->posadd_backward(dwpe.p, dg.p, B, T, C);
-    snprintf(what, sizeof what, "posadd_backward B=%d T=%d C=%d (accumulates)", B, T, C);
+    cpu->posadd_backward(wpe, g, pos, B, T, C);
+    gpu->posadd_backward(dwpe.p, dg.p, dpos, B, T, C);
+    snprintf(what, sizeof what, "posadd_backward%s B=%d T=%d C=%d (accumulates)", how, B, T, C);
     expect(what, &dwpe, wpe, tc, TOL_EXACT);
     drop(&dx); drop(&dwpe); drop(&dg);
-    free(x); free(wpe); free(g);
+    if (dpos) gpu->free(dpos);
+    free(x); free(wpe); free(g); free(pos);
+}
+
+static void test_posadd(int B, int T, int C) {
+    posadd_case(B, T, C, 0);
+    posadd_case(B, T, C, 1);
 }
 
 static void test_patch(int B, int ch, int S, int P, int C) {
@@ -741,8 +805,8 @@ static void expect_lse(const char *what, const dbuf *d, const float *ref, size_t
  * in *gq and the device's in *dgq (the caller drops them) for what follows. */
 static void block_backward_twin(const char *shape, double tol, const void *hout, const void *dout, const float *lse,
                                 const float *dlse, const void *hq, const void *hkv, const void *dq, const void *dkv,
-                                int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t,
-                                float **gq_out, dbuf *dgq_out) {
+                                const packed_segs *ps, int B, int Ts, int Tq, int Tk, int C, int NH, int NKV,
+                                int causal, int shift, dt_dtype t, float **gq_out, dbuf *dgq_out) {
     char what[280];
     size_t no = (size_t)B * Ts * C, nq = (size_t)B * Ts * dt_qkv_cols(C, NH, NKV), nkv = (size_t)B * Ts * dt_kv_cols(C, NH, NKV);
     float *g = hrand(no, 1.0f), *gq = hrand(nq, 1.0f), *gkv = hrand(nkv, 1.0f);
@@ -751,13 +815,16 @@ static void block_backward_twin(const char *shape, double tol, const void *hout,
     memcpy(gkv0, gkv, nkv * sizeof(float));
     dbuf dg = dup_f(g, no, 0), dgq = dup_f(gq, nq, 0), dgkv = dup_f(gkv, nkv, 0);
     dbuf dgq2 = dup_f(gq, nq, 0), dgkv2 = dup_f(gkv, nkv, 0);
-    cpu->attention_block_backward(gq, gkv, g, hout, lse, hq, hkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, t);
-    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, t);
+    cpu->attention_block_backward(gq, gkv, g, hout, lse, hq, hkv, ps->hq, ps->hk, B, Ts, Tq, Tk, C, NH, NKV, causal,
+                                  shift, t);
+    gpu->attention_block_backward(dgq.p, dgkv.p, dg.p, dout, dlse, dq, dkv, ps->dq, ps->dk, B, Ts, Tq, Tk, C, NH, NKV,
+                                  causal, shift, t);
     snprintf(what, sizeof what, "attention_block_backward dq (accumulates) %s", shape);
     expect_added(what, &dgq, gq0, gq, nq, tol);
     snprintf(what, sizeof what, "attention_block_backward dkv (accumulates) %s", shape);
     expect_added(what, &dgkv, gkv0, gkv, nkv, tol);
-    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout, dlse, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, t);
+    gpu->attention_block_backward(dgq2.p, dgkv2.p, dg.p, dout, dlse, dq, dkv, ps->dq, ps->dk, B, Ts, Tq, Tk, C, NH,
+                                  NKV, causal, shift, t);
     float *r1 = back(&dgq, nq), *r2 = back(&dgq2, nq), *s1 = back(&dgkv, nkv), *s2 = back(&dgkv2, nkv);
     CHECK(memcmp(r1, r2, nq * sizeof(float)) == 0 && memcmp(s1, s2, nkv * sizeof(float)) == 0,
           "attention_block_backward %s: a second call writes the same bits (no atomics)", shape);
@@ -783,13 +850,14 @@ static void block_backward_twin(const char *shape, double tol, const void *hout,
  * (dt_ops_cuda_set_bf16) and q, kv are rounded to bf16 values on both sides
  * (as the bf16 model stores qkv); the CPU still computes in fp32, so the
  * difference is the tensor-core path's own rounding (TOL_ATT_BF16). */
-static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
-                                 int bf16) {
-    char what[240], shape[160];
+static void attention_block_case(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
+                                 int bf16, int packed) {
+    char what[260], shape[180];
     double tol = bf16 ? TOL_ATT_BF16 : TOL_GEMM;
-    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d NKV=%d (hs %d) %s shift %d %s", B, Ts, Tq, Tk, C,
-             NH, NKV,
-             C / NH, causal ? "causal" : "full", shift, bf16 ? "bf16" : "fp32");
+    snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d NKV=%d (hs %d) %s shift %d %s%s", B, Ts, Tq, Tk,
+             C, NH, NKV, C / NH, causal ? "causal" : "full", shift, bf16 ? "bf16" : "fp32",
+             packed ? " packed samples" : "");
+    packed_segs ps = packed_make(packed, B, Ts);
     size_t nq = (size_t)B * Ts * dt_qkv_cols(C, NH, NKV), nkv = (size_t)B * Ts * dt_kv_cols(C, NH, NKV), no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
     float *q = hrand(nq, 1.0f), *kv = hrand(nkv, 1.0f), *out = hrand(no, 1.0f), *lse = hrand(nl, 1.0f);
     float *pout = hrand(no, 1.0f), *plse = hrand(nl, 1.0f);
@@ -801,10 +869,14 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     dbuf dq = dup_f(q, nq, 0), dkv = dup_f(kv, nkv, 0), dout = dup_f(out, no, 0), dlse = dup_f(lse, nl, 0);
     dbuf dpout = dup_f(pout, no, 0), dplse = dup_f(plse, nl, 0);
     /* a first block into (out, lse), a second (shifted one block on) merged into it */
-    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_F32, DT_F32);
-    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_F32, DT_F32);
-    cpu->attention_block_forward(pout, plse, q, kv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift + Tk, DT_F32, DT_F32);
-    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NKV, causal, shift + Tk, DT_F32, DT_F32);
+    cpu->attention_block_forward(out, lse, q, kv, ps.hq, ps.hk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_F32,
+                                 DT_F32);
+    gpu->attention_block_forward(dout.p, dlse.p, dq.p, dkv.p, ps.dq, ps.dk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
+                                 DT_F32, DT_F32);
+    cpu->attention_block_forward(pout, plse, q, kv, ps.hq, ps.hk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift + Tk,
+                                 DT_F32, DT_F32);
+    gpu->attention_block_forward(dpout.p, dplse.p, dq.p, dkv.p, ps.dq, ps.dk, B, Ts, Tq, Tk, C, NH, NKV, causal,
+                                 shift + Tk, DT_F32, DT_F32);
     snprintf(what, sizeof what, "attention_block_forward out %s", shape);
     expect(what, &dout, out, no, tol);
     snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
@@ -825,11 +897,17 @@ static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, i
     gpu->from_host(dlse.p, lse, nl * sizeof(float));
     float *gq;
     dbuf dgq;
-    block_backward_twin(shape, tol, out, dout.p, lse, dlse.p, q, kv, dq.p, dkv.p, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
-                        DT_F32, &gq, &dgq);
+    block_backward_twin(shape, tol, out, dout.p, lse, dlse.p, q, kv, dq.p, dkv.p, &ps, B, Ts, Tq, Tk, C, NH, NKV,
+                        causal, shift, DT_F32, &gq, &dgq);
     set_bf16(0);
     drop(&dq); drop(&dkv); drop(&dout); drop(&dlse); drop(&dpout); drop(&dplse); drop(&dgq);
     free(q); free(kv); free(out); free(lse); free(pout); free(plse); free(gq);
+    packed_free(&ps);
+}
+
+static void test_attention_block(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
+                                 int bf16) {
+    attention_block_case(B, Ts, Tq, Tk, C, NH, NKV, causal, shift, bf16, 0);
 }
 
 /* decoding's one query q over a cache kv of kv heads only (GQA when NKV <
@@ -908,13 +986,14 @@ static void test_attention_decode(int T, int C, int NH, int NKV, dt_dtype t) {
 /* attention_block_forward (out of type out_t: bf16, the model's final
  * result, or fp32, a context-parallel partial) and attention_block_backward
  * on bf16 q, kv and out. The rows of out past Tq must keep their bits. */
-static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, int bf16,
-                                      dt_dtype out_t) {
-    char what[280], shape[200];
+static void attention_block_bf16_case(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
+                                      int bf16, dt_dtype out_t, int packed) {
+    char what[300], shape[220];
     double tol = bf16 ? TOL_ATT_BF16 : TOL_GEMM, tol_out = tol + (out_t == DT_BF16 ? TOL_ULP16 : 0.0);
     snprintf(shape, sizeof shape, "B=%d Ts=%d Tq=%d Tk=%d C=%d NH=%d NKV=%d (hs %d) %s shift %d, bf16 q kv, %s out, %s "
-             "products", B, Ts, Tq, Tk, C, NH, NKV, C / NH, causal ? "causal" : "full", shift,
-             out_t == DT_BF16 ? "bf16" : "fp32", bf16 ? "bf16" : "fp32");
+             "products%s", B, Ts, Tq, Tk, C, NH, NKV, C / NH, causal ? "causal" : "full", shift,
+             out_t == DT_BF16 ? "bf16" : "fp32", bf16 ? "bf16" : "fp32", packed ? ", packed samples" : "");
+    packed_segs ps = packed_make(packed, B, Ts);
     size_t nq = (size_t)B * Ts * dt_qkv_cols(C, NH, NKV), nkv = (size_t)B * Ts * dt_kv_cols(C, NH, NKV), no = (size_t)B * Ts * C, nl = (size_t)B * NH * Ts;
     size_t osz = dt_dtype_size(out_t);
     float *qf = hrand(nq, 1.0f), *kvf = hrand(nkv, 1.0f), *of = hrand(no, 1.0f), *lse = hrand(nl, 1.0f);
@@ -926,8 +1005,10 @@ static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int 
     void *dq = dup_bytes(q, nq * 2), *dkv = dup_bytes(kv, nkv * 2), *dout = dup_bytes(out, no * osz);
     dbuf dlse = dup_f(lse, nl, 0);
     set_bf16(bf16);
-    cpu->attention_block_forward(out, lse, q, kv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_BF16, out_t);
-    gpu->attention_block_forward(dout, dlse.p, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_BF16, out_t);
+    cpu->attention_block_forward(out, lse, q, kv, ps.hq, ps.hk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift, DT_BF16,
+                                 out_t);
+    gpu->attention_block_forward(dout, dlse.p, dq, dkv, ps.dq, ps.dk, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
+                                 DT_BF16, out_t);
     snprintf(what, sizeof what, "attention_block_forward out %s", shape);
     expect_typed(what, dout, out, no, out_t, tol_out);
     snprintf(what, sizeof what, "attention_block_forward lse %s", shape);
@@ -952,13 +1033,19 @@ static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int 
     gpu->from_host(dlse.p, lse, nl * sizeof(float));
     float *gq;
     dbuf dgq;
-    block_backward_twin(shape, tol, o16, do16, lse, dlse.p, q, kv, dq, dkv, B, Ts, Tq, Tk, C, NH, NKV, causal, shift,
-                        DT_BF16, &gq, &dgq);
+    block_backward_twin(shape, tol, o16, do16, lse, dlse.p, q, kv, dq, dkv, &ps, B, Ts, Tq, Tk, C, NH, NKV, causal,
+                        shift, DT_BF16, &gq, &dgq);
+    packed_free(&ps);
     set_bf16(0);
     gpu->free(dq); gpu->free(dkv); gpu->free(dout); gpu->free(do16);
     drop(&dlse); drop(&dgq);
     if (o16 != out) free(o16);
     free(qf); free(kvf); free(of); free(lse); free(q); free(kv); free(out); free(out0); free(gq);
+}
+
+static void test_attention_block_bf16(int B, int Ts, int Tq, int Tk, int C, int NH, int NKV, int causal, int shift,
+                                      int bf16, dt_dtype out_t) {
+    attention_block_bf16_case(B, Ts, Tq, Tk, C, NH, NKV, causal, shift, bf16, out_t, 0);
 }
 
 /* attention_forward / attention_backward (the naive attention) on bf16
@@ -1846,6 +1933,161 @@ static void test_swiglu(int N, int F, dt_dtype t, int pad) {
     free(inf_); free(inp); free(out); free(g); free(gi); free(gi0);
 }
 
+/* Mixture of experts (ops.h moe_*): the router row by row in the CPU's
+ * order (expf against libm's: TOL_ELEM; the choices and every integer of
+ * the route exactly: same comparisons of the same scores, a tie broken the
+ * same way), the route with a capacity and rows starting inside a sample,
+ * permute (a copy: bit for bit), unpermute and the backwards (separate
+ * products and sums, no FMA, in the CPU's order: bit for bit in fp32; a
+ * bf16 y is widened exactly on both sides), and the grouped GEMM (the dense
+ * matmul per expert: TOL_GEMM, bf16 products as matmul's). */
+static int same_ints(const int *dev, const int *ref, size_t n) {
+    int *h = malloc((n ? n : 1) * sizeof(int));
+    if (n) gpu->to_host(h, dev, n * sizeof(int));
+    int ok = !n || !memcmp(h, ref, n * sizeof(int));
+    free(h);
+    return ok;
+}
+
+static void test_moe_router(int N, int E, int k, int sigmoid, int norm, int T, int row0, int with_bias) {
+    char what[192];
+    int G = (row0 + N - 1) / T + 1;
+    float *z = hrand((size_t)N * E, 3.0f), *bias = with_bias ? hrand((size_t)E, 0.5f) : NULL;
+    float *s = malloc((size_t)N * E * sizeof(float)), *w = malloc((size_t)N * k * sizeof(float));
+    float *ps = malloc((size_t)G * E * sizeof(float));
+    int *idx = malloc((size_t)N * k * sizeof(int));
+    memcpy(s, z, (size_t)N * E * sizeof(float));
+    cpu->moe_router_forward(s, idx, w, ps, s, bias, N, E, k, sigmoid, norm, T, row0);
+    dbuf ds = dup_f(z, (size_t)N * E, 0), dw = zeros_f((size_t)N * k), dps = zeros_f((size_t)G * E);
+    dbuf db = dup_f(bias ? bias : z, bias ? (size_t)E : 1, 0);
+    int *didx = dup_i(idx, (size_t)N * k);
+    gpu->moe_router_forward(ds.p, didx, dw.p, dps.p, ds.p, bias ? db.p : NULL, N, E, k, sigmoid, norm, T, row0);
+    snprintf(what, sizeof what, "moe_router_forward %s%s%s N=%d E=%d k=%d T=%d row0=%d", sigmoid ? "sigmoid" : "softmax",
+             norm ? " norm" : "", bias ? " bias" : "", N, E, k, T, row0);
+    CHECK(same_ints(didx, idx, (size_t)N * k), "%s: the same choices", what);
+    expect(what, &ds, s, (size_t)N * E, TOL_ELEM);
+    expect(what, &dw, w, (size_t)N * k, TOL_ELEM);
+    expect(what, &dps, ps, (size_t)G * E, TOL_ELEM);
+    /* backward from the CPU's forward, into random starts */
+    float *gw = hrand((size_t)N * k, 1.0f), *ga = hrand((size_t)G * E, 1.0f), *dz = hrand((size_t)N * E, 1.0f);
+    float *dz0 = malloc((size_t)N * E * sizeof(float));
+    memcpy(dz0, dz, (size_t)N * E * sizeof(float));
+    dbuf hs = dup_f(s, (size_t)N * E, 0), hw = dup_f(w, (size_t)N * k, 0), dgw = dup_f(gw, (size_t)N * k, 0);
+    dbuf dga = dup_f(ga, (size_t)G * E, 0), ddz = dup_f(dz, (size_t)N * E, 0);
+    int *hidx = dup_i(idx, (size_t)N * k);
+    cpu->moe_router_backward(dz, s, idx, w, gw, ga, N, E, k, sigmoid, norm, T, row0);
+    gpu->moe_router_backward(ddz.p, hs.p, hidx, hw.p, dgw.p, dga.p, N, E, k, sigmoid, norm, T, row0);
+    snprintf(what, sizeof what, "moe_router_backward %s%s N=%d E=%d k=%d (accumulates)", sigmoid ? "sigmoid" : "softmax",
+             norm ? " norm" : "", N, E, k);
+    expect_added(what, &ddz, dz0, dz, (size_t)N * E, TOL_ELEM);
+    drop(&ds), drop(&dw), drop(&dps), drop(&db), drop(&hs), drop(&hw), drop(&dgw), drop(&dga), drop(&ddz);
+    gpu->free(didx), gpu->free(hidx);
+    free(z), free(bias), free(s), free(w), free(ps), free(idx), free(gw), free(ga), free(dz), free(dz0);
+}
+
+static void test_moe_route(int N, int E, int k, int cap, int T, int row0) {
+    int G = (row0 + N - 1) / T + 1;
+    size_t NK = (size_t)N * k;
+    int *idx = malloc(NK * sizeof(int)), *dst = malloc(NK * sizeof(int)), *src = malloc(NK * sizeof(int));
+    int *counts = malloc((size_t)E * sizeof(int)), *chosen = malloc((size_t)G * E * sizeof(int));
+    int *before = malloc((size_t)G * E * sizeof(int));
+    for (int i = 0; i < G * E; i++) before[i] = i < E ? i % 3 : 0;
+    for (int n = 0; n < N; n++) /* k distinct experts a row, skewed towards the low ones */
+        for (int j = 0; j < k; j++) idx[(size_t)n * k + j] = (int)((unsigned)(n * 7 + j * (E / k + 1) + (n % 3)) % E);
+    for (int n = 0; n < N; n++)
+        for (int j = 1; j < k; j++)
+            for (int i = 0; i < j; i++)
+                if (idx[(size_t)n * k + j] == idx[(size_t)n * k + i]) idx[(size_t)n * k + j] = (idx[(size_t)n * k + j] + 1) % E, i = -1;
+    cpu->moe_route(dst, src, counts, chosen, idx, before, N, E, k, cap, T, row0);
+    int M = 0;
+    for (int e = 0; e < E; e++) M += counts[e];
+    int *didx = dup_i(idx, NK), *dbef = dup_i(before, (size_t)G * E);
+    int *ddst = gpu->alloc(NK * sizeof(int)), *dsrc = gpu->alloc(NK * sizeof(int));
+    int *dcounts = gpu->alloc((size_t)E * sizeof(int)), *dchosen = gpu->alloc((size_t)G * E * sizeof(int));
+    gpu->moe_route(ddst, dsrc, dcounts, dchosen, didx, dbef, N, E, k, cap, T, row0);
+    CHECK(same_ints(ddst, dst, NK) && same_ints(dsrc, src, (size_t)M) && same_ints(dcounts, counts, (size_t)E) &&
+              same_ints(dchosen, chosen, (size_t)G * E),
+          "moe_route N=%d E=%d k=%d cap=%d T=%d row0=%d: dst, src, counts, chosen bit for bit (%d of %zu kept)", N, E,
+          k, cap, T, row0, M, NK);
+    gpu->free(didx), gpu->free(dbef), gpu->free(ddst), gpu->free(dsrc), gpu->free(dcounts), gpu->free(dchosen);
+    free(idx), free(dst), free(src), free(counts), free(chosen), free(before);
+}
+
+static void test_moe_permute(int N, int E, int k, int C, int cap, dt_dtype t) {
+    char what[160];
+    const char *ty = t == DT_BF16 ? "bf16" : "fp32";
+    size_t NK = (size_t)N * k, es = dt_dtype_size(t);
+    int *idx = malloc(NK * sizeof(int)), *dst = malloc(NK * sizeof(int)), *src = malloc(NK * sizeof(int));
+    int counts[64], chosen[64 * 8];
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < k; j++) idx[(size_t)n * k + j] = (n + j * 3) % E;
+    cpu->moe_route(dst, src, counts, chosen, idx, NULL, N, E, k, cap, N, 0);
+    int M = 0;
+    for (int e = 0; e < E; e++) M += counts[e];
+    float *xf = hrand((size_t)N * C, 1.0f), *yf = hrand(NK * C, 1.0f), *w = hrand(NK, 1.0f);
+    void *x = host_typed(xf, (size_t)N * C, t), *y = host_typed(yf, NK * C, t), *xe = calloc(NK * C, es);
+    int *ddst = dup_i(dst, NK), *dsrc = dup_i(src, NK);
+    void *dx = dup_bytes(x, (size_t)N * C * es), *dy = dup_bytes(y, NK * C * es), *dxe = dup_bytes(xe, NK * C * es);
+    cpu->moe_permute(xe, x, src, M, C, t);
+    gpu->moe_permute(dxe, dx, dsrc, M, C, t);
+    snprintf(what, sizeof what, "moe_permute %s N=%d k=%d C=%d (%d rows)", ty, N, k, C, M);
+    expect_typed(what, dxe, xe, (size_t)M * C, t, 0.0);
+    float *out = hrand((size_t)N * C, 1.0f), *out0 = malloc((size_t)N * C * sizeof(float));
+    memcpy(out0, out, (size_t)N * C * sizeof(float));
+    dbuf dout = dup_f(out, (size_t)N * C, 0), dwt = dup_f(w, NK, 0);
+    cpu->moe_unpermute(out, y, dst, w, N, k, C, t, 1);
+    gpu->moe_unpermute(dout.p, dy, ddst, dwt.p, N, k, C, t, 1);
+    snprintf(what, sizeof what, "moe_unpermute %s N=%d k=%d C=%d (accumulates)", ty, N, k, C);
+    expect(what, &dout, out, (size_t)N * C, 0.0);
+    float *g = hrand((size_t)N * C, 1.0f), *gy = hrand(NK * C, 1.0f), *gw = hrand(NK, 1.0f), *gx = hrand((size_t)N * C, 1.0f);
+    dbuf dg = dup_f(g, (size_t)N * C, 0), dgy = dup_f(gy, NK * C, 0), dgw = dup_f(gw, NK, 0), dgx = dup_f(gx, (size_t)N * C, 0);
+    cpu->moe_unpermute_backward(gy, gw, g, y, dst, w, N, k, C, t);
+    gpu->moe_unpermute_backward(dgy.p, dgw.p, dg.p, dy, ddst, dwt.p, N, k, C, t);
+    snprintf(what, sizeof what, "moe_unpermute_backward %s dy, dw N=%d k=%d C=%d (accumulate)", ty, N, k, C);
+    expect(what, &dgy, gy, (size_t)M * C, 0.0);
+    expect(what, &dgw, gw, NK, 0.0);
+    cpu->moe_permute_backward(gx, gy, dst, N, k, C);
+    gpu->moe_permute_backward(dgx.p, dgy.p, ddst, N, k, C);
+    snprintf(what, sizeof what, "moe_permute_backward N=%d k=%d C=%d (accumulates)", N, k, C);
+    expect(what, &dgx, gx, (size_t)N * C, 0.0);
+    drop(&dout), drop(&dwt), drop(&dg), drop(&dgy), drop(&dgw), drop(&dgx);
+    gpu->free(ddst), gpu->free(dsrc), gpu->free(dx), gpu->free(dy), gpu->free(dxe);
+    free(idx), free(dst), free(src), free(xf), free(yf), free(w), free(x), free(y), free(xe), free(out), free(out0);
+    free(g), free(gy), free(gw), free(gx);
+}
+
+static void test_moe_grouped(int IC, int OC, dt_dtype t) {
+    char what[160];
+    int counts[4] = {37, 0, 5, 64}, G = 4, R = 106;
+    size_t es = dt_dtype_size(t);
+    float *inf_ = hrand((size_t)R * IC, 1.0f), *wf = hrand((size_t)G * OC * IC, 1.0f);
+    void *in = host_typed(inf_, (size_t)R * IC, t), *w = host_typed(wf, (size_t)G * OC * IC, t);
+    void *out = calloc((size_t)R * OC, es);
+    void *din = dup_bytes(in, (size_t)R * IC * es), *dw = dup_bytes(w, (size_t)G * OC * IC * es);
+    void *dout = dup_bytes(out, (size_t)R * OC * es);
+    act16_products(t == DT_BF16);
+    cpu->moe_grouped_forward(out, in, w, counts, G, IC, OC, t, t);
+    gpu->moe_grouped_forward(dout, din, dw, counts, G, IC, OC, t, t);
+    snprintf(what, sizeof what, "moe_grouped_forward %s IC=%d OC=%d", t == DT_BF16 ? "bf16" : "fp32", IC, OC);
+    expect_typed(what, dout, out, (size_t)R * OC, t, TOL_GEMM + (t == DT_BF16 ? TOL_ULP16 : 0.0));
+    float *g = hrand((size_t)R * OC, 1.0f), *gi = hrand((size_t)R * IC, 1.0f), *gwt = hrand((size_t)G * OC * IC, 1.0f);
+    float *gi0 = malloc((size_t)R * IC * sizeof(float)), *gw0 = malloc((size_t)G * OC * IC * sizeof(float));
+    memcpy(gi0, gi, (size_t)R * IC * sizeof(float)), memcpy(gw0, gwt, (size_t)G * OC * IC * sizeof(float));
+    dbuf dg = dup_f(g, (size_t)R * OC, 0), dgi = dup_f(gi, (size_t)R * IC, 0), dgw = dup_f(gwt, (size_t)G * OC * IC, 0);
+    cpu->moe_grouped_backward(gi, gwt, g, in, w, counts, G, IC, OC, t);
+    gpu->moe_grouped_backward(dgi.p, dgw.p, dg.p, din, dw, counts, G, IC, OC, t);
+    double tol = t == DT_BF16 ? TOL_BF16 : TOL_GEMM;
+    snprintf(what, sizeof what, "moe_grouped_backward %s dinp IC=%d OC=%d (accumulates)", t == DT_BF16 ? "bf16" : "fp32", IC, OC);
+    expect_added(what, &dgi, gi0, gi, (size_t)R * IC, tol);
+    snprintf(what, sizeof what, "moe_grouped_backward %s dw IC=%d OC=%d (accumulates; the empty expert's untouched)",
+             t == DT_BF16 ? "bf16" : "fp32", IC, OC);
+    expect_added(what, &dgw, gw0, gwt, (size_t)G * OC * IC, tol);
+    act16_products(0);
+    drop(&dg), drop(&dgi), drop(&dgw);
+    gpu->free(din), gpu->free(dw), gpu->free(dout);
+    free(inf_), free(wf), free(in), free(w), free(out), free(g), free(gi), free(gwt), free(gi0), free(gw0);
+}
+
 /* RoPE on the q and k heads of a qkv buffer (v and a spare column left as
  * they are), rows at scattered positions: the table, the forward and the
  * backward all BIT FOR BIT (ops.h: the same table bits, two rounded products
@@ -2099,12 +2341,46 @@ int main(void) {
         test_attention_block_bf16(2, 1024, 1024, 1024, 768, 12, 12, 1, 0, bf, DT_BF16); /* GPT-2 124M's */
         test_attention_block_bf16(4, 197, 197, 197, 768, 12, 12, 0, 0, bf, DT_BF16);   /* ViT-B/16's */
     }
+    /* document masking (segment ids of packed samples, ops.h): the tiled
+     * kernels at hs 8, 32, 64 and 128 and the simple ones at hs 160, fp32
+     * and bf16 activations, causal, full, a cp block's shift, rows past a
+     * sample's keys, GQA; samples of 1 to 200 rows cut tiles of 64 */
+    for (int bf = 0; bf <= 1; bf++) {
+        attention_block_case(2, 300, 300, 300, 256, 4, 4, 1, 0, bf, 1);   /* hs 64, the model's one block */
+        attention_block_case(2, 300, 200, 150, 256, 4, 4, 1, 37, bf, 1);  /* a cp block's shift */
+        attention_block_case(1, 40, 20, 20, 24, 3, 3, 0, 0, bf, 1);       /* hs 8, full */
+        attention_block_case(2, 300, 130, 257, 128, 4, 4, 0, 0, bf, 1);   /* hs 32, more keys than queries */
+        attention_block_case(1, 200, 100, 180, 128, 2, 2, 1, -50, bf, 1); /* rows that see no key */
+        attention_block_case(1, 150, 150, 150, 256, 2, 2, 1, 0, bf, 1);   /* hs 128 */
+        attention_block_case(1, 70, 70, 70, 320, 2, 2, 1, 0, bf, 1);      /* hs 160: the simple kernels */
+        attention_block_case(1, 2600, 1300, 1300, 64, 2, 2, 1, 0, bf, 1); /* more keys than a simple tile */
+        attention_block_case(2, 300, 200, 150, 512, 8, 2, 1, 37, bf, 1);  /* GQA */
+        attention_block_bf16_case(2, 300, 300, 300, 256, 4, 4, 1, 0, bf, DT_BF16, 1);
+        attention_block_bf16_case(2, 300, 200, 150, 256, 4, 4, 1, 37, bf, DT_F32, 1);
+        attention_block_bf16_case(1, 150, 150, 150, 256, 2, 2, 1, 0, bf, DT_BF16, 1);
+        attention_block_bf16_case(1, 70, 70, 70, 480, 3, 1, 1, 0, bf, DT_BF16, 1);
+    }
     for (int ob = 0; ob <= 1; ob++) {
         dt_dtype dt = ob ? DT_BF16 : DT_F32;
         test_attention_decode(1, 8, 2, 2, dt);
         test_attention_decode(300, 64, 4, 4, dt);  /* more keys than the kernel's threads */
         test_attention_decode(300, 256, 8, 2, dt); /* GQA: 4 query heads a kv head */
         test_attention_decode(77, 192, 3, 1, dt);  /* MQA */
+    }
+
+    test_moe_router(37, 8, 2, 0, 1, 16, 0, 0);   /* Mixtral's: softmax, normalised top 2 */
+    test_moe_router(64, 64, 8, 1, 1, 32, 5, 1);  /* DeepSeek-V3's: sigmoid + bias, top 8; rows start mid-sample */
+    test_moe_router(5, 3, 1, 0, 0, 5, 0, 1);     /* Switch's top 1 */
+    test_moe_route(300, 8, 2, 0, 100, 0);
+    test_moe_route(300, 8, 2, 40, 100, 0);       /* a capacity: drops */
+    test_moe_route(301, 64, 6, 20, 64, 17);      /* rows from inside a sample, counts before them */
+    test_moe_route(50, 2000, 2, 0, 50, 0);       /* more experts than a block's threads */
+    for (int b = 0; b <= 1; b++) {
+        dt_dtype t = b ? DT_BF16 : DT_F32;
+        test_moe_permute(45, 8, 2, 33, 0, t);
+        test_moe_permute(45, 8, 3, 64, 12, t);   /* capacity drops: -1 entries */
+        test_moe_grouped(64, 96, t);
+        test_moe_grouped(33, 17, t);
     }
 
     /* grouped-query attention (NKV < NH kv heads): naive, blockwise (the

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# dtrun-test: exclusive (it times the machine: test/run.sh runs it alone, after the others)
 # `dtrun --calibrate FILE` (issue 25 item 9): it measures this host's CPU
 # backend (GEMMs by their smallest dimension, a block's memory-bound ops, every
 # core at once) and writes a cpu hardware profile; with that profile the

@@ -42,8 +42,10 @@ bad "alpha 0" "train.lora.alpha must be > 0" "lora: {rank: 4, alpha: 0}"
 bad "dropout 1" "train.lora.dropout must be >= 0 and < 1" "lora: {dropout: 1}"
 bad "gate on a gpt" "a gpt model has no gate" "lora: {targets: [q, gate]}"
 bad "an unknown target" "unknown name 'q_proj'.*did you mean 'q'" "lora: {targets: [q_proj]}"
-bad "a misspelt key" "unknown key 'lora.rnak'" "lora: {rnak: 4}"
+bad "a misspelt key" "unknown key 'rnak' in section 'train.lora'" "lora: {rnak: 4}"
 bad "lora on a vit" "applies to gpt and llama models only" "lora: {rank: 4}" "{kind: vit}"
+bad "lora with moe" "train.lora with model.moe" "lora: {rank: 4}" \
+  "{kind: llama, n_layer: 2, n_head: 4, d_model: 32, vocab_size: 64, seq_len: 16, moe: {experts: 4}}"
 printf 'model: {kind: llama, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 32, vocab_size: 64, seq_len: 16}\n' >"$T/zb.yaml"
 printf 'train: {steps: 2, global_batch: 8, micro_batch: 2, lora: {rank: 4}}\nparallel: {pp: 2, pp_schedule: zb-h1}\n' >>"$T/zb.yaml"
 "$DTRUN" --dry-run "$T/zb.yaml" >/dev/null 2>"$T/err"
@@ -135,4 +137,26 @@ sed -i -e 's/^  steps: .*/  steps: 1/' "$T/plain.yaml"
 "$DTRUN" worker "$T/plain.yaml" >"$T/plain.log" 2>&1 || { cat "$T/plain.log"; fail "plain run"; }
 one_line_exit 6 "--lora of a checkpoint without LoRA" export --lora adapter "$T/plain.ck" "$T/y/"
 one_line_exit 2 "--lora to a file" export --lora merged "$ck" "$T/z.safetensors"
-echo "ok: train.lora under the layouts, exact resume, memory, bad input"
+
+# ---- LoRA on packed instruction data (data.kind sft): tp 2 and pp 2 give one process's losses ----
+python3 "$ROOT/test/helpers/sft_torch.py" write "$T/sft.bin" --samples 200 --vocab 64 --min-len 1 --max-len 24 \
+  --no-targets 5 --seed 1 || fail "writing the SFT shard"
+for lay in 1 tp pp; do
+  sed -e "s|@SFT@|$T/sft.bin|" -e '/^log:$/,$d' "$ROOT/test/parallel/sft-llama.yaml" >"$T/sft-$lay.yaml"
+  printf '  lora: {rank: 4, alpha: 8, dropout: 0.1, targets: [q, k, v, o, gate, up, down]}\n' >>"$T/sft-$lay.yaml"
+  printf 'log: {progress: off, metrics: %s}\n' "$T/sft-$lay.jsonl" >>"$T/sft-$lay.yaml"
+  case $lay in tp) printf 'parallel: {tp: 2}\n' ;; pp) printf 'parallel: {pp: 2, microbatches: 4}\n' ;; esac >>"$T/sft-$lay.yaml"
+  n=2; [ $lay = 1 ] && n=1
+  timeout -k 5 120 "$DTRUN" --nproc-per-node=$n "$T/sft-$lay.yaml" >"$T/sft-$lay.log" 2>&1 ||
+    { tail -5 "$T/sft-$lay.log"; fail "LoRA on sft data ($lay)"; }
+done
+python3 - "$T"/sft-{1,tp,pp}.jsonl <<'PY' || fail "LoRA on sft data: the layouts differ"
+import json, sys
+runs = [[json.loads(l)["loss"] for l in open(f) if '"loss"' in l] for f in sys.argv[1:]]
+assert len(runs[0]) == 10, runs[0]
+for r in runs[1:]:
+    worst = max(abs(a - b) / abs(a) for a, b in zip(runs[0], r))
+    assert len(r) == 10 and worst <= 1e-5, (r, runs[0])
+print(f"ok: LoRA on data.kind sft: tp 2 and pp 2 give one process's losses ({runs[0][0]:.4f} -> {runs[0][-1]:.4f})")
+PY
+echo "ok: train.lora under the layouts, exact resume, memory, bad input, sft data"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# dtrun-test: exclusive (it times the machine: test/run.sh runs it alone, after the others)
 # The dry-run against the run (issue 6; DESIGN.md "one source of truth for
 # costs"): for a dozen layouts of a small GPT (and a ViT) on the CPU backend,
 # `dtrun --dry-run --format json` predicts each rank's peak memory by category

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# dtrun-test: exclusive (it times the machine: test/run.sh runs it alone, after the others)
 # Zero-bubble pipelines (issue 17; parallel.pp_schedule: zb-h1, Qi et al. 2023).
 #
 # 1. Same arithmetic, other order: ZB-H1 runs 1F1B's forwards and input-gradient

@@ -1,6 +1,8 @@
 /* test_data.c — data loaders: every kind yields the right shapes and values, the
  * global batch is a pure function of (seed, step, split) that slices agree on,
- * IDX training walks a permutation per epoch, synthetic data is learnable, and
+ * IDX training walks a permutation per epoch, synthetic data is learnable,
+ * instruction data (SFT shards) packs into the windows a by-hand packing
+ * gives, with its targets, positions and segments, and
  * every kind of bad input is one "PATH: what (why)" line and a NULL. Fixtures
  * live in a mkdtemp directory that the test removes. */
 #include <math.h>
@@ -862,6 +864,191 @@ static void test_changes(void)
     in_child(case_replaced, "replace");
 }
 
+/* ---- instruction data (data.kind sft): SFT shards packed into windows ---- */
+
+enum { ST = 8, SV = 1000 };
+
+/* Sample s's token t: unique over the fixtures' samples, below SV. */
+static int sft_id(int s, int t) { return (s * 37 + t * 5 + 1) % SV; }
+/* Whether the loss counts token t of sample s (never the first). */
+static int sft_mask(int s, int t) { return t > 0 && (t >= 2 || s % 3 == 0); }
+
+/* An SFT shard (man dtrun-job(5) SFT SHARDS) of the samples' lengths, ids
+ * sft_id (bad_at >= 0: that token's id replaced by SV + 5) and masks
+ * sft_mask. */
+static const char *write_sft(const char *name, const int *lens, int S, int bad_at)
+{
+    long N = 0;
+    for (int s = 0; s < S; s++) N += lens[s];
+    size_t bytes = 1024 + (size_t)N * 3 + (size_t)(S + 1) * 8;
+    unsigned char *f = calloc(bytes, 1);
+    int32_t head[5] = {20261128, 1, (int32_t)N, S, 2};
+    memcpy(f, head, sizeof head);
+    uint16_t *ids = (uint16_t *)(void *)(f + 1024);
+    unsigned char *mask = f + 1024 + 2 * N;
+    int64_t at = 0;
+    for (int s = 0; s < S; s++) {
+        memcpy(mask + N + 8 * (size_t)s, &at, 8);
+        for (int t = 0; t < lens[s]; t++, at++) {
+            ids[at] = (uint16_t)(at == bad_at ? SV + 5 : sft_id(s, t));
+            mask[at] = (unsigned char)sft_mask(s, t);
+        }
+    }
+    memcpy(mask + N + 8 * (size_t)S, &at, 8);
+    const char *path = write_file(name, f, bytes);
+    free(f);
+    return path;
+}
+
+/* Packed by hand (first fit into windows of ST): window w's rows. */
+typedef struct {
+    int tok[ST], tgt[ST], pos[ST], seg[ST];
+} sft_window_want;
+
+static int sft_pack_by_hand(const int *lens, int S, sft_window_want *out)
+{
+    int n = 0, used = ST, id = 0;
+    for (int s = 0; s < S; s++) {
+        int L = lens[s] < ST ? lens[s] : ST;
+        if (used + L > ST) {
+            if (n) /* close the last one: padding */
+                for (int t = used; t < ST; t++)
+                    out[n - 1].tok[t] = 0, out[n - 1].tgt[t] = -1, out[n - 1].pos[t] = t - used, out[n - 1].seg[t] = id;
+            n++, used = 0, id = 0;
+        }
+        for (int t = 0; t < L; t++) {
+            sft_window_want *w = &out[n - 1];
+            w->tok[used + t] = sft_id(s, t);
+            w->tgt[used + t] = t + 1 < L && sft_mask(s, t + 1) ? sft_id(s, t + 1) : -1;
+            w->pos[used + t] = t;
+            w->seg[used + t] = id;
+        }
+        used += L, id++;
+    }
+    for (int t = used; t < ST; t++)
+        out[n - 1].tok[t] = 0, out[n - 1].tgt[t] = -1, out[n - 1].pos[t] = t - used, out[n - 1].seg[t] = id;
+    return n;
+}
+
+static job_spec sft_job(const char *train, const char *val, int truncate)
+{
+    job_spec j = gpt_job(DATA_SFT, train, ST, SV);
+    j.model.packed = 1;
+    j.data.long_samples = truncate ? LONG_TRUNCATE : LONG_REFUSE;
+    if (val) snprintf(j.data.val_path, sizeof j.data.val_path, "%s", val);
+    return j;
+}
+
+static void test_sft(void)
+{
+    /* 3+4 | 2 | 8 | 1+5 | 9 (cut to 8) | 2+2+3 | 6 */
+    static const int lens[] = {3, 4, 2, 8, 1, 5, 9, 2, 2, 3, 6};
+    int S = (int)(sizeof lens / sizeof *lens);
+    const char *path = write_sft("sft.bin", lens, S, -1);
+    char err[1024] = "";
+
+    job_spec refuse = sft_job(path, path, 0);
+    expect_error(&refuse, DATA_TRAIN, path, "sample 6 has 9 tokens, more than model.seq_len 8",
+                 "sft: a sample longer than seq_len (data.long_samples: refuse)");
+
+    job_spec job = sft_job(path, path, 1);
+    sft_window_want want_w[16];
+    int nw = sft_pack_by_hand(lens, S, want_w);
+    data_loader *v = data_open(&job, DATA_VAL, err, sizeof err);
+    CHECK(v && data_packed(v) && data_count(v) == nw && data_span(v) == S,
+          "sft: %d samples packed first fit into %d windows of %d (%s)", S, nw, ST, v ? "" : err);
+    if (v) {
+        /* validation walks the windows in order: batch 0 holds windows 0 .. B-1 (wrapping) */
+        int x[B * ST], y[B * ST], pos[B * ST], seg[B * ST], ok = 1;
+        long count = 0;
+        data_batch(v, 0, 0, B, x, y, NULL, NULL);
+        data_batch_docs(v, 0, 0, B, pos, seg);
+        for (int b = 0; b < B; b++) {
+            const sft_window_want *w = &want_w[b % nw];
+            ok &= !memcmp(x + b * ST, w->tok, sizeof w->tok) && !memcmp(y + b * ST, w->tgt, sizeof w->tgt) &&
+                  !memcmp(pos + b * ST, w->pos, sizeof w->pos) && !memcmp(seg + b * ST, w->seg, sizeof w->seg);
+            for (int t = 0; t < ST; t++) count += w->tgt[t] >= 0;
+        }
+        CHECK(ok, "sft: each window's tokens, targets (next token of the same sample when its mask counts it, "
+                  "else -1), positions (0 at each sample) and segments are the packing's");
+        CHECK(data_batch_targets(v, 0, 0, B) == count,
+              "sft: data_batch_targets counts the batch's masked-in targets (%ld, want %ld)",
+              data_batch_targets(v, 0, 0, B), count);
+    }
+    data_close(v);
+
+    /* training: a permutation of the windows per epoch; slices agree */
+    data_loader *d = data_open(&job, DATA_TRAIN, err, sizeof err);
+    CHECK(d != NULL, "sft: the training split opens (%s)", d ? "" : err);
+    if (d) {
+        long n = data_count(d);
+        int seen[16] = {0}, ok = 1;
+        for (long g = 0; g < n; g++) { /* epoch 0: positions 0 .. n-1, one sample a call */
+            int x[ST], y[ST], pos[ST], seg[ST];
+            data_batch(d, g / B, (int)(g % B), 1, x, y, NULL, NULL);
+            data_batch_docs(d, g / B, (int)(g % B), 1, pos, seg);
+            int hit = -1;
+            for (int w = 0; w < nw; w++)
+                if (!memcmp(x, want_w[w].tok, sizeof x) && !memcmp(pos, want_w[w].pos, sizeof pos)) hit = w;
+            ok &= hit >= 0;
+            if (hit >= 0) seen[hit]++;
+        }
+        for (int w = 0; w < n; w++) ok &= seen[w] == 1;
+        CHECK(ok, "sft: an epoch of training visits each of the split's %ld windows once", n);
+        int fx[B * ST], px[B * ST], fs[B * ST], ps[B * ST];
+        data_batch_docs(d, 3, 0, B, fx, fs);
+        data_batch_docs(d, 3, 0, 3, px, ps);
+        data_batch_docs(d, 3, 3, B - 3, px + 3 * ST, ps + 3 * ST);
+        CHECK(!memcmp(fx, px, sizeof fx) && !memcmp(fs, ps, sizeof fs),
+              "sft: a rank's slice of the batch has the whole batch's positions and segments");
+    }
+    data_close(d);
+    check_determinism(&job, DATA_TRAIN, "sft");
+
+    /* the last val_fraction of the samples is validation */
+    job_spec split = sft_job(path, NULL, 1);
+    split.data.val_fraction = 0.3;
+    data_loader *tr = data_open(&split, DATA_TRAIN, err, sizeof err), *va = data_open(&split, DATA_VAL, err, sizeof err);
+    CHECK(tr && va && data_span(tr) == S - 3 && data_span(va) == 3,
+          "sft: val_fraction 0.3 of %d samples: training the first %d, validation the last 3", S, S - 3);
+    data_close(tr);
+    data_close(va);
+
+    /* bad shards: one line naming the file */
+    static const unsigned char junk[1100] = {1, 2, 3, 4};
+    const char *bad = write_file("sft_junk.bin", junk, sizeof junk);
+    job_spec jb = sft_job(bad, bad, 1);
+    expect_error(&jb, DATA_TRAIN, bad, "wrong magic", "sft: not an SFT shard");
+}
+
+static const char *sft_bad_id_path;
+
+static void case_sft_bad_id(void)
+{
+    job_spec job = sft_job(sft_bad_id_path, sft_bad_id_path, 1);
+    char err[512], msg[1200] = "";
+    data_loader *d = data_open(&job, DATA_VAL, err, sizeof err);
+    CHECK(d != NULL, "sft ids: a shard with an id past the vocabulary opens (%s)", d ? "" : err);
+    if (!d) return;
+    int x[B * ST], y[B * ST];
+    data_batch(d, 0, 0, B, x, y, NULL, NULL);
+    char want[600];
+    snprintf(want, sizeof want, "%s: token id %d at token 5 of the file is out of the model's vocabulary "
+                                "(model.vocab_size %d)", sft_bad_id_path, SV + 5, SV);
+    CHECK(data_fault(msg, sizeof msg) && !strcmp(msg, want), "sft ids: the batch reaching it faults: \"%s\"", msg);
+    int ignored = 0;
+    for (int i = 0; i < ST; i++) ignored += y[i] == -1 && x[i] == 0;
+    CHECK(ignored == ST, "sft ids: its window becomes one the loss ignores");
+    data_close(d);
+}
+
+static void test_sft_bad_id(void)
+{
+    static const int lens[] = {3, 4, 2};
+    sft_bad_id_path = write_sft("sft_bad_id.bin", lens, 3, 5);
+    in_child(case_sft_bad_id, "sft: an id past the vocabulary");
+}
+
 int main(void)
 {
     if (!mkdtemp(tmpdir)) {
@@ -876,6 +1063,8 @@ int main(void)
     test_synthetic_vit();
     test_fashion_mnist();
     test_changes();
+    test_sft();
+    test_sft_bad_id();
     remove_fixtures();
     CHECK_DONE();
 }

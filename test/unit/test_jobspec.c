@@ -526,6 +526,81 @@ static void test_round_trip(void)
     CHECK(job.parallel.mode == SHARD_FSDP && job.model.d_ff == 35840, "last job has the expected values");
 }
 
+/* model.moe: a mapping inside model, its defaults, which blocks, the
+ * capacity rule, overrides by full name, errors at their key, round trip. */
+static void test_moe(void)
+{
+    expect_load("model: {preset: gpt-tiny}\n", "no moe");
+    CHECK(job.model.moe.experts == 0 && job_moe_layers(&job.model) == 0 && job.model.moe.d_ff_expert == 0,
+          "no model.moe: no MoE block");
+    expect_load("model:\n  n_layer: 4\n  moe:\n    experts: 8\n", "moe defaults");
+    const job_moe *e = &job.model.moe;
+    CHECK(e->experts == 8 && e->top_k == 2 && e->d_ff_expert == 128 && e->shared_experts == 0 && e->every == 1 &&
+              e->first_dense == 0 && e->router == ROUTER_SOFTMAX && e->norm_top_k == 1 && e->aux_loss_coef == 0.01 &&
+              e->bias_update_rate == 0 && e->capacity_factor == 0,
+          "moe defaults: top_k 2, d_ff_expert = d_ff, softmax, normalised, aux 0.01, dropless");
+    CHECK(job_moe_layers(&job.model) == 4 && job_moe_capacity(e, 32) == 0, "every block MoE; dropless");
+    expect_load("model:\n  n_layer: 7\n  moe: {experts: 4, every: 2, first_dense: 1, router: sigmoid, "
+                "d_ff_expert: 16, capacity_factor: 1.25, top_k: 1}\n",
+                "moe with every and first_dense");
+    int blocks[7], want[7] = {0, 1, 0, 1, 0, 1, 0};
+    for (int i = 0; i < 7; i++) blocks[i] = job_moe_block(&job.model, i);
+    CHECK(!memcmp(blocks, want, sizeof want) && job_moe_layers(&job.model) == 3,
+          "first_dense 1, every 2: blocks 1, 3, 5 (Qwen2-MoE's decoder_sparse_step 2)");
+    /* ceil(1.25 * 32 tokens * 1 / 4) = 10; ceil(1.25 * 30 / 4) = ceil(9.375) = 10; a huge factor: the sample */
+    CHECK(job_moe_capacity(&job.model.moe, 32) == 10 && job_moe_capacity(&job.model.moe, 30) == 10,
+          "capacity ceil(cf x tokens x top_k / experts)");
+    job_moe big = job.model.moe;
+    big.capacity_factor = 100;
+    CHECK(job_moe_capacity(&big, 32) == 32, "capacity at most the sample's tokens");
+    big.capacity_factor = 1e-9;
+    CHECK(job_moe_capacity(&big, 32) == 1, "capacity at least 1");
+    expect_load("model: {moe: null}\n", "moe: null is no moe");
+    CHECK(job.model.moe.experts == 0, "moe: null leaves no MoE");
+
+    expect_error("model:\n  moe:\n    experts: 2\n    top_k: 3\n", "t.yaml:4:5: ",
+                 "model.moe.top_k 3 is more than model.moe.experts 2");
+    expect_error("model:\n  moe:\n    top_k: 1\n", "t.yaml:2:3: ", "model.moe needs experts");
+    expect_error("model:\n  moe:\n    experts: 0\n", "t.yaml:3:14: ", "model.moe.experts must be >= 1");
+    expect_error("model:\n  moe:\n    experts: 1\n", "t.yaml:3:5: ", "model.moe.top_k 2 is more than");
+    expect_error("model:\n  moe: {experts: 4}\n  moe: {experts: 2}\n", "t.yaml:3:3: ", "duplicate key 'moe'");
+    expect_error("model:\n  moe: {experts: 4, num_experts_per_tok: 2}\n", "t.yaml:2:21: ",
+                 "unknown key 'num_experts_per_tok' in section 'model.moe'; did you mean 'top_k'?");
+    expect_error("model: {kind: vit, moe: {experts: 4}}\n", "t.yaml:1:26: ",
+                 "model.moe.experts applies to gpt and llama models only");
+    expect_error("model: {moe: {experts: 4}}\nparallel: {cp: 2}\n", "t.yaml:2:12: ", "model.moe with parallel.cp 2");
+    expect_error("model: {moe: {experts: 4}}\ntrain: {cuda_graphs: true}\n", "t.yaml:2:9: ",
+                 "train.cuda_graphs with model.moe");
+    expect_error("model: {moe: {experts: 4, aux_loss_coef: -1}}\n", "t.yaml:1:42: ",
+                 "model.moe.aux_loss_coef must be >= 0");
+    expect_error("\"model.moe\": {experts: 4}\n", "t.yaml:1:1: ", "unknown section 'moe'");
+
+    /* overrides by full name; the section need not be in the file */
+    char path[] = "/tmp/test_jobspec_moe.XXXXXX";
+    int fd = mkstemp(path);
+    FILE *f = fdopen(fd, "w");
+    fputs("model: {n_layer: 3}\n", f);
+    fclose(f);
+    const char *ov[] = {"model.moe.experts=16", "model.moe.top_k=4", "model.moe.router=sigmoid"};
+    int rc = job_load_file_overrides(&job, path, ov, 3, err, sizeof err);
+    CHECK(rc == 0 && job.model.moe.experts == 16 && job.model.moe.top_k == 4 && job.model.moe.router == ROUTER_SIGMOID,
+          "model.moe.* overrides: %s", rc ? err : "");
+    const char *bad[] = {"model.moe.expert=16"};
+    rc = job_load_file_overrides(&job, path, bad, 1, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "unknown key 'expert' in section 'model.moe'; did you mean 'experts'?"),
+          "a misspelt moe override: %s", err);
+    unlink(path);
+
+    /* round trip, with every key set */
+    expect_load("model:\n  n_layer: 3\n  moe: {experts: 8, top_k: 3, d_ff_expert: 24, shared_experts: 2, every: 2, "
+                "first_dense: 1, router: sigmoid, norm_top_k: false, aux_loss_coef: 1e-4, bias_update_rate: 0.001, "
+                "capacity_factor: 1.5}\n",
+                "moe, every key");
+    CHECK(round_trip(&job, NULL), "moe: print then load gives the same struct");
+    char why[256];
+    CHECK(job_key_list_check("model.moe.experts, train.lr", why, sizeof why) == 0, "model.moe.experts is a job key");
+}
+
 /* Every key and preset is documented in dtrun-job(5). */
 static void test_man_page(void)
 {
@@ -544,8 +619,10 @@ static void test_man_page(void)
                           "skip_nonfinite", "cuda_graphs", "dp", "tp", "pp", "mode", "pp_schedule", "microbatches",
                           "virtual_stages", "sequence_parallel", "bucket_mb", "dir", "every", "keep", "resume",
                           "metrics", "progress", "trace", "nproc_per_node", "nnodes", "rdzv_endpoint", "rdzv_id",
-                          "max_restarts", "log_dir", "head_chunk_rows", "n_kv_head", "rope_theta", "tie_embeddings",
-                          "max_positions"};
+                          "max_restarts", "log_dir", "head_chunk_rows", "experts", "top_k", "d_ff_expert",
+                          "shared_experts", "first_dense", "router", "norm_top_k", "aux_loss_coef",
+                          "bias_update_rate", "capacity_factor", "n_kv_head", "rope_theta",
+                          "tie_embeddings", "max_positions"};
     int missing = 0;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         char needle[64];
@@ -576,6 +653,7 @@ int main(void)
     test_files();
     test_validate();
     test_round_trip();
+    test_moe();
     test_man_page();
     CHECK_DONE();
 }

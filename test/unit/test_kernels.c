@@ -412,8 +412,8 @@ static void test_gqa_repeat(int B, int T, int C, int NH, int NKV, int causal) {
     float *kv = zero_buf(N * C2), *o3 = zero_buf(nout), *lse = zero_buf((size_t)B * NH * T);
     float *dq = zero_buf(N * W), *dkv = zero_buf(N * C2);
     ops->rows_copy(kv, C2, qkv + C, W, (int)N, C2, 0, DT_F32);
-    ops->attention_block_forward(o3, lse, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, DT_F32, DT_F32);
-    ops->attention_block_backward(dq, dkv, dout, o3, lse, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
+    ops->attention_block_forward(o3, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NKV, causal, 0, DT_F32, DT_F32);
+    ops->attention_block_backward(dq, dkv, dout, o3, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
     ops->rows_copy(dq + C, W, dkv, C2, (int)N, C2, 1, DT_F32);
     double e3 = max_rel_err_f(o3, o1, nout, REF_FLOOR), e4 = max_rel_err_f(dq, d1, N * W, REF_FLOOR);
     CHECK(e3 < 1e-5 && e4 < 1e-4,
@@ -421,7 +421,7 @@ static void test_gqa_repeat(int B, int T, int C, int NH, int NKV, int causal) {
           "dqkv %.1e", NH, NKV, B, T, causal ? "causal" : "full", e3, e4);
     /* deterministic: a second backward into a zeroed buffer gives the same bits */
     float *dq2 = zero_buf(N * W), *dkv2 = zero_buf(N * C2);
-    ops->attention_block_backward(dq2, dkv2, dout, o3, lse, qkv, kv, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
+    ops->attention_block_backward(dq2, dkv2, dout, o3, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NKV, causal, 0, DT_F32);
     ops->rows_copy(dq2 + C, W, dkv2, C2, (int)N, C2, 1, DT_F32);
     CHECK(!memcmp(dq2, dq, N * W * sizeof(float)), "attention_block_backward NH=%d NKV=%d repeats bit for bit", NH,
           NKV);
@@ -926,7 +926,7 @@ static double pos_obj(void *c) {
     pos_ctx *p = c;
     size_t n = (size_t)p->B * p->T * p->C;
     memcpy(p->x, p->x0, n * sizeof(float));
-    ops->posadd_forward(p->x, p->wpe, p->B, p->T, p->C);
+    ops->posadd_forward(p->x, p->wpe, NULL, p->B, p->T, p->C);
     return dot_r(p->x, p->R, n);
 }
 
@@ -944,13 +944,33 @@ static void test_posadd(void) {
             }
     CHECK(ok, "posadd_forward adds wpe[t] to every sample (exact)");
     float *dwpe = zero_buf((size_t)T * C), *dwpe2 = zero_buf((size_t)T * C);
-    ops->posadd_backward(dwpe, p.R, B, T, C);
+    ops->posadd_backward(dwpe, p.R, NULL, B, T, C);
     double e = fd_check(pos_obj, &p, p.wpe, dwpe, (size_t)T * C);
     CHECK(e < FD_TOL, "posadd_backward dwpe vs finite differences: max rel err %.1e (tol %.0e)", e, FD_TOL);
-    ops->posadd_backward(dwpe2, p.R, B, T, C);
-    ops->posadd_backward(dwpe2, p.R, B, T, C);
+    ops->posadd_backward(dwpe2, p.R, NULL, B, T, C);
+    ops->posadd_backward(dwpe2, p.R, NULL, B, T, C);
     CHECK(accumulate_err(dwpe, dwpe2, (size_t)T * C) < ACC_TOL, "posadd_backward accumulates (twice = 2x once)");
-    free(p.x), free(p.x0), free(p.wpe), free(p.R), free(dwpe), free(dwpe2);
+    /* per-row positions (packed samples restart at 0): forward exact; the
+     * backward a scatter-add, each wpe row the sum of its rows' gradients in
+     * row order; pos[n] = n % T gives the plain form's bits */
+    int pos[12] = {0, 1, 2, 0, 1, 0, 0, 1, 2, 3, 0, 1}, plain[12];
+    for (int i = 0; i < B * T; i++) plain[i] = i % T;
+    memcpy(p.x, p.x0, n * sizeof(float));
+    ops->posadd_forward(p.x, p.wpe, pos, B, T, C);
+    ok = 1;
+    for (int i = 0; i < B * T; i++)
+        for (int c = 0; c < C; c++) ok &= p.x[(size_t)i * C + c] == p.x0[(size_t)i * C + c] + p.wpe[pos[i] * C + c];
+    CHECK(ok, "posadd_forward with positions adds wpe[pos[n]] to row n (exact)");
+    float *dpos = zero_buf((size_t)T * C), *want = zero_buf((size_t)T * C), *dplain = zero_buf((size_t)T * C);
+    ops->posadd_backward(dpos, p.R, pos, B, T, C);
+    for (int i = 0; i < B * T; i++)
+        for (int c = 0; c < C; c++) want[pos[i] * C + c] += p.R[(size_t)i * C + c];
+    ops->posadd_backward(dplain, p.R, plain, B, T, C);
+    CHECK(!memcmp(dpos, want, (size_t)T * C * sizeof(float)) &&
+              !memcmp(dplain, dwpe, (size_t)T * C * sizeof(float)),
+          "posadd_backward with positions: dwpe[p] = the sum of its rows' gradients in row order (exact; "
+          "positions n %% T give the plain form's bits)");
+    free(p.x), free(p.x0), free(p.wpe), free(p.R), free(dwpe), free(dwpe2), free(dpos), free(want), free(dplain);
 }
 
 typedef struct { float *out, *img, *w, *b, *R; int B, ch, S, P, C; } patch_ctx;
@@ -1452,8 +1472,8 @@ static void test_empty(void) {
     int tok = 0;
     ops->embedding_forward(NULL, NULL, w, 0, 3, 0, 4);
     ops->embedding_backward(w, NULL, NULL, 0, 3, 0, 4);
-    ops->posadd_forward(NULL, w, 0, 3, 4);
-    ops->posadd_backward(w, NULL, 0, 3, 4);
+    ops->posadd_forward(NULL, w, NULL, 0, 3, 4);
+    ops->posadd_backward(w, NULL, NULL, 0, 3, 4);
     ops->patch_forward(NULL, NULL, w, b, 0, 3, 2, 2, 1);
     ops->patch_backward(w, b, NULL, NULL, 0, 3, 2, 2, 1);
     ops->layernorm_forward(NULL, NULL, NULL, NULL, w, b, 0, 4, 1e-5f, DT_F32);
@@ -1656,16 +1676,16 @@ static void test_act_bf16(void) {
     ops->rows_copy(kv16, 2 * C, qkv16 + C, 3 * C, N, 2 * C, 0, DT_BF16);
     float *kvw = widened(kv16, 2 * nc);
     CHECK(!memcmp(kvw, kv, 2 * nc * 4), "rows_copy bf16 copies the stored values");
-    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
-    ops->attention_block_forward(o16, lse2, qkv16, kv16, B, T, T, T, C, NH, NH, 1, 0, DT_BF16, DT_BF16);
+    ops->attention_block_forward(o32, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o16, lse2, qkv16, kv16, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_BF16, DT_BF16);
     CHECK(same_rounded(o16, o32, nc) && !memcmp(lse, lse2, (size_t)B * NH * T * 4),
           "attention_block_forward bf16 q, kv -> bf16 out: the fp32 op's out rounded once, lse equal");
-    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o32, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_F32, DT_F32);
     uint16_t *out16 = bf16_of(o32, nc);
     float *outw = widened(out16, nc), *dq = zero_buf(n3), *dkv = zero_buf(2 * nc), *dq2 = zero_buf(n3),
           *dkv2 = zero_buf(2 * nc), *dout = rand_buf(nc, 1.0f);
-    ops->attention_block_backward(dq, dkv, dout, outw, lse, qkv, kv, B, T, T, T, C, NH, NH, 1, 0, DT_F32);
-    ops->attention_block_backward(dq2, dkv2, dout, out16, lse, qkv16, kv16, B, T, T, T, C, NH, NH, 1, 0, DT_BF16);
+    ops->attention_block_backward(dq, dkv, dout, outw, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_F32);
+    ops->attention_block_backward(dq2, dkv2, dout, out16, lse, qkv16, kv16, NULL, NULL, B, T, T, T, C, NH, NH, 1, 0, DT_BF16);
     CHECK(!memcmp(dq, dq2, n3 * 4) && !memcmp(dkv, dkv2, 2 * nc * 4),
           "attention_block_backward reading bf16 out, q, kv = reading their widened values");
 
@@ -1736,8 +1756,8 @@ static void test_llama_bf16(void) {
           "attention_forward NKV=%d bf16: out and probabilities the fp32 op's, rounded once", NKV);
     ops->rows_copy(kv, C2, qkv + C, W, N, C2, 0, DT_F32);
     ops->rows_copy(kv16, C2, q16 + C, W, N, C2, 0, DT_BF16);
-    ops->attention_block_forward(o32, lse, qkv, kv, B, T, T, T, C, NH, NKV, 1, 0, DT_F32, DT_F32);
-    ops->attention_block_forward(o16, lse2, q16, kv16, B, T, T, T, C, NH, NKV, 1, 0, DT_BF16, DT_BF16);
+    ops->attention_block_forward(o32, lse, qkv, kv, NULL, NULL, B, T, T, T, C, NH, NKV, 1, 0, DT_F32, DT_F32);
+    ops->attention_block_forward(o16, lse2, q16, kv16, NULL, NULL, B, T, T, T, C, NH, NKV, 1, 0, DT_BF16, DT_BF16);
     CHECK(same_rounded(o16, o32, nc) && !memcmp(lse, lse2, (size_t)B * NH * T * 4),
           "attention_block_forward NKV=%d bf16: the fp32 op's out rounded once, lse equal", NKV);
     float *dec32 = zero_buf((size_t)C), *scr = zero_buf((size_t)NH * T);
@@ -1752,6 +1772,231 @@ static void test_llama_bf16(void) {
         free(att32), free(kv), free(lse), free(lse2), free(att16), free(kv16), free(dec32), free(scr), free(dec16);
 }
 
+/* ---------------------------------------------------------------- moe */
+
+/* The router: scores, top k by score + bias (ties to the lower expert),
+ * weights, per-sample sums of the balance probabilities, against a double
+ * reference; the backward against finite differences of L = sum(R_w w) +
+ * sum(R_a q) through the logits, the choices held fixed (the random logits
+ * are far from ties at eps). */
+typedef struct { float *logits, *scores, *w, *psum, *bias, *Rw, *Ra; int *idx; int N, E, k, sigmoid, norm, T, row0; } router_ctx;
+
+static double router_obj(void *c) {
+    router_ctx *r = c;
+    int G = (r->row0 + r->N - 1) / r->T + 1;
+    memcpy(r->scores, r->logits, (size_t)r->N * r->E * sizeof(float));
+    ops->moe_router_forward(r->scores, r->idx, r->w, r->psum, r->scores, r->bias, r->N, r->E, r->k, r->sigmoid,
+                            r->norm, r->T, r->row0);
+    return dot_r(r->w, r->Rw, (size_t)r->N * r->k) + dot_r(r->psum, r->Ra, (size_t)G * r->E);
+}
+
+static void router_case(int N, int E, int k, int sigmoid, int norm, int with_bias, int T, int row0) {
+    int G = (row0 + N - 1) / T + 1;
+    router_ctx r = {rand_buf((size_t)N * E, 3), zero_buf((size_t)N * E), zero_buf((size_t)N * k), zero_buf((size_t)G * E),
+                    with_bias ? rand_buf((size_t)E, 0.5f) : NULL, rand_buf((size_t)N * k, 1), rand_buf((size_t)G * E, 1),
+                    calloc((size_t)N * k, sizeof(int)), N, E, k, sigmoid, norm, T, row0};
+    router_obj(&r);
+    double worst = 0;
+    int picks_ok = 1;
+    double *psum = calloc((size_t)G * E, sizeof(double));
+    for (int n = 0; n < N; n++) {
+        const float *z = r.logits + (size_t)n * E;
+        double s[64], q = 0, mx = z[0], sum = 0;
+        for (int e = 1; e < E; e++) mx = fmax(mx, z[e]);
+        for (int e = 0; e < E; e++) s[e] = sigmoid ? 1.0 / (1.0 + exp(-z[e])) : exp(z[e] - mx), sum += s[e];
+        for (int e = 0; e < E; e++) {
+            if (!sigmoid) s[e] /= sum;
+            q += s[e];
+            worst = fmax(worst, rel_err(r.scores[(size_t)n * E + e], s[e], REF_FLOOR));
+        }
+        for (int e = 0; e < E; e++) psum[(size_t)((row0 + n) / T) * E + e] += sigmoid ? s[e] / q : s[e];
+        /* the reference top k: repeatedly the best untaken, the lower on a tie */
+        int taken[64] = {0};
+        double chosen = 0;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!taken[e] && (best < 0 || r.scores[(size_t)n * E + e] + (r.bias ? r.bias[e] : 0) >
+                                                  r.scores[(size_t)n * E + best] + (r.bias ? r.bias[best] : 0)))
+                    best = e;
+            taken[best] = 1;
+            picks_ok &= r.idx[(size_t)n * k + j] == best;
+            chosen += s[best];
+        }
+        for (int j = 0; j < k; j++) {
+            double want = s[r.idx[(size_t)n * k + j]] / (norm ? chosen : 1.0);
+            worst = fmax(worst, rel_err(r.w[(size_t)n * k + j], want, REF_FLOOR));
+        }
+    }
+    for (int i = 0; i < G * E; i++) worst = fmax(worst, rel_err(r.psum[i], psum[i], REF_FLOOR));
+    CHECK(picks_ok && worst < REF_TOL,
+          "moe_router_forward %s%s%s N=%d E=%d k=%d T=%d row0=%d: top k as the reference, scores, weights, sums max rel "
+          "err %.1e", sigmoid ? "sigmoid" : "softmax", norm ? " normalised" : "", with_bias ? " biased" : "", N, E, k, T,
+          row0, worst);
+    /* backward: dw = Rw, daux = Ra (the objective's gradient in w and q) */
+    float *dz = zero_buf((size_t)N * E), *dz2 = zero_buf((size_t)N * E);
+    int *idx0 = malloc((size_t)N * k * sizeof(int));
+    router_obj(&r);
+    memcpy(idx0, r.idx, (size_t)N * k * sizeof(int));
+    ops->moe_router_backward(dz, r.scores, r.idx, r.w, r.Rw, r.Ra, N, E, k, sigmoid, norm, T, row0);
+    double e = fd_check(router_obj, &r, r.logits, dz, (size_t)N * E);
+    router_obj(&r);
+    int same = !memcmp(idx0, r.idx, (size_t)N * k * sizeof(int));
+    CHECK(same && e < FD_TOL, "moe_router_backward %s%s vs finite differences (choices unchanged): max rel err %.1e",
+          sigmoid ? "sigmoid" : "softmax", norm ? " normalised" : "", e);
+    ops->moe_router_backward(dz2, r.scores, r.idx, r.w, r.Rw, r.Ra, N, E, k, sigmoid, norm, T, row0);
+    ops->moe_router_backward(dz2, r.scores, r.idx, r.w, r.Rw, r.Ra, N, E, k, sigmoid, norm, T, row0);
+    CHECK(accumulate_err(dz, dz2, (size_t)N * E) < ACC_TOL, "moe_router_backward accumulates (twice = 2x once)");
+    free(r.logits), free(r.scores), free(r.w), free(r.psum), free(r.bias), free(r.Rw), free(r.Ra), free(r.idx);
+    free(dz), free(dz2), free(idx0), free(psum);
+}
+
+/* The route against a reference written from ops.h's words: choices kept
+ * per group and expert in row order up to the capacity (counting `before`),
+ * the permuted order expert by expert, row by row. */
+static void route_case(int N, int E, int k, int cap, int T, int row0, int with_before) {
+    int G = (row0 + N - 1) / T + 1;
+    int *idx = malloc((size_t)N * k * sizeof(int)), *dst = malloc((size_t)N * k * sizeof(int));
+    int *src = malloc((size_t)N * k * sizeof(int)), *counts = malloc((size_t)E * sizeof(int));
+    int *chosen = malloc((size_t)G * E * sizeof(int)), *before = calloc((size_t)G * E, sizeof(int));
+    for (int n = 0; n < N; n++) /* k distinct experts, skewed to expert 0 and 1 */
+        for (int j = 0; j < k; j++) {
+            int e;
+            do {
+                float u = frand();
+                e = u < -0.3f ? 0 : u < 0.2f ? 1 : (int)((u + 1.0f) * 0.5f * (float)E) % E;
+                int dup = 0;
+                for (int i = 0; i < j; i++) dup |= idx[(size_t)n * k + i] == e;
+                if (dup) e = -1;
+            } while (e < 0);
+            idx[(size_t)n * k + j] = e;
+        }
+    if (with_before)
+        for (int e = 0; e < E; e++) before[e] = e % 3; /* the first group began on another rank */
+    ops->moe_route(dst, src, counts, chosen, idx, with_before ? before : NULL, N, E, k, cap, T, row0);
+    /* reference */
+    int ok = 1, M = 0, dropped = 0;
+    int *rc = calloc((size_t)G * E, sizeof(int)), *keep = malloc((size_t)N * k * sizeof(int));
+    int *cnt = calloc((size_t)E, sizeof(int));
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < k; j++) {
+            int e = idx[(size_t)n * k + j], g = (row0 + n) / T;
+            int earlier = rc[(size_t)g * E + e]++ + before[(size_t)g * E + e] * with_before;
+            keep[(size_t)n * k + j] = cap == 0 || earlier < cap;
+            cnt[e] += keep[(size_t)n * k + j];
+            dropped += !keep[(size_t)n * k + j];
+        }
+    for (int i = 0; i < G * E; i++) ok &= chosen[i] == rc[i];
+    for (int e = 0; e < E; e++) ok &= counts[e] == cnt[e], M += cnt[e];
+    int at = 0;
+    for (int e = 0; e < E; e++)
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < k; j++) {
+                size_t c = (size_t)n * k + j;
+                if (idx[c] != e) continue;
+                if (!keep[c]) ok &= dst[c] == -1;
+                else ok &= dst[c] == at && src[at] == n, at++;
+            }
+    CHECK(ok && at == M && (cap == 0 ? dropped == 0 : 1),
+          "moe_route N=%d E=%d k=%d cap=%d T=%d row0=%d%s: chosen, counts, dst, src as the rule (%d kept, %d dropped)", N,
+          E, k, cap, T, row0, with_before ? " before" : "", M, dropped);
+    free(idx), free(dst), free(src), free(counts), free(chosen), free(before), free(rc), free(keep), free(cnt);
+}
+
+/* Permute, unpermute and their backwards against plain loops, fp32 and
+ * bf16; the experts' grouped GEMM against one matmul per expert (bitwise:
+ * the same calls), forward and backward, with an empty expert. */
+static void test_moe(void) {
+    router_case(7, 5, 2, 0, 1, 0, 7, 0);
+    router_case(12, 8, 3, 1, 1, 1, 4, 0);
+    router_case(9, 6, 1, 0, 0, 1, 4, 2); /* rows starting inside a sample */
+    router_case(6, 4, 4, 1, 0, 0, 3, 0); /* k = E */
+    float tie[4] = {1, 2, 2, 1}, tsc[4], tw[2];
+    int tidx[2];
+    ops->moe_router_forward(tsc, tidx, tw, NULL, tie, NULL, 1, 4, 2, 1, 1, 1, 0);
+    CHECK(tidx[0] == 1 && tidx[1] == 2 && tw[0] == 0.5f && tw[1] == 0.5f,
+          "moe_router_forward: equal scores go to the lower expert first (%d, %d), weights %g %g", tidx[0], tidx[1],
+          tw[0], tw[1]);
+    route_case(40, 6, 2, 0, 10, 0, 0);
+    route_case(40, 6, 2, 3, 10, 0, 0);
+    route_case(37, 5, 3, 2, 8, 5, 1);
+    route_case(16, 4, 1, 1, 16, 0, 0);
+
+    int N = 11, k = 2, C = 9, E = 3;
+    int idx[22], dst[22], src[22], counts[3], chosen[3 * 2];
+    for (int n = 0; n < N; n++) idx[n * k] = n % E, idx[n * k + 1] = (n + 1 + n / 4) % E == n % E ? (n + 2) % E : (n + 1 + n / 4) % E;
+    ops->moe_route(dst, src, counts, chosen, idx, NULL, N, E, k, 4, 6, 0);
+    int M = counts[0] + counts[1] + counts[2];
+    for (int b = 0; b < 2; b++) {
+        dt_dtype t = b ? DT_BF16 : DT_F32;
+        size_t es = dt_dtype_size(t);
+        float *xf = rand_buf((size_t)N * C, 1), *yf = rand_buf((size_t)N * k * C, 1), *w = rand_buf((size_t)N * k, 1);
+        if (b) ops->round_bf16(xf, (size_t)N * C), ops->round_bf16(yf, (size_t)N * k * C);
+        void *x = malloc((size_t)N * C * es), *y = malloc((size_t)N * k * C * es), *xe = malloc((size_t)N * k * C * es);
+        if (b) ops->to_bf16(x, xf, (size_t)N * C), ops->to_bf16(y, yf, (size_t)N * k * C);
+        else memcpy(x, xf, (size_t)N * C * 4), memcpy(y, yf, (size_t)N * k * C * 4);
+        ops->moe_permute(xe, x, src, M, C, t);
+        int ok = 1;
+        for (int i = 0; i < M; i++) ok &= !memcmp((char *)xe + (size_t)i * C * es, (char *)x + (size_t)src[i] * C * es, C * es);
+        float *out = rand_buf((size_t)N * C, 1), *out0 = malloc((size_t)N * C * 4);
+        memcpy(out0, out, (size_t)N * C * 4);
+        ops->moe_unpermute(out, y, dst, w, N, k, C, t, 1);
+        double worst = 0;
+        for (int n = 0; n < N; n++)
+            for (int c = 0; c < C; c++) {
+                double want = out0[(size_t)n * C + c];
+                for (int j = 0; j < k; j++)
+                    if (dst[n * k + j] >= 0) want += (double)w[n * k + j] * yf[(size_t)dst[n * k + j] * C + c];
+                worst = fmax(worst, rel_err(out[(size_t)n * C + c], want, REF_FLOOR));
+            }
+        /* backwards: dx += sum of its choices' rows; dy, dw of the weighted sum */
+        float *g = rand_buf((size_t)N * k * C, 1), *dx = zero_buf((size_t)N * C), *dout = rand_buf((size_t)N * C, 1);
+        float *dy = zero_buf((size_t)N * k * C), *dw = zero_buf((size_t)N * k);
+        ops->moe_permute_backward(dx, g, dst, N, k, C);
+        ops->moe_unpermute_backward(dy, dw, dout, y, dst, w, N, k, C, t);
+        for (int n = 0; n < N; n++) {
+            for (int c = 0; c < C; c++) {
+                double want = 0;
+                for (int j = 0; j < k; j++)
+                    if (dst[n * k + j] >= 0) want += g[(size_t)dst[n * k + j] * C + c];
+                worst = fmax(worst, rel_err(dx[(size_t)n * C + c], want, REF_FLOOR));
+            }
+            for (int j = 0; j < k; j++) {
+                int r = dst[n * k + j];
+                double want = 0;
+                for (int c = 0; c < C && r >= 0; c++) {
+                    want += (double)dout[(size_t)n * C + c] * yf[(size_t)r * C + c];
+                    worst = fmax(worst, rel_err(dy[(size_t)r * C + c], w[n * k + j] * dout[(size_t)n * C + c], REF_FLOOR));
+                }
+                worst = fmax(worst, rel_err(dw[n * k + j], want, REF_FLOOR));
+            }
+        }
+        CHECK(ok && worst < REF_TOL && M < N * k,
+              "moe_permute (bitwise), moe_unpermute, their backwards %s: %d of %d choices kept, max rel err %.1e",
+              b ? "bf16" : "fp32", M, N * k, worst);
+        free(xf), free(yf), free(w), free(x), free(y), free(xe), free(out), free(out0), free(g), free(dx), free(dout),
+            free(dy), free(dw);
+    }
+    /* grouped GEMM = a matmul per expert; expert 1 empty */
+    int gc[3] = {5, 0, 7}, IC = 6, OC = 10, R = 12;
+    float *in = rand_buf((size_t)R * IC, 1), *wt = rand_buf((size_t)3 * OC * IC, 1), *o1 = zero_buf((size_t)R * OC);
+    float *o2 = zero_buf((size_t)R * OC), *go = rand_buf((size_t)R * OC, 1);
+    float *di1 = zero_buf((size_t)R * IC), *dw1 = zero_buf((size_t)3 * OC * IC), *di2 = zero_buf((size_t)R * IC),
+          *dw2 = zero_buf((size_t)3 * OC * IC);
+    ops->moe_grouped_forward(o1, in, wt, gc, 3, IC, OC, DT_F32, DT_F32);
+    ops->moe_grouped_backward(di1, dw1, go, in, wt, gc, 3, IC, OC, DT_F32);
+    ops->matmul_forward(o2, in, wt, NULL, 5, IC, OC, DT_F32, DT_F32);
+    ops->matmul_forward(o2 + 5 * OC, in + 5 * IC, wt + 2 * OC * IC, NULL, 7, IC, OC, DT_F32, DT_F32);
+    ops->matmul_backward(di2, dw2, NULL, go, in, wt, 5, IC, OC, DT_F32);
+    ops->matmul_backward(di2 + 5 * IC, dw2 + 2 * OC * IC, NULL, go + 5 * OC, in + 5 * IC, wt + 2 * OC * IC, 7, IC, OC,
+                         DT_F32);
+    CHECK(!memcmp(o1, o2, (size_t)R * OC * 4) && !memcmp(di1, di2, (size_t)R * IC * 4) &&
+              !memcmp(dw1, dw2, (size_t)3 * OC * IC * 4),
+          "moe_grouped_forward / _backward = one matmul per expert's rows, bit for bit (an empty expert's weight "
+          "gradient untouched)");
+    free(in), free(wt), free(o1), free(o2), free(go), free(di1), free(dw1), free(di2), free(dw2);
+}
+
 int main(void) {
     test_memory();
     test_matmul();
@@ -1760,6 +2005,7 @@ int main(void) {
     test_layernorm();
     test_rmsnorm();
     test_swiglu();
+    test_moe();
     test_rope();
     test_gelu();
     test_gelu_erf();

@@ -39,4 +39,30 @@ static inline job_model tiny_llama_spec(void)
     return s;
 }
 
+/* model.moe on both language models: every block MoE, 4 experts of 8
+ * (d_ff_expert), top 2 by softmax, weights normalised, a balance loss of
+ * 0.1 (large, so that its gradient shows), dropless. */
+static inline job_moe tiny_moe(void)
+{
+    job_moe e;
+    memset(&e, 0, sizeof e);
+    e.experts = 4; e.top_k = 2; e.d_ff_expert = 8; e.every = 1;
+    e.router = ROUTER_SOFTMAX; e.norm_top_k = 1; e.aux_loss_coef = 0.1;
+    return e;
+}
+
+static inline job_model tiny_moe_gpt_spec(void)
+{
+    job_model s = tiny_gpt_spec();
+    s.moe = tiny_moe();
+    return s;
+}
+
+static inline job_model tiny_moe_llama_spec(void)
+{
+    job_model s = tiny_llama_spec();
+    s.moe = tiny_moe();
+    return s;
+}
+
 #endif
