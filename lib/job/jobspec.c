@@ -48,6 +48,10 @@ void job_defaults(job_spec *job)
     job->model.moe.router = ROUTER_SOFTMAX;
     job->model.moe.norm_top_k = 1;
     job->model.moe.aux_loss_coef = 0.01;
+    /* model.mla's, used once the file gives kv_lora_rank */
+    job->model.mla.qk_rope_head_dim = 64;
+    job->model.mla.qk_nope_head_dim = 128;
+    job->model.mla.v_head_dim = 128;
     job->data.kind = DATA_SYNTHETIC;
     job->data.val_fraction = 0.1;
     job->data.synthetic_size = SYNTHETIC_GPT_TOKENS;
@@ -78,7 +82,7 @@ void job_defaults(job_spec *job)
     t->cuda_graphs = 0;
 
     job_parallel *p = &job->parallel;
-    p->dp = p->tp = p->pp = p->cp = 1;
+    p->dp = p->tp = p->pp = p->cp = p->ep = 1;
     p->cp_mode = CP_RING;
     p->mode = SHARD_NONE;
     p->pp_schedule = PP_1F1B;

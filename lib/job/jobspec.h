@@ -95,6 +95,19 @@ typedef struct {
     double capacity_factor;  /* 0 (default): dropless */
 } job_moe;
 
+/* model.mla: DeepSeek-V2/V3's multi-head latent attention in place of a
+ * Llama block's q, k, v and o (kv_lora_rank 0: none, the section absent).
+ * Queries come through a low-rank q_lora_rank latent (0: straight from the
+ * stream), keys and values through one kv_lora_rank latent shared by the
+ * heads plus a qk_rope_head_dim rotary key; each head's query and key are
+ * qk_nope_head_dim + qk_rope_head_dim wide, its value v_head_dim. Counted
+ * by --dry-run and --plan (parameters, FLOPs, memory, time); the model does
+ * not compute it yet (model.h model_unsupported). */
+typedef struct {
+    int q_lora_rank, kv_lora_rank;
+    int qk_rope_head_dim, qk_nope_head_dim, v_head_dim; /* defaults 64, 128, 128 (DeepSeek-V3's) */
+} job_mla;
+
 typedef struct {
     model_kind kind;
     char preset[JOB_NAME_MAX]; /* "" when none; e.g. gpt2-124m, vit-b16, gpt-tiny */
@@ -147,7 +160,11 @@ typedef struct {
      * keeps them per micro-batch (model_acts_sizes counts them). */
     int packed;
     job_moe moe;             /* model.moe (experts 0: none) */
+    job_mla mla;             /* model.mla (kv_lora_rank 0: none) */
 } job_model;
+
+/* Whether the blocks' attention is multi-head latent attention (model.mla). */
+static inline int job_model_mla(const job_model *m) { return m->mla.kv_lora_rank > 0; }
 
 /* Whether block `layer` (0-based) is an MoE block (job_moe above). */
 static inline int job_moe_block(const job_model *m, int layer)
@@ -267,6 +284,11 @@ typedef struct {
     int cp;                /* context parallel: each sample's sequence split over cp ranks
                               (GPT, fp32); world = dp x cp x pp x tp */
     cp_mode_kind cp_mode;
+    int ep;                /* expert parallel (model.moe): the routed experts split over ep ranks
+                              folded into dp x cp (MoE Parallel Folding): each ep group is ep
+                              ranks of one dp x cp group, the experts' data-parallel group the
+                              dp x cp / ep ranks holding the same experts (mesh.h MESH_EP,
+                              MESH_EDP); default 1 */
     int bucket_mb;         /* DDP bucket size in MiB, default 25 */
     dtype_kind reduce_dtype; /* the gradient collectives' type: fp32, or bf16 (half the bytes) */
 } job_parallel;

@@ -42,6 +42,7 @@ static int check_field(const job_spec *job, int fid, verdict *v)
     const field_def *f = &job_fields[fid];
     if (!job_field_applies(job, fid) || job_field_unset(job, fid)) return 0;
     if (f->section == SEC_MOE && job->model.moe.experts == 0) return 0; /* no MoE: unused */
+    if (f->section == SEC_MLA && !job_model_mla(&job->model)) return 0; /* no MLA: unused */
     char name[64], range[96];
     job_field_full_name(fid, name, sizeof name);
     job_field_range_text(fid, range, sizeof range);
@@ -222,8 +223,8 @@ static int check_model(const job_spec *job, verdict *v)
 }
 
 /* model.moe: the experts a token can pick, the blocks that are MoE, and the
- * layouts the MoE layer runs under today (one process, data parallelism,
- * pipelines; expert parallelism and the rest come with parallel.ep). */
+ * layouts the MoE layer runs under (every one but tensor parallelism, HSDP
+ * with expert parallelism, CUDA graphs and the zero-bubble schedule). */
 static int check_moe(const job_spec *job, verdict *v)
 {
     const job_model *m = &job->model;
@@ -241,12 +242,12 @@ static int check_moe(const job_spec *job, verdict *v)
                     e->first_dense, m->n_layer);
     if (par->tp > 1)
         return fail(v, BLAME(FID_TP, FID_MOE_EXPERTS),
-                    "model.moe with parallel.tp %d: the MoE layer runs without tensor parallelism so far (one "
-                    "process, dp, pp); expert parallelism and expert tp come with parallel.ep", par->tp);
-    if (par->cp > 1)
-        return fail(v, BLAME(FID_CP, FID_MOE_EXPERTS),
-                    "model.moe with parallel.cp %d: a sample's capacity and load-balancing loss count all its "
-                    "tokens, which context parallelism splits; not supported yet (parallel.ep)", par->cp);
+                    "model.moe with parallel.tp %d: the MoE layer runs without tensor parallelism so far (experts "
+                    "neither replicated over tp nor split by expert tp); use dp, cp, pp and parallel.ep", par->tp);
+    if (par->ep > 1 && par->mode == SHARD_HSDP)
+        return fail(v, BLAME(FID_MODE, FID_EP),
+                    "parallel.mode hsdp with parallel.ep %d: an expert unit shards over the experts' data-parallel "
+                    "group, which HSDP's node groups do not follow yet; use fsdp, zero1, zero2 or ddp", par->ep);
     if (job->train.cuda_graphs)
         return fail(v, BLAME(FID_CUDA_GRAPHS, FID_MOE_EXPERTS),
                     "train.cuda_graphs with model.moe: the grouped expert GEMMs take each step's tokens-per-expert "
@@ -255,6 +256,32 @@ static int check_moe(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_PP_SCHEDULE, FID_MOE_EXPERTS),
                     "parallel.pp_schedule zb-h1 with model.moe: the MoE blocks have no split backward (their expert "
                     "weight gradients come with the input gradient); use 1f1b or interleaved");
+    return 0;
+}
+
+/* parallel.ep: the routed experts split over ep ranks folded into dp x cp
+ * (Megatron-Core's MoE Parallel Folding): each rank holds experts / ep of
+ * them, and the experts' data-parallel group is dp x cp / ep. With dp: auto
+ * dp is 1 until the world is known (job_resolve_world checks again; a world
+ * that makes it 1 is refused by the mesh, mesh_set_ep). */
+static int check_ep(const job_spec *job, verdict *v)
+{
+    const job_parallel *par = &job->parallel;
+    const job_moe *e = &job->model.moe;
+    if (par->ep == 1) return 0;
+    if (e->experts == 0)
+        return fail(v, BLAME(FID_EP),
+                    "parallel.ep %d needs model.moe (expert parallelism splits the routed experts over ranks; this "
+                    "model has none)", par->ep);
+    if (e->experts % par->ep)
+        return fail(v, BLAME(FID_EP, FID_MOE_EXPERTS),
+                    "parallel.ep %d does not divide model.moe.experts %d (each ep rank holds experts / ep of them)",
+                    par->ep, e->experts);
+    long long dpcp = (long long)par->dp * par->cp;
+    if (!(par->dp_auto && par->dp == 1) && dpcp % par->ep)
+        return fail(v, BLAME(FID_EP, FID_DP, FID_CP),
+                    "parallel.ep %d does not divide dp %d x cp %d = %lld (the ep ranks are folded into the data-"
+                    "parallel ones: the experts' data-parallel group is dp x cp / ep)", par->ep, par->dp, par->cp, dpcp);
     return 0;
 }
 
@@ -409,7 +436,7 @@ int job_check(const job_spec *job, int blame[JOB_BLAME_MAX], char *msg, size_t n
     verdict v = {blame, msg, n};
     for (int f = 0; f < FID_COUNT; f++)
         if (check_field(job, f, &v)) return -1;
-    if (check_model(job, &v) || check_moe(job, &v) || check_batch(job, &v) || check_parallel(job, &v) || check_data(job, &v) ||
+    if (check_model(job, &v) || check_ep(job, &v) || check_moe(job, &v) || check_batch(job, &v) || check_parallel(job, &v) || check_data(job, &v) ||
         check_checkpoint(job, &v))
         return -1;
     if (job_check_lora(job, blame, msg, n)) return -1;

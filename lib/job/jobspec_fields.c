@@ -14,7 +14,7 @@
 #include "lib/util/range.h"
 
 const char *const job_section_names[SEC_COUNT] = {
-    "model", "data", "train", "parallel", "checkpoint", "log", "launch", "model.moe", "train.lora",
+    "model", "data", "train", "parallel", "checkpoint", "log", "launch", "model.moe", "model.mla", "train.lora",
 };
 
 static const char *const model_kinds[] = {"gpt", "vit", "llama", NULL};
@@ -238,6 +238,9 @@ const field_def job_fields[FID_COUNT] = {
                    "context_parallel,context_parallel_size,cp_size,context_parallel_degree"),
     [FID_CP_MODE] = ENUM(SEC_PARALLEL, "cp_mode", parallel.cp_mode, cp_modes, cp_mode_aliases,
                          "cp_comm_type,context_parallel_mode,rotate_method"),
+    [FID_EP] = NUM(SEC_PARALLEL, "ep", FT_INT, parallel.ep, 1, 65536,
+                   "expert_parallel,expert_model_parallel_size,expert_parallel_size,ep_size,expert_parallel_degree,"
+                   "moe_expert_parallel_size"),
     [FID_BUCKET_MB] = NUM(SEC_PARALLEL, "bucket_mb", FT_INT, parallel.bucket_mb, 1, 4096,
                           "bucket_size,bucket_cap_mb,bucket_size_mb"),
 
@@ -301,6 +304,16 @@ const field_def job_fields[FID_COUNT] = {
                                      "moe_router_bias_update_rate,bias_update_speed,gamma,expert_bias_rate"),
     [FID_MOE_CAPACITY_FACTOR] = NUM(SEC_MOE, "capacity_factor", FT_DOUBLE, model.moe.capacity_factor, 0, NOMAX,
                                     "moe_expert_capacity_factor,expert_capacity,capacity,train_capacity_factor"),
+    [FID_MLA_Q_LORA_RANK] = NUM(SEC_MLA, "q_lora_rank", FT_INT, model.mla.q_lora_rank, 0, 1 << 20,
+                                "q_lora,query_lora_rank,q_rank"),
+    [FID_MLA_KV_LORA_RANK] = NUM(SEC_MLA, "kv_lora_rank", FT_INT, model.mla.kv_lora_rank, 1, 1 << 20,
+                                 "kv_lora,kv_rank,latent_dim,kv_latent_dim"),
+    [FID_MLA_QK_ROPE_HEAD_DIM] = NUM(SEC_MLA, "qk_rope_head_dim", FT_INT, model.mla.qk_rope_head_dim, 2, 1 << 16,
+                                     "rope_head_dim,qk_rope_dim,rope_dim"),
+    [FID_MLA_QK_NOPE_HEAD_DIM] = NUM(SEC_MLA, "qk_nope_head_dim", FT_INT, model.mla.qk_nope_head_dim, 1, 1 << 16,
+                                     "nope_head_dim,qk_nope_dim,nope_dim"),
+    [FID_MLA_V_HEAD_DIM] = NUM(SEC_MLA, "v_head_dim", FT_INT, model.mla.v_head_dim, 1, 1 << 16,
+                               "value_head_dim,v_dim,head_dim_v"),
 };
 
 /* Kind-specific model keys, and "not set" launch keys: set apart from the
@@ -314,6 +327,8 @@ static field_only field_only_of(int fid)
     case FID_MOE_AUX_LOSS_COEF: case FID_MOE_BIAS_UPDATE_RATE: case FID_MOE_CAPACITY_FACTOR: return ONLY_LM;
     case FID_IMAGE_SIZE: case FID_PATCH_SIZE: case FID_CHANNELS: case FID_N_CLASSES: return ONLY_VIT;
     case FID_N_KV_HEAD: case FID_ROPE_THETA: case FID_TIE_EMBEDDINGS: case FID_MAX_POSITIONS: return ONLY_LLAMA;
+    case FID_MLA_Q_LORA_RANK: case FID_MLA_KV_LORA_RANK: case FID_MLA_QK_ROPE_HEAD_DIM: case FID_MLA_QK_NOPE_HEAD_DIM:
+    case FID_MLA_V_HEAD_DIM: return ONLY_LLAMA;
     case FID_ACTIVATION: return ONLY_GELU;
     case FID_LORA_RANK: case FID_LORA_ALPHA: case FID_LORA_DROPOUT: case FID_LORA_TARGETS: case FID_LORA_INIT_FROM:
         return ONLY_LM;
@@ -346,10 +361,13 @@ void job_field_full_name(int fid, char *out, size_t n)
     snprintf(out, n, "%s.%s", job_section_names[job_fields[fid].section], job_fields[fid].key);
 }
 
-int job_section_parent(int sec) { return sec == SEC_MOE ? SEC_MODEL : sec == SEC_LORA ? SEC_TRAIN : -1; }
+int job_section_parent(int sec)
+{
+    return sec == SEC_MOE || sec == SEC_MLA ? SEC_MODEL : sec == SEC_LORA ? SEC_TRAIN : -1;
+}
 const char *job_section_key(int sec)
 {
-    return sec == SEC_MOE ? "moe" : sec == SEC_LORA ? "lora" : job_section_names[sec];
+    return sec == SEC_MOE ? "moe" : sec == SEC_MLA ? "mla" : sec == SEC_LORA ? "lora" : job_section_names[sec];
 }
 
 int job_section_find(const char *name, size_t len)

@@ -215,6 +215,12 @@ int job_check_lora(const job_spec *job, int *blame, char *msg, size_t n)
                          "fine-tune a dense model, or drop train.lora");
         return -1;
     }
+    if (job_model_mla(m)) {
+        blame[0] = FID_LORA_RANK, blame[1] = FID_MLA_KV_LORA_RANK, blame[2] = -1;
+        snprintf(msg, n, "train.lora with model.mla: multi-head latent attention is counted by --dry-run, not "
+                         "trained; drop train.lora or model.mla");
+        return -1;
+    }
     if (!lo->targets) {
         blame[0] = FID_LORA_TARGETS;
         snprintf(msg, n, "train.lora.targets is empty (name the layers to adapt: q, k, v, o, %s)",

@@ -11,7 +11,39 @@
  * Table 3: layers, width, FFN, heads, 8 key/value heads, vocabulary 128256,
  * RoPE base 500000) at its pre-training sequence of 8192; smollm-135m is
  * SmolLM-135M's config.json (tied head, RoPE base 10000, 2048 positions);
- * llama-tiny trains in seconds on a CPU (GQA: 4 heads over 2 kv heads). */
+ * llama-tiny trains in seconds on a CPU (GQA: 4 heads over 2 kv heads).
+ *
+ * Mixtures of experts, from each model's config.json on Hugging Face, at the
+ * 4096-token sequence the MoE Parallel Folding paper (Liu et al. 2025) and
+ * Megatron-Core's MoE benchmarks train them at (model.seq_len to change):
+ *   mixtral-8x7b   Mixtral-8x7B-v0.1: hidden 4096, 32 layers, 32 heads over
+ *                  8 kv heads, intermediate 14336, 8 local experts top-2,
+ *                  vocab 32000, rope_theta 1e6, router_aux_loss_coef 0.02
+ *   mixtral-8x22b  Mixtral-8x22B-v0.1: hidden 6144, 56 layers, 48 heads over
+ *                  8, intermediate 16384, 8 experts top-2, vocab 32768,
+ *                  rope_theta 1e6, router_aux_loss_coef 0.001
+ *   qwen2-57b-a14b Qwen2-57B-A14B: hidden 3584, 28 layers, 28 heads over 4,
+ *                  64 experts top-8 of moe_intermediate_size 2560 (not
+ *                  normalised: norm_topk_prob false), one shared expert of
+ *                  shared_expert_intermediate_size 20480 (8 x 2560 here),
+ *                  vocab 151936, rope_theta 1e6; intermediate_size 18944 is
+ *                  d_ff (no dense block: decoder_sparse_step 1). dtrun's
+ *                  Llama block has no q, k, v biases and no sigmoid gate on
+ *                  the shared expert (shared_expert_gate): 229,376
+ *                  parameters fewer than Qwen2's, 4e-6 of them.
+ *   deepseek-v3    DeepSeek-V3: hidden 7168, 61 layers, the first 3 dense
+ *                  (first_k_dense_replace) of intermediate 18432, then 256
+ *                  routed experts of moe_intermediate_size 2048 top-8 and 1
+ *                  shared, sigmoid scores normalised over the top 8, the
+ *                  auxiliary-loss-free bias (update 0.001) and a sequence
+ *                  balance loss of 0.0001; 128 heads of multi-head latent
+ *                  attention (model.mla: q_lora_rank 1536, kv_lora_rank 512,
+ *                  qk_rope_head_dim 64, qk_nope_head_dim 128, v_head_dim 128);
+ *                  vocab 129280, rope_theta 10000, untied; 4096 tokens (its
+ *                  pre-training sequence). Not in dtrun: node-limited routing
+ *                  (n_group 8, topk_group 4), routed_scaling_factor 2.5 and
+ *                  the multi-token-prediction module (the 14B beyond 671B);
+ *                  the model does not compute MLA yet (--dry-run only). */
 #include "lib/job/jobspec_presets.h"
 
 #include <string.h>
@@ -37,9 +69,32 @@ static const job_preset presets[] = {
     {"llama3-8b",   MODEL_LLAMA,  32,  32,  4096, 14336, 128256, 8192, 0, 0, 0, 0, 8, 500000, 0},
     {"llama3-70b",  MODEL_LLAMA,  80,  64,  8192, 28672, 128256, 8192, 0, 0, 0, 0, 8, 500000, 0},
     {"llama3-405b", MODEL_LLAMA, 126, 128, 16384, 53248, 128256, 8192, 0, 0, 0, 0, 8, 500000, 0},
+    {"mixtral-8x7b",   MODEL_LLAMA, 32, 32, 4096, 14336,  32000, 4096, 0, 0, 0, 0, 8, 1e6, 0},
+    {"mixtral-8x22b",  MODEL_LLAMA, 56, 48, 6144, 16384,  32768, 4096, 0, 0, 0, 0, 8, 1e6, 0},
+    {"qwen2-57b-a14b", MODEL_LLAMA, 28, 28, 3584, 18944, 151936, 4096, 0, 0, 0, 0, 4, 1e6, 0},
+    {"deepseek-v3",    MODEL_LLAMA, 61, 128, 7168, 18432, 129280, 4096, 0, 0, 0, 0, 128, 10000, 0},
 };
 
 #define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
+
+/* The mixtures of experts' model.moe and (DeepSeek-V3) model.mla: the rest of
+ * each is in the table above. */
+static const struct {
+    const char *name;
+    job_moe moe;
+    job_mla mla;
+} moe_presets[] = {
+    {"mixtral-8x7b", {.experts = 8, .top_k = 2, .d_ff_expert = 14336, .every = 1, .router = ROUTER_SOFTMAX,
+                      .norm_top_k = 1, .aux_loss_coef = 0.02}, {0}},
+    {"mixtral-8x22b", {.experts = 8, .top_k = 2, .d_ff_expert = 16384, .every = 1, .router = ROUTER_SOFTMAX,
+                       .norm_top_k = 1, .aux_loss_coef = 0.001}, {0}},
+    {"qwen2-57b-a14b", {.experts = 64, .top_k = 8, .d_ff_expert = 2560, .shared_experts = 8, .every = 1,
+                        .router = ROUTER_SOFTMAX, .norm_top_k = 0, .aux_loss_coef = 0.001}, {0}},
+    {"deepseek-v3", {.experts = 256, .top_k = 8, .d_ff_expert = 2048, .shared_experts = 1, .every = 1,
+                     .first_dense = 3, .router = ROUTER_SIGMOID, .norm_top_k = 1, .aux_loss_coef = 0.0001,
+                     .bias_update_rate = 0.001},
+     {.q_lora_rank = 1536, .kv_lora_rank = 512, .qk_rope_head_dim = 64, .qk_nope_head_dim = 128, .v_head_dim = 128}},
+};
 
 const job_preset *job_preset_find(const char *name)
 {
@@ -75,6 +130,11 @@ void job_preset_apply(const job_preset *p, job_model *m)
     m->rope_theta = p->rope_theta;
     m->tie_embeddings = p->tie_embeddings;
     m->max_positions = 0;
+    for (size_t i = 0; i < sizeof moe_presets / sizeof moe_presets[0]; i++)
+        if (!strcmp(moe_presets[i].name, p->name)) {
+            m->moe = moe_presets[i].moe;
+            if (moe_presets[i].mla.kv_lora_rank > 0) m->mla = moe_presets[i].mla;
+        }
 }
 
 const char *job_preset_name(int i)

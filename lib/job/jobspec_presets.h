@@ -30,7 +30,9 @@ const job_preset *job_preset_tiny(model_kind kind);
 
 /* Overwrite every shape field of *m (kind included) with the preset's; d_ff
  * becomes 4 * d_model unless the preset names its own; max_positions becomes
- * 0 (seq_len, until the job says more). m->preset is left alone. */
+ * 0 (seq_len, until the job says more); a mixture-of-experts preset sets
+ * all of model.moe (the file's model.moe keys then override single ones).
+ * m->preset is left alone. */
 void job_preset_apply(const job_preset *p, job_model *m);
 
 #endif

@@ -89,6 +89,7 @@ void job_field_print(FILE *out, const job_spec *job, int fid)
 static int nested_in_use(const job_spec *job, int sec)
 {
     if (sec == SEC_MOE) return job->model.moe.experts >= 1;
+    if (sec == SEC_MLA) return job_model_mla(&job->model);
     if (sec == SEC_LORA) return job_lora_on(&job->model);
     return 1;
 }

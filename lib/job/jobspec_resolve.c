@@ -79,7 +79,12 @@ static int derive(loader *L, int preset_d_ff)
         return loader_fail_at(L, L->section_at[SEC_MOE], "model.moe needs experts (the routed experts of each MoE "
                                                          "block, e.g. experts: 8)");
     }
-    if (!L->e[FID_MOE_D_FF_EXPERT].given) m->moe.d_ff_expert = m->moe.experts > 0 ? m->d_ff : 0;
+    if (L->section_given[SEC_MLA] && !job_model_mla(m))
+        return loader_fail_at(L, L->section_at[SEC_MLA], "model.mla needs kv_lora_rank (the keys' and values' "
+                                                         "latent width, e.g. kv_lora_rank: 512)");
+    /* a mixture-of-experts preset names its experts' width */
+    if (!L->e[FID_MOE_D_FF_EXPERT].given && !(m->moe.experts > 0 && m->moe.d_ff_expert > 0))
+        m->moe.d_ff_expert = m->moe.experts > 0 ? m->d_ff : 0;
     /* llama: the positions it takes are the training sequence's unless the
      * job (or init_from's max_position_embeddings) says more */
     if (m->kind == MODEL_LLAMA && m->max_positions == 0) m->max_positions = m->seq_len;

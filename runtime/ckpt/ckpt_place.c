@@ -98,6 +98,14 @@ void ckpt_place_of_param(const param_spec *p, int tp_rank, int tp_size, uint64_t
     param_tp_part(p, tp_rank, tp_size, &part, &parts);
     out->tp_rank = out->split == CKPT_SPLIT_NONE ? 0 : part;
     out->tp_size = out->split == CKPT_SPLIT_NONE ? 1 : parts;
+    /* an ep rank's experts: its block of rows (experts are never tp-split
+     * too), so every expert keeps its global id whatever ep wrote it */
+    if (param_is_expert(p)) {
+        out->split = CKPT_SPLIT_ROWS;
+        out->groups = 1;
+        out->tp_rank = p->ep_rank;
+        out->tp_size = p->ep_size;
+    }
     out->lo = lo;
     out->hi = hi;
 }

@@ -135,34 +135,40 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
     size_t att = att_numel(g, B), e = g->e;
     size_t C_l = (size_t)g->d.C_l, W_l = (size_t)g->d.W_l;
+    /* the MLP's hidden tensors, in elements: a dense block's over all N rows
+     * (tp-split columns), an MoE block's shared experts' over the rows it
+     * routes (Nl: whole on each tp rank, its own rows under sequence
+     * parallelism) */
     size_t H = 0, F = 0;
-    if (mlp & MLP_DENSE) H = (size_t)g->d.H_l, F = (size_t)g->d.F_l;
-    if ((mlp & MLP_MOE) && (size_t)g->d.Hs > H) H = (size_t)g->d.Hs, F = (size_t)g->d.Fs;
+    if (mlp & MLP_DENSE) H = N * (size_t)g->d.H_l, F = N * (size_t)g->d.F_l;
+    if (mlp & MLP_MOE) H = max_sz(H, Nl * (size_t)g->d.Hs), F = max_sz(F, Nl * (size_t)g->d.Fs);
     /* RMSNorm keeps no mean */
     s->ln1 = take(b, Nl * C * e);
     if (stats) s->ln1_mean = g->llama ? NULL : takef(b, Nl), s->ln1_rstd = takef(b, Nl);
     s->qkv = take(b, N * W_l * e);
     b->attn_in += (Nl * C + N * W_l) * e;
-    b->mlp_in += (Nl * C + N * (H + F)) * e;
+    b->mlp_in += (Nl * C + H + F) * e;
     if (g->lse) s->att = stats ? takef(b, att) : NULL; /* the statistic */
     else s->att = g->rc == RECOMPUTE_SELECTIVE ? att_shared : take(b, att * e);
     s->atty = take(b, N * C_l * e);
     s->r2 = take(b, Nl * C * e);
     s->ln2 = take(b, Nl * C * e);
     if (stats) s->ln2_mean = g->llama ? NULL : takef(b, Nl), s->ln2_rstd = takef(b, Nl);
-    s->fch = H ? take(b, N * H * e) : NULL;
-    s->fchg = F ? take(b, N * F * e) : NULL;
+    s->fch = H ? take(b, H * e) : NULL;
+    s->fchg = F ? take(b, F * e) : NULL;
     if (!(mlp & MLP_MOE)) return;
-    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = N * k;
+    /* the rows this rank routes: its own under sequence parallelism (the
+     * experts are whole on every tp rank), all of them otherwise */
+    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = Nl * k, Mx = moe_expert_rows(&g->d, Nl);
     size_t before = b->off;
-    s->moe_scores = takef(b, N * E);
+    s->moe_scores = takef(b, Nl * E);
     s->moe_w = takef(b, Nk);
     s->moe_idx = takei(b, Nk);
     s->moe_dst = takei(b, Nk);
     s->moe_src = takei(b, Nk);
-    s->moe_x = take(b, Nk * C * e);
-    s->moe_h = take(b, Nk * (size_t)g->d.He * e);
-    s->moe_g = take(b, Nk * (size_t)g->d.Fe * e);
+    s->moe_x = take(b, Mx * C * e);
+    s->moe_h = take(b, Mx * (size_t)g->d.He * e);
+    s->moe_g = take(b, Mx * (size_t)g->d.Fe * e);
     s->moe_y = take(b, Nk * C * e);
     b->mlp_in += b->off - before;
 }
@@ -300,21 +306,25 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     a->dinput = g->bf16 && !g->has_emb ? take(b, Nl * C * e) : NULL;
     a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
     /* the MLP's gradients: a dense block's, or an MoE block's shared experts' */
-    size_t Fg = g->has_dense ? F_l : 0, Hg = g->has_dense ? H_l : 0;
-    if (g->has_moe) Fg = max_sz(Fg, (size_t)g->d.Fs), Hg = max_sz(Hg, (size_t)g->d.Hs);
-    a->bs.dA = nb > 0 ? takef(b, N * max_sz(Fg, W_l)) : NULL;
-    a->bs.dB = nb > 0 ? takef(b, N * max_sz(Hg, C_l)) : NULL;
+    size_t Fg = N * max_sz(g->has_dense ? F_l : 0, W_l), Hg = N * max_sz(g->has_dense ? H_l : 0, C_l);
+    if (g->has_moe) Fg = max_sz(Fg, Nl * (size_t)g->d.Fs), Hg = max_sz(Hg, Nl * (size_t)g->d.Hs);
+    a->bs.dA = nb > 0 ? takef(b, Fg) : NULL;
+    a->bs.dB = nb > 0 ? takef(b, Hg) : NULL;
     /* an MoE block's backward (moe.c), and its route's per-sample counts */
     int moe = g->has_moe;
-    size_t E = (size_t)g->d.E, Nk = N * (size_t)g->d.k;
-    a->bs.moe_dy = moe ? takef(b, Nk * C) : NULL;
-    a->bs.moe_dg = moe ? takef(b, Nk * (size_t)g->d.Fe) : NULL;
-    a->bs.moe_dh = moe ? takef(b, Nk * (size_t)g->d.He) : NULL;
+    /* the rows it routes (take_block) */
+    size_t E = (size_t)g->d.E, Nk = Nl * (size_t)g->d.k, Mx = moe ? moe_expert_rows(&g->d, Nl) : 0;
+    a->bs.moe_dy = moe ? takef(b, Mx * C) : NULL;
+    a->bs.moe_dg = moe ? takef(b, Mx * (size_t)g->d.Fe) : NULL;
+    a->bs.moe_dh = moe ? takef(b, Mx * (size_t)g->d.He) : NULL;
     a->bs.moe_dw = moe ? takef(b, Nk) : NULL;
-    a->bs.moe_dlogits = moe ? takef(b, N * E) : NULL;
+    a->bs.moe_dlogits = moe ? takef(b, Nl * E) : NULL;
     a->bs.moe_aux = moe ? takef(b, (size_t)B * E) : NULL;
-    a->bs.moe_chosen = moe ? takei(b, (size_t)B * E) : NULL;
+    a->bs.moe_chosen = moe ? takei(b, 2 * (size_t)B * E) : NULL;
+    a->bs.moe_before = moe && g->cp ? takei(b, 2 * (size_t)B * E) : NULL;
     a->bs.moe_counts = moe ? takei(b, E) : NULL;
+    /* expert parallelism: the experts' outputs before they travel back */
+    a->bs.moe_ye = moe && g->d.ep_size > 1 ? take(b, Mx * C * e) : NULL;
     size_t att_scr = att_scratch_numel(g, B);
     a->bs.att_scratch = nb > 0 && att_scr ? takef(b, att_scr) : NULL;
     /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
@@ -521,7 +531,7 @@ size_t model_acts_work_bytes(const model *m) { return m->work_mem ? m->work_byte
 static int moe_host_arrays(model *m, model_acts *a)
 {
     if (m->n_moe == 0) return 0;
-    size_t E = (size_t)m->d.E, per = 2 * E + (size_t)a->B * E;
+    size_t E = (size_t)m->d.E, per = 3 * E + 2 * (size_t)a->B * E;
     int sets = blk_sets(m->n_blocks, m->recompute);
     a->moe_host = malloc((size_t)(sets + 1) * per * sizeof(int));
     if (!a->moe_host) return -1;
@@ -529,7 +539,7 @@ static int moe_host_arrays(model *m, model_acts *a)
         block_acts *s = k < sets ? &a->blk[k] : &a->work_blk;
         if (k < sets && moe_slot_of(m, m->first_block + k) < 0) continue;
         s->moe_counts = a->moe_host + (size_t)k * per;
-        s->moe_chosen = s->moe_counts + 2 * E;
+        s->moe_chosen = s->moe_counts + 3 * E;
     }
     return 0;
 }

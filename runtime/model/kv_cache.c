@@ -11,7 +11,7 @@ static int moe_rows(model *m, model_kv *kv)
     size_t E = (size_t)d->E, k = (size_t)d->k, C = (size_t)d->C;
     size_t floats = E + k + k * (C + (size_t)d->He + (size_t)d->Fe + C), ints = 3 * k + 2 * E;
     float *p = m->ops->alloc(floats * sizeof(float) + ints * sizeof(int));
-    kv->moe_host = malloc((3 * E + E) * sizeof(int));
+    kv->moe_host = malloc((3 * E + E + E) * sizeof(int));
     kv->moe_mem = p;
     if (!p || !kv->moe_host) return -1;
     moe_bufs *b = &kv->moe;
@@ -28,8 +28,8 @@ static int moe_rows(model *m, model_kv *kv)
     b->counts_dev = q, q += E;
     b->chosen_dev = q;
     b->counts = kv->moe_host;
-    b->chosen = kv->moe_host + 2 * E;
-    b->host = (float *)(kv->moe_host + 3 * E);
+    b->chosen = kv->moe_host + 3 * E;
+    b->host = (float *)(kv->moe_host + 4 * E);
     b->sh_h = kv->fch;
     b->sh_g = kv->fchg;
     return 0;

@@ -60,6 +60,12 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
                         "which does not divide them\n", model_seq_len(spec), sh->tp_size);
         return NULL;
     }
+    int ep = sh->ep_size > 1 ? sh->ep_size : 1;
+    if (ep > 1 && (spec->moe.experts < 1 || spec->moe.experts % ep != 0 || sh->ep_rank < 0 || sh->ep_rank >= ep)) {
+        fprintf(stderr, "dtrun: model: expert parallelism %d needs model.moe with experts (%d) it divides (ep rank "
+                        "%d)\n", ep, spec->moe.experts, sh->ep_rank);
+        return NULL;
+    }
     model *m = calloc(1, sizeof *m);
     if (!m) return NULL;
     m->spec = *spec;
@@ -104,8 +110,10 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
         int k = u - sh->unit_begin, np = model_unit_param_count(spec, u);
         m->unit_first_spec[k] = m->n_specs;
         for (int i = 0; i < np; i++)
-            model_unit_param_spec(spec, u, i, sh->tp_rank, sh->tp_size, &m->specs[m->n_specs++]);
-        m->unit_numel[k] = model_unit_numel(spec, u, sh->tp_rank, sh->tp_size);
+            model_unit_param_spec_ep(spec, u, i, sh->tp_rank, sh->tp_size, sh->ep_rank, sh->ep_size,
+                                     &m->specs[m->n_specs++]);
+        m->unit_numel[k] = model_unit_numel_ep(spec, u, sh->tp_rank, sh->tp_size, sh->ep_size);
+        /* train.lora refuses model.moe: the frozen buffer never holds experts */
         m->frozen_numel[k] = model_unit_frozen_numel(spec, u, sh->tp_rank, sh->tp_size);
         /* ops->alloc zeroes: the grads start at zero (a unit with nothing to
          * train, LoRA's embedding and head, still gets a buffer) */

@@ -99,7 +99,17 @@ typedef struct {
      * `offset` counts there), the adapters (`lora` = 1) are what trains */
     int frozen;
     int lora;
+    int ep_rank, ep_size;      /* the routed experts' tensors under expert parallelism
+                                  (model_shard ep_size > 1): this rank holds the rows of
+                                  experts [ep_rank E / ep_size, (ep_rank + 1) E / ep_size),
+                                  part ep_rank of ep_size equal blocks of rows (never split
+                                  over tp as well); 0 and 1 for every other tensor */
 } param_spec;
+
+/* 1 for a routed expert tensor split over expert-parallel ranks: its copies on
+ * the ranks of one ep group differ (other experts), so its gradient reduces
+ * (and a sharded strategy shards it) over the experts' data-parallel group. */
+static inline int param_is_expert(const param_spec *p) { return p->ep_size > 1; }
 
 /* 1 when tp rank tp_rank's copy of p repeats a lower rank's (replicated on
  * every rank and this is not rank 0, or a kv replica after the first): what
@@ -127,6 +137,10 @@ typedef struct {
                                  chunks model_cp_chunk(cp_rank, cp_size, 0 and 1) of every
                                  sample (cp_size 0 or 1: all of them); needs seq divisible
                                  by 2 * cp_size (and seq / cp_size by tp_size with sp) */
+    int ep_rank, ep_size;     /* expert parallelism (model.moe, parallel.ep): this rank holds
+                                 experts [ep_rank E / ep_size, (ep_rank + 1) E / ep_size) of
+                                 every MoE block (ep_size 0 or 1: all of them); the tokens
+                                 reach them through the MoE dispatcher (model_moe_dispatcher) */
 } model_shard;
 
 /* Context parallelism's causal load balancing (Megatron-Core, torchtitan):
@@ -387,31 +401,61 @@ typedef struct {
  * The route of one micro-batch (ops.h moe_route): N token rows, k choices
  * each; dst [N, k] each choice's row in the permuted order (-1: dropped by
  * the capacity), src [M] each permuted row's token row, counts [E] (host
- * memory) the rows of each expert, expert by expert, M their sum. */
+ * memory) the rows of each expert, expert by expert, M their sum.
+ * counts_l (host) is what dispatch records for the rest of the layer (the
+ * combine, the backward): [El] the rows each of this rank's El experts
+ * computes, then [ep][El] the rows each rank of its ep group sends each of
+ * them (the local dispatcher: El = E, the first part only). */
 typedef struct {
-    int N, k, E;
+    int N, k, E, El;
     const int *dst, *src; /* device */
     const int *counts;    /* host */
+    int *counts_l;        /* host, [El + E] */
 } model_moe_route;
 
 typedef struct {
     void *ctx;
-    /* xe [M_l, C] (type t): the rows this rank's experts compute, expert by
-     * expert, from x [N, C] (type t); counts_l (host) the rows of each of
-     * them. Returns M_l. Local: every expert, xe = x's rows in src order. */
-    int (*dispatch)(void *ctx, void *xe, int *counts_l, const void *x, const model_moe_route *r, int C, dt_dtype t);
-    /* out [N, C] fp32 (accumulate: +=, else overwritten) = each row's kept
-     * choices' expert output rows ye [M_l, C] (type t) times their weights
-     * w [N, k] (fp32), in choice order. */
-    void (*combine)(void *ctx, float *out, const void *ye, const float *w, const model_moe_route *r, int C,
-                    dt_dtype t, int accumulate);
-    /* Its backward: dye [M_l, C] (fp32, overwritten) = w dout of each
-     * choice's row; dw [N, k] += dot(dout row, its expert output row). */
-    void (*combine_backward)(void *ctx, float *dye, float *dw, const float *dout, const void *ye, const float *w,
+    /* 0: the local dispatcher: this rank's experts compute exactly its
+     * permuted rows, so their output rows ARE the token side's (combine's ye
+     * and yt are one buffer). 1: rows move between ranks (expert
+     * parallelism): ye and yt are different buffers. */
+    int moves_rows;
+    /* xe [M_l, C] (type t): the rows this rank's El experts compute, expert
+     * by expert, from x [N, C] (type t); writes r->counts_l. Returns M_l.
+     * Local: every expert, xe = x's rows in src order. */
+    int (*dispatch)(void *ctx, void *xe, const void *x, const model_moe_route *r, int C, dt_dtype t);
+    /* yt [M, C] (type t; kept for the backward) = the experts' output rows
+     * of this rank's kept choices in the permuted order, from ye [M_l, C]
+     * (this rank's experts' outputs, dispatch's order); then, unless out is
+     * NULL (a block recompute's forward), out [N, C] fp32 (accumulate: +=,
+     * else overwritten) = each row's kept choices' yt rows times their
+     * weights w [N, k] (fp32), in choice order. */
+    void (*combine)(void *ctx, float *out, void *yt, const void *ye, const float *w, const model_moe_route *r,
+                    int C, dt_dtype t, int accumulate);
+    /* Its backward: dye [M_l, C] (fp32, overwritten; this rank's experts'
+     * output gradient) from w dout of each choice's row; dw [N, k] +=
+     * dot(dout row, its yt row). */
+    void (*combine_backward)(void *ctx, float *dye, float *dw, const float *dout, const void *yt, const float *w,
                              const model_moe_route *r, int C, dt_dtype t);
     /* dispatch's backward: dx [N, C] += the gradient of every kept choice's
-     * row dxe [M_l, C] (fp32), each row's choices in order. */
-    void (*dispatch_backward)(void *ctx, float *dx, const float *dxe, const model_moe_route *r, int C);
+     * row, from dxe [M_l, C] (fp32, this rank's experts' input gradient; may
+     * be overwritten), each row's choices in order. */
+    void (*dispatch_backward)(void *ctx, float *dx, float *dxe, const model_moe_route *r, int C);
+    /* Optional (NULL: none), the first halves of the four calls above, with
+     * their arguments: the exchange is started, the model computes what does
+     * not depend on it (the shared experts, the router's weight gradient)
+     * while the rows travel, then makes the call itself, which finishes it
+     * (without a start the call does both halves). One at a time. */
+    void (*dispatch_start)(void *ctx, const void *x, const model_moe_route *r, int C, dt_dtype t);
+    void (*combine_start)(void *ctx, void *yt, const void *ye, const model_moe_route *r, int C, dt_dtype t);
+    void (*combine_backward_start)(void *ctx, float *dw, const float *dout, const void *yt, const float *w,
+                                   const model_moe_route *r, int C, dt_dtype t);
+    void (*dispatch_backward_start)(void *ctx, float *dxe, const model_moe_route *r, int C);
+    /* Context parallelism (a sample's tokens on cp ranks): all [cp][n] =
+     * every cp rank's `mine` [n], in cp rank order (the capacity and the
+     * balance loss count a sample's tokens on every rank). NULL with cp 1. */
+    void *cp_ctx;
+    void (*cp_gather)(void *cp_ctx, float *all, const float *mine, size_t n);
 } model_moe_dispatcher;
 
 /* What the training forwards of one MoE block routed since the last
@@ -491,6 +535,17 @@ void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, 
  * optimizer state: strategies shard it (FSDP) or keep it whole, never reduce it. */
 size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size);
 size_t model_unit_frozen_numel(const job_model *spec, int unit, int tp_rank, int tp_size);
+/* The same on ep rank ep_rank of ep_size (model_shard: expert parallelism):
+ * an MoE block's routed experts' tensors hold that rank's experts only. */
+void model_unit_param_spec_ep(const job_model *spec, int unit, int i, int tp_rank, int tp_size, int ep_rank,
+                              int ep_size, param_spec *out);
+size_t model_unit_numel_ep(const job_model *spec, int unit, int tp_rank, int tp_size, int ep_size);
+/* Of model_unit_numel, the routed experts' tensors (model.moe: every
+ * expert's rows of the stacked expert matrices, all E of them): what
+ * expert parallelism splits over ep ranks (each holds E / ep experts' rows)
+ * and reduces over the experts' data-parallel group. 0 for a unit that is
+ * not an MoE block. */
+size_t model_unit_expert_numel(const job_model *spec, int unit, int tp_rank, int tp_size);
 /* Tokens (GPT: T) or patches + class token (ViT: NP + 1) per sample. */
 int model_seq_len(const job_model *spec);
 /* Bytes of activations one micro-batch of B samples keeps between forward and
@@ -517,6 +572,19 @@ size_t model_acts_head_chunk_bytes(const job_model *spec, const model_shard *sha
  * gradient; ViT: the logits too): host memory on a GPU, the same memory on the
  * CPU backend. */
 size_t model_acts_host_bytes(const job_model *spec, int B);
+/* model.mla (multi-head latent attention): the matmul weights a token passes
+ * through before the attention core (the query's and the keys' and
+ * values' down and up projections) and after it (the output), for the
+ * FLOPs; and the width the attention core's products run over, what
+ * d_model is for multi-head attention: QK^T and AV each 2 x seq^2 x width
+ * forward (model.mla: n_head x (qk_nope + qk_rope + v head dims) / 2). */
+void model_mla_weights(const job_model *spec, double *in, double *out);
+double model_attention_width(const job_model *spec);
+/* NULL when the model computes what spec describes; else why not, one line
+ * for the user ("attention mla: counted by --dry-run, not trained yet"):
+ * what the dry-run prices but training refuses before anything starts
+ * (runtime/train/preflight.c, the worker's engine). */
+const char *model_unsupported(const job_model *spec);
 /* FLOPs of forward + backward for one sample on the whole model:
  * 6 * sum(matmul weights * rows per sample) + 12 * L * seq^2 * d_model (attention;
  * Llama: GQA's smaller k and v, SwiGLU's three MLP matrices, the untied head);
@@ -603,6 +671,9 @@ void model_set_attention(model *m, const model_attention *attention);
 
 /* The MoE token dispatcher (NULL: the local one, the default). */
 void model_set_moe_dispatcher(model *m, const model_moe_dispatcher *dispatcher);
+/* The local one (every expert on this rank, nothing moves; ctx is m): what a
+ * strategy starts from when it adds only cp_gather. */
+void model_local_moe_dispatcher(model *m, model_moe_dispatcher *out);
 /* MoE blocks this object holds, and their statistics (model_moe_stats, i <
  * model_moe_count, in block order). */
 int model_moe_count(const model *m);

@@ -64,9 +64,22 @@ typedef struct {
     /* model.moe (0 without): experts E, choices per token k, an expert's hidden
      * width Fe and its first GEMM's output He (Fe, or 2 Fe for a Llama's
      * packed gate|up), the shared experts' Fs = shared_experts * Fe and Hs
-     * likewise; never split (the MoE layer runs without tp so far) */
+     * likewise; never split (the MoE layer runs without tp so far). Expert
+     * parallelism (model_shard ep_size): this rank computes El = E / ep_size
+     * of the experts, on the rows every rank of its ep group sends them */
     int E, k, Fe, He, Fs, Hs;
+    int El, ep_size;
 } model_dims;
+
+/* The most rows an MoE block's experts compute on this rank for N token rows
+ * (every ep rank's N at most the same): each token picks k different
+ * experts, at most min(k, El) of them on one rank, from each of ep_size
+ * ranks. N k without expert parallelism. */
+static inline size_t moe_expert_rows(const model_dims *d, size_t N)
+{
+    size_t k = (size_t)(d->k < d->El ? d->k : d->El);
+    return N * k * (size_t)d->ep_size;
+}
 
 /* Context parallelism: where local row i of cp rank r's [B, seq] batch (its
  * tokens) sits in the batch of whole samples [B, seq * cp_size]. */
@@ -156,6 +169,8 @@ struct model {
     int moe_disp_set;
     float moe_aux_scale;     /* the backward's d(loss)/d(aux) per sample: coef * loss_scale * seq */
     float *moe_host_scratch; /* host [work_B, E]: block_scratch.moe_host of every micro-batch */
+    float *moe_cp_host;      /* moe_cp_scratch's */
+    size_t moe_cp_cap;
 };
 
 /* Tensor i of a held unit, from the unit's CURRENT buffers (a strategy may have
@@ -226,12 +241,15 @@ typedef struct {
     float *moe_w;                     /* [N, k] fp32: the chosen experts' weights */
     int *moe_idx, *moe_dst;           /* [N, k]: the chosen experts; each choice's permuted row */
     int *moe_src;                     /* [N k]: each permuted row's token row */
-    void *moe_h, *moe_g;              /* [N k, He], [N k, Fe]: the experts' first GEMM, its activation */
-    void *moe_y;                      /* [N k, C]: the experts' outputs (the router's gradient reads them) */
-    void *moe_x;                      /* [N k, C]: the permuted input (the experts' first GEMM's) */
-    int *moe_counts;                  /* host [2 E]: rows each expert keeps (the route's), then
-                                         of this rank's experts (the dispatcher's) */
-    int *moe_chosen;                  /* host [B, E]: each sample's choices of each expert (before any drop) */
+    void *moe_h, *moe_g;              /* [Mx, He], [Mx, Fe]: the experts' first GEMM, its activation
+                                         (Mx = moe_expert_rows: N k without expert parallelism) */
+    void *moe_y;                      /* [N k, C]: the experts' outputs of this rank's choices (the
+                                         router's gradient reads them) */
+    void *moe_x;                      /* [Mx, C]: this rank's experts' input (their first GEMM's) */
+    int *moe_counts;                  /* host [3 E]: rows each expert keeps (the route's), then
+                                         the dispatcher's (model_moe_route counts_l) */
+    int *moe_chosen;                  /* host [2 B, E]: each sample's choices of each expert (before
+                                         any drop; under cp the whole sample's, all ranks') */
 } block_acts;
 
 /* What a block's weight gradients need besides the inputs its micro-batch keeps
@@ -288,14 +306,17 @@ typedef struct {
     float *kv_dw;       /* [W_l, C] one micro-batch's qkv weight gradient */
     float *kv_all;      /* [2 n_kv_head hs, C] every kv head's k then v rows, summed over tp */
     /* MoE blocks only (else NULL; moe.c): */
-    float *moe_dy;      /* [N k, C] d(experts' output), then d(permuted input) */
-    float *moe_dg;      /* [N k, Fe] */
-    float *moe_dh;      /* [N k, He] */
+    float *moe_dy;      /* [Mx, C] d(experts' output), then d(their input) */
+    float *moe_dg;      /* [Mx, Fe] */
+    float *moe_dh;      /* [Mx, He] */
     float *moe_dw;      /* [N, k] d(weights) */
     float *moe_dlogits; /* [N, E] */
     float *moe_aux;     /* [B, E] the balance probabilities' sums (forward), their gradient (backward) */
-    int *moe_chosen;    /* [B, E] the route's per-sample counts, device */
+    int *moe_chosen;    /* [2 B, E] the route's per-sample (per-chunk under cp) counts, device */
+    int *moe_before;    /* [2 B, E] device: cp's capacity (moe_bufs before_dev) */
     int *moe_counts;    /* [E] device */
+    void *moe_ye;       /* [Mx, C] this rank's experts' outputs when rows move (expert
+                           parallelism; else NULL) */
     float *moe_host;    /* host [B, E]: the sums above, or their gradient, on their way */
 } block_scratch;
 
@@ -456,11 +477,18 @@ void block_mlp_out_backward(model *m, const void *h, const void *g, const void *
 typedef struct {
     float *scores, *w;          /* [N, E] (the logits, then the scores in place), [N, k] */
     int *idx, *dst, *src;       /* [N, k], [N, k], [N k] */
-    int *counts_dev, *chosen_dev; /* [E], [G, E] device */
+    int *counts_dev, *chosen_dev; /* [E], [2 G, E] device (per chunk under cp) */
+    int *before_dev;            /* [2 G, E] device: cp's capacity, the choices before each chunk */
     float *psum;                /* [G, E] device: the balance loss's sums (NULL: not wanted) */
-    int *counts, *chosen;       /* host [2 E] (the route's, the local experts'), [G, E] */
+    int *counts, *chosen;       /* host [3 E] (the route's, then the dispatcher's
+                                   model_moe_route counts_l), [2 G, E]: each whole
+                                   sample's choices [G, E] once the forward is done */
     float *host;                /* host [G, E] scratch */
-    void *xe, *h, *g, *y;       /* [N k, C], [N k, He], [N k, Fe], [N k, C] */
+    void *xe, *h, *g;           /* [Mx, C], [Mx, He], [Mx, Fe]: this rank's experts' rows
+                                   (Mx = moe_expert_rows: N k without expert parallelism) */
+    void *y;                    /* [N k, C]: the experts' outputs of this rank's choices */
+    void *ye;                   /* [Mx, C]: this rank's experts' outputs when the dispatcher
+                                   moves rows (else y itself) */
     void *sh_h, *sh_g;          /* [N, Hs], [N, Fs]: the shared experts' (NULL without) */
 } moe_bufs;
 moe_bufs moe_bufs_of(const block_acts *a, const block_scratch *s);
@@ -475,13 +503,15 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
  * (m->moe_aux_scale). */
 void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b, const block_scratch *s,
                   const void *x, const float *dbranch, float *dx, int N, int T);
-/* moe_state.c, moe_dispatch.c */
+/* moe_state.c, moe_dispatch.c; moe_cp_scratch: host floats (at least n) for
+ * context parallelism's gathers, kept by the model and grown as needed (NULL
+ * never: out of memory aborts, as a kernel's would) */
+float *moe_cp_scratch(model *m, size_t n);
 int moe_state_create(model *m);
 void moe_state_destroy(model *m);
 int moe_slot_of(const model *m, int unit); /* the held MoE block's index, -1: dense */
 void moe_stats_add(model *m, int slot, const int *chosen, int G, int M, double aux);
 const float *moe_bias_of(const model *m, int slot);
-void model_local_moe_dispatcher(model *m, model_moe_dispatcher *out);
 
 /* Block forward: y = block(x). With `recomputing` it stops once the tensors its
  * backward reads exist (the MLP projection's output y is not needed then). */

@@ -12,7 +12,9 @@
  *               order, expert by expert; ops->moe_route
  *   dispatch    the kept choices' rows to their experts (model.h
  *               model_moe_dispatcher: the local one gathers them; expert
- *               parallelism will move them between ranks)
+ *               parallelism, runtime/parallel/ep.c, moves them between
+ *               ranks, where this rank's El = E / ep experts compute every
+ *               rank's rows for them)
  *   experts     one grouped GEMM over every expert's rows, the activation
  *               (GELU, or a Llama's SwiGLU over the packed gate|up), another
  *               grouped GEMM; ops->moe_grouped_forward
@@ -41,22 +43,24 @@
 moe_bufs moe_bufs_of(const block_acts *a, const block_scratch *s)
 {
     moe_bufs b = {.scores = a->moe_scores, .w = a->moe_w, .idx = a->moe_idx, .dst = a->moe_dst, .src = a->moe_src,
-                  .counts_dev = s->moe_counts, .chosen_dev = s->moe_chosen, .psum = s->moe_aux,
-                  .counts = a->moe_counts, .chosen = a->moe_chosen, .host = s->moe_host, .xe = a->moe_x,
-                  .h = a->moe_h, .g = a->moe_g, .y = a->moe_y, .sh_h = a->fch, .sh_g = a->fchg};
+                  .counts_dev = s->moe_counts, .chosen_dev = s->moe_chosen, .before_dev = s->moe_before,
+                  .psum = s->moe_aux, .counts = a->moe_counts, .chosen = a->moe_chosen, .host = s->moe_host,
+                  .xe = a->moe_x, .h = a->moe_h, .g = a->moe_g, .y = a->moe_y, .ye = s->moe_ye, .sh_h = a->fch,
+                  .sh_g = a->fchg};
     return b;
 }
 
 static model_moe_route route_of(const model *m, const moe_bufs *b, int N)
 {
-    return (model_moe_route){.N = N, .k = m->d.k, .E = m->d.E, .dst = b->dst, .src = b->src, .counts = b->counts};
+    return (model_moe_route){.N = N, .k = m->d.k, .E = m->d.E, .El = m->d.El, .dst = b->dst, .src = b->src,
+                             .counts = b->counts, .counts_l = b->counts + m->d.E};
 }
 
 /* The rows this rank's experts compute (the dispatcher's counts). */
 static int local_rows(const model *m, const moe_bufs *b)
 {
     int M = 0;
-    for (int e = 0; e < m->d.E; e++) M += b->counts[m->d.E + e];
+    for (int e = 0; e < m->d.El; e++) M += b->counts[m->d.E + e];
     return M;
 }
 
@@ -77,14 +81,103 @@ static void experts_act_backward(model *m, float *dh, const void *h, const float
     else model_gelu_backward(m, dh, h, dg, (size_t)M * (size_t)d->Fe);
 }
 
-/* The balance loss of the micro-batch's G samples (host, from the route's
- * per-sample choices and the router's sums of q), added to the statistics. */
-static double balance_loss(const model *m, const moe_bufs *b, int G, int T)
+/* Context parallelism: a sample's tokens sit on every rank of the cp group,
+ * this rank's as two chunks of T / 2 rows (model_cp_chunk). The capacity
+ * keeps a sample's first choices of an expert by position and the balance
+ * loss counts all of its tokens, so both need the other ranks' counts: the
+ * dispatcher's cp_gather brings them (the model itself never communicates). */
+static int cp_routed(const model *m) { return m->d.cp_size > 1 && m->moe_disp.cp_gather; }
+
+/* The route of the micro-batch's G samples of T rows into b (dst, src,
+ * counts_dev, chosen_dev; under context parallelism per chunk, 2 G groups
+ * of T / 2). Capacity under cp: each chunk starts with the choices of the
+ * sample's chunks before it (by position) on every rank, gathered first. */
+static void route(model *m, const moe_bufs *b, int N, int T, int cap)
+{
+    const dt_ops *ops = m->ops;
+    const model_dims *d = &m->d;
+    int E = d->E, k = d->k;
+    if (!cp_routed(m)) {
+        ops->moe_route(b->dst, b->src, b->counts_dev, b->chosen_dev, b->idx, NULL, N, E, k, cap, T, 0);
+        return;
+    }
+    int Tc = T / 2, G2 = 2 * (N / T), cp = d->cp_size;
+    const int *before = NULL;
+    if (cap > 0) {
+        size_t n = (size_t)G2 * (size_t)E;
+        ops->moe_route(b->dst, b->src, b->counts_dev, b->chosen_dev, b->idx, NULL, N, E, k, 0, Tc, 0);
+        ops->to_host(b->chosen, b->chosen_dev, n * sizeof(int));
+        float *mine = moe_cp_scratch(m, n * (size_t)(cp + 1)), *all = mine + n;
+        for (size_t i = 0; i < n; i++) mine[i] = (float)b->chosen[i]; /* exact below 2^24 */
+        m->moe_disp.cp_gather(m->moe_disp.cp_ctx, all, mine, n);
+        /* before[g, half, e]: the sample's choices of e in the chunks before
+         * this one; chunk c is cp rank c's first half (c < cp), else cp rank
+         * 2 cp - 1 - c's second */
+        for (int g = 0; g < G2 / 2; g++)
+            for (int half = 0; half < 2; half++) {
+                int c = model_cp_chunk(d->cp_rank, cp, half);
+                for (int e = 0; e < E; e++) {
+                    int sum = 0;
+                    for (int c2 = 0; c2 < c; c2++) {
+                        int r = c2 < cp ? c2 : 2 * cp - 1 - c2, h = c2 < cp ? 0 : 1;
+                        sum += (int)all[(size_t)r * n + ((size_t)(2 * g + h) * (size_t)E + (size_t)e)];
+                    }
+                    b->chosen[(size_t)(2 * g + half) * (size_t)E + (size_t)e] = sum;
+                }
+            }
+        ops->from_host(b->before_dev, b->chosen, n * sizeof(int));
+        before = b->before_dev;
+    }
+    ops->moe_route(b->dst, b->src, b->counts_dev, b->chosen_dev, b->idx, before, N, E, k, cap, Tc, 0);
+}
+
+/* Each of the G samples' choices per expert (before any drop) into
+ * b->chosen [G, E] (host), from the route's per group ones: whole samples,
+ * or under context parallelism both of this rank's chunks, then the sums of
+ * every cp rank's (what the balance loss and its gradient count); *local_out
+ * gets this rank's own [G2, E] first (the load statistics: every rank counts
+ * its own tokens), local_n its groups. With psum (the router's [G, E] sums of
+ * q, host) the same sums over the cp ranks replace it. */
+static void sample_counts(model *m, const moe_bufs *b, int G, float *psum_host, int **local_out, int *local_n)
 {
     const model_dims *d = &m->d;
-    m->ops->to_host(b->host, b->psum, (size_t)G * (size_t)d->E * sizeof(float));
-    double sum = 0, scale = (double)d->E / ((double)T * (double)T * (double)d->k);
-    for (size_t i = 0; i < (size_t)G * (size_t)d->E; i++) sum += (double)b->chosen[i] * (double)b->host[i];
+    int E = d->E, cp = d->cp_size;
+    size_t n = (size_t)G * (size_t)E;
+    if (!cp_routed(m)) {
+        m->ops->to_host(b->chosen, b->chosen_dev, n * sizeof(int));
+        *local_out = b->chosen;
+        *local_n = G;
+        return;
+    }
+    size_t n2 = 2 * n;
+    /* this rank's per chunk counts (kept for the statistics), then the
+     * samples' over every cp rank (for the loss and its gradient) */
+    float *mine = moe_cp_scratch(m, n2 * (size_t)(cp + 1) + n2), *all = mine + n2;
+    int *local = (int *)(all + n2 * (size_t)cp);
+    m->ops->to_host(local, b->chosen_dev, n2 * sizeof(int));
+    for (size_t i = 0; i < n; i++) {
+        size_t g = i / (size_t)E, e = i % (size_t)E;
+        mine[i] = (float)(local[2 * g * (size_t)E + e] + local[(2 * g + 1) * (size_t)E + e]);
+        mine[n + i] = psum_host ? psum_host[i] : 0.0f;
+    }
+    m->moe_disp.cp_gather(m->moe_disp.cp_ctx, all, mine, n2);
+    for (size_t i = 0; i < n; i++) {
+        double c = 0, q = 0;
+        for (int r = 0; r < cp; r++) c += all[(size_t)r * n2 + i], q += all[(size_t)r * n2 + n + i];
+        b->chosen[i] = (int)c;
+        if (psum_host) psum_host[i] = (float)q;
+    }
+    *local_out = local;
+    *local_n = 2 * G;
+}
+
+/* The balance loss of the micro-batch's G samples of Tf tokens each (host,
+ * from their choices and the router's sums of q, both whole samples'). */
+static double balance_loss(const model *m, const int *chosen, const float *psum_host, int G, int Tf)
+{
+    const model_dims *d = &m->d;
+    double sum = 0, scale = (double)d->E / ((double)Tf * (double)Tf * (double)d->k);
+    for (size_t i = 0; i < (size_t)G * (size_t)d->E; i++) sum += (double)chosen[i] * (double)psum_host[i];
     return sum * scale;
 }
 
@@ -95,37 +188,45 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
     const job_moe *cfg = &m->spec.moe;
+    const model_moe_dispatcher *disp = &m->moe_disp;
     dt_dtype t = m->act;
-    int C = d->C, E = d->E, k = d->k, G = N / T, slot = moe_slot_of(m, unit);
-    int sigmoid = cfg->router == ROUTER_SIGMOID;
+    int C = d->C, E = d->E, El = d->El, k = d->k, G = N / T, slot = moe_slot_of(m, unit);
+    int sigmoid = cfg->router == ROUTER_SIGMOID, Tf = T * (cp_routed(m) ? d->cp_size : 1);
 
     /* router: fp32 logits (the GEMM accumulates in fp32 and stores fp32),
      * turned into scores in place */
     ops->matmul_forward(b->scores, x, bp->w[BR_ROUTER_W], NULL, N, C, E, t, DT_F32);
     ops->moe_router_forward(b->scores, b->idx, b->w, b->psum, b->scores, moe_bias_of(m, slot), N, E, k, sigmoid,
                             cfg->norm_top_k, T, 0);
-    ops->moe_route(b->dst, b->src, b->counts_dev, b->chosen_dev, b->idx, NULL, N, E, k, job_moe_capacity(cfg, T), T,
-                   0);
+    route(m, b, N, T, job_moe_capacity(cfg, Tf));
     ops->to_host(b->counts, b->counts_dev, (size_t)E * sizeof(int));
-    ops->to_host(b->chosen, b->chosen_dev, (size_t)G * (size_t)E * sizeof(int));
+    int *local = NULL, n_local = 0;
+    if (b->psum) ops->to_host(b->host, b->psum, (size_t)G * (size_t)E * sizeof(float));
+    sample_counts(m, b, G, b->psum ? b->host : NULL, &local, &n_local);
     model_moe_route r = route_of(m, b, N);
 
-    /* dispatch, then the experts on their rows */
-    int Ml = m->moe_disp.dispatch(m->moe_disp.ctx, b->xe, b->counts + E, x, &r, C, t);
-    ops->moe_grouped_forward(b->h, b->xe, bp->w[BR_EXP_FC_W], b->counts + E, E, C, d->He, t, t);
-    experts_act(m, b->g, b->h, Ml);
-    ops->moe_grouped_forward(b->y, b->g, bp->w[BR_EXP_PROJ_W], b->counts + E, E, d->Fe, C, t, t);
+    /* dispatch (the shared experts' first layer while the rows travel),
+     * then the experts on their rows */
+    if (disp->dispatch_start) disp->dispatch_start(disp->ctx, x, &r, C, t);
     if (d->Fs > 0) block_mlp_in(m, b->sh_h, b->sh_g, x, NULL, bp->w[BR_SH_FC_W], NULL, N, d->Hs, d->Fs, NULL);
+    int Ml = disp->dispatch(disp->ctx, b->xe, x, &r, C, t);
+    void *ye = disp->moves_rows ? b->ye : b->y;
+    ops->moe_grouped_forward(b->h, b->xe, bp->w[BR_EXP_FC_W], r.counts_l, El, C, d->He, t, t);
+    experts_act(m, b->g, b->h, Ml);
+    ops->moe_grouped_forward(ye, b->g, bp->w[BR_EXP_PROJ_W], r.counts_l, El, d->Fe, C, t, t);
     if (count && b->psum) {
         int M = 0;
         for (int e = 0; e < E; e++) M += b->counts[e];
-        moe_stats_add(m, slot, b->chosen, G, M, balance_loss(m, b, G, T));
+        /* a sample's balance loss once: on cp rank 0 of its ranks */
+        double aux = d->cp_rank == 0 ? balance_loss(m, b->chosen, b->host, G, Tf) : 0.0;
+        moe_stats_add(m, slot, local, n_local, M, aux);
     }
-    if (!branch) return;
-
-    /* combine: the shared experts' output, then every token's experts' */
-    if (d->Fs > 0) L->row_forward(L->ctx, branch, NULL, b->sh_g, bp->w[BR_SH_PROJ_W], NULL, N, d->Fs, C, t, NULL);
-    m->moe_disp.combine(m->moe_disp.ctx, branch, b->y, b->w, &r, C, t, d->Fs > 0);
+    /* combine: the shared experts' output (while the experts' travel back),
+     * then every token's experts' (without a branch only the output rows the
+     * backward reads) */
+    if (disp->combine_start) disp->combine_start(disp->ctx, b->y, ye, &r, C, t);
+    if (branch && d->Fs > 0) L->row_forward(L->ctx, branch, NULL, b->sh_g, bp->w[BR_SH_PROJ_W], NULL, N, d->Fs, C, t, NULL);
+    disp->combine(disp->ctx, branch, b->y, ye, b->w, &r, C, t, d->Fs > 0);
 }
 
 void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b, const block_scratch *s,
@@ -135,13 +236,17 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
     const job_moe *cfg = &m->spec.moe;
+    const model_moe_dispatcher *disp = &m->moe_disp;
     dt_dtype t = m->act;
-    int C = d->C, E = d->E, k = d->k, G = N / T;
+    int C = d->C, E = d->E, El = d->El, k = d->k, G = N / T, Tf = T * (cp_routed(m) ? d->cp_size : 1);
     model_moe_route r = route_of(m, b, N);
     int Ml = local_rows(m, b);
 
     /* the shared experts: a dense MLP's backward, whose first layer's input
-     * gradient starts dx */
+     * gradient starts dx (while the experts' output gradient travels) */
+    ops->zero(s->moe_dw, (size_t)N * (size_t)k * sizeof(float));
+    if (disp->combine_backward_start)
+        disp->combine_backward_start(disp->ctx, s->moe_dw, dbranch, b->y, b->w, &r, C, t);
     if (d->Fs > 0) {
         block_mlp_out_backward(m, b->sh_h, b->sh_g, bp->w[BR_SH_PROJ_W], bp->g[BR_SH_PROJ_W], NULL, dbranch, NULL,
                                s->dB, s->dA, N, d->Hs, d->Fs, NULL);
@@ -152,21 +257,23 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
 
     /* combine, the experts' second GEMM, their activation, their first GEMM
      * (its input gradient in moe_dy again: the output gradient is used up) */
-    ops->zero(s->moe_dw, (size_t)N * (size_t)k * sizeof(float));
-    m->moe_disp.combine_backward(m->moe_disp.ctx, s->moe_dy, s->moe_dw, dbranch, b->y, b->w, &r, C, t);
+    disp->combine_backward(disp->ctx, s->moe_dy, s->moe_dw, dbranch, b->y, b->w, &r, C, t);
     ops->zero(s->moe_dg, (size_t)Ml * (size_t)d->Fe * sizeof(float));
-    ops->moe_grouped_backward(s->moe_dg, bp->g[BR_EXP_PROJ_W], s->moe_dy, b->g, bp->w[BR_EXP_PROJ_W], b->counts + E,
-                              E, d->Fe, C, t);
+    ops->moe_grouped_backward(s->moe_dg, bp->g[BR_EXP_PROJ_W], s->moe_dy, b->g, bp->w[BR_EXP_PROJ_W], r.counts_l,
+                              El, d->Fe, C, t);
     experts_act_backward(m, s->moe_dh, b->h, s->moe_dg, Ml);
     ops->zero(s->moe_dy, (size_t)Ml * (size_t)C * sizeof(float));
-    ops->moe_grouped_backward(s->moe_dy, bp->g[BR_EXP_FC_W], s->moe_dh, b->xe, bp->w[BR_EXP_FC_W], b->counts + E, E,
+    ops->moe_grouped_backward(s->moe_dy, bp->g[BR_EXP_FC_W], s->moe_dh, b->xe, bp->w[BR_EXP_FC_W], r.counts_l, El,
                               C, d->He, t);
-    m->moe_disp.dispatch_backward(m->moe_disp.ctx, dx, s->moe_dy, &r, C);
+    if (disp->dispatch_backward_start) disp->dispatch_backward_start(disp->ctx, s->moe_dy, &r, C);
 
-    /* the router: through the weights, and the balance loss's seed */
+    /* the router (while the experts' input gradient travels back): through
+     * the weights, and the balance loss's seed (from each whole sample's
+     * choices: b->chosen, as the forward left it); its input gradient after
+     * the dispatch's, as without expert parallelism */
     const float *daux = NULL;
     if (cfg->aux_loss_coef > 0 && m->moe_aux_scale != 0) {
-        double scale = (double)m->moe_aux_scale * E / ((double)T * (double)T * (double)k);
+        double scale = (double)m->moe_aux_scale * E / ((double)Tf * (double)Tf * (double)k);
         for (size_t i = 0; i < (size_t)G * (size_t)E; i++) b->host[i] = (float)(scale * (double)b->chosen[i]);
         ops->from_host(s->moe_aux, b->host, (size_t)G * (size_t)E * sizeof(float));
         daux = s->moe_aux;
@@ -174,5 +281,7 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
     ops->zero(s->moe_dlogits, (size_t)N * (size_t)E * sizeof(float));
     ops->moe_router_backward(s->moe_dlogits, b->scores, b->idx, b->w, s->moe_dw, daux, N, E, k,
                              cfg->router == ROUTER_SIGMOID, cfg->norm_top_k, T, 0);
-    ops->matmul_backward(dx, bp->g[BR_ROUTER_W], NULL, s->moe_dlogits, x, bp->w[BR_ROUTER_W], N, C, E, t);
+    ops->matmul_backward(NULL, bp->g[BR_ROUTER_W], NULL, s->moe_dlogits, x, NULL, N, C, E, t);
+    disp->dispatch_backward(disp->ctx, dx, s->moe_dy, &r, C);
+    ops->matmul_backward(dx, NULL, NULL, s->moe_dlogits, NULL, bp->w[BR_ROUTER_W], N, C, E, t);
 }

@@ -39,6 +39,21 @@ void moe_state_destroy(model *m)
     free(m->moe_stats);
     free(m->moe_chosen_mem);
     free(m->moe_host_scratch);
+    free(m->moe_cp_host);
+}
+
+float *moe_cp_scratch(model *m, size_t n)
+{
+    if (n > m->moe_cp_cap) {
+        float *p = realloc(m->moe_cp_host, n * sizeof(float));
+        if (!p) {
+            fprintf(stderr, "dtrun: model: out of host memory for the MoE blocks' context-parallel counts\n");
+            abort();
+        }
+        m->moe_cp_host = p;
+        m->moe_cp_cap = n;
+    }
+    return m->moe_cp_host;
 }
 
 int moe_slot_of(const model *m, int unit)

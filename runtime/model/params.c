@@ -39,6 +39,18 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
     d->Ckv_l = d->NKV_l * d->hs;
     d->kv_replicas = kv >= tp_size ? 1 : tp_size / kv;
     d->W_l = d->C_l + 2 * d->Ckv_l;
+    if (job_model_mla(spec)) {
+        /* multi-head latent attention (--dry-run only: model_unsupported): its
+         * up-projected q, k (qk_nope + qk_rope wide a head) and v (v_head_dim)
+         * as the attention core reads them, k and v one head per query head */
+        const job_mla *a = &spec->mla;
+        d->hs = a->v_head_dim;
+        d->C_l = d->NH_l * a->v_head_dim;
+        d->NKV_l = d->NH_l;
+        d->Ckv_l = d->NH_l * (a->qk_nope_head_dim + a->qk_rope_head_dim);
+        d->kv_replicas = 1;
+        d->W_l = 2 * d->Ckv_l + d->C_l;
+    }
     d->seq = model_seq_len(spec);
     if (job_model_is_lm(spec)) {
         d->V_l = (int)split_len((size_t)spec->vocab_size, tp_rank, tp_size);
@@ -60,7 +72,17 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
         d->He = glu * d->Fe;
         d->Fs = e->shared_experts * d->Fe;
         d->Hs = glu * d->Fs;
+        d->ep_size = sh->ep_size > 1 ? sh->ep_size : 1;
+        d->El = d->E / d->ep_size;
     }
+}
+
+/* Multi-head latent attention's tensors in place of a Llama block's q, k, v
+ * and o: [q_a, q_a_norm, q_b] (or q without a query latent), kv_a,
+ * kv_a_norm, kv_b, o; how many more than the four they replace. */
+static int mla_extra(const job_model *spec)
+{
+    return job_model_mla(spec) ? (spec->mla.q_lora_rank > 0 ? 7 : 5) - 4 : 0;
 }
 
 /* The base model's tensors of a unit (without LoRA's adapters). */
@@ -71,11 +93,13 @@ static int base_count(const job_model *spec, int unit)
         [MODEL_VIT] = {VIT_EMB_COUNT, BLK_COUNT, VIT_HEAD_COUNT},
         [MODEL_LLAMA] = {LLAMA_EMB_COUNT, LLAMA_BLK_COUNT, LLAMA_HEAD_COUNT},
     };
+    int mla = unit >= 1 && unit <= spec->n_layer ? mla_extra(spec) : 0;
     if (unit >= 1 && unit <= spec->n_layer && job_moe_block(spec, unit - 1)) {
         int shared = spec->moe.shared_experts > 0;
-        if (spec->kind == MODEL_LLAMA) return shared ? MOE_LLAMA_COUNT : MOE_LLAMA_SH_GATE;
+        if (spec->kind == MODEL_LLAMA) return (shared ? MOE_LLAMA_COUNT : MOE_LLAMA_SH_GATE) + mla;
         return shared ? MOE_GPT_COUNT : MOE_GPT_SH_FC;
     }
+    if (mla) return LLAMA_BLK_COUNT + mla;
     return counts[spec->kind][unit == 0 ? 0 : unit <= spec->n_layer ? 1 : 2];
 }
 
@@ -223,10 +247,12 @@ static void llama_block_spec(const job_model *s, int layer, int i, int r, int tp
  * C] (expert e's gate rows, then its up rows: SwiGLU's packed layout, one
  * GEMM per expert) and down [E C, Fe]; the shared experts' MLP of Fs =
  * shared_experts Fe, a dense MLP's tensors (GPT fc, proj; Llama gate, up,
- * down). Replicated over tp (the MoE layer refuses tp so far). Init: normal
- * 0.02, the output projections GPT-2's 0.02 / sqrt(2L), as the dense
- * block's. `i` counts from the router (0). */
-static void moe_spec(const job_model *s, int layer, int i, int r, int tp, param_spec *p)
+ * down). Replicated over tp (the MoE layer refuses tp so far). Under expert
+ * parallelism (ep_size > 1) a rank's routed experts' tensors are its block
+ * of E / ep_size experts' rows (param_spec ep_rank). Init: normal 0.02, the
+ * output projections GPT-2's 0.02 / sqrt(2L), as the dense block's. `i`
+ * counts from the router (0). */
+static void moe_spec(const job_model *s, int layer, int i, int r, int tp, int ep_rank, int ep_size, param_spec *p)
 {
     static const char *const gpt[] = {"moe.router.w", "moe.experts.fc.w", "moe.experts.proj.w", "moe.shared.fc.w",
                                       "moe.shared.proj.w"};
@@ -243,6 +269,45 @@ static void moe_spec(const job_model *s, int layer, int i, int r, int tp, param_
     int rows = i == 0 ? E : i == 1 ? E * glu * Fe : i == 2 ? E * C : out ? C : Fs;
     int cols = out ? (i == 2 ? Fe : Fs) : C;
     set_spec(p, name, rows, cols, 2, SPLIT_NONE, 1, INIT_NORMAL, out ? proj_std : 0.02f, r, tp);
+    if ((i == 1 || i == 2) && ep_size > 1) {
+        p->ep_rank = ep_rank;
+        p->ep_size = ep_size;
+        p->local_shape[0] = rows / ep_size;
+        p->local_numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    }
+}
+
+/* Multi-head latent attention (DeepSeek-V2/V3, Hugging Face's names): the
+ * query's down projection [q_lora, C] and its RMSNorm, its up projection
+ * [H (nope + rope), q_lora] (or one [H (nope + rope), C] without a query
+ * latent); the keys' and values' shared down projection [kv_lora + rope, C]
+ * (the latent and the rotary key) and its RMSNorm, their up projection [H
+ * (nope + v), kv_lora]; the output [C, H v]. The up projections split by
+ * heads over tp, the output by its input columns, the down projections and
+ * norms replicated (Megatron-Core's MLA). `i` counts from the first (0). */
+static void mla_spec(const job_model *s, int layer, int i, int r, int tp, param_spec *p)
+{
+    const job_mla *a = &s->mla;
+    int C = s->d_model, H = s->n_head, qk = a->qk_nope_head_dim + a->qk_rope_head_dim;
+    float proj_std = 0.02f / sqrtf(2.0f * (float)s->n_layer);
+    if (a->q_lora_rank == 0) i += 2; /* no query latent: q in q_b's place */
+    char name[PARAM_NAME_MAX];
+    static const char *const names[] = {"attn.q_a.w", "attn.q_a_norm.w", "attn.q_b.w", "attn.kv_a.w",
+                                        "attn.kv_a_norm.w", "attn.kv_b.w", "attn.o.w"};
+    snprintf(name, sizeof name, "h.%d.%s", layer, i == 2 && a->q_lora_rank == 0 ? "attn.q.w" : names[i]);
+    switch (i) {
+    case 0: set_spec(p, name, a->q_lora_rank, C, 2, SPLIT_NONE, 1, INIT_NORMAL, 0.02f, r, tp); break;
+    case 1: set_spec(p, name, a->q_lora_rank, 1, 1, SPLIT_NONE, 1, INIT_ONES, 0, r, tp); break;
+    case 2: set_spec(p, name, H * qk, a->q_lora_rank ? a->q_lora_rank : C, 2, SPLIT_ROWS, 1, INIT_NORMAL, 0.02f, r, tp);
+        break;
+    case 3: set_spec(p, name, a->kv_lora_rank + a->qk_rope_head_dim, C, 2, SPLIT_NONE, 1, INIT_NORMAL, 0.02f, r, tp);
+        break;
+    case 4: set_spec(p, name, a->kv_lora_rank, 1, 1, SPLIT_NONE, 1, INIT_ONES, 0, r, tp); break;
+    case 5: set_spec(p, name, H * (a->qk_nope_head_dim + a->v_head_dim), a->kv_lora_rank, 2, SPLIT_ROWS, 1, INIT_NORMAL,
+                     0.02f, r, tp);
+        break;
+    default: set_spec(p, name, C, H * a->v_head_dim, 2, SPLIT_COLS, 1, INIT_NORMAL, proj_std, r, tp); break;
+    }
 }
 
 /* Unit 0: the token embedding alone (positions are rotary). Head: the final
@@ -277,7 +342,8 @@ static void lora_spec(const job_model *s, int layer, int k, int b, int r, int tp
     p->lora = 1;
 }
 
-static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, param_spec *p)
+static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, int ep_rank, int ep_size,
+                           param_spec *p)
 {
     int nb = base_count(s, unit);
     if (i >= nb) { /* LoRA's adapters, after the block's base tensors */
@@ -286,8 +352,16 @@ static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, p
         return;
     }
     int router = s->kind == MODEL_LLAMA ? MOE_LLAMA_ROUTER : MOE_GPT_ROUTER;
+    int mla = unit >= 1 && unit <= s->n_layer ? mla_extra(s) : 0;
+    if (mla && i >= LLAMA_Q && i < LLAMA_MLP_NORM + mla) { /* q, k, v, o's places and the extra ones */
+        mla_spec(s, unit - 1, i - LLAMA_Q, r, tp, p);
+        p->unit = unit;
+        p->frozen = job_lora_on(s);
+        return;
+    }
+    if (mla && i >= LLAMA_MLP_NORM + mla) i -= mla; /* the rest as a Llama block's */
     if (unit >= 1 && unit <= s->n_layer && i >= router && job_moe_block(s, unit - 1)) {
-        moe_spec(s, unit - 1, i - router, r, tp, p);
+        moe_spec(s, unit - 1, i - router, r, tp, ep_rank, ep_size, p);
     } else if (s->kind == MODEL_LLAMA) {
         if (unit == 0 || unit > s->n_layer) llama_edge_spec(s, unit, i, r, tp, p);
         else llama_block_spec(s, unit - 1, i, r, tp, p);
@@ -303,48 +377,74 @@ static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, p
     p->frozen = job_lora_on(s);
 }
 
-void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
-                           param_spec *out)
+void model_unit_param_spec_ep(const job_model *spec, int unit, int i, int tp_rank, int tp_size, int ep_rank,
+                              int ep_size, param_spec *out)
 {
     /* offsets: the tensors are packed in order, the trainable ones in the
      * unit's buffer and the frozen ones in its frozen buffer, so sum the ones
      * before i that live in the same */
-    spec_no_offset(spec, unit, i, tp_rank, tp_size, out);
+    spec_no_offset(spec, unit, i, tp_rank, tp_size, ep_rank, ep_size, out);
     size_t off = 0;
     for (int j = 0; j < i; j++) {
         param_spec q;
-        spec_no_offset(spec, unit, j, tp_rank, tp_size, &q);
+        spec_no_offset(spec, unit, j, tp_rank, tp_size, ep_rank, ep_size, &q);
         if (q.frozen == out->frozen) off += q.local_numel;
     }
     out->offset = off;
 }
 
+void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
+                           param_spec *out)
+{
+    model_unit_param_spec_ep(spec, unit, i, tp_rank, tp_size, 0, 1, out);
+}
+
 /* Elements of a unit's trainable (frozen 0) or frozen (1) tensors. */
-static size_t unit_numel_of(const job_model *spec, int unit, int tp_rank, int tp_size, int frozen)
+static size_t unit_numel_of(const job_model *spec, int unit, int tp_rank, int tp_size, int ep_size, int frozen)
 {
     size_t n = 0;
     int np = model_unit_param_count(spec, unit);
     for (int i = 0; i < np; i++) {
         param_spec p;
-        spec_no_offset(spec, unit, i, tp_rank, tp_size, &p);
+        spec_no_offset(spec, unit, i, tp_rank, tp_size, 0, ep_size, &p);
         if (p.frozen == frozen) n += p.local_numel;
     }
     return n;
 }
 
+size_t model_unit_numel_ep(const job_model *spec, int unit, int tp_rank, int tp_size, int ep_size)
+{
+    return unit_numel_of(spec, unit, tp_rank, tp_size, ep_size, 0);
+}
+
 size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
 {
-    return unit_numel_of(spec, unit, tp_rank, tp_size, 0);
+    return unit_numel_of(spec, unit, tp_rank, tp_size, 1, 0);
 }
 
 size_t model_unit_frozen_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
 {
-    return unit_numel_of(spec, unit, tp_rank, tp_size, 1);
+    return unit_numel_of(spec, unit, tp_rank, tp_size, 1, 1);
+}
+
+size_t model_unit_expert_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
+{
+    if (unit < 1 || unit > spec->n_layer || !job_moe_block(spec, unit - 1)) return 0;
+    int router = (spec->kind == MODEL_LLAMA ? MOE_LLAMA_ROUTER : MOE_GPT_ROUTER) + mla_extra(spec);
+    size_t n = 0;
+    for (int i = router + 1; i <= router + 2; i++) { /* the routed experts' two stacked tensors */
+        param_spec p;
+        spec_no_offset(spec, unit, i, tp_rank, tp_size, 0, 1, &p);
+        n += p.local_numel;
+    }
+    return n;
 }
 
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i)
 {
     size_t K = (size_t)p->shape[1];
+    /* an ep rank's experts: one block of whole rows */
+    if (param_is_expert(p)) return (size_t)p->ep_rank * p->local_numel + i;
     if (p->split == SPLIT_NONE) return i;
     if (p->split == SPLIT_COLS) {
         size_t lc = (size_t)p->local_shape[1];
@@ -379,6 +479,11 @@ static double block_weights(const job_model *s, int layer, int recomputed)
     double glu = llama ? 2.0 : 1.0;
     double attn = 4.0 * C * C;
     if (llama) attn = 2.0 * C * C + 2.0 * C * (double)job_model_kv_heads(s) * (C / s->n_head);
+    if (job_model_mla(s)) {
+        double in, out;
+        model_mla_weights(s, &in, &out);
+        attn = in + out;
+    }
     if (job_moe_block(s, layer)) {
         const job_moe *e = &s->moe;
         double Fe = e->d_ff_expert, Fs = (double)e->shared_experts * Fe, k = e->top_k;
@@ -405,9 +510,32 @@ static double block_weights(const job_model *s, int layer, int recomputed)
  *   probabilities, so selective re-runs nothing (the blockwise backward's own
  *   recomputation of QK^T is part of the attention it runs, not counted, as
  *   neither PaLM's MFU nor Megatron's count it). */
+void model_mla_weights(const job_model *spec, double *in, double *out)
+{
+    const job_mla *a = &spec->mla;
+    double C = spec->d_model, H = spec->n_head, ql = a->q_lora_rank, kvl = a->kv_lora_rank;
+    double qk = a->qk_nope_head_dim + a->qk_rope_head_dim;
+    double q = ql > 0 ? C * ql + ql * H * qk : C * H * qk;
+    *in = q + C * (kvl + a->qk_rope_head_dim) + kvl * H * (a->qk_nope_head_dim + a->v_head_dim);
+    *out = H * a->v_head_dim * C;
+}
+
+double model_attention_width(const job_model *spec)
+{
+    if (!job_model_mla(spec)) return spec->d_model;
+    const job_mla *a = &spec->mla;
+    return spec->n_head * (a->qk_nope_head_dim + a->qk_rope_head_dim + a->v_head_dim) / 2.0;
+}
+
+const char *model_unsupported(const job_model *spec)
+{
+    if (job_model_mla(spec)) return "attention mla: counted by --dry-run, not trained yet";
+    return NULL;
+}
+
 double model_unit_flops(const job_model *spec, int unit, recompute_kind recompute)
 {
-    double C = spec->d_model, seq = model_seq_len(spec);
+    double C = spec->d_model, seq = model_seq_len(spec), Cw = model_attention_width(spec);
     if (unit == 0) {
         if (job_model_is_lm(spec)) return 0.0; /* a lookup, not a matmul */
         double kin = (double)spec->channels * spec->patch_size * spec->patch_size;
@@ -419,11 +547,11 @@ double model_unit_flops(const job_model *spec, int unit, recompute_kind recomput
     double per_weight = lora ? 4.0 : 6.0;
     if (unit > spec->n_layer)
         return job_model_is_lm(spec) ? per_weight * spec->vocab_size * C * seq : 6.0 * spec->n_classes * C;
-    double f = per_weight * block_weights(spec, unit - 1, 0) * seq + 12.0 * seq * seq * C, af, aa, ar;
+    double f = per_weight * block_weights(spec, unit - 1, 0) * seq + 12.0 * seq * seq * Cw, af, aa, ar;
     lora_block_flops(spec, 1, seq, &af, &aa, &ar);
     f += 3.0 * af + aa;
-    if (recompute == RECOMPUTE_BLOCK) f += 2.0 * seq * block_weights(spec, unit - 1, 1) + 4.0 * seq * seq * C + ar;
-    else if (recompute == RECOMPUTE_SELECTIVE && !model_attention_lse(spec, 1)) f += 4.0 * seq * seq * C;
+    if (recompute == RECOMPUTE_BLOCK) f += 2.0 * seq * block_weights(spec, unit - 1, 1) + 4.0 * seq * seq * Cw + ar;
+    else if (recompute == RECOMPUTE_SELECTIVE && !model_attention_lse(spec, 1)) f += 4.0 * seq * seq * Cw;
     return f;
 }
 

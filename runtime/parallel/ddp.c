@@ -16,7 +16,9 @@
  * through the one bucket buffer (a second such bucket first waits for the
  * previous one to land and be copied back). The optimizer waits for all of them
  * (ddp_buckets_finish). Buckets launch in plan order on every rank, so the
- * collectives match. */
+ * collectives match. Expert parallelism: an expert unit's experts
+ * (strat_expert_range) reduce over the experts' data-parallel group x->edp,
+ * its other tensors over x->dp; a bucket holds pieces of one group only. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +34,7 @@ typedef struct {
     int first_seg, n_segs;
     size_t numel;
     int launched;
+    comm *group;        /* x->dp, or x->edp for experts */
     comm_req *req;
     int through_buffer; /* more than one piece: copied into the bucket buffer */
 } ddp_bucket;
@@ -68,31 +71,37 @@ static int plan(ddp_buckets *b, size_t first, size_t cap)
     int n = strat_backward_order(x, order);
     size_t total = 0;
     for (int i = 0; i < n; i++) total += model_unit_local_numel(x->unit_model[order[i]], order[i]);
-    /* enough room for every piece: each unit adds at most total / cap + 2 */
-    size_t max_seg = (size_t)n * 2 + (cap ? total / cap : 0) + 3; /* + the first bucket's cut */
+    /* enough room for every piece: each unit's three parts (dense, experts,
+     * dense) add at most total / cap + 2 each */
+    size_t max_seg = (size_t)n * 6 + (cap ? total / cap : 0) + 3; /* + the first bucket's cut */
     b->seg = calloc(max_seg, sizeof *b->seg);
     b->bk = calloc(max_seg, sizeof *b->bk);
     if (!b->seg || !b->bk) { free(order); return -1; }
     size_t fill = 0;
     for (int i = 0; i < n; i++) {
         int u = order[i];
-        size_t numel = model_unit_local_numel(x->unit_model[u], u), off = 0;
-        if (numel == 0) continue;
-        while (off < numel) {
-            size_t limit = b->n_bk == 1 ? first : cap; /* of the bucket being filled */
-            if (b->n_bk == 0 || (cap && fill == limit) || !cap) {
-                b->bk[b->n_bk++] = (ddp_bucket){.first_seg = b->n_seg};
-                fill = 0;
-                limit = b->n_bk == 1 ? first : cap;
+        size_t numel = model_unit_local_numel(x->unit_model[u], u), ea, eb;
+        strat_expert_range(x, u, &ea, &eb);
+        size_t cut[4] = {0, ea, eb, numel};
+        for (int part = 0; part < 3; part++) {
+            size_t off = cut[part], end = cut[part + 1];
+            comm *group = part == 1 ? x->edp : x->dp;
+            while (off < end) {
+                size_t limit = b->n_bk == 1 ? first : cap; /* of the bucket being filled */
+                if (b->n_bk == 0 || (cap && fill == limit) || !cap || b->bk[b->n_bk - 1].group != group) {
+                    b->bk[b->n_bk++] = (ddp_bucket){.first_seg = b->n_seg, .group = group};
+                    fill = 0;
+                    limit = b->n_bk == 1 ? first : cap;
+                }
+                ddp_bucket *bk = &b->bk[b->n_bk - 1];
+                size_t len = cap ? limit - fill : end - off;
+                if (len > end - off) len = end - off;
+                b->seg[b->n_seg++] = (ddp_seg){u, off, len};
+                bk->n_segs++;
+                bk->numel += len;
+                fill += len;
+                off += len;
             }
-            ddp_bucket *bk = &b->bk[b->n_bk - 1];
-            size_t len = cap ? limit - fill : numel;
-            if (len > numel - off) len = numel - off;
-            b->seg[b->n_seg++] = (ddp_seg){u, off, len};
-            bk->n_segs++;
-            bk->numel += len;
-            fill += len;
-            off += len;
         }
     }
     free(order);
@@ -158,7 +167,7 @@ void ddp_buckets_reset(ddp_buckets *b)
 static void complete(ddp_buckets *b, int k)
 {
     ddp_bucket *bk = &b->bk[k];
-    strat_wait(b->x, b->x->dp, bk->req, "ddp all_reduce");
+    strat_wait(b->x, bk->group, bk->req, "ddp all_reduce");
     bk->req = NULL;
     if (!bk->through_buffer || b->buf_owner != k) return;
     strat_ctx *x = b->x;
@@ -192,9 +201,9 @@ static void launch(ddp_buckets *b, int k)
         data = seg_grad(b, &b->seg[bk->first_seg]);
     }
     double t0 = clock_now_s();
-    int rc = comm_all_reduce_async(x->dp, data, data, bk->numel, strat_dtype(x->re), COMM_SUM, &bk->req);
+    int rc = comm_all_reduce_async(bk->group, data, data, bk->numel, strat_dtype(x->re), COMM_SUM, &bk->req);
     strat_comm_done(x, t0, "ddp all_reduce (start)");
-    strat_fail(x, x->dp, rc, "ddp all_reduce");
+    strat_fail(x, bk->group, rc, "ddp all_reduce");
 }
 
 static int bucket_complete(const ddp_buckets *b, int k)
@@ -264,7 +273,7 @@ static void ddp_slice(dp_strategy *s, int unit, strat_slice *out)
                          model_unit_grads(m, unit)};
 }
 
-static int ddp_counts_norm(dp_strategy *s) { return comm_rank(s->x->dp) == 0; }
+static int ddp_counts(dp_strategy *s, int unit, int expert) { return strat_counts_rank(s->x, 0, unit, expert); }
 
 static void ddp_after_update(dp_strategy *s) { (void)s; }
 
@@ -296,7 +305,7 @@ const strat_ops strat_ddp = {
     .after = ddp_after,
     .finish_grads = ddp_finish_grads,
     .slice = ddp_slice,
-    .counts_norm = ddp_counts_norm,
+    .counts = ddp_counts,
     .after_update = ddp_after_update,
     .forget = ddp_forget,
     .full_grad = ddp_full_grad,

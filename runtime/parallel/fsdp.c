@@ -35,7 +35,11 @@
  * nodes hold the same shards (the replica group). Gradient shards are reduce-
  * scattered inside the node on every micro-batch, then all-reduced across the
  * replicas once per step; every replica applies the same update to the same
- * shard, so the replicas stay equal without sending parameters. */
+ * shard, so the replicas stay equal without sending parameters.
+ *
+ * Expert parallelism (strategy.h): an expert unit is sharded over the
+ * experts' data-parallel group instead (gathers, reduce-scatters), the dense
+ * part of its gradient shard summed over the ep group once per step. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -248,8 +252,9 @@ static gather_slot *find_slot(dp_strategy *s, int unit)
 static void finish_gather(dp_strategy *s, gather_slot *g)
 {
     if (!g->req && !g->freq) return;
-    strat_wait(s->x, s->shard, g->req, "fsdp all_gather of parameters");
-    strat_wait(s->x, s->shard, g->freq, "fsdp all_gather of the frozen base");
+    comm *group = strat_unit_group(s->x, g->unit, s->shard);
+    strat_wait(s->x, group, g->req, "fsdp all_gather of parameters");
+    strat_wait(s->x, group, g->freq, "fsdp all_gather of the frozen base");
     g->req = g->freq = NULL;
     g->valid = !s->x->failed;
 }
@@ -290,21 +295,22 @@ static void start_gather(dp_strategy *s, gather_slot *g, int unit)
     g->valid = 0;
     g->used = ++s->clock;
     if (x->failed) return;
+    comm *group = strat_unit_group(x, unit, s->shard);
     double t0 = clock_now_s();
     int rc = COMM_OK;
     if (unit_numel(s, unit)) /* (train.lora: the embedding and head train nothing) */
-        rc = comm_all_gather_async(s->shard, gather_input(s, unit, g->buf), g->buf, unit_numel(s, unit),
+        rc = comm_all_gather_async(group, gather_input(s, unit, g->buf), g->buf, unit_numel(s, unit),
                                    strat_dtype(x->pe), &g->req);
     strat_comm_done(x, t0, "fsdp all_gather of parameters (start)");
     /* a failed start leaves the slot holding `unit`, never valid: the unit's
      * after() must still find it to unbind it (a slot bound to no unit would
      * stay bound, and a later unit, the tied head's embedding in backward,
      * would find every buffer taken) */
-    if (strat_fail(x, s->shard, rc, "fsdp all_gather of parameters") != COMM_OK || !frozen_numel(s, unit)) return;
+    if (strat_fail(x, group, rc, "fsdp all_gather of parameters") != COMM_OK || !frozen_numel(s, unit)) return;
     t0 = clock_now_s();
-    rc = comm_all_gather_async(s->shard, s->fshard[unit], g->fbuf, frozen_numel(s, unit), strat_dtype(x->pe), &g->freq);
+    rc = comm_all_gather_async(group, s->fshard[unit], g->fbuf, frozen_numel(s, unit), strat_dtype(x->pe), &g->freq);
     strat_comm_done(x, t0, "fsdp all_gather of the frozen base (start)");
-    strat_fail(x, s->shard, rc, "fsdp all_gather of the frozen base");
+    strat_fail(x, group, rc, "fsdp all_gather of the frozen base");
 }
 
 /* The unit whose hooks come next in this phase on the same chunk, or -1. */
@@ -363,6 +369,7 @@ static void fsdp_finish_grads(dp_strategy *s)
 {
     strat_ctx *x = s->x;
     grad_pool_drain(s->pool);
+    strat_ep_dense_sum(x, s->gshard, s->lo, s->len); /* expert units: sharded over edp */
     if (!s->replica || comm_size(s->replica) == 1) return;
     /* HSDP: the node-local sums of each shard, summed across nodes */
     comm_req **req = calloc((size_t)x->n_units, sizeof *req);
@@ -407,10 +414,11 @@ static void fsdp_slice(dp_strategy *s, int unit, strat_slice *out)
     *out = (strat_slice){s->lo[unit], s->len[unit], s->pshard[unit], s->gshard[unit]};
 }
 
-/* HSDP's replicas hold equal shards: the first replica counts them. */
-static int fsdp_counts_norm(dp_strategy *s)
+/* HSDP's replicas hold equal shards: the first replica counts them (and an
+ * expert unit's dense shard one rank of the ep group). */
+static int fsdp_counts(dp_strategy *s, int unit, int expert)
 {
-    return !s->replica || comm_rank(s->replica) == 0;
+    return (!s->replica || comm_rank(s->replica) == 0) && strat_counts_rank(s->x, 1, unit, expert);
 }
 
 /* The shards changed: gathered copies are stale. */
@@ -431,10 +439,11 @@ static void *fsdp_full_grad(dp_strategy *s, int unit, void *tmp)
 {
     strat_ctx *x = s->x;
     if (x->failed || !unit_numel(s, unit)) return tmp;
+    comm *g = strat_unit_group(x, unit, s->shard);
     double t0 = clock_now_s();
-    int rc = comm_all_gather(s->shard, s->gshard[unit], tmp, unit_numel(s, unit), strat_dtype(x->ge));
+    int rc = comm_all_gather(g, s->gshard[unit], tmp, unit_numel(s, unit), strat_dtype(x->ge));
     strat_comm_done(x, t0, "fsdp all_gather of gradients");
-    strat_fail(x, s->shard, rc, "fsdp all_gather of gradients");
+    strat_fail(x, g, rc, "fsdp all_gather of gradients");
     return tmp;
 }
 
@@ -449,10 +458,11 @@ static void fsdp_gather_unit(dp_strategy *s, int unit, float *out)
         strat_fail(x, NULL, COMM_ESYS, "fsdp: out of memory gathering parameters");
         return;
     }
+    comm *g = strat_unit_group(x, unit, s->shard);
     double t0 = clock_now_s();
-    int rc = comm_all_gather(s->shard, gather_input(s, unit, dst), dst, n, strat_dtype(x->pe));
+    int rc = comm_all_gather(g, gather_input(s, unit, dst), dst, n, strat_dtype(x->pe));
     strat_comm_done(x, t0, "fsdp all_gather of parameters");
-    strat_fail(x, s->shard, rc, "fsdp all_gather of parameters");
+    strat_fail(x, g, rc, "fsdp all_gather of parameters");
     if (dst != out) {
         if (!x->failed) strat_convert(x, out, sizeof(float), dst, x->pe, n);
         x->ops->free(dst);
@@ -493,7 +503,7 @@ const strat_ops strat_fsdp = {
     .after = fsdp_after,
     .finish_grads = fsdp_finish_grads,
     .slice = fsdp_slice,
-    .counts_norm = fsdp_counts_norm,
+    .counts = fsdp_counts,
     .after_update = fsdp_after_update,
     .forget = fsdp_forget,
     .full_grad = fsdp_full_grad,

@@ -118,7 +118,8 @@ static void complete(grad_pool *p, pool_slot *s)
     strat_ctx *x = p->x;
     int u = s->unit;
     void *red = s->twin ? s->twin : s->buf;
-    if (strat_wait(x, p->group, s->req, "reduce_scatter of gradients") == COMM_OK && !x->failed)
+    if (strat_wait(x, strat_unit_group(x, u, p->group), s->req, "reduce_scatter of gradients") == COMM_OK &&
+        !x->failed)
         strat_accumulate(x, p->shard[u], x->ge, strat_at(red, p->lo[u], x->re), x->re, p->len[u], p->wide,
                          p->wide_numel);
     s->req = NULL;
@@ -180,10 +181,11 @@ void grad_pool_release(grad_pool *p, int unit)
         strat_convert(x, s->twin, x->re, s->buf, x->ge, n);
         red = s->twin;
     }
-    int rc = comm_reduce_scatter_async(p->group, red, strat_at(red, p->lo[unit], x->re), n, strat_dtype(x->re),
-                                       COMM_SUM, &s->req);
+    comm *g = strat_unit_group(x, unit, p->group); /* an expert unit's: the experts' data-parallel group */
+    int rc = comm_reduce_scatter_async(g, red, strat_at(red, p->lo[unit], x->re), n, strat_dtype(x->re), COMM_SUM,
+                                       &s->req);
     strat_comm_done(x, t0, "reduce_scatter of gradients (start)");
-    if (strat_fail(x, p->group, rc, "reduce_scatter of gradients") != COMM_OK) s->unit = -1;
+    if (strat_fail(x, g, rc, "reduce_scatter of gradients") != COMM_OK) s->unit = -1;
 }
 
 void grad_pool_drain(grad_pool *p)

@@ -1,5 +1,7 @@
-/* mesh.c — rank <-> (dp, pp, tp) coordinates, group member lists, the printout,
- * and the communicators of one rank's groups. */
+/* mesh.c — rank <-> (dp, cp, pp, tp) coordinates (and the ep ranks folded
+ * into dp x cp), group member lists, the printout, and the communicators of
+ * one rank's groups: every group of the run is made here (Megatron-Core's
+ * parallel_state keeps them in one place too). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,19 @@ int mesh_init_cp(mesh *m, int dp, int cp, int pp, int tp, char *err, size_t errl
         snprintf(err, errlen, "mesh: dp=%d cp=%d pp=%d tp=%d: world too large", dp, cp, pp, tp);
         return -1;
     }
-    *m = (mesh){.dp = dp, .pp = pp, .tp = tp, .cp = cp, .world = dp * cp * pp * tp};
+    *m = (mesh){.dp = dp, .pp = pp, .tp = tp, .cp = cp, .ep = 1, .world = dp * cp * pp * tp};
+    return 0;
+}
+
+int mesh_set_ep(mesh *m, int ep, char *err, size_t errlen)
+{
+    int dpcp = m->dp * (m->cp > 1 ? m->cp : 1);
+    if (ep < 1 || dpcp % ep) {
+        snprintf(err, errlen, "mesh: ep=%d must be >= 1 and divide dp x cp = %d (expert parallelism is folded into "
+                 "the data-parallel ranks)", ep, dpcp);
+        return -1;
+    }
+    m->ep = ep;
     return 0;
 }
 
@@ -27,12 +41,14 @@ int mesh_init(mesh *m, int dp, int pp, int tp, char *err, size_t errlen)
 
 int mesh_from_parallel(mesh *m, const job_parallel *par, char *err, size_t errlen)
 {
-    /* a job_parallel filled by hand may leave cp 0: no context parallelism */
-    return mesh_init_cp(m, par->dp, par->cp > 1 ? par->cp : 1, par->pp, par->tp, err, errlen);
+    /* a job_parallel filled by hand may leave cp or ep 0: none */
+    if (mesh_init_cp(m, par->dp, par->cp > 1 ? par->cp : 1, par->pp, par->tp, err, errlen)) return -1;
+    return mesh_set_ep(m, par->ep > 1 ? par->ep : 1, err, errlen);
 }
 
-/* A mesh filled by hand (tests, older callers) may leave cp 0: it means 1. */
+/* A mesh filled by hand (tests, older callers) may leave cp or ep 0: it means 1. */
 static int cp_of(const mesh *m) { return m->cp > 1 ? m->cp : 1; }
+static int ep_of(const mesh *m) { return m->ep > 1 ? m->ep : 1; }
 
 int mesh_rank(const mesh *m, mesh_coord c)
 {
@@ -48,7 +64,18 @@ mesh_coord mesh_coords(const mesh *m, int rank)
     c.cp = (rank / m->tp) % cp;
     c.dp = (rank / (m->tp * cp)) % m->dp;
     c.pp = rank / (m->tp * cp * m->dp);
+    int j = c.dp * cp + c.cp; /* the place in the dp x cp group */
+    c.ep = j % ep_of(m);
+    c.edp = j / ep_of(m);
     return c;
+}
+
+/* The world rank at place j of rank c's dp x cp group. */
+static int dp_cp_member(const mesh *m, mesh_coord c, int j)
+{
+    c.dp = j / cp_of(m);
+    c.cp = j % cp_of(m);
+    return mesh_rank(m, c);
 }
 
 int mesh_group(const mesh *m, int rank, mesh_dim dim, int *members)
@@ -82,6 +109,14 @@ int mesh_group(const mesh *m, int rank, mesh_dim dim, int *members)
             for (c.cp = 0; c.cp < cp_of(m); c.cp++)
                 members[n++] = mesh_rank(m, c);
         break;
+    case MESH_EP:
+        for (int i = 0; i < ep_of(m); i++)
+            members[n++] = dp_cp_member(m, me, me.edp * ep_of(m) + i);
+        break;
+    case MESH_EDP:
+        for (int i = 0; i < m->dp * cp_of(m) / ep_of(m); i++)
+            members[n++] = dp_cp_member(m, me, i * ep_of(m) + me.ep);
+        break;
     }
     return n;
 }
@@ -92,17 +127,16 @@ void mesh_print(const mesh *m, int ranks_per_node, FILE *out)
         ranks_per_node = m->world;
     for (int r = 0; r < m->world; r++) {
         mesh_coord c = mesh_coords(m, r);
-        if (cp_of(m) > 1)
-            fprintf(out, "rank %d node %d: dp=%d cp=%d pp=%d tp=%d\n", r, r / ranks_per_node, c.dp, c.cp, c.pp,
-                    c.tp);
-        else
-            fprintf(out, "rank %d node %d: dp=%d pp=%d tp=%d\n", r, r / ranks_per_node, c.dp, c.pp, c.tp);
+        char cp[24] = "", ep[40] = "";
+        if (cp_of(m) > 1) snprintf(cp, sizeof cp, " cp=%d", c.cp);
+        if (ep_of(m) > 1) snprintf(ep, sizeof ep, " ep=%d edp=%d", c.ep, c.edp);
+        fprintf(out, "rank %d node %d: dp=%d%s pp=%d tp=%d%s\n", r, r / ranks_per_node, c.dp, cp, c.pp, c.tp, ep);
     }
 }
 
 void mesh_comms_destroy(mesh_comms *mc)
 {
-    comm **all[] = {&mc->dp_cp, &mc->cp, &mc->dp_tp, &mc->pp, &mc->dp, &mc->tp};
+    comm **all[] = {&mc->edp, &mc->ep, &mc->dp_cp, &mc->cp, &mc->dp_tp, &mc->pp, &mc->dp, &mc->tp};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         comm_destroy(*all[i]);
         *all[i] = NULL;
@@ -125,11 +159,12 @@ int mesh_comms_create(const mesh *m, comm *world, mesh_comms *out, char *err, si
     int rank = comm_rank(world);
     out->me = mesh_coords(m, rank);
     /* The same order on every rank, so that no two groups wait on each other. */
-    const mesh_dim dims[] = {MESH_TP, MESH_DP, MESH_PP, MESH_DP_TP, MESH_CP, MESH_DP_CP};
-    comm **slots[] = {&out->tp, &out->dp, &out->pp, &out->dp_tp, &out->cp, &out->dp_cp};
-    int n_dims = cp_of(m) > 1 ? 6 : 4;
+    const mesh_dim dims[] = {MESH_TP, MESH_DP, MESH_PP, MESH_DP_TP, MESH_CP, MESH_DP_CP, MESH_EP, MESH_EDP};
+    comm **slots[] = {&out->tp, &out->dp, &out->pp, &out->dp_tp, &out->cp, &out->dp_cp, &out->ep, &out->edp};
     int rc = COMM_OK;
-    for (int i = 0; i < n_dims && rc == COMM_OK; i++) {
+    for (int i = 0; i < (int)(sizeof dims / sizeof dims[0]) && rc == COMM_OK; i++) {
+        if ((dims[i] == MESH_CP || dims[i] == MESH_DP_CP) && cp_of(m) == 1) continue;
+        if ((dims[i] == MESH_EP || dims[i] == MESH_EDP) && ep_of(m) == 1) continue;
         int n = mesh_group(m, rank, dims[i], members);
         rc = comm_group(world, members, n, slots[i], err, errlen);
     }

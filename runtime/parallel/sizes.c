@@ -49,6 +49,7 @@ struct sizes {
     shared_schedule *sched; /* NULL when pp = 1 */
     const int *first_unit;  /* split->first_unit */
     int hsdp_group;
+    int ep, edp;            /* parallel.ep (1: none) and the experts' data-parallel group, dp x cp / ep */
     /* numel of the embedding, of any dense block (they all have the same
      * shapes), of any MoE block (model.moe; likewise) and of the head, per tp
      * rank: model_unit_numel formats parameter names, too slow to call per unit
@@ -56,6 +57,7 @@ struct sizes {
     size_t *numel_emb, *numel_block, *numel_moe, *numel_head; /* [tp] */
     /* [tp]: train.lora's frozen base (a LoRA model's blocks are all dense) */
     size_t *frozen_emb, *frozen_block, *frozen_head;
+    size_t *numel_exp; /* [tp] an MoE block's routed experts, all E (model_unit_expert_numel) */
 };
 
 double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc)
@@ -110,6 +112,68 @@ void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int mic
 void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
                         double elem_bytes, sizes_unit_work *w)
 {
+    sizes_unit_work_ep(m, unit, rc, micro_batch, tp, sp, cp, 1, elem_bytes, w);
+}
+
+/* The rows one tp rank routes: its own under sequence parallelism (the
+ * experts are replicated over tp), else all of them. */
+static double moe_rows(const job_model *m, int micro_batch, int tp, int sp, int cp)
+{
+    double rows = (double)micro_batch * model_seq_len(m) / (cp > 1 ? cp : 1);
+    return sp && tp > 1 ? rows / tp : rows;
+}
+
+/* The choices that reach an expert, per routed row: top_k, or (capacity)
+ * capacity_factor x top_k when that is less (the even load fills every
+ * expert's capacity at factor 1). */
+static double moe_choices_per_row(const job_moe *e)
+{
+    double k = e->top_k;
+    return e->capacity_factor > 0 && e->capacity_factor < 1 ? k * e->capacity_factor : k;
+}
+
+double sizes_moe_routed_rows(const job_model *m, int micro_batch, int tp, int sp, int cp)
+{
+    if (m->moe.experts < 1) return 0;
+    return moe_rows(m, micro_batch, tp, sp, cp) * moe_choices_per_row(&m->moe);
+}
+
+/* An MoE block's MLP (sizes.h sizes_unit_work_ep), in two parts around the
+ * attention core (sizes.h's order): the routed experts' grouped GEMMs, then
+ * the router and the shared experts; block recompute re-runs all but the
+ * shared experts' second GEMM (model_unit_flops' count). Returns the rows
+ * the experts compute. */
+static double moe_work(const job_model *m, int micro_batch, int tp, int sp, int cp, int ep, double blk,
+                       sizes_unit_work *w)
+{
+    const job_moe *e = &m->moe;
+    double C = m->d_model, E = e->experts, glu = m->kind == MODEL_LLAMA ? 2.0 : 1.0;
+    double Fe = e->d_ff_expert, He = glu * Fe;
+    double rows = moe_rows(m, micro_batch, tp, sp, cp), routed = rows * moe_choices_per_row(e);
+    double per_expert = routed * (ep > 1 ? ep : 1) / E; /* a local expert's rows */
+    double up = 2.0 * routed * C * He, down = 2.0 * routed * Fe * C;
+    add_gemm(w, up, (2.0 + blk) * up, min3(per_expert, C, He), up);
+    add_gemm(w, down, (2.0 + blk) * down, min3(per_expert, Fe, C), down);
+    return routed;
+}
+
+static void moe_work_tail(const job_model *m, double rows, double blk, sizes_unit_work *w)
+{
+    const job_moe *e = &m->moe;
+    double C = m->d_model, E = e->experts, glu = m->kind == MODEL_LLAMA ? 2.0 : 1.0;
+    double Fs = (double)e->shared_experts * e->d_ff_expert, Hs = glu * Fs;
+    double router = 2.0 * rows * C * E;
+    add_gemm(w, router, (2.0 + blk) * router, min3(rows, C, E), router);
+    if (Fs > 0) {
+        double sup = 2.0 * rows * C * Hs, sdown = 2.0 * rows * Fs * C;
+        add_gemm(w, sup, (2.0 + blk) * sup, min3(rows, C, Hs), sup);
+        add_gemm(w, sdown, 2.0 * sdown, min3(rows, Fs, C), sdown);
+    }
+}
+
+void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
+                        int ep, double elem_bytes, sizes_unit_work *w)
+{
     memset(w, 0, sizeof *w);
     double C = m->d_model, F = m->d_ff, seq = model_seq_len(m), B = micro_batch, t = tp;
     if (cp < 1) cp = 1;
@@ -143,22 +207,50 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
         double qkv_l = C / t + 2.0 * kv_l;
         double qkv = 2.0 * rows * C * qkv_l, proj = 2.0 * rows * C * C / t;
         double fc1 = 2.0 * rows * C * h1 / t, fc2 = 2.0 * rows * F * C / t;
-        double core = 4.0 * B * seq * seq * C / t * att_share;
+        double core = 4.0 * B * seq * seq * model_attention_width(m) / t * att_share;
+        int moe = job_moe_block(m, unit - 1);
+        double qkv_dim = min3(rows, C, qkv_l), proj_dim = min3(rows, C / t, C);
+        if (job_model_mla(m)) {
+            /* multi-head latent attention (--dry-run only): its projections
+             * as one GEMM of their weights (the latents bound its shape),
+             * split over tp like the heads; the output projection's input is
+             * n_head x v_head_dim wide */
+            double in, out, lat = m->mla.kv_lora_rank;
+            model_mla_weights(m, &in, &out);
+            qkv = 2.0 * rows * in / t, proj = 2.0 * rows * out / t;
+            qkv_dim = min3(rows, C, lat), proj_dim = min3(rows, out / C / t, C);
+            hd = m->mla.qk_nope_head_dim + m->mla.qk_rope_head_dim;
+        }
         /* train.lora: the frozen weights' backward is their input gradient
          * alone (no W pass); the adapters one GEMM of rank-wide products */
         double wg = job_lora_on(m) ? 0.0 : 1.0;
-        add_gemm(w, qkv, (1.0 + wg + blk) * qkv, min3(rows, C, qkv_l), wg * qkv);
-        add_gemm(w, proj, (1.0 + wg + blk) * proj, min3(rows, C / t, C), wg * proj);
-        add_gemm(w, fc1, (1.0 + wg + blk) * fc1, min3(rows, C, h1 / t), wg * fc1);
-        add_gemm(w, fc2, (1.0 + wg) * fc2, min3(rows, F / t, C), wg * fc2);
+        add_gemm(w, qkv, (1.0 + wg + blk) * qkv, qkv_dim, wg * qkv);
+        add_gemm(w, proj, (1.0 + wg + blk) * proj, proj_dim, wg * proj);
+        double routed = 0, mrows = moe ? moe_rows(m, micro_batch, tp, sp, cp) : 0;
+        if (moe) {
+            routed = moe_work(m, micro_batch, tp, sp, cp, ep, blk, w);
+        } else {
+            add_gemm(w, fc1, (1.0 + wg + blk) * fc1, min3(rows, C, h1 / t), wg * fc1);
+            add_gemm(w, fc2, (1.0 + wg) * fc2, min3(rows, F / t, C), wg * fc2);
+        }
         add_attention(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
+        if (moe) moe_work_tail(m, mrows, blk, w);
         if (job_lora_on(m)) {
             double af, aa, ar;
             lora_block_flops(m, (int)t, rows, &af, &aa, &ar);
             add_gemm(w, af, 2.0 * af + aa + blk * ar, min3(rows, m->lora.rank, C), 0);
         }
         double heads = (double)m->n_head / t;
-        double act = llama ? 3.0 * rows * F / t + 2.0 * rows * (C / t + kv_l) : 2.0 * rows * F / t;
+        double mlp_act = llama ? 3.0 * rows * F / t : 2.0 * rows * F / t;
+        if (moe) {
+            /* the experts' and the shared experts' activation; the routed rows
+             * copied out by the dispatch and back by the combine (read and
+             * write each); the router's fp32 scores, their softmax and top-k */
+            double Fe = m->moe.d_ff_expert, Fs = (double)m->moe.shared_experts * Fe;
+            mlp_act = (llama ? 3.0 : 2.0) * (routed * Fe + mrows * Fs) + 4.0 * routed * C +
+                      3.0 * mrows * m->moe.experts * 4.0 / elem_bytes;
+        }
+        double act = mlp_act + (llama ? 2.0 * rows * (C / t + kv_l) : 0.0);
         double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + act;
         double soft = lse ? 0.0 : 2.0 * heads * B * seq * seq * att_share;
         w->fwd_bytes = (rep + split + soft) * elem_bytes;
@@ -202,6 +294,18 @@ size_t sizes_model_frozen_numel(const job_model *m)
     int L = m->n_layer;
     return model_unit_frozen_numel(m, 0, 0, 1) + (size_t)L * model_unit_frozen_numel(m, 1, 0, 1) +
            model_unit_frozen_numel(m, L + 1, 0, 1);
+}
+
+size_t sizes_model_active_numel(const job_model *m)
+{
+    size_t distinct;
+    sizes_model_numel(m, &distinct);
+    int moe = job_moe_layers(m), first_moe = 0;
+    if (moe == 0) return distinct;
+    while (!job_moe_block(m, first_moe)) first_moe++;
+    /* of every MoE block's E experts, E - top_k stay idle for a token */
+    size_t experts = model_unit_expert_numel(m, first_moe + 1, 0, 1), E = (size_t)m->moe.experts;
+    return distinct - (size_t)moe * (experts / E) * (E - (size_t)m->moe.top_k);
 }
 
 static void split_release(shared_split *sp)
@@ -316,8 +420,9 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
     s->frozen_emb = malloc((size_t)tp * sizeof(size_t));
     s->frozen_block = malloc((size_t)tp * sizeof(size_t));
     s->frozen_head = malloc((size_t)tp * sizeof(size_t));
+    s->numel_exp = malloc((size_t)tp * sizeof(size_t));
     if (!s->numel_emb || !s->numel_block || !s->numel_moe || !s->numel_head || !s->frozen_emb || !s->frozen_block ||
-        !s->frozen_head) {
+        !s->frozen_head || !s->numel_exp) {
         sizes_destroy(s);
         snprintf(err, errlen, "sizes: out of memory");
         return NULL;
@@ -333,7 +438,8 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
         return NULL;
     }
     /* the donor's numel tables hold when the model and tp agree */
-    int same_numel = donor && donor->job.parallel.tp == tp &&
+    int ep = par->ep > 1 ? par->ep : 1; /* an MoE block holds experts / ep of its experts */
+    int same_numel = donor && donor->job.parallel.tp == tp && donor->job.parallel.ep == par->ep &&
                      memcmp(&donor->job.model, &job->model, sizeof job->model) == 0;
     /* a dense block's and an MoE block's units (model.moe): the first of each kind */
     int dense_unit = 1, moe_unit = 1, L = job->model.n_layer;
@@ -345,19 +451,27 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
                             : dense_unit <= L ? model_unit_numel(&job->model, dense_unit, r, tp)
                                               : 0;
         s->numel_moe[r] = same_numel        ? donor->numel_moe[r]
-                          : moe_unit <= L ? model_unit_numel(&job->model, moe_unit, r, tp)
+                          : moe_unit <= L ? model_unit_numel_ep(&job->model, moe_unit, r, tp, ep)
                                           : 0;
         s->numel_head[r] = same_numel ? donor->numel_head[r] : model_unit_numel(&job->model, n_units - 1, r, tp);
         s->frozen_emb[r] = same_numel ? donor->frozen_emb[r] : model_unit_frozen_numel(&job->model, 0, r, tp);
         s->frozen_block[r] = same_numel ? donor->frozen_block[r] : model_unit_frozen_numel(&job->model, 1, r, tp);
         s->frozen_head[r] =
             same_numel ? donor->frozen_head[r] : model_unit_frozen_numel(&job->model, n_units - 1, r, tp);
+        s->numel_exp[r] = same_numel        ? donor->numel_exp[r]
+                          : moe_unit <= L ? model_unit_expert_numel(&job->model, moe_unit, r, tp)
+                                          : 0;
     }
     int per_node = env->ranks_per_node >= 1 ? env->ranks_per_node : par->dp * par->pp * tp;
     /* the gradient group's (dp x cp) positions one node holds: tp varies
      * fastest, then cp, then dp, so they are consecutive */
     int dp_in_node = per_node / tp > 0 ? per_node / tp : 1;
     s->hsdp_group = (int)gcd_l((long)par->dp * par->cp, dp_in_node);
+    /* the experts' data-parallel group: every ep-th position of dp x cp
+     * (mesh.h), so a node's run of hsdp_group positions holds hsdp_group /
+     * ep of them when ep divides it */
+    s->ep = par->ep > 1 ? par->ep : 1;
+    s->edp = par->dp * par->cp / s->ep;
     return s;
 }
 
@@ -378,6 +492,7 @@ void sizes_destroy(sizes *s)
     free(s->frozen_emb);
     free(s->frozen_block);
     free(s->frozen_head);
+    free(s->numel_exp);
     free(s);
 }
 
@@ -418,6 +533,14 @@ size_t sizes_unit_frozen_numel(const sizes *s, int unit, int tp_rank)
     return s->frozen_head[tp_rank];
 }
 
+size_t sizes_unit_expert_numel(const sizes *s, int unit, int tp_rank)
+{
+    if (unit < 1 || unit > s->job.model.n_layer || !job_moe_block(&s->job.model, unit - 1)) return 0;
+    return s->numel_exp[tp_rank] / (size_t)s->ep;
+}
+
+int sizes_expert_dp(const sizes *s) { return s->edp; }
+
 int sizes_grad_dp(const sizes *s) { return s->job.parallel.dp * s->job.parallel.cp; }
 
 int sizes_shard_group(const sizes *s, sizes_shard_of what)
@@ -440,10 +563,21 @@ int sizes_shard_rank(const sizes *s, sizes_shard_of what, int dp_rank)
     return dp_rank % sizes_shard_group(s, what);
 }
 
+int sizes_ep(const sizes *s) { return s->job.parallel.ep > 1 ? s->job.parallel.ep : 1; }
+
+int sizes_expert_unit(const sizes *s, int unit)
+{
+    return sizes_ep(s) > 1 && unit >= 1 && unit <= s->job.model.n_layer && job_moe_block(&s->job.model, unit - 1);
+}
+
 size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, size_t *lo)
 {
     size_t n = sizes_unit_numel(s, unit, at.tp), off, len;
-    comm_chunk(n, sizes_shard_group(s, what), sizes_shard_rank(s, what, at.dp), &off, &len);
+    int S = sizes_shard_group(s, what), r = sizes_shard_rank(s, what, at.dp), ep = sizes_ep(s);
+    /* an expert unit: over the experts' data-parallel group (mesh.h MESH_EDP:
+     * place at.dp of dp x cp is its rank at.dp / ep) */
+    if (S > 1 && sizes_expert_unit(s, unit)) S /= ep, r = at.dp / ep;
+    comm_chunk(n, S, r, &off, &len);
     if (lo) *lo = off;
     return len;
 }
@@ -454,6 +588,33 @@ size_t sizes_frozen_shard(const sizes *s, int unit, sizes_at at, size_t *lo)
     comm_chunk(n, sizes_shard_group(s, SHARD_OF_PARAM), sizes_shard_rank(s, SHARD_OF_PARAM, at.dp), &off, &len);
     if (lo) *lo = off;
     return len;
+}
+
+static int seq_parallel(const sizes *s)
+{
+    return s->job.parallel.sequence_parallel && s->job.parallel.tp > 1;
+}
+
+void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows)
+{
+    const job_spec *j = &s->job;
+    const job_moe *e = &j->model.moe;
+    int ep = sizes_ep(s);
+    *tok_rows = *exp_rows = 0;
+    if (ep == 1 || e->experts < 1) return;
+    /* the rows this rank routes (acts.c: its own under sequence parallelism) */
+    size_t N = (size_t)j->train.micro_batch * (size_t)(model_seq_len(&j->model) / j->parallel.cp) /
+               (size_t)(seq_parallel(s) ? j->parallel.tp : 1);
+    int El = e->experts / ep, k = e->top_k < El ? e->top_k : El;
+    *tok_rows = N * (size_t)e->top_k;
+    *exp_rows = N * (size_t)k * (size_t)ep; /* model_internal.h moe_expert_rows */
+}
+
+size_t sizes_ep_stage_numel(const sizes *s)
+{
+    size_t tok, exp;
+    sizes_ep_stage(s, &tok, &exp);
+    return (tok + exp) * (size_t)s->job.model.d_model + exp; /* + the reorder's ints */
 }
 
 /* Units [*begin, *end) of global chunk c. */
@@ -600,15 +761,10 @@ long sizes_bucket_count(const sizes *s, sizes_at at)
     return grads <= first ? 1 : 1 + (long)((grads - first + bucket - 1) / bucket);
 }
 
-static int seq_parallel(const sizes *s)
-{
-    return s->job.parallel.sequence_parallel && s->job.parallel.tp > 1;
-}
-
 static model_shard chunk_shard(const sizes *s, int chunk, int tp_rank)
 {
     model_shard sh = {.tp_rank = tp_rank, .tp_size = s->job.parallel.tp, .sp = seq_parallel(s),
-                      .cp_rank = 0, .cp_size = s->job.parallel.cp};
+                      .cp_rank = 0, .cp_size = s->job.parallel.cp, .ep_rank = 0, .ep_size = sizes_ep(s)};
     chunk_units(s, chunk, &sh.unit_begin, &sh.unit_end);
     return sh;
 }
@@ -763,7 +919,8 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
                              sizes_frozen_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * pe +
                              sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * (ge + twin) +
                              sizes_bucket_numel(s, at) * re + sizes_tied_scratch_numel(s, at) * ge +
-                             sizes_tp_stage_numel(s) * 2 + sizes_cp_ring_numel(s) * sizeof(float);
+                             sizes_tp_stage_numel(s) * 2 + sizes_cp_ring_numel(s) * sizeof(float) +
+                             sizes_ep_stage_numel(s) * sizeof(float);
     /* a grad pool (ZeRO-2's, FSDP's) with bf16 reductions widens the reduced
      * chunks through min(its buffers' numel, OPTIM_SCRATCH_NUMEL) floats
      * (grad_pool_wide_numel) */
@@ -818,7 +975,8 @@ int sizes_worst_tp_rank(const sizes *s, int pp_rank)
         int seen = 0;
         for (int q = 0; q < r && !seen; q++)
             seen = s->numel_emb[q] == s->numel_emb[r] && s->numel_block[q] == s->numel_block[r] &&
-                   s->numel_moe[q] == s->numel_moe[r] && s->numel_head[q] == s->numel_head[r];
+                   s->numel_moe[q] == s->numel_moe[r] && s->numel_head[q] == s->numel_head[r] &&
+                   s->numel_exp[q] == s->numel_exp[r];
         if (seen) continue;
         sizes_memory mem;
         sizes_rank_memory(s, (sizes_at){0, pp_rank, r}, &mem);

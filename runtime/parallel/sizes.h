@@ -26,6 +26,7 @@
  *   train.cuda_graphs' inputs and scalars (device)  sizes_graph_bytes
  *   tied wte scratch (GPT, pp>1)  sizes_tied_scratch_numel
  *   tp bf16 staging (tp>1, bf16)  sizes_tp_stage_numel
+ *   MoE dispatcher (ep>1)         sizes_ep_stage_numel
  *
  * Precision. With train.precision fp32 everything is fp32: params 4 + grads 4 +
  * Adam m 4 + v 4 = 16 bytes per parameter. With train.precision bf16 (mixed
@@ -141,7 +142,7 @@ double sizes_unit_flops(const job_model *m, int unit, recompute_kind rc);
  * apart; backward includes what recompute re-runs (the chunked GPT head's
  * logits always). The FLOPs of all the GEMMs of
  * a unit, times tp, are sizes_unit_flops x micro_batch exactly. */
-#define SIZES_GEMM_MAX 6
+#define SIZES_GEMM_MAX 8
 typedef struct {
     double fwd_flops, bwd_flops; /* this tp rank, one micro-batch */
     double dim;                  /* the smallest of its m, n, k on this tp rank */
@@ -170,6 +171,27 @@ void sizes_unit_work_of(const job_model *m, int unit, recompute_kind rc, int mic
  * attention, model_attention_lse). */
 void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
                         double elem_bytes, sizes_unit_work *out);
+/* The same with expert parallelism over ep ranks (parallel.ep; 1: none).
+ * An MoE block (model.moe) runs, after its attention: the router [E, C],
+ * the routed experts' two grouped GEMMs over the rows its top_k choices
+ * send them (top_k x the rows it routes, or capacity_factor x that when
+ * below 1: the even load a balanced router gives every expert, whatever ep;
+ * with ep a rank's experts get their rows from its whole ep group, so each
+ * local expert's GEMM has top_k x rows x ep / E rows: ep makes them larger,
+ * not more), and the shared experts' MLP. Its GEMMs are, in this order:
+ * qkv, proj, the experts' first and second GEMM, the attention core, the
+ * router, the shared experts' first and second GEMM (when there are any).
+ * The experts are replicated over tp (params.c moe_spec): under sequence
+ * parallelism each tp rank routes its own rows, without it every tp rank
+ * routes them all. Memory-bound: the dispatch's and the combine's copies of
+ * the routed rows, the experts' activation, the router's softmax. The
+ * all-to-all of expert parallelism is the planner's (comm_volume.c). */
+void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int micro_batch, int tp, int sp, int cp,
+                        int ep, double elem_bytes, sizes_unit_work *out);
+/* Rows an MoE block routes on one tp rank per micro-batch (the ones its
+ * choices send to the experts: sizes_unit_work_ep's rows x top_k, times
+ * capacity_factor below 1): what its dispatch and combine move. */
+double sizes_moe_routed_rows(const job_model *m, int micro_batch, int tp, int sp, int cp);
 
 /* Parameters of the whole model (tp = 1): every unit's, the head's own copy of
  * the tied wte included (it is allocated, reduced and updated like any other);
@@ -178,9 +200,17 @@ size_t sizes_model_numel(const job_model *m, size_t *distinct);
 /* Of those, train.lora's frozen base (0 without LoRA): the rest, the
  * adapters, is what trains. */
 size_t sizes_model_frozen_numel(const job_model *m);
+/* Of the distinct parameters (wte once), the ones one token computes with
+ * (model.moe: its top_k routed experts of every MoE block, not all E; the
+ * router and the shared experts are always active): what "active
+ * parameters" means for Mixtral's 12.9B of 46.7B and DeepSeek-V3's 37B of
+ * 671B. The model's FLOPs (model_flops_per_sample) count the same weights. */
+size_t sizes_model_active_numel(const job_model *m);
 
 /* ---- per unit, per rank ---- */
-/* Elements of `unit` on tp rank tp_rank (= model_unit_numel). */
+/* Elements of `unit` on tp rank tp_rank (= model_unit_numel; with
+ * parallel.ep an MoE block holds E / ep of its routed experts:
+ * model_unit_numel_ep). */
 size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank);
 /* train.lora: elements of `unit`'s frozen base on tp rank tp_rank
  * (model_unit_frozen_numel; 0 without LoRA), and the slice of it a rank
@@ -188,6 +218,13 @@ size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank);
  * gradient, no optimizer state. */
 size_t sizes_unit_frozen_numel(const sizes *s, int unit, int tp_rank);
 size_t sizes_frozen_shard(const sizes *s, int unit, sizes_at at, size_t *lo);
+/* Of those, the routed experts' (model_unit_expert_numel / ep): what DDP's
+ * and ZeRO-1's buckets reduce over the experts' data-parallel group, the
+ * rest over dp x cp (the sharded modes shard the whole expert unit over it:
+ * sizes_shard). 0 for a unit without experts. */
+size_t sizes_unit_expert_numel(const sizes *s, int unit, int tp_rank);
+/* The experts' data-parallel group, dp x cp / ep ranks (mesh.h MESH_EDP). */
+int sizes_expert_dp(const sizes *s);
 /* Data-parallel group a category is sharded over (1 = not sharded), and this
  * dp rank's position in it. */
 int sizes_shard_group(const sizes *s, sizes_shard_of what);
@@ -262,6 +299,20 @@ size_t sizes_tp_stage_numel(const sizes *s);
 size_t sizes_cp_ring_numel(const sizes *s);
 /* The gradient-reduction group's size: dp, or dp x cp (cp folds into it). */
 int sizes_grad_dp(const sizes *s);
+
+/* Expert parallelism (parallel.ep; 1 without). An expert unit (an MoE block
+ * with ep > 1) holds experts / ep of its routed experts (sizes_unit_numel) and
+ * shards over the experts' data-parallel group, dp x cp / ep ranks, when its
+ * category shards over dp x cp (sizes_shard). */
+int sizes_ep(const sizes *s);
+int sizes_expert_unit(const sizes *s, int unit);
+/* The MoE dispatcher's staging (ep.c), 0 with ep 1: the token side's rows
+ * (micro_batch x seq / cp x top_k, each of d_model) and the experts' side's
+ * (micro_batch x seq / cp x min(top_k, experts / ep) x ep: every ep rank's
+ * rows for this rank's experts at most); their floats plus one int per expert
+ * row (a reorder's indices). */
+void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows);
+size_t sizes_ep_stage_numel(const sizes *s);
 
 /* ---- the whole rank ---- */
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);

@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "runtime/parallel/trace.h"
 
@@ -92,5 +93,73 @@ void strat_accumulate(strat_ctx *x, void *acc, size_t ae, const void *add, size_
         x->ops->from_bf16(wide, (const uint16_t *)add + c, k);
         if (ae == 4) x->ops->residual_forward((float *)acc + c, (float *)acc + c, wide, k, DT_F32);
         else x->ops->acc_bf16((uint16_t *)acc + c, wide, k);
+    }
+}
+
+/* ---- expert parallelism's units ---- */
+
+void strat_expert_range(const strat_ctx *x, int unit, size_t *lo, size_t *hi)
+{
+    *lo = *hi = 0;
+    model *m = x->ep ? x->unit_model[unit] : NULL;
+    if (!m) return;
+    int any = 0;
+    for (int i = 0; i < model_param_count(m); i++) {
+        const param_spec *p = model_param(m, i);
+        if (p->unit != unit || !param_is_expert(p)) continue;
+        size_t a = p->offset, b = p->offset + p->local_numel;
+        if (!any || a < *lo) *lo = a;
+        if (!any || b > *hi) *hi = b;
+        any = 1;
+    }
+}
+
+int strat_expert_unit(const strat_ctx *x, int unit)
+{
+    size_t lo, hi;
+    strat_expert_range(x, unit, &lo, &hi);
+    return hi > lo;
+}
+
+comm *strat_unit_group(const strat_ctx *x, int unit, comm *dense)
+{
+    return strat_expert_unit(x, unit) ? x->edp : dense;
+}
+
+int strat_counts_rank(const strat_ctx *x, int sharded, int unit, int expert)
+{
+    if (!sharded) return comm_rank(expert ? x->edp : x->dp) == 0;
+    return expert || !strat_expert_unit(x, unit) || comm_rank(x->ep) == 0;
+}
+
+void strat_ep_dense_sum(strat_ctx *x, void *const *gshard, const size_t *lo, const size_t *len)
+{
+    if (!x->ep || comm_size(x->ep) == 1) return;
+    for (int u = 0; u < x->n_units && !x->failed; u++) {
+        size_t ea, eb;
+        if (!gshard[u] || !len[u]) continue;
+        strat_expert_range(x, u, &ea, &eb);
+        if (eb <= ea) continue;
+        /* the shard's dense elements: before the experts, and after them */
+        size_t a0 = lo[u], a1 = lo[u] + len[u];
+        size_t piece[2][2] = {{a0, a1 < ea ? a1 : ea}, {a0 > eb ? a0 : eb, a1}};
+        for (int k = 0; k < 2 && !x->failed; k++) {
+            size_t a = piece[k][0], n = piece[k][1] > a ? piece[k][1] - a : 0;
+            if (!n) continue;
+            void *g = strat_at(gshard[u], a - lo[u], x->ge), *red = g;
+            if (x->re != x->ge && !(red = x->ops->alloc(n * x->re))) {
+                strat_fail(x, NULL, COMM_ESYS, "ep: out of memory");
+                return;
+            }
+            if (red != g) strat_convert(x, red, x->re, g, x->ge, n);
+            double t0 = clock_now_s();
+            int rc = comm_all_reduce(x->ep, red, red, n, strat_dtype(x->re), COMM_SUM);
+            strat_comm_done(x, t0, "ep all_reduce of an expert unit's dense gradient shard");
+            strat_fail(x, x->ep, rc, "ep all_reduce of an expert unit's dense gradient shard");
+            if (red != g) {
+                if (!x->failed) strat_convert(x, g, x->ge, red, x->re, n);
+                x->ops->free(red);
+            }
+        }
     }
 }

@@ -30,6 +30,7 @@
 #include "runtime/parallel/tp.h"
 
 typedef struct cp_ring cp_ring; /* cp.c's state */
+typedef struct ep_disp ep_disp; /* ep.c's state */
 
 typedef struct {
     /* fixed at setup */
@@ -49,6 +50,9 @@ typedef struct {
     tp_group tpg;           /* the model's tp layers' view of it (tp_apply) */
     comm *cp;               /* context-parallel group (NULL with cp = 1) */
     cp_ring *cpr;           /* its ring (cp_apply) */
+    comm *ep, *edp;         /* expert parallelism (parallel.ep > 1, else NULL): the ep group
+                               splitting the experts, the experts' data-parallel group */
+    ep_disp *epd;           /* the MoE dispatcher's state (ep_apply) */
     account *acct;
     /* element bytes (sizes.h): parameters (4, or 2 = bf16 under mixed precision),
      * gradients (train.grad_dtype), the gradient collectives (parallel.reduce_dtype) */
@@ -78,6 +82,37 @@ int strat_wait(strat_ctx *x, comm *c, comm_req *req, const char *what);
 int strat_backward_order(const strat_ctx *x, int *order);
 /* Zeroes the gradient buffer each held unit is bound to. */
 void strat_zero_unit_grads(strat_ctx *x);
+
+/* ---- expert parallelism's units ----
+ * Under parallel.ep > 1 an MoE block's unit holds this rank's routed experts
+ * (their tensors, param_is_expert: one run [lo, hi) of its flat buffer)
+ * beside its dense tensors (norms, attention, router, shared experts). The
+ * experts are the same only on the ranks of the experts' data-parallel group
+ * x->edp, so their gradients reduce over it; the dense tensors over x->dp as
+ * in any unit (DDP's buckets keep the two apart). A sharded strategy shards
+ * such an "expert unit" over x->edp, both parts: its dense part is then
+ * repeated on the ranks of x->ep, which sum the dense part of their gradient
+ * shards over x->ep once per step (strat_ep_dense_sum), after the
+ * reduce-scatter over x->edp: together the sum over dp x cp. */
+/* 1 when held unit `unit` holds experts split over ep ranks. */
+int strat_expert_unit(const strat_ctx *x, int unit);
+/* Its experts' elements [*lo, *hi) of the unit's flat buffer (empty: 0, 0). */
+void strat_expert_range(const strat_ctx *x, int unit, size_t *lo, size_t *hi);
+/* The group a unit's gradient shards, parameter gathers and updates run over:
+ * x->edp for an expert unit, else `dense` (the strategy's shard group). */
+comm *strat_unit_group(const strat_ctx *x, int unit, comm *dense);
+/* Sharded strategies: every expert unit's gradient shard gshard[u] (elements
+ * [lo[u], lo[u] + len[u]) of the unit, the gradient type) gets the dense
+ * part of it summed over x->ep, in the reduce type (parallel.reduce_dtype). */
+void strat_ep_dense_sum(strat_ctx *x, void *const *gshard, const size_t *lo, const size_t *len);
+/* Who counts a slice's elements in the gradient norm and saves them in a
+ * checkpoint (strat_ops.counts), for a strategy whose slices are the whole
+ * unit replicated over the groups (sharded 0: DDP) or shards (1): the
+ * experts once per experts' data-parallel group (DDP: its rank 0; sharded:
+ * every rank, the shards are disjoint), the dense elements once per dp x cp
+ * (DDP: rank 0; sharded: every rank, but an expert unit's dense shard only
+ * on ep rank 0, the ep group repeating it). */
+int strat_counts_rank(const strat_ctx *x, int sharded, int unit, int expert);
 
 /* ---- element types ---- */
 /* COMM_BF16 for 2-byte elements, else COMM_F32. */
@@ -123,9 +158,12 @@ typedef struct {
     void (*finish_grads)(dp_strategy *s);
     /* The slice of held unit `unit` this rank updates ([lo, lo+len) fixed for the run). */
     void (*slice)(dp_strategy *s, int unit, strat_slice *out);
-    /* Does this rank count its slices in the global gradient norm? Replicated
-     * copies (DDP's, HSDP's across nodes) count on one rank only. */
-    int (*counts_norm)(dp_strategy *s);
+    /* Does this rank count the elements of its slice of `unit` that are
+     * routed experts (expert 1) or the rest (0) in the global gradient norm,
+     * and save them in a checkpoint? Replicated copies (DDP's, HSDP's across
+     * nodes, an expert unit's dense shard on the ep ranks) count on one rank
+     * only (strat_counts_rank). */
+    int (*counts)(dp_strategy *s, int unit, int expert);
     /* After AdamW updated the slices: every rank sees the new parameters (ZeRO
      * all-gathers them; FSDP forgets cached gathers). */
     void (*after_update)(dp_strategy *s);
@@ -180,6 +218,15 @@ void tp_release(strat_ctx *x);
  * sizes_cp_ring_numel floats; -1: out of memory. cp_release frees them. */
 int cp_apply(strat_ctx *x, model *const *chunks, int n_chunks);
 void cp_release(strat_ctx *x);
+
+/* ---- expert parallelism (ep.c) ----
+ * With model.moe and parallel.ep > 1 every chunk's MoE blocks reach their
+ * experts through ep.c's dispatcher (all-to-all over x->ep, staging of
+ * sizes_ep_stage_numel floats); with cp > 1 the dispatcher (local without ep)
+ * also gathers the counts the capacity and the balance loss need over x->cp.
+ * A no-op otherwise. -1: out of memory. ep_release frees it. */
+int ep_apply(strat_ctx *x, model *const *chunks, int n_chunks);
+void ep_release(strat_ctx *x);
 
 /* ---- DDP's gradient buckets (ddp.c), also ZeRO-1's ---- */
 

@@ -16,7 +16,13 @@
  * reduce-scattered as soon as the unit's backward is done, on EVERY micro-batch,
  * into this rank's shard accumulator (grad_pool.c). The parameters stay whole: the
  * strategy holds them in its own buffers (model_unit_release frees a unit's
- * parameters and gradients together, so the parameters are copied out first). */
+ * parameters and gradients together, so the parameters are copied out first).
+ *
+ * Expert parallelism (strategy.h): an expert unit is sharded over the
+ * experts' data-parallel group (sizes_shard), its slice updated by every
+ * rank of the ep group alike (stage 1: the same all-reduced gradients;
+ * stage 2: the dense part of the shards summed over ep, strat_ep_dense_sum)
+ * and all-gathered over that group. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -149,8 +155,12 @@ static void zero_after(dp_strategy *s, int unit, model_phase phase)
 
 static void zero_finish_grads(dp_strategy *s)
 {
-    if (s->stage == 1) ddp_buckets_finish(s->b);
-    else grad_pool_drain(s->pool);
+    if (s->stage == 1) {
+        ddp_buckets_finish(s->b);
+        return;
+    }
+    grad_pool_drain(s->pool);
+    strat_ep_dense_sum(s->x, s->gshard, s->lo, s->len); /* expert units: sharded over edp */
 }
 
 static void zero_slice(dp_strategy *s, int unit, strat_slice *out)
@@ -163,8 +173,9 @@ static void zero_slice(dp_strategy *s, int unit, strat_slice *out)
     out->grad = s->stage == 1 ? strat_at(model_unit_grads(m, unit), lo, s->x->ge) : s->gshard[unit];
 }
 
-/* Slices are disjoint across the group: every rank counts its own. */
-static int zero_counts_norm(dp_strategy *s) { (void)s; return 1; }
+/* Slices are disjoint across the group: every rank counts its own (an
+ * expert unit's dense part on one rank of the ep group). */
+static int zero_counts(dp_strategy *s, int unit, int expert) { return strat_counts_rank(s->x, 1, unit, expert); }
 
 static void zero_after_update(dp_strategy *s)
 {
@@ -182,14 +193,16 @@ static void zero_after_update(dp_strategy *s)
         model *m = x->unit_model[u];
         if (!m || !model_unit_local_numel(m, u)) continue; /* (train.lora: nothing to train there) */
         void *p = model_unit_params(m, u);
+        comm *g = strat_unit_group(x, u, x->dp);
         double t0 = clock_now_s();
         /* bf16 parameters travel as bf16: half the bytes */
-        int rc = comm_all_gather_async(x->dp, strat_at(p, s->lo[u], x->pe), p, model_unit_local_numel(m, u),
+        int rc = comm_all_gather_async(g, strat_at(p, s->lo[u], x->pe), p, model_unit_local_numel(m, u),
                                        strat_dtype(x->pe), &req[u]);
         strat_comm_done(x, t0, "zero all_gather of parameters (start)");
-        strat_fail(x, x->dp, rc, "zero all_gather of parameters");
+        strat_fail(x, g, rc, "zero all_gather of parameters");
     }
-    for (int u = 0; u < x->n_units; u++) strat_wait(x, x->dp, req[u], "zero all_gather of parameters");
+    for (int u = 0; u < x->n_units; u++)
+        if (req[u]) strat_wait(x, strat_unit_group(x, u, x->dp), req[u], "zero all_gather of parameters");
     free(req);
 }
 
@@ -204,10 +217,11 @@ static void *zero_full_grad(dp_strategy *s, int unit, void *tmp)
     model *m = x->unit_model[unit];
     if (s->stage == 1) return model_unit_grads(m, unit);
     if (x->failed || !model_unit_local_numel(m, unit)) return tmp;
+    comm *g = strat_unit_group(x, unit, x->dp);
     double t0 = clock_now_s();
-    int rc = comm_all_gather(x->dp, s->gshard[unit], tmp, model_unit_local_numel(m, unit), strat_dtype(x->ge));
+    int rc = comm_all_gather(g, s->gshard[unit], tmp, model_unit_local_numel(m, unit), strat_dtype(x->ge));
     strat_comm_done(x, t0, "zero2 all_gather of gradients");
-    strat_fail(x, x->dp, rc, "zero2 all_gather of gradients");
+    strat_fail(x, g, rc, "zero2 all_gather of gradients");
     return tmp;
 }
 
@@ -230,7 +244,7 @@ const strat_ops strat_zero1 = {
     .after = zero_after,
     .finish_grads = zero_finish_grads,
     .slice = zero_slice,
-    .counts_norm = zero_counts_norm,
+    .counts = zero_counts,
     .after_update = zero_after_update,
     .forget = zero_forget,
     .full_grad = zero_full_grad,
@@ -248,7 +262,7 @@ const strat_ops strat_zero2 = {
     .after = zero_after,
     .finish_grads = zero_finish_grads,
     .slice = zero_slice,
-    .counts_norm = zero_counts_norm,
+    .counts = zero_counts,
     .after_update = zero_after_update,
     .forget = zero_forget,
     .full_grad = zero_full_grad,

@@ -12,13 +12,15 @@
  *               shard across the replica group once per step
  *   tp   per block and microbatch 2 all-reduces forward + 2 backward of the
  *        [B, T, C] activations (+2 when block recompute re-runs the forward;
- *        selective recompute re-runs only the attention core, tp-local); GPT's
+ *        selective recompute re-runs only the attention core, tp-local; an
+ *        MoE block's MLP, whole on each tp rank, none: half of them); GPT's
  *        vocab-parallel embedding and head add one each and three small ones
  *        (of [N] floats, once per microbatch however many chunks of rows the
  *        head computes: tp.c).
  *        Sequence parallel: all-gathers and reduce-scatters of [B, T, C] instead,
  *        per block 4 forward, 6 backward (the layernorm outputs are gathered
- *        again), 3 more with recompute; GPT's embedding and head one each way,
+ *        again), 3 more with recompute (an MoE block: 2, 3 and 2, its
+ *        attention's); GPT's embedding and head one each way,
  *        ViT's head forward and embedding backward; small all-reduces of the
  *        layernorm gradients (4 x C floats per block, 2 x C for GPT's head; a
  *        Llama's RMSNorms have no bias: 2 x C and C)
@@ -33,11 +35,27 @@
  *        recompute the forward's once more). With cp the rank's activations are 1/cp of
  *        the samples' tokens: tp and pp volumes shrink with them, and dp's
  *        gradient reduction runs over dp x cp ranks.
+ *   ep   expert parallel's all-to-all (parallel.ep), per MoE block and
+ *        microbatch: the dispatch sends each routed row (sizes_moe_routed_rows:
+ *        top_k choices per row, the even load of a balanced router; dropless
+ *        routing sends more to a busy expert's rank in a real step) to its
+ *        expert's rank and the combine brings the outputs back, (ep - 1) / ep
+ *        of them leaving the rank; backward the same two of their gradients;
+ *        block recompute's forward runs the pair again. All in the
+ *        activations' type, as the tp collectives carry them (tp.h). Its peers on the rank's node go over the node's link,
+ *        the others over the inter-node one, at the same time.
+ *   edp  the routed experts' gradients (parallel.ep > 1): reduced as dp's are
+ *        (the mode's collectives), over the experts' data-parallel group of dp
+ *        x cp / ep ranks instead of dp x cp (dp's entry then carries the
+ *        rest); with tp > 1 under sequence parallelism the experts, whole on
+ *        every tp rank, computed different rows, so their gradients are summed
+ *        over tp too, once a step.
  * Activations and their gradients travel at the working precision (bf16 under
  * mixed precision: tp.h), the head's statistics and layernorm gradients fp32;
  * gradients at parallel.reduce_dtype (fp32 with train.grad_dtype fp32 unless it
  * says bf16). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/model/model.h"
@@ -46,7 +64,10 @@
 typedef struct {
     double params, grads;   /* bytes of the full tp-local stage: params, gradients as reduced */
     double frozen;          /* train.lora's frozen base: FSDP gathers it, nobody reduces it */
+    double exp_params, exp_grads; /* of which edp's (plan_edp_numel), with parallel.ep > 1 */
+    double exp_dense;       /* of those (sharded modes), the expert units' dense part, bytes as reduced */
     int units, blocks, has_emb, has_head;
+    int moe_blocks;         /* of the blocks, MoE ones (model.moe) */
 } stage_shape;
 
 static stage_shape shape_of(const plan_estimate *e, int p, int tp_rank)
@@ -63,9 +84,15 @@ static stage_shape shape_of(const plan_estimate *e, int p, int tp_rank)
             sh.params += n * (double)sizes_param_elem_bytes(s);
             sh.frozen += (double)sizes_unit_frozen_numel(s, u, tp_rank) * (double)sizes_param_elem_bytes(s);
             sh.grads += n * (double)sizes_reduce_elem_bytes(s); /* what the gradient collectives carry */
+            if (sizes_ep(s) > 1) {
+                double x = plan_edp_numel(e, u, tp_rank), routed = (double)sizes_unit_expert_numel(s, u, tp_rank);
+                sh.exp_params += x * (double)sizes_param_elem_bytes(s);
+                sh.exp_grads += x * (double)sizes_reduce_elem_bytes(s);
+                if (x > routed) sh.exp_dense += (x - routed) * (double)sizes_reduce_elem_bytes(s);
+            }
             sh.units++;
             if (u == 0) sh.has_emb = 1;
-            else if (u <= L) sh.blocks++;
+            else if (u <= L) sh.blocks++, sh.moe_blocks += job_moe_block(&e->job.model, u - 1);
             else sh.has_head = 1;
         }
     }
@@ -98,44 +125,63 @@ static void finish(const plan_estimate *e, plan_comm *c, int inter, double steps
     c->time = c->bytes / c->bandwidth + (double)c->calls * steps_per_call * lat;
 }
 
-static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
+/* The mode's collectives of `params` and `grads` bytes over a group of n
+ * ranks (dp's, or the experts' edp), op and volume into c (its link is the
+ * caller's). */
+/* frozen: train.lora's frozen base, which FSDP gathers and nobody reduces */
+static void shard_collectives(const plan_estimate *e, plan_comm *c, int n, double params, double frozen, double grads,
+                              long buckets, int units)
 {
     const job_parallel *par = &e->job.parallel;
     int m = par->microbatches;
+    double f = (double)(n - 1) / n;
+    switch (par->mode) {
+    case SHARD_NONE:
+        c->op = "all-reduce (grads)";
+        c->bytes = 2 * f * grads;
+        c->calls = buckets;
+        break;
+    case SHARD_ZERO1:
+        c->op = "reduce-scatter (grads) + all-gather (params)";
+        c->bytes = f * (grads + params);
+        c->calls = buckets + units;
+        break;
+    case SHARD_ZERO2:
+        c->op = "reduce-scatter (grads, every microbatch) + all-gather (params)";
+        c->bytes = f * (m * grads + params);
+        c->calls = (long)(m + 1) * units;
+        break;
+    default: /* fsdp, hsdp's shard group */
+        c->op = "all-gather (params, forward + backward) + reduce-scatter (grads), every microbatch";
+        c->bytes = m * f * (2 * (params + frozen) + grads);
+        c->calls = 3L * m * units;
+        break;
+    }
+}
+
+/* Latency-bound steps of one call of the mode's collectives over n ranks. */
+static double shard_steps(const plan_estimate *e, int n)
+{
+    return e->job.parallel.mode == SHARD_NONE ? 2.0 * (n - 1) : n - 1;
+}
+
+static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
+{
+    const job_parallel *par = &e->job.parallel;
     plan_comm *c = &st->comm[GROUP_DP];
     int n = sizes_shard_group(e->sizes, SHARD_OF_OPTIM);
     if (par->mode == SHARD_NONE) n = sizes_grad_dp(e->sizes);
     c->size = n;
     mesh_dim dpg = par->cp > 1 ? MESH_DP_CP : MESH_DP; /* cp folds into the gradient reduction */
+    /* the routed experts' part goes to edp (edp_volume) */
+    double params = sh->params - sh->exp_params, grads = sh->grads - sh->exp_grads;
     if (n > 1) {
-        double f = (double)(n - 1) / n;
         long buckets = sizes_bucket_count(e->sizes, (sizes_at){0, p, st->tp_rank});
-        switch (par->mode) {
-        case SHARD_NONE:
-            c->op = "all-reduce (grads)";
-            c->bytes = 2 * f * sh->grads;
-            c->calls = buckets;
-            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), dpg), 2.0 * (n - 1));
-            break;
-        case SHARD_ZERO1:
-            c->op = "reduce-scatter (grads) + all-gather (params)";
-            c->bytes = f * (sh->grads + sh->params);
-            c->calls = buckets + sh->units;
-            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), dpg), n - 1);
-            break;
-        case SHARD_ZERO2:
-            c->op = "reduce-scatter (grads, every microbatch) + all-gather (params)";
-            c->bytes = f * (m * sh->grads + sh->params);
-            c->calls = (long)(m + 1) * sh->units;
-            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), dpg), n - 1);
-            break;
-        default: /* fsdp, hsdp's shard group */
-            c->op = "all-gather (params, forward + backward) + reduce-scatter (grads), every microbatch";
-            c->bytes = m * f * (2 * (sh->params + sh->frozen) + sh->grads);
-            c->calls = 3L * m * sh->units;
+        shard_collectives(e, c, n, params, sh->frozen, grads, buckets, sh->units);
+        if (par->mode == SHARD_FSDP || par->mode == SHARD_HSDP)
             finish(e, c, crosses(e, rank_at_g(e, p, 0, 0), rank_at_g(e, p, n - 1, par->tp - 1)), n - 1);
-            break;
-        }
+        else
+            finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), dpg), shard_steps(e, n));
     }
     if (par->mode != SHARD_HSDP) return;
     plan_comm *r = &st->comm[GROUP_DP_REPLICA];
@@ -143,7 +189,7 @@ static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     r->size = R;
     if (R < 2) return;
     r->op = "all-reduce (grad shard)";
-    r->bytes = 2.0 * (R - 1) / R * sh->grads / n;
+    r->bytes = 2.0 * (R - 1) / R * grads / n;
     r->calls = sh->units;
     finish(e, r, crosses(e, rank_at_g(e, p, 0, 0), rank_at_g(e, p, (R - 1) * n, 0)), 2.0 * (R - 1));
 }
@@ -159,8 +205,10 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     double act = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * md->d_model *
                  (double)sizes_param_elem_bytes(e->sizes);
     double small = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * 4.0;
-    int per_block = 4 + (e->job.train.recompute == RECOMPUTE_BLOCK ? 2 : 0);
-    double big = (double)per_block * sh->blocks, tiny = 0, tiny_calls = 0;
+    /* an MoE block's MLP is whole on every tp rank (sizes.h): its
+     * attention's collectives only */
+    int rc_blk = e->job.train.recompute == RECOMPUTE_BLOCK, dense = sh->blocks - sh->moe_blocks;
+    double big = (4.0 + 2.0 * rc_blk) * dense + (2.0 + rc_blk) * sh->moe_blocks, tiny = 0, tiny_calls = 0;
     if (job_model_is_lm(md)) {
         big += sh->has_emb + sh->has_head; /* embedding forward, head's input gradient */
         if (sh->has_head) {
@@ -175,7 +223,8 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     int crosses_tp = plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_TP);
     if (par->sequence_parallel) {
         int gpt = job_model_is_lm(md), rc = e->job.train.recompute == RECOMPUTE_BLOCK;
-        double halves = (10.0 + (rc ? 3.0 : 0.0)) * sh->blocks + (gpt ? 2.0 : 1.0) * (sh->has_emb + sh->has_head);
+        double halves = (10.0 + (rc ? 3.0 : 0.0)) * dense + (5.0 + (rc ? 2.0 : 0.0)) * sh->moe_blocks +
+                        (gpt ? 2.0 : 1.0) * (sh->has_emb + sh->has_head);
         double ln_calls = sh->blocks + (gpt ? sh->has_head : 0);
         /* the layernorm gradients' sums stay fp32 (tp.h) */
         /* per block two layernorms' weight and bias (GPT, ViT) or two RMSNorms' weight (Llama) */
@@ -269,6 +318,125 @@ static void cp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_CP), 1.0);
 }
 
+/* Under tp with sequence parallelism the experts (whole on every tp rank)
+ * computed each rank's own rows: their gradients are summed over tp too. */
+static int experts_summed_over_tp(const plan_estimate *e)
+{
+    return e->job.parallel.tp > 1 && e->job.parallel.sequence_parallel;
+}
+
+double plan_edp_numel(const plan_estimate *e, int unit, int tp_rank)
+{
+    const sizes *s = e->sizes;
+    if (!sizes_expert_unit(s, unit)) return 0;
+    return e->job.parallel.mode == SHARD_NONE ? (double)sizes_unit_expert_numel(s, unit, tp_rank)
+                                              : (double)sizes_unit_numel(s, unit, tp_rank);
+}
+
+int plan_edp_group(const plan_estimate *e)
+{
+    int dense = e->job.parallel.mode == SHARD_NONE ? sizes_grad_dp(e->sizes)
+                                                   : sizes_shard_group(e->sizes, SHARD_OF_OPTIM);
+    return dense > 1 ? sizes_expert_dp(e->sizes) : 1;
+}
+
+static void edp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
+{
+    const job_parallel *par = &e->job.parallel;
+    plan_comm *c = &st->comm[GROUP_EDP];
+    int n = plan_edp_group(e), ep = sizes_ep(e->sizes);
+    c->size = n;
+    if (ep < 2 || sh->exp_grads <= 0) return;
+    int t = experts_summed_over_tp(e) ? par->tp : 1;
+    if (n > 1) {
+        /* one bucket per unit's experts at most: they are reduced unit by unit */
+        long buckets = par->mode == SHARD_NONE || par->mode == SHARD_ZERO1 ? sh->moe_blocks : 0;
+        shard_collectives(e, c, n, sh->exp_params, 0, sh->exp_grads, buckets, sh->moe_blocks);
+        finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_EDP), shard_steps(e, n));
+    }
+    if (sh->exp_dense > 0 && n > 1) {
+        /* sharded: the expert units' dense shard, repeated on the ep ranks,
+         * summed over ep once a step (strategy.h strat_ep_dense_sum) */
+        double bytes = 2.0 * (ep - 1) / ep * sh->exp_dense / n;
+        int off = plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_EP);
+        c->op = "the mode's collectives + all-reduce over ep (the expert units' dense gradient shard)";
+        c->bytes += bytes;
+        c->calls += sh->moe_blocks;
+        c->time += bytes / (off ? e->hw.inter_bw : e->hw.intra_bw) +
+                   sh->moe_blocks * 2.0 * (ep - 1) * (off ? e->hw.inter_latency : e->hw.intra_latency);
+    }
+    if (t > 1) {
+        c->op = n > 1 ? (par->mode == SHARD_NONE ? "all-reduce (grads) + all-reduce over tp (grads)"
+                                                 : "the mode's collectives + all-reduce over tp (grads)")
+                      : "all-reduce over tp (grads: the experts computed each tp rank's own rows)";
+        c->bytes += 2.0 * (t - 1) / t * sh->exp_grads;
+        c->calls += sh->moe_blocks;
+        c->time += plan_edp_tp_sum_time(e, sh->exp_grads, sh->moe_blocks);
+        if (n == 1) c->bandwidth = e->hw.intra_bw;
+        c->size = n * t;
+    }
+}
+
+double plan_edp_tp_sum_time(const plan_estimate *e, double exp_grads, int units)
+{
+    int t = experts_summed_over_tp(e) ? e->job.parallel.tp : 1;
+    if (t < 2 || exp_grads <= 0) return 0;
+    /* an all-reduce of the experts' gradients over tp, inside the node */
+    return 2.0 * (t - 1) / t * exp_grads / e->hw.intra_bw + units * 2.0 * (t - 1) * e->hw.intra_latency;
+}
+
+/* The all-to-all's peers of pp rank p's first ep group off its node. */
+static int ep_peers_off_node(const plan_estimate *e, int p)
+{
+    int *g = malloc((size_t)e->world * sizeof *g), off = 0;
+    if (!g) return 0;
+    int me = rank_at(e, p, 0, 0), n = mesh_group(&e->mesh, me, MESH_EP, g);
+    for (int i = 0; i < n; i++) off += crosses(e, me, g[i]);
+    free(g);
+    return off;
+}
+
+double plan_ep_a2a_bytes(const plan_estimate *e)
+{
+    int ep = sizes_ep(e->sizes);
+    const job_spec *j = &e->job;
+    const job_parallel *par = &j->parallel;
+    double rows = sizes_moe_routed_rows(&j->model, j->train.micro_batch, par->tp,
+                                        par->sequence_parallel && par->tp > 1, par->cp);
+    double elem = (double)sizes_param_elem_bytes(e->sizes);
+    return ep > 1 ? rows * j->model.d_model * elem * (ep - 1) / ep : 0;
+}
+
+/* Each peer gets 1 / (ep - 1) of what leaves: the node's over its link, the
+ * rest over the inter-node one, at once; then a message per peer. */
+double plan_ep_a2a_time(const plan_estimate *e, const plan_comm *c)
+{
+    int ep = sizes_ep(e->sizes), off = c->peers_off_node;
+    if (ep < 2) return 0;
+    double b = plan_ep_a2a_bytes(e), per = b / (ep - 1);
+    double t_in = per * (ep - 1 - off) / e->hw.intra_bw, t_out = off ? per * off / e->hw.inter_bw : 0;
+    return (t_in > t_out ? t_in : t_out) + (ep - 1) * (off ? e->hw.inter_latency : e->hw.intra_latency);
+}
+
+static void ep_volume(const plan_estimate *e, int p, const stage_shape *sh, plan_stage *st)
+{
+    const job_parallel *par = &e->job.parallel;
+    plan_comm *c = &st->comm[GROUP_EP];
+    int ep = sizes_ep(e->sizes);
+    c->size = ep;
+    if (ep < 2 || sh->moe_blocks == 0) return;
+    double pairs = e->job.train.recompute == RECOMPUTE_BLOCK ? 3 : 2; /* recompute dispatches again */
+    double per_block = 2 * pairs * plan_ep_a2a_bytes(e);
+    c->op = "all-to-all (routed tokens: dispatch + combine, forward and backward)";
+    c->peers_off_node = ep_peers_off_node(e, p);
+    c->inter_node = c->peers_off_node > 0;
+    c->bandwidth = c->inter_node ? e->hw.inter_bw : e->hw.intra_bw;
+    long per = (long)par->microbatches * sh->moe_blocks;
+    c->bytes = (double)per * per_block;
+    c->calls = per * (long)(2 * pairs);
+    c->time = (double)per * 2 * pairs * plan_ep_a2a_time(e, c);
+}
+
 void plan_comm_volume(plan_estimate *e)
 {
     for (int p = 0; p < e->n_stages; p++) {
@@ -280,5 +448,7 @@ void plan_comm_volume(plan_estimate *e)
         pp_volume(e, p, st);
         embed_volume(e, p, st->tp_rank, st);
         cp_volume(e, p, &sh, st);
+        ep_volume(e, p, &sh, st);
+        edp_volume(e, p, &sh, st);
     }
 }

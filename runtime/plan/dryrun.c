@@ -10,7 +10,7 @@
 
 const char *plan_group_name(plan_group g)
 {
-    static const char *const names[GROUP_COUNT] = {"dp", "dp-replica", "tp", "pp", "embed", "cp"};
+    static const char *const names[GROUP_COUNT] = {"dp", "dp-replica", "tp", "pp", "embed", "cp", "ep", "edp"};
     return g >= 0 && g < GROUP_COUNT ? names[g] : "?";
 }
 
@@ -56,11 +56,22 @@ static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *o
         fprintf(out, "model      vit%s%s: %d layers, d_model %d, %d heads, d_ff %d, image %d, patch %d, %d classes\n",
                 m->preset[0] ? " " : "", m->preset, m->n_layer, m->d_model, m->n_head, m->d_ff, m->image_size,
                 m->patch_size, m->n_classes);
+    char active[160] = "";
+    if (m->moe.experts > 0) {
+        const job_moe *x = &m->moe;
+        int moe = job_moe_layers(m);
+        char shared[48] = "";
+        if (x->shared_experts) snprintf(shared, sizeof shared, ", %d shared", x->shared_experts);
+        snprintf(active, sizeof active, ", %s active per token (%d experts of d_ff %d, top-%d%s, %s router; %d of %d "
+                                        "blocks MoE)",
+                 fmt_count(c, (double)sizes_model_active_numel(m)), x->experts, x->d_ff_expert, x->top_k, shared,
+                 job_router_name(x->router), moe, m->n_layer);
+    }
     if (held != distinct)
-        fprintf(out, "           %s parameters (%s held: the LM head keeps its own copy of the tied wte)\n",
-                fmt_count(a, (double)distinct), fmt_count(b, (double)held));
+        fprintf(out, "           %s parameters%s (%s held: the LM head keeps its own copy of the tied wte)\n",
+                fmt_count(a, (double)distinct), active, fmt_count(b, (double)held));
     else
-        fprintf(out, "           %s parameters\n", fmt_count(a, (double)distinct));
+        fprintf(out, "           %s parameters%s\n", fmt_count(a, (double)distinct), active);
     if (job_lora_on(m)) { /* train.lora: what trains, what stays */
         size_t frozen = sizes_model_frozen_numel(m);
         char t[160] = "";
@@ -76,8 +87,10 @@ static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *o
             !e->mixed                                    ? "fp32"
             : sizes_grad_elem_bytes(e->sizes) == 4 ? "bf16 mixed precision (fp32 master weights, fp32 gradients)"
                                                    : "bf16 mixed precision (fp32 master weights)");
-    char cp[48] = "";
+    char cp[96] = "";
     if (par->cp > 1) snprintf(cp, sizeof cp, " x cp %d (%s)", par->cp, job_cp_mode_name(par->cp_mode));
+    if (sizes_ep(e->sizes) > 1)
+        snprintf(cp + strlen(cp), sizeof cp - strlen(cp), " (ep %d folded into dp x cp)", sizes_ep(e->sizes));
     fprintf(out, "layout     dp %d x tp %d x pp %d%s = %d ranks on %d node%s x %d; mode %s; ", par->dp, par->tp, par->pp,
             cp, e->world, e->nnodes, e->nnodes == 1 ? "" : "s", e->ranks_per_node, job_shard_mode_name(par->mode));
     if (par->pp > 1) fprintf(out, "schedule %s", job_pp_schedule_name(par->pp_schedule));
@@ -111,10 +124,11 @@ static void print_mesh(const plan_estimate *e, FILE *out)
     if (e->world <= 16) {
         for (int r = 0; r < e->world; r++) {
             mesh_coord c = mesh_coords(m, r);
-            char cpc[16] = "";
+            char cpc[16] = "", epc[32] = "";
             if (cp) snprintf(cpc, sizeof cpc, "cp %-3d ", c.cp);
-            fprintf(out, "  rank %-3d node %-3d local %-3d  dp %-3d %spp %-3d tp %d\n", r, plan_node_of(e, r),
-                    r % e->ranks_per_node, c.dp, cpc, c.pp, c.tp);
+            if (m->ep > 1) snprintf(epc, sizeof epc, "  ep %-3d edp %d", c.ep, c.edp);
+            fprintf(out, "  rank %-3d node %-3d local %-3d  dp %-3d %spp %-3d tp %d%s\n", r, plan_node_of(e, r),
+                    r % e->ranks_per_node, c.dp, cpc, c.pp, c.tp, epc);
         }
         return;
     }
@@ -187,12 +201,67 @@ static void print_memory(const plan_estimate *e, FILE *out)
             fmt_bytes(v, e->stage[0].device - e->max_total));
 }
 
+/* model.moe: where the experts live, what a micro-batch routes through them
+ * and what expert parallelism sends. */
+static void print_moe(const plan_estimate *e, FILE *out)
+{
+    const job_model *m = &e->job.model;
+    const job_parallel *par = &e->job.parallel;
+    if (m->moe.experts < 1) return;
+    const job_moe *x = &m->moe;
+    int ep = sizes_ep(e->sizes), unit = 1;
+    while (!job_moe_block(m, unit - 1)) unit++;
+    char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN];
+    /* the ep strategy's rules (strategy.h): DDP's buckets reduce the experts
+     * over their group, a sharded mode shards the whole expert unit there */
+    static const char *const sharded[] = {
+        [SHARD_NONE] = "the experts' gradients reduced over it",
+        [SHARD_ZERO1] = "each MoE block's optimizer state sharded over it",
+        [SHARD_ZERO2] = "each MoE block's gradients and optimizer state sharded over it",
+        [SHARD_FSDP] = "each MoE block's parameters, gradients and optimizer state sharded over it",
+        [SHARD_HSDP] = "hsdp"};
+    fprintf(out, "\nexperts: %d per MoE block on each rank (%d / ep %d), %s of the block's %s parameters there; "
+                 "their data-parallel group dp x cp / ep = %d (%s)\n",
+            x->experts / ep, x->experts, ep, fmt_count(a, (double)sizes_unit_expert_numel(e->sizes, unit, 0)),
+            fmt_count(b, (double)sizes_unit_numel(e->sizes, unit, 0)), sizes_expert_dp(e->sizes), sharded[par->mode]);
+    int sp = par->sequence_parallel && par->tp > 1;
+    double rows = sizes_moe_routed_rows(m, e->job.train.micro_batch, par->tp, sp, par->cp);
+    double tokens = rows / x->top_k / (x->capacity_factor > 0 && x->capacity_factor < 1 ? x->capacity_factor : 1);
+    fprintf(out, "  routed per micro-batch and MoE block: %.0f token rows x top-%d = %.0f rows to the experts on "
+                 "each rank%s with the even load of a balanced router (the step time counts these); ",
+            tokens, x->top_k, rows, par->tp > 1 ? (sp ? " (its tp rank's own rows)" : " (every tp rank all rows)") : "");
+    if (x->capacity_factor > 0)
+        fprintf(out, "capacity_factor %g: at most %d rows per expert and sample\n", x->capacity_factor,
+                job_moe_capacity(x, model_seq_len(m)));
+    else
+        fprintf(out, "dropless%s\n",
+                ep > 1 ? ", so the experts' buffers hold the most that can arrive (the memory above counts these)" : "");
+    if (ep > 1) {
+        size_t tok, exp;
+        sizes_ep_stage(e->sizes, &tok, &exp);
+        int El = x->experts / ep;
+        fprintf(out, "  the experts' rows a micro-batch may bring to a rank: %.0f token rows x min(top-%d, %d experts "
+                     "there) x ep %d = %zu (%.1f x the even load)\n",
+                tokens, x->top_k, El, ep, exp, rows > 0 ? exp / rows : 0.0);
+    }
+    if (ep > 1) {
+        const plan_comm *ec = &e->stage[0].comm[GROUP_EP];
+        fprintf(out, "  all-to-all per MoE block and micro-batch: %s leaves each rank per dispatch, combine and their "
+                     "gradients (%s each), %d of %d peers off the node: %s forward, %s backward\n",
+                fmt_bytes(a, plan_ep_a2a_bytes(e)), fmt_seconds(b, plan_ep_a2a_time(e, ec)), ec->peers_off_node,
+                ep - 1, fmt_seconds(c, 2 * plan_ep_a2a_time(e, ec)),
+                fmt_seconds((char[FMT_LEN]){0},
+                            (e->job.train.recompute == RECOMPUTE_BLOCK ? 4 : 2) * plan_ep_a2a_time(e, ec)));
+    }
+}
+
 static void print_compute_comm(const plan_estimate *e, FILE *out)
 {
     char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN];
-    fprintf(out, "\ncompute per step: %s FLOPs model (%s + attention), %s executed%s\n", fmt_count(a, e->model_flops),
+    fprintf(out, "\ncompute per step: %s FLOPs model (%s + attention%s), %s executed%s\n", fmt_count(a, e->model_flops),
             /* train.lora: the frozen base computes no weight gradient */
             job_lora_on(&e->job.model) ? "4N of the frozen base + the adapters" : "6N",
+            e->job.model.moe.experts > 0 ? "; N the active parameters" : "",
             fmt_count(b, e->exec_flops),
             !job_model_is_lm(&e->job.model) ? (e->job.train.recompute != RECOMPUTE_NONE ? " (recompute counted)" : "")
             : e->job.train.recompute != RECOMPUTE_NONE ? " (recompute and the LM head's logits again in backward)"
@@ -260,6 +329,7 @@ static void print_text(const plan_estimate *e, const plan_machine *pm, FILE *out
     print_header(e, pm, out);
     print_mesh(e, out);
     print_memory(e, out);
+    print_moe(e, out);
     print_compute_comm(e, out);
     print_step(e, out);
     plan_print_warnings(e, out);

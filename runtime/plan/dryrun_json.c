@@ -12,6 +12,42 @@
 #include "runtime/model/model.h"
 #include "runtime/plan/dryrun_report.h"
 
+/* model.moe and where its experts are: per MoE block on each rank, what a
+ * micro-batch routes through them, what expert parallelism sends. */
+static cJSON *moe_json(const plan_estimate *e)
+{
+    const job_model *m = &e->job.model;
+    const job_moe *x = &m->moe;
+    const job_parallel *par = &e->job.parallel;
+    cJSON *o = cJSON_CreateObject();
+    int unit = 1, ep = sizes_ep(e->sizes);
+    while (!job_moe_block(m, unit - 1)) unit++;
+    cJSON_AddNumberToObject(o, "experts", x->experts);
+    cJSON_AddNumberToObject(o, "top_k", x->top_k);
+    cJSON_AddNumberToObject(o, "d_ff_expert", x->d_ff_expert);
+    cJSON_AddNumberToObject(o, "shared_experts", x->shared_experts);
+    cJSON_AddNumberToObject(o, "moe_blocks", job_moe_layers(m));
+    cJSON_AddStringToObject(o, "router", job_router_name(x->router));
+    cJSON_AddNumberToObject(o, "capacity_factor", x->capacity_factor); /* 0: dropless */
+    cJSON_AddNumberToObject(o, "ep", ep);
+    cJSON_AddNumberToObject(o, "expert_dp", sizes_expert_dp(e->sizes));
+    cJSON_AddNumberToObject(o, "experts_per_rank", x->experts / ep);
+    cJSON_AddNumberToObject(o, "expert_parameters_per_block_per_rank", (double)sizes_unit_expert_numel(e->sizes, unit, 0));
+    cJSON_AddNumberToObject(o, "routed_rows_per_microbatch",
+                            sizes_moe_routed_rows(m, e->job.train.micro_batch, par->tp,
+                                                  par->sequence_parallel && par->tp > 1, par->cp));
+    if (ep > 1) {
+        size_t tok, exp;
+        sizes_ep_stage(e->sizes, &tok, &exp); /* dropless: the most that can arrive, what the memory counts */
+        cJSON_AddNumberToObject(o, "expert_rows_allocated_per_microbatch", (double)exp);
+        const plan_comm *c = &e->stage[0].comm[GROUP_EP];
+        cJSON_AddNumberToObject(o, "all_to_all_bytes", plan_ep_a2a_bytes(e)); /* one, leaving a rank */
+        cJSON_AddNumberToObject(o, "all_to_all_s", plan_ep_a2a_time(e, c));
+        cJSON_AddNumberToObject(o, "peers_off_node", c->peers_off_node);
+    }
+    return o;
+}
+
 static cJSON *model_json(const plan_estimate *e)
 {
     const job_model *m = &e->job.model;
@@ -33,12 +69,15 @@ static cJSON *model_json(const plan_estimate *e)
     }
     cJSON_AddNumberToObject(o, "parameters", (double)distinct);
     cJSON_AddNumberToObject(o, "parameters_held", (double)held);
+    /* model.moe: a token's top_k experts; the FLOPs below count these */
+    cJSON_AddNumberToObject(o, "parameters_active", (double)sizes_model_active_numel(m));
     if (job_lora_on(m)) { /* train.lora: the frozen base and the adapters that train */
         size_t frozen = sizes_model_frozen_numel(m);
         cJSON_AddNumberToObject(o, "parameters_trainable", (double)(held - frozen));
         cJSON_AddNumberToObject(o, "parameters_frozen", (double)frozen);
     }
     cJSON_AddNumberToObject(o, "flops_per_sample", model_flops_per_sample(m, RECOMPUTE_NONE));
+    if (m->moe.experts > 0) cJSON_AddItemToObject(o, "moe", moe_json(e));
     return o;
 }
 
@@ -88,6 +127,8 @@ static cJSON *layout_json(const plan_estimate *e)
     cJSON_AddNumberToObject(o, "dp", par->dp);
     cJSON_AddNumberToObject(o, "tp", par->tp);
     cJSON_AddNumberToObject(o, "pp", par->pp);
+    cJSON_AddNumberToObject(o, "cp", par->cp);
+    cJSON_AddNumberToObject(o, "ep", sizes_ep(e->sizes));
     cJSON_AddNumberToObject(o, "world", e->world);
     cJSON_AddNumberToObject(o, "nnodes", e->nnodes);
     cJSON_AddNumberToObject(o, "ranks_per_node", e->ranks_per_node);
@@ -116,6 +157,11 @@ static cJSON *mesh_json(const plan_estimate *e)
         cJSON_AddNumberToObject(o, "dp", c.dp);
         cJSON_AddNumberToObject(o, "pp", c.pp);
         cJSON_AddNumberToObject(o, "tp", c.tp);
+        if (e->mesh.cp > 1) cJSON_AddNumberToObject(o, "cp", c.cp);
+        if (e->mesh.ep > 1) {
+            cJSON_AddNumberToObject(o, "ep", c.ep);
+            cJSON_AddNumberToObject(o, "edp", c.edp);
+        }
         cJSON_AddItemToArray(a, o);
     }
     return a;
@@ -173,6 +219,7 @@ static cJSON *stage_json(const plan_estimate *e, int p)
         cJSON_AddStringToObject(x, "link", c->inter_node ? "inter-node" : "intra-node");
         cJSON_AddNumberToObject(x, "bandwidth", c->bandwidth);
         cJSON_AddNumberToObject(x, "time_s", c->time);
+        if (g == GROUP_EP) cJSON_AddNumberToObject(x, "peers_off_node", c->peers_off_node);
         if (g == GROUP_PP) cJSON_AddStringToObject(x, "exposed", "in the pipeline bubble");
         else cJSON_AddNumberToObject(x, "exposed_s", c->exposed);
         cJSON_AddItemToArray(groups, x);

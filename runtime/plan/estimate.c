@@ -34,6 +34,13 @@ int plan_group_crosses(const plan_estimate *e, int rank, mesh_dim dim)
     case MESH_DP_TP: lo.dp = 0, lo.tp = 0, hi.dp = m->dp - 1, hi.tp = m->tp - 1; break;
     case MESH_CP: lo.cp = 0, hi.cp = m->cp - 1; break;
     case MESH_DP_CP: lo.dp = 0, lo.cp = 0, hi.dp = m->dp - 1, hi.cp = m->cp - 1; break;
+    case MESH_EP: case MESH_EDP: { /* folded into dp x cp: their first and last members */
+        int *g = malloc((size_t)m->world * sizeof *g);
+        if (!g) return 0;
+        int n = mesh_group(m, rank, dim, g), crosses = plan_node_of(e, g[0]) != plan_node_of(e, g[n - 1]);
+        free(g);
+        return crosses;
+    }
     }
     return plan_node_of(e, mesh_rank(m, lo)) != plan_node_of(e, mesh_rank(m, hi));
 }

@@ -33,6 +33,8 @@ typedef enum {
     GROUP_PP,
     GROUP_EMBED,
     GROUP_CP,      /* context parallel's ring (parallel.cp) */
+    GROUP_EP,      /* expert parallel's all-to-all (parallel.ep): the routed tokens */
+    GROUP_EDP,     /* the experts' data-parallel group: their gradients (parallel.ep) */
     GROUP_COUNT
 } plan_group;
 
@@ -45,6 +47,7 @@ typedef struct {
     double bandwidth; /* bytes/s of that link, per rank */
     double time;      /* seconds on the link per step */
     double exposed;   /* of which not hidden behind compute */
+    int peers_off_node; /* GROUP_EP: of its ep - 1 peers, those on other nodes */
 } plan_comm;
 
 typedef struct {
@@ -133,6 +136,26 @@ void plan_comm_volume(plan_estimate *e);
  * gradient (fp32) (comm_volume.c). */
 double plan_cp_kv_bytes(const plan_estimate *e);
 double plan_cp_dkv_bytes(const plan_estimate *e);
+/* Expert parallelism: the bytes of one all-to-all of an MoE block's routed
+ * rows per micro-batch that leave this rank ((ep - 1) / ep of them:
+ * sizes_moe_routed_rows x d_model, in the activations' type, forward and
+ * backward alike, as tp's collectives carry them), and the seconds one
+ * takes on the links of c (GROUP_EP's: its peers on and off the node)
+ * (comm_volume.c). */
+double plan_ep_a2a_bytes(const plan_estimate *e);
+double plan_ep_a2a_time(const plan_estimate *e, const plan_comm *c);
+/* Expert parallelism's data-parallel side (the ep strategy's rules,
+ * strategy.h): the elements of `unit` on tp rank tp_rank that go over the
+ * experts' data-parallel group instead of dp's: with DDP (its buckets keep
+ * them apart) the routed experts alone, with a sharded mode the whole expert
+ * unit, whose dense part's shard is then summed over ep; 0 for other units
+ * and with ep 1. And the size of that group (1 when nothing is reduced). */
+double plan_edp_numel(const plan_estimate *e, int unit, int tp_rank);
+int plan_edp_group(const plan_estimate *e);
+/* With tp > 1 under sequence parallelism: the seconds of summing the routed
+ * experts' gradients (exp_grads bytes of `units` MoE blocks) over tp once a
+ * step (edp's entry includes them). */
+double plan_edp_tp_sum_time(const plan_estimate *e, double exp_grads, int units);
 /* Chunk costs, the pipeline simulation (or with simulate = 0 its lower bound),
  * exposure, step time, MFU. */
 int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen);

@@ -8,7 +8,9 @@
  * recompute none, selective (only with naive attention and no cp: elsewhere it keeps
  * what none keeps) and block, and with tp > 1 sequence parallelism off and on,
  * and for a GPT in fp32 context parallelism cp (a divisor of the ranks left after tp
- * and pp, with seq_len divisible by 2 cp; dp = the rest); a layout
+ * and pp, with seq_len divisible by 2 cp; dp = the rest); for a mixture of
+ * experts (model.moe) expert parallelism ep, every divisor of the experts
+ * that divides dp x cp (folded into them: parallel.ep); a layout
  * that does not fit is tried again with the optimizer offloaded to host memory
  * (train.offload: optimizer, when the hardware profile says how fast the host
  * is), an FSDP / HSDP one that still does not fit with the parameter shards
@@ -50,6 +52,7 @@
 typedef struct {
     int dp, tp, pp, micro_batch, microbatches, v;
     int cp;          /* context parallelism (parallel.cp), 1 without */
+    int ep;          /* expert parallelism (parallel.ep), 1 without */
     int sp;          /* sequence parallelism (tp > 1 only) */
     shard_mode mode;
     pp_schedule_kind schedule;
@@ -125,7 +128,7 @@ static job_spec candidate_job(const job_spec *base, const candidate *c)
 {
     job_spec job = *base;
     job_parallel *par = &job.parallel;
-    par->dp = c->dp, par->tp = c->tp, par->pp = c->pp, par->cp = c->cp;
+    par->dp = c->dp, par->tp = c->tp, par->pp = c->pp, par->cp = c->cp, par->ep = c->ep;
     par->mode = c->mode;
     par->pp_schedule = c->schedule;
     par->virtual_stages = c->v;
@@ -275,7 +278,11 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                             if (mode == SHARD_HSDP && (shard_in_node == 1 || shard_in_node == dp)) continue;
                             /* sequence parallelism where the tokens of a sample split over tp */
                             int max_sp = tp > 1 && model_seq_len(&job->model) / cp % tp == 0;
-                            for (int sp = 0; sp <= max_sp; sp++) {
+                            for (int sp = 0; sp <= max_sp; sp++)
+                            for (int ep = 1; ep <= dp * cp; ep++) {
+                                /* expert parallelism: a divisor of the experts and of dp x cp */
+                                int E = job->model.moe.experts;
+                                if (ep > 1 && (E < 1 || E % ep || (dp * cp) % ep)) continue;
                                 /* zb-h1 only where its B / W split runs (the job checks' rule) */
                                 job_parallel zp = {.dp = dp, .tp = tp, .pp = pp, .mode = (shard_mode)mode,
                                                    .sequence_parallel = sp};
@@ -293,6 +300,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                                 c.v = sched == PP_INTERLEAVED ? 2 : 1;
                                 c.recompute = (recompute_kind)rc;
                                 c.sp = sp;
+                                c.ep = ep;
                                 if (push(all, &c)) return -1;
                             }
                         }
@@ -311,7 +319,7 @@ static int schedule_order(const void *a, const void *b)
     const candidate *x = a, *y = b;
     int k[][2] = {{x->pp, y->pp}, {(int)x->schedule, (int)y->schedule}, {x->microbatches, y->microbatches},
                   {(int)x->recompute, (int)y->recompute}, {x->tp, y->tp}, {x->micro_batch, y->micro_batch},
-                  {(int)x->mode, (int)y->mode}, {x->sp, y->sp}, {x->cp, y->cp}};
+                  {(int)x->mode, (int)y->mode}, {x->sp, y->sp}, {x->cp, y->cp}, {x->ep, y->ep}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i][0] != k[i][1]) return k[i][0] < k[i][1] ? -1 : 1;
     return 0;
@@ -434,8 +442,9 @@ typedef struct {
 static void describe_layout(const job_spec *job, char *out, size_t n)
 {
     const job_parallel *par = &job->parallel;
-    char cp[24] = "", sched[96] = "";
+    char cp[48] = "", sched[96] = "";
     if (par->cp > 1) snprintf(cp, sizeof cp, " x cp %d", par->cp);
+    if (par->ep > 1) snprintf(cp + strlen(cp), sizeof cp - strlen(cp), " (ep %d)", par->ep);
     if (par->pp > 1)
         snprintf(sched, sizeof sched, ", pp_schedule %s, virtual_stages %d, microbatches %d",
                  pp_schedule_kind_name(par->pp_schedule), par->virtual_stages, par->microbatches);
@@ -493,15 +502,17 @@ static void offload_text(int offload, char *out, size_t n)
  * train.micro_batch, parallel.microbatches, parallel.pp_schedule,
  * parallel.virtual_stages, train.recompute, train.offload), so a row reads as
  * the job it proposes; each column as wide as its widest cell. */
-enum { COLS = 17, CELL = 48 };
+enum { COLS = 18, CELL = 48 };
+enum { COL_EP = 5 }; /* parallel.ep: a column for a mixture of experts only */
 
 /* the cells, then `why` (longer than a cell) */
-static void print_row(FILE *out, char cells[COLS][CELL], const int *width, const char *why)
+static void print_row(FILE *out, char cells[COLS][CELL], const int *width, int moe, const char *why)
 {
     /* words left-aligned, numbers right-aligned */
-    static const int left[COLS] = {0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0};
+    static const int left[COLS] = {0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 0, 0, 0};
     fprintf(out, " ");
-    for (int k = 0; k < COLS; k++) fprintf(out, " %*s", left[k] ? -width[k] : width[k], cells[k]);
+    for (int k = 0; k < COLS; k++)
+        if (k != COL_EP || moe) fprintf(out, " %*s", left[k] ? -width[k] : width[k], cells[k]);
     fprintf(out, "  %s\n", why);
 }
 
@@ -552,11 +563,12 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
     int rows = top < cs->n ? top : cs->n, width[COLS] = {0};
     char (*cell)[COLS][CELL] = calloc((size_t)rows + 1, sizeof *cell);
     if (!cell) return;
-    static const char *const head[COLS] = {"#", "dp", "tp", "pp", "cp", "sequence_parallel", "mode", "micro_batch",
-                                           "microbatches", "pp_schedule", "virtual_stages", "recompute", "offload",
-                                           "step", "tokens/s", "MFU", "memory/rank"};
+    static const char *const head[COLS] = {"#", "dp", "tp", "pp", "cp", "ep", "sequence_parallel", "mode",
+                                           "micro_batch", "microbatches", "pp_schedule", "virtual_stages", "recompute",
+                                           "offload", "step", "tokens/s", "MFU", "memory/rank"};
+    int moe = m->moe.experts > 0;
     for (int k = 0; k < COLS; k++) snprintf(cell[0][k], CELL, "%s", head[k]);
-    if (!job_model_is_lm(m)) snprintf(cell[0][14], CELL, "images/s");
+    if (!job_model_is_lm(m)) snprintf(cell[0][15], CELL, "images/s");
     for (int i = 0; i < rows; i++) {
         const candidate *c = &cs->c[i];
         char (*r)[CELL] = cell[i + 1];
@@ -565,24 +577,25 @@ static void print_text(const candidates *cs, int top, const job_spec *job, const
         snprintf(r[2], CELL, "%d", c->tp);
         snprintf(r[3], CELL, "%d", c->pp);
         snprintf(r[4], CELL, "%d", c->cp);
-        snprintf(r[5], CELL, "%s", c->sp ? "yes" : "no");
-        snprintf(r[6], CELL, "%s", job_shard_mode_name(c->mode));
-        snprintf(r[7], CELL, "%d", c->micro_batch);
-        snprintf(r[8], CELL, "%d", c->microbatches);
-        snprintf(r[9], CELL, "%s", c->pp == 1 ? "none" : pp_schedule_kind_name(c->schedule));
-        snprintf(r[10], CELL, "%d", c->v);
-        snprintf(r[11], CELL, "%s", job_recompute_name(c->recompute));
-        offload_text(c->offload, r[12], CELL);
-        fmt_seconds(r[13], c->step);
-        fmt_count(r[14], job_model_is_lm(m) ? c->tokens_per_s : c->samples_per_s);
-        snprintf(r[15], CELL, "%.1f%%", 100 * c->mfu);
-        fmt_bytes(r[16], c->max_total);
+        snprintf(r[COL_EP], CELL, "%d", c->ep);
+        snprintf(r[6], CELL, "%s", c->sp ? "yes" : "no");
+        snprintf(r[7], CELL, "%s", job_shard_mode_name(c->mode));
+        snprintf(r[8], CELL, "%d", c->micro_batch);
+        snprintf(r[9], CELL, "%d", c->microbatches);
+        snprintf(r[10], CELL, "%s", c->pp == 1 ? "none" : pp_schedule_kind_name(c->schedule));
+        snprintf(r[11], CELL, "%d", c->v);
+        snprintf(r[12], CELL, "%s", job_recompute_name(c->recompute));
+        offload_text(c->offload, r[13], CELL);
+        fmt_seconds(r[14], c->step);
+        fmt_count(r[15], job_model_is_lm(m) ? c->tokens_per_s : c->samples_per_s);
+        snprintf(r[16], CELL, "%.1f%%", 100 * c->mfu);
+        fmt_bytes(r[17], c->max_total);
     }
     for (int i = 0; i <= rows; i++)
         for (int k = 0; k < COLS; k++)
             if ((int)strlen(cell[i][k]) > width[k]) width[k] = (int)strlen(cell[i][k]);
-    print_row(out, cell[0], width, "why");
-    for (int i = 0; i < rows; i++) print_row(out, cell[i + 1], width, cs->c[i].reason);
+    print_row(out, cell[0], width, moe, "why");
+    for (int i = 0; i < rows; i++) print_row(out, cell[i + 1], width, moe, cs->c[i].reason);
     free(cell);
     print_own(cs, ow, job, out);
 }
@@ -619,6 +632,7 @@ static int print_json(const candidates *cs, int top, const plan_machine *pm, dou
         cJSON_AddNumberToObject(o, "tp", c->tp);
         cJSON_AddBoolToObject(o, "sequence_parallel", c->sp);
         cJSON_AddNumberToObject(o, "cp", c->cp);
+        cJSON_AddNumberToObject(o, "ep", c->ep);
         cJSON_AddNumberToObject(o, "pp", c->pp);
         cJSON_AddStringToObject(o, "mode", job_shard_mode_name(c->mode));
         cJSON_AddNumberToObject(o, "micro_batch", c->micro_batch);

@@ -80,10 +80,13 @@ typedef struct {
     double fwd_flop, bwd_flop; /* s: compute alone (GEMMs + memory-bound ops) */
     double fwd_count, bwd_count; /* FLOPs executed (this tp rank) */
     double tp, shard;          /* of which tp all-reduces, exposed FSDP / ZeRO-2 traffic */
+    double shard_edp;          /* of shard, the experts' data-parallel group's share */
     double cp;                 /* exposed context-parallel ring traffic */
+    double ep;                 /* expert parallelism's all-to-alls (all exposed) */
     double params, grads;      /* bytes of the tp-local chunk */
     double frozen;             /* train.lora's frozen base: FSDP gathers it, nobody reduces it */
-    int units;
+    double exp_params, exp_grads; /* of which edp's (plan_edp_numel, parallel.ep > 1) */
+    int units, moe_units;
 } chunk_cost;
 
 /* Per rank: a GPU has its own; the CPU backend's ranks share the host. */
@@ -163,6 +166,17 @@ static void work_time(const plan_estimate *e, const sizes_unit_work *w, double *
     *bwd += w->bwd_bytes / bw;
 }
 
+/* FSDP / ZeRO-2 traffic of `units` units of params and grads bytes over a
+ * shard group of n: their all-gathers and reduce-scatters, one per unit. */
+static void shard_times(const plan_estimate *e, const plan_comm *c, int n, double params, double grads, int units,
+                        double *ag, double *rs)
+{
+    if (n < 2 || units < 1 || (params <= 0 && grads <= 0)) return;
+    double f = (double)(n - 1) / n, lat = link_latency(e, c);
+    *ag += units * ring_time(f * params / units, c->bandwidth, lat, n - 1);
+    *rs += units * ring_time(f * grads / units, c->bandwidth, lat, n - 1);
+}
+
 static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
 {
     chunk_cost k;
@@ -174,33 +188,54 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     int p = pp_chunk_rank(c, par->pp), L = md->n_layer;
     const plan_stage *st = &e->stage[p];
     double B = job->train.micro_batch;
-    int blocks = 0, emb = 0, head = 0;
+    int blocks = 0, moe = 0, emb = 0, head = 0, ep = sizes_ep(e->sizes);
     int sp = par->sequence_parallel && par->tp > 1;
     double elem = (double)sizes_param_elem_bytes(e->sizes);
-    double col_gemm[2] = {0, 0}; /* a block's qkv and fc GEMM, one pass (what a column backward hides behind) */
-    double row_gemm[2] = {0, 0}; /* its proj and mproj GEMM, one pass (what a row forward's pieces hide behind) */
+    /* a block's qkv and fc GEMM, one pass (what a column backward hides behind),
+     * and its proj and mproj GEMM (what a row forward's pieces hide behind):
+     * [0] of a dense block, [1] of an MoE block (its attention's only: its MLP
+     * is no tp layer) */
+    double col_gemm[2][2] = {{0, 0}, {0, 0}}, row_gemm[2][2] = {{0, 0}, {0, 0}};
     for (int u = first[c]; u < first[c + 1]; u++) {
         sizes_unit_work w;
-        sizes_unit_work_cp(md, u, job->train.recompute, (int)B, par->tp, sp, par->cp, elem, &w);
+        sizes_unit_work_ep(md, u, job->train.recompute, (int)B, par->tp, sp, par->cp, ep, elem, &w);
         work_time(e, &w, &k.fwd_flop, &k.bwd_flop, &k.fwd_count, &k.bwd_count, &k.bwd_w);
+        int is_moe = u >= 1 && u <= L && job_moe_block(md, u - 1);
         if (u >= 1 && u <= L && w.n_gemm >= 3) /* sizes.c's block order: qkv, proj, fc, mproj, core */
-            for (int i = 0; i < 2; i++) {
-                col_gemm[i] = w.gemm[2 * i].fwd_flops / (e->peak * hw_gemm_efficiency(&e->hw, w.gemm[2 * i].dim));
-                row_gemm[i] = w.gemm[2 * i + 1].fwd_flops /
-                              (e->peak * hw_gemm_efficiency(&e->hw, w.gemm[2 * i + 1].dim));
+            for (int i = 0; i < (is_moe ? 1 : 2); i++) {
+                col_gemm[is_moe][i] = w.gemm[2 * i].fwd_flops /
+                                      (e->peak * hw_gemm_efficiency(&e->hw, w.gemm[2 * i].dim));
+                row_gemm[is_moe][i] = w.gemm[2 * i + 1].fwd_flops /
+                                      (e->peak * hw_gemm_efficiency(&e->hw, w.gemm[2 * i + 1].dim));
             }
         double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
         k.frozen += (double)sizes_unit_frozen_numel(e->sizes, u, st->tp_rank) * (double)sizes_param_elem_bytes(e->sizes);
         k.grads += n * (double)sizes_reduce_elem_bytes(e->sizes);
+        if (ep > 1) {
+            double x = plan_edp_numel(e, u, st->tp_rank);
+            k.exp_params += x * (double)sizes_param_elem_bytes(e->sizes);
+            k.exp_grads += x * (double)sizes_reduce_elem_bytes(e->sizes);
+        }
         k.units++;
+        k.moe_units += is_moe;
         if (u == 0) emb = 1;
-        else if (u <= L) blocks++;
+        else if (u <= L) blocks++, moe += is_moe;
         else head = 1;
     }
+    int dense = blocks - moe, rc_blk = job->train.recompute == RECOMPUTE_BLOCK;
+    if (ep > 1 && moe > 0) {
+        /* the dispatch and combine wait for their all-to-alls: forward one
+         * pair, backward their gradients' pair (and recompute's forward pair) */
+        double a2a = plan_ep_a2a_time(e, &st->comm[GROUP_EP]);
+        double f = 2.0 * a2a, b = (rc_blk ? 4.0 : 2.0) * a2a;
+        k.fwd += moe * f;
+        k.bwd += moe * b;
+        k.ep = moe * (f + b);
+    }
     int cp = par->cp;
-    k.fwd = k.fwd_flop;
-    k.bwd = k.bwd_flop;
+    k.fwd += k.fwd_flop;
+    k.bwd += k.bwd_flop;
     if (cp > 1 && blocks > 0) {
         const plan_comm *cc = &st->comm[GROUP_CP];
         double kv = ring_time(plan_cp_kv_bytes(e), cc->bandwidth, link_latency(e, cc), 1);
@@ -220,8 +255,9 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
         double tokens = B * model_seq_len(md) / par->cp; /* this rank's */
         double act = tokens * md->d_model * (double)sizes_param_elem_bytes(e->sizes);
         double small = tokens * 4.0, f = 2.0 * (t - 1) / t, lat = link_latency(e, tc);
-        double big_f = 2.0 * blocks + (gpt ? emb : 0);
-        double big_b = (2.0 + (job->train.recompute == RECOMPUTE_BLOCK ? 2.0 : 0.0)) * blocks + (gpt ? head : 0);
+        /* an MoE block: its attention's half (sizes.h: the MLP is whole on each tp rank) */
+        double big_f = 2.0 * dense + moe + (gpt ? emb : 0);
+        double big_b = (2.0 + 2.0 * rc_blk) * dense + (1.0 + rc_blk) * moe + (gpt ? head : 0);
         double tiny_f = gpt ? 3.0 * head : 0;
         double tf = big_f * ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1)) +
                     tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
@@ -230,9 +266,8 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
             /* all-gathers and reduce-scatters instead, half an all-reduce each (what
              * comm_volume.c counts), and the blocks' and GPT head's small all-reduces
              * of layernorm gradients (4 x C floats at most) in backward */
-            double half_f = 4.0 * blocks + head + (gpt ? emb : 0);
-            double half_b = (6.0 + (job->train.recompute == RECOMPUTE_BLOCK ? 3.0 : 0.0)) * blocks + emb +
-                            (gpt ? head : 0);
+            double half_f = 4.0 * dense + 2.0 * moe + head + (gpt ? emb : 0);
+            double half_b = (6.0 + 3.0 * rc_blk) * dense + (3.0 + 2.0 * rc_blk) * moe + emb + (gpt ? head : 0);
             double ln_b = blocks + (gpt ? head : 0), ln_bytes = (md->kind == MODEL_LLAMA ? 2.0 : 4.0) * md->d_model * 4.0;
             tf = half_f * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +
                  tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
@@ -240,27 +275,31 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
                  ln_b * ring_time(f * ln_bytes, tc->bandwidth, lat, 2 * (t - 1));
         }
         /* the column layers' backward collectives, overlapped (tp.c) */
-        double hidden = 0;
+        double hidden[2] = {0, 0}; /* per dense block, per MoE block */
         if (par->tp_overlap && par->pp_schedule != PP_ZB_H1) {
             double whole = ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1));
             double half = ring_time(f / 2 * act, tc->bandwidth, lat, t - 1);
-            for (int i = 0; i < 2; i++)
-                hidden += sp ? fmin(half, col_gemm[i]) + fmin(half, col_gemm[i]) : fmin(whole, col_gemm[i]);
+            for (int x = 0; x < 2; x++)
+                for (int i = 0; i < 2; i++)
+                    hidden[x] += sp ? fmin(half, col_gemm[x][i]) + fmin(half, col_gemm[x][i])
+                                    : fmin(whole, col_gemm[x][i]);
         }
-        tb -= blocks * hidden;
+        tb -= dense * hidden[0] + moe * hidden[1];
         /* the forward's under SP (tp.c column_any_forward, row_forward): the
          * gather behind the own rows' GEMM; the reduce-scatter's S pieces
          * queue one after the other, the first once the first piece's GEMM
          * is done, so what is left after the GEMM is the last piece, or all
          * pieces less the GEMM's later S - 1 shares when they take longer */
-        double hidden_f = 0;
+        double hidden_f[2] = {0, 0};
         if (par->tp_overlap && sp && par->tp_split > 1) {
             double half = ring_time(f / 2 * act, tc->bandwidth, lat, t - 1), S = par->tp_split;
             double piece = ring_time(f / 2 * act / S, tc->bandwidth, lat, t - 1);
-            for (int i = 0; i < 2; i++)
-                hidden_f += fmin(half, col_gemm[i] / t) + half - (S * piece - (S - 1) * fmin(piece, row_gemm[i] / S));
+            for (int x = 0; x < 2; x++)
+                for (int i = 0; i < (x ? 1 : 2); i++)
+                    hidden_f[x] += fmin(half, col_gemm[x][i] / t) + half -
+                                   (S * piece - (S - 1) * fmin(piece, row_gemm[x][i] / S));
         }
-        tf -= blocks * hidden_f;
+        tf -= dense * hidden_f[0] + moe * hidden_f[1];
         k.fwd += tf;
         k.bwd += tb;
         k.tp = tf + tb;
@@ -269,9 +308,13 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     const plan_comm *dc = &st->comm[GROUP_DP];
     int n = dc->size;
     if (n > 1 && (par->mode == SHARD_FSDP || par->mode == SHARD_HSDP || par->mode == SHARD_ZERO2)) {
-        double f = (double)(n - 1) / n, lat = link_latency(e, dc);
-        double ag = k.units * ring_time(f * (k.params + k.frozen) / k.units, dc->bandwidth, lat, n - 1);
-        double rs = k.units * ring_time(f * k.grads / k.units, dc->bandwidth, lat, n - 1);
+        /* the dense part (and LoRA's frozen base, gathered, never reduced)
+         * over dp's group, the routed experts over theirs (edp) */
+        double ag = 0, rs = 0, ag_e = 0, rs_e = 0;
+        shard_times(e, dc, n, k.params - k.exp_params + k.frozen, k.grads - k.exp_grads, k.units, &ag, &rs);
+        shard_times(e, &st->comm[GROUP_EDP], plan_edp_group(e), k.exp_params, k.exp_grads, k.moe_units, &ag_e, &rs_e);
+        double share_e = ag + rs + ag_e + rs_e > 0 ? (ag_e + rs_e) / (ag + rs + ag_e + rs_e) : 0;
+        ag += ag_e, rs += rs_e;
         double xf = 0, xb;
         if (par->mode == SHARD_ZERO2) {
             xb = fmax(rs / k.units, rs - k.bwd_flop);
@@ -282,6 +325,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
         k.fwd += xf;
         k.bwd += xb;
         k.shard = xf + xb;
+        k.shard_edp = share_e * k.shard;
     }
     if (job->train.offload & OFFLOAD_PARAMS) {
         int S = sizes_shard_group(e->sizes, SHARD_OF_PARAM);
@@ -301,13 +345,16 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
 
 /* Once-per-step communication of stage p left after the last backward; adds each
  * group's share to its `exposed`. */
-static double exposed_once(const plan_estimate *e, plan_stage *st, double params, double grads,
-                           double last_backward)
+static double exposed_once(const plan_estimate *e, plan_stage *st, double params, double grads, double exp_params,
+                           double exp_grads, int moe_units, double last_backward)
 {
     const job_parallel *par = &e->job.parallel;
     const plan_comm *dc = &st->comm[GROUP_DP];
     double bucket = (double)par->bucket_mb * 1048576.0, exposed = 0;
     int n = dc->size;
+    /* the routed experts' part is edp's (below) */
+    double all_grads = grads;
+    params -= exp_params, grads -= exp_grads;
     if (n > 1) {
         double f = (double)(n - 1) / n, lat = link_latency(e, dc);
         double frac = grads > 0 ? fmin(1.0, bucket / grads) : 0;
@@ -326,6 +373,24 @@ static double exposed_once(const plan_estimate *e, plan_stage *st, double params
         double frac = grads > 0 ? fmin(1.0, bucket * n / grads) : 0;
         rc->exposed = fmax(rc->time * frac, rc->time - last_backward);
         exposed += rc->exposed;
+    }
+    /* the experts' gradients overlap what of the last backward dp's left */
+    plan_comm *xc = &st->comm[GROUP_EDP];
+    if (xc->op) {
+        int ne = plan_edp_group(e);
+        double left = fmax(0.0, last_backward - (n > 1 ? dc->time : 0.0));
+        double frac = all_grads > 0 ? fmin(1.0, bucket / all_grads) : 0, x = 0;
+        double tp_sum = plan_edp_tp_sum_time(e, exp_grads, moe_units);
+        double ag = ne > 1 ? ring_time((double)(ne - 1) / ne * exp_params, xc->bandwidth, link_latency(e, xc), ne - 1)
+                           : 0;
+        switch (par->mode) {
+        case SHARD_NONE: x = fmax(xc->time * frac, xc->time - left); break;
+        case SHARD_ZERO1: x = fmax((xc->time - ag) * frac, xc->time - ag - left) + ag; break;
+        case SHARD_ZERO2: x = ag + tp_sum; break;
+        default: x = tp_sum; break; /* FSDP's traffic is per microbatch, inside the chunk costs */
+        }
+        xc->exposed += x;
+        exposed += x;
     }
     plan_comm *ec = &st->comm[GROUP_EMBED];
     if (ec->op) {
@@ -429,22 +494,26 @@ int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen)
     double tail = 0, eff_rate = 0;
     for (int p = 0; rc == 0 && p < par->pp; p++) {
         plan_stage *st = &e->stage[p];
-        double params = 0, grads = 0, last_bwd = 0, flops = 0, compute = 0;
+        double params = 0, grads = 0, exp_params = 0, exp_grads = 0, last_bwd = 0, flops = 0, compute = 0;
+        int moe_units = 0;
         for (int g = 0; g < GROUP_COUNT; g++) st->comm[g].exposed = 0;
         for (int local = 0; local < par->virtual_stages; local++) {
             int c = pp_chunk_id(p, local, par->pp);
             params += k[c].params, grads += k[c].grads;
+            exp_params += k[c].exp_params, exp_grads += k[c].exp_grads, moe_units += k[c].moe_units;
             last_bwd += k[c].bwd_flop;
             compute += m * (k[c].fwd_flop + k[c].bwd_flop);
             flops += m * (k[c].fwd_count + k[c].bwd_count);
             st->comm[GROUP_TP].exposed += m * k[c].tp;
-            st->comm[GROUP_DP].exposed += m * k[c].shard;
+            st->comm[GROUP_DP].exposed += m * (k[c].shard - k[c].shard_edp);
+            st->comm[GROUP_EDP].exposed += m * k[c].shard_edp;
             st->comm[GROUP_CP].exposed += m * k[c].cp;
+            st->comm[GROUP_EP].exposed += m * k[c].ep;
         }
         st->flops = flops;
         if (compute > 0 && flops / compute > eff_rate) eff_rate = flops / compute;
         st->compute = compute;
-        st->exposed_once = exposed_once(e, st, params, grads, last_bwd);
+        st->exposed_once = exposed_once(e, st, params, grads, exp_params, exp_grads, moe_units, last_bwd);
         double optim_elems = (double)st->mem.bytes[SIZES_OPTIM] / 8.0;
         st->optimizer = optim_elems * adam_bytes_per_elem(e) / (per_rank(e, e->hw.memory_bw) * e->hw.memory_eff);
         if (job->train.offload & OFFLOAD_OPTIMIZER)

@@ -9,6 +9,7 @@
 
 #include "runtime/ckpt/ckpt.h"
 #include "runtime/data/data.h"
+#include "runtime/model/model.h"
 #include "runtime/plan/plan.h"
 #include "runtime/train/checkpoint.h"
 
@@ -52,6 +53,12 @@ int preflight_job(const job_spec *job, const preflight_opts *o, preflight_locks 
 {
     memset(locks, 0, sizeof *locks);
     int code = DT_EXIT_OK;
+    /* what only --dry-run prices (model.mla) */
+    const char *unsupported = model_unsupported(&job->model);
+    if (unsupported) {
+        snprintf(err, errlen, "%s: %s", job->path, unsupported);
+        return DT_EXIT_USAGE;
+    }
     if (job_check_paths(job, &code, err, errlen) != 0) return code;
     if (data_check_files(job, err, errlen) != 0) return DT_EXIT_DATA;
     if ((code = checkpoint_check_resume(job, o->allow_changes ? o->allow_changes : "", finished, flen, err,

@@ -26,7 +26,7 @@ static key_kind kind_of(int fid)
     default: break;
     }
     switch (job_fields[fid].section) {
-    case SEC_MODEL: case SEC_MOE: case SEC_DATA: case SEC_TRAIN: case SEC_LORA: return KIND_RUN;
+    case SEC_MODEL: case SEC_MOE: case SEC_MLA: case SEC_DATA: case SEC_TRAIN: case SEC_LORA: return KIND_RUN;
     case SEC_PARALLEL: return KIND_LAYOUT;
     default: return KIND_IGNORED;
     }

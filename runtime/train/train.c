@@ -85,8 +85,9 @@ static void rank_log_step(FILE *f, metrics *met, engine *e, int step)
     size_t attn_in, mlp_in;
     engine_acts_kept(e, &attn_in, &mlp_in);
     fprintf(f, "\"total\":%zu},\"acts_kept\":{\"attn_in\":%zu,\"mlp_in\":%zu},\"rss_peak\":%ld,"
-               "\"bytes_sent\":{\"tp\":%llu,\"dp\":%llu,\"pp\":%llu,\"cp\":%llu}}\n",
-            acct_peak_total(a), attn_in, mlp_in, (long)ru.ru_maxrss * 1024L, sent.tp, sent.dp, sent.pp, sent.cp);
+               "\"bytes_sent\":{\"tp\":%llu,\"dp\":%llu,\"pp\":%llu,\"cp\":%llu,\"ep\":%llu,\"edp\":%llu}}\n",
+            acct_peak_total(a), attn_in, mlp_in, (long)ru.ru_maxrss * 1024L, sent.tp, sent.dp, sent.pp, sent.cp,
+            sent.ep, sent.edp);
     fflush(f);
 }
 

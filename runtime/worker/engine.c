@@ -257,7 +257,8 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
         model_shard sh = {.tp_rank = e->mc.me.tp, .tp_size = job->parallel.tp,
                           .unit_begin = pp > 1 ? first[c] : 0, .unit_end = pp > 1 ? first[c + 1] : n_units,
                           .sp = job->parallel.sequence_parallel && job->parallel.tp > 1,
-                          .cp_rank = e->mc.me.cp, .cp_size = job->parallel.cp};
+                          .cp_rank = e->mc.me.cp, .cp_size = job->parallel.cp,
+                          .ep_rank = e->mc.me.ep, .ep_size = job->parallel.ep};
         if (!(e->chunk[l] = model_create_prec(&job->model, &sh, e->ops, job->train.recompute, &prec))) {
             snprintf(err, errlen, "rank %d: cannot create the model chunk of units [%d, %d)", e->rank,
                      sh.unit_begin, sh.unit_end);
@@ -382,6 +383,13 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
         snprintf(err, errlen, "rank %d: %s: %s", rank, job->path, layout_why);
         return NULL;
     }
+    /* the launcher refused it before spawning (preflight_job) */
+    const char *unsupported = model_unsupported(&job->model);
+    if (unsupported) {
+        snprintf(err, errlen, "rank %d: %s: %s", rank, job->path, unsupported);
+        *exit_code = DT_EXIT_USAGE;
+        return NULL;
+    }
     /* job_validate says the same; a micro-batch of any size (evaluation's last may
      * hold one sample) splits into tp equal row parts when a sample does */
     int sp = par->sequence_parallel && par->tp > 1;
@@ -442,7 +450,8 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     int grad_rank = comm_rank(grad_group(e));
     e->x = (strat_ctx){.job = &e->job, .ops = e->ops, .sz = e->sz, .at = {grad_rank, me.pp, me.tp},
                        .rank = rank, .n_units = n_units, .unit_model = e->unit_model, .dp = grad_group(e),
-                       .shard = shard, .replica = replica, .tp = e->mc.tp, .cp = e->mc.cp, .acct = e->acct,
+                       .shard = shard, .replica = replica, .tp = e->mc.tp, .cp = e->mc.cp, .ep = e->mc.ep,
+                       .edp = e->mc.edp, .acct = e->acct,
                        .pe = sizes_param_elem_bytes(e->sz), .ge = sizes_grad_elem_bytes(e->sz),
                        .re = sizes_reduce_elem_bytes(e->sz)};
     if (setup_chunks(e, err, errlen) != 0 || setup_acts(e, err, errlen) != 0) goto fail;
@@ -458,6 +467,10 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     }
     if (par->cp > 1 && cp_apply(&e->x, e->chunk, e->n_chunks) != 0) {
         snprintf(err, errlen, "rank %d: out of memory for the context-parallel ring's buffers", rank);
+        goto fail;
+    }
+    if (ep_apply(&e->x, e->chunk, e->n_chunks) != 0) {
+        snprintf(err, errlen, "rank %d: out of memory for the MoE dispatcher's staging", rank);
         goto fail;
     }
     if (setup_optim(e) != 0) {
@@ -482,8 +495,9 @@ engine *engine_create(const job_spec *job, int *exit_code, char *err, size_t err
     }
     /* the head's rank computes the loss; every tp rank of it the same one */
     e->counts_loss = me.tp == 0 && e->unit_model[n_units - 1];
-    char cp_part[32] = "";
+    char cp_part[48] = "";
     if (par->cp > 1) snprintf(cp_part, sizeof cp_part, " cp=%d", par->cp);
+    if (par->ep > 1) snprintf(cp_part + strlen(cp_part), sizeof cp_part - strlen(cp_part), " ep=%d", par->ep);
     snprintf(e->layout, sizeof e->layout, "dp=%d%s tp=%d%s pp=%d %s%s%s", par->dp, cp_part, par->tp, sp ? "+sp" : "", par->pp,
              par->mode == SHARD_HSDP && e->so == &strat_fsdp ? "hsdp" : e->so->name, par->pp > 1 ? " " : "",
              par->pp > 1 ? pp_schedule_kind_name(par->pp_schedule) : "");
@@ -508,6 +522,7 @@ void engine_destroy(engine *e)
     if (e->ds) e->so->destroy(e->ds);
     tp_release(&e->x);
     cp_release(&e->x);
+    ep_release(&e->x);
     pp_exec_destroy(e->ex);
     model_acts_destroy(e->acts);
     for (int l = 0; l < e->n_chunks; l++) {
@@ -549,8 +564,9 @@ static unsigned long long sent_on(const comm *c) { return c ? (unsigned long lon
 
 engine_comm_bytes engine_bytes_sent(const engine *e)
 {
-    if (!e->have_mc) return (engine_comm_bytes){0, 0, 0, 0};
-    return (engine_comm_bytes){sent_on(e->mc.tp), sent_on(grad_group(e)), sent_on(e->mc.pp), sent_on(e->mc.cp)};
+    if (!e->have_mc) return (engine_comm_bytes){0, 0, 0, 0, 0, 0};
+    return (engine_comm_bytes){sent_on(e->mc.tp), sent_on(grad_group(e)), sent_on(e->mc.pp), sent_on(e->mc.cp),
+                               sent_on(e->mc.ep), sent_on(e->mc.edp)};
 }
 void engine_begin_training(engine *e)
 {
@@ -634,20 +650,21 @@ int engine_world_sum(engine *e, const double *v, int n, double *out)
 /* This rank's share of the squared global gradient norm: every element of the
  * model once. Within its slices a rank counts a tensor's elements unless the
  * tensor is the head's tied copy of wte (unit 0 counts it), or is replicated
- * across tp and this is not tp rank 0; replicated slices (DDP, HSDP replicas)
- * count on one data-parallel rank only. With acc (train.cuda_graphs) the same
- * sums go into *acc where the ops keep it (optim_grad_sumsq_dev; tmp: one more
- * double there) and 0 is returned. */
+ * across tp and this is not tp rank 0; replicated slices (DDP, HSDP replicas,
+ * an expert unit's dense part over ep) count on one rank only (the strategy's
+ * counts). With acc (train.cuda_graphs) the same sums go into *acc where the
+ * ops keep it (optim_grad_sumsq_dev; tmp: one more double there) and 0 is
+ * returned. */
 double engine_local_grad_sumsq(engine *e, double *acc, double *tmp)
 {
-    if (!e->so->counts_norm(e->ds)) return 0;
     double sq = 0;
     int tp_rank = e->mc.me.tp;
     for (int l = 0; l < e->n_chunks; l++) {
         model *m = e->chunk[l];
         for (int i = 0; i < model_param_count(m); i++) {
             const param_spec *p = model_param(m, i);
-            if (p->frozen || p->tied || param_tp_duplicate(p, tp_rank)) continue;
+            if (p->frozen || p->tied || param_tp_duplicate(p, tp_rank) || !e->so->counts(e->ds, p->unit, param_is_expert(p)))
+                continue;
             strat_slice sl;
             e->so->slice(e->ds, p->unit, &sl);
             size_t a = p->offset, b = p->offset + p->local_numel;

@@ -147,8 +147,9 @@ const account *engine_account(const engine *e);
 void engine_acts_kept(const engine *e, size_t *attn_in, size_t *mlp_in);
 /* Bytes this rank has sent so far on its tensor-, data- and pipeline-parallel
  * groups and its context-parallel ring (comm_bytes_sent; 0 for a group of
- * one). dp: the gradient-reduction group, dp x cp ranks under cp. */
-typedef struct { unsigned long long tp, dp, pp, cp; } engine_comm_bytes;
+ * one). dp: the gradient-reduction group, dp x cp ranks under cp. ep, edp:
+ * expert parallelism's groups (the MoE all-to-alls; the experts' gradients). */
+typedef struct { unsigned long long tp, dp, pp, cp, ep, edp; } engine_comm_bytes;
 engine_comm_bytes engine_bytes_sent(const engine *e);
 /* Peaks restart; with a trace asked for (DTRUN_TRACE or log.trace: trace.h) the
  * rank starts recording its spans. */

@@ -64,14 +64,19 @@ static held_slice *held_slices(engine *e, int *n_out)
 
 /* The parameter specs of unit `unit` of model m; with `saved_only`, without the
  * copies another rank (or unit 0) writes: the tied wte, tp-replicated tensors
- * on tp ranks other than 0. Returns how many were put in out (cap >= count). */
-static int unit_specs(model *m, int unit, int tp_rank, int saved_only, param_spec *out)
+ * on tp ranks other than 0, and what the strategy says another rank of a
+ * data-parallel group saves (its counts: DDP's copies but on rank 0, an
+ * expert unit's dense shard but on ep rank 0). Returns how many were put in
+ * out (cap >= count). */
+static int unit_specs(engine *e, model *m, int unit, int tp_rank, int saved_only, param_spec *out)
 {
     int n = 0;
     for (int i = 0; i < model_param_count(m); i++) {
         const param_spec *p = model_param(m, i);
         if (p->unit != unit || p->frozen) continue; /* train.lora's base: not in the slices */
-        if (saved_only && (p->tied || param_tp_duplicate(p, tp_rank))) continue;
+        if (saved_only && (p->tied || param_tp_duplicate(p, tp_rank) ||
+                           !e->so->counts(e->ds, unit, param_is_expert(p))))
+            continue;
         out[n++] = *p;
     }
     return n;
@@ -132,7 +137,6 @@ static int collect_pieces(engine *e, ckpt_piece **pieces_out, float ***bufs_out,
 {
     int n_held = 0, tp_rank = e->mc.me.tp, tp = e->job.parallel.tp;
     held_slice *hs = held_slices(e, &n_held);
-    int writes = e->so->counts_norm(e->ds);
     int max_specs = 0;
     for (int l = 0; l < e->n_chunks; l++)
         if (model_param_count(e->chunk[l]) > max_specs) max_specs = model_param_count(e->chunk[l]);
@@ -143,9 +147,10 @@ static int collect_pieces(engine *e, ckpt_piece **pieces_out, float ***bufs_out,
     param_spec *specs = calloc((size_t)max_specs + 1, sizeof *specs);
     int n = 0, nb = 0;
     if (!hs || !pieces || !bufs || !specs) n = -1;
-    for (int k = 0; k < n_held && n >= 0 && writes; k++) {
+    for (int k = 0; k < n_held && n >= 0; k++) {
         held_slice *h = &hs[k];
-        int ns = unit_specs(h->m, h->unit, tp_rank, 1, specs);
+        int ns = unit_specs(e, h->m, h->unit, tp_rank, 1, specs);
+        if (ns == 0) continue;
         size_t len = h->hi - h->lo;
         for (int part = 0; part < N_PARTS && n >= 0; part++) {
             float *host = malloc((len ? len : 1) * sizeof(float));
@@ -266,7 +271,7 @@ static int load_slices(engine *e, const slice_source *src, char *err, size_t err
     if (bad) snprintf(why, sizeof why, "rank %d: out of memory loading the checkpoint", e->rank);
     for (int k = 0; k < n_held && !bad; k++) {
         held_slice *h = &hs[k];
-        int ns = unit_specs(h->m, h->unit, tp_rank, 0, specs);
+        int ns = unit_specs(e, h->m, h->unit, tp_rank, 0, specs);
         size_t len = h->hi - h->lo;
         for (int part = 0; part < src->n_parts && !bad; part++) {
             if (source_read(src, part, specs, ns, tp_rank, tp, h->lo, h->hi, host, why, sizeof why) != 0) {

@@ -35,6 +35,7 @@ int engine_decode_begin(engine *e, int T_max, char *err, size_t errlen)
                       : j->parallel.mode != SHARD_NONE          ? "only parallel.mode ddp is supported"
                       : j->parallel.sequence_parallel && j->parallel.tp > 1 ? "sequence parallelism is not supported"
                       : j->parallel.cp > 1                      ? "context parallelism (cp > 1) is not supported"
+                      : j->parallel.ep > 1                      ? "expert parallelism (ep > 1) is not supported"
                       : j->train.precision != PREC_FP32         ? "only fp32 is supported"
                                                                 : NULL;
     if (why) {

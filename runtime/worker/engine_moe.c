@@ -8,10 +8,13 @@
  * holding the block).
  *
  * Who counts. Every rank routes its own tokens of its own blocks: the dp
- * ranks' samples are disjoint and the pipeline stages' blocks too, so the
- * world's sum is the global batch's. (Tensor and context parallelism, which
- * would route the same or split tokens on several ranks, are refused with
- * model.moe so far: a tp rank other than 0 adds nothing, as for the loss.) */
+ * ranks' samples are disjoint, the cp ranks' tokens of a sample too, and the
+ * pipeline stages' blocks too, so the world's sum is the global batch's (a
+ * sample split over cp ranks counts its balance loss on its cp rank 0:
+ * moe.c). Expert parallelism changes nothing here: the routing stays with
+ * the tokens, only the rows travel. (Tensor parallelism, which would route
+ * the same tokens on several ranks, is refused with model.moe: a tp rank
+ * other than 0 adds nothing, as for the loss.) */
 #include "runtime/worker/engine_internal.h"
 
 #include <stdio.h>

@@ -5,7 +5,8 @@
 # MixtralForCausalLM's names and config.json):
 #  - model.init_from: the loaded weights' validation loss (step 0) equals
 #    PyTorch's on the same samples (DTRUN_DUMP_VAL) within 1e-5 relative on
-#    one process, and the folder's config makes the job a Llama with
+#    one process and under expert parallelism (dp 2 x ep 2), and the
+#    folder's config makes the job a Llama with
 #    model.moe (experts, top_k, d_ff_expert, the aux coefficient);
 #  - dtrun generate: 32 greedy tokens equal PyTorch's (whole prefix each
 #    step), routing each new token through the KV cache;
@@ -45,6 +46,12 @@ for want in "kind: llama" "experts: 4" "top_k: 2" "d_ff_expert: 48" "aux_loss_co
 done
 echo "ok: config.json of model_type mixtral makes a llama with model.moe (4 experts, top 2, d_ff_expert 48, aux 0.02)"
 rel_ok "$(val0 "$T/ref.jsonl")" "$($MX loss "$HF" "$T/ref.val")" "init_from a Mixtral: the loaded weights' loss"
+# the same under expert parallelism (parallel.ep 2 over dp 2: each rank loads
+# its 2 experts of every block from the folder's per-expert tensors)
+layout_job mixtral-hf "dp=2 ep=2" "$T/ep.yaml" "$T/ep.jsonl"
+sed -i -e "s|@HF@|$HF|" "$T/ep.yaml"
+timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/ep.yaml" >"$T/ep.log" 2>&1 || { cat "$T/ep.log"; fail "ep 2 from init_from"; }
+rel_ok "$(val0 "$T/ep.jsonl")" "$($MX loss "$HF" "$T/ref.val")" "init_from a Mixtral under dp 2 x ep 2: the loaded weights' loss"
 
 torch_ids=$($MX greedy "$HF" --prompt-ids 1,2,3 --n 32 2>"$T/margin") || fail "pytorch greedy"
 ids=$("$DTRUN" generate "$HF" --prompt-ids 1,2,3 --max-new-tokens 32 --temperature 0 --ids --no-echo 2>"$T/gen.err" | head -1)

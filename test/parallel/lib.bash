@@ -1,9 +1,10 @@
 # lib.bash — shared by test/integration/parallel_*.sh (not a test itself).
 #
-# A layout is a word list "dp=2 tp=2 pp=2 cp=2 mode=fsdp sched=1f1b accum=2 nodes=2
+# A layout is a word list "dp=2 tp=2 pp=2 cp=2 ep=2 mode=fsdp sched=1f1b accum=2 nodes=2
 # recompute=block bucket_mb=1 sp=1 prec=bf16 grad=fp32 reduce=bf16 offload=1
 # attn=naive" (cp: parallel.cp, context parallel ranks, each holding 1 / cp of
-# every sample; attn: model.attention, fused when absent):
+# every sample; ep: parallel.ep, folded into dp x cp, adds no rank; attn:
+# model.attention, fused when absent):
 # missing keys mean dp/tp/pp 1, mode ddp, sched gpipe, no accumulation, one
 # node, no recomputation, the default bucket, no sequence parallelism, fp32
 # (prec: the train.precision; grad, reduce: train.grad_dtype and
@@ -107,6 +108,7 @@ layout_job() {
   [ "$pp" -gt 1 ] && printf '  pp_schedule: %s\n' "$sched" >>"$out"
   [ "$(lget "$lay" sp 0)" = 1 ] && printf '  sequence_parallel: true\n' >>"$out"
   [ "$(lget "$lay" cp 1)" != 1 ] && printf '  cp: %s\n' "$(lget "$lay" cp 1)" >>"$out"
+  [ "$(lget "$lay" ep 1)" != 1 ] && printf '  ep: %s\n' "$(lget "$lay" ep 1)" >>"$out"
   local bucket; bucket=$(lget "$lay" bucket_mb "")
   [ -n "$bucket" ] && printf '  bucket_mb: %s\n' "$bucket" >>"$out"
   local reduce; reduce=$(lget "$lay" reduce auto)

@@ -323,6 +323,52 @@ static void test_place_matches_model(void)
           checked);
 }
 
+/* A GPT whose blocks are MoE (4 experts of 6, top 2, a shared expert). */
+static job_model tiny_moe(void)
+{
+    job_model jm;
+    memset(&jm, 0, sizeof jm);
+    jm.kind = MODEL_GPT;
+    jm.n_layer = 2;
+    jm.n_head = 2;
+    jm.d_model = 8;
+    jm.d_ff = 16;
+    jm.vocab_size = 13;
+    jm.seq_len = 6;
+    jm.moe = (job_moe){.experts = 4, .top_k = 2, .d_ff_expert = 6, .shared_experts = 1, .every = 1};
+    return jm;
+}
+
+/* Expert parallelism: an ep rank's experts are its block of rows, and the
+ * placement says so (global expert ids whatever ep wrote them). */
+static void test_place_matches_experts(void)
+{
+    job_model jm = tiny_moe();
+    int bad = 0, checked = 0, experts = 0;
+    for (int ep = 1; ep <= 4; ep *= 2)
+        for (int r = 0; r < ep; r++)
+            for (int i = 0; i < model_unit_param_count(&jm, 1); i++) {
+                param_spec s;
+                model_unit_param_spec_ep(&jm, 1, i, 0, 1, r, ep, &s);
+                experts += param_is_expert(&s);
+                ckpt_place p;
+                ckpt_place_of_param(&s, 0, 1, 0, s.local_numel, &p);
+                char why[128];
+                bad += ckpt_place_check(&p, why, sizeof why) != 0;
+                bad += ckpt_place_local_numel(&p) != s.local_numel;
+                for (size_t k = 0; k < s.local_numel; k++, checked++) {
+                    size_t g = param_global_index(&s, 0, 1, k);
+                    bad += ckpt_place_global_index(&p, k) != g;
+                    /* expert e of ep rank r is global expert r * 4 / ep + e: its rows */
+                    if (param_is_expert(&s)) bad += g / ((size_t)s.shape[0] / 4 * (size_t)s.shape[1]) !=
+                                                    (size_t)(r * 4 / ep) + k / (s.local_numel / (size_t)(4 / ep));
+                }
+            }
+    CHECK(bad == 0 && experts == 2 * (2 + 4) && checked > 1000,
+          "expert tensors under ep 2 and 4: the placement is param_global_index, expert e of ep rank r is global "
+          "expert r E / ep + e (%d elements)", checked);
+}
+
 /* ---- a hand-made 2-rank checkpoint: rows split and flat slices ---- */
 
 static ckpt_meta meta_of(long step, int dp, int tp, int world, const char *mode, const job_model *jm)
@@ -605,6 +651,73 @@ static void test_model_reshard(void)
         ckpt_close(ck);
     }
     CHECK(rc == 0 && bad == 0, "DDP replicas (duplicate pieces) resume as tp 2: %s", rc ? err : "");
+}
+
+/* An MoE model saved by ep 2 (every rank its experts, rank 0 the dense
+ * tensors too, as the strategies' counts say) reads back under ep 4 and one
+ * process, each rank its own experts. */
+static void test_ep_reshard(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/moe-ep", root);
+    job_model jm = tiny_moe();
+    int rc = 0;
+    for (int rank = 0; rank < 2 && rc == 0; rank++) {
+        ckpt_piece pieces[256];
+        float *bufs[64];
+        int np = 0, nb = 0;
+        for (int u = 0; u < model_n_units(&jm); u++) {
+            int ep = u >= 1 && u <= jm.n_layer ? 2 : 1;
+            if (ep == 1 && rank > 0) continue; /* dense units: rank 0 saves them */
+            param_spec specs[UNIT_MAX_PARAMS_TEST], mine[UNIT_MAX_PARAMS_TEST];
+            int n = model_unit_param_count(&jm, u), ns = 0;
+            size_t N = model_unit_numel_ep(&jm, u, 0, 1, ep);
+            for (int k = 0; k < 3; k++) {
+                float *b = malloc((N + 1) * sizeof(float));
+                bufs[nb++] = b;
+                ns = 0;
+                for (int i = 0; i < n; i++) {
+                    model_unit_param_spec_ep(&jm, u, i, 0, 1, rank % ep, ep, &specs[i]);
+                    for (size_t j = 0; j < specs[i].local_numel; j++)
+                        b[specs[i].offset + j] = val(specs[i].name, param_global_index(&specs[i], 0, 1, j), k);
+                    if (rank == 0 || param_is_expert(&specs[i])) mine[ns++] = specs[i];
+                }
+                int got = ckpt_unit_slice_pieces(kinds[k], mine, ns, 0, 1, 0, N, b, pieces + np, 256 - np);
+                if (got < 0) rc = -1;
+                else np += got;
+            }
+        }
+        if (rc == 0) rc = ckpt_write_rank(dir, 5, rank, pieces, np, err, sizeof err);
+        for (int i = 0; i < nb; i++) free(bufs[i]);
+    }
+    ckpt_meta m = meta_of(5, 2, 1, 2, "none", &jm);
+    if (rc == 0) rc = ckpt_commit(dir, &m, 2, err, sizeof err);
+    ckpt *ck = NULL;
+    if (rc == 0) rc = ckpt_open(dir, &ck, err, sizeof err);
+    CHECK(rc == 0, "an MoE model saved under ep 2: %s", rc ? err : "");
+    if (rc) return;
+    for (int ep = 1; ep <= 4; ep *= 2) {
+        int bad = 0;
+        for (int r = 0; r < ep && rc == 0; r++)
+            for (int u = 0; u < model_n_units(&jm) && rc == 0; u++) {
+                int n = model_unit_param_count(&jm, u);
+                param_spec specs[UNIT_MAX_PARAMS_TEST];
+                size_t N = model_unit_numel_ep(&jm, u, 0, 1, ep);
+                float *got = malloc((N + 1) * sizeof(float));
+                for (int k = 0; k < 3 && rc == 0; k++) {
+                    for (int i = 0; i < n; i++) model_unit_param_spec_ep(&jm, u, i, 0, 1, r, ep, &specs[i]);
+                    rc = ckpt_read_unit_slice(ck, kinds[k], specs, n, 0, 1, 0, N, got, err, sizeof err);
+                    for (int i = 0; i < n && rc == 0; i++)
+                        for (size_t j = 0; j < specs[i].local_numel; j++)
+                            bad += got[specs[i].offset + j] !=
+                                   val(specs[i].name, param_global_index(&specs[i], 0, 1, j), k);
+                }
+                free(got);
+            }
+        CHECK(rc == 0 && bad == 0, "saved under ep 2, every rank of ep %d reads its experts and the dense tensors "
+              "(%d wrong) %s", ep, bad, rc ? err : "");
+    }
+    ckpt_close(ck);
 }
 
 /* ---- atomic commit, latest, keep-K ---- */
@@ -1099,8 +1212,10 @@ int main(int argc, char **argv)
     test_st_roundtrip();
     test_st_malformed();
     test_place_matches_model();
+    test_place_matches_experts();
     test_handmade_reshard();
     test_model_reshard();
+    test_ep_reshard();
     test_commit_keep();
     test_corruption();
     test_killed_writer();

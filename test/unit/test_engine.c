@@ -68,7 +68,7 @@ static size_t reference(const job_spec *job, double *loss, float **params_out)
     const dt_ops *ops = &dt_ops_cpu;
     char err[256];
     dt_ops_set_threads(job->train.threads); /* as the engine: float sums depend on the split */
-    model_shard sh = {0, 1, 0, model_n_units(&job->model), 0, 0, 1};
+    model_shard sh = {0, 1, 0, model_n_units(&job->model), 0, 0, 1, 0, 1};
     model *m = model_create(&job->model, &sh, ops, job->train.recompute);
     int mb = job->train.micro_batch, A = job->train.grad_accum;
     model_acts *a = model_acts_create(m, mb);

@@ -526,6 +526,41 @@ static void test_round_trip(void)
     CHECK(job.parallel.mode == SHARD_FSDP && job.model.d_ff == 35840, "last job has the expected values");
 }
 
+/* parallel.ep: default 1, the experts and dp x cp it must divide, model.moe
+ * it needs; each error one line at the key; dp: auto checked once the world
+ * is known. */
+static void test_ep(void)
+{
+    expect_load("model: {preset: gpt-tiny}\n", "no ep");
+    CHECK(job.parallel.ep == 1, "parallel.ep defaults to 1");
+    expect_load("model: {moe: {experts: 8}}\nparallel: {dp: 4, ep: 4}\ntrain: {global_batch: 8, micro_batch: 1}\n",
+                "ep 4 over dp 4");
+    CHECK(job.parallel.ep == 4 && job.parallel.dp == 4, "parallel.ep 4 loads");
+    CHECK(round_trip(&job, NULL), "ep: print then load gives the same struct");
+    expect_error("model: {moe: {experts: 8}}\nparallel: {dp: 4, expert_model_parallel_size: 2}\n",
+                 "t.yaml:2:19: ", "did you mean 'ep'?");
+    expect_error("parallel: {dp: 2, ep: 2}\ntrain: {global_batch: 8, micro_batch: 1}\n", "t.yaml:1:19: ",
+                 "parallel.ep 2 needs model.moe");
+    expect_error("model: {moe: {experts: 6}}\nparallel: {dp: 4, ep: 4}\ntrain: {global_batch: 8, micro_batch: 1}\n",
+                 "t.yaml:2:19: ", "parallel.ep 4 does not divide model.moe.experts 6");
+    expect_error("model: {moe: {experts: 8}}\nparallel: {dp: 2, ep: 4}\ntrain: {global_batch: 8, micro_batch: 1}\n",
+                 "t.yaml:2:19: ", "parallel.ep 4 does not divide dp 2 x cp 1 = 2");
+    expect_error("model: {moe: {experts: 8}}\nparallel: {ep: 0}\n", "t.yaml:2:16: ", "parallel.ep must be >= 1");
+    /* dp: auto: the world decides */
+    expect_load("model: {moe: {experts: 8}}\nparallel: {dp: auto, ep: 4}\ntrain: {global_batch: 8, micro_batch: 1}\n",
+                "ep with dp: auto");
+    int rc = job_resolve_world(&job, 2, err, sizeof err);
+    CHECK(rc == -1 && strstr(err, "parallel.ep 4 does not divide dp 2"), "dp: auto 2 with ep 4: %s", err);
+    expect_load("model: {moe: {experts: 8}}\nparallel: {dp: auto, ep: 4}\ntrain: {global_batch: 8, micro_batch: 1}\n",
+                "ep with dp: auto");
+    rc = job_resolve_world(&job, 8, err, sizeof err);
+    CHECK(rc == 0 && job.parallel.dp == 8, "dp: auto 8 with ep 4: %s", rc ? err : "");
+    expect_load("model: {moe: {experts: 8}}\nparallel: {dp: 2, cp: 2, ep: 4}\ntrain: {global_batch: 8, micro_batch: 2}\n",
+                "ep 4 over dp 2 x cp 2");
+    expect_error("model: {moe: {experts: 8}}\nparallel: {dp: 2, ep: 2, mode: hsdp}\n"
+                 "train: {global_batch: 8, micro_batch: 1}\n", "t.yaml:2:26: ", "parallel.mode hsdp with parallel.ep 2");
+}
+
 /* model.moe: a mapping inside model, its defaults, which blocks, the
  * capacity rule, overrides by full name, errors at their key, round trip. */
 static void test_moe(void)
@@ -568,7 +603,8 @@ static void test_moe(void)
                  "unknown key 'num_experts_per_tok' in section 'model.moe'; did you mean 'top_k'?");
     expect_error("model: {kind: vit, moe: {experts: 4}}\n", "t.yaml:1:26: ",
                  "model.moe.experts applies to gpt and llama models only");
-    expect_error("model: {moe: {experts: 4}}\nparallel: {cp: 2}\n", "t.yaml:2:12: ", "model.moe with parallel.cp 2");
+    expect_load("model: {moe: {experts: 4}}\nparallel: {cp: 2}\n", "moe with cp");
+    expect_error("model: {moe: {experts: 4}}\nparallel: {tp: 2}\n", "t.yaml:2:12: ", "model.moe with parallel.tp 2");
     expect_error("model: {moe: {experts: 4}}\ntrain: {cuda_graphs: true}\n", "t.yaml:2:9: ",
                  "train.cuda_graphs with model.moe");
     expect_error("model: {moe: {experts: 4, aux_loss_coef: -1}}\n", "t.yaml:1:42: ",
@@ -654,6 +690,7 @@ int main(void)
     test_validate();
     test_round_trip();
     test_moe();
+    test_ep();
     test_man_page();
     CHECK_DONE();
 }

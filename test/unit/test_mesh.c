@@ -138,5 +138,49 @@ int main(void)
           "rank 5's dp x cp group (the gradient reduction) is {1, 3, 5, 7} in (dp, cp) order");
     n = mesh_group(&m, 5, MESH_DP, g);
     CHECK(n == 2 && g[0] == 1 && g[1] == 5, "rank 5's dp group keeps its cp rank: {1, 5}");
+
+    /* expert parallelism folded into dp x cp (MoE Parallel Folding): an ep
+     * group is ep neighbours of a dp x cp group, the experts' data-parallel
+     * group the ranks of that group with the same ep rank */
+    CHECK(mesh_set_ep(&m, 3, err, sizeof err) != 0 && strstr(err, "ep=3"), "ep 3 does not divide dp x cp 4: %s", err);
+    CHECK(mesh_set_ep(&m, 2, err, sizeof err) == 0 && m.ep == 2, "ep 2 over dp 2 x cp 2");
+    n = mesh_group(&m, 5, MESH_EP, g);
+    CHECK(n == 2 && g[0] == 5 && g[1] == 7, "rank 5 (dp x cp place 2) is in ep group {5, 7} (places 2, 3)");
+    n = mesh_group(&m, 5, MESH_EDP, g);
+    CHECK(n == 2 && g[0] == 1 && g[1] == 5, "rank 5's expert data-parallel group is {1, 5} (places 0, 2)");
+    c = mesh_coords(&m, 7);
+    CHECK(c.ep == 1 && c.edp == 1, "rank 7 is ep rank 1 of ep group 1");
+    /* every rank: its ep group and its edp group meet in it alone, both inside
+     * its dp x cp group, and its ep rank is its place in its ep group */
+    int ok_ep = 1;
+    for (int r = 0; r < m.world; r++) {
+        int ge[16], gd[16], gc[16];
+        int ne = mesh_group(&m, r, MESH_EP, ge), nd = mesh_group(&m, r, MESH_EDP, gd);
+        int nc = mesh_group(&m, r, MESH_DP_CP, gc);
+        mesh_coord q = mesh_coords(&m, r);
+        int both = 0;
+        for (int i = 0; i < ne; i++) both += contains(gd, nd, ge[i]);
+        for (int i = 0; i < ne; i++) ok_ep = ok_ep && contains(gc, nc, ge[i]) && mesh_coords(&m, ge[i]).edp == q.edp;
+        for (int i = 0; i < nd; i++) ok_ep = ok_ep && contains(gc, nc, gd[i]) && mesh_coords(&m, gd[i]).ep == q.ep;
+        ok_ep = ok_ep && ne == 2 && nd == 2 && both == 1 && ge[q.ep] == r && gd[q.edp] == r;
+    }
+    CHECK(ok_ep, "ep x edp partitions every dp x cp group; the ep rank is the place in the ep group");
+    /* without cp: ep 4 over dp 8, the ep groups are 4 consecutive ranks */
+    par = (job_parallel){.dp = 8, .tp = 1, .pp = 2, .cp = 1, .ep = 4};
+    CHECK(mesh_from_parallel(&m, &par, err, sizeof err) == 0 && m.ep == 4 && m.world == 16, "ep from the job");
+    n = mesh_group(&m, 13, MESH_EP, g);
+    CHECK(n == 4 && g[0] == 12 && g[3] == 15, "rank 13's ep group is {12..15}");
+    n = mesh_group(&m, 13, MESH_EDP, g);
+    CHECK(n == 2 && g[0] == 9 && g[1] == 13, "rank 13's expert data-parallel group is {9, 13}");
+    par.ep = 16;
+    CHECK(mesh_from_parallel(&m, &par, err, sizeof err) != 0, "ep 16 over dp 8 refused");
+    mesh_init(&m, 4, 1, 1, err, sizeof err);
+    mesh_set_ep(&m, 2, err, sizeof err);
+    buf = NULL;
+    f = open_memstream(&buf, &len);
+    mesh_print(&m, 4, f);
+    fclose(f);
+    CHECK(strstr(buf, "rank 3 node 0: dp=3 pp=0 tp=0 ep=1 edp=1\n") != NULL, "mesh_print shows ep and edp");
+    free(buf);
     CHECK_DONE();
 }

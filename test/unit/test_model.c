@@ -1167,7 +1167,7 @@ static void acts_sizes(void)
         job_model g2 = tiny_gpt_spec(), g4 = tiny_gpt_spec();
         g4.n_layer = 4;
         g2.attention = g4.attention = naive ? ATTN_NAIVE : ATTN_FUSED;
-        model_shard w2 = {0, 1, 0, 4, 0, 0, 1}, w4 = {0, 1, 0, 6, 0, 0, 1};
+        model_shard w2 = {0, 1, 0, 4, 0, 0, 1, 0, 1}, w4 = {0, 1, 0, 6, 0, 0, 1, 0, 1};
         size_t s2 = model_acts_bytes(&g2, &w2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &w2, TB, RECOMPUTE_BLOCK);
         size_t s4 = model_acts_bytes(&g4, &w4, TB, RECOMPUTE_NONE) - model_acts_bytes(&g4, &w4, TB, RECOMPUTE_BLOCK);
         size_t N = TB * 8, C = 16, F = 64, att = naive ? TB * 2 * 8 * 8 : TB * 2 * 8;
@@ -1220,13 +1220,13 @@ static void acts_sizes(void)
     }
     job_model g2 = tiny_gpt_spec();
     size_t N = TB * 8, C = 16;
-    size_t s2 = model_acts_bytes(&g2, &(model_shard){0, 1, 0, 4, 0, 0, 1}, TB, RECOMPUTE_NONE) -
-                model_acts_bytes(&g2, &(model_shard){0, 1, 0, 4, 0, 0, 1}, TB, RECOMPUTE_BLOCK);
+    size_t s2 = model_acts_bytes(&g2, &(model_shard){0, 1, 0, 4, 0, 0, 1, 0, 1}, TB, RECOMPUTE_NONE) -
+                model_acts_bytes(&g2, &(model_shard){0, 1, 0, 4, 0, 0, 1, 0, 1}, TB, RECOMPUTE_BLOCK);
     /* one more block held = one more saved set + one more residual-stream buffer */
-    model_shard b1 = {0, 1, 1, 2, 0, 0, 1}, b2 = {0, 1, 1, 3, 0, 0, 1};
+    model_shard b1 = {0, 1, 1, 2, 0, 0, 1, 0, 1}, b2 = {0, 1, 1, 3, 0, 0, 1, 0, 1};
     size_t d = model_acts_bytes(&g2, &b2, TB, RECOMPUTE_NONE) - model_acts_bytes(&g2, &b1, TB, RECOMPUTE_NONE);
     CHECK(d == s2 + N * C * 4, "a stage with one more block needs %zu more bytes (a set + a stream)", d);
-    model_shard tp1 = {0, 1, 0, 4, 0, 0, 1}, tp2 = {0, 2, 0, 4, 0, 0, 1};
+    model_shard tp1 = {0, 1, 0, 4, 0, 0, 1, 0, 1}, tp2 = {0, 2, 0, 4, 0, 0, 1, 0, 1};
     CHECK(model_acts_bytes(&g2, &tp2, TB, RECOMPUTE_NONE) < model_acts_bytes(&g2, &tp1, TB, RECOMPUTE_NONE),
           "a tp=2 shard keeps fewer activation bytes than tp=1");
     /* sequence parallelism halves each block's ln1, r2, ln2 (and their means and

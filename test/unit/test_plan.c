@@ -382,7 +382,7 @@ static void test_stage_params_and_acts(void)
     if (!s) return;
     sizes_memory m;
     sizes_rank_memory(s, (sizes_at){0, 0, 0}, &m);
-    model_shard whole = {0, 1, 0, model_n_units(&job.model), 0, 0, 1};
+    model_shard whole = {0, 1, 0, model_n_units(&job.model), 0, 0, 1, 0, 1};
     CHECK(m.bytes[SIZES_ACTS] + m.bytes[SIZES_LOGITS] == model_acts_bytes(&job.model, &whole, 1, RECOMPUTE_NONE),
           "pp 1: one model_acts of the whole model, whatever the microbatch count");
     sizes_destroy(s);

@@ -139,7 +139,7 @@ typedef struct {
 static void reference_run(reference *r, const job_model *s, const test_data *t, int m)
 {
     memset(r, 0, sizeof *r);
-    model_shard sh = {0, 1, 0, model_n_units(s), 0, 0, 1};
+    model_shard sh = {0, 1, 0, model_n_units(s), 0, 0, 1, 0, 1};
     r->whole = model_create(s, &sh, ops, RECOMPUTE_NONE);
     model_init_params(r->whole, SEED);
     model_zero_grads(r->whole);
@@ -267,7 +267,7 @@ static int setup(rank_setup *rs, const job_model *s, const config *c, int p, int
     }
     for (int l = 0; l < c->v; l++) {
         int ch = pp_chunk_id(rank, l, p);
-        model_shard sh = {0, 1, rs->first_unit[ch], rs->first_unit[ch + 1], 0, 0, 1};
+        model_shard sh = {0, 1, rs->first_unit[ch], rs->first_unit[ch + 1], 0, 0, 1, 0, 1};
         rs->chunks[l] = model_create(s, &sh, ops, c->recompute);
         model_init_params(rs->chunks[l], SEED);
         model_zero_grads(rs->chunks[l]);
@@ -891,7 +891,7 @@ static void bad_configs(void)
     pp_exec_config cfg = {&rs->sched, 1, NULL, rs->chunks, 2, ops};
     CHECK(!pp_exec_create(&cfg, err, sizeof err) && strstr(err, "pp rank 1"), "rank out of range: %s", err);
     /* a chunk that is not the whole model on a one-chunk pipeline */
-    model_shard sh = {0, 1, 0, 3, 0, 0, 1};
+    model_shard sh = {0, 1, 0, 3, 0, 0, 1, 0, 1};
     model *part = model_create(&s, &sh, ops, RECOMPUTE_NONE);
     model *one[1] = {part};
     pp_exec_config cfg2 = {&rs->sched, 0, NULL, one, 2, ops};

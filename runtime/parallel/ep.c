@@ -1,0 +1,324 @@
+/* ep.c — expert parallelism (parallel.ep): the MoE token dispatcher of a rank
+ * whose ep group splits every MoE block's routed experts (model.h
+ * model_moe_dispatcher; Megatron-Core's MoEAlltoAllTokenDispatcher).
+ *
+ * Each rank routes its own tokens over all E experts (the router is a dense,
+ * replicated parameter), and ep rank j holds experts [j El, (j + 1) El), El =
+ * E / ep. The route's permuted order is expert by expert, so the rows for rank
+ * j's experts are one contiguous run of it, which makes the four exchanges
+ * plain all-to-all(v)s over the ep group:
+ *
+ *   dispatch           permute the kept choices' rows (token side, expert
+ *                      order); exchange the counts per (rank, expert) first
+ *                      (all-to-all of El ints each); all-to-allv the rows;
+ *                      they arrive rank by rank, each rank's expert by
+ *                      expert, and are reordered expert by expert (one
+ *                      gather) for the grouped GEMM
+ *   combine            the experts' output rows reordered rank by rank and
+ *                      all-to-allv'd back: they land in the token side's
+ *                      permuted order (yt, which the backward keeps), then
+ *                      the local weighted un-permute
+ *   combine_backward   the local un-permute's backward (w dout per choice,
+ *                      d(weights) from yt) and the rows' gradient sent to the
+ *                      experts like the dispatch
+ *   dispatch_backward  the experts' input gradient sent back like the
+ *                      combine, then the local permute's backward
+ *
+ * Rows travel in the activations' type (bf16 under mixed precision: half the
+ * bytes), gradients in fp32. The counts come back with the rows' route
+ * (model_moe_route counts_l, kept with the block's activations), so the
+ * backward and a block recompute's second forward need no exchange of counts.
+ * All the ranks of an ep group run the same schedule (same pipeline stage,
+ * same micro-batches), so their all-to-alls meet in the same order; the ep
+ * group is a communicator of its own (comm.h: nothing else is in flight on
+ * it).
+ *
+ * Overlap: each exchange is started by the call's first half (the
+ * dispatcher's *_start), and the model computes meanwhile what does not
+ * depend on it: the shared experts' first layer while the rows go to the
+ * experts, their second while the outputs come back, their backward while
+ * the output gradient goes, the router's weight gradient while the input
+ * gradient comes back (moe.c). The exchange runs on the ep communicator's
+ * own thread (CPU transports) or stream (NCCL).
+ *
+ * Context parallelism with model.moe (cp > 1): a sample's tokens sit on the
+ * cp ranks, and the capacity and the balance loss count a whole sample's
+ * choices; the dispatcher's cp_gather brings every cp rank's counts (an
+ * all-gather over the cp group), with ep or without. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/parallel/strategy.h"
+
+struct ep_disp {
+    strat_ctx *x;
+    const dt_ops *ops;
+    comm *ep;             /* NULL: ep 1 (only the cp gather) */
+    int size, E, El, C;
+    size_t tok_rows, exp_rows; /* capacities (rows of C) of tok and exp */
+    void *mem;            /* sizes_ep_stage_numel floats: tok, exp, perm */
+    float *tok;           /* the token side's rows on their way: [tok_rows, C] */
+    float *exp;           /* the experts' side's, rank by rank: [exp_rows, C] */
+    int *perm;            /* device [exp_rows]: a reorder's gather indices */
+    int *perm_host;       /* [exp_rows] */
+    size_t *send, *recv;  /* [ep] element counts of one all-to-allv */
+    int *off;             /* [E]: where each (rank, expert) block arrives */
+    comm_req *req;        /* the exchange in flight (one at a time) */
+    const char *pending;  /* which one, NULL: none */
+};
+
+/* The element counts of one exchange of rows of C (dir 0: to the experts,
+ * dir 1: back): rows for rank j's experts (this rank's route), rows from
+ * rank i for this rank's experts (the received counts). */
+static void counts_of(ep_disp *d, const model_moe_route *r, int dir)
+{
+    const int *from = r->counts_l + r->El; /* [ep][El] */
+    for (int j = 0; j < d->size; j++) {
+        size_t to = 0, in = 0;
+        for (int e = 0; e < d->El; e++) to += (size_t)r->counts[j * d->El + e], in += (size_t)from[j * d->El + e];
+        d->send[j] = (dir == 0 ? to : in) * (size_t)d->C;
+        d->recv[j] = (dir == 0 ? in : to) * (size_t)d->C;
+    }
+}
+
+/* The reorder between the rows as they arrive (rank i's, each expert by
+ * expert) and as the experts compute them (expert e's, each rank by rank):
+ * to_experts 1: perm[p] = the arrival row of expert order row p; 0: the
+ * inverse. Uploaded to d->perm; returns the rows. */
+static int reorder(ep_disp *d, const model_moe_route *r, int to_experts)
+{
+    const int *from = r->counts_l + r->El;
+    int n = 0, B = d->size * d->El;
+    for (int b = 0; b < B; b++) d->off[b] = n, n += from[b]; /* arrival offset of block (i, e) */
+    int at = 0;
+    for (int e = 0; e < d->El; e++)
+        for (int i = 0; i < d->size; i++)
+            for (int k = 0, o = d->off[i * d->El + e]; k < from[i * d->El + e]; k++, at++) {
+                if (to_experts) d->perm_host[at] = o + k;
+                else d->perm_host[o + k] = at;
+            }
+    d->ops->from_host(d->perm, d->perm_host, (size_t)n * sizeof(int));
+    return n;
+}
+
+/* One all-to-allv of the rows over the ep group, started (d->req; the
+ * call that finishes the exchange waits for it): timed and checked. */
+static void exchange_start(ep_disp *d, const void *send, void *recv, size_t elem, const char *what)
+{
+    strat_ctx *x = d->x;
+    d->pending = what;
+    if (x->failed) return; /* the step is lost: nothing more on a broken group */
+    double t0 = clock_now_s();
+    int rc = comm_all_to_allv_async(d->ep, send, d->send, recv, d->recv, strat_dtype(elem), &d->req);
+    strat_comm_done(x, t0, what);
+    strat_fail(x, d->ep, rc, what);
+}
+
+/* Waits for the exchange `what` started; 0 when none was (the caller starts
+ * it first: a dispatcher call without its start). */
+static int exchange_finish(ep_disp *d, const char *what)
+{
+    if (d->pending != what) return 0;
+    strat_wait(d->x, d->ep, d->req, what);
+    d->req = NULL;
+    d->pending = NULL;
+    return 1;
+}
+
+static const char *const DISPATCH = "ep all_to_allv dispatch", *const COMBINE = "ep all_to_allv combine",
+                  *const COMBINE_BWD = "ep all_to_allv combine backward",
+                  *const DISPATCH_BWD = "ep all_to_allv dispatch backward";
+
+static void check_room(const ep_disp *d, size_t M, size_t Ml)
+{
+    if (M <= d->tok_rows && Ml <= d->exp_rows) return;
+    /* sizes.c sizes both from the micro-batch every ep rank computes */
+    fprintf(stderr, "dtrun: ep: %zu token rows and %zu expert rows exceed the staging (%zu, %zu)\n", M, Ml,
+            d->tok_rows, d->exp_rows);
+    abort();
+}
+
+/* dispatch's first half: the counts (rank j gets this rank's counts of its
+ * El experts), this rank's kept rows in expert order, their exchange started */
+static void ep_dispatch_start(void *ctx, const void *xin, const model_moe_route *r, int C, dt_dtype t)
+{
+    ep_disp *d = ctx;
+    strat_ctx *x = d->x;
+    int M = 0, E = r->E, El = r->El;
+    for (int e = 0; e < E; e++) M += r->counts[e];
+    int *from = r->counts_l + El;
+    if (!x->failed) {
+        double t0 = clock_now_s();
+        int rc = comm_all_to_all(d->ep, r->counts, from, (size_t)El, COMM_F32); /* ints: only sized */
+        strat_comm_done(x, t0, "ep all_to_all of counts");
+        if (strat_fail(x, d->ep, rc, "ep all_to_all of counts") != COMM_OK) memset(from, 0, (size_t)E * sizeof(int));
+    } else {
+        memset(from, 0, (size_t)E * sizeof(int));
+    }
+    int Ml = 0;
+    for (int e = 0; e < El; e++) {
+        r->counts_l[e] = 0;
+        for (int i = 0; i < d->size; i++) r->counts_l[e] += from[i * El + e];
+        Ml += r->counts_l[e];
+    }
+    check_room(d, (size_t)M, (size_t)Ml);
+    d->ops->moe_permute(d->tok, xin, r->src, M, C, t);
+    counts_of(d, r, 0);
+    exchange_start(d, d->tok, d->exp, dt_dtype_size(t), DISPATCH);
+}
+
+static int ep_dispatch(void *ctx, void *xe, const void *xin, const model_moe_route *r, int C, dt_dtype t)
+{
+    ep_disp *d = ctx;
+    if (!exchange_finish(d, DISPATCH)) {
+        ep_dispatch_start(ctx, xin, r, C, t);
+        exchange_finish(d, DISPATCH);
+    }
+    int Ml = reorder(d, r, 1);
+    d->ops->moe_permute(xe, d->exp, d->perm, Ml, C, t);
+    return Ml;
+}
+
+static void ep_combine_start(void *ctx, void *yt, const void *ye, const model_moe_route *r, int C, dt_dtype t)
+{
+    ep_disp *d = ctx;
+    int Ml = reorder(d, r, 0);
+    d->ops->moe_permute(d->exp, ye, d->perm, Ml, C, t);
+    counts_of(d, r, 1);
+    exchange_start(d, d->exp, yt, dt_dtype_size(t), COMBINE);
+}
+
+static void ep_combine(void *ctx, float *out, void *yt, const void *ye, const float *w, const model_moe_route *r,
+                       int C, dt_dtype t, int accumulate)
+{
+    ep_disp *d = ctx;
+    if (!exchange_finish(d, COMBINE)) {
+        ep_combine_start(ctx, yt, ye, r, C, t);
+        exchange_finish(d, COMBINE);
+    }
+    if (out) d->ops->moe_unpermute(out, yt, r->dst, w, r->N, r->k, C, t, accumulate);
+}
+
+static void ep_combine_backward_start(void *ctx, float *dw, const float *dout, const void *yt, const float *w,
+                                      const model_moe_route *r, int C, dt_dtype t)
+{
+    ep_disp *d = ctx;
+    int M = 0;
+    for (int e = 0; e < r->E; e++) M += r->counts[e];
+    d->ops->zero(d->tok, (size_t)M * (size_t)C * sizeof(float));
+    d->ops->moe_unpermute_backward(d->tok, dw, dout, yt, r->dst, w, r->N, r->k, C, t);
+    counts_of(d, r, 0);
+    exchange_start(d, d->tok, d->exp, sizeof(float), COMBINE_BWD);
+}
+
+static void ep_combine_backward(void *ctx, float *dye, float *dw, const float *dout, const void *yt, const float *w,
+                                const model_moe_route *r, int C, dt_dtype t)
+{
+    ep_disp *d = ctx;
+    if (!exchange_finish(d, COMBINE_BWD)) {
+        ep_combine_backward_start(ctx, dw, dout, yt, w, r, C, t);
+        exchange_finish(d, COMBINE_BWD);
+    }
+    int Ml = reorder(d, r, 1);
+    d->ops->moe_permute(dye, d->exp, d->perm, Ml, C, DT_F32);
+}
+
+static void ep_dispatch_backward_start(void *ctx, float *dxe, const model_moe_route *r, int C)
+{
+    ep_disp *d = ctx;
+    int Ml = reorder(d, r, 0);
+    d->ops->moe_permute(d->exp, dxe, d->perm, Ml, C, DT_F32);
+    counts_of(d, r, 1);
+    exchange_start(d, d->exp, d->tok, sizeof(float), DISPATCH_BWD);
+}
+
+static void ep_dispatch_backward(void *ctx, float *dx, float *dxe, const model_moe_route *r, int C)
+{
+    ep_disp *d = ctx;
+    if (!exchange_finish(d, DISPATCH_BWD)) {
+        ep_dispatch_backward_start(ctx, dxe, r, C);
+        exchange_finish(d, DISPATCH_BWD);
+    }
+    d->ops->moe_permute_backward(dx, d->tok, r->dst, r->N, r->k, C);
+}
+
+/* Context parallelism: every cp rank's n floats, in cp rank order. */
+static void cp_gather(void *ctx, float *all, const float *mine, size_t n)
+{
+    ep_disp *d = ctx;
+    strat_ctx *x = d->x;
+    int cp = comm_size(x->cp);
+    if (x->failed) {
+        memset(all, 0, n * (size_t)cp * sizeof(float));
+        return;
+    }
+    double t0 = clock_now_s();
+    int rc = comm_all_gather(x->cp, mine, all, n * (size_t)cp, COMM_F32);
+    strat_comm_done(x, t0, "moe cp all_gather of counts");
+    if (strat_fail(x, x->cp, rc, "moe cp all_gather of counts") != COMM_OK) memset(all, 0, n * (size_t)cp * sizeof(float));
+}
+
+int ep_apply(strat_ctx *x, model *const *chunks, int n_chunks)
+{
+    const job_spec *job = x->job;
+    int ep = job->parallel.ep > 1 ? job->parallel.ep : 1, cp = job->parallel.cp;
+    if (job->model.moe.experts < 1 || (ep == 1 && cp == 1)) return 0;
+    ep_disp *d = calloc(1, sizeof *d);
+    if (!d) return -1;
+    x->epd = d;
+    d->x = x;
+    d->ops = x->ops;
+    if (ep > 1) {
+        d->ep = x->ep;
+        d->size = ep;
+        d->E = job->model.moe.experts;
+        d->El = d->E / ep;
+        d->C = job->model.d_model;
+        sizes_ep_stage(x->sz, &d->tok_rows, &d->exp_rows);
+        size_t numel = sizes_ep_stage_numel(x->sz);
+        if (!(d->mem = x->ops->alloc(numel * sizeof(float)))) return -1;
+        acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * sizeof(float)));
+        d->perm_host = malloc((d->exp_rows ? d->exp_rows : 1) * sizeof(int));
+        d->send = calloc((size_t)ep, sizeof(size_t));
+        d->recv = calloc((size_t)ep, sizeof(size_t));
+        d->off = calloc((size_t)d->E, sizeof(int));
+        if (!d->perm_host || !d->send || !d->recv || !d->off) return -1;
+        /* the order sizes_ep_stage_numel counts them in */
+        d->tok = d->mem;
+        d->exp = d->tok + d->tok_rows * (size_t)d->C;
+        d->perm = (int *)(d->exp + d->exp_rows * (size_t)d->C);
+    }
+    for (int i = 0; i < n_chunks; i++) {
+        model_moe_dispatcher disp;
+        if (ep > 1)
+            disp = (model_moe_dispatcher){.ctx = d, .moves_rows = 1, .dispatch = ep_dispatch, .combine = ep_combine,
+                                          .combine_backward = ep_combine_backward,
+                                          .dispatch_backward = ep_dispatch_backward,
+                                          .dispatch_start = ep_dispatch_start, .combine_start = ep_combine_start,
+                                          .combine_backward_start = ep_combine_backward_start,
+                                          .dispatch_backward_start = ep_dispatch_backward_start};
+        else
+            model_local_moe_dispatcher(chunks[i], &disp);
+        if (cp > 1) disp.cp_ctx = d, disp.cp_gather = cp_gather;
+        model_set_moe_dispatcher(chunks[i], &disp);
+    }
+    return 0;
+}
+
+void ep_release(strat_ctx *x)
+{
+    ep_disp *d = x->epd;
+    if (!d) return;
+    comm_wait(d->req); /* an exchange a failed step left in flight */
+    if (d->mem) {
+        acct_add(x->acct, ACCT_BUFFERS, -(long long)(sizes_ep_stage_numel(x->sz) * sizeof(float)));
+        x->ops->free(d->mem);
+    }
+    free(d->perm_host);
+    free(d->send);
+    free(d->recv);
+    free(d->off);
+    free(d);
+    x->epd = NULL;
+}
