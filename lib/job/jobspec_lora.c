@@ -23,7 +23,6 @@
 
 #include "lib/job/jobspec_lora.h"
 
-#define ADAPTER_CONFIG_MAX (1u << 20)
 
 /* PEFT's module names, per model kind, for target bit i (Llama's are
  * LlamaForCausalLM's; GPT-2's are its modules' last two names, which PEFT
@@ -44,26 +43,6 @@ static int lora_given(const loader *L)
     for (int f = FID_LORA_RANK; f <= FID_LORA_INIT_FROM; f++)
         if (L->e[f].given) return 1;
     return 0;
-}
-
-static char *read_text(const char *path, char *why, size_t n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(why, n, "cannot open (%s)", strerror(errno));
-        return NULL;
-    }
-    char *buf = malloc(ADAPTER_CONFIG_MAX + 1);
-    size_t len = buf ? fread(buf, 1, ADAPTER_CONFIG_MAX + 1, f) : 0;
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad || len > ADAPTER_CONFIG_MAX) {
-        snprintf(why, n, "%s", !buf ? "out of memory" : bad ? "read error" : "larger than 1 MiB");
-        free(buf);
-        return NULL;
-    }
-    buf[len] = 0;
-    return buf;
 }
 
 /* A number of the config into a double field: filled when the job left it
@@ -170,7 +149,7 @@ static int apply_adapter_config(loader *L)
     job_lora *lo = &L->job->model.lora;
     char cfg[JOB_PATH_MAX + 32], why[256];
     snprintf(cfg, sizeof cfg, "%s/adapter_config.json", lo->init_from);
-    char *text = read_text(cfg, why, sizeof why);
+    char *text = loader_read_json_file(cfg, why, sizeof why);
     if (!text) return loader_fail_value(L, FID_LORA_INIT_FROM, "train.lora.init_from: %s: %s", cfg, why);
     cJSON *root = cJSON_Parse(text);
     free(text);

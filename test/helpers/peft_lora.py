@@ -37,12 +37,10 @@ import sys
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from export_check import read_val  # noqa: E402
-from hf_gpt2 import read_safetensors, read_weights, write_safetensors  # noqa: E402
+from hf_gpt2 import read_safetensors, read_weights, val_loss, write_safetensors  # noqa: E402
 from hf_llama import load  # noqa: E402
 
 PREFIX = "base_model.model."
@@ -117,15 +115,7 @@ def make_adapter(a):
 def loss(a):
     m, cfg = load(a.base)
     load_adapter(m, a.adapter)
-    tokens, targets = read_val(a.val)
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, tokens.shape[0], 16):
-            logits = m(tokens[i:i + 16])
-            total += F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]).double(), targets[i:i + 16].reshape(-1),
-                                     reduction="sum").item()
-            count += targets[i:i + 16].numel()
-    print(f"{total / count:.9f}")
+    print(f"{val_loss(m, cfg['vocab_size'], a.val):.9f}")
 
 
 def merged_check(a):
