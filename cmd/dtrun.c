@@ -93,6 +93,7 @@ static int usage(void)
 static const char EXPORT_USAGE[] =
     "usage: dtrun export [--dtype fp32|bf16] CKPT out.safetensors\n"
     "       dtrun export [--dtype fp32|bf16] [--max-shard-size SIZE] CKPT OUTDIR/\n"
+    "       dtrun export --lora merged|adapter [--dtype fp32|bf16] CKPT OUTDIR/\n"
     "  CKPT                   a checkpoint directory or one of its step directories\n"
     "  out.safetensors        one file, Hugging Face names (GPT-2's, Llama's, timm's ViT)\n"
     "  OUTDIR/                a Hugging Face folder (a name ending in '/' or an existing directory):\n"
@@ -100,12 +101,15 @@ static const char EXPORT_USAGE[] =
     "  --dtype fp32|bf16      the tensors' type (default fp32; bf16 rounds to nearest even)\n"
     "  --max-shard-size SIZE  OUTDIR/ in shards of at most SIZE (5GB, 200MB, 1000) with\n"
     "                         model.safetensors.index.json, as transformers' save_pretrained\n"
+    "  --lora merged|adapter  a train.lora checkpoint to OUTDIR/: merged, the base (model.init_from)\n"
+    "                         with alpha/r B A folded in, a Hugging Face folder; adapter, a PEFT\n"
+    "                         folder (adapter_config.json + adapter_model.safetensors)\n"
     "  -h, --help             this text\n";
 
 static int export_command(int argc, char **argv)
 {
     const char *pos[2] = {NULL, NULL};
-    int n_pos = 0, bf16 = 0;
+    int n_pos = 0, bf16 = 0, lora = -1; /* --lora: 0 merged, 1 adapter */
     uint64_t max_shard = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
@@ -127,6 +131,15 @@ static int export_command(int argc, char **argv)
                 return DT_EXIT_USAGE;
             }
             max_shard = (uint64_t)(x * unit);
+            continue;
+        }
+        if (!strcmp(a, "--lora") || !strncmp(a, "--lora=", 7)) {
+            const char *how = a[6] == '=' ? a + 7 : i + 1 < argc ? argv[++i] : "";
+            if (strcmp(how, "merged") && strcmp(how, "adapter")) {
+                fprintf(stderr, "dtrun export: --lora '%s': want merged or adapter\n", how);
+                return DT_EXIT_USAGE;
+            }
+            lora = !strcmp(how, "adapter");
             continue;
         }
         if (!strcmp(a, "--dtype")) {
@@ -167,13 +180,20 @@ static int export_command(int argc, char **argv)
     size_t n_out = strlen(pos[1]);
     struct stat st;
     int to_dir = (n_out && pos[1][n_out - 1] == '/') || (stat(pos[1], &st) == 0 && S_ISDIR(st.st_mode));
+    if (lora >= 0 && (!to_dir || max_shard)) {
+        fprintf(stderr, "dtrun export: --lora writes a folder, whole: give OUTDIR/%s\n",
+                max_shard ? ", without --max-shard-size" : "");
+        ckpt_close(ck);
+        return DT_EXIT_USAGE;
+    }
     if (max_shard && !to_dir) {
         fprintf(stderr, "dtrun export: --max-shard-size shards a Hugging Face folder: give OUTDIR/, not a file\n");
         ckpt_close(ck);
         return DT_EXIT_USAGE;
     }
-    int rc = to_dir ? ckpt_export_hf_dir_sharded(ck, pos[1], bf16, max_shard, err, sizeof err)
-                    : ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
+    int rc = lora >= 0 ? ckpt_export_lora(ck, pos[1], lora, bf16, err, sizeof err)
+             : to_dir  ? ckpt_export_hf_dir_sharded(ck, pos[1], bf16, max_shard, err, sizeof err)
+                       : ckpt_export_as(ck, pos[1], CKPT_NAMES_AUTO, bf16, err, sizeof err);
     if (rc != 0) fprintf(stderr, "dtrun export: %s\n", err);
     else fprintf(stderr, "dtrun: exported %s (step %ld) to %s\n", ckpt_path(ck), ckpt_get_info(ck)->step, pos[1]);
     ckpt_close(ck);

@@ -350,6 +350,22 @@ typedef struct dt_ops {
      * gradient back into dqkv. */
     void (*rows_copy)(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
 
+    /* ---- dropout from counter-based draws (LoRA's input dropout) ----
+     * x[N, W] holds columns [col0, col0 + W) of a tensor `cols` wide, its row
+     * n being row rows[n] of the whole (device int64, one per row). Element
+     * (n, j) is kept when the uniform draw u of Philox4x32-10 (key, counter
+     * rows[n] * cols + col0 + j) is >= p, where u is the first word's top 24
+     * bits times 2^-24 (runtime/rng.h rng_uniform's draw), and dropped (0)
+     * otherwise; kept values are scaled by 1 / (1 - p) (computed in fp32).
+     * A mask is so a pure function of (key, the element's place in the
+     * whole): every layout, shard and backend drops the same elements.
+     * out, x of type t (out rounded once). */
+    void (*dropout_forward)(void *out, const void *x, const long long *rows, int N, int W, long long cols,
+                            long long col0, uint64_t key, float p, dt_dtype t);
+    /* dx[N, W] += dout * the same mask / (1 - p); fp32 */
+    void (*dropout_backward)(float *dx, const float *dout, const long long *rows, int N, int W, long long cols,
+                             long long col0, uint64_t key, float p);
+
     /* ---- GELU, tanh approximation (GPT-2's); out and inp of type t ---- */
     void (*gelu_forward)(void *out, const void *inp, size_t n, dt_dtype t);
     void (*gelu_backward)(float *dinp, const void *inp, const float *dout, size_t n, dt_dtype t);

@@ -151,6 +151,11 @@ void cpu_attention_block_backward(float *dq, float *dkv, const float *dout, cons
                                   int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t);
 /* rows_copy.c */
 void cpu_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
+/* dropout.c */
+void cpu_dropout_forward(void *out, const void *x, const long long *rows, int N, int W, long long cols, long long col0,
+                         uint64_t key, float p, dt_dtype t);
+void cpu_dropout_backward(float *dx, const float *dout, const long long *rows, int N, int W, long long cols,
+                          long long col0, uint64_t key, float p);
 
 /* rope.c */
 void cpu_rope_table(float *cs, int max_pos, int hs, float theta);

@@ -255,6 +255,11 @@ void cuda_attention_block_backward(float *dq, float *dkv, const float *dout, con
                                    int Tq, int Tk, int C, int NH, int NKV, int causal, int shift, dt_dtype t);
 /* rows_copy.cu */
 void cuda_rows_copy(void *dst, int ldd, const void *src, int lds, int N, int W, int accumulate, dt_dtype t);
+/* dropout.cu */
+void cuda_dropout_forward(void *out, const void *x, const long long *rows, int N, int W, long long cols,
+                          long long col0, uint64_t key, float p, dt_dtype t);
+void cuda_dropout_backward(float *dx, const float *dout, const long long *rows, int N, int W, long long cols,
+                           long long col0, uint64_t key, float p);
 /* rope.cu */
 void cuda_rope_table(float *cs, int max_pos, int hs, float theta);
 void cuda_rope_forward(void *x, int ld, int nheads, int hs, const int *pos, const float *cs, int N, dt_dtype t);

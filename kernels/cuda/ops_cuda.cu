@@ -99,6 +99,8 @@ static void fill_table(void) {
     table.rope_forward = cuda_rope_forward;
     table.rope_backward = cuda_rope_backward;
     table.rows_copy = cuda_rows_copy;
+    table.dropout_forward = cuda_dropout_forward;
+    table.dropout_backward = cuda_dropout_backward;
     table.gelu_forward = cuda_gelu_forward;
     table.gelu_backward = cuda_gelu_backward;
     table.gelu_erf_forward = cuda_gelu_erf_forward;

@@ -36,6 +36,28 @@ typedef enum { ACT_GELU_TANH = 0, ACT_GELU = 1 } activation_kind;
  * 0, so a job_model not made by the loader computes fused. */
 typedef enum { ATTN_FUSED = 0, ATTN_NAIVE = 1 } attention_kind;
 
+/* train.lora: LoRA (Hu et al. 2021) as PEFT computes it, y = W x +
+ * (alpha / rank) B A dropout(x), on the linear layers `targets` names; the
+ * base weights are frozen (no gradients, no optimizer state), the adapters
+ * A [rank, in] and B [out, rank] are what trains (runtime/model/lora.c). On
+ * when rank > 0 (any train.lora key given turns it on with PEFT's defaults
+ * for the rest: rank 8, alpha 8, dropout 0, targets [q, v]). init_from: a
+ * PEFT adapter folder (adapter_config.json + adapter_model.safetensors)
+ * whose adapters the run starts from; "" = none. */
+enum {
+    LORA_Q = 1 << 0, LORA_K = 1 << 1, LORA_V = 1 << 2, LORA_O = 1 << 3,
+    LORA_GATE = 1 << 4, LORA_UP = 1 << 5, LORA_DOWN = 1 << 6
+};
+#define LORA_N_TARGETS 7
+typedef struct {
+    int rank;
+    double alpha;
+    double dropout; /* [0, 1) */
+    int targets;    /* LORA_* bits */
+    char init_from[JOB_PATH_MAX];
+} job_lora;
+
+
 /* model.moe: a mixture of experts in place of the MLP of some blocks
  * (runtime/model/moe.c; dtrun-job(5) MIXTURE OF EXPERTS). experts 0: none
  * (the section absent), and every other field is then unused.
@@ -129,6 +151,9 @@ typedef struct {
      * a sharded index) whose weights the run starts from; "" = none. Its
      * config.json fills the shape keys (jobspec_init_from.c). */
     char init_from[JOB_PATH_MAX];
+    /* train.lora (the keys live in the train section; the adapters are
+     * parameters of the model, so the model's layout reads them here). */
+    job_lora lora;
     /* Derived, not a key: 1 when the job's data is packed instruction samples
      * (data.kind sft). The model then takes each token's position in its
      * sample and its sample's segment with every batch (model_batch) and
@@ -306,8 +331,8 @@ typedef struct {
  * launcher's, with the number of processes it starts; the worker's) still answer
  * FILE:LINE:COL. Line 0: not in the file (a default, or a command-line
  * override). Slots are field ids (lib/job/jobspec_fields.h). */
-#define JOB_KEY_SLOTS 104
-#define JOB_SECTION_SLOTS 9
+#define JOB_KEY_SLOTS 128
+#define JOB_SECTION_SLOTS 12
 typedef struct {
     int line, col;
 } job_pos;
@@ -412,6 +437,14 @@ double job_model_rope_theta(const job_model *m);
 int job_model_max_positions(const job_model *m);
 /* 1 when the LM head is wte itself: always for gpt, tie_embeddings for llama. */
 int job_model_tied_head(const job_model *m);
+/* train.lora is on (rank > 0), and the name of target bit i ("q", "k", "v",
+ * "o", "gate", "up", "down"; NULL past the end). */
+static inline int job_lora_on(const job_model *m) { return m->lora.rank > 0; }
+const char *job_lora_target_name(int i);
+/* The name PEFT gives target bit i's modules on model m (Llama: "q_proj" ...
+ * "down_proj"; GPT: dtrun's own "q" ... "down", its q, k and v being one
+ * c_attn). NULL past the end (jobspec_lora.c). */
+const char *job_lora_module_name(const job_model *m, int i);
 const char *job_data_kind_name(data_kind k);
 const char *job_long_samples_name(long_samples_kind k);
 const char *job_lr_schedule_name(lr_schedule s);

@@ -10,6 +10,7 @@
 
 #include "lib/job/jobspec_fields.h"
 #include "lib/job/jobspec_layout.h"
+#include "lib/job/jobspec_lora.h"
 #include "lib/job/jobspec_presets.h"
 #include "lib/job/jobspec_utf8.h"
 
@@ -438,6 +439,7 @@ int job_check(const job_spec *job, int blame[JOB_BLAME_MAX], char *msg, size_t n
     if (check_model(job, &v) || check_ep(job, &v) || check_moe(job, &v) || check_batch(job, &v) || check_parallel(job, &v) || check_data(job, &v) ||
         check_checkpoint(job, &v))
         return -1;
+    if (job_check_lora(job, blame, msg, n)) return -1;
     blame[0] = -1;
     if (n) msg[0] = 0;
     return 0;

@@ -14,7 +14,7 @@
 #include "lib/util/range.h"
 
 const char *const job_section_names[SEC_COUNT] = {
-    "model", "data", "train", "parallel", "checkpoint", "log", "launch", "model.moe", "model.mla",
+    "model", "data", "train", "parallel", "checkpoint", "log", "launch", "model.moe", "model.mla", "train.lora",
 };
 
 static const char *const model_kinds[] = {"gpt", "vit", "llama", NULL};
@@ -64,6 +64,14 @@ static const char *const progress_modes[] = {"auto", "on", "off", NULL};
 static const char *const offload_parts[] = {"optimizer", "params", "activations", NULL};
 static const char *const offload_aliases[] = {"optim,optimizer_state,optimizer_states,adam", "parameters,param,weights",
                                               "acts,activation", NULL};
+/* train.lora.targets: the linear layers by their role (Llama's q_proj ...
+ * gate_proj, up_proj, down_proj; GPT's c_attn holds q, k and v, c_proj is
+ * o, c_fc up and mlp.c_proj down) */
+static const char *const lora_targets[] = {"q", "k", "v", "o", "gate", "up", "down", NULL};
+static const char *const lora_target_aliases[] = {
+    "q_proj,query,wq,c_attn,qkv", "k_proj,key,wk", "v_proj,value,wv", "o_proj,out_proj,wo,dense,proj,c_proj",
+    "gate_proj,w1", "up_proj,w3,fc,c_fc,fc1", "down_proj,w2,fc2,mlp_proj", NULL};
+const char *job_lora_target_name(int i) { return i >= 0 && i < LORA_N_TARGETS ? lora_targets[i] : NULL; }
 static const char *const progress_aliases[] = {"default", "true,yes,always", "false,no,never", NULL};
 
 #define OFF(member) offsetof(job_spec, member)
@@ -192,6 +200,18 @@ const field_def job_fields[FID_COUNT] = {
                      .aliases = "cpu_offload,offload_optimizer,zero_offload,offload_param"},
     [FID_CUDA_GRAPHS] = NUM(SEC_TRAIN, "cuda_graphs", FT_BOOL, train.cuda_graphs, 0, 1,
                             "cuda_graph,enable_cuda_graph,use_cuda_graph,external_cuda_graph,cudagraphs"),
+    /* train.lora's keys, a mapping inside train: `lora: {rank: 8, ...}` (jobspec_lora.c) */
+    [FID_LORA_RANK] = NUM(SEC_LORA, "rank", FT_INT, model.lora.rank, 1, 65536, "r,lora_r,lora_rank,dim"),
+    [FID_LORA_ALPHA] = {.section = SEC_LORA, .key = "alpha", .type = FT_DOUBLE, .offset = OFF(model.lora.alpha),
+                        .lo = 0, .lo_open = 1, .hi = NOMAX, .aliases = "lora_alpha,scale"},
+    [FID_LORA_DROPOUT] = {.section = SEC_LORA, .key = "dropout", .type = FT_DOUBLE,
+                          .offset = OFF(model.lora.dropout), .lo = 0, .hi = 1, .hi_open = 1,
+                          .aliases = "lora_dropout,p"},
+    [FID_LORA_TARGETS] = {.section = SEC_LORA, .key = "targets", .type = FT_FLAGS,
+                          .offset = OFF(model.lora.targets), .names = lora_targets,
+                          .value_aliases = lora_target_aliases, .aliases = "target_modules,modules,target"},
+    [FID_LORA_INIT_FROM] = STR(SEC_LORA, "init_from", FT_STR, model.lora.init_from,
+                               "adapter,from_pretrained,path,load,peft"),
 
     [FID_DP] = NUM(SEC_PARALLEL, "dp", FT_INT, parallel.dp, 1, 65536,
                    "data_parallel,data_parallel_size,dp_size"),
@@ -310,6 +330,8 @@ static field_only field_only_of(int fid)
     case FID_MLA_Q_LORA_RANK: case FID_MLA_KV_LORA_RANK: case FID_MLA_QK_ROPE_HEAD_DIM: case FID_MLA_QK_NOPE_HEAD_DIM:
     case FID_MLA_V_HEAD_DIM: return ONLY_LLAMA;
     case FID_ACTIVATION: return ONLY_GELU;
+    case FID_LORA_RANK: case FID_LORA_ALPHA: case FID_LORA_DROPOUT: case FID_LORA_TARGETS: case FID_LORA_INIT_FROM:
+        return ONLY_LM;
     default: return ONLY_ANY;
     }
 }
@@ -339,10 +361,13 @@ void job_field_full_name(int fid, char *out, size_t n)
     snprintf(out, n, "%s.%s", job_section_names[job_fields[fid].section], job_fields[fid].key);
 }
 
-int job_section_parent(int sec) { return sec == SEC_MOE || sec == SEC_MLA ? SEC_MODEL : -1; }
+int job_section_parent(int sec)
+{
+    return sec == SEC_MOE || sec == SEC_MLA ? SEC_MODEL : sec == SEC_LORA ? SEC_TRAIN : -1;
+}
 const char *job_section_key(int sec)
 {
-    return sec == SEC_MOE ? "moe" : sec == SEC_MLA ? "mla" : job_section_names[sec];
+    return sec == SEC_MOE ? "moe" : sec == SEC_MLA ? "mla" : sec == SEC_LORA ? "lora" : job_section_names[sec];
 }
 
 int job_section_find(const char *name, size_t len)
@@ -377,6 +402,7 @@ int job_field_applies(const job_spec *job, int fid)
 
 int job_field_unset(const job_spec *job, int fid)
 {
+    if (job_fields[fid].section == SEC_LORA) return !job_lora_on(&job->model); /* LoRA off */
     if (job_fields[fid].section != SEC_LAUNCH) return 0;
     if (job_fields[fid].type == FT_INT) return *(const int *)job_field_cptr(job, fid) == -1;
     return ((const char *)job_field_cptr(job, fid))[0] == 0;

@@ -14,8 +14,9 @@
 
 typedef enum {
     SEC_MODEL = 0, SEC_DATA, SEC_TRAIN, SEC_PARALLEL, SEC_CHECKPOINT, SEC_LOG, SEC_LAUNCH,
-    SEC_MOE, /* "model.moe": a mapping inside the model section (job_section_parent) */
-    SEC_MLA, /* "model.mla": likewise */
+    SEC_MOE,  /* "model.moe": a mapping inside the model section (job_section_parent) */
+    SEC_MLA,  /* "model.mla": likewise */
+    SEC_LORA, /* "train.lora": a mapping inside the train section */
     SEC_COUNT
 } job_section;
 
@@ -29,7 +30,7 @@ typedef enum {
     FID_STEPS, FID_GLOBAL_BATCH, FID_MICRO_BATCH, FID_LR, FID_MIN_LR, FID_WARMUP, FID_SCHEDULE,
     FID_WEIGHT_DECAY, FID_BETA1, FID_BETA2, FID_EPS, FID_GRAD_CLIP, FID_PRECISION, FID_GRAD_DTYPE, FID_DEVICE, FID_SEED,
     FID_RECOMPUTE, FID_EVAL_EVERY, FID_EVAL_BATCHES, FID_THREADS, FID_SKIP_NONFINITE, FID_OFFLOAD,
-    FID_CUDA_GRAPHS,
+    FID_CUDA_GRAPHS, FID_LORA_RANK, FID_LORA_ALPHA, FID_LORA_DROPOUT, FID_LORA_TARGETS, FID_LORA_INIT_FROM,
     FID_DP, FID_TP, FID_PP, FID_MODE, FID_PP_SCHEDULE, FID_MICROBATCHES, FID_VIRTUAL_STAGES,
     FID_SEQUENCE_PARALLEL, FID_TP_OVERLAP, FID_TP_SPLIT, FID_CP, FID_CP_MODE, FID_EP, FID_BUCKET_MB, FID_REDUCE_DTYPE,
     FID_CKPT_DIR, FID_CKPT_EVERY, FID_CKPT_KEEP, FID_CKPT_RESUME, FID_CKPT_ALLOW_CHANGES,
@@ -93,7 +94,8 @@ void job_field_full_name(int fid, char *out, size_t n);
 /* The section called `name` (exact), or -1. A nested section's name is its
  * full one ("model.moe"): what messages and overrides say. */
 int job_section_find(const char *name, size_t len);
-/* The section a nested one sits in as a key (SEC_MOE: SEC_MODEL, key "moe"),
+/* The section a nested one sits in as a key (SEC_MOE: SEC_MODEL, key "moe";
+ * SEC_LORA: SEC_TRAIN, key "lora"),
  * or -1 for a top-level one. */
 int job_section_parent(int sec);
 /* The key a nested section has in its parent ("moe"). */

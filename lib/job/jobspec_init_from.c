@@ -33,8 +33,7 @@
 
 #define CONFIG_MAX (1u << 20) /* a config.json is a few hundred bytes */
 
-/* DIR/config.json as text (malloc'd), or NULL with why. */
-static char *read_config(const char *path, char *why, size_t n)
+char *loader_read_json_file(const char *path, char *why, size_t n)
 {
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -46,7 +45,7 @@ static char *read_config(const char *path, char *why, size_t n)
     int bad = ferror(f);
     fclose(f);
     if (!buf || bad || len > CONFIG_MAX) {
-        snprintf(why, n, "%s", !buf ? "out of memory" : bad ? "read error" : "larger than 1 MiB (not a config.json)");
+        snprintf(why, n, "%s", !buf ? "out of memory" : bad ? "read error" : "larger than 1 MiB (not a model's JSON config)");
         free(buf);
         return NULL;
     }
@@ -494,7 +493,7 @@ int loader_apply_init_from(loader *L, int *preset_d_ff)
     if (!L->e[FID_INIT_FROM].given || !m->init_from[0]) return 0;
     char cfg[JOB_PATH_MAX + 16], why[256];
     snprintf(cfg, sizeof cfg, "%s/config.json", m->init_from);
-    char *text = read_config(cfg, why, sizeof why);
+    char *text = loader_read_json_file(cfg, why, sizeof why);
     if (!text) return loader_fail_value(L, FID_INIT_FROM, "model.init_from: %s: %s", cfg, why);
     cJSON *root = cJSON_Parse(text);
     free(text);

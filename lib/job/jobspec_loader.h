@@ -82,6 +82,9 @@ int loader_resolve(loader *L);
 /* jobspec_init_from.c: model.init_from's config.json into the model section
  * (or one line where they disagree); *preset_d_ff gets its MLP width. */
 int loader_apply_init_from(loader *L, int *preset_d_ff);
+/* A small JSON file (config.json, adapter_config.json: at most 1 MiB) as
+ * malloc'd text, or NULL with why. */
+char *loader_read_json_file(const char *path, char *why, size_t n);
 /* lr / 10 as a person would write it: the default min_lr. */
 double job_lr_tenth(double lr);
 

@@ -84,15 +84,23 @@ void job_field_print(FILE *out, const job_spec *job, int fid)
     }
 }
 
-/* A nested section's keys, indented under its parent (model.moe while the
- * model has experts). */
+/* Whether a nested section is in use: model.moe while the model has experts,
+ * train.lora while LoRA is on. */
+static int nested_in_use(const job_spec *job, int sec)
+{
+    if (sec == SEC_MOE) return job->model.moe.experts >= 1;
+    if (sec == SEC_MLA) return job_model_mla(&job->model);
+    if (sec == SEC_LORA) return job_lora_on(&job->model);
+    return 1;
+}
+
+/* A nested section's keys, indented under its parent. */
 static int print_nested(const job_spec *job, FILE *out, int parent)
 {
     int printed = 0;
     for (int sec = 0; sec < SEC_COUNT; sec++) {
         if (job_section_parent(sec) != parent) continue;
-        if (sec == SEC_MOE && job->model.moe.experts < 1) continue;
-        if (sec == SEC_MLA && !job_model_mla(&job->model)) continue;
+        if (!nested_in_use(job, sec)) continue;
         fprintf(out, "  %s:\n", job_section_key(sec));
         for (int fid = 0; fid < FID_COUNT; fid++) {
             if (job_fields[fid].section != (job_section)sec || !job_field_applies(job, fid)) continue;
@@ -132,8 +140,7 @@ void job_print(const job_spec *job, FILE *out)
             /* a nested section needs its parent's line */
             int any = 0;
             for (int sub = 0; sub < SEC_COUNT && !any; sub++)
-                any = job_section_parent(sub) == sec && !(sub == SEC_MOE && job->model.moe.experts < 1) &&
-                      !(sub == SEC_MLA && !job_model_mla(&job->model));
+                any = job_section_parent(sub) == sec && nested_in_use(job, sub);
             if (any) fprintf(out, "%s:\n", job_section_names[sec]);
             printed = any;
         }

@@ -10,6 +10,7 @@
 
 #include "lib/job/jobspec_check.h"
 #include "lib/job/jobspec_loader.h"
+#include "lib/job/jobspec_lora.h"
 #include "lib/job/jobspec_presets.h"
 #include "lib/util/suggest.h"
 
@@ -147,6 +148,7 @@ int loader_resolve(loader *L)
         if (loader_store_value(L, fid)) return -1;
     }
     if (loader_apply_init_from(L, &preset_d_ff)) return -1;
+    if (loader_derive_lora(L)) return -1;
     if (derive(L, preset_d_ff)) return -1;
     loader_record_where(L);
     int blame[JOB_BLAME_MAX];

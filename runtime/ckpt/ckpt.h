@@ -208,6 +208,17 @@ int ckpt_export_as(const ckpt *ck, const char *out_path, ckpt_naming naming, int
  * as save_pretrained writes them. */
 #define CKPT_HF_SHARD_DEFAULT 5000000000ull
 int ckpt_export_hf_dir(const ckpt *ck, const char *dir, int bf16, char *err, size_t errlen);
+/* A train.lora checkpoint (it holds the adapters; the base is its job's
+ * model.init_from folder, or the seed's draw without one), export_lora.c:
+ *  merged   DIR as ckpt_export_hf_dir writes it, each adapted weight W + (alpha
+ *           / r) B A (in fp32, then the dtype), the rest the base's;
+ *  adapter  DIR as PEFT's save_pretrained: adapter_config.json (r, lora_alpha,
+ *           lora_dropout, target_modules, base_model_name_or_path) and
+ *           adapter_model.safetensors under PEFT's names (hf_names.h), which
+ *           train.lora.init_from reads back. A GPT's q, k, v adapters have no
+ *           PEFT form (GPT-2's c_attn is one module): refused.
+ * A checkpoint without LoRA is refused (plain export is the way). */
+int ckpt_export_lora(const ckpt *ck, const char *dir, int adapter, int bf16, char *err, size_t errlen);
 int ckpt_export_hf_dir_sharded(const ckpt *ck, const char *dir, int bf16, uint64_t max_shard_bytes, char *err,
                                size_t errlen);
 

@@ -98,6 +98,16 @@ char *ckpt_index_encode(const ckpt_meta *meta, const ckpt_file_sum *files)
                  cJSON_AddNumberToObject(m, "rope_theta", job_model_rope_theta(md)) &&
                  cJSON_AddBoolToObject(m, "tie_embeddings", md->tie_embeddings) &&
                  cJSON_AddNumberToObject(m, "max_positions", job_model_max_positions(md));
+        /* train.lora: the checkpoint holds the adapters only; the frozen base is
+         * model.init_from's folder (or, without one, the seed's draw) */
+        if (ok && job_lora_on(md)) {
+            cJSON *l = cJSON_AddObjectToObject(m, "lora");
+            ok = l && cJSON_AddNumberToObject(l, "rank", md->lora.rank) &&
+                 cJSON_AddNumberToObject(l, "alpha", md->lora.alpha) &&
+                 cJSON_AddNumberToObject(l, "dropout", md->lora.dropout) &&
+                 cJSON_AddNumberToObject(l, "targets", md->lora.targets) &&
+                 cJSON_AddStringToObject(m, "init_from", md->init_from);
+        }
         if (ok && md->moe.experts > 0) ok = add_moe(m, &md->moe);
     }
     cJSON *loss = ok ? cJSON_AddArrayToObject(o, "loss_tail") : NULL;
@@ -257,6 +267,24 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
             in->model.max_positions = (int)maxpos;
             in->model.rope_theta = theta->valuedouble;
             in->model.tie_embeddings = cJSON_IsTrue(tie);
+        }
+        const cJSON *lora = cJSON_GetObjectItemCaseSensitive(m, "lora");
+        if (lora) {
+            long r, tg;
+            const cJSON *al = cJSON_GetObjectItemCaseSensitive(lora, "alpha");
+            const cJSON *dr = cJSON_GetObjectItemCaseSensitive(lora, "dropout");
+            const cJSON *base = cJSON_GetObjectItemCaseSensitive(m, "init_from");
+            if (!get_int(lora, "rank", 1, 65536, &r) || !get_int(lora, "targets", 1, (1 << LORA_N_TARGETS) - 1, &tg) ||
+                !cJSON_IsNumber(al) || !(al->valuedouble > 0) || !cJSON_IsNumber(dr) || !(dr->valuedouble >= 0) ||
+                !(dr->valuedouble < 1) || !cJSON_IsString(base) || strlen(base->valuestring) >= JOB_PATH_MAX) {
+                st_fail(err, errlen, "%s: bad 'model.lora' (rank, alpha, dropout, targets) or 'model.init_from'", path);
+                goto out;
+            }
+            in->model.lora.rank = (int)r;
+            in->model.lora.targets = (int)tg;
+            in->model.lora.alpha = al->valuedouble;
+            in->model.lora.dropout = dr->valuedouble;
+            snprintf(in->model.init_from, sizeof in->model.init_from, "%s", base->valuestring);
         }
         const cJSON *moe = cJSON_GetObjectItemCaseSensitive(m, "moe");
         if (moe && read_moe(moe, &in->model.moe) != 0) {

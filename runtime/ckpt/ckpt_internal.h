@@ -55,4 +55,10 @@ int ckpt_index_decode(const char *text, size_t len, const char *path, ckpt_index
                       size_t errlen);
 void ckpt_index_free(ckpt_index *ix);
 
+/* export.c: DIR/name holds text and a newline, written atomically (text is
+ * freed); the config.json of a model's Hugging Face folder (malloc'd, NULL
+ * when out of memory). */
+int ckpt_write_json(const char *dir, const char *name, char *text, char *err, size_t errlen);
+char *ckpt_hf_config_json(const job_model *m);
+
 #endif

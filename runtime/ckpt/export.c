@@ -160,6 +160,10 @@ static int export_file(const ckpt *ck, const char *out_path, ckpt_naming naming,
                        int shard, char *err, size_t errlen)
 {
     const ckpt_info *info = ckpt_get_info(ck);
+    if (info->has_model && job_lora_on(&info->model))
+        return st_fail(err, errlen, "%s holds train.lora's adapters, not a model: export --lora merged OUTDIR/ (the "
+                                    "base with the adapters folded in) or --lora adapter OUTDIR/ (a PEFT folder)",
+                       ckpt_path(ck));
     if (naming == CKPT_NAMES_AUTO) {
         if (!info->has_model)
             return st_fail(err, errlen, "%s/index.json: no model section (cannot tell GPT from ViT; name the format)",
@@ -325,7 +329,7 @@ static char *vit_preprocessor_json(const job_model *m)
 }
 
 /* DIR/name holds text and a newline (atomically); text is freed. */
-static int write_json(const char *dir, const char *name, char *text, char *err, size_t errlen)
+int ckpt_write_json(const char *dir, const char *name, char *text, char *err, size_t errlen)
 {
     if (!text) return st_fail(err, errlen, "%s: out of memory", dir);
     char path[4096];
@@ -401,6 +405,14 @@ static char *mixtral_config_json(const job_model *m, char *llama)
     return text;
 }
 
+char *ckpt_hf_config_json(const job_model *m)
+{
+    if (m->kind == MODEL_VIT) return vit_config_json(m);
+    if (m->kind != MODEL_LLAMA) return gpt2_config_json(m);
+    char *llama = llama_config_json(m);
+    return hf_naming_of(m) == CKPT_NAMES_HF_MIXTRAL ? mixtral_config_json(m, llama) : llama;
+}
+
 /* model.safetensors.index.json: every exported tensor's file. */
 static char *shard_index_json(const ckpt *ck, ckpt_naming naming, int bf16, const int *shard_of, int n_shards)
 {
@@ -462,6 +474,9 @@ int ckpt_export_hf_dir_sharded(const ckpt *ck, const char *dir, int bf16, uint64
     if (!info->has_model)
         return st_fail(err, errlen, "%s/index.json: no model section (cannot tell GPT from ViT)", ckpt_path(ck));
     const job_model *m = &info->model;
+    if (job_lora_on(m))
+        return st_fail(err, errlen, "%s holds train.lora's adapters, not a model: export --lora merged (the base with "
+                                    "the adapters folded in) or --lora adapter (a PEFT folder)", ckpt_path(ck));
     int vit = m->kind == MODEL_VIT;
     ckpt_naming naming = hf_naming_of(m);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) return st_fail(err, errlen, "%s: cannot create (%s)", dir, strerror(errno));
@@ -480,12 +495,11 @@ int ckpt_export_hf_dir_sharded(const ckpt *ck, const char *dir, int bf16, uint64
         rc = export_file(ck, path, naming, bf16, shard_of, k, err, errlen);
     }
     if (rc == 0 && shards > 1)
-        rc = write_json(dir, "model.safetensors.index.json", shard_index_json(ck, naming, bf16, shard_of, shards), err,
+        rc = ckpt_write_json(dir, "model.safetensors.index.json", shard_index_json(ck, naming, bf16, shard_of, shards), err,
                         errlen);
     free(shard_of);
     if (rc != 0) return -1;
-    char *config = vit ? vit_config_json(m) : m->kind == MODEL_LLAMA ? llama_config_json(m) : gpt2_config_json(m);
-    if (naming == CKPT_NAMES_HF_MIXTRAL) config = mixtral_config_json(m, config);
-    if (write_json(dir, "config.json", config, err, errlen) != 0) return -1;
-    return vit ? write_json(dir, "preprocessor_config.json", vit_preprocessor_json(m), err, errlen) : 0;
+    char *config = ckpt_hf_config_json(m);
+    if (ckpt_write_json(dir, "config.json", config, err, errlen) != 0) return -1;
+    return vit ? ckpt_write_json(dir, "preprocessor_config.json", vit_preprocessor_json(m), err, errlen) : 0;
 }

@@ -27,6 +27,7 @@
 #define HF_MAX_FILES 4096
 
 struct hf_weights {
+    int peft;           /* a PEFT adapter folder: holds train.lora's adapters only */
     char *dir;
     st_reader **files;
     int n_files;
@@ -98,6 +99,26 @@ int hf_weights_open(const char *dir, hf_weights **out, char *err, size_t errlen)
                            : st_fail(err, errlen, "%s: no model.safetensors and no model.safetensors.index.json", dir);
     }
     if (rc != 0) {
+        hf_weights_close(w);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
+int hf_weights_open_adapter(const char *dir, hf_weights **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    if (!is_file(path)) return st_fail(err, errlen, "%s: no adapter_model.safetensors (want a PEFT adapter folder)", dir);
+    hf_weights *w = calloc(1, sizeof *w);
+    if (!w || !(w->dir = strdup(dir)) || !(w->files = calloc(1, sizeof *w->files))) {
+        hf_weights_close(w);
+        return st_fail(err, errlen, "%s: out of memory", dir);
+    }
+    w->peft = 1;
+    if (add_file(w, "adapter_model.safetensors", err, errlen) != 0) {
         hf_weights_close(w);
         return -1;
     }
@@ -213,7 +234,8 @@ int hf_weights_check(const hf_weights *w, const job_model *m, char *err, size_t 
         for (int i = 0; i < model_unit_param_count(m, u); i++) {
             param_spec p;
             model_unit_param_spec(m, u, i, 0, 1, &p);
-            if (p.tied) continue;
+            /* a model folder holds the base, a PEFT folder train.lora's adapters */
+            if (p.tied || p.lora != w->peft) continue;
             int64_t shape[2] = {p.shape[0], p.shape[1]};
             hf_tensor *parts;
             int n_parts = parts_of(p.name, p.ndim, shape, naming, m, &parts);

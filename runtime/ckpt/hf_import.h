@@ -31,6 +31,11 @@ typedef struct hf_weights hf_weights;
 
 /* Opens and validates DIR's safetensors file(s) (headers only). */
 int hf_weights_open(const char *dir, hf_weights **out, char *err, size_t errlen);
+/* A PEFT adapter folder (train.lora.init_from): DIR/adapter_model.safetensors,
+ * whose tensors are train.lora's adapters under PEFT's names (hf_names.h);
+ * check and read it as a model folder (they then concern the adapters only,
+ * a model folder's the base model only). */
+int hf_weights_open_adapter(const char *dir, hf_weights **out, char *err, size_t errlen);
 void hf_weights_close(hf_weights *w);
 const char *hf_weights_dir(const hf_weights *w);
 

@@ -165,6 +165,35 @@ static int vit_embedding(const char *ours, const int64_t shape[2], int hf, const
     return -1;
 }
 
+/* train.lora's adapters "h.N.lora.TARGET.a|b" under PEFT's names: the base
+ * module's name under base_model.model., then lora_A / lora_B (nn.Linear:
+ * [r, in] and [out, r], our layout, for GPT-2's Conv1D modules as well).
+ * GPT-2's q, k and v are one c_attn module, which PEFT adapts with one A:
+ * dtrun's three have no name there. */
+static int lora_name(const char *ours, ckpt_naming naming, hf_tensor *out)
+{
+    int layer = -1, pos = 0;
+    char target[8] = "", which = 0;
+    if (sscanf(ours, "h.%d.lora.%7[a-z].%c%n", &layer, target, &which, &pos) != 3 || ours[pos] || layer < 0 ||
+        (which != 'a' && which != 'b'))
+        return 0;
+    static const char *const llama[][2] = {{"q", "self_attn.q_proj"}, {"k", "self_attn.k_proj"},
+                                           {"v", "self_attn.v_proj"}, {"o", "self_attn.o_proj"},
+                                           {"gate", "mlp.gate_proj"}, {"up", "mlp.up_proj"},
+                                           {"down", "mlp.down_proj"}};
+    static const char *const gpt2[][2] = {{"o", "attn.c_proj"}, {"up", "mlp.c_fc"}, {"down", "mlp.c_proj"}};
+    int is_llama = naming == CKPT_NAMES_HF_LLAMA || naming == CKPT_NAMES_HF_MIXTRAL;
+    size_t n = is_llama ? sizeof llama / sizeof llama[0] : sizeof gpt2 / sizeof gpt2[0];
+    for (size_t i = 0; i < n; i++) {
+        const char *const *row = is_llama ? llama[i] : gpt2[i];
+        if (strcmp(target, row[0])) continue;
+        snprintf(out->name, sizeof out->name, "base_model.model.%s.%d.%s.lora_%c.weight",
+                 is_llama ? "model.layers" : "transformer.h", layer, row[1], which == 'a' ? 'A' : 'B');
+        return 1;
+    }
+    return -1;
+}
+
 static int edge_name(const char *ours, const int64_t shape[2], ckpt_naming naming, const job_model *m, hf_tensor *out);
 
 int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming naming, const job_model *m,
@@ -175,6 +204,11 @@ int hf_name_of(const char *ours, int ndim, const int64_t shape[2], ckpt_naming n
     first.ndim = ndim;
     first.shape[0] = shape[0];
     first.shape[1] = shape[1];
+    int lora = lora_name(ours, naming, &first);
+    if (lora) {
+        if (lora > 0 && cap > 0) out[0] = first;
+        return lora;
+    }
     if (naming == CKPT_NAMES_HF_LLAMA || naming == CKPT_NAMES_HF_MIXTRAL) {
         hf_tensor *o = cap > 0 ? out : three; /* a count only: the first part still needs a place */
         *o = first;

@@ -26,7 +26,13 @@
  * (params.c): its gate_up [E 2Fe, C] is 2E parts (w1 of expert 0, w3 of
  * expert 0, w1 of expert 1, ...), its down [E C, Fe] E parts (w2 of each).
  * Mixtral has no shared experts and no dense blocks: a model with them has
- * no Mixtral name for those tensors. */
+ * no Mixtral name for those tensors.
+ *
+ * train.lora's adapters ("h.N.lora.q.a", ".b") go by PEFT's names
+ * (base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight ...), the
+ * same [r, in] and [out, r] layout; a GPT's by GPT-2's modules (o: attn.c_proj,
+ * up: mlp.c_fc, down: mlp.c_proj), its q, k, v having none (PEFT adapts
+ * c_attn whole, with one A). */
 #ifndef DTRUN_HF_NAMES_H
 #define DTRUN_HF_NAMES_H
 

@@ -129,6 +129,12 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
         else
             fprintf(f, "  activation: %s\n", job_activation_name(m.activation));
         fprintf(f, "  norm_eps: %.17g\n", job_model_norm_eps(&m));
+        /* train.lora: the checkpoint holds the adapters, the base is the folder it trained from */
+        if (job_lora_on(&m) && m.init_from[0]) {
+            fprintf(f, "  init_from: ");
+            put_quoted(f, m.init_from);
+            fprintf(f, "\n");
+        }
     }
     if (s->data) {
         /* a ViT reads IDX images (an HF folder's kind is known once its config is read: the file says) */
@@ -163,6 +169,12 @@ int infer_job_yaml(const infer_source *s, char **yaml, job_model *model_out, cha
     }
     int gb = s->global_batch > 0 ? s->global_batch : 8;
     fprintf(f, "train:\n  steps: 1\n  global_batch: %d\n  eval_batches: 0\n", gb);
+    if (!hf && job_lora_on(&m)) { /* the adapters the checkpoint holds (no dropout in inference) */
+        fprintf(f, "  lora:\n    rank: %d\n    alpha: %.17g\n    targets: [", m.lora.rank, m.lora.alpha);
+        for (int i = 0, first = 1; i < LORA_N_TARGETS; i++)
+            if (m.lora.targets >> i & 1) fprintf(f, "%s%s", first ? "" : ", ", job_lora_target_name(i)), first = 0;
+        fprintf(f, "]\n");
+    }
     fprintf(f, "parallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  mode: %s\n", s->dp, s->tp, s->pp, s->mode ? s->mode : "ddp");
     if (s->pp > 1) fprintf(f, "  microbatches: %d\n", s->pp);
     if (!hf) {

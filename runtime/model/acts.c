@@ -50,6 +50,7 @@ typedef struct {
     int tied;  /* the LM head is wte */
     int lse; /* the attention keeps each row's log-sum-exp (model_attention_lse) */
     int off; /* the stream entering blocks 1 .. nb-1 in host memory (acts_on_host) */
+    int lora; /* train.lora: frozen base, adapters (lora.h) */
     int first_layer;          /* the first held block's index (0-based) */
     int has_dense, has_moe;   /* the held blocks include dense ones, MoE ones (model.moe) */
 } shape;
@@ -94,6 +95,7 @@ static shape shape_of(const job_model *spec, const model_shard *sh, recompute_ki
     g.cp = g.d.cp_size > 1;
     g.lse = model_attention_lse(spec, g.d.cp_size);
     g.off = prec && prec->acts_on_host && rc == RECOMPUTE_BLOCK && g.nb > 1;
+    g.lora = job_lora_on(spec);
     g.first_layer = first - 1;
     for (int k = 0; k < g.nb; k++) {
         if (job_moe_block(spec, g.first_layer + k)) g.has_moe = 1;
@@ -250,6 +252,38 @@ static void layout_host(const shape *g, int B, model_acts *a, bump *b)
     a->hstream = take(b, n * g->e);
 }
 
+/* train.lora's part of the working set (lora.h model_lora): the frozen
+ * norms' gradient sink [4 C] (the blocks' and the head's), and for the
+ * blocks' adapted layers, over N = B x seq rows (the layers' whole rows):
+ * an adapted column layer's fp32 sum and a row layer's delta [N, max OC],
+ * one target's columns [N, max cols], h and its gradient [N, r] (bf16: h
+ * rounded too), and with dropout the dropped-out input [N, max IC], its
+ * gradient and each row's token number [N]. */
+static void layout_lora(const shape *g, int B, model_acts *a, bump *b)
+{
+    model_lora *l = &a->bs.lora;
+    memset(l, 0, sizeof *l);
+    a->bs.norm_sink = NULL;
+    a->bs.lora_rows = NULL;
+    if (!g->lora || !g->gpt) return;
+    size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, r = (size_t)g->spec->lora.rank;
+    size_t oc = max_sz(max_sz((size_t)g->d.W_l, (size_t)g->d.H_l), C);
+    size_t cols = max_sz(max_sz((size_t)g->d.C_l, (size_t)g->d.Ckv_l), (size_t)g->d.F_l);
+    size_t ic = max_sz(max_sz(C, (size_t)g->d.C_l), (size_t)g->d.F_l);
+    int drop = g->spec->lora.dropout > 0;
+    if (g->nb > 0 || g->has_head) a->bs.norm_sink = takef(b, 4 * C);
+    if (g->nb == 0) return;
+    l->y = takef(b, N * oc);
+    l->dt = takef(b, N * cols);
+    l->h32 = takef(b, N * r);
+    l->dh = takef(b, N * r);
+    l->h = g->bf16 ? take(b, N * r * g->e) : NULL;
+    l->xd = drop ? take(b, N * ic * g->e) : NULL;
+    l->dxd = drop ? takef(b, N * ic) : NULL;
+    a->bs.lora_rows = drop ? take(b, N * sizeof(long long)) : NULL;
+    l->rows = a->bs.lora_rows;
+}
+
 /* The one working set a model object shares among all its micro-batches: a
  * stage's output and the output gradient it receives (without the head), the
  * residual gradient, backward scratch, the block set a recompute rebuilds,
@@ -310,13 +344,15 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
      * whole class-token rows) */
     a->bs.full = g->sp && (nb > 0 || g->has_emb || (g->has_head && !g->gpt)) ? takef(b, N * C) : NULL;
     a->bs.ln_grads = g->sp && (nb > 0 || (g->has_head && g->gpt)) ? takef(b, 4 * C) : NULL;
+    layout_lora(g, B, a, b);
     if (g->gpt) {
         size_t V_l = (size_t)g->d.V_l;
         /* the chunked head (model_vocab_head): one chunk of logits, which its
          * backward also turns into their gradient in place; no [N, V_l] */
         a->logits = g->has_head ? takef(b, head_chunk_numel(g, B)) : NULL;
         a->dlogits = NULL;
-        a->tied_dwte = g->has_emb && g->has_head && g->tied ? takef(b, V_l * C) : NULL;
+        /* (train.lora: a frozen wte has no gradient to share) */
+        a->tied_dwte = g->has_emb && g->has_head && g->tied && !g->lora ? takef(b, V_l * C) : NULL;
         /* (packed samples: wpe's rows by each row's position, no chunk copy) */
         a->wpe_l = g->has_emb && g->cp && !g->llama && !g->docs ? takef(b, (size_t)g->d.seq * C) : NULL;
         /* rotary positions: each local row's position in its sample (global

@@ -21,6 +21,7 @@
  * where a weight gradient needs them (keeping them whole would spend the
  * memory SP saves). */
 #include "runtime/model/model_internal.h"
+#include "runtime/rng.h"
 
 void block_bind(model *m, int unit, block_params *bp, int what)
 {
@@ -51,6 +52,49 @@ void block_bind(model *m, int unit, block_params *bp, int what)
         bp->w[r] = i < 0 || !(what & BIND_PARAMS) ? NULL : unit_weight(m, unit, i);
         bp->g[r] = i < 0 || !(what & BIND_GRADS) ? NULL : unit_tensor_grad(m, unit, i);
     }
+    /* train.lora's adapters, A then B per target, after the base tensors */
+    for (int t = 0; t < LORA_N_TARGETS; t++) bp->la[t] = bp->lb[t] = NULL, bp->gla[t] = bp->glb[t] = NULL;
+    for (int k = 0, first = model_lora_first(&m->spec, unit); k < lora_count(&m->spec); k++) {
+        int t = lora_target(&m->spec, k), i = first + 2 * k;
+        if (what & BIND_PARAMS) bp->la[t] = unit_weight(m, unit, i), bp->lb[t] = unit_weight(m, unit, i + 1);
+        if (what & BIND_GRADS) bp->gla[t] = unit_tensor_grad(m, unit, i), bp->glb[t] = unit_tensor_grad(m, unit, i + 1);
+    }
+}
+
+const model_lora *block_lora(model *m, int unit, lora_layer layer, const block_params *bp, const model_lora *s,
+                             model_lora *out)
+{
+    const model_dims *d = &m->d;
+    const job_lora *lo = &m->spec.lora;
+    if (!job_lora_on(&m->spec)) return NULL;
+    /* each layer's targets and, for a column-parallel one, their columns of
+     * its (packed) output: qkv's q, k, v; a Llama's gate|up */
+    static const int targets[4][LORA_PER_LAYER] = {
+        [LORA_LAYER_QKV] = {0, 1, 2}, [LORA_LAYER_PROJ] = {3, -1, -1},
+        [LORA_LAYER_FC] = {4, 5, -1}, [LORA_LAYER_MPROJ] = {6, -1, -1}};
+    int col0[LORA_N_TARGETS] = {0, d->C_l, d->C_l + d->Ckv_l, 0, 0, m->spec.kind == MODEL_LLAMA ? d->F_l : 0, 0};
+    int cols[LORA_N_TARGETS] = {d->C_l, d->Ckv_l, d->Ckv_l, d->C, d->F_l, d->F_l, d->C};
+    *out = *s;
+    out->n = 0;
+    out->r = lo->rank;
+    out->scale = (float)(lo->alpha / lo->rank);
+    out->p = m->lora_step > 0 ? (float)lo->dropout : 0.0f;
+    int row = layer == LORA_LAYER_PROJ || layer == LORA_LAYER_MPROJ;
+    /* the input's place in the whole layer's input, for the dropout's draws */
+    out->feats = layer == LORA_LAYER_MPROJ ? m->spec.d_ff : d->C;
+    out->feat0 = !row ? 0 : layer == LORA_LAYER_PROJ ? (long long)d->C_l * m->shard.tp_rank
+                                                      : (long long)split_lo((size_t)m->spec.d_ff, m->shard.tp_rank,
+                                                                            m->shard.tp_size);
+    for (int j = 0; j < LORA_PER_LAYER; j++) {
+        int t = targets[layer][j];
+        if (t < 0 || !bp->la[t]) continue;
+        /* the dropout's draws: (seed, step) and which adapter of which layer */
+        uint64_t key = rng_key3(m->seed, "lora.dropout", (uint64_t)m->lora_step,
+                                (uint64_t)(unit - 1) * LORA_N_TARGETS + (uint64_t)t);
+        out->ad[out->n++] = (lora_adapter){.A = bp->la[t], .B = bp->lb[t], .dA = bp->gla[t], .dB = bp->glb[t],
+                                           .col0 = col0[t], .cols = cols[t], .key = key};
+    }
+    return out->n ? out : NULL;
 }
 
 /* ---- the norms: layernorm (GPT, ViT) or RMSNorm (Llama, no mean or bias) ---- */
@@ -84,17 +128,18 @@ static void residual_norm_forward(model *m, void *res, void *out, float *mean, f
 /* ---- the MLP's activation: GELU of fc's output, or SwiGLU of gate|up ---- */
 
 void block_mlp_in(model *m, void *h, void *g, const void *in, void *full, const void *w, const float *b, int N,
-                  int H, int F)
+                  int H, int F, const model_lora *lo)
 {
     const model_layers *L = &m->layers;
     int C = m->d.C;
     dt_dtype t = m->act;
     if (m->spec.kind == MODEL_LLAMA) { /* one GEMM for gate and up, then SiLU(gate) * up */
-        L->column_forward(L->ctx, h, in, full, w, NULL, N, C, H, t);
+        L->column_forward(L->ctx, h, in, full, w, NULL, N, C, H, t, lo);
         m->ops->swiglu_forward(g, h, N, F, t);
-    } else if (m->spec.activation == ACT_GELU) {
-        /* The exact GELU: no GEMM epilogue computes it. */
-        L->column_forward(L->ctx, h, in, full, w, b, N, C, F, t);
+    } else if (m->spec.activation == ACT_GELU || lo) {
+        /* The exact GELU: no GEMM epilogue computes it; nor the sum of the
+         * GEMM and an adapter's delta (the GELU then reads the stored pre-activation). */
+        L->column_forward(L->ctx, h, in, full, w, b, N, C, F, t, lo);
         model_gelu_forward(m, g, h, (size_t)N * (size_t)F);
     } else {
         /* GPT-2's tanh GELU in the fc GEMM's epilogue (same bits on the CPU).
@@ -109,18 +154,19 @@ void block_mlp_in(model *m, void *h, void *g, const void *in, void *full, const 
 }
 
 void block_mlp_out_backward(model *m, const void *h, const void *g, const void *w, float *dw, float *db,
-                            const float *dout, void *full, float *dh, float *dg, int N, int H, int F)
+                            const float *dout, void *full, float *dh, float *dg, int N, int H, int F,
+                            const model_lora *lo)
 {
     const model_layers *L = &m->layers;
     int C = m->d.C;
     dt_dtype t = m->act;
     size_t NF = (size_t)N * (size_t)F;
     if (m->spec.kind == MODEL_LLAMA) {
-        L->row_backward(L->ctx, dg, dw, NULL, dout, full, g, w, N, F, C, t);
+        L->row_backward(L->ctx, dg, dw, NULL, dout, full, g, w, N, F, C, t, lo);
         m->ops->zero(dh, (size_t)N * (size_t)H * sizeof(float));
         m->ops->swiglu_backward(dh, h, dg, N, F, t);
-    } else if (m->spec.activation == ACT_GELU) {
-        L->row_backward(L->ctx, dg, dw, db, dout, full, g, w, N, F, C, t);
+    } else if (m->spec.activation == ACT_GELU || lo) { /* the adapter's part joins before the GELU's */
+        L->row_backward(L->ctx, dg, dw, db, dout, full, g, w, N, F, C, t, lo);
         m->ops->zero(dh, NF * sizeof(float));
         model_gelu_backward(m, dh, h, dg, NF);
     } else {
@@ -168,14 +214,17 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a_in,
      * The row layers' output is fp32 (summed over the group first): in fp32
      * it is written in place of its residual sum, in bf16 into the scratch,
      * and the residual add rounds the sum. */
+    model_lora lb;
     model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BR_LN1_W], bp.p[BR_LN1_B], Nl);
-    L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.w[BR_QKV_W], bp.p[BR_QKV_B], N, C, d->W_l, t);
+    L->column_forward(L->ctx, a->qkv, a->ln1, s->full, bp.w[BR_QKV_W], bp.p[BR_QKV_B], N, C, d->W_l, t,
+                      block_lora(m, unit, LORA_LAYER_QKV, &bp, &s->lora, &lb));
     if (m->spec.kind == MODEL_LLAMA) llama_rope_forward(m, a->qkv, s, N);
     const model_docs *docs = s->docs.seg ? &s->docs : NULL; /* packed samples */
     m->attn.forward(m->attn.ctx, a->atty, a->att, s->att_scratch, a->qkv, docs, B, T, d->C_l, d->NH_l, d->NKV_l,
                     causal, t);
     float *branch = t == DT_F32 ? (float *)a->r2 : s->dln;
-    L->row_forward(L->ctx, branch, s->full, a->atty, bp.w[BR_PROJ_W], bp.p[BR_PROJ_B], N, d->C_l, C, t);
+    L->row_forward(L->ctx, branch, s->full, a->atty, bp.w[BR_PROJ_W], bp.p[BR_PROJ_B], N, d->C_l, C, t,
+                   block_lora(m, unit, LORA_LAYER_PROJ, &bp, &s->lora, &lb));
     /* r2 = x + the attention branch, and ln2 of it */
     residual_norm_forward(m, a->r2, a->ln2, a->ln2_mean, a->ln2_rstd, branch, x, bp.p[BR_LN2_W], bp.p[BR_LN2_B], Nl);
     branch = recomputing ? NULL : t == DT_F32 ? (float *)y : s->dln;
@@ -186,9 +235,11 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a_in,
         if (branch) ops->residual_forward(y, branch, a->r2, NlC, t);
         return;
     }
-    block_mlp_in(m, a->fch, a->fchg, a->ln2, s->full, bp.w[BR_FC_W], bp.p[BR_FC_B], N, d->H_l, d->F_l);
+    block_mlp_in(m, a->fch, a->fchg, a->ln2, s->full, bp.w[BR_FC_W], bp.p[BR_FC_B], N, d->H_l, d->F_l,
+                 block_lora(m, unit, LORA_LAYER_FC, &bp, &s->lora, &lb));
     if (recomputing) return; /* the backward reads nothing past this point */
-    L->row_forward(L->ctx, branch, s->full, a->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], N, d->F_l, C, t);
+    L->row_forward(L->ctx, branch, s->full, a->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], N, d->F_l, C, t,
+                   block_lora(m, unit, LORA_LAYER_MPROJ, &bp, &s->lora, &lb));
     ops->residual_forward(y, branch, a->r2, NlC, t);
 }
 
@@ -203,8 +254,9 @@ static const float *qkv_backward(model *m, int unit, const block_params *bp, con
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
     float *dw_mb = dw && d->kv_replicas > 1 ? llama_qkv_wgrad_begin(m, s) : dw;
+    model_lora lb;
     const float *din = L->column_backward(L->ctx, s->dln, dw_mb, db, dqkv, a->ln1, s->full, bp->w[BR_QKV_W], N, d->C,
-                                          d->W_l, m->act);
+                                          d->W_l, m->act, block_lora(m, unit, LORA_LAYER_QKV, bp, &s->lora, &lb));
     if (dw_mb != dw) llama_qkv_wgrad_finish(m, unit, s);
     return din;
 }
@@ -243,6 +295,7 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
      * An MoE block's MLP is the mixture of experts (moe.c). */
     float *dfchg = s->dA, *dfch = s->dB;
     /* (keep's tensors may be kept ones this block reads: each is written once dead) */
+    model_lora lb;
     const float *dln2;
     if (rebuild) { /* ln2 from the kept r2 (its statistics again, the same values) */
         model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BR_LN2_W], bp.p[BR_LN2_B], Nl);
@@ -255,11 +308,11 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     } else {
         if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
         block_mlp_out_backward(m, a->fch, a->fchg, bp.w[BR_MPROJ_W], bp.g[BR_MPROJ_W], bp.g[BR_MPROJ_B], dres, s->full,
-                               dfch, dfchg, N, d->H_l, d->F_l);
+                               dfch, dfchg, N, d->H_l, d->F_l, block_lora(m, unit, LORA_LAYER_MPROJ, &bp, &s->lora, &lb));
         if (keep) ops->copy(keep->dfch, dfch, (size_t)N * (size_t)d->H_l * sizeof(float));
         /* s->full is free again: dy is used up */
         dln2 = L->column_backward(L->ctx, s->dln, bp.g[BR_FC_W], bp.g[BR_FC_B], dfch, a->ln2, s->full, bp.w[BR_FC_W],
-                                  N, C, d->H_l, t);
+                                  N, C, d->H_l, t, block_lora(m, unit, LORA_LAYER_FC, &bp, &s->lora, &lb));
     }
     model_norm_backward(m, dres, ln2_dw, ln2_db, dln2, a->r2, bp.p[BR_LN2_W], a->ln2_mean, a->ln2_rstd, Nl);
 
@@ -268,7 +321,7 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     size_t NW = (size_t)N * (size_t)d->W_l;
     if (keep) ops->copy(keep->dr2, dres, (size_t)N * (size_t)C * sizeof(float));
     L->row_backward(L->ctx, datty, bp.g[BR_PROJ_W], bp.g[BR_PROJ_B], dres, s->full, a->atty,
-                    bp.w[BR_PROJ_W], N, d->C_l, C, t);
+                    bp.w[BR_PROJ_W], N, d->C_l, C, t, block_lora(m, unit, LORA_LAYER_PROJ, &bp, &s->lora, &lb));
     if (s->att_shared) { /* selective recompute, naive attention (the lse kinds keep no probabilities) */
         /* att_shared holds whichever block's probabilities were computed last:
          * rebuild this block's from its kept qkv (same kernel, same inputs, so

@@ -33,23 +33,28 @@ static void block_step(model *m, model_kv *kv, int b, int pos)
     model_hook_before(m, unit, PHASE_FORWARD);
     block_params bp;
     block_bind(m, unit, &bp, BIND_PARAMS);
+    model_lora lb; /* train.lora's adapters, on one row (no dropout: m->lora_step is 0) */
     size_t K2 = (size_t)dt_kv_cols(d->C_l, d->NH_l, d->NKV_l);
     model_norm_forward(m, kv->ln, kv->mean, kv->rstd, kv->x, bp.p[BR_LN1_W], bp.p[BR_LN1_B], 1);
-    L->column_forward(L->ctx, kv->qkv, kv->ln, NULL, bp.w[BR_QKV_W], bp.p[BR_QKV_B], 1, C, d->W_l, DT_F32);
+    L->column_forward(L->ctx, kv->qkv, kv->ln, NULL, bp.w[BR_QKV_W], bp.p[BR_QKV_B], 1, C, d->W_l, DT_F32,
+                      block_lora(m, unit, LORA_LAYER_QKV, &bp, &kv->lora, &lb));
     if (llama) ops->rope_forward(kv->qkv, d->W_l, d->NH_l + d->NKV_l, d->hs, kv->pos, kv->rope_cs, 1, DT_F32);
     /* this position's k and v (contiguous after q) into the cache's row pos */
     ops->copy(kv->cache[b] + (size_t)pos * K2, kv->qkv + d->C_l, K2 * sizeof(float));
     ops->attention_decode(kv->atty, kv->scratch, kv->qkv, kv->cache[b], pos + 1, d->C_l, d->NH_l, d->NKV_l, DT_F32);
-    L->row_forward(L->ctx, kv->r2, NULL, kv->atty, bp.w[BR_PROJ_W], bp.p[BR_PROJ_B], 1, d->C_l, C, DT_F32);
+    L->row_forward(L->ctx, kv->r2, NULL, kv->atty, bp.w[BR_PROJ_W], bp.p[BR_PROJ_B], 1, d->C_l, C, DT_F32,
+                   block_lora(m, unit, LORA_LAYER_PROJ, &bp, &kv->lora, &lb));
     ops->residual_forward(kv->r2, kv->r2, kv->x, (size_t)C, DT_F32);
     model_norm_forward(m, kv->ln, kv->mean, kv->rstd, kv->r2, bp.p[BR_LN2_W], bp.p[BR_LN2_B], 1);
     if (block_is_moe(m, unit)) { /* the row's experts, as training routes it (one sample of one token) */
         moe_forward(m, unit, &bp, &kv->moe, kv->ln, kv->y, 1, 1, 0);
     } else {
-        L->column_forward(L->ctx, kv->fch, kv->ln, NULL, bp.w[BR_FC_W], bp.p[BR_FC_B], 1, C, d->H_l, DT_F32);
+        L->column_forward(L->ctx, kv->fch, kv->ln, NULL, bp.w[BR_FC_W], bp.p[BR_FC_B], 1, C, d->H_l, DT_F32,
+                          block_lora(m, unit, LORA_LAYER_FC, &bp, &kv->lora, &lb));
         if (llama) ops->swiglu_forward(kv->fchg, kv->fch, 1, d->F_l, DT_F32);
         else model_gelu_forward(m, kv->fchg, kv->fch, (size_t)d->F_l);
-        L->row_forward(L->ctx, kv->y, NULL, kv->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], 1, d->F_l, C, DT_F32);
+        L->row_forward(L->ctx, kv->y, NULL, kv->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], 1, d->F_l, C, DT_F32,
+                       block_lora(m, unit, LORA_LAYER_MPROJ, &bp, &kv->lora, &lb));
     }
     ops->residual_forward(kv->y, kv->y, kv->r2, (size_t)C, DT_F32);
     model_hook_after(m, unit, PHASE_FORWARD);
@@ -61,6 +66,7 @@ static void block_step(model *m, model_kv *kv, int b, int pos)
 int model_decode_step(model *m, model_kv *kv, int token, float *logits)
 {
     if (kv->len >= kv->cap) return -1;
+    m->lora_step = 0; /* train.lora: no dropout in decoding (a training step may have run before) */
     const dt_ops *ops = m->ops;
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;

@@ -13,7 +13,7 @@ static void draw_tensor(const param_spec *p, const model_shard *sh, unsigned lon
                         float *out)
 {
     long n = (long)p->local_numel;
-    if (p->init != INIT_NORMAL) {
+    if (p->init != INIT_NORMAL && p->init != INIT_UNIFORM) {
         float v = p->init == INIT_ONES ? 1.0f : 0.0f;
         for (long i = 0; i < n; i++) out[i] = v;
         return;
@@ -21,14 +21,27 @@ static void draw_tensor(const param_spec *p, const model_shard *sh, unsigned lon
     uint64_t key = rng_key(seed, p->name);
     float std = p->init_std;
     int r = sh->tp_rank, tp = sh->tp_size;
+    if (p->init == INIT_UNIFORM) { /* [-bound, bound) */
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (long i = 0; i < n; i++)
+            out[i] = std * (2.0f * rng_uniform(key, param_global_index(p, r, tp, (size_t)i)) - 1.0f);
+        return;
+    }
     /* one Philox block per element: cheap next to anything else, and parallel */
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (long i = 0; i < n; i++)
         out[i] = std * rng_normal(key, param_global_index(p, r, tp, (size_t)i));
 }
 
+void model_init_tensor(const param_spec *p, int tp_rank, int tp_size, unsigned long long seed, float *out)
+{
+    model_shard sh = {.tp_rank = tp_rank, .tp_size = tp_size};
+    draw_tensor(p, &sh, seed, out);
+}
+
 void model_init_params(model *m, unsigned long long seed)
 {
+    m->seed = seed; /* train.lora's dropout draws from it too */
     size_t max_numel = 0, pe = model_param_elem_bytes(m);
     for (int i = 0; i < m->n_specs; i++)
         if (m->specs[i].local_numel > max_numel) max_numel = m->specs[i].local_numel;
@@ -73,6 +86,7 @@ void model_init_unit_slice(const model *m, int unit, size_t lo, size_t hi, unsig
     }
     for (int i = m->unit_first_spec[k]; i < m->unit_first_spec[k + 1]; i++) {
         const param_spec *p = &m->specs[i];
+        if (p->frozen) continue; /* no master: the optimizer never sees it */
         size_t a = p->offset, b = p->offset + p->local_numel;
         if (a < lo) a = lo;
         if (b > hi) b = hi;

@@ -52,8 +52,10 @@ model_kv *model_kv_create(model *m, int T_max)
     size_t rope = llama ? (size_t)T_max * (size_t)d->hs : 0;
     /* one allocation: the caches (k and v only: ops.h attention_decode), then the step's rows */
     size_t per_block = (size_t)T_max * (size_t)dt_kv_cols(d->C_l, d->NH_l, d->NKV_l);
+    /* train.lora: an adapted layer's sum [max OC] and one target's delta, h [r] */
+    size_t wide = Wl > Hl ? Wl : Hl, lora = job_lora_on(&m->spec) ? 2 * (wide > C ? wide : C) + 2 * (size_t)m->spec.lora.rank : 0;
     size_t n = per_block * (size_t)m->n_blocks + rope + Wl + 6 * C + (size_t)d->C_l + Hl + Fl + 4 +
-               (size_t)d->NH_l * (size_t)T_max;
+               (size_t)d->NH_l * (size_t)T_max + lora;
     kv->bytes = n * sizeof(float) + 2 * sizeof(int);
     float *p = m->ops->alloc(kv->bytes);
     if (!p) {
@@ -82,6 +84,13 @@ model_kv *model_kv_create(model *m, int T_max)
     kv->mean = p, p += 2;
     kv->rstd = p, p += 2;
     kv->scratch = p, p += (size_t)d->NH_l * (size_t)T_max;
+    if (lora) {
+        size_t o = lora / 2 - (size_t)m->spec.lora.rank; /* the widest OC */
+        kv->lora.y = p, p += o;
+        kv->lora.dt = p, p += o;
+        kv->lora.h32 = p, p += (size_t)m->spec.lora.rank;
+        kv->lora.dh = p, p += (size_t)m->spec.lora.rank;
+    }
     kv->tok = (int *)p;
     kv->pos = kv->tok + 1;
     if (llama) m->ops->rope_table(kv->rope_cs, T_max, d->hs, (float)job_model_rope_theta(&m->spec));

@@ -25,6 +25,7 @@ struct model_kv {
     float *scratch;     /* [NH_l * cap] attention scores */
     int *tok;           /* [1] the token fed */
     int *pos;           /* [1] its position (a Llama's RoPE) */
+    model_lora lora;    /* train.lora: the adapters' scratch for one row (lora.h; no dropout) */
     /* MoE blocks (model.moe): one row's router, route and experts (device, in
      * their own allocation), its counts on the host */
     moe_bufs moe;

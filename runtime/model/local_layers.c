@@ -12,11 +12,12 @@
 #include <stdlib.h>
 
 static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const void *w, const float *b,
-                           int N, int IC, int OC, dt_dtype t)
+                           int N, int IC, int OC, dt_dtype t, const model_lora *lora)
 {
     const model *m = ctx;
     (void)full;
-    m->ops->matmul_forward(out, in_rows, w, b, N, IC, OC, t, t);
+    if (lora) lora_column_forward(m->ops, lora, out, in_rows, w, b, N, IC, OC, t);
+    else m->ops->matmul_forward(out, in_rows, w, b, N, IC, OC, t, t);
 }
 
 static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_rows, void *full, const void *w,
@@ -29,30 +30,33 @@ static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_
 
 static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
                                     const void *in_rows, void *full, const void *w, int N, int IC, int OC,
-                                    dt_dtype t)
+                                    dt_dtype t, const model_lora *lora)
 {
     const model *m = ctx;
     (void)full;
     m->ops->zero(din, (size_t)N * (size_t)IC * sizeof(float));
     m->ops->matmul_backward(din, dw, db, dout, in_rows, w, N, IC, OC, t);
+    if (lora) lora_column_backward(m->ops, lora, din, dout, in_rows, N, IC, OC, t, NULL, NULL);
     return din;
 }
 
 static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const void *w, const float *b,
-                        int N, int IC, int OC, dt_dtype t)
+                        int N, int IC, int OC, dt_dtype t, const model_lora *lora)
 {
     const model *m = ctx;
     (void)full;
     m->ops->matmul_forward(out_rows, in, w, b, N, IC, OC, t, DT_F32);
+    if (lora) lora_row_forward(m->ops, lora, out_rows, in, N, IC, OC, t);
 }
 
 static void row_backward(void *ctx, float *din, float *dw, float *db, const float *dout_rows, void *full,
-                         const void *in, const void *w, int N, int IC, int OC, dt_dtype t)
+                         const void *in, const void *w, int N, int IC, int OC, dt_dtype t, const model_lora *lora)
 {
     const model *m = ctx;
     (void)full;
     m->ops->zero(din, (size_t)N * (size_t)IC * sizeof(float));
     m->ops->matmul_backward(din, dw, db, dout_rows, in, w, N, IC, OC, t);
+    if (lora) lora_row_backward(m->ops, lora, din, dout_rows, in, N, IC, OC, t, NULL, NULL);
 }
 
 static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db, const float *dout_rows,

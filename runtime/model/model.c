@@ -93,8 +93,11 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     m->own_grads = calloc((size_t)n, sizeof(void *));
     m->unit_numel = calloc((size_t)n, sizeof(size_t));
     m->unit_first_spec = calloc((size_t)n + 1, sizeof(int));
+    m->frozen = calloc((size_t)n, sizeof(void *));
+    m->own_frozen = calloc((size_t)n, sizeof(void *));
+    m->frozen_numel = calloc((size_t)n, sizeof(size_t));
     if (!m->params || !m->grads || !m->own_params || !m->own_grads || !m->unit_numel ||
-        !m->unit_first_spec)
+        !m->unit_first_spec || !m->frozen || !m->own_frozen || !m->frozen_numel)
         return fail_create(m, "out of host memory");
 
     int total_specs = 0;
@@ -109,23 +112,31 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
             model_unit_param_spec_ep(spec, u, i, sh->tp_rank, sh->tp_size, sh->ep_rank, sh->ep_size,
                                      &m->specs[m->n_specs++]);
         m->unit_numel[k] = model_unit_numel_ep(spec, u, sh->tp_rank, sh->tp_size, sh->ep_size);
-        /* ops->alloc zeroes: the grads start at zero */
-        m->own_params[k] = ops->alloc(m->unit_numel[k] * model_param_elem_bytes(m));
-        m->own_grads[k] = ops->alloc(m->unit_numel[k] * model_grad_elem_bytes(m));
-        if (m->unit_numel[k] > m->work_numel) m->work_numel = m->unit_numel[k];
-        if (!m->own_params[k] || !m->own_grads[k])
+        /* train.lora refuses model.moe: the frozen buffer never holds experts */
+        m->frozen_numel[k] = model_unit_frozen_numel(spec, u, sh->tp_rank, sh->tp_size);
+        /* ops->alloc zeroes: the grads start at zero (a unit with nothing to
+         * train, LoRA's embedding and head, still gets a buffer) */
+        size_t nt = m->unit_numel[k] ? m->unit_numel[k] : 1;
+        m->own_params[k] = ops->alloc(nt * model_param_elem_bytes(m));
+        m->own_grads[k] = ops->alloc(nt * model_grad_elem_bytes(m));
+        if (m->frozen_numel[k]) m->own_frozen[k] = ops->alloc(m->frozen_numel[k] * model_param_elem_bytes(m));
+        if (m->unit_numel[k] + m->frozen_numel[k] > m->work_numel) m->work_numel = m->unit_numel[k] + m->frozen_numel[k];
+        if (m->unit_numel[k] > m->work_gnumel) m->work_gnumel = m->unit_numel[k];
+        if (!m->own_params[k] || !m->own_grads[k] || (m->frozen_numel[k] && !m->own_frozen[k]))
             return fail_create(m, "out of device memory for the parameters");
         m->params[k] = m->own_params[k];
         m->grads[k] = m->own_grads[k];
+        m->frozen[k] = m->own_frozen[k];
     }
     m->unit_first_spec[n] = m->n_specs;
     if (moe_state_create(m) != 0) return fail_create(m, "out of memory for the MoE blocks' state");
     if (m->prec.bf16) {
         if (!(m->mw = calloc(1, sizeof *m->mw))) return fail_create(m, "out of host memory");
-        *m->mw = (model_mixed_work){.w_unit = -1, .wg_unit = -1, .numel = m->work_numel, .refs = 1};
+        size_t gn = m->prec.grad_bf16 ? (m->work_gnumel ? m->work_gnumel : 1) : 0;
+        *m->mw = (model_mixed_work){.w_unit = -1, .wg_unit = -1, .numel = m->work_numel, .gnumel = gn, .refs = 1};
         if (!(m->mw->wparam = ops->alloc(m->work_numel * sizeof(float))))
             return fail_create(m, "out of device memory for the fp32 working parameters");
-        if (m->prec.grad_bf16 && !(m->mw->wgrad = ops->alloc(m->work_numel * sizeof(float))))
+        if (gn && !(m->mw->wgrad = ops->alloc(gn * sizeof(float))))
             return fail_create(m, "out of device memory for the fp32 working gradients");
     }
     return m;
@@ -145,10 +156,20 @@ int model_share_mixed_work(model *const *ms, int n)
 {
     if (n < 1 || !ms[0]->mw) return 0;
     /* the largest model's copies serve every unit of them all */
-    model *big = ms[0];
+    model *big = ms[0], *gbig = ms[0];
     for (int i = 0; i < n; i++) {
         if (!ms[i]->mw || ms[i]->ops != big->ops || ms[i]->prec.grad_bf16 != big->prec.grad_bf16) return -1;
         if (ms[i]->mw->numel > big->mw->numel) big = ms[i];
+        if (ms[i]->mw->gnumel > gbig->mw->gnumel) gbig = ms[i];
+    }
+    /* train.lora: the widest parameters and the widest trainable gradient
+     * may be different chunks': the largest of each, in one set */
+    if (gbig->mw != big->mw) {
+        model_mixed_work *w = big->mw;
+        if (w->wgrad) big->ops->free(w->wgrad);
+        w->wgrad = NULL;
+        w->gnumel = gbig->mw->gnumel;
+        if (w->gnumel && !(w->wgrad = big->ops->alloc(w->gnumel * sizeof(float)))) return -1;
     }
     for (int i = 0; i < n; i++) {
         if (ms[i]->mw == big->mw) continue;
@@ -165,7 +186,7 @@ size_t model_grad_elem_bytes(const model *m) { return m->prec.grad_bf16 ? 2 : 4;
 size_t model_mixed_work_bytes(const model *m)
 {
     if (!m->mw) return 0;
-    return ((m->mw->wparam ? 1u : 0u) + (m->mw->wgrad ? 1u : 0u)) * m->mw->numel * sizeof(float);
+    return (m->mw->numel + (m->mw->wgrad ? m->mw->gnumel : 0)) * sizeof(float);
 }
 
 void model_destroy(model *m)
@@ -175,6 +196,7 @@ void model_destroy(model *m)
     for (int k = 0; k < m->n_held; k++) {
         if (m->own_params) m->ops->free(m->own_params[k]);
         if (m->own_grads) m->ops->free(m->own_grads[k]);
+        if (m->own_frozen && m->own_frozen[k]) m->ops->free(m->own_frozen[k]);
     }
     mixed_work_release(m);
     moe_state_destroy(m);
@@ -184,6 +206,9 @@ void model_destroy(model *m)
     free(m->own_grads);
     free(m->unit_numel);
     free(m->unit_first_spec);
+    free(m->frozen);
+    free(m->own_frozen);
+    free(m->frozen_numel);
     free(m->specs);
     free(m);
 }
@@ -214,6 +239,30 @@ void model_unit_bind(model *m, int unit, void *params, void *grads)
     if (grads) m->grads[k] = grads;
 }
 
+void *model_unit_frozen(model *m, int unit)
+{
+    return held(m, unit) ? m->frozen[unit - m->shard.unit_begin] : NULL;
+}
+
+size_t model_unit_frozen_local_numel(const model *m, int unit)
+{
+    return held(m, unit) ? m->frozen_numel[unit - m->shard.unit_begin] : 0;
+}
+
+void model_unit_bind_frozen(model *m, int unit, void *frozen)
+{
+    if (held(m, unit) && frozen) m->frozen[unit - m->shard.unit_begin] = frozen;
+}
+
+void model_unit_release_frozen(model *m, int unit)
+{
+    if (!held(m, unit)) return;
+    int k = unit - m->shard.unit_begin;
+    if (m->frozen[k] == m->own_frozen[k]) m->frozen[k] = NULL;
+    if (m->own_frozen[k]) m->ops->free(m->own_frozen[k]);
+    m->own_frozen[k] = NULL;
+}
+
 void model_unit_release(model *m, int unit)
 {
     if (!held(m, unit)) return;
@@ -236,14 +285,15 @@ const param_spec *model_param(const model *m, int i)
 void *model_param_data(model *m, int i)
 {
     const param_spec *p = &m->specs[i];
-    char *base = m->params[p->unit - m->shard.unit_begin];
+    int k = p->unit - m->shard.unit_begin;
+    char *base = p->frozen ? m->frozen[k] : m->params[k];
     return base ? base + p->offset * model_param_elem_bytes(m) : NULL;
 }
 
 void *model_param_grad(model *m, int i)
 {
     const param_spec *p = &m->specs[i];
-    char *base = m->grads[p->unit - m->shard.unit_begin];
+    char *base = p->frozen ? NULL : m->grads[p->unit - m->shard.unit_begin];
     return base ? base + p->offset * model_grad_elem_bytes(m) : NULL;
 }
 
@@ -259,17 +309,18 @@ static void not_working(const model *m, int unit, const char *what)
 float *unit_tensor(model *m, int unit, int i)
 {
     int k = unit - m->shard.unit_begin;
-    size_t off = m->specs[m->unit_first_spec[k] + i].offset;
-    if (!m->prec.bf16) return (float *)m->params[k] + off;
+    const param_spec *p = &m->specs[m->unit_first_spec[k] + i];
+    if (!m->prec.bf16) return (float *)(p->frozen ? m->frozen[k] : m->params[k]) + p->offset;
     if (m->mw->p_of != m || unit != m->mw->w_unit) not_working(m, unit, "parameters");
-    return m->mw->wparam + off;
+    return m->mw->wparam + (p->frozen ? m->unit_numel[k] : 0) + p->offset;
 }
 
 const void *unit_weight(model *m, int unit, int i)
 {
     if (!m->prec.bf16) return unit_tensor(m, unit, i);
     int k = unit - m->shard.unit_begin;
-    return (const uint16_t *)m->params[k] + m->specs[m->unit_first_spec[k] + i].offset;
+    const param_spec *p = &m->specs[m->unit_first_spec[k] + i];
+    return (const uint16_t *)(p->frozen ? m->frozen[k] : m->params[k]) + p->offset;
 }
 
 /* bf16 gradients: does the working gradient hold this model's unit? */
@@ -278,7 +329,9 @@ static int working_grads(const model *m, int unit) { return m->mw->g_of == m && 
 float *unit_tensor_grad(model *m, int unit, int i)
 {
     int k = unit - m->shard.unit_begin;
-    size_t off = m->specs[m->unit_first_spec[k] + i].offset;
+    const param_spec *p = &m->specs[m->unit_first_spec[k] + i];
+    if (p->frozen) return NULL; /* train.lora: no gradient kept */
+    size_t off = p->offset;
     if (!m->prec.grad_bf16) return (float *)m->grads[k] + off;
     if (!working_grads(m, unit)) not_working(m, unit, "gradients");
     return m->mw->wgrad + off;
@@ -336,6 +389,10 @@ static void check_layers(const model *m)
 
 float *model_ln_grads_begin(model *m, const block_scratch *s, int n)
 {
+    if (s->norm_sink) { /* frozen norms (train.lora): their gradients go nowhere */
+        m->ops->zero(s->norm_sink, (size_t)n * (size_t)m->d.C * sizeof(float));
+        return s->norm_sink;
+    }
     if (m->d.sp_size == 1) return NULL;
     m->ops->zero(s->ln_grads, (size_t)n * (size_t)m->d.C * sizeof(float));
     return s->ln_grads;
@@ -346,7 +403,7 @@ float *model_ln_grads_begin(model *m, const block_scratch *s, int n)
  * already has in full and a SUM would count tp times. */
 void model_ln_grads_finish(model *m, const block_scratch *s, float *const *dst, int n)
 {
-    if (m->d.sp_size == 1) return;
+    if (m->d.sp_size == 1 || s->norm_sink) return;
     size_t C = (size_t)m->d.C;
     m->layers.rows_grad_sum(m->layers.ctx, s->ln_grads, (size_t)n * C);
     for (int i = 0; i < n; i++) m->ops->residual_forward(dst[i], dst[i], s->ln_grads + (size_t)i * C, C, DT_F32);
@@ -376,6 +433,7 @@ static void unit_begin(model *m, int unit, model_phase phase)
     int k = unit - m->shard.unit_begin;
     if (m->prec.bf16) {
         m->ops->from_bf16(m->mw->wparam, m->params[k], m->unit_numel[k]);
+        if (m->frozen_numel[k]) m->ops->from_bf16(m->mw->wparam + m->unit_numel[k], m->frozen[k], m->frozen_numel[k]);
         m->mw->p_of = m;
         m->mw->w_unit = unit;
     }
@@ -504,7 +562,8 @@ static void embedding_backward(model *m, model_acts *a, int B, int tied_here, in
 {
     model_hook_before(m, 0, PHASE_BACKWARD);
     unit_begin(m, 0, PHASE_BACKWARD);
-    if (job_model_is_lm(&m->spec)) gpt_embedding_backward(m, a, a->dres, B);
+    if (job_lora_on(&m->spec)) ; /* a frozen embedding: nothing to compute */
+    else if (job_model_is_lm(&m->spec)) gpt_embedding_backward(m, a, a->dres, B);
     else vit_embedding_backward(m, a, a->dres, B);
     if (tied_here) gpt_tied_grads_finish(m, a);
     unit_grads_end(m, 0);
@@ -524,6 +583,24 @@ static double head_forward(model *m, model_acts *a, const model_batch *batch, co
     return loss;
 }
 
+/* train.lora's dropout for this micro-batch (training: batch->step > 0):
+ * each of the layers' rows' token number in the global batch, (sample0 +
+ * its sample) x seq + its position, for the draws (lora.h). */
+static void lora_batch(model *m, model_acts *a, const model_batch *batch)
+{
+    m->lora_step = job_lora_on(&m->spec) && m->spec.lora.dropout > 0 ? batch->step : 0;
+    if (m->lora_step <= 0 || !a->bs.lora_rows) return;
+    size_t N = (size_t)batch->B * (size_t)m->d.seq, seq = (size_t)model_seq_len(&m->spec);
+    long long *rows = malloc(N * sizeof *rows);
+    if (!rows) {
+        fprintf(stderr, "dtrun: model: out of host memory for LoRA's dropout rows\n");
+        abort();
+    }
+    for (size_t i = 0; i < N; i++) rows[i] = (long long)((size_t)batch->sample0 * seq + cp_global_row(&m->d, i));
+    m->ops->from_host(a->bs.lora_rows, rows, N * sizeof *rows);
+    free(rows);
+}
+
 /* Mixed precision needs no path of its own: every tensor is written in the
  * activations' type (model.act), so under bf16 each is rounded once where it
  * is written (the ops round what they store, block.c) and the blocks read the
@@ -534,6 +611,7 @@ double model_forward(model *m, model_acts *a, const model_batch *batch, int *cor
 {
     int B = batch_size(a, batch);
     check_layers(m);
+    lora_batch(m, a, batch);
     if (m->spec.packed) gpt_docs_from_batch(m, a, batch);
     if (correct) *correct = 0;
     size_t io = model_acts_io_numel(m, B);
@@ -577,6 +655,7 @@ static void backward(model *m, model_acts *a, const model_batch *batch, float lo
     int B = batch->B, L = m->spec.n_layer, r16 = m->act == DT_BF16;
     size_t io = model_acts_io_numel(m, B);
     int tied_here = a->tied_dwte != NULL;
+    lora_batch(m, a, batch);
     /* an MoE block's balance loss: a sample's aux_loss_coef * aux of the mean
      * over the global batch's samples, which loss_scale (1 / its tokens)
      * times seq makes */

@@ -58,6 +58,7 @@
 #include <stddef.h>
 #include "lib/job/jobspec.h"
 #include "kernels/ops.h"
+#include "runtime/model/lora.h"
 
 #define PARAM_NAME_MAX 64
 
@@ -71,7 +72,9 @@ typedef enum {
 /* tp rank r of tp holds rows (or columns) [n*r/tp, n*(r+1)/tp) (floor): even for
  * heads and d_ff, uneven for a vocab of 50257. */
 
-typedef enum { INIT_NORMAL = 0, INIT_ZEROS, INIT_ONES } init_kind;
+/* INIT_UNIFORM: uniform in [-init_std, init_std) (LoRA's A: PEFT's
+ * kaiming_uniform_(a = sqrt(5)), whose bound is 1 / sqrt(fan_in)). */
+typedef enum { INIT_NORMAL = 0, INIT_ZEROS, INIT_ONES, INIT_UNIFORM } init_kind;
 
 typedef struct {
     char name[PARAM_NAME_MAX]; /* canonical: "wte", "h.3.attn.qkv.w", "lnf.b", ... */
@@ -85,12 +88,17 @@ typedef struct {
     size_t offset;             /* element offset inside its unit's flat buffer */
     int decay;                 /* weight decay applies (2-D weights, not ViT's pos) */
     init_kind init;
-    float init_std;            /* for INIT_NORMAL */
+    float init_std;            /* for INIT_NORMAL; INIT_UNIFORM's bound */
     int tied;                  /* 1 for the head's copy of wte (same name as unit 0's) */
     int tp_replicas;           /* 1, or (SPLIT_ROWS) the tp ranks holding the same rows: a
                                   Llama's k and v with tp above n_kv_head, each rank holding
                                   the kv head its query heads read (tp rank r holds part
                                   r / tp_replicas of tp / tp_replicas) */
+    /* train.lora (lora.c): every tensor of the base model is frozen (no
+     * gradient, no optimizer state; it lives in its unit's frozen buffer, and
+     * `offset` counts there), the adapters (`lora` = 1) are what trains */
+    int frozen;
+    int lora;
     int ep_rank, ep_size;      /* the routed experts' tensors under expert parallelism
                                   (model_shard ep_size > 1): this rank holds the rows of
                                   experts [ep_rank E / ep_size, (ep_rank + 1) E / ep_size),
@@ -173,6 +181,10 @@ typedef struct {
     int on_device;         /* 1: tokens, targets, images and labels are device memory */
     double *loss_sum;      /* device memory, or NULL: the loss comes back from model_forward
                               (with it, a ViT's correct count is not taken: it stays 0) */
+    /* Training only (train.lora's dropout draws from them; 0, 0 in evaluation:
+     * no dropout): the step (1-based) and where the micro-batch's first sample
+     * sits in the step's global batch. */
+    long step, sample0;
 } model_batch;
 
 typedef enum { PHASE_FORWARD = 0, PHASE_BACKWARD } model_phase;
@@ -276,9 +288,11 @@ void model_vocab_head_backward_local(const dt_ops *ops, const model_vocab_head *
 typedef struct {
     void *ctx;
     /* Column-parallel (OC: this rank's output features): in gathered from
-     * in_rows, out local. */
+     * in_rows, out local. lora (train.lora, lora.h): the layer's adapters, or
+     * NULL (the four linear layers take one; the fused GELU ones never: the
+     * model runs an adapted layer unfused). */
     void (*column_forward)(void *ctx, void *out, const void *in_rows, void *full, const void *w,
-                           const float *b, int N, int IC, int OC, dt_dtype t);
+                           const float *b, int N, int IC, int OC, dt_dtype t, const model_lora *lora);
     /* column_forward, then act = GELU (tanh approximation) of out, fused
      * where the backend fuses them (ops->matmul_gelu_forward). */
     void (*column_gelu_forward)(void *ctx, void *act, void *out, const void *in_rows, void *full,
@@ -288,15 +302,16 @@ typedef struct {
      * gathered into full again when they are rows. */
     const float *(*column_backward)(void *ctx, float *din, float *dw, float *db, const float *dout,
                                     const void *in_rows, void *full, const void *w, int N, int IC,
-                                    int OC, dt_dtype t);
+                                    int OC, dt_dtype t, const model_lora *lora);
     /* Row-parallel (IC: this rank's input features): the sum over the group of
      * the local products, b added once, into this rank's rows out_rows. */
     void (*row_forward)(void *ctx, float *out_rows, void *full, const void *in, const void *w,
-                        const float *b, int N, int IC, int OC, dt_dtype t);
+                        const float *b, int N, int IC, int OC, dt_dtype t, const model_lora *lora);
     /* dout_rows gathered (into full) when they are rows; din [N, IC] is zeroed
      * and receives this rank's input gradient. */
     void (*row_backward)(void *ctx, float *din, float *dw, float *db, const float *dout_rows,
-                         void *full, const void *in, const void *w, int N, int IC, int OC, dt_dtype t);
+                         void *full, const void *in, const void *w, int N, int IC, int OC, dt_dtype t,
+                         const model_lora *lora);
     /* row_backward of a layer whose input is gelu_tanh(pre), its input
      * gradient taken through the GELU: dpre [N, IC] = din * gelu'(pre)
      * (overwritten), fused where the backend fuses them
@@ -514,7 +529,12 @@ static inline int model_kv_heads_local(const job_model *spec, int tp)
 int model_unit_param_count(const job_model *spec, int unit);
 void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, int tp_size,
                            param_spec *out);
+/* Elements of the unit's flat buffer: its trainable tensors (all of them,
+ * unless train.lora freezes the base), and of its frozen buffer (train.lora:
+ * the base model's tensors; else 0). A frozen buffer has no gradient and no
+ * optimizer state: strategies shard it (FSDP) or keep it whole, never reduce it. */
 size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size);
+size_t model_unit_frozen_numel(const job_model *spec, int unit, int tp_rank, int tp_size);
 /* The same on ep rank ep_rank of ep_size (model_shard: expert parallelism):
  * an MoE block's routed experts' tensors hold that rank's experts only. */
 void model_unit_param_spec_ep(const job_model *spec, int unit, int i, int tp_rank, int tp_size, int ep_rank,
@@ -610,6 +630,14 @@ void model_unit_bind(model *m, int unit, void *params, void *grads);
  * FSDP, so the full unit is not held twice); the unit must be bound again before
  * it is used. model_unit_params/grads return NULL until then. */
 void model_unit_release(model *m, int unit);
+/* train.lora: the unit's frozen buffer (model_unit_frozen_numel elements of
+ * the parameter type; NULL when it has none, or after release), its size,
+ * binding another (FSDP's gathered one; NULL keeps the current) and freeing
+ * the model's own, as the three above do for the trainable buffer. */
+void *model_unit_frozen(model *m, int unit);
+size_t model_unit_frozen_local_numel(const model *m, int unit);
+void model_unit_bind_frozen(model *m, int unit, void *frozen);
+void model_unit_release_frozen(model *m, int unit);
 int model_param_count(const model *m);          /* over the units held */
 const param_spec *model_param(const model *m, int i);
 /* Tensor i's elements in its unit's current buffers (element types as above). */
@@ -619,6 +647,10 @@ void *model_param_grad(model *m, int i);
 /* Draw every local element from (seed, name, global index); under bf16 the
  * parameters are the bf16 rounding of those fp32 draws. */
 void model_init_params(model *m, unsigned long long seed);
+/* The same draw of one tensor's shard (tp_rank of tp_size) into host floats:
+ * what a run without model.init_from starts p from (train.lora's export
+ * rebuilds such a frozen base from its checkpoint's seed). */
+void model_init_tensor(const param_spec *p, int tp_rank, int tp_size, unsigned long long seed, float *out);
 /* The fp32 initial values of elements [lo, hi) of held unit `unit`, into host
  * memory out (hi - lo floats): what the optimizer's fp32 master starts from
  * under mixed precision (the bf16 parameters are their rounding). */

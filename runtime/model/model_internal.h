@@ -5,6 +5,7 @@
 #define DTRUN_MODEL_INTERNAL_H
 
 #include "runtime/model/model.h"
+#include "runtime/model/lora.h"
 
 /* Order of the parameter tensors inside each kind of unit (and so inside its
  * flat buffer). Checkpoints go by name, but these indices are how the model's
@@ -100,6 +101,10 @@ static inline size_t rows_first(const model_dims *d, int B)
     return (size_t)rows_local(d, B) * (size_t)d->sp_rank;
 }
 
+/* Index of a block unit's first LoRA adapter tensor (its base tensors'
+ * count: LoRA's come after them, A then B per target, lora.h). */
+int model_lora_first(const job_model *spec, int unit);
+
 /* Rows [lo, hi) of n that tp rank r holds. */
 size_t split_lo(size_t n, int r, int tp);
 size_t split_len(size_t n, int r, int tp);
@@ -112,11 +117,12 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d);
  * compute one unit at a time): p_of / g_of say whose unit the buffers hold,
  * so a unit read outside its own computation is still caught. */
 typedef struct model_mixed_work {
-    float *wparam;                   /* widened parameters of p_of's unit w_unit */
+    float *wparam;                   /* widened parameters of p_of's unit w_unit (its trainable
+                                        tensors, then its frozen ones) */
     float *wgrad;                    /* bf16 gradients only: g_of's unit wg_unit's micro-batch gradient */
     const struct model *p_of, *g_of; /* NULL: none */
     int w_unit, wg_unit;
-    size_t numel;                    /* floats of each */
+    size_t numel, gnumel;            /* floats of wparam, of wgrad */
     int refs;
 } model_mixed_work;
 
@@ -132,6 +138,10 @@ struct model {
     model_attention attn;  /* the cp ring, or the local attention (local_layers.c) */
     int attn_set;
     int layers_set;        /* a strategy gave them (model_set_layers) */
+    /* train.lora's dropout this forward or backward (model_batch.step, 0: none,
+     * in evaluation) and the seed its draws come from (model_init_params') */
+    long lora_step;
+    unsigned long long seed;
     model_dims d;
     int n_held;            /* unit_end - unit_begin */
     int n_blocks;          /* block units held */
@@ -141,10 +151,15 @@ struct model {
     void **grads;
     void **own_params;     /* what model_create allocated (freed by destroy) */
     void **own_grads;
-    /* mixed precision (model.h): the fp32 working copies, the largest unit's
-     * size; shared by the chunks of a pipeline rank (model_share_mixed_work) */
+    /* train.lora: each held unit's frozen tensors (the base model), params only */
+    void **frozen;         /* current binding */
+    void **own_frozen;
+    size_t *frozen_numel;
+    /* mixed precision (model.h): the fp32 working copies, shared by the chunks
+     * of a pipeline rank (model_share_mixed_work) */
     struct model_mixed_work *mw; /* NULL in fp32 */
-    size_t work_numel;
+    size_t work_numel;     /* this model's need of wparam: the largest unit, its frozen tensors too */
+    size_t work_gnumel;    /* of wgrad: the largest unit's trainable tensors */
     void *work_mem;        /* the activations' working set, shared by every model_acts */
     size_t work_bytes;
     int work_B;            /* it serves micro-batches of up to this many samples */
@@ -295,6 +310,10 @@ typedef struct {
                            and the ViT head's whole stream */
     float *ln_grads;    /* [4*C] a unit's layernorm gradients of one micro-batch
                            (model_ln_grads_begin) */
+    /* train.lora only (else NULL): */
+    float *norm_sink;   /* [4*C] where the frozen norms' weight gradients go (and are dropped) */
+    model_lora lora;    /* the adapters' scratch (lora.h; block.c fills the rest per layer) */
+    long long *lora_rows; /* [N] each row's token number in the global batch (dropout > 0) */
     /* Packed samples (job_model.packed): the micro-batch's document mask,
      * pointing at its stash (model_acts.seg, host_seg); else NULLs */
     model_docs docs;
@@ -414,12 +433,25 @@ enum {
 typedef struct {
     const float *p[BLK_ROLES]; /* tensors (fp32: the vectors are read so) */
     const void *w[BLK_ROLES];  /* the weight matrices as the GEMMs read them (unit_weight) */
-    float *g[BLK_ROLES];       /* their gradients (NULL without with_grads) */
+    float *g[BLK_ROLES];       /* their gradients (NULL without with_grads, or frozen) */
+    /* train.lora: each target's A and B (NULL when not adapted) and their gradients */
+    const void *la[LORA_N_TARGETS], *lb[LORA_N_TARGETS];
+    float *gla[LORA_N_TARGETS], *glb[LORA_N_TARGETS];
 } block_params;
 /* From the unit's current buffers: a strategy may have rebound them in
  * before(). what: BIND_PARAMS (p, w), BIND_GRADS (g); the others NULL. */
 enum { BIND_PARAMS = 1, BIND_GRADS = 2 };
 void block_bind(model *m, int unit, block_params *bp, int what);
+
+/* The linear layers of a block LoRA may adapt. */
+typedef enum { LORA_LAYER_QKV = 0, LORA_LAYER_PROJ, LORA_LAYER_FC, LORA_LAYER_MPROJ } lora_layer;
+/* The adapters of one layer of block `unit` (lora.h), from its bound
+ * parameters (BIND_GRADS: with their gradients) and the scratch in `s`
+ * (the working set's, or a decoding step's): into *out, returned; NULL when
+ * the layer has none (the plain layer then runs, bit for bit as without
+ * LoRA). */
+const model_lora *block_lora(model *m, int unit, lora_layer layer, const block_params *bp, const model_lora *s,
+                             model_lora *out);
 
 /* The block's norms and the head's: layernorm (GPT, ViT; mean and bias), or
  * RMSNorm (Llama: mean and bias unused, NULL) of N rows of d_model. */
@@ -446,14 +478,17 @@ void llama_qkv_wgrad_finish(model *m, int unit, const block_scratch *s);
 
 /* A dense MLP's first layer and its activation through the model's layers:
  * h [N, H] = in w^T + b (column layer), g [N, F] its GELU (H = F) or a
- * Llama's SwiGLU (H = 2 F). The dense block's, and the shared experts'. */
+ * Llama's SwiGLU (H = 2 F). The dense block's, and the shared experts'. lo:
+ * train.lora's adapter on the first layer, or NULL (lora.h). */
 void block_mlp_in(model *m, void *h, void *g, const void *in, void *full, const void *w, const float *b, int N,
-                  int H, int F);
+                  int H, int F, const model_lora *lo);
 /* The second layer's backward (out = g w^T + b, row layer) and the
  * activation's: dh [N, H] (the first layer's output gradient) from dout,
- * dg [N, F] scratch; dw, db accumulate. */
+ * dg [N, F] scratch; dw, db accumulate. lo: train.lora's adapter on the
+ * second layer, or NULL. */
 void block_mlp_out_backward(model *m, const void *h, const void *g, const void *w, float *dw, float *db,
-                            const float *dout, void *full, float *dh, float *dg, int N, int H, int F);
+                            const float *dout, void *full, float *dh, float *dg, int N, int H, int F,
+                            const model_lora *lo);
 
 /* ---- an MoE block's MLP (moe.c) ----
  * Where one MoE forward computes: a training block's kept tensors and the

@@ -208,7 +208,7 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
     /* dispatch (the shared experts' first layer while the rows travel),
      * then the experts on their rows */
     if (disp->dispatch_start) disp->dispatch_start(disp->ctx, x, &r, C, t);
-    if (d->Fs > 0) block_mlp_in(m, b->sh_h, b->sh_g, x, NULL, bp->w[BR_SH_FC_W], NULL, N, d->Hs, d->Fs);
+    if (d->Fs > 0) block_mlp_in(m, b->sh_h, b->sh_g, x, NULL, bp->w[BR_SH_FC_W], NULL, N, d->Hs, d->Fs, NULL);
     int Ml = disp->dispatch(disp->ctx, b->xe, x, &r, C, t);
     void *ye = disp->moves_rows ? b->ye : b->y;
     ops->moe_grouped_forward(b->h, b->xe, bp->w[BR_EXP_FC_W], r.counts_l, El, C, d->He, t, t);
@@ -225,7 +225,7 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
      * then every token's experts' (without a branch only the output rows the
      * backward reads) */
     if (disp->combine_start) disp->combine_start(disp->ctx, b->y, ye, &r, C, t);
-    if (branch && d->Fs > 0) L->row_forward(L->ctx, branch, NULL, b->sh_g, bp->w[BR_SH_PROJ_W], NULL, N, d->Fs, C, t);
+    if (branch && d->Fs > 0) L->row_forward(L->ctx, branch, NULL, b->sh_g, bp->w[BR_SH_PROJ_W], NULL, N, d->Fs, C, t, NULL);
     disp->combine(disp->ctx, branch, b->y, ye, b->w, &r, C, t, d->Fs > 0);
 }
 
@@ -249,8 +249,8 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
         disp->combine_backward_start(disp->ctx, s->moe_dw, dbranch, b->y, b->w, &r, C, t);
     if (d->Fs > 0) {
         block_mlp_out_backward(m, b->sh_h, b->sh_g, bp->w[BR_SH_PROJ_W], bp->g[BR_SH_PROJ_W], NULL, dbranch, NULL,
-                               s->dB, s->dA, N, d->Hs, d->Fs);
-        L->column_backward(L->ctx, dx, bp->g[BR_SH_FC_W], NULL, s->dB, x, NULL, bp->w[BR_SH_FC_W], N, C, d->Hs, t);
+                               s->dB, s->dA, N, d->Hs, d->Fs, NULL);
+        L->column_backward(L->ctx, dx, bp->g[BR_SH_FC_W], NULL, s->dB, x, NULL, bp->w[BR_SH_FC_W], N, C, d->Hs, t, NULL);
     } else {
         ops->zero(dx, (size_t)N * (size_t)C * sizeof(float));
     }

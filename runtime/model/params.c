@@ -4,6 +4,7 @@
  * formulas. Pure functions of the job's model section: the dry-run calls them
  * too. */
 #include "runtime/model/model_internal.h"
+#include "runtime/model/lora.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -84,7 +85,8 @@ static int mla_extra(const job_model *spec)
     return job_model_mla(spec) ? (spec->mla.q_lora_rank > 0 ? 7 : 5) - 4 : 0;
 }
 
-int model_unit_param_count(const job_model *spec, int unit)
+/* The base model's tensors of a unit (without LoRA's adapters). */
+static int base_count(const job_model *spec, int unit)
 {
     static const int counts[3][3] = {
         [MODEL_GPT] = {GPT_EMB_COUNT, BLK_COUNT, GPT_HEAD_COUNT},
@@ -100,6 +102,14 @@ int model_unit_param_count(const job_model *spec, int unit)
     if (mla) return LLAMA_BLK_COUNT + mla;
     return counts[spec->kind][unit == 0 ? 0 : unit <= spec->n_layer ? 1 : 2];
 }
+
+int model_unit_param_count(const job_model *spec, int unit)
+{
+    int blk = unit > 0 && unit <= spec->n_layer;
+    return base_count(spec, unit) + (blk ? 2 * lora_count(spec) : 0);
+}
+
+int model_lora_first(const job_model *spec, int unit) { return base_count(spec, unit); }
 
 /* One tensor's spec without its offset. 1-D tensors have shape [n, 1] so that
  * numel = shape[0] * shape[1] everywhere. */
@@ -316,14 +326,37 @@ static void llama_edge_spec(const job_model *s, int unit, int i, int r, int tp, 
     set_spec(p, "norm.w", C, 1, 1, SPLIT_NONE, 1, INIT_ONES, 0, r, tp);
 }
 
+/* A block's LoRA adapter (lora.h): the k-th target's A [rank, in] (PEFT's
+ * Kaiming-uniform, bound 1 / sqrt(in)) when `b` is 0, its B [out, rank]
+ * (zeros: the adapted model starts as the base) when 1; split as the base
+ * layer: a column-parallel one's B by rows, a row-parallel one's A by
+ * columns. Names "h.L.lora.TARGET.a" / ".b". */
+static void lora_spec(const job_model *s, int layer, int k, int b, int r, int tp, param_spec *p)
+{
+    int target = lora_target(s, k), in, out, row, R = s->lora.rank;
+    lora_geometry(s, target, &in, &out, &row);
+    char name[PARAM_NAME_MAX];
+    snprintf(name, sizeof name, "h.%d.lora.%s.%s", layer, job_lora_target_name(target), b ? "b" : "a");
+    if (!b) set_spec(p, name, R, in, 2, row ? SPLIT_COLS : SPLIT_NONE, 1, INIT_UNIFORM, 1.0f / sqrtf((float)in), r, tp);
+    else set_spec(p, name, out, R, 2, row ? SPLIT_NONE : SPLIT_ROWS, 1, INIT_ZEROS, 0, r, tp);
+    p->lora = 1;
+}
+
 static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, int ep_rank, int ep_size,
                            param_spec *p)
 {
+    int nb = base_count(s, unit);
+    if (i >= nb) { /* LoRA's adapters, after the block's base tensors */
+        lora_spec(s, unit - 1, (i - nb) / 2, (i - nb) % 2, r, tp, p);
+        p->unit = unit;
+        return;
+    }
     int router = s->kind == MODEL_LLAMA ? MOE_LLAMA_ROUTER : MOE_GPT_ROUTER;
     int mla = unit >= 1 && unit <= s->n_layer ? mla_extra(s) : 0;
     if (mla && i >= LLAMA_Q && i < LLAMA_MLP_NORM + mla) { /* q, k, v, o's places and the extra ones */
         mla_spec(s, unit - 1, i - LLAMA_Q, r, tp, p);
         p->unit = unit;
+        p->frozen = job_lora_on(s);
         return;
     }
     if (mla && i >= LLAMA_MLP_NORM + mla) i -= mla; /* the rest as a Llama block's */
@@ -340,19 +373,23 @@ static void spec_no_offset(const job_model *s, int unit, int i, int r, int tp, i
         head_spec(s, i, r, tp, p);
     }
     p->unit = unit;
+    /* under LoRA the whole base model is frozen */
+    p->frozen = job_lora_on(s);
 }
 
 void model_unit_param_spec_ep(const job_model *spec, int unit, int i, int tp_rank, int tp_size, int ep_rank,
                               int ep_size, param_spec *out)
 {
-    /* offsets: the tensors are packed in order, so sum the ones before i */
+    /* offsets: the tensors are packed in order, the trainable ones in the
+     * unit's buffer and the frozen ones in its frozen buffer, so sum the ones
+     * before i that live in the same */
+    spec_no_offset(spec, unit, i, tp_rank, tp_size, ep_rank, ep_size, out);
     size_t off = 0;
     for (int j = 0; j < i; j++) {
         param_spec q;
         spec_no_offset(spec, unit, j, tp_rank, tp_size, ep_rank, ep_size, &q);
-        off += q.local_numel;
+        if (q.frozen == out->frozen) off += q.local_numel;
     }
-    spec_no_offset(spec, unit, i, tp_rank, tp_size, ep_rank, ep_size, out);
     out->offset = off;
 }
 
@@ -362,21 +399,32 @@ void model_unit_param_spec(const job_model *spec, int unit, int i, int tp_rank, 
     model_unit_param_spec_ep(spec, unit, i, tp_rank, tp_size, 0, 1, out);
 }
 
-size_t model_unit_numel_ep(const job_model *spec, int unit, int tp_rank, int tp_size, int ep_size)
+/* Elements of a unit's trainable (frozen 0) or frozen (1) tensors. */
+static size_t unit_numel_of(const job_model *spec, int unit, int tp_rank, int tp_size, int ep_size, int frozen)
 {
     size_t n = 0;
     int np = model_unit_param_count(spec, unit);
     for (int i = 0; i < np; i++) {
         param_spec p;
         spec_no_offset(spec, unit, i, tp_rank, tp_size, 0, ep_size, &p);
-        n += p.local_numel;
+        if (p.frozen == frozen) n += p.local_numel;
     }
     return n;
 }
 
+size_t model_unit_numel_ep(const job_model *spec, int unit, int tp_rank, int tp_size, int ep_size)
+{
+    return unit_numel_of(spec, unit, tp_rank, tp_size, ep_size, 0);
+}
+
 size_t model_unit_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
 {
-    return model_unit_numel_ep(spec, unit, tp_rank, tp_size, 1);
+    return unit_numel_of(spec, unit, tp_rank, tp_size, 1, 0);
+}
+
+size_t model_unit_frozen_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
+{
+    return unit_numel_of(spec, unit, tp_rank, tp_size, 1, 1);
 }
 
 size_t model_unit_expert_numel(const job_model *spec, int unit, int tp_rank, int tp_size)
@@ -444,7 +492,8 @@ static double block_weights(const job_model *s, int layer, int recomputed)
     return attn + (glu + (recomputed ? 0.0 : 1.0)) * C * F;
 }
 
-/* FLOPs of one sample, fwd + bwd, whole model (tp/pp do not change the total):
+/* FLOPs of one sample, fwd + bwd, whole model (tp/pp do not change the total;
+ * train.lora below):
  *   6 * sum over matmuls (weight elements * rows that pass through it per sample)
  *   + attention 12 * L * seq^2 * C   (QK^T and AV: 2 * 2*seq^2*C forward, x3 with backward;
  *                                     the causal mask's savings are not counted, as in PaLM's MFU;
@@ -492,9 +541,16 @@ double model_unit_flops(const job_model *spec, int unit, recompute_kind recomput
         double kin = (double)spec->channels * spec->patch_size * spec->patch_size;
         return 6.0 * C * kin * (seq - 1);
     }
-    if (unit > spec->n_layer) return job_model_is_lm(spec) ? 6.0 * spec->vocab_size * C * seq : 6.0 * spec->n_classes * C;
-    double f = 6.0 * block_weights(spec, unit - 1, 0) * seq + 12.0 * seq * seq * Cw;
-    if (recompute == RECOMPUTE_BLOCK) f += 2.0 * seq * block_weights(spec, unit - 1, 1) + 4.0 * seq * seq * Cw;
+    /* train.lora: a frozen weight's backward is its input gradient alone, 4
+     * instead of 6 (no weight gradient); the adapters add theirs (lora.h) */
+    int lora = job_lora_on(spec);
+    double per_weight = lora ? 4.0 : 6.0;
+    if (unit > spec->n_layer)
+        return job_model_is_lm(spec) ? per_weight * spec->vocab_size * C * seq : 6.0 * spec->n_classes * C;
+    double f = per_weight * block_weights(spec, unit - 1, 0) * seq + 12.0 * seq * seq * Cw, af, aa, ar;
+    lora_block_flops(spec, 1, seq, &af, &aa, &ar);
+    f += 3.0 * af + aa;
+    if (recompute == RECOMPUTE_BLOCK) f += 2.0 * seq * block_weights(spec, unit - 1, 1) + 4.0 * seq * seq * Cw + ar;
     else if (recompute == RECOMPUTE_SELECTIVE && !model_attention_lse(spec, 1)) f += 4.0 * seq * seq * Cw;
     return f;
 }

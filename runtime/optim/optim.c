@@ -242,7 +242,7 @@ static void step(optim *o, const step_scalars *sc, void *const *params, void *co
         if (!o->mixed && !o->host) scale_grads(o, sc, g, s->hi - s->lo);
         for (int k = 0; k < np; k++) {
             const param_spec *ps = model_param(o->mdl, k);
-            if (ps->unit != s->unit) continue;
+            if (ps->unit != s->unit || ps->frozen) continue; /* train.lora's base: not in the slices */
             size_t a = ps->offset, b = ps->offset + ps->local_numel;
             if (a < s->lo) a = s->lo;
             if (b > s->hi) b = s->hi;

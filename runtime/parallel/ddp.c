@@ -293,6 +293,9 @@ static void ddp_gather_unit(dp_strategy *s, int unit, float *out)
     strat_convert(x, out, sizeof(float), model_unit_params(m, unit), x->pe, model_unit_local_numel(m, unit));
 }
 
+static void ddp_frozen_slice(dp_strategy *s, int unit, strat_slice *out) { strat_frozen_whole_slice(s->x, unit, out); }
+static void ddp_gather_frozen(dp_strategy *s, int unit, float *out) { strat_frozen_whole_gather(s->x, unit, out); }
+
 const strat_ops strat_ddp = {
     .name = "ddp",
     .create = ddp_create,
@@ -307,4 +310,6 @@ const strat_ops strat_ddp = {
     .forget = ddp_forget,
     .full_grad = ddp_full_grad,
     .gather_unit = ddp_gather_unit,
+    .frozen_slice = ddp_frozen_slice,
+    .gather_frozen = ddp_gather_frozen,
 };

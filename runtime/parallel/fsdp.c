@@ -47,10 +47,12 @@
 
 typedef struct {
     void *buf;      /* parameter type (x->pe bytes each) */
+    void *fbuf;     /* train.lora: the unit's frozen base (NULL without) */
     int unit;       /* unit whose parameters it holds or is receiving, -1 none */
     int valid;      /* the gather has landed */
     int bound;      /* the model uses it: between before and after */
     comm_req *req;  /* the gather, in flight */
+    comm_req *freq; /* the frozen base's */
     long used;      /* last use, to evict the least recently used */
 } gather_slot;
 
@@ -66,11 +68,22 @@ struct dp_strategy {
     grad_pool *pool;
     long clock;
     int on_host;            /* train.offload: params: pshard[] is host memory */
+    /* train.lora: the frozen base, a group of its own (PyTorch FSDP's frozen
+     * flat parameters): sharded and gathered like the parameters, never
+     * reduced, no optimizer state */
+    size_t *flo, *flen;     /* [n_units]: this rank's shard of each unit's frozen buffer */
+    void **fshard;          /* [n_units] */
+    size_t fgather_numel;
 };
 
 static size_t unit_numel(const dp_strategy *s, int u)
 {
     return model_unit_local_numel(s->x->unit_model[u], u);
+}
+
+static size_t frozen_numel(const dp_strategy *s, int u)
+{
+    return model_unit_frozen_local_numel(s->x->unit_model[u], u);
 }
 
 static void fsdp_destroy(dp_strategy *s)
@@ -80,11 +93,24 @@ static void fsdp_destroy(dp_strategy *s)
     grad_pool_destroy(s->pool);
     for (int i = 0; i < s->nslot; i++) {
         comm_wait(s->slot[i].req);
+        comm_wait(s->slot[i].freq);
         if (s->slot[i].buf) {
             x->ops->free(s->slot[i].buf);
             acct_add(x->acct, ACCT_BUFFERS, -(long long)(s->gather_numel * x->pe));
         }
+        if (s->slot[i].fbuf) {
+            x->ops->free(s->slot[i].fbuf);
+            acct_add(x->acct, ACCT_BUFFERS, -(long long)(s->fgather_numel * x->pe));
+        }
     }
+    for (int u = 0; s->fshard && u < x->n_units; u++)
+        if (s->fshard[u]) {
+            x->ops->free(s->fshard[u]);
+            acct_add(x->acct, ACCT_PARAMS, -(long long)(s->flen[u] * x->pe));
+        }
+    free(s->fshard);
+    free(s->flo);
+    free(s->flen);
     for (int u = 0; u < x->n_units; u++) {
         if (s->pshard && s->pshard[u]) {
             if (s->on_host) x->ops->host_free(s->pshard[u]);
@@ -102,6 +128,25 @@ static void fsdp_destroy(dp_strategy *s)
     free(s->lo);
     free(s->len);
     free(s);
+}
+
+/* train.lora: this rank's shard of unit u's frozen base, the model's whole one freed. */
+static int shard_frozen(dp_strategy *s, int u, char *err, size_t errlen)
+{
+    strat_ctx *x = s->x;
+    model *m = x->unit_model[u];
+    size_t n = frozen_numel(s, u);
+    if (!n) return 0;
+    s->flen[u] = sizes_frozen_shard(x->sz, u, x->at, &s->flo[u]);
+    if (!(s->fshard[u] = x->ops->alloc((s->flen[u] ? s->flen[u] : 1) * x->pe))) {
+        snprintf(err, errlen, "fsdp: out of device memory for the frozen shard of unit %d", u);
+        return -1;
+    }
+    acct_add(x->acct, ACCT_PARAMS, (long long)(s->flen[u] * x->pe));
+    x->ops->copy(s->fshard[u], strat_at(model_unit_frozen(m, u), s->flo[u], x->pe), s->flen[u] * x->pe);
+    model_unit_release_frozen(m, u);
+    acct_add(x->acct, ACCT_PARAMS, -(long long)(n * x->pe));
+    return 0;
 }
 
 /* Keeps this rank's shard of every unit and frees the model's full buffers. */
@@ -134,6 +179,7 @@ static int shard_units(dp_strategy *s, char *err, size_t errlen)
         model_unit_release(m, u);
         acct_add(x->acct, ACCT_PARAMS, -(long long)(n * x->pe));
         acct_add(x->acct, ACCT_GRADS, -(long long)(n * x->ge));
+        if (shard_frozen(s, u, err, errlen)) return -1;
     }
     return 0;
 }
@@ -155,8 +201,11 @@ static dp_strategy *fsdp_create(strat_ctx *x, char *err, size_t errlen)
         s->gshard = calloc((size_t)n, sizeof(void *));
         s->nslot = sizes_gather_buffers(x->sz);
         s->slot = calloc((size_t)s->nslot, sizeof *s->slot);
+        s->flo = calloc((size_t)n, sizeof(size_t));
+        s->flen = calloc((size_t)n, sizeof(size_t));
+        s->fshard = calloc((size_t)n, sizeof(void *));
     }
-    if (!s || !s->lo || !s->len || !s->pshard || !s->gshard || !s->slot) {
+    if (!s || !s->lo || !s->len || !s->pshard || !s->gshard || !s->slot || !s->flo || !s->flen || !s->fshard) {
         fsdp_destroy(s);
         snprintf(err, errlen, "fsdp: out of memory");
         return NULL;
@@ -166,18 +215,21 @@ static dp_strategy *fsdp_create(strat_ctx *x, char *err, size_t errlen)
     s->replica = x->replica;
     s->on_host = (x->job->train.offload & OFFLOAD_PARAMS) != 0;
     s->gather_numel = sizes_gather_numel(x->sz, x->at);
+    s->fgather_numel = sizes_frozen_gather_numel(x->sz, x->at);
     if (shard_units(s, err, errlen) != 0) {
         fsdp_destroy(s);
         return NULL;
     }
     for (int i = 0; i < s->nslot; i++) {
         s->slot[i].unit = -1;
-        if (!(s->slot[i].buf = x->ops->alloc(s->gather_numel * x->pe))) {
+        if (!(s->slot[i].buf = x->ops->alloc((s->gather_numel ? s->gather_numel : 1) * x->pe)) ||
+            (s->fgather_numel && !(s->slot[i].fbuf = x->ops->alloc(s->fgather_numel * x->pe)))) {
             fsdp_destroy(s);
             snprintf(err, errlen, "fsdp: out of memory for the gather buffers");
             return NULL;
         }
         acct_add(x->acct, ACCT_BUFFERS, (long long)(s->gather_numel * x->pe));
+        if (s->slot[i].fbuf) acct_add(x->acct, ACCT_BUFFERS, (long long)(s->fgather_numel * x->pe));
     }
     s->pool = grad_pool_create(x, s->shard, s->gather_numel, sizes_gather_buffers(x->sz), s->gshard, s->lo,
                                s->len, err, errlen);
@@ -199,9 +251,11 @@ static gather_slot *find_slot(dp_strategy *s, int unit)
 
 static void finish_gather(dp_strategy *s, gather_slot *g)
 {
-    if (!g->req) return;
-    strat_wait(s->x, strat_unit_group(s->x, g->unit, s->shard), g->req, "fsdp all_gather of parameters");
-    g->req = NULL;
+    if (!g->req && !g->freq) return;
+    comm *group = strat_unit_group(s->x, g->unit, s->shard);
+    strat_wait(s->x, group, g->req, "fsdp all_gather of parameters");
+    strat_wait(s->x, group, g->freq, "fsdp all_gather of the frozen base");
+    g->req = g->freq = NULL;
     g->valid = !s->x->failed;
 }
 
@@ -214,7 +268,8 @@ static gather_slot *take_slot(dp_strategy *s)
         gather_slot *g = &s->slot[i];
         if (g->bound) continue;
         if (g->unit < 0) return g;
-        if (!best || (best->req && !g->req) || (!best->req == !g->req && g->used < best->used)) best = g;
+        int busy = g->req || g->freq, best_busy = best && (best->req || best->freq);
+        if (!best || (best_busy && !busy) || (best_busy == busy && g->used < best->used)) best = g;
     }
     if (best) finish_gather(s, best);
     return best;
@@ -242,14 +297,20 @@ static void start_gather(dp_strategy *s, gather_slot *g, int unit)
     if (x->failed) return;
     comm *group = strat_unit_group(x, unit, s->shard);
     double t0 = clock_now_s();
-    int rc = comm_all_gather_async(group, gather_input(s, unit, g->buf), g->buf, unit_numel(s, unit),
+    int rc = COMM_OK;
+    if (unit_numel(s, unit)) /* (train.lora: the embedding and head train nothing) */
+        rc = comm_all_gather_async(group, gather_input(s, unit, g->buf), g->buf, unit_numel(s, unit),
                                    strat_dtype(x->pe), &g->req);
     strat_comm_done(x, t0, "fsdp all_gather of parameters (start)");
     /* a failed start leaves the slot holding `unit`, never valid: the unit's
      * after() must still find it to unbind it (a slot bound to no unit would
      * stay bound, and a later unit, the tied head's embedding in backward,
      * would find every buffer taken) */
-    strat_fail(x, group, rc, "fsdp all_gather of parameters");
+    if (strat_fail(x, group, rc, "fsdp all_gather of parameters") != COMM_OK || !frozen_numel(s, unit)) return;
+    t0 = clock_now_s();
+    rc = comm_all_gather_async(group, s->fshard[unit], g->fbuf, frozen_numel(s, unit), strat_dtype(x->pe), &g->freq);
+    strat_comm_done(x, t0, "fsdp all_gather of the frozen base (start)");
+    strat_fail(x, group, rc, "fsdp all_gather of the frozen base");
 }
 
 /* The unit whose hooks come next in this phase on the same chunk, or -1. */
@@ -277,12 +338,13 @@ static void fsdp_before(dp_strategy *s, int unit, model_phase phase)
     g->bound = 1;
     g->used = ++s->clock;
     model_unit_bind(m, unit, g->buf, NULL);
+    if (g->fbuf && frozen_numel(s, unit)) model_unit_bind_frozen(m, unit, g->fbuf);
     if (phase == PHASE_BACKWARD) model_unit_bind(m, unit, NULL, grad_pool_acquire(s->pool, unit));
     int nu = next_unit(s, unit, phase);
     if (nu >= 0 && !find_slot(s, nu)) {
         gather_slot *free_slot = NULL;
         for (int i = 0; i < s->nslot && !free_slot; i++)
-            if (!s->slot[i].bound && !s->slot[i].req) free_slot = &s->slot[i];
+            if (!s->slot[i].bound && !s->slot[i].req && !s->slot[i].freq) free_slot = &s->slot[i];
         if (free_slot) start_gather(s, free_slot, nu);
     }
 }
@@ -376,7 +438,7 @@ static void fsdp_forget(dp_strategy *s) { fsdp_after_update(s); }
 static void *fsdp_full_grad(dp_strategy *s, int unit, void *tmp)
 {
     strat_ctx *x = s->x;
-    if (x->failed) return tmp;
+    if (x->failed || !unit_numel(s, unit)) return tmp;
     comm *g = strat_unit_group(x, unit, s->shard);
     double t0 = clock_now_s();
     int rc = comm_all_gather(g, s->gshard[unit], tmp, unit_numel(s, unit), strat_dtype(x->ge));
@@ -388,8 +450,8 @@ static void *fsdp_full_grad(dp_strategy *s, int unit, void *tmp)
 static void fsdp_gather_unit(dp_strategy *s, int unit, float *out)
 {
     strat_ctx *x = s->x;
-    if (x->failed) return;
     size_t n = unit_numel(s, unit);
+    if (x->failed || !n) return;
     /* bf16 shards gather into a bf16 buffer, widened into out */
     void *dst = x->pe == sizeof(float) ? (void *)out : x->ops->alloc((n ? n : 1) * x->pe);
     if (!dst) {
@@ -401,6 +463,31 @@ static void fsdp_gather_unit(dp_strategy *s, int unit, float *out)
     int rc = comm_all_gather(g, gather_input(s, unit, dst), dst, n, strat_dtype(x->pe));
     strat_comm_done(x, t0, "fsdp all_gather of parameters");
     strat_fail(x, g, rc, "fsdp all_gather of parameters");
+    if (dst != out) {
+        if (!x->failed) strat_convert(x, out, sizeof(float), dst, x->pe, n);
+        x->ops->free(dst);
+    }
+}
+
+static void fsdp_frozen_slice(dp_strategy *s, int unit, strat_slice *out)
+{
+    *out = (strat_slice){s->flo[unit], s->flen[unit], s->fshard[unit], NULL};
+}
+
+static void fsdp_gather_frozen(dp_strategy *s, int unit, float *out)
+{
+    strat_ctx *x = s->x;
+    size_t n = frozen_numel(s, unit);
+    if (x->failed || !n) return;
+    void *dst = x->pe == sizeof(float) ? (void *)out : x->ops->alloc(n * x->pe);
+    if (!dst) {
+        strat_fail(x, NULL, COMM_ESYS, "fsdp: out of memory gathering the frozen base");
+        return;
+    }
+    double t0 = clock_now_s();
+    int rc = comm_all_gather(s->shard, s->fshard[unit], dst, n, strat_dtype(x->pe));
+    strat_comm_done(x, t0, "fsdp all_gather of the frozen base");
+    strat_fail(x, s->shard, rc, "fsdp all_gather of the frozen base");
     if (dst != out) {
         if (!x->failed) strat_convert(x, out, sizeof(float), dst, x->pe, n);
         x->ops->free(dst);
@@ -421,4 +508,6 @@ const strat_ops strat_fsdp = {
     .forget = fsdp_forget,
     .full_grad = fsdp_full_grad,
     .gather_unit = fsdp_gather_unit,
+    .frozen_slice = fsdp_frozen_slice,
+    .gather_frozen = fsdp_gather_frozen,
 };

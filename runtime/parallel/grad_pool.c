@@ -67,8 +67,8 @@ grad_pool *grad_pool_create(strat_ctx *x, comm *group, size_t numel, int nbuf, v
     for (int i = 0; i < nbuf; i++) {
         pool_slot *sl = &p->slot[i];
         sl->unit = -1;
-        sl->buf = x->ops->alloc(numel * x->ge);
-        sl->twin = x->re != x->ge ? x->ops->alloc(numel * x->re) : NULL;
+        sl->buf = x->ops->alloc((numel ? numel : 1) * x->ge);
+        sl->twin = x->re != x->ge ? x->ops->alloc((numel ? numel : 1) * x->re) : NULL;
         if (!sl->buf || (x->re != x->ge && !sl->twin)) {
             grad_pool_destroy(p);
             snprintf(err, errlen, "grad pool: out of memory for %d buffers of %zu elements", nbuf, numel);
@@ -171,8 +171,8 @@ void grad_pool_release(grad_pool *p, int unit)
     if (!s) return;
     s->bound = 0;
     s->seq = p->seq++;
-    if (x->failed) { s->unit = -1; return; }
     size_t n = unit_numel(p, unit);
+    if (x->failed || n == 0) { s->unit = -1; return; } /* (train.lora: a unit with nothing to train) */
     double t0 = clock_now_s();
     /* in place: this rank's chunk lands at buf + lo, where comm_chunk puts it
      * (in the twin, converted first, when the reduction's type differs) */

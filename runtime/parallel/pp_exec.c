@@ -343,6 +343,8 @@ static int batch_for(step_run *r, const pp_action *a, const exec_chunk *ch, mode
 {
     memset(b, 0, sizeof *b);
     b->B = r->args->B;
+    if (!r->args->forward_only) b->step = r->args->step, b->sample0 = r->args->sample0 + (long)a->mb * b->B;
+    long step = b->step, sample0 = b->sample0;
     /* a middle chunk takes nothing from the batch, unless its samples are
      * packed: then its blocks need their positions and segments */
     if (!ch->has_embed && !ch->has_head && !model_get_spec(ch->m)->packed) return 0;
@@ -357,6 +359,7 @@ static int batch_for(step_run *r, const pp_action *a, const exec_chunk *ch, mode
         snprintf(line, sizeof line, "batch of %d samples, step runs %d", b->B, r->args->B);
         return fail(r, a, line);
     }
+    b->step = step, b->sample0 = sample0;
     return 0;
 }
 

@@ -87,6 +87,9 @@ typedef struct {
                             schedule and executor), gradients untouched */
     pp_batch_fn batch;
     void *batch_ctx;
+    long sample0;        /* training: where this rank's micro-batch 0 starts in the global batch;
+                            micro-batch mb gets model_batch.step = step and sample0 + mb x B
+                            on every chunk (train.lora's dropout draws) */
 } pp_exec_step_args;
 
 typedef struct {

@@ -55,6 +55,8 @@ struct sizes {
      * rank: model_unit_numel formats parameter names, too slow to call per unit
      * inside the planner's search */
     size_t *numel_emb, *numel_block, *numel_moe, *numel_head; /* [tp] */
+    /* [tp]: train.lora's frozen base (a LoRA model's blocks are all dense) */
+    size_t *frozen_emb, *frozen_block, *frozen_head;
     size_t *numel_exp; /* [tp] an MoE block's routed experts, all E (model_unit_expert_numel) */
 };
 
@@ -219,20 +221,28 @@ void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int mic
             qkv_dim = min3(rows, C, lat), proj_dim = min3(rows, out / C / t, C);
             hd = m->mla.qk_nope_head_dim + m->mla.qk_rope_head_dim;
         }
-        add_gemm(w, qkv, (2.0 + blk) * qkv, qkv_dim, qkv);
-        add_gemm(w, proj, (2.0 + blk) * proj, proj_dim, proj);
+        /* train.lora: the frozen weights' backward is their input gradient
+         * alone (no W pass); the adapters one GEMM of rank-wide products */
+        double wg = job_lora_on(m) ? 0.0 : 1.0;
+        add_gemm(w, qkv, (1.0 + wg + blk) * qkv, qkv_dim, wg * qkv);
+        add_gemm(w, proj, (1.0 + wg + blk) * proj, proj_dim, wg * proj);
         double routed = 0, mrows = moe ? moe_rows(m, micro_batch, tp, sp, cp) : 0;
         if (moe) {
             routed = moe_work(m, micro_batch, tp, sp, cp, ep, blk, w);
         } else {
-            add_gemm(w, fc1, (2.0 + blk) * fc1, min3(rows, C, h1 / t), fc1);
-            add_gemm(w, fc2, 2.0 * fc2, min3(rows, F / t, C), fc2);
+            add_gemm(w, fc1, (1.0 + wg + blk) * fc1, min3(rows, C, h1 / t), wg * fc1);
+            add_gemm(w, fc2, (1.0 + wg) * fc2, min3(rows, F / t, C), wg * fc2);
         }
         /* block and selective recompute run the attention core again;
          * elementwise recompute does not */
         int att_again = rc == RECOMPUTE_BLOCK || rc == RECOMPUTE_SELECTIVE;
         add_attention(w, core, (2.0 + (att_again ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
         if (moe) moe_work_tail(m, mrows, blk, w);
+        if (job_lora_on(m)) {
+            double af, aa, ar;
+            lora_block_flops(m, (int)t, rows, &af, &aa, &ar);
+            add_gemm(w, af, 2.0 * af + aa + blk * ar, min3(rows, m->lora.rank, C), 0);
+        }
         double heads = (double)m->n_head / t;
         double mlp_act = llama ? 3.0 * rows * F / t : 2.0 * rows * F / t;
         if (moe) {
@@ -261,7 +271,7 @@ void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int mic
          * then their input and weight gradients (2 f), and writes the
          * recomputed logits once more (rows x V / t) */
         double V = m->vocab_size, f = 2.0 * rows * C * V / t;
-        add_gemm(w, f, 3.0 * f, min3(rows, C, V / t), 0);
+        add_gemm(w, f, (job_lora_on(m) ? 2.0 : 3.0) * f, min3(rows, C, V / t), 0); /* train.lora: no d(wte) */
         w->fwd_bytes = (2.0 * rows * C / (sp ? t : 1) + 2.0 * rows * V / t) * elem_bytes;
         w->bwd_bytes = 2.0 * w->fwd_bytes + rows * V / t * elem_bytes;
         return;
@@ -280,9 +290,18 @@ size_t sizes_model_numel(const job_model *m, size_t *distinct)
     while (first_dense < L && job_moe_block(m, first_dense)) first_dense++;
     if (moe > 0) total += (size_t)moe * model_unit_numel(m, first_moe + 1, 0, 1);
     if (L > moe) total += (size_t)(L - moe) * model_unit_numel(m, first_dense + 1, 0, 1);
+    size_t frozen = sizes_model_frozen_numel(m);
+    total += frozen;
     if (distinct)
         *distinct = total - (job_model_tied_head(m) ? (size_t)m->vocab_size * (size_t)m->d_model : 0);
     return total;
+}
+
+size_t sizes_model_frozen_numel(const job_model *m)
+{
+    int L = m->n_layer;
+    return model_unit_frozen_numel(m, 0, 0, 1) + (size_t)L * model_unit_frozen_numel(m, 1, 0, 1) +
+           model_unit_frozen_numel(m, L + 1, 0, 1);
 }
 
 size_t sizes_model_active_numel(const job_model *m)
@@ -406,8 +425,12 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
     s->numel_block = malloc((size_t)tp * sizeof(size_t));
     s->numel_moe = malloc((size_t)tp * sizeof(size_t));
     s->numel_head = malloc((size_t)tp * sizeof(size_t));
+    s->frozen_emb = malloc((size_t)tp * sizeof(size_t));
+    s->frozen_block = malloc((size_t)tp * sizeof(size_t));
+    s->frozen_head = malloc((size_t)tp * sizeof(size_t));
     s->numel_exp = malloc((size_t)tp * sizeof(size_t));
-    if (!s->numel_emb || !s->numel_block || !s->numel_moe || !s->numel_head || !s->numel_exp) {
+    if (!s->numel_emb || !s->numel_block || !s->numel_moe || !s->numel_head || !s->frozen_emb || !s->frozen_block ||
+        !s->frozen_head || !s->numel_exp) {
         sizes_destroy(s);
         snprintf(err, errlen, "sizes: out of memory");
         return NULL;
@@ -439,6 +462,10 @@ sizes *sizes_create_reusing(const job_spec *job, const sizes_env *env, const siz
                           : moe_unit <= L ? model_unit_numel_ep(&job->model, moe_unit, r, tp, ep)
                                           : 0;
         s->numel_head[r] = same_numel ? donor->numel_head[r] : model_unit_numel(&job->model, n_units - 1, r, tp);
+        s->frozen_emb[r] = same_numel ? donor->frozen_emb[r] : model_unit_frozen_numel(&job->model, 0, r, tp);
+        s->frozen_block[r] = same_numel ? donor->frozen_block[r] : model_unit_frozen_numel(&job->model, 1, r, tp);
+        s->frozen_head[r] =
+            same_numel ? donor->frozen_head[r] : model_unit_frozen_numel(&job->model, n_units - 1, r, tp);
         s->numel_exp[r] = same_numel        ? donor->numel_exp[r]
                           : moe_unit <= L ? model_unit_expert_numel(&job->model, moe_unit, r, tp)
                                           : 0;
@@ -470,6 +497,9 @@ void sizes_destroy(sizes *s)
     free(s->numel_block);
     free(s->numel_moe);
     free(s->numel_head);
+    free(s->frozen_emb);
+    free(s->frozen_block);
+    free(s->frozen_head);
     free(s->numel_exp);
     free(s);
 }
@@ -502,6 +532,13 @@ size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank)
     if (unit <= s->job.model.n_layer)
         return job_moe_block(&s->job.model, unit - 1) ? s->numel_moe[tp_rank] : s->numel_block[tp_rank];
     return s->numel_head[tp_rank];
+}
+
+size_t sizes_unit_frozen_numel(const sizes *s, int unit, int tp_rank)
+{
+    if (unit == 0) return s->frozen_emb[tp_rank];
+    if (unit <= s->job.model.n_layer) return s->frozen_block[tp_rank];
+    return s->frozen_head[tp_rank];
 }
 
 size_t sizes_unit_expert_numel(const sizes *s, int unit, int tp_rank)
@@ -553,6 +590,14 @@ size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, s
     return len;
 }
 
+size_t sizes_frozen_shard(const sizes *s, int unit, sizes_at at, size_t *lo)
+{
+    size_t n = sizes_unit_frozen_numel(s, unit, at.tp), off, len;
+    comm_chunk(n, sizes_shard_group(s, SHARD_OF_PARAM), sizes_shard_rank(s, SHARD_OF_PARAM, at.dp), &off, &len);
+    if (lo) *lo = off;
+    return len;
+}
+
 static int seq_parallel(const sizes *s)
 {
     return s->job.parallel.sequence_parallel && s->job.parallel.tp > 1;
@@ -592,6 +637,8 @@ typedef struct {
     size_t numel;               /* whole units (tp-local) */
     size_t shard[3];            /* per sizes_shard_of: the rank's slices */
     size_t largest;             /* the largest unit */
+    size_t frozen_shard;        /* train.lora: the rank's part of the frozen base */
+    size_t largest_frozen;      /* its largest unit's, whole */
 } held_totals;
 
 static held_totals held(const sizes *s, sizes_at at)
@@ -603,11 +650,13 @@ static held_totals held(const sizes *s, sizes_at at)
         int b, e;
         chunk_units(s, pp_chunk_id(at.pp, local, pp), &b, &e);
         for (int u = b; u < e; u++) {
-            size_t n = sizes_unit_numel(s, u, at.tp);
+            size_t n = sizes_unit_numel(s, u, at.tp), f = sizes_unit_frozen_numel(s, u, at.tp);
             h.numel += n;
             if (n > h.largest) h.largest = n;
+            if (f > h.largest_frozen) h.largest_frozen = f;
             for (int w = SHARD_OF_PARAM; w <= SHARD_OF_OPTIM; w++)
                 h.shard[w] += sizes_shard(s, (sizes_shard_of)w, u, at, NULL);
+            h.frozen_shard += sizes_frozen_shard(s, u, at, NULL);
         }
     }
     return h;
@@ -618,18 +667,23 @@ static size_t largest_held_unit(const sizes *s, sizes_at at)
     return held(s, at).largest;
 }
 
-/* Local chunk `local`'s largest unit and the optimizer's chunk (min of its
- * widest slice and OPTIM_SCRATCH_NUMEL, as optim.c sizes its scratch and
- * offload's staging). */
-static void chunk_widths(const sizes *s, sizes_at at, int local, size_t *largest, size_t *scratch)
+/* Local chunk `local`'s largest unit (whole: the fp32 working copy widens a
+ * unit's train.lora frozen tensors too, model.c; and *largest_train, of its
+ * trainable ones: the working gradient's) and the optimizer's chunk (min of
+ * its widest slice and OPTIM_SCRATCH_NUMEL, as optim.c sizes its scratch
+ * and offload's staging). */
+static void chunk_widths(const sizes *s, sizes_at at, int local, size_t *largest, size_t *largest_train,
+                         size_t *scratch)
 {
     int b, e;
     chunk_units(s, pp_chunk_id(at.pp, local, s->job.parallel.pp), &b, &e);
     size_t widest = 0;
-    *largest = 0;
+    *largest = *largest_train = 0;
     for (int u = b; u < e; u++) {
-        size_t n = sizes_unit_numel(s, u, at.tp), w = sizes_shard(s, SHARD_OF_OPTIM, u, at, NULL);
+        size_t t = sizes_unit_numel(s, u, at.tp), n = t + sizes_unit_frozen_numel(s, u, at.tp);
+        size_t w = sizes_shard(s, SHARD_OF_OPTIM, u, at, NULL);
         if (n > *largest) *largest = n;
+        if (t > *largest_train) *largest_train = t;
         if (w > widest) widest = w;
     }
     *scratch = widest < OPTIM_SCRATCH_NUMEL ? (widest ? widest : 1) : OPTIM_SCRATCH_NUMEL;
@@ -639,20 +693,22 @@ size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at)
 {
     if (!s->mixed) return 0;
     int grad_bf16 = sizes_grad_elem_bytes(s) == 2;
-    size_t bytes = 0, widest = 0;
+    size_t bytes = 0, widest = 0, widest_train = 0;
     for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
-        size_t largest, scratch;
-        chunk_widths(s, at, local, &largest, &scratch);
+        size_t largest, largest_train, scratch;
+        chunk_widths(s, at, local, &largest, &largest_train, &scratch);
         /* the optimizer's scratch widens bf16 gradients for the norm only
          * (optim.c: the step widens them in adamw_mixed_multi's registers):
          * one per chunk's optimizer */
         bytes += (size_t)grad_bf16 * scratch * sizeof(float);
         if (largest > widest) widest = largest;
+        if (largest_train > widest_train) widest_train = largest_train;
     }
     /* the model's working copies: one set the rank's chunks share (they
-     * compute one unit at a time: model_share_mixed_work), the largest
-     * unit's */
-    return bytes + (size_t)(1 + grad_bf16) * widest * sizeof(float);
+     * compute one unit at a time: model_share_mixed_work): the largest
+     * unit's parameters (train.lora: with its frozen tensors) and, with bf16
+     * gradients, the largest unit's trainable ones' gradient */
+    return bytes + (widest + (size_t)grad_bf16 * (widest_train ? widest_train : 1)) * sizeof(float);
 }
 
 /* train.offload: optimizer: per chunk the step's host staging
@@ -663,8 +719,8 @@ static size_t offload_staging_bytes(const sizes *s, sizes_at at)
     size_t bytes = 0, ge = sizes_grad_elem_bytes(s), pe = sizes_param_elem_bytes(s);
     size_t per = 2 * ge + (pe == 2 ? 2 * 2 : 0) + (ge == 2 ? sizeof(float) : 0);
     for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
-        size_t largest, scratch;
-        chunk_widths(s, at, local, &largest, &scratch);
+        size_t largest, largest_train, scratch;
+        chunk_widths(s, at, local, &largest, &largest_train, &scratch);
         bytes += scratch * per;
     }
     return bytes;
@@ -677,6 +733,13 @@ size_t sizes_gather_numel(const sizes *s, sizes_at at)
     /* nothing to gather, unless the one shard lives on the host (offload: params) */
     if (sizes_shard_group(s, SHARD_OF_PARAM) == 1 && !(s->job.train.offload & OFFLOAD_PARAMS)) return 0;
     return largest_held_unit(s, at);
+}
+
+size_t sizes_frozen_gather_numel(const sizes *s, sizes_at at)
+{
+    shard_mode mode = s->job.parallel.mode;
+    if ((mode != SHARD_FSDP && mode != SHARD_HSDP) || sizes_shard_group(s, SHARD_OF_PARAM) == 1) return 0;
+    return held(s, at).largest_frozen;
 }
 
 int sizes_gather_buffers(const sizes *s) { (void)s; return 2; }
@@ -850,7 +913,8 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     size_t pe = sizes_param_elem_bytes(s), ge = sizes_grad_elem_bytes(s);
     held_totals h = held(s, at);
     size_t optim_elems = h.shard[SHARD_OF_OPTIM];
-    out->bytes[SIZES_PARAMS] = h.shard[SHARD_OF_PARAM] * pe;
+    /* train.lora: the frozen base besides (sharded like the parameters: FSDP's group) */
+    out->bytes[SIZES_PARAMS] = (h.shard[SHARD_OF_PARAM] + h.frozen_shard) * pe;
     out->bytes[SIZES_MASTER] = s->mixed ? optim_elems * 4 : 0;
     out->bytes[SIZES_GRADS] = h.shard[SHARD_OF_GRAD] * ge;
     out->bytes[SIZES_OPTIM] = optim_elems * 8; /* m and v, fp32 */
@@ -869,6 +933,7 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
      * ZeRO-2 / FSDP gradient buffer of another type has a twin in it */
     size_t re = sizes_reduce_elem_bytes(s), twin = re != ge ? re : 0;
     out->bytes[SIZES_COMM] = sizes_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * (pe + ge + twin) +
+                             sizes_frozen_gather_numel(s, at) * (size_t)sizes_gather_buffers(s) * pe +
                              sizes_reduce_numel(s, at) * (size_t)sizes_reduce_buffers(s) * (ge + twin) +
                              sizes_bucket_numel(s, at) * re + sizes_tied_scratch_numel(s, at) * ge +
                              sizes_tp_stage_numel(s) * 2 + sizes_cp_ring_numel(s) * sizeof(float) +

@@ -9,6 +9,8 @@
  *   model_create (params, grads)  sizes_unit_numel            (full tp-local unit)
  *   FSDP / HSDP param shard       sizes_shard(PARAM)          (comm_chunk of the unit)
  *   FSDP gather buffers           sizes_gather_numel x sizes_gather_buffers
+ *   train.lora's frozen base      sizes_unit_frozen_numel, sizes_frozen_shard (FSDP),
+ *                                 sizes_frozen_gather_numel
  *   ZeRO-2 / FSDP grad shard      sizes_shard(GRAD)
  *   ZeRO-2 reduce buffers         sizes_reduce_numel x sizes_reduce_buffers
  *   optimizer state (optim_create lo/hi), fp32 master
@@ -118,11 +120,13 @@ size_t sizes_param_elem_bytes(const sizes *s); /* 2 or 4 */
 size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4: train.grad_dtype */
 size_t sizes_reduce_elem_bytes(const sizes *s); /* 2 or 4: parallel.reduce_dtype, what gradient collectives carry */
 /* Mixed precision: what a rank's chunks hold in fp32 working copies besides
- * their state: the largest unit of any of its chunks widened, once (the chunks
- * share one set, model_share_mixed_work; model_mixed_work_bytes: twice with
- * bf16 gradients, the fp32 micro-batch gradient) and, with bf16 gradients, per
- * chunk the optimizer's scratch that widens them for the norm (its widest
- * slice, at most OPTIM_SCRATCH_NUMEL floats). 0 in fp32. */
+ * their state, once for all of them (the chunks share one set:
+ * model_share_mixed_work, model_mixed_work_bytes): the largest unit of any of
+ * its chunks widened (train.lora: with its frozen tensors) and, with bf16
+ * gradients, the fp32 micro-batch gradient of the largest unit's trainable
+ * tensors; and with bf16 gradients, per chunk, the optimizer's scratch that
+ * widens them for the norm (its widest slice, at most OPTIM_SCRATCH_NUMEL
+ * floats). 0 in fp32. */
 size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at);
 
 /* ---- the pipeline split ---- */
@@ -196,6 +200,9 @@ double sizes_moe_routed_rows(const job_model *m, int micro_batch, int tp, int sp
  * the tied wte included (it is allocated, reduced and updated like any other);
  * *distinct (may be NULL) counts wte once. */
 size_t sizes_model_numel(const job_model *m, size_t *distinct);
+/* Of those, train.lora's frozen base (0 without LoRA): the rest, the
+ * adapters, is what trains. */
+size_t sizes_model_frozen_numel(const job_model *m);
 /* Of the distinct parameters (wte once), the ones one token computes with
  * (model.moe: its top_k routed experts of every MoE block, not all E; the
  * router and the shared experts are always active): what "active
@@ -208,6 +215,12 @@ size_t sizes_model_active_numel(const job_model *m);
  * parallel.ep an MoE block holds E / ep of its routed experts:
  * model_unit_numel_ep). */
 size_t sizes_unit_numel(const sizes *s, int unit, int tp_rank);
+/* train.lora: elements of `unit`'s frozen base on tp rank tp_rank
+ * (model_unit_frozen_numel; 0 without LoRA), and the slice of it a rank
+ * keeps: sharded over the parameters' group (FSDP / HSDP), else whole. No
+ * gradient, no optimizer state. */
+size_t sizes_unit_frozen_numel(const sizes *s, int unit, int tp_rank);
+size_t sizes_frozen_shard(const sizes *s, int unit, sizes_at at, size_t *lo);
 /* Of those, the routed experts' (model_unit_expert_numel / ep): what DDP's
  * and ZeRO-1's buckets reduce over the experts' data-parallel group, the
  * rest over dp x cp (the sharded modes shard the whole expert unit over it:
@@ -228,6 +241,10 @@ size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, s
  * and grads each get these. */
 size_t sizes_gather_numel(const sizes *s, sizes_at at);
 int sizes_gather_buffers(const sizes *s);
+/* The same for train.lora's frozen base: elements of its gather buffers
+ * (the largest frozen unit held; 0 when FSDP shards over one rank or
+ * without LoRA), as many as sizes_gather_buffers. */
+size_t sizes_frozen_gather_numel(const sizes *s, sizes_at at);
 /* ZeRO-2: full-unit gradient buffers that backward writes into while the previous
  * unit's is reduce-scattered into the shard. 0 otherwise. */
 size_t sizes_reduce_numel(const sizes *s, sizes_at at);

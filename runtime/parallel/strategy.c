@@ -36,7 +36,8 @@ int strat_wait(strat_ctx *x, comm *c, comm_req *req, const char *what)
 int strat_backward_order(const strat_ctx *x, int *order)
 {
     int n = 0, head = x->n_units - 1;
-    int tied_here = job_model_tied_head(&x->job->model) && x->unit_model[0] &&
+    /* (train.lora: a frozen wte, no gradient to wait for) */
+    int tied_here = job_model_tied_head(&x->job->model) && !job_lora_on(&x->job->model) && x->unit_model[0] &&
                     x->unit_model[0] == x->unit_model[head];
     for (int u = x->n_units - 1; u >= 0; u--) {
         if (!x->unit_model[u] || (tied_here && u == head)) continue;
@@ -55,6 +56,19 @@ void strat_zero_unit_grads(strat_ctx *x)
         void *g = m ? model_unit_grads(m, u) : NULL;
         if (g) x->ops->zero(g, model_unit_local_numel(m, u) * x->ge);
     }
+}
+
+void strat_frozen_whole_slice(strat_ctx *x, int unit, strat_slice *out)
+{
+    model *m = x->unit_model[unit];
+    *out = (strat_slice){0, model_unit_frozen_local_numel(m, unit), model_unit_frozen(m, unit), NULL};
+}
+
+void strat_frozen_whole_gather(strat_ctx *x, int unit, float *out)
+{
+    model *m = x->unit_model[unit];
+    size_t n = model_unit_frozen_local_numel(m, unit);
+    if (n) strat_convert(x, out, sizeof(float), model_unit_frozen(m, unit), x->pe, n);
 }
 
 comm_dtype strat_dtype(size_t elem_bytes) { return elem_bytes == 2 ? COMM_BF16 : COMM_F32; }

@@ -138,6 +138,10 @@ typedef struct {
     void *param;      /* its parameters, element lo first (x->pe bytes each) */
     void *grad;       /* its synchronized gradients, element lo first (x->ge bytes each) */
 } strat_slice;
+/* frozen_slice and gather_frozen of a strategy that keeps the frozen base
+ * whole in the model (DDP, ZeRO). */
+void strat_frozen_whole_slice(strat_ctx *x, int unit, strat_slice *out);
+void strat_frozen_whole_gather(strat_ctx *x, int unit, float *out);
 
 typedef struct {
     const char *name;
@@ -182,6 +186,13 @@ typedef struct {
      * unit `unit` into `out` as fp32 values (model_unit_local_numel floats, device
      * memory; bf16 parameters widened). */
     void (*gather_unit)(dp_strategy *s, int unit, float *out);
+    /* train.lora: the part of held unit `unit`'s frozen base this rank holds
+     * (grad NULL; fixed for the run): its whole frozen buffer, or FSDP's
+     * shard of it. A load (model.init_from) writes it, then after_update
+     * makes it every rank's view. */
+    void (*frozen_slice)(dp_strategy *s, int unit, strat_slice *out);
+    /* As gather_unit for the frozen base (model_unit_frozen_local_numel floats). */
+    void (*gather_frozen)(dp_strategy *s, int unit, float *out);
 } strat_ops;
 
 extern const strat_ops strat_ddp;   /* ddp.c: buckets all-reduced during backward */

@@ -191,9 +191,25 @@ static void column_any_forward(const tp_group *g, void *act, void *out, const vo
     column_rows(g, act, out, dt_at(in, (size_t)r1 * (size_t)IC, t), w, b, r1, N - r1, IC, OC, t);
 }
 
-static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const void *w, const float *b,
-                           int N, int IC, int OC, dt_dtype t)
+/* LoRA's collective (lora.h): the SUM of the adapters' [N, r] partials
+ * over the group, in fp32 (small next to the layer's own). */
+static void lora_sum(void *ctx, float *buf, size_t n)
 {
+    const tp_group *g = ctx;
+    g->all_reduce(g->ctx, buf, n, TP_SUM);
+}
+
+/* An adapted layer runs whole (no tp_split, no overlap): the input gathered,
+ * then the base's GEMM and the adapters' (lora.c). */
+static void column_forward(void *ctx, void *out, const void *in_rows, void *full, const void *w, const float *b,
+                           int N, int IC, int OC, dt_dtype t, const model_lora *lora)
+{
+    const tp_group *g = ctx;
+    if (lora) {
+        const void *in = gather_rows(g, in_rows, full, (size_t)N * (size_t)IC, t);
+        lora_column_forward(g->ops, lora, out, in, w, b, N, IC, OC, t);
+        return;
+    }
     column_any_forward(ctx, NULL, out, in_rows, full, w, b, N, IC, OC, t);
 }
 
@@ -212,10 +228,17 @@ static void column_gelu_forward(void *ctx, void *act, void *out, const void *in_
  * independent, ops.h), so the same bits. */
 static const float *column_backward(void *ctx, float *din, float *dw, float *db, const float *dout,
                                     const void *in_rows, void *full, const void *w, int N, int IC, int OC,
-                                    dt_dtype t)
+                                    dt_dtype t, const model_lora *lora)
 {
     const tp_group *g = ctx;
     size_t nc = (size_t)N * (size_t)IC;
+    if (lora) { /* the adapters need the whole input; their part joins d(in) before its sum */
+        const void *in = gather_rows(g, in_rows, full, nc, t);
+        g->ops->zero(din, nc * sizeof(float));
+        g->ops->matmul_backward(din, dw, db, dout, in, w, N, IC, OC, t);
+        lora_column_backward(g->ops, lora, din, dout, in, N, IC, OC, t, lora_sum, (void *)g);
+        return reduce_rows_in_place(g, din, nc);
+    }
     void *gathering = dw ? gather_rows_start(g, in_rows, full, nc, t) : NULL;
     g->ops->zero(din, nc * sizeof(float));
     g->ops->matmul_backward(din, NULL, NULL, dout, NULL, w, N, IC, OC, t);
@@ -252,14 +275,16 @@ static const float *column_backward(void *ctx, float *din, float *dw, float *db,
  * GEMM is whole and its sum follows it in line. */
 
 static void row_forward(void *ctx, float *out_rows, void *full, const void *in, const void *w, const float *b,
-                        int N, int IC, int OC, dt_dtype t)
+                        int N, int IC, int OC, dt_dtype t, const model_lora *lora)
 {
     const tp_group *g = ctx;
     /* the bias is replicated: on rank 0 only, so the sum adds it once */
     const float *bias = g->rank == 0 ? b : NULL;
     size_t nc = (size_t)N * (size_t)OC, oc = (size_t)OC;
-    if (!g->sp || g->split <= 1) { /* whole: one GEMM, then the sum */
-        g->ops->matmul_forward(partial_of(g, out_rows, full), in, w, bias, N, IC, OC, t, DT_F32);
+    if (!g->sp || g->split <= 1 || lora) { /* whole: one GEMM (and an adapter's part), then the sum */
+        float *partial = partial_of(g, out_rows, full);
+        g->ops->matmul_forward(partial, in, w, bias, N, IC, OC, t, DT_F32);
+        if (lora) lora_row_forward(g->ops, lora, partial, in, N, IC, OC, t);
         reduce_rows(g, out_rows, full, nc);
         return;
     }
@@ -292,12 +317,13 @@ static void row_forward(void *ctx, float *out_rows, void *full, const void *in, 
 /* d(out) is whole on every rank (SP: gathered), so the bias gradient sums all
  * N rows and comes out complete and identical on every rank. */
 static void row_backward(void *ctx, float *din, float *dw, float *db, const float *dout_rows, void *full,
-                         const void *in, const void *w, int N, int IC, int OC, dt_dtype t)
+                         const void *in, const void *w, int N, int IC, int OC, dt_dtype t, const model_lora *lora)
 {
     const tp_group *g = ctx;
     const float *dout = gather_rows(g, dout_rows, full, (size_t)N * (size_t)OC, DT_F32);
     g->ops->zero(din, (size_t)N * (size_t)IC * sizeof(float));
     g->ops->matmul_backward(din, dw, db, dout, in, w, N, IC, OC, t);
+    if (lora) lora_row_backward(g->ops, lora, din, dout, in, N, IC, OC, t, lora_sum, (void *)g);
 }
 
 static void row_dgelu_backward(void *ctx, float *dpre, float *scratch, float *dw, float *db, const float *dout_rows,

@@ -191,7 +191,7 @@ static void zero_after_update(dp_strategy *s)
     /* every unit's all-gather queued at once, waited in order */
     for (int u = 0; u < x->n_units && !x->failed; u++) {
         model *m = x->unit_model[u];
-        if (!m) continue;
+        if (!m || !model_unit_local_numel(m, u)) continue; /* (train.lora: nothing to train there) */
         void *p = model_unit_params(m, u);
         comm *g = strat_unit_group(x, u, x->dp);
         double t0 = clock_now_s();
@@ -216,7 +216,7 @@ static void *zero_full_grad(dp_strategy *s, int unit, void *tmp)
     strat_ctx *x = s->x;
     model *m = x->unit_model[unit];
     if (s->stage == 1) return model_unit_grads(m, unit);
-    if (x->failed) return tmp;
+    if (x->failed || !model_unit_local_numel(m, unit)) return tmp;
     comm *g = strat_unit_group(x, unit, x->dp);
     double t0 = clock_now_s();
     int rc = comm_all_gather(g, s->gshard[unit], tmp, model_unit_local_numel(m, unit), strat_dtype(x->ge));
@@ -232,6 +232,9 @@ static void zero_gather_unit(dp_strategy *s, int unit, float *out)
     strat_convert(x, out, sizeof(float), model_unit_params(m, unit), x->pe, model_unit_local_numel(m, unit));
 }
 
+static void zero_frozen_slice(dp_strategy *s, int unit, strat_slice *out) { strat_frozen_whole_slice(s->x, unit, out); }
+static void zero_gather_frozen(dp_strategy *s, int unit, float *out) { strat_frozen_whole_gather(s->x, unit, out); }
+
 const strat_ops strat_zero1 = {
     .name = "zero1",
     .create = zero1_create,
@@ -246,6 +249,8 @@ const strat_ops strat_zero1 = {
     .forget = zero_forget,
     .full_grad = zero_full_grad,
     .gather_unit = zero_gather_unit,
+    .frozen_slice = zero_frozen_slice,
+    .gather_frozen = zero_gather_frozen,
 };
 
 const strat_ops strat_zero2 = {
@@ -262,4 +267,6 @@ const strat_ops strat_zero2 = {
     .forget = zero_forget,
     .full_grad = zero_full_grad,
     .gather_unit = zero_gather_unit,
+    .frozen_slice = zero_frozen_slice,
+    .gather_frozen = zero_gather_frozen,
 };

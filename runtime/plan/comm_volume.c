@@ -63,6 +63,7 @@
 
 typedef struct {
     double params, grads;   /* bytes of the full tp-local stage: params, gradients as reduced */
+    double frozen;          /* train.lora's frozen base: FSDP gathers it, nobody reduces it */
     double exp_params, exp_grads; /* of which edp's (plan_edp_numel), with parallel.ep > 1 */
     double exp_dense;       /* of those (sharded modes), the expert units' dense part, bytes as reduced */
     int units, blocks, has_emb, has_head;
@@ -81,6 +82,7 @@ static stage_shape shape_of(const plan_estimate *e, int p, int tp_rank)
         for (int u = first[c]; u < first[c + 1]; u++) {
             double n = (double)sizes_unit_numel(s, u, tp_rank);
             sh.params += n * (double)sizes_param_elem_bytes(s);
+            sh.frozen += (double)sizes_unit_frozen_numel(s, u, tp_rank) * (double)sizes_param_elem_bytes(s);
             sh.grads += n * (double)sizes_reduce_elem_bytes(s); /* what the gradient collectives carry */
             if (sizes_ep(s) > 1) {
                 double x = plan_edp_numel(e, u, tp_rank), routed = (double)sizes_unit_expert_numel(s, u, tp_rank);
@@ -126,8 +128,9 @@ static void finish(const plan_estimate *e, plan_comm *c, int inter, double steps
 /* The mode's collectives of `params` and `grads` bytes over a group of n
  * ranks (dp's, or the experts' edp), op and volume into c (its link is the
  * caller's). */
-static void shard_collectives(const plan_estimate *e, plan_comm *c, int n, double params, double grads, long buckets,
-                              int units)
+/* frozen: train.lora's frozen base, which FSDP gathers and nobody reduces */
+static void shard_collectives(const plan_estimate *e, plan_comm *c, int n, double params, double frozen, double grads,
+                              long buckets, int units)
 {
     const job_parallel *par = &e->job.parallel;
     int m = par->microbatches;
@@ -150,7 +153,7 @@ static void shard_collectives(const plan_estimate *e, plan_comm *c, int n, doubl
         break;
     default: /* fsdp, hsdp's shard group */
         c->op = "all-gather (params, forward + backward) + reduce-scatter (grads), every microbatch";
-        c->bytes = m * f * (2 * params + grads);
+        c->bytes = m * f * (2 * (params + frozen) + grads);
         c->calls = 3L * m * units;
         break;
     }
@@ -174,7 +177,7 @@ static void dp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     double params = sh->params - sh->exp_params, grads = sh->grads - sh->exp_grads;
     if (n > 1) {
         long buckets = sizes_bucket_count(e->sizes, (sizes_at){0, p, st->tp_rank});
-        shard_collectives(e, c, n, params, grads, buckets, sh->units);
+        shard_collectives(e, c, n, params, sh->frozen, grads, buckets, sh->units);
         if (par->mode == SHARD_FSDP || par->mode == SHARD_HSDP)
             finish(e, c, crosses(e, rank_at_g(e, p, 0, 0), rank_at_g(e, p, n - 1, par->tp - 1)), n - 1);
         else
@@ -348,7 +351,7 @@ static void edp_volume(const plan_estimate *e, int p, const stage_shape *sh, pla
     if (n > 1) {
         /* one bucket per unit's experts at most: they are reduced unit by unit */
         long buckets = par->mode == SHARD_NONE || par->mode == SHARD_ZERO1 ? sh->moe_blocks : 0;
-        shard_collectives(e, c, n, sh->exp_params, sh->exp_grads, buckets, sh->moe_blocks);
+        shard_collectives(e, c, n, sh->exp_params, 0, sh->exp_grads, buckets, sh->moe_blocks);
         finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_EDP), shard_steps(e, n));
     }
     if (sh->exp_dense > 0 && n > 1) {

@@ -72,6 +72,16 @@ static void print_header(const plan_estimate *e, const plan_machine *pm, FILE *o
                 fmt_count(a, (double)distinct), active, fmt_count(b, (double)held));
     else
         fprintf(out, "           %s parameters%s\n", fmt_count(a, (double)distinct), active);
+    if (job_lora_on(m)) { /* train.lora: what trains, what stays */
+        size_t frozen = sizes_model_frozen_numel(m);
+        char t[160] = "";
+        for (int i = 0, n = 0; i < LORA_N_TARGETS; i++)
+            if (m->lora.targets >> i & 1)
+                n += snprintf(t + n, sizeof t - (size_t)n, "%s%s", n ? ", " : "", job_lora_target_name(i));
+        fprintf(out, "lora       %s trainable (rank %d, alpha %g on %s), %s frozen: no gradients, no optimizer "
+                     "state\n",
+                fmt_count(a, (double)(held - frozen)), m->lora.rank, m->lora.alpha, t, fmt_count(b, (double)frozen));
+    }
     fprintf(out, "batch      global %d = micro_batch %d x dp %d x microbatches %d; %s\n", job->train.global_batch,
             job->train.micro_batch, par->dp, par->microbatches,
             !e->mixed                                    ? "fp32"
@@ -248,7 +258,9 @@ static void print_moe(const plan_estimate *e, FILE *out)
 static void print_compute_comm(const plan_estimate *e, FILE *out)
 {
     char a[FMT_LEN], b[FMT_LEN], c[FMT_LEN];
-    fprintf(out, "\ncompute per step: %s FLOPs model (6N + attention%s), %s executed%s\n", fmt_count(a, e->model_flops),
+    fprintf(out, "\ncompute per step: %s FLOPs model (%s + attention%s), %s executed%s\n", fmt_count(a, e->model_flops),
+            /* train.lora: the frozen base computes no weight gradient */
+            job_lora_on(&e->job.model) ? "4N of the frozen base + the adapters" : "6N",
             e->job.model.moe.experts > 0 ? "; N the active parameters" : "",
             fmt_count(b, e->exec_flops),
             !job_model_is_lm(&e->job.model) ? (e->job.train.recompute != RECOMPUTE_NONE ? " (recompute counted)" : "")

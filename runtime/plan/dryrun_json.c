@@ -71,6 +71,11 @@ static cJSON *model_json(const plan_estimate *e)
     cJSON_AddNumberToObject(o, "parameters_held", (double)held);
     /* model.moe: a token's top_k experts; the FLOPs below count these */
     cJSON_AddNumberToObject(o, "parameters_active", (double)sizes_model_active_numel(m));
+    if (job_lora_on(m)) { /* train.lora: the frozen base and the adapters that train */
+        size_t frozen = sizes_model_frozen_numel(m);
+        cJSON_AddNumberToObject(o, "parameters_trainable", (double)(held - frozen));
+        cJSON_AddNumberToObject(o, "parameters_frozen", (double)frozen);
+    }
     cJSON_AddNumberToObject(o, "flops_per_sample", model_flops_per_sample(m, RECOMPUTE_NONE));
     if (m->moe.experts > 0) cJSON_AddItemToObject(o, "moe", moe_json(e));
     return o;

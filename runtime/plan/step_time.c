@@ -84,6 +84,7 @@ typedef struct {
     double cp;                 /* exposed context-parallel ring traffic */
     double ep;                 /* expert parallelism's all-to-alls (all exposed) */
     double params, grads;      /* bytes of the tp-local chunk */
+    double frozen;             /* train.lora's frozen base: FSDP gathers it, nobody reduces it */
     double exp_params, exp_grads; /* of which edp's (plan_edp_numel, parallel.ep > 1) */
     int units, moe_units;
 } chunk_cost;
@@ -209,6 +210,7 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
             }
         double n = (double)sizes_unit_numel(e->sizes, u, st->tp_rank);
         k.params += n * (double)sizes_param_elem_bytes(e->sizes);
+        k.frozen += (double)sizes_unit_frozen_numel(e->sizes, u, st->tp_rank) * (double)sizes_param_elem_bytes(e->sizes);
         k.grads += n * (double)sizes_reduce_elem_bytes(e->sizes);
         if (ep > 1) {
             double x = plan_edp_numel(e, u, st->tp_rank);
@@ -306,9 +308,10 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     const plan_comm *dc = &st->comm[GROUP_DP];
     int n = dc->size;
     if (n > 1 && (par->mode == SHARD_FSDP || par->mode == SHARD_HSDP || par->mode == SHARD_ZERO2)) {
-        /* the dense part over dp's group, the routed experts over theirs (edp) */
+        /* the dense part (and LoRA's frozen base, gathered, never reduced)
+         * over dp's group, the routed experts over theirs (edp) */
         double ag = 0, rs = 0, ag_e = 0, rs_e = 0;
-        shard_times(e, dc, n, k.params - k.exp_params, k.grads - k.exp_grads, k.units, &ag, &rs);
+        shard_times(e, dc, n, k.params - k.exp_params + k.frozen, k.grads - k.exp_grads, k.units, &ag, &rs);
         shard_times(e, &st->comm[GROUP_EDP], plan_edp_group(e), k.exp_params, k.exp_grads, k.moe_units, &ag_e, &rs_e);
         double share_e = ag + rs + ag_e + rs_e > 0 ? (ag_e + rs_e) / (ag + rs + ag_e + rs_e) : 0;
         ag += ag_e, rs += rs_e;

@@ -104,6 +104,12 @@ static int same_model(const ckpt *ck, const job_model *m, char *err, size_t errl
                  job_model_rope_theta(m));
         return -1;
     }
+    if (c->lora.rank != m->lora.rank || c->lora.targets != m->lora.targets) {
+        snprintf(err, errlen, "%s: the checkpoint's model has LoRA rank %d over targets 0x%x but the job's rank %d "
+                 "over 0x%x (train.lora: the adapters are what a LoRA checkpoint holds)", ckpt_path(ck), c->lora.rank,
+                 c->lora.targets, m->lora.rank, m->lora.targets);
+        return -1;
+    }
     if (c->activation != m->activation || job_model_norm_eps(c) != job_model_norm_eps(m)) {
         snprintf(err, errlen, "%s: the checkpoint's model computes activation %s, norm_eps %g but the job's %s, %g "
                  "(set model.activation and model.norm_eps as it was trained)", ckpt_path(ck),
@@ -309,8 +315,8 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
         }
         return DT_EXIT_CKPT;
     }
-    if (rc == 1) /* a fresh start: from model.init_from's weights when it names a folder */
-        return job->model.init_from[0] ? init_from_load(e, job, err, errlen) : DT_EXIT_OK;
+    if (rc == 1) /* a fresh start: from model.init_from's weights (and train.lora.init_from's adapter) */
+        return init_from_load(e, job, err, errlen);
     /* A new launch of a finished run trains nothing and writes nothing. A
      * restart (attempt > 0) of a run that died after its last save still
      * evaluates and sums up, as the run it belongs to would have. */
@@ -322,7 +328,9 @@ static int checkpoint_load(engine *e, const job_spec *job, train_progress *p, in
         ckpt_close(ck);
         return DT_EXIT_OK;
     }
-    rc = engine_load_checkpoint(e, ck, err, errlen);
+    /* train.lora: the checkpoint holds the adapters; the frozen base is model.init_from's */
+    rc = init_from_base(e, job, err, errlen);
+    if (rc == DT_EXIT_OK) rc = engine_load_checkpoint(e, ck, err, errlen);
     /* provenance: the data the checkpoint was trained on, against the files
      * now (rank 0 compares; under DTRUN_STRICT_DATA all stop on its word) */
     if (rc == DT_EXIT_OK && train) {

@@ -18,4 +18,12 @@
 
 int init_from_load(engine *e, const job_spec *job, char *err, size_t errlen);
 
+/* train.lora. A fresh run: init_from_load reads model.init_from into the
+ * frozen base, then train.lora.init_from's PEFT adapter (if any) into the
+ * adapters. A resumed one: the checkpoint holds the adapters and their
+ * optimizer state only, so the base comes from model.init_from again
+ * (init_from_base, before the checkpoint loads; without model.init_from the
+ * base is the seed's draw, which every start makes the same). */
+int init_from_base(engine *e, const job_spec *job, char *err, size_t errlen);
+
 #endif

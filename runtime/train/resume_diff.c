@@ -15,7 +15,8 @@ typedef enum { KIND_RUN = 0, KIND_STEPS, KIND_LAYOUT, KIND_COMPUTE, KIND_IGNORED
 static key_kind kind_of(int fid)
 {
     switch (fid) {
-    case FID_MODEL_PRESET: case FID_INIT_FROM: return KIND_IGNORED;
+    /* (train.lora.init_from: a resumed run's adapters are the checkpoint's) */
+    case FID_MODEL_PRESET: case FID_INIT_FROM: case FID_LORA_INIT_FROM: return KIND_IGNORED;
     case FID_ATTENTION: case FID_HEAD_CHUNK_ROWS: return KIND_COMPUTE;
     case FID_STEPS: return KIND_STEPS;
     case FID_MICRO_BATCH: return KIND_LAYOUT;
@@ -25,7 +26,7 @@ static key_kind kind_of(int fid)
     default: break;
     }
     switch (job_fields[fid].section) {
-    case SEC_MODEL: case SEC_MOE: case SEC_DATA: case SEC_TRAIN: return KIND_RUN;
+    case SEC_MODEL: case SEC_MOE: case SEC_MLA: case SEC_DATA: case SEC_TRAIN: case SEC_LORA: return KIND_RUN;
     case SEC_PARALLEL: return KIND_LAYOUT;
     default: return KIND_IGNORED;
     }

@@ -280,7 +280,7 @@ static int train_job(const job_spec *job)
     long nan_step = dt_env_get()->test_nan_step;
     /* a fine-tune starts from weights worth measuring: their validation loss
      * is step 0's (nanoGPT's eval at iter 0), before any update */
-    if (job->model.init_from[0] && !resumed) {
+    if ((job->model.init_from[0] || (job_lora_on(&job->model) && job->model.lora.init_from[0])) && !resumed) {
         rc = engine_evaluate(e, &val_loss, &acc, err, sizeof err);
         if (rc != DT_EXIT_OK) goto out;
         metrics_log_eval(met, 0, val_loss, acc);

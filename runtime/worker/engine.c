@@ -138,7 +138,8 @@ static void pp_before_backward(void *ctx, int chunk, int mb, int last_of_chunk, 
     e->x.last_micro = last_of_chunk;
 }
 
-/* Micro-batch mb of the step, loaded before the step began. */
+/* Micro-batch mb of the step, loaded before the step began (the executor
+ * sets its step and first sample, model_batch.step). */
 static int pp_batch(void *ctx, int mb, model_batch *out, char *err, size_t errlen)
 {
     engine *e = ctx;
@@ -267,7 +268,8 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
         for (int u = sh.unit_begin; u < sh.unit_end; u++) {
             e->unit_model[u] = e->chunk[l];
             long long n = (long long)model_unit_local_numel(e->chunk[l], u);
-            acct_add(e->acct, ACCT_PARAMS, n * (long long)model_param_elem_bytes(e->chunk[l]));
+            long long f = (long long)model_unit_frozen_local_numel(e->chunk[l], u); /* train.lora's base */
+            acct_add(e->acct, ACCT_PARAMS, (n + f) * (long long)model_param_elem_bytes(e->chunk[l]));
             acct_add(e->acct, ACCT_GRADS, n * (long long)model_grad_elem_bytes(e->chunk[l]));
         }
     }
@@ -667,7 +669,7 @@ double engine_local_grad_sumsq(engine *e, double *acc, double *tmp)
         model *m = e->chunk[l];
         for (int i = 0; i < model_param_count(m); i++) {
             const param_spec *p = model_param(m, i);
-            if (p->tied || param_tp_duplicate(p, tp_rank) || !e->so->counts(e->ds, p->unit, param_is_expert(p)))
+            if (p->frozen || p->tied || param_tp_duplicate(p, tp_rank) || !e->so->counts(e->ds, p->unit, param_is_expert(p)))
                 continue;
             strat_slice sl;
             e->so->slice(e->ds, p->unit, &sl);
@@ -691,7 +693,7 @@ double engine_local_grad_sumsq(engine *e, double *acc, double *tmp)
 static void tied_wte_sum(engine *e)
 {
     strat_ctx *x = &e->x;
-    if (!e->emb_group || x->failed) return;
+    if (!e->emb_group || x->failed || job_lora_on(&e->job.model)) return; /* train.lora: a frozen wte */
     int u = e->mc.me.pp == 0 ? 0 : x->n_units - 1;
     model *m = e->unit_model[u];
     const param_spec *w = NULL;
@@ -740,7 +742,7 @@ static int pp_grads(engine *e, int step, long first, float loss_scale, double *l
     e->batch_B = mb;
     e->x.last_micro = 0;
     pp_exec_step_args args = {.step = step + 1, .B = mb, .loss_scale = loss_scale, .batch = pp_batch,
-                              .batch_ctx = e};
+                              .batch_ctx = e, .sample0 = first};
     char why[512];
     int rc = pp_exec_step(e->ex, &args, &e->last_pp, why, sizeof why);
     e->idle_s += e->last_pp.idle_s;
@@ -776,6 +778,7 @@ int engine_grads(engine *e, int step, double *loss, char *err, size_t errlen)
             x->last_micro = j == A - 1;
             engine_batch_fill(e, e->train, step, first + (long)j * mb, mb, 0);
             model_batch in = engine_batch_at(e, 0, mb);
+            in.step = step + 1, in.sample0 = first + (long)j * mb;
             loss_sum += model_forward(e->chunk[0], e->acts, &in, NULL);
             if (x->failed) break;
             model_backward(e->chunk[0], e->acts, &in, loss_scale);

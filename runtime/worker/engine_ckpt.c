@@ -73,7 +73,7 @@ static int unit_specs(engine *e, model *m, int unit, int tp_rank, int saved_only
     int n = 0;
     for (int i = 0; i < model_param_count(m); i++) {
         const param_spec *p = model_param(m, i);
-        if (p->unit != unit) continue;
+        if (p->unit != unit || p->frozen) continue; /* train.lora's base: not in the slices */
         if (saved_only && (p->tied || param_tp_duplicate(p, tp_rank) ||
                            !e->so->counts(e->ds, unit, param_is_expert(p))))
             continue;
@@ -322,9 +322,63 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen)
     return DT_EXIT_CKPT;
 }
 
+/* train.lora: this rank's slice of every held unit's frozen base (the
+ * strategy's frozen_slice) from a model folder, in the parameters' type. */
+static int load_frozen(engine *e, const slice_source *src, char *why, size_t whylen)
+{
+    int tp_rank = e->mc.me.tp, tp = e->job.parallel.tp, rc = 0;
+    size_t pe = e->x.pe;
+    for (int u = 0; u < e->x.n_units && rc == 0; u++) {
+        model *m = e->unit_model[u];
+        if (!m || !model_unit_frozen_local_numel(m, u)) continue;
+        strat_slice sl;
+        e->so->frozen_slice(e->ds, u, &sl);
+        int np = model_param_count(m), ns = 0;
+        param_spec *specs = calloc((size_t)np + 1, sizeof *specs);
+        float *host = malloc((sl.len ? sl.len : 1) * sizeof(float));
+        uint16_t *h16 = pe == 2 ? malloc((sl.len ? sl.len : 1) * 2) : NULL;
+        if (!specs || !host || (pe == 2 && !h16)) {
+            snprintf(why, whylen, "rank %d: out of memory loading the frozen base", e->rank);
+            rc = -1;
+        }
+        for (int i = 0; rc == 0 && i < np; i++)
+            if (model_param(m, i)->unit == u && model_param(m, i)->frozen) specs[ns++] = *model_param(m, i);
+        if (rc == 0)
+            rc = hf_weights_read_unit_slice(src->hf, src->model, specs, ns, tp_rank, tp, sl.lo, sl.lo + sl.len, host, why,
+                                            whylen);
+        if (rc == 0 && pe == 2) { /* the bf16 base: the loaded fp32 rounded as the kernels round */
+            dt_ops_cpu.to_bf16(h16, host, sl.len);
+            e->ops->from_host(sl.param, h16, sl.len * 2);
+        } else if (rc == 0) {
+            e->ops->from_host(sl.param, host, sl.len * sizeof(float));
+        }
+        free(h16), free(host), free(specs);
+    }
+    return rc;
+}
+
 int engine_load_hf(engine *e, hf_weights *hf, char *err, size_t errlen)
 {
     engine_graph_outside(e);
     slice_source src = {.hf = hf, .model = &e->job.model, .path = hf_weights_dir(hf), .n_parts = 1};
+    if (!job_lora_on(&e->job.model)) return load_slices(e, &src, err, errlen);
+    /* train.lora: the folder is the frozen base; the adapters keep their start */
+    char why[1024] = "";
+    int bad = load_frozen(e, &src, why, sizeof why) != 0, any = 0, rc = engine_any(e, bad, &any, err, errlen);
+    if (rc != DT_EXIT_OK) return rc;
+    if (any) {
+        if (bad) snprintf(err, errlen, "rank %d: %s", e->rank, why);
+        else snprintf(err, errlen, "rank %d: %s: loading failed on another rank (see its message)", e->rank, src.path);
+        if (!bad) let_the_cause_exit_first();
+        return DT_EXIT_CKPT;
+    }
+    e->so->after_update(e->ds);
+    return e->x.failed ? engine_comm_failed(e, err, errlen) : DT_EXIT_OK;
+}
+
+int engine_load_adapter(engine *e, hf_weights *peft, char *err, size_t errlen)
+{
+    engine_graph_outside(e);
+    slice_source src = {.hf = peft, .model = &e->job.model, .path = hf_weights_dir(peft), .n_parts = 1};
     return load_slices(e, &src, err, errlen);
 }

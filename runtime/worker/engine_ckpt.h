@@ -55,6 +55,10 @@ int engine_load_checkpoint(engine *e, const ckpt *ck, char *err, size_t errlen);
  * its own slices' elements; AdamW's moments stay as they are (a fresh run's
  * zeros). DT_EXIT_CKPT when a read fails on any rank. */
 int engine_load_hf(engine *e, hf_weights *hf, char *err, size_t errlen);
+/* train.lora: under LoRA engine_load_hf loads the folder into the frozen base
+ * (the strategies' frozen_slice); this loads a PEFT adapter folder
+ * (hf_weights_open_adapter) into the adapters' slices, the moments untouched. */
+int engine_load_adapter(engine *e, hf_weights *peft, char *err, size_t errlen);
 
 /* *any = 1 when `mine` is nonzero on some rank (all-reduce MAX over the world). */
 int engine_any(engine *e, int mine, int *any, char *err, size_t errlen);

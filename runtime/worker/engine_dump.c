@@ -13,17 +13,27 @@
 #include "runtime/worker/engine_internal.h"
 #include "lib/util/exit_codes.h"
 
+/* A unit's elements on tp rank r of tp (ep rank of ep): its trainable
+ * buffer, then (train.lora) its frozen one. */
+static size_t unit_all_numel(const job_model *spec, int u, int r, int tp, int ep)
+{
+    return model_unit_numel_ep(spec, u, r, tp, ep) + model_unit_frozen_numel(spec, u, r, tp);
+}
+
 /* Rank 0 places tp rank r's (ep rank q's) local buffer of unit u into the
- * whole unit (tp = 1 layout: tensors one after the other, whole). */
+ * whole unit (tp = 1 layout: tensors one after the other, whole; train.lora's
+ * frozen ones after the trainable ones). */
 static void place_unit(const job_model *spec, int u, int r, int tp, int q, int ep, const float *local, float *whole)
 {
     int np = model_unit_param_count(spec, u);
+    size_t lt = model_unit_numel_ep(spec, u, r, tp, ep), gt = model_unit_numel(spec, u, 0, 1);
     for (int i = 0; i < np; i++) {
         param_spec lp, gp;
         model_unit_param_spec_ep(spec, u, i, r, tp, q, ep, &lp);
         model_unit_param_spec(spec, u, i, 0, 1, &gp);
+        size_t lo = lp.offset + (lp.frozen ? lt : 0), go = gp.offset + (gp.frozen ? gt : 0);
         for (size_t j = 0; j < lp.local_numel; j++)
-            whole[gp.offset + param_global_index(&lp, r, tp, j)] = local[lp.offset + j];
+            whole[go + param_global_index(&lp, r, tp, j)] = local[lo + j];
     }
 }
 
@@ -48,9 +58,9 @@ static int write_unit(engine *e, FILE *f, int u, float *const *host, char *err, 
 {
     const job_model *spec = &e->job.model;
     int tp = e->job.parallel.tp, ep = unit_ep(e, u), cp = e->job.parallel.cp;
-    size_t whole_n = model_unit_numel(spec, u, 0, 1), max_n = 0;
+    size_t whole_n = unit_all_numel(spec, u, 0, 1, 1), max_n = 0;
     for (int r = 0; r < tp; r++)
-        if (model_unit_numel_ep(spec, u, r, tp, ep) > max_n) max_n = model_unit_numel_ep(spec, u, r, tp, ep);
+        if (unit_all_numel(spec, u, r, tp, ep) > max_n) max_n = unit_all_numel(spec, u, r, tp, ep);
     float *whole = malloc(whole_n * sizeof(float)), *local = malloc((max_n ? max_n : 1) * sizeof(float));
     int rc = whole && local ? DT_EXIT_OK : DT_EXIT_FAIL;
     if (rc != DT_EXIT_OK) snprintf(err, errlen, "rank 0: out of memory dumping parameters");
@@ -61,7 +71,7 @@ static int write_unit(engine *e, FILE *f, int u, float *const *host, char *err, 
             if (src == 0) {
                 place_unit(spec, u, r, tp, q, ep, host[u], whole);
             } else if (strat_fail(&e->x, e->world,
-                                  comm_recv(e->world, local, model_unit_numel_ep(spec, u, r, tp, ep), COMM_F32, src),
+                                  comm_recv(e->world, local, unit_all_numel(spec, u, r, tp, ep), COMM_F32, src),
                                   "receive of parameters") == COMM_OK) {
                 place_unit(spec, u, r, tp, q, ep, local, whole);
             }
@@ -83,19 +93,22 @@ int engine_dump_params(engine *e, const char *path, char *err, size_t errlen)
     float **host = calloc((size_t)n_units, sizeof(float *));
     size_t max_local = 1;
     for (int u = 0; u < n_units; u++)
-        if (e->unit_model[u] && model_unit_local_numel(e->unit_model[u], u) > max_local)
-            max_local = model_unit_local_numel(e->unit_model[u], u);
+        if (e->unit_model[u] && unit_all_numel(&e->job.model, u, e->mc.me.tp, e->job.parallel.tp, unit_ep(e, u)) > max_local)
+            max_local = unit_all_numel(&e->job.model, u, e->mc.me.tp, e->job.parallel.tp, unit_ep(e, u));
     float *dev = e->ops->alloc(max_local * sizeof(float));
     int rc = host && dev ? DT_EXIT_OK : DT_EXIT_FAIL;
     for (int u = 0; u < n_units && rc == DT_EXIT_OK && !x->failed; u++) {
         if (!e->unit_model[u]) continue;
-        size_t n = model_unit_local_numel(e->unit_model[u], u);
-        if (!(host[u] = malloc((n ? n : 1) * sizeof(float)))) {
+        size_t n = model_unit_local_numel(e->unit_model[u], u), f = model_unit_frozen_local_numel(e->unit_model[u], u);
+        if (!(host[u] = malloc((n + f ? n + f : 1) * sizeof(float)))) {
             rc = DT_EXIT_FAIL;
             break;
         }
         e->so->gather_unit(e->ds, u, dev);
         e->ops->to_host(host[u], dev, n * sizeof(float));
+        if (!f) continue;
+        e->so->gather_frozen(e->ds, u, dev); /* train.lora's base */
+        e->ops->to_host(host[u] + n, dev, f * sizeof(float));
     }
     if (rc != DT_EXIT_OK) snprintf(err, errlen, "rank %d: out of memory dumping parameters", e->rank);
     /* 2. dp rank 0 of every (pp, tp) sends its units to rank 0, in unit order
@@ -105,7 +118,9 @@ int engine_dump_params(engine *e, const char *path, char *err, size_t errlen)
         for (int u = 0; u < n_units && !x->failed; u++)
             if (e->unit_model[u] && (place == 0 || place < unit_ep(e, u)))
                 strat_fail(x, e->world,
-                           comm_send(e->world, host[u], model_unit_local_numel(e->unit_model[u], u), COMM_F32, 0),
+                           comm_send(e->world, host[u],
+                                     unit_all_numel(&e->job.model, u, e->mc.me.tp, e->job.parallel.tp, unit_ep(e, u)),
+                                     COMM_F32, 0),
                            "send of parameters");
     }
     /* 3. rank 0 assembles every unit whole, in unit order, and writes it */

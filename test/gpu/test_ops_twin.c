@@ -1185,6 +1185,38 @@ static void test_elementwise_act16(size_t n) {
     free(xf); free(af); free(x); free(out); free(g); free(gi);
 }
 
+/* train.lora's dropout (ops.h dropout_forward / _backward): the same
+ * Philox draw per element on both sides, so the same mask; the kept values
+ * one fp32 product (and in bf16 one rounding) each: exact. */
+static void test_dropout(int N, int W, long long cols, long long col0, float p) {
+    char what[128];
+    size_t n = (size_t)N * W;
+    long long *rows = malloc((size_t)(N ? N : 1) * sizeof(long long));
+    for (int i = 0; i < N; i++) rows[i] = 1000003LL * i + 17;
+    long long *drows = gpu->alloc((size_t)(N ? N : 1) * sizeof(long long));
+    if (N) gpu->from_host(drows, rows, (size_t)N * sizeof(long long));
+    uint64_t key = 0x9E3779B97F4A7C15ull;
+    float *x = hrand(n, 2.0f), *out = calloc(n ? n : 1, sizeof(float)), *g = hrand(n, 1.0f), *gi = hrand(n, 1.0f);
+    dbuf dx = dup_f(x, n, 0), dout = zeros_f(n), dg = dup_f(g, n, 0), dgi = dup_f(gi, n, 0);
+    cpu->dropout_forward(out, x, rows, N, W, cols, col0, key, p, DT_F32);
+    gpu->dropout_forward(dout.p, dx.p, drows, N, W, cols, col0, key, p, DT_F32);
+    snprintf(what, sizeof what, "dropout_forward fp32 N=%d W=%d p=%g", N, W, p);
+    expect(what, &dout, out, n, TOL_EXACT);
+    cpu->dropout_backward(gi, g, rows, N, W, cols, col0, key, p);
+    gpu->dropout_backward(dgi.p, dg.p, drows, N, W, cols, col0, key, p);
+    snprintf(what, sizeof what, "dropout_backward (accumulates) N=%d W=%d p=%g", N, W, p);
+    expect(what, &dgi, gi, n, TOL_EXACT);
+    uint16_t *x16 = host16(x, n), *o16 = calloc(n ? n : 1, sizeof(uint16_t));
+    void *dx16 = dup_bytes(x16, n * 2), *do16 = dup_bytes(o16, n * 2);
+    cpu->dropout_forward(o16, x16, rows, N, W, cols, col0, key, p, DT_BF16);
+    gpu->dropout_forward(do16, dx16, drows, N, W, cols, col0, key, p, DT_BF16);
+    snprintf(what, sizeof what, "dropout_forward bf16 N=%d W=%d p=%g", N, W, p);
+    expect_typed(what, do16, o16, n, DT_BF16, TOL_EXACT);
+    gpu->free(dx16); gpu->free(do16); gpu->free(drows);
+    drop(&dx); drop(&dout); drop(&dg); drop(&dgi);
+    free(rows); free(x); free(out); free(g); free(gi); free(x16); free(o16);
+}
+
 static void test_layernorm_act16(int N, int C) {
     char what[128];
     size_t n = (size_t)N * C;
@@ -2382,6 +2414,8 @@ int main(void) {
     test_elementwise(7);
     test_elementwise_act16(1000003);
     test_elementwise_act16(7);
+    test_dropout(512, 96, 4096, 1000, 0.1f);
+    test_dropout(3, 5, 5, 0, 0.5f);
     test_layernorm_act16(64, 768);
     test_layernorm_act16(5, 37);
     test_residual_layernorm(64, 768, DT_F32);

@@ -129,15 +129,20 @@ def load(d):
 
 def loss(a):
     m, cfg = load(a.dir)
-    tokens, targets = read_val(a.val)
+    print(f"{val_loss(m, cfg['vocab_size'], a.val):.9f}")
+
+
+def val_loss(m, vocab, path):
+    """The mean token loss of a validation dump (export_check.read_val), 16 rows at a time."""
+    tokens, targets = read_val(path)
     total, count = 0.0, 0
     with torch.no_grad():
         for i in range(0, tokens.shape[0], 16):
             logits = m(tokens[i:i + 16])
-            total += F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]).double(), targets[i:i + 16].reshape(-1),
+            total += F.cross_entropy(logits.reshape(-1, vocab).double(), targets[i:i + 16].reshape(-1),
                                      reduction="sum").item()
             count += targets[i:i + 16].numel()
-    print(f"{total / count:.9f}")
+    return total / count
 
 
 def windows_loss(m, vocab, path, T, batch):

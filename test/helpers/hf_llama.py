@@ -44,8 +44,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
-from export_check import read_val  # noqa: E402
-from hf_gpt2 import read_weights, windows_loss, write_weights  # noqa: E402
+from hf_gpt2 import read_weights, val_loss, windows_loss, write_weights  # noqa: E402
 
 
 class RMSNorm(nn.Module):
@@ -183,15 +182,7 @@ def load(d):
 
 def loss(a):
     m, cfg = load(a.dir)
-    tokens, targets = read_val(a.val)
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for i in range(0, tokens.shape[0], 16):
-            logits = m(tokens[i:i + 16])
-            total += F.cross_entropy(logits.reshape(-1, cfg["vocab_size"]).double(), targets[i:i + 16].reshape(-1),
-                                     reduction="sum").item()
-            count += targets[i:i + 16].numel()
-    print(f"{total / count:.9f}")
+    print(f"{val_loss(m, cfg['vocab_size'], a.val):.9f}")
 
 
 def loss_file(a):

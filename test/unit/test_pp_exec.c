@@ -321,7 +321,7 @@ static void run_rank(rank_setup *rs, comm *pp, int p, int rank, rank_header *h, 
     pp_exec_hooks hooks = {&hl, hook_before, hook_after, NULL, NULL};
     pp_exec_set_hooks(ex, &hooks);
     pp_exec_step_args args = {1, rs->data.B, loss_scale_of(&rs->spec, rs->data.B, rs->sched.m), 0,
-                              provide, &rs->data};
+                              provide, &rs->data, 0};
     pp_exec_result res;
     /* Extra steps (for the bubble) start from zero gradients each time. */
     for (int k = 0; k < bubble_steps && h->rc == 0; k++) {
@@ -747,7 +747,7 @@ static int body_killed(comm *w, int rank, int p, const char *dir, void *arg)
             pp_exec_hooks hk = {NULL, die_before_backward, NULL, NULL, NULL};
             pp_exec_set_hooks(ex, &hk);
         }
-        pp_exec_step_args args = {7, 2, loss_scale_of(&s, 2, 4), 0, provide, &rs->data};
+        pp_exec_step_args args = {7, 2, loss_scale_of(&s, 2, 4), 0, provide, &rs->data, 0};
         pp_exec_result res;
         double t0 = now_s();
         h.rc = pp_exec_step(ex, &args, &res, h.err, sizeof h.err);
@@ -899,7 +899,7 @@ static void bad_configs(void)
     model_destroy(part);
     pp_exec_config cfg3 = {&rs->sched, 0, NULL, rs->chunks, 2, ops};
     pp_exec *ex = pp_exec_create(&cfg3, err, sizeof err);
-    pp_exec_step_args args = {3, 3, 1.0f, 0, provide, &rs->data};
+    pp_exec_step_args args = {3, 3, 1.0f, 0, provide, &rs->data, 0};
     pp_exec_result res;
     CHECK(ex && pp_exec_step(ex, &args, &res, err, sizeof err) == -1 && strstr(err, "step 3"),
           "micro-batch larger than the slots: %s", err);
