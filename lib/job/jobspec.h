@@ -226,8 +226,11 @@ typedef enum { PREC_FP32 = 0, PREC_BF16 } precision_kind;
 typedef enum { DTYPE_AUTO = 0, DTYPE_FP32, DTYPE_BF16 } dtype_kind;
 /* block: keep each block's input, recompute the whole block in backward.
  * selective (Megatron's): keep everything but the attention probabilities,
- * recompute those from the kept qkv in backward. */
-typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE } recompute_kind;
+ * recompute those from the kept qkv in backward. elementwise (Megatron-Core's
+ * recompute_modules "layernorm" and the MLP activation's): keep everything
+ * but the norms' outputs and (Llama) the SwiGLU product, recompute those in
+ * backward from the kept norm inputs and gate|up (elementwise, no GEMM). */
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_BLOCK, RECOMPUTE_SELECTIVE, RECOMPUTE_ELEMENTWISE } recompute_kind;
 /* auto: cuda when the CUDA backend finds a device, else cpu. */
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } device_kind;
 

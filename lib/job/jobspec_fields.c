@@ -45,9 +45,9 @@ static const char *const dtypes[] = {"auto", "fp32", "bf16", NULL};
 static const char *const dtype_aliases[] = {"default", "float32,float,f32", "bfloat16", NULL};
 static const char *const devices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const device_aliases[] = {"default,any", "host", "gpu,nvidia", NULL};
-static const char *const recomputes[] = {"none", "block", "selective", NULL};
+static const char *const recomputes[] = {"none", "block", "selective", "elementwise", NULL};
 static const char *const recompute_aliases[] = {"off,false,no", "full,true,on,yes", "attention,attn,core_attn",
-                                                NULL};
+                                                "norms,layernorm,light", NULL};
 /* Plain data parallel is "ddp" everywhere dtrun prints it; "none" (its name
  * before) stays an alias, so old job files and checkpoints read the same. */
 static const char *const shard_modes[] = {"ddp", "zero1", "zero2", "fsdp", "hsdp", NULL};

@@ -49,10 +49,11 @@ int job_layout_check_zero_bubble(const job_parallel *par, recompute_kind rc, int
                          "again); turn sequence_parallel off or use pp_schedule: 1f1b", pre);
         return -1;
     }
-    if (rc == RECOMPUTE_BLOCK) {
+    if (rc == RECOMPUTE_BLOCK || rc == RECOMPUTE_ELEMENTWISE) {
         *blame = FID_RECOMPUTE;
-        snprintf(msg, n, "%s train.recompute: block (its W pass would need each block's activations, rebuilt for B, "
-                         "a second time); use recompute: selective or none", pre);
+        snprintf(msg, n, "%s train.recompute: %s (its W pass would need the %s, rebuilt for B, a second time); use "
+                         "recompute: selective or none", pre, rc == RECOMPUTE_BLOCK ? "block" : "elementwise",
+                 rc == RECOMPUTE_BLOCK ? "each block's activations" : "norms' outputs");
         return -1;
     }
     int sharded = par->mode == SHARD_ZERO2 || par->mode == SHARD_FSDP || par->mode == SHARD_HSDP;

@@ -142,20 +142,26 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_
     size_t H = 0, F = 0;
     if (mlp & MLP_DENSE) H = N * (size_t)g->d.H_l, F = N * (size_t)g->d.F_l;
     if (mlp & MLP_MOE) H = max_sz(H, Nl * (size_t)g->d.Hs), F = max_sz(F, Nl * (size_t)g->d.Fs);
+    /* elementwise recompute: the norms' outputs (and a dense Llama block's
+     * SwiGLU product) live in the working set (block_scratch el_ln, el_act),
+     * rebuilt in backward, not kept (the stats are: the norm backward reads
+     * them) */
+    int el = stats && g->rc == RECOMPUTE_ELEMENTWISE, el_act = el && g->llama && mlp == MLP_DENSE;
+    size_t ln = el ? 0 : Nl * C;
     /* RMSNorm keeps no mean */
-    s->ln1 = take(b, Nl * C * e);
+    s->ln1 = el ? NULL : take(b, ln * e);
     if (stats) s->ln1_mean = g->llama ? NULL : takef(b, Nl), s->ln1_rstd = takef(b, Nl);
     s->qkv = take(b, N * W_l * e);
-    b->attn_in += (Nl * C + N * W_l) * e;
-    b->mlp_in += (Nl * C + H + F) * e;
+    b->attn_in += (ln + N * W_l) * e;
+    b->mlp_in += (ln + H + (el_act ? 0 : F)) * e;
     if (g->lse) s->att = stats ? takef(b, att) : NULL; /* the statistic */
     else s->att = g->rc == RECOMPUTE_SELECTIVE ? att_shared : take(b, att * e);
     s->atty = take(b, N * C_l * e);
     s->r2 = take(b, Nl * C * e);
-    s->ln2 = take(b, Nl * C * e);
+    s->ln2 = el ? NULL : take(b, ln * e);
     if (stats) s->ln2_mean = g->llama ? NULL : takef(b, Nl), s->ln2_rstd = takef(b, Nl);
     s->fch = H ? take(b, H * e) : NULL;
-    s->fchg = F ? take(b, F * e) : NULL;
+    s->fchg = F && !el_act ? take(b, F * e) : NULL;
     if (!(mlp & MLP_MOE)) return;
     /* the rows this rank routes: its own under sequence parallelism (the
      * experts are whole on every tp rank), all of them otherwise */
@@ -298,6 +304,10 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     /* selective (naive attention): one [B, NH_l, seq, seq] for all blocks
      * instead of one each; with the lse kinds there is nothing to share */
     a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE && !g->lse ? take(b, att * e) : NULL;
+    /* elementwise: the one norm output and SwiGLU product the blocks share */
+    int el = nb > 0 && g->rc == RECOMPUTE_ELEMENTWISE;
+    a->bs.el_ln = el ? take(b, Nl * C * e) : NULL;
+    a->bs.el_act = el && g->llama && g->has_dense ? take(b, N * F_l * e) : NULL;
     /* the set a block recomputes into (block recompute keeps none per block) */
     a->work_blk_on = nb > 0 && g->rc == RECOMPUTE_BLOCK;
     if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, 1, held_mlps(g));
@@ -413,6 +423,8 @@ const char *model_split_unsupported(const model_shard *shard, recompute_kind rec
         return "sequence parallelism (the W pass would have to gather each layer's input rows again)";
     if (recompute == RECOMPUTE_BLOCK)
         return "recompute: block (the W pass would need each block's activations, rebuilt in B, a second time)";
+    if (recompute == RECOMPUTE_ELEMENTWISE)
+        return "recompute: elementwise (the W pass would need the norms' outputs, rebuilt in B, a second time)";
     return NULL;
 }
 

@@ -178,9 +178,26 @@ void block_mlp_out_backward(model *m, const void *h, const void *g, const void *
     }
 }
 
-void block_forward(model *m, int unit, const void *x, void *y, block_acts *a,
+/* Elementwise recompute (train.recompute: elementwise): a block set whose
+ * norm outputs (and a dense Llama block's SwiGLU product) point at the working
+ * set's one copy (block_scratch el_ln, el_act): forward writes them there for
+ * the GEMMs that read them, backward rebuilds them there before those GEMMs'
+ * backward. Otherwise a itself. */
+static const block_acts *el_set(const model *m, int unit, const block_acts *a, const block_scratch *s,
+                                block_acts *r)
+{
+    if (m->recompute != RECOMPUTE_ELEMENTWISE || !s->el_ln) return a;
+    *r = *a;
+    r->ln1 = r->ln2 = s->el_ln;
+    if (s->el_act && !block_is_moe(m, unit)) r->fchg = s->el_act;
+    return r;
+}
+
+void block_forward(model *m, int unit, const void *x, void *y, block_acts *a_in,
                    const block_scratch *s, int B, int recomputing)
 {
+    block_acts el;
+    block_acts *a = (block_acts *)el_set(m, unit, a_in, s, &el);
     const dt_ops *ops = m->ops;
     const model_layers *L = &m->layers;
     const model_dims *d = &m->d;
@@ -255,6 +272,10 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     int causal = m->spec.kind != MODEL_VIT;
     block_params bp;
     block_bind(m, unit, &bp, BIND_PARAMS | BIND_GRADS);
+    block_acts el;
+    const block_acts *kept = a;
+    a = el_set(m, unit, kept, s, &el);
+    int rebuild = a != kept; /* elementwise recompute: ln2, the SwiGLU product, ln1 */
     if (keep) /* the matmuls' weight gradients wait for the W pass (block_backward_weight) */
         for (int r = 0; r < BLK_ROLES; r++)
             if (r != BR_LN1_W && r != BR_LN1_B && r != BR_LN2_W && r != BR_LN2_B) bp.g[r] = NULL;
@@ -276,6 +297,10 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     /* (keep's tensors may be kept ones this block reads: each is written once dead) */
     model_lora lb;
     const float *dln2;
+    if (rebuild) { /* ln2 from the kept r2 (its statistics again, the same values) */
+        model_norm_forward(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->r2, bp.p[BR_LN2_W], bp.p[BR_LN2_B], Nl);
+        if (a->fchg != kept->fchg) m->ops->swiglu_forward(a->fchg, a->fch, N, d->F_l, t);
+    }
     if (block_is_moe(m, unit)) { /* no zero-bubble split (model_acts_create_split refuses it) */
         moe_bufs mb = moe_bufs_of(a, s);
         moe_backward(m, unit, &bp, &mb, s, a->ln2, dres, s->dln, N, T);
@@ -310,6 +335,8 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     /* the gradient of q and k before their rotation */
     if (llama) llama_rope_backward(m, dqkv, s, N);
     if (keep) ops->copy(keep->dqkv, dqkv, NW * sizeof(float));
+    /* ln1 from the block's input, where ln2 was (dead since fc's backward) */
+    if (rebuild) model_norm_forward(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, bp.p[BR_LN1_W], bp.p[BR_LN1_B], Nl);
     /* s->full is free again: dr2 is used up */
     const float *dln1 = qkv_backward(m, unit, &bp, a, s, dqkv, bp.g[BR_QKV_W], bp.g[BR_QKV_B], N);
     model_norm_backward(m, dres, ln1_dw, ln1_db, dln1, x, bp.p[BR_LN1_W], a->ln1_mean, a->ln1_rstd, Nl);

@@ -87,7 +87,6 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     m->n_blocks = last_block >= m->first_block ? last_block - m->first_block + 1 : 0;
 
     int n = m->n_held;
-    m->w_unit = m->wg_unit = -1;
     m->params = calloc((size_t)n, sizeof(void *));
     m->grads = calloc((size_t)n, sizeof(void *));
     m->own_params = calloc((size_t)n, sizeof(void *));
@@ -131,11 +130,54 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     }
     m->unit_first_spec[n] = m->n_specs;
     if (moe_state_create(m) != 0) return fail_create(m, "out of memory for the MoE blocks' state");
-    if (m->prec.bf16 && !(m->wparam = ops->alloc(m->work_numel * sizeof(float))))
-        return fail_create(m, "out of device memory for the fp32 working parameters");
-    if (m->prec.grad_bf16 && !(m->wgrad = ops->alloc((m->work_gnumel ? m->work_gnumel : 1) * sizeof(float))))
-        return fail_create(m, "out of device memory for the fp32 working gradients");
+    if (m->prec.bf16) {
+        if (!(m->mw = calloc(1, sizeof *m->mw))) return fail_create(m, "out of host memory");
+        size_t gn = m->prec.grad_bf16 ? (m->work_gnumel ? m->work_gnumel : 1) : 0;
+        *m->mw = (model_mixed_work){.w_unit = -1, .wg_unit = -1, .numel = m->work_numel, .gnumel = gn, .refs = 1};
+        if (!(m->mw->wparam = ops->alloc(m->work_numel * sizeof(float))))
+            return fail_create(m, "out of device memory for the fp32 working parameters");
+        if (gn && !(m->mw->wgrad = ops->alloc(gn * sizeof(float))))
+            return fail_create(m, "out of device memory for the fp32 working gradients");
+    }
     return m;
+}
+
+static void mixed_work_release(model *m)
+{
+    model_mixed_work *w = m->mw;
+    m->mw = NULL;
+    if (!w || --w->refs > 0) return;
+    if (w->wparam) m->ops->free(w->wparam);
+    if (w->wgrad) m->ops->free(w->wgrad);
+    free(w);
+}
+
+int model_share_mixed_work(model *const *ms, int n)
+{
+    if (n < 1 || !ms[0]->mw) return 0;
+    /* the largest model's copies serve every unit of them all */
+    model *big = ms[0], *gbig = ms[0];
+    for (int i = 0; i < n; i++) {
+        if (!ms[i]->mw || ms[i]->ops != big->ops || ms[i]->prec.grad_bf16 != big->prec.grad_bf16) return -1;
+        if (ms[i]->mw->numel > big->mw->numel) big = ms[i];
+        if (ms[i]->mw->gnumel > gbig->mw->gnumel) gbig = ms[i];
+    }
+    /* train.lora: the widest parameters and the widest trainable gradient
+     * may be different chunks': the largest of each, in one set */
+    if (gbig->mw != big->mw) {
+        model_mixed_work *w = big->mw;
+        if (w->wgrad) big->ops->free(w->wgrad);
+        w->wgrad = NULL;
+        w->gnumel = gbig->mw->gnumel;
+        if (w->gnumel && !(w->wgrad = big->ops->alloc(w->gnumel * sizeof(float)))) return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ms[i]->mw == big->mw) continue;
+        mixed_work_release(ms[i]);
+        ms[i]->mw = big->mw;
+        big->mw->refs++;
+    }
+    return 0;
 }
 
 size_t model_param_elem_bytes(const model *m) { return m->prec.bf16 ? 2 : 4; }
@@ -143,8 +185,8 @@ size_t model_grad_elem_bytes(const model *m) { return m->prec.grad_bf16 ? 2 : 4;
 
 size_t model_mixed_work_bytes(const model *m)
 {
-    return ((m->prec.bf16 ? m->work_numel : 0) + (m->prec.grad_bf16 ? (m->work_gnumel ? m->work_gnumel : 1) : 0)) *
-           sizeof(float);
+    if (!m->mw) return 0;
+    return (m->mw->numel + (m->mw->wgrad ? m->mw->gnumel : 0)) * sizeof(float);
 }
 
 void model_destroy(model *m)
@@ -156,8 +198,7 @@ void model_destroy(model *m)
         if (m->own_grads) m->ops->free(m->own_grads[k]);
         if (m->own_frozen && m->own_frozen[k]) m->ops->free(m->own_frozen[k]);
     }
-    if (m->wparam) m->ops->free(m->wparam);
-    if (m->wgrad) m->ops->free(m->wgrad);
+    mixed_work_release(m);
     moe_state_destroy(m);
     free(m->params);
     free(m->grads);
@@ -261,7 +302,7 @@ void *model_param_grad(model *m, int i)
 static void not_working(const model *m, int unit, const char *what)
 {
     fprintf(stderr, "dtrun: model: unit %d's %s read outside its computation (working unit %d)\n", unit, what,
-            m->w_unit);
+            m->mw && m->mw->p_of == m ? m->mw->w_unit : -1);
     abort();
 }
 
@@ -270,8 +311,8 @@ float *unit_tensor(model *m, int unit, int i)
     int k = unit - m->shard.unit_begin;
     const param_spec *p = &m->specs[m->unit_first_spec[k] + i];
     if (!m->prec.bf16) return (float *)(p->frozen ? m->frozen[k] : m->params[k]) + p->offset;
-    if (unit != m->w_unit) not_working(m, unit, "parameters");
-    return m->wparam + (p->frozen ? m->unit_numel[k] : 0) + p->offset;
+    if (m->mw->p_of != m || unit != m->mw->w_unit) not_working(m, unit, "parameters");
+    return m->mw->wparam + (p->frozen ? m->unit_numel[k] : 0) + p->offset;
 }
 
 const void *unit_weight(model *m, int unit, int i)
@@ -282,6 +323,9 @@ const void *unit_weight(model *m, int unit, int i)
     return (const uint16_t *)(p->frozen ? m->frozen[k] : m->params[k]) + p->offset;
 }
 
+/* bf16 gradients: does the working gradient hold this model's unit? */
+static int working_grads(const model *m, int unit) { return m->mw->g_of == m && unit == m->mw->wg_unit; }
+
 float *unit_tensor_grad(model *m, int unit, int i)
 {
     int k = unit - m->shard.unit_begin;
@@ -289,13 +333,13 @@ float *unit_tensor_grad(model *m, int unit, int i)
     if (p->frozen) return NULL; /* train.lora: no gradient kept */
     size_t off = p->offset;
     if (!m->prec.grad_bf16) return (float *)m->grads[k] + off;
-    if (unit != m->wg_unit) not_working(m, unit, "gradients");
-    return m->wgrad + off;
+    if (!working_grads(m, unit)) not_working(m, unit, "gradients");
+    return m->mw->wgrad + off;
 }
 
 void unit_grad_add(model *m, int unit, int i, const float *src, size_t n)
 {
-    if (!m->prec.grad_bf16 || unit == m->wg_unit) {
+    if (!m->prec.grad_bf16 || working_grads(m, unit)) {
         float *g = unit_tensor_grad(m, unit, i);
         m->ops->residual_forward(g, g, src, n, DT_F32);
         return;
@@ -379,17 +423,19 @@ static void unit_grads_begin(model *m, int unit)
 {
     if (!m->prec.grad_bf16) return;
     int k = unit - m->shard.unit_begin;
-    m->ops->zero(m->wgrad, m->unit_numel[k] * sizeof(float));
-    m->wg_unit = unit;
+    m->ops->zero(m->mw->wgrad, m->unit_numel[k] * sizeof(float));
+    m->mw->g_of = m;
+    m->mw->wg_unit = unit;
 }
 
 static void unit_begin(model *m, int unit, model_phase phase)
 {
     int k = unit - m->shard.unit_begin;
     if (m->prec.bf16) {
-        m->ops->from_bf16(m->wparam, m->params[k], m->unit_numel[k]);
-        if (m->frozen_numel[k]) m->ops->from_bf16(m->wparam + m->unit_numel[k], m->frozen[k], m->frozen_numel[k]);
-        m->w_unit = unit;
+        m->ops->from_bf16(m->mw->wparam, m->params[k], m->unit_numel[k]);
+        if (m->frozen_numel[k]) m->ops->from_bf16(m->mw->wparam + m->unit_numel[k], m->frozen[k], m->frozen_numel[k]);
+        m->mw->p_of = m;
+        m->mw->w_unit = unit;
     }
     if (phase == PHASE_BACKWARD) unit_grads_begin(m, unit);
 }
@@ -403,8 +449,9 @@ static void unit_grads_end(model *m, int unit)
 {
     if (!m->prec.grad_bf16) return;
     int k = unit - m->shard.unit_begin;
-    m->ops->acc_bf16(m->grads[k], m->wgrad, m->unit_numel[k]);
-    m->wg_unit = -1;
+    m->ops->acc_bf16(m->grads[k], m->mw->wgrad, m->unit_numel[k]);
+    m->mw->g_of = NULL;
+    m->mw->wg_unit = -1;
 }
 
 void model_hook_after(model *m, int unit, model_phase phase)

@@ -660,6 +660,12 @@ void model_init_unit_slice(const model *m, int unit, size_t lo, size_t hi, unsig
  * parameters of the unit being computed, its fp32 micro-batch gradient with
  * bf16 gradients): 0 in fp32. Allocated once by model_create_prec. */
 size_t model_mixed_work_bytes(const model *m);
+/* The chunks of one pipeline rank compute one unit at a time, so they need
+ * one set of fp32 working copies, not one each: makes the n models share the
+ * largest one's (freeing the others'; each model_mixed_work_bytes then says
+ * the shared set's size, to be counted once). A no-op in fp32; -1 when the
+ * models differ in backend or gradient type (nothing changed). */
+int model_share_mixed_work(model *const *ms, int n);
 void model_zero_grads(model *m);
 void model_set_hooks(model *m, const model_hooks *hooks);
 /* The layers tensor parallelism splits (NULL: the plain local ones, the

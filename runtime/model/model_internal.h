@@ -111,6 +111,21 @@ size_t split_len(size_t n, int r, int tp);
 
 void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d);
 
+/* The fp32 working copies under mixed precision: the widened parameters of
+ * the unit being computed and (bf16 gradients) its micro-batch gradient. One
+ * model object owns them, or the chunks of a pipeline rank share one (they
+ * compute one unit at a time): p_of / g_of say whose unit the buffers hold,
+ * so a unit read outside its own computation is still caught. */
+typedef struct model_mixed_work {
+    float *wparam;                   /* widened parameters of p_of's unit w_unit (its trainable
+                                        tensors, then its frozen ones) */
+    float *wgrad;                    /* bf16 gradients only: g_of's unit wg_unit's micro-batch gradient */
+    const struct model *p_of, *g_of; /* NULL: none */
+    int w_unit, wg_unit;
+    size_t numel, gnumel;            /* floats of wparam, of wgrad */
+    int refs;
+} model_mixed_work;
+
 struct model {
     job_model spec;
     model_shard shard;
@@ -140,13 +155,11 @@ struct model {
     void **frozen;         /* current binding */
     void **own_frozen;
     size_t *frozen_numel;
-    /* mixed precision (model.h): the fp32 working copies, largest unit's size */
-    float *wparam;         /* widened parameters of unit w_unit (its trainable tensors,
-                              then its frozen ones) */
-    float *wgrad;          /* bf16 gradients only: unit wg_unit's micro-batch gradient */
-    int w_unit, wg_unit;   /* -1: none */
-    size_t work_numel;     /* wparam's floats: the largest unit, its frozen tensors too */
-    size_t work_gnumel;    /* wgrad's: the largest unit's trainable tensors */
+    /* mixed precision (model.h): the fp32 working copies, shared by the chunks
+     * of a pipeline rank (model_share_mixed_work) */
+    struct model_mixed_work *mw; /* NULL in fp32 */
+    size_t work_numel;     /* this model's need of wparam: the largest unit, its frozen tensors too */
+    size_t work_gnumel;    /* of wgrad: the largest unit's trainable tensors */
     void *work_mem;        /* the activations' working set, shared by every model_acts */
     size_t work_bytes;
     int work_B;            /* it serves micro-batches of up to this many samples */
@@ -285,6 +298,12 @@ typedef struct {
      * recomputes them from its kept qkv before the attention backward. Of
      * the activations' type. */
     void *att_shared;
+    /* elementwise recompute only (else NULL): what the blocks' forward writes and
+     * their backward rebuilds, of the activations' type: el_ln [N_l, C] the
+     * norm output of the moment (ln1, then ln2: their lives do not overlap),
+     * el_act [N, F_l] a dense Llama block's SwiGLU product. Every block's
+     * ln1, ln2 (and fchg) point here instead of into its stash. */
+    void *el_ln, *el_act;
     /* sequence parallelism only (else NULL): */
     void *full;         /* [N,C] floats: gathered rows (layernorm outputs, the stream's
                            gradient) and row-parallel partial sums; the embedding's

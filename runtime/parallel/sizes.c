@@ -233,7 +233,10 @@ void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int mic
             add_gemm(w, fc1, (1.0 + wg + blk) * fc1, min3(rows, C, h1 / t), wg * fc1);
             add_gemm(w, fc2, (1.0 + wg) * fc2, min3(rows, F / t, C), wg * fc2);
         }
-        add_attention(w, core, (2.0 + (rc != RECOMPUTE_NONE ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
+        /* block and selective recompute run the attention core again;
+         * elementwise recompute does not */
+        int att_again = rc == RECOMPUTE_BLOCK || rc == RECOMPUTE_SELECTIVE;
+        add_attention(w, core, (2.0 + (att_again ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
         if (moe) moe_work_tail(m, mrows, blk, w);
         if (job_lora_on(m)) {
             double af, aa, ar;
@@ -254,8 +257,13 @@ void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int mic
         double rep = 10.0 * rows * C / (sp ? t : 1), split = 8.0 * rows * C / t + act;
         double soft = lse ? 0.0 : 2.0 * heads * B * seq * seq * att_share;
         w->fwd_bytes = (rep + split + soft) * elem_bytes;
+        /* elementwise recompute: the two norms again (read their input, write
+         * their output) and a dense Llama block's SwiGLU (read gate|up, write
+         * the product) */
+        double el = 4.0 * rows * C / (sp ? t : 1) + (llama && !moe ? 3.0 * rows * F / t : 0.0);
         w->bwd_bytes = 2.0 * w->fwd_bytes + (rc == RECOMPUTE_BLOCK ? w->fwd_bytes
-                                             : rc == RECOMPUTE_SELECTIVE ? soft * elem_bytes : 0.0);
+                                             : rc == RECOMPUTE_SELECTIVE ? soft * elem_bytes
+                                             : rc == RECOMPUTE_ELEMENTWISE ? el * elem_bytes : 0.0);
         return;
     }
     if (job_model_is_lm(m)) { /* final norm + vocab-parallel head with its cross-entropy */
@@ -685,16 +693,22 @@ size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at)
 {
     if (!s->mixed) return 0;
     int grad_bf16 = sizes_grad_elem_bytes(s) == 2;
-    size_t bytes = 0;
+    size_t bytes = 0, widest = 0, widest_train = 0;
     for (int local = 0; local < s->job.parallel.virtual_stages; local++) {
         size_t largest, largest_train, scratch;
         chunk_widths(s, at, local, &largest, &largest_train, &scratch);
         /* the optimizer's scratch widens bf16 gradients for the norm only
-         * (optim.c: the step widens them in adamw_mixed_multi's registers) */
-        size_t wgrad = largest_train ? largest_train : 1;
-        bytes += (largest + (size_t)grad_bf16 * (wgrad + scratch)) * sizeof(float);
+         * (optim.c: the step widens them in adamw_mixed_multi's registers):
+         * one per chunk's optimizer */
+        bytes += (size_t)grad_bf16 * scratch * sizeof(float);
+        if (largest > widest) widest = largest;
+        if (largest_train > widest_train) widest_train = largest_train;
     }
-    return bytes;
+    /* the model's working copies: one set the rank's chunks share (they
+     * compute one unit at a time: model_share_mixed_work): the largest
+     * unit's parameters (train.lora: with its frozen tensors) and, with bf16
+     * gradients, the largest unit's trainable ones' gradient */
+    return bytes + (widest + (size_t)grad_bf16 * (widest_train ? widest_train : 1)) * sizeof(float);
 }
 
 /* train.offload: optimizer: per chunk the step's host staging
@@ -873,7 +887,10 @@ size_t sizes_tp_stage_numel(const sizes *s)
 {
     const job_spec *j = &s->job;
     if (j->parallel.tp < 2 || !s->mixed) return 0;
-    return (size_t)j->train.micro_batch * (size_t)model_seq_len(&j->model) * (size_t)j->model.d_model;
+    /* the rows this rank computes: its 1/cp of the sequence under context
+     * parallelism (the tp collectives never carry another cp rank's rows) */
+    return (size_t)j->train.micro_batch * (size_t)(model_seq_len(&j->model) / j->parallel.cp) *
+           (size_t)j->model.d_model;
 }
 
 size_t sizes_cp_ring_numel(const sizes *s)

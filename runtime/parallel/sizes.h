@@ -120,10 +120,13 @@ size_t sizes_param_elem_bytes(const sizes *s); /* 2 or 4 */
 size_t sizes_grad_elem_bytes(const sizes *s);  /* 2 or 4: train.grad_dtype */
 size_t sizes_reduce_elem_bytes(const sizes *s); /* 2 or 4: parallel.reduce_dtype, what gradient collectives carry */
 /* Mixed precision: what a rank's chunks hold in fp32 working copies besides
- * their state: per chunk its largest unit widened (model_mixed_work_bytes: twice with
- * bf16 gradients, the fp32 micro-batch gradient) and, with bf16 gradients, the
- * optimizer's scratch that widens them for the norm (its widest slice, at most
- * OPTIM_SCRATCH_NUMEL floats). 0 in fp32. */
+ * their state, once for all of them (the chunks share one set:
+ * model_share_mixed_work, model_mixed_work_bytes): the largest unit of any of
+ * its chunks widened (train.lora: with its frozen tensors) and, with bf16
+ * gradients, the fp32 micro-batch gradient of the largest unit's trainable
+ * tensors; and with bf16 gradients, per chunk, the optimizer's scratch that
+ * widens them for the norm (its widest slice, at most OPTIM_SCRATCH_NUMEL
+ * floats). 0 in fp32. */
 size_t sizes_mixed_work_bytes(const sizes *s, sizes_at at);
 
 /* ---- the pipeline split ---- */
@@ -288,7 +291,8 @@ size_t sizes_graph_bytes(const sizes *s);
 size_t sizes_tied_scratch_numel(const sizes *s, sizes_at at);
 /* Tensor parallelism under mixed precision: bf16 elements of the buffer the
  * tp collectives of activations stage through (tp.h): one micro-batch's
- * [B, seq, d_model]; 0 with tp 1 or in fp32. */
+ * [B, seq / cp, d_model] (the rows this rank computes); 0 with tp 1 or in
+ * fp32. */
 size_t sizes_tp_stage_numel(const sizes *s);
 
 /* Context parallelism: floats of the ring's buffers (cp.c), in this order: two

@@ -254,7 +254,7 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
             /* one stage has no schedule to choose (and interleaving needs pp > 1:
              * job_validate refuses it): one candidate, 1F1B's single chunk */
             if (pp == 1 && sched != PP_1F1B) continue;
-            for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
+            for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_ELEMENTWISE; rc++)
                 for (int tp = 1; tp <= G && tp <= W / pp; tp++)
                 for (int cp = 1; cp <= W / pp / tp; cp++) {
                     if (G % tp || (W / pp) % tp || (W / pp / tp) % cp) continue;
@@ -265,6 +265,8 @@ static int enumerate(candidates *all, const job_spec *job, const plan_machine *p
                     /* selective recompute keeps what none keeps where the attention keeps only
                      * lse (fused, or cp: no probabilities): the same layout */
                     if (rc == RECOMPUTE_SELECTIVE && model_attention_lse(&job->model, cp)) continue;
+                    /* a zero-bubble pipeline's W pass would need the rebuilt norms again */
+                    if (rc == RECOMPUTE_ELEMENTWISE && sched == PP_ZB_H1 && pp > 1) continue;
                     int dp = W / tp / pp / cp;
                     if (job->train.global_batch % dp) continue;
                     int per_dp = job->train.global_batch / dp;
@@ -393,10 +395,11 @@ static int faster_first(const void *a, const void *b)
     return 0;
 }
 
-/* How much of the forward a recompute mode re-runs: none < selective < block. */
+/* How much of the forward a recompute mode re-runs: none < elementwise <
+ * selective < block. */
 static int recompute_work(recompute_kind r)
 {
-    return r == RECOMPUTE_BLOCK ? 2 : r == RECOMPUTE_SELECTIVE ? 1 : 0;
+    return r == RECOMPUTE_BLOCK ? 3 : r == RECOMPUTE_SELECTIVE ? 2 : r == RECOMPUTE_ELEMENTWISE ? 1 : 0;
 }
 
 /* One line: why this candidate wins, or what it loses to the best. */

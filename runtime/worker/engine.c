@@ -272,9 +272,15 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
             acct_add(e->acct, ACCT_PARAMS, (n + f) * (long long)model_param_elem_bytes(e->chunk[l]));
             acct_add(e->acct, ACCT_GRADS, n * (long long)model_grad_elem_bytes(e->chunk[l]));
         }
-        /* the fp32 working copies of mixed precision: workspace (sizes_mixed_work_bytes) */
-        acct_add(e->acct, ACCT_ACTS, (long long)model_mixed_work_bytes(e->chunk[l]));
     }
+    /* the fp32 working copies of mixed precision, one set for all the rank's
+     * chunks (they compute one unit at a time): workspace, counted once
+     * (sizes_mixed_work_bytes) */
+    if (model_share_mixed_work(e->chunk, e->n_chunks)) {
+        snprintf(err, errlen, "rank %d: the model chunks cannot share their fp32 working copies", e->rank);
+        return -1;
+    }
+    acct_add(e->acct, ACCT_ACTS, (long long)model_mixed_work_bytes(e->chunk[0]));
     return 0;
 }
 

@@ -15,9 +15,12 @@
 # (gpipe, 1f1b, interleaved, zb-h1) with the untied and the tied head (the
 # tied wte summed between the first and last stage); context parallelism 2
 # (RoPE from each token's global position: a rank's two load-balanced chunks
-# are not contiguous positions), with tp and with ZeRO-2; block and selective
-# recompute; offload of the optimizer, the parameters and the activations;
-# bf16 under DDP, ZeRO-2, FSDP, tp (+ SP), pp, cp and 3D. Checkpoints: an
+# are not contiguous positions), with tp and with ZeRO-2; block, selective
+# and elementwise recompute (the norms' outputs and the SwiGLU product rebuilt
+# in backward: the same bits as keeping them); offload of the optimizer, the
+# parameters and the activations; bf16 under DDP, ZeRO-2, FSDP, tp (+ SP), pp
+# (the interleaved pipeline's chunks sharing one set of fp32 working copies),
+# cp (and cp x tp) and 3D. Checkpoints: an
 # exact stop-and-resume, and resharding between layouts (tp 2 over one
 # replicated kv head to an FSDP pipeline, cp 2 x tp 2 to ZeRO-2, a tied
 # pipeline to tp 2). The whole layout matrix of the Llama runs in
@@ -45,6 +48,8 @@ FP32=(
   "dp=2 offload=1"
   "dp=2 mode=fsdp offload=2"
   "dp=2 recompute=block offload=3"
+  "dp=2 recompute=elementwise"
+  "pp=2 sched=interleaved tp=2 sp=1 recompute=elementwise"
 )
 for lay in "${FP32[@]}"; do run_layout llama-tiny "$lay"; done
 # one kv head: tp 2 and 4 give every rank a replica
@@ -60,7 +65,9 @@ FP32_FAILS=$FAILS
 
 LOSS_RTOL=1e-3 PARAM_ATOL=1.6e-2
 for lay in "dp=2" "dp=2 mode=zero2 accum=2" "dp=2 mode=fsdp" "tp=2" "tp=2 sp=1" "pp=2 sched=1f1b" "cp=2" \
-  "dp=2 tp=2 pp=2 sched=1f1b" "dp=2 mode=zero2 grad=fp32 reduce=bf16"; do
+  "dp=2 tp=2 pp=2 sched=1f1b" "dp=2 mode=zero2 grad=fp32 reduce=bf16" "pp=2 sched=interleaved" \
+  "pp=2 sched=interleaved grad=fp32" "cp=2 tp=2" "cp=2 tp=2 sp=1" \
+  "pp=2 sched=interleaved recompute=elementwise"; do
   run_layout llama-tiny "$lay prec=bf16"
 done
 run_layout llama-mqa "tp=2 prec=bf16"

@@ -10,7 +10,7 @@
 #    parallelism, selective recompute (naive attention: model.attention) and bf16
 #    activations (fp32 gradients).
 # 2. What it cannot run is refused before anything starts, in one line, exit 2:
-#    sequence parallelism, block recompute, bf16 gradients, ZeRO-2 / FSDP over
+#    sequence parallelism, block and elementwise recompute, bf16 gradients, ZeRO-2 / FSDP over
 #    dp > 1, virtual stages.
 # 3. --trace shows B-input and W spans apart.
 # 4. The bubble, measured on a core per rank (pvm.bash, as plan_vs_measured.sh):
@@ -69,6 +69,7 @@ refused() { # LAYOUT EXTRA-YAML-LINE WORDS...
 }
 refused "pp=2 tp=2 sp=1" "" "bad.yaml:" "sequence_parallel" "zb-h1"
 refused "pp=2 recompute=block" "" "recompute: block" "W pass"
+refused "pp=2 recompute=elementwise" "" "recompute: elementwise" "W pass"
 refused "pp=2 dp=2 mode=zero2" "" "mode zero2" "zero1"
 refused "pp=2 dp=2 mode=fsdp" "" "mode fsdp"
 refused "pp=2" "  virtual_stages: 2" "virtual_stages 2" "interleaved"

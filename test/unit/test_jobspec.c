@@ -343,12 +343,15 @@ static void test_errors(void)
     expect_error("train: {precision: bfloat16}\n", "t.yaml:1:20: ", "did you mean 'bf16'?");
     expect_error("train: {device: tpu}\n", "t.yaml:1:17: ", "auto, cpu or cuda");
     expect_error("train: {recompute: selectve}\n", "t.yaml:1:20: ",
-                 "unknown value 'selectve' (expected none, block or selective); did you mean 'selective'?");
+                 "unknown value 'selectve' (expected none, block, selective or elementwise); did you mean 'selective'?");
     /* Megatron's "full" granularity is what dtrun calls block */
     expect_error("train: {recompute: full}\n", "t.yaml:1:20: ", "did you mean 'block'?");
     CHECK(load("train: {recompute: selective}\n") == 0 && job.train.recompute == RECOMPUTE_SELECTIVE &&
               !strcmp(job_recompute_name(job.train.recompute), "selective"),
           "recompute: selective loads as RECOMPUTE_SELECTIVE and prints as selective: %s", err);
+    CHECK(load("train: {recompute: elementwise}\n") == 0 && job.train.recompute == RECOMPUTE_ELEMENTWISE &&
+              !strcmp(job_recompute_name(job.train.recompute), "elementwise"),
+          "recompute: elementwise loads as RECOMPUTE_ELEMENTWISE and prints as elementwise: %s", err);
     expect_error("log: {progress: maybe}\n", "t.yaml:1:17: ", "expected auto, on or off");
     expect_error("model: {preset: gpt2-125m}\n", "t.yaml:1:17: ",
                  "unknown preset 'gpt2-125m'; did you mean 'gpt2-124m'?");

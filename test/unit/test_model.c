@@ -1130,7 +1130,7 @@ static void acts_sizes(void)
         int L = specs[k].n_layer;
         int shards[5][2] = {{0, L + 2}, {0, 2}, {2, L + 2}, {1, 2}, {L + 1, L + 2}};
         for (int j = 0; j < 5; j++)
-            for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
+            for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_ELEMENTWISE; rc++)
                 for (int v = 0; v < 3; v++) { /* tp 1, tp 2, tp 2 + sequence parallel */
                     int tp = v ? 2 : 1, sp = v == 2;
                     if (sp && model_seq_len(&specs[k]) % 2) continue;
@@ -1202,7 +1202,7 @@ static void acts_sizes(void)
         ln.attention = ATTN_NAIVE;
         int tp = v ? 2 : 1;
         model_shard wh = {.tp_rank = tp - 1, .tp_size = tp, .unit_begin = 0, .unit_end = lf.n_layer + 2, .sp = v == 2};
-        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++) {
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_ELEMENTWISE; rc++) {
             long long Bn = TB, NHl = 2 / tp, T = 64, Cl = 16 / tp, L = lf.n_layer;
             long long tt = Bn * NHl * T * T, lse = Bn * NHl * T, kv = Bn * T * 4 * Cl;
             long long kept = rc == RECOMPUTE_BLOCK ? 1 : L; /* sets holding a stat (block: the working one) */

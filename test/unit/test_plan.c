@@ -263,7 +263,7 @@ static void test_unit_flops_and_numel(void)
               "%s, %s attention: FLOPs per sample: none %.6g, selective %.6g (%s), block %.6g",
               job_model_kind_name(m->kind), job_attention_name(m->attention), none, sel,
               adds > 0 ? "adds 4 L seq^2 C" : "the same", blk);
-        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++) {
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_ELEMENTWISE; rc++) {
             double sum = 0;
             for (int u = 0; u < model_n_units(m); u++) sum += sizes_unit_flops(m, u, (recompute_kind)rc);
             double want = model_exec_flops_per_sample(m, (recompute_kind)rc);
@@ -279,7 +279,7 @@ static void test_unit_flops_and_numel(void)
          * its logits: 3 forwards' worth instead of 2 */
         int works_add_up = 1;
         double head_fwd = 0, head_bwd = 0;
-        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
+        for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_ELEMENTWISE; rc++)
             for (int u = 0; u < model_n_units(m); u++) {
                 sizes_unit_work w;
                 sizes_unit_work_of(m, u, (recompute_kind)rc, 4, 2, 0, 2.0, &w);
@@ -1086,7 +1086,7 @@ static int schedule_of(const char *name)
 }
 static int recompute_of(const char *name)
 {
-    for (int i = RECOMPUTE_NONE; i <= RECOMPUTE_SELECTIVE; i++)
+    for (int i = RECOMPUTE_NONE; i <= RECOMPUTE_ELEMENTWISE; i++)
         if (!strcmp(job_recompute_name((recompute_kind)i), name)) return i;
     return -1;
 }
