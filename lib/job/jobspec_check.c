@@ -222,8 +222,9 @@ static int check_model(const job_spec *job, verdict *v)
 }
 
 /* model.moe: the experts a token can pick, the blocks that are MoE, and the
- * layouts the MoE layer runs under (every one but tensor parallelism, HSDP
- * with expert parallelism, CUDA graphs and the zero-bubble schedule). */
+ * layouts the MoE layer runs under (every one but HSDP with expert
+ * parallelism, CUDA graphs and the zero-bubble schedule; under tp each
+ * expert splits as the dense MLP does, expert tensor parallelism = tp). */
 static int check_moe(const job_spec *job, verdict *v)
 {
     const job_model *m = &job->model;
@@ -239,10 +240,6 @@ static int check_moe(const job_spec *job, verdict *v)
                     "model.moe.first_dense %d leaves no MoE block among the model's %d blocks (first_dense counts "
                     "the dense blocks before the first MoE one)",
                     e->first_dense, m->n_layer);
-    if (par->tp > 1)
-        return fail(v, BLAME(FID_TP, FID_MOE_EXPERTS),
-                    "model.moe with parallel.tp %d: the MoE layer runs without tensor parallelism so far (experts "
-                    "neither replicated over tp nor split by expert tp); use dp, cp, pp and parallel.ep", par->tp);
     if (par->ep > 1 && par->mode == SHARD_HSDP)
         return fail(v, BLAME(FID_MODE, FID_EP),
                     "parallel.mode hsdp with parallel.ep %d: an expert unit shards over the experts' data-parallel "
