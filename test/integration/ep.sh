@@ -9,12 +9,17 @@
 #  - every layout reproduces the one-process run within the layout tolerance
 #    (lib.bash: losses 1e-5 relative, parameters 1e-4; bf16: parallel_bf16.sh's
 #    1e-3 and 1.6e-2): ep 2 and ep 4 over dp (DDP, ZeRO-1, ZeRO-2, FSDP), ep
-#    with pp 2 (1F1B), with cp 2, with block recompute, in bf16;
+#    with pp 2 (1F1B), with cp 2, with block recompute, in bf16; tp 2 with and
+#    without sequence parallelism (each expert and the shared experts split
+#    over tp as the dense MLP, the router replicated), ep 2 x tp 2, with pp 2,
+#    with cp 2, FSDP, block recompute, and in bf16 (gpt-moe-bf16: gpt-moe with
+#    gpt-bf16's AdamW eps, for the key bias's rounding noise);
 #  - the routing is the same: every step's tokens per expert, dropped choices
 #    (the capacity is per sample, job_moe_capacity, so the same tokens drop
 #    under every layout) and balance loss equal the one-process run's;
-#  - checkpoints reshard across a change of ep: 20 steps at ep 2 then 20 at
-#    ep 4, and ep 4 (FSDP) then one process, stay on the one-process curve;
+#  - checkpoints reshard across a change of ep and tp: 20 steps at ep 2 then
+#    20 at ep 4, ep 4 (FSDP) then one process, ep 2 x tp 2 (SP) then one
+#    process, tp 2 then ep 4, stay on the one-process curve;
 #  - memory: the dry-run predicts every rank's measured peaks of ep runs (DDP,
 #    FSDP, ZeRO-2), ep 2 holds half the experts' parameters, and the bytes
 #    travel on the ep and experts' data-parallel groups;
@@ -47,10 +52,12 @@ print(f"ok   routing {sys.argv[3]}: tokens per expert, {drops:.0f} dropped choic
 PY
 }
 
-GPT=("dp=2 ep=2" "dp=4 ep=4 mode=zero1" "dp=4 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b" "cp=2 ep=2")
-TOP1=("dp=2 ep=2" "dp=4 ep=4 mode=zero2")
-LLAMA=("dp=2 ep=2" "dp=4 ep=4" "cp=2 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b recompute=block")
-BF16=("dp=2 ep=2 prec=bf16")
+GPT=("dp=2 ep=2" "dp=4 ep=4 mode=zero1" "dp=4 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b" "cp=2 ep=2"
+     "tp=2" "dp=2 tp=2 ep=2" "dp=2 tp=2 ep=2 pp=2 sched=1f1b" "cp=2 tp=2 ep=2 sp=1")
+TOP1=("dp=2 ep=2" "dp=4 ep=4 mode=zero2" "tp=2 sp=1")
+LLAMA=("dp=2 ep=2" "dp=4 ep=4" "cp=2 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b recompute=block"
+       "tp=2 sp=1" "dp=2 tp=2 ep=2 sp=1 mode=fsdp recompute=block")
+BF16=("dp=2 ep=2 prec=bf16" "dp=2 tp=2 ep=2 prec=bf16" "dp=2 tp=2 ep=2 sp=1 prec=bf16")
 if [ "${DTRUN_TEST_FULL:-0}" = 1 ]; then
   GPT+=("dp=4 ep=2 mode=zero2 accum=2" "dp=2 ep=2 pp=2 sched=interleaved" "dp=2 cp=2 ep=4 mode=fsdp"
         "dp=2 ep=2 recompute=selective attn=naive" "dp=4 ep=4 pp=2 sched=gpipe")
@@ -65,12 +72,14 @@ for lay in "${LLAMA[@]}"; do run_layout llama-moe "$lay" || fail "llama-moe [$la
 # bf16: parallel_bf16.sh's tolerance (a rounding apart may also move a token
 # to another expert, so the routing is not compared)
 for lay in "${BF16[@]}"; do
-  LOSS_RTOL=1e-3 PARAM_ATOL=1.6e-2 run_layout gpt-moe "$lay" || fail "gpt-moe [$lay]"
+  LOSS_RTOL=1e-3 PARAM_ATOL=1.6e-2 run_layout gpt-moe-bf16 "$lay" || fail "gpt-moe-bf16 [$lay]"
 done
 
 # checkpoints across a change of ep, and back to one process
 reshard llama-moe "dp=2 ep=2" "dp=4 ep=4"
 reshard gpt-moe "dp=4 ep=4 mode=fsdp" "pp=1"
+reshard llama-moe "dp=2 tp=2 ep=2 sp=1" "pp=1"
+reshard gpt-moe "tp=2" "dp=4 ep=4"
 
 # memory: the dry-run (sizes.c, whose sizes the run allocates) predicts every
 # rank's peaks of an ep run, category by category (plan_compare.py), and ep 2
@@ -126,4 +135,4 @@ bad ep-no-moe "parallel.ep 2 needs model.moe" 2 \
 bad ep-hsdp "parallel.mode hsdp with parallel.ep 2" 2 \
   $'model:\n  preset: gpt-tiny\n  moe: {experts: 4}\ntrain: {global_batch: 8, micro_batch: 4}\nparallel:\n  dp: 2\n  ep: 2\n  mode: hsdp'
 summary
-echo "ok: parallel.ep: ${#GPT[@]} + ${#TOP1[@]} + ${#LLAMA[@]} layouts with the one-process routing, ${#BF16[@]} in bf16, 2 reshards across ep, 4 refusals"
+echo "ok: parallel.ep: ${#GPT[@]} + ${#TOP1[@]} + ${#LLAMA[@]} layouts with the one-process routing, ${#BF16[@]} in bf16, 4 reshards across ep and tp, 4 refusals"

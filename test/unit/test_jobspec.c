@@ -604,7 +604,7 @@ static void test_moe(void)
     expect_error("model: {kind: vit, moe: {experts: 4}}\n", "t.yaml:1:26: ",
                  "model.moe.experts applies to gpt and llama models only");
     expect_load("model: {moe: {experts: 4}}\nparallel: {cp: 2}\n", "moe with cp");
-    expect_error("model: {moe: {experts: 4}}\nparallel: {tp: 2}\n", "t.yaml:2:12: ", "model.moe with parallel.tp 2");
+    expect_load("model: {moe: {experts: 4}}\nparallel: {tp: 2, sequence_parallel: true}\n", "moe with tp and sp");
     expect_error("model: {moe: {experts: 4}}\ntrain: {cuda_graphs: true}\n", "t.yaml:2:9: ",
                  "train.cuda_graphs with model.moe");
     expect_error("model: {moe: {experts: 4, aux_loss_coef: -1}}\n", "t.yaml:1:42: ",
