@@ -571,7 +571,8 @@ size_t sizes_ep_stage_numel(const sizes *s)
 {
     size_t tok, exp;
     sizes_ep_stage(s, &tok, &exp);
-    return (tok + exp) * (size_t)s->job.model.d_model + exp; /* + the reorder's ints */
+    /* a row more each (ep.c: tensor parallelism's zero row), + the reorder's ints */
+    return (tok + exp + 2) * (size_t)s->job.model.d_model + exp;
 }
 
 /* Units [*begin, *end) of global chunk c. */
