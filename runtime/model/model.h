@@ -419,12 +419,11 @@ typedef struct {
     int (*dispatch)(void *ctx, void *xe, const void *x, const model_moe_route *r, int C, dt_dtype t);
     /* yt [M, C] (type t; kept for the backward) = the experts' output rows
      * of this rank's kept choices in the permuted order, from ye [M_l, C]
-     * (this rank's experts' outputs, dispatch's order; used up: the
-     * dispatcher may overwrite them); then, unless out is
+     * (this rank's experts' outputs, dispatch's order); then, unless out is
      * NULL (a block recompute's forward), out [N, C] fp32 (accumulate: +=,
      * else overwritten) = each row's kept choices' yt rows times their
      * weights w [N, k] (fp32), in choice order. */
-    void (*combine)(void *ctx, float *out, void *yt, void *ye, const float *w, const model_moe_route *r,
+    void (*combine)(void *ctx, float *out, void *yt, const void *ye, const float *w, const model_moe_route *r,
                     int C, dt_dtype t, int accumulate);
     /* Its backward: dye [M_l, C] (fp32, overwritten; this rank's experts'
      * output gradient) from w dout of each choice's row; dw [N, k] +=
@@ -441,7 +440,7 @@ typedef struct {
      * while the rows travel, then makes the call itself, which finishes it
      * (without a start the call does both halves). One at a time. */
     void (*dispatch_start)(void *ctx, const void *x, const model_moe_route *r, int C, dt_dtype t);
-    void (*combine_start)(void *ctx, void *yt, void *ye, const model_moe_route *r, int C, dt_dtype t);
+    void (*combine_start)(void *ctx, void *yt, const void *ye, const model_moe_route *r, int C, dt_dtype t);
     void (*combine_backward_start)(void *ctx, float *dw, const float *dout, const void *yt, const float *w,
                                    const model_moe_route *r, int C, dt_dtype t);
     void (*dispatch_backward_start)(void *ctx, float *dxe, const model_moe_route *r, int C);

@@ -20,7 +20,7 @@ static int dispatch(void *ctx, void *xe, const void *x, const model_moe_route *r
     return M;
 }
 
-static void combine(void *ctx, float *out, void *yt, void *ye, const float *w, const model_moe_route *r,
+static void combine(void *ctx, float *out, void *yt, const void *ye, const float *w, const model_moe_route *r,
                     int C, dt_dtype t, int accumulate)
 {
     const model *m = ctx;

@@ -60,7 +60,8 @@ struct ep_disp {
     void *mem;            /* sizes_ep_stage_numel floats: tok, exp, perm */
     float *tok;           /* the token side's rows on their way: [tok_rows, C] */
     float *exp;           /* the experts' side's, rank by rank: [exp_rows, C] */
-    int *perm;            /* device [exp_rows]: a reorder's gather indices */
+    int *perm;            /* device [exp_rows + tp_rows]: a reorder's gather indices */
+    void *tpbuf;          /* tp > 1: [tp_rows, C] the tp group's slots (tp_gather_shares) */
     int *perm_host;       /* [exp_rows] */
     size_t *send, *recv;  /* [ep] element counts of one all-to-allv */
     int *off;             /* [E]: where each (rank, expert) block arrives */
@@ -119,7 +120,8 @@ static int reorder(ep_disp *d, const model_moe_route *r, int to_experts)
  * (and their output gradient) arrive as this rank's shares placed among
  * zeros and are summed over tp (an all-gather of uneven parts, as a sum);
  * the experts' partial outputs (and their input gradient) are summed over
- * tp before this rank's share of them travels back. The token side then
+ * tp before this rank's share of them travels back (an all-gather and a
+ * reduce-scatter of equal slots: tp_gather_shares, tp_scatter_shares). The token side then
  * holds the experts' outputs of its share of the choices, zeros elsewhere:
  * the combined output, the weights' and the input's gradients are partial
  * sums over tp, which the model sums with its shared experts' (moe.c). */
@@ -144,49 +146,106 @@ static int tok_list(ep_disp *d, const model_moe_route *r, int full, int zero)
     return rows;
 }
 
-/* The experts' side: rows arrive as every rank's shares, rank i by rank i,
- * each expert by expert. to_experts 1: for every row of the experts' order
- * (expert e's, each rank's block whole) the arrival row holding it, `zero`
- * where another tp rank's share does; 0: for each arrival row its row in the
- * experts' order. Uploaded to d->perm; returns the rows; *arrived the
- * arrival rows. */
-static int exp_list(ep_disp *d, const model_moe_route *r, int to_experts, int zero, int *arrived)
-{
-    const int *from = r->counts_l + r->El;
-    int n = 0, B = d->size * d->El;
-    for (int b = 0; b < B; b++) d->off[b] = n, n += share_len(d, from[b]);
-    *arrived = n;
-    int at = 0;
-    for (int e = 0; e < d->El; e++)
-        for (int i = 0; i < d->size; i++) {
-            int c = from[i * d->El + e], lo = share_lo(d, c), len = share_len(d, c);
-            for (int k = 0; k < c; k++, at++) {
-                int mine = k >= lo && k < lo + len, a = d->off[i * d->El + e] + k - lo;
-                if (to_experts) d->perm_host[at] = mine ? a : zero;
-                else if (mine) d->perm_host[a] = at;
-            }
-        }
-    int rows = to_experts ? at : n;
-    d->ops->from_host(d->perm, d->perm_host, (size_t)rows * sizeof(int));
-    return rows;
-}
-
 /* Row `row` of buf (rows of C, elements of elem bytes) zeroed: the zero row
- * the lists above point the other shares at. */
+ * tok_list points the other shares at. */
 static void zero_row(ep_disp *d, void *buf, int row, size_t elem)
 {
     d->ops->zero((char *)buf + (size_t)row * (size_t)d->C * elem, (size_t)d->C * elem);
 }
 
-/* recv = the sum over the tp group of send (n elements of elem bytes). */
-static void tp_sum(ep_disp *d, const void *send, void *recv, size_t n, size_t elem, const char *what)
+/* Rows [lo, lo + len) of a block of c that tp rank q's share is. */
+static int part_lo(const ep_disp *d, int c, int q) { return (int)((long long)c * q / d->tp); }
+
+/* The experts' side under tp: this rank's shares arrive rank i by rank i,
+ * each expert by expert (d->off: where each (i, e) share starts); the tp
+ * group exchanges them in slots of S rows, one per tp rank, each holding
+ * its shares in the experts' order (expert e's, each rank i's), every block
+ * padded to ceil(c / tp) rows so that the slots are equal (an all-gather,
+ * a reduce-scatter). Returns S. */
+static int slot_rows(ep_disp *d, const model_moe_route *r, int *arrived)
+{
+    const int *from = r->counts_l + r->El;
+    int n = 0, S = 0, B = d->size * d->El;
+    for (int b = 0; b < B; b++) d->off[b] = n, n += share_len(d, from[b]);
+    for (int b = 0; b < B; b++) S += (from[b] + d->tp - 1) / d->tp;
+    *arrived = n;
+    return S;
+}
+
+static void tp_collective_of(ep_disp *d, int gather, void *buf, size_t n, size_t elem, const char *what)
 {
     strat_ctx *x = d->x;
     if (x->failed) return;
     double t0 = clock_now_s();
-    int rc = comm_all_reduce(x->tp, send, recv, n, strat_dtype(elem), COMM_SUM);
+    size_t at = (size_t)d->tq * (n / (size_t)d->tp) * elem;
+    int rc = gather ? comm_all_gather(x->tp, (char *)buf + at, buf, n, strat_dtype(elem))
+                    : comm_reduce_scatter(x->tp, buf, (char *)buf + at, n, strat_dtype(elem), COMM_SUM);
     strat_comm_done(x, t0, what);
     strat_fail(x, x->tp, rc, what);
+}
+
+/* out [Ml] (the experts' order) = every tp rank's shares, from this rank's
+ * src (arrival order): its slot, all-gathered over tp, then each row from the
+ * slot of the rank whose share holds it. */
+static void tp_gather_shares(ep_disp *d, const model_moe_route *r, void *out, const void *src, dt_dtype t,
+                             const char *what)
+{
+    const int *from = r->counts_l + r->El;
+    int arrived, S = slot_rows(d, r, &arrived), El = d->El, C = d->C, s = 0, at = 0;
+    size_t elem = dt_dtype_size(t);
+    void *slot = (char *)d->tpbuf + (size_t)d->tq * (size_t)S * (size_t)C * elem;
+    for (int e = 0; e < El; e++)
+        for (int i = 0; i < d->size; i++) {
+            int c = from[i * El + e], len = share_len(d, c), pad = (c + d->tp - 1) / d->tp;
+            for (int j = 0; j < pad; j++, s++) d->perm_host[s] = j < len ? d->off[i * El + e] + j : 0;
+        }
+    d->ops->from_host(d->perm, d->perm_host, (size_t)S * sizeof(int));
+    d->ops->moe_permute(slot, src, d->perm, S, C, t);
+    tp_collective_of(d, 1, d->tpbuf, (size_t)d->tp * (size_t)S * (size_t)C, elem, what);
+    int so = 0; /* the block's place in a slot */
+    for (int e = 0; e < El; e++)
+        for (int i = 0; i < d->size; i++) {
+            int c = from[i * El + e], pad = (c + d->tp - 1) / d->tp;
+            for (int k = 0, q = 0; k < c; k++, at++) {
+                while (k >= part_lo(d, c, q + 1)) q++;
+                d->perm_host[at] = q * S + so + k - part_lo(d, c, q);
+            }
+            so += pad;
+        }
+    d->ops->from_host(d->perm, d->perm_host, (size_t)at * sizeof(int));
+    d->ops->moe_permute(out, d->tpbuf, d->perm, at, C, t);
+}
+
+/* out (this rank's shares, arrival order) = the sums over tp of src [Ml]
+ * (the experts' order, partial): every slot filled from src (the padding
+ * with any row: never read), reduce-scattered over tp, this rank's slot
+ * read back. Returns the rows of out. */
+static int tp_scatter_shares(ep_disp *d, const model_moe_route *r, void *out, const void *src, dt_dtype t,
+                             const char *what)
+{
+    const int *from = r->counts_l + r->El;
+    int arrived, S = slot_rows(d, r, &arrived), El = d->El, C = d->C, s = 0;
+    size_t elem = dt_dtype_size(t);
+    for (int q = 0; q < d->tp; q++)
+        for (int e = 0, pos = 0; e < El; e++)
+            for (int i = 0; i < d->size; i++) {
+                int c = from[i * El + e], lo = part_lo(d, c, q), len = part_lo(d, c, q + 1) - lo;
+                for (int j = 0; j < (c + d->tp - 1) / d->tp; j++, s++) d->perm_host[s] = j < len ? pos + lo + j : 0;
+                pos += c;
+            }
+    d->ops->from_host(d->perm, d->perm_host, (size_t)s * sizeof(int));
+    d->ops->moe_permute(d->tpbuf, src, d->perm, s, C, t);
+    tp_collective_of(d, 0, d->tpbuf, (size_t)s * (size_t)C, elem, what);
+    int so = 0;
+    for (int e = 0; e < El; e++)
+        for (int i = 0; i < d->size; i++) {
+            int c = from[i * El + e];
+            for (int j = 0; j < share_len(d, c); j++) d->perm_host[d->off[i * El + e] + j] = d->tq * S + so + j;
+            so += (c + d->tp - 1) / d->tp;
+        }
+    d->ops->from_host(d->perm, d->perm_host, (size_t)arrived * sizeof(int));
+    d->ops->moe_permute(out, d->tpbuf, d->perm, arrived, C, t);
+    return arrived;
 }
 
 /* One all-to-allv of the rows over the ep group, started (d->req; the
@@ -268,14 +327,10 @@ static int ep_dispatch(void *ctx, void *xe, const void *xin, const model_moe_rou
         ep_dispatch_start(ctx, xin, r, C, t);
         exchange_finish(d, DISPATCH);
     }
-    if (d->tp > 1) { /* the shares among zeros, summed over tp */
-        int arrived, Ml = 0;
+    if (d->tp > 1) { /* every tp rank's shares */
+        int Ml = 0;
         for (int e = 0; e < r->El; e++) Ml += r->counts_l[e];
-        exp_list(d, r, 1, 0, &arrived);
-        zero_row(d, d->exp, arrived, dt_dtype_size(t));
-        exp_list(d, r, 1, arrived, &arrived);
-        d->ops->moe_permute(xe, d->exp, d->perm, Ml, C, t);
-        tp_sum(d, xe, xe, (size_t)Ml * (size_t)C, dt_dtype_size(t), "ep tp all_reduce of the experts' rows");
+        tp_gather_shares(d, r, xe, d->exp, t, "ep tp all_gather of the experts' rows");
         return Ml;
     }
     int Ml = reorder(d, r, 1);
@@ -283,15 +338,11 @@ static int ep_dispatch(void *ctx, void *xe, const void *xin, const model_moe_rou
     return Ml;
 }
 
-static void ep_combine_start(void *ctx, void *yt, void *ye, const model_moe_route *r, int C, dt_dtype t)
+static void ep_combine_start(void *ctx, void *yt, const void *ye, const model_moe_route *r, int C, dt_dtype t)
 {
     ep_disp *d = ctx;
-    if (d->tp > 1) { /* the partial outputs summed over tp, this rank's shares sent */
-        int Ml = 0, arrived;
-        for (int e = 0; e < r->El; e++) Ml += r->counts_l[e];
-        tp_sum(d, ye, ye, (size_t)Ml * (size_t)C, dt_dtype_size(t), "ep tp all_reduce of the experts' outputs");
-        int n = exp_list(d, r, 0, 0, &arrived);
-        d->ops->moe_permute(d->exp, ye, d->perm, n, C, t);
+    if (d->tp > 1) { /* this rank's shares of the partial outputs' sums over tp */
+        tp_scatter_shares(d, r, d->exp, ye, t, "ep tp reduce_scatter of the experts' outputs");
         counts_of(d, r, 1);
         exchange_start(d, d->exp, d->tok, dt_dtype_size(t), COMBINE);
         return;
@@ -312,7 +363,7 @@ static void tok_unshare(ep_disp *d, const model_moe_route *r, void *out, void *b
     d->ops->moe_permute(out, buf, d->perm, M, d->C, t);
 }
 
-static void ep_combine(void *ctx, float *out, void *yt, void *ye, const float *w, const model_moe_route *r,
+static void ep_combine(void *ctx, float *out, void *yt, const void *ye, const float *w, const model_moe_route *r,
                        int C, dt_dtype t, int accumulate)
 {
     ep_disp *d = ctx;
@@ -347,14 +398,8 @@ static void ep_combine_backward(void *ctx, float *dye, float *dw, const float *d
         ep_combine_backward_start(ctx, dw, dout, yt, w, r, C, t);
         exchange_finish(d, COMBINE_BWD);
     }
-    if (d->tp > 1) { /* the shares among zeros, summed over tp */
-        int arrived, Ml = 0;
-        for (int e = 0; e < r->El; e++) Ml += r->counts_l[e];
-        exp_list(d, r, 1, 0, &arrived);
-        zero_row(d, d->exp, arrived, sizeof(float));
-        exp_list(d, r, 1, arrived, &arrived);
-        d->ops->moe_permute(dye, d->exp, d->perm, Ml, C, DT_F32);
-        tp_sum(d, dye, dye, (size_t)Ml * (size_t)C, sizeof(float), "ep tp all_reduce of the experts' output gradient");
+    if (d->tp > 1) { /* every tp rank's shares */
+        tp_gather_shares(d, r, dye, d->exp, DT_F32, "ep tp all_gather of the experts' output gradient");
         return;
     }
     int Ml = reorder(d, r, 1);
@@ -364,12 +409,8 @@ static void ep_combine_backward(void *ctx, float *dye, float *dw, const float *d
 static void ep_dispatch_backward_start(void *ctx, float *dxe, const model_moe_route *r, int C)
 {
     ep_disp *d = ctx;
-    if (d->tp > 1) { /* the partial input gradient summed over tp, this rank's shares sent */
-        int Ml = 0, arrived;
-        for (int e = 0; e < r->El; e++) Ml += r->counts_l[e];
-        tp_sum(d, dxe, dxe, (size_t)Ml * (size_t)C, sizeof(float), "ep tp all_reduce of the experts' input gradient");
-        int n = exp_list(d, r, 0, 0, &arrived);
-        d->ops->moe_permute(d->exp, dxe, d->perm, n, C, DT_F32);
+    if (d->tp > 1) { /* this rank's shares of the partial input gradient's sums over tp */
+        tp_scatter_shares(d, r, d->exp, dxe, DT_F32, "ep tp reduce_scatter of the experts' input gradient");
         counts_of(d, r, 1);
         exchange_start(d, d->exp, d->tok, sizeof(float), DISPATCH_BWD);
         return;
@@ -429,11 +470,13 @@ int ep_apply(strat_ctx *x, model *const *chunks, int n_chunks)
         d->C = job->model.d_model;
         d->tp = x->tp ? comm_size(x->tp) : 1;
         d->tq = x->tp ? comm_rank(x->tp) : 0;
+        size_t tp_rows;
         sizes_ep_stage(x->sz, &d->tok_rows, &d->exp_rows);
+        sizes_ep_stage_tp(x->sz, &tp_rows);
         size_t numel = sizes_ep_stage_numel(x->sz);
         if (!(d->mem = x->ops->alloc(numel * sizeof(float)))) return -1;
         acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * sizeof(float)));
-        d->perm_host = malloc((d->exp_rows ? d->exp_rows : 1) * sizeof(int));
+        d->perm_host = malloc((d->exp_rows + tp_rows + 1) * sizeof(int));
         d->send = calloc((size_t)ep, sizeof(size_t));
         d->recv = calloc((size_t)ep, sizeof(size_t));
         d->off = calloc((size_t)d->E, sizeof(int));
@@ -441,7 +484,8 @@ int ep_apply(strat_ctx *x, model *const *chunks, int n_chunks)
         /* the order sizes_ep_stage_numel counts them in */
         d->tok = d->mem; /* each with a row more: tp's zero row */
         d->exp = d->tok + (d->tok_rows + 1) * (size_t)d->C;
-        d->perm = (int *)(d->exp + (d->exp_rows + 1) * (size_t)d->C);
+        d->tpbuf = d->exp + (d->exp_rows + 1) * (size_t)d->C;
+        d->perm = (int *)((float *)d->tpbuf + tp_rows * (size_t)d->C);
     }
     for (int i = 0; i < n_chunks; i++) {
         model_moe_dispatcher disp;

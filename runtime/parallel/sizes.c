@@ -567,12 +567,24 @@ void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows)
     *exp_rows = N * (size_t)k * (size_t)ep; /* model_internal.h moe_expert_rows */
 }
 
+void sizes_ep_stage_tp(const sizes *s, size_t *tp_rows)
+{
+    size_t tok, exp, tp = (size_t)s->job.parallel.tp, E = (size_t)s->job.model.moe.experts;
+    sizes_ep_stage(s, &tok, &exp);
+    /* ep.c's slots: tp of at most exp / tp rows (rounded up) + a row of
+     * padding per (rank, expert) block */
+    *tp_rows = exp > 0 && tp > 1 ? tp * ((exp + tp - 1) / tp + E) : 0;
+}
+
 size_t sizes_ep_stage_numel(const sizes *s)
 {
-    size_t tok, exp;
+    size_t tok, exp, tpr;
     sizes_ep_stage(s, &tok, &exp);
-    /* a row more each (ep.c: tensor parallelism's zero row), + the reorder's ints */
-    return (tok + exp + 2) * (size_t)s->job.model.d_model + exp;
+    sizes_ep_stage_tp(s, &tpr);
+    if (exp == 0) return 0;
+    /* a row more each (ep.c: tensor parallelism's zero row), the tp slots,
+     * + the reorders' ints */
+    return (tok + exp + 2 + tpr) * (size_t)s->job.model.d_model + exp + tpr + 1;
 }
 
 /* Units [*begin, *end) of global chunk c. */

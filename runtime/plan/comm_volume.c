@@ -40,7 +40,9 @@
  *        routing sends more to a busy expert's rank in a real step) to its
  *        expert's rank and the combine brings the outputs back, (ep - 1) / ep
  *        of them leaving the rank; backward the same two of their gradients;
- *        block recompute's forward runs the pair again. All in the
+ *        block recompute's forward runs the pair again. Under tp each tp
+ *        rank sends its 1/tp share (ep.c), the tp group summing the shares
+ *        (tp's entry). All in the
  *        activations' type, as the tp collectives carry them (tp.h). Its peers on the rank's node go over the node's link,
  *        the others over the inter-node one, at the same time.
  *   edp  the routed experts' gradients (parallel.ep > 1): reduced as dp's are
@@ -217,6 +219,18 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
             tiny_calls += 3;
         }
     }
+    /* expert parallelism (ep.c): each tp rank sends its share of the rows,
+     * the tp group sums the shares among zeros: per MoE block and
+     * micro-batch the experts' rows and outputs (the activations' type; again
+     * under block recompute), their gradients (fp32), all-reduced */
+    double exp_bytes = 0, exp_calls = 0;
+    if (sizes_ep(e->sizes) > 1 && sh->moe_blocks > 0) {
+        double rows = sizes_moe_routed_rows(md, e->job.train.micro_batch, t, par->sequence_parallel, par->cp);
+        double C = md->d_model, el = (double)sizes_param_elem_bytes(e->sizes);
+        exp_bytes = sh->moe_blocks * rows * C * (2.0 * (1.0 + rc_blk) * el + 2.0 * 4.0);
+        exp_calls = sh->moe_blocks * (4.0 + 2.0 * rc_blk);
+    }
+    tiny_calls += exp_calls;
     double f = 2.0 * (t - 1) / t;
     int crosses_tp = plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_TP);
     if (par->sequence_parallel) {
@@ -228,7 +242,7 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
         double per_norm = md->kind == MODEL_LLAMA ? 1.0 : 2.0;
         double ln = (2.0 * per_norm * sh->blocks + (gpt ? per_norm * sh->has_head : 0)) * md->d_model * 4.0;
         c->op = "all-gather + reduce-scatter (activations)";
-        c->bytes = par->microbatches * (f / 2 * halves * act + f * (tiny * small + ln));
+        c->bytes = par->microbatches * (f / 2 * halves * act + f * (tiny * small + ln + exp_bytes));
         c->calls = (long)par->microbatches * (long)(halves + tiny_calls + ln_calls);
         /* a ring all-gather or reduce-scatter takes t - 1 steps, an all-reduce 2(t - 1) */
         double steps = (halves * (t - 1) + (tiny_calls + ln_calls) * 2.0 * (t - 1)) / (halves + tiny_calls + ln_calls);
@@ -236,7 +250,7 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
         return;
     }
     c->op = "all-reduce (activations)";
-    c->bytes = par->microbatches * f * (big * act + tiny * small);
+    c->bytes = par->microbatches * f * (big * act + tiny * small + exp_bytes);
     c->calls = (long)par->microbatches * (long)(big + tiny_calls);
     finish(e, c, crosses_tp, 2.0 * (t - 1));
 }
@@ -372,8 +386,9 @@ double plan_ep_a2a_bytes(const plan_estimate *e)
     int ep = sizes_ep(e->sizes);
     const job_spec *j = &e->job;
     const job_parallel *par = &j->parallel;
+    /* a tp rank sends its share of the rows (ep.c) */
     double rows = sizes_moe_routed_rows(&j->model, j->train.micro_batch, par->tp,
-                                        par->sequence_parallel && par->tp > 1, par->cp);
+                                        par->sequence_parallel && par->tp > 1, par->cp) / par->tp;
     double elem = (double)sizes_param_elem_bytes(e->sizes);
     return ep > 1 ? rows * j->model.d_model * elem * (ep - 1) / ep : 0;
 }
