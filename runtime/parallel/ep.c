@@ -61,7 +61,10 @@ struct ep_disp {
     float *tok;           /* the token side's rows on their way: [tok_rows, C] */
     float *exp;           /* the experts' side's, rank by rank: [exp_rows, C] */
     int *perm;            /* device [exp_rows + tp_rows]: a reorder's gather indices */
-    void *tpbuf;          /* tp > 1: [tp_rows, C] the tp group's slots (tp_gather_shares) */
+    void *tpbuf;          /* tp > 1: [tp_rows, C] the tp group's slots (tp_gather_shares); under
+                             mixed precision the gradients' slots are bf16, in its first half,
+                             the second holding their rows on the way (grad_half) */
+    size_t tp_rows;
     int *perm_host;       /* [exp_rows] */
     size_t *send, *recv;  /* [ep] element counts of one all-to-allv */
     int *off;             /* [E]: where each (rank, expert) block arrives */
@@ -248,6 +251,15 @@ static int tp_scatter_shares(ep_disp *d, const model_moe_route *r, void *out, co
     return arrived;
 }
 
+/* Under mixed precision the tp group's collectives carry bf16, gradients
+ * included (tp.h): the second half of the slots' buffer, where the
+ * gradients' rows wait in bf16 around their exchange (NULL in fp32). */
+static uint16_t *grad_half(const ep_disp *d)
+{
+    if (d->x->pe != 2) return NULL;
+    return (uint16_t *)((char *)d->tpbuf + d->tp_rows * (size_t)d->C * sizeof(uint16_t));
+}
+
 /* One all-to-allv of the rows over the ep group, started (d->req; the
  * call that finishes the exchange waits for it): timed and checked. */
 static void exchange_start(ep_disp *d, const void *send, void *recv, size_t elem, const char *what)
@@ -399,7 +411,18 @@ static void ep_combine_backward(void *ctx, float *dye, float *dw, const float *d
         exchange_finish(d, COMBINE_BWD);
     }
     if (d->tp > 1) { /* every tp rank's shares */
-        tp_gather_shares(d, r, dye, d->exp, DT_F32, "ep tp all_gather of the experts' output gradient");
+        uint16_t *half = grad_half(d);
+        const char *what = "ep tp all_gather of the experts' output gradient";
+        if (!half) {
+            tp_gather_shares(d, r, dye, d->exp, DT_F32, what);
+            return;
+        }
+        int arrived, Ml = 0;
+        for (int e = 0; e < r->El; e++) Ml += r->counts_l[e];
+        slot_rows(d, r, &arrived);
+        d->ops->to_bf16(half, d->exp, (size_t)arrived * (size_t)C);
+        tp_gather_shares(d, r, d->exp, half, DT_BF16, what);
+        d->ops->from_bf16(dye, (const uint16_t *)d->exp, (size_t)Ml * (size_t)C);
         return;
     }
     int Ml = reorder(d, r, 1);
@@ -410,7 +433,17 @@ static void ep_dispatch_backward_start(void *ctx, float *dxe, const model_moe_ro
 {
     ep_disp *d = ctx;
     if (d->tp > 1) { /* this rank's shares of the partial input gradient's sums over tp */
-        tp_scatter_shares(d, r, d->exp, dxe, DT_F32, "ep tp reduce_scatter of the experts' input gradient");
+        uint16_t *half = grad_half(d);
+        const char *what = "ep tp reduce_scatter of the experts' input gradient";
+        if (half) {
+            int Ml = 0;
+            for (int e = 0; e < r->El; e++) Ml += r->counts_l[e];
+            d->ops->to_bf16((uint16_t *)d->exp, dxe, (size_t)Ml * (size_t)C);
+            int n = tp_scatter_shares(d, r, half, d->exp, DT_BF16, what);
+            d->ops->from_bf16(d->exp, half, (size_t)n * (size_t)C);
+        } else {
+            tp_scatter_shares(d, r, d->exp, dxe, DT_F32, what);
+        }
         counts_of(d, r, 1);
         exchange_start(d, d->exp, d->tok, sizeof(float), DISPATCH_BWD);
         return;
@@ -470,9 +503,9 @@ int ep_apply(strat_ctx *x, model *const *chunks, int n_chunks)
         d->C = job->model.d_model;
         d->tp = x->tp ? comm_size(x->tp) : 1;
         d->tq = x->tp ? comm_rank(x->tp) : 0;
-        size_t tp_rows;
         sizes_ep_stage(x->sz, &d->tok_rows, &d->exp_rows);
-        sizes_ep_stage_tp(x->sz, &tp_rows);
+        sizes_ep_stage_tp(x->sz, &d->tp_rows);
+        size_t tp_rows = d->tp_rows;
         size_t numel = sizes_ep_stage_numel(x->sz);
         if (!(d->mem = x->ops->alloc(numel * sizeof(float)))) return -1;
         acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * sizeof(float)));

@@ -220,14 +220,16 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
         }
     }
     /* expert parallelism (ep.c): each tp rank sends its share of the rows,
-     * the tp group sums the shares among zeros: per MoE block and
-     * micro-batch the experts' rows and outputs (the activations' type; again
-     * under block recompute), their gradients (fp32), all-reduced */
+     * the tp group exchanges the shares: per MoE block and micro-batch the
+     * experts' rows all-gathered and their outputs reduce-scattered (the
+     * activations' type; again under block recompute), their gradients the
+     * same way (bf16 under mixed precision, as every tp collective): half an
+     * all-reduce each (counted as such below) */
     double exp_bytes = 0, exp_calls = 0;
     if (sizes_ep(e->sizes) > 1 && sh->moe_blocks > 0) {
         double rows = sizes_moe_routed_rows(md, e->job.train.micro_batch, t, par->sequence_parallel, par->cp);
         double C = md->d_model, el = (double)sizes_param_elem_bytes(e->sizes);
-        exp_bytes = sh->moe_blocks * rows * C * (2.0 * (1.0 + rc_blk) * el + 2.0 * 4.0);
+        exp_bytes = sh->moe_blocks * rows * C * (2.0 * (1.0 + rc_blk) * el + 2.0 * el) / 2.0;
         exp_calls = sh->moe_blocks * (4.0 + 2.0 * rc_blk);
     }
     tiny_calls += exp_calls;

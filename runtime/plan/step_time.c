@@ -263,16 +263,18 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
                     tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
         double moe_dw = moe * ring_time(f * small * md->moe.top_k, tc->bandwidth, lat, 2 * (t - 1));
         double tb = big_b * ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1)) + moe_dw;
-        /* expert parallelism: the tp sums of the experts' rows' shares
-         * (ep.c; comm_volume.c): rows and outputs forward (again under
-         * block recompute), their fp32 gradients backward */
+        /* expert parallelism: the experts' rows' shares over tp (ep.c;
+         * comm_volume.c): the rows all-gathered and the outputs
+         * reduce-scattered forward (again under block recompute), their
+         * gradients the same way backward (bf16 under mixed precision, as
+         * every tp collective) */
         double xf = 0, xb = 0;
         if (ep > 1 && moe > 0) {
             double rows = sizes_moe_routed_rows(md, (int)B, t, sp, par->cp) * md->d_model;
-            double fx = 2.0 * ring_time(f * rows * (double)sizes_param_elem_bytes(e->sizes), tc->bandwidth, lat,
-                                        2 * (t - 1));
+            double el = (double)sizes_param_elem_bytes(e->sizes);
+            double fx = 2.0 * ring_time(f / 2 * rows * el, tc->bandwidth, lat, t - 1);
             xf = moe * fx;
-            xb = moe * (rc_blk * fx + 2.0 * ring_time(f * rows * 4.0, tc->bandwidth, lat, 2 * (t - 1)));
+            xb = moe * (rc_blk * fx + 2.0 * ring_time(f / 2 * rows * el, tc->bandwidth, lat, t - 1));
         }
         if (par->sequence_parallel) {
             /* all-gathers and reduce-scatters instead, half an all-reduce each (what
