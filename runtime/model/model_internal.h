@@ -61,9 +61,10 @@ typedef struct {
                        sample's, two chunks of seq / 2 (model_cp_chunk); else 1 */
     int cp_rank;
     /* model.moe (0 without): experts E, choices per token k, an expert's hidden
-     * width Fe and its first GEMM's output He (Fe, or 2 Fe for a Llama's
-     * packed gate|up), the shared experts' Fs = shared_experts * Fe and Hs
-     * likewise; never split (the MoE layer runs without tp so far). Expert
+     * width Fe on this tp rank and its first GEMM's output He (Fe, or 2 Fe for
+     * a Llama's packed gate|up), the shared experts' Fs (this tp rank's of
+     * shared_experts * d_ff_expert) and Hs likewise: split over tp as d_ff
+     * (expert tensor parallelism = tp). Expert
      * parallelism (model_shard ep_size): this rank computes El = E / ep_size
      * of the experts, on the rows every rank of its ep group sends them */
     int E, k, Fe, He, Fs, Hs;

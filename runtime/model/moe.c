@@ -22,6 +22,17 @@
  *               plus the shared experts (a dense MLP every token passes
  *               through, weight 1)
  *
+ * Tensor parallelism (Megatron-Core's expert tensor parallelism equal to
+ * tp): every tp rank routes the same N rows (gathered first under sequence
+ * parallelism, as a column layer's input: model_layers.rows_gather), its
+ * experts and shared experts hold their columns (fc / gate_up rows, proj /
+ * down columns: params.c) and compute through the plain local layers
+ * (model.local), and the partial outputs are summed over tp once
+ * (model_layers.partial_sum: an all-reduce, or a reduce-scatter into the
+ * rank's rows); the backward mirrors it, and the routing weights' gradient
+ * (dot products with the partial outputs) is summed over tp too. The
+ * router, its statistics and the balance loss are every tp rank's alike.
+ *
  * The balance loss (Switch, GShard; per sample, DeepSeek-V3's sequence-wise
  * form): aux = E sum_e f_e P_e over each sample's T tokens, f_e its choices
  * of e over T k (before any drop: no gradient), P_e the mean over its tokens

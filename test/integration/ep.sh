@@ -21,7 +21,8 @@
 #    20 at ep 4, ep 4 (FSDP) then one process, ep 2 x tp 2 (SP) then one
 #    process, tp 2 then ep 4, stay on the one-process curve;
 #  - memory: the dry-run predicts every rank's measured peaks of ep runs (DDP,
-#    FSDP, ZeRO-2), ep 2 holds half the experts' parameters, and the bytes
+#    FSDP, ZeRO-2, ep 2 x tp 2 with SP), ep 2 holds half the experts'
+#    parameters, and the bytes
 #    travel on the ep and experts' data-parallel groups;
 #  - refused in one line, exit 2, before any worker starts: ep not dividing
 #    the experts, ep not dividing dp x cp, ep without model.moe, ep with hsdp.
@@ -92,7 +93,7 @@ mem_run() { # NAME LAYOUT EP
   pvm_job "$1" "$2"
   sed -i -e 's/^  attention: .*/&\n  moe: {experts: 4, top_k: 2, d_ff_expert: 32}/' "$T/$1.yaml"
   printf '  ep: %s\n' "$3" >>"$T/$1.yaml"
-  local world; world=$(( $(lget "$2" dp 1) * $(lget "$2" pp 1) ))
+  local world; world=$(( $(lget "$2" dp 1) * $(lget "$2" tp 1) * $(lget "$2" pp 1) ))
   timeout -k 5 120 "$DTRUN" --nproc-per-node="$world" "$T/$1.yaml" >"$T/$1.log" 2>&1 ||
     { tail -n 20 "$T/$1.log"; fail "$1 did not train"; }
   "$DTRUN" --dry-run --format=json --hardware=cpu --nproc-per-node="$world" "$T/$1.yaml" >"$T/$1.dry.json" \
@@ -103,6 +104,7 @@ mem_run mem-ep1 "dp=2" 1
 mem_run mem-ep2 "dp=2" 2
 mem_run mem-ep2-fsdp "dp=4 mode=fsdp" 2
 mem_run mem-ep4-zero2 "dp=4 mode=zero2" 4
+mem_run mem-ep2-tp2 "dp=2 tp=2 sp=1" 2
 python3 "$ROOT/test/parallel/plan_compare.py" "$T" "${NAMES[@]}" >"$T/mem.txt" 2>&1 || { cat "$T/mem.txt"; fail "ep memory: the dry-run is off"; }
 tail -1 "$T/mem.txt"
 python3 - "$T" <<'PY' || fail "ep memory"
