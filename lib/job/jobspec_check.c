@@ -240,6 +240,10 @@ static int check_moe(const job_spec *job, verdict *v)
                     "model.moe.first_dense %d leaves no MoE block among the model's %d blocks (first_dense counts "
                     "the dense blocks before the first MoE one)",
                     e->first_dense, m->n_layer);
+    if (e->d_ff_expert % par->tp)
+        return fail(v, BLAME(FID_TP, FID_MOE_D_FF_EXPERT),
+                    "model.moe.d_ff_expert %d is not divisible by parallel.tp %d (tensor parallelism splits each "
+                    "expert's MLP as model.d_ff's)", e->d_ff_expert, par->tp);
     if (par->ep > 1 && par->mode == SHARD_HSDP)
         return fail(v, BLAME(FID_MODE, FID_EP),
                     "parallel.mode hsdp with parallel.ep %d: an expert unit shards over the experts' data-parallel "

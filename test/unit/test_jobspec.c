@@ -605,6 +605,8 @@ static void test_moe(void)
                  "model.moe.experts applies to gpt and llama models only");
     expect_load("model: {moe: {experts: 4}}\nparallel: {cp: 2}\n", "moe with cp");
     expect_load("model: {moe: {experts: 4}}\nparallel: {tp: 2, sequence_parallel: true}\n", "moe with tp and sp");
+    expect_error("model: {moe: {experts: 4, d_ff_expert: 33}}\nparallel: {tp: 2}\n", "t.yaml:2:12: ",
+                 "model.moe.d_ff_expert 33 is not divisible by parallel.tp 2");
     expect_error("model: {moe: {experts: 4}}\ntrain: {cuda_graphs: true}\n", "t.yaml:2:9: ",
                  "train.cuda_graphs with model.moe");
     expect_error("model: {moe: {experts: 4, aux_loss_coef: -1}}\n", "t.yaml:1:42: ",
