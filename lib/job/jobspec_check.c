@@ -222,9 +222,9 @@ static int check_model(const job_spec *job, verdict *v)
 }
 
 /* model.moe: the experts a token can pick, the blocks that are MoE, and the
- * layouts the MoE layer runs under (every one but HSDP with expert
- * parallelism, CUDA graphs and the zero-bubble schedule; under tp each
- * expert splits as the dense MLP does, expert tensor parallelism = tp). */
+ * layouts the MoE layer runs under (every one but CUDA graphs and the
+ * zero-bubble schedule; under tp each expert splits as the dense MLP does,
+ * expert tensor parallelism = tp). */
 static int check_moe(const job_spec *job, verdict *v)
 {
     const job_model *m = &job->model;
@@ -244,10 +244,6 @@ static int check_moe(const job_spec *job, verdict *v)
         return fail(v, BLAME(FID_TP, FID_MOE_D_FF_EXPERT),
                     "model.moe.d_ff_expert %d is not divisible by parallel.tp %d (tensor parallelism splits each "
                     "expert's MLP as model.d_ff's)", e->d_ff_expert, par->tp);
-    if (par->ep > 1 && par->mode == SHARD_HSDP)
-        return fail(v, BLAME(FID_MODE, FID_EP),
-                    "parallel.mode hsdp with parallel.ep %d: an expert unit shards over the experts' data-parallel "
-                    "group, which HSDP's node groups do not follow yet; use fsdp, zero1, zero2 or ddp", par->ep);
     if (job->train.cuda_graphs)
         return fail(v, BLAME(FID_CUDA_GRAPHS, FID_MOE_EXPERTS),
                     "train.cuda_graphs with model.moe: the grouped expert GEMMs take each step's tokens-per-expert "

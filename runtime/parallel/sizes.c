@@ -540,8 +540,13 @@ size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, s
     size_t n = sizes_unit_numel(s, unit, at.tp), off, len;
     int S = sizes_shard_group(s, what), r = sizes_shard_rank(s, what, at.dp), ep = sizes_ep(s);
     /* an expert unit: over the experts' data-parallel group (mesh.h MESH_EDP:
-     * place at.dp of dp x cp is its rank at.dp / ep) */
-    if (S > 1 && sizes_expert_unit(s, unit)) S /= ep, r = at.dp / ep;
+     * place at.dp of dp x cp is its rank at.dp / ep), the whole of it under
+     * HSDP too (its ranks hold other experts than the node's dense shard
+     * group: the expert units shard as FSDP's, the rest is hybrid) */
+    if (S > 1 && sizes_expert_unit(s, unit)) {
+        if (s->job.parallel.mode == SHARD_HSDP) S = sizes_grad_dp(s);
+        S /= ep, r = at.dp / ep;
+    }
     comm_chunk(n, S, r, &off, &len);
     if (lo) *lo = off;
     return len;

@@ -25,7 +25,8 @@
 #    parameters, and the bytes
 #    travel on the ep and experts' data-parallel groups;
 #  - refused in one line, exit 2, before any worker starts: ep not dividing
-#    the experts, ep not dividing dp x cp, ep without model.moe, ep with hsdp.
+#    the experts, ep not dividing dp x cp, ep without model.moe, d_ff_expert
+#    not divisible by tp.
 # DTRUN_TEST_FULL=1 adds a longer matrix (interleaved pipelines, ZeRO-2 with
 # accumulation, selective recompute, bf16 FSDP, dp 2 x cp 2 x ep 4 ...).
 source "$(dirname "$0")/../parallel/ckpt.bash"
@@ -54,10 +55,10 @@ PY
 }
 
 GPT=("dp=2 ep=2" "dp=4 ep=4 mode=zero1" "dp=4 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b" "cp=2 ep=2"
-     "tp=2" "dp=2 tp=2 ep=2" "dp=2 tp=2 ep=2 pp=2 sched=1f1b" "cp=2 tp=2 ep=2 sp=1")
+     "tp=2" "dp=2 tp=2 ep=2" "dp=2 tp=2 ep=2 pp=2 sched=1f1b" "cp=2 tp=2 ep=2 sp=1" "dp=4 ep=2 mode=hsdp nodes=2")
 TOP1=("dp=2 ep=2" "dp=4 ep=4 mode=zero2" "tp=2 sp=1")
 LLAMA=("dp=2 ep=2" "dp=4 ep=4" "cp=2 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b recompute=block"
-       "tp=2 sp=1" "dp=2 tp=2 ep=2 sp=1 mode=fsdp recompute=block")
+       "tp=2 sp=1" "dp=2 tp=2 ep=2 sp=1 mode=fsdp recompute=block" "dp=4 ep=2 tp=2 sp=1 mode=hsdp nodes=2")
 BF16=("dp=2 ep=2 prec=bf16" "dp=2 tp=2 ep=2 prec=bf16" "dp=2 tp=2 ep=2 sp=1 prec=bf16")
 if [ "${DTRUN_TEST_FULL:-0}" = 1 ]; then
   GPT+=("dp=4 ep=2 mode=zero2 accum=2" "dp=2 ep=2 pp=2 sched=interleaved" "dp=2 cp=2 ep=4 mode=fsdp"
@@ -134,7 +135,7 @@ bad ep-dp "parallel.ep 4 does not divide dp 2 x cp 1 = 2" 2 \
   $'model:\n  preset: gpt-tiny\n  moe: {experts: 8}\ntrain: {global_batch: 8, micro_batch: 4}\nparallel:\n  dp: 2\n  ep: 4'
 bad ep-no-moe "parallel.ep 2 needs model.moe" 2 \
   $'model:\n  preset: gpt-tiny\ntrain: {global_batch: 8, micro_batch: 4}\nparallel:\n  dp: 2\n  ep: 2'
-bad ep-hsdp "parallel.mode hsdp with parallel.ep 2" 2 \
-  $'model:\n  preset: gpt-tiny\n  moe: {experts: 4}\ntrain: {global_batch: 8, micro_batch: 4}\nparallel:\n  dp: 2\n  ep: 2\n  mode: hsdp'
+bad moe-tp-dff "model.moe.d_ff_expert 33 is not divisible by parallel.tp 2" 2 \
+  $'model:\n  preset: gpt-tiny\n  moe: {experts: 4, d_ff_expert: 33}\ntrain: {global_batch: 8, micro_batch: 8}\nparallel:\n  tp: 2'
 summary
 echo "ok: parallel.ep: ${#GPT[@]} + ${#TOP1[@]} + ${#LLAMA[@]} layouts with the one-process routing, ${#BF16[@]} in bf16, 4 reshards across ep and tp, 4 refusals"
