@@ -223,8 +223,9 @@ static int check_model(const job_spec *job, verdict *v)
 }
 
 /* model.moe: the experts a token can pick, the blocks that are MoE, and the
- * layouts the MoE layer runs under (every one but tensor parallelism, HSDP
- * with expert parallelism, CUDA graphs and the zero-bubble schedule). */
+ * layouts the MoE layer runs under (every one but CUDA graphs and the
+ * zero-bubble schedule; under tp each expert splits as the dense MLP does,
+ * expert tensor parallelism = tp). */
 static int check_moe(const job_spec *job, verdict *v)
 {
     const job_model *m = &job->model;
@@ -240,14 +241,10 @@ static int check_moe(const job_spec *job, verdict *v)
                     "model.moe.first_dense %d leaves no MoE block among the model's %d blocks (first_dense counts "
                     "the dense blocks before the first MoE one)",
                     e->first_dense, m->n_layer);
-    if (par->tp > 1)
-        return fail(v, BLAME(FID_TP, FID_MOE_EXPERTS),
-                    "model.moe with parallel.tp %d: the MoE layer runs without tensor parallelism so far (experts "
-                    "neither replicated over tp nor split by expert tp); use dp, cp, pp and parallel.ep", par->tp);
-    if (par->ep > 1 && par->mode == SHARD_HSDP)
-        return fail(v, BLAME(FID_MODE, FID_EP),
-                    "parallel.mode hsdp with parallel.ep %d: an expert unit shards over the experts' data-parallel "
-                    "group, which HSDP's node groups do not follow yet; use fsdp, zero1, zero2 or ddp", par->ep);
+    if (e->d_ff_expert % par->tp)
+        return fail(v, BLAME(FID_TP, FID_MOE_D_FF_EXPERT),
+                    "model.moe.d_ff_expert %d is not divisible by parallel.tp %d (tensor parallelism splits each "
+                    "expert's MLP as model.d_ff's)", e->d_ff_expert, par->tp);
     if (job->train.cuda_graphs)
         return fail(v, BLAME(FID_CUDA_GRAPHS, FID_MOE_EXPERTS),
                     "train.cuda_graphs with model.moe: the grouped expert GEMMs take each step's tokens-per-expert "

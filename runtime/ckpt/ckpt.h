@@ -24,6 +24,10 @@
  *         column parallel; qkv has 3 groups: q, k, v split by heads);
  *   cols: dim 1 split the same way (row parallel);
  *   none: the whole tensor (tp_rank 0, tp_size 1).
+ * Expert parallelism adds "ep_rank" and "ep_size" (absent: 0 and 1): the
+ * global rows are cut into ep_size equal blocks first (an ep rank's experts)
+ * and the piece lies in block ep_rank, which the split above then divides as
+ * if it were the whole tensor (groups counting the block's row groups).
  * A tensor-parallel shard is [0, local numel); a ZeRO/FSDP rank's flat slice of
  * a unit becomes one piece per tensor it overlaps, with a partial [lo, hi). So
  * any set of rank files tells which global elements each piece holds, and a
@@ -57,6 +61,8 @@ typedef struct {
     int groups;        /* >= 1; rows split per group */
     int tp_rank, tp_size;
     uint64_t lo, hi;   /* elements [lo, hi) of the tp-local tensor */
+    int ep_rank, ep_size; /* ep_size > 1: the rows' block ep_rank of ep_size equal blocks
+                             first, the split applying within it (0 or 1: none) */
 } ckpt_place;
 
 typedef struct {

@@ -35,9 +35,14 @@ long ckpt_parse_step_dirname(const char *name)
     return v;
 }
 
+/* Expert parallelism's block of rows (ckpt.h): its rows, and the first. */
+static int ep_blocks(const ckpt_place *p) { return p->ep_size > 1 ? p->ep_size : 1; }
+static uint64_t block_rows(const ckpt_place *p) { return (uint64_t)p->shape[0] / (uint64_t)ep_blocks(p); }
+static uint64_t block_first(const ckpt_place *p) { return ep_blocks(p) > 1 ? (uint64_t)p->ep_rank * block_rows(p) : 0; }
+
 static uint64_t local_rows(const ckpt_place *p)
 {
-    uint64_t R = (uint64_t)p->shape[0];
+    uint64_t R = block_rows(p);
     if (p->split != CKPT_SPLIT_ROWS) return R;
     uint64_t g = (uint64_t)p->groups;
     return g * part_len(R / g, p->tp_rank, p->tp_size);
@@ -56,18 +61,20 @@ static uint64_t col_offset(const ckpt_place *p)
 
 static uint64_t global_row(const ckpt_place *p, uint64_t lr)
 {
-    if (p->split != CKPT_SPLIT_ROWS) return lr;
-    uint64_t rows_g = (uint64_t)p->shape[0] / (uint64_t)p->groups;
+    if (p->split != CKPT_SPLIT_ROWS) return block_first(p) + lr;
+    uint64_t rows_g = block_rows(p) / (uint64_t)p->groups;
     uint64_t lrows_g = part_len(rows_g, p->tp_rank, p->tp_size);
     uint64_t g = lr / lrows_g, r = lr % lrows_g;
-    return g * rows_g + part_lo(rows_g, p->tp_rank, p->tp_size) + r;
+    return block_first(p) + g * rows_g + part_lo(rows_g, p->tp_rank, p->tp_size) + r;
 }
 
 /* Local row of global row R, or UINT64_MAX when this shard does not hold it. */
 static uint64_t local_row(const ckpt_place *p, uint64_t R)
 {
+    if (R < block_first(p) || R >= block_first(p) + block_rows(p)) return UINT64_MAX;
+    R -= block_first(p);
     if (p->split != CKPT_SPLIT_ROWS) return R;
-    uint64_t rows_g = (uint64_t)p->shape[0] / (uint64_t)p->groups;
+    uint64_t rows_g = block_rows(p) / (uint64_t)p->groups;
     uint64_t g = R / rows_g, r = R % rows_g;
     uint64_t lo = part_lo(rows_g, p->tp_rank, p->tp_size), n = part_len(rows_g, p->tp_rank, p->tp_size);
     if (r < lo || r >= lo + n) return UINT64_MAX;
@@ -98,13 +105,13 @@ void ckpt_place_of_param(const param_spec *p, int tp_rank, int tp_size, uint64_t
     param_tp_part(p, tp_rank, tp_size, &part, &parts);
     out->tp_rank = out->split == CKPT_SPLIT_NONE ? 0 : part;
     out->tp_size = out->split == CKPT_SPLIT_NONE ? 1 : parts;
-    /* an ep rank's experts: its block of rows (experts are never tp-split
-     * too), so every expert keeps its global id whatever ep wrote it */
+    /* an ep rank's experts: its block of rows, split over tp within it
+     * (the block's row groups), so every expert keeps its global id whatever
+     * ep and tp wrote it */
     if (param_is_expert(p)) {
-        out->split = CKPT_SPLIT_ROWS;
-        out->groups = 1;
-        out->tp_rank = p->ep_rank;
-        out->tp_size = p->ep_size;
+        out->ep_rank = p->ep_rank;
+        out->ep_size = p->ep_size;
+        if (out->split == CKPT_SPLIT_ROWS) out->groups /= p->ep_size;
     }
     out->lo = lo;
     out->hi = hi;
@@ -149,9 +156,13 @@ int ckpt_place_check(const ckpt_place *p, char *why, size_t whylen)
         return snprintf(why, whylen, "unknown split"), -1;
     if (p->tp_size < 1 || p->tp_size > CKPT_MAX_TP || p->tp_rank < 0 || p->tp_rank >= p->tp_size)
         return snprintf(why, whylen, "tp_rank %d of tp_size %d", p->tp_rank, p->tp_size), -1;
-    if (p->groups < 1 || (p->split == CKPT_SPLIT_ROWS && p->shape[0] % p->groups != 0))
-        return snprintf(why, whylen, "%d row groups do not divide %lld rows", p->groups,
+    if (p->ep_size < 0 || p->ep_size > CKPT_MAX_TP || (p->ep_size > 1 && (p->ep_rank < 0 || p->ep_rank >= p->ep_size ||
+                                                                            p->shape[0] % p->ep_size != 0)))
+        return snprintf(why, whylen, "ep_rank %d of ep_size %d (of %lld rows)", p->ep_rank, p->ep_size,
                         (long long)p->shape[0]), -1;
+    if (p->groups < 1 || (p->split == CKPT_SPLIT_ROWS && block_rows(p) % (uint64_t)p->groups != 0))
+        return snprintf(why, whylen, "%d row groups do not divide %llu rows", p->groups,
+                        (unsigned long long)block_rows(p)), -1;
     if (p->split == CKPT_SPLIT_COLS && p->ndim != 2)
         return snprintf(why, whylen, "a column split of a 1-D tensor"), -1;
     uint64_t n = ckpt_place_local_numel(p);
@@ -173,6 +184,8 @@ char *ckpt_place_encode(const char *name, const ckpt_place *p)
          cJSON_AddNumberToObject(o, "groups", p->groups) &&
          cJSON_AddNumberToObject(o, "tp_rank", p->tp_rank) &&
          cJSON_AddNumberToObject(o, "tp_size", p->tp_size) &&
+         (ep_blocks(p) == 1 || (cJSON_AddNumberToObject(o, "ep_rank", p->ep_rank) &&
+                                cJSON_AddNumberToObject(o, "ep_size", p->ep_size))) &&
          cJSON_AddNumberToObject(o, "lo", (double)p->lo) &&
          cJSON_AddNumberToObject(o, "hi", (double)p->hi);
     char *s = ok ? cJSON_PrintUnformatted(o) : NULL;
@@ -246,6 +259,17 @@ int ckpt_place_decode(const char *json, char *name, size_t name_len, ckpt_place 
     p->groups = (int)groups;
     p->tp_rank = (int)tr;
     p->tp_size = (int)ts;
+    /* optional (expert parallelism): both or neither */
+    uint64_t er = 0, es = 1;
+    int has_er = cJSON_GetObjectItemCaseSensitive(o, "ep_rank") != NULL;
+    int has_es = cJSON_GetObjectItemCaseSensitive(o, "ep_size") != NULL;
+    if (has_er != has_es || (has_es && (!get_uint(o, "ep_rank", &er) || !get_uint(o, "ep_size", &es) ||
+                                        er > CKPT_MAX_TP || es < 1 || es > CKPT_MAX_TP))) {
+        snprintf(why, whylen, "placement has a bad ep_rank or ep_size");
+        goto out;
+    }
+    p->ep_rank = (int)er;
+    p->ep_size = (int)es;
     rc = ckpt_place_check(p, why, whylen);
 out:
     cJSON_Delete(o);

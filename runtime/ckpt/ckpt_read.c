@@ -314,6 +314,8 @@ int ckpt_read_global(const ckpt *ck, const char *name, float *out, char *err, si
     want.groups = 1;
     want.tp_rank = 0;
     want.tp_size = 1;
+    want.ep_rank = 0;
+    want.ep_size = 1;
     want.lo = 0;
     want.hi = (uint64_t)want.shape[0] * (uint64_t)want.shape[1];
     return ckpt_read_slice(ck, name, &want, out, err, errlen);

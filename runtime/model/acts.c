@@ -135,13 +135,11 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
     size_t att = att_numel(g, B), e = g->e;
     size_t C_l = (size_t)g->d.C_l, W_l = (size_t)g->d.W_l;
-    /* the MLP's hidden tensors, in elements: a dense block's over all N rows
-     * (tp-split columns), an MoE block's shared experts' over the rows it
-     * routes (Nl: whole on each tp rank, its own rows under sequence
-     * parallelism) */
+    /* the MLP's hidden tensors, in elements: a dense block's, or an MoE
+     * block's shared experts', over all N rows (tp-split columns) */
     size_t H = 0, F = 0;
     if (mlp & MLP_DENSE) H = N * (size_t)g->d.H_l, F = N * (size_t)g->d.F_l;
-    if (mlp & MLP_MOE) H = max_sz(H, Nl * (size_t)g->d.Hs), F = max_sz(F, Nl * (size_t)g->d.Fs);
+    if (mlp & MLP_MOE) H = max_sz(H, N * (size_t)g->d.Hs), F = max_sz(F, N * (size_t)g->d.Fs);
     /* elementwise recompute: the norms' outputs (and a dense Llama block's
      * SwiGLU product) live in the working set (block_scratch el_ln, el_act),
      * rebuilt in backward, not kept (the stats are: the norm backward reads
@@ -163,11 +161,11 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_
     s->fch = H ? take(b, H * e) : NULL;
     s->fchg = F && !el_act ? take(b, F * e) : NULL;
     if (!(mlp & MLP_MOE)) return;
-    /* the rows this rank routes: its own under sequence parallelism (the
-     * experts are whole on every tp rank), all of them otherwise */
-    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = Nl * k, Mx = moe_expert_rows(&g->d, Nl);
+    /* the rows every tp rank routes alike: all N (gathered under sequence
+     * parallelism); the experts' hidden columns split over tp (He, Fe) */
+    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = N * k, Mx = moe_expert_rows(&g->d, N);
     size_t before = b->off;
-    s->moe_scores = takef(b, Nl * E);
+    s->moe_scores = takef(b, N * E);
     s->moe_w = takef(b, Nk);
     s->moe_idx = takei(b, Nk);
     s->moe_dst = takei(b, Nk);
@@ -317,18 +315,18 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
     /* the MLP's gradients: a dense block's, or an MoE block's shared experts' */
     size_t Fg = N * max_sz(g->has_dense ? F_l : 0, W_l), Hg = N * max_sz(g->has_dense ? H_l : 0, C_l);
-    if (g->has_moe) Fg = max_sz(Fg, Nl * (size_t)g->d.Fs), Hg = max_sz(Hg, Nl * (size_t)g->d.Hs);
+    if (g->has_moe) Fg = max_sz(Fg, N * (size_t)g->d.Fs), Hg = max_sz(Hg, N * (size_t)g->d.Hs);
     a->bs.dA = nb > 0 ? takef(b, Fg) : NULL;
     a->bs.dB = nb > 0 ? takef(b, Hg) : NULL;
     /* an MoE block's backward (moe.c), and its route's per-sample counts */
     int moe = g->has_moe;
     /* the rows it routes (take_block) */
-    size_t E = (size_t)g->d.E, Nk = Nl * (size_t)g->d.k, Mx = moe ? moe_expert_rows(&g->d, Nl) : 0;
+    size_t E = (size_t)g->d.E, Nk = N * (size_t)g->d.k, Mx = moe ? moe_expert_rows(&g->d, N) : 0;
     a->bs.moe_dy = moe ? takef(b, Mx * C) : NULL;
     a->bs.moe_dg = moe ? takef(b, Mx * (size_t)g->d.Fe) : NULL;
     a->bs.moe_dh = moe ? takef(b, Mx * (size_t)g->d.He) : NULL;
     a->bs.moe_dw = moe ? takef(b, Nk) : NULL;
-    a->bs.moe_dlogits = moe ? takef(b, Nl * E) : NULL;
+    a->bs.moe_dlogits = moe ? takef(b, N * E) : NULL;
     a->bs.moe_aux = moe ? takef(b, (size_t)B * E) : NULL;
     a->bs.moe_chosen = moe ? takei(b, 2 * (size_t)B * E) : NULL;
     a->bs.moe_before = moe && g->cp ? takei(b, 2 * (size_t)B * E) : NULL;

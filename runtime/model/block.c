@@ -127,10 +127,9 @@ static void residual_norm_forward(model *m, void *res, void *out, float *mean, f
 
 /* ---- the MLP's activation: GELU of fc's output, or SwiGLU of gate|up ---- */
 
-void block_mlp_in(model *m, void *h, void *g, const void *in, void *full, const void *w, const float *b, int N,
-                  int H, int F, const model_lora *lo)
+void block_mlp_in(model *m, const model_layers *L, void *h, void *g, const void *in, void *full, const void *w,
+                  const float *b, int N, int H, int F, const model_lora *lo)
 {
-    const model_layers *L = &m->layers;
     int C = m->d.C;
     dt_dtype t = m->act;
     if (m->spec.kind == MODEL_LLAMA) { /* one GEMM for gate and up, then SiLU(gate) * up */
@@ -153,11 +152,10 @@ void block_mlp_in(model *m, void *h, void *g, const void *in, void *full, const 
     }
 }
 
-void block_mlp_out_backward(model *m, const void *h, const void *g, const void *w, float *dw, float *db,
-                            const float *dout, void *full, float *dh, float *dg, int N, int H, int F,
+void block_mlp_out_backward(model *m, const model_layers *L, const void *h, const void *g, const void *w, float *dw,
+                            float *db, const float *dout, void *full, float *dh, float *dg, int N, int H, int F,
                             const model_lora *lo)
 {
-    const model_layers *L = &m->layers;
     int C = m->d.C;
     dt_dtype t = m->act;
     size_t NF = (size_t)N * (size_t)F;
@@ -235,7 +233,7 @@ void block_forward(model *m, int unit, const void *x, void *y, block_acts *a_in,
         if (branch) ops->residual_forward(y, branch, a->r2, NlC, t);
         return;
     }
-    block_mlp_in(m, a->fch, a->fchg, a->ln2, s->full, bp.w[BR_FC_W], bp.p[BR_FC_B], N, d->H_l, d->F_l,
+    block_mlp_in(m, L, a->fch, a->fchg, a->ln2, s->full, bp.w[BR_FC_W], bp.p[BR_FC_B], N, d->H_l, d->F_l,
                  block_lora(m, unit, LORA_LAYER_FC, &bp, &s->lora, &lb));
     if (recomputing) return; /* the backward reads nothing past this point */
     L->row_forward(L->ctx, branch, s->full, a->fchg, bp.w[BR_MPROJ_W], bp.p[BR_MPROJ_B], N, d->F_l, C, t,
@@ -303,12 +301,12 @@ void block_backward(model *m, int unit, float *dres, const void *x, const block_
     }
     if (block_is_moe(m, unit)) { /* no zero-bubble split (model_acts_create_split refuses it) */
         moe_bufs mb = moe_bufs_of(a, s);
-        moe_backward(m, unit, &bp, &mb, s, a->ln2, dres, s->dln, N, T);
-        dln2 = s->dln;
+        dln2 = moe_backward(m, unit, &bp, &mb, s, a->ln2, dres, s->dln, N, T);
     } else {
         if (keep) ops->copy(keep->dy, dres, (size_t)N * (size_t)C * sizeof(float));
-        block_mlp_out_backward(m, a->fch, a->fchg, bp.w[BR_MPROJ_W], bp.g[BR_MPROJ_W], bp.g[BR_MPROJ_B], dres, s->full,
-                               dfch, dfchg, N, d->H_l, d->F_l, block_lora(m, unit, LORA_LAYER_MPROJ, &bp, &s->lora, &lb));
+        block_mlp_out_backward(m, L, a->fch, a->fchg, bp.w[BR_MPROJ_W], bp.g[BR_MPROJ_W], bp.g[BR_MPROJ_B], dres,
+                               s->full, dfch, dfchg, N, d->H_l, d->F_l,
+                               block_lora(m, unit, LORA_LAYER_MPROJ, &bp, &s->lora, &lb));
         if (keep) ops->copy(keep->dfch, dfch, (size_t)N * (size_t)d->H_l * sizeof(float));
         /* s->full is free again: dy is used up */
         dln2 = L->column_backward(L->ctx, s->dln, bp.g[BR_FC_W], bp.g[BR_FC_B], dfch, a->ln2, s->full, bp.w[BR_FC_W],

@@ -115,6 +115,12 @@ static void rows_grad_sum(void *ctx, float *buf, size_t n)
     (void)ctx, (void)buf, (void)n; /* one rank holds every row */
 }
 
+static void partial_sum(void *ctx, float *out_rows, float *partial, size_t nc)
+{
+    const model *m = ctx; /* one rank: the partial is the sum */
+    if (out_rows != partial) m->ops->copy(out_rows, partial, nc * sizeof(float));
+}
+
 /* naive (model.attention): the softmax probabilities materialised and kept
  * as the stat, [B, NH, T, T]; scratch another such for backward. */
 /* The naive attention has no document mask (job_check refuses packed samples
@@ -200,5 +206,6 @@ void model_local_layers(model *m, model_layers *out)
                           .head_forward = head_forward,
                           .head_backward = head_backward,
                           .rows_gather = rows_gather,
-                          .rows_grad_sum = rows_grad_sum};
+                          .rows_grad_sum = rows_grad_sum,
+                          .partial_sum = partial_sum};
 }

@@ -75,6 +75,7 @@ model *model_create_prec(const job_model *spec, const model_shard *shard, const 
     m->prec.grad_bf16 = m->prec.bf16 && m->prec.grad_bf16;
     m->act = m->prec.bf16 ? DT_BF16 : DT_F32;
     model_local_layers(m, &m->layers);
+    m->local = m->layers;
     model_local_attention(m, &m->attn);
     m->recompute = recompute;
     model_dims_of(spec, sh, &m->d);

@@ -102,8 +102,9 @@ typedef struct {
     int ep_rank, ep_size;      /* the routed experts' tensors under expert parallelism
                                   (model_shard ep_size > 1): this rank holds the rows of
                                   experts [ep_rank E / ep_size, (ep_rank + 1) E / ep_size),
-                                  part ep_rank of ep_size equal blocks of rows (never split
-                                  over tp as well); 0 and 1 for every other tensor */
+                                  part ep_rank of ep_size equal blocks of rows, within which
+                                  the tp split applies as to the whole tensor (the block's
+                                  E / ep_size row groups); 0 and 1 for every other tensor */
 } param_spec;
 
 /* 1 for a routed expert tensor split over expert-parallel ranks: its copies on
@@ -343,6 +344,13 @@ typedef struct {
      * this rank's rows), a Llama's kv heads replicated above n_kv_head (from
      * this rank's query heads; model_kv_grads_sum). */
     void (*rows_grad_sum)(void *ctx, float *buf, size_t n);
+    /* A row-parallel layer's sum without its GEMM: out_rows = this rank's
+     * rows of the sum over the group of the [N, C] fp32 partial (nc = N C
+     * floats; used up): all-reduced, or reduce-scattered under sequence
+     * parallelism. out_rows may be partial itself (without SP) or its own
+     * rows within it (rows_first). The MoE layer sums its experts' and
+     * shared experts' partial outputs (and their input gradients) with it. */
+    void (*partial_sum)(void *ctx, float *out_rows, float *partial, size_t nc);
 } model_layers;
 
 /* The document mask of packed samples (model_batch.segments): the segment

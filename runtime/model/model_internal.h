@@ -62,9 +62,10 @@ typedef struct {
                        sample's, two chunks of seq / 2 (model_cp_chunk); else 1 */
     int cp_rank;
     /* model.moe (0 without): experts E, choices per token k, an expert's hidden
-     * width Fe and its first GEMM's output He (Fe, or 2 Fe for a Llama's
-     * packed gate|up), the shared experts' Fs = shared_experts * Fe and Hs
-     * likewise; never split (the MoE layer runs without tp so far). Expert
+     * width Fe on this tp rank and its first GEMM's output He (Fe, or 2 Fe for
+     * a Llama's packed gate|up), the shared experts' Fs (this tp rank's of
+     * shared_experts * d_ff_expert) and Hs likewise: split over tp as d_ff
+     * (expert tensor parallelism = tp). Expert
      * parallelism (model_shard ep_size): this rank computes El = E / ep_size
      * of the experts, on the rows every rank of its ep group sends them */
     int E, k, Fe, He, Fs, Hs;
@@ -135,6 +136,8 @@ struct model {
     dt_dtype act;          /* the activations' type (ops.h): bf16 under mixed precision */
     model_hooks hooks;
     model_layers layers;   /* the tp layers, or the plain local ones (local_layers.c) */
+    model_layers local;    /* the plain local ones always: the MoE layer computes its tp
+                              shards through them and sums them with layers.partial_sum */
     model_attention attn;  /* the cp ring, or the local attention (local_layers.c) */
     int attn_set;
     int layers_set;        /* a strategy gave them (model_set_layers) */
@@ -476,18 +479,19 @@ void llama_rope_backward(model *m, float *dqkv, const block_scratch *s, int N);
 float *llama_qkv_wgrad_begin(model *m, const block_scratch *s);
 void llama_qkv_wgrad_finish(model *m, int unit, const block_scratch *s);
 
-/* A dense MLP's first layer and its activation through the model's layers:
- * h [N, H] = in w^T + b (column layer), g [N, F] its GELU (H = F) or a
- * Llama's SwiGLU (H = 2 F). The dense block's, and the shared experts'. lo:
- * train.lora's adapter on the first layer, or NULL (lora.h). */
-void block_mlp_in(model *m, void *h, void *g, const void *in, void *full, const void *w, const float *b, int N,
-                  int H, int F, const model_lora *lo);
+/* A dense MLP's first layer and its activation through layers L (the
+ * model's, or its local ones): h [N, H] = in w^T + b (column layer), g [N,
+ * F] its GELU (H = F) or a Llama's SwiGLU (H = 2 F). The dense block's, and
+ * the shared experts'. lo: train.lora's adapter on the first layer, or NULL
+ * (lora.h). */
+void block_mlp_in(model *m, const model_layers *L, void *h, void *g, const void *in, void *full, const void *w,
+                  const float *b, int N, int H, int F, const model_lora *lo);
 /* The second layer's backward (out = g w^T + b, row layer) and the
  * activation's: dh [N, H] (the first layer's output gradient) from dout,
  * dg [N, F] scratch; dw, db accumulate. lo: train.lora's adapter on the
  * second layer, or NULL. */
-void block_mlp_out_backward(model *m, const void *h, const void *g, const void *w, float *dw, float *db,
-                            const float *dout, void *full, float *dh, float *dg, int N, int H, int F,
+void block_mlp_out_backward(model *m, const model_layers *L, const void *h, const void *g, const void *w, float *dw,
+                            float *db, const float *dout, void *full, float *dh, float *dg, int N, int H, int F,
                             const model_lora *lo);
 
 /* ---- an MoE block's MLP (moe.c) ----
@@ -509,19 +513,27 @@ typedef struct {
     void *ye;                   /* [Mx, C]: this rank's experts' outputs when the dispatcher
                                    moves rows (else y itself) */
     void *sh_h, *sh_g;          /* [N, Hs], [N, Fs]: the shared experts' (NULL without) */
+    void *full;                 /* [N, C] floats under sequence parallelism (block_scratch.full:
+                                   the gathered input, the partial sums), else NULL */
 } moe_bufs;
 moe_bufs moe_bufs_of(const block_acts *a, const block_scratch *s);
-/* branch [N, C] fp32 = the block's MoE MLP of x [N, C] (its norm's output,
- * type model.act), N rows of samples of T (groups of capacity and balance
- * loss). branch NULL (a block recompute's forward): stops once what the
- * backward reads exists. count: add to the model's statistics. */
-void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, const void *x, float *branch, int N,
-                 int T, int count);
-/* dx [N, C] (zeroed here) = d(x) of the MoE MLP from dbranch [N, C]; its
- * parameters' gradients accumulate, the balance loss's included
- * (m->moe_aux_scale). */
-void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b, const block_scratch *s,
-                  const void *x, const float *dbranch, float *dx, int N, int T);
+/* branch fp32 (this rank's rows) = the block's MoE MLP of x_rows (its
+ * norm's output, type model.act; this rank's rows of the N: all of them, or
+ * its 1/tp under sequence parallelism), N rows of samples of T (groups of
+ * capacity and balance loss). Under tensor parallelism every tp rank routes
+ * all N rows alike and computes its columns of every expert (the shared
+ * ones too); the partial outputs are summed over tp once
+ * (model_layers.partial_sum). branch NULL (a block recompute's forward):
+ * stops once what the backward reads exists. count: add to the model's
+ * statistics. */
+void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, const void *x_rows, float *branch,
+                 int N, int T, int count);
+/* d(x) of the MoE MLP from dbranch (this rank's rows), into dx [N, C]
+ * (scratch, overwritten): returns where this rank's rows of it are (dx
+ * itself without sequence parallelism). Its parameters' gradients
+ * accumulate, the balance loss's included (m->moe_aux_scale). */
+const float *moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b, const block_scratch *s,
+                          const void *x_rows, const float *dbranch, float *dx, int N, int T);
 /* moe_state.c, moe_dispatch.c; moe_cp_scratch: host floats (at least n) for
  * context parallelism's gathers, kept by the model and grown as needed (NULL
  * never: out of memory aborts, as a kernel's would) */

@@ -22,6 +22,17 @@
  *               plus the shared experts (a dense MLP every token passes
  *               through, weight 1)
  *
+ * Tensor parallelism (Megatron-Core's expert tensor parallelism equal to
+ * tp): every tp rank routes the same N rows (gathered first under sequence
+ * parallelism, as a column layer's input: model_layers.rows_gather), its
+ * experts and shared experts hold their columns (fc / gate_up rows, proj /
+ * down columns: params.c) and compute through the plain local layers
+ * (model.local), and the partial outputs are summed over tp once
+ * (model_layers.partial_sum: an all-reduce, or a reduce-scatter into the
+ * rank's rows); the backward mirrors it, and the routing weights' gradient
+ * (dot products with the partial outputs) is summed over tp too. The
+ * router, its statistics and the balance loss are every tp rank's alike.
+ *
  * The balance loss (Switch, GShard; per sample, DeepSeek-V3's sequence-wise
  * form): aux = E sum_e f_e P_e over each sample's T tokens, f_e its choices
  * of e over T k (before any drop: no gradient), P_e the mean over its tokens
@@ -46,7 +57,7 @@ moe_bufs moe_bufs_of(const block_acts *a, const block_scratch *s)
                   .counts_dev = s->moe_counts, .chosen_dev = s->moe_chosen, .before_dev = s->moe_before,
                   .psum = s->moe_aux, .counts = a->moe_counts, .chosen = a->moe_chosen, .host = s->moe_host,
                   .xe = a->moe_x, .h = a->moe_h, .g = a->moe_g, .y = a->moe_y, .ye = s->moe_ye, .sh_h = a->fch,
-                  .sh_g = a->fchg};
+                  .sh_g = a->fchg, .full = s->full};
     return b;
 }
 
@@ -181,17 +192,23 @@ static double balance_loss(const model *m, const int *chosen, const float *psum_
     return sum * scale;
 }
 
-void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, const void *x, float *branch, int N,
-                 int T, int count)
+void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, const void *x_rows, float *branch,
+                 int N, int T, int count)
 {
     const dt_ops *ops = m->ops;
-    const model_layers *L = &m->layers;
+    const model_layers *L = &m->layers, *LL = &m->local;
     const model_dims *d = &m->d;
     const job_moe *cfg = &m->spec.moe;
     const model_moe_dispatcher *disp = &m->moe_disp;
     dt_dtype t = m->act;
     int C = d->C, E = d->E, El = d->El, k = d->k, G = N / T, slot = moe_slot_of(m, unit);
     int sigmoid = cfg->router == ROUTER_SIGMOID, Tf = T * (cp_routed(m) ? d->cp_size : 1);
+    size_t NC = (size_t)N * (size_t)C;
+
+    /* every tp rank routes the same N rows: under sequence parallelism
+     * gathered first, as a column layer's input (into full, until the
+     * experts' partial sums need it) */
+    const void *x = L->rows_gather(L->ctx, x_rows, b->full, NC, t);
 
     /* router: fp32 logits (the GEMM accumulates in fp32 and stores fp32),
      * turned into scores in place */
@@ -206,9 +223,10 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
     model_moe_route r = route_of(m, b, N);
 
     /* dispatch (the shared experts' first layer while the rows travel),
-     * then the experts on their rows */
+     * then the experts on their rows: this tp rank's columns of each (the
+     * local layers: the sums over tp come once, below) */
     if (disp->dispatch_start) disp->dispatch_start(disp->ctx, x, &r, C, t);
-    if (d->Fs > 0) block_mlp_in(m, b->sh_h, b->sh_g, x, NULL, bp->w[BR_SH_FC_W], NULL, N, d->Hs, d->Fs, NULL);
+    if (d->Fs > 0) block_mlp_in(m, LL, b->sh_h, b->sh_g, x, NULL, bp->w[BR_SH_FC_W], NULL, N, d->Hs, d->Fs, NULL);
     int Ml = disp->dispatch(disp->ctx, b->xe, x, &r, C, t);
     void *ye = disp->moves_rows ? b->ye : b->y;
     ops->moe_grouped_forward(b->h, b->xe, bp->w[BR_EXP_FC_W], r.counts_l, El, C, d->He, t, t);
@@ -223,41 +241,50 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
     }
     /* combine: the shared experts' output (while the experts' travel back),
      * then every token's experts' (without a branch only the output rows the
-     * backward reads) */
+     * backward reads), all into the [N, C] partial of this tp rank's columns
+     * (full under sequence parallelism: x is used up), summed over tp into
+     * the branch's rows as a row-parallel layer's output */
+    float *part = branch && d->sp_size > 1 ? (float *)b->full : branch;
     if (disp->combine_start) disp->combine_start(disp->ctx, b->y, ye, &r, C, t);
-    if (branch && d->Fs > 0) L->row_forward(L->ctx, branch, NULL, b->sh_g, bp->w[BR_SH_PROJ_W], NULL, N, d->Fs, C, t, NULL);
-    disp->combine(disp->ctx, branch, b->y, ye, b->w, &r, C, t, d->Fs > 0);
+    if (part && d->Fs > 0) LL->row_forward(LL->ctx, part, NULL, b->sh_g, bp->w[BR_SH_PROJ_W], NULL, N, d->Fs, C, t,
+                                            NULL);
+    disp->combine(disp->ctx, part, b->y, ye, b->w, &r, C, t, d->Fs > 0);
+    if (branch) L->partial_sum(L->ctx, branch, part, NC);
 }
 
-void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b, const block_scratch *s,
-                  const void *x, const float *dbranch, float *dx, int N, int T)
+const float *moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b, const block_scratch *s,
+                          const void *x_rows, const float *dbranch, float *dx, int N, int T)
 {
     const dt_ops *ops = m->ops;
-    const model_layers *L = &m->layers;
+    const model_layers *L = &m->layers, *LL = &m->local;
     const model_dims *d = &m->d;
     const job_moe *cfg = &m->spec.moe;
     const model_moe_dispatcher *disp = &m->moe_disp;
     dt_dtype t = m->act;
     int C = d->C, E = d->E, El = d->El, k = d->k, G = N / T, Tf = T * (cp_routed(m) ? d->cp_size : 1);
+    int Nl = N / d->sp_size;
+    size_t NC = (size_t)N * (size_t)C, first = (size_t)Nl * (size_t)d->sp_rank;
     model_moe_route r = route_of(m, b, N);
     int Ml = local_rows(m, b);
 
-    /* the shared experts: a dense MLP's backward, whose first layer's input
-     * gradient starts dx (while the experts' output gradient travels) */
+    /* the output gradient of every row (gathered under sequence
+     * parallelism, as a row layer's) */
+    const float *dout = L->rows_gather(L->ctx, dbranch, b->full, NC, DT_F32);
+
+    /* the shared experts' second layer (while the experts' output gradient
+     * travels), on this tp rank's columns */
     ops->zero(s->moe_dw, (size_t)N * (size_t)k * sizeof(float));
-    if (disp->combine_backward_start)
-        disp->combine_backward_start(disp->ctx, s->moe_dw, dbranch, b->y, b->w, &r, C, t);
-    if (d->Fs > 0) {
-        block_mlp_out_backward(m, b->sh_h, b->sh_g, bp->w[BR_SH_PROJ_W], bp->g[BR_SH_PROJ_W], NULL, dbranch, NULL,
+    if (disp->combine_backward_start) disp->combine_backward_start(disp->ctx, s->moe_dw, dout, b->y, b->w, &r, C, t);
+    if (d->Fs > 0)
+        block_mlp_out_backward(m, LL, b->sh_h, b->sh_g, bp->w[BR_SH_PROJ_W], bp->g[BR_SH_PROJ_W], NULL, dout, NULL,
                                s->dB, s->dA, N, d->Hs, d->Fs, NULL);
-        L->column_backward(L->ctx, dx, bp->g[BR_SH_FC_W], NULL, s->dB, x, NULL, bp->w[BR_SH_FC_W], N, C, d->Hs, t, NULL);
-    } else {
-        ops->zero(dx, (size_t)N * (size_t)C * sizeof(float));
-    }
 
     /* combine, the experts' second GEMM, their activation, their first GEMM
-     * (its input gradient in moe_dy again: the output gradient is used up) */
-    disp->combine_backward(disp->ctx, s->moe_dy, s->moe_dw, dbranch, b->y, b->w, &r, C, t);
+     * (its input gradient in moe_dy again: the output gradient is used up).
+     * A weight's gradient dots the output gradient with the experts' whole
+     * output, of which this tp rank holds its columns' part: summed over tp */
+    disp->combine_backward(disp->ctx, s->moe_dy, s->moe_dw, dout, b->y, b->w, &r, C, t);
+    L->rows_grad_sum(L->ctx, s->moe_dw, (size_t)N * (size_t)k);
     ops->zero(s->moe_dg, (size_t)Ml * (size_t)d->Fe * sizeof(float));
     ops->moe_grouped_backward(s->moe_dg, bp->g[BR_EXP_PROJ_W], s->moe_dy, b->g, bp->w[BR_EXP_PROJ_W], r.counts_l,
                               El, d->Fe, C, t);
@@ -265,12 +292,15 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
     ops->zero(s->moe_dy, (size_t)Ml * (size_t)C * sizeof(float));
     ops->moe_grouped_backward(s->moe_dy, bp->g[BR_EXP_FC_W], s->moe_dh, b->xe, bp->w[BR_EXP_FC_W], r.counts_l, El,
                               C, d->He, t);
+    /* every input row again (full is free: dout is used up), before the
+     * exchange starts: one collective at a time */
+    const void *x = L->rows_gather(L->ctx, x_rows, b->full, NC, t);
     if (disp->dispatch_backward_start) disp->dispatch_backward_start(disp->ctx, s->moe_dy, &r, C);
 
     /* the router (while the experts' input gradient travels back): through
      * the weights, and the balance loss's seed (from each whole sample's
-     * choices: b->chosen, as the forward left it); its input gradient after
-     * the dispatch's, as without expert parallelism */
+     * choices: b->chosen, as the forward left it); then the shared experts'
+     * first layer, whose input gradient starts dx */
     const float *daux = NULL;
     if (cfg->aux_loss_coef > 0 && m->moe_aux_scale != 0) {
         double scale = (double)m->moe_aux_scale * E / ((double)Tf * (double)Tf * (double)k);
@@ -282,6 +312,16 @@ void moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b,
     ops->moe_router_backward(s->moe_dlogits, b->scores, b->idx, b->w, s->moe_dw, daux, N, E, k,
                              cfg->router == ROUTER_SIGMOID, cfg->norm_top_k, T, 0);
     ops->matmul_backward(NULL, bp->g[BR_ROUTER_W], NULL, s->moe_dlogits, x, NULL, N, C, E, t);
+    if (d->Fs > 0) LL->column_backward(LL->ctx, dx, bp->g[BR_SH_FC_W], NULL, s->dB, x, NULL, bp->w[BR_SH_FC_W], N, C,
+                                       d->Hs, t, NULL);
+    else ops->zero(dx, NC * sizeof(float));
+    /* the experts' input gradient, this tp rank's columns' part like the
+     * shared experts': summed over tp into this rank's rows; then the
+     * router's, whole on every tp rank, for those rows */
     disp->dispatch_backward(disp->ctx, dx, s->moe_dy, &r, C);
-    ops->matmul_backward(dx, NULL, NULL, s->moe_dlogits, NULL, bp->w[BR_ROUTER_W], N, C, E, t);
+    float *mine = dx + first * (size_t)C;
+    L->partial_sum(L->ctx, mine, dx, NC);
+    ops->matmul_backward(mine, NULL, NULL, s->moe_dlogits + first * (size_t)E, NULL, bp->w[BR_ROUTER_W], Nl, C, E,
+                         t);
+    return mine;
 }

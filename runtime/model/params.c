@@ -68,9 +68,12 @@ void model_dims_of(const job_model *spec, const model_shard *sh, model_dims *d)
         int glu = spec->kind == MODEL_LLAMA ? 2 : 1;
         d->E = e->experts;
         d->k = e->top_k;
-        d->Fe = e->d_ff_expert;
+        /* expert tensor parallelism = tp: each expert's hidden columns, and
+         * the shared experts' (a dense MLP of shared_experts * d_ff_expert),
+         * split over tp like the dense MLP's */
+        d->Fe = (int)split_len((size_t)e->d_ff_expert, tp_rank, tp_size);
         d->He = glu * d->Fe;
-        d->Fs = e->shared_experts * d->Fe;
+        d->Fs = (int)split_len((size_t)e->shared_experts * (size_t)e->d_ff_expert, tp_rank, tp_size);
         d->Hs = glu * d->Fs;
         d->ep_size = sh->ep_size > 1 ? sh->ep_size : 1;
         d->El = d->E / d->ep_size;
@@ -247,9 +250,12 @@ static void llama_block_spec(const job_model *s, int layer, int i, int r, int tp
  * C] (expert e's gate rows, then its up rows: SwiGLU's packed layout, one
  * GEMM per expert) and down [E C, Fe]; the shared experts' MLP of Fs =
  * shared_experts Fe, a dense MLP's tensors (GPT fc, proj; Llama gate, up,
- * down). Replicated over tp (the MoE layer refuses tp so far). Under expert
- * parallelism (ep_size > 1) a rank's routed experts' tensors are its block
- * of E / ep_size experts' rows (param_spec ep_rank). Init: normal 0.02, the
+ * down). Under tp (expert tensor parallelism = tp, Megatron-Core's) each
+ * expert splits as a dense MLP: fc / gate_up by rows, each expert's (a
+ * Llama's gate and up each) apart, proj / down by columns; the shared
+ * experts likewise; the router is replicated. Under expert parallelism
+ * (ep_size > 1) a rank's routed experts' tensors are its block of E /
+ * ep_size experts' rows (param_spec ep_rank), tp-split within it. Init: normal 0.02, the
  * output projections GPT-2's 0.02 / sqrt(2L), as the dense block's. `i`
  * counts from the router (0). */
 static void moe_spec(const job_model *s, int layer, int i, int r, int tp, int ep_rank, int ep_size, param_spec *p)
@@ -268,11 +274,16 @@ static void moe_spec(const job_model *s, int layer, int i, int r, int tp, int ep
     int out = is_llama ? i == 2 || i == 5 : i == 2 || i == 4;
     int rows = i == 0 ? E : i == 1 ? E * glu * Fe : i == 2 ? E * C : out ? C : Fs;
     int cols = out ? (i == 2 ? Fe : Fs) : C;
-    set_spec(p, name, rows, cols, 2, SPLIT_NONE, 1, INIT_NORMAL, out ? proj_std : 0.02f, r, tp);
+    /* the router replicated; the experts' first matrices column-parallel
+     * (each expert's rows, a Llama's gate and up each, split apart: E or
+     * 2 E row groups), their second row-parallel (columns) */
+    split_kind split = i == 0 ? SPLIT_NONE : out ? SPLIT_COLS : SPLIT_ROWS;
+    int groups = i == 1 ? E * glu : 1;
+    set_spec(p, name, rows, cols, 2, split, groups, INIT_NORMAL, out ? proj_std : 0.02f, r, tp);
     if ((i == 1 || i == 2) && ep_size > 1) {
         p->ep_rank = ep_rank;
         p->ep_size = ep_size;
-        p->local_shape[0] = rows / ep_size;
+        p->local_shape[0] /= ep_size;
         p->local_numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
     }
 }
@@ -443,8 +454,15 @@ size_t model_unit_expert_numel(const job_model *spec, int unit, int tp_rank, int
 size_t param_global_index(const param_spec *p, int tp_rank, int tp_size, size_t i)
 {
     size_t K = (size_t)p->shape[1];
-    /* an ep rank's experts: one block of whole rows */
-    if (param_is_expert(p)) return (size_t)p->ep_rank * p->local_numel + i;
+    /* an ep rank's experts: its block of E / ep experts' rows, split over tp
+     * within the block as the whole tensor is */
+    if (param_is_expert(p)) {
+        param_spec q = *p;
+        q.ep_rank = 0, q.ep_size = 1;
+        q.shape[0] = p->shape[0] / p->ep_size;
+        if (q.split == SPLIT_ROWS) q.split_groups = p->split_groups / p->ep_size;
+        return (size_t)p->ep_rank * (size_t)q.shape[0] * K + param_global_index(&q, tp_rank, tp_size, i);
+    }
     if (p->split == SPLIT_NONE) return i;
     if (p->split == SPLIT_COLS) {
         size_t lc = (size_t)p->local_shape[1];

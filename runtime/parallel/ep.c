@@ -60,10 +60,15 @@ struct ep_disp {
     void *mem;            /* sizes_ep_stage_numel floats: tok, exp, perm */
     float *tok;           /* the token side's rows on their way: [tok_rows, C] */
     float *exp;           /* the experts' side's, rank by rank: [exp_rows, C] */
-    int *perm;            /* device [exp_rows]: a reorder's gather indices */
+    int *perm;            /* device [exp_rows + tp_rows]: a reorder's gather indices */
+    void *tpbuf;          /* tp > 1: [tp_rows, C] the tp group's slots (tp_gather_shares); under
+                             mixed precision the gradients' slots are bf16, in its first half,
+                             the second holding their rows on the way (grad_half) */
+    size_t tp_rows;
     int *perm_host;       /* [exp_rows] */
     size_t *send, *recv;  /* [ep] element counts of one all-to-allv */
     int *off;             /* [E]: where each (rank, expert) block arrives */
+    int tp, tq;           /* tensor parallelism: the tp group's size and this rank's place */
     comm_req *req;        /* the exchange in flight (one at a time) */
     const char *pending;  /* which one, NULL: none */
 };
@@ -71,12 +76,18 @@ struct ep_disp {
 /* The element counts of one exchange of rows of C (dir 0: to the experts,
  * dir 1: back): rows for rank j's experts (this rank's route), rows from
  * rank i for this rank's experts (the received counts). */
+/* Tensor parallelism: of a block of c rows (one rank's rows of one expert),
+ * tp rank q's share, rows [c q / tp, c (q + 1) / tp); the whole block at tp 1. */
+static int share_lo(const ep_disp *d, int c) { return (int)((long long)c * d->tq / d->tp); }
+static int share_len(const ep_disp *d, int c) { return (int)((long long)c * (d->tq + 1) / d->tp) - share_lo(d, c); }
+
 static void counts_of(ep_disp *d, const model_moe_route *r, int dir)
 {
     const int *from = r->counts_l + r->El; /* [ep][El] */
     for (int j = 0; j < d->size; j++) {
         size_t to = 0, in = 0;
-        for (int e = 0; e < d->El; e++) to += (size_t)r->counts[j * d->El + e], in += (size_t)from[j * d->El + e];
+        for (int e = 0; e < d->El; e++)
+            to += (size_t)share_len(d, r->counts[j * d->El + e]), in += (size_t)share_len(d, from[j * d->El + e]);
         d->send[j] = (dir == 0 ? to : in) * (size_t)d->C;
         d->recv[j] = (dir == 0 ? in : to) * (size_t)d->C;
     }
@@ -100,6 +111,153 @@ static int reorder(ep_disp *d, const model_moe_route *r, int to_experts)
             }
     d->ops->from_host(d->perm, d->perm_host, (size_t)n * sizeof(int));
     return n;
+}
+
+/* ---- tensor parallelism (tp > 1) ----
+ * Every tp rank routes the same tokens (moe.c) and computes its columns of
+ * every expert, so each needs every row its experts get, and the outputs are
+ * partial sums over tp. Sending every row from every tp rank would repeat
+ * the all-to-all tp times; instead tp rank q sends its share of each (rank,
+ * expert) block of rows (share_lo) to the ep ranks of its own tp rank, and
+ * the tp group completes the rest inside the node: the experts' input rows
+ * (and their output gradient) arrive as this rank's shares placed among
+ * zeros and are summed over tp (an all-gather of uneven parts, as a sum);
+ * the experts' partial outputs (and their input gradient) are summed over
+ * tp before this rank's share of them travels back (an all-gather and a
+ * reduce-scatter of equal slots: tp_gather_shares, tp_scatter_shares). The token side then
+ * holds the experts' outputs of its share of the choices, zeros elsewhere:
+ * the combined output, the weights' and the input's gradients are partial
+ * sums over tp, which the model sums with its shared experts' (moe.c). */
+
+/* The token side's rows of this rank's shares, in send order (rank j by rank
+ * j, each expert by expert): list[s] = its row in the permuted order (full 0),
+ * or (full 1) for every permuted row the share row holding it, `zero` where
+ * another tp rank's share holds it. Uploaded to d->perm; returns the rows. */
+static int tok_list(ep_disp *d, const model_moe_route *r, int full, int zero)
+{
+    int n = 0, at = 0;
+    for (int g = 0; g < r->E; g++) { /* the permuted order is expert by expert: rank j's El in a run */
+        int c = r->counts[g], lo = share_lo(d, c), len = share_len(d, c);
+        for (int k = 0; k < c; k++, at++) {
+            int mine = k >= lo && k < lo + len;
+            if (!full && mine) d->perm_host[n++] = at;
+            else if (full) d->perm_host[at] = mine ? n++ : zero;
+        }
+    }
+    int rows = full ? at : n;
+    d->ops->from_host(d->perm, d->perm_host, (size_t)rows * sizeof(int));
+    return rows;
+}
+
+/* Row `row` of buf (rows of C, elements of elem bytes) zeroed: the zero row
+ * tok_list points the other shares at. */
+static void zero_row(ep_disp *d, void *buf, int row, size_t elem)
+{
+    d->ops->zero((char *)buf + (size_t)row * (size_t)d->C * elem, (size_t)d->C * elem);
+}
+
+/* Rows [lo, lo + len) of a block of c that tp rank q's share is. */
+static int part_lo(const ep_disp *d, int c, int q) { return (int)((long long)c * q / d->tp); }
+
+/* The experts' side under tp: this rank's shares arrive rank i by rank i,
+ * each expert by expert (d->off: where each (i, e) share starts); the tp
+ * group exchanges them in slots of S rows, one per tp rank, each holding
+ * its shares in the experts' order (expert e's, each rank i's), every block
+ * padded to ceil(c / tp) rows so that the slots are equal (an all-gather,
+ * a reduce-scatter). Returns S. */
+static int slot_rows(ep_disp *d, const model_moe_route *r, int *arrived)
+{
+    const int *from = r->counts_l + r->El;
+    int n = 0, S = 0, B = d->size * d->El;
+    for (int b = 0; b < B; b++) d->off[b] = n, n += share_len(d, from[b]);
+    for (int b = 0; b < B; b++) S += (from[b] + d->tp - 1) / d->tp;
+    *arrived = n;
+    return S;
+}
+
+static void tp_collective_of(ep_disp *d, int gather, void *buf, size_t n, size_t elem, const char *what)
+{
+    strat_ctx *x = d->x;
+    if (x->failed) return;
+    double t0 = clock_now_s();
+    size_t at = (size_t)d->tq * (n / (size_t)d->tp) * elem;
+    int rc = gather ? comm_all_gather(x->tp, (char *)buf + at, buf, n, strat_dtype(elem))
+                    : comm_reduce_scatter(x->tp, buf, (char *)buf + at, n, strat_dtype(elem), COMM_SUM);
+    strat_comm_done(x, t0, what);
+    strat_fail(x, x->tp, rc, what);
+}
+
+/* out [Ml] (the experts' order) = every tp rank's shares, from this rank's
+ * src (arrival order): its slot, all-gathered over tp, then each row from the
+ * slot of the rank whose share holds it. */
+static void tp_gather_shares(ep_disp *d, const model_moe_route *r, void *out, const void *src, dt_dtype t,
+                             const char *what)
+{
+    const int *from = r->counts_l + r->El;
+    int arrived, S = slot_rows(d, r, &arrived), El = d->El, C = d->C, s = 0, at = 0;
+    size_t elem = dt_dtype_size(t);
+    void *slot = (char *)d->tpbuf + (size_t)d->tq * (size_t)S * (size_t)C * elem;
+    for (int e = 0; e < El; e++)
+        for (int i = 0; i < d->size; i++) {
+            int c = from[i * El + e], len = share_len(d, c), pad = (c + d->tp - 1) / d->tp;
+            for (int j = 0; j < pad; j++, s++) d->perm_host[s] = j < len ? d->off[i * El + e] + j : 0;
+        }
+    d->ops->from_host(d->perm, d->perm_host, (size_t)S * sizeof(int));
+    d->ops->moe_permute(slot, src, d->perm, S, C, t);
+    tp_collective_of(d, 1, d->tpbuf, (size_t)d->tp * (size_t)S * (size_t)C, elem, what);
+    int so = 0; /* the block's place in a slot */
+    for (int e = 0; e < El; e++)
+        for (int i = 0; i < d->size; i++) {
+            int c = from[i * El + e], pad = (c + d->tp - 1) / d->tp;
+            for (int k = 0, q = 0; k < c; k++, at++) {
+                while (k >= part_lo(d, c, q + 1)) q++;
+                d->perm_host[at] = q * S + so + k - part_lo(d, c, q);
+            }
+            so += pad;
+        }
+    d->ops->from_host(d->perm, d->perm_host, (size_t)at * sizeof(int));
+    d->ops->moe_permute(out, d->tpbuf, d->perm, at, C, t);
+}
+
+/* out (this rank's shares, arrival order) = the sums over tp of src [Ml]
+ * (the experts' order, partial): every slot filled from src (the padding
+ * with any row: never read), reduce-scattered over tp, this rank's slot
+ * read back. Returns the rows of out. */
+static int tp_scatter_shares(ep_disp *d, const model_moe_route *r, void *out, const void *src, dt_dtype t,
+                             const char *what)
+{
+    const int *from = r->counts_l + r->El;
+    int arrived, S = slot_rows(d, r, &arrived), El = d->El, C = d->C, s = 0;
+    size_t elem = dt_dtype_size(t);
+    for (int q = 0; q < d->tp; q++)
+        for (int e = 0, pos = 0; e < El; e++)
+            for (int i = 0; i < d->size; i++) {
+                int c = from[i * El + e], lo = part_lo(d, c, q), len = part_lo(d, c, q + 1) - lo;
+                for (int j = 0; j < (c + d->tp - 1) / d->tp; j++, s++) d->perm_host[s] = j < len ? pos + lo + j : 0;
+                pos += c;
+            }
+    d->ops->from_host(d->perm, d->perm_host, (size_t)s * sizeof(int));
+    d->ops->moe_permute(d->tpbuf, src, d->perm, s, C, t);
+    tp_collective_of(d, 0, d->tpbuf, (size_t)s * (size_t)C, elem, what);
+    int so = 0;
+    for (int e = 0; e < El; e++)
+        for (int i = 0; i < d->size; i++) {
+            int c = from[i * El + e];
+            for (int j = 0; j < share_len(d, c); j++) d->perm_host[d->off[i * El + e] + j] = d->tq * S + so + j;
+            so += (c + d->tp - 1) / d->tp;
+        }
+    d->ops->from_host(d->perm, d->perm_host, (size_t)arrived * sizeof(int));
+    d->ops->moe_permute(out, d->tpbuf, d->perm, arrived, C, t);
+    return arrived;
+}
+
+/* Under mixed precision the tp group's collectives carry bf16, gradients
+ * included (tp.h): the second half of the slots' buffer, where the
+ * gradients' rows wait in bf16 around their exchange (NULL in fp32). */
+static uint16_t *grad_half(const ep_disp *d)
+{
+    if (d->x->pe != 2) return NULL;
+    return (uint16_t *)((char *)d->tpbuf + d->tp_rows * (size_t)d->C * sizeof(uint16_t));
 }
 
 /* One all-to-allv of the rows over the ep group, started (d->req; the
@@ -163,7 +321,13 @@ static void ep_dispatch_start(void *ctx, const void *xin, const model_moe_route 
         Ml += r->counts_l[e];
     }
     check_room(d, (size_t)M, (size_t)Ml);
-    d->ops->moe_permute(d->tok, xin, r->src, M, C, t);
+    if (d->tp > 1) { /* this rank's shares (the exp buffer holds every row meanwhile) */
+        d->ops->moe_permute(d->exp, xin, r->src, M, C, t);
+        int n = tok_list(d, r, 0, 0);
+        d->ops->moe_permute(d->tok, d->exp, d->perm, n, C, t);
+    } else {
+        d->ops->moe_permute(d->tok, xin, r->src, M, C, t);
+    }
     counts_of(d, r, 0);
     exchange_start(d, d->tok, d->exp, dt_dtype_size(t), DISPATCH);
 }
@@ -175,6 +339,12 @@ static int ep_dispatch(void *ctx, void *xe, const void *xin, const model_moe_rou
         ep_dispatch_start(ctx, xin, r, C, t);
         exchange_finish(d, DISPATCH);
     }
+    if (d->tp > 1) { /* every tp rank's shares */
+        int Ml = 0;
+        for (int e = 0; e < r->El; e++) Ml += r->counts_l[e];
+        tp_gather_shares(d, r, xe, d->exp, t, "ep tp all_gather of the experts' rows");
+        return Ml;
+    }
     int Ml = reorder(d, r, 1);
     d->ops->moe_permute(xe, d->exp, d->perm, Ml, C, t);
     return Ml;
@@ -183,10 +353,26 @@ static int ep_dispatch(void *ctx, void *xe, const void *xin, const model_moe_rou
 static void ep_combine_start(void *ctx, void *yt, const void *ye, const model_moe_route *r, int C, dt_dtype t)
 {
     ep_disp *d = ctx;
+    if (d->tp > 1) { /* this rank's shares of the partial outputs' sums over tp */
+        tp_scatter_shares(d, r, d->exp, ye, t, "ep tp reduce_scatter of the experts' outputs");
+        counts_of(d, r, 1);
+        exchange_start(d, d->exp, d->tok, dt_dtype_size(t), COMBINE);
+        return;
+    }
     int Ml = reorder(d, r, 0);
     d->ops->moe_permute(d->exp, ye, d->perm, Ml, C, t);
     counts_of(d, r, 1);
     exchange_start(d, d->exp, yt, dt_dtype_size(t), COMBINE);
+}
+
+/* The token side's rows of this rank's shares, arrived in buf, into all M
+ * rows of out (zeros where the other tp ranks' shares are). */
+static void tok_unshare(ep_disp *d, const model_moe_route *r, void *out, void *buf, dt_dtype t)
+{
+    int n = tok_list(d, r, 0, 0);
+    zero_row(d, buf, n, dt_dtype_size(t));
+    int M = tok_list(d, r, 1, n);
+    d->ops->moe_permute(out, buf, d->perm, M, d->C, t);
 }
 
 static void ep_combine(void *ctx, float *out, void *yt, const void *ye, const float *w, const model_moe_route *r,
@@ -197,6 +383,7 @@ static void ep_combine(void *ctx, float *out, void *yt, const void *ye, const fl
         ep_combine_start(ctx, yt, ye, r, C, t);
         exchange_finish(d, COMBINE);
     }
+    if (d->tp > 1) tok_unshare(d, r, yt, d->tok, t);
     if (out) d->ops->moe_unpermute(out, yt, r->dst, w, r->N, r->k, C, t, accumulate);
 }
 
@@ -206,9 +393,12 @@ static void ep_combine_backward_start(void *ctx, float *dw, const float *dout, c
     ep_disp *d = ctx;
     int M = 0;
     for (int e = 0; e < r->E; e++) M += r->counts[e];
-    d->ops->zero(d->tok, (size_t)M * (size_t)C * sizeof(float));
-    d->ops->moe_unpermute_backward(d->tok, dw, dout, yt, r->dst, w, r->N, r->k, C, t);
+    /* (tp > 1: every choice's row into exp, this rank's shares of them into tok) */
+    float *all = d->tp > 1 ? d->exp : d->tok;
+    d->ops->zero(all, (size_t)M * (size_t)C * sizeof(float));
+    d->ops->moe_unpermute_backward(all, dw, dout, yt, r->dst, w, r->N, r->k, C, t);
     counts_of(d, r, 0);
+    if (d->tp > 1) d->ops->moe_permute(d->tok, all, d->perm, tok_list(d, r, 0, 0), C, DT_F32);
     exchange_start(d, d->tok, d->exp, sizeof(float), COMBINE_BWD);
 }
 
@@ -220,6 +410,21 @@ static void ep_combine_backward(void *ctx, float *dye, float *dw, const float *d
         ep_combine_backward_start(ctx, dw, dout, yt, w, r, C, t);
         exchange_finish(d, COMBINE_BWD);
     }
+    if (d->tp > 1) { /* every tp rank's shares */
+        uint16_t *half = grad_half(d);
+        const char *what = "ep tp all_gather of the experts' output gradient";
+        if (!half) {
+            tp_gather_shares(d, r, dye, d->exp, DT_F32, what);
+            return;
+        }
+        int arrived, Ml = 0;
+        for (int e = 0; e < r->El; e++) Ml += r->counts_l[e];
+        slot_rows(d, r, &arrived);
+        d->ops->to_bf16(half, d->exp, (size_t)arrived * (size_t)C);
+        tp_gather_shares(d, r, d->exp, half, DT_BF16, what);
+        d->ops->from_bf16(dye, (const uint16_t *)d->exp, (size_t)Ml * (size_t)C);
+        return;
+    }
     int Ml = reorder(d, r, 1);
     d->ops->moe_permute(dye, d->exp, d->perm, Ml, C, DT_F32);
 }
@@ -227,6 +432,22 @@ static void ep_combine_backward(void *ctx, float *dye, float *dw, const float *d
 static void ep_dispatch_backward_start(void *ctx, float *dxe, const model_moe_route *r, int C)
 {
     ep_disp *d = ctx;
+    if (d->tp > 1) { /* this rank's shares of the partial input gradient's sums over tp */
+        uint16_t *half = grad_half(d);
+        const char *what = "ep tp reduce_scatter of the experts' input gradient";
+        if (half) {
+            int Ml = 0;
+            for (int e = 0; e < r->El; e++) Ml += r->counts_l[e];
+            d->ops->to_bf16((uint16_t *)d->exp, dxe, (size_t)Ml * (size_t)C);
+            int n = tp_scatter_shares(d, r, half, d->exp, DT_BF16, what);
+            d->ops->from_bf16(d->exp, half, (size_t)n * (size_t)C);
+        } else {
+            tp_scatter_shares(d, r, d->exp, dxe, DT_F32, what);
+        }
+        counts_of(d, r, 1);
+        exchange_start(d, d->exp, d->tok, sizeof(float), DISPATCH_BWD);
+        return;
+    }
     int Ml = reorder(d, r, 0);
     d->ops->moe_permute(d->exp, dxe, d->perm, Ml, C, DT_F32);
     counts_of(d, r, 1);
@@ -239,6 +460,11 @@ static void ep_dispatch_backward(void *ctx, float *dx, float *dxe, const model_m
     if (!exchange_finish(d, DISPATCH_BWD)) {
         ep_dispatch_backward_start(ctx, dxe, r, C);
         exchange_finish(d, DISPATCH_BWD);
+    }
+    if (d->tp > 1) { /* this rank's shares of the choices' gradients, zeros elsewhere */
+        tok_unshare(d, r, d->exp, d->tok, DT_F32);
+        d->ops->moe_permute_backward(dx, d->exp, r->dst, r->N, r->k, C);
+        return;
     }
     d->ops->moe_permute_backward(dx, d->tok, r->dst, r->N, r->k, C);
 }
@@ -275,19 +501,24 @@ int ep_apply(strat_ctx *x, model *const *chunks, int n_chunks)
         d->E = job->model.moe.experts;
         d->El = d->E / ep;
         d->C = job->model.d_model;
+        d->tp = x->tp ? comm_size(x->tp) : 1;
+        d->tq = x->tp ? comm_rank(x->tp) : 0;
         sizes_ep_stage(x->sz, &d->tok_rows, &d->exp_rows);
+        sizes_ep_stage_tp(x->sz, &d->tp_rows);
+        size_t tp_rows = d->tp_rows;
         size_t numel = sizes_ep_stage_numel(x->sz);
         if (!(d->mem = x->ops->alloc(numel * sizeof(float)))) return -1;
         acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * sizeof(float)));
-        d->perm_host = malloc((d->exp_rows ? d->exp_rows : 1) * sizeof(int));
+        d->perm_host = malloc((d->exp_rows + tp_rows + 1) * sizeof(int));
         d->send = calloc((size_t)ep, sizeof(size_t));
         d->recv = calloc((size_t)ep, sizeof(size_t));
         d->off = calloc((size_t)d->E, sizeof(int));
         if (!d->perm_host || !d->send || !d->recv || !d->off) return -1;
         /* the order sizes_ep_stage_numel counts them in */
-        d->tok = d->mem;
-        d->exp = d->tok + d->tok_rows * (size_t)d->C;
-        d->perm = (int *)(d->exp + d->exp_rows * (size_t)d->C);
+        d->tok = d->mem; /* each with a row more: tp's zero row */
+        d->exp = d->tok + (d->tok_rows + 1) * (size_t)d->C;
+        d->tpbuf = d->exp + (d->exp_rows + 1) * (size_t)d->C;
+        d->perm = (int *)((float *)d->tpbuf + tp_rows * (size_t)d->C);
     }
     for (int i = 0; i < n_chunks; i++) {
         model_moe_dispatcher disp;

@@ -385,7 +385,9 @@ static void fsdp_finish_grads(dp_strategy *s)
         return;
     }
     for (int u = 0; u < x->n_units && !x->failed; u++) {
-        if (!s->gshard[u]) continue;
+        /* an expert unit's shard is over the experts' whole data-parallel
+         * group already: complete, no replica */
+        if (!s->gshard[u] || strat_expert_unit(x, u)) continue;
         void *red = s->gshard[u];
         if (x->re != x->ge) {
             if (!(red = twin[u] = x->ops->alloc((s->len[u] ? s->len[u] : 1) * x->re))) {
@@ -414,11 +416,13 @@ static void fsdp_slice(dp_strategy *s, int unit, strat_slice *out)
     *out = (strat_slice){s->lo[unit], s->len[unit], s->pshard[unit], s->gshard[unit]};
 }
 
-/* HSDP's replicas hold equal shards: the first replica counts them (and an
- * expert unit's dense shard one rank of the ep group). */
+/* HSDP's replicas hold equal shards: the first replica counts them (an
+ * expert unit, sharded over the experts' data-parallel group, has none; its
+ * dense shard one rank of the ep group counts). */
 static int fsdp_counts(dp_strategy *s, int unit, int expert)
 {
-    return (!s->replica || comm_rank(s->replica) == 0) && strat_counts_rank(s->x, 1, unit, expert);
+    int first = !s->replica || comm_rank(s->replica) == 0 || strat_expert_unit(s->x, unit);
+    return first && strat_counts_rank(s->x, 1, unit, expert);
 }
 
 /* The shards changed: gathered copies are stale. */

@@ -115,12 +115,13 @@ void sizes_unit_work_cp(const job_model *m, int unit, recompute_kind rc, int mic
     sizes_unit_work_ep(m, unit, rc, micro_batch, tp, sp, cp, 1, elem_bytes, w);
 }
 
-/* The rows one tp rank routes: its own under sequence parallelism (the
- * experts are replicated over tp), else all of them. */
+/* The rows one tp rank routes: all of its micro-batch's, gathered under
+ * sequence parallelism (moe.c: every tp rank routes them alike and computes
+ * its 1/tp of every expert's columns). */
 static double moe_rows(const job_model *m, int micro_batch, int tp, int sp, int cp)
 {
-    double rows = (double)micro_batch * model_seq_len(m) / (cp > 1 ? cp : 1);
-    return sp && tp > 1 ? rows / tp : rows;
+    (void)tp, (void)sp;
+    return (double)micro_batch * model_seq_len(m) / (cp > 1 ? cp : 1);
 }
 
 /* The choices that reach an expert, per routed row: top_k, or (capacity)
@@ -148,7 +149,7 @@ static double moe_work(const job_model *m, int micro_batch, int tp, int sp, int 
 {
     const job_moe *e = &m->moe;
     double C = m->d_model, E = e->experts, glu = m->kind == MODEL_LLAMA ? 2.0 : 1.0;
-    double Fe = e->d_ff_expert, He = glu * Fe;
+    double Fe = (double)e->d_ff_expert / tp, He = glu * Fe; /* this tp rank's columns */
     double rows = moe_rows(m, micro_batch, tp, sp, cp), routed = rows * moe_choices_per_row(e);
     double per_expert = routed * (ep > 1 ? ep : 1) / E; /* a local expert's rows */
     double up = 2.0 * routed * C * He, down = 2.0 * routed * Fe * C;
@@ -157,11 +158,12 @@ static double moe_work(const job_model *m, int micro_batch, int tp, int sp, int 
     return routed;
 }
 
-static void moe_work_tail(const job_model *m, double rows, double blk, sizes_unit_work *w)
+static void moe_work_tail(const job_model *m, double rows, int tp, double blk, sizes_unit_work *w)
 {
     const job_moe *e = &m->moe;
     double C = m->d_model, E = e->experts, glu = m->kind == MODEL_LLAMA ? 2.0 : 1.0;
-    double Fs = (double)e->shared_experts * e->d_ff_expert, Hs = glu * Fs;
+    /* the router whole on every tp rank; the shared experts' columns split */
+    double Fs = (double)e->shared_experts * e->d_ff_expert / tp, Hs = glu * Fs;
     double router = 2.0 * rows * C * E;
     add_gemm(w, router, (2.0 + blk) * router, min3(rows, C, E), router);
     if (Fs > 0) {
@@ -237,7 +239,7 @@ void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int mic
          * elementwise recompute does not */
         int att_again = rc == RECOMPUTE_BLOCK || rc == RECOMPUTE_SELECTIVE;
         add_attention(w, core, (2.0 + (att_again ? 1.0 : 0.0)) * core, hd < kblock ? hd : kblock, kblock);
-        if (moe) moe_work_tail(m, mrows, blk, w);
+        if (moe) moe_work_tail(m, mrows, tp, blk, w);
         if (job_lora_on(m)) {
             double af, aa, ar;
             lora_block_flops(m, (int)t, rows, &af, &aa, &ar);
@@ -249,7 +251,7 @@ void sizes_unit_work_ep(const job_model *m, int unit, recompute_kind rc, int mic
             /* the experts' and the shared experts' activation; the routed rows
              * copied out by the dispatch and back by the combine (read and
              * write each); the router's fp32 scores, their softmax and top-k */
-            double Fe = m->moe.d_ff_expert, Fs = (double)m->moe.shared_experts * Fe;
+            double Fe = m->moe.d_ff_expert / t, Fs = (double)m->moe.shared_experts * m->moe.d_ff_expert / t;
             mlp_act = (llama ? 3.0 : 2.0) * (routed * Fe + mrows * Fs) + 4.0 * routed * C +
                       3.0 * mrows * m->moe.experts * 4.0 / elem_bytes;
         }
@@ -583,8 +585,13 @@ size_t sizes_shard(const sizes *s, sizes_shard_of what, int unit, sizes_at at, s
     size_t n = sizes_unit_numel(s, unit, at.tp), off, len;
     int S = sizes_shard_group(s, what), r = sizes_shard_rank(s, what, at.dp), ep = sizes_ep(s);
     /* an expert unit: over the experts' data-parallel group (mesh.h MESH_EDP:
-     * place at.dp of dp x cp is its rank at.dp / ep) */
-    if (S > 1 && sizes_expert_unit(s, unit)) S /= ep, r = at.dp / ep;
+     * place at.dp of dp x cp is its rank at.dp / ep), the whole of it under
+     * HSDP too (its ranks hold other experts than the node's dense shard
+     * group: the expert units shard as FSDP's, the rest is hybrid) */
+    if (S > 1 && sizes_expert_unit(s, unit)) {
+        if (s->job.parallel.mode == SHARD_HSDP) S = sizes_grad_dp(s);
+        S /= ep, r = at.dp / ep;
+    }
     comm_chunk(n, S, r, &off, &len);
     if (lo) *lo = off;
     return len;
@@ -610,19 +617,32 @@ void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows)
     int ep = sizes_ep(s);
     *tok_rows = *exp_rows = 0;
     if (ep == 1 || e->experts < 1) return;
-    /* the rows this rank routes (acts.c: its own under sequence parallelism) */
-    size_t N = (size_t)j->train.micro_batch * (size_t)(model_seq_len(&j->model) / j->parallel.cp) /
-               (size_t)(seq_parallel(s) ? j->parallel.tp : 1);
+    /* the rows this rank routes (acts.c: all of the micro-batch's, gathered
+     * under sequence parallelism: every tp rank routes them alike) */
+    size_t N = (size_t)j->train.micro_batch * (size_t)(model_seq_len(&j->model) / j->parallel.cp);
     int El = e->experts / ep, k = e->top_k < El ? e->top_k : El;
     *tok_rows = N * (size_t)e->top_k;
     *exp_rows = N * (size_t)k * (size_t)ep; /* model_internal.h moe_expert_rows */
 }
 
+void sizes_ep_stage_tp(const sizes *s, size_t *tp_rows)
+{
+    size_t tok, exp, tp = (size_t)s->job.parallel.tp, E = (size_t)s->job.model.moe.experts;
+    sizes_ep_stage(s, &tok, &exp);
+    /* ep.c's slots: tp of at most exp / tp rows (rounded up) + a row of
+     * padding per (rank, expert) block */
+    *tp_rows = exp > 0 && tp > 1 ? tp * ((exp + tp - 1) / tp + E) : 0;
+}
+
 size_t sizes_ep_stage_numel(const sizes *s)
 {
-    size_t tok, exp;
+    size_t tok, exp, tpr;
     sizes_ep_stage(s, &tok, &exp);
-    return (tok + exp) * (size_t)s->job.model.d_model + exp; /* + the reorder's ints */
+    sizes_ep_stage_tp(s, &tpr);
+    if (exp == 0) return 0;
+    /* a row more each (ep.c: tensor parallelism's zero row), the tp slots,
+     * + the reorders' ints */
+    return (tok + exp + 2 + tpr) * (size_t)s->job.model.d_model + exp + tpr + 1;
 }
 
 /* Units [*begin, *end) of global chunk c. */

@@ -317,6 +317,9 @@ int sizes_expert_unit(const sizes *s, int unit);
  * row (a reorder's indices). */
 void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows);
 size_t sizes_ep_stage_numel(const sizes *s);
+/* Under tp (ep.c): the rows of the tp group's slots for the experts' rows'
+ * shares (0 with tp 1 or without ep). */
+void sizes_ep_stage_tp(const sizes *s, size_t *tp_rows);
 
 /* ---- the whole rank ---- */
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);

@@ -431,6 +431,12 @@ static void rows_grad_sum(void *ctx, float *buf, size_t n)
     g->all_reduce(g->ctx, buf, n, TP_SUM);
 }
 
+/* The MoE layer's experts: a row-parallel output's sum (reduce_rows) of a
+ * partial the model computed itself. */
+static void partial_sum(void *ctx, float *out_rows, float *partial, size_t nc)
+{
+    reduce_sum(ctx, partial, out_rows, nc);
+}
 void tp_layers(tp_group *g, model_layers *out)
 {
     *out = (model_layers){.ctx = g,
@@ -445,7 +451,8 @@ void tp_layers(tp_group *g, model_layers *out)
                           .head_forward = head_forward,
                           .head_backward = head_backward,
                           .rows_gather = rows_gather,
-                          .rows_grad_sum = rows_grad_sum};
+                          .rows_grad_sum = rows_grad_sum,
+                          .partial_sum = partial_sum};
 }
 
 /* ---- the group's collectives over x->tp (ctx: the strat_ctx) ----

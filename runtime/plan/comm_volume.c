@@ -13,14 +13,13 @@
  *   tp   per block and microbatch 2 all-reduces forward + 2 backward of the
  *        [B, T, C] activations (+2 when block recompute re-runs the forward;
  *        selective recompute re-runs only the attention core, tp-local; an
- *        MoE block's MLP, whole on each tp rank, none: half of them); GPT's
+ *        MoE block's as many, and [B, T, top_k] floats backward); GPT's
  *        vocab-parallel embedding and head add one each and three small ones
  *        (of [N] floats, once per microbatch however many chunks of rows the
  *        head computes: tp.c).
  *        Sequence parallel: all-gathers and reduce-scatters of [B, T, C] instead,
  *        per block 4 forward, 6 backward (the layernorm outputs are gathered
- *        again), 3 more with recompute (an MoE block: 2, 3 and 2, its
- *        attention's); GPT's embedding and head one each way,
+ *        again), 3 more with recompute (an MoE block as many); GPT's embedding and head one each way,
  *        ViT's head forward and embedding backward; small all-reduces of the
  *        layernorm gradients (4 x C floats per block, 2 x C for GPT's head; a
  *        Llama's RMSNorms have no bias: 2 x C and C)
@@ -41,15 +40,16 @@
  *        routing sends more to a busy expert's rank in a real step) to its
  *        expert's rank and the combine brings the outputs back, (ep - 1) / ep
  *        of them leaving the rank; backward the same two of their gradients;
- *        block recompute's forward runs the pair again. All in the
+ *        block recompute's forward runs the pair again. Under tp each tp
+ *        rank sends its 1/tp share (ep.c), the tp group summing the shares
+ *        (tp's entry). All in the
  *        activations' type, as the tp collectives carry them (tp.h). Its peers on the rank's node go over the node's link,
  *        the others over the inter-node one, at the same time.
  *   edp  the routed experts' gradients (parallel.ep > 1): reduced as dp's are
  *        (the mode's collectives), over the experts' data-parallel group of dp
  *        x cp / ep ranks instead of dp x cp (dp's entry then carries the
- *        rest); with tp > 1 under sequence parallelism the experts, whole on
- *        every tp rank, computed different rows, so their gradients are summed
- *        over tp too, once a step.
+ *        rest). Under tp each rank holds its columns of every expert, whose
+ *        gradients are complete there (every tp rank routes the same rows).
  * Activations and their gradients travel at the working precision (bf16 under
  * mixed precision: tp.h), the head's statistics and layernorm gradients fp32;
  * gradients at parallel.reduce_dtype (fp32 with train.grad_dtype fp32 unless it
@@ -205,33 +205,49 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     double act = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * md->d_model *
                  (double)sizes_param_elem_bytes(e->sizes);
     double small = (double)e->job.train.micro_batch * model_seq_len(md) / par->cp * 4.0;
-    /* an MoE block's MLP is whole on every tp rank (sizes.h): its
-     * attention's collectives only */
-    int rc_blk = e->job.train.recompute == RECOMPUTE_BLOCK, dense = sh->blocks - sh->moe_blocks;
-    double big = (4.0 + 2.0 * rc_blk) * dense + (2.0 + rc_blk) * sh->moe_blocks, tiny = 0, tiny_calls = 0;
+    /* an MoE block's MLP splits over tp as a dense one does (moe.c: its
+     * input gathered once, its experts' and shared experts' outputs summed
+     * once, the mirror in backward), plus the sum of the choices' weight
+     * gradients, [N, top_k] floats, in backward */
+    int rc_blk = e->job.train.recompute == RECOMPUTE_BLOCK;
+    double big = (4.0 + 2.0 * rc_blk) * sh->blocks, tiny = (double)md->moe.top_k * sh->moe_blocks;
+    double tiny_calls = sh->moe_blocks;
     if (job_model_is_lm(md)) {
         big += sh->has_emb + sh->has_head; /* embedding forward, head's input gradient */
         if (sh->has_head) {
             /* max, sum of exp, target logit: [N] floats each, one call each
              * after the last chunk of rows (tp.c's chunked head combines its
              * chunks' local statistics by the online softmax's rule) */
-            tiny = 3;
-            tiny_calls = 3;
+            tiny += 3;
+            tiny_calls += 3;
         }
     }
+    /* expert parallelism (ep.c): each tp rank sends its share of the rows,
+     * the tp group exchanges the shares: per MoE block and micro-batch the
+     * experts' rows all-gathered and their outputs reduce-scattered (the
+     * activations' type; again under block recompute), their gradients the
+     * same way (bf16 under mixed precision, as every tp collective): half an
+     * all-reduce each (counted as such below) */
+    double exp_bytes = 0, exp_calls = 0;
+    if (sizes_ep(e->sizes) > 1 && sh->moe_blocks > 0) {
+        double rows = sizes_moe_routed_rows(md, e->job.train.micro_batch, t, par->sequence_parallel, par->cp);
+        double C = md->d_model, el = (double)sizes_param_elem_bytes(e->sizes);
+        exp_bytes = sh->moe_blocks * rows * C * (2.0 * (1.0 + rc_blk) * el + 2.0 * el) / 2.0;
+        exp_calls = sh->moe_blocks * (4.0 + 2.0 * rc_blk);
+    }
+    tiny_calls += exp_calls;
     double f = 2.0 * (t - 1) / t;
     int crosses_tp = plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_TP);
     if (par->sequence_parallel) {
         int gpt = job_model_is_lm(md), rc = e->job.train.recompute == RECOMPUTE_BLOCK;
-        double halves = (10.0 + (rc ? 3.0 : 0.0)) * dense + (5.0 + (rc ? 2.0 : 0.0)) * sh->moe_blocks +
-                        (gpt ? 2.0 : 1.0) * (sh->has_emb + sh->has_head);
+        double halves = (10.0 + (rc ? 3.0 : 0.0)) * sh->blocks + (gpt ? 2.0 : 1.0) * (sh->has_emb + sh->has_head);
         double ln_calls = sh->blocks + (gpt ? sh->has_head : 0);
         /* the layernorm gradients' sums stay fp32 (tp.h) */
         /* per block two layernorms' weight and bias (GPT, ViT) or two RMSNorms' weight (Llama) */
         double per_norm = md->kind == MODEL_LLAMA ? 1.0 : 2.0;
         double ln = (2.0 * per_norm * sh->blocks + (gpt ? per_norm * sh->has_head : 0)) * md->d_model * 4.0;
         c->op = "all-gather + reduce-scatter (activations)";
-        c->bytes = par->microbatches * (f / 2 * halves * act + f * (tiny * small + ln));
+        c->bytes = par->microbatches * (f / 2 * halves * act + f * (tiny * small + ln + exp_bytes));
         c->calls = (long)par->microbatches * (long)(halves + tiny_calls + ln_calls);
         /* a ring all-gather or reduce-scatter takes t - 1 steps, an all-reduce 2(t - 1) */
         double steps = (halves * (t - 1) + (tiny_calls + ln_calls) * 2.0 * (t - 1)) / (halves + tiny_calls + ln_calls);
@@ -239,7 +255,7 @@ static void tp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
         return;
     }
     c->op = "all-reduce (activations)";
-    c->bytes = par->microbatches * f * (big * act + tiny * small);
+    c->bytes = par->microbatches * f * (big * act + tiny * small + exp_bytes);
     c->calls = (long)par->microbatches * (long)(big + tiny_calls);
     finish(e, c, crosses_tp, 2.0 * (t - 1));
 }
@@ -318,13 +334,6 @@ static void cp_volume(const plan_estimate *e, int p, const stage_shape *sh, plan
     finish(e, c, plan_group_crosses(e, rank_at(e, p, 0, 0), MESH_CP), 1.0);
 }
 
-/* Under tp with sequence parallelism the experts (whole on every tp rank)
- * computed each rank's own rows: their gradients are summed over tp too. */
-static int experts_summed_over_tp(const plan_estimate *e)
-{
-    return e->job.parallel.tp > 1 && e->job.parallel.sequence_parallel;
-}
-
 double plan_edp_numel(const plan_estimate *e, int unit, int tp_rank)
 {
     const sizes *s = e->sizes;
@@ -347,7 +356,6 @@ static void edp_volume(const plan_estimate *e, int p, const stage_shape *sh, pla
     int n = plan_edp_group(e), ep = sizes_ep(e->sizes);
     c->size = n;
     if (ep < 2 || sh->exp_grads <= 0) return;
-    int t = experts_summed_over_tp(e) ? par->tp : 1;
     if (n > 1) {
         /* one bucket per unit's experts at most: they are reduced unit by unit */
         long buckets = par->mode == SHARD_NONE || par->mode == SHARD_ZERO1 ? sh->moe_blocks : 0;
@@ -365,24 +373,6 @@ static void edp_volume(const plan_estimate *e, int p, const stage_shape *sh, pla
         c->time += bytes / (off ? e->hw.inter_bw : e->hw.intra_bw) +
                    sh->moe_blocks * 2.0 * (ep - 1) * (off ? e->hw.inter_latency : e->hw.intra_latency);
     }
-    if (t > 1) {
-        c->op = n > 1 ? (par->mode == SHARD_NONE ? "all-reduce (grads) + all-reduce over tp (grads)"
-                                                 : "the mode's collectives + all-reduce over tp (grads)")
-                      : "all-reduce over tp (grads: the experts computed each tp rank's own rows)";
-        c->bytes += 2.0 * (t - 1) / t * sh->exp_grads;
-        c->calls += sh->moe_blocks;
-        c->time += plan_edp_tp_sum_time(e, sh->exp_grads, sh->moe_blocks);
-        if (n == 1) c->bandwidth = e->hw.intra_bw;
-        c->size = n * t;
-    }
-}
-
-double plan_edp_tp_sum_time(const plan_estimate *e, double exp_grads, int units)
-{
-    int t = experts_summed_over_tp(e) ? e->job.parallel.tp : 1;
-    if (t < 2 || exp_grads <= 0) return 0;
-    /* an all-reduce of the experts' gradients over tp, inside the node */
-    return 2.0 * (t - 1) / t * exp_grads / e->hw.intra_bw + units * 2.0 * (t - 1) * e->hw.intra_latency;
 }
 
 /* The all-to-all's peers of pp rank p's first ep group off its node. */
@@ -401,8 +391,9 @@ double plan_ep_a2a_bytes(const plan_estimate *e)
     int ep = sizes_ep(e->sizes);
     const job_spec *j = &e->job;
     const job_parallel *par = &j->parallel;
+    /* a tp rank sends its share of the rows (ep.c) */
     double rows = sizes_moe_routed_rows(&j->model, j->train.micro_batch, par->tp,
-                                        par->sequence_parallel && par->tp > 1, par->cp);
+                                        par->sequence_parallel && par->tp > 1, par->cp) / par->tp;
     double elem = (double)sizes_param_elem_bytes(e->sizes);
     return ep > 1 ? rows * j->model.d_model * elem * (ep - 1) / ep : 0;
 }

@@ -152,10 +152,6 @@ double plan_ep_a2a_time(const plan_estimate *e, const plan_comm *c);
  * and with ep 1. And the size of that group (1 when nothing is reduced). */
 double plan_edp_numel(const plan_estimate *e, int unit, int tp_rank);
 int plan_edp_group(const plan_estimate *e);
-/* With tp > 1 under sequence parallelism: the seconds of summing the routed
- * experts' gradients (exp_grads bytes of `units` MoE blocks) over tp once a
- * step (edp's entry includes them). */
-double plan_edp_tp_sum_time(const plan_estimate *e, double exp_grads, int units);
 /* Chunk costs, the pipeline simulation (or with simulate = 0 its lower bound),
  * exposure, step time, MFU. */
 int plan_step_time(plan_estimate *e, int simulate, char *err, size_t errlen);

@@ -193,8 +193,8 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
     double elem = (double)sizes_param_elem_bytes(e->sizes);
     /* a block's qkv and fc GEMM, one pass (what a column backward hides behind),
      * and its proj and mproj GEMM (what a row forward's pieces hide behind):
-     * [0] of a dense block, [1] of an MoE block (its attention's only: its MLP
-     * is no tp layer) */
+     * [0] of a dense block, [1] of an MoE block (its attention's only: its
+     * MLP's collectives wait, moe.c) */
     double col_gemm[2][2] = {{0, 0}, {0, 0}}, row_gemm[2][2] = {{0, 0}, {0, 0}};
     for (int u = first[c]; u < first[c + 1]; u++) {
         sizes_unit_work w;
@@ -255,25 +255,43 @@ static chunk_cost cost_of_chunk(const plan_estimate *e, int c)
         double tokens = B * model_seq_len(md) / par->cp; /* this rank's */
         double act = tokens * md->d_model * (double)sizes_param_elem_bytes(e->sizes);
         double small = tokens * 4.0, f = 2.0 * (t - 1) / t, lat = link_latency(e, tc);
-        /* an MoE block: its attention's half (sizes.h: the MLP is whole on each tp rank) */
-        double big_f = 2.0 * dense + moe + (gpt ? emb : 0);
-        double big_b = (2.0 + 2.0 * rc_blk) * dense + (1.0 + rc_blk) * moe + (gpt ? head : 0);
+        /* an MoE block as many as a dense one (moe.c: one gather and one
+         * sum each way), and in backward the sum of its choices' weight
+         * gradients ([tokens, top_k] floats) */
+        double big_f = 2.0 * blocks + (gpt ? emb : 0);
+        double big_b = (2.0 + 2.0 * rc_blk) * blocks + (gpt ? head : 0);
         double tiny_f = gpt ? 3.0 * head : 0;
         double tf = big_f * ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1)) +
                     tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
-        double tb = big_b * ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1));
+        double moe_dw = moe * ring_time(f * small * md->moe.top_k, tc->bandwidth, lat, 2 * (t - 1));
+        double tb = big_b * ring_time(f * act, tc->bandwidth, lat, 2 * (t - 1)) + moe_dw;
+        /* expert parallelism: the experts' rows' shares over tp (ep.c;
+         * comm_volume.c): the rows all-gathered and the outputs
+         * reduce-scattered forward (again under block recompute), their
+         * gradients the same way backward (bf16 under mixed precision, as
+         * every tp collective) */
+        double xf = 0, xb = 0;
+        if (ep > 1 && moe > 0) {
+            double rows = sizes_moe_routed_rows(md, (int)B, t, sp, par->cp) * md->d_model;
+            double el = (double)sizes_param_elem_bytes(e->sizes);
+            double fx = 2.0 * ring_time(f / 2 * rows * el, tc->bandwidth, lat, t - 1);
+            xf = moe * fx;
+            xb = moe * (rc_blk * fx + 2.0 * ring_time(f / 2 * rows * el, tc->bandwidth, lat, t - 1));
+        }
         if (par->sequence_parallel) {
             /* all-gathers and reduce-scatters instead, half an all-reduce each (what
              * comm_volume.c counts), and the blocks' and GPT head's small all-reduces
              * of layernorm gradients (4 x C floats at most) in backward */
-            double half_f = 4.0 * dense + 2.0 * moe + head + (gpt ? emb : 0);
-            double half_b = (6.0 + 3.0 * rc_blk) * dense + (3.0 + 2.0 * rc_blk) * moe + emb + (gpt ? head : 0);
+            double half_f = 4.0 * blocks + head + (gpt ? emb : 0);
+            double half_b = (6.0 + 3.0 * rc_blk) * blocks + emb + (gpt ? head : 0);
             double ln_b = blocks + (gpt ? head : 0), ln_bytes = (md->kind == MODEL_LLAMA ? 2.0 : 4.0) * md->d_model * 4.0;
             tf = half_f * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +
                  tiny_f * ring_time(f * small, tc->bandwidth, lat, 2 * (t - 1));
             tb = half_b * ring_time(f / 2 * act, tc->bandwidth, lat, t - 1) +
-                 ln_b * ring_time(f * ln_bytes, tc->bandwidth, lat, 2 * (t - 1));
+                 ln_b * ring_time(f * ln_bytes, tc->bandwidth, lat, 2 * (t - 1)) + moe_dw;
         }
+        tf += xf;
+        tb += xb;
         /* the column layers' backward collectives, overlapped (tp.c) */
         double hidden[2] = {0, 0}; /* per dense block, per MoE block */
         if (par->tp_overlap && par->pp_schedule != PP_ZB_H1) {
@@ -380,14 +398,13 @@ static double exposed_once(const plan_estimate *e, plan_stage *st, double params
         int ne = plan_edp_group(e);
         double left = fmax(0.0, last_backward - (n > 1 ? dc->time : 0.0));
         double frac = all_grads > 0 ? fmin(1.0, bucket / all_grads) : 0, x = 0;
-        double tp_sum = plan_edp_tp_sum_time(e, exp_grads, moe_units);
         double ag = ne > 1 ? ring_time((double)(ne - 1) / ne * exp_params, xc->bandwidth, link_latency(e, xc), ne - 1)
                            : 0;
         switch (par->mode) {
         case SHARD_NONE: x = fmax(xc->time * frac, xc->time - left); break;
         case SHARD_ZERO1: x = fmax((xc->time - ag) * frac, xc->time - ag - left) + ag; break;
-        case SHARD_ZERO2: x = ag + tp_sum; break;
-        default: x = tp_sum; break; /* FSDP's traffic is per microbatch, inside the chunk costs */
+        case SHARD_ZERO2: x = ag; break;
+        default: break; /* FSDP's traffic is per microbatch, inside the chunk costs */
         }
         xc->exposed += x;
         exposed += x;

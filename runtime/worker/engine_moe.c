@@ -12,9 +12,9 @@
  * pipeline stages' blocks too, so the world's sum is the global batch's (a
  * sample split over cp ranks counts its balance loss on its cp rank 0:
  * moe.c). Expert parallelism changes nothing here: the routing stays with
- * the tokens, only the rows travel. (Tensor parallelism, which would route
- * the same tokens on several ranks, is refused with model.moe: a tp rank
- * other than 0 adds nothing, as for the loss.) */
+ * the tokens, only the rows travel. Tensor parallelism routes the same
+ * tokens on every tp rank (moe.c): a tp rank other than 0 adds nothing, as
+ * for the loss, and every tp rank takes the same sums, so the same biases. */
 #include "runtime/worker/engine_internal.h"
 
 #include <stdio.h>

@@ -9,17 +9,24 @@
 #  - every layout reproduces the one-process run within the layout tolerance
 #    (lib.bash: losses 1e-5 relative, parameters 1e-4; bf16: parallel_bf16.sh's
 #    1e-3 and 1.6e-2): ep 2 and ep 4 over dp (DDP, ZeRO-1, ZeRO-2, FSDP), ep
-#    with pp 2 (1F1B), with cp 2, with block recompute, in bf16;
+#    with pp 2 (1F1B), with cp 2, with block recompute, in bf16; tp 2 with and
+#    without sequence parallelism (each expert and the shared experts split
+#    over tp as the dense MLP, the router replicated), ep 2 x tp 2, with pp 2,
+#    with cp 2, FSDP, block recompute, and in bf16 (gpt-moe-bf16: gpt-moe with
+#    gpt-bf16's AdamW eps, for the key bias's rounding noise);
 #  - the routing is the same: every step's tokens per expert, dropped choices
 #    (the capacity is per sample, job_moe_capacity, so the same tokens drop
 #    under every layout) and balance loss equal the one-process run's;
-#  - checkpoints reshard across a change of ep: 20 steps at ep 2 then 20 at
-#    ep 4, and ep 4 (FSDP) then one process, stay on the one-process curve;
+#  - checkpoints reshard across a change of ep and tp: 20 steps at ep 2 then
+#    20 at ep 4, ep 4 (FSDP) then one process, ep 2 x tp 2 (SP) then one
+#    process, tp 2 then ep 4, stay on the one-process curve;
 #  - memory: the dry-run predicts every rank's measured peaks of ep runs (DDP,
-#    FSDP, ZeRO-2), ep 2 holds half the experts' parameters, and the bytes
+#    FSDP, ZeRO-2, ep 2 x tp 2 with SP), ep 2 holds half the experts'
+#    parameters, and the bytes
 #    travel on the ep and experts' data-parallel groups;
 #  - refused in one line, exit 2, before any worker starts: ep not dividing
-#    the experts, ep not dividing dp x cp, ep without model.moe, ep with hsdp.
+#    the experts, ep not dividing dp x cp, ep without model.moe, d_ff_expert
+#    not divisible by tp.
 # DTRUN_TEST_FULL=1 adds a longer matrix (interleaved pipelines, ZeRO-2 with
 # accumulation, selective recompute, bf16 FSDP, dp 2 x cp 2 x ep 4 ...).
 source "$(dirname "$0")/../parallel/ckpt.bash"
@@ -47,10 +54,12 @@ print(f"ok   routing {sys.argv[3]}: tokens per expert, {drops:.0f} dropped choic
 PY
 }
 
-GPT=("dp=2 ep=2" "dp=4 ep=4 mode=zero1" "dp=4 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b" "cp=2 ep=2")
-TOP1=("dp=2 ep=2" "dp=4 ep=4 mode=zero2")
-LLAMA=("dp=2 ep=2" "dp=4 ep=4" "cp=2 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b recompute=block")
-BF16=("dp=2 ep=2 prec=bf16")
+GPT=("dp=2 ep=2" "dp=4 ep=4 mode=zero1" "dp=4 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b" "cp=2 ep=2"
+     "tp=2" "dp=2 tp=2 ep=2" "dp=2 tp=2 ep=2 pp=2 sched=1f1b" "cp=2 tp=2 ep=2 sp=1" "dp=4 ep=2 mode=hsdp nodes=2")
+TOP1=("dp=2 ep=2" "dp=4 ep=4 mode=zero2" "tp=2 sp=1")
+LLAMA=("dp=2 ep=2" "dp=4 ep=4" "cp=2 ep=2 mode=fsdp" "dp=2 ep=2 pp=2 sched=1f1b recompute=block"
+       "tp=2 sp=1" "dp=2 tp=2 ep=2 sp=1 mode=fsdp recompute=block" "dp=4 ep=2 tp=2 sp=1 mode=hsdp nodes=2")
+BF16=("dp=2 ep=2 prec=bf16" "dp=2 tp=2 ep=2 prec=bf16" "dp=2 tp=2 ep=2 sp=1 prec=bf16")
 if [ "${DTRUN_TEST_FULL:-0}" = 1 ]; then
   GPT+=("dp=4 ep=2 mode=zero2 accum=2" "dp=2 ep=2 pp=2 sched=interleaved" "dp=2 cp=2 ep=4 mode=fsdp"
         "dp=2 ep=2 recompute=selective attn=naive" "dp=4 ep=4 pp=2 sched=gpipe")
@@ -65,12 +74,14 @@ for lay in "${LLAMA[@]}"; do run_layout llama-moe "$lay" || fail "llama-moe [$la
 # bf16: parallel_bf16.sh's tolerance (a rounding apart may also move a token
 # to another expert, so the routing is not compared)
 for lay in "${BF16[@]}"; do
-  LOSS_RTOL=1e-3 PARAM_ATOL=1.6e-2 run_layout gpt-moe "$lay" || fail "gpt-moe [$lay]"
+  LOSS_RTOL=1e-3 PARAM_ATOL=1.6e-2 run_layout gpt-moe-bf16 "$lay" || fail "gpt-moe-bf16 [$lay]"
 done
 
 # checkpoints across a change of ep, and back to one process
 reshard llama-moe "dp=2 ep=2" "dp=4 ep=4"
 reshard gpt-moe "dp=4 ep=4 mode=fsdp" "pp=1"
+reshard llama-moe "dp=2 tp=2 ep=2 sp=1" "pp=1"
+reshard gpt-moe "tp=2" "dp=4 ep=4"
 
 # memory: the dry-run (sizes.c, whose sizes the run allocates) predicts every
 # rank's peaks of an ep run, category by category (plan_compare.py), and ep 2
@@ -83,7 +94,7 @@ mem_run() { # NAME LAYOUT EP
   pvm_job "$1" "$2"
   sed -i -e 's/^  attention: .*/&\n  moe: {experts: 4, top_k: 2, d_ff_expert: 32}/' "$T/$1.yaml"
   printf '  ep: %s\n' "$3" >>"$T/$1.yaml"
-  local world; world=$(( $(lget "$2" dp 1) * $(lget "$2" pp 1) ))
+  local world; world=$(( $(lget "$2" dp 1) * $(lget "$2" tp 1) * $(lget "$2" pp 1) ))
   timeout -k 5 120 "$DTRUN" --nproc-per-node="$world" "$T/$1.yaml" >"$T/$1.log" 2>&1 ||
     { tail -n 20 "$T/$1.log"; fail "$1 did not train"; }
   "$DTRUN" --dry-run --format=json --hardware=cpu --nproc-per-node="$world" "$T/$1.yaml" >"$T/$1.dry.json" \
@@ -94,6 +105,7 @@ mem_run mem-ep1 "dp=2" 1
 mem_run mem-ep2 "dp=2" 2
 mem_run mem-ep2-fsdp "dp=4 mode=fsdp" 2
 mem_run mem-ep4-zero2 "dp=4 mode=zero2" 4
+mem_run mem-ep2-tp2 "dp=2 tp=2 sp=1" 2
 python3 "$ROOT/test/parallel/plan_compare.py" "$T" "${NAMES[@]}" >"$T/mem.txt" 2>&1 || { cat "$T/mem.txt"; fail "ep memory: the dry-run is off"; }
 tail -1 "$T/mem.txt"
 python3 - "$T" <<'PY' || fail "ep memory"
@@ -123,7 +135,7 @@ bad ep-dp "parallel.ep 4 does not divide dp 2 x cp 1 = 2" 2 \
   $'model:\n  preset: gpt-tiny\n  moe: {experts: 8}\ntrain: {global_batch: 8, micro_batch: 4}\nparallel:\n  dp: 2\n  ep: 4'
 bad ep-no-moe "parallel.ep 2 needs model.moe" 2 \
   $'model:\n  preset: gpt-tiny\ntrain: {global_batch: 8, micro_batch: 4}\nparallel:\n  dp: 2\n  ep: 2'
-bad ep-hsdp "parallel.mode hsdp with parallel.ep 2" 2 \
-  $'model:\n  preset: gpt-tiny\n  moe: {experts: 4}\ntrain: {global_batch: 8, micro_batch: 4}\nparallel:\n  dp: 2\n  ep: 2\n  mode: hsdp'
+bad moe-tp-dff "model.moe.d_ff_expert 33 is not divisible by parallel.tp 2" 2 \
+  $'model:\n  preset: gpt-tiny\n  moe: {experts: 4, d_ff_expert: 33}\ntrain: {global_batch: 8, micro_batch: 8}\nparallel:\n  tp: 2'
 summary
-echo "ok: parallel.ep: ${#GPT[@]} + ${#TOP1[@]} + ${#LLAMA[@]} layouts with the one-process routing, ${#BF16[@]} in bf16, 2 reshards across ep, 4 refusals"
+echo "ok: parallel.ep: ${#GPT[@]} + ${#TOP1[@]} + ${#LLAMA[@]} layouts with the one-process routing, ${#BF16[@]} in bf16, 4 reshards across ep and tp, 4 refusals"

@@ -389,6 +389,62 @@ static ckpt_meta meta_of(long step, int dp, int tp, int world, const char *mode,
     return m;
 }
 
+/* Expert parallelism x tp (ckpt.h ep_rank, ep_size): a routed experts'
+ * stacked matrix X [16, 3] of 4 experts, each a gate and an up of 2 rows (8
+ * row groups), written by 4 ranks as ep 2 x tp 2 (each ep rank's block of 2
+ * experts, each of their groups split over tp), rebuilt whole and resliced
+ * for ep 4 x tp 1 and ep 1 x tp 2; a column-split expert matrix Y [8, 4]
+ * likewise. */
+static void test_expert_reshard(void)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/expert", root);
+    float X[48], Y[32], local[4][2][16];
+    for (int i = 0; i < 48; i++) X[i] = val("X", (uint64_t)i, 0);
+    for (int i = 0; i < 32; i++) Y[i] = val("Y", (uint64_t)i, 1);
+    int rc = 0;
+    for (int rank = 0; rank < 4; rank++) {
+        int ep = rank / 2, tp = rank % 2;
+        ckpt_piece pc[2];
+        memset(pc, 0, sizeof pc);
+        snprintf(pc[0].name, CKPT_NAME_MAX, "param/X");
+        pc[0].place = (ckpt_place){2, {16, 3}, CKPT_SPLIT_ROWS, 4, tp, 2, 0, 12, ep, 2};
+        snprintf(pc[1].name, CKPT_NAME_MAX, "param/Y");
+        pc[1].place = (ckpt_place){2, {8, 4}, CKPT_SPLIT_COLS, 1, tp, 2, 0, 8, ep, 2};
+        for (int k = 0; k < 2; k++) {
+            for (uint64_t i = 0; i < pc[k].place.hi; i++)
+                local[rank][k][i] = (k ? Y : X)[ckpt_place_global_index(&pc[k].place, i)];
+            pc[k].data = local[rank][k];
+        }
+        rc |= ckpt_write_rank(dir, 3, rank, pc, 2, err, sizeof err);
+    }
+    ckpt_meta m = meta_of(3, 2, 2, 4, "none", NULL);
+    rc |= ckpt_commit(dir, &m, 4, err, sizeof err);
+    ckpt *ck;
+    rc |= ckpt_open(dir, &ck, err, sizeof err);
+    CHECK(rc == 0, "ep 2 x tp 2 expert pieces written and opened: %s", rc ? err : "");
+    if (rc) return;
+    float g[48];
+    rc = ckpt_read_global(ck, "param/X", g, err, sizeof err);
+    CHECK(rc == 0 && memcmp(g, X, sizeof X) == 0, "rows-split experts (ep 2 x tp 2) rebuilt whole: %s", rc ? err : "");
+    rc = ckpt_read_global(ck, "param/Y", g, err, sizeof err);
+    CHECK(rc == 0 && memcmp(g, Y, sizeof Y) == 0, "cols-split experts (ep 2 x tp 2) rebuilt whole: %s", rc ? err : "");
+    int bad = 0;
+    for (int r = 0; r < 4; r++) { /* ep 4 x tp 1: one expert each; ep 1 x tp 2 */
+        ckpt_place w = {2, {16, 3}, CKPT_SPLIT_ROWS, 2, 0, 1, 0, 0, r, 4};
+        ckpt_place wt = {2, {8, 4}, CKPT_SPLIT_COLS, 1, r % 2, 2, 0, 0, 0, 1};
+        ckpt_place *ws[2] = {&w, &wt};
+        for (int k = 0; k < 2; k++) {
+            ws[k]->hi = ckpt_place_local_numel(ws[k]);
+            rc |= ckpt_read_slice(ck, k ? "param/Y" : "param/X", ws[k], g, err, sizeof err);
+            for (uint64_t i = 0; i < ws[k]->hi; i++) bad += g[i] != (k ? Y : X)[ckpt_place_global_index(ws[k], i)];
+        }
+    }
+    CHECK(rc == 0 && bad == 0 && ckpt_place_global_index(&(ckpt_place){2, {16, 3}, CKPT_SPLIT_ROWS, 4, 1, 2, 0, 12, 1, 2}, 0) == 27,
+          "resliced for ep 4 x tp 1 and ep 1 x tp 2: %d wrong %s", bad, rc ? err : "");
+    ckpt_close(ck);
+}
+
 static void test_handmade_reshard(void)
 {
     char dir[512];
@@ -406,11 +462,11 @@ static void test_handmade_reshard(void)
         ckpt_piece pc[3];
         memset(pc, 0, sizeof pc);
         snprintf(pc[0].name, CKPT_NAME_MAX, "param/R");
-        pc[0].place = (ckpt_place){2, {12, 5}, CKPT_SPLIT_ROWS, 3, rank, 2, 0, 30};
+        pc[0].place = (ckpt_place){2, {12, 5}, CKPT_SPLIT_ROWS, 3, rank, 2, 0, 30, 0, 1};
         snprintf(pc[1].name, CKPT_NAME_MAX, "adam_m/F");
-        pc[1].place = (ckpt_place){2, {7, 6}, CKPT_SPLIT_NONE, 1, 0, 1, rank ? 20 : 0, rank ? 42 : 20};
+        pc[1].place = (ckpt_place){2, {7, 6}, CKPT_SPLIT_NONE, 1, 0, 1, rank ? 20 : 0, rank ? 42 : 20, 0, 1};
         snprintf(pc[2].name, CKPT_NAME_MAX, "param/C");
-        pc[2].place = (ckpt_place){2, {3, 9}, CKPT_SPLIT_COLS, 1, rank, 2, 0, rank ? 15 : 12};
+        pc[2].place = (ckpt_place){2, {3, 9}, CKPT_SPLIT_COLS, 1, rank, 2, 0, rank ? 15 : 12, 0, 1};
         for (int k = 0; k < 3; k++) {
             for (uint64_t i = pc[k].place.lo; i < pc[k].place.hi; i++) {
                 uint64_t g = ckpt_place_global_index(&pc[k].place, i);
@@ -445,21 +501,21 @@ static void test_handmade_reshard(void)
      * flat quarters of F, tp 4 of C */
     int bad = 0;
     for (int r = 0; r < 4; r++) {
-        ckpt_place w = {2, {12, 5}, CKPT_SPLIT_ROWS, 3, r, 4, 0, 0};
+        ckpt_place w = {2, {12, 5}, CKPT_SPLIT_ROWS, 3, r, 4, 0, 0, 0, 1};
         w.hi = ckpt_place_local_numel(&w);
         rc |= ckpt_read_slice(ck, "param/R", &w, g, err, sizeof err);
         for (uint64_t i = 0; i < w.hi; i++) bad += g[i] != R[ckpt_place_global_index(&w, i)];
-        ckpt_place wf = {2, {7, 6}, CKPT_SPLIT_NONE, 1, 0, 1, 42u * (unsigned)r / 4, 42u * (unsigned)(r + 1) / 4};
+        ckpt_place wf = {2, {7, 6}, CKPT_SPLIT_NONE, 1, 0, 1, 42u * (unsigned)r / 4, 42u * (unsigned)(r + 1) / 4, 0, 1};
         rc |= ckpt_read_slice(ck, "adam_m/F", &wf, g, err, sizeof err);
         for (uint64_t i = wf.lo; i < wf.hi; i++) bad += g[i - wf.lo] != F[i];
-        ckpt_place wc = {2, {3, 9}, CKPT_SPLIT_COLS, 1, r, 4, 1, 0};
+        ckpt_place wc = {2, {3, 9}, CKPT_SPLIT_COLS, 1, r, 4, 1, 0, 0, 1};
         wc.hi = ckpt_place_local_numel(&wc); /* and a partial range [1, numel) */
         rc |= ckpt_read_slice(ck, "param/C", &wc, g, err, sizeof err);
         for (uint64_t i = wc.lo; i < wc.hi; i++) bad += g[i - wc.lo] != Cm[ckpt_place_global_index(&wc, i)];
     }
     CHECK(rc == 0 && bad == 0, "resliced for a 4-rank layout (rows, flat, cols, partial ranges): %d wrong %s", bad,
           rc ? err : "");
-    ckpt_place w = {2, {12, 6}, CKPT_SPLIT_NONE, 1, 0, 1, 0, 72};
+    ckpt_place w = {2, {12, 6}, CKPT_SPLIT_NONE, 1, 0, 1, 0, 72, 0, 1};
     rc = ckpt_read_slice(ck, "param/R", &w, g, err, sizeof err);
     CHECK(rc != 0 && strstr(err, "shape mismatch"), "a wrong global shape is refused: %s", err);
     rc = ckpt_read_global(ck, "param/nope", g, err, sizeof err);
@@ -1214,6 +1270,7 @@ int main(int argc, char **argv)
     test_place_matches_model();
     test_place_matches_experts();
     test_handmade_reshard();
+    test_expert_reshard();
     test_model_reshard();
     test_ep_reshard();
     test_commit_keep();

@@ -560,8 +560,8 @@ static void test_ep(void)
     CHECK(rc == 0 && job.parallel.dp == 8, "dp: auto 8 with ep 4: %s", rc ? err : "");
     expect_load("model: {moe: {experts: 8}}\nparallel: {dp: 2, cp: 2, ep: 4}\ntrain: {global_batch: 8, micro_batch: 2}\n",
                 "ep 4 over dp 2 x cp 2");
-    expect_error("model: {moe: {experts: 8}}\nparallel: {dp: 2, ep: 2, mode: hsdp}\n"
-                 "train: {global_batch: 8, micro_batch: 1}\n", "t.yaml:2:26: ", "parallel.mode hsdp with parallel.ep 2");
+    expect_load("model: {moe: {experts: 8}}\nparallel: {dp: 2, ep: 2, mode: hsdp}\n"
+                "train: {global_batch: 8, micro_batch: 1}\n", "ep with hsdp");
 }
 
 /* model.moe: a mapping inside model, its defaults, which blocks, the
@@ -607,7 +607,9 @@ static void test_moe(void)
     expect_error("model: {kind: vit, moe: {experts: 4}}\n", "t.yaml:1:26: ",
                  "model.moe.experts applies to gpt and llama models only");
     expect_load("model: {moe: {experts: 4}}\nparallel: {cp: 2}\n", "moe with cp");
-    expect_error("model: {moe: {experts: 4}}\nparallel: {tp: 2}\n", "t.yaml:2:12: ", "model.moe with parallel.tp 2");
+    expect_load("model: {moe: {experts: 4}}\nparallel: {tp: 2, sequence_parallel: true}\n", "moe with tp and sp");
+    expect_error("model: {moe: {experts: 4, d_ff_expert: 33}}\nparallel: {tp: 2}\n", "t.yaml:2:12: ",
+                 "model.moe.d_ff_expert 33 is not divisible by parallel.tp 2");
     expect_error("model: {moe: {experts: 4}}\ntrain: {cuda_graphs: true}\n", "t.yaml:2:9: ",
                  "train.cuda_graphs with model.moe");
     expect_error("model: {moe: {experts: 4, aux_loss_coef: -1}}\n", "t.yaml:1:42: ",

@@ -91,10 +91,14 @@ static void test_active(void)
               w1.gemm[2].fwd_flops == w4.gemm[2].fwd_flops,
           "an expert's GEMM: %g rows (B seq top_k / E) without ep, %g with ep 4, the same FLOPs", w1.gemm[2].dim,
           w4.gemm[2].dim);
-    /* sequence parallelism: each tp rank routes its own rows */
-    CHECK(sizes_moe_routed_rows(m, 2, 1, 0, 1) == 2 * 32 * 2 && sizes_moe_routed_rows(m, 2, 2, 1, 1) == 32 * 2 &&
-              sizes_moe_routed_rows(m, 2, 2, 0, 1) == 2 * 32 * 2,
-          "routed rows per micro-batch: B x seq x top_k, over tp with sequence parallelism only");
+    /* every tp rank routes all the micro-batch's rows (gathered under
+     * sequence parallelism) and computes 1/tp of each expert's columns */
+    sizes_unit_work_ep(m, 2, RECOMPUTE_NONE, 2, 2, 1, 1, 1, 2.0, &w4);
+    CHECK(sizes_moe_routed_rows(m, 2, 1, 0, 1) == 2 * 32 * 2 && sizes_moe_routed_rows(m, 2, 2, 1, 1) == 2 * 32 * 2 &&
+              sizes_moe_routed_rows(m, 2, 2, 0, 1) == 2 * 32 * 2 &&
+              fabs(w4.gemm[2].fwd_flops - w1.gemm[2].fwd_flops / 2) <= 1e-9 * w1.gemm[2].fwd_flops,
+          "routed rows per micro-batch: B x seq x top_k on every tp rank, with or without sequence parallelism; "
+          "an expert's GEMM half the FLOPs at tp 2");
 }
 
 /* With ep the experts split over ep ranks and shard over dp x cp / ep; the

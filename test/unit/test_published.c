@@ -834,28 +834,31 @@ static void test_moe_params(void)
 /* [MF]'s two H100 results with the layouts the authors ran them with ([MF]
  * runtime.conf): Mixtral 8x22B on 128 GPUs (tp 2, pp 8, ep 8, micro-batch 1,
  * global batch 256, sequence 4096) and Qwen2-57B-A14B on 64 (tp 2, pp 4 with
- * 7 virtual stages, ep 4, the same batch and sequence); both with expert tp 1
- * (the experts whole on every tp rank), sequence parallelism, the
- * distributed optimizer (dtrun's zero1) with fp32 gradients ([MC]),
- * dropless all-to-all routing, no recompute, bf16, flash attention. In
- * dtrun's mesh ep folds into dp x cp at one tp rank (mesh.h), so an ep group
- * of 8 ranks with tp 2 spans two nodes where Megatron-Core folds it into tp
- * x dp inside one: dtrun sends half of Mixtral's all-to-all over the
- * inter-node link, as its run would. The MoE layer refuses tp today
- * (jobspec_check.c check_moe): the layout is set on the loaded job, past
- * job_validate, and priced as dtrun would run it. The h100-sxm profile as it
- * is, nothing fitted. Each within 10 points of the published MFU. Neither
- * fits in 80 GB in dtrun's estimate of its own engine, and the test prints
- * why instead of asserting it: without recompute every micro-batch in flight
- * keeps its MoE blocks' expert buffers sized for the most a dropless router
- * may send a rank (ep.c, sizes_ep_stage: tokens x min(top_k, experts / ep)
- * x ep rows, 4x the even load here; Megatron-Core allocates what arrives);
- * Qwen2's 7 virtual stages are 7 model objects on each rank, each keeping an
- * fp32 working copy of its largest unit and (bf16 gradients) of its gradient
- * (sizes_mixed_work_bytes: 5.4 GB for one of its MoE blocks, 38 GB for the
- * 7), and its shared expert is whole on each tp rank (Megatron-Core splits
- * it over tp as a dense MLP). test_mf_plan shows the layouts dtrun proposes
- * on the same GPUs instead, which fit. */
+ * 7 virtual stages, ep 4, the same batch and sequence); sequence
+ * parallelism, the distributed optimizer (dtrun's zero1) with fp32
+ * gradients ([MC]), dropless all-to-all routing, no recompute, bf16, flash
+ * attention. Priced as dtrun runs them (the job loads as written): the
+ * experts split over tp as the dense MLP (expert tp = tp, where the authors
+ * kept the experts whole on each tp rank, expert tp 1), every tp rank
+ * routing the micro-batch's tokens alike (their rows gathered first under
+ * sequence parallelism, the output summed back: a dense MLP's collectives),
+ * each sending its share of the rows to the experts' ranks and the tp group
+ * exchanging the shares inside the node (ep.c: an all-gather and a
+ * reduce-scatter per MoE block each way). In dtrun's mesh ep folds into dp x
+ * cp at one tp rank (mesh.h), so an ep group of 8 ranks with tp 2 spans two
+ * nodes where Megatron-Core folds it into tp x dp inside one: dtrun sends
+ * half of Mixtral's all-to-all over the inter-node link, as its run would.
+ * The h100-sxm profile as it is, nothing fitted. Each within 10 points of
+ * the published MFU. Neither fits in 80 GB in dtrun's estimate of its own
+ * engine, and the test prints why instead of asserting it: without
+ * recompute every micro-batch in flight keeps its MoE blocks' expert buffers
+ * sized for the most a dropless router may send a rank (ep.c, sizes_ep_stage:
+ * tokens x min(top_k, experts / ep) x ep rows, 4x the even load here, over
+ * the whole micro-batch's tokens on each tp rank; Megatron-Core allocates
+ * what arrives); Qwen2's 7 virtual stages are 7 model objects on each rank,
+ * each keeping an fp32 working copy of its largest unit and (bf16
+ * gradients) of its gradient (sizes_mixed_work_bytes). test_mf_plan shows
+ * the layouts dtrun proposes on the same GPUs instead, which fit. */
 typedef struct {
     const char *preset;
     int gpus, tp, pp, v, ep;
@@ -880,16 +883,11 @@ static void test_mf_mfu(void)
         int dp = r->gpus / (r->tp * r->pp), m = 256 / dp;
         snprintf(yaml, sizeof yaml,
                  "model:\n  preset: %s\ntrain:\n  global_batch: 256\n  micro_batch: 1\n  precision: bf16\n"
-                 "  recompute: none\nparallel:\n  dp: %d\n  pp: %d\n  mode: zero1\n"
-                 "  microbatches: %d\n  pp_schedule: %s\n",
-                 r->preset, dp * r->tp, r->pp, m / r->tp, r->v > 1 ? "interleaved" : "1f1b");
+                 "  recompute: none\nparallel:\n  dp: %d\n  tp: %d\n  pp: %d\n  ep: %d\n  mode: zero1\n"
+                 "  sequence_parallel: true\n  microbatches: %d\n  pp_schedule: %s\n  virtual_stages: %d\n",
+                 r->preset, dp, r->tp, r->pp, r->ep, m, r->v > 1 ? "interleaved" : "1f1b", r->v);
         job_spec job;
         if (load_job(&job, yaml)) return;
-        /* past job_validate: the MoE layer refuses tp (above) */
-        job.parallel.dp = dp, job.parallel.tp = r->tp, job.parallel.ep = r->ep;
-        job.parallel.sequence_parallel = 1;
-        job.parallel.microbatches = job.train.grad_accum = m;
-        job.parallel.virtual_stages = r->v;
         plan_estimate e;
         int rc = plan_estimate_memory(&e, &job, &hw, r->gpus / 8, 8, err, sizeof err);
         if (rc == 0) rc = plan_estimate_time(&e, err, sizeof err);
@@ -936,10 +934,9 @@ static void test_mf_mfu(void)
     }
 }
 
-/* `dtrun --plan` for [MF]'s two models on their GPUs and batch (the MoE
- * layer refuses tp today, so tp 1): its best layout folds ep into dp (it
- * searches ep), fits with the profile's headroom and comes within 10 points
- * of the published MFU. */
+/* `dtrun --plan` for [MF]'s two models on their GPUs and batch: its best
+ * layout (it searches tp and ep with the MoE layer) fits with the profile's
+ * headroom and comes within 10 points of the published MFU. */
 static void test_mf_plan(void)
 {
     static const mf_row rows[] = {
@@ -966,7 +963,7 @@ static void test_mf_plan(void)
 #define NUM(k) (best ? cJSON_GetNumberValue(cJSON_GetObjectItem(best, k)) : 0)
 #define STR(k) (best ? cJSON_GetStringValue(cJSON_GetObjectItem(best, k)) : "-")
         double mfu = 100 * NUM("mfu");
-        CHECK(best && NUM("ep") > 1 && NUM("memory_bytes") <= NUM("device_bytes") - NUM("headroom_bytes") &&
+        CHECK(best && NUM("memory_bytes") <= NUM("device_bytes") - NUM("headroom_bytes") &&
                   fabs(mfu - r->mfu_pct) <= 10.0,
               "[MF] --plan %s on %d H100: best dp %d tp %d pp %d ep %d %s micro_batch %d recompute %s: MFU %.1f %% vs "
               "published %.1f %%, %.1f GB a rank, fits with the headroom%s%s",
