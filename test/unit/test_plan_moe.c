@@ -73,7 +73,7 @@ static void test_active(void)
     CHECK(fabs(got / want - 1) < 1e-12, "model FLOPs per sample %.6g = 6 x active x seq + attention (%.6g)", got, want);
     /* the step time's GEMMs add up to them, unit by unit, each recompute kind */
     int ok = 1;
-    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_SELECTIVE; rc++)
+    for (int rc = RECOMPUTE_NONE; rc <= RECOMPUTE_ELEMENTWISE; rc++)
         for (int u = 0; u < model_n_units(m); u++) {
             sizes_unit_work w;
             sizes_unit_work_ep(m, u, (recompute_kind)rc, 2, 1, 0, 1, 4, 2.0, &w);

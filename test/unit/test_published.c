@@ -855,9 +855,9 @@ static void test_moe_params(void)
  * sized for the most a dropless router may send a rank (ep.c, sizes_ep_stage:
  * tokens x min(top_k, experts / ep) x ep rows, 4x the even load here, over
  * the whole micro-batch's tokens on each tp rank; Megatron-Core allocates
- * what arrives); Qwen2's 7 virtual stages are 7 model objects on each rank,
- * each keeping an fp32 working copy of its largest unit and (bf16
- * gradients) of its gradient (sizes_mixed_work_bytes). test_mf_plan shows
+ * what arrives); the fp32 working copy of a rank's largest unit and (bf16
+ * gradients) of its gradient, one set shared by its chunks
+ * (sizes_mixed_work_bytes). test_mf_plan shows
  * the layouts dtrun proposes on the same GPUs instead, which fit. */
 typedef struct {
     const char *preset;
@@ -923,8 +923,8 @@ static void test_mf_mfu(void)
         else
             printf("# [MF] %s: the fullest stage (pp %d) needs %.1f GB, more than 80 GB: activations %.1f GB (%d "
                    "micro-batches in flight, each MoE block's experts' buffers sized for the most a dropless "
-                   "router may bring, %zu rows, %.1f x the even load), fp32 working copies %.1f GB (a model object "
-                   "per chunk: sizes_mixed_work_bytes), model state %.1f GB\n",
+                   "router may bring, %zu rows, %.1f x the even load), fp32 working copies %.1f GB (one set shared "
+                   "by the rank's chunks: sizes_mixed_work_bytes), model state %.1f GB\n",
                    r->preset, worst, e.max_total / GB, (double)(mm->bytes[SIZES_ACTS] + mm->bytes[SIZES_LOGITS]) / GB,
                    sizes_acts_slots(e.sizes, pp_chunk_id(worst, 0, r->pp)), exp, exp / even,
                    (double)mm->bytes[SIZES_WORKSPACE] / GB,
