@@ -24,68 +24,130 @@ mkdir -p "$log/result"
 
 # Tests run DTRUN_TEST_JOBS at a time (default: the cores, at least 2: most
 # integration tests wait on processes, sockets and python peers more than they
-# compute), unit binaries first, then the sanitizer builds, then the
-# integration scripts; an integration test whose header says
-# "# dtrun-test: exclusive" (it times the machine: calibration, measured
-# bubbles, a skip when others take the cores) runs afterwards, alone. Each
-# prints its line as it ends and leaves "kind passed failed" in result/.
+# compute): the known-long ones first (LONG_FIRST below, the slowest first,
+# so that the slots end together instead of one long test running alone at
+# the end), then the unit binaries, the sanitizer builds and the integration
+# scripts in name order. An integration test whose header says
+# "# dtrun-test: waits" (it mostly sleeps: timeouts, Slurm's and the
+# rendezvous' waits; little CPU) runs in a side lane beside the pool, one at
+# a time, without taking a slot; one that says "# dtrun-test: exclusive"
+# (it times the machine: calibration, measured bubbles, a skip when others
+# take the cores) runs afterwards, alone. Each prints its line as it ends
+# (wall seconds, and CPU seconds of the test and its children) and leaves
+# "kind passed failed" in result/.
 jobs=${DTRUN_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
 [ "$jobs" -ge 2 ] 2>/dev/null || jobs=2
 
+# cpu_secs: sets cpu to the user + system seconds of this shell's finished
+# children (each test runs in a subshell of its own, so: the test's). Not
+# called as $(cpu_secs): that would ask a subshell, which has no children.
+cpu_secs() {
+  local a b f="$log/times.$BASHPID"
+  times >"$f"
+  { read -r _ _; read -r a b; } <"$f"
+  rm -f "$f"
+  cpu=$(awk -v a="$a" -v b="$b" 'function s(x) { sub(/s$/, "", x); split(x, p, "m"); return p[1] * 60 + p[2] }
+    BEGIN { printf "%.1fs", s(a) + s(b) }')
+}
 run_unit() { # name binary: counts its "ok -" / "not ok -" lines
-  local name=$1 bin=$2 out="$log/$(echo "$1" | tr '/' '_').log" rc p f
-  timeout -k 5 "$DTRUN_TEST_TIMEOUT" "$bin" >"$out" 2>&1; rc=$?
+  local name=$1 bin=$2 out="$log/$(echo "$1" | tr '/' '_').log" rc p f start took cpu
+  start=$(date +%s)
+  # OpenMP's idle threads sleep instead of spinning (as dtrun's agent asks of
+  # its workers): two tests share two cores here, and a spinning thread
+  # starves the one doing the work (ASan test_kernels: 55 s instead of 2 s
+  # when the other slot is busy)
+  OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} timeout -k 5 "$DTRUN_TEST_TIMEOUT" "$bin" >"$out" 2>&1; rc=$?
+  cpu_secs; took="$(( $(date +%s) - start ))s, $cpu CPU"
   p=$(grep -c '^ok - ' "$out"); f=$(grep -c '^not ok - ' "$out")
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; echo "not ok - $name exited $rc" >>"$out"; fi
   echo "unit $p $f" >"$log/result/$(echo "$name" | tr '/' '_')"
   if [ "$f" -gt 0 ]; then
-    echo "FAIL $name ($p passed, $f failed)"; grep -E '^not ok|ERROR|Sanitizer|runtime error' "$out" | head -20 | sed 's/^/    /'
+    echo "FAIL $name ($p passed, $f failed; $took)"; grep -E '^not ok|ERROR|Sanitizer|runtime error' "$out" | head -20 | sed 's/^/    /'
   else
-    echo "PASS $name ($p checks)"
+    echo "PASS $name ($p checks; $took)"
   fi
 }
 run_san_unit() {
   DTRUN_TEST_SAN=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 run_unit "$@"
 }
 run_integration() { # script name: exit 0 passed, 77 skipped, else failed
-  local t=$1 name=$2 out="$log/$(basename "$1").log" start rc secs
+  local t=$1 name=$2 out="$log/$(basename "$1").log" start rc secs cpu
   start=$(date +%s)
   timeout -k 5 "$DTRUN_TEST_TIMEOUT" bash "$t" >"$out" 2>&1; rc=$?
-  secs=$(( $(date +%s) - start ))
+  cpu_secs; secs="$(( $(date +%s) - start ))s, $cpu CPU"
   echo "integration $rc" >"$log/result/$(echo "$name" | tr '/' '_')"
-  if [ $rc -eq 0 ]; then echo "PASS $name (${secs}s)"
+  if [ $rc -eq 0 ]; then echo "PASS $name ($secs)"
   elif [ $rc -eq 77 ]; then echo "SKIP $name: $(tail -1 "$out")"
-  else echo "FAIL $name (exit $rc, ${secs}s)"; tail -25 "$out" | sed 's/^/    /'; fi
+  else echo "FAIL $name (exit $rc, $secs)"; tail -25 "$out" | sed 's/^/    /'; fi
 }
-running=0
+pool=() # the pids of the tests running in the pool
 start_job() { # FUNCTION ARGS...: in the background once a slot is free
-  if [ "$running" -ge "$jobs" ]; then wait -n; running=$((running - 1)); fi
+  local done_pid p left=()
+  if [ "${#pool[@]}" -ge "$jobs" ]; then # a slot frees when one of the pool's own ends (not the side lane)
+    wait -n -p done_pid "${pool[@]}"
+    for p in "${pool[@]}"; do [ "$p" = "$done_pid" ] || left+=("$p"); done
+    pool=("${left[@]}")
+  fi
   "$@" &
-  running=$((running + 1))
+  pool+=($!)
 }
 
+# The known-long tests (CPU and wall seconds on an idle 2-core machine, make
+# test of 2026-11-28), the longest first: a name missing here runs in name
+# order after them.
+LONG_FIRST=(
+  unit/test_published integration/quickstart_bf16 integration/tokenizer_json integration/parallel_equivalence
+  integration/init_from_llama integration/sft_tokenize asan/test_published asan/test_kernels
+  integration/parallel_llama integration/plan_vs_measured integration/parallel_bf16 asan/test_plan
+  integration/init_from_vit integration/sft_pack integration/memory_bf16 integration/init_from_mixtral
+  integration/offload unit/test_comm integration/classify integration/lora_hf integration/ep
+  integration/docs_drift integration/cuda_graphs integration/launch_host_race
+)
+declare -A queued=()
+jobs_all=() # "function name target" in name order
+add_job() { # function name target
+  [[ $2 =~ $filter ]] || return 0
+  jobs_all+=("$1 $2 $3")
+}
+start_named() { # function name target
+  if [ "$1" = run_integration ]; then start_job "$1" "$3" "$2"; else start_job "$1" "$2" "$3"; fi
+  queued[$2]=1
+}
 for bin in build/test/test_*; do
-  [ -x "$bin" ] || continue
-  name=unit/$(basename "$bin")
-  [[ $name =~ $filter ]] && start_job run_unit "$name" "$bin"
+  [ -x "$bin" ] && add_job run_unit "unit/$(basename "$bin")" "$bin"
 done
 if [ "${DTRUN_TEST_NO_SAN:-0}" != 1 ]; then
   for bin in build-san/test/test_*; do
-    [ -x "$bin" ] || continue
-    name=asan/$(basename "$bin")
-    [[ $name =~ $filter ]] && start_job run_san_unit "$name" "$bin"
+    [ -x "$bin" ] && add_job run_san_unit "asan/$(basename "$bin")" "$bin"
   done
 fi
-exclusive=()
+exclusive=() waits=()
 for t in test/integration/*.sh; do
   [ -f "$t" ] || continue
   name=integration/$(basename "$t" .sh)
   [[ $name =~ $filter ]] || continue
   if grep -q '^# dtrun-test: exclusive' "$t"; then exclusive+=("$t"); continue; fi
-  start_job run_integration "$t" "$name"
+  if grep -q '^# dtrun-test: waits' "$t"; then waits+=("$t"); continue; fi
+  add_job run_integration "$name" "$t"
+done
+# the side lane: the tests that mostly wait, one after another, beside the pool
+side_lane() {
+  local t
+  for t in "$@"; do (run_integration "$t" "integration/$(basename "$t" .sh)"); done
+}
+[ ${#waits[@]} -eq 0 ] || side_lane "${waits[@]}" &
+for long in "${LONG_FIRST[@]}"; do
+  for j in "${jobs_all[@]}"; do
+    read -r fn name target <<<"$j"
+    [ "$name" = "$long" ] && start_named "$fn" "$name" "$target"
+  done
+done
+for j in "${jobs_all[@]}"; do
+  read -r fn name target <<<"$j"
+  [ -n "${queued[$name]:-}" ] || start_named "$fn" "$name" "$target"
 done
 wait
-for t in "${exclusive[@]}"; do run_integration "$t" "integration/$(basename "$t" .sh)"; done
+for t in "${exclusive[@]}"; do (run_integration "$t" "integration/$(basename "$t" .sh)"); done
 for r in "$log"/result/*; do
   [ -f "$r" ] || continue
   read -r kind a b <"$r"

@@ -43,59 +43,63 @@ static int check_field(const job_spec *job, int fid, verdict *v)
     if (!job_field_applies(job, fid) || job_field_unset(job, fid)) return 0;
     if (f->section == SEC_MOE && job->model.moe.experts == 0) return 0; /* no MoE: unused */
     if (f->section == SEC_MLA && !job_model_mla(&job->model)) return 0; /* no MLA: unused */
-    char name[64], range[96];
-    job_field_full_name(fid, name, sizeof name);
-    job_field_range_text(fid, range, sizeof range);
+    /* the key's name and range are formatted only for a message: --plan
+     * validates thousands of layouts, nearly all of them valid */
+    char name[64] = "", range[96] = "";
+#define FIELD_FAIL(...) \
+    (job_field_full_name(fid, name, sizeof name), job_field_range_text(fid, range, sizeof range), \
+     fail(v, BLAME(fid), __VA_ARGS__))
     const void *p = job_field_cptr(job, fid);
     switch (f->type) {
     case FT_INT: {
         int x = *(const int *)p;
-        if (job_field_in_range(fid, x)) return fail(v, BLAME(fid), "%s %s, got %d", name, range, x);
+        if (job_field_in_range(fid, x)) return FIELD_FAIL("%s %s, got %d", name, range, x);
         return 0;
     }
     case FT_LONG: {
         long x = *(const long *)p;
-        if (job_field_in_range(fid, (double)x)) return fail(v, BLAME(fid), "%s %s, got %ld", name, range, x);
+        if (job_field_in_range(fid, (double)x)) return FIELD_FAIL("%s %s, got %ld", name, range, x);
         return 0;
     }
     case FT_U64:
         return 0;
     case FT_DOUBLE: {
         double x = *(const double *)p;
-        if (!isfinite(x)) return fail(v, BLAME(fid), "%s must be a finite number", name);
-        if (job_field_in_range(fid, x)) return fail(v, BLAME(fid), "%s %s, got %g", name, range, x);
+        if (!isfinite(x)) return FIELD_FAIL("%s must be a finite number", name);
+        if (job_field_in_range(fid, x)) return FIELD_FAIL("%s %s, got %g", name, range, x);
         return 0;
     }
     case FT_BOOL: {
         int x = *(const int *)p;
-        if (x != 0 && x != 1) return fail(v, BLAME(fid), "%s must be true or false (0 or 1), got %d", name, x);
+        if (x != 0 && x != 1) return FIELD_FAIL("%s must be true or false (0 or 1), got %d", name, x);
         return 0;
     }
     case FT_FLAGS: {
         int x = *(const int *)p, count = 0;
         while (f->names[count]) count++;
-        if (x < 0 || x >= 1 << count) return fail(v, BLAME(fid), "%s has no value %d", name, x);
+        if (x < 0 || x >= 1 << count) return FIELD_FAIL("%s has no value %d", name, x);
         return 0;
     }
     case FT_ENUM: {
         int x = *(const int *)p, count = 0;
         while (f->names[count]) count++;
-        if (x < 0 || x >= count) return fail(v, BLAME(fid), "%s has no value number %d", name, x);
+        if (x < 0 || x >= count) return FIELD_FAIL("%s has no value number %d", name, x);
         return 0;
     }
     default: {
         const char *s = p;
         if (!memchr(s, 0, f->size))
-            return fail(v, BLAME(fid), "%s is not terminated within %zu bytes", name, f->size);
-        if (!utf8_valid(s, strlen(s))) return fail(v, BLAME(fid), "%s is not valid UTF-8", name);
+            return FIELD_FAIL("%s is not terminated within %zu bytes", name, f->size);
+        if (!utf8_valid(s, strlen(s))) return FIELD_FAIL("%s is not valid UTF-8", name);
         char why[128];
-        if (job_field_check_string(fid, s, why, sizeof why)) return fail(v, BLAME(fid), "%s %s", name, why);
+        if (job_field_check_string(fid, s, why, sizeof why)) return FIELD_FAIL("%s %s", name, why);
         if (f->type == FT_PRESET && s[0] && !job_preset_find(s))
-            return fail(v, BLAME(fid), "%s: unknown preset '%s'", name, s);
+            return FIELD_FAIL("%s: unknown preset '%s'", name, s);
         return 0;
     }
     }
 }
+#undef FIELD_FAIL
 
 /* Tokens per sample: what sequence parallelism splits. */
 static long tokens_per_sample(const job_model *m)

@@ -230,8 +230,11 @@ static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm
         c->bubble_time = e.bubble * e.makespan;
         c->pipe_comm = fmax(0, e.makespan - c->bubble_time - c->compute);
         c->tail = e.step_time - e.makespan;
+        /* only a simulated layout can be listed (faster_first): a bound's
+         * layout skips the walk over every tp group of the world */
         c->tp_crosses = 0;
-        for (int r = 0; r < e.world && !c->tp_crosses; r += c->tp) c->tp_crosses = plan_group_crosses(&e, r, MESH_TP);
+        for (int r = 0; c->exact && r < e.world && !c->tp_crosses; r += c->tp)
+            c->tp_crosses = plan_group_crosses(&e, r, MESH_TP);
         ok = 1;
     }
     if (e.sizes) {

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# dtrun-test: waits (it mostly sleeps on timeouts: test/run.sh runs it in the side lane, beside the pool)
 # dtrun's ports held by a program that is not dtrun (issues 15.7 and 26.3).
 # On this machine the holder is known, and no agent can ever meet there, so the
 # launch fails at once, exit 1, in one line naming it ("python3 (pid N)"):

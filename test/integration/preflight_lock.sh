@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# dtrun-test: waits (it mostly sleeps on timeouts: test/run.sh runs it in the side lane, beside the pool)
 # One run per checkpoint directory and per metrics file (issue 15, point 12):
 # while a run trains, a second run on the same checkpoint.dir (the same YAML
 # started twice), or on another directory but the same log.metrics, refuses at

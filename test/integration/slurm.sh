@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# dtrun-test: waits (it mostly sleeps on timeouts: test/run.sh runs it in the side lane, beside the pool)
 # A real Slurm: Debian's slurm-wlm runs on this machine as two emulated nodes,
 # n1 and n2 (test/slurm/cluster.bash), and scripts/slurm/train.sbatch is
 # submitted as shipped, with its own #SBATCH lines, from a directory that
