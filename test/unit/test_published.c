@@ -116,6 +116,21 @@ static int load_job(job_spec *job, const char *yaml)
     return rc;
 }
 
+/* `dtrun --plan` of the job as its JSON (what the command prints), or NULL
+ * with err ("no JSON" when the run succeeded but printed none). */
+static cJSON *plan_json(const job_spec *job, const dryrun_opts *o, char *err, size_t errlen)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    int rc = plan_run(job, o, f, err, errlen);
+    fclose(f);
+    cJSON *root = rc == 0 ? cJSON_Parse(buf) : NULL;
+    if (rc == 0 && !root) snprintf(err, errlen, "no JSON");
+    free(buf);
+    return root;
+}
+
 /* The row's layout as a dtrun job: dtrun's GPT block is Megatron's (d_ff = 4h,
  * learned positions, tied embedding; no dropout, no biases in its count of
  * FLOPs beyond Eq. (3)'s), its attention the materialised softmax of 2021
@@ -283,17 +298,11 @@ static void test_n21_plan(void)
         prediction paper = predict(&job, &hw, r);
         dryrun_opts o = {.nnodes = r->gpus / 8, .nproc_per_node = 8, .hardware = "a100-80g", .format = DRYRUN_JSON,
                          .top = 1};
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&buf, &len);
-        int rc = plan_run(&job, &o, f, err, sizeof err);
-        fclose(f);
-        cJSON *root = rc == 0 ? cJSON_Parse(buf) : NULL;
+        cJSON *root = plan_json(&job, &o, err, sizeof err);
         cJSON *top = root ? cJSON_GetArrayItem(cJSON_GetObjectItem(root, "top"), 0) : NULL;
         if (!top) {
-            CHECK(0, "[N21] %.1fB: --plan returned no layout (%s)", r->params_b, rc ? err : "no JSON");
+            CHECK(0, "[N21] %.1fB: --plan returned no layout (%s)", r->params_b, root ? "an empty top" : err);
             cJSON_Delete(root);
-            free(buf);
             continue;
         }
 #define NUM(k) cJSON_GetNumberValue(cJSON_GetObjectItem(top, k))
@@ -324,7 +333,6 @@ static void test_n21_plan(void)
 #undef NUM
 #undef STR
         cJSON_Delete(root);
-        free(buf);
     }
 }
 
@@ -490,12 +498,8 @@ static void test_l24_plan(void)
     if (l24_job(&job, r)) return;
     dryrun_opts o = {.nnodes = r->gpus / 8, .nproc_per_node = 8, .hardware = "h100-sxm", .format = DRYRUN_JSON,
                      .top = 5};
-    char *buf = NULL, err[512] = "";
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    int rc = plan_run(&job, &o, f, err, sizeof err);
-    fclose(f);
-    cJSON *root = rc == 0 ? cJSON_Parse(buf) : NULL, *top = cJSON_GetObjectItem(root, "top");
+    char err[512] = "";
+    cJSON *root = plan_json(&job, &o, err, sizeof err), *top = cJSON_GetObjectItem(root, "top");
     cJSON *jo = cJSON_GetObjectItem(root, "job_layout");
     int n = top ? cJSON_GetArraySize(top) : 0, fit = n > 0;
     for (int i = 0; i < n; i++) {
@@ -507,7 +511,7 @@ static void test_l24_plan(void)
     cJSON *best = cJSON_GetArrayItem(top, 0);
     double mfu = best ? cJSON_GetNumberValue(cJSON_GetObjectItem(best, "mfu")) : 0, tflops = mfu * 989.4;
     double speedup = jo ? cJSON_GetNumberValue(cJSON_GetObjectItem(jo, "best_speedup")) : 0;
-    CHECK(rc == 0 && fit && cJSON_IsTrue(cJSON_GetObjectItem(jo, "compared")) && speedup > 0,
+    CHECK(root && fit && cJSON_IsTrue(cJSON_GetObjectItem(jo, "compared")) && speedup > 0,
           "[L24] --plan llama3-405b on 2048 x 8 H100: %d layouts, each fits with the 5 %% headroom; its best (dp %d "
           "tp %d pp %d %s, %s, recompute %s) %.0f TFLOP/s per GPU, %.2fx the paper's layout by the same estimate "
           "(which needs %.1f GB: %s), %.2fx the published 400",
@@ -520,7 +524,6 @@ static void test_l24_plan(void)
           jo ? cJSON_GetNumberValue(cJSON_GetObjectItem(jo, "memory_bytes")) / GB : 0,
           jo && cJSON_IsTrue(cJSON_GetObjectItem(jo, "fits")) ? "it fits" : "it does not fit", tflops / r->tflops);
     cJSON_Delete(root);
-    free(buf);
 }
 
 /* The issue's seeds: 16 bytes per parameter for bf16 mixed precision with AdamW
@@ -953,12 +956,7 @@ static void test_mf_plan(void)
         if (load_job(&job, yaml)) return;
         dryrun_opts o = {.nnodes = r->gpus / 8, .nproc_per_node = 8, .hardware = "h100-sxm", .format = DRYRUN_JSON,
                          .top = 3};
-        char *buf = NULL;
-        size_t len = 0;
-        FILE *f = open_memstream(&buf, &len);
-        int rc = plan_run(&job, &o, f, err, sizeof err);
-        fclose(f);
-        cJSON *root = rc == 0 ? cJSON_Parse(buf) : NULL;
+        cJSON *root = plan_json(&job, &o, err, sizeof err);
         cJSON *best = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "top"), 0);
 #define NUM(k) (best ? cJSON_GetNumberValue(cJSON_GetObjectItem(best, k)) : 0)
 #define STR(k) (best ? cJSON_GetStringValue(cJSON_GetObjectItem(best, k)) : "-")
@@ -968,12 +966,11 @@ static void test_mf_plan(void)
               "[MF] --plan %s on %d H100: best dp %d tp %d pp %d ep %d %s micro_batch %d recompute %s: MFU %.1f %% vs "
               "published %.1f %%, %.1f GB a rank, fits with the headroom%s%s",
               r->preset, r->gpus, (int)NUM("dp"), (int)NUM("tp"), (int)NUM("pp"), (int)NUM("ep"), STR("mode"),
-              (int)NUM("micro_batch"), STR("recompute"), mfu, r->mfu_pct, NUM("memory_bytes") / GB, rc ? ": " : "",
-              rc ? err : "");
+              (int)NUM("micro_batch"), STR("recompute"), mfu, r->mfu_pct, NUM("memory_bytes") / GB, root ? "" : ": ",
+              root ? "" : err);
 #undef NUM
 #undef STR
         cJSON_Delete(root);
-        free(buf);
     }
 }
 
