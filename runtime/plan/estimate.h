@@ -120,6 +120,11 @@ int plan_estimate_time(plan_estimate *e, char *err, size_t errlen);
  * the planner to drop a layout that cannot reach its top list. */
 int plan_estimate_time_bound(plan_estimate *e, char *err, size_t errlen);
 void plan_estimate_free(plan_estimate *e);
+/* planner.c: from e, a layout without train.offload, the least any stage's device
+ * total can be with the optimizer and / or the parameter shards offloaded (each
+ * stage's total less its model state): --plan skips the offload retries this
+ * rules out. */
+double plan_offload_floor(const plan_estimate *e);
 
 /* Node of a world rank: nodes hold ranks_per_node consecutive ranks. */
 int plan_node_of(const plan_estimate *e, int rank);

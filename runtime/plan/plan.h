@@ -37,7 +37,8 @@ typedef struct {
     dryrun_format format;
     int top;               /* --plan: how many layouts to print; 0: 10 */
     int exhaustive;        /* --plan: simulate every layout that fits, not only those
-                              whose lower bound could reach the top (tests compare) */
+                              whose lower bound could reach the top, and estimate every
+                              offload retry (plan_offload_floor unused) (tests compare) */
     dt_headroom headroom;  /* memory kept free on each rank; unset: the profile's
                               headroom_percent (--plan proposes only layouts that
                               leave it; the dry-run warns when a stage eats into it) */

@@ -81,6 +81,7 @@ typedef struct {
      * with the same schedule key (sizes_create_reusing) */
     sizes *pool[DONOR_POOL];
     int pool_next;
+    int no_floor;    /* estimate every offload retry (plan_offload_floor unused): exhaustive */
 } candidates;
 
 /* A donor whose schedule and stage split both match, else one whose schedule
@@ -176,6 +177,29 @@ static const char *top_invalid(const candidates *cs, long *count)
     return best < 0 ? NULL : cs->why[best].example;
 }
 
+/* The least a stage's device total can be once train.offload moves the
+ * optimizer or the parameter shards to the host, from e (the same layout
+ * without offload): each stage's total less all of its model state
+ * (parameters, master, gradients, optimizer). Offloading these only moves
+ * model state off the device (sizes_rank_memory) and never shrinks what else
+ * a rank holds (activations, buffers, fixed overheads; the parameters'
+ * gather buffers can only grow), so when this floor leaves less than the
+ * headroom free the offloaded layout cannot fit and needs no estimate
+ * (most of the retries of a search: test_plan checks the floor against the
+ * offloaded estimates). Offloading activations changes what a stage stashes:
+ * no floor for it. */
+double plan_offload_floor(const plan_estimate *e)
+{
+    double least = 0;
+    for (int p = 0; p < e->n_stages; p++) {
+        const plan_stage *st = &e->stage[p];
+        double state = (double)st->mem.bytes[SIZES_PARAMS] + (double)st->mem.bytes[SIZES_MASTER] +
+                       (double)st->mem.bytes[SIZES_GRADS] + (double)st->mem.bytes[SIZES_OPTIM];
+        if (st->total - state > least) least = st->total - state;
+    }
+    return least;
+}
+
 /* Estimate one layout: simulated (exact), or with its pipeline bounded below
  * (pp = 1 needs no simulation, so it is always exact). Returns 1 when it is valid
  * and fits (c filled in), 0 when not (counted), -1 on an internal failure. */
@@ -197,10 +221,14 @@ static int estimate(candidates *cs, const job_spec *base, const plan_machine *pm
     tries[n_tries++] = OFFLOAD_OPTIMIZER;
     if (sharded) tries[n_tries++] = OFFLOAD_OPTIMIZER | OFFLOAD_PARAMS;
     if (c->recompute == RECOMPUTE_BLOCK) tries[n_tries] = tries[n_tries - 1] | OFFLOAD_ACTIVATIONS, n_tries++;
+    /* a try the floor rules out is skipped (the next, with activations, may still fit) */
+    int hopeless = !rc && !cs->no_floor && e.n_stages > 0 &&
+                   plan_offload_floor(&e) > e.stage[0].device - e.headroom;
     for (int t = 0; t < n_tries; t++) {
         if (rc || e.fits_headroom || c->offload || !pm->hw.gpu ||
             !(pm->hw.host_link_bw > 0 && pm->hw.host_memory_bw > 0))
             break;
+        if (hopeless && !(tries[t] & OFFLOAD_ACTIVATIONS)) continue;
         plan_estimate_free(&e);
         c->offload = tries[t];
         job = candidate_job(base, c);
@@ -693,6 +721,7 @@ int plan_run(const job_spec *job, const dryrun_opts *o, FILE *out, char *err, si
     mallopt(M_MMAP_THRESHOLD, 32 << 20); /* glibc's largest allowed value */
     mallopt(M_TRIM_THRESHOLD, 512 << 20);
     double t0 = clock_now_s();
+    cs.no_floor = o->exhaustive;
     int failed = search(&cs, job, &pm, top, o->exhaustive);
     for (int i = 0; i < DONOR_POOL; i++) sizes_destroy(cs.pool[i]);
     if (failed) {

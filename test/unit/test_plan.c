@@ -1135,11 +1135,20 @@ static int plan_offload_needed(const job_spec *job, const char *hwname, int nnod
             if (levels[l] == want) chosen = l;
         ok &= chosen >= 0;
         *n_act += act;
+        double floor0 = 0;
         for (int l = 0; l <= chosen; l++) {
             j.train.offload = levels[l];
             plan_estimate e;
             int rc = plan_estimate_memory(&e, &j, &hw, nnodes, per_node, err, sizeof err);
             ok &= rc == 0 && e.fits_headroom == (l == chosen); /* the planner's rule: fits with the headroom free */
+            /* the floor the planner skips retries by: offloading the optimizer and
+             * the parameters never leaves a stage below it */
+            if (rc == 0 && l == 0) floor0 = plan_offload_floor(&e);
+            if (rc == 0 && l > 0 && !(levels[l] & OFFLOAD_ACTIVATIONS) && e.max_total < floor0) {
+                printf("# %s: offload %d needs %.0f bytes, below the floor %.0f\n", hwname, levels[l], e.max_total,
+                       floor0);
+                ok = 0;
+            }
             plan_estimate_free(&e);
         }
     }
@@ -1166,7 +1175,16 @@ static void test_planner_offload(void)
     n = plan_offload_needed(&job, "a100-40g", 1, 8, &opt, &par, &act);
     CHECK(n > 0 && opt == n && par > 0 && act > 0,
           "plan gpt-70b on 8 A100 40 GB: %d layouts, all offload the optimizer, %d the FSDP parameter shards too, "
-          "%d the block inputs too, each fitting with what it offloads and not with less", n, par, act);
+          "%d the block inputs too, each fitting with what it offloads and not with less (nor below the floor the "
+          "search skips retries by)", n, par, act);
+    /* the retries the floor skips change nothing: the exhaustive search (every
+     * retry estimated) proposes the same layouts, offloads and all */
+    char *pruned = plan_json(&job, "a100-40g", 1, 8, 0), *all = plan_json(&job, "a100-40g", 1, 8, 1);
+    double sim_pruned, sim_all;
+    CHECK(same_top(pruned, all, &n, &sim_pruned, &sim_all),
+          "plan gpt-70b on 8 A100 40 GB: the top %d with the offload retries the floor rules out skipped is the "
+          "search's top with every retry estimated", n);
+    free(pruned), free(all);
     if (load_job(&job, "model:\n  preset: gpt-13b\ntrain:\n  global_batch: 256\n  micro_batch: 1\n"
                        "  precision: bf16\n"))
         return;
