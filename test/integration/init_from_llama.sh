@@ -25,11 +25,11 @@
 # Needs Debian's torch (/usr/bin/python3); skips (77) without it.
 source "$(dirname "$0")/../parallel/lib.bash"
 source "$ROOT/test/helpers/init_from.bash"
-PY=/usr/bin/python3
-"$PY" -c 'import torch' 2>/dev/null || { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
-LL="$PY $ROOT/test/helpers/hf_llama.py"
+# LL ARGS: hf_llama.py ARGS under /usr/bin/python3, one PyTorch start-up for all
+source "$ROOT/test/helpers/torch_serve.bash"
+torch_serve_start LL "$ROOT/test/helpers/hf_llama.py"
 HF=$T/hf-llama
-$LL make "$HF" || fail "hf_llama.py make"
+LL make "$HF" || fail "hf_llama.py make"
 
 # hf_job LAYOUT NAME [HF_DIR]: the job of llama-hf.yaml under LAYOUT, from HF_DIR
 hf_job() {
@@ -48,7 +48,7 @@ hf_job "" ref
 DTRUN_DUMP_PARAMS=$T/ref.bin DTRUN_DUMP_VAL=$T/ref.val "$DTRUN" worker "$T/ref.yaml" >"$T/ref.log" 2>&1 ||
   { cat "$T/ref.log"; fail "one process from init_from"; }
 grep -q "^  kind: llama" <("$DTRUN" --print-config "$T/ref.yaml") || fail "the folder's model_type did not make the job a llama"
-torch_loss=$($LL loss "$HF" "$T/ref.val") || fail "pytorch loss"
+torch_loss=$(LL loss "$HF" "$T/ref.val") || fail "pytorch loss"
 ref_bytes=$(sed -n 's/.*read \([0-9]*\) tensor bytes.*/\1/p' "$T/ref.log")
 [ -n "$ref_bytes" ] || { cat "$T/ref.log"; fail "no 'read N tensor bytes' line"; }
 same_as_torch() { rel_ok "$(val0 "$T/$1.jsonl")" "$torch_loss" "$1: loss of the loaded weights"; }
@@ -56,7 +56,7 @@ same_as_torch ref
 init_from_layouts hf_job
 
 # a sharded folder: the same weights in 3 files + index
-$LL make "$T/hf-sharded" --shards 3 || fail "hf_llama.py make --shards 3"
+LL make "$T/hf-sharded" --shards 3 || fail "hf_llama.py make --shards 3"
 [ -f "$T/hf-sharded/model.safetensors.index.json" ] || fail "no index written"
 hf_job "tp=2" sharded "$T/hf-sharded"
 DTRUN_DUMP_PARAMS=$T/sharded.bin timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/sharded.yaml" >"$T/sharded.log" 2>&1 ||
@@ -68,16 +68,16 @@ echo "ok: a sharded folder (index + 3 files) loads the same weights"
 for v in "tied --tied" "mqa --kv-heads 1"; do
   name=${v%% *}
   # shellcheck disable=SC2086
-  $LL make "$T/hf-$name" ${v#* } --seed 3 || fail "hf_llama.py make $name"
+  LL make "$T/hf-$name" ${v#* } --seed 3 || fail "hf_llama.py make $name"
   lay=""; [ "$name" = mqa ] && lay="tp=2"
   hf_job "$lay" "$name" "$T/hf-$name"
   DTRUN_DUMP_VAL=$T/$name.val timeout -k 5 120 "$DTRUN" --nproc-per-node=$(lget "$lay" tp 1) "$T/$name.yaml" \
     >"$T/$name.log" 2>&1 || { tail "$T/$name.log"; fail "$name: run from init_from"; }
-  rel_ok "$(val0 "$T/$name.jsonl")" "$($LL loss "$T/hf-$name" "$T/$name.val")" "$name${lay:+ ($lay)}"
+  rel_ok "$(val0 "$T/$name.jsonl")" "$(LL loss "$T/hf-$name" "$T/$name.val")" "$name${lay:+ ($lay)}"
 done
 
 # dtrun generate: PyTorch's 32 greedy tokens under every layout
-torch_ids=$($LL greedy "$HF" --prompt-ids 1,2,3 --n 32 2>"$T/margin") || fail "pytorch greedy"
+torch_ids=$(LL greedy "$HF" --prompt-ids 1,2,3 --n 32 2>"$T/margin") || fail "pytorch greedy"
 gen() { "$DTRUN" generate "$@" 2>>"$T/gen.err" | sed 's/^\[default\/0\]://' | head -1; }
 for lay in "" "--tp 2" "--pp 2" "--tp 2 --pp 2"; do
   # shellcheck disable=SC2086
@@ -92,7 +92,7 @@ head -c 4000 "$ROOT/README.md" >"$T/text"
   { cat "$T/eval.err"; fail "dtrun eval of the folder under tp 2 x pp 2"; }
 eval_loss=$(sed -n 's/.*loss \([0-9.]*\).*/\1/p' "$T/eval.out" | head -1)
 [ -n "$eval_loss" ] || { cat "$T/eval.out"; fail "dtrun eval printed no loss"; }
-rel_ok "$eval_loss" "$($LL loss-file "$HF" "$T/text" --seq-len 32)" "dtrun eval --tp 2 --pp 2 of the folder"
+rel_ok "$eval_loss" "$(LL loss-file "$HF" "$T/text" --seq-len 32)" "dtrun eval --tp 2 --pp 2 of the folder"
 
 # export: a Llama fine-tuned under tp 2, exported, loads into the PyTorch Llama
 hf_job "tp=2" rt
@@ -114,13 +114,13 @@ DTRUN_DUMP_PARAMS=$T/rt-back.bin "$DTRUN" eval "$T/rt-hf" --data "$T/text" --seq
   >"$T/rt-back.out" 2>"$T/rt-back.log" || { cat "$T/rt-back.log"; fail "loading the export back"; }
 cmp "$T/rt.bin" "$T/rt-back.bin" || fail "export then init_from is not bit-exact"
 back_loss=$(sed -n 's/.*loss \([0-9.]*\).*/\1/p' "$T/rt-back.out" | head -1)
-rt_torch=$($LL loss-file "$T/rt-hf" "$T/text" --seq-len 32) || fail "PyTorch cannot load the export"
+rt_torch=$(LL loss-file "$T/rt-hf" "$T/text" --seq-len 32) || fail "PyTorch cannot load the export"
 rel_ok "$back_loss" "$rt_torch" "dtrun export of a tp-2 fine-tune in PyTorch's Llama (strict names and shapes)"
 echo "ok: init_from of the export gives the checkpoint's parameters bit for bit"
 "$DTRUN" export --max-shard-size 100KB "$T/rt.ck" "$T/rt-shards/" 2>"$T/rt.shards.log" || { cat "$T/rt.shards.log"; fail "sharded export"; }
 n_shards=$(ls "$T/rt-shards"/model-*-of-*.safetensors | wc -l)
 [ "$n_shards" -gt 1 ] && [ -f "$T/rt-shards/model.safetensors.index.json" ] || fail "--max-shard-size 100KB wrote $n_shards files"
-[ "$($LL loss-file "$T/rt-shards" "$T/text" --seq-len 32)" = "$rt_torch" ] ||
+[ "$(LL loss-file "$T/rt-shards" "$T/text" --seq-len 32)" = "$rt_torch" ] ||
   fail "the sharded export does not load as the single file"
 DTRUN_DUMP_PARAMS=$T/rt-shards.bin "$DTRUN" eval "$T/rt-shards" --data "$T/text" --seq-len 32 >/dev/null 2>"$T/rt-shards.log" ||
   { cat "$T/rt-shards.log"; fail "init_from the sharded export"; }
@@ -154,4 +154,5 @@ refuse attention-bias "attention_bias true is not supported" 'attention_bias=tru
 refuse sliding "sliding_window 4096 is not supported" 'sliding_window=4096'
 refuse gelu "hidden_act gelu is not supported" 'hidden_act="gelu"'
 refuse mistral "architectures MistralForCausalLM is not LlamaForCausalLM" 'architectures=["MistralForCausalLM"]'
+torch_serve_stop
 echo "ok: Hugging Face Llama in (1, tp 2, pp 2, fsdp 2; sharded; tied; MQA) and out (export, sharded), generate and eval"
