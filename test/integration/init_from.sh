@@ -14,9 +14,10 @@
 source "$(dirname "$0")/../parallel/lib.bash"
 source "$ROOT/test/helpers/init_from.bash"
 PY=/usr/bin/python3
-"$PY" -c 'import torch' 2>/dev/null || { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
+source "$ROOT/test/helpers/torch_serve.bash"
+torch_serve_start G2 "$ROOT/test/helpers/hf_gpt2.py"  # G2 ARGS: hf_gpt2.py ARGS, one PyTorch start-up for all
 HF=$T/hf-gpt2
-"$PY" "$ROOT/test/helpers/hf_gpt2.py" make "$HF" || fail "hf_gpt2.py make"
+G2 make "$HF" || fail "hf_gpt2.py make"
 
 # hf_job LAYOUT NAME [HF_DIR]: the job of gpt-hf.yaml under LAYOUT, from HF_DIR
 hf_job() {
@@ -28,7 +29,7 @@ val0() { python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.arg
 hf_job "" ref
 DTRUN_DUMP_PARAMS=$T/ref.bin DTRUN_DUMP_VAL=$T/ref.val "$DTRUN" worker "$T/ref.yaml" >"$T/ref.log" 2>&1 ||
   { cat "$T/ref.log"; fail "dp1 run from init_from"; }
-torch_loss=$("$PY" "$ROOT/test/helpers/hf_gpt2.py" loss "$HF" "$T/ref.val") || fail "pytorch loss"
+torch_loss=$(G2 loss "$HF" "$T/ref.val") || fail "pytorch loss"
 ref_bytes=$(sed -n 's/.*read \([0-9]*\) tensor bytes.*/\1/p' "$T/ref.log")
 [ -n "$ref_bytes" ] || { cat "$T/ref.log"; fail "no 'read N tensor bytes' line"; }
 
@@ -55,7 +56,7 @@ done
 init_from_layouts hf_job
 
 # a sharded folder: the same weights in 3 files + index
-"$PY" "$ROOT/test/helpers/hf_gpt2.py" make "$T/hf-sharded" --shards 3 || fail "hf_gpt2.py make --shards 3"
+G2 make "$T/hf-sharded" --shards 3 || fail "hf_gpt2.py make --shards 3"
 [ -f "$T/hf-sharded/model.safetensors.index.json" ] || fail "no index written"
 hf_job "tp=2" sharded "$T/hf-sharded"
 DTRUN_DUMP_PARAMS=$T/sharded.bin timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/sharded.yaml" >"$T/sharded.log" 2>&1 ||
@@ -77,4 +78,5 @@ head -c 3000 "$ROOT/README.md" >"$T/text"
 DTRUN_DUMP_PARAMS=$T/rt-back.bin "$DTRUN" eval "$T/rt-hf" --data "$T/text" --dp 2 --mode fsdp >"$T/rt-back.log" 2>&1 ||
   { cat "$T/rt-back.log"; fail "loading the export back"; }
 cmp "$T/rt.bin" "$T/rt-back.bin" || fail "export then init_from is not bit-exact"
+torch_serve_stop
 echo "ok: dtrun export CKPT DIR/ then init_from: the same $(stat -c %s "$T/rt.bin") parameter bytes, bit for bit"

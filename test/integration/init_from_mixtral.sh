@@ -22,10 +22,10 @@
 # Needs Debian's torch (/usr/bin/python3); skips (77) without it.
 source "$(dirname "$0")/../parallel/lib.bash"
 PY=/usr/bin/python3
-"$PY" -c 'import torch' 2>/dev/null || { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
-MX="$PY $ROOT/test/helpers/hf_mixtral.py"
+source "$ROOT/test/helpers/torch_serve.bash"
+torch_serve_start MX "$ROOT/test/helpers/hf_mixtral.py"  # MX ARGS: hf_mixtral.py ARGS, one PyTorch start-up for all
 HF=$T/hf-mixtral
-$MX make "$HF" || fail "hf_mixtral.py make"
+MX make "$HF" || fail "hf_mixtral.py make"
 
 hf_job() { # NAME [HF_DIR]
   layout_job mixtral-hf "" "$T/$1.yaml" "$T/$1.jsonl"
@@ -45,15 +45,15 @@ for want in "kind: llama" "experts: 4" "top_k: 2" "d_ff_expert: 48" "aux_loss_co
   grep -q "^ *$want\$" "$T/ref.cfg" || { cat "$T/ref.cfg"; fail "the folder's config did not give '$want'"; }
 done
 echo "ok: config.json of model_type mixtral makes a llama with model.moe (4 experts, top 2, d_ff_expert 48, aux 0.02)"
-rel_ok "$(val0 "$T/ref.jsonl")" "$($MX loss "$HF" "$T/ref.val")" "init_from a Mixtral: the loaded weights' loss"
+rel_ok "$(val0 "$T/ref.jsonl")" "$(MX loss "$HF" "$T/ref.val")" "init_from a Mixtral: the loaded weights' loss"
 # the same under expert parallelism (parallel.ep 2 over dp 2: each rank loads
 # its 2 experts of every block from the folder's per-expert tensors)
 layout_job mixtral-hf "dp=2 ep=2" "$T/ep.yaml" "$T/ep.jsonl"
 sed -i -e "s|@HF@|$HF|" "$T/ep.yaml"
 timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/ep.yaml" >"$T/ep.log" 2>&1 || { cat "$T/ep.log"; fail "ep 2 from init_from"; }
-rel_ok "$(val0 "$T/ep.jsonl")" "$($MX loss "$HF" "$T/ref.val")" "init_from a Mixtral under dp 2 x ep 2: the loaded weights' loss"
+rel_ok "$(val0 "$T/ep.jsonl")" "$(MX loss "$HF" "$T/ref.val")" "init_from a Mixtral under dp 2 x ep 2: the loaded weights' loss"
 
-torch_ids=$($MX greedy "$HF" --prompt-ids 1,2,3 --n 32 2>"$T/margin") || fail "pytorch greedy"
+torch_ids=$(MX greedy "$HF" --prompt-ids 1,2,3 --n 32 2>"$T/margin") || fail "pytorch greedy"
 ids=$("$DTRUN" generate "$HF" --prompt-ids 1,2,3 --max-new-tokens 32 --temperature 0 --ids --no-echo 2>"$T/gen.err" | head -1)
 [ "$ids" = "$torch_ids" ] || { echo "dtrun:   $ids"; echo "pytorch: $torch_ids"; cat "$T/gen.err"; fail "greedy tokens differ from PyTorch's"; }
 echo "ok: 32 greedy tokens = PyTorch's ($(cat "$T/margin"))"
@@ -61,7 +61,7 @@ echo "ok: 32 greedy tokens = PyTorch's ($(cat "$T/margin"))"
 head -c 4000 "$ROOT/README.md" >"$T/text"
 "$DTRUN" eval "$HF" --data "$T/text" --seq-len 32 >"$T/eval.out" 2>"$T/eval.err" || { cat "$T/eval.err"; fail "dtrun eval of the folder"; }
 eval_loss=$(sed -n 's/.*loss \([0-9.]*\).*/\1/p' "$T/eval.out" | head -1)
-rel_ok "$eval_loss" "$($MX loss-file "$HF" "$T/text" --seq-len 32)" "dtrun eval of the folder"
+rel_ok "$eval_loss" "$(MX loss-file "$HF" "$T/text" --seq-len 32)" "dtrun eval of the folder"
 
 # export: fine-tuned 3 steps (routing, balance loss, experts all trained), out and back
 hf_job rt
@@ -82,13 +82,13 @@ DTRUN_DUMP_PARAMS=$T/rt-back.bin "$DTRUN" eval "$T/rt-hf" --data "$T/text" --seq
   { cat "$T/rt-back.log"; fail "loading the export back"; }
 cmp "$T/rt.bin" "$T/rt-back.bin" || fail "export then init_from is not bit-exact"
 back_loss=$(sed -n 's/.*loss \([0-9.]*\).*/\1/p' "$T/rt-back.out" | head -1)
-rel_ok "$back_loss" "$($MX loss-file "$T/rt-hf" "$T/text" --seq-len 32)" "dtrun export of a fine-tuned Mixtral in PyTorch's Mixtral (strict)"
+rel_ok "$back_loss" "$(MX loss-file "$T/rt-hf" "$T/text" --seq-len 32)" "dtrun export of a fine-tuned Mixtral in PyTorch's Mixtral (strict)"
 echo "ok: init_from of the export gives the checkpoint's parameters bit for bit"
 
 # refusals: one line, exit 2 (the job), exit 1 (an export)
 refuse() { # NAME EXPECT EXTRA_CONFIG [JOB_LINE]
   local d=$T/hf-$1
-  $MX make "$d" --extra "$3" || fail "hf_mixtral.py make $1"
+  MX make "$d" --extra "$3" || fail "hf_mixtral.py make $1"
   hf_job "bad-$1" "$d"
   [ -n "${4:-}" ] && sed -i -e "s/^  seq_len: 32/&\n$4/" "$T/bad-$1.yaml"
   "$DTRUN" worker "$T/bad-$1.yaml" >/dev/null 2>"$T/err"; local rc=$?
@@ -106,4 +106,5 @@ printf 'checkpoint:\n  dir: %s\n' "$T/shared.ck" >>"$T/shared.yaml"
 [ $rc = 6 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "cannot export as Hugging Face Mixtral" "$T/err" ||
   { cat "$T/err"; fail "export of a sigmoid-routed MoE: exit $rc, want 6 and one line"; }
 echo "ok: export refused in one line: $(cat "$T/err")"
+torch_serve_stop
 echo "ok: Hugging Face Mixtral in (init_from, generate, eval) and out (export), PyTorch's loss within 1e-5"

@@ -18,11 +18,12 @@
 source "$(dirname "$0")/../parallel/lib.bash"
 source "$ROOT/test/helpers/init_from.bash"
 PY=/usr/bin/python3
-"$PY" -c 'import torch' 2>/dev/null || { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
+source "$ROOT/test/helpers/torch_serve.bash"
+torch_serve_start VT "$ROOT/test/helpers/hf_vit.py"  # VT ARGS: hf_vit.py ARGS, one PyTorch start-up for all
 HF=$T/hf-vit
-"$PY" "$ROOT/test/helpers/hf_vit.py" make "$HF" || fail "hf_vit.py make"
+VT make "$HF" || fail "hf_vit.py make"
 "$PY" "$ROOT/test/helpers/idx_set.py" "$T/data" || fail "idx_set.py"
-torch_loss=$("$PY" "$ROOT/test/helpers/hf_vit.py" loss "$HF" "$T/data/val-images-idx3-ubyte" "$T/data/val-labels-idx1-ubyte") ||
+torch_loss=$(VT loss "$HF" "$T/data/val-images-idx3-ubyte" "$T/data/val-labels-idx1-ubyte") ||
   fail "pytorch loss"
 
 # vit_job LAYOUT NAME [HF_DIR]
@@ -52,7 +53,7 @@ same_as_torch ref
 init_from_layouts vit_job
 
 # a sharded folder: the same weights in 3 files + index
-"$PY" "$ROOT/test/helpers/hf_vit.py" make "$T/hf-sharded" --shards 3 || fail "hf_vit.py make --shards 3"
+VT make "$T/hf-sharded" --shards 3 || fail "hf_vit.py make --shards 3"
 vit_job "tp=2" sharded "$T/hf-sharded"
 DTRUN_DUMP_PARAMS=$T/sharded.bin timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/sharded.yaml" >"$T/sharded.log" 2>&1 ||
   { tail "$T/sharded.log"; fail "tp2 from a sharded folder"; }
@@ -60,8 +61,8 @@ cmp -s "$T/sharded.bin" "$T/tp-2.bin" || fail "the sharded folder trains otherwi
 echo "ok: a sharded folder (index + 3 files) loads the same weights"
 
 # GPT-2's choices in a ViT folder: tanh GELU, eps 1e-5 (model.activation gelu_tanh)
-"$PY" "$ROOT/test/helpers/hf_vit.py" make "$T/hf-tanh" --act gelu_pytorch_tanh --eps 1e-5 --seed 3 || fail "make tanh"
-tanh_loss=$("$PY" "$ROOT/test/helpers/hf_vit.py" loss "$T/hf-tanh" "$T/data/val-images-idx3-ubyte" "$T/data/val-labels-idx1-ubyte")
+VT make "$T/hf-tanh" --act gelu_pytorch_tanh --eps 1e-5 --seed 3 || fail "make tanh"
+tanh_loss=$(VT loss "$T/hf-tanh" "$T/data/val-images-idx3-ubyte" "$T/data/val-labels-idx1-ubyte")
 vit_job "tp=2" tanh "$T/hf-tanh"
 timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/tanh.yaml" >"$T/tanh.log" 2>&1 || { tail "$T/tanh.log"; fail "tanh folder"; }
 same_as_torch tanh "$tanh_loss"
@@ -83,8 +84,9 @@ DTRUN_DUMP_PARAMS=$T/rt-back.bin "$DTRUN" eval "$T/rt-hf" --data "$T/data/val-im
 cmp "$T/rt.bin" "$T/rt-back.bin" || fail "export then init_from is not bit-exact"
 echo "ok: dtrun export CKPT DIR/ then init_from: the same $(stat -c %s "$T/rt.bin") parameter bytes, bit for bit"
 eval_loss=$(sed -n 's/.*: loss \([0-9.]*\) .*/\1/p' "$T/rt-back.log")
-rt_torch=$("$PY" "$ROOT/test/helpers/hf_vit.py" loss "$T/rt-hf" "$T/data/val-images-idx3-ubyte" "$T/data/val-labels-idx1-ubyte") ||
+rt_torch=$(VT loss "$T/rt-hf" "$T/data/val-images-idx3-ubyte" "$T/data/val-labels-idx1-ubyte") ||
   fail "PyTorch cannot load the exported folder"
 python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(abs(a-b)/b>1e-5)' "$eval_loss" "$rt_torch" ||
   fail "the exported folder's loss in PyTorch $rt_torch is not dtrun eval's $eval_loss"
+torch_serve_stop
 echo "ok: PyTorch loads the exported folder: loss $rt_torch, dtrun eval $eval_loss"

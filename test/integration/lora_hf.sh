@@ -27,13 +27,13 @@
 # Needs Debian's torch (/usr/bin/python3); skips (77) without it.
 source "$(dirname "$0")/../parallel/lib.bash"
 PY=/usr/bin/python3
-"$PY" -c 'import torch' 2>/dev/null || { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
-LL="$PY $ROOT/test/helpers/hf_llama.py"
-PEFT="$PY $ROOT/test/helpers/peft_lora.py"
+source "$ROOT/test/helpers/torch_serve.bash"
+torch_serve_start LL "$ROOT/test/helpers/hf_llama.py"  # LL ARGS: hf_llama.py ARGS, one PyTorch start-up for all
+torch_serve_start PEFT "$ROOT/test/helpers/peft_lora.py"  # PEFT ARGS: peft_lora.py ARGS, one PyTorch start-up for all
 HF=$T/hf-llama
-$LL make "$HF" || fail "hf_llama.py make"
+LL make "$HF" || fail "hf_llama.py make"
 ALL=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj
-$PEFT make-adapter "$HF" "$T/ad0" --r 4 --alpha 8 --targets $ALL || fail "peft_lora.py make-adapter"
+PEFT make-adapter "$HF" "$T/ad0" --r 4 --alpha 8 --targets $ALL || fail "peft_lora.py make-adapter"
 
 # lora_job LAYOUT NAME [STEPS]: llama-hf.yaml from the folder, with the adapter
 lora_job() {
@@ -55,7 +55,7 @@ lora_job "tp=2" tp 1
 DTRUN_DUMP_VAL=$T/tp.val timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/tp.yaml" >"$T/tp.log" 2>&1 ||
   { tail "$T/tp.log"; fail "tp 2 from init_from + lora.init_from"; }
 read -r v0 _ < <(vals "$T/tp.jsonl")
-rel_ok "$v0" "$($PEFT loss "$HF" "$T/ad0" "$T/tp.val")" "tp 2: the PEFT adapter loaded into dtrun, step 0"
+rel_ok "$v0" "$(PEFT loss "$HF" "$T/ad0" "$T/tp.val")" "tp 2: the PEFT adapter loaded into dtrun, step 0"
 
 # training under FSDP: the base stays bit for bit; both exports load in PyTorch
 lora_job "dp=2 mode=fsdp" fsdp
@@ -63,14 +63,14 @@ printf 'checkpoint:\n  dir: %s\n' "$T/fsdp.ck" >>"$T/fsdp.yaml"
 DTRUN_DUMP_VAL=$T/fsdp.val DTRUN_DUMP_PARAMS=$T/fsdp.bin timeout -k 5 120 "$DTRUN" --nproc-per-node=2 "$T/fsdp.yaml" \
   >"$T/fsdp.log" 2>&1 || { tail "$T/fsdp.log"; fail "fsdp 2 training"; }
 echo "ok: fsdp 2: $(grep -o 'rank 0: init_from .*' "$T/fsdp.log" | head -1)"
-$PEFT frozen-check "$HF" "$T/fsdp.bin" --r 4 --targets q,k,v,o,gate,up,down || fail "the frozen base moved"
+PEFT frozen-check "$HF" "$T/fsdp.bin" --r 4 --targets q,k,v,o,gate,up,down || fail "the frozen base moved"
 read -r _ v3 < <(vals "$T/fsdp.jsonl")
 "$DTRUN" export --lora adapter "$T/fsdp.ck" "$T/ad1/" 2>"$T/exp.log" || { cat "$T/exp.log"; fail "export --lora adapter"; }
 grep -q '"lora_alpha":	8' "$T/ad1/adapter_config.json" || { cat "$T/ad1/adapter_config.json"; fail "adapter_config.json"; }
-rel_ok "$v3" "$($PEFT loss "$HF" "$T/ad1" "$T/fsdp.val")" "export --lora adapter in PyTorch's PEFT LoRA, after 3 steps"
+rel_ok "$v3" "$(PEFT loss "$HF" "$T/ad1" "$T/fsdp.val")" "export --lora adapter in PyTorch's PEFT LoRA, after 3 steps"
 "$DTRUN" export --lora merged "$T/fsdp.ck" "$T/merged/" 2>"$T/exp.log" || { cat "$T/exp.log"; fail "export --lora merged"; }
-$PEFT merged-check "$HF" "$T/ad1" "$T/merged" || fail "the merged folder is not base + alpha / r B A"
-rel_ok "$v3" "$($LL loss "$T/merged" "$T/fsdp.val")" "export --lora merged in PyTorch's Llama"
+PEFT merged-check "$HF" "$T/ad1" "$T/merged" || fail "the merged folder is not base + alpha / r B A"
+rel_ok "$v3" "$(LL loss "$T/merged" "$T/fsdp.val")" "export --lora merged in PyTorch's Llama"
 
 # generate and eval of the LoRA checkpoint: the base from its model.init_from,
 # the adapters applied (in the KV-cache decode too): the merged folder's answers
@@ -106,4 +106,5 @@ sed -i -e "s|lora: {init_from: |lora: {rank: 8, init_from: |" "$T/bad.yaml"
 [ $rc = 2 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "train.lora.rank 8 disagrees with .*adapter_config.json: r 4" "$T/err" ||
   { cat "$T/err"; fail "a disagreeing adapter: exit $rc"; }
 echo "ok: $(cat "$T/err")"
+torch_serve_stop
 echo "ok: PEFT adapters in and out, merged export, the frozen base bit for bit, resume from the base"
