@@ -14,9 +14,10 @@
 # Needs Debian's torch (/usr/bin/python3); skips (77) without it.
 source "$(dirname "$0")/../parallel/lib.bash"
 PY=/usr/bin/python3
-"$PY" -c 'import torch' 2>/dev/null || { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
+source "$ROOT/test/helpers/torch_serve.bash"
+torch_serve_start VT "$ROOT/test/helpers/hf_vit.py"  # VT ARGS: hf_vit.py ARGS, one PyTorch start-up for all
 H=$ROOT/test/helpers
-"$PY" "$H/hf_vit.py" make "$T/hf3" --channels 3 --image 16 --patch 4 --classes 12 --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 \
+VT make "$T/hf3" --channels 3 --image 16 --patch 4 --classes 12 --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 \
   --seed 5 || fail "hf_vit.py make"
 "$PY" "$H/idx_set.py" "$T/data" || fail "idx_set.py"
 "$PY" - "$T" "$H" <<'PYEOF' || fail "writing the images"
@@ -55,7 +56,7 @@ PYEOF
 }
 
 "$DTRUN" classify "$T/hf3" "${imgs[@]}" >"$T/top.out" 2>"$T/top.err" || { cat "$T/top.err"; fail "classify images"; }
-"$PY" "$H/hf_vit.py" topk "$T/hf3" "${imgs[@]}" >"$T/top.torch" || fail "PyTorch top-5"
+VT topk "$T/hf3" "${imgs[@]}" >"$T/top.torch" || fail "PyTorch top-5"
 msg=$(same_topk "$T/top.out" "$T/top.torch") || { paste "$T/top.out" "$T/top.torch"; fail "top-5 differs from PyTorch: $msg"; }
 echo "ok: PNG (RGB, RGBA, gray, resized), PPM, PGM on a 3-channel HF ViT: $msg"
 grep -q $'\t[0-9.]* [0-9]* class-' "$T/top.out" || fail "no id2label names in the output"
@@ -64,13 +65,13 @@ echo "ok: labels from config.json's id2label: $(head -1 "$T/top.out" | cut -f2)"
 # accuracy_same SRC NAME: classify --data counts PyTorch's counts
 accuracy_same() {
   "$DTRUN" classify "$1" --data "$T/data/val-images-idx3-ubyte" >"$T/$2.acc" 2>"$T/$2.err" || { cat "$T/$2.err"; fail "$2: classify --data"; }
-  read -r t1 t5 n < <("$PY" "$H/hf_vit.py" accuracy "$1" "$T/data/val-images-idx3-ubyte" "$T/data/val-labels-idx1-ubyte")
+  read -r t1 t5 n < <(VT accuracy "$1" "$T/data/val-images-idx3-ubyte" "$T/data/val-labels-idx1-ubyte")
   grep -q "top-1 [0-9.]*% ($t1/$n) | top-5 [0-9.]*% ($t5/$n)" "$T/$2.acc" ||
     fail "$2: '$(cat "$T/$2.acc")' but PyTorch counts top-1 $t1/$n, top-5 $t5/$n"
   echo "ok: $2: $(cat "$T/$2.acc") = PyTorch's count"
 }
 accuracy_same "$T/hf3" "rgb --data"
-"$PY" "$H/hf_vit.py" make "$T/hf1" --seed 2 || fail "make 1-channel"
+VT make "$T/hf1" --seed 2 || fail "make 1-channel"
 accuracy_same "$T/hf1" "gray --data"
 
 # a dtrun checkpoint: the loader's normalisation; --data's top-1 is dtrun eval's accuracy
@@ -116,7 +117,7 @@ echo "ok: the checkpoint and its exported folder (preprocessor_config.json: dtru
 bad() { one_line_exit "$1" "$2" classify "${@:3}"; } # STATUS WHAT ARGS...
 printf 'hello, not an image\n' >"$T/text.png"
 printf 'P6\n4 4\n255\nabc' >"$T/short.ppm"
-"$PY" "$H/hf_vit.py" make "$T/hf2ch" --channels 2 --seed 1 || fail "make 2-channel"
+VT make "$T/hf2ch" --channels 2 --seed 1 || fail "make 2-channel"
 "$PY" "$H/hf_gpt2.py" make "$T/gpt" || fail "hf_gpt2.py make"
 bad 3 "a missing image" "$T/hf3" "$T/nope.png"
 bad 3 "not an image" "$T/hf3" "$T/text.png"
@@ -129,4 +130,5 @@ bad 6 "neither checkpoint nor folder" "$T/data" "$T/rgb.png"
 bad 2 "no images" "$T/hf3"
 bad 2 "images and --data" "$T/hf3" "$T/rgb.png" --data "$T/data/val-images-idx3-ubyte"
 bad 2 "a bad --top-k" "$T/hf3" "$T/rgb.png" --top-k 0
+torch_serve_stop
 one_line_exit 2 "a ViT to generate" generate "$T/hf3" --prompt hi

@@ -6,11 +6,12 @@
 # line and a documented status. Skips (77) without Debian's torch.
 source "$(dirname "$0")/../parallel/lib.bash"
 PY=/usr/bin/python3
-"$PY" -c 'import torch' 2>/dev/null || { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
+source "$ROOT/test/helpers/torch_serve.bash"
+torch_serve_start G2 "$ROOT/test/helpers/hf_gpt2.py"  # G2 ARGS: hf_gpt2.py ARGS, one PyTorch start-up for all
 HF=$T/hf-gpt2
-"$PY" "$ROOT/test/helpers/hf_gpt2.py" make "$HF" || fail "hf_gpt2.py make"
+G2 make "$HF" || fail "hf_gpt2.py make"
 head -c 6000 "$ROOT/README.md" >"$T/text"
-want=$("$PY" "$ROOT/test/helpers/hf_gpt2.py" loss-file "$HF" "$T/text" --seq-len 64) || fail "pytorch loss"
+want=$(G2 loss-file "$HF" "$T/text" --seq-len 64) || fail "pytorch loss"
 for lay in "" "--tp 2" "--pp 2" "--dp 2 --mode fsdp"; do
   # shellcheck disable=SC2086
   out=$("$DTRUN" eval "$HF" --data "$T/text" $lay 2>"$T/err" | sed 's/^\[default\/0\]://') || { cat "$T/err"; fail "eval $lay"; }
@@ -89,4 +90,5 @@ expect 6 "a missing model" "$T/none" --data "$T/text"
 expect 2 "a bad option" "$HF" --data "$T/text" --tp x
 expect 2 "a misspelt option" "$HF" --data "$T/text" --batchs 4
 grep -q "did you mean '--batch" "$T/err" || fail "no did-you-mean for --batchs"
+torch_serve_stop
 expect 2 "--val-fraction without --split val" "$HF" --data "$T/text" --val-fraction 0.2

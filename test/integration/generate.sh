@@ -6,10 +6,11 @@
 # one line and a documented exit status. Skips (77) without Debian's torch.
 source "$(dirname "$0")/../parallel/lib.bash"
 PY=/usr/bin/python3
-"$PY" -c 'import torch' 2>/dev/null || { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
+source "$ROOT/test/helpers/torch_serve.bash"
+torch_serve_start G2 "$ROOT/test/helpers/hf_gpt2.py"  # G2 ARGS: hf_gpt2.py ARGS, one PyTorch start-up for all
 HF=$T/hf-gpt2
-"$PY" "$ROOT/test/helpers/hf_gpt2.py" make "$HF" || fail "hf_gpt2.py make"
-torch_ids=$("$PY" "$ROOT/test/helpers/hf_gpt2.py" greedy "$HF" --prompt-ids 1,2,3 --n 50 2>"$T/margin") || fail "pytorch greedy"
+G2 make "$HF" || fail "hf_gpt2.py make"
+torch_ids=$(G2 greedy "$HF" --prompt-ids 1,2,3 --n 50 2>"$T/margin") || fail "pytorch greedy"
 gen() { "$DTRUN" generate "$@" --no-echo 2>>"$T/gen.err" | sed 's/^\[default\/0\]://' | head -1; }
 
 one=$(gen "$HF" --prompt-ids 1,2,3 --max-new-tokens 50 --temperature 0 --ids)
@@ -28,7 +29,7 @@ echo "ok: sampling (T 0.8, top-k 40, top-p 0.9) is the same under a seed on tp 1
 
 # byte-level text: the prompt's bytes are its tokens, the output bytes
 txt=$("$DTRUN" generate "$HF" --prompt "Hi" --max-new-tokens 5 --temperature 0 --no-echo 2>/dev/null | od -An -tu1 | tr -s ' \n' ' ')
-want=$("$PY" "$ROOT/test/helpers/hf_gpt2.py" greedy "$HF" --prompt-ids 72,105 --n 5 2>/dev/null | tr ',' ' ')
+want=$(G2 greedy "$HF" --prompt-ids 72,105 --n 5 2>/dev/null | tr ',' ' ')
 [ "$txt" = " $want 10 " ] || fail "byte-level text: got bytes '$txt', want '$want' and a newline"
 echo "ok: --prompt text on a byte-level model streams bytes"
 # the prompt is echoed by default (issue 25 item 6): text, then ids
@@ -112,4 +113,5 @@ got = open(sys.argv[2], "rb").read().rstrip(b"\n")
 assert len(ids) == 3 and got == want, (ids, want, got)
 PY
 echo "ok: a GPT-2-vocabulary prompt through the BPE: 6 tokens, text back"
+torch_serve_stop
 echo "PASS generate (bpe)"
