@@ -4,8 +4,9 @@
 #
 #   torch_serve_start NAME HELPER.py   starts the server (torch_serve.py) in
 #                                      the background; without torch in
-#                                      /usr/bin/python3 the test skips (exit
-#                                      77), another import error fails it
+#                                      /usr/bin/python3 it says so and
+#                                      returns 77 (the test skips), another
+#                                      import error fails the test
 #   NAME ARGS...                       the helper's command, as
 #                                      `/usr/bin/python3 HELPER.py ARGS...`
 #                                      would run it: its stdout, its stderr,
@@ -23,7 +24,7 @@ torch_serve_start() { # NAME HELPER.py
   while [ ! -e "$d/ready" ]; do
     if ! kill -0 "$pid" 2>/dev/null; then
       grep -q "No module named 'torch'" "$d/import.err" 2>/dev/null &&
-        { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; exit 77; }
+        { echo "skip: /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"; return 77; }
       cat "$d/import.err" 2>/dev/null
       fail "torch_serve: $helper did not start"
     fi

@@ -15,7 +15,7 @@
 source "$(dirname "$0")/../parallel/lib.bash"
 PY=/usr/bin/python3
 source "$ROOT/test/helpers/torch_serve.bash"
-torch_serve_start VT "$ROOT/test/helpers/hf_vit.py"  # VT ARGS: hf_vit.py ARGS, one PyTorch start-up for all
+torch_serve_start VT "$ROOT/test/helpers/hf_vit.py" || exit 77  # VT ARGS: hf_vit.py ARGS, one PyTorch start-up for all
 H=$ROOT/test/helpers
 VT make "$T/hf3" --channels 3 --image 16 --patch 4 --classes 12 --mean 0.5,0.4,0.3 --std 0.2,0.25,0.3 \
   --seed 5 || fail "hf_vit.py make"

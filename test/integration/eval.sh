@@ -7,7 +7,7 @@
 source "$(dirname "$0")/../parallel/lib.bash"
 PY=/usr/bin/python3
 source "$ROOT/test/helpers/torch_serve.bash"
-torch_serve_start G2 "$ROOT/test/helpers/hf_gpt2.py"  # G2 ARGS: hf_gpt2.py ARGS, one PyTorch start-up for all
+torch_serve_start G2 "$ROOT/test/helpers/hf_gpt2.py" || exit 77  # G2 ARGS: hf_gpt2.py ARGS, one PyTorch start-up for all
 HF=$T/hf-gpt2
 G2 make "$HF" || fail "hf_gpt2.py make"
 head -c 6000 "$ROOT/README.md" >"$T/text"

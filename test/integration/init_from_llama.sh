@@ -27,7 +27,7 @@ source "$(dirname "$0")/../parallel/lib.bash"
 source "$ROOT/test/helpers/init_from.bash"
 # LL ARGS: hf_llama.py ARGS under /usr/bin/python3, one PyTorch start-up for all
 source "$ROOT/test/helpers/torch_serve.bash"
-torch_serve_start LL "$ROOT/test/helpers/hf_llama.py"
+torch_serve_start LL "$ROOT/test/helpers/hf_llama.py" || exit 77
 HF=$T/hf-llama
 LL make "$HF" || fail "hf_llama.py make"
 

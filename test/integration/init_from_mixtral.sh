@@ -23,7 +23,7 @@
 source "$(dirname "$0")/../parallel/lib.bash"
 PY=/usr/bin/python3
 source "$ROOT/test/helpers/torch_serve.bash"
-torch_serve_start MX "$ROOT/test/helpers/hf_mixtral.py"  # MX ARGS: hf_mixtral.py ARGS, one PyTorch start-up for all
+torch_serve_start MX "$ROOT/test/helpers/hf_mixtral.py" || exit 77  # MX ARGS: hf_mixtral.py ARGS, one PyTorch start-up for all
 HF=$T/hf-mixtral
 MX make "$HF" || fail "hf_mixtral.py make"
 

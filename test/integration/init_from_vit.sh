@@ -19,7 +19,7 @@ source "$(dirname "$0")/../parallel/lib.bash"
 source "$ROOT/test/helpers/init_from.bash"
 PY=/usr/bin/python3
 source "$ROOT/test/helpers/torch_serve.bash"
-torch_serve_start VT "$ROOT/test/helpers/hf_vit.py"  # VT ARGS: hf_vit.py ARGS, one PyTorch start-up for all
+torch_serve_start VT "$ROOT/test/helpers/hf_vit.py" || exit 77  # VT ARGS: hf_vit.py ARGS, one PyTorch start-up for all
 HF=$T/hf-vit
 VT make "$HF" || fail "hf_vit.py make"
 "$PY" "$ROOT/test/helpers/idx_set.py" "$T/data" || fail "idx_set.py"

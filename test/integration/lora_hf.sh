@@ -28,8 +28,8 @@
 source "$(dirname "$0")/../parallel/lib.bash"
 PY=/usr/bin/python3
 source "$ROOT/test/helpers/torch_serve.bash"
-torch_serve_start LL "$ROOT/test/helpers/hf_llama.py"  # LL ARGS: hf_llama.py ARGS, one PyTorch start-up for all
-torch_serve_start PEFT "$ROOT/test/helpers/peft_lora.py"  # PEFT ARGS: peft_lora.py ARGS, one PyTorch start-up for all
+torch_serve_start LL "$ROOT/test/helpers/hf_llama.py" || exit 77  # LL ARGS: hf_llama.py ARGS, one PyTorch start-up for all
+torch_serve_start PEFT "$ROOT/test/helpers/peft_lora.py" || exit 77  # PEFT ARGS: peft_lora.py ARGS, one PyTorch start-up for all
 HF=$T/hf-llama
 LL make "$HF" || fail "hf_llama.py make"
 ALL=q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj

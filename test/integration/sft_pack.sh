@@ -111,24 +111,27 @@ sed -e 's/^  global_batch: .*/&\n  cuda_graphs: true/' "$job" >"$T/graphs.yaml"
 one_line_exit 2 "data.kind sft with train.cuda_graphs" --dry-run "$T/graphs.yaml"
 
 # the document mask against PyTorch (each sample alone)
-PY=/usr/bin/python3
-if ! "$PY" -c 'import torch' 2>/dev/null; then
-  echo "skip: /usr/bin/python3 cannot import torch: the PyTorch comparison (python3-torch is a test-only peer)"
+# LL, G2, ST ARGS: hf_llama.py, hf_gpt2.py, sft_torch.py ARGS (one PyTorch start-up each)
+source "$ROOT/test/helpers/torch_serve.bash"
+if ! torch_serve_start LL "$ROOT/test/helpers/hf_llama.py"; then
+  echo "skip: the PyTorch comparison"
   exit 0
 fi
+torch_serve_start G2 "$ROOT/test/helpers/hf_gpt2.py" || exit 1
+torch_serve_start ST "$ROOT/test/helpers/sft_torch.py" || exit 1
 EVAL=$T/sft_eval.bin
 python3 "$ROOT/test/helpers/sft_torch.py" write "$EVAL" --samples 60 --vocab 256 --min-len 1 --max-len 32 \
   --no-targets 2 --seed 5 || fail "writing the eval shard"
-"$PY" "$ROOT/test/helpers/hf_llama.py" make "$T/hf-llama" --positions 64 || fail "hf_llama.py make"
-"$PY" "$ROOT/test/helpers/hf_gpt2.py" make "$T/hf-gpt2" --n-positions 64 || fail "hf_gpt2.py make"
+LL make "$T/hf-llama" --positions 64 || fail "hf_llama.py make"
+G2 make "$T/hf-gpt2" --n-positions 64 || fail "hf_gpt2.py make"
 rel_ok() { # A B WHAT: |A - B| / |B| <= 1e-5
   python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); r=abs(a-b)/abs(b); print(f"rel {r:.2e}"); sys.exit(r>1e-5)' \
     "$1" "$2" >"$T/rel" || fail "$3: dtrun's loss $1 is not PyTorch's $2 ($(cat "$T/rel"))"
   echo "ok: $3: dtrun $1, PyTorch $2 ($(cat "$T/rel"))"
 }
 for m in llama gpt2; do
-  torch=$("$PY" "$ROOT/test/helpers/sft_torch.py" loss "$T/hf-$m" "$EVAL" --seq-len 32) || fail "PyTorch's loss ($m)"
-  nomask=$("$PY" "$ROOT/test/helpers/sft_torch.py" loss "$T/hf-$m" "$EVAL" --seq-len 32 --packed-no-mask) ||
+  torch=$(ST loss "$T/hf-$m" "$EVAL" --seq-len 32) || fail "PyTorch's loss ($m)"
+  nomask=$(ST loss "$T/hf-$m" "$EVAL" --seq-len 32 --packed-no-mask) ||
     fail "PyTorch's packed loss ($m)"
   # ten times the tolerance below at least: the comparison tells the two apart
   python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); sys.exit(abs(a-b)/b < 1e-4)' "$torch" "$nomask" ||
@@ -143,4 +146,5 @@ for m in llama gpt2; do
   done
   echo "ok: $m: without the document mask the packed loss would be $nomask (each sample alone: $torch)"
 done
+torch_serve_stop
 echo "ok: data.kind sft: every layout reproduces one process; the document mask is PyTorch's samples alone"
