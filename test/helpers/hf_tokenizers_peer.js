@@ -8,8 +8,8 @@
 // and encoding; not loading the tokenizer, as dtrun's figure).
 //   node hf_tokenizers_peer.js PACKAGE_DIR TOKENIZER.json OUT FILE.jsonl...
 // With BATCH=1 each file's documents go to encodeBatch at once (Rust's rayon
-// threads: RAYON_NUM_THREADS of them), the library's fastest way; else one
-// encode after the other. With DECODE=FILE it also decodes each document's
+// threads: RAYON_NUM_THREADS of them), the library's fastest way (and, with
+// DECODE, to encodeBatch and decodeBatch); else one encode after the other. With DECODE=FILE it also decodes each document's
 // ids (without the frame) and writes the texts, one JSON string a line, to FILE.
 const fs = require('fs');
 const path = require('path');
@@ -43,12 +43,18 @@ const tok = Tokenizer.fromFile(tokenizerJson);
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
   fs.writeFileSync(out, Buffer.concat(chunks.map(a => Buffer.from(a.buffer, a.byteOffset, a.byteLength))));
   if (process.env.DECODE) {
-    for (const file of files)
-      for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
-        if (line.trim() === '') continue;
-        const ids = (await tok.encode(JSON.parse(line).text, null, { addSpecialTokens: false })).getIds();
-        decoded.push(JSON.stringify(await tok.decode(ids, false)));
+    for (const file of files) {
+      const texts = fs.readFileSync(file, 'utf8').split('\n').filter(l => l.trim() !== '').map(l => JSON.parse(l).text);
+      if (process.env.BATCH === '1') {
+        const ids = (await tok.encodeBatch(texts, { addSpecialTokens: false })).map(e => e.getIds());
+        for (const t of await tok.decodeBatch(ids, false)) decoded.push(JSON.stringify(t));
+      } else {
+        for (const text of texts) {
+          const ids = (await tok.encode(text, null, { addSpecialTokens: false })).getIds();
+          decoded.push(JSON.stringify(await tok.decode(ids, false)));
+        }
       }
+    }
     fs.writeFileSync(process.env.DECODE, decoded.join('\n') + '\n');
   }
   console.log(`tokenizers seconds ${secs.toFixed(4)} bytes ${bytes} docs ${docs} tokens ${tokens}`);

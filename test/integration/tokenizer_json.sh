@@ -65,7 +65,9 @@ for path in sorted(glob.glob(sys.argv[1] + "_train_*.bin")):
 PY
 }
 peer_ids() { # TOKENIZER OUT: the peer's framed stream, one id a line
-  node test/helpers/hf_tokenizers_peer.js "$PEER" "$1" "$T/peer.bin" "$DOCS" >"$T/peer.log" ||
+  # the documents in one batch on one thread: the ids one encode each gives
+  # (checked 2026-11-28), without 3,200 hand-offs to node's thread pool
+  BATCH=1 RAYON_NUM_THREADS=1 node test/helpers/hf_tokenizers_peer.js "$PEER" "$1" "$T/peer.bin" "$DOCS" >"$T/peer.log" ||
     { cat "$T/peer.log"; fail "the peer on $1"; }
   python3 -c 'import struct,sys; d=open(sys.argv[1],"rb").read(); sys.stdout.write("".join(f"{t}\n" for t in struct.unpack(f"<{len(d)//4}I", d)))' \
     "$T/peer.bin" >"$2"
@@ -102,7 +104,7 @@ done
 # decoding: dtrun's text of each document's ids = tokenizers' decode
 for tok in "$LLAMA31" "$GPT2" "$QWEN25"; do
   out=$(build/test/test_tokenizer --decode "$tok" "$T/docs.jsonl" "$T/dtrun.txt") || fail "decode with $tok"
-  DECODE=$T/peer.txt node test/helpers/hf_tokenizers_peer.js "$PEER" "$tok" "$T/peer.bin" "$T/docs.jsonl" >/dev/null ||
+  BATCH=1 RAYON_NUM_THREADS=1 DECODE=$T/peer.txt node test/helpers/hf_tokenizers_peer.js "$PEER" "$tok" "$T/peer.bin" "$T/docs.jsonl" >/dev/null ||
     fail "the peer's decode"
   cmp -s "$T/dtrun.txt" "$T/peer.txt" || { diff "$T/dtrun.txt" "$T/peer.txt" | head -4; fail "decode differs ($tok)"; }
   case $tok in *qwen2*) ;; *) [[ $out == *"3200 decode to their own text"* ]] || fail "$tok: $out" ;; esac # NFC changes text
@@ -147,14 +149,15 @@ expect 3 "$T/none: cannot read (No such file or directory)" tokenize --tokenizer
 [ ! -e "$T/x" ] || fail "a refused tokenizer left output behind"
 
 # dtrun generate on a Hugging Face folder with Llama 3.1's tokenizer.json
-PY=/usr/bin/python3
-if ! "$PY" -c 'import torch' 2>/dev/null; then
-  echo "skip (the rest): /usr/bin/python3 cannot import torch (python3-torch is a test-only peer)"
+# G2 ARGS: hf_gpt2.py ARGS under /usr/bin/python3 (one PyTorch start-up for all)
+source "$ROOT/test/helpers/torch_serve.bash"
+if ! torch_serve_start G2 "$ROOT/test/helpers/hf_gpt2.py"; then
+  echo "skip (the rest)"
   echo "PASS"
   exit 0
 fi
 HF=$T/hf
-"$PY" test/helpers/hf_gpt2.py make "$HF" --vocab 128256 --n-embd 16 --n-head 2 --n-layer 1 --n-positions 64 ||
+G2 make "$HF" --vocab 128256 --n-embd 16 --n-head 2 --n-layer 1 --n-positions 64 ||
   fail "hf_gpt2.py make"
 cp "$LLAMA31" "$HF/tokenizer.json"
 prompt="Héllo, wörld! 日本語 1234567 <|eot_id|>  x"
@@ -174,7 +177,7 @@ hf_prompt=$(node "$T/ids.js" "$PEER" "$HF/tokenizer.json" encode "$prompt")
 n_prompt=$(awk -F, '{print NF}' <<<"$hf_prompt")
 grep -q "after a $n_prompt-token prompt" "$T/gen.err" || { cat "$T/gen.err"; fail "the prompt is not tokenizers' $n_prompt ids ($hf_prompt)"; }
 got=$(head -1 "$T/gen.ids")
-want=$("$PY" test/helpers/hf_gpt2.py greedy "$HF" --prompt-ids "$hf_prompt" --n 8 2>/dev/null) || fail "pytorch greedy"
+want=$(G2 greedy "$HF" --prompt-ids "$hf_prompt" --n 8 2>/dev/null) || fail "pytorch greedy"
 [ "$got" = "$want" ] || fail "greedy tokens $got, PyTorch's from tokenizers' prompt ids $want"
 "$bin" generate "$HF" --prompt "$prompt" --max-new-tokens 8 --temperature 0 --no-echo >"$T/gen.txt" 2>/dev/null || fail "generate text"
 node "$T/ids.js" "$PEER" "$HF/tokenizer.json" decode "$got" >"$T/want.txt"
@@ -186,6 +189,7 @@ want = open(sys.argv[2], "rb").read()
 assert got.decode("utf-8", "replace") == want.decode("utf-8"), (got, want)
 PY
 echo "ok: generate on an HF folder: the prompt is tokenizers' $n_prompt ids (<|begin_of_text|> first), the 8 greedy ids PyTorch's, the text tokenizers' decoding"
-cp "$LLAMA31" "$T/small/tokenizer.json" 2>/dev/null || { "$PY" test/helpers/hf_gpt2.py make "$T/small" >/dev/null && cp "$LLAMA31" "$T/small/tokenizer.json"; }
+cp "$LLAMA31" "$T/small/tokenizer.json" 2>/dev/null || { G2 make "$T/small" >/dev/null && cp "$LLAMA31" "$T/small/tokenizer.json"; }
+torch_serve_stop
 expect 2 "tokenizer.json: its ids go up to 128255, past the model's vocab_size 256" generate "$T/small" --prompt hi --max-new-tokens 1
 echo "PASS"
