@@ -8,10 +8,13 @@
 # (gpt-odd-vocab), whose export must be a whole [67, C] wte. Needs Debian's python3-torch (installed through scripts/deps.sh
 # when possible), else skips (77).
 source "$(dirname "$0")/../parallel/ckpt.bash"
-PY=/usr/bin/python3
-if ! "$PY" -c 'import torch' 2>/dev/null; then
+# EXPORT_CHECK ARGS: scripts/export_check.py ARGS under /usr/bin/python3 (one PyTorch start-up for both)
+source "$ROOT/test/helpers/torch_serve.bash"
+if ! torch_serve_start EXPORT_CHECK "$ROOT/scripts/export_check.py" >/dev/null; then
   DTRUN_EXTRA_DEPS=python3-torch "$ROOT/scripts/deps.sh" >/dev/null 2>&1
-  "$PY" -c 'import torch' 2>/dev/null || { echo "skip: python3-torch is not installed and cannot be"; exit 77; }
+  rm -rf "$T/torch-EXPORT_CHECK"
+  torch_serve_start EXPORT_CHECK "$ROOT/scripts/export_check.py" >/dev/null ||
+    { echo "skip: python3-torch is not installed and cannot be"; exit 77; }
 fi
 
 STEPS=30
@@ -26,7 +29,7 @@ export_model() {
   "$DTRUN" export "$d.ck" "$d.safetensors" 2>"$d.export.log" || { cat "$d.export.log"; fail "$model: dtrun export exited $?"; }
   grep -q "exported $d.ck/step_000030 (step 30)" "$d.export.log" || { cat "$d.export.log"; fail "$model: no export line"; }
   val=$(python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1]) if "val_loss" in l][-1]["val_loss"])' "$d.jsonl")
-  out=$("$PY" "$ROOT/scripts/export_check.py" "$d.safetensors" "$d.val" --n-head 4 --expect "$val" --tol 1e-4 2>&1) ||
+  out=$(EXPORT_CHECK "$d.safetensors" "$d.val" --n-head 4 --expect "$val" --tol 1e-4 2>&1) ||
     { echo "$out"; fail "$model: the exported model's validation loss is not dtrun's"; }
   [[ $out == *"vocab $vocab)"* ]] || { echo "$out"; fail "$model: exported wte is not [$vocab, C]"; }
   echo "ok: $model: $out"
@@ -34,6 +37,7 @@ export_model() {
 export_model gpt-tiny 64
 # 67 rows, 33 + 34 over tp 2: the export still writes one [67, 32] wte
 export_model gpt-odd-vocab 67
+torch_serve_stop
 d=$T/export-gpt-tiny
 
 # what the export refuses: a missing checkpoint, a bad command line
