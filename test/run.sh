@@ -101,16 +101,16 @@ start_job() { # FUNCTION ARGS...: in the background once a slot is free
   pool+=($!)
 }
 
-# The known-long tests (CPU and wall seconds on an idle 2-core machine, make
-# test of 2026-11-28), the longest first: a name missing here runs in name
-# order after them.
+# The known-long tests (CPU seconds of make test on a 2-core machine under
+# load, branch testtime2 of 2026-11-28), the longest first: a name missing
+# here runs in name order after them.
 LONG_FIRST=(
   unit/test_published integration/quickstart_bf16 integration/tokenizer_json integration/parallel_equivalence
-  integration/init_from_llama integration/sft_tokenize asan/test_published asan/test_kernels
-  integration/parallel_llama integration/plan_vs_measured integration/parallel_bf16 asan/test_plan
-  integration/init_from_vit integration/sft_pack integration/memory_bf16 integration/init_from_mixtral
-  integration/offload unit/test_comm integration/classify integration/lora_hf integration/ep
-  integration/docs_drift integration/cuda_graphs integration/launch_host_race
+  integration/ep integration/parallel_llama asan/test_published asan/test_plan integration/memory_bf16
+  integration/parallel_bf16 unit/test_comm asan/test_comm integration/sft_tokenize integration/cuda_graphs
+  integration/offload integration/ckpt_resume integration/parallel_cp integration/lora integration/sft_pack
+  integration/ckpt_faults asan/test_tokenizer integration/docs_drift integration/tp_overlap
+  integration/launch_host_race
 )
 declare -A queued=()
 jobs_all=() # "function name target" in name order
