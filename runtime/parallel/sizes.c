@@ -838,6 +838,40 @@ int sizes_acts_slots(const sizes *s, int chunk)
     return s->sched->slots[chunk];
 }
 
+int sizes_rank_acts_slots(const sizes *s, int pp_rank)
+{
+    if (!s->sched) return 1;
+    return s->sched->rank_slots[pp_rank];
+}
+
+size_t sizes_stash_bytes(const sizes *s, sizes_at at, int *pooled)
+{
+    if (pooled) *pooled = 0;
+    if (!s->sched) return sizes_chunk_acts(s, 0, at.tp).stash;
+    int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
+    /* (v is small, but bounded only by pp x m x v: a few on the stack keep
+     * the planner's search free of mallocs) */
+    int slots_few[8], *slots = v <= 8 ? slots_few : malloc((size_t)v * sizeof *slots);
+    size_t stash_few[8], *stash = v <= 8 ? stash_few : malloc((size_t)v * sizeof *stash), bytes = 0;
+    if (slots && stash) {
+        for (int local = 0; local < v; local++) {
+            int c = pp_chunk_id(at.pp, local, pp);
+            slots[local] = sizes_acts_slots(s, c);
+            stash[local] = sizes_chunk_acts(s, c, at.tp).stash;
+        }
+        bytes = pp_stash_pool_bytes(v, slots, stash, s->sched->rank_slots[at.pp], pooled);
+    } else {
+        /* no memory for v counts: each chunk's own pool, as an upper bound */
+        for (int local = 0; local < v; local++) {
+            int c = pp_chunk_id(at.pp, local, pp);
+            bytes += (size_t)sizes_acts_slots(s, c) * sizes_chunk_acts(s, c, at.tp).stash;
+        }
+    }
+    if (slots != slots_few) free(slots);
+    if (stash != stash_few) free(stash);
+    return bytes;
+}
+
 /* What the head adds to each micro-batch's stash on the last chunk (its input
  * and loss statistics): the difference to the same units without the head, so
  * the model's layout stays its own. Without the head the stash also lacks the
@@ -982,24 +1016,16 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
         acts_host = z.host;
         live = 1;
     } else {
-        /* (v is small, but bounded only by pp x m x v; the planner's search
-         * stays cheap with a few on the stack) */
-        int slots_few[8], *slots = v <= 8 ? slots_few : malloc((size_t)v * sizeof *slots);
-        size_t stash_few[8], *stash = v <= 8 ? stash_few : malloc((size_t)v * sizeof *stash), scratch = 0;
-        if (!slots || !stash) abort(); /* a few ints: no memory means nothing works anyway */
+        size_t scratch = 0;
         for (int local = 0; local < v; local++) {
-            int c = pp_chunk_id(at.pp, local, pp);
+            int c = pp_chunk_id(at.pp, local, pp), slots = sizes_acts_slots(s, c);
             model_acts_size z = sizes_chunk_acts(s, c, at.tp);
-            slots[local] = sizes_acts_slots(s, c);
-            stash[local] = z.stash;
             acts += z.work - z.scratch;
             if (z.scratch > scratch) scratch = z.scratch;
-            acts_host += (size_t)slots[local] * z.host;
-            live += (size_t)slots[local];
+            acts_host += (size_t)slots * z.host;
+            live += (size_t)slots;
         }
-        acts += scratch + pp_stash_pool_bytes(v, slots, stash, s->sched->rank_slots[at.pp], NULL);
-        if (slots != slots_few) free(slots);
-        if (stash != stash_few) free(stash);
+        acts += scratch + sizes_stash_bytes(s, at, NULL);
     }
     out->host += acts_host;
     size_t logits = 0;
