@@ -470,12 +470,13 @@ static void test_l24_table4(void)
         double acts = (double)(mm->bytes[SIZES_ACTS] + mm->bytes[SIZES_LOGITS]);
         CHECK(e.fits && e.max_total <= e.stage[worst].device,
               "[L24] row %d memory: the fullest stage (pp %d) needs %.1f GB of %.1f GB: %s. Stashes %.1f GB (the "
-              "block's terms x %d micro-batches in flight at once on its 2 chunks%s of their own peaks' %d), params "
-              "+ grads + sharded state %.1f GB, working sets %.1f GB (each chunk's own, one scratch for both) and "
-              "fp32 working copies %.1f GB, comm %.1f GB, fixed %.1f GB",
+              "block's terms x %d micro-batches in flight on its 2 chunks: %s %d), params + grads + sharded state "
+              "%.1f GB, working sets %.1f GB (each chunk's own, one scratch for both) and fp32 working copies "
+              "%.1f GB, comm %.1f GB, fixed %.1f GB",
               i + 1, worst, e.max_total / GB, e.stage[worst].device / GB, e.fits ? "fits" : "does NOT fit",
               stash / GB, pooled ? sizes_rank_acts_slots(e.sizes, worst) : apart,
-              pooled ? ": one pool instead" : ", as", apart,
+              pooled ? "one pool of those at once, not their own peaks'" : "their own peaks, at once",
+              pooled ? apart : sizes_rank_acts_slots(e.sizes, worst),
               (double)(mm->bytes[SIZES_PARAMS] + mm->bytes[SIZES_GRADS] + mm->bytes[SIZES_MASTER] +
                        mm->bytes[SIZES_OPTIM]) / GB,
               (acts - stash) / GB, (double)mm->bytes[SIZES_WORKSPACE] / GB, (double)mm->bytes[SIZES_COMM] / GB,
