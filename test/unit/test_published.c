@@ -468,15 +468,15 @@ static void test_l24_table4(void)
          * chunks, and the fixed overheads. */
         const sizes_memory *mm = &e.stage[worst].mem;
         double acts = (double)(mm->bytes[SIZES_ACTS] + mm->bytes[SIZES_LOGITS]);
+        char why[128] = ": each chunk's own peak, reached together";
+        if (pooled) snprintf(why, sizeof why, " at once: one pool of them, not the chunks' own peaks' %d", apart);
         CHECK(e.fits && e.max_total <= e.stage[worst].device,
               "[L24] row %d memory: the fullest stage (pp %d) needs %.1f GB of %.1f GB: %s. Stashes %.1f GB (the "
-              "block's terms x %d micro-batches in flight on its 2 chunks: %s %d), params + grads + sharded state "
+              "block's terms x %d micro-batches in flight on its 2 chunks%s), params + grads + sharded state "
               "%.1f GB, working sets %.1f GB (each chunk's own, one scratch for both) and fp32 working copies "
               "%.1f GB, comm %.1f GB, fixed %.1f GB",
               i + 1, worst, e.max_total / GB, e.stage[worst].device / GB, e.fits ? "fits" : "does NOT fit",
-              stash / GB, pooled ? sizes_rank_acts_slots(e.sizes, worst) : apart,
-              pooled ? "one pool of those at once, not their own peaks'" : "their own peaks, at once",
-              pooled ? apart : sizes_rank_acts_slots(e.sizes, worst),
+              stash / GB, pooled ? sizes_rank_acts_slots(e.sizes, worst) : apart, why,
               (double)(mm->bytes[SIZES_PARAMS] + mm->bytes[SIZES_GRADS] + mm->bytes[SIZES_MASTER] +
                        mm->bytes[SIZES_OPTIM]) / GB,
               (acts - stash) / GB, (double)mm->bytes[SIZES_WORKSPACE] / GB, (double)mm->bytes[SIZES_COMM] / GB,
