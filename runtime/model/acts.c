@@ -517,6 +517,10 @@ static void point_work(model *m)
      * positions and table (the same memory for all of them) */
     if (m->acts_list && g.llama) llama_rope_prepare(m, &m->acts_list->bs, m->work_B);
     for (model_acts *x = m->acts_list; x; x = x->next) x->bs.moe_host = m->moe_host_scratch;
+    /* a stash may point into the working set (selective recompute's shared
+     * attention probabilities): lay the bound ones out again */
+    for (model_acts *x = m->acts_list; x; x = x->next)
+        if (x->mem) model_acts_bind_stash(x, x->mem);
 }
 
 static void scratch_release(model *m)

@@ -184,6 +184,8 @@ typedef struct {
     int vit;
     recompute_kind recompute; /* of the pipeline's chunks (the reference never recomputes) */
     int spare;                /* slots sized for B + spare samples: a short micro-batch */
+    int naive;                /* model.attention naive (selective recompute then shares one
+                                 set of probabilities in the working set) */
 } config;
 
 /* What the backward hooks saw. */
@@ -312,6 +314,13 @@ static void run_rank(rank_setup *rs, comm *pp, int p, int rank, rank_header *h, 
     pp_exec *ex = pp_exec_create(&cfg, h->err, sizeof h->err);
     if (!ex) {
         h->rc = -1;
+        return;
+    }
+    /* as the engine does: the chunks compute one at a time, one scratch */
+    if (model_share_scratch(rs->chunks, rs->v)) {
+        snprintf(h->err, sizeof h->err, "chunks cannot share their scratch");
+        h->rc = -1;
+        pp_exec_destroy(ex);
         return;
     }
     h->slots_ok = 1;
@@ -503,6 +512,10 @@ static int configs_for(int p, config *out)
     out[n++] = (config){.kind = PP_INTERLEAVED, .m = p, .v = 2, .vit = 1};
     out[n++] = (config){.kind = PP_1F1B, .m = 4, .v = 1, .recompute = RECOMPUTE_BLOCK};
     out[n++] = (config){.kind = PP_INTERLEAVED, .m = 2 * p, .v = 2, .spare = 2};
+    /* the rank's stash pool and shared scratch under recompute (its buffers
+     * in the scratch, the stash pointing into it) */
+    out[n++] = (config){.kind = PP_INTERLEAVED, .m = 2 * p, .v = 2, .recompute = RECOMPUTE_BLOCK};
+    out[n++] = (config){.kind = PP_INTERLEAVED, .m = 2 * p, .v = 2, .recompute = RECOMPUTE_SELECTIVE, .naive = 1};
     /* ZB-H1: split backward, slots held until the W */
     for (int k = 0; k < 4; k++) out[n++] = (config){.kind = PP_ZB_H1, .m = ms[k], .v = 1};
     out[n++] = (config){.kind = PP_ZB_H1, .m = 4, .v = 1, .vit = 1};
@@ -513,15 +526,20 @@ static int configs_for(int p, config *out)
 static job_model model_for(int p, const config *c)
 {
     int L = p * c->v > 4 ? 8 : 4;
-    return c->vit ? vit_spec(L) : gpt_spec(L, 16, 8);
+    job_model s = c->vit ? vit_spec(L) : gpt_spec(L, 16, 8);
+    if (c->naive) s.attention = ATTN_NAIVE;
+    return s;
 }
 
 static char config_name_buf[128];
 static const char *config_name(int p, const config *c)
 {
-    snprintf(config_name_buf, sizeof config_name_buf, "%s %s p=%d v=%d m=%d%s%s",
+    snprintf(config_name_buf, sizeof config_name_buf, "%s %s p=%d v=%d m=%d%s%s%s",
              c->vit ? "vit" : "gpt", pp_schedule_kind_name(c->kind), p, c->v, c->m,
-             c->recompute == RECOMPUTE_BLOCK ? " recompute=block" : "",
+             c->recompute == RECOMPUTE_BLOCK       ? " recompute=block"
+             : c->recompute == RECOMPUTE_SELECTIVE ? " recompute=selective"
+                                                   : "",
+             c->naive ? " attention=naive" : "",
              c->spare ? " (B=2 in slots of 4)" : "");
     return config_name_buf;
 }
