@@ -844,32 +844,51 @@ int sizes_rank_acts_slots(const sizes *s, int pp_rank)
     return s->sched->rank_slots[pp_rank];
 }
 
-size_t sizes_stash_bytes(const sizes *s, sizes_at at, int *pooled)
+/* A pipeline rank's activations (pp_exec.h), each chunk sized once: the
+ * stashes (each chunk's own pool of sizes_acts_slots, or one pool of the
+ * rank's, whichever is smaller: pp_stash_pool_bytes; *pooled says which),
+ * the working sets (each chunk's own part and the largest scratch, which the
+ * chunks share), the stashes' host part, and the activation slots. */
+typedef struct {
+    size_t stash, work, host, live;
+    int pooled;
+} rank_acts;
+
+static rank_acts rank_acts_of(const sizes *s, sizes_at at)
 {
-    if (pooled) *pooled = 0;
-    if (!s->sched) return sizes_chunk_acts(s, 0, at.tp).stash;
     int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
+    rank_acts r = {0};
     /* (v is small, but bounded only by pp x m x v: a few on the stack keep
      * the planner's search free of mallocs) */
     int slots_few[8], *slots = v <= 8 ? slots_few : malloc((size_t)v * sizeof *slots);
-    size_t stash_few[8], *stash = v <= 8 ? stash_few : malloc((size_t)v * sizeof *stash), bytes = 0;
-    if (slots && stash) {
-        for (int local = 0; local < v; local++) {
-            int c = pp_chunk_id(at.pp, local, pp);
-            slots[local] = sizes_acts_slots(s, c);
-            stash[local] = sizes_chunk_acts(s, c, at.tp).stash;
-        }
-        bytes = pp_stash_pool_bytes(v, slots, stash, s->sched->rank_slots[at.pp], pooled);
-    } else {
-        /* no memory for v counts: each chunk's own pool, as an upper bound */
-        for (int local = 0; local < v; local++) {
-            int c = pp_chunk_id(at.pp, local, pp);
-            bytes += (size_t)sizes_acts_slots(s, c) * sizes_chunk_acts(s, c, at.tp).stash;
-        }
+    size_t stash_few[8], *stash = v <= 8 ? stash_few : malloc((size_t)v * sizeof *stash), scratch = 0, apart = 0;
+    for (int local = 0; local < v; local++) {
+        int c = pp_chunk_id(at.pp, local, pp), n = sizes_acts_slots(s, c);
+        model_acts_size z = sizes_chunk_acts(s, c, at.tp);
+        if (slots && stash) slots[local] = n, stash[local] = z.stash;
+        apart += (size_t)n * z.stash;
+        r.work += z.work - z.scratch;
+        if (z.scratch > scratch) scratch = z.scratch;
+        r.host += (size_t)n * z.host;
+        r.live += (size_t)n;
     }
+    r.work += scratch;
+    /* (no memory for v counts: each chunk's own pool, an upper bound) */
+    r.stash = slots && stash ? pp_stash_pool_bytes(v, slots, stash, s->sched->rank_slots[at.pp], &r.pooled) : apart;
     if (slots != slots_few) free(slots);
     if (stash != stash_few) free(stash);
-    return bytes;
+    return r;
+}
+
+size_t sizes_stash_bytes(const sizes *s, sizes_at at, int *pooled)
+{
+    if (!s->sched) {
+        if (pooled) *pooled = 0;
+        return sizes_chunk_acts(s, 0, at.tp).stash;
+    }
+    rank_acts r = rank_acts_of(s, at);
+    if (pooled) *pooled = r.pooled;
+    return r.stash;
 }
 
 /* What the head adds to each micro-batch's stash on the last chunk (its input
@@ -1007,8 +1026,8 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
      * rank, as many as the most micro-batches of all its chunks in flight at
      * once, each its largest chunk's size: whichever is smaller
      * (pp_stash_pool_bytes). Plus each chunk's own working set and one scratch
-     * the chunks share (the largest; model_share_scratch). */
-    int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
+     * the chunks share (the largest; model_share_scratch): rank_acts_of. */
+    int pp = s->job.parallel.pp;
     size_t acts = 0, live = 0, acts_host = 0; /* train.offload: activations: the stashes' host part */
     if (!s->sched) {
         model_acts_size z = sizes_chunk_acts(s, 0, at.tp);
@@ -1016,16 +1035,10 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
         acts_host = z.host;
         live = 1;
     } else {
-        size_t scratch = 0;
-        for (int local = 0; local < v; local++) {
-            int c = pp_chunk_id(at.pp, local, pp), slots = sizes_acts_slots(s, c);
-            model_acts_size z = sizes_chunk_acts(s, c, at.tp);
-            acts += z.work - z.scratch;
-            if (z.scratch > scratch) scratch = z.scratch;
-            acts_host += (size_t)slots * z.host;
-            live += (size_t)slots;
-        }
-        acts += scratch + sizes_stash_bytes(s, at, NULL);
+        rank_acts r = rank_acts_of(s, at);
+        acts = r.stash + r.work;
+        acts_host = r.host;
+        live = r.live;
     }
     out->host += acts_host;
     size_t logits = 0;
