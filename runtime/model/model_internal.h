@@ -163,8 +163,11 @@ struct model {
     struct model_mixed_work *mw; /* NULL in fp32 */
     size_t work_numel;     /* this model's need of wparam: the largest unit, its frozen tensors too */
     size_t work_gnumel;    /* of wgrad: the largest unit's trainable tensors */
-    void *work_mem;        /* the activations' working set, shared by every model_acts */
+    void *work_mem;        /* the activations' working set, shared by every model_acts:
+                              the model's own part (acts.c layout_work) */
     size_t work_bytes;
+    struct model_scratch *scr; /* and its scratch part, maybe shared with other
+                                  models (model_share_scratch) */
     int work_B;            /* it serves micro-batches of up to this many samples */
     struct model_acts *acts_list;
     size_t *unit_numel;
@@ -357,7 +360,9 @@ struct model_acts {
     model *m;
     struct model_acts *next; /* the model's list of live ones (they share its working set) */
     int B;              /* capacity: batches of up to B samples */
-    void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash */
+    void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash, or
+                           (mem_borrowed) memory lent by model_acts_bind_stash */
+    int mem_borrowed;
     size_t bytes;
     size_t kept_attn_in, kept_mlp_in; /* model_acts_kept */
     /* ---- stash (tensors of the activations' type, model.act) ---- */
@@ -467,6 +472,8 @@ void model_norm_backward(model *m, float *dx, float *dw, float *db, const float 
 /* The working set's rope_pos and rope_cs for micro-batches of up to B samples
  * (model_acts_create, when the working set is made). */
 void llama_rope_prepare(model *m, const block_scratch *s, int B);
+/* Drops the model's hold on its activation scratch (acts.c; model_destroy). */
+void model_scratch_release(model *m);
 /* RoPE on q and k of the packed qkv [N, W_l] (each row at its sample position,
  * global under cp), and its backward on dqkv. */
 void llama_rope_forward(model *m, void *qkv, const block_scratch *s, int N);

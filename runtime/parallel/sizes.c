@@ -38,6 +38,7 @@ typedef struct {
     int built;            /* the lists exist (not for the planner's memory pass) */
     pp_schedule schedule; /* validated once when built: see sizes_schedule */
     int *slots;           /* [pp * v] peak in-flight micro-batches per chunk */
+    int *rank_slots;      /* [pp] of all a rank's chunks together */
 } shared_schedule;
 
 struct sizes {
@@ -331,6 +332,7 @@ static void schedule_release(shared_schedule *sc)
     if (sc && --sc->refs == 0) {
         pp_schedule_free(&sc->schedule);
         free(sc->slots);
+        free(sc->rank_slots);
         free(sc);
     }
 }
@@ -391,15 +393,17 @@ static shared_schedule *schedule_get(const job_spec *job, const sizes *donor, in
     }
     shared_schedule *sc = calloc(1, sizeof *sc);
     int *slots = malloc((size_t)(par->pp * par->virtual_stages) * sizeof *slots);
-    if (!sc || !slots) {
-        free(sc), free(slots);
+    int *rank_slots = malloc((size_t)par->pp * sizeof *rank_slots);
+    if (!sc || !slots || !rank_slots) {
+        free(sc), free(slots), free(rank_slots);
         snprintf(err, errlen, "sizes: out of memory");
         return NULL;
     }
     *sc = (shared_schedule){.refs = 1, .kind = par->pp_schedule, .pp = par->pp, .m = par->microbatches,
-                            .v = par->virtual_stages, .slots = slots};
+                            .v = par->virtual_stages, .slots = slots, .rank_slots = rank_slots};
     /* the activation slots come from the generator itself, lists or not */
-    if (pp_schedule_peak_in_flight_chunks(sc->kind, sc->pp, sc->m, sc->v, sc->slots, err, errlen) ||
+    if (pp_schedule_peak_in_flight_chunks(sc->kind, sc->pp, sc->m, sc->v, sc->slots, sc->rank_slots, err,
+                                          errlen) ||
         (lists && schedule_build_lists(sc, err, errlen))) {
         schedule_release(sc);
         return NULL;
@@ -834,6 +838,59 @@ int sizes_acts_slots(const sizes *s, int chunk)
     return s->sched->slots[chunk];
 }
 
+int sizes_rank_acts_slots(const sizes *s, int pp_rank)
+{
+    if (!s->sched) return 1;
+    return s->sched->rank_slots[pp_rank];
+}
+
+/* A pipeline rank's activations (pp_exec.h), each chunk sized once: the
+ * stashes (each chunk's own pool of sizes_acts_slots, or one pool of the
+ * rank's, whichever is smaller: pp_stash_pool_bytes; *pooled says which),
+ * the working sets (each chunk's own part and the largest scratch, which the
+ * chunks share), the stashes' host part, and the activation slots. */
+typedef struct {
+    size_t stash, work, host, live;
+    int pooled;
+} rank_acts;
+
+static rank_acts rank_acts_of(const sizes *s, sizes_at at)
+{
+    int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
+    rank_acts r = {0};
+    /* (v is small, but bounded only by pp x m x v: a few on the stack keep
+     * the planner's search free of mallocs) */
+    int slots_few[8], *slots = v <= 8 ? slots_few : malloc((size_t)v * sizeof *slots);
+    size_t stash_few[8], *stash = v <= 8 ? stash_few : malloc((size_t)v * sizeof *stash), scratch = 0, apart = 0;
+    for (int local = 0; local < v; local++) {
+        int c = pp_chunk_id(at.pp, local, pp), n = sizes_acts_slots(s, c);
+        model_acts_size z = sizes_chunk_acts(s, c, at.tp);
+        if (slots && stash) slots[local] = n, stash[local] = z.stash;
+        apart += (size_t)n * z.stash;
+        r.work += z.work - z.scratch;
+        if (z.scratch > scratch) scratch = z.scratch;
+        r.host += (size_t)n * z.host;
+        r.live += (size_t)n;
+    }
+    r.work += scratch;
+    /* (no memory for v counts: each chunk's own pool, an upper bound) */
+    r.stash = slots && stash ? pp_stash_pool_bytes(v, slots, stash, s->sched->rank_slots[at.pp], &r.pooled) : apart;
+    if (slots != slots_few) free(slots);
+    if (stash != stash_few) free(stash);
+    return r;
+}
+
+size_t sizes_stash_bytes(const sizes *s, sizes_at at, int *pooled)
+{
+    if (!s->sched) {
+        if (pooled) *pooled = 0;
+        return sizes_chunk_acts(s, 0, at.tp).stash;
+    }
+    rank_acts r = rank_acts_of(s, at);
+    if (pooled) *pooled = r.pooled;
+    return r.stash;
+}
+
 /* What the head adds to each micro-batch's stash on the last chunk (its input
  * and loss statistics): the difference to the same units without the head, so
  * the model's layout stays its own. Without the head the stash also lacks the
@@ -964,11 +1021,13 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     size_t pool = sizes_gather_numel(s, at) + sizes_reduce_numel(s, at);
     if (pool && re == 2) out->bytes[SIZES_COMM] += (pool < OPTIM_SCRATCH_NUMEL ? pool : OPTIM_SCRATCH_NUMEL) * 4;
 
-    /* Each local chunk keeps a pool of sizes_acts_slots stashes for the whole
-     * run (pp_exec.h), so the rank holds the sum of the chunks' peaks, which is
-     * more than the peak of their sum when chunks peak at different times
-     * (interleaved schedules); plus one working set per chunk. */
-    int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
+    /* The executor's stashes for the whole run (pp_exec.h): each local chunk
+     * a pool of sizes_acts_slots of them, or (several chunks) one pool of the
+     * rank, as many as the most micro-batches of all its chunks in flight at
+     * once, each its largest chunk's size: whichever is smaller
+     * (pp_stash_pool_bytes). Plus each chunk's own working set and one scratch
+     * the chunks share (the largest; model_share_scratch): rank_acts_of. */
+    int pp = s->job.parallel.pp;
     size_t acts = 0, live = 0, acts_host = 0; /* train.offload: activations: the stashes' host part */
     if (!s->sched) {
         model_acts_size z = sizes_chunk_acts(s, 0, at.tp);
@@ -976,13 +1035,10 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
         acts_host = z.host;
         live = 1;
     } else {
-        for (int local = 0; local < v; local++) {
-            int c = pp_chunk_id(at.pp, local, pp), slots = sizes_acts_slots(s, c);
-            model_acts_size z = sizes_chunk_acts(s, c, at.tp);
-            acts += (size_t)slots * z.stash + z.work;
-            acts_host += (size_t)slots * z.host;
-            live += (size_t)slots;
-        }
+        rank_acts r = rank_acts_of(s, at);
+        acts = r.stash + r.work;
+        acts_host = r.host;
+        live = r.live;
     }
     out->host += acts_host;
     size_t logits = 0;

@@ -20,7 +20,10 @@
  *                                 and one model_acts per (chunk, microbatch) alive
  *                                 from its FORWARD to its BACKWARD (at most
  *                                 sizes_acts_slots(chunk) of a chunk at once): a
- *                                 fixed pool of that many per local chunk
+ *                                 fixed pool of that many per local chunk, their
+ *                                 stashes their own or lent by one pool of the
+ *                                 rank (sizes_stash_bytes); one working set per
+ *                                 chunk whose scratch part the chunks share
  *   model_acts host loss buffers  sizes_acts_host_bytes       (per model_acts)
  *   engine's host batch buffers   sizes_batch_samples         (sizes_batch_bytes)
  *   train.cuda_graphs' inputs and scalars (device)  sizes_graph_bytes
@@ -268,6 +271,16 @@ model_acts_size sizes_chunk_acts(const sizes *s, int chunk, int tp_rank);
 size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank);
 /* Most microbatches of chunk c alive at once (1 with pp = 1). */
 int sizes_acts_slots(const sizes *s, int chunk);
+/* Most microbatches of all pp rank pp_rank's chunks alive at once (1 with
+ * pp = 1): fewer than the sum of its chunks' when they peak at different
+ * times (interleaved schedules). */
+int sizes_rank_acts_slots(const sizes *s, int pp_rank);
+/* The stashes a rank's pipeline executor holds for the run (pp_exec.h): each
+ * local chunk's sizes_acts_slots of its own, or one pool of the rank's
+ * sizes_rank_acts_slots buffers of its largest chunk's stash, whichever is
+ * smaller (pp_stash_pool_bytes; *pooled, may be NULL, says which). One
+ * micro-batch's with pp = 1. */
+size_t sizes_stash_bytes(const sizes *s, sizes_at at, int *pooled);
 /* Host bytes next to each model_acts (model_acts_host_bytes of micro_batch). */
 size_t sizes_acts_host_bytes(const sizes *s);
 /* The engine's host input buffers: samples of one step it holds at once (one
