@@ -25,7 +25,12 @@
  *                      combine, then the local permute's backward
  *
  * Rows travel in the activations' type (bf16 under mixed precision: half the
- * bytes), gradients in fp32. The counts come back with the rows' route
+ * bytes), gradients in fp32. The staging holds the token side's rows (the
+ * micro-batch's choices) and the experts' side's as many as arrive: it grows
+ * to the most that arrived so far (ensure_room), never sized up front for the
+ * most a dropless router may bring (every ep rank's tokens to this rank's
+ * experts); the model's own expert buffers follow the arrival exactly
+ * (moe.c). The counts come back with the rows' route
  * (model_moe_route counts_l, kept with the block's activations), so the
  * backward and a block recompute's second forward need no exchange of counts.
  * All the ranks of an ep group run the same schedule (same pipeline stage,
