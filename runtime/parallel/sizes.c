@@ -860,12 +860,8 @@ model_acts_size sizes_chunk_acts(const sizes *s, int chunk, int tp_rank)
     model_shard sh = chunk_shard(s, chunk, tp_rank);
     model_precision prec = job_precision(s);
     model_acts_size z = model_acts_sizes(&s->job.model, &sh, s->job.train.micro_batch, s->job.train.recompute, &prec);
-    /* model.moe: what each micro-batch's MoE blocks keep of the rows that
-     * arrive at their experts, at the priced rows (their working set is the
-     * rank's, once: sizes_rank_memory) */
-    z.stash += model_moe_rows_sizes(&s->job.model, &sh, s->job.train.micro_batch, s->job.train.recompute, &prec,
-                                    sizes_moe_priced_rows(s))
-                   .stash;
+    /* (model.moe: the rows that arrive at the experts are the rank's, not a
+     * stash slot's: sizes_moe_rows_memory) */
     /* ZB-H1: each micro-batch also keeps its blocks' matmul output gradients from
      * its B to its W (model_acts_create_split), as long as its stash */
     if (s->sched && s->job.parallel.pp_schedule == PP_ZB_H1)
@@ -999,14 +995,39 @@ static size_t moe_rank_work(const sizes *s, sizes_at at, size_t rows)
     return most;
 }
 
-void sizes_moe_rows_memory(const sizes *s, sizes_at at, size_t rows, size_t *acts, size_t *staging)
+/* The experts' rows the micro-batches in flight on the rank hold at once:
+ * each holds its MoE blocks' from their forward to their backward (moe.c),
+ * whichever chunk they are in, so the most at any point of the rank's
+ * schedule (pp_schedule: fewer than the chunks' own peaks added up under an
+ * interleaved one, sizes_acts_slots); without its action lists (the
+ * planner's memory pass) those peaks added up, a bound. */
+static size_t moe_rank_stash(const sizes *s, sizes_at at, size_t rows)
 {
     int pp = s->job.parallel.pp, v = s->sched ? s->job.parallel.virtual_stages : 1;
-    *acts = moe_rank_work(s, at, rows);
+    const pp_schedule *sc = sizes_schedule(s);
+    if (!s->sched) return moe_rows_of(s, 0, at.tp, rows).stash;
+    size_t bound = 0;
     for (int local = 0; local < v; local++) {
-        int c = s->sched ? pp_chunk_id(at.pp, local, pp) : 0;
-        *acts += (size_t)sizes_acts_slots(s, c) * moe_rows_of(s, c, at.tp, rows).stash;
+        int c = pp_chunk_id(at.pp, local, pp);
+        bound += (size_t)sizes_acts_slots(s, c) * moe_rows_of(s, c, at.tp, rows).stash;
     }
+    if (!sc || bound == 0) return bound;
+    size_t live = 0, most = 0;
+    for (int i = 0; i < sc->n_actions[at.pp]; i++) {
+        const pp_action *a = &sc->actions[at.pp][i];
+        if (a->op == PP_OP_FORWARD) {
+            live += moe_rows_of(s, a->chunk, at.tp, rows).stash;
+            if (live > most) most = live;
+        } else if (a->op == PP_OP_BACKWARD) {
+            live -= moe_rows_of(s, a->chunk, at.tp, rows).stash;
+        }
+    }
+    return most;
+}
+
+void sizes_moe_rows_memory(const sizes *s, sizes_at at, size_t rows, size_t *acts, size_t *staging)
+{
+    *acts = s->job.model.moe.experts > 0 ? moe_rank_stash(s, at, rows) + moe_rank_work(s, at, rows) : 0;
     *staging = sizes_ep_stage_numel_at(s, rows) * sizeof(float);
 }
 
@@ -1068,10 +1089,10 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
         }
     }
     out->host += acts_host;
-    /* model.moe: one MoE block at a time on the rank holds its experts'
-     * rows' gradients (and under block recompute its rows), whichever chunk
-     * it is in: the largest, once (the stashes' part is in z.stash) */
-    acts += moe_rank_work(s, at, sizes_moe_priced_rows(s));
+    /* model.moe: the experts' rows at the priced rows (sizes_moe_rows_memory) */
+    size_t moe_acts, moe_staging;
+    sizes_moe_rows_memory(s, at, sizes_moe_priced_rows(s), &moe_acts, &moe_staging);
+    acts += moe_acts;
     size_t logits = 0;
     if (pp_chunk_rank(s->chunks - 1, pp) == at.pp) {
         /* the head's stash per micro-batch in flight, and its chunk of logits

@@ -328,9 +328,12 @@ size_t sizes_moe_worst_rows(const sizes *s);
 /* What a rank at `at` holds that follows the routing, were `rows` rows to
  * arrive at every MoE block's experts in every micro-batch (the dry-run's
  * figures move by it when the routing is not the priced one): activations
- * (the stashes' experts' rows and one block's working set of them, as
- * sizes_rank_memory counts them at the priced rows), and the dispatcher's
- * staging bytes for `rows` experts' rows (ep.c; its token side included). */
+ * (the experts' rows of the micro-batches in flight at once on the rank,
+ * from the schedule's action lists when built, else each chunk's
+ * sizes_acts_slots added up; and one block's working set of them: what
+ * sizes_rank_memory adds to SIZES_ACTS at the priced rows, besides the
+ * stashes of sizes_chunk_acts), and the dispatcher's staging bytes for
+ * `rows` experts' rows (ep.c; its token side included). */
 void sizes_moe_rows_memory(const sizes *s, sizes_at at, size_t rows, size_t *acts, size_t *staging);
 /* The MoE dispatcher's staging (ep.c), 0 with ep 1: the token side's rows
  * (micro_batch x seq / cp x top_k, each of d_model) and the experts' side's
