@@ -83,16 +83,6 @@ typedef struct {
  * cache line; also keeps SIMD loads aligned). */
 static inline size_t acts_align(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-/* The most rows an MoE block's experts compute on this rank for N token rows
- * (every ep rank's N at most the same): each token picks k different
- * experts, at most min(k, El) of them on one rank, from each of ep_size
- * ranks. N k without expert parallelism. */
-static inline size_t moe_expert_rows(const model_dims *d, size_t N)
-{
-    size_t k = (size_t)(d->k < d->El ? d->k : d->El);
-    return N * k * (size_t)d->ep_size;
-}
-
 /* Context parallelism: where local row i of cp rank r's [B, seq] batch (its
  * tokens) sits in the batch of whole samples [B, seq * cp_size]. */
 static inline size_t cp_row_of_rank(const model_dims *d, int r, size_t i)

@@ -55,7 +55,7 @@
  * backward's gradients of them and (expert parallelism) the outputs before
  * they travel back likewise, for as long as the call runs. Nothing is sized
  * for the worst a dropless router may bring (every token of every ep rank to
- * this rank's experts: moe_expert_rows, 4x the even load for Mixtral 8x22B at
+ * this rank's experts: sizes_moe_worst_rows, 4x the even load for Mixtral 8x22B at
  * ep 8); the dry-run prices the even load plus a margin, or the capacity
  * (sizes.c sizes_moe_priced_rows), from the same byte counts
  * (moe_rows_kept_bytes, model_moe_rows_sizes). */

@@ -625,7 +625,7 @@ size_t sizes_moe_worst_rows(const sizes *s)
     const job_moe *e = &s->job.model.moe;
     if (e->experts < 1) return 0;
     int ep = sizes_ep(s), El = e->experts / ep, k = e->top_k < El ? e->top_k : El;
-    return moe_rank_rows(s) * (size_t)k * (size_t)ep; /* model_internal.h moe_expert_rows */
+    return moe_rank_rows(s) * (size_t)k * (size_t)ep; /* each token's top_k on at most El experts here, from every ep rank */
 }
 
 size_t sizes_moe_even_rows(const sizes *s)

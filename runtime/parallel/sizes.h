@@ -318,7 +318,7 @@ int sizes_expert_unit(const sizes *s, int unit);
  * model.moe.capacity_factor the capacity's bound instead (every expert of the
  * rank full from every ep rank: exact, no margin); never more than the worst a
  * dropless router may bring (micro_batch x seq / cp x min(top_k, experts /
- * ep) x ep: moe_expert_rows), which is also what one process computes
+ * ep) x ep), which is also what one process computes
  * (top_k of the experts, all local: exact). sizes_moe_even_rows: the even
  * load alone; sizes_moe_worst_rows: that bound. */
 #define SIZES_MOE_MARGIN 1.10
