@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define ACTS_ALIGN 64 /* a cache line; also keeps SIMD loads aligned */
+#define ACTS_ALIGN 64 /* a cache line; also keeps SIMD loads aligned (acts_align) */
 
 typedef struct {
     char *base; /* NULL while only sizing */
@@ -134,10 +134,10 @@ static int held_mlps(const shape *g) { return (g->has_dense ? MLP_DENSE : 0) | (
  * `stats`, its layernorm statistics and attention log-sum-exp (fp32); a
  * recompute working set without them borrows the stash's (bf16 keeps the
  * statistics in the stash: they are cheap). An MoE block (mlp MLP_MOE)
- * keeps its router's scores, choices, weights and route, the permuted input
- * and the experts' hidden activations and outputs for N k rows (as many as
- * dropless routing computes; a capacity computes fewer), and its shared
- * experts' MLP tensors in fch, fchg. */
+ * keeps its router's scores, choices, weights and route and the experts'
+ * outputs of its N k choices, and its shared experts' MLP tensors in fch,
+ * fchg; the experts' own rows (their input, hidden activations) are sized by
+ * what arrives, outside this layout (block_acts moe_rows, moe.c). */
 static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_shared, int stats, int mlp)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
@@ -171,16 +171,13 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_
     if (!(mlp & MLP_MOE)) return;
     /* the rows every tp rank routes alike: all N (gathered under sequence
      * parallelism); the experts' hidden columns split over tp (He, Fe) */
-    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = N * k, Mx = moe_expert_rows(&g->d, N);
+    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = N * k;
     size_t before = b->off;
     s->moe_scores = takef(b, N * E);
     s->moe_w = takef(b, Nk);
     s->moe_idx = takei(b, Nk);
     s->moe_dst = takei(b, Nk);
     s->moe_src = takei(b, Nk);
-    s->moe_x = take(b, Mx * C * e);
-    s->moe_h = take(b, Mx * (size_t)g->d.He * e);
-    s->moe_g = take(b, Mx * (size_t)g->d.Fe * e);
     s->moe_y = take(b, Nk * C * e);
     b->mlp_in += b->off - before;
 }
@@ -331,21 +328,17 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b, bump *s)
     if (g->has_moe) Fg = max_sz(Fg, N * (size_t)g->d.Fs), Hg = max_sz(Hg, N * (size_t)g->d.Hs);
     a->bs.dA = nb > 0 ? takef(s, Fg) : NULL;
     a->bs.dB = nb > 0 ? takef(s, Hg) : NULL;
-    /* an MoE block's backward (moe.c), and its route's per-sample counts */
+    /* an MoE block's backward (moe.c; its experts' rows' gradients are sized
+     * by what arrives: moe_rows_grad_bytes), and its route's per-sample counts */
     int moe = g->has_moe;
     /* the rows it routes (take_block) */
-    size_t E = (size_t)g->d.E, Nk = N * (size_t)g->d.k, Mx = moe ? moe_expert_rows(&g->d, N) : 0;
-    a->bs.moe_dy = moe ? takef(b, Mx * C) : NULL;
-    a->bs.moe_dg = moe ? takef(b, Mx * (size_t)g->d.Fe) : NULL;
-    a->bs.moe_dh = moe ? takef(b, Mx * (size_t)g->d.He) : NULL;
+    size_t E = (size_t)g->d.E, Nk = N * (size_t)g->d.k;
     a->bs.moe_dw = moe ? takef(b, Nk) : NULL;
     a->bs.moe_dlogits = moe ? takef(b, N * E) : NULL;
     a->bs.moe_aux = moe ? takef(b, (size_t)B * E) : NULL;
     a->bs.moe_chosen = moe ? takei(b, 2 * (size_t)B * E) : NULL;
     a->bs.moe_before = moe && g->cp ? takei(b, 2 * (size_t)B * E) : NULL;
     a->bs.moe_counts = moe ? takei(b, E) : NULL;
-    /* expert parallelism: the experts' outputs before they travel back */
-    a->bs.moe_ye = moe && g->d.ep_size > 1 ? take(b, Mx * C * e) : NULL;
     size_t att_scr = att_scratch_numel(g, B);
     a->bs.att_scratch = nb > 0 && att_scr ? takef(s, att_scr) : NULL;
     /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
@@ -487,6 +480,43 @@ size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
     return z.stash + z.work;
 }
 
+/* ---- what follows the routing: an MoE block's experts' rows (moe.c) ----
+ * Each piece of an allocation starts on ACTS_ALIGN, as in the layouts. */
+static size_t al(size_t bytes) { return acts_align(bytes); }
+
+size_t moe_rows_kept_bytes(const model_dims *d, size_t e, size_t rows)
+{
+    return al(rows * (size_t)d->C * e) + al(rows * (size_t)d->He * e) + al(rows * (size_t)d->Fe * e);
+}
+
+size_t moe_rows_grad_bytes(const model_dims *d, size_t rows)
+{
+    return al(rows * (size_t)d->C * sizeof(float)) + al(rows * (size_t)d->Fe * sizeof(float)) +
+           al(rows * (size_t)d->He * sizeof(float));
+}
+
+size_t moe_rows_out_bytes(const model_dims *d, size_t e, size_t rows) { return al(rows * (size_t)d->C * e); }
+
+model_acts_size model_moe_rows_sizes(const job_model *spec, const model_shard *shard, int B,
+                                     recompute_kind recompute, const model_precision *prec, size_t rows)
+{
+    shape g = shape_of(spec, shard, recompute, prec);
+    model_acts_size z = {0, 0, 0};
+    if (!g.has_moe) return z;
+    size_t kept = moe_rows_kept_bytes(&g.d, g.e, rows), grads = moe_rows_grad_bytes(&g.d, rows);
+    size_t out = g.d.ep_size > 1 ? moe_rows_out_bytes(&g.d, g.e, rows) : 0;
+    (void)B;
+    /* every MoE block a micro-batch keeps holds its rows until its backward;
+     * under block recompute none does (a block's forward lets them go, its
+     * second forward in the backward holds them again) */
+    for (int k = 0; k < blk_sets(g.nb, g.rc); k++)
+        if (block_mlp(&g, k) == MLP_MOE) z.stash += kept;
+    /* one block at a time: its forward's outputs before they travel back,
+     * then its backward's gradients (more: fp32, three tensors) */
+    z.work = (g.rc == RECOMPUTE_BLOCK ? kept : 0) + (grads > out ? grads : out);
+    return z;
+}
+
 size_t model_acts_head_chunk_bytes(const job_model *spec, const model_shard *shard, int B)
 {
     shape g = shape_of(spec, shard, RECOMPUTE_NONE, NULL);
@@ -612,12 +642,14 @@ static int moe_host_arrays(model *m, model_acts *a)
     size_t E = (size_t)m->d.E, per = 3 * E + 2 * (size_t)a->B * E;
     int sets = blk_sets(m->n_blocks, m->recompute);
     a->moe_host = malloc((size_t)(sets + 1) * per * sizeof(int));
-    if (!a->moe_host) return -1;
+    a->moe_held = calloc((size_t)(sets + 1), sizeof(moe_held));
+    if (!a->moe_host || !a->moe_held) return -1;
     for (int k = 0; k <= sets; k++) {
         block_acts *s = k < sets ? &a->blk[k] : &a->work_blk;
         if (k < sets && moe_slot_of(m, m->first_block + k) < 0) continue;
         s->moe_counts = a->moe_host + (size_t)k * per;
         s->moe_chosen = s->moe_counts + 3 * E;
+        s->moe_rows = &a->moe_held[k];
     }
     return 0;
 }
@@ -706,6 +738,9 @@ void model_acts_destroy(model_acts *a)
             *p = a->next;
             break;
         }
+    /* the experts' rows a block still holds (a forward without its backward) */
+    for (int k = 0; a->moe_held && k <= blk_sets(m->n_blocks, m->recompute); k++) moe_release(m, &a->moe_held[k]);
+    free(a->moe_held);
     if (a->mem && !a->mem_borrowed) m->ops->free(a->mem);
     if (a->host_mem) m->ops->host_free(a->host_mem);
     if (a->wk_mem) m->ops->free(a->wk_mem);

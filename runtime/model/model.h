@@ -692,6 +692,21 @@ void model_set_moe_dispatcher(model *m, const model_moe_dispatcher *dispatcher);
 /* The local one (every expert on this rank, nothing moves; ctx is m): what a
  * strategy starts from when it adds only cp_gather. */
 void model_local_moe_dispatcher(model *m, model_moe_dispatcher *out);
+/* Memory the model sizes while it computes (an MoE block's experts' rows, as
+ * many as arrive: moe.c) is told to observer(ctx, bytes): > 0 allocated,
+ * < 0 freed; NULL: nobody. */
+void model_set_mem_observer(model *m, void (*observer)(void *ctx, long long bytes), void *ctx);
+/* The fewest and the most rows that arrived at one MoE block's experts on
+ * this rank in one micro-batch, over the forwards so far (0, 0 before any). */
+void model_moe_rows(const model *m, int *fewest, int *most);
+/* model.moe: what follows the routing (moe.c) for `rows` rows arriving at
+ * every MoE block's experts in every micro-batch: each micro-batch's stash
+ * holds its MoE blocks' experts' rows until their backward (none under block
+ * recompute), the working set one block's gradients of them (and under block
+ * recompute its rows); host 0. Added to model_acts_sizes, which leaves them
+ * out: the engine allocates them as they arrive. */
+model_acts_size model_moe_rows_sizes(const job_model *spec, const model_shard *shard, int B,
+                                     recompute_kind recompute, const model_precision *prec, size_t rows);
 /* MoE blocks this object holds, and their statistics (model_moe_stats, i <
  * model_moe_count, in block order). */
 int model_moe_count(const model *m);

@@ -235,6 +235,9 @@ static int setup_comms(engine *e, char *err, size_t errlen)
     return 0;
 }
 
+/* model_set_mem_observer's: the bytes an MoE block allocated (> 0) or freed */
+static void acts_observed(void *ctx, long long bytes) { acct_add(ctx, ACCT_ACTS, bytes); }
+
 /* This rank's chunks (pp = 1: one chunk of every unit), initialized, counted. */
 static int setup_chunks(engine *e, char *err, size_t errlen)
 {
@@ -281,6 +284,9 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
         return -1;
     }
     acct_add(e->acct, ACCT_ACTS, (long long)model_mixed_work_bytes(e->chunk[0]));
+    /* what the model sizes as it computes (an MoE block's experts' rows, as
+     * many as arrive) is activations too, counted as it comes and goes */
+    for (int l = 0; l < e->n_chunks; l++) model_set_mem_observer(e->chunk[l], acts_observed, e->acct);
     return 0;
 }
 

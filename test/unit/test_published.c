@@ -850,16 +850,27 @@ static void test_moe_params(void)
  * nodes where Megatron-Core folds it into tp x dp inside one: dtrun sends
  * half of Mixtral's all-to-all over the inter-node link, as its run would.
  * The h100-sxm profile as it is, nothing fitted. Each within 10 points of
- * the published MFU. Neither fits in 80 GB in dtrun's estimate of its own
- * engine, and the test prints why instead of asserting it: without
- * recompute every micro-batch in flight keeps its MoE blocks' expert buffers
- * sized for the most a dropless router may send a rank (ep.c, sizes_ep_stage:
- * tokens x min(top_k, experts / ep) x ep rows, 4x the even load here, over
- * the whole micro-batch's tokens on each tp rank; Megatron-Core allocates
- * what arrives); the fp32 working copy of a rank's largest unit and (bf16
- * gradients) of its gradient, one set shared by its chunks
- * (sizes_mixed_work_bytes). test_mf_plan shows
- * the layouts dtrun proposes on the same GPUs instead, which fit. */
+ * the published MFU.
+ *
+ * Memory: the engine sizes an MoE block's expert buffers by the rows that
+ * arrive (moe.c, ep.c), as Megatron-Core allocates what arrives: a
+ * micro-batch's MoE blocks hold their experts' rows from their forward to
+ * their backward, so a rank holds those of the micro-batches in flight at
+ * once (31 chunk passes on Qwen2's pp rank 0, where the per-chunk stash
+ * pools add up to 43). The estimate prices them at the even load x
+ * SIZES_MOE_MARGIN (1.10: every rank's experts get micro_batch x seq x top_k
+ * rows, 4096 x 2 for Mixtral and 4096 x 8 for Qwen2, on every tp rank: expert
+ * tp = tp routes the micro-batch's whole rows), not the 4x more a dropless
+ * router may bring (tokens x min(top_k, experts / ep) x ep rows, what the
+ * engine was sized for until then: 160 and 182 GB). Both then fit an H100
+ * 80GB (the h100-sxm profile's memory less the fixed overheads), asserted,
+ * with what fills the fullest rank printed. What dtrun holds beyond
+ * Megatron-Core here: a stash pool per chunk for its own peak (Qwen2's 7
+ * one-block chunks) and a working set per chunk; with expert tp = tp, every
+ * MoE block's experts' input rows and outputs ([N top_k, d_model] each) for
+ * the micro-batch's whole N on each tp rank where the paper's expert tp 1
+ * keeps its own N / tp (MoE Parallel Folding, not in dtrun yet).
+ * test_mf_plan shows the layouts dtrun proposes on the same GPUs. */
 typedef struct {
     const char *preset;
     int gpus, tp, pp, v, ep;
@@ -916,21 +927,32 @@ static void test_mf_mfu(void)
         for (int p = 1; p < e.n_stages; p++)
             if (e.stage[p].total > e.stage[worst].total) worst = p;
         const sizes_memory *mm = &e.stage[worst].mem;
-        size_t tok, exp;
-        sizes_ep_stage(e.sizes, &tok, &exp);
-        double even = sizes_moe_routed_rows(&job.model, 1, r->tp, 1, 1);
-        if (e.fits && e.max_total <= 80e9)
-            CHECK(1, "[MF] %s: the fullest stage needs %.1f GB, within 80 GB", r->preset, e.max_total / GB);
-        else
-            printf("# [MF] %s: the fullest stage (pp %d) needs %.1f GB, more than 80 GB: activations %.1f GB (%d "
-                   "micro-batches in flight, each MoE block's experts' buffers sized for the most a dropless "
-                   "router may bring, %zu rows, %.1f x the even load), fp32 working copies %.1f GB (one set shared "
-                   "by the rank's chunks: sizes_mixed_work_bytes), model state %.1f GB\n",
-                   r->preset, worst, e.max_total / GB, (double)(mm->bytes[SIZES_ACTS] + mm->bytes[SIZES_LOGITS]) / GB,
-                   sizes_acts_slots(e.sizes, pp_chunk_id(worst, 0, r->pp)), exp, exp / even,
-                   (double)mm->bytes[SIZES_WORKSPACE] / GB,
-                   (double)(mm->bytes[SIZES_PARAMS] + mm->bytes[SIZES_MASTER] + mm->bytes[SIZES_GRADS] +
-                            mm->bytes[SIZES_OPTIM]) / GB);
+        size_t priced = sizes_moe_priced_rows(e.sizes), even = sizes_moe_even_rows(e.sizes);
+        size_t moe_acts, staging;
+        sizes_moe_rows_memory(e.sizes, (sizes_at){0, worst, e.stage[worst].tp_rank}, priced, &moe_acts, &staging);
+        /* the stashes as the executor holds them: each chunk's own slots, or
+         * one pool of the rank's micro-batches in flight at once */
+        int slots = 0, pooled = 0;
+        for (int l = 0; l < r->v; l++) slots += sizes_acts_slots(e.sizes, pp_chunk_id(worst, l, r->pp));
+        sizes_stash_bytes(e.sizes, (sizes_at){0, worst, e.stage[worst].tp_rank}, &pooled);
+        if (pooled) slots = sizes_rank_acts_slots(e.sizes, worst);
+        char what[768];
+        snprintf(what, sizeof what,
+                 "activations %.1f GB (stashes of %d micro-batches over %d chunk(s)%s; the experts' rows of those "
+                 "in flight at once at %zu a block, %.2f x the even load, %.1f GB), fp32 working copies %.1f GB, "
+                 "model state %.1f GB",
+                 (double)(mm->bytes[SIZES_ACTS] + mm->bytes[SIZES_LOGITS]) / GB, slots, r->v,
+                 pooled ? ", one pool: those in flight at once" : "", priced,
+                 (double)priced / (double)even, (double)moe_acts / GB, (double)mm->bytes[SIZES_WORKSPACE] / GB,
+                 (double)(mm->bytes[SIZES_PARAMS] + mm->bytes[SIZES_MASTER] + mm->bytes[SIZES_GRADS] +
+                          mm->bytes[SIZES_OPTIM]) / GB);
+        /* the stage's total counts the fixed overheads (CUDA context, cuBLAS
+         * workspace), its device the memory a rank may use of the 80 GiB */
+        const double GiB = 1024.0 * 1024.0 * 1024.0, dev = e.stage[worst].device;
+        CHECK(e.fits && e.max_total <= dev,
+              "[MF] %s: the fullest stage (pp %d) needs %.1f GB (%.1f GiB), within the %.1f GiB of an H100 80GB "
+              "(the h100-sxm profile): %s",
+              r->preset, worst, e.max_total / GB, e.max_total / GiB, dev / GiB, what);
         plan_estimate_free(&e);
     }
 }
