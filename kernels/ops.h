@@ -114,6 +114,15 @@ typedef struct dt_ops {
     /* ---- memory (device memory for cuda; plain malloc for cpu) ---- */
     void *(*alloc)(size_t bytes);                 /* zeroed; NULL on failure */
     void (*free)(void *p);
+    /* Memory sized while a step runs (an MoE block's expert rows: as many as
+     * arrived), in the order of the queue: alloc_ordered's memory may be used
+     * by the ops issued after it, free_ordered gives it back once the ops
+     * issued before have run (cuda: cudaMallocAsync / cudaFreeAsync on the
+     * backend stream, from a pool that keeps what it got, as PyTorch's
+     * caching allocator: no device-wide synchronisation as cudaFree's).
+     * Not zeroed (cpu: alloc's, zeroed, and free); NULL on failure. */
+    void *(*alloc_ordered)(size_t bytes);
+    void (*free_ordered)(void *p);
     void (*zero)(void *p, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes); /* within the device */
     void (*to_host)(void *dst_host, const void *src, size_t bytes);

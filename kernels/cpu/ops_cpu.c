@@ -25,6 +25,8 @@ const dt_ops dt_ops_cpu = {
 
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .alloc_ordered = cpu_alloc,
+    .free_ordered = cpu_free,
     .zero = cpu_zero,
     .copy = cpu_copy,
     .to_host = cpu_copy,

@@ -196,6 +196,8 @@ extern "C" {
 /* memory.cu */
 void *cuda_alloc(size_t bytes);
 void cuda_free(void *p);
+void *cuda_alloc_ordered(size_t bytes);
+void cuda_free_ordered(void *p);
 void cuda_zero(void *p, size_t bytes);
 void cuda_copy(void *dst, const void *src, size_t bytes);
 void cuda_to_host(void *dst_host, const void *src, size_t bytes);

@@ -48,6 +48,34 @@ void cuda_free(void *p) {
     if (p) DTC_CHECK(cudaFree(p));
 }
 
+/* Stream-ordered memory from the device's default pool, which is told once
+ * to keep what it got (its release threshold: the most it may hold unused;
+ * 0 by default, which hands memory back at every synchronisation): a buffer
+ * freed by one MoE block is the next one's without a trip to the driver. */
+void *cuda_alloc_ordered(size_t bytes) {
+    static int pool_kept;
+    if (!pool_kept) {
+        int dev = 0;
+        cudaMemPool_t pool;
+        DTC_CHECK(cudaGetDevice(&dev));
+        DTC_CHECK(cudaDeviceGetDefaultMemPool(&pool, dev));
+        unsigned long long keep = ~0ULL;
+        DTC_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+        pool_kept = 1;
+    }
+    void *p = nullptr;
+    if (bytes < DTC_MIN_ALLOC) bytes = DTC_MIN_ALLOC;
+    if (cudaMallocAsync(&p, bytes, dtc.stream) != cudaSuccess) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    return p;
+}
+
+void cuda_free_ordered(void *p) {
+    if (p) DTC_CHECK(cudaFreeAsync(p, dtc.stream));
+}
+
 void cuda_zero(void *p, size_t bytes) {
     if (bytes) DTC_CHECK(cudaMemsetAsync(p, 0, bytes, dtc.stream));
 }

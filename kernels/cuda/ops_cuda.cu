@@ -67,6 +67,8 @@ static void fill_table(void) {
     table.device_name = dt_ops_cuda_device_name;
     table.alloc = cuda_alloc;
     table.free = cuda_free;
+    table.alloc_ordered = cuda_alloc_ordered;
+    table.free_ordered = cuda_free_ordered;
     table.zero = cuda_zero;
     table.copy = cuda_copy;
     table.to_host = cuda_to_host;

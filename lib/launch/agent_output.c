@@ -127,7 +127,7 @@ static void draw_live_line(agent_output *o, int stream)
     size_t n = s->len;
     const char *text = after_erase(s->buf, &n);
     fputs("\r\033[K", con);
-    fputs(o->cfg.prefix, con);
+    if (!o->cfg.bare[stream]) fputs(o->cfg.prefix, con);
     fwrite(text, 1, n, con);
     live_console = con;
 }
@@ -139,7 +139,7 @@ static void emit_line(agent_output *o, int stream, const char *line, size_t n)
     o->s[stream].rewritten = 0;
     if (con) {
         clear_live_line();
-        fputs(o->cfg.prefix, con);
+        if (!o->cfg.bare[stream]) fputs(o->cfg.prefix, con);
         fwrite(line, 1, n, con);
         fputc('\n', con);
     }

@@ -26,6 +26,7 @@ enum { AGENT_STDOUT = 0, AGENT_STDERR = 1 };
 
 typedef struct {
     char prefix[96];          /* "[default/3]:" */
+    int bare[2];              /* 1: this stream's console lines go without the prefix */
     FILE *console[2];         /* where each stream's lines go; NULL = not shown */
     const char *file[2];      /* log file per stream; NULL = none */
 } agent_output_cfg;

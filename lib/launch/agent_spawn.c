@@ -160,6 +160,7 @@ static void output_cfg(const agent *ag, const agent_worker *w, agent_output_cfg 
     const launch_opts *o = ag->o;
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->prefix, sizeof cfg->prefix, "[%s/%d]:", o->role, w->rank);
+    cfg->bare[AGENT_STDOUT] = o->bare_rank0_stdout && w->rank == 0;
     launch_std red = launch_std_for(&o->redirects, w->local_rank);
     launch_std tee = launch_std_for(&o->tee, w->local_rank);
     int only_log_dir = !(o->set & (LAUNCH_SET_REDIRECTS | LAUNCH_SET_TEE));

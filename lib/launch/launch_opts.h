@@ -117,6 +117,8 @@ typedef struct {
     char allow_changes[512];   /* --allow-changes KEYS: what a resume may change although it
                                   makes another run ("train.lr,train.seed", all; "" none;
                                   DTRUN_ALLOW_CHANGES for the workers) */
+    int bare_rank0_stdout;     /* not a flag: `dtrun eval/generate --tp N` set it so that rank
+                                  0's results read as on one process (no "[role/0]:") */
     unsigned set;              /* LAUNCH_SET_* */
 } launch_opts;
 

@@ -240,6 +240,7 @@ int infer_run(const char *subcommand, const char *yaml, int nproc, int argc, cha
             fprintf(stderr, "dtrun: %s: %s\n", subcommand, err);
             rc = DT_EXIT_USAGE;
         } else {
+            o.bare_rank0_stdout = 1; /* the results, as on one process; diagnostics keep their prefix */
             rc = agent_run(&o, o.program[0], o.program);
         }
         launch_opts_free(&o);

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define ACTS_ALIGN 64 /* a cache line; also keeps SIMD loads aligned */
+#define ACTS_ALIGN 64 /* a cache line; also keeps SIMD loads aligned (acts_align) */
 
 typedef struct {
     char *base; /* NULL while only sizing */
@@ -20,6 +20,14 @@ typedef struct {
      * (ln2, fch, fchg): model_acts_kept */
     size_t attn_in, mlp_in;
 } bump;
+
+/* The scratch part of the working set, maybe shared by several models
+ * (model_share_scratch). */
+struct model_scratch {
+    void *mem;
+    size_t bytes;
+    int refs;
+};
 
 static void *take(bump *b, size_t bytes)
 {
@@ -126,10 +134,10 @@ static int held_mlps(const shape *g) { return (g->has_dense ? MLP_DENSE : 0) | (
  * `stats`, its layernorm statistics and attention log-sum-exp (fp32); a
  * recompute working set without them borrows the stash's (bf16 keeps the
  * statistics in the stash: they are cheap). An MoE block (mlp MLP_MOE)
- * keeps its router's scores, choices, weights and route, the permuted input
- * and the experts' hidden activations and outputs for N k rows (as many as
- * dropless routing computes; a capacity computes fewer), and its shared
- * experts' MLP tensors in fch, fchg. */
+ * keeps its router's scores, choices, weights and route and the experts'
+ * outputs of its N k choices, and its shared experts' MLP tensors in fch,
+ * fchg; the experts' own rows (their input, hidden activations) are sized by
+ * what arrives, outside this layout (block_acts moe_rows, moe.c). */
 static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_shared, int stats, int mlp)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C, Nl = (size_t)rows_local(&g->d, B);
@@ -163,16 +171,13 @@ static void take_block(bump *b, const shape *g, int B, block_acts *s, void *att_
     if (!(mlp & MLP_MOE)) return;
     /* the rows every tp rank routes alike: all N (gathered under sequence
      * parallelism); the experts' hidden columns split over tp (He, Fe) */
-    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = N * k, Mx = moe_expert_rows(&g->d, N);
+    size_t E = (size_t)g->d.E, k = (size_t)g->d.k, Nk = N * k;
     size_t before = b->off;
     s->moe_scores = takef(b, N * E);
     s->moe_w = takef(b, Nk);
     s->moe_idx = takei(b, Nk);
     s->moe_dst = takei(b, Nk);
     s->moe_src = takei(b, Nk);
-    s->moe_x = take(b, Mx * C * e);
-    s->moe_h = take(b, Mx * (size_t)g->d.He * e);
-    s->moe_g = take(b, Mx * (size_t)g->d.Fe * e);
     s->moe_y = take(b, Nk * C * e);
     b->mlp_in += b->off - before;
 }
@@ -287,8 +292,13 @@ static void layout_lora(const shape *g, int B, model_acts *a, bump *b)
  * residual gradient, backward scratch, the block set a recompute rebuilds,
  * gathers of sequence parallelism, the GPT head's chunk of logits (and their
  * gradient). Micro-batches never compute at the same time, so one serves
- * all. */
-static void layout_work(const shape *g, int B, model_acts *a, bump *b)
+ * all. Two parts: b, the model's own (what outlives a compute call: the
+ * tensors a pipeline sends, receives or hands to the next chunk, the rotary
+ * tables made once, and the MoE blocks' buffers), and s, scratch that only
+ * lives inside one forward or backward call, which the chunks of a pipeline
+ * rank may share (they never compute at the same time either:
+ * model_share_scratch). */
+static void layout_work(const shape *g, int B, model_acts *a, bump *b, bump *s)
 {
     size_t N = (size_t)B * (size_t)g->d.seq, C = (size_t)g->d.C;
     size_t Nl = (size_t)rows_local(&g->d, B);
@@ -301,58 +311,54 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
     a->dres = takef(b, Nl * C);
     /* selective (naive attention): one [B, NH_l, seq, seq] for all blocks
      * instead of one each; with the lse kinds there is nothing to share */
-    a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE && !g->lse ? take(b, att * e) : NULL;
+    a->bs.att_shared = nb > 0 && g->rc == RECOMPUTE_SELECTIVE && !g->lse ? take(s, att * e) : NULL;
     /* elementwise: the one norm output and SwiGLU product the blocks share */
     int el = nb > 0 && g->rc == RECOMPUTE_ELEMENTWISE;
-    a->bs.el_ln = el ? take(b, Nl * C * e) : NULL;
-    a->bs.el_act = el && g->llama && g->has_dense ? take(b, N * F_l * e) : NULL;
+    a->bs.el_ln = el ? take(s, Nl * C * e) : NULL;
+    a->bs.el_act = el && g->llama && g->has_dense ? take(s, N * F_l * e) : NULL;
     /* the set a block recomputes into (block recompute keeps none per block) */
     a->work_blk_on = nb > 0 && g->rc == RECOMPUTE_BLOCK;
-    if (a->work_blk_on) take_block(b, g, B, &a->work_blk, a->bs.att_shared, 1, held_mlps(g));
+    if (a->work_blk_on) take_block(s, g, B, &a->work_blk, a->bs.att_shared, 1, held_mlps(g));
     /* offloaded entries: two, so that one crosses while the next block computes */
     for (int i = 0; i < 2; i++) a->xbuf[i] = g->off ? take(b, Nl * C * e) : NULL;
     a->dinput = g->bf16 && !g->has_emb ? take(b, Nl * C * e) : NULL;
-    a->bs.dln = nb > 0 || g->has_head ? takef(b, N * C) : NULL;
+    a->bs.dln = nb > 0 || g->has_head ? takef(s, N * C) : NULL;
     /* the MLP's gradients: a dense block's, or an MoE block's shared experts' */
     size_t Fg = N * max_sz(g->has_dense ? F_l : 0, W_l), Hg = N * max_sz(g->has_dense ? H_l : 0, C_l);
     if (g->has_moe) Fg = max_sz(Fg, N * (size_t)g->d.Fs), Hg = max_sz(Hg, N * (size_t)g->d.Hs);
-    a->bs.dA = nb > 0 ? takef(b, Fg) : NULL;
-    a->bs.dB = nb > 0 ? takef(b, Hg) : NULL;
-    /* an MoE block's backward (moe.c), and its route's per-sample counts */
+    a->bs.dA = nb > 0 ? takef(s, Fg) : NULL;
+    a->bs.dB = nb > 0 ? takef(s, Hg) : NULL;
+    /* an MoE block's backward (moe.c; its experts' rows' gradients are sized
+     * by what arrives: moe_rows_grad_bytes), and its route's per-sample counts */
     int moe = g->has_moe;
     /* the rows it routes (take_block) */
-    size_t E = (size_t)g->d.E, Nk = N * (size_t)g->d.k, Mx = moe ? moe_expert_rows(&g->d, N) : 0;
-    a->bs.moe_dy = moe ? takef(b, Mx * C) : NULL;
-    a->bs.moe_dg = moe ? takef(b, Mx * (size_t)g->d.Fe) : NULL;
-    a->bs.moe_dh = moe ? takef(b, Mx * (size_t)g->d.He) : NULL;
+    size_t E = (size_t)g->d.E, Nk = N * (size_t)g->d.k;
     a->bs.moe_dw = moe ? takef(b, Nk) : NULL;
     a->bs.moe_dlogits = moe ? takef(b, N * E) : NULL;
     a->bs.moe_aux = moe ? takef(b, (size_t)B * E) : NULL;
     a->bs.moe_chosen = moe ? takei(b, 2 * (size_t)B * E) : NULL;
     a->bs.moe_before = moe && g->cp ? takei(b, 2 * (size_t)B * E) : NULL;
     a->bs.moe_counts = moe ? takei(b, E) : NULL;
-    /* expert parallelism: the experts' outputs before they travel back */
-    a->bs.moe_ye = moe && g->d.ep_size > 1 ? take(b, Mx * C * e) : NULL;
     size_t att_scr = att_scratch_numel(g, B);
-    a->bs.att_scratch = nb > 0 && att_scr ? takef(b, att_scr) : NULL;
+    a->bs.att_scratch = nb > 0 && att_scr ? takef(s, att_scr) : NULL;
     /* sequence parallelism: the whole [N, C] for the blocks' gathers and partial
      * sums, the embedding's output before it is cut into rows, the ViT head's
      * class tokens (the GPT head gathers into lnf); layernorm gradients of the
      * blocks (4 x C) and of the GPT head (2 x C; the ViT head's layernorm sees
      * whole class-token rows) */
-    a->bs.full = g->sp && (nb > 0 || g->has_emb || (g->has_head && !g->gpt)) ? takef(b, N * C) : NULL;
-    a->bs.ln_grads = g->sp && (nb > 0 || (g->has_head && g->gpt)) ? takef(b, 4 * C) : NULL;
-    layout_lora(g, B, a, b);
+    a->bs.full = g->sp && (nb > 0 || g->has_emb || (g->has_head && !g->gpt)) ? takef(s, N * C) : NULL;
+    a->bs.ln_grads = g->sp && (nb > 0 || (g->has_head && g->gpt)) ? takef(s, 4 * C) : NULL;
+    layout_lora(g, B, a, s);
     if (g->gpt) {
         size_t V_l = (size_t)g->d.V_l;
         /* the chunked head (model_vocab_head): one chunk of logits, which its
          * backward also turns into their gradient in place; no [N, V_l] */
-        a->logits = g->has_head ? takef(b, head_chunk_numel(g, B)) : NULL;
+        a->logits = g->has_head ? takef(s, head_chunk_numel(g, B)) : NULL;
         a->dlogits = NULL;
         /* (train.lora: a frozen wte has no gradient to share) */
-        a->tied_dwte = g->has_emb && g->has_head && g->tied && !g->lora ? takef(b, V_l * C) : NULL;
+        a->tied_dwte = g->has_emb && g->has_head && g->tied && !g->lora ? takef(s, V_l * C) : NULL;
         /* (packed samples: wpe's rows by each row's position, no chunk copy) */
-        a->wpe_l = g->has_emb && g->cp && !g->llama && !g->docs ? takef(b, (size_t)g->d.seq * C) : NULL;
+        a->wpe_l = g->has_emb && g->cp && !g->llama && !g->docs ? takef(s, (size_t)g->d.seq * C) : NULL;
         /* rotary positions: each local row's position in its sample (global
          * under context parallelism) and the cos / sin table of the sample's
          * positions, made when the working set is (model_acts_create);
@@ -364,14 +370,14 @@ static void layout_work(const shape *g, int B, model_acts *a, bump *b)
          * every kv head's rows to sum it over the group (llama.c) */
         int apart = g->llama && nb > 0 && g->d.kv_replicas > 1;
         size_t kv_rows = 2 * (size_t)job_model_kv_heads(g->spec) * (size_t)g->d.hs;
-        a->bs.kv_dw = apart ? takef(b, (size_t)g->d.W_l * C) : NULL;
-        a->bs.kv_all = apart ? takef(b, kv_rows * C) : NULL;
+        a->bs.kv_dw = apart ? takef(s, (size_t)g->d.W_l * C) : NULL;
+        a->bs.kv_all = apart ? takef(s, kv_rows * C) : NULL;
     } else {
         size_t K = (size_t)g->spec->n_classes, Bs = (size_t)B;
-        a->patch_out = g->has_emb ? takef(b, Bs * (size_t)g->d.NP * C) : NULL;
-        a->cls_tmp = g->has_emb ? takef(b, Bs * C) : NULL;
-        a->dcls_x = g->has_head ? takef(b, Bs * C) : NULL;
-        a->dlogits = g->has_head ? takef(b, Bs * K) : NULL;
+        a->patch_out = g->has_emb ? takef(s, Bs * (size_t)g->d.NP * C) : NULL;
+        a->cls_tmp = g->has_emb ? takef(s, Bs * C) : NULL;
+        a->dcls_x = g->has_head ? takef(s, Bs * C) : NULL;
+        a->dlogits = g->has_head ? takef(s, Bs * K) : NULL;
     }
 }
 
@@ -460,11 +466,11 @@ model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard
     shape g = shape_of(spec, shard, recompute, prec);
     model_acts sizing;
     memset(&sizing, 0, sizeof sizing);
-    bump st = {.base = NULL}, wk = {.base = NULL}, ho = {.base = NULL};
-    layout_work(&g, B, &sizing, &wk);
+    bump st = {.base = NULL}, wk = {.base = NULL}, sc = {.base = NULL}, ho = {.base = NULL};
+    layout_work(&g, B, &sizing, &wk, &sc);
     layout_stash(&g, B, &sizing, &st);
     layout_host(&g, B, &sizing, &ho);
-    return (model_acts_size){st.off, wk.off, ho.off};
+    return (model_acts_size){.stash = st.off, .work = wk.off + sc.off, .host = ho.off, .scratch = sc.off};
 }
 
 size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
@@ -472,6 +478,43 @@ size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
 {
     model_acts_size z = model_acts_sizes(spec, shard, B, recompute, NULL);
     return z.stash + z.work;
+}
+
+/* ---- what follows the routing: an MoE block's experts' rows (moe.c) ----
+ * Each piece of an allocation starts on ACTS_ALIGN, as in the layouts. */
+static size_t al(size_t bytes) { return acts_align(bytes); }
+
+size_t moe_rows_kept_bytes(const model_dims *d, size_t e, size_t rows)
+{
+    return al(rows * (size_t)d->C * e) + al(rows * (size_t)d->He * e) + al(rows * (size_t)d->Fe * e);
+}
+
+size_t moe_rows_grad_bytes(const model_dims *d, size_t rows)
+{
+    return al(rows * (size_t)d->C * sizeof(float)) + al(rows * (size_t)d->Fe * sizeof(float)) +
+           al(rows * (size_t)d->He * sizeof(float));
+}
+
+size_t moe_rows_out_bytes(const model_dims *d, size_t e, size_t rows) { return al(rows * (size_t)d->C * e); }
+
+model_acts_size model_moe_rows_sizes(const job_model *spec, const model_shard *shard, int B,
+                                     recompute_kind recompute, const model_precision *prec, size_t rows)
+{
+    shape g = shape_of(spec, shard, recompute, prec);
+    model_acts_size z = {0, 0, 0};
+    if (!g.has_moe) return z;
+    size_t kept = moe_rows_kept_bytes(&g.d, g.e, rows), grads = moe_rows_grad_bytes(&g.d, rows);
+    size_t out = g.d.ep_size > 1 ? moe_rows_out_bytes(&g.d, g.e, rows) : 0;
+    (void)B;
+    /* every MoE block a micro-batch keeps holds its rows until its backward;
+     * under block recompute none does (a block's forward lets them go, its
+     * second forward in the backward holds them again) */
+    for (int k = 0; k < blk_sets(g.nb, g.rc); k++)
+        if (block_mlp(&g, k) == MLP_MOE) z.stash += kept;
+    /* one block at a time: its forward's outputs before they travel back,
+     * then its backward's gradients (more: fp32, three tensors) */
+    z.work = (g.rc == RECOMPUTE_BLOCK ? kept : 0) + (grads > out ? grads : out);
+    return z;
 }
 
 size_t model_acts_head_chunk_bytes(const job_model *spec, const model_shard *shard, int B)
@@ -497,14 +540,67 @@ static void point_work(model *m)
 {
     shape g = shape_of(&m->spec, &m->shard, m->recompute, &m->prec);
     for (model_acts *x = m->acts_list; x; x = x->next) {
-        bump b = {m->work_mem, 0, 0, 0};
-        layout_work(&g, m->work_B, x, &b);
+        bump b = {m->work_mem, 0, 0, 0}, s = {m->scr->mem, 0, 0, 0};
+        layout_work(&g, m->work_B, x, &b, &s);
     }
     /* what the working set keeps for every micro-batch: a Llama's rotary
      * positions and table (the same memory for all of them) */
     if (m->acts_list && g.llama) llama_rope_prepare(m, &m->acts_list->bs, m->work_B);
     for (model_acts *x = m->acts_list; x; x = x->next) x->bs.moe_host = m->moe_host_scratch;
+    /* a stash may point into the working set (selective recompute's shared
+     * attention probabilities): lay the bound ones out again */
+    for (model_acts *x = m->acts_list; x; x = x->next)
+        if (x->mem) model_acts_bind_stash(x, x->mem);
 }
+
+static void scratch_release(model *m)
+{
+    if (m->scr && --m->scr->refs == 0) {
+        m->ops->free(m->scr->mem);
+        free(m->scr);
+    }
+    m->scr = NULL;
+}
+
+/* A scratch of at least `bytes` for m alone, unless it has one large enough
+ * (a shared one too small is left to the others: m then has its own). */
+static int scratch_reserve(model *m, size_t bytes)
+{
+    if (m->scr && m->scr->bytes >= bytes) return 0;
+    struct model_scratch *x = calloc(1, sizeof *x);
+    void *mem = x ? m->ops->alloc(bytes ? bytes : 1) : NULL;
+    if (!mem) {
+        free(x);
+        fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activation scratch\n", bytes);
+        return -1;
+    }
+    scratch_release(m);
+    *x = (struct model_scratch){mem, bytes, 1};
+    m->scr = x;
+    return 0;
+}
+
+void model_scratch_release(model *m) { scratch_release(m); }
+
+int model_share_scratch(model *const *ms, int n)
+{
+    model *big = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!ms[i]->scr) continue; /* no activations yet: nothing to share */
+        if (big && ms[i]->ops != big->ops) return -1;
+        if (!big || ms[i]->scr->bytes > big->scr->bytes) big = ms[i];
+    }
+    for (int i = 0; big && i < n; i++) {
+        if (!ms[i]->scr || ms[i]->scr == big->scr) continue;
+        scratch_release(ms[i]);
+        ms[i]->scr = big->scr;
+        big->scr->refs++;
+        point_work(ms[i]);
+    }
+    return 0;
+}
+
+size_t model_acts_scratch_bytes(const model *m) { return m->scr ? m->scr->bytes : 0; }
 
 /* The working set serves micro-batches of up to work_B samples: a larger one
  * makes it grow (the old one is freed; nothing in it outlives a compute call). */
@@ -512,9 +608,11 @@ static int work_reserve(model *m, int B)
 {
     if (m->work_mem && m->work_B >= B) return 0;
     model_acts_size z = model_acts_sizes(&m->spec, &m->shard, B, m->recompute, &m->prec);
-    void *mem = m->ops->alloc(z.work ? z.work : 1);
+    size_t own = z.work - z.scratch;
+    if (scratch_reserve(m, z.scratch)) return -1;
+    void *mem = m->ops->alloc(own ? own : 1);
     if (!mem) {
-        fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activation working set\n", z.work);
+        fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activation working set\n", own);
         return -1;
     }
     /* an MoE route's per-sample sums, on their way to or from the host */
@@ -528,7 +626,7 @@ static int work_reserve(model *m, int B)
     free(m->moe_host_scratch);
     m->moe_host_scratch = host;
     m->work_mem = mem;
-    m->work_bytes = z.work;
+    m->work_bytes = own;
     m->work_B = B;
     return 0;
 }
@@ -544,17 +642,20 @@ static int moe_host_arrays(model *m, model_acts *a)
     size_t E = (size_t)m->d.E, per = 3 * E + 2 * (size_t)a->B * E;
     int sets = blk_sets(m->n_blocks, m->recompute);
     a->moe_host = malloc((size_t)(sets + 1) * per * sizeof(int));
-    if (!a->moe_host) return -1;
+    a->moe_held = calloc((size_t)(sets + 1), sizeof(moe_held));
+    if (!a->moe_host || !a->moe_held) return -1;
     for (int k = 0; k <= sets; k++) {
         block_acts *s = k < sets ? &a->blk[k] : &a->work_blk;
         if (k < sets && moe_slot_of(m, m->first_block + k) < 0) continue;
         s->moe_counts = a->moe_host + (size_t)k * per;
         s->moe_chosen = s->moe_counts + 3 * E;
+        s->moe_rows = &a->moe_held[k];
     }
     return 0;
 }
 
-model_acts *model_acts_create(model *m, int B)
+/* own_stash 0: the stash's memory comes later, from model_acts_bind_stash. */
+static model_acts *acts_create(model *m, int B, int own_stash)
 {
     if (B < 1) return NULL;
     model_acts *a = calloc(1, sizeof *a);
@@ -569,14 +670,15 @@ model_acts *model_acts_create(model *m, int B)
     size_t N = (size_t)B * (size_t)model_seq_len(&m->spec);
     int sets = blk_sets(m->n_blocks, m->recompute);
     if (sets) a->blk = calloc((size_t)sets, sizeof(block_acts));
-    a->mem = m->ops->alloc(a->bytes ? a->bytes : 1);
+    if (own_stash) a->mem = m->ops->alloc(a->bytes ? a->bytes : 1);
+    a->mem_borrowed = !own_stash;
     if (z.host) a->host_mem = m->ops->host_alloc(z.host);
     a->host_loss = malloc(N * sizeof(float));
     a->host_dloss = malloc(N * sizeof(float));
     if (m->spec.packed) a->host_pos = malloc(N * sizeof(int)), a->host_seg = malloc(N * sizeof(int));
     if (m->spec.kind == MODEL_VIT)
         a->host_logits = malloc((size_t)B * (size_t)m->spec.n_classes * sizeof(float));
-    if (!a->mem || (z.host && !a->host_mem) || (sets && !a->blk) || !a->host_loss || !a->host_dloss ||
+    if ((own_stash && !a->mem) || (z.host && !a->host_mem) || (sets && !a->blk) || !a->host_loss || !a->host_dloss ||
         (m->spec.packed && (!a->host_pos || !a->host_seg)) ||
         (m->spec.kind == MODEL_VIT && !a->host_logits)) {
         fprintf(stderr, "dtrun: model: out of memory for %zu bytes of activations\n", a->bytes);
@@ -590,17 +692,35 @@ model_acts *model_acts_create(model *m, int B)
     a->next = m->acts_list;
     m->acts_list = a;
     point_work(m); /* this one's, and the others' when the set grew */
-    bump b = {a->mem, 0, 0, 0}, hb = {.base = a->host_mem};
-    layout_stash(&g, B, a, &b);
+    bump hb = {.base = a->host_mem};
+    model_acts_bind_stash(a, a->mem);
     layout_host(&g, B, a, &hb);
     if (moe_host_arrays(m, a) != 0) {
         fprintf(stderr, "dtrun: model: out of host memory for the MoE blocks' routes\n");
         model_acts_destroy(a);
         return NULL;
     }
+    return a;
+}
+
+model_acts *model_acts_create(model *m, int B) { return acts_create(m, B, 1); }
+
+model_acts *model_acts_create_unbound(model *m, int B) { return acts_create(m, B, 0); }
+
+size_t model_acts_stash_bytes(const model *m, int B)
+{
+    return model_acts_sizes(&m->spec, &m->shard, B, m->recompute, &m->prec).stash;
+}
+
+void model_acts_bind_stash(model_acts *a, void *mem)
+{
+    model *m = a->m;
+    shape g = shape_of(&m->spec, &m->shard, m->recompute, &m->prec);
+    if (a->mem_borrowed) a->mem = mem;
+    bump b = {a->mem, 0, 0, 0};
+    layout_stash(&g, a->B, a, &b);
     a->kept_attn_in = b.attn_in;
     a->kept_mlp_in = b.mlp_in;
-    return a;
 }
 
 void model_acts_kept(const model_acts *a, size_t *attn_in, size_t *mlp_in)
@@ -618,7 +738,10 @@ void model_acts_destroy(model_acts *a)
             *p = a->next;
             break;
         }
-    if (a->mem) m->ops->free(a->mem);
+    /* the experts' rows a block still holds (a forward without its backward) */
+    for (int k = 0; a->moe_held && k <= blk_sets(m->n_blocks, m->recompute); k++) moe_release(m, &a->moe_held[k]);
+    free(a->moe_held);
+    if (a->mem && !a->mem_borrowed) m->ops->free(a->mem);
     if (a->host_mem) m->ops->host_free(a->host_mem);
     if (a->wk_mem) m->ops->free(a->wk_mem);
     free(a->wk);

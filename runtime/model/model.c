@@ -194,6 +194,7 @@ void model_destroy(model *m)
 {
     if (!m) return;
     if (m->work_mem) m->ops->free(m->work_mem);
+    model_scratch_release(m);
     for (int k = 0; k < m->n_held; k++) {
         if (m->own_params) m->ops->free(m->own_params[k]);
         if (m->own_grads) m->ops->free(m->own_grads[k]);

@@ -569,8 +569,12 @@ size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
  * all its micro-batches (backward scratch, recompute buffers, sequence-parallel
  * gathers), allocated with its first model_acts. prec NULL: fp32. Under bf16
  * the stash's tensors are 2 bytes per element (statistics, logits and losses 4). */
-typedef struct { size_t stash, work, host; } model_acts_size; /* host: the stash's part in host
-                                                                  memory (acts_on_host) */
+typedef struct {
+    size_t stash, work, host; /* host: the stash's part in host memory (acts_on_host) */
+    size_t scratch; /* of work, what lives only inside one forward or backward
+                       call, which the chunks of a pipeline rank may share
+                       (model_share_scratch); the rest is the model's own */
+} model_acts_size;
 model_acts_size model_acts_sizes(const job_model *spec, const model_shard *shard, int B,
                                  recompute_kind recompute, const model_precision *prec);
 /* Of the work bytes, the GPT head's chunk of logits (model_vocab_head), as
@@ -688,6 +692,21 @@ void model_set_moe_dispatcher(model *m, const model_moe_dispatcher *dispatcher);
 /* The local one (every expert on this rank, nothing moves; ctx is m): what a
  * strategy starts from when it adds only cp_gather. */
 void model_local_moe_dispatcher(model *m, model_moe_dispatcher *out);
+/* Memory the model sizes while it computes (an MoE block's experts' rows, as
+ * many as arrive: moe.c) is told to observer(ctx, bytes): > 0 allocated,
+ * < 0 freed; NULL: nobody. */
+void model_set_mem_observer(model *m, void (*observer)(void *ctx, long long bytes), void *ctx);
+/* The fewest and the most rows that arrived at one MoE block's experts on
+ * this rank in one micro-batch, over the forwards so far (0, 0 before any). */
+void model_moe_rows(const model *m, int *fewest, int *most);
+/* model.moe: what follows the routing (moe.c) for `rows` rows arriving at
+ * every MoE block's experts in every micro-batch: each micro-batch's stash
+ * holds its MoE blocks' experts' rows until their backward (none under block
+ * recompute), the working set one block's gradients of them (and under block
+ * recompute its rows); host 0. Added to model_acts_sizes, which leaves them
+ * out: the engine allocates them as they arrive. */
+model_acts_size model_moe_rows_sizes(const job_model *spec, const model_shard *shard, int B,
+                                     recompute_kind recompute, const model_precision *prec, size_t rows);
 /* MoE blocks this object holds, and their statistics (model_moe_stats, i <
  * model_moe_count, in block order). */
 int model_moe_count(const model *m);
@@ -726,8 +745,25 @@ void model_acts_kept(const model_acts *a, size_t *attn_in, size_t *mlp_in);
 /* Bytes per element of those four: 4 (fp32), or 2 under bf16 (COMM_BF16 on the wire). */
 size_t model_acts_io_elem_size(const model *m);
 /* Bytes of the working set the model's activations share (0 before the first
- * model_acts_create). */
+ * model_acts_create): its own part; and its scratch part, maybe shared with
+ * other models (count it once for all of them). */
 size_t model_acts_work_bytes(const model *m);
+size_t model_acts_scratch_bytes(const model *m);
+/* The chunks of a pipeline rank compute one at a time: they can share one
+ * scratch (model_acts_size.scratch), the largest of theirs (the others' are
+ * freed). Call once their activations exist; a model whose micro-batches
+ * later grow past it gets its own again. 0, or -1 (different backends). */
+int model_share_scratch(model *const *ms, int n);
+/* A pipeline rank's micro-batches of all its chunks may share one pool of
+ * stash buffers (pp_exec.h): activations created without a stash
+ * (model_acts_create_unbound) take a buffer of at least
+ * model_acts_stash_bytes(m, B) from the pool when a micro-batch starts on
+ * them (model_acts_bind_stash), which lays the stash out on it; the buffer
+ * stays the pool's. Nothing in a stash survives from one micro-batch to the
+ * next, so the buffer may have served another chunk before. */
+model_acts *model_acts_create_unbound(model *m, int B);
+size_t model_acts_stash_bytes(const model *m, int B);
+void model_acts_bind_stash(model_acts *a, void *mem);
 
 /* Forward through the held units. With the head: returns the SUM of per-token
  * (GPT) or per-image (ViT) losses of the micro-batch and, for ViT, sets *correct

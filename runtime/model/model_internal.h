@@ -72,15 +72,16 @@ typedef struct {
     int El, ep_size;
 } model_dims;
 
-/* The most rows an MoE block's experts compute on this rank for N token rows
- * (every ep rank's N at most the same): each token picks k different
- * experts, at most min(k, El) of them on one rank, from each of ep_size
- * ranks. N k without expert parallelism. */
-static inline size_t moe_expert_rows(const model_dims *d, size_t N)
-{
-    size_t k = (size_t)(d->k < d->El ? d->k : d->El);
-    return N * k * (size_t)d->ep_size;
-}
+/* Memory an MoE block sizes by the rows that arrive at its experts (moe.c:
+ * allocated once the dispatcher's counts are known, ops->alloc_ordered). */
+typedef struct {
+    void *mem;
+    size_t bytes;
+} moe_held;
+
+/* Where the pieces of an allocation start (acts.c's ACTS_ALIGN, 64 bytes: a
+ * cache line; also keeps SIMD loads aligned). */
+static inline size_t acts_align(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 /* Context parallelism: where local row i of cp rank r's [B, seq] batch (its
  * tokens) sits in the batch of whole samples [B, seq * cp_size]. */
@@ -163,8 +164,11 @@ struct model {
     struct model_mixed_work *mw; /* NULL in fp32 */
     size_t work_numel;     /* this model's need of wparam: the largest unit, its frozen tensors too */
     size_t work_gnumel;    /* of wgrad: the largest unit's trainable tensors */
-    void *work_mem;        /* the activations' working set, shared by every model_acts */
+    void *work_mem;        /* the activations' working set, shared by every model_acts:
+                              the model's own part (acts.c layout_work) */
     size_t work_bytes;
+    struct model_scratch *scr; /* and its scratch part, maybe shared with other
+                                  models (model_share_scratch) */
     int work_B;            /* it serves micro-batches of up to this many samples */
     struct model_acts *acts_list;
     size_t *unit_numel;
@@ -187,6 +191,12 @@ struct model {
     float *moe_host_scratch; /* host [work_B, E]: block_scratch.moe_host of every micro-batch */
     float *moe_cp_host;      /* moe_cp_scratch's */
     size_t moe_cp_cap;
+    /* the MoE blocks' memory that follows the routing (moe_held), told to
+     * the observer as it comes and goes (model_set_mem_observer), and the
+     * fewest and most rows that arrived at one block's experts (model_moe_rows) */
+    void (*mem_observer)(void *ctx, long long bytes);
+    void *mem_ctx;
+    int moe_rows_min, moe_rows_max; /* -1, 0 before any */
 };
 
 /* Tensor i of a held unit, from the unit's CURRENT buffers (a strategy may have
@@ -257,11 +267,12 @@ typedef struct {
     float *moe_w;                     /* [N, k] fp32: the chosen experts' weights */
     int *moe_idx, *moe_dst;           /* [N, k]: the chosen experts; each choice's permuted row */
     int *moe_src;                     /* [N k]: each permuted row's token row */
-    void *moe_h, *moe_g;              /* [Mx, He], [Mx, Fe]: the experts' first GEMM, its activation
-                                         (Mx = moe_expert_rows: N k without expert parallelism) */
     void *moe_y;                      /* [N k, C]: the experts' outputs of this rank's choices (the
                                          router's gradient reads them) */
-    void *moe_x;                      /* [Mx, C]: this rank's experts' input (their first GEMM's) */
+    moe_held *moe_rows;               /* this rank's experts' rows as they arrived: their input
+                                         [Ml, C], first GEMM [Ml, He] and its activation [Ml, Fe]
+                                         (moe.c; held from the forward to the backward), in
+                                         model_acts.moe_held (copies of the set share it) */
     int *moe_counts;                  /* host [3 E]: rows each expert keeps (the route's), then
                                          the dispatcher's (model_moe_route counts_l) */
     int *moe_chosen;                  /* host [2 B, E]: each sample's choices of each expert (before
@@ -328,17 +339,12 @@ typedef struct {
     float *kv_dw;       /* [W_l, C] one micro-batch's qkv weight gradient */
     float *kv_all;      /* [2 n_kv_head hs, C] every kv head's k then v rows, summed over tp */
     /* MoE blocks only (else NULL; moe.c): */
-    float *moe_dy;      /* [Mx, C] d(experts' output), then d(their input) */
-    float *moe_dg;      /* [Mx, Fe] */
-    float *moe_dh;      /* [Mx, He] */
     float *moe_dw;      /* [N, k] d(weights) */
     float *moe_dlogits; /* [N, E] */
     float *moe_aux;     /* [B, E] the balance probabilities' sums (forward), their gradient (backward) */
     int *moe_chosen;    /* [2 B, E] the route's per-sample (per-chunk under cp) counts, device */
     int *moe_before;    /* [2 B, E] device: cp's capacity (moe_bufs before_dev) */
     int *moe_counts;    /* [E] device */
-    void *moe_ye;       /* [Mx, C] this rank's experts' outputs when rows move (expert
-                           parallelism; else NULL) */
     float *moe_host;    /* host [B, E]: the sums above, or their gradient, on their way */
 } block_scratch;
 
@@ -357,7 +363,9 @@ struct model_acts {
     model *m;
     struct model_acts *next; /* the model's list of live ones (they share its working set) */
     int B;              /* capacity: batches of up to B samples */
-    void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash */
+    void *mem;          /* the stash: one ops->alloc of model_acts_sizes().stash, or
+                           (mem_borrowed) memory lent by model_acts_bind_stash */
+    int mem_borrowed;
     size_t bytes;
     size_t kept_attn_in, kept_mlp_in; /* model_acts_kept */
     /* ---- stash (tensors of the activations' type, model.act) ---- */
@@ -417,8 +425,11 @@ struct model_acts {
      * block held, in its own allocation of model_acts_wkeep_bytes */
     block_wkeep *wk;
     void *wk_mem;
-    /* MoE: host memory of each block set's moe_counts and moe_chosen (block_acts) */
+    /* MoE: host memory of each block set's moe_counts and moe_chosen, and
+     * the holders of their experts' rows (block_acts; [sets + 1], the last
+     * the working set's block) */
     int *moe_host;
+    moe_held *moe_held;
 };
 
 /* A block's tensors by role (block.c): GPT's and ViT's BLK_* in their order;
@@ -467,6 +478,8 @@ void model_norm_backward(model *m, float *dx, float *dw, float *db, const float 
 /* The working set's rope_pos and rope_cs for micro-batches of up to B samples
  * (model_acts_create, when the working set is made). */
 void llama_rope_prepare(model *m, const block_scratch *s, int B);
+/* Drops the model's hold on its activation scratch (acts.c; model_destroy). */
+void model_scratch_release(model *m);
 /* RoPE on q and k of the packed qkv [N, W_l] (each row at its sample position,
  * global under cp), and its backward on dqkv. */
 void llama_rope_forward(model *m, void *qkv, const block_scratch *s, int N);
@@ -507,16 +520,30 @@ typedef struct {
                                    model_moe_route counts_l), [2 G, E]: each whole
                                    sample's choices [G, E] once the forward is done */
     float *host;                /* host [G, E] scratch */
-    void *xe, *h, *g;           /* [Mx, C], [Mx, He], [Mx, Fe]: this rank's experts' rows
-                                   (Mx = moe_expert_rows: N k without expert parallelism) */
+    void *xe, *h, *g;           /* [Ml, C], [Ml, He], [Ml, Fe]: this rank's experts' rows, as many
+                                   as arrive (Ml); with `held` placed there once they are known */
     void *y;                    /* [N k, C]: the experts' outputs of this rank's choices */
-    void *ye;                   /* [Mx, C]: this rank's experts' outputs when the dispatcher
-                                   moves rows (else y itself) */
+    void *ye;                   /* [Ml, C]: this rank's experts' outputs when the dispatcher
+                                   moves rows (else y itself; with `held` allocated meanwhile) */
+    moe_held *held;             /* a training block's (block_acts moe_rows): xe, h, g live there,
+                                   sized by the arrived rows (moe_rows_bytes); NULL: the
+                                   caller's (a decoding step's one row) */
     void *sh_h, *sh_g;          /* [N, Hs], [N, Fs]: the shared experts' (NULL without) */
     void *full;                 /* [N, C] floats under sequence parallelism (block_scratch.full:
                                    the gathered input, the partial sums), else NULL */
 } moe_bufs;
 moe_bufs moe_bufs_of(const block_acts *a, const block_scratch *s);
+/* The bytes of an MoE block's experts' rows on this model's shard (the one
+ * rule model_moe_rows_sizes prices): kept (xe, h, g; acts type), grads (the
+ * backward's d(output) / d(input) [rows, C], dg [rows, Fe], dh [rows, He],
+ * fp32), out (the experts' outputs before they travel back, [rows, C]). */
+size_t moe_rows_kept_bytes(const model_dims *d, size_t e, size_t rows);
+size_t moe_rows_grad_bytes(const model_dims *d, size_t rows);
+size_t moe_rows_out_bytes(const model_dims *d, size_t e, size_t rows);
+/* held's memory for `bytes` (the old freed first), and its release; the
+ * observer told. Aborts when the device has no more (as ep.c's staging). */
+void moe_hold(model *m, moe_held *held, size_t bytes);
+void moe_release(model *m, moe_held *held);
 /* branch fp32 (this rank's rows) = the block's MoE MLP of x_rows (its
  * norm's output, type model.act; this rank's rows of the N: all of them, or
  * its 1/tp under sequence parallelism), N rows of samples of T (groups of

@@ -46,9 +46,22 @@
  * activations and outputs (the weights' gradient dots the output gradient
  * with them). The token counts per expert are read back to the host after
  * the route: the host launches one GEMM per expert (train.cuda_graphs cannot
- * record that, and the job spec refuses it). */
+ * record that, and the job spec refuses it).
+ *
+ * Memory that follows the routing (Megatron-Core allocates what arrives):
+ * the experts' rows (their input, first GEMM, activation) are allocated once
+ * the dispatcher knows how many arrive (ep.c: after the exchange of counts),
+ * exactly that many, kept until the block's backward, which frees them; the
+ * backward's gradients of them and (expert parallelism) the outputs before
+ * they travel back likewise, for as long as the call runs. Nothing is sized
+ * for the worst a dropless router may bring (every token of every ep rank to
+ * this rank's experts: sizes_moe_worst_rows, 4x the even load for Mixtral 8x22B at
+ * ep 8); the dry-run prices the even load plus a margin, or the capacity
+ * (sizes.c sizes_moe_priced_rows), from the same byte counts
+ * (moe_rows_kept_bytes, model_moe_rows_sizes). */
 #include "runtime/model/model_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 moe_bufs moe_bufs_of(const block_acts *a, const block_scratch *s)
@@ -56,9 +69,51 @@ moe_bufs moe_bufs_of(const block_acts *a, const block_scratch *s)
     moe_bufs b = {.scores = a->moe_scores, .w = a->moe_w, .idx = a->moe_idx, .dst = a->moe_dst, .src = a->moe_src,
                   .counts_dev = s->moe_counts, .chosen_dev = s->moe_chosen, .before_dev = s->moe_before,
                   .psum = s->moe_aux, .counts = a->moe_counts, .chosen = a->moe_chosen, .host = s->moe_host,
-                  .xe = a->moe_x, .h = a->moe_h, .g = a->moe_g, .y = a->moe_y, .ye = s->moe_ye, .sh_h = a->fch,
-                  .sh_g = a->fchg, .full = s->full};
+                  .y = a->moe_y, .sh_h = a->fch, .sh_g = a->fchg, .full = s->full, .held = a->moe_rows};
     return b;
+}
+
+void moe_release(model *m, moe_held *held)
+{
+    if (!held->mem) return;
+    m->ops->free_ordered(held->mem);
+    if (m->mem_observer) m->mem_observer(m->mem_ctx, -(long long)held->bytes);
+    held->mem = NULL;
+    held->bytes = 0;
+}
+
+void moe_hold(model *m, moe_held *held, size_t bytes)
+{
+    moe_release(m, held);
+    if (bytes < 64) bytes = 64; /* no rows arrived: still a pointer the ops may be given */
+    if (!(held->mem = m->ops->alloc_ordered(bytes))) {
+        fprintf(stderr, "dtrun: model: out of memory for %zu bytes of an MoE block's expert rows\n", bytes);
+        abort();
+    }
+    held->bytes = bytes;
+    if (m->mem_observer) m->mem_observer(m->mem_ctx, (long long)bytes);
+}
+
+/* b's xe, h, g in its held memory for Ml rows (moe_rows_kept_bytes' pieces). */
+static void place_rows(const model *m, moe_bufs *b, int Ml)
+{
+    const model_dims *d = &m->d;
+    size_t e = dt_dtype_size(m->act), rows = (size_t)Ml;
+    b->xe = b->held->mem;
+    b->h = (char *)b->xe + acts_align(rows * (size_t)d->C * e);
+    b->g = (char *)b->h + acts_align(rows * (size_t)d->He * e);
+}
+
+/* The rows that arrive at this rank's experts, once the dispatcher knows
+ * them: its counts (ep.c, after the exchange of counts), or the route's. */
+static int arrived_rows(const model *m, const moe_bufs *b)
+{
+    int Ml = 0;
+    if (m->moe_disp.moves_rows)
+        for (int e = 0; e < m->d.El; e++) Ml += b->counts[m->d.E + e];
+    else
+        for (int e = 0; e < m->d.E; e++) Ml += b->counts[e];
+    return Ml;
 }
 
 static model_moe_route route_of(const model *m, const moe_bufs *b, int N)
@@ -192,9 +247,10 @@ static double balance_loss(const model *m, const int *chosen, const float *psum_
     return sum * scale;
 }
 
-void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, const void *x_rows, float *branch,
+void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *bin, const void *x_rows, float *branch,
                  int N, int T, int count)
 {
+    moe_bufs buf = *bin, *b = &buf;
     const dt_ops *ops = m->ops;
     const model_layers *L = &m->layers, *LL = &m->local;
     const model_dims *d = &m->d;
@@ -226,6 +282,20 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
      * then the experts on their rows: this tp rank's columns of each (the
      * local layers: the sums over tp come once, below) */
     if (disp->dispatch_start) disp->dispatch_start(disp->ctx, x, &r, C, t);
+    /* the experts' rows, as many as arrive (the outputs before they travel
+     * back only for this call) */
+    moe_held out = {0};
+    if (b->held) {
+        int arrived = arrived_rows(m, b);
+        moe_hold(m, b->held, moe_rows_kept_bytes(d, dt_dtype_size(t), (size_t)arrived));
+        place_rows(m, b, arrived);
+        if (disp->moves_rows) {
+            moe_hold(m, &out, moe_rows_out_bytes(d, dt_dtype_size(t), (size_t)arrived));
+            b->ye = out.mem;
+        }
+        if (arrived > m->moe_rows_max) m->moe_rows_max = arrived;
+        if (m->moe_rows_min < 0 || arrived < m->moe_rows_min) m->moe_rows_min = arrived;
+    }
     if (d->Fs > 0) block_mlp_in(m, LL, b->sh_h, b->sh_g, x, NULL, bp->w[BR_SH_FC_W], NULL, N, d->Hs, d->Fs, NULL);
     int Ml = disp->dispatch(disp->ctx, b->xe, x, &r, C, t);
     void *ye = disp->moves_rows ? b->ye : b->y;
@@ -250,11 +320,16 @@ void moe_forward(model *m, int unit, const block_params *bp, const moe_bufs *b, 
                                             NULL);
     disp->combine(disp->ctx, part, b->y, ye, b->w, &r, C, t, d->Fs > 0);
     if (branch) L->partial_sum(L->ctx, branch, part, NC);
+    moe_release(m, &out);
+    /* block recompute: nothing keeps this forward's rows (the backward
+     * computes the block again, and holds them then) */
+    if (b->held && branch && m->recompute == RECOMPUTE_BLOCK) moe_release(m, b->held);
 }
 
-const float *moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *b, const block_scratch *s,
+const float *moe_backward(model *m, int unit, const block_params *bp, const moe_bufs *bin, const block_scratch *s,
                           const void *x_rows, const float *dbranch, float *dx, int N, int T)
 {
+    moe_bufs buf = *bin, *b = &buf;
     const dt_ops *ops = m->ops;
     const model_layers *L = &m->layers, *LL = &m->local;
     const model_dims *d = &m->d;
@@ -266,6 +341,12 @@ const float *moe_backward(model *m, int unit, const block_params *bp, const moe_
     size_t NC = (size_t)N * (size_t)C, first = (size_t)Nl * (size_t)d->sp_rank;
     model_moe_route r = route_of(m, b, N);
     int Ml = local_rows(m, b);
+    /* the rows the forward kept, and their gradients (this call's) */
+    place_rows(m, b, Ml);
+    moe_held grads = {0};
+    moe_hold(m, &grads, moe_rows_grad_bytes(d, (size_t)Ml));
+    float *dy = grads.mem, *dg = (float *)((char *)dy + acts_align((size_t)Ml * (size_t)C * sizeof(float)));
+    float *dh = (float *)((char *)dg + acts_align((size_t)Ml * (size_t)d->Fe * sizeof(float)));
 
     /* the output gradient of every row (gathered under sequence
      * parallelism, as a row layer's) */
@@ -283,19 +364,19 @@ const float *moe_backward(model *m, int unit, const block_params *bp, const moe_
      * (its input gradient in moe_dy again: the output gradient is used up).
      * A weight's gradient dots the output gradient with the experts' whole
      * output, of which this tp rank holds its columns' part: summed over tp */
-    disp->combine_backward(disp->ctx, s->moe_dy, s->moe_dw, dout, b->y, b->w, &r, C, t);
+    disp->combine_backward(disp->ctx, dy, s->moe_dw, dout, b->y, b->w, &r, C, t);
     L->rows_grad_sum(L->ctx, s->moe_dw, (size_t)N * (size_t)k);
-    ops->zero(s->moe_dg, (size_t)Ml * (size_t)d->Fe * sizeof(float));
-    ops->moe_grouped_backward(s->moe_dg, bp->g[BR_EXP_PROJ_W], s->moe_dy, b->g, bp->w[BR_EXP_PROJ_W], r.counts_l,
+    ops->zero(dg, (size_t)Ml * (size_t)d->Fe * sizeof(float));
+    ops->moe_grouped_backward(dg, bp->g[BR_EXP_PROJ_W], dy, b->g, bp->w[BR_EXP_PROJ_W], r.counts_l,
                               El, d->Fe, C, t);
-    experts_act_backward(m, s->moe_dh, b->h, s->moe_dg, Ml);
-    ops->zero(s->moe_dy, (size_t)Ml * (size_t)C * sizeof(float));
-    ops->moe_grouped_backward(s->moe_dy, bp->g[BR_EXP_FC_W], s->moe_dh, b->xe, bp->w[BR_EXP_FC_W], r.counts_l, El,
+    experts_act_backward(m, dh, b->h, dg, Ml);
+    ops->zero(dy, (size_t)Ml * (size_t)C * sizeof(float));
+    ops->moe_grouped_backward(dy, bp->g[BR_EXP_FC_W], dh, b->xe, bp->w[BR_EXP_FC_W], r.counts_l, El,
                               C, d->He, t);
     /* every input row again (full is free: dout is used up), before the
      * exchange starts: one collective at a time */
     const void *x = L->rows_gather(L->ctx, x_rows, b->full, NC, t);
-    if (disp->dispatch_backward_start) disp->dispatch_backward_start(disp->ctx, s->moe_dy, &r, C);
+    if (disp->dispatch_backward_start) disp->dispatch_backward_start(disp->ctx, dy, &r, C);
 
     /* the router (while the experts' input gradient travels back): through
      * the weights, and the balance loss's seed (from each whole sample's
@@ -318,10 +399,13 @@ const float *moe_backward(model *m, int unit, const block_params *bp, const moe_
     /* the experts' input gradient, this tp rank's columns' part like the
      * shared experts': summed over tp into this rank's rows; then the
      * router's, whole on every tp rank, for those rows */
-    disp->dispatch_backward(disp->ctx, dx, s->moe_dy, &r, C);
+    disp->dispatch_backward(disp->ctx, dx, dy, &r, C);
     float *mine = dx + first * (size_t)C;
     L->partial_sum(L->ctx, mine, dx, NC);
     ops->matmul_backward(mine, NULL, NULL, s->moe_dlogits + first * (size_t)E, NULL, bp->w[BR_ROUTER_W], Nl, C, E,
                          t);
+    /* the backward is the last to read the rows */
+    moe_release(m, &grads);
+    moe_release(m, b->held);
     return mine;
 }

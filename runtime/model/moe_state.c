@@ -12,6 +12,7 @@
 int moe_state_create(model *m)
 {
     model_local_moe_dispatcher(m, &m->moe_disp);
+    m->moe_rows_min = -1;
     if (m->spec.moe.experts < 1 || m->n_blocks == 0) return 0;
     int E = m->d.E;
     m->moe_slot = malloc((size_t)m->n_blocks * sizeof(int));
@@ -70,6 +71,18 @@ void model_set_moe_dispatcher(model *m, const model_moe_dispatcher *dispatcher)
 }
 
 int model_moe_count(const model *m) { return m->n_moe; }
+
+void model_set_mem_observer(model *m, void (*observer)(void *ctx, long long bytes), void *ctx)
+{
+    m->mem_observer = observer;
+    m->mem_ctx = ctx;
+}
+
+void model_moe_rows(const model *m, int *fewest, int *most)
+{
+    *fewest = m->moe_rows_min < 0 ? 0 : m->moe_rows_min;
+    *most = m->moe_rows_max;
+}
 
 const model_moe_stats *model_moe_stats_of(const model *m, int i)
 {

@@ -25,7 +25,12 @@
  *                      combine, then the local permute's backward
  *
  * Rows travel in the activations' type (bf16 under mixed precision: half the
- * bytes), gradients in fp32. The counts come back with the rows' route
+ * bytes), gradients in fp32. The staging holds the token side's rows (the
+ * micro-batch's choices) and the experts' side's as many as arrive: it grows
+ * to the most that arrived so far (ensure_room), never sized up front for the
+ * most a dropless router may bring (every ep rank's tokens to this rank's
+ * experts); the model's own expert buffers follow the arrival exactly
+ * (moe.c). The counts come back with the rows' route
  * (model_moe_route counts_l, kept with the block's activations), so the
  * backward and a block recompute's second forward need no exchange of counts.
  * All the ranks of an ep group run the same schedule (same pipeline stage,
@@ -57,7 +62,8 @@ struct ep_disp {
     comm *ep;             /* NULL: ep 1 (only the cp gather) */
     int size, E, El, C;
     size_t tok_rows, exp_rows; /* capacities (rows of C) of tok and exp */
-    void *mem;            /* sizes_ep_stage_numel floats: tok, exp, perm */
+    void *mem;            /* sizes_ep_stage_numel_at(exp_rows) floats: tok, exp, tpbuf, perm */
+    size_t mem_bytes;
     float *tok;           /* the token side's rows on their way: [tok_rows, C] */
     float *exp;           /* the experts' side's, rank by rank: [exp_rows, C] */
     int *perm;            /* device [exp_rows + tp_rows]: a reorder's gather indices */
@@ -288,12 +294,41 @@ static const char *const DISPATCH = "ep all_to_allv dispatch", *const COMBINE = 
                   *const COMBINE_BWD = "ep all_to_allv combine backward",
                   *const DISPATCH_BWD = "ep all_to_allv dispatch backward";
 
-static void check_room(const ep_disp *d, size_t M, size_t Ml)
+/* The staging for exp_rows experts' rows (sizes_ep_stage_numel_at), the
+ * old freed (nothing in it outlives a dispatcher call: no exchange is in
+ * flight when a dispatch starts); the order sizes.c counts the parts in. */
+static int stage_alloc(ep_disp *d, size_t exp_rows)
 {
-    if (M <= d->tok_rows && Ml <= d->exp_rows) return;
-    /* sizes.c sizes both from the micro-batch every ep rank computes */
-    fprintf(stderr, "dtrun: ep: %zu token rows and %zu expert rows exceed the staging (%zu, %zu)\n", M, Ml,
-            d->tok_rows, d->exp_rows);
+    strat_ctx *x = d->x;
+    size_t tp_rows = sizes_ep_stage_tp_at(x->sz, exp_rows), bytes = sizes_ep_stage_numel_at(x->sz, exp_rows) * 4;
+    int *host = realloc(d->perm_host, (exp_rows + tp_rows + 1) * sizeof(int));
+    if (!host) return -1;
+    d->perm_host = host;
+    if (d->mem) {
+        x->ops->free(d->mem);
+        acct_add(x->acct, ACCT_BUFFERS, -(long long)d->mem_bytes);
+    }
+    if (!(d->mem = x->ops->alloc(bytes))) return -1;
+    d->mem_bytes = bytes;
+    acct_add(x->acct, ACCT_BUFFERS, (long long)bytes);
+    d->exp_rows = exp_rows, d->tp_rows = tp_rows;
+    d->tok = d->mem; /* each with a row more: tp's zero row */
+    d->exp = d->tok + (d->tok_rows + 1) * (size_t)d->C;
+    d->tpbuf = d->exp + (d->exp_rows + 1) * (size_t)d->C;
+    d->perm = (int *)((float *)d->tpbuf + tp_rows * (size_t)d->C);
+    return 0;
+}
+
+/* Room for M token rows (at most the micro-batch's choices, which tok is
+ * sized for) and Ml experts' rows: the experts' side grows to what arrives
+ * (under tp it also holds the M rows for a moment). */
+static void ensure_room(ep_disp *d, size_t M, size_t Ml)
+{
+    size_t want = d->tp > 1 && M > Ml ? M : Ml;
+    if (M <= d->tok_rows && want <= d->exp_rows) return;
+    if (M <= d->tok_rows && stage_alloc(d, want) == 0) return;
+    fprintf(stderr, "dtrun: ep: no room for %zu token rows (staging %zu) and %zu expert rows: out of memory\n", M,
+            d->tok_rows, want);
     abort();
 }
 
@@ -320,7 +355,7 @@ static void ep_dispatch_start(void *ctx, const void *xin, const model_moe_route 
         for (int i = 0; i < d->size; i++) r->counts_l[e] += from[i * El + e];
         Ml += r->counts_l[e];
     }
-    check_room(d, (size_t)M, (size_t)Ml);
+    ensure_room(d, (size_t)M, (size_t)Ml);
     if (d->tp > 1) { /* this rank's shares (the exp buffer holds every row meanwhile) */
         d->ops->moe_permute(d->exp, xin, r->src, M, C, t);
         int n = tok_list(d, r, 0, 0);
@@ -503,22 +538,15 @@ int ep_apply(strat_ctx *x, model *const *chunks, int n_chunks)
         d->C = job->model.d_model;
         d->tp = x->tp ? comm_size(x->tp) : 1;
         d->tq = x->tp ? comm_rank(x->tp) : 0;
-        sizes_ep_stage(x->sz, &d->tok_rows, &d->exp_rows);
-        sizes_ep_stage_tp(x->sz, &d->tp_rows);
-        size_t tp_rows = d->tp_rows;
-        size_t numel = sizes_ep_stage_numel(x->sz);
-        if (!(d->mem = x->ops->alloc(numel * sizeof(float)))) return -1;
-        acct_add(x->acct, ACCT_BUFFERS, (long long)(numel * sizeof(float)));
-        d->perm_host = malloc((d->exp_rows + tp_rows + 1) * sizeof(int));
+        /* the token side for the micro-batch's choices; the experts' side
+         * for what arrives, grown as it does (ensure_room): none yet, or
+         * under tp the token side's rows it holds for a moment */
+        size_t priced;
+        sizes_ep_stage(x->sz, &d->tok_rows, &priced);
         d->send = calloc((size_t)ep, sizeof(size_t));
         d->recv = calloc((size_t)ep, sizeof(size_t));
         d->off = calloc((size_t)d->E, sizeof(int));
-        if (!d->perm_host || !d->send || !d->recv || !d->off) return -1;
-        /* the order sizes_ep_stage_numel counts them in */
-        d->tok = d->mem; /* each with a row more: tp's zero row */
-        d->exp = d->tok + (d->tok_rows + 1) * (size_t)d->C;
-        d->tpbuf = d->exp + (d->exp_rows + 1) * (size_t)d->C;
-        d->perm = (int *)((float *)d->tpbuf + tp_rows * (size_t)d->C);
+        if (!d->send || !d->recv || !d->off || stage_alloc(d, d->tp > 1 ? d->tok_rows : 0)) return -1;
     }
     for (int i = 0; i < n_chunks; i++) {
         model_moe_dispatcher disp;
@@ -543,7 +571,7 @@ void ep_release(strat_ctx *x)
     if (!d) return;
     comm_wait(d->req); /* an exchange a failed step left in flight */
     if (d->mem) {
-        acct_add(x->acct, ACCT_BUFFERS, -(long long)(sizes_ep_stage_numel(x->sz) * sizeof(float)));
+        acct_add(x->acct, ACCT_BUFFERS, -(long long)d->mem_bytes);
         x->ops->free(d->mem);
     }
     free(d->perm_host);
@@ -553,3 +581,5 @@ void ep_release(strat_ctx *x)
     free(d);
     x->epd = NULL;
 }
+
+size_t ep_staged_rows(const strat_ctx *x) { return x->epd && x->epd->mem ? x->epd->exp_rows : 0; }

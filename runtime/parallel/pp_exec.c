@@ -33,6 +33,7 @@
 typedef struct {
     model_acts *acts;
     int mb;         /* microbatch held, or -1 when free */
+    int buf;        /* the rank's shared pool: the stash buffer it holds, or -1 */
     comm_req *send; /* an asynchronous send reading this slot's buffers, or NULL */
     int send_shared; /* that send reads the chunk's shared working set (the input
                         gradient, model_acts_dinput, or the output,
@@ -63,6 +64,13 @@ struct pp_exec {
     const dt_ops *ops;
     int capacity;
     exec_chunk *chunks; /* [v] */
+    /* One stash pool for the rank's chunks (pp_stash_pool_bytes), or none
+     * (n_bufs 0: each slot owns its stash): bufs[n_bufs] of buf_bytes each,
+     * free[0 .. n_free) the ones no slot holds. */
+    int n_bufs, n_free;
+    void **bufs;
+    int *free;
+    size_t buf_bytes;
     int last_bwd_action; /* index of the list's last BACKWARD, -1 if none */
     pp_exec_hooks hooks;
 };
@@ -102,15 +110,18 @@ static int gives_slot_back(const pp_exec *ex, const pp_action *a)
     return a->chunk == 0 || same_rank_next(ex, a->chunk - 1);
 }
 
-/* Replays the list with the rules above: the most slots each local chunk holds. */
-static void size_pools(pp_exec *ex, const pp_action *list, int n, int *peak)
+/* Replays the list with the rules above: the most slots each local chunk holds,
+ * and (*all) the most the rank's chunks hold together. */
+static void size_pools(pp_exec *ex, const pp_action *list, int n, int *peak, int *all)
 {
-    int *held = calloc((size_t)ex->v, sizeof *held);
+    int *held = calloc((size_t)ex->v, sizeof *held), now = 0;
     unsigned char *has = calloc((size_t)ex->v * (size_t)ex->m, 1);
+    *all = 0;
     if (!held || !has) {
         free(held);
         free(has);
         for (int l = 0; l < ex->v; l++) peak[l] = ex->m; /* safe upper bound */
+        *all = ex->m * ex->v;
         return;
     }
     for (int i = 0; i < n; i++) {
@@ -120,9 +131,11 @@ static void size_pools(pp_exec *ex, const pp_action *list, int n, int *peak)
         if (takes_slot(a->op) && !*h) {
             *h = 1;
             if (++held[l] > peak[l]) peak[l] = held[l];
+            if (++now > *all) *all = now;
         } else if (gives_slot_back(ex, a) && *h) {
             *h = 0;
             held[l]--;
+            now--;
         }
     }
     free(held);
@@ -199,8 +212,36 @@ pp_exec *pp_exec_create(const pp_exec_config *cfg, char *err, size_t errlen)
         goto oom;
     }
     const pp_action *list = s->actions[cfg->rank];
-    int n = s->n_actions[cfg->rank];
-    size_pools(ex, list, n, peak);
+    int n = s->n_actions[cfg->rank], all;
+    size_pools(ex, list, n, peak, &all);
+    /* one pool for the chunks' stashes when that is smaller (never under
+     * ZB-H1: v = 1 there, and its slots keep their W-pending gradients) */
+    size_t *stash = calloc((size_t)s->v, sizeof *stash);
+    if (!stash) {
+        free(peak);
+        goto oom;
+    }
+    int shared = 0;
+    for (int l = 0; l < s->v; l++) {
+        stash[l] = model_acts_stash_bytes(cfg->chunks[l], cfg->micro_batch);
+        if (stash[l] > ex->buf_bytes) ex->buf_bytes = stash[l];
+    }
+    pp_stash_pool_bytes(s->v, peak, stash, all, &shared);
+    free(stash);
+    if (shared && s->kind != PP_ZB_H1) {
+        ex->bufs = calloc((size_t)all, sizeof *ex->bufs);
+        ex->free = malloc((size_t)all * sizeof *ex->free);
+        if (!ex->bufs || !ex->free) {
+            free(peak);
+            goto oom;
+        }
+        for (; ex->n_bufs < all; ex->n_bufs++) {
+            if (!(ex->bufs[ex->n_bufs] = cfg->ops->alloc(ex->buf_bytes ? ex->buf_bytes : 1))) {
+                free(peak);
+                goto oom;
+            }
+        }
+    }
     ex->last_bwd_action = -1;
     for (int l = 0; l < s->v; l++) ex->chunks[l].last_bwd_mb = -1;
     /* the pass that completes a micro-batch's gradients: BACKWARD, or ZB-H1's W */
@@ -223,9 +264,10 @@ pp_exec *pp_exec_create(const pp_exec_config *cfg, char *err, size_t errlen)
             goto oom;
         }
         for (int k = 0; k < ch->n_slots; k++) {
-            ch->slots[k].mb = -1;
+            ch->slots[k].mb = ch->slots[k].buf = -1;
             ch->slots[k].acts = s->kind == PP_ZB_H1 ? model_acts_create_split(ch->m, cfg->micro_batch)
-                                                    : model_acts_create(ch->m, cfg->micro_batch);
+                                : ex->n_bufs    ? model_acts_create_unbound(ch->m, cfg->micro_batch)
+                                                : model_acts_create(ch->m, cfg->micro_batch);
             if (!ch->slots[k].acts) {
                 free(peak);
                 goto oom;
@@ -253,6 +295,9 @@ void pp_exec_destroy(pp_exec *ex)
         free(ch->slots);
         free(ch->slot_of);
     }
+    for (int k = 0; k < ex->n_bufs; k++) ex->ops->free(ex->bufs[k]);
+    free(ex->bufs);
+    free(ex->free);
     free(ex->chunks);
     free(ex);
 }
@@ -267,6 +312,8 @@ int pp_exec_slots(const pp_exec *ex, int local)
 {
     return local >= 0 && local < ex->v ? ex->chunks[local].n_slots : 0;
 }
+
+size_t pp_exec_pool_bytes(const pp_exec *ex) { return (size_t)ex->n_bufs * ex->buf_bytes; }
 
 /* ---- one step ---- */
 
@@ -315,6 +362,14 @@ static int slot_for(step_run *r, const pp_action *a, exec_slot **out)
         for (k = 0; k < ch->n_slots && ch->slots[k].mb >= 0; k++) {}
         if (k == ch->n_slots) return fail(r, a, "no free activation slot (list breaks the pool sizing)");
         if (settle_slot(r, a, &ch->slots[k])) return -1;
+        if (r->ex->n_bufs) {
+            /* the rank's pool lends it a stash (sends read only the working
+             * set, so a buffer given back is free at once) */
+            if (r->ex->n_free == 0) return fail(r, a, "no free stash buffer (list breaks the pool sizing)");
+            int buf = r->ex->free[--r->ex->n_free];
+            ch->slots[k].buf = buf;
+            model_acts_bind_stash(ch->slots[k].acts, r->ex->bufs[buf]);
+        }
         ch->slots[k].mb = a->mb;
         ch->slot_of[a->mb] = k;
     }
@@ -337,6 +392,8 @@ static void release_slot(pp_exec *ex, int c, int mb)
     if (k < 0) return;
     ch->slots[k].mb = -1; /* a pending send stays attached until the slot is reused */
     ch->slot_of[mb] = -1;
+    if (ch->slots[k].buf >= 0) ex->free[ex->n_free++] = ch->slots[k].buf;
+    ch->slots[k].buf = -1;
 }
 
 static int batch_for(step_run *r, const pp_action *a, const exec_chunk *ch, model_batch *b)
@@ -583,10 +640,11 @@ int pp_exec_step(pp_exec *ex, const pp_exec_step_args *args, pp_exec_result *out
     }
     for (int l = 0; l < ex->v; l++) {
         exec_chunk *ch = &ex->chunks[l];
-        for (int k = 0; k < ch->n_slots; k++) ch->slots[k].mb = -1;
+        for (int k = 0; k < ch->n_slots; k++) ch->slots[k].mb = ch->slots[k].buf = -1;
         for (int mb = 0; mb < ex->m; mb++) ch->slot_of[mb] = -1;
         ch->out_mb = ch->dout_mb = -1;
     }
+    for (ex->n_free = 0; ex->n_free < ex->n_bufs; ex->n_free++) ex->free[ex->n_free] = ex->n_free;
     double start = clock_now_s();
     const pp_action *list = ex->s->actions[ex->rank];
     int n = ex->s->n_actions[ex->rank], failed = 0;

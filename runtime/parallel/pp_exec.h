@@ -19,8 +19,14 @@
  * most microbatches of that chunk ever alive at once on the list
  * (pp_schedule_peak_in_flight_chunk = sizes_acts_slots): a slot is taken by the
  * microbatch's RECV_ACT / FORWARD and given back after its BACKWARD (ZB-H1: its
- * BACKWARD_W, the slot then also holding the W-pending gradients). So the
- * memory held is exactly what the dry-run predicts.
+ * BACKWARD_W, the slot then also holding the W-pending gradients). With several
+ * chunks per rank (interleaved) the slots' stashes may instead come from one
+ * pool of the rank, as many buffers as the most micro-batches of all its
+ * chunks alive at once (pp_schedule_peak_in_flight), each the size of its
+ * largest chunk's stash: a slot borrows one while it holds a micro-batch
+ * (model_acts_bind_stash). The rank takes whichever of the two needs less
+ * memory (pp_stash_pool_bytes). So the memory held is exactly what the
+ * dry-run predicts.
  *
  * What the executor does NOT do (the engine's part): zero gradients, data-parallel
  * or tensor-parallel sync (model_set_hooks on the chunks stays the engine's; the
@@ -103,7 +109,8 @@ typedef struct {
 } pp_exec_result;
 
 /* Allocates the slots (the engine accounts them under ACCT_ACTS as pp_exec_slots(l)
- * x sizes_chunk_acts_bytes of the chunk: the dry-run's own numbers). NULL with one line in err (schedule / rank / chunk mismatch,
+ * stashes of the chunk, or pp_exec_pool_bytes, with each chunk's working set:
+ * the dry-run's own numbers). NULL with one line in err (schedule / rank / chunk mismatch,
  * out of memory). */
 pp_exec *pp_exec_create(const pp_exec_config *cfg, char *err, size_t errlen);
 /* Waits for any send still in flight, frees the slots. */
@@ -131,5 +138,8 @@ int pp_exec_sum_tied(pp_exec *ex, float *first, float *last, float *scratch, siz
 
 /* Slots of local chunk l (for reports; equals pp_schedule_peak_in_flight_chunk). */
 int pp_exec_slots(const pp_exec *ex, int local);
+/* Bytes of the rank's shared stash pool; 0 when each slot owns its stash (then
+ * the slots' stashes are pp_exec_slots(l) x model_acts_stash_bytes each). */
+size_t pp_exec_pool_bytes(const pp_exec *ex);
 
 #endif

@@ -31,6 +31,7 @@ typedef struct {
     pp_action *list;
     int n;
     int *in_flight, *peak; /* [p*v], counting mode */
+    int rank_in_flight, *rank_peak; /* the rank's sum over its chunks, and its peak (may be NULL) */
 } list_builder;
 
 static int last_chunk(const pp_schedule *s) { return s->p * s->v - 1; }
@@ -45,8 +46,10 @@ static void emit(list_builder *b, pp_op op, int chunk, int mb, int peer) {
         b->list[b->n++] = (pp_action){op, chunk, mb, peer};
     } else if (op == PP_OP_FORWARD) {
         if (++b->in_flight[chunk] > b->peak[chunk]) b->peak[chunk] = b->in_flight[chunk];
+        if (b->rank_peak && ++b->rank_in_flight > b->rank_peak[b->rank]) b->rank_peak[b->rank] = b->rank_in_flight;
     } else if (pp_op_ends_backward(op)) {
         b->in_flight[chunk]--;
+        b->rank_in_flight--;
     }
 }
 
@@ -148,7 +151,7 @@ int pp_schedule_build(pp_schedule *s, pp_schedule_kind kind, int p, int m, int v
      * and a W per backward under ZB-H1. */
     size_t cap = (size_t)7 * (size_t)m * (size_t)v;
     for (int r = 0; r < p; r++) {
-        list_builder b = {s, r, malloc(cap * sizeof(pp_action)), 0, NULL, NULL};
+        list_builder b = {s, r, malloc(cap * sizeof(pp_action)), 0, NULL, NULL, 0, NULL};
         if (!b.list) goto oom;
         build_rank(&b);
         s->actions[r] = b.list;
@@ -160,7 +163,7 @@ oom:
     return -1;
 }
 
-int pp_schedule_peak_in_flight_chunks(pp_schedule_kind kind, int p, int m, int v, int *peak,
+int pp_schedule_peak_in_flight_chunks(pp_schedule_kind kind, int p, int m, int v, int *peak, int *rank_peak,
                                       char *err, size_t errlen) {
     if (check_shape(kind, p, m, v, err, errlen)) return -1;
     int *in_flight = calloc((size_t)p * (size_t)v, sizeof *in_flight);
@@ -169,9 +172,10 @@ int pp_schedule_peak_in_flight_chunks(pp_schedule_kind kind, int p, int m, int v
         return -1;
     }
     memset(peak, 0, (size_t)p * (size_t)v * sizeof *peak);
+    if (rank_peak) memset(rank_peak, 0, (size_t)p * sizeof *rank_peak);
     pp_schedule shape = {kind, p, m, v, NULL, NULL};
     for (int r = 0; r < p; r++) {
-        list_builder b = {&shape, r, NULL, 0, in_flight, peak};
+        list_builder b = {&shape, r, NULL, 0, in_flight, peak, 0, rank_peak};
         build_rank(&b);
     }
     free(in_flight);
@@ -355,6 +359,18 @@ int pp_schedule_peak_in_flight_chunk(const pp_schedule *s, int chunk) {
         if (now > peak) peak = now;
     }
     return peak;
+}
+
+size_t pp_stash_pool_bytes(int v, const int *slots, const size_t *stash, int rank_peak, int *shared) {
+    size_t apart = 0, largest = 0;
+    for (int l = 0; l < v; l++) {
+        apart += (size_t)slots[l] * stash[l];
+        if (stash[l] > largest) largest = stash[l];
+    }
+    size_t pooled = (size_t)rank_peak * largest;
+    int share = v > 1 && pooled < apart;
+    if (shared) *shared = share;
+    return share ? pooled : apart;
 }
 
 double pp_schedule_ideal_bubble(pp_schedule_kind kind, int p, int m, int v) {

@@ -121,10 +121,22 @@ double pp_schedule_peak_in_flight(const pp_schedule *s, int rank, const double *
 int pp_schedule_peak_in_flight_chunk(const pp_schedule *s, int chunk);
 /* pp_schedule_peak_in_flight_chunk of every chunk (peak[p*v]) of the schedule
  * pp_schedule_build would build, from the same generator but without building the
- * lists: a few ints instead of megabytes, for the planner's thousands of layouts.
+ * lists: a few ints instead of megabytes, for the planner's thousands of layouts;
+ * and (rank_peak[p], may be NULL) pp_schedule_peak_in_flight(s, rank, NULL) of
+ * every rank: the most micro-batches of all its chunks together in flight.
  * Returns 0, or -1 with err as pp_schedule_build. */
-int pp_schedule_peak_in_flight_chunks(pp_schedule_kind kind, int p, int m, int v, int *peak,
+int pp_schedule_peak_in_flight_chunks(pp_schedule_kind kind, int p, int m, int v, int *peak, int *rank_peak,
                                       char *err, size_t errlen);
+
+/* The executor's stash memory on one rank (pp_exec.h): either each of its v
+ * local chunks keeps a pool of slots[l] stashes of stash[l] bytes (its own
+ * peak), or (v > 1) the rank keeps one pool of rank_peak buffers, each the
+ * size of its largest chunk's stash, that every chunk's micro-batches borrow
+ * from (the chunks' peaks come at different times: Megatron's interleaved
+ * order holds 2(p - rank - 1) + (v - 1) p + 1 at once, fewer than the sum of
+ * the chunks' peaks when m > p). The executor takes whichever is smaller;
+ * *shared (may be NULL) says which. Returns the bytes. */
+size_t pp_stash_pool_bytes(int v, const int *slots, const size_t *stash, int rank_peak, int *shared);
 
 /* Bubble of the schedule with every chunk costing the same and free messages:
  * idle / makespan = (p-1) / (v*m + p - 1), v = 1 for GPIPE and 1F1B (pp_sim

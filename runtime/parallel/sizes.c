@@ -7,6 +7,7 @@
  * alive at once). */
 #include "runtime/parallel/sizes.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +39,7 @@ typedef struct {
     int built;            /* the lists exist (not for the planner's memory pass) */
     pp_schedule schedule; /* validated once when built: see sizes_schedule */
     int *slots;           /* [pp * v] peak in-flight micro-batches per chunk */
+    int *rank_slots;      /* [pp] of all a rank's chunks together */
 } shared_schedule;
 
 struct sizes {
@@ -331,6 +333,7 @@ static void schedule_release(shared_schedule *sc)
     if (sc && --sc->refs == 0) {
         pp_schedule_free(&sc->schedule);
         free(sc->slots);
+        free(sc->rank_slots);
         free(sc);
     }
 }
@@ -391,15 +394,17 @@ static shared_schedule *schedule_get(const job_spec *job, const sizes *donor, in
     }
     shared_schedule *sc = calloc(1, sizeof *sc);
     int *slots = malloc((size_t)(par->pp * par->virtual_stages) * sizeof *slots);
-    if (!sc || !slots) {
-        free(sc), free(slots);
+    int *rank_slots = malloc((size_t)par->pp * sizeof *rank_slots);
+    if (!sc || !slots || !rank_slots) {
+        free(sc), free(slots), free(rank_slots);
         snprintf(err, errlen, "sizes: out of memory");
         return NULL;
     }
     *sc = (shared_schedule){.refs = 1, .kind = par->pp_schedule, .pp = par->pp, .m = par->microbatches,
-                            .v = par->virtual_stages, .slots = slots};
+                            .v = par->virtual_stages, .slots = slots, .rank_slots = rank_slots};
     /* the activation slots come from the generator itself, lists or not */
-    if (pp_schedule_peak_in_flight_chunks(sc->kind, sc->pp, sc->m, sc->v, sc->slots, err, errlen) ||
+    if (pp_schedule_peak_in_flight_chunks(sc->kind, sc->pp, sc->m, sc->v, sc->slots, sc->rank_slots, err,
+                                          errlen) ||
         (lists && schedule_build_lists(sc, err, errlen))) {
         schedule_release(sc);
         return NULL;
@@ -610,39 +615,83 @@ static int seq_parallel(const sizes *s)
     return s->job.parallel.sequence_parallel && s->job.parallel.tp > 1;
 }
 
-void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows)
+/* The rows one rank routes per micro-batch (acts.c: all of the
+ * micro-batch's, gathered under sequence parallelism: every tp rank routes
+ * them alike), and its experts. */
+static size_t moe_rank_rows(const sizes *s)
+{
+    const job_spec *j = &s->job;
+    return (size_t)j->train.micro_batch * (size_t)(model_seq_len(&j->model) / j->parallel.cp);
+}
+
+size_t sizes_moe_worst_rows(const sizes *s)
+{
+    const job_moe *e = &s->job.model.moe;
+    if (e->experts < 1) return 0;
+    int ep = sizes_ep(s), El = e->experts / ep, k = e->top_k < El ? e->top_k : El;
+    return moe_rank_rows(s) * (size_t)k * (size_t)ep; /* each token's top_k on at most El experts here, from every ep rank */
+}
+
+size_t sizes_moe_even_rows(const sizes *s)
+{
+    const job_moe *e = &s->job.model.moe;
+    return e->experts < 1 ? 0 : moe_rank_rows(s) * (size_t)e->top_k;
+}
+
+size_t sizes_moe_priced_rows(const sizes *s)
 {
     const job_spec *j = &s->job;
     const job_moe *e = &j->model.moe;
-    int ep = sizes_ep(s);
-    *tok_rows = *exp_rows = 0;
-    if (ep == 1 || e->experts < 1) return;
-    /* the rows this rank routes (acts.c: all of the micro-batch's, gathered
-     * under sequence parallelism: every tp rank routes them alike) */
-    size_t N = (size_t)j->train.micro_batch * (size_t)(model_seq_len(&j->model) / j->parallel.cp);
-    int El = e->experts / ep, k = e->top_k < El ? e->top_k : El;
-    *tok_rows = N * (size_t)e->top_k;
-    *exp_rows = N * (size_t)k * (size_t)ep; /* model_internal.h moe_expert_rows */
+    size_t worst = sizes_moe_worst_rows(s), rows;
+    if (e->experts < 1) return 0;
+    if (e->capacity_factor > 0) {
+        /* each expert keeps at most `capacity` choices of a sample (of its
+         * whole sequence under cp, all of which may sit on this rank's
+         * chunk): El experts, micro_batch samples, from each ep rank */
+        int ep = sizes_ep(s), Tf = model_seq_len(&j->model);
+        rows = (size_t)ep * (size_t)(e->experts / ep) * (size_t)j->train.micro_batch *
+               (size_t)job_moe_capacity(e, Tf);
+    } else {
+        rows = (size_t)ceil((double)sizes_moe_even_rows(s) * SIZES_MOE_MARGIN);
+    }
+    return rows < worst ? rows : worst;
 }
 
-void sizes_ep_stage_tp(const sizes *s, size_t *tp_rows)
+void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows)
 {
-    size_t tok, exp, tp = (size_t)s->job.parallel.tp, E = (size_t)s->job.model.moe.experts;
-    sizes_ep_stage(s, &tok, &exp);
+    const job_spec *j = &s->job;
+    *tok_rows = *exp_rows = 0;
+    if (sizes_ep(s) == 1 || j->model.moe.experts < 1) return;
+    *tok_rows = moe_rank_rows(s) * (size_t)j->model.moe.top_k;
+    *exp_rows = sizes_moe_priced_rows(s);
+    /* under tp the experts' side holds every token-side row for a moment (ep.c) */
+    if (j->parallel.tp > 1 && *exp_rows < *tok_rows) *exp_rows = *tok_rows;
+}
+
+size_t sizes_ep_stage_tp_at(const sizes *s, size_t exp_rows)
+{
+    size_t tp = (size_t)s->job.parallel.tp, E = (size_t)s->job.model.moe.experts;
     /* ep.c's slots: tp of at most exp / tp rows (rounded up) + a row of
      * padding per (rank, expert) block */
-    *tp_rows = exp > 0 && tp > 1 ? tp * ((exp + tp - 1) / tp + E) : 0;
+    return exp_rows > 0 && tp > 1 && sizes_ep(s) > 1 ? tp * ((exp_rows + tp - 1) / tp + E) : 0;
+}
+
+size_t sizes_ep_stage_numel_at(const sizes *s, size_t exp_rows)
+{
+    size_t tok, exp;
+    sizes_ep_stage(s, &tok, &exp);
+    if (exp == 0) return 0;
+    size_t tpr = sizes_ep_stage_tp_at(s, exp_rows);
+    /* a row more each (ep.c: tensor parallelism's zero row), the tp slots,
+     * + the reorders' ints */
+    return (tok + exp_rows + 2 + tpr) * (size_t)s->job.model.d_model + exp_rows + tpr + 1;
 }
 
 size_t sizes_ep_stage_numel(const sizes *s)
 {
-    size_t tok, exp, tpr;
+    size_t tok, exp;
     sizes_ep_stage(s, &tok, &exp);
-    sizes_ep_stage_tp(s, &tpr);
-    if (exp == 0) return 0;
-    /* a row more each (ep.c: tensor parallelism's zero row), the tp slots,
-     * + the reorders' ints */
-    return (tok + exp + 2 + tpr) * (size_t)s->job.model.d_model + exp + tpr + 1;
+    return sizes_ep_stage_numel_at(s, exp);
 }
 
 /* Units [*begin, *end) of global chunk c. */
@@ -815,6 +864,8 @@ model_acts_size sizes_chunk_acts(const sizes *s, int chunk, int tp_rank)
     model_shard sh = chunk_shard(s, chunk, tp_rank);
     model_precision prec = job_precision(s);
     model_acts_size z = model_acts_sizes(&s->job.model, &sh, s->job.train.micro_batch, s->job.train.recompute, &prec);
+    /* (model.moe: the rows that arrive at the experts are the rank's, not a
+     * stash slot's: sizes_moe_rows_memory) */
     /* ZB-H1: each micro-batch also keeps its blocks' matmul output gradients from
      * its B to its W (model_acts_create_split), as long as its stash */
     if (s->sched && s->job.parallel.pp_schedule == PP_ZB_H1)
@@ -832,6 +883,59 @@ int sizes_acts_slots(const sizes *s, int chunk)
 {
     if (!s->sched) return 1;
     return s->sched->slots[chunk];
+}
+
+int sizes_rank_acts_slots(const sizes *s, int pp_rank)
+{
+    if (!s->sched) return 1;
+    return s->sched->rank_slots[pp_rank];
+}
+
+/* A pipeline rank's activations (pp_exec.h), each chunk sized once: the
+ * stashes (each chunk's own pool of sizes_acts_slots, or one pool of the
+ * rank's, whichever is smaller: pp_stash_pool_bytes; *pooled says which),
+ * the working sets (each chunk's own part and the largest scratch, which the
+ * chunks share), the stashes' host part, and the activation slots. */
+typedef struct {
+    size_t stash, work, host, live;
+    int pooled;
+} rank_acts;
+
+static rank_acts rank_acts_of(const sizes *s, sizes_at at)
+{
+    int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
+    rank_acts r = {0};
+    /* (v is small, but bounded only by pp x m x v: a few on the stack keep
+     * the planner's search free of mallocs) */
+    int slots_few[8], *slots = v <= 8 ? slots_few : malloc((size_t)v * sizeof *slots);
+    size_t stash_few[8], *stash = v <= 8 ? stash_few : malloc((size_t)v * sizeof *stash), scratch = 0, apart = 0;
+    for (int local = 0; local < v; local++) {
+        int c = pp_chunk_id(at.pp, local, pp), n = sizes_acts_slots(s, c);
+        model_acts_size z = sizes_chunk_acts(s, c, at.tp);
+        if (slots && stash) slots[local] = n, stash[local] = z.stash;
+        apart += (size_t)n * z.stash;
+        r.work += z.work - z.scratch;
+        if (z.scratch > scratch) scratch = z.scratch;
+        r.host += (size_t)n * z.host;
+        r.live += (size_t)n;
+    }
+    r.work += scratch;
+    /* (no memory for v counts: each chunk's own pool, an upper bound) */
+    r.stash = slots && stash ? pp_stash_pool_bytes(v, slots, stash, s->sched->rank_slots[at.pp], &r.pooled) : apart;
+    if (slots != slots_few) free(slots);
+    if (stash != stash_few) free(stash);
+    return r;
+}
+
+size_t sizes_stash_bytes(const sizes *s, sizes_at at, int *pooled)
+{
+    if (!s->sched) {
+        if (pooled) *pooled = 0;
+        return sizes_chunk_acts(s, 0, at.tp).stash;
+    }
+    rank_acts r = rank_acts_of(s, at);
+    if (pooled) *pooled = r.pooled;
+    return r.stash;
 }
 
 /* What the head adds to each micro-batch's stash on the last chunk (its input
@@ -927,6 +1031,63 @@ size_t sizes_cp_ring_numel(const sizes *s)
     return 2 * rows * (k2 + second) + rows * Cl + rows * NHl;
 }
 
+/* model_moe_rows_sizes of chunk c on tp rank tp for `rows` arrived rows. */
+static model_acts_size moe_rows_of(const sizes *s, int c, int tp, size_t rows)
+{
+    model_shard sh = chunk_shard(s, c, tp);
+    model_precision prec = job_precision(s);
+    return model_moe_rows_sizes(&s->job.model, &sh, s->job.train.micro_batch, s->job.train.recompute, &prec, rows);
+}
+
+/* The working set of the MoE blocks' experts' rows: one block at a time on
+ * the rank, the largest chunk's. */
+static size_t moe_rank_work(const sizes *s, sizes_at at, size_t rows)
+{
+    int pp = s->job.parallel.pp, v = s->sched ? s->job.parallel.virtual_stages : 1;
+    size_t most = 0;
+    for (int local = 0; local < v; local++) {
+        size_t w = moe_rows_of(s, s->sched ? pp_chunk_id(at.pp, local, pp) : 0, at.tp, rows).work;
+        if (w > most) most = w;
+    }
+    return most;
+}
+
+/* The experts' rows the micro-batches in flight on the rank hold at once:
+ * each holds its MoE blocks' from their forward to their backward (moe.c),
+ * whichever chunk they are in, so the most at any point of the rank's
+ * schedule (pp_schedule: fewer than the chunks' own peaks added up under an
+ * interleaved one, sizes_acts_slots); without its action lists (the
+ * planner's memory pass) those peaks added up, a bound. */
+static size_t moe_rank_stash(const sizes *s, sizes_at at, size_t rows)
+{
+    int pp = s->job.parallel.pp, v = s->sched ? s->job.parallel.virtual_stages : 1;
+    const pp_schedule *sc = sizes_schedule(s);
+    if (!s->sched) return moe_rows_of(s, 0, at.tp, rows).stash;
+    size_t bound = 0;
+    for (int local = 0; local < v; local++) {
+        int c = pp_chunk_id(at.pp, local, pp);
+        bound += (size_t)sizes_acts_slots(s, c) * moe_rows_of(s, c, at.tp, rows).stash;
+    }
+    if (!sc || bound == 0) return bound;
+    size_t live = 0, most = 0;
+    for (int i = 0; i < sc->n_actions[at.pp]; i++) {
+        const pp_action *a = &sc->actions[at.pp][i];
+        if (a->op == PP_OP_FORWARD) {
+            live += moe_rows_of(s, a->chunk, at.tp, rows).stash;
+            if (live > most) most = live;
+        } else if (a->op == PP_OP_BACKWARD) {
+            live -= moe_rows_of(s, a->chunk, at.tp, rows).stash;
+        }
+    }
+    return most;
+}
+
+void sizes_moe_rows_memory(const sizes *s, sizes_at at, size_t rows, size_t *acts, size_t *staging)
+{
+    *acts = s->job.model.moe.experts > 0 ? moe_rank_stash(s, at, rows) + moe_rank_work(s, at, rows) : 0;
+    *staging = sizes_ep_stage_numel_at(s, rows) * sizeof(float);
+}
+
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
 {
     memset(out, 0, sizeof *out);
@@ -964,11 +1125,13 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
     size_t pool = sizes_gather_numel(s, at) + sizes_reduce_numel(s, at);
     if (pool && re == 2) out->bytes[SIZES_COMM] += (pool < OPTIM_SCRATCH_NUMEL ? pool : OPTIM_SCRATCH_NUMEL) * 4;
 
-    /* Each local chunk keeps a pool of sizes_acts_slots stashes for the whole
-     * run (pp_exec.h), so the rank holds the sum of the chunks' peaks, which is
-     * more than the peak of their sum when chunks peak at different times
-     * (interleaved schedules); plus one working set per chunk. */
-    int pp = s->job.parallel.pp, v = s->job.parallel.virtual_stages;
+    /* The executor's stashes for the whole run (pp_exec.h): each local chunk
+     * a pool of sizes_acts_slots of them, or (several chunks) one pool of the
+     * rank, as many as the most micro-batches of all its chunks in flight at
+     * once, each its largest chunk's size: whichever is smaller
+     * (pp_stash_pool_bytes). Plus each chunk's own working set and one scratch
+     * the chunks share (the largest; model_share_scratch): rank_acts_of. */
+    int pp = s->job.parallel.pp;
     size_t acts = 0, live = 0, acts_host = 0; /* train.offload: activations: the stashes' host part */
     if (!s->sched) {
         model_acts_size z = sizes_chunk_acts(s, 0, at.tp);
@@ -976,15 +1139,16 @@ void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out)
         acts_host = z.host;
         live = 1;
     } else {
-        for (int local = 0; local < v; local++) {
-            int c = pp_chunk_id(at.pp, local, pp), slots = sizes_acts_slots(s, c);
-            model_acts_size z = sizes_chunk_acts(s, c, at.tp);
-            acts += (size_t)slots * z.stash + z.work;
-            acts_host += (size_t)slots * z.host;
-            live += (size_t)slots;
-        }
+        rank_acts r = rank_acts_of(s, at);
+        acts = r.stash + r.work;
+        acts_host = r.host;
+        live = r.live;
     }
     out->host += acts_host;
+    /* model.moe: the experts' rows at the priced rows (sizes_moe_rows_memory) */
+    size_t moe_acts, moe_staging;
+    sizes_moe_rows_memory(s, at, sizes_moe_priced_rows(s), &moe_acts, &moe_staging);
+    acts += moe_acts;
     size_t logits = 0;
     if (pp_chunk_rank(s->chunks - 1, pp) == at.pp) {
         /* the head's stash per micro-batch in flight, and its chunk of logits

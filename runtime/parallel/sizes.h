@@ -20,13 +20,16 @@
  *                                 and one model_acts per (chunk, microbatch) alive
  *                                 from its FORWARD to its BACKWARD (at most
  *                                 sizes_acts_slots(chunk) of a chunk at once): a
- *                                 fixed pool of that many per local chunk
+ *                                 fixed pool of that many per local chunk, their
+ *                                 stashes their own or lent by one pool of the
+ *                                 rank (sizes_stash_bytes); one working set per
+ *                                 chunk whose scratch part the chunks share
  *   model_acts host loss buffers  sizes_acts_host_bytes       (per model_acts)
  *   engine's host batch buffers   sizes_batch_samples         (sizes_batch_bytes)
  *   train.cuda_graphs' inputs and scalars (device)  sizes_graph_bytes
  *   tied wte scratch (GPT, pp>1)  sizes_tied_scratch_numel
  *   tp bf16 staging (tp>1, bf16)  sizes_tp_stage_numel
- *   MoE dispatcher (ep>1)         sizes_ep_stage_numel
+ *   MoE dispatcher (ep>1)         sizes_ep_stage_numel (at the priced rows)
  *
  * Precision. With train.precision fp32 everything is fp32: params 4 + grads 4 +
  * Adam m 4 + v 4 = 16 bytes per parameter. With train.precision bf16 (mixed
@@ -268,6 +271,16 @@ model_acts_size sizes_chunk_acts(const sizes *s, int chunk, int tp_rank);
 size_t sizes_chunk_acts_bytes(const sizes *s, int chunk, int tp_rank);
 /* Most microbatches of chunk c alive at once (1 with pp = 1). */
 int sizes_acts_slots(const sizes *s, int chunk);
+/* Most microbatches of all pp rank pp_rank's chunks alive at once (1 with
+ * pp = 1): fewer than the sum of its chunks' when they peak at different
+ * times (interleaved schedules). */
+int sizes_rank_acts_slots(const sizes *s, int pp_rank);
+/* The stashes a rank's pipeline executor holds for the run (pp_exec.h): each
+ * local chunk's sizes_acts_slots of its own, or one pool of the rank's
+ * sizes_rank_acts_slots buffers of its largest chunk's stash, whichever is
+ * smaller (pp_stash_pool_bytes; *pooled, may be NULL, says which). One
+ * micro-batch's with pp = 1. */
+size_t sizes_stash_bytes(const sizes *s, sizes_at at, int *pooled);
 /* Host bytes next to each model_acts (model_acts_host_bytes of micro_batch). */
 size_t sizes_acts_host_bytes(const sizes *s);
 /* The engine's host input buffers: samples of one step it holds at once (one
@@ -310,16 +323,43 @@ int sizes_grad_dp(const sizes *s);
  * category shards over dp x cp (sizes_shard). */
 int sizes_ep(const sizes *s);
 int sizes_expert_unit(const sizes *s, int unit);
+/* model.moe: the rows an MoE block's experts are priced at on a rank, per
+ * micro-batch. The engine allocates what arrives (moe.c, ep.c: the experts'
+ * rows, their gradients and the dispatcher's staging, none sized for the
+ * worst), which the dry-run cannot know: it prices the even load, every rank
+ * getting micro_batch x seq / cp x top_k rows, times SIZES_MOE_MARGIN; with
+ * model.moe.capacity_factor the capacity's bound instead (every expert of the
+ * rank full from every ep rank: exact, no margin); never more than the worst a
+ * dropless router may bring (micro_batch x seq / cp x min(top_k, experts /
+ * ep) x ep), which is also what one process computes
+ * (top_k of the experts, all local: exact). sizes_moe_even_rows: the even
+ * load alone; sizes_moe_worst_rows: that bound. */
+#define SIZES_MOE_MARGIN 1.10
+size_t sizes_moe_priced_rows(const sizes *s);
+size_t sizes_moe_even_rows(const sizes *s);
+size_t sizes_moe_worst_rows(const sizes *s);
+/* What a rank at `at` holds that follows the routing, were `rows` rows to
+ * arrive at every MoE block's experts in every micro-batch (the dry-run's
+ * figures move by it when the routing is not the priced one): activations
+ * (the experts' rows of the micro-batches in flight at once on the rank,
+ * from the schedule's action lists when built, else each chunk's
+ * sizes_acts_slots added up; and one block's working set of them: what
+ * sizes_rank_memory adds to SIZES_ACTS at the priced rows, besides the
+ * stashes of sizes_chunk_acts), and the dispatcher's staging bytes for
+ * `rows` experts' rows (ep.c; its token side included). */
+void sizes_moe_rows_memory(const sizes *s, sizes_at at, size_t rows, size_t *acts, size_t *staging);
 /* The MoE dispatcher's staging (ep.c), 0 with ep 1: the token side's rows
  * (micro_batch x seq / cp x top_k, each of d_model) and the experts' side's
- * (micro_batch x seq / cp x min(top_k, experts / ep) x ep: every ep rank's
- * rows for this rank's experts at most); their floats plus one int per expert
- * row (a reorder's indices). */
+ * (the priced rows, sizes_moe_priced_rows; under tp at least the token
+ * side's, which it holds for a moment); their floats plus one int per expert
+ * row (a reorder's indices). ep.c grows the experts' side to what arrives:
+ * sizes_ep_stage_numel_at counts it for exp_rows. */
 void sizes_ep_stage(const sizes *s, size_t *tok_rows, size_t *exp_rows);
 size_t sizes_ep_stage_numel(const sizes *s);
-/* Under tp (ep.c): the rows of the tp group's slots for the experts' rows'
- * shares (0 with tp 1 or without ep). */
-void sizes_ep_stage_tp(const sizes *s, size_t *tp_rows);
+size_t sizes_ep_stage_numel_at(const sizes *s, size_t exp_rows);
+/* Under tp (ep.c): the rows of the tp group's slots for exp_rows experts'
+ * rows' shares (0 with tp 1 or without ep). */
+size_t sizes_ep_stage_tp_at(const sizes *s, size_t exp_rows);
 
 /* ---- the whole rank ---- */
 void sizes_rank_memory(const sizes *s, sizes_at at, sizes_memory *out);

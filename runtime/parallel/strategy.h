@@ -227,6 +227,9 @@ void cp_release(strat_ctx *x);
  * A no-op otherwise. -1: out of memory. ep_release frees it. */
 int ep_apply(strat_ctx *x, model *const *chunks, int n_chunks);
 void ep_release(strat_ctx *x);
+/* The experts' rows the dispatcher's staging holds room for now (it grows
+ * to the most that arrived: ep.c ensure_room); 0 without ep. */
+size_t ep_staged_rows(const strat_ctx *x);
 
 /* ---- DDP's gradient buckets (ddp.c), also ZeRO-1's ---- */
 

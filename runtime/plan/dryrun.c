@@ -234,16 +234,24 @@ static void print_moe(const plan_estimate *e, FILE *out)
         fprintf(out, "capacity_factor %g: at most %d rows per expert and sample\n", x->capacity_factor,
                 job_moe_capacity(x, model_seq_len(m)));
     else
-        fprintf(out, "dropless%s\n",
-                ep > 1 ? ", so the experts' buffers hold the most that can arrive (the memory above counts these)" : "");
-    if (ep > 1) {
-        size_t tok, exp;
-        sizes_ep_stage(e->sizes, &tok, &exp);
-        int El = x->experts / ep;
-        fprintf(out, "  the experts' rows a micro-batch may bring to a rank: %.0f token rows x min(top-%d, %d experts "
-                     "there) x ep %d = %zu (%.1f x the even load)\n",
-                tokens, x->top_k, El, ep, exp, rows > 0 ? exp / rows : 0.0);
-    }
+        fprintf(out, "dropless\n");
+    /* the engine allocates what arrives (moe.c, ep.c); the memory above
+     * prices it (sizes_moe_priced_rows) */
+    size_t priced = sizes_moe_priced_rows(e->sizes), even = sizes_moe_even_rows(e->sizes);
+    size_t worst = sizes_moe_worst_rows(e->sizes);
+    fprintf(out, "  the experts' buffers hold the rows that arrive; the memory above prices %zu a rank per MoE block and "
+                 "micro-batch: ",
+            priced);
+    if (x->capacity_factor > 0)
+        fprintf(out, "the capacity's bound (%.2f x the even load)", even ? (double)priced / (double)even : 0.0);
+    else if (priced >= worst)
+        fprintf(out, "all of them (every choice computed here)");
+    else
+        fprintf(out, "the even load x %.2f (a margin for an unbalanced router)", SIZES_MOE_MARGIN);
+    if (priced < worst)
+        fprintf(out, "; a dropless router may bring up to %zu (%.1f x the even load)", worst,
+                even ? (double)worst / (double)even : 0.0);
+    fprintf(out, "\n");
     if (ep > 1) {
         const plan_comm *ec = &e->stage[0].comm[GROUP_EP];
         fprintf(out, "  all-to-all per MoE block and micro-batch: %s leaves each rank per dispatch, combine and their "

@@ -38,8 +38,8 @@ static cJSON *moe_json(const plan_estimate *e)
                                                   par->sequence_parallel && par->tp > 1, par->cp));
     if (ep > 1) {
         size_t tok, exp;
-        sizes_ep_stage(e->sizes, &tok, &exp); /* dropless: the most that can arrive, what the memory counts */
-        cJSON_AddNumberToObject(o, "expert_rows_allocated_per_microbatch", (double)exp);
+        sizes_ep_stage(e->sizes, &tok, &exp); /* the priced rows (stages[].moe_rows), the staging's */
+        cJSON_AddNumberToObject(o, "expert_rows_staged_per_microbatch", (double)exp);
         const plan_comm *c = &e->stage[0].comm[GROUP_EP];
         cJSON_AddNumberToObject(o, "all_to_all_bytes", plan_ep_a2a_bytes(e)); /* one, leaving a rank */
         cJSON_AddNumberToObject(o, "all_to_all_s", plan_ep_a2a_time(e, c));
@@ -196,6 +196,22 @@ static cJSON *stage_json(const plan_estimate *e, int p)
         cJSON_AddNumberToObject(x, "allocated", (double)m.total);
         cJSON_AddNumberToObject(x, "host", (double)m.host);
         cJSON_AddItemToArray(by_tp, x);
+    }
+    if (e->job.model.moe.experts > 0) {
+        /* model.moe: the rows the memory above prices an MoE block's experts
+         * at, and what a row more or less moves it by (per MoE block and
+         * micro-batch: the run holds what arrives) */
+        size_t rows = sizes_moe_priced_rows(e->sizes), a1, s1, a0, s0, tok, staged;
+        sizes_moe_rows_memory(e->sizes, (sizes_at){0, p, st->tp_rank}, rows, &a1, &s1);
+        sizes_moe_rows_memory(e->sizes, (sizes_at){0, p, st->tp_rank}, 0, &a0, &s0);
+        sizes_ep_stage(e->sizes, &tok, &staged);
+        cJSON *mr = cJSON_AddObjectToObject(o, "moe_rows");
+        cJSON_AddNumberToObject(mr, "priced", (double)rows);
+        cJSON_AddNumberToObject(mr, "even", (double)sizes_moe_even_rows(e->sizes));
+        cJSON_AddNumberToObject(mr, "worst", (double)sizes_moe_worst_rows(e->sizes));
+        cJSON_AddNumberToObject(mr, "staged", (double)staged);
+        cJSON_AddNumberToObject(mr, "activations_per_row", rows ? (double)(a1 - a0) / (double)rows : 0.0);
+        cJSON_AddNumberToObject(mr, "buffers_per_row", rows ? (double)(s1 - s0) / (double)rows : 0.0);
     }
     cJSON_AddBoolToObject(o, "oom", st->oom);
     cJSON_AddNumberToObject(o, "flops", st->flops);

@@ -11,6 +11,8 @@
  *    "time":{"wall":s,"compute":s,"comm":s,"idle":s},
  *    "bubble":f,"bubble_ideal":f,            (pipelines only)
  *    "mem_peak":{"params":B,"grads":B,"optimizer":B,"activations":B,"buffers":B,"total":B},
+ *    "moe_rows":{"min":R,"max":R,"staged":R} (model.moe: the fewest and most rows that
+ *    arrived at one MoE block's experts in a micro-batch, the ep staging's rows),
  *    "acts_kept":{"attn_in":B,"mlp_in":B},"rss_peak":B}
  * time: where the step's wall time went (engine_times); bubble: the pipeline's
  * measured idle fraction of the step, next to the schedule's ideal
@@ -84,9 +86,14 @@ static void rank_log_step(FILE *f, metrics *met, engine *e, int step)
     engine_comm_bytes sent = engine_bytes_sent(e);
     size_t attn_in, mlp_in;
     engine_acts_kept(e, &attn_in, &mlp_in);
-    fprintf(f, "\"total\":%zu},\"acts_kept\":{\"attn_in\":%zu,\"mlp_in\":%zu},\"rss_peak\":%ld,"
+    fprintf(f, "\"total\":%zu},", acct_peak_total(a));
+    int moe_lo, moe_hi;
+    size_t moe_staged;
+    engine_moe_rows(e, &moe_lo, &moe_hi, &moe_staged);
+    if (moe_hi > 0) fprintf(f, "\"moe_rows\":{\"min\":%d,\"max\":%d,\"staged\":%zu},", moe_lo, moe_hi, moe_staged);
+    fprintf(f, "\"acts_kept\":{\"attn_in\":%zu,\"mlp_in\":%zu},\"rss_peak\":%ld,"
                "\"bytes_sent\":{\"tp\":%llu,\"dp\":%llu,\"pp\":%llu,\"cp\":%llu,\"ep\":%llu,\"edp\":%llu}}\n",
-            acct_peak_total(a), attn_in, mlp_in, (long)ru.ru_maxrss * 1024L, sent.tp, sent.dp, sent.pp, sent.cp,
+            attn_in, mlp_in, (long)ru.ru_maxrss * 1024L, sent.tp, sent.dp, sent.pp, sent.cp,
             sent.ep, sent.edp);
     fflush(f);
 }

@@ -235,6 +235,9 @@ static int setup_comms(engine *e, char *err, size_t errlen)
     return 0;
 }
 
+/* model_set_mem_observer's: the bytes an MoE block allocated (> 0) or freed */
+static void acts_observed(void *ctx, long long bytes) { acct_add(ctx, ACCT_ACTS, bytes); }
+
 /* This rank's chunks (pp = 1: one chunk of every unit), initialized, counted. */
 static int setup_chunks(engine *e, char *err, size_t errlen)
 {
@@ -281,6 +284,9 @@ static int setup_chunks(engine *e, char *err, size_t errlen)
         return -1;
     }
     acct_add(e->acct, ACCT_ACTS, (long long)model_mixed_work_bytes(e->chunk[0]));
+    /* what the model sizes as it computes (an MoE block's experts' rows, as
+     * many as arrive) is activations too, counted as it comes and goes */
+    for (int l = 0; l < e->n_chunks; l++) model_set_mem_observer(e->chunk[l], acts_observed, e->acct);
     return 0;
 }
 
@@ -296,8 +302,9 @@ static model_acts_size chunk_acts(const engine *e, model *m, int mb)
 }
 
 /* Activations: one micro-batch's with pp = 1; the executor's slots with pp > 1
- * (each slot one stash of its chunk), and each chunk's shared working set, as
- * allocated; the dry-run (sizes_rank_memory) must say the same. */
+ * (each slot one stash of its chunk, or the rank's one pool of stashes), each
+ * chunk's own working set and the one scratch they share, as allocated; the
+ * dry-run (sizes_rank_memory) must say the same. */
 static int setup_acts(engine *e, char *err, size_t errlen)
 {
     const job_spec *job = &e->job;
@@ -311,7 +318,8 @@ static int setup_acts(engine *e, char *err, size_t errlen)
             return -1;
         }
         model_acts_size z = chunk_acts(e, e->chunk[0], mb);
-        acct_add(e->acct, ACCT_ACTS, (long long)(z.stash + model_acts_work_bytes(e->chunk[0]) + host));
+        acct_add(e->acct, ACCT_ACTS, (long long)(z.stash + model_acts_work_bytes(e->chunk[0]) +
+                                                 model_acts_scratch_bytes(e->chunk[0]) + host));
         acct_add(e->acct, ACCT_HOST, (long long)z.host); /* train.offload: activations */
     } else {
         char why[512];
@@ -324,13 +332,23 @@ static int setup_acts(engine *e, char *err, size_t errlen)
         pp_exec_hooks h = {.ctx = e, .before_backward = pp_before_backward, .span = engine_trace_pp_span,
                            .send_wait = engine_trace_send_wait};
         pp_exec_set_hooks(e->ex, &h);
+        /* the chunks compute one at a time: one scratch serves them all */
+        if (model_share_scratch(e->chunk, e->n_chunks)) {
+            snprintf(err, errlen, "rank %d: the model chunks cannot share their activation scratch", e->rank);
+            return -1;
+        }
+        /* the stashes: each slot's own, or the rank's one pool (pp_exec.h) */
+        size_t pool = pp_exec_pool_bytes(e->ex), scratch = 0;
+        acct_add(e->acct, ACCT_ACTS, (long long)pool);
         for (int l = 0; l < e->n_chunks; l++) {
             model_acts_size z = chunk_acts(e, e->chunk[l], mb);
             acct_add(e->acct, ACCT_ACTS,
-                     (long long)pp_exec_slots(e->ex, l) * (long long)(z.stash + host) +
+                     (long long)pp_exec_slots(e->ex, l) * (long long)((pool ? 0 : z.stash) + host) +
                          (long long)model_acts_work_bytes(e->chunk[l]));
             acct_add(e->acct, ACCT_HOST, (long long)pp_exec_slots(e->ex, l) * (long long)z.host);
+            if (model_acts_scratch_bytes(e->chunk[l]) > scratch) scratch = model_acts_scratch_bytes(e->chunk[l]);
         }
+        acct_add(e->acct, ACCT_ACTS, (long long)scratch);
         e->micro_per_step = job->parallel.microbatches;
     }
     cap = sizes_batch_samples(e->sz);

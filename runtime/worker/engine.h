@@ -145,6 +145,11 @@ const account *engine_account(const engine *e);
 /* One micro-batch's kept attention and MLP inputs (model_acts_kept), bytes;
  * 0 and 0 in a pipeline (its slots hold several). */
 void engine_acts_kept(const engine *e, size_t *attn_in, size_t *mlp_in);
+/* model.moe: the fewest and most rows that arrived at one MoE block's
+ * experts in one micro-batch on this rank so far (model_moe_rows, over its
+ * chunks), and the rows the ep dispatcher's staging has grown to
+ * (ep_staged_rows); all 0 without MoE blocks. */
+void engine_moe_rows(const engine *e, int *fewest, int *most, size_t *staged);
 /* Bytes this rank has sent so far on its tensor-, data- and pipeline-parallel
  * groups and its context-parallel ring (comm_bytes_sent; 0 for a group of
  * one). dp: the gradient-reduction group, dp x cp ranks under cp. ep, edp:

@@ -156,3 +156,16 @@ int engine_moe_ckpt_load(engine *e, const ckpt *ck, char *why, size_t n)
     free(host);
     return rc;
 }
+
+void engine_moe_rows(const engine *e, int *fewest, int *most, size_t *staged)
+{
+    *fewest = *most = 0;
+    for (int l = 0; l < e->n_chunks; l++) {
+        int lo, hi;
+        model_moe_rows(e->chunk[l], &lo, &hi);
+        if (hi == 0) continue; /* no MoE block in it */
+        if (*most == 0 || lo < *fewest) *fewest = lo;
+        if (hi > *most) *most = hi;
+    }
+    *staged = ep_staged_rows(&e->x);
+}

@@ -227,6 +227,20 @@ static void test_memory(void) {
     }
     CHECK(ok, "memory: from_host, copy (offset), zero (range), to_host round trip");
 
+    /* stream-ordered memory (an MoE block's expert rows): usable by the ops
+     * queued after it, given back behind the ops queued before; a freed
+     * buffer's memory serves the next one (the pool keeps it) */
+    for (int round = 0; round < 3; round++) {
+        float *o = gpu->alloc_ordered(n * sizeof(float));
+        gpu->copy(o, z, n * sizeof(float));
+        gpu->scale(o, 3.0f, n);
+        gpu->to_host(h, o, n * sizeof(float));
+        gpu->free_ordered(o);
+        ok = o != NULL;
+        for (size_t i = 0; i < n; i++) ok &= h[i] == 3.0f * src[i];
+        CHECK(ok, "memory: alloc_ordered round %d: copy and scale into it, free_ordered behind them", round);
+    }
+
     /* the copy queue (train.offload): a copy starts behind the compute queued
      * before it, and what is queued after copy_finish sees it */
     float *pin = gpu->host_alloc(n * sizeof(float)), *back_h = gpu->host_alloc(n * sizeof(float));

@@ -20,10 +20,8 @@
 #  - checkpoints reshard across a change of ep and tp: 20 steps at ep 2 then
 #    20 at ep 4, ep 4 (FSDP) then one process, ep 2 x tp 2 (SP) then one
 #    process, tp 2 then ep 4, stay on the one-process curve;
-#  - memory: the dry-run predicts every rank's measured peaks of ep runs (DDP,
-#    FSDP, ZeRO-2, ep 2 x tp 2 with SP), ep 2 holds half the experts'
-#    parameters, and the bytes
-#    travel on the ep and experts' data-parallel groups;
+#  - memory: ep_memory.sh (the dry-run against what ep runs hold, with
+#    expert buffers sized by what arrives);
 #  - refused in one line, exit 2, before any worker starts: ep not dividing
 #    the experts, ep not dividing dp x cp, ep without model.moe, d_ff_expert
 #    not divisible by tp.
@@ -82,44 +80,6 @@ reshard llama-moe "dp=2 ep=2" "dp=4 ep=4"
 reshard gpt-moe "dp=4 ep=4 mode=fsdp" "pp=1"
 reshard llama-moe "dp=2 tp=2 ep=2 sp=1" "pp=1"
 reshard gpt-moe "tp=2" "dp=4 ep=4"
-
-# memory: the dry-run (sizes.c, whose sizes the run allocates) predicts every
-# rank's peaks of an ep run, category by category (plan_compare.py), and ep 2
-# holds half the experts: 4 blocks x (fc + proj) x 4 experts x 32 x 64 floats
-# of parameters, half of them (128 KiB) fewer per rank; the all-to-alls travel
-# on the ep group (bytes_sent.ep), the experts' gradients on their own group
-source "$(dirname "$0")/../parallel/pvm.bash"
-NAMES=()
-mem_run() { # NAME LAYOUT EP
-  pvm_job "$1" "$2"
-  sed -i -e 's/^  attention: .*/&\n  moe: {experts: 4, top_k: 2, d_ff_expert: 32}/' "$T/$1.yaml"
-  printf '  ep: %s\n' "$3" >>"$T/$1.yaml"
-  local world; world=$(( $(lget "$2" dp 1) * $(lget "$2" tp 1) * $(lget "$2" pp 1) ))
-  timeout -k 5 120 "$DTRUN" --nproc-per-node="$world" "$T/$1.yaml" >"$T/$1.log" 2>&1 ||
-    { tail -n 20 "$T/$1.log"; fail "$1 did not train"; }
-  "$DTRUN" --dry-run --format=json --hardware=cpu --nproc-per-node="$world" "$T/$1.yaml" >"$T/$1.dry.json" \
-    2>"$T/$1.dry.err" || { cat "$T/$1.dry.err"; fail "$1: dry-run failed"; }
-  NAMES+=("$1")
-}
-mem_run mem-ep1 "dp=2" 1
-mem_run mem-ep2 "dp=2" 2
-mem_run mem-ep2-fsdp "dp=4 mode=fsdp" 2
-mem_run mem-ep4-zero2 "dp=4 mode=zero2" 4
-mem_run mem-ep2-tp2 "dp=2 tp=2 sp=1" 2
-python3 "$ROOT/test/parallel/plan_compare.py" "$T" "${NAMES[@]}" >"$T/mem.txt" 2>&1 || { cat "$T/mem.txt"; fail "ep memory: the dry-run is off"; }
-tail -1 "$T/mem.txt"
-python3 - "$T" <<'PY' || fail "ep memory"
-import json, sys
-last = lambda n, r: [json.loads(l) for l in open(f"{sys.argv[1]}/{n}.rank{r}.jsonl") if l.strip()][-1]
-a, b = last("mem-ep1", 0), last("mem-ep2", 0)
-saved = a["mem_peak"]["params"] - b["mem_peak"]["params"]
-assert saved == 4 * 2 * 4 * 32 * 64 * 4 // 2, saved
-assert b["bytes_sent"]["ep"] > 0 and a["bytes_sent"]["ep"] == 0, (a["bytes_sent"], b["bytes_sent"])
-f = last("mem-ep2-fsdp", 3)
-assert f["bytes_sent"]["ep"] > 0 and f["bytes_sent"]["edp"] > 0, f["bytes_sent"]
-print(f"ok: ep 2 holds {saved // 1024} KiB fewer expert parameters per rank; all-to-alls "
-      f"{b['bytes_sent']['ep'] / 1024:.0f} KiB over 3 steps on the ep group")
-PY
 
 # refused before anything starts (the launcher checks the job: no worker runs)
 bad() { # NAME EXPECT NPROC YAML

@@ -14,7 +14,7 @@ head -c 6000 "$ROOT/README.md" >"$T/text"
 want=$(G2 loss-file "$HF" "$T/text" --seq-len 64) || fail "pytorch loss"
 for lay in "" "--tp 2" "--pp 2" "--dp 2 --mode fsdp"; do
   # shellcheck disable=SC2086
-  out=$("$DTRUN" eval "$HF" --data "$T/text" $lay 2>"$T/err" | sed 's/^\[default\/0\]://') || { cat "$T/err"; fail "eval $lay"; }
+  out=$("$DTRUN" eval "$HF" --data "$T/text" $lay 2>"$T/err") || { cat "$T/err"; fail "eval $lay"; }
   python3 - "$out" "$want" <<'EOF2' || fail "eval ${lay:-dp1}: $out is not PyTorch's loss $want"
 import math, re, sys
 out, want = sys.argv[1], float(sys.argv[2])
@@ -72,8 +72,7 @@ EOF2
 train_val=$(python3 -c "import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if 'val_loss' in r][-1]['val_loss'])" "$T/val.jsonl")
 for lay in "" "--dp 2"; do
   # shellcheck disable=SC2086
-  out=$("$DTRUN" eval "$T/val.ck" --data "$T/text" --split val --val-fraction 0.2 --batches 3 --batch 4 $lay 2>"$T/err" |
-        sed 's/^\[default\/0\]://') || { cat "$T/err"; fail "eval --split val $lay"; }
+  out=$("$DTRUN" eval "$T/val.ck" --data "$T/text" --split val --val-fraction 0.2 --batches 3 --batch 4 $lay 2>"$T/err") || { cat "$T/err"; fail "eval --split val $lay"; }
   python3 - "$out" "$train_val" <<'EOF2' || fail "eval --split val ${lay:-}: $out, training's val_loss $train_val"
 import re, sys
 loss = float(re.search(r"loss (\S+)", sys.argv[1]).group(1)); want = float(sys.argv[2])

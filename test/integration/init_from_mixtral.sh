@@ -9,7 +9,8 @@
 #    folder's config makes the job a Llama with
 #    model.moe (experts, top_k, d_ff_expert, the aux coefficient);
 #  - dtrun generate: 32 greedy tokens equal PyTorch's (whole prefix each
-#    step), routing each new token through the KV cache;
+#    step), routing each new token through the KV cache, on one process and
+#    under tp 2;
 #  - dtrun eval of the folder gives PyTorch's loss;
 #  - dtrun export CKPT DIR/ of a fine-tuned Mixtral is a folder PyTorch's
 #    Mixtral loads (strict names and shapes) whose loss is dtrun's own within
@@ -57,6 +58,11 @@ torch_ids=$(MX greedy "$HF" --prompt-ids 1,2,3 --n 32 2>"$T/margin") || fail "py
 ids=$("$DTRUN" generate "$HF" --prompt-ids 1,2,3 --max-new-tokens 32 --temperature 0 --ids --no-echo 2>"$T/gen.err" | head -1)
 [ "$ids" = "$torch_ids" ] || { echo "dtrun:   $ids"; echo "pytorch: $torch_ids"; cat "$T/gen.err"; fail "greedy tokens differ from PyTorch's"; }
 echo "ok: 32 greedy tokens = PyTorch's ($(cat "$T/margin"))"
+# under tp 2 (each expert's gate/up by rows, down by columns, the router
+# replicated, one partial sum over tp): the same tokens through the KV cache
+ids=$("$DTRUN" generate "$HF" --prompt-ids 1,2,3 --max-new-tokens 32 --temperature 0 --ids --no-echo --tp 2 2>"$T/gen.err" | head -1)
+[ "$ids" = "$torch_ids" ] || { echo "dtrun tp 2: $ids"; echo "pytorch:    $torch_ids"; cat "$T/gen.err"; fail "greedy tokens under tp 2 differ from PyTorch's"; }
+echo "ok: 32 greedy tokens under tp 2 = PyTorch's"
 
 head -c 4000 "$ROOT/README.md" >"$T/text"
 "$DTRUN" eval "$HF" --data "$T/text" --seq-len 32 >"$T/eval.out" 2>"$T/eval.err" || { cat "$T/eval.err"; fail "dtrun eval of the folder"; }

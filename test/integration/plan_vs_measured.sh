@@ -34,6 +34,15 @@ measure tp2-pp2-sp         "tp=2 pp=2 m=2 sp=1"
 measure tp2-pp2-vocab67    "tp=2 pp=2 m=2 mode=zero1 vocab=67"
 measure vit-dp2-zero2      "kind=vit dp=2 mode=zero2"
 measure dp2-pp2-zero1      "dp=2 pp=2 mode=zero1 m=4"
+# interleaved with m = 2p: a rank's two chunks hold 5 (rank 0) and 3 (rank 1)
+# micro-batches at once, fewer than their own peaks' 4 + 2 and 2 + 2, so their
+# stashes come from one pool of the rank (pp_exec.h), in bf16 too; with block
+# recompute rank 1's head chunk stashes more than its other chunk, so 3 of the
+# head chunk's size would be more than 2 + 2 of their own: it keeps them apart.
+# The chunks share one scratch in all three.
+measure pp2-interleaved    "pp=2 sched=interleaved m=4"
+measure pp2-interleaved-bf16 "pp=2 sched=interleaved m=4 prec=bf16"
+measure pp2-interleaved-recompute "pp=2 sched=interleaved m=4 recompute=block"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) on $(getconf _NPROCESSORS_ONLN) cores"
 python3 "$ROOT/test/parallel/plan_compare.py" --busy "$BUSY" "$T" "${NAMES[@]}"; rc=$?
 # Selective recompute against none on the same layout, measured. Naive

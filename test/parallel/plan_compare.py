@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """plan_compare.py — does the dry-run predict what the run then measured?
 
-usage: plan_compare.py [--busy SHARE] [--bubble-points POINTS] DIR NAME...
+usage: plan_compare.py [--busy SHARE] [--bubble-points POINTS] [--moe] DIR NAME...
 
 For each NAME, DIR/NAME.dry.json is `dtrun --dry-run --format json` of the job and
 DIR/NAME.rankN.jsonl the metrics every rank of its run wrote (train.c). Memory: per
@@ -15,6 +15,18 @@ differently (sizes.h vs account.h); the worker accounts
     buffers      = comm (DDP bucket, ZeRO-2 reduce / FSDP gather buffers, tied wte)
     total        = allocated (their sum; the largest sum at one moment, measured)
 Goal: within 5 %; above 10 % the check fails.
+
+--moe (model.moe jobs): the engine sizes an MoE block's expert buffers by the
+rows that arrive (moe.c, ep.c), the dry-run prices them at its priced rows
+(stages[].moe_rows.priced: the even load x a margin, or the capacity's bound),
+so what a run holds depends on its routing. The run reports the fewest and most
+rows one block's experts got in a micro-batch and the rows its ep staging grew
+to (NAME.rankN.jsonl "moe_rows"); the dry-run says what a row more or less
+moves its figures by (activations_per_row, buffers_per_row). Activations and
+total must lie between the estimate moved to the fewest rows and to the most
+(the peak may come while some blocks hold fewer than the most), buffers equal
+the estimate moved to the staged rows; the same goal and limit apply to the
+distance outside that range.
 
 Bubble, for NAMEs with pp > 1 whose runs had a core per rank: the dry-run's
 (pp_sim on the very schedule the executor runs, per-chunk costs from FLOPs)
@@ -51,6 +63,26 @@ def predicted(stage_mem):
         "buffers": m["comm"],
         "total": m["allocated"],
     }
+
+
+def moe_range(stage, pred, run):
+    """pred's categories as (low, high) for the rows the run saw (--moe)."""
+    mr, seen = stage["moe_rows"], run["moe_rows"]
+    da, db = mr["activations_per_row"], mr["buffers_per_row"]
+    lo_a = (seen["min"] - mr["priced"]) * da
+    hi_a = (seen["max"] - mr["priced"]) * da
+    buf = (seen["staged"] - mr["staged"]) * db if seen["staged"] else 0.0
+    out = {c: (pred[c], pred[c]) for c in pred}
+    out["activations"] = (pred["activations"] + lo_a, pred["activations"] + hi_a)
+    out["buffers"] = (pred["buffers"] + buf, pred["buffers"] + buf)
+    out["total"] = (pred["total"] + lo_a + buf, pred["total"] + hi_a + buf)
+    return out
+
+
+def rel_range(lo, hi, meas):
+    if lo <= meas <= hi:
+        return 0.0
+    return rel(lo if meas < lo else hi, meas)
 
 
 def rel(pred, meas):
@@ -94,7 +126,12 @@ def main():
     global BUBBLE_POINTS
     args = sys.argv[1:]
     busy_limit = 0.15
-    while args[:1] in (["--busy"], ["--bubble-points"]):
+    moe = False
+    while args[:1] in (["--busy"], ["--bubble-points"], ["--moe"]):
+        if args[0] == "--moe":
+            moe = True
+            args = args[1:]
+            continue
         if args[0] == "--busy":
             busy_limit = float(args[1])
         else:
@@ -122,16 +159,25 @@ def main():
             # the fp32 master of mixed precision is its own category in the
             # measurements; the dry-run's params + master cover both
             meas["params"] += meas.get("master", 0)
+            span = moe_range(stage, pred, runs[r][-1]) if moe else {k: (v, v) for k, v in pred.items()}
             cells = []
             for cat in CATS:
-                e = rel(pred[cat], meas[cat])
+                lo, hi = span[cat]
+                e = rel_range(lo, hi, meas[cat])
                 worst = max(worst, abs(e))
                 mark = "" if abs(e) <= GOAL else " *" if abs(e) <= LIMIT else " !"
                 if abs(e) > LIMIT:
                     ok = False
-                cells.append(f"{kib(pred[cat])}/{kib(meas[cat])}({100 * e:+.1f}%){mark}")
+                shown = kib(lo) if lo == hi else f"{kib(lo)}..{kib(hi)}"
+                cells.append(f"{shown}/{kib(meas[cat])}({100 * e:+.1f}%){mark}")
             where = f"{r} ({c['dp']},{c['pp']},{c['tp']})"
             print(f"  {name:<28} {where:<12}" + "".join(f" {x:>26}" for x in cells))
+            if moe:
+                mr, seen = stage["moe_rows"], runs[r][-1]["moe_rows"]
+                print(f"    rows at one block's experts: {seen['min']}..{seen['max']} "
+                      f"({seen['min'] / mr['even']:.2f}..{seen['max'] / mr['even']:.2f} x the even {mr['even']}), "
+                      f"priced {mr['priced']}, worst {mr['worst']}; staging {seen['staged']} rows "
+                      f"(priced {mr['staged']})")
         if dry["layout"]["pp"] > 1 and name.endswith("-bubble"):
             bubbles.append((name, dry, runs))
     print("  rank (dp,pp,tp); * beyond the 5 % goal, ! beyond the 10 % limit")

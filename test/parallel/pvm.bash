@@ -8,7 +8,7 @@
 # accumulation with pp = 1: global_batch = mb x dp x m) mb (samples per micro-batch) steps recompute,
 # d (d_model) seq (GPT sequence length) sp (1: sequence parallel) vocab (GPT
 # vocab_size, default 64; 67 splits unevenly over tp, so the tp ranks differ)
-# attn (model.attention, default fused).
+# attn (model.attention, default fused) prec (train.precision, default fp32).
 pvm_job() {
   local name=$1 lay=$2 kind dp tp pp mode sched m mb steps rc d seq vocab
   kind=$(lget "$lay" kind gpt); dp=$(lget "$lay" dp 1); tp=$(lget "$lay" tp 1); pp=$(lget "$lay" pp 1)
@@ -23,6 +23,7 @@ pvm_job() {
     printf 'data:\n  kind: synthetic\n'
     printf 'train:\n  steps: %s\n  global_batch: %s\n  micro_batch: %s\n' "$steps" $((mb * dp * m)) "$mb"
     printf '  recompute: %s\n  lr: 3.0e-3\n  eval_batches: 1\n  seed: 7\n  threads: 1\n' "$rc"
+    printf '  precision: %s\n' "$(lget "$lay" prec fp32)"
     printf 'log:\n  progress: off\n  metrics: %s\n' "$T/$name.jsonl"
     printf 'parallel:\n  dp: %s\n  tp: %s\n  pp: %s\n  mode: %s\n' "$dp" "$tp" "$pp" "$mode"
     [ "$pp" -gt 1 ] && printf '  pp_schedule: %s\n  microbatches: %s\n' "$sched" "$m"

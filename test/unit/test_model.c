@@ -1688,6 +1688,68 @@ static void moe_stats_and_bias(void)
     model_destroy(m);
 }
 
+/* The experts' rows follow the routing (moe.c): a forward holds, per MoE
+ * block, exactly the rows its experts kept (model_moe_rows_sizes' bytes for
+ * them: the rule the dry-run prices with), the observer hears of every byte,
+ * the backward lets them all go, and model_moe_rows reports the fewest and
+ * most. Capacity 0.5 keeps fewer than N k rows, and a +100 bias on expert 0
+ * fewer still (its capacity drops the rest); under block recompute nothing
+ * stays held after the forward. */
+static long long moe_held_bytes;
+static void moe_count_bytes(void *ctx, long long bytes)
+{
+    (void)ctx;
+    moe_held_bytes += bytes;
+}
+
+static void moe_rows_follow_routing(recompute_kind rc, const char *what)
+{
+    job_model s = tiny_moe_gpt_spec();
+    s.moe.capacity_factor = 0.5;
+    int L = s.n_layer, N = TB * s.seq_len, k = s.moe.top_k, E = s.moe.experts;
+    test_batch tb;
+    make_batch(&tb, &s, 2);
+    model *m = make_model(&s, 0, 1, 0, L + 2, rc);
+    test_init(m, 11);
+    model_set_mem_observer(m, moe_count_bytes, NULL);
+    model_acts *a = model_acts_create(m, TB);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1) {
+            float *bias = calloc((size_t)E, sizeof(float));
+            bias[0] = 100.0f;
+            for (int b = 0; b < L; b++) model_moe_bias_set(m, b, bias);
+            free(bias);
+        }
+        moe_held_bytes = 0;
+        model_moe_stats_reset(m);
+        model_forward(m, a, &tb.mb, NULL);
+        long long want = 0;
+        int lo = N * k, hi = 0;
+        for (int b = 0; b < L; b++) {
+            const model_moe_stats *st = model_moe_stats_of(m, b);
+            int kept = N * k - (int)st->dropped;
+            want += (long long)(model_moe_rows_sizes(&s, model_get_shard(m), TB, RECOMPUTE_NONE, NULL, (size_t)kept)
+                                    .stash /
+                                (size_t)L);
+            if (kept < lo) lo = kept;
+            if (kept > hi) hi = kept;
+        }
+        long long after_fwd = moe_held_bytes;
+        model_backward(m, a, &tb.mb, 1.0f);
+        int fewest, most;
+        model_moe_rows(m, &fewest, &most);
+        int ok = after_fwd == (rc == RECOMPUTE_BLOCK ? 0 : want) && moe_held_bytes == 0 && hi < N * k &&
+                 most >= hi && fewest <= lo && (pass == 1 || (fewest == lo && most == hi));
+        CHECK(ok,
+              "%s, %s: the forward holds %lld bytes of experts' rows (%d..%d kept of N k = %d a block: %lld by "
+              "model_moe_rows_sizes), %lld after the backward; model_moe_rows %d..%d",
+              what, pass ? "every token's first choice expert 0" : "capacity 0.5", after_fwd, lo, hi, N * k, want,
+              moe_held_bytes, fewest, most);
+    }
+    model_acts_destroy(a);
+    model_destroy(m);
+}
+
 /* Decoding with the KV cache routes each new token as the forward routes it
  * (dropless): the per-token losses of one sample fed a token at a time sum to
  * the forward's loss of that sample. */
@@ -1743,6 +1805,8 @@ static void moe_models(void)
     moe_one_expert_is_dense(tiny_gpt_spec(), "moe gpt");
     moe_one_expert_is_dense(tiny_llama_spec(), "moe llama");
     moe_stats_and_bias();
+    moe_rows_follow_routing(RECOMPUTE_NONE, "moe rows");
+    moe_rows_follow_routing(RECOMPUTE_BLOCK, "moe rows, block recompute");
     init_layout(&g, "moe gpt");
     int two[3] = {0, 2, 4};
     pipeline_split(&g, two, 2, "moe gpt [0,2)+[2,4)");

@@ -235,8 +235,8 @@ static void test_reports(void)
                                  "blocks MoE)") &&
               strstr(buf, "experts: 4 per MoE block on each rank (8 / ep 2)") &&
               strstr(buf, "with the even load of a balanced router") &&
-              strstr(buf, "may bring to a rank: 32 token rows x min(top-2, 4 experts there) x ep 2 = 128 (2.0 x the "
-                          "even load)") &&
+              strstr(buf, "the memory above prices 71 a rank per MoE block and micro-batch: the even load x 1.10") &&
+              strstr(buf, "a dropless router may bring up to 128 (2.0 x the even load)") &&
               strstr(buf, "(ep 2 folded into dp x cp)") &&
               strstr(buf, "  ep            2") && strstr(buf, "  edp           2"),
           "dry-run text: active parameters, the experts per rank, routed rows, ep and edp rows%s%s", rc ? ": " : "",

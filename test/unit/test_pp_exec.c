@@ -184,6 +184,8 @@ typedef struct {
     int vit;
     recompute_kind recompute; /* of the pipeline's chunks (the reference never recomputes) */
     int spare;                /* slots sized for B + spare samples: a short micro-batch */
+    int naive;                /* model.attention naive (selective recompute then shares one
+                                 set of probabilities in the working set) */
 } config;
 
 /* What the backward hooks saw. */
@@ -220,7 +222,9 @@ typedef struct {
     int rc;
     double loss, eval_loss;
     long correct, eval_correct;
-    int slots_ok;       /* pool sizes == pp_schedule_peak_in_flight_chunk */
+    int slots_ok;       /* pool sizes == pp_schedule_peak_in_flight_chunk, and the
+                           stash memory pp_stash_pool_bytes of them */
+    int pooled;         /* the rank's chunks share one stash pool */
     int hooks_ok;
     int eval_grads_ok;  /* the forward-only step left the gradients alone */
     int counts_ok;      /* forwards / backwards done == the list's */
@@ -312,10 +316,28 @@ static void run_rank(rank_setup *rs, comm *pp, int p, int rank, rank_header *h, 
         h->rc = -1;
         return;
     }
+    /* as the engine does: the chunks compute one at a time, one scratch */
+    if (model_share_scratch(rs->chunks, rs->v)) {
+        snprintf(h->err, sizeof h->err, "chunks cannot share their scratch");
+        h->rc = -1;
+        pp_exec_destroy(ex);
+        return;
+    }
     h->slots_ok = 1;
-    for (int l = 0; l < rs->v; l++)
-        if (pp_exec_slots(ex, l) != pp_schedule_peak_in_flight_chunk(&rs->sched, pp_chunk_id(rank, l, p)))
-            h->slots_ok = 0;
+    int slots[8];
+    size_t stash[8], largest = 0;
+    for (int l = 0; l < rs->v; l++) {
+        slots[l] = pp_exec_slots(ex, l);
+        stash[l] = model_acts_stash_bytes(rs->chunks[l], rs->capacity);
+        if (stash[l] > largest) largest = stash[l];
+        if (slots[l] != pp_schedule_peak_in_flight_chunk(&rs->sched, pp_chunk_id(rank, l, p))) h->slots_ok = 0;
+    }
+    /* the stashes: each slot's own, or (interleaved, when smaller) one pool of
+     * as many as the rank's chunks hold at once, each the largest chunk's */
+    int all = (int)pp_schedule_peak_in_flight(&rs->sched, rank, NULL);
+    size_t want = pp_stash_pool_bytes(rs->v, slots, stash, all, &h->pooled);
+    if (h->pooled ? pp_exec_pool_bytes(ex) != want || want != (size_t)all * largest : pp_exec_pool_bytes(ex) != 0)
+        h->slots_ok = 0;
     hook_log hl = {0};
     hl.open_chunk = -1;
     pp_exec_hooks hooks = {&hl, hook_before, hook_after, NULL, NULL};
@@ -490,6 +512,10 @@ static int configs_for(int p, config *out)
     out[n++] = (config){.kind = PP_INTERLEAVED, .m = p, .v = 2, .vit = 1};
     out[n++] = (config){.kind = PP_1F1B, .m = 4, .v = 1, .recompute = RECOMPUTE_BLOCK};
     out[n++] = (config){.kind = PP_INTERLEAVED, .m = 2 * p, .v = 2, .spare = 2};
+    /* the rank's stash pool and shared scratch under recompute (its buffers
+     * in the scratch, the stash pointing into it) */
+    out[n++] = (config){.kind = PP_INTERLEAVED, .m = 2 * p, .v = 2, .recompute = RECOMPUTE_BLOCK};
+    out[n++] = (config){.kind = PP_INTERLEAVED, .m = 2 * p, .v = 2, .recompute = RECOMPUTE_SELECTIVE, .naive = 1};
     /* ZB-H1: split backward, slots held until the W */
     for (int k = 0; k < 4; k++) out[n++] = (config){.kind = PP_ZB_H1, .m = ms[k], .v = 1};
     out[n++] = (config){.kind = PP_ZB_H1, .m = 4, .v = 1, .vit = 1};
@@ -500,18 +526,27 @@ static int configs_for(int p, config *out)
 static job_model model_for(int p, const config *c)
 {
     int L = p * c->v > 4 ? 8 : 4;
-    return c->vit ? vit_spec(L) : gpt_spec(L, 16, 8);
+    job_model s = c->vit ? vit_spec(L) : gpt_spec(L, 16, 8);
+    if (c->naive) s.attention = ATTN_NAIVE;
+    return s;
 }
 
 static char config_name_buf[128];
 static const char *config_name(int p, const config *c)
 {
-    snprintf(config_name_buf, sizeof config_name_buf, "%s %s p=%d v=%d m=%d%s%s",
+    snprintf(config_name_buf, sizeof config_name_buf, "%s %s p=%d v=%d m=%d%s%s%s",
              c->vit ? "vit" : "gpt", pp_schedule_kind_name(c->kind), p, c->v, c->m,
-             c->recompute == RECOMPUTE_BLOCK ? " recompute=block" : "",
+             c->recompute == RECOMPUTE_BLOCK       ? " recompute=block"
+             : c->recompute == RECOMPUTE_SELECTIVE ? " recompute=selective"
+                                                   : "",
+             c->naive ? " attention=naive" : "",
              c->spare ? " (B=2 in slots of 4)" : "");
     return config_name_buf;
 }
+
+/* Ranks whose chunks shared one stash pool, over all the configurations run:
+ * the pool must have been exercised, not only sized. */
+static int pooled_ranks;
 
 /* Compares every rank's file of one configuration with the reference. */
 static void judge(int p, const config *c, const char *dir, int ci)
@@ -525,7 +560,7 @@ static void judge(int p, const config *c, const char *dir, int ci)
     gathered_init(&g, &ref);
     double loss = 0, eval_loss = 0;
     long correct = 0, eval_correct = 0;
-    int files_ok = 1, rc_ok = 1, slots_ok = 1, hooks_ok = 1, eval_ok = 1, counts_ok = 1;
+    int files_ok = 1, rc_ok = 1, slots_ok = 1, hooks_ok = 1, eval_ok = 1, counts_ok = 1, pooled = 0;
     char first_err[400] = "";
     for (int r = 0; r < p; r++) {
         char path[512];
@@ -538,7 +573,7 @@ static void judge(int p, const config *c, const char *dir, int ci)
             if (!*first_err) snprintf(first_err, sizeof first_err, "%s", h.err);
         }
         slots_ok &= h.slots_ok, hooks_ok &= h.hooks_ok, eval_ok &= h.eval_grads_ok;
-        counts_ok &= h.counts_ok;
+        counts_ok &= h.counts_ok, pooled += h.pooled;
         loss += h.loss, correct += h.correct;
         eval_loss += h.eval_loss, eval_correct += h.eval_correct;
     }
@@ -551,8 +586,10 @@ static void judge(int p, const config *c, const char *dir, int ci)
     CHECK(gerr >= 0 && gerr <= 1e-5, "%s: all %d gradient tensors match one process (max rel err %.2e)",
           name, ref.n, gerr);
     CHECK(slots_ok && counts_ok && hooks_ok,
-          "%s: slots = schedule's in-flight peak per chunk, every action ran, backward hooks "
-          "(one last-of-chunk per chunk, one last-of-rank at the end)", name);
+          "%s: slots = schedule's in-flight peak per chunk, stashes as pp_stash_pool_bytes (%d of %d ranks "
+          "pool them), every action ran, backward hooks (one last-of-chunk per chunk, one last-of-rank at the end)",
+          name, pooled, p);
+    pooled_ranks += pooled;
     CHECK(eval_ok && eval_loss == loss && eval_correct == correct,
           "%s: forward-only step gives the same loss (%.9g) and leaves the gradients alone", name,
           eval_loss);
@@ -713,6 +750,7 @@ static void single_rank(int v, int m, int vit)
           gerr, *h.err ? ": " : "", h.err);
     CHECK(h.slots_ok && h.counts_ok && h.hooks_ok && h.eval_grads_ok && h.eval_loss == h.loss,
           "%s (in memory): slots, hooks, forward-only step", name);
+    pooled_ranks += h.pooled;
     gathered_free(&g);
     reference_free(&ref);
     teardown(rs);
@@ -922,6 +960,8 @@ int main(void)
     single_rank(2, 3, 1);
     matrix(2);
     matrix(4);
+    CHECK(pooled_ranks > 0, "the interleaved runs above include %d ranks whose chunks share one stash pool",
+          pooled_ranks);
     killed_peer(2, 1);
     killed_peer(4, 2);
     if (!UNDER_ASAN) bubble(2); /* instrumented kernels would only time the sanitizer */

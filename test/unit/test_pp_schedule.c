@@ -108,8 +108,11 @@ static void check_one(pp_schedule_kind kind, int p, int m, int v) {
         if (peak != want) peaks_ok = 0;
     }
     /* the counting generator (sizes' activation slots) against the built lists */
-    int counted[MAX_CHUNKS], counts_ok = pp_schedule_peak_in_flight_chunks(kind, p, m, v, counted, err, sizeof err) == 0;
+    int counted[MAX_CHUNKS], ranks[MAX_CHUNKS];
+    int counts_ok = pp_schedule_peak_in_flight_chunks(kind, p, m, v, counted, ranks, err, sizeof err) == 0;
     for (int c = 0; counts_ok && c < p * v; c++) counts_ok = counted[c] == pp_schedule_peak_in_flight_chunk(&s, c);
+    /* and each rank's peak of its chunks together (the executor's shared stash pool) */
+    for (int k = 0; counts_ok && k < p; k++) counts_ok = ranks[k] == pp_schedule_peak_in_flight(&s, k, NULL);
     peaks_ok &= counts_ok;
     CHECK(valid && !problem && ran && worst < 1e-9 && fabs(r.bubble - ideal) < 1e-9 &&
               fabs(pp_schedule_ideal_bubble(kind, p, m, v) - ideal) < 1e-12 && peaks_ok,
@@ -187,7 +190,7 @@ static void check_zero_bubble(int p, int m) {
         if (z > peak_zb) peak_zb = z;
         if (b > peak_1f1b) peak_1f1b = b;
     }
-    int counted[MAX_CHUNKS], counts_ok = pp_schedule_peak_in_flight_chunks(PP_ZB_H1, p, m, 1, counted, err, sizeof err) == 0;
+    int counted[MAX_CHUNKS], counts_ok = pp_schedule_peak_in_flight_chunks(PP_ZB_H1, p, m, 1, counted, NULL, err, sizeof err) == 0;
     for (int c = 0; counts_ok && c < p; c++) counts_ok = counted[c] == pp_schedule_peak_in_flight_chunk(&s, c);
     /* deadlock-free under several cost shapes; the bubble law with B = W = F */
     double f[MAX_CHUNKS], b[MAX_CHUNKS], bb[MAX_CHUNKS], bw[MAX_CHUNKS];
