@@ -501,7 +501,7 @@ model_acts_size model_moe_rows_sizes(const job_model *spec, const model_shard *s
                                      recompute_kind recompute, const model_precision *prec, size_t rows)
 {
     shape g = shape_of(spec, shard, recompute, prec);
-    model_acts_size z = {0, 0, 0};
+    model_acts_size z = {0};
     if (!g.has_moe) return z;
     size_t kept = moe_rows_kept_bytes(&g.d, g.e, rows), grads = moe_rows_grad_bytes(&g.d, rows);
     size_t out = g.d.ep_size > 1 ? moe_rows_out_bytes(&g.d, g.e, rows) : 0;
