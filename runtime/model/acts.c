@@ -11,8 +11,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#define ACTS_ALIGN 64 /* a cache line; also keeps SIMD loads aligned (acts_align) */
-
 typedef struct {
     char *base; /* NULL while only sizing */
     size_t off;
@@ -32,7 +30,7 @@ struct model_scratch {
 static void *take(bump *b, size_t bytes)
 {
     size_t at = b->off;
-    b->off += (bytes + ACTS_ALIGN - 1) / ACTS_ALIGN * ACTS_ALIGN;
+    b->off += acts_align(bytes);
     return b->base ? b->base + at : NULL;
 }
 
@@ -482,20 +480,19 @@ size_t model_acts_bytes(const job_model *spec, const model_shard *shard, int B,
 
 /* ---- what follows the routing: an MoE block's experts' rows (moe.c) ----
  * Each piece of an allocation starts on ACTS_ALIGN, as in the layouts. */
-static size_t al(size_t bytes) { return acts_align(bytes); }
-
 size_t moe_rows_kept_bytes(const model_dims *d, size_t e, size_t rows)
 {
-    return al(rows * (size_t)d->C * e) + al(rows * (size_t)d->He * e) + al(rows * (size_t)d->Fe * e);
+    return acts_align(rows * (size_t)d->C * e) + acts_align(rows * (size_t)d->He * e) +
+           acts_align(rows * (size_t)d->Fe * e);
 }
 
 size_t moe_rows_grad_bytes(const model_dims *d, size_t rows)
 {
-    return al(rows * (size_t)d->C * sizeof(float)) + al(rows * (size_t)d->Fe * sizeof(float)) +
-           al(rows * (size_t)d->He * sizeof(float));
+    return acts_align(rows * (size_t)d->C * sizeof(float)) + acts_align(rows * (size_t)d->Fe * sizeof(float)) +
+           acts_align(rows * (size_t)d->He * sizeof(float));
 }
 
-size_t moe_rows_out_bytes(const model_dims *d, size_t e, size_t rows) { return al(rows * (size_t)d->C * e); }
+size_t moe_rows_out_bytes(const model_dims *d, size_t e, size_t rows) { return acts_align(rows * (size_t)d->C * e); }
 
 model_acts_size model_moe_rows_sizes(const job_model *spec, const model_shard *shard, int B,
                                      recompute_kind recompute, const model_precision *prec, size_t rows)

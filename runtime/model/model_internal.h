@@ -79,9 +79,10 @@ typedef struct {
     size_t bytes;
 } moe_held;
 
-/* Where the pieces of an allocation start (acts.c's ACTS_ALIGN, 64 bytes: a
- * cache line; also keeps SIMD loads aligned). */
-static inline size_t acts_align(size_t bytes) { return (bytes + 63) / 64 * 64; }
+/* Where the pieces of an activation allocation start: a cache line; also
+ * keeps SIMD loads aligned (acts.c's layouts, moe.c's expert rows). */
+#define ACTS_ALIGN 64
+static inline size_t acts_align(size_t bytes) { return (bytes + ACTS_ALIGN - 1) / ACTS_ALIGN * ACTS_ALIGN; }
 
 /* Context parallelism: where local row i of cp rank r's [B, seq] batch (its
  * tokens) sits in the batch of whole samples [B, seq * cp_size]. */

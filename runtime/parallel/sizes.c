@@ -1063,22 +1063,29 @@ static size_t moe_rank_stash(const sizes *s, sizes_at at, size_t rows)
     int pp = s->job.parallel.pp, v = s->sched ? s->job.parallel.virtual_stages : 1;
     const pp_schedule *sc = sizes_schedule(s);
     if (!s->sched) return moe_rows_of(s, 0, at.tp, rows).stash;
-    size_t bound = 0;
+    /* each local chunk's per micro-batch, sized once */
+    size_t few[8], *per = v <= 8 ? few : malloc((size_t)v * sizeof *per), bound = 0;
     for (int local = 0; local < v; local++) {
         int c = pp_chunk_id(at.pp, local, pp);
-        bound += (size_t)sizes_acts_slots(s, c) * moe_rows_of(s, c, at.tp, rows).stash;
+        size_t one = moe_rows_of(s, c, at.tp, rows).stash;
+        if (per) per[local] = one;
+        bound += (size_t)sizes_acts_slots(s, c) * one;
     }
-    if (!sc || bound == 0) return bound;
-    size_t live = 0, most = 0;
-    for (int i = 0; i < sc->n_actions[at.pp]; i++) {
-        const pp_action *a = &sc->actions[at.pp][i];
-        if (a->op == PP_OP_FORWARD) {
-            live += moe_rows_of(s, a->chunk, at.tp, rows).stash;
-            if (live > most) most = live;
-        } else if (a->op == PP_OP_BACKWARD) {
-            live -= moe_rows_of(s, a->chunk, at.tp, rows).stash;
+    /* (no memory for v sizes: the chunks' peaks added up, a bound) */
+    size_t live = 0, most = bound;
+    if (sc && per && bound > 0) {
+        most = 0;
+        for (int i = 0; i < sc->n_actions[at.pp]; i++) {
+            const pp_action *a = &sc->actions[at.pp][i];
+            if (a->op == PP_OP_FORWARD) {
+                live += per[pp_chunk_local(a->chunk, pp)];
+                if (live > most) most = live;
+            } else if (a->op == PP_OP_BACKWARD) {
+                live -= per[pp_chunk_local(a->chunk, pp)];
+            }
         }
     }
+    if (per != few) free(per);
     return most;
 }
 
